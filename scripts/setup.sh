@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what the tests and benchmarks need on a Debian machine: the Debian peers (softflowd,
+# nfdump, tshark, gcc), Deno 2.9.6 from the npm registry and the project's npm packages.
+# Idempotent; run as root (CI) or skip the apt part with SKIP_APT=1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PKGS="softflowd nfdump tshark gcc iproute2"
+missing=""
+for p in $PKGS; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+done
+if [ -n "$missing" ] && [ "${SKIP_APT:-0}" != 1 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq $missing >/dev/null
+fi
+
+if [ ! -x node_modules/.bin/deno ]; then
+  npm ci --no-audit --no-fund
+fi
+node_modules/.bin/deno install

@@ -1,0 +1,34 @@
+/**
+ * The contract every sink implements (spec `exporters.md` §1). The export loop calls
+ * `addRecord` synchronously for each expired flow; it must copy or enqueue and return at once.
+ * Network and disk I/O happen in the exporter's own async pump, and a failure there is logged
+ * and counted by the exporter: it never loses the record for the other exporters.
+ */
+
+import type { ExportedFlow } from "../aggregation/record.ts";
+
+/** Counters every exporter exposes (all monotonic). */
+export interface ExporterStats {
+  /** Records accepted by `addRecord`. */
+  received: number;
+  /** Records delivered to the sink. */
+  exported: number;
+  /** Records lost (queue overflow, sink error after retries), each also logged. */
+  dropped: number;
+  /** I/O or protocol errors. */
+  errors: number;
+}
+
+/** A sink for aggregated flow records. */
+export interface Exporter {
+  /** Short name used in logs and metrics: `ipfix`, `clickhouse`, `s3`, `log`. */
+  readonly name: string;
+  /** Begins background work. */
+  start(): Promise<void>;
+  /** Flushes everything buffered and stops; resolves when done. */
+  stop(): Promise<void>;
+  /** Takes one record; synchronous, never throws for I/O reasons. */
+  addRecord(flow: ExportedFlow): void;
+  /** Returns the counters. */
+  stats(): ExporterStats;
+}

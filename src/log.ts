@@ -1,0 +1,165 @@
+/**
+ * Structured logging: one event per line, `key=value` pairs (logfmt) or JSON, with levels.
+ * Every module logs through a {@linkcode Logger} from {@linkcode logger}; nothing outside
+ * `main.ts` and `scripts/` writes to the console directly. Output goes to stderr so that
+ * stdout stays free for the flow log when it is configured to write there.
+ */
+
+/** Severity of a log event, most severe first. */
+export type LogLevel = "error" | "warn" | "info" | "debug";
+
+const LEVELS: Record<LogLevel, number> = { error: 0, warn: 1, info: 2, debug: 3 };
+
+/** Key/value context attached to an event. Values are rendered with `String()` (bigint exact). */
+export type LogFields = Record<string, unknown>;
+
+/** Where formatted lines go; replaceable in tests. */
+export type LogWriter = (line: string) => void;
+
+interface LogState {
+  level: number;
+  format: "logfmt" | "json";
+  writer: LogWriter;
+}
+
+const encoder = new TextEncoder();
+const state: LogState = {
+  level: LEVELS.info,
+  format: "logfmt",
+  writer: (line) => {
+    try {
+      Deno.stderr.writeSync(encoder.encode(line + "\n"));
+    } catch {
+      // stderr closed: nothing sensible left to do with a log line.
+    }
+  },
+};
+
+/** Returns true if `s` is a valid level name. */
+export function isLogLevel(s: string): s is LogLevel {
+  return s in LEVELS;
+}
+
+/** Sets the most verbose level that is written. */
+export function setLogLevel(level: LogLevel): void {
+  state.level = LEVELS[level];
+}
+
+/** Returns the current level. */
+export function getLogLevel(): LogLevel {
+  return (Object.keys(LEVELS) as LogLevel[]).find((l) => LEVELS[l] === state.level) ?? "info";
+}
+
+/** Chooses the line format. */
+export function setLogFormat(format: "logfmt" | "json"): void {
+  state.format = format;
+}
+
+/** Redirects log lines (tests capture them); returns the previous writer. */
+export function setLogWriter(writer: LogWriter): LogWriter {
+  const prev = state.writer;
+  state.writer = writer;
+  return prev;
+}
+
+function renderValue(v: unknown): string {
+  if (v instanceof Error) return v.message;
+  if (typeof v === "string") return v;
+  if (typeof v === "object" && v !== null) {
+    return JSON.stringify(v, (_k, x) => typeof x === "bigint" ? x.toString() : x);
+  }
+  return String(v);
+}
+
+function quoteLogfmt(s: string): string {
+  return /^[^\s"=\\]+$/.test(s) ? s : JSON.stringify(s);
+}
+
+/** A named logger; `component` is written as the first field of every event. */
+export class Logger {
+  readonly #component: string;
+
+  /** Creates a logger for one component (use {@linkcode logger}). */
+  constructor(component: string) {
+    this.#component = component;
+  }
+
+  /** Returns true if events at `level` are currently written (skip building costly fields). */
+  enabled(level: LogLevel): boolean {
+    return LEVELS[level] <= state.level;
+  }
+
+  /** Logs an error event. */
+  error(msg: string, fields?: LogFields): void {
+    this.#emit("error", msg, fields);
+  }
+
+  /** Logs a warning event. */
+  warn(msg: string, fields?: LogFields): void {
+    this.#emit("warn", msg, fields);
+  }
+
+  /** Logs an informational event. */
+  info(msg: string, fields?: LogFields): void {
+    this.#emit("info", msg, fields);
+  }
+
+  /** Logs a debug event. */
+  debug(msg: string, fields?: LogFields): void {
+    this.#emit("debug", msg, fields);
+  }
+
+  #emit(level: LogLevel, msg: string, fields?: LogFields): void {
+    if (LEVELS[level] > state.level) return;
+    const time = new Date().toISOString();
+    if (state.format === "json") {
+      const obj: Record<string, unknown> = { time, level, component: this.#component, msg };
+      for (const [k, v] of Object.entries(fields ?? {})) obj[k] = renderValue(v);
+      state.writer(JSON.stringify(obj));
+      return;
+    }
+    let line = `time=${time} level=${level} component=${this.#component} msg=${quoteLogfmt(msg)}`;
+    for (const [k, v] of Object.entries(fields ?? {})) {
+      line += ` ${k}=${quoteLogfmt(renderValue(v))}`;
+    }
+    state.writer(line);
+  }
+}
+
+/** Returns a logger for `component`. */
+export function logger(component: string): Logger {
+  return new Logger(component);
+}
+
+/**
+ * Limits how often a repeated event is logged: at most one line per `intervalMs` per key, with
+ * the number of suppressed events reported on the next line. Used for per-packet errors.
+ */
+export class RateLimitedLog {
+  readonly #intervalMs: number;
+  readonly #last = new Map<string, { at: number; suppressed: number }>();
+  readonly #now: () => number;
+
+  /** Creates a limiter; `now` is injectable for tests. */
+  constructor(intervalMs: number, now: () => number = Date.now) {
+    this.#intervalMs = intervalMs;
+    this.#now = now;
+  }
+
+  /**
+   * Returns the number of events suppressed since the last written one (>= 0) when this event
+   * should be written, or -1 when it should be suppressed.
+   */
+  allow(key: string): number {
+    const t = this.#now();
+    const e = this.#last.get(key);
+    if (e === undefined || t - e.at >= this.#intervalMs) {
+      const suppressed = e?.suppressed ?? 0;
+      if (this.#last.size > 10_000) this.#last.clear();
+      this.#last.set(key, { at: t, suppressed: 0 });
+      return suppressed;
+    }
+    e.suppressed++;
+    return -1;
+  }
+}

@@ -135,8 +135,14 @@ export function generateCertificates(
       { name: "basicConstraints", cA: true, critical: true },
       { name: "keyUsage", digitalSignature: true, keyCertSign: true, critical: true },
       { name: "extKeyUsage", serverAuth: true, clientAuth: true },
+      // Go's CreateCertificate adds an SKI to CA certificates and the matching AKI to the
+      // certificates they sign; RFC 5280 strict validators (openssl -x509_strict) require both.
+      { name: "subjectKeyIdentifier" },
     ],
   });
+  const caKeyId = forge.pki.getPublicKeyFingerprint(caKey.publicKey, { type: "RSAPublicKey" })
+    .getBytes();
+  const aki = { name: "authorityKeyIdentifier", keyIdentifier: caKeyId };
 
   const altNames: { type: number; value?: string; ip?: string }[] = [
     { type: 2, value: `flow-aggregator.${namespace}.svc` },
@@ -159,6 +165,7 @@ export function generateCertificates(
       { name: "keyUsage", digitalSignature: true, critical: true },
       { name: "extKeyUsage", serverAuth: true },
       { name: "subjectAltName", altNames },
+      aki,
     ],
   });
 
@@ -173,6 +180,7 @@ export function generateCertificates(
     extensions: [
       { name: "keyUsage", digitalSignature: true, critical: true },
       { name: "extKeyUsage", clientAuth: true },
+      aki,
     ],
   });
 

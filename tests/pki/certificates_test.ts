@@ -63,6 +63,7 @@ Deno.test("pki: CA is self-signed, CA=true critical, certSign+digitalSignature, 
   assert.equal(eku.serverAuth, true);
   assert.equal(eku.clientAuth, true);
   assert.equal(hasExt(withIp.ca.certPem, "subjectAltName"), false);
+  assert.equal(hasExt(withIp.ca.certPem, "subjectKeyIdentifier"), true);
 });
 
 Deno.test("pki: validity is now-1h for 365 days on all three certificates", () => {

@@ -1,0 +1,255 @@
+/**
+ * Live reload of the configuration file (control-plane.md §2). The file's **directory** is
+ * watched, not the file: kubelet updates a ConfigMap volume by renaming a new `..data` symlink
+ * over the old one, and a watch on the file or its inode dies after the first swap. Bursts of
+ * events are debounced, the file is re-read through its symlinks, byte-identical content is
+ * ignored, and invalid or unreadable content is logged and ignored (the previous configuration
+ * stays in force, unlike upstream which exited). A slow poll backs up inotify, which can miss
+ * swaps on some volume types, and a watcher that dies is re-created with backoff.
+ *
+ * Permissions: `--allow-read` on the config directory.
+ */
+
+import { dirname } from "node:path";
+import { logger } from "../log.ts";
+import { type ConfigDiff, diffConfig } from "./diff.ts";
+import { parseConfig } from "./parse.ts";
+import type { FlowAggregatorConfig } from "./types.ts";
+
+const log = logger("config");
+
+/** Outcome of one re-read of the file. */
+export type CheckResult = "changed" | "unchanged" | "invalid" | "unreadable";
+
+/** Callback for an accepted new configuration. May be async; reloads are serialised. */
+export type ConfigChangeHandler = (
+  newConfig: FlowAggregatorConfig,
+  oldConfig: FlowAggregatorConfig,
+  diff: ConfigDiff,
+) => void | Promise<void>;
+
+/** Options of {@linkcode ConfigWatcher}. */
+export interface ConfigWatcherOptions {
+  /** Called once per real change, after validation. */
+  onChange: ConfigChangeHandler;
+  /** Quiet time after the last event before the file is re-read. Default 200 ms. */
+  debounceMs?: number;
+  /** Safety-net poll period; 0 disables it. Default 30 s. */
+  pollIntervalMs?: number;
+  /** Observes every re-read (metrics, tests). */
+  onCheck?: (result: CheckResult) => void;
+  /** Parser; default {@linkcode parseConfig}. */
+  parse?: (text: string) => FlowAggregatorConfig;
+}
+
+/** Reads and validates a configuration file once. Throws on read or validation errors. */
+export async function loadConfigFile(
+  path: string,
+): Promise<{ text: string; config: FlowAggregatorConfig }> {
+  const text = await Deno.readTextFile(path);
+  return { text, config: parseConfig(text) };
+}
+
+/** Watches a configuration file and reports validated changes. */
+export class ConfigWatcher {
+  readonly #path: string;
+  readonly #dir: string;
+  readonly #onChange: ConfigChangeHandler;
+  readonly #onCheck?: (result: CheckResult) => void;
+  readonly #parse: (text: string) => FlowAggregatorConfig;
+  readonly #debounceMs: number;
+  readonly #pollIntervalMs: number;
+  #baseline = "";
+  #config: FlowAggregatorConfig | undefined;
+  #fsWatcher: Deno.FsWatcher | undefined;
+  #watchLoop: Promise<void> | undefined;
+  #debounceTimer: ReturnType<typeof setTimeout> | undefined;
+  #pollTimer: ReturnType<typeof setTimeout> | undefined;
+  #restartTimer: ReturnType<typeof setTimeout> | undefined;
+  #chain: Promise<unknown> = Promise.resolve();
+  #running = false;
+  #restartDelayMs = 1000;
+
+  /** Creates a watcher for the file at `path`; nothing happens until {@linkcode start}. */
+  constructor(path: string, options: ConfigWatcherOptions) {
+    this.#path = path;
+    this.#dir = dirname(path);
+    this.#onChange = options.onChange;
+    this.#onCheck = options.onCheck;
+    this.#parse = options.parse ?? ((text: string) => parseConfig(text));
+    this.#debounceMs = options.debounceMs ?? 200;
+    this.#pollIntervalMs = options.pollIntervalMs ?? 30_000;
+  }
+
+  /** The configuration currently in force. Throws before {@linkcode start}. */
+  get config(): FlowAggregatorConfig {
+    if (this.#config === undefined) throw new Error("ConfigWatcher not started");
+    return this.#config;
+  }
+
+  /**
+   * Starts watching, then reads the initial configuration (in that order, so no update is
+   * missed) and returns it. Throws if the directory cannot be watched or the file is unreadable
+   * or invalid; nothing is left running in that case.
+   */
+  async start(): Promise<FlowAggregatorConfig> {
+    if (this.#running) return this.config;
+    try {
+      this.#fsWatcher = Deno.watchFs(this.#dir, { recursive: false });
+    } catch (e) {
+      throw new Error(
+        `error when starting file watch on configuration dir: ${(e as Error).message}`,
+      );
+    }
+    this.#running = true;
+    try {
+      const text = await Deno.readTextFile(this.#path);
+      this.#config = this.#parse(text);
+      this.#baseline = text;
+    } catch (e) {
+      await this.stop();
+      throw e;
+    }
+    this.#watchLoop = this.#consume(this.#fsWatcher);
+    this.#schedulePoll();
+    log.info("Watching configuration", { path: this.#path, dir: this.#dir });
+    return this.#config;
+  }
+
+  /** Stops watching; resolves after any in-flight reload has finished. No timers survive. */
+  async stop(): Promise<void> {
+    this.#running = false;
+    clearTimeout(this.#debounceTimer);
+    clearTimeout(this.#pollTimer);
+    clearTimeout(this.#restartTimer);
+    this.#debounceTimer = this.#pollTimer = this.#restartTimer = undefined;
+    try {
+      this.#fsWatcher?.close();
+    } catch {
+      // Already closed.
+    }
+    this.#fsWatcher = undefined;
+    await this.#watchLoop;
+    this.#watchLoop = undefined;
+    await this.#chain;
+  }
+
+  /**
+   * Re-reads the file now and applies it if it changed (what an event triggers after the
+   * debounce, and what the poll does). Checks never overlap.
+   */
+  check(): Promise<CheckResult> {
+    const run = this.#chain.then(() => this.#checkOnce());
+    this.#chain = run.catch(() => undefined);
+    return run;
+  }
+
+  async #checkOnce(): Promise<CheckResult> {
+    const result = await this.#evaluate();
+    try {
+      this.#onCheck?.(result);
+    } catch (e) {
+      log.warn("onCheck callback failed", { err: e });
+    }
+    return result;
+  }
+
+  async #evaluate(): Promise<CheckResult> {
+    const old = this.#config;
+    if (old === undefined) return "unchanged";
+    let text: string;
+    try {
+      text = await Deno.readTextFile(this.#path);
+    } catch (e) {
+      log.error("Cannot read FlowAggregator configuration file, keeping the current one", {
+        path: this.#path,
+        err: e,
+      });
+      return "unreadable";
+    }
+    if (text === this.#baseline) {
+      log.debug("Flow-aggregator configuration didn't change");
+      return "unchanged";
+    }
+    let next: FlowAggregatorConfig;
+    try {
+      next = this.#parse(text);
+    } catch (e) {
+      log.error("Error when loading configuration from config file, keeping the current one", {
+        path: this.#path,
+        err: e,
+      });
+      return "invalid";
+    }
+    this.#baseline = text;
+    this.#config = next;
+    const diff = diffConfig(old, next);
+    log.info("Updating Flow Aggregator", { changed: diff.changedKeys.join(",") });
+    if (diff.restartRequired.length > 0) {
+      log.error("Ignoring unsupported configuration updates, please restart FlowAggregator", {
+        keys: diff.restartRequired.join(","),
+      });
+    }
+    try {
+      await this.#onChange(next, old, diff);
+    } catch (e) {
+      log.error("Configuration change handler failed", { err: e });
+    }
+    return "changed";
+  }
+
+  async #consume(watcher: Deno.FsWatcher): Promise<void> {
+    try {
+      for await (const event of watcher) {
+        if (!this.#running) break;
+        log.debug("Event happened", { kind: event.kind, paths: event.paths.join(",") });
+        this.#restartDelayMs = 1000;
+        this.#debounce();
+      }
+    } catch (e) {
+      if (this.#running) log.error("configWatcher err", { err: e });
+    }
+    if (this.#running && this.#fsWatcher === watcher) {
+      log.error("ConfigWatcher event channel closed, re-creating it", {
+        retryMs: this.#restartDelayMs,
+      });
+      this.#fsWatcher = undefined;
+      this.#restartTimer = setTimeout(() => this.#recreate(), this.#restartDelayMs);
+      this.#restartDelayMs = Math.min(this.#restartDelayMs * 2, 30_000);
+    }
+  }
+
+  #recreate(): void {
+    this.#restartTimer = undefined;
+    if (!this.#running) return;
+    try {
+      const w = Deno.watchFs(this.#dir, { recursive: false });
+      this.#fsWatcher = w;
+      this.#watchLoop = this.#consume(w);
+      // Anything may have changed while we were blind.
+      this.#debounce();
+    } catch (e) {
+      log.error("error when re-creating file watch on configuration dir", { err: e });
+      this.#restartTimer = setTimeout(() => this.#recreate(), this.#restartDelayMs);
+      this.#restartDelayMs = Math.min(this.#restartDelayMs * 2, 30_000);
+    }
+  }
+
+  #debounce(): void {
+    clearTimeout(this.#debounceTimer);
+    this.#debounceTimer = setTimeout(() => {
+      this.#debounceTimer = undefined;
+      if (this.#running) void this.check();
+    }, this.#debounceMs);
+  }
+
+  #schedulePoll(): void {
+    if (this.#pollIntervalMs <= 0 || !this.#running) return;
+    this.#pollTimer = setTimeout(async () => {
+      this.#pollTimer = undefined;
+      if (!this.#running) return;
+      await this.check();
+      this.#schedulePoll();
+    }, this.#pollIntervalMs);
+  }
+}

@@ -1,0 +1,131 @@
+/**
+ * Canonical IP address text, identical to Go's `net.IP.String()` because flow keys, query
+ * filters and sink columns compare addresses as text (aggregation.md §1.1): IPv4 dotted quad;
+ * IPv6 per RFC 5952; an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) prints as `a.b.c.d`.
+ * Formatting runs once per address per decoded record, so it avoids intermediate arrays.
+ */
+
+// Decimal text of every byte value, so dotted quads are four lookups and three concatenations.
+const DEC: readonly string[] = Array.from({ length: 256 }, (_, i) => String(i));
+const HEX: readonly string[] = Array.from({ length: 65536 }, (_, i) => i.toString(16));
+
+/** Dotted-quad text of the 4 bytes at `off`. */
+export function formatIPv4(view: DataView, off: number): string {
+  return DEC[view.getUint8(off)] + "." + DEC[view.getUint8(off + 1)] + "." +
+    DEC[view.getUint8(off + 2)] + "." + DEC[view.getUint8(off + 3)];
+}
+
+/** Dotted-quad text of the 4 bytes at `off` of a byte array (same output as formatIPv4). */
+export function formatIPv4Bytes(bytes: Uint8Array, off: number): string {
+  return DEC[bytes[off]] + "." + DEC[bytes[off + 1]] + "." + DEC[bytes[off + 2]] + "." +
+    DEC[bytes[off + 3]];
+}
+
+/** RFC 5952 text of the 16 bytes at `off`; IPv4-mapped addresses print as dotted quads. */
+export function formatIPv6(bytes: Uint8Array, off: number): string {
+  // Find the longest run (>= 2 groups) of zero groups; first one wins ties.
+  let bestStart = -1;
+  let bestLen = 1;
+  let runStart = -1;
+  for (let g = 0; g < 8; g++) {
+    const zero = bytes[off + 2 * g] === 0 && bytes[off + 2 * g + 1] === 0;
+    if (zero) {
+      if (runStart < 0) runStart = g;
+      const len = g - runStart + 1;
+      if (len > bestLen) {
+        bestLen = len;
+        bestStart = runStart;
+      }
+    } else {
+      runStart = -1;
+    }
+  }
+  if (bestStart === 0 && bestLen === 5 && bytes[off + 10] === 0xff && bytes[off + 11] === 0xff) {
+    return formatIPv4Bytes(bytes, off + 12);
+  }
+  let s = "";
+  for (let g = 0; g < 8; g++) {
+    if (g === bestStart) {
+      s += "::";
+      g += bestLen - 1;
+      continue;
+    }
+    if (s.length > 0 && !s.endsWith(":")) s += ":";
+    s += HEX[(bytes[off + 2 * g] << 8) | bytes[off + 2 * g + 1]];
+  }
+  return s;
+}
+
+function parseIPv4Into(text: string, out: Uint8Array, at: number): boolean {
+  const parts = text.split(".");
+  if (parts.length !== 4) return false;
+  for (let i = 0; i < 4; i++) {
+    const p = parts[i];
+    // Leading zeros are rejected like Go >= 1.17 (they meant octal to some parsers).
+    if (!/^(0|[1-9][0-9]{0,2})$/.test(p)) return false;
+    const v = Number(p);
+    if (v > 255) return false;
+    out[at + i] = v;
+  }
+  return true;
+}
+
+function parseIPv6(text: string): Uint8Array | undefined {
+  const out = new Uint8Array(16);
+  const dbl = text.indexOf("::");
+  if (dbl !== text.lastIndexOf("::")) return undefined;
+  const head = dbl >= 0 ? text.slice(0, dbl) : text;
+  const tail = dbl >= 0 ? text.slice(dbl + 2) : "";
+  const headParts = head === "" ? [] : head.split(":");
+  const tailParts = tail === "" ? [] : tail.split(":");
+  const groups: number[] = [];
+  const all = dbl >= 0 ? [...headParts, "|", ...tailParts] : headParts;
+  let gap = -1;
+  for (let i = 0; i < all.length; i++) {
+    const p = all[i];
+    if (p === "|") {
+      gap = groups.length;
+      continue;
+    }
+    if (i === all.length - 1 && p.includes(".")) {
+      const v4 = new Uint8Array(4);
+      if (!parseIPv4Into(p, v4, 0)) return undefined;
+      groups.push((v4[0] << 8) | v4[1], (v4[2] << 8) | v4[3]);
+      continue;
+    }
+    if (!/^[0-9a-fA-F]{1,4}$/.test(p)) return undefined;
+    groups.push(parseInt(p, 16));
+  }
+  if (gap < 0) {
+    if (groups.length !== 8) return undefined;
+  } else {
+    // "::" stands for at least one zero group.
+    if (groups.length > 7) return undefined;
+    groups.splice(gap, 0, ...new Array(8 - groups.length).fill(0));
+  }
+  for (let g = 0; g < 8; g++) {
+    out[2 * g] = groups[g] >> 8;
+    out[2 * g + 1] = groups[g] & 0xff;
+  }
+  return out;
+}
+
+/**
+ * Parses IPv4 dotted-quad or IPv6 text into 4 or 16 bytes; undefined when not an address
+ * (zones, prefixes, brackets and octal-looking IPv4 parts are rejected).
+ */
+export function parseIP(text: string): Uint8Array | undefined {
+  if (text.includes(":")) return parseIPv6(text);
+  const out = new Uint8Array(4);
+  return parseIPv4Into(text, out, 0) ? out : undefined;
+}
+
+/**
+ * Canonical text of an address given as text (e.g. `2001:0DB8::1` → `2001:db8::1`,
+ * `::ffff:10.0.0.1` → `10.0.0.1`); undefined when `text` is not an address.
+ */
+export function canonicalIP(text: string): string | undefined {
+  const b = parseIP(text);
+  if (b === undefined) return undefined;
+  return b.length === 4 ? formatIPv4Bytes(b, 0) : formatIPv6(b, 0);
+}

@@ -1,0 +1,49 @@
+/**
+ * IPFIX codec and IE registry: bytes ⇄ typed records (RFC 7011/7012, Antrea v1.13 elements).
+ * Pure code: no I/O, no timers (template expiry uses an injected clock).
+ */
+
+export * from "./types.ts";
+export {
+  AGENT_IPV4_FIELDS,
+  AGENT_IPV6_FIELDS,
+  AGGREGATED_IPV4_FIELDS,
+  AGGREGATED_IPV6_FIELDS,
+  ALL_ELEMENTS,
+  DESTINATION_STATS_FIELDS,
+  elementByName,
+  fieldName,
+  fieldsFor,
+  lookupElement,
+  POD_LABEL_FIELDS,
+  registerElement,
+  SOURCE_STATS_FIELDS,
+  STATS_FIELDS,
+} from "./registry.ts";
+export {
+  type CompiledTemplate,
+  type RecordsDecoder,
+  TemplateStore,
+  type TemplateStoreOptions,
+} from "./template_store.ts";
+export { compileTemplate } from "./compile.ts";
+export {
+  type DecodedDataSet,
+  type DecodedMessage,
+  type DecodeErrorReason,
+  decodeHeader,
+  decodeMessage,
+  IpfixDecodeError,
+  MESSAGE_HEADER_LENGTH,
+  readMessageLength,
+  SET_HEADER_LENGTH,
+} from "./decoder.ts";
+export {
+  encodeDataSet,
+  encodeMessage,
+  encodeTemplateSet,
+  IpfixEncodeError,
+  RecordEncoder,
+} from "./encoder.ts";
+export { canonicalIP, formatIPv4, formatIPv4Bytes, formatIPv6, parseIP } from "./ip.ts";
+export { fnv1_32 } from "./fnv.ts";

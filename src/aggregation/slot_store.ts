@@ -1,0 +1,106 @@
+/**
+ * Compact numeric storage for live flows. Each flow owns one slot: 30 u64 counters, 16 u32
+ * fields and 2 f64 expiry times, kept in chunked typed arrays instead of per-flow objects.
+ * Why: a million flows with 30 bigint properties each would cost several KB per flow on the JS
+ * heap; here a slot costs 240 + 64 + 16 bytes and no GC tracing. Chunks are never moved
+ * (no copy on growth); freed slots are zeroed and reused.
+ */
+
+/** log2 of the slots per chunk. */
+const CHUNK_BITS = 12;
+/** Slots per chunk. */
+export const CHUNK_SLOTS: number = 1 << CHUNK_BITS;
+const CHUNK_MASK = CHUNK_SLOTS - 1;
+
+/** u64 values per slot. */
+export const U64_PER_SLOT = 30;
+/** u32 values per slot. */
+export const U32_PER_SLOT = 16;
+/** f64 values per slot. */
+export const F64_PER_SLOT = 2;
+
+/** Chunked slot allocator with typed-array backing. */
+export class SlotStore {
+  #u64: BigUint64Array[] = [];
+  #u32: Uint32Array[] = [];
+  #f64: Float64Array[] = [];
+  #free: number[] = [];
+  #next = 0;
+  #used = 0;
+
+  /** Number of allocated slots. */
+  get used(): number {
+    return this.#used;
+  }
+
+  /** Bytes of typed-array memory reserved (outside the JS heap). */
+  get reservedBytes(): number {
+    return this.#u64.length * CHUNK_SLOTS *
+      (U64_PER_SLOT * 8 + U32_PER_SLOT * 4 + F64_PER_SLOT * 8);
+  }
+
+  /** Allocates a zeroed slot. */
+  alloc(): number {
+    this.#used++;
+    const f = this.#free.pop();
+    if (f !== undefined) return f;
+    const s = this.#next++;
+    if ((s >>> CHUNK_BITS) >= this.#u64.length) {
+      this.#u64.push(new BigUint64Array(CHUNK_SLOTS * U64_PER_SLOT));
+      this.#u32.push(new Uint32Array(CHUNK_SLOTS * U32_PER_SLOT));
+      this.#f64.push(new Float64Array(CHUNK_SLOTS * F64_PER_SLOT));
+    }
+    return s;
+  }
+
+  /** Zeroes and releases a slot. */
+  free(slot: number): void {
+    const o = slot & CHUNK_MASK;
+    const c = slot >>> CHUNK_BITS;
+    this.#u64[c].fill(0n, o * U64_PER_SLOT, (o + 1) * U64_PER_SLOT);
+    this.#u32[c].fill(0, o * U32_PER_SLOT, (o + 1) * U32_PER_SLOT);
+    this.#f64[c].fill(0, o * F64_PER_SLOT, (o + 1) * F64_PER_SLOT);
+    this.#free.push(slot);
+    this.#used--;
+  }
+
+  /** Releases every slot and the memory behind them. */
+  clear(): void {
+    this.#u64 = [];
+    this.#u32 = [];
+    this.#f64 = [];
+    this.#free = [];
+    this.#next = 0;
+    this.#used = 0;
+  }
+
+  /** The u64 chunk holding `slot`; index it from {@linkcode u64Base}. */
+  u64(slot: number): BigUint64Array {
+    return this.#u64[slot >>> CHUNK_BITS];
+  }
+
+  /** The u32 chunk holding `slot`; index it from {@linkcode u32Base}. */
+  u32(slot: number): Uint32Array {
+    return this.#u32[slot >>> CHUNK_BITS];
+  }
+
+  /** The f64 chunk holding `slot`; index it from {@linkcode f64Base}. */
+  f64(slot: number): Float64Array {
+    return this.#f64[slot >>> CHUNK_BITS];
+  }
+}
+
+/** First u64 index of `slot` inside its chunk. */
+export function u64Base(slot: number): number {
+  return (slot & CHUNK_MASK) * U64_PER_SLOT;
+}
+
+/** First u32 index of `slot` inside its chunk. */
+export function u32Base(slot: number): number {
+  return (slot & CHUNK_MASK) * U32_PER_SLOT;
+}
+
+/** First f64 index of `slot` inside its chunk. */
+export function f64Base(slot: number): number {
+  return (slot & CHUNK_MASK) * F64_PER_SLOT;
+}

@@ -1,0 +1,401 @@
+/**
+ * Fast UDP ingest for the IPFIX collector. Antrea Agents send one record per datagram, so the
+ * receive path, not decoding, limits the lossless rate: `Deno.listenDatagram` costs one promise
+ * and one allocation per datagram on the main thread (measured ~10-15k/s lossless on 2 cores).
+ * The default path here ("ffi") binds the socket through libc and runs a blocking
+ * `recvmmsg(2)` loop in a worker thread per socket, handing the main thread whole batches
+ * (see docs/udp-ingest.md for the measurements). Without `--allow-ffi` (or off Linux) it falls
+ * back to `Deno.listenDatagram` ("deno") with the same callback shape.
+ *
+ * Permissions: `--allow-net` always; `--allow-ffi` (and `--allow-read` for the worker module
+ * when not compiled) for the fast path. With `deno compile`, include
+ * `src/collector/udp_fast_worker.ts` (`--include`) so the worker can be loaded.
+ */
+
+import { logger, RateLimitedLog } from "../log.ts";
+import { ffiAvailable, openLibc, openUdpSocket, parseBindHost } from "./udp_fast_ffi.ts";
+import { COUNTER, PEER_SIZE, type WorkerBatch, type WorkerStart } from "./udp_fast_protocol.ts";
+
+const log = logger("collector.udp_fast");
+
+/** One or more received datagrams, each with its sender. Valid only during the callback. */
+export interface UdpBatch {
+  /** Number of datagrams in the batch. */
+  readonly count: number;
+  /** The datagrams' bytes back to back. */
+  readonly data: Uint8Array;
+  /** Offset of datagram `i` in `data`. */
+  readonly offsets: Uint32Array;
+  /** Length of datagram `i`. */
+  readonly lengths: Uint32Array;
+  /** Sender of datagram `i` as `ip:port` (`[v6]:port`); the same string object repeats. */
+  readonly peers: readonly string[];
+}
+
+/** Which receive implementation runs. */
+export type UdpReceiveMode = "ffi" | "deno";
+
+/** Options for {@linkcode startUdpReceiver}. */
+export interface UdpFastOptions {
+  /** IP literal to bind (`0.0.0.0`, `::` for dual stack, `127.0.0.1`...). Default `0.0.0.0`. */
+  hostname?: string;
+  /** Port to bind; 0 picks a free one (see {@linkcode UdpReceiver.addr}). */
+  port: number;
+  /** `auto` (default) uses `ffi` when FFI is permitted on Linux, else `deno`. */
+  mode?: "auto" | UdpReceiveMode;
+  /**
+   * Sockets/worker threads sharing the port with SO_REUSEPORT (ffi only, default 1). The kernel
+   * spreads senders by 4-tuple hash, so this only helps with several Agents.
+   */
+  workers?: number;
+  /** Datagrams per `recvmmsg` call (ffi only, default 64). */
+  batchSize?: number;
+  /** Largest datagram accepted (default 65535); longer ones are dropped and counted. */
+  maxDatagramSize?: number;
+  /** Requested kernel receive buffer in bytes (ffi only; 0 = `net.core.rmem_default`). */
+  recvBufferBytes?: number;
+  /** Batches queued to the main thread above which new ones are dropped (default 1024). */
+  maxQueuedBatches?: number;
+  /** Called for every batch, in arrival order per socket. Exceptions are counted and logged. */
+  onDatagrams(batch: UdpBatch): void;
+}
+
+/** Counters of a receiver; everything that moves is counted. */
+export interface UdpReceiverStats {
+  /** Implementation in use. */
+  mode: UdpReceiveMode;
+  /** Sockets (worker threads) receiving. */
+  workers: number;
+  /** Datagrams received and queued for delivery. */
+  datagrams: number;
+  /** Bytes of those datagrams. */
+  bytes: number;
+  /** Batches delivered to the callback. */
+  batches: number;
+  /** Datagrams dropped because the main thread fell behind (`maxQueuedBatches`). */
+  dropped: number;
+  /** Datagrams longer than `maxDatagramSize`, dropped. */
+  truncated: number;
+  /** Socket errors other than timeouts. */
+  errors: number;
+  /** Callback invocations that threw. */
+  callbackErrors: number;
+  /** Effective kernel receive buffer per socket in bytes (0 when unknown). */
+  recvBufferBytes: number;
+}
+
+/** A running receiver. */
+export interface UdpReceiver {
+  /** Implementation in use. */
+  readonly mode: UdpReceiveMode;
+  /** The bound address (the real port when 0 was requested). */
+  readonly addr: Deno.NetAddr;
+  /** Returns a snapshot of the counters. */
+  stats(): UdpReceiverStats;
+  /** Stops receiving and releases the sockets and workers; idempotent. */
+  close(): Promise<void>;
+}
+
+/** Starts receiving; resolves once the socket is bound and every worker is ready. */
+export async function startUdpReceiver(options: UdpFastOptions): Promise<UdpReceiver> {
+  const want = options.mode ?? "auto";
+  const mode: UdpReceiveMode = want === "auto" ? (ffiAvailable() ? "ffi" : "deno") : want;
+  if (mode === "ffi") return await startFfi(options);
+  return startDeno(options);
+}
+
+/** Returns datagram `i` of a batch as a view (no copy). */
+export function datagramAt(batch: UdpBatch, i: number): Uint8Array {
+  return batch.data.subarray(batch.offsets[i], batch.offsets[i] + batch.lengths[i]);
+}
+
+/** Splits an `ip:port` / `[v6]:port` peer string. */
+export function splitPeer(peer: string): { hostname: string; port: number } {
+  const colon = peer.lastIndexOf(":");
+  let host = peer.slice(0, colon);
+  if (host.startsWith("[")) host = host.slice(1, -1);
+  return { hostname: host, port: Number(peer.slice(colon + 1)) };
+}
+
+const callbackLog = new RateLimitedLog(10_000);
+
+function deliver(
+  options: UdpFastOptions,
+  batch: UdpBatch,
+  counts: { callbackErrors: number },
+): void {
+  try {
+    options.onDatagrams(batch);
+  } catch (e) {
+    counts.callbackErrors++;
+    const suppressed = callbackLog.allow("callback");
+    if (suppressed >= 0) log.error("onDatagrams threw", { error: e, suppressed });
+  }
+}
+
+async function startFfi(options: UdpFastOptions): Promise<UdpReceiver> {
+  const libc = openLibc();
+  const bind = parseBindHost(options.hostname ?? "0.0.0.0");
+  const workers = Math.max(1, Math.floor(options.workers ?? 1));
+  const batchSize = clampInt(options.batchSize ?? 64, 1, 1024);
+  const maxDatagramSize = clampInt(options.maxDatagramSize ?? 65535, 1, 65535);
+  const timeoutMs = 100;
+  const fds: number[] = [];
+  let port = options.port;
+  let recvBufferBytes = 0;
+  try {
+    for (let i = 0; i < workers; i++) {
+      const s = openUdpSocket(libc, bind, port, {
+        reusePort: workers > 1,
+        recvBufferBytes: options.recvBufferBytes ?? 0,
+        timeoutMs,
+      });
+      fds.push(s.fd);
+      port = s.port; // later sockets join the port the first one got
+      recvBufferBytes = s.recvBufferBytes;
+    }
+  } catch (e) {
+    for (const fd of fds) libc.close(fd);
+    throw e;
+  }
+
+  const control = new SharedArrayBuffer(8);
+  const ctl = new Int32Array(control);
+  const counterBufs: Float64Array[] = [];
+  const counts = { callbackErrors: 0 };
+  const peerCache = new PeerCache();
+  const threads: Worker[] = [];
+  const stopped: Promise<void>[] = [];
+  const ready: Promise<void>[] = [];
+  let closed = false;
+
+  for (const fd of fds) {
+    const counters = new SharedArrayBuffer(COUNTER.size * 8);
+    counterBufs.push(new Float64Array(counters));
+    const w = new Worker(new URL("./udp_fast_worker.ts", import.meta.url).href, {
+      type: "module",
+    });
+    threads.push(w);
+    let onReady!: () => void, onFail!: (e: Error) => void, onStop!: () => void;
+    ready.push(
+      new Promise<void>((res, rej) => {
+        onReady = res;
+        onFail = rej;
+      }),
+    );
+    stopped.push(new Promise<void>((res) => (onStop = res)));
+    w.onmessage = (ev: MessageEvent): void => {
+      const m = ev.data as WorkerBatch | { type: "ready" } | { type: "stopped" } | {
+        type: "error";
+        message: string;
+      };
+      if (m.type === "batch") {
+        Atomics.sub(ctl, 1, 1);
+        if (closed) return;
+        const peers = new Array<string>(m.count);
+        for (let i = 0; i < m.count; i++) peers[i] = peerCache.get(m.peers, i * PEER_SIZE);
+        deliver(options, { ...m, peers }, counts);
+      } else if (m.type === "ready") {
+        onReady();
+      } else if (m.type === "stopped") {
+        onStop();
+      } else {
+        log.error("receive worker failed", { fd, error: m.message });
+        onFail(new Error(`udp_fast: worker: ${m.message}`));
+        onStop();
+      }
+    };
+    w.onerror = (ev: ErrorEvent): void => {
+      ev.preventDefault();
+      log.error("receive worker crashed", { fd, error: ev.message });
+      onFail(new Error(`udp_fast: worker crashed: ${ev.message}`));
+      onStop();
+    };
+    const start: WorkerStart = {
+      type: "start",
+      fd,
+      batchSize,
+      maxDatagramSize,
+      control,
+      counters,
+      maxQueuedBatches: Math.max(1, options.maxQueuedBatches ?? 1024),
+    };
+    w.postMessage(start);
+  }
+
+  const close = async (): Promise<void> => {
+    if (closed) return;
+    closed = true;
+    Atomics.store(ctl, 0, 1);
+    await Promise.all(stopped);
+    for (const w of threads) w.terminate();
+    for (const fd of fds) libc.close(fd);
+    log.debug("udp receiver closed", { port });
+  };
+
+  try {
+    await Promise.all(ready);
+  } catch (e) {
+    await close();
+    throw e;
+  }
+  const hostname = options.hostname ?? "0.0.0.0";
+  log.info("udp receiver listening", { mode: "ffi", hostname, port, workers, recvBufferBytes });
+  return {
+    mode: "ffi",
+    addr: { transport: "udp", hostname, port },
+    stats(): UdpReceiverStats {
+      const s: UdpReceiverStats = {
+        mode: "ffi",
+        workers,
+        datagrams: 0,
+        bytes: 0,
+        batches: 0,
+        dropped: 0,
+        truncated: 0,
+        errors: 0,
+        callbackErrors: counts.callbackErrors,
+        recvBufferBytes,
+      };
+      for (const c of counterBufs) {
+        s.datagrams += c[COUNTER.datagrams];
+        s.bytes += c[COUNTER.bytes];
+        s.batches += c[COUNTER.batches];
+        s.dropped += c[COUNTER.dropped];
+        s.truncated += c[COUNTER.truncated];
+        s.errors += c[COUNTER.errors];
+      }
+      return s;
+    },
+    close,
+  };
+}
+
+function startDeno(options: UdpFastOptions): UdpReceiver {
+  const conn = Deno.listenDatagram({
+    transport: "udp",
+    hostname: options.hostname ?? "0.0.0.0",
+    port: options.port,
+  });
+  const addr = conn.addr as Deno.NetAddr;
+  const maxDatagramSize = clampInt(options.maxDatagramSize ?? 65535, 1, 65535);
+  const s: UdpReceiverStats = {
+    mode: "deno",
+    workers: 1,
+    datagrams: 0,
+    bytes: 0,
+    batches: 0,
+    dropped: 0,
+    truncated: 0,
+    errors: 0,
+    callbackErrors: 0,
+    recvBufferBytes: 0,
+  };
+  let closed = false;
+  const loop = (async (): Promise<void> => {
+    while (!closed) {
+      let data: Uint8Array, peer: Deno.Addr;
+      try {
+        [data, peer] = await conn.receive();
+      } catch (e) {
+        if (closed) return;
+        s.errors++;
+        log.warn("udp receive failed", { error: e });
+        continue;
+      }
+      if (data.byteLength > maxDatagramSize) {
+        s.truncated++;
+        continue;
+      }
+      s.datagrams++;
+      s.bytes += data.byteLength;
+      s.batches++;
+      const p = peer as Deno.NetAddr;
+      const key = p.hostname.includes(":")
+        ? `[${p.hostname}]:${p.port}`
+        : `${p.hostname}:${p.port}`;
+      deliver(options, {
+        count: 1,
+        data,
+        offsets: new Uint32Array([0]),
+        lengths: new Uint32Array([data.byteLength]),
+        peers: [key],
+      }, s);
+    }
+  })();
+  log.info("udp receiver listening", { mode: "deno", hostname: addr.hostname, port: addr.port });
+  return {
+    mode: "deno",
+    addr,
+    stats: (): UdpReceiverStats => ({ ...s }),
+    close: async (): Promise<void> => {
+      if (closed) return;
+      closed = true;
+      conn.close();
+      await loop;
+    },
+  };
+}
+
+function clampInt(v: number, lo: number, hi: number): number {
+  return Math.min(hi, Math.max(lo, Math.floor(v)));
+}
+
+/**
+ * Turns 18-byte binary peers into `ip:port` strings without allocating per datagram: IPv4
+ * peers are cached by a numeric key (ip * 65536 + port fits in 2^53), IPv6 by text.
+ */
+class PeerCache {
+  readonly #v4 = new Map<number, string>();
+  readonly #v6 = new Map<string, string>();
+
+  /** Returns the peer string for the entry at `at`. */
+  get(peers: Uint8Array, at: number): string {
+    const port = (peers[at + 16] << 8) | peers[at + 17];
+    let mapped = peers[at + 10] === 0xff && peers[at + 11] === 0xff;
+    for (let i = 0; i < 10 && mapped; i++) mapped = peers[at + i] === 0;
+    if (mapped) {
+      const ip = ((peers[at + 12] << 24) >>> 0) + (peers[at + 13] << 16) +
+        (peers[at + 14] << 8) + peers[at + 15];
+      const key = ip * 65536 + port;
+      let s = this.#v4.get(key);
+      if (s === undefined) {
+        if (this.#v4.size > 65536) this.#v4.clear();
+        s = `${peers[at + 12]}.${peers[at + 13]}.${peers[at + 14]}.${peers[at + 15]}:${port}`;
+        this.#v4.set(key, s);
+      }
+      return s;
+    }
+    const text = `[${formatIPv6(peers.subarray(at, at + 16))}]:${port}`;
+    let s = this.#v6.get(text);
+    if (s === undefined) {
+      if (this.#v6.size > 65536) this.#v6.clear();
+      this.#v6.set(text, text);
+      s = text;
+    }
+    return s;
+  }
+}
+
+/** Formats 16 bytes as RFC 5952 text (longest run of zero groups compressed). */
+export function formatIPv6(b: Uint8Array): string {
+  const g: number[] = [];
+  for (let i = 0; i < 16; i += 2) g.push((b[i] << 8) | b[i + 1]);
+  let bestAt = -1, bestLen = 1;
+  for (let i = 0; i < 8;) {
+    if (g[i] !== 0) {
+      i++;
+      continue;
+    }
+    let j = i;
+    while (j < 8 && g[j] === 0) j++;
+    if (j - i > bestLen) {
+      bestAt = i;
+      bestLen = j - i;
+    }
+    i = j;
+  }
+  const hex = g.map((x) => x.toString(16));
+  if (bestAt < 0) return hex.join(":");
+  return `${hex.slice(0, bestAt).join(":")}::${hex.slice(bestAt + bestLen).join(":")}`;
+}

@@ -1,0 +1,240 @@
+/**
+ * The libc binding behind the fast UDP receive path: socket setup (SO_REUSEPORT, SO_RCVBUF,
+ * receive timeout) and `recvmmsg(2)`, which moves up to a whole batch of datagrams per system
+ * call instead of one datagram per promise as `Deno.listenDatagram` does. Linux only (the
+ * constants and struct layouts below are the LP64 Linux ABI shared by x86_64 and aarch64).
+ * Needs `--allow-ffi`. Used by `udp_fast.ts` (socket setup, main thread) and
+ * `udp_fast_worker.ts` (the blocking receive loop, one worker thread per socket).
+ */
+
+/** Linux socket constants (identical on x86_64 and aarch64). */
+export const LINUX = {
+  AF_INET: 2,
+  AF_INET6: 10,
+  SOCK_DGRAM: 2,
+  SOCK_CLOEXEC: 0o2000000,
+  SOL_SOCKET: 1,
+  SO_REUSEADDR: 2,
+  SO_RCVBUF: 8,
+  SO_REUSEPORT: 15,
+  SO_RCVTIMEO: 20,
+  SO_RCVBUFFORCE: 33,
+  IPPROTO_IPV6: 41,
+  IPV6_V6ONLY: 26,
+  MSG_TRUNC: 0x20,
+  MSG_WAITFORONE: 0x10000,
+  EAGAIN: 11,
+  EINTR: 4,
+  EBADF: 9,
+} as const;
+
+/** Size of `struct mmsghdr` on LP64 Linux (msghdr 56 + msg_len 4 + padding 4). */
+export const MMSGHDR_SIZE = 64;
+/** Size of `struct iovec` on LP64 Linux. */
+export const IOVEC_SIZE = 16;
+/** Bytes reserved per peer address (sockaddr_in6 is 28; rounded for alignment). */
+export const SOCKADDR_SLOT = 32;
+
+const SYMBOLS = {
+  socket: { parameters: ["i32", "i32", "i32"], result: "i32" },
+  setsockopt: { parameters: ["i32", "i32", "i32", "buffer", "u32"], result: "i32" },
+  getsockopt: { parameters: ["i32", "i32", "i32", "buffer", "buffer"], result: "i32" },
+  bind: { parameters: ["i32", "buffer", "u32"], result: "i32" },
+  getsockname: { parameters: ["i32", "buffer", "buffer"], result: "i32" },
+  recvmmsg: { parameters: ["i32", "buffer", "u32", "i32", "pointer"], result: "i32" },
+  close: { parameters: ["i32"], result: "i32" },
+  __errno_location: { parameters: [], result: "pointer" },
+} as const;
+
+/** The opened libc symbols. */
+export type LibC = Deno.DynamicLibrary<typeof SYMBOLS>["symbols"];
+
+let cached: Deno.DynamicLibrary<typeof SYMBOLS> | undefined;
+
+/** Opens libc once per thread (each worker has its own isolate and so its own handle). */
+export function openLibc(): LibC {
+  if (cached === undefined) {
+    let lastError: unknown;
+    for (const name of ["libc.so.6", "libc.so"]) {
+      try {
+        cached = Deno.dlopen(name, SYMBOLS);
+        break;
+      } catch (e) {
+        lastError = e;
+      }
+    }
+    if (cached === undefined) {
+      throw new Error(`udp_fast: cannot open libc: ${String(lastError)}`);
+    }
+  }
+  return cached.symbols;
+}
+
+/** Returns the calling thread's `errno` (valid right after a failed libc call). */
+export function errno(libc: LibC): number {
+  const p = libc.__errno_location();
+  return p === null ? 0 : new Deno.UnsafePointerView(p).getInt32();
+}
+
+/** Returns true when this platform can use the FFI path (Linux, 64-bit, FFI permitted). */
+export function ffiAvailable(): boolean {
+  if (Deno.build.os !== "linux") return false;
+  if (Deno.build.arch !== "x86_64" && Deno.build.arch !== "aarch64") return false;
+  try {
+    return Deno.permissions.querySync({ name: "ffi" }).state === "granted";
+  } catch {
+    return false;
+  }
+}
+
+/** A parsed bind address. */
+export interface BindAddress {
+  /** AF_INET or AF_INET6. */
+  family: number;
+  /** Address bytes (4 or 16), network order. */
+  bytes: Uint8Array;
+}
+
+/**
+ * Parses an IP literal (no DNS: a collector binds to a configured address, and a blocking
+ * resolver call has no place in socket setup). `localhost` maps to 127.0.0.1.
+ */
+export function parseBindHost(hostname: string): BindAddress {
+  let h = hostname.trim();
+  if (h === "localhost") h = "127.0.0.1";
+  if (h.startsWith("[") && h.endsWith("]")) h = h.slice(1, -1);
+  const v4 = parseIPv4(h);
+  if (v4 !== undefined) return { family: LINUX.AF_INET, bytes: v4 };
+  const v6 = parseIPv6(h);
+  if (v6 !== undefined) return { family: LINUX.AF_INET6, bytes: v6 };
+  throw new Error(`udp_fast: hostname ${JSON.stringify(hostname)}: not an IP literal`);
+}
+
+function parseIPv4(s: string): Uint8Array | undefined {
+  const parts = s.split(".");
+  if (parts.length !== 4) return undefined;
+  const out = new Uint8Array(4);
+  for (let i = 0; i < 4; i++) {
+    if (!/^\d{1,3}$/.test(parts[i])) return undefined;
+    const n = Number(parts[i]);
+    if (n > 255) return undefined;
+    out[i] = n;
+  }
+  return out;
+}
+
+function parseIPv6(s: string): Uint8Array | undefined {
+  if (!s.includes(":")) return undefined;
+  const pct = s.indexOf("%");
+  if (pct >= 0) s = s.slice(0, pct);
+  const last = s.lastIndexOf(":");
+  const maybeV4 = s.slice(last + 1);
+  if (maybeV4.includes(".")) {
+    // Rewrite a trailing dotted quad (::ffff:1.2.3.4) as two hex groups.
+    const v4 = parseIPv4(maybeV4);
+    if (v4 === undefined) return undefined;
+    const hi = ((v4[0] << 8) | v4[1]).toString(16);
+    const lo = ((v4[2] << 8) | v4[3]).toString(16);
+    s = `${s.slice(0, last + 1)}${hi}:${lo}`;
+  }
+  const halves = s.split("::");
+  if (halves.length > 2) return undefined;
+  const parse = (p: string): number[] | undefined => {
+    if (p === "") return [];
+    const out: number[] = [];
+    for (const g of p.split(":")) {
+      if (!/^[0-9a-fA-F]{1,4}$/.test(g)) return undefined;
+      out.push(parseInt(g, 16));
+    }
+    return out;
+  };
+  const head = parse(halves[0]);
+  const rest = halves.length === 2 ? parse(halves[1]) : [];
+  if (head === undefined || rest === undefined) return undefined;
+  const fill = 8 - head.length - rest.length;
+  if (halves.length === 1 ? fill !== 0 : fill < 0) return undefined;
+  const groups = [...head, ...new Array<number>(fill).fill(0), ...rest];
+  const out = new Uint8Array(16);
+  groups.forEach((g, i) => {
+    out[2 * i] = g >> 8;
+    out[2 * i + 1] = g & 0xff;
+  });
+  return out;
+}
+
+/** Encodes a `sockaddr_in`/`sockaddr_in6` for bind(2). */
+export function encodeSockaddr(addr: BindAddress, port: number): Uint8Array {
+  const buf = new Uint8Array(addr.family === LINUX.AF_INET ? 16 : 28);
+  const dv = new DataView(buf.buffer);
+  dv.setUint16(0, addr.family, true);
+  dv.setUint16(2, port, false);
+  buf.set(addr.bytes, addr.family === LINUX.AF_INET ? 4 : 8);
+  return buf;
+}
+
+/** Options for {@linkcode openUdpSocket}. */
+export interface SocketOptions {
+  /** Set SO_REUSEPORT so several sockets (one per worker) share the port. */
+  reusePort: boolean;
+  /** SO_RCVBUF request in bytes; 0 keeps `net.core.rmem_default`. */
+  recvBufferBytes: number;
+  /** Receive timeout so a blocked worker notices `close()`. */
+  timeoutMs: number;
+}
+
+/** Creates, configures and binds a UDP socket; returns the fd and the bound port. */
+export function openUdpSocket(
+  libc: LibC,
+  addr: BindAddress,
+  port: number,
+  opts: SocketOptions,
+): { fd: number; port: number; recvBufferBytes: number } {
+  const fd = libc.socket(addr.family, LINUX.SOCK_DGRAM | LINUX.SOCK_CLOEXEC, 0);
+  if (fd < 0) throw new Error(`udp_fast: socket() failed errno=${errno(libc)}`);
+  try {
+    const one = new Int32Array([1]);
+    const zero = new Int32Array([0]);
+    if (addr.family === LINUX.AF_INET6) {
+      // "::" should take IPv4 Agents too, like Go's and Deno's dual-stack listeners.
+      libc.setsockopt(fd, LINUX.IPPROTO_IPV6, LINUX.IPV6_V6ONLY, zero, 4);
+    }
+    check(libc, libc.setsockopt(fd, LINUX.SOL_SOCKET, LINUX.SO_REUSEADDR, one, 4), "SO_REUSEADDR");
+    if (opts.reusePort) {
+      check(
+        libc,
+        libc.setsockopt(fd, LINUX.SOL_SOCKET, LINUX.SO_REUSEPORT, one, 4),
+        "SO_REUSEPORT",
+      );
+    }
+    if (opts.recvBufferBytes > 0) {
+      const size = new Int32Array([Math.min(opts.recvBufferBytes, 0x3fffffff)]);
+      // SO_RCVBUFFORCE ignores net.core.rmem_max but needs CAP_NET_ADMIN; fall back silently
+      // to SO_RCVBUF, which the kernel caps at rmem_max (the effective size is reported).
+      if (libc.setsockopt(fd, LINUX.SOL_SOCKET, LINUX.SO_RCVBUFFORCE, size, 4) !== 0) {
+        libc.setsockopt(fd, LINUX.SOL_SOCKET, LINUX.SO_RCVBUF, size, 4);
+      }
+    }
+    const tv = new BigInt64Array([
+      BigInt(Math.floor(opts.timeoutMs / 1000)),
+      BigInt((opts.timeoutMs % 1000) * 1000),
+    ]);
+    check(libc, libc.setsockopt(fd, LINUX.SOL_SOCKET, LINUX.SO_RCVTIMEO, tv, 16), "SO_RCVTIMEO");
+    const sa = encodeSockaddr(addr, port);
+    check(libc, libc.bind(fd, sa, sa.byteLength), `bind port ${port}`);
+    const out = new Uint8Array(28);
+    const len = new Uint32Array([28]);
+    check(libc, libc.getsockname(fd, out, len), "getsockname");
+    const bound = new DataView(out.buffer).getUint16(2, false);
+    const rb = new Int32Array([0]);
+    const rbLen = new Uint32Array([4]);
+    libc.getsockopt(fd, LINUX.SOL_SOCKET, LINUX.SO_RCVBUF, rb, rbLen);
+    return { fd, port: bound, recvBufferBytes: rb[0] };
+  } catch (e) {
+    libc.close(fd);
+    throw e;
+  }
+}
+
+function check(libc: LibC, rc: number, what: string): void {
+  if (rc !== 0) throw new Error(`udp_fast: ${what} failed errno=${errno(libc)}`);
+}

@@ -1,0 +1,190 @@
+/**
+ * The fast UDP receive path delivers every datagram with its bytes and sender, in both modes,
+ * and counts what it cannot deliver. Low rates only: this is a correctness test, the rate
+ * measurements live in scripts/bench.ts.
+ */
+
+import assert from "node:assert/strict";
+import {
+  datagramAt,
+  formatIPv6,
+  splitPeer,
+  startUdpReceiver,
+  type UdpBatch,
+  type UdpReceiveMode,
+} from "../../src/collector/udp_fast.ts";
+import { parseBindHost } from "../../src/collector/udp_fast_ffi.ts";
+
+interface Seen {
+  peer: string;
+  bytes: Uint8Array;
+}
+
+/** Sends `perSender` datagrams from each of `senders` sockets; each carries its own id. */
+async function sendAndCollect(
+  mode: UdpReceiveMode,
+  opts: { senders: number; perSender: number; workers?: number; hostname?: string },
+): Promise<{ seen: Map<number, Seen>; ports: number[]; batches: number; datagrams: number }> {
+  const hostname = opts.hostname ?? "127.0.0.1";
+  const total = opts.senders * opts.perSender;
+  const seen = new Map<number, Seen>();
+  let duplicates = 0;
+  let done!: () => void;
+  const allIn = new Promise<void>((res) => (done = res));
+  const rx = await startUdpReceiver({
+    hostname,
+    port: 0,
+    mode,
+    workers: opts.workers,
+    onDatagrams(batch: UdpBatch): void {
+      for (let i = 0; i < batch.count; i++) {
+        const d = datagramAt(batch, i);
+        const id = new DataView(d.buffer, d.byteOffset, d.byteLength).getUint32(0);
+        if (seen.has(id)) duplicates++;
+        // Copy: the batch is only valid during the callback.
+        seen.set(id, { peer: batch.peers[i], bytes: d.slice() });
+      }
+      if (seen.size === total) done();
+    },
+  });
+  assert.equal(rx.mode, mode);
+  const sockets = Array.from(
+    { length: opts.senders },
+    () => Deno.listenDatagram({ transport: "udp", hostname, port: 0 }),
+  );
+  const ports = sockets.map((s) => (s.addr as Deno.NetAddr).port);
+  const target: Deno.NetAddr = { transport: "udp", hostname, port: rx.addr.port };
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    for (let n = 0; n < opts.perSender; n++) {
+      for (let s = 0; s < opts.senders; s++) {
+        const id = s * opts.perSender + n;
+        // 200-400 bytes like an Agent record; content derived from the id.
+        const msg = new Uint8Array(200 + (id % 201));
+        new DataView(msg.buffer).setUint32(0, id);
+        for (let k = 4; k < msg.length; k++) msg[k] = (id + k) & 0xff;
+        await sockets[s].send(msg, target);
+      }
+      // A tiny pause every 10 rounds keeps the rate low (a default-size socket buffer is
+      // enough), which is what this correctness test is about.
+      if (n % 10 === 9) await new Promise((r) => setTimeout(r, 5));
+    }
+    const timeout = new Promise<void>((_, rej) => {
+      timer = setTimeout(() => rej(new Error(`only ${seen.size}/${total} datagrams`)), 5000);
+    });
+    await Promise.race([allIn, timeout]);
+  } finally {
+    clearTimeout(timer);
+    for (const s of sockets) s.close();
+    await rx.close();
+  }
+  const st = rx.stats();
+  assert.equal(duplicates, 0);
+  assert.equal(st.dropped, 0);
+  assert.equal(st.callbackErrors, 0);
+  return { seen, ports, batches: st.batches, datagrams: st.datagrams };
+}
+
+function assertAll(
+  r: { seen: Map<number, Seen>; ports: number[] },
+  perSender: number,
+  hostPrefix: string,
+): void {
+  assert.equal(r.seen.size, r.ports.length * perSender);
+  for (const [id, { peer, bytes }] of r.seen) {
+    const sender = Math.floor(id / perSender);
+    assert.equal(peer, `${hostPrefix}:${r.ports[sender]}`, `peer of datagram ${id}`);
+    assert.equal(bytes.length, 200 + (id % 201), `length of datagram ${id}`);
+    for (let k = 4; k < bytes.length; k++) {
+      if (bytes[k] !== ((id + k) & 0xff)) assert.fail(`datagram ${id} byte ${k} differs`);
+    }
+  }
+}
+
+Deno.test("udp_fast ffi: every datagram and its sender ip:port arrive intact", async () => {
+  const r = await sendAndCollect("ffi", { senders: 3, perSender: 400 });
+  assertAll(r, 400, "127.0.0.1");
+  assert.equal(r.datagrams, 1200);
+});
+
+Deno.test("udp_fast ffi: two SO_REUSEPORT workers together deliver every datagram", async () => {
+  const r = await sendAndCollect("ffi", { senders: 4, perSender: 200, workers: 2 });
+  assertAll(r, 200, "127.0.0.1");
+});
+
+Deno.test("udp_fast ffi: IPv6 loopback peers are reported as [::1]:port", async () => {
+  const r = await sendAndCollect("ffi", { senders: 2, perSender: 100, hostname: "::1" });
+  assertAll(r, 100, "[::1]");
+});
+
+Deno.test("udp_fast deno fallback: same delivery contract", async () => {
+  const r = await sendAndCollect("deno", { senders: 2, perSender: 300 });
+  assertAll(r, 300, "127.0.0.1");
+  assert.equal(r.batches, 600);
+});
+
+Deno.test("udp_fast ffi: oversize datagrams and throwing callbacks are counted, not fatal", async () => {
+  const got: number[] = [];
+  let calls = 0;
+  let done!: () => void;
+  const finished = new Promise<void>((res) => (done = res));
+  const rx = await startUdpReceiver({
+    hostname: "127.0.0.1",
+    port: 0,
+    mode: "ffi",
+    maxDatagramSize: 100,
+    onDatagrams(batch: UdpBatch): void {
+      calls++;
+      for (let i = 0; i < batch.count; i++) got.push(batch.lengths[i]);
+      if (got.includes(7)) done();
+      if (calls === 1) throw new Error("consumer bug");
+    },
+  });
+  const tx = Deno.listenDatagram({ transport: "udp", hostname: "127.0.0.1", port: 0 });
+  const to: Deno.NetAddr = { transport: "udp", hostname: "127.0.0.1", port: rx.addr.port };
+  try {
+    await tx.send(new Uint8Array(50), to); // delivered, callback throws
+    await new Promise((r) => setTimeout(r, 50));
+    await tx.send(new Uint8Array(300), to); // longer than maxDatagramSize: dropped
+    await new Promise((r) => setTimeout(r, 50));
+    await tx.send(new Uint8Array(7), to); // delivered after both
+    await finished;
+  } finally {
+    tx.close();
+    await rx.close();
+  }
+  const st = rx.stats();
+  assert.deepEqual(got, [50, 7]);
+  assert.equal(st.truncated, 1);
+  assert.equal(st.callbackErrors, 1);
+  assert.equal(st.datagrams, 2);
+  assert.equal(st.bytes, 57);
+});
+
+Deno.test("udp_fast: close() is idempotent and frees the port", async () => {
+  const rx = await startUdpReceiver({
+    hostname: "127.0.0.1",
+    port: 0,
+    mode: "ffi",
+    onDatagrams() {},
+  });
+  const port = rx.addr.port;
+  await rx.close();
+  await rx.close();
+  const again = Deno.listenDatagram({ transport: "udp", hostname: "127.0.0.1", port });
+  again.close();
+});
+
+Deno.test("udp_fast: bind host parsing accepts IP literals only", () => {
+  assert.deepEqual([...parseBindHost("10.1.2.3").bytes], [10, 1, 2, 3]);
+  assert.deepEqual([...parseBindHost("localhost").bytes], [127, 0, 0, 1]);
+  assert.equal(formatIPv6(parseBindHost("::1").bytes), "::1");
+  assert.equal(formatIPv6(parseBindHost("[fd00::a:1]").bytes), "fd00::a:1");
+  assert.equal(formatIPv6(parseBindHost("::ffff:10.0.0.1").bytes), "::ffff:a00:1");
+  assert.equal(formatIPv6(parseBindHost("1:2:3:4:5:6:7:8").bytes), "1:2:3:4:5:6:7:8");
+  assert.throws(() => parseBindHost("example.com"), /not an IP literal/);
+  assert.throws(() => parseBindHost("1.2.3.256"), /not an IP literal/);
+  assert.throws(() => parseBindHost("1::2::3"), /not an IP literal/);
+  assert.deepEqual(splitPeer("[::1]:4739"), { hostname: "::1", port: 4739 });
+  assert.deepEqual(splitPeer("10.0.0.1:55"), { hostname: "10.0.0.1", port: 55 });
+});

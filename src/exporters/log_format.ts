@@ -1,0 +1,113 @@
+/**
+ * The flow log line (exporters.md §5.2) and its filters (§5.3). A line is 28 comma-joined
+ * fields of the flat record, newline-terminated, with no header and no labels; upstream
+ * tooling parses it positionally, so the order and the pretty-printed names are exact.
+ */
+
+import type { FlowLoggerFilter } from "../config/types.ts";
+import type { FlatRecord } from "./flat_record.ts";
+
+const PROTOCOLS: Record<number, string> = {
+  1: "ICMP",
+  2: "IGMP",
+  6: "TCP",
+  17: "UDP",
+  58: "IPv6-ICMP",
+  132: "SCTP",
+};
+
+const RULE_ACTIONS = ["", "Allow", "Drop", "Reject"];
+const POLICY_TYPES = ["", "K8sNetworkPolicy", "AntreaNetworkPolicy", "AntreaClusterNetworkPolicy"];
+
+/** Number of fields in a flow log line. */
+export const LOG_LINE_FIELD_COUNT = 28;
+
+/** Pretty name of an IP protocol number (`Unknown Protocol` when not one of the six). */
+export function protocolName(p: number): string {
+  return PROTOCOLS[p] ?? "Unknown Protocol";
+}
+
+/** Pretty name of a rule action code: 0 → "", 1..3 → Allow/Drop/Reject, else `Invalid`. */
+export function ruleActionName(a: number): string {
+  return RULE_ACTIONS[a] ?? "Invalid";
+}
+
+/** Pretty name of a policy type code: 0 → "", 1..3 → the type, else `Invalid`. */
+export function policyTypeName(t: number): string {
+  return POLICY_TYPES[t] ?? "Invalid";
+}
+
+/**
+ * Keeps one record on one line with 28 fields. Valid Kubernetes names never contain these
+ * characters; upstream wrote them raw (§9.1), which let a crafted value forge log lines.
+ */
+function clean(s: string): string {
+  return /[,\r\n]/.test(s) ? s.replace(/[,\r\n]/g, " ") : s;
+}
+
+/** Formats one flat record as a log line, including the trailing `\n`. */
+export function formatLogLine(r: FlatRecord, prettyPrint: boolean): string {
+  const f: (string | number)[] = [
+    r.flowStartSeconds,
+    r.flowEndSeconds,
+    clean(r.sourceIP),
+    clean(r.destinationIP),
+    r.sourceTransportPort,
+    r.destinationTransportPort,
+    prettyPrint ? protocolName(r.protocolIdentifier) : r.protocolIdentifier,
+    clean(r.sourcePodName),
+    clean(r.sourcePodNamespace),
+    clean(r.sourceNodeName),
+    clean(r.destinationPodName),
+    clean(r.destinationPodNamespace),
+    clean(r.destinationNodeName),
+    clean(r.destinationClusterIP),
+    r.destinationServicePort,
+    clean(r.destinationServicePortName),
+    clean(r.ingressNetworkPolicyName),
+    clean(r.ingressNetworkPolicyNamespace),
+    clean(r.ingressNetworkPolicyRuleName),
+    prettyPrint
+      ? ruleActionName(r.ingressNetworkPolicyRuleAction)
+      : r.ingressNetworkPolicyRuleAction,
+    prettyPrint ? policyTypeName(r.ingressNetworkPolicyType) : r.ingressNetworkPolicyType,
+    clean(r.egressNetworkPolicyName),
+    clean(r.egressNetworkPolicyNamespace),
+    clean(r.egressNetworkPolicyRuleName),
+    prettyPrint ? ruleActionName(r.egressNetworkPolicyRuleAction) : r.egressNetworkPolicyRuleAction,
+    prettyPrint ? policyTypeName(r.egressNetworkPolicyType) : r.egressNetworkPolicyType,
+    clean(r.egressName),
+    clean(r.egressIP),
+  ];
+  return f.join(",") + "\n";
+}
+
+/** Action name → code as upstream maps it; unknown names map to 255, which never matches. */
+export function ruleActionCode(name: string): number {
+  const i = ["None", "Allow", "Drop", "Reject"].indexOf(name);
+  return i >= 0 ? i : 255;
+}
+
+/** A compiled filter list; `matches` decides whether a record is logged. */
+export class LogFilter {
+  readonly #filters: { ingress: Set<number> | null; egress: Set<number> | null }[];
+
+  /** Compiles the `flowLogger.filters` list. */
+  constructor(filters: readonly FlowLoggerFilter[]) {
+    const set = (names: readonly string[]): Set<number> | null =>
+      names.length === 0 ? null : new Set(names.map(ruleActionCode));
+    this.#filters = filters.map((f) => ({
+      ingress: set(f.ingressNetworkPolicyRuleActions),
+      egress: set(f.egressNetworkPolicyRuleActions),
+    }));
+  }
+
+  /** True when there are no filters, or any filter matches both of its directions. */
+  matches(r: FlatRecord): boolean {
+    if (this.#filters.length === 0) return true;
+    return this.#filters.some((f) =>
+      (f.ingress === null || f.ingress.has(r.ingressNetworkPolicyRuleAction)) &&
+      (f.egress === null || f.egress.has(r.egressNetworkPolicyRuleAction))
+    );
+  }
+}

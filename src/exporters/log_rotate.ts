@@ -1,0 +1,340 @@
+/**
+ * A size-rotated log file with lumberjack v2.2 semantics (exporters.md §5.5), improved to
+ * rotate only between lines: a line is never split across two files. Rotated files are named
+ * `<name>-<UTC YYYY-MM-DDTHH-MM-SS.mmm><ext>`; after each rotation, in the background and
+ * serialised, backups beyond `maxBackups` or older than `maxAgeDays` are removed and the rest
+ * gzipped. The file is reopened when it disappears or is replaced underneath us (removed
+ * directory, external logrotate) and after any write error, so an error never sticks.
+ *
+ * Permissions: `--allow-read --allow-write` on the log directory.
+ */
+
+import { basename, dirname, extname, join } from "node:path";
+import { type Clock, systemClock } from "../clock.ts";
+import { logger } from "../log.ts";
+
+const log = logger("log-exporter");
+const encoder = new TextEncoder();
+
+/** Where flow log lines go: a rotating file or standard output. */
+export interface LineSink {
+  /** Writes whole lines in order; never throws. */
+  writeLines(lines: readonly string[]): Promise<WriteResult>;
+  /** Closes the file and waits for background work (compression, cleanup). */
+  close(): Promise<void>;
+}
+
+/** Outcome of {@linkcode LineSink.writeLines}. */
+export interface WriteResult {
+  /** Lines fully written (the first `written + tooLong` lines of the batch were handled). */
+  written: number;
+  /** Lines skipped because a single line is larger than the maximum file size. */
+  tooLong: number;
+  /** The I/O error that stopped the batch (lines after `written + tooLong` were not written). */
+  error?: Error;
+}
+
+/** Options of {@linkcode RotatingFile}. */
+export interface RotatingFileOptions {
+  /** Rotate before a write would make the file larger than this. */
+  maxSizeBytes: number;
+  /** Backups kept (newest first); 0 = keep all. */
+  maxBackups: number;
+  /** Backups older than this many days are removed; 0 = never. */
+  maxAgeDays: number;
+  /** gzip backups. */
+  compress: boolean;
+  /** Time source for backup names and age. Default: system clock. */
+  clock?: Clock;
+  /** Called for every background (maintenance) error, so the owner can count it. */
+  onError?: (err: Error) => void;
+}
+
+async function writeAll(w: { write(p: Uint8Array): Promise<number> }, data: Uint8Array) {
+  let off = 0;
+  while (off < data.length) off += await w.write(data.subarray(off));
+}
+
+function pad(n: number, width = 2): string {
+  return String(n).padStart(width, "0");
+}
+
+/** `2023-07-25T10-00-00.000` for a wall-clock time (UTC). */
+export function backupTimestamp(ms: number): string {
+  const d = new Date(ms);
+  return `${d.getUTCFullYear()}-${pad(d.getUTCMonth() + 1)}-${pad(d.getUTCDate())}T` +
+    `${pad(d.getUTCHours())}-${pad(d.getUTCMinutes())}-${pad(d.getUTCSeconds())}.` +
+    pad(d.getUTCMilliseconds(), 3);
+}
+
+const TS_RE = /^(\d{4})-(\d{2})-(\d{2})T(\d{2})-(\d{2})-(\d{2})\.(\d{3})$/;
+
+function parseBackupTimestamp(s: string): number | undefined {
+  const m = TS_RE.exec(s);
+  if (m === null) return undefined;
+  const [y, mo, d, h, mi, se, ms] = m.slice(1).map(Number);
+  return Date.UTC(y, mo - 1, d, h, mi, se, ms);
+}
+
+async function exists(p: string): Promise<boolean> {
+  try {
+    await Deno.lstat(p);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** A size-rotated file. Not safe for concurrent `writeLines` calls: the caller serialises. */
+export class RotatingFile implements LineSink {
+  readonly #path: string;
+  readonly #dir: string;
+  readonly #prefix: string;
+  readonly #ext: string;
+  readonly #opts: RotatingFileOptions;
+  readonly #clock: Clock;
+  #file: Deno.FsFile | undefined;
+  #ino: number | null = null;
+  #size = 0;
+  #maintenance: Promise<void> = Promise.resolve();
+  #rotations = 0;
+
+  /** Creates the writer; the file is opened on the first write. */
+  constructor(path: string, options: RotatingFileOptions) {
+    this.#path = path;
+    this.#dir = dirname(path);
+    const base = basename(path);
+    this.#ext = extname(base);
+    this.#prefix = base.slice(0, base.length - this.#ext.length) + "-";
+    this.#opts = options;
+    this.#clock = options.clock ?? systemClock;
+  }
+
+  /** Number of rotations done. */
+  get rotations(): number {
+    return this.#rotations;
+  }
+
+  /** Waits for background cleanup and compression to finish. */
+  settled(): Promise<void> {
+    return this.#maintenance;
+  }
+
+  /** Writes lines, rotating between lines when the next one would overflow the file. */
+  async writeLines(lines: readonly string[]): Promise<WriteResult> {
+    let written = 0;
+    let tooLong = 0;
+    const max = this.#opts.maxSizeBytes;
+    try {
+      await this.#ensureOpen();
+      let chunk: Uint8Array[] = [];
+      let chunkBytes = 0;
+      let chunkLines = 0;
+      const flushChunk = async () => {
+        if (chunkBytes === 0) return;
+        const buf = new Uint8Array(chunkBytes);
+        let off = 0;
+        for (const c of chunk) {
+          buf.set(c, off);
+          off += c.length;
+        }
+        await writeAll(this.#file!, buf);
+        this.#size += chunkBytes;
+        written += chunkLines;
+        chunk = [];
+        chunkBytes = chunkLines = 0;
+      };
+      for (const line of lines) {
+        const bytes = encoder.encode(line);
+        if (bytes.length > max) {
+          // Upstream fails the write; we skip just this line and report it.
+          await flushChunk();
+          tooLong++;
+          log.warn("Flow log line longer than the maximum file size, dropped", {
+            bytes: bytes.length,
+            maxSizeBytes: max,
+          });
+          continue;
+        }
+        if (this.#size + chunkBytes + bytes.length > max) {
+          await flushChunk();
+          await this.#rotate();
+        }
+        chunk.push(bytes);
+        chunkBytes += bytes.length;
+        chunkLines++;
+      }
+      await flushChunk();
+      return { written, tooLong };
+    } catch (e) {
+      this.#closeQuietly();
+      return { written, tooLong, error: e as Error };
+    }
+  }
+
+  /** Closes the file and waits for background work. */
+  async close(): Promise<void> {
+    this.#closeQuietly();
+    await this.#maintenance;
+  }
+
+  #closeQuietly(): void {
+    try {
+      this.#file?.close();
+    } catch {
+      // Closing a broken handle can fail; it is gone either way.
+    }
+    this.#file = undefined;
+    this.#ino = null;
+  }
+
+  async #ensureOpen(): Promise<void> {
+    if (this.#file !== undefined) {
+      // Reopen if the file was removed or replaced (e.g. its directory was deleted).
+      let st: Deno.FileInfo | undefined;
+      try {
+        st = await Deno.stat(this.#path);
+      } catch {
+        st = undefined;
+      }
+      if (st !== undefined && st.ino === this.#ino) return;
+      this.#closeQuietly();
+    }
+    await Deno.mkdir(this.#dir, { recursive: true });
+    const file = await Deno.open(this.#path, {
+      append: true,
+      create: true,
+      mode: 0o600,
+    });
+    const st = await file.stat();
+    this.#file = file;
+    this.#ino = st.ino;
+    this.#size = st.size;
+  }
+
+  async #rotate(): Promise<void> {
+    let mode: number | null = null;
+    try {
+      mode = (await this.#file!.stat()).mode;
+    } catch {
+      mode = null;
+    }
+    this.#closeQuietly();
+    let t = this.#clock.wallMs();
+    let backup: string;
+    for (;;) {
+      backup = join(this.#dir, `${this.#prefix}${backupTimestamp(t)}${this.#ext}`);
+      // Two rotations in the same millisecond must not overwrite a backup.
+      if (!(await exists(backup)) && !(await exists(backup + ".gz"))) break;
+      t++;
+    }
+    await Deno.rename(this.#path, backup);
+    this.#rotations++;
+    const file = await Deno.open(this.#path, {
+      write: true,
+      create: true,
+      truncate: true,
+      mode: 0o600,
+    });
+    if (mode !== null) {
+      try {
+        await Deno.chmod(this.#path, mode & 0o777);
+      } catch {
+        // Keeping the owner-only default is acceptable.
+      }
+    }
+    this.#file = file;
+    this.#ino = (await file.stat()).ino;
+    this.#size = 0;
+    this.#maintenance = this.#maintenance.then(() => this.#mill()).catch((e) => {
+      this.#opts.onError?.(e as Error);
+      log.error("Flow log backup maintenance failed", { err: e });
+    });
+  }
+
+  async #mill(): Promise<void> {
+    const backups: { name: string; base: string; t: number; gz: boolean }[] = [];
+    for await (const entry of Deno.readDir(this.#dir)) {
+      if (!entry.isFile || !entry.name.startsWith(this.#prefix)) continue;
+      let base = entry.name;
+      const gz = base.endsWith(".gz");
+      if (gz) base = base.slice(0, -3);
+      if (!base.endsWith(this.#ext)) continue;
+      const ts = base.slice(this.#prefix.length, base.length - this.#ext.length);
+      const t = parseBackupTimestamp(ts);
+      if (t === undefined) continue;
+      backups.push({ name: entry.name, base, t, gz });
+    }
+    backups.sort((a, b) => b.t - a.t || a.name.localeCompare(b.name));
+    const remove = new Set<string>();
+    if (this.#opts.maxBackups > 0) {
+      // A backup and its compressed twin count once.
+      const kept = new Set<string>();
+      for (const b of backups) {
+        if (kept.has(b.base)) continue;
+        if (kept.size < this.#opts.maxBackups) kept.add(b.base);
+        else remove.add(b.name);
+      }
+      for (const b of backups) if (!kept.has(b.base)) remove.add(b.name);
+    }
+    if (this.#opts.maxAgeDays > 0) {
+      const cutoff = this.#clock.wallMs() - this.#opts.maxAgeDays * 86_400_000;
+      for (const b of backups) if (b.t < cutoff) remove.add(b.name);
+    }
+    for (const name of remove) {
+      await Deno.remove(join(this.#dir, name)).catch((e) => {
+        if (!(e instanceof Deno.errors.NotFound)) throw e;
+      });
+    }
+    if (!this.#opts.compress) return;
+    const names = new Set(backups.map((b) => b.name));
+    for (const b of backups) {
+      if (b.gz || remove.has(b.name) || names.has(b.name + ".gz")) continue;
+      await this.#gzip(join(this.#dir, b.name));
+    }
+  }
+
+  async #gzip(src: string): Promise<void> {
+    const dst = src + ".gz";
+    const mode = (await Deno.stat(src)).mode ?? 0o600;
+    const input = await Deno.open(src, { read: true });
+    let output: Deno.FsFile;
+    try {
+      output = await Deno.open(dst, {
+        write: true,
+        create: true,
+        truncate: true,
+        mode: mode & 0o777,
+      });
+    } catch (e) {
+      input.close();
+      throw e;
+    }
+    try {
+      // pipeTo closes both files, on success and on error.
+      await input.readable.pipeThrough(new CompressionStream("gzip")).pipeTo(output.writable);
+    } catch (e) {
+      await Deno.remove(dst).catch(() => undefined);
+      throw e;
+    }
+    await Deno.remove(src);
+  }
+}
+
+/** Writes lines to standard output (flow log path `-` or `/dev/stdout`); never rotates. */
+export class StdoutSink implements LineSink {
+  /** Writes lines to stdout. */
+  async writeLines(lines: readonly string[]): Promise<WriteResult> {
+    try {
+      await writeAll(Deno.stdout, encoder.encode(lines.join("")));
+      return { written: lines.length, tooLong: 0 };
+    } catch (e) {
+      return { written: 0, tooLong: 0, error: e as Error };
+    }
+  }
+
+  /** Nothing to close: stdout belongs to the process. */
+  close(): Promise<void> {
+    return Promise.resolve();
+  }
+}

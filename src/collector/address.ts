@@ -1,0 +1,47 @@
+/**
+ * Address helpers for the collector: parsing the listen address and turning a peer address into
+ * the exporter address used to label records (ipfix.md §2.5 step 3, §2.15).
+ */
+
+/** A parsed listen address. */
+export interface ListenAddress {
+  /** Host to bind, without brackets; `::` for "all interfaces". */
+  readonly hostname: string;
+  /** Port to bind; 0 = any free port. */
+  readonly port: number;
+  /** True when the address means "all interfaces" (``, `::`, `0.0.0.0`): bind dual-stack. */
+  readonly wildcard: boolean;
+}
+
+/** Default listen address: IANA IPFIX port on all interfaces, IPv4 and IPv6. */
+export const DEFAULT_LISTEN_ADDRESS = "[::]:4739";
+
+/**
+ * Parses `host:port`, `[v6]:port` or `:port`. `0.0.0.0` and an empty host are treated like `::`
+ * because Go (and so the upstream FA) turns the IPv4 wildcard into a dual-stack socket.
+ */
+export function parseListenAddress(address: string): ListenAddress {
+  const colon = address.lastIndexOf(":");
+  if (colon < 0) {
+    throw new Error(`collector: address "${address}": missing port (want host:port)`);
+  }
+  const host = address.slice(0, colon).replace(/^\[(.*)\]$/, "$1");
+  const portText = address.slice(colon + 1);
+  const port = Number(portText);
+  if (!/^\d+$/.test(portText) || port > 65535) {
+    throw new Error(`collector: address "${address}": invalid port "${portText}"`);
+  }
+  const wildcard = host === "" || host === "::" || host === "0.0.0.0";
+  return { hostname: wildcard ? "::" : host, port, wildcard };
+}
+
+/**
+ * Exporter address of a peer: the IP without port or brackets, with IPv4-mapped IPv6
+ * (`::ffff:10.0.0.1`) normalised to plain IPv4 so a dual-stack socket labels IPv4 agents as
+ * an IPv4 socket would.
+ */
+export function exporterAddress(hostname: string): string {
+  const h = hostname.replace(/^\[(.*)\]$/, "$1");
+  const m = /^::ffff:(\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3})$/i.exec(h);
+  return m ? m[1] : h;
+}

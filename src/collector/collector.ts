@@ -1,0 +1,189 @@
+/**
+ * The collecting process: one listener (UDP, TCP or mutual TLS), one {@linkcode Session} per
+ * exporter transport session with its own templates, every data set handed synchronously to the
+ * sink, and counters for everything that is dropped. Bad input never stops collection: it is
+ * counted, logged (rate-limited) and, on a stream, ends only that session.
+ */
+
+import { type Clock, systemClock } from "../clock.ts";
+import { logger, RateLimitedLog } from "../log.ts";
+import { DEFAULT_LISTEN_ADDRESS, exporterAddress, parseListenAddress } from "./address.ts";
+import { type RecordSink, Session, type SessionEnv } from "./session.ts";
+import { type CollectorStats, Counters, type Transport } from "./stats.ts";
+import { TcpListener } from "./tcp.ts";
+import { TlsListener, type TlsMaterial } from "./tls.ts";
+import { openDenoUdpReceiver, type UdpReceiver, type UdpReceiverFactory } from "./udp.ts";
+
+/**
+ * Default UDP template lifetime (and UDP session idle timeout): 5400 s, go-ipfix v0.6.2's
+ * default (3 × 1800 s) that Antrea v1.13 agents are tuned for; they re-announce templates every
+ * 1800 s, so a template survives two lost refreshes. Newer go-ipfix defaults to 1800 s.
+ */
+export const DEFAULT_TEMPLATE_TTL_MS = 5_400_000;
+
+/** Default cap on concurrent UDP sessions (source ip:port); least recently active is evicted. */
+export const DEFAULT_MAX_UDP_SESSIONS = 65_536;
+
+/** Options of a {@linkcode Collector}. */
+export interface CollectorOptions {
+  /** `host:port`; default `[::]:4739` = all interfaces, IPv4 and IPv6 on the same port. */
+  readonly address?: string;
+  /** Transport to listen on. */
+  readonly protocol: Transport;
+  /** Required for `tls`: CA for client certificates, server certificate and key (PEM). */
+  readonly tls?: TlsMaterial;
+  /**
+   * UDP only: templates expire this long after their last announcement, and a UDP session is
+   * dropped after this long without a decoded message. Default {@linkcode DEFAULT_TEMPLATE_TTL_MS}.
+   * TCP/TLS templates live as long as their connection.
+   */
+  readonly templateTtlMs?: number;
+  /** Time source for template and session expiry (tests inject a ManualClock). */
+  readonly clock?: Clock;
+  /** UDP receive path (default: one `Deno.listenDatagram` socket). */
+  readonly udpReceiver?: UdpReceiverFactory;
+  /** UDP session cap, default {@linkcode DEFAULT_MAX_UDP_SESSIONS}. */
+  readonly maxUdpSessions?: number;
+  /** Interval of the idle UDP session sweep; default min(TTL / 4, 60 s). 0 disables it. */
+  readonly sweepIntervalMs?: number;
+}
+
+/** An IPFIX collecting process. */
+export class Collector {
+  readonly #options: CollectorOptions;
+  readonly #env: SessionEnv;
+  readonly #counters: Counters;
+  readonly #ttlMs: number;
+  readonly #maxUdpSessions: number;
+  readonly #udpSessions = new Map<string, Session>();
+  #udp: UdpReceiver | undefined;
+  #udpLoop: Promise<void> | undefined;
+  #tcp: TcpListener | undefined;
+  #tls: TlsListener | undefined;
+  #sweepTimer: ReturnType<typeof setInterval> | undefined;
+  #state: "new" | "running" | "stopped" = "new";
+
+  /** Creates a collector; nothing is bound before {@linkcode start}. */
+  constructor(options: CollectorOptions, sink: RecordSink) {
+    if (options.protocol === "tls" && options.tls === undefined) {
+      throw new Error("collector: protocol tls needs tls.caPem, tls.certPem and tls.keyPem");
+    }
+    if (!["udp", "tcp", "tls"].includes(options.protocol)) {
+      throw new Error(`collector: unknown protocol "${options.protocol}" (udp, tcp or tls)`);
+    }
+    this.#options = options;
+    this.#ttlMs = options.templateTtlMs ?? DEFAULT_TEMPLATE_TTL_MS;
+    this.#maxUdpSessions = options.maxUdpSessions ?? DEFAULT_MAX_UDP_SESSIONS;
+    this.#counters = new Counters(options.protocol);
+    const clock = options.clock ?? systemClock;
+    this.#env = {
+      counters: this.#counters,
+      sink,
+      log: logger("collector"),
+      rateLog: new RateLimitedLog(10_000, () => clock.nowMs()),
+      clock,
+    };
+  }
+
+  /** Binds the listener and starts receiving. */
+  async start(): Promise<void> {
+    if (this.#state !== "new") throw new Error("collector: start called twice");
+    const address = parseListenAddress(this.#options.address ?? DEFAULT_LISTEN_ADDRESS);
+    switch (this.#options.protocol) {
+      case "udp": {
+        const udp = (this.#options.udpReceiver ?? openDenoUdpReceiver)(address);
+        this.#udp = udp;
+        this.#udpLoop = udp.run((d, h, p) => this.#onDatagram(d, h, p));
+        const sweep = this.#options.sweepIntervalMs ??
+          Math.max(1000, Math.min(this.#ttlMs / 4, 60_000));
+        if (sweep > 0) this.#sweepTimer = setInterval(() => this.expireIdleSessions(), sweep);
+        break;
+      }
+      case "tcp":
+        this.#tcp = new TcpListener(address, this.#env);
+        this.#tcp.start();
+        break;
+      case "tls":
+        this.#tls = new TlsListener(address, this.#options.tls!, this.#env);
+        await this.#tls.start();
+        break;
+    }
+    this.#state = "running";
+    this.#env.log.info("collector listening", {
+      protocol: this.#options.protocol,
+      address: address.hostname,
+      port: this.port,
+    });
+  }
+
+  /** Closes every socket and waits until all handlers have finished. Idempotent. */
+  async stop(): Promise<void> {
+    if (this.#state === "stopped") return;
+    this.#state = "stopped";
+    if (this.#sweepTimer !== undefined) clearInterval(this.#sweepTimer);
+    this.#udp?.close();
+    await this.#udpLoop;
+    for (const s of this.#udpSessions.values()) s.close("collector stopped");
+    this.#udpSessions.clear();
+    await this.#tcp?.stop();
+    await this.#tls?.stop();
+  }
+
+  /** The bound port (0 before {@linkcode start}). */
+  get port(): number {
+    return this.#udp?.port ?? this.#tcp?.port ?? this.#tls?.port ?? 0;
+  }
+
+  /** A snapshot of every counter. */
+  stats(): CollectorStats {
+    return this.#counters.snapshot();
+  }
+
+  /**
+   * Drops UDP sessions idle for at least the template TTL (also run periodically while started);
+   * returns how many were dropped.
+   */
+  expireIdleSessions(): number {
+    const now = this.#env.clock.nowMs();
+    let n = 0;
+    for (const [key, s] of this.#udpSessions) {
+      if (now - s.lastSeenMs >= this.#ttlMs) {
+        this.#udpSessions.delete(key);
+        s.close("idle timeout");
+        this.#counters.sessionsExpired++;
+        n++;
+      }
+    }
+    return n;
+  }
+
+  #onDatagram(data: Uint8Array, hostname: string, port: number): void {
+    const key = `[${hostname}]:${port}`;
+    let s = this.#udpSessions.get(key);
+    if (s !== undefined) {
+      // Re-insert so Map order stays "least recently active first" for eviction.
+      this.#udpSessions.delete(key);
+      if (this.#env.clock.nowMs() - s.lastSeenMs >= this.#ttlMs) {
+        s.close("idle timeout");
+        this.#counters.sessionsExpired++;
+        s = undefined;
+      }
+    }
+    if (s === undefined) {
+      if (this.#udpSessions.size >= this.#maxUdpSessions) {
+        const [oldestKey, oldest] = this.#udpSessions.entries().next().value!;
+        this.#udpSessions.delete(oldestKey);
+        oldest.close("evicted: too many UDP sessions");
+      }
+      s = new Session(this.#env, {
+        transport: "udp",
+        exporterAddress: exporterAddress(hostname),
+        peer: key,
+        templateTtlMs: this.#ttlMs,
+      });
+    }
+    this.#udpSessions.set(key, s);
+    s.addBytes(data.length);
+    s.handleMessage(data);
+  }
+}

@@ -1,0 +1,31 @@
+/**
+ * The IPFIX collecting process: UDP, TCP and mutual-TLS listeners, stream framing, per-session
+ * templates, counters. See {@linkcode Collector}.
+ *
+ * @module
+ */
+
+export {
+  Collector,
+  type CollectorOptions,
+  DEFAULT_MAX_UDP_SESSIONS,
+  DEFAULT_TEMPLATE_TTL_MS,
+} from "./collector.ts";
+export { type RecordContext, type RecordSink } from "./session.ts";
+export {
+  type CollectorStats,
+  type ExporterStats,
+  MAX_TRACKED_EXPORTERS,
+  OTHER_EXPORTERS,
+  type Transport,
+} from "./stats.ts";
+export { type TlsMaterial } from "./tls.ts";
+export {
+  type DatagramHandler,
+  DenoUdpReceiver,
+  openDenoUdpReceiver,
+  type UdpReceiver,
+  type UdpReceiverFactory,
+} from "./udp.ts";
+export { DEFAULT_LISTEN_ADDRESS, exporterAddress, parseListenAddress } from "./address.ts";
+export { type FrameResult, StreamFramer } from "./framing.ts";

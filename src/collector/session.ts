@@ -1,0 +1,187 @@
+/**
+ * One exporter transport session (a UDP source ip:port or a TCP/TLS connection) and the decoding
+ * of its messages into sink calls. Templates are scoped to the session (RFC 7011, go-ipfix ≥ 0.12)
+ * and dropped with it. Shared by every transport so they count and log identically.
+ */
+
+import { type DecodedMessage, decodeMessage, IpfixDecodeError } from "../ipfix/mod.ts";
+import { TemplateStore } from "../ipfix/mod.ts";
+import type { DataRecord } from "../ipfix/mod.ts";
+import type { Clock } from "../clock.ts";
+import { type Logger, RateLimitedLog } from "../log.ts";
+import type { Counters, ExporterStats, Transport } from "./stats.ts";
+
+/** Where a data set came from; passed to the sink with its records. */
+export interface RecordContext {
+  /** Peer IP without port (IPv4-mapped IPv6 normalised to IPv4). */
+  readonly exporterAddress: string;
+  /** Observation domain id from the message header. */
+  readonly observationDomainId: number;
+  /** Template id (= set id) of the data set. */
+  readonly templateId: number;
+  /** Transport the message arrived on. */
+  readonly transport: Transport;
+  /** True when the records were described by an options template. */
+  readonly options: boolean;
+  /** Export time from the message header (seconds since the epoch). */
+  readonly exportTime: number;
+}
+
+/**
+ * Receives every decoded data set, in arrival order per session. It runs synchronously inside
+ * the receive path, so a slow sink slows reading: TCP peers get back-pressure through the TCP
+ * window instead of the collector buffering without bound.
+ */
+export type RecordSink = (records: DataRecord[], ctx: RecordContext) => void;
+
+/** Outcome of {@linkcode Session.handleMessage}. */
+export type MessageOutcome =
+  | { readonly ok: true; readonly setErrors: number }
+  | { readonly ok: false; readonly reason: string };
+
+/** Everything a session needs from its collector. */
+export interface SessionEnv {
+  readonly counters: Counters;
+  readonly sink: RecordSink;
+  readonly log: Logger;
+  readonly rateLog: RateLimitedLog;
+  readonly clock: Clock;
+}
+
+type MutableExporterStats = { -readonly [K in keyof ExporterStats]: ExporterStats[K] };
+
+/** One transport session with its own template store. */
+export class Session {
+  /** Transport of the session. */
+  readonly transport: Transport;
+  /** Peer IP, used as exporter address. */
+  readonly exporterAddress: string;
+  /** Peer `ip:port`, for logs and the UDP session map. */
+  readonly peer: string;
+  /** Templates announced in this session. */
+  readonly store: TemplateStore;
+  /** Monotonic time of the last datagram/message (UDP idle expiry). */
+  lastSeenMs: number;
+  readonly #env: SessionEnv;
+  readonly #exporter: MutableExporterStats;
+  #closed = false;
+
+  /** Opens a session and counts it. `templateTtlMs` 0 = templates never expire. */
+  constructor(
+    env: SessionEnv,
+    init: { transport: Transport; exporterAddress: string; peer: string; templateTtlMs: number },
+  ) {
+    this.#env = env;
+    this.transport = init.transport;
+    this.exporterAddress = init.exporterAddress;
+    this.peer = init.peer;
+    this.store = new TemplateStore({ ttlMs: init.templateTtlMs, clock: env.clock });
+    this.lastSeenMs = env.clock.nowMs();
+    this.#exporter = env.counters.exporter(init.exporterAddress);
+    this.#exporter.sessionsOpened++;
+    env.counters.sessionsOpened++;
+    env.log.debug("session opened", { transport: this.transport, peer: this.peer });
+  }
+
+  /** Counts bytes read from the peer (stream bytes or whole datagrams). */
+  addBytes(n: number): void {
+    this.#env.counters.bytes += n;
+    this.#exporter.bytes += n;
+  }
+
+  /**
+   * Counts and logs (rate-limited) a message rejected before decoding (framing, size) or by the
+   * decoder; every received message ends in exactly one of `messages` or `decodeErrors`.
+   */
+  reject(reason: string, detail: string): MessageOutcome {
+    this.#env.counters.decodeError(reason, this.#exporter);
+    this.#logLimited(`reject|${this.exporterAddress}|${reason}`, "message rejected", {
+      reason,
+      detail,
+    });
+    return { ok: false, reason };
+  }
+
+  /** Decodes one whole message and hands its data sets to the sink. Never throws. */
+  handleMessage(buf: Uint8Array): MessageOutcome {
+    const env = this.#env;
+    let msg: DecodedMessage;
+    try {
+      msg = decodeMessage(buf, this.store);
+    } catch (e) {
+      if (e instanceof IpfixDecodeError) return this.reject(e.reason, e.message);
+      // A codec bug must not take the collector down; count it so it gets noticed.
+      return this.reject("internal", e instanceof Error ? e.message : String(e));
+    }
+    this.lastSeenMs = env.clock.nowMs();
+    const c = env.counters;
+    const ex = this.#exporter;
+    c.messages++;
+    ex.messages++;
+    c.templateRecords += msg.templateRecords;
+    ex.templateRecords += msg.templateRecords;
+    c.templateWithdrawals += msg.withdrawals;
+    const domain = msg.header.observationDomainId;
+    if (msg.templateMisses.length > 0) {
+      c.templateMisses += msg.templateMisses.length;
+      ex.templateMisses += msg.templateMisses.length;
+      this.#logLimited(`miss|${this.exporterAddress}`, "data set for unknown template dropped", {
+        templateIds: msg.templateMisses.join(","),
+        observationDomainId: domain,
+      });
+    }
+    for (const se of msg.setErrors) {
+      c.setError(se.reason);
+      this.#logLimited(`set|${this.exporterAddress}|${se.reason}`, "set dropped", {
+        setId: se.setId,
+        reason: se.reason,
+      });
+    }
+    for (const ds of msg.dataSets) {
+      c.dataSets++;
+      c.dataRecords += ds.records.length;
+      ex.dataRecords += ds.records.length;
+      try {
+        env.sink(ds.records, {
+          exporterAddress: this.exporterAddress,
+          observationDomainId: domain,
+          templateId: ds.templateId,
+          transport: this.transport,
+          options: ds.options,
+          exportTime: msg.header.exportTime,
+        });
+      } catch (e) {
+        c.sinkErrors++;
+        this.#logLimited("sink", "record sink failed", { error: e });
+      }
+    }
+    return { ok: true, setErrors: msg.setErrors.length };
+  }
+
+  /** Counts the session as closed (idempotent) and drops its templates. */
+  close(reason: string, onError = false): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.store.clear();
+    this.#env.counters.sessionsClosed++;
+    if (onError) this.#env.counters.sessionsClosedOnError++;
+    this.#env.log.debug("session closed", { transport: this.transport, peer: this.peer, reason });
+  }
+
+  /** True once {@linkcode close} was called. */
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  #logLimited(key: string, msg: string, fields: Record<string, unknown>): void {
+    const suppressed = this.#env.rateLog.allow(key);
+    if (suppressed < 0) return;
+    this.#env.log.warn(msg, {
+      transport: this.transport,
+      exporter: this.exporterAddress,
+      peer: this.peer,
+      ...fields,
+      ...(suppressed > 0 ? { suppressed } : {}),
+    });
+  }
+}

@@ -1,0 +1,174 @@
+/**
+ * Collector counters ("everything that moves gets a counter"): one mutable {@linkcode Counters}
+ * object per collector, read through immutable {@linkcode CollectorStats} snapshots.
+ */
+
+/** Transport a message arrived on. */
+export type Transport = "udp" | "tcp" | "tls";
+
+/** Per exporter (peer IP) counters. */
+export interface ExporterStats {
+  /** Messages decoded (template-only messages included). */
+  readonly messages: number;
+  /** Data records handed to the sink. */
+  readonly dataRecords: number;
+  /** Template and options template records received. */
+  readonly templateRecords: number;
+  /** Bytes received (whole datagrams / stream bytes). */
+  readonly bytes: number;
+  /** Messages rejected (all reasons). */
+  readonly decodeErrors: number;
+  /** Data sets dropped because their template was unknown. */
+  readonly templateMisses: number;
+  /** Transport sessions opened (UDP source ports, TCP/TLS connections). */
+  readonly sessionsOpened: number;
+}
+
+/** Snapshot of every collector counter. */
+export interface CollectorStats {
+  /** Transport of this collector. */
+  readonly transport: Transport;
+  /** Messages decoded without a message-level error (template-only messages included). */
+  readonly messages: number;
+  /** Data records handed to the sink (upstream ≥ 0.13 `GetNumRecordsReceived`). */
+  readonly dataRecords: number;
+  /** Data sets handed to the sink. */
+  readonly dataSets: number;
+  /** Template and options template records received. */
+  readonly templateRecords: number;
+  /** Template withdrawals received. */
+  readonly templateWithdrawals: number;
+  /** Bytes received, including those of rejected messages. */
+  readonly bytes: number;
+  /**
+   * Messages rejected as a whole, by reason (`framing: …`, `length mismatch`, codec reasons).
+   * Every received message ends up in exactly one of `messages` or here.
+   */
+  readonly decodeErrors: Readonly<Record<string, number>>;
+  /** Sum of `decodeErrors`. */
+  readonly decodeErrorsTotal: number;
+  /** Sets skipped inside otherwise decoded messages, by reason. */
+  readonly setErrors: Readonly<Record<string, number>>;
+  /** Data sets dropped because their template was unknown in the session. */
+  readonly templateMisses: number;
+  /** Sink calls that threw (the records of that set are lost; the session is kept). */
+  readonly sinkErrors: number;
+  /** Sessions opened: UDP source ip:port first seen, TCP/TLS connections established. */
+  readonly sessionsOpened: number;
+  /** Sessions closed (peer EOF, error, idle expiry, stop). */
+  readonly sessionsClosed: number;
+  /** Sessions currently open. */
+  readonly sessionsActive: number;
+  /** TCP/TLS sessions closed because of a framing or decode error. */
+  readonly sessionsClosedOnError: number;
+  /** UDP sessions removed after the idle timeout (= template TTL). */
+  readonly sessionsExpired: number;
+  /** TLS handshakes that failed (no client certificate, unknown CA, protocol errors). */
+  readonly tlsHandshakeFailures: number;
+  /** Failed accept() calls (retried with backoff). */
+  readonly acceptErrors: number;
+  /** Per exporter address (peer IP, IPv4-mapped addresses normalised). */
+  readonly exporters: Readonly<Record<string, ExporterStats>>;
+}
+
+type MutableExporterStats = { -readonly [K in keyof ExporterStats]: ExporterStats[K] };
+
+/**
+ * Exporters beyond this many are counted under {@linkcode OTHER_EXPORTERS}: a UDP source-address
+ * flood must not grow memory without bound.
+ */
+export const MAX_TRACKED_EXPORTERS = 10_000;
+
+/** Key under which exporters beyond {@linkcode MAX_TRACKED_EXPORTERS} are counted. */
+export const OTHER_EXPORTERS = "other";
+
+/** Mutable counters owned by one collector. */
+export class Counters {
+  /** Transport of the collector. */
+  readonly transport: Transport;
+  messages = 0;
+  dataRecords = 0;
+  dataSets = 0;
+  templateRecords = 0;
+  templateWithdrawals = 0;
+  bytes = 0;
+  decodeErrorsTotal = 0;
+  templateMisses = 0;
+  sinkErrors = 0;
+  sessionsOpened = 0;
+  sessionsClosed = 0;
+  sessionsClosedOnError = 0;
+  sessionsExpired = 0;
+  tlsHandshakeFailures = 0;
+  acceptErrors = 0;
+  readonly #decodeErrors = new Map<string, number>();
+  readonly #setErrors = new Map<string, number>();
+  readonly #exporters = new Map<string, MutableExporterStats>();
+
+  /** Creates zeroed counters. */
+  constructor(transport: Transport) {
+    this.transport = transport;
+  }
+
+  /** Returns the (mutable) counters of one exporter, creating them on first use. */
+  exporter(address: string): MutableExporterStats {
+    let e = this.#exporters.get(address);
+    if (e === undefined) {
+      const key = this.#exporters.size >= MAX_TRACKED_EXPORTERS ? OTHER_EXPORTERS : address;
+      e = this.#exporters.get(key);
+      if (e === undefined) {
+        e = {
+          messages: 0,
+          dataRecords: 0,
+          templateRecords: 0,
+          bytes: 0,
+          decodeErrors: 0,
+          templateMisses: 0,
+          sessionsOpened: 0,
+        };
+        this.#exporters.set(key, e);
+      }
+    }
+    return e;
+  }
+
+  /** Counts one rejected message. */
+  decodeError(reason: string, exporter: MutableExporterStats): void {
+    this.decodeErrorsTotal++;
+    this.#decodeErrors.set(reason, (this.#decodeErrors.get(reason) ?? 0) + 1);
+    exporter.decodeErrors++;
+  }
+
+  /** Counts one skipped set. */
+  setError(reason: string): void {
+    this.#setErrors.set(reason, (this.#setErrors.get(reason) ?? 0) + 1);
+  }
+
+  /** Returns an immutable snapshot. */
+  snapshot(): CollectorStats {
+    const exporters: Record<string, ExporterStats> = {};
+    for (const [k, v] of this.#exporters) exporters[k] = { ...v };
+    return {
+      transport: this.transport,
+      messages: this.messages,
+      dataRecords: this.dataRecords,
+      dataSets: this.dataSets,
+      templateRecords: this.templateRecords,
+      templateWithdrawals: this.templateWithdrawals,
+      bytes: this.bytes,
+      decodeErrors: Object.fromEntries(this.#decodeErrors),
+      decodeErrorsTotal: this.decodeErrorsTotal,
+      setErrors: Object.fromEntries(this.#setErrors),
+      templateMisses: this.templateMisses,
+      sinkErrors: this.sinkErrors,
+      sessionsOpened: this.sessionsOpened,
+      sessionsClosed: this.sessionsClosed,
+      sessionsActive: this.sessionsOpened - this.sessionsClosed,
+      sessionsClosedOnError: this.sessionsClosedOnError,
+      sessionsExpired: this.sessionsExpired,
+      tlsHandshakeFailures: this.tlsHandshakeFailures,
+      acceptErrors: this.acceptErrors,
+      exporters,
+    };
+  }
+}

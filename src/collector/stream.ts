@@ -1,0 +1,52 @@
+/**
+ * The part of TCP and TLS sessions that does not depend on the socket API: framing the byte
+ * stream and deciding when the session must be closed. A framing error (Length < 16, Version ≠
+ * 10), a message the decoder rejects, or a message with a malformed set closes the session, as
+ * go-ipfix ≥ 0.12 does: the peer is evidently broken and will resend its templates on reconnect.
+ * A data set for an unknown template is not malformed and keeps the session.
+ */
+
+import { StreamFramer } from "./framing.ts";
+import type { Session } from "./session.ts";
+
+/** Result of feeding a chunk: keep reading, or close with a reason. */
+export type FeedResult = { readonly ok: true } | { readonly ok: false; readonly reason: string };
+
+/** Frames one TCP/TLS byte stream into messages for its {@linkcode Session}. */
+export class StreamSession {
+  /** The session the messages belong to. */
+  readonly session: Session;
+  readonly #framer = new StreamFramer();
+
+  /** Wraps a freshly opened session. */
+  constructor(session: Session) {
+    this.session = session;
+  }
+
+  /** Feeds bytes read from the socket; decodes every complete message synchronously. */
+  feed(chunk: Uint8Array): FeedResult {
+    this.session.addBytes(chunk.length);
+    this.#framer.push(chunk);
+    for (;;) {
+      const f = this.#framer.next();
+      if (f.kind === "need-more") return { ok: true };
+      if (f.kind === "error") {
+        this.session.reject("framing", f.reason);
+        return { ok: false, reason: f.reason };
+      }
+      const r = this.session.handleMessage(f.message);
+      if (!r.ok) return { ok: false, reason: `decode error: ${r.reason}` };
+      if (r.setErrors > 0) return { ok: false, reason: "malformed set" };
+    }
+  }
+
+  /** Called at EOF: a partial message left in the buffer is counted as a truncated message. */
+  end(): void {
+    if (this.#framer.buffered > 0) {
+      this.session.reject(
+        "truncated",
+        `${this.#framer.buffered} bytes of a partial message at EOF`,
+      );
+    }
+  }
+}

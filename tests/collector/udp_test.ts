@@ -3,7 +3,6 @@ import { Collector } from "../../src/collector/mod.ts";
 import { ManualClock } from "../../src/clock.ts";
 import { setLogLevel } from "../../src/log.ts";
 import {
-  AGENT_FIELDS,
   collectingSink,
   dataMessage,
   GOLDEN_DATA,

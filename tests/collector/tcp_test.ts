@@ -1,0 +1,172 @@
+import assert from "node:assert/strict";
+import { Collector } from "../../src/collector/mod.ts";
+import { setLogLevel } from "../../src/log.ts";
+import {
+  collectingSink,
+  concat,
+  dataMessage,
+  GOLDEN_DATA,
+  GOLDEN_TEMPLATE,
+  readUntilClosed,
+  SMALL_FIELDS,
+  smallRecord,
+  templateMessage,
+  waitFor,
+  writeAll,
+} from "./helpers.ts";
+
+setLogLevel("error");
+
+Deno.test("tcp: golden vectors from 127.0.0.1 and ::1, messages split byte by byte", async () => {
+  const { received, sink } = collectingSink();
+  const c = new Collector({ address: "[::]:0", protocol: "tcp" }, sink);
+  await c.start();
+  try {
+    const v4 = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
+    const v6 = await Deno.connect({ hostname: "::1", port: c.port });
+    await writeAll(v4, concat(GOLDEN_TEMPLATE, GOLDEN_DATA));
+    // One byte per write: framing must reassemble across reads.
+    for (const b of concat(GOLDEN_TEMPLATE, GOLDEN_DATA)) {
+      await writeAll(v6, new Uint8Array([b]));
+    }
+    await waitFor(() => received.length === 2, "two data sets");
+    assert.deepEqual(received.map((r) => r.ctx.exporterAddress).sort(), ["127.0.0.1", "::1"]);
+    for (const r of received) {
+      assert.equal(r.ctx.transport, "tcp");
+      assert.equal(r.records[0].sourceTransportPort, 44752);
+      assert.equal(r.records[0].octetTotalCount, 15000n);
+    }
+    assert.equal(c.stats().sessionsActive, 2);
+    v4.close();
+    v6.close();
+    await waitFor(() => c.stats().sessionsActive === 0, "sessions closed on EOF");
+    const s = c.stats();
+    assert.equal(s.sessionsClosed, 2);
+    assert.equal(s.sessionsClosedOnError, 0);
+    assert.equal(s.messages, 4);
+    assert.equal(s.bytes, 2 * (GOLDEN_TEMPLATE.length + GOLDEN_DATA.length));
+  } finally {
+    await c.stop();
+  }
+});
+
+Deno.test("tcp: two connections with different domains share template id 256", async () => {
+  const { received, sink } = collectingSink();
+  const c = new Collector({ address: "127.0.0.1:0", protocol: "tcp" }, sink);
+  await c.start();
+  const a = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
+  const b = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
+  try {
+    await writeAll(a, templateMessage(5, 256, SMALL_FIELDS));
+    await writeAll(b, GOLDEN_TEMPLATE);
+    await writeAll(b, GOLDEN_DATA);
+    await writeAll(a, dataMessage(5, 256, SMALL_FIELDS, [smallRecord(1), smallRecord(2)]));
+    await waitFor(() => received.length === 2, "data from both");
+    const fromA = received.find((r) => r.ctx.observationDomainId === 5)!;
+    assert.deepEqual(fromA.records.map((r) => r.packetTotalCount), [1n, 2n]);
+    const fromB = received.find((r) => r.ctx.observationDomainId === 0x33de13e2)!;
+    assert.equal(fromB.records[0].sourcePodNamespace, "antrea-test");
+    assert.equal(c.stats().dataRecords, 3);
+  } finally {
+    a.close();
+    b.close();
+    await c.stop();
+  }
+});
+
+Deno.test("tcp: templates are scoped to the connection and dropped when it closes", async () => {
+  const { received, sink } = collectingSink();
+  const c = new Collector({ address: "127.0.0.1:0", protocol: "tcp" }, sink);
+  await c.start();
+  try {
+    const a = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
+    await writeAll(a, GOLDEN_TEMPLATE);
+    await waitFor(() => c.stats().templateRecords === 1, "template");
+    a.close();
+    const b = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
+    await writeAll(b, GOLDEN_DATA);
+    await waitFor(() => c.stats().templateMisses === 1, "miss on a new connection");
+    // A data set for an unknown template is not malformed: the session stays open.
+    await writeAll(b, concat(GOLDEN_TEMPLATE, GOLDEN_DATA));
+    await waitFor(() => received.length === 1, "recovered after template");
+    b.close();
+  } finally {
+    await c.stop();
+  }
+});
+
+for (
+  const [name, bad, reason] of [
+    ["Length 0", new Uint8Array([0, 10, 0, 0]), "framing"],
+    ["Length 15", concat(new Uint8Array([0, 10, 0, 15]), new Uint8Array(11)), "framing"],
+    ["version 9", concat(new Uint8Array([0, 9, 0, 16]), new Uint8Array(12)), "framing"],
+    [
+      "a framed message with a bad set",
+      (() => {
+        const m = GOLDEN_TEMPLATE.slice();
+        m[19] = 3; // set length 3 < 4
+        return m;
+      })(),
+      undefined,
+    ],
+  ] as const
+) {
+  Deno.test(`tcp: ${name} closes only that session`, async () => {
+    const { received, sink } = collectingSink();
+    const c = new Collector({ address: "127.0.0.1:0", protocol: "tcp" }, sink);
+    await c.start();
+    const good = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
+    const bad_ = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
+    try {
+      await writeAll(good, GOLDEN_TEMPLATE);
+      await waitFor(() => c.stats().sessionsActive === 2 && c.stats().messages === 1, "setup");
+      await writeAll(bad_, concat(bad, GOLDEN_TEMPLATE));
+      assert.equal(await readUntilClosed(bad_), true, "server closes the bad session");
+      await waitFor(() => c.stats().sessionsClosedOnError === 1, "closed on error");
+      // The good session is unaffected and still decodes.
+      await writeAll(good, GOLDEN_DATA);
+      await waitFor(() => received.length === 1, "good session still works");
+      const s = c.stats();
+      assert.equal(s.sessionsActive, 1);
+      if (reason !== undefined) {
+        assert.equal(s.decodeErrors[reason], 1);
+        assert.equal(s.messages, 2); // nothing after the framing error was decoded
+      } else {
+        assert.equal(s.setErrors.badSetLength, 1);
+      }
+    } finally {
+      good.close();
+      await c.stop();
+    }
+  });
+}
+
+Deno.test("tcp: a partial message at EOF is counted as truncated", async () => {
+  const { sink } = collectingSink();
+  const c = new Collector({ address: "127.0.0.1:0", protocol: "tcp" }, sink);
+  await c.start();
+  try {
+    const a = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
+    await writeAll(a, GOLDEN_TEMPLATE.subarray(0, 100));
+    a.close();
+    await waitFor(() => c.stats().sessionsClosed === 1, "closed");
+    assert.equal(c.stats().decodeErrors.truncated, 1);
+  } finally {
+    await c.stop();
+  }
+});
+
+Deno.test("tcp: stop closes open connections and the listener", async () => {
+  const { sink } = collectingSink();
+  const c = new Collector({ address: "127.0.0.1:0", protocol: "tcp" }, sink);
+  await c.start();
+  const port = c.port;
+  const a = await Deno.connect({ hostname: "127.0.0.1", port });
+  await writeAll(a, GOLDEN_TEMPLATE);
+  await waitFor(() => c.stats().messages === 1, "template");
+  await c.stop();
+  assert.equal(await readUntilClosed(a), true);
+  a.close();
+  assert.equal(c.stats().sessionsActive, 0);
+  await assert.rejects(Deno.connect({ hostname: "127.0.0.1", port }));
+});

@@ -1,0 +1,114 @@
+import assert from "node:assert/strict";
+import tls from "node:tls";
+import { Collector } from "../../src/collector/mod.ts";
+import { generateCertificates, type GeneratedCertificates } from "../../src/pki/mod.ts";
+import { setLogLevel } from "../../src/log.ts";
+import { collectingSink, concat, GOLDEN_DATA, GOLDEN_TEMPLATE, waitFor } from "./helpers.ts";
+
+setLogLevel("error");
+
+const certs = generateCertificates({ namespace: "flow-aggregator", address: "127.0.0.1" });
+const otherCa = generateCertificates({});
+
+function material(g: GeneratedCertificates): { caPem: string; certPem: string; keyPem: string } {
+  return { caPem: g.ca.certPem, certPem: g.server.certPem, keyPem: g.server.keyPem };
+}
+
+/** Connects, writes `data`, waits for the server to close or `holdMs`; returns what happened. */
+function tlsSend(
+  host: string,
+  port: number,
+  client: { certPem: string; keyPem: string } | undefined,
+  data: Uint8Array,
+): Promise<{ error?: string; serverVerified: boolean }> {
+  return new Promise((resolve) => {
+    let error: string | undefined;
+    let serverVerified = false;
+    const s = tls.connect({
+      host,
+      port,
+      ca: [certs.ca.certPem],
+      servername: "flow-aggregator.flow-aggregator.svc",
+      ...(client ? { cert: client.certPem, key: client.keyPem } : {}),
+    }, () => {
+      serverVerified = s.authorized;
+      s.write(data, () => s.end());
+    });
+    s.on("error", (e: Error) => error = e.message);
+    s.on("close", () => resolve({ error, serverVerified }));
+    s.resume();
+  });
+}
+
+for (const host of ["127.0.0.1", "::1"]) {
+  Deno.test(`tls: a client with the CA-signed certificate is collected (${host})`, async () => {
+    const { received, sink } = collectingSink();
+    const c = new Collector({ address: "[::]:0", protocol: "tls", tls: material(certs) }, sink);
+    await c.start();
+    try {
+      const r = await tlsSend(host, c.port, certs.client, concat(GOLDEN_TEMPLATE, GOLDEN_DATA));
+      assert.equal(r.serverVerified, true);
+      await waitFor(() => received.length === 1, "data over TLS");
+      assert.equal(received[0].ctx.transport, "tls");
+      assert.equal(received[0].ctx.exporterAddress, host);
+      assert.equal(received[0].records[0].destinationTransportPort, 5201);
+      await waitFor(() => c.stats().sessionsClosed === 1, "session closed on EOF");
+      const s = c.stats();
+      assert.equal(s.tlsHandshakeFailures, 0);
+      assert.equal(s.sessionsOpened, 1);
+      assert.equal(s.messages, 2);
+    } finally {
+      await c.stop();
+    }
+  });
+}
+
+Deno.test("tls: a client without a certificate is refused and counted", async () => {
+  const { received, sink } = collectingSink();
+  const c = new Collector({ address: "127.0.0.1:0", protocol: "tls", tls: material(certs) }, sink);
+  await c.start();
+  try {
+    await tlsSend("127.0.0.1", c.port, undefined, concat(GOLDEN_TEMPLATE, GOLDEN_DATA));
+    await waitFor(() => c.stats().tlsHandshakeFailures === 1, "handshake failure counted");
+    const s = c.stats();
+    assert.equal(s.sessionsOpened, 0);
+    assert.equal(s.messages, 0);
+    assert.equal(received.length, 0);
+  } finally {
+    await c.stop();
+  }
+});
+
+Deno.test("tls: a client certificate from another CA is refused and counted", async () => {
+  const { received, sink } = collectingSink();
+  const c = new Collector({ address: "127.0.0.1:0", protocol: "tls", tls: material(certs) }, sink);
+  await c.start();
+  try {
+    await tlsSend("127.0.0.1", c.port, otherCa.client, concat(GOLDEN_TEMPLATE, GOLDEN_DATA));
+    await waitFor(() => c.stats().tlsHandshakeFailures === 1, "handshake failure counted");
+    assert.equal(c.stats().sessionsOpened, 0);
+    assert.equal(received.length, 0);
+    // A good client still gets through afterwards.
+    await tlsSend("127.0.0.1", c.port, certs.client, concat(GOLDEN_TEMPLATE, GOLDEN_DATA));
+    await waitFor(() => received.length === 1, "good client after a refused one");
+  } finally {
+    await c.stop();
+  }
+});
+
+Deno.test("tls: a framing error closes the TLS session", async () => {
+  const { sink } = collectingSink();
+  const c = new Collector({ address: "127.0.0.1:0", protocol: "tls", tls: material(certs) }, sink);
+  await c.start();
+  try {
+    await tlsSend("127.0.0.1", c.port, certs.client, new Uint8Array([0, 10, 0, 0, 1, 2, 3]));
+    await waitFor(() => c.stats().sessionsClosedOnError === 1, "closed on framing error");
+    assert.equal(c.stats().decodeErrors.framing, 1);
+  } finally {
+    await c.stop();
+  }
+});
+
+Deno.test("tls: protocol tls without material is a configuration error", () => {
+  assert.throws(() => new Collector({ protocol: "tls" }, () => {}), /tls\.caPem/);
+});

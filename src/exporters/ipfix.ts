@@ -1,0 +1,661 @@
+/**
+ * IPFIX re-export of aggregated flows to an external collector (exporters.md §2), fixing the
+ * upstream weak points of §9.1: `addRecord` only enqueues (never blocks the export loop, never
+ * fails), one async pump owns the socket, reconnects with exponential backoff and re-sends the
+ * templates on every connection, records are batched (one data set per message, so upstream
+ * collectors that read only the first set still decode everything) under the UDP/TCP size
+ * limits, each outgoing value is looked up by IE name (never by position), the template id is
+ * resolved after the connection exists (no template-ID-0 record), sequence numbers follow
+ * RFC 7011, strings are UTF-8, TLS works, and `stop()` flushes and closes the socket.
+ *
+ * Permissions: `--allow-net` for the collector address (plus whatever reads the TLS PEM files).
+ */
+
+import type { Exporter, ExporterStats } from "./exporter.ts";
+import type { ExportedFlow } from "../aggregation/record.ts";
+import type { DataType, FieldValue, TemplateRecord } from "../ipfix/types.ts";
+import {
+  AGGREGATED_IPV4_FIELDS,
+  AGGREGATED_IPV6_FIELDS,
+  elementByName,
+  encodeTemplateSet,
+  fieldsFor,
+  fnv1_32,
+  POD_LABEL_FIELDS,
+  RecordEncoder,
+} from "../ipfix/mod.ts";
+import { parseCollectorAddress } from "../config/address.ts";
+import type { Clock } from "../clock.ts";
+import { systemClock } from "../clock.ts";
+import { logger, RateLimitedLog } from "../log.ts";
+import { openTransport, type Transport, type TransportTlsOptions } from "./ipfix_transport.ts";
+import { jsonRecordBytes } from "./ipfix_json.ts";
+
+const log = logger("exporter.ipfix");
+
+/** Template id of the IPv4 export template. */
+export const IPV4_TEMPLATE_ID = 256;
+/** Template id of the IPv6 export template. */
+export const IPV6_TEMPLATE_ID = 257;
+/** Upstream's UDP template refresh interval (v1.13 hard-codes 1800 s). */
+export const DEFAULT_TEMPLATE_REFRESH_MS = 1_800_000;
+/** Default bound of the queue of records waiting to be sent. */
+export const DEFAULT_MAX_QUEUE = 100_000;
+
+const MESSAGE_HEADER = 16;
+const SET_HEADER = 4;
+// Largest IPFIX message (u16 length) and largest UDP payload over IPv4.
+const MAX_IPFIX_MESSAGE = 65535;
+const MAX_UDP_PAYLOAD = 65507;
+// Work per pump iteration: bounds memory of one write and lets stop() interleave.
+const BATCH_RECORDS = 2048;
+
+/** Options of {@linkcode IpfixExporter}. */
+export interface IpfixExporterOptions {
+  /** `flowCollector.address`: `host[:port][:proto]`, proto `tcp` (default), `udp` or `tls`. */
+  address: string;
+  /** Explicit observation domain id (0 is honoured); absent: derived from `clusterUuid`. */
+  observationDomainId?: number;
+  /** Cluster UUID text; absent (and no explicit id): a random UUID, as upstream. */
+  clusterUuid?: string;
+  /** `IPFIX` (default) or `JSON` (one JSON document per line, no templates). */
+  recordFormat?: string;
+  /** Adds `sourcePodLabels` / `destinationPodLabels` to both templates (65 fields). */
+  podLabels?: boolean;
+  /** TLS settings for a `:tls` address (CA, client certificate and key as PEM text). */
+  tls?: TransportTlsOptions;
+  /** UDP template refresh interval; default 1800 s. Ignored on TCP/TLS. */
+  templateRefreshMs?: number;
+  /** Records kept while the collector is unreachable; older ones are dropped first. */
+  maxQueueRecords?: number;
+  /** Messages are kept strictly below this size; default 1400 (UDP) / 65535 (TCP, TLS). */
+  maxMessageBytes?: number;
+  /** First reconnect delay; doubles per failure up to `backoffMaxMs`. Default 1000 ms. */
+  backoffInitialMs?: number;
+  /** Reconnect delay cap; default 30000 ms. */
+  backoffMaxMs?: number;
+  /** Connect/handshake timeout; default 5000 ms. */
+  connectTimeoutMs?: number;
+  /** How long `stop()` keeps trying to deliver the queue; default 5000 ms. */
+  stopTimeoutMs?: number;
+  /** Time source for export times and the template refresh; default the system clock. */
+  clock?: Clock;
+}
+
+/** Counters of the IPFIX exporter. */
+export interface IpfixExporterStats extends ExporterStats {
+  /** Successful connections after the first one. */
+  reconnects: number;
+  /** Template records sent (two per connection, plus UDP refreshes). */
+  templatesSent: number;
+  /** Messages (IPFIX) or JSON documents written. */
+  messages: number;
+  /** Bytes written. */
+  bytes: number;
+  /** Records waiting in the queue. */
+  queued: number;
+  /** True while a connection is open. */
+  connected: boolean;
+}
+
+/** Parses a UUID's text form into its 16 raw bytes; throws on anything else. */
+export function uuidBytes(uuid: string): Uint8Array {
+  const hex = uuid.replace(/-/g, "");
+  if (!/^[0-9a-fA-F]{32}$/.test(hex)) throw new Error(`ipfix: "${uuid}" is not a UUID`);
+  const out = new Uint8Array(16);
+  for (let i = 0; i < 16; i++) out[i] = parseInt(hex.slice(2 * i, 2 * i + 2), 16);
+  return out;
+}
+
+/** Observation domain id upstream derives from a cluster UUID: FNV-1 of its 16 raw bytes. */
+export function observationDomainIdFromUuid(uuid: string): number {
+  return fnv1_32(uuidBytes(uuid));
+}
+
+/** The element names of the export template (exporters.md §2.4), 63 or 65 with labels. */
+export function exportTemplateFields(ipv6: boolean, podLabels: boolean): string[] {
+  const base = ipv6 ? AGGREGATED_IPV6_FIELDS : AGGREGATED_IPV4_FIELDS;
+  return podLabels ? [...base, ...POD_LABEL_FIELDS] : [...base];
+}
+
+function zeroValue(type: DataType): FieldValue {
+  switch (type) {
+    case "unsigned64":
+    case "signed64":
+    case "dateTimeMilliseconds":
+    case "dateTimeMicroseconds":
+    case "dateTimeNanoseconds":
+      return 0n;
+    case "string":
+      return "";
+    case "ipv4Address":
+      return "0.0.0.0";
+    case "ipv6Address":
+      return "::";
+    case "boolean":
+      return false;
+    case "macAddress":
+      return new Uint8Array(6);
+    case "octetArray":
+      return new Uint8Array(0);
+    default:
+      return 0;
+  }
+}
+
+interface OutTemplate {
+  readonly id: number;
+  readonly names: readonly string[];
+  readonly zeros: readonly FieldValue[];
+  readonly record: TemplateRecord;
+  /** Looks every value up by IE name; missing values are written as zero. */
+  readonly encoder: RecordEncoder;
+  /** The template set (set header included), constant for the exporter's life. */
+  readonly setBytes: Uint8Array;
+}
+
+function buildTemplate(id: number, ipv6: boolean, podLabels: boolean): OutTemplate {
+  const names = exportTemplateFields(ipv6, podLabels);
+  const zeros = names.map((n) => {
+    const ie = elementByName(n);
+    if (ie === undefined) throw new Error(`ipfix: export element ${n} missing from the registry`);
+    return zeroValue(ie.type);
+  });
+  const record: TemplateRecord = { id, fields: fieldsFor(names), scopeFieldCount: 0 };
+  const encoder = new RecordEncoder(id, record.fields);
+  return { id, names, zeros, record, encoder, setBytes: encodeTemplateSet([record]) };
+}
+
+function messageHeader(
+  out: Uint8Array,
+  length: number,
+  exportTime: number,
+  seq: number,
+  odid: number,
+): void {
+  const v = new DataView(out.buffer, out.byteOffset, MESSAGE_HEADER);
+  v.setUint16(0, 10);
+  v.setUint16(2, length);
+  v.setUint32(4, exportTime >>> 0);
+  v.setUint32(8, seq >>> 0);
+  v.setUint32(12, odid >>> 0);
+}
+
+/** Sends aggregated flows to an external IPFIX (or JSON-lines) collector. */
+export class IpfixExporter implements Exporter {
+  /** Exporter name in logs and metrics. */
+  readonly name = "ipfix";
+  /** The observation domain id used in every message header. */
+  readonly observationDomainId: number;
+  readonly #host: string;
+  readonly #port: number;
+  readonly #proto: "tcp" | "udp" | "tls";
+  readonly #json: boolean;
+  readonly #tls?: TransportTlsOptions;
+  readonly #templates: readonly [OutTemplate, OutTemplate];
+  readonly #refreshMs: number;
+  readonly #maxQueue: number;
+  readonly #maxMessage: number;
+  readonly #backoffInitial: number;
+  readonly #backoffMax: number;
+  readonly #connectTimeout: number;
+  readonly #stopTimeout: number;
+  readonly #clock: Clock;
+  readonly #dropLog = new RateLimitedLog(10_000);
+
+  // Queue: array with a moving head, compacted when the head passes half of it.
+  #queue: ExportedFlow[] = [];
+  #head = 0;
+  // A batch whose write failed; it goes out first after the next connect.
+  #retry: ExportedFlow[] = [];
+
+  #transport?: Transport;
+  #everConnected = false;
+  #seq = 0;
+  #lastTemplatesMs = 0;
+  #backoff = 0;
+  #started = false;
+  #stopping = false;
+  #aborted = false;
+  #pump?: Promise<void>;
+  #wake?: () => void;
+  #refreshTimer?: ReturnType<typeof setTimeout>;
+
+  #received = 0;
+  #exported = 0;
+  #dropped = 0;
+  #errors = 0;
+  #reconnects = 0;
+  #templatesSent = 0;
+  #messages = 0;
+  #bytes = 0;
+
+  /** Validates the options (throws on a bad address or format); does no I/O. */
+  constructor(options: IpfixExporterOptions) {
+    const addr = parseCollectorAddress(options.address);
+    this.#host = addr.host;
+    this.#port = addr.port;
+    this.#proto = addr.proto;
+    const format = options.recordFormat ?? "IPFIX";
+    if (format !== "IPFIX" && format !== "JSON") {
+      throw new Error(`record format ${format} is not supported`);
+    }
+    this.#json = format === "JSON";
+    this.#tls = options.tls;
+    if (options.observationDomainId !== undefined) {
+      const id = options.observationDomainId;
+      if (!Number.isInteger(id) || id < 0 || id > 0xffffffff) {
+        throw new Error(`ipfix: observationDomainID ${id} is not a u32`);
+      }
+      this.observationDomainId = id;
+    } else {
+      let uuid = options.clusterUuid;
+      if (uuid === undefined) {
+        uuid = crypto.randomUUID();
+        log.warn("no cluster UUID, using a random one for the observation domain id", { uuid });
+      }
+      this.observationDomainId = observationDomainIdFromUuid(uuid);
+    }
+    const labels = options.podLabels ?? false;
+    this.#templates = [
+      buildTemplate(IPV4_TEMPLATE_ID, false, labels),
+      buildTemplate(IPV6_TEMPLATE_ID, true, labels),
+    ];
+    this.#refreshMs = options.templateRefreshMs ?? DEFAULT_TEMPLATE_REFRESH_MS;
+    this.#maxQueue = Math.max(1, options.maxQueueRecords ?? DEFAULT_MAX_QUEUE);
+    this.#maxMessage = Math.min(
+      options.maxMessageBytes ?? (this.#proto === "udp" ? 1400 : MAX_IPFIX_MESSAGE + 1),
+      MAX_IPFIX_MESSAGE + 1,
+    );
+    this.#backoffInitial = options.backoffInitialMs ?? 1000;
+    this.#backoffMax = options.backoffMaxMs ?? 30_000;
+    this.#connectTimeout = options.connectTimeoutMs ?? 5000;
+    this.#stopTimeout = options.stopTimeoutMs ?? 5000;
+    this.#clock = options.clock ?? systemClock;
+  }
+
+  /** The export templates (IPv4 then IPv6) as sent on the wire. */
+  get templates(): readonly TemplateRecord[] {
+    return this.#templates.map((t) => t.record);
+  }
+
+  /** Starts the send pump; the connection is opened when the first record arrives. */
+  start(): Promise<void> {
+    if (this.#started) return Promise.resolve();
+    this.#started = true;
+    this.#pump = this.#run().catch((e) => {
+      // The pump handles its own I/O errors; reaching here is a bug, but must not kill the FA.
+      this.#errors++;
+      log.error("pump failed", { error: e });
+    });
+    return Promise.resolve();
+  }
+
+  /** Queues one record (never blocks, never throws); the oldest is dropped when full. */
+  addRecord(flow: ExportedFlow): void {
+    this.#received++;
+    if (this.#stopping) {
+      this.#drop(1, "exporter stopped");
+      return;
+    }
+    if (this.#queueLength() >= this.#maxQueue) {
+      this.#head++;
+      this.#drop(1, "queue full");
+    }
+    this.#queue.push(flow);
+    this.#signal();
+  }
+
+  /**
+   * Flushes the queue for at most `stopTimeoutMs`, counts what is left as dropped, closes the
+   * socket and resolves when the pump has ended.
+   */
+  async stop(): Promise<void> {
+    if (this.#stopping) {
+      await this.#pump;
+      return;
+    }
+    this.#stopping = true;
+    this.#signal();
+    if (this.#pump !== undefined) {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const timedOut = await Promise.race([
+        this.#pump.then(() => false),
+        new Promise<boolean>((r) => (timer = setTimeout(() => r(true), this.#stopTimeout))),
+      ]);
+      clearTimeout(timer);
+      if (timedOut) {
+        this.#aborted = true;
+        // Closing makes a pending write or connect fail, so the pump ends promptly.
+        this.#transport?.close();
+        this.#signal();
+        await this.#pump;
+      }
+    }
+    const left = this.#queueLength();
+    if (left > 0) {
+      this.#drop(left, "not delivered before stop timeout");
+      this.#queue = [];
+      this.#head = 0;
+      this.#retry = [];
+    }
+    this.#closeTransport();
+    clearTimeout(this.#refreshTimer);
+  }
+
+  /** Returns the counters. */
+  stats(): IpfixExporterStats {
+    return {
+      received: this.#received,
+      exported: this.#exported,
+      dropped: this.#dropped,
+      errors: this.#errors,
+      reconnects: this.#reconnects,
+      templatesSent: this.#templatesSent,
+      messages: this.#messages,
+      bytes: this.#bytes,
+      queued: this.#queueLength(),
+      connected: this.#transport?.open ?? false,
+    };
+  }
+
+  #queueLength(): number {
+    return this.#queue.length - this.#head + this.#retry.length;
+  }
+
+  #drop(n: number, reason: string): void {
+    this.#dropped += n;
+    const suppressed = this.#dropLog.allow(reason);
+    if (suppressed >= 0) {
+      log.warn("records dropped", { reason, count: n, suppressed, dropped: this.#dropped });
+    }
+  }
+
+  #signal(): void {
+    const w = this.#wake;
+    this.#wake = undefined;
+    w?.();
+  }
+
+  #sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this.#wake = undefined;
+        resolve();
+      }, ms);
+      this.#wake = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+    });
+  }
+
+  #waitForWork(): Promise<void> {
+    return new Promise((resolve) => (this.#wake = resolve));
+  }
+
+  async #run(): Promise<void> {
+    while (!this.#aborted) {
+      if (this.#queueLength() === 0) {
+        if (this.#stopping) break;
+        if (this.#transport !== undefined && !this.#transport.open) this.#lostConnection();
+        if (this.#transport !== undefined) await this.#refreshTemplatesIfDue();
+        await this.#waitForWork();
+        continue;
+      }
+      if (this.#transport === undefined || !this.#transport.open) {
+        if (this.#transport !== undefined) this.#lostConnection();
+        if (!(await this.#connect())) {
+          if (this.#aborted) break;
+          // Keep retrying while stopping too: stop()'s timeout bounds the attempts.
+          await this.#sleep(this.#nextBackoff());
+          continue;
+        }
+      }
+      await this.#refreshTemplatesIfDue();
+      await this.#sendBatch();
+    }
+  }
+
+  #nextBackoff(): number {
+    this.#backoff = this.#backoff === 0
+      ? this.#backoffInitial
+      : Math.min(this.#backoff * 2, this.#backoffMax);
+    return this.#backoff;
+  }
+
+  #lostConnection(): void {
+    log.warn("collector connection lost", { target: this.#target() });
+    this.#closeTransport();
+  }
+
+  #closeTransport(): void {
+    this.#transport?.close();
+    this.#transport = undefined;
+  }
+
+  #target(): string {
+    const h = this.#host.includes(":") ? `[${this.#host}]` : this.#host;
+    return `${h}:${this.#port}:${this.#proto}`;
+  }
+
+  async #connect(): Promise<boolean> {
+    let t: Transport;
+    try {
+      t = await openTransport({
+        host: this.#host,
+        port: this.#port,
+        kind: this.#proto,
+        tls: this.#tls,
+        connectTimeoutMs: this.#connectTimeout,
+      });
+    } catch (e) {
+      this.#errors++;
+      log.warn("cannot connect to collector", { target: this.#target(), error: e });
+      return false;
+    }
+    if (this.#aborted) {
+      t.close();
+      return false;
+    }
+    this.#transport = t;
+    this.#seq = 0;
+    t.closed.then(() => this.#signal());
+    try {
+      await this.#sendTemplates();
+    } catch (e) {
+      this.#errors++;
+      log.warn("sending templates failed", { target: this.#target(), error: e });
+      this.#closeTransport();
+      return false;
+    }
+    if (this.#everConnected) this.#reconnects++;
+    this.#everConnected = true;
+    this.#backoff = 0;
+    log.info("connected to collector", {
+      target: this.#target(),
+      observationDomainId: this.observationDomainId,
+    });
+    return true;
+  }
+
+  async #sendTemplates(): Promise<void> {
+    const t = this.#transport;
+    if (t === undefined) return;
+    if (!this.#json) {
+      // One template per message, as upstream: its collector reads only the first set.
+      const exportTime = Math.floor(this.#clock.wallMs() / 1000);
+      const msgs = this.#templates.map((tp) => {
+        const m = new Uint8Array(MESSAGE_HEADER + tp.setBytes.length);
+        messageHeader(m, m.length, exportTime, this.#seq, this.observationDomainId);
+        m.set(tp.setBytes, MESSAGE_HEADER);
+        return m;
+      });
+      await t.send(msgs);
+      this.#templatesSent += msgs.length;
+      this.#messages += msgs.length;
+      for (const m of msgs) this.#bytes += m.length;
+    }
+    this.#lastTemplatesMs = this.#clock.nowMs();
+    this.#armRefresh();
+  }
+
+  #armRefresh(): void {
+    clearTimeout(this.#refreshTimer);
+    if (this.#proto !== "udp" || this.#json || this.#refreshMs <= 0) return;
+    // Only wakes the pump; the pump decides against the clock, so tests can drive it.
+    const timer = setTimeout(() => this.#signal(), this.#refreshMs);
+    Deno.unrefTimer(timer);
+    this.#refreshTimer = timer;
+  }
+
+  async #refreshTemplatesIfDue(): Promise<void> {
+    if (this.#proto !== "udp" || this.#json || this.#refreshMs <= 0) return;
+    if (this.#transport === undefined || !this.#transport.open) return;
+    if (this.#clock.nowMs() - this.#lastTemplatesMs < this.#refreshMs) return;
+    try {
+      await this.#sendTemplates();
+    } catch (e) {
+      this.#errors++;
+      log.warn("template refresh failed", { target: this.#target(), error: e });
+      this.#closeTransport();
+    }
+  }
+
+  #takeBatch(): ExportedFlow[] {
+    if (this.#retry.length > 0) {
+      const b = this.#retry;
+      this.#retry = [];
+      return b;
+    }
+    const end = Math.min(this.#queue.length, this.#head + BATCH_RECORDS);
+    const batch = this.#queue.slice(this.#head, end);
+    this.#head = end;
+    if (this.#head === this.#queue.length) {
+      this.#queue = [];
+      this.#head = 0;
+    } else if (this.#head > 65536 && this.#head * 2 > this.#queue.length) {
+      this.#queue = this.#queue.slice(this.#head);
+      this.#head = 0;
+    }
+    return batch;
+  }
+
+  /** Values of `flow` in template order, looked up by name; absent ones are the zero value. */
+  #values(tp: OutTemplate, flow: ExportedFlow): FieldValue[] {
+    const rec = flow.record as unknown as Record<string, FieldValue | undefined>;
+    const out = new Array<FieldValue>(tp.names.length);
+    for (let i = 0; i < tp.names.length; i++) out[i] = rec[tp.names[i]] ?? tp.zeros[i];
+    return out;
+  }
+
+  async #sendBatch(): Promise<void> {
+    const t = this.#transport;
+    if (t === undefined) return;
+    const batch = this.#takeBatch();
+    const built = this.#json ? this.#buildJson(batch) : this.#buildIpfix(batch);
+    if (built.messages.length === 0) return;
+    try {
+      await t.send(built.messages);
+    } catch (e) {
+      this.#errors++;
+      log.warn("send failed, will reconnect", { target: this.#target(), error: e });
+      this.#closeTransport();
+      // Re-send after reconnecting (at-least-once; a TCP peer may have seen part of it).
+      this.#retry = built.sent;
+      return;
+    }
+    this.#exported += built.sent.length;
+    this.#messages += built.messages.length;
+    for (const m of built.messages) this.#bytes += m.length;
+    this.#seq = (this.#seq + built.sent.length) >>> 0;
+  }
+
+  #buildJson(batch: ExportedFlow[]): { messages: Uint8Array[]; sent: ExportedFlow[] } {
+    const now = this.#clock.wallMs();
+    const messages: Uint8Array[] = [];
+    const sent: ExportedFlow[] = [];
+    for (const flow of batch) {
+      const tp = this.#templates[flow.isIPv6 ? 1 : 0];
+      const bytes = jsonRecordBytes(tp.names, this.#values(tp, flow), now);
+      if (this.#proto === "udp" && bytes.length > MAX_UDP_PAYLOAD) {
+        this.#errors++;
+        this.#drop(1, "record too large for a datagram");
+        continue;
+      }
+      messages.push(bytes);
+      sent.push(flow);
+    }
+    return { messages, sent };
+  }
+
+  #buildIpfix(batch: ExportedFlow[]): { messages: Uint8Array[]; sent: ExportedFlow[] } {
+    const exportTime = Math.floor(this.#clock.wallMs() / 1000);
+    const limit = this.#proto === "udp" ? MAX_UDP_PAYLOAD : MAX_IPFIX_MESSAGE;
+    const overhead = MESSAGE_HEADER + SET_HEADER;
+    // Pass 1: sizes and message boundaries (one template per message, below the size limit).
+    const groups: { tp: OutTemplate; flows: ExportedFlow[]; len: number }[] = [];
+    let cur: { tp: OutTemplate; flows: ExportedFlow[]; len: number } | undefined;
+    const sent: ExportedFlow[] = [];
+    for (const flow of batch) {
+      const tp = this.#templates[flow.isIPv6 ? 1 : 0];
+      const rec = flow.record as unknown as Record<string, FieldValue | undefined>;
+      let len: number;
+      try {
+        len = tp.encoder.encodedLength(rec);
+      } catch (e) {
+        this.#errors++;
+        this.#drop(1, "record cannot be encoded");
+        log.debug("encode failed", { error: e });
+        continue;
+      }
+      if (overhead + len > limit) {
+        this.#errors++;
+        this.#drop(1, "record larger than the largest message");
+        continue;
+      }
+      if (cur === undefined || cur.tp !== tp || overhead + cur.len + len >= this.#maxMessage) {
+        cur = { tp, flows: [], len: 0 };
+        groups.push(cur);
+      }
+      cur.flows.push(flow);
+      cur.len += len;
+    }
+    // Pass 2: write each message straight into its own buffer.
+    const messages: Uint8Array[] = [];
+    let seq = this.#seq;
+    for (const g of groups) {
+      const len = overhead + g.len;
+      const m = new Uint8Array(len);
+      // RFC 7011: the sequence number counts the data records sent before this message.
+      messageHeader(m, len, exportTime, seq, this.observationDomainId);
+      const view = new DataView(m.buffer);
+      view.setUint16(MESSAGE_HEADER, g.tp.id);
+      view.setUint16(MESSAGE_HEADER + 2, SET_HEADER + g.len);
+      let off = overhead;
+      let n = 0;
+      for (const flow of g.flows) {
+        try {
+          off = g.tp.encoder.write(
+            view,
+            off,
+            flow.record as unknown as Record<string, FieldValue | undefined>,
+          );
+        } catch (e) {
+          // A value of the wrong type: the message is unusable, drop its records.
+          this.#errors++;
+          this.#drop(g.flows.length - n, "record cannot be encoded");
+          log.debug("encode failed", { error: e });
+          n = -1;
+          break;
+        }
+        n++;
+      }
+      if (n < 0) continue;
+      messages.push(m);
+      for (const f of g.flows) sent.push(f);
+      seq = (seq + g.flows.length) >>> 0;
+    }
+    return { messages, sent };
+  }
+}

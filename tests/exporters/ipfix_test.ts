@@ -1,0 +1,404 @@
+import assert from "node:assert/strict";
+import {
+  exportTemplateFields,
+  IpfixExporter,
+  type IpfixExporterOptions,
+  observationDomainIdFromUuid,
+} from "../../src/exporters/ipfix.ts";
+import type { AggregatedRecord, ExportedFlow } from "../../src/aggregation/record.ts";
+import { CaptureServer } from "../../src/flowgen/capture.ts";
+import { ManualClock } from "../../src/clock.ts";
+import { elementByName } from "../../src/ipfix/mod.ts";
+import { setLogWriter } from "../../src/log.ts";
+
+// Exporter warnings (connection refused, drops) are expected here; keep test output readable.
+setLogWriter(() => {});
+
+/** Fixture record F (exporters.md §8.0) with every one of the 65 fields set. */
+function fixture(ipv6: boolean, i = 0): AggregatedRecord {
+  const r: AggregatedRecord = {
+    flowStartSeconds: 1637706961,
+    flowEndSeconds: 1637706973 + i,
+    flowEndReason: 3,
+    sourceTransportPort: 44752,
+    destinationTransportPort: 5201 + (i % 1000),
+    protocolIdentifier: 6,
+    packetTotalCount: 823188n,
+    octetTotalCount: 30472817041n,
+    packetDeltaCount: 241333n,
+    octetDeltaCount: 8982624938n + BigInt(i),
+    reversePacketTotalCount: 471111n,
+    reverseOctetTotalCount: 24500996n,
+    reversePacketDeltaCount: 136211n,
+    reverseOctetDeltaCount: 7083284n,
+    sourcePodName: "perftest-a",
+    sourcePodNamespace: "antrea-test",
+    sourceNodeName: "k8s-node-control-plane",
+    destinationPodName: "perftest-b",
+    destinationPodNamespace: "antrea-test-b",
+    destinationNodeName: "k8s-node-control-plane-b",
+    destinationServicePort: 5202,
+    destinationServicePortName: "perftest",
+    ingressNetworkPolicyName: "test-flow-aggregator-networkpolicy-ingress-allow",
+    ingressNetworkPolicyNamespace: "antrea-test-ns",
+    ingressNetworkPolicyType: 1,
+    ingressNetworkPolicyRuleName: "test-flow-aggregator-networkpolicy-rule",
+    ingressNetworkPolicyRuleAction: 2,
+    egressNetworkPolicyName: "test-flow-aggregator-networkpolicy-egress-allow",
+    egressNetworkPolicyNamespace: "antrea-test-ns-e",
+    egressNetworkPolicyType: 4,
+    egressNetworkPolicyRuleName: "test-flow-aggregator-networkpolicy-rule-e",
+    egressNetworkPolicyRuleAction: 5,
+    tcpState: "TIME_WAIT",
+    flowType: 11,
+    egressName: "test-egress",
+    egressIP: "172.18.0.1",
+    octetDeltaCountFromSourceNode: 1n,
+    octetDeltaCountFromDestinationNode: 2n,
+    octetTotalCountFromSourceNode: 3n,
+    octetTotalCountFromDestinationNode: 4n,
+    packetDeltaCountFromSourceNode: 5n,
+    packetDeltaCountFromDestinationNode: 6n,
+    packetTotalCountFromSourceNode: 7n,
+    packetTotalCountFromDestinationNode: 8n,
+    reverseOctetDeltaCountFromSourceNode: 9n,
+    reverseOctetDeltaCountFromDestinationNode: 10n,
+    reverseOctetTotalCountFromSourceNode: 11n,
+    reverseOctetTotalCountFromDestinationNode: 12n,
+    reversePacketDeltaCountFromSourceNode: 13n,
+    reversePacketDeltaCountFromDestinationNode: 14n,
+    reversePacketTotalCountFromSourceNode: 15n,
+    reversePacketTotalCountFromDestinationNode: (1n << 64n) - 1n, // exact above 2^53
+    flowEndSecondsFromSourceNode: 1637706974,
+    flowEndSecondsFromDestinationNode: 1637706975,
+    throughput: 15902813472n,
+    throughputFromSourceNode: 15902813473n,
+    throughputFromDestinationNode: 15902813474n,
+    reverseThroughput: 12381344n,
+    reverseThroughputFromSourceNode: 12381345n,
+    reverseThroughputFromDestinationNode: 12381346n,
+    sourcePodLabels: '{"antrea-e2e":"perftest-a","app":"iperf"}',
+    destinationPodLabels: '{"antrea-e2e":"perftest-b","app":"iperf"}',
+  };
+  if (ipv6) {
+    r.sourceIPv6Address = "2001:0:3238:dfe1:63::fefb";
+    r.destinationIPv6Address = "2001:0:3238:dfe1:63::fefc";
+    r.destinationClusterIPv6 = "2001:0:3238:dfe1:64::a";
+  } else {
+    r.sourceIPv4Address = "10.10.0.79";
+    r.destinationIPv4Address = "10.10.0.80";
+    r.destinationClusterIPv4 = "10.10.1.10";
+  }
+  return r;
+}
+
+function flow(ipv6: boolean, i = 0, record = fixture(ipv6, i)): ExportedFlow {
+  return {
+    key: {
+      sourceAddress: record.sourceIPv4Address ?? record.sourceIPv6Address ?? "",
+      destinationAddress: record.destinationIPv4Address ?? record.destinationIPv6Address ?? "",
+      protocol: record.protocolIdentifier,
+      sourcePort: record.sourceTransportPort,
+      destinationPort: record.destinationTransportPort,
+    },
+    record,
+    isIPv6: ipv6,
+    uncorrelated: false,
+  };
+}
+
+function exporter(port: number, proto: string, extra: Partial<IpfixExporterOptions> = {}) {
+  return new IpfixExporter({
+    address: `127.0.0.1:${port}:${proto}`,
+    observationDomainId: 1,
+    backoffInitialMs: 20,
+    backoffMaxMs: 100,
+    stopTimeoutMs: 2000,
+    ...extra,
+  });
+}
+
+/** Asserts that a decoded record carries exactly the template fields with the sent values. */
+function assertSameValues(got: Record<string, unknown>, sent: AggregatedRecord, names: string[]) {
+  assert.deepEqual(Object.keys(got), names);
+  const s = sent as unknown as Record<string, unknown>;
+  for (const n of names) assert.deepEqual(got[n], s[n], `field ${n}`);
+}
+
+Deno.test("observation domain id is FNV-1 of the 16 raw UUID bytes (spec vectors)", () => {
+  assert.equal(observationDomainIdFromUuid("00000000-0000-0000-0000-000000000000"), 1768495365);
+  assert.equal(observationDomainIdFromUuid("123e4567-e89b-12d3-a456-426614174000"), 528865862);
+  assert.equal(observationDomainIdFromUuid("4c7a2a3e-5a1f-4b7e-9d3c-2f1e0a9b8c7d"), 3481426297);
+  const e = new IpfixExporter({
+    address: "127.0.0.1:4739",
+    clusterUuid: "123e4567-e89b-12d3-a456-426614174000",
+  });
+  assert.equal(e.observationDomainId, 528865862);
+  assert.throws(() => observationDomainIdFromUuid("not-a-uuid"), /not a UUID/);
+});
+
+Deno.test("constructor rejects an unsupported record format and a bad address", () => {
+  assert.throws(
+    () => new IpfixExporter({ address: "127.0.0.1:1", recordFormat: "CSV" }),
+    /record format CSV is not supported/,
+  );
+  assert.throws(
+    () => new IpfixExporter({ address: "127.0.0.1:1:sctp" }),
+    /connection over sctp transport proto is not supported/,
+  );
+});
+
+Deno.test("templates have the exporters.md §2.4 element order, 63 fields or 65 with labels", () => {
+  const v4 = exportTemplateFields(false, false);
+  assert.equal(v4.length, 63);
+  assert.deepEqual(v4.slice(0, 12), [
+    "flowStartSeconds",
+    "flowEndSeconds",
+    "flowEndReason",
+    "sourceTransportPort",
+    "destinationTransportPort",
+    "protocolIdentifier",
+    "packetTotalCount",
+    "octetTotalCount",
+    "packetDeltaCount",
+    "octetDeltaCount",
+    "sourceIPv4Address",
+    "destinationIPv4Address",
+  ]);
+  assert.equal(v4[38], "destinationClusterIPv4");
+  assert.deepEqual(v4.slice(39, 41), [
+    "octetDeltaCountFromSourceNode",
+    "octetDeltaCountFromDestinationNode",
+  ]);
+  assert.deepEqual(v4.slice(57), [
+    "throughput",
+    "throughputFromSourceNode",
+    "throughputFromDestinationNode",
+    "reverseThroughput",
+    "reverseThroughputFromSourceNode",
+    "reverseThroughputFromDestinationNode",
+  ]);
+  const v6l = exportTemplateFields(true, true);
+  assert.equal(v6l.length, 65);
+  assert.equal(v6l[10], "sourceIPv6Address");
+  assert.equal(v6l[38], "destinationClusterIPv6");
+  assert.deepEqual(v6l.slice(63), ["sourcePodLabels", "destinationPodLabels"]);
+  const e = new IpfixExporter({ address: "127.0.0.1:1", observationDomainId: 1, podLabels: true });
+  assert.deepEqual(e.templates.map((t) => [t.id, t.fields.length]), [[256, 65], [257, 65]]);
+  const f = e.templates[0].fields[12];
+  assert.deepEqual(f, { id: 86, enterprise: 29305, length: 8 });
+  assert.equal(elementByName("reversePacketTotalCount")?.id, 86);
+});
+
+Deno.test("TCP: templates first (480-byte messages), then every record decodes identically", async () => {
+  const cap = CaptureServer.listen({ kind: "tcp" });
+  const e = exporter(cap.port, "tcp");
+  await e.start();
+  // The very first record after start must go out (upstream sent it with template id 0).
+  for (let i = 0; i < 50; i++) e.addRecord(flow(i % 5 === 0, i));
+  await cap.waitFor(() => cap.records.length === 50, 5000, "50 records");
+  await e.stop();
+  // stop() closes the socket: the collector sees EOF.
+  await cap.waitFor(() => cap.peerCloses === 1, 2000, "EOF after stop");
+  await cap.close();
+  const [t1, t2] = cap.messages;
+  assert.equal(t1.bytes.length, 480);
+  assert.equal(t2.bytes.length, 480);
+  assert.deepEqual(t1.setIds, [2]);
+  assert.equal(t1.header?.sequenceNumber, 0);
+  assert.equal(t1.header?.observationDomainId, 1);
+  const v4 = exportTemplateFields(false, false);
+  const v6 = exportTemplateFields(true, false);
+  for (let i = 0; i < 50; i++) {
+    const got = cap.records[i];
+    assert.equal(got.templateId, i % 5 === 0 ? 257 : 256);
+    assertSameValues(got.record, fixture(i % 5 === 0, i), i % 5 === 0 ? v6 : v4);
+  }
+  // Several records per message, one set per message, never template id 0.
+  const dataMsgs = cap.messages.slice(2);
+  assert.ok(dataMsgs.length < 50, `batched: ${dataMsgs.length} messages`);
+  for (const m of dataMsgs) {
+    assert.equal(m.setIds.length, 1);
+    assert.ok(m.setIds[0] === 256 || m.setIds[0] === 257);
+    assert.ok(m.bytes.length < 65535);
+  }
+  // RFC 7011 sequence numbers: data records sent before each message.
+  let before = 0;
+  for (const m of dataMsgs) {
+    assert.equal(m.header?.sequenceNumber, before);
+    before += cap.records.filter((r) => r.sequenceNumber === m.header?.sequenceNumber).length;
+  }
+  const s = e.stats();
+  assert.equal(s.received, 50);
+  assert.equal(s.exported, 50);
+  assert.equal(s.dropped, 0);
+  assert.equal(s.templatesSent, 2);
+  assert.equal(s.messages, cap.messages.length);
+  assert.equal(s.bytes, cap.messages.reduce((n, m) => n + m.bytes.length, 0));
+});
+
+Deno.test("data message for fixture F with labels is 734 bytes (650 without)", async () => {
+  for (const [labels, size] of [[true, 734], [false, 650]] as const) {
+    const cap = CaptureServer.listen({ kind: "tcp" });
+    const e = exporter(cap.port, "tcp", { podLabels: labels });
+    await e.start();
+    const r = fixture(false);
+    // F has no per-node stats; they are zero-valued fixed fields and do not change the size.
+    e.addRecord(flow(false, 0, r));
+    await cap.waitFor(() => cap.records.length === 1);
+    await e.stop();
+    await cap.close();
+    assert.equal(cap.messages[0].bytes.length, labels ? 496 : 480);
+    assert.equal(cap.messages[2].bytes.length, size);
+    if (labels) {
+      assert.equal(cap.records[0].record.sourcePodLabels, r.sourcePodLabels);
+    } else {
+      assert.equal(cap.records[0].record.sourcePodLabels, undefined);
+    }
+  }
+});
+
+Deno.test("absent IEs are sent as zero values, looked up by name", async () => {
+  const cap = CaptureServer.listen({ kind: "tcp" });
+  const e = exporter(cap.port, "tcp");
+  await e.start();
+  const r = fixture(false);
+  delete r.destinationClusterIPv4;
+  (r as unknown as Record<string, unknown>).egressName = undefined;
+  // Property order of the snapshot must not matter: rebuild it reversed.
+  const reversed = Object.fromEntries(Object.entries(r).reverse()) as unknown as AggregatedRecord;
+  e.addRecord(flow(false, 0, reversed));
+  await cap.waitFor(() => cap.records.length === 1);
+  await e.stop();
+  await cap.close();
+  const got = cap.records[0].record;
+  assert.equal(got.destinationClusterIPv4, "0.0.0.0");
+  assert.equal(got.egressName, "");
+  assert.equal(got.sourcePodName, "perftest-a");
+  assert.equal(got.octetTotalCount, 30472817041n);
+});
+
+Deno.test("UDP: every message < 1400 bytes, several records per datagram", async () => {
+  const cap = CaptureServer.listen({ kind: "udp" });
+  const e = exporter(cap.port, "udp");
+  await e.start();
+  for (let i = 0; i < 40; i++) e.addRecord(flow(false, i));
+  await cap.waitFor(() => cap.records.length === 40, 5000, "40 records");
+  await e.stop();
+  await cap.close();
+  for (const m of cap.messages) assert.ok(m.bytes.length < 1400, `${m.bytes.length} bytes`);
+  const data = cap.messages.filter((m) => m.setIds[0] === 256);
+  assert.ok(data.length <= 40 / 2, `${data.length} datagrams for 40 records`);
+  const names = exportTemplateFields(false, false);
+  cap.records.forEach((r, i) => assertSameValues(r.record, fixture(false, i), names));
+  assert.equal(cap.decodeErrors, 0);
+  assert.equal(cap.templateMisses, 0);
+});
+
+Deno.test("UDP: templates are refreshed once the interval has passed on the clock", async () => {
+  const cap = CaptureServer.listen({ kind: "udp" });
+  const clock = new ManualClock();
+  const e = exporter(cap.port, "udp", { clock, templateRefreshMs: 600_000 });
+  await e.start();
+  e.addRecord(flow(false, 0));
+  await cap.waitFor(() => cap.records.length === 1);
+  e.addRecord(flow(false, 1));
+  await cap.waitFor(() => cap.records.length === 2);
+  assert.equal(e.stats().templatesSent, 2, "no refresh before the interval");
+  clock.advance(600_000);
+  e.addRecord(flow(true, 2));
+  await cap.waitFor(() => cap.records.length === 3);
+  await e.stop();
+  await cap.close();
+  assert.equal(e.stats().templatesSent, 4);
+  const tmpl = cap.messages.filter((m) => m.setIds[0] === 2);
+  assert.equal(tmpl.length, 4);
+  // The refresh precedes the data sent after the interval.
+  const idx = cap.messages.findIndex((m, i) => i > 2 && m.setIds[0] === 2);
+  const lastData = cap.messages.findLastIndex((m) => m.setIds[0] === 257);
+  assert.ok(idx > 0 && idx < lastData);
+});
+
+Deno.test("JSON format: one sorted, bigint-exact document per line, no templates", async () => {
+  const cap = CaptureServer.listen({ kind: "tcp", json: true });
+  const clock = new ManualClock(Date.UTC(2023, 6, 25, 10, 0, 0, 500));
+  const e = exporter(cap.port, "tcp", { recordFormat: "JSON", clock });
+  await e.start();
+  e.addRecord(flow(false, 0));
+  e.addRecord(flow(true, 1));
+  await cap.waitFor(() => cap.lines.length === 2);
+  await e.stop();
+  await cap.close();
+  assert.equal(e.stats().templatesSent, 0);
+  const line = cap.lines[0];
+  assert.ok(line.startsWith('{"@timestamp":"2023-07-25T10:00:00Z","ipfix":{'), line);
+  assert.ok(line.includes('"reversePacketTotalCountFromDestinationNode":18446744073709551615'));
+  const obj = JSON.parse(line);
+  const keys = Object.keys(obj.ipfix);
+  assert.deepEqual(keys, [...keys].sort());
+  assert.equal(keys.length, 63);
+  assert.equal(obj.ipfix.sourceIPv4Address, "10.10.0.79");
+  assert.equal(JSON.parse(cap.lines[1]).ipfix.sourceIPv6Address, "2001:0:3238:dfe1:63::fefb");
+});
+
+Deno.test("collector down: bounded queue drops the oldest, stop() counts the rest", async () => {
+  // Reserve a port nobody listens on.
+  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (l.addr as Deno.NetAddr).port;
+  l.close();
+  const e = exporter(port, "tcp", { maxQueueRecords: 10, stopTimeoutMs: 100 });
+  await e.start();
+  for (let i = 0; i < 25; i++) e.addRecord(flow(false, i));
+  assert.equal(e.stats().dropped, 15);
+  assert.equal(e.stats().queued, 10);
+  await e.stop();
+  const s = e.stats();
+  assert.equal(s.received, 25);
+  assert.equal(s.exported, 0);
+  assert.equal(s.dropped, 25);
+  assert.equal(s.exported + s.dropped, s.received);
+  assert.ok(s.errors >= 1, "connect failures are counted");
+  e.addRecord(flow(false, 99));
+  assert.equal(e.stats().dropped, 26, "records after stop are dropped and counted");
+});
+
+Deno.test("TCP collector drops the connection: reconnect, templates re-sent, nothing lost", async () => {
+  const cap = CaptureServer.listen({ kind: "tcp" });
+  const e = exporter(cap.port, "tcp");
+  await e.start();
+  for (let i = 0; i < 10; i++) e.addRecord(flow(false, i));
+  await cap.waitFor(() => cap.records.length === 10);
+  cap.dropConnections();
+  await cap.waitFor(() => !e.stats().connected, 2000, "exporter notices EOF");
+  for (let i = 10; i < 20; i++) e.addRecord(flow(false, i));
+  await cap.waitFor(() => cap.records.length === 20, 5000, "20 records");
+  await e.stop();
+  await cap.close();
+  const s = e.stats();
+  assert.equal(s.reconnects, 1);
+  assert.equal(s.templatesSent, 4);
+  assert.equal(cap.connections, 2);
+  assert.equal(s.exported, 20);
+  assert.equal(s.exported + s.dropped, s.received);
+  // The second session starts with templates and sequence number 0 again.
+  const second = cap.messages.filter((m) => m.session === "conn-2");
+  assert.deepEqual(second.slice(0, 2).map((m) => m.setIds[0]), [2, 2]);
+  assert.equal(second[2].header?.sequenceNumber, 0);
+});
+
+Deno.test("oversized record is dropped and counted, the rest still goes out", async () => {
+  const cap = CaptureServer.listen({ kind: "udp" });
+  const e = exporter(cap.port, "udp", { podLabels: true });
+  await e.start();
+  const big = fixture(false);
+  big.sourcePodLabels = "x".repeat(70_000);
+  e.addRecord(flow(false, 0, big));
+  e.addRecord(flow(false, 1));
+  await cap.waitFor(() => cap.records.length === 1);
+  await e.stop();
+  await cap.close();
+  const s = e.stats();
+  assert.equal(s.dropped, 1);
+  assert.equal(s.exported, 1);
+  assert.ok(s.errors >= 1);
+});

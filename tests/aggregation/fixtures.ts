@@ -1,0 +1,177 @@
+/**
+ * Shared fixtures for the aggregation tests: the S1/D1/S2/D2 records of spec aggregation.md
+ * §3.7 (key K4 = 10.0.0.1:1234 → 10.0.0.2:5678/6), a clock helper and snapshot accessors.
+ */
+
+import { ManualClock } from "../../src/clock.ts";
+import {
+  type AggregatedRecord,
+  AggregationCore,
+  type AggregationOptions,
+  type ExportedFlow,
+  type FlowInput,
+  type FlowKey,
+} from "../../src/aggregation/mod.ts";
+
+/** K4 of §9. */
+export const K4: FlowKey = {
+  sourceAddress: "10.0.0.1",
+  destinationAddress: "10.0.0.2",
+  protocol: 6,
+  sourcePort: 1234,
+  destinationPort: 5678,
+};
+
+/** An Agent record with every correlate IE present and unset (§3.7 fixture base). */
+export function baseRecord(): FlowInput {
+  return {
+    sourceIPv4Address: "10.0.0.1",
+    destinationIPv4Address: "10.0.0.2",
+    sourceTransportPort: 1234,
+    destinationTransportPort: 5678,
+    protocolIdentifier: 6,
+    flowType: 2,
+    sourcePodName: "",
+    sourcePodNamespace: "",
+    sourceNodeName: "",
+    destinationPodName: "",
+    destinationPodNamespace: "",
+    destinationNodeName: "",
+    destinationClusterIPv4: "0.0.0.0",
+    destinationServicePort: 0,
+    destinationServicePortName: "",
+    ingressNetworkPolicyName: "",
+    ingressNetworkPolicyNamespace: "",
+    ingressNetworkPolicyRuleAction: 0,
+    ingressNetworkPolicyType: 0,
+    ingressNetworkPolicyRuleName: "",
+    egressNetworkPolicyName: "",
+    egressNetworkPolicyNamespace: "",
+    egressNetworkPolicyRuleAction: 0,
+    egressNetworkPolicyType: 0,
+    egressNetworkPolicyRuleName: "",
+    egressName: "",
+    egressIP: "",
+  };
+}
+
+/** Sets the 8 counters with reverse = forward. */
+export function counters(
+  pktTotal: bigint,
+  pktDelta: bigint,
+  octTotal: bigint,
+  octDelta: bigint,
+): Partial<FlowInput> {
+  return {
+    packetTotalCount: pktTotal,
+    packetDeltaCount: pktDelta,
+    octetTotalCount: octTotal,
+    octetDeltaCount: octDelta,
+    reversePacketTotalCount: pktTotal,
+    reversePacketDeltaCount: pktDelta,
+    reverseOctetTotalCount: octTotal,
+    reverseOctetDeltaCount: octDelta,
+  };
+}
+
+/** §3.7 S1. */
+export function s1(over: Partial<FlowInput> = {}): FlowInput {
+  return {
+    ...baseRecord(),
+    sourcePodName: "pod1",
+    destinationClusterIPv4: "192.168.0.1",
+    destinationServicePort: 4739,
+    flowStartSeconds: 0,
+    flowEndSeconds: 1,
+    flowEndReason: 2,
+    tcpState: "ESTABLISHED",
+    ...counters(500n, 0n, 1000n, 0n),
+    ...over,
+  };
+}
+
+/** §3.7 D1. */
+export function d1(over: Partial<FlowInput> = {}): FlowInput {
+  return {
+    ...baseRecord(),
+    destinationPodName: "pod2",
+    flowStartSeconds: 0,
+    flowEndSeconds: 1,
+    flowEndReason: 2,
+    tcpState: "ESTABLISHED",
+    ...counters(502n, 0n, 1020n, 0n),
+    ...over,
+  };
+}
+
+/** §3.7 S2. */
+export function s2(over: Partial<FlowInput> = {}): FlowInput {
+  return {
+    ...s1(),
+    flowEndSeconds: 10,
+    flowEndReason: 3,
+    tcpState: "TIME_WAIT",
+    ...counters(1000n, 500n, 2000n, 1000n),
+    ...over,
+  };
+}
+
+/** §3.7 D2. */
+export function d2(over: Partial<FlowInput> = {}): FlowInput {
+  return {
+    ...d1(),
+    flowEndSeconds: 10,
+    flowEndReason: 3,
+    tcpState: "TIME_WAIT",
+    ...counters(1005n, 503n, 2050n, 1030n),
+    ...over,
+  };
+}
+
+/** A core with the §9 defaults (A = 60s, I = 90s) on a fresh ManualClock. */
+export function newCore(
+  opts: Partial<AggregationOptions> = {},
+): { core: AggregationCore; clock: ManualClock } {
+  const clock = new ManualClock();
+  const core = new AggregationCore({
+    activeTimeoutMs: 60_000,
+    inactiveTimeoutMs: 90_000,
+    clock,
+    ...opts,
+  });
+  return { core, clock };
+}
+
+/** Moves the clock to absolute monotonic time `ms` (never backwards). */
+export function at(clock: ManualClock, ms: number): void {
+  const d = ms - clock.nowMs();
+  if (d < 0) throw new Error(`clock cannot go back from ${clock.nowMs()} to ${ms}`);
+  clock.advance(d);
+}
+
+/** The one stored flow of `key` (throws if not exactly one). */
+export function one(core: AggregationCore, key: FlowKey = K4): AggregatedRecord {
+  const r = core.query(key);
+  if (r.length !== 1) throw new Error(`expected 1 flow, got ${r.length}`);
+  return r[0];
+}
+
+/** [common, fromSource, fromDestination] of a counter name. */
+export function csd(rec: AggregatedRecord, name: string): unknown[] {
+  const o = rec as unknown as Record<string, unknown>;
+  return [o[name], o[name + "FromSourceNode"], o[name + "FromDestinationNode"]];
+}
+
+/** Collects exported flows, optionally throwing for some. */
+export function collector(
+  fail?: (f: ExportedFlow) => boolean,
+): { out: ExportedFlow[]; emit: (f: ExportedFlow) => void } {
+  const out: ExportedFlow[] = [];
+  return {
+    out,
+    emit: (f) => {
+      if (fail?.(f)) throw new Error("exporter failed");
+      out.push(f);
+    },
+  };
+}

@@ -45,6 +45,12 @@ export function parseCollectorAddress(address: string): CollectorAddress {
   } else if (parts.length === 3) {
     [host, portText, proto] = parts;
     if (!(PROTOS as readonly string[]).includes(proto)) {
+      // `fe80::1` splits into three parts too: an IPv6 literal without brackets, not a proto.
+      if (/^[0-9a-fA-F]*$/.test(proto)) {
+        throw new Error(
+          "flow collector address is given in invalid format (bracket IPv6 hosts: [addr]:port)",
+        );
+      }
       throw new Error(`connection over ${proto} transport proto is not supported`);
     }
   } else {

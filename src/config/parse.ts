@@ -247,9 +247,10 @@ function decode(text: string): Raw {
   });
   if (doc.errors.length > 0) {
     const e = doc.errors[0];
-    const line = e.linePos?.[0]?.line;
-    const msg = e.message.split("\n")[0];
-    throw new ConfigError(`${DECODE_ERROR_PREFIX}${line ? `line ${line}: ` : ""}${msg}`);
+    const line = lines.linePos(e.pos[0]).line;
+    const near = /^[^\s:,[\]{}]*/.exec(text.slice(e.pos[0]))?.[0] ?? "";
+    const msg = e.message.split("\n")[0] + (near === "" ? "" : ` (at ${JSON.stringify(near)})`);
+    throw new ConfigError(`${DECODE_ERROR_PREFIX}line ${line}: ${msg}`);
   }
   return new Decoder(doc, lines).map(doc.contents, SCHEMA, "") ?? {};
 }

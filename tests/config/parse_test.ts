@@ -1,0 +1,325 @@
+import assert from "node:assert/strict";
+import {
+  ConfigError,
+  DECODE_ERROR_PREFIX,
+  EMBEDDED_DEFAULT_CONFIG,
+  type FlowAggregatorConfig,
+  parseConfig,
+} from "../../src/config/mod.ts";
+
+const MIN = "flowLogger:\n  enable: true\n";
+
+function parse(text: string): FlowAggregatorConfig {
+  return parseConfig(text, { tmpDir: "/tmp/x" });
+}
+
+function assertError(text: string, message: string | RegExp, path?: string): void {
+  assert.throws(() => parse(text), (e: unknown) => {
+    assert.ok(e instanceof ConfigError, String(e));
+    if (typeof message === "string") assert.equal(e.message, message);
+    else assert.match(e.message, message);
+    if (path !== undefined) assert.equal(e.path, path);
+    return true;
+  });
+}
+
+Deno.test("every key gets its v1.13 default", () => {
+  const expected: FlowAggregatorConfig = {
+    activeFlowRecordTimeout: "60s",
+    activeFlowRecordTimeoutMs: 60_000,
+    inactiveFlowRecordTimeout: "90s",
+    inactiveFlowRecordTimeoutMs: 90_000,
+    aggregatorTransportProtocol: "TLS",
+    flowAggregatorAddress: "",
+    recordContents: { podLabels: false },
+    apiServer: { apiPort: 10348, tlsCipherSuites: "", tlsMinVersion: "" },
+    flowCollector: { enable: false, address: "", recordFormat: "IPFIX" },
+    clickHouse: {
+      enable: false,
+      database: "default",
+      databaseURL: "tcp://clickhouse-clickhouse.flow-visibility.svc:9000",
+      debug: false,
+      compress: true,
+      commitInterval: "8s",
+      commitIntervalMs: 8000,
+      tls: { insecureSkipVerify: false, caCert: false },
+    },
+    s3Uploader: {
+      enable: false,
+      bucketName: "",
+      bucketPrefix: "",
+      region: "",
+      recordFormat: "CSV",
+      compress: true,
+      maxRecordsPerFile: 1_000_000,
+      uploadInterval: "60s",
+      uploadIntervalMs: 60_000,
+    },
+    flowLogger: {
+      enable: true,
+      path: "/tmp/x/antrea-flows.log",
+      maxSize: 100,
+      maxBackups: 3,
+      maxAge: 0,
+      compress: true,
+      recordFormat: "CSV",
+      filters: [],
+      prettyPrint: true,
+    },
+  };
+  assert.deepEqual(parse(MIN), expected);
+});
+
+Deno.test('unset values ("", 0, null) take defaults; explicit maxBackups 0 means keep all', () => {
+  const cfg = parse(`
+activeFlowRecordTimeout: ""
+aggregatorTransportProtocol:
+apiServer:
+  apiPort: 0
+s3Uploader:
+  maxRecordsPerFile: 0
+flowLogger:
+  enable: true
+  path: ""
+  maxSize: 0
+  maxBackups: 0
+  compress: ~
+  prettyPrint: null
+`);
+  assert.equal(cfg.activeFlowRecordTimeout, "60s");
+  assert.equal(cfg.aggregatorTransportProtocol, "TLS");
+  assert.equal(cfg.apiServer.apiPort, 10348);
+  assert.equal(cfg.s3Uploader.maxRecordsPerFile, 1_000_000);
+  assert.equal(cfg.flowLogger.path, "/tmp/x/antrea-flows.log");
+  assert.equal(cfg.flowLogger.maxSize, 100);
+  assert.equal(cfg.flowLogger.maxBackups, 0);
+  assert.equal(cfg.flowLogger.compress, true);
+  assert.equal(cfg.flowLogger.prettyPrint, true);
+});
+
+Deno.test("the annotated example of §1.7 parses with every key", () => {
+  const cfg = parse(`
+activeFlowRecordTimeout: 3.5s
+inactiveFlowRecordTimeout: 1h30m
+aggregatorTransportProtocol: tcp
+flowAggregatorAddress: 10.0.0.1
+recordContents:
+  podLabels: yes
+apiServer:
+  apiPort: 10_349
+  tlsCipherSuites: "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"
+  tlsMinVersion: VersionTLS12
+flowCollector:
+  enable: true
+  address: "[::1]:4739:tcp"
+  observationDomainID: 0
+  recordFormat: JSON
+clickHouse:
+  enable: On
+  database: flows
+  databaseURL: "tls://ch:9440"
+  debug: false
+  compress: false
+  commitInterval: 1s
+  tls:
+    insecureSkipVerify: true
+    caCert: true
+s3Uploader:
+  enable: true
+  bucketName: my-flows
+  bucketPrefix: cluster-a
+  region: us-west-2
+  recordFormat: CSV
+  compress: false
+  maxRecordsPerFile: 10
+  uploadInterval: 2m
+flowLogger:
+  enable: true
+  path: /var/log/flows.csv
+  maxSize: 5
+  maxBackups: 7
+  maxAge: 2
+  compress: false
+  recordFormat: CSV
+  filters:
+    - ingressNetworkPolicyRuleActions: [Drop, Reject]
+    - egressNetworkPolicyRuleActions: [Drop, Bogus]
+  prettyPrint: false
+`);
+  assert.equal(cfg.activeFlowRecordTimeoutMs, 3500);
+  assert.equal(cfg.inactiveFlowRecordTimeoutMs, 5_400_000);
+  assert.equal(cfg.aggregatorTransportProtocol, "TCP");
+  assert.equal(cfg.flowAggregatorAddress, "10.0.0.1");
+  assert.equal(cfg.recordContents.podLabels, true);
+  assert.equal(cfg.apiServer.apiPort, 10349);
+  assert.deepEqual(cfg.flowCollector.collector, {
+    host: "::1",
+    port: 4739,
+    proto: "tcp",
+    hostPort: "[::1]:4739",
+  });
+  assert.equal(cfg.flowCollector.observationDomainID, 0);
+  assert.equal(cfg.flowCollector.recordFormat, "JSON");
+  assert.equal(cfg.clickHouse.enable, true);
+  assert.equal(cfg.clickHouse.compress, false);
+  assert.equal(cfg.clickHouse.commitIntervalMs, 1000);
+  assert.deepEqual(cfg.clickHouse.tls, { insecureSkipVerify: true, caCert: true });
+  assert.equal(cfg.s3Uploader.uploadIntervalMs, 120_000);
+  assert.equal(cfg.s3Uploader.maxRecordsPerFile, 10);
+  assert.deepEqual(cfg.flowLogger.filters, [
+    { ingressNetworkPolicyRuleActions: ["Drop", "Reject"], egressNetworkPolicyRuleActions: [] },
+    { ingressNetworkPolicyRuleActions: [], egressNetworkPolicyRuleActions: ["Drop", "Bogus"] },
+  ]);
+  assert.equal(cfg.flowLogger.prettyPrint, false);
+  assert.equal(cfg.flowLogger.maxAge, 2);
+});
+
+Deno.test("unknown keys are rejected with their path and line", () => {
+  assertError(
+    "flowLogger:\n  enable: true\n  maxsize: 5\n",
+    `${DECODE_ERROR_PREFIX}line 3: flowLogger.maxsize: unknown key`,
+    "flowLogger.maxsize",
+  );
+  assertError(`${MIN}mode: Proxy\n`, /line 3: mode: unknown key$/, "mode");
+  assertError(
+    `${MIN}  filters:\n    - ingressNetworkPolicyRuleActions: [Drop]\n      direction: in\n`,
+    /flowLogger\.filters\[0\]\.direction: unknown key/,
+  );
+  assertError(`${MIN}clickHouse:\n  tls:\n    ca: x\n`, /clickHouse\.tls\.ca: unknown key/);
+});
+
+Deno.test("wrongly typed scalars, duplicates and bad YAML are decode errors", () => {
+  assertError(
+    'flowLogger:\n  enable: "true"\n',
+    `${DECODE_ERROR_PREFIX}line 2: flowLogger.enable: expected a bool, got string "true"`,
+    "flowLogger.enable",
+  );
+  assertError(`${MIN}apiServer:\n  apiPort: "10348"\n`, /apiServer\.apiPort: expected an integer/);
+  assertError(`${MIN}apiServer:\n  apiPort: 1.5\n`, /apiServer\.apiPort: expected an integer/);
+  assertError(
+    `${MIN}flowCollector:\n  observationDomainID: ""\n`,
+    /flowCollector\.observationDomainID: expected an integer/,
+  );
+  assertError(
+    `${MIN}flowCollector:\n  observationDomainID: 4294967296\n`,
+    /observationDomainID: integer 4294967296 overflows uint32/,
+  );
+  assertError(`${MIN}  maxSize: 2147483648\n`, /flowLogger\.maxSize: integer .* overflows int32/);
+  assertError(`${MIN}flowLogger:\n  enable: false\n`, /^failed to unmarshal .*line 3: .*unique/);
+  assertError(`${MIN}clickHouse: [1, 2]\n`, /clickHouse: expected a mapping, got a list/);
+  assertError(`${MIN}  filters: Drop\n`, /flowLogger\.filters: expected a list/);
+  assertError("- a\n- b\n", /\(top level\): expected a mapping/);
+  assertError("a: [\n", new RegExp(`^${DECODE_ERROR_PREFIX}`));
+});
+
+Deno.test("YAML 1.1 scalars: yes/off bools, plain numbers stay strings in string fields", () => {
+  const cfg = parse("flowLogger:\n  enable: yes\n  compress: off\n  path: 0777\n");
+  assert.equal(cfg.flowLogger.enable, true);
+  assert.equal(cfg.flowLogger.compress, false);
+  assert.equal(cfg.flowLogger.path, "0777");
+  assertError(
+    `${MIN}activeFlowRecordTimeout: 60\n`,
+    'config: activeFlowRecordTimeout "60": not a duration (time: missing unit in duration "60")',
+    "activeFlowRecordTimeout",
+  );
+});
+
+Deno.test("an empty file and a file with no sink fail V3", () => {
+  for (const text of ["", "flowCollector:\n  enable: false\n"]) {
+    assertError(text, /^config: external flow collector or ClickHouse or S3Uploader should be/, "");
+  }
+});
+
+Deno.test("validation runs in the upstream order, first failure wins", () => {
+  // V1 beats V3 and V4.
+  assertError(
+    "flowCollector:\n  enable: true\nactiveFlowRecordTimeout: 1x\n",
+    "config: flowCollector.address: external flow collector enabled without providing address",
+    "flowCollector.address",
+  );
+  // V2.
+  assertError(
+    "s3Uploader:\n  enable: true\n",
+    "config: s3Uploader.bucketName: s3Uploader enabled without specifying bucket name",
+  );
+  // V4 before V5 and V6.
+  assertError(
+    `${MIN}activeFlowRecordTimeout: 1x\ninactiveFlowRecordTimeout: 2x\naggregatorTransportProtocol: sctp\n`,
+    'config: activeFlowRecordTimeout "1x": not a duration (time: unknown unit "x" in duration "1x")',
+  );
+  assertError(
+    `${MIN}inactiveFlowRecordTimeout: 2x\naggregatorTransportProtocol: sctp\n`,
+    /^config: inactiveFlowRecordTimeout "2x": not a duration/,
+  );
+  assertError(
+    `${MIN}aggregatorTransportProtocol: None\n`,
+    "config: aggregatorTransportProtocol: collecting process over None proto is not supported",
+  );
+  // V7 before V8.
+  assertError(
+    `${MIN}flowCollector:\n  enable: true\n  address: 1.2.3.4:80:sctp\n  recordFormat: XML\n`,
+    'config: flowCollector.address: "1.2.3.4:80:sctp": connection over sctp transport proto is not supported',
+  );
+  assertError(
+    `${MIN}flowCollector:\n  enable: true\n  address: 1.2.3.4\n  recordFormat: json\n`,
+    "config: flowCollector.recordFormat: record format json is not supported",
+  );
+  assertError(
+    `${MIN}clickHouse:\n  enable: true\n  commitInterval: 1x\n`,
+    'config: clickHouse.commitInterval "1x": not a duration (time: unknown unit "x" in duration "1x")',
+    "clickHouse.commitInterval",
+  );
+  assertError(
+    `${MIN}clickHouse:\n  enable: true\n  commitInterval: 500ms\n`,
+    'config: clickHouse.commitInterval "500ms": commitInterval 500ms is too small: shortest supported interval is 1s',
+  );
+  assertError(
+    `${MIN}s3Uploader:\n  enable: true\n  bucketName: b\n  recordFormat: JSON\n  uploadInterval: 1x\n`,
+    "config: s3Uploader.recordFormat: record format JSON is not supported",
+  );
+  assertError(
+    `${MIN}s3Uploader:\n  enable: true\n  bucketName: b\n  uploadInterval: -1s\n`,
+    /uploadInterval -1s is too small: shortest supported interval is 1s$/,
+  );
+  assertError(
+    "flowLogger:\n  enable: true\n  recordFormat: JSON\n",
+    "config: flowLogger.recordFormat: record format JSON is not supported",
+  );
+});
+
+Deno.test("negative or zero flow timeouts are rejected (upstream accepted them)", () => {
+  assertError(
+    `${MIN}activeFlowRecordTimeout: -1s\n`,
+    'config: activeFlowRecordTimeout "-1s": must be positive',
+  );
+  assertError(`${MIN}inactiveFlowRecordTimeout: 0s\n`, /inactiveFlowRecordTimeout "0s": must be/);
+  assertError(`${MIN}  maxAge: -1\n`, "config: flowLogger.maxAge: must not be negative, got -1");
+  assertError(`${MIN}apiServer:\n  apiPort: 70000\n`, /apiServer\.apiPort: port 70000/);
+});
+
+Deno.test("sections that are disabled are not validated", () => {
+  const cfg = parse(
+    `${MIN}flowCollector:\n  address: 1.2.3.4:80:sctp\n  recordFormat: XML\nclickHouse:\n  commitInterval: 1x\n`,
+  );
+  assert.equal(cfg.flowCollector.collector, undefined);
+  assert.equal(cfg.clickHouse.commitIntervalMs, 8000);
+});
+
+Deno.test("the embedded default config is valid: TCP, flow log to ./flows.log", () => {
+  const cfg = parse(EMBEDDED_DEFAULT_CONFIG);
+  assert.equal(cfg.aggregatorTransportProtocol, "TCP");
+  assert.equal(cfg.flowLogger.enable, true);
+  assert.equal(cfg.flowLogger.path, "./flows.log");
+  assert.equal(cfg.flowCollector.enable || cfg.clickHouse.enable || cfg.s3Uploader.enable, false);
+  assert.equal(cfg.activeFlowRecordTimeoutMs, 60_000);
+});
+
+Deno.test("re-marshalled shape (zero keys omitted, empty bucketName) is accepted", () => {
+  const cfg = parse(
+    "activeFlowRecordTimeout: 3.5s\ninactiveFlowRecordTimeout: 6s\n" +
+      "flowCollector:\n  enable: true\n  address: 10.0.0.5:4739:tcp\n" +
+      's3Uploader:\n  bucketName: ""\n',
+  );
+  assert.equal(cfg.flowCollector.collector?.hostPort, "10.0.0.5:4739");
+  assert.equal(cfg.inactiveFlowRecordTimeoutMs, 6000);
+});

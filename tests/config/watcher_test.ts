@@ -1,0 +1,207 @@
+import assert from "node:assert/strict";
+import {
+  type CheckResult,
+  type ConfigDiff,
+  ConfigWatcher,
+  type FlowAggregatorConfig,
+} from "../../src/config/mod.ts";
+import { setLogWriter } from "../../src/log.ts";
+
+const CONF = "flow-aggregator.conf";
+
+function conf(path: string): string {
+  return `flowLogger:\n  enable: true\n  path: ${path}\n`;
+}
+
+/** A kubelet-style ConfigMap volume: `..<ts>/` dirs, a `..data` symlink, a stable file link. */
+class ConfigMapDir {
+  readonly dir: string;
+  #gen = 0;
+  #current = "";
+
+  constructor(dir: string) {
+    this.dir = dir;
+  }
+
+  static async create(content: string): Promise<ConfigMapDir> {
+    const v = new ConfigMapDir(await Deno.makeTempDir({ prefix: "fa-config-" }));
+    await v.#writeGeneration(content);
+    await Deno.symlink(v.#current, `${v.dir}/..data`);
+    await Deno.symlink(`..data/${CONF}`, `${v.dir}/${CONF}`);
+    return v;
+  }
+
+  get path(): string {
+    return `${this.dir}/${CONF}`;
+  }
+
+  async #writeGeneration(content: string): Promise<string> {
+    const name = `..2026_12_02_13_00_0${this.#gen++}.${Math.random().toString(36).slice(2, 8)}`;
+    await Deno.mkdir(`${this.dir}/${name}`);
+    await Deno.writeTextFile(`${this.dir}/${name}/${CONF}`, content);
+    this.#current = name;
+    return name;
+  }
+
+  /** The kubelet swap: new dir, `..data_tmp` symlink renamed over `..data`, old dir removed. */
+  async swap(content: string): Promise<void> {
+    const old = this.#current;
+    const name = await this.#writeGeneration(content);
+    await Deno.symlink(name, `${this.dir}/..data_tmp`);
+    await Deno.rename(`${this.dir}/..data_tmp`, `${this.dir}/..data`);
+    await Deno.remove(`${this.dir}/${old}`, { recursive: true });
+  }
+}
+
+interface Harness {
+  watcher: ConfigWatcher;
+  changes: { next: FlowAggregatorConfig; old: FlowAggregatorConfig; diff: ConfigDiff }[];
+  /** Resolves at the next re-read with result `want` (stray re-reads from earlier events are skipped). */
+  waitFor(want: CheckResult): Promise<void>;
+}
+
+function harness(path: string): Harness {
+  const changes: Harness["changes"] = [];
+  let waiters: { want: CheckResult; resolve: () => void }[] = [];
+  const watcher = new ConfigWatcher(path, {
+    debounceMs: 30,
+    pollIntervalMs: 0,
+    onChange: (next, old, diff) => {
+      changes.push({ next, old, diff });
+    },
+    onCheck: (r) => {
+      const done = waiters.filter((w) => w.want === r);
+      waiters = waiters.filter((w) => w.want !== r);
+      for (const w of done) w.resolve();
+    },
+  });
+  return {
+    watcher,
+    changes,
+    // Fails instead of hanging when the watch is dead.
+    waitFor: (want) =>
+      new Promise<void>((resolve, reject) => {
+        const t = setTimeout(() => reject(new Error(`no "${want}" re-read within 5s`)), 5000);
+        waiters.push({
+          want,
+          resolve: () => {
+            clearTimeout(t);
+            resolve();
+          },
+        });
+      }),
+  };
+}
+
+Deno.test("watcher: a ConfigMap swap fires onChange once per real change", async () => {
+  const restoreLog = setLogWriter(() => {});
+  const vol = await ConfigMapDir.create(conf("/tmp/a.log"));
+  const h = harness(vol.path);
+  try {
+    const initial = await h.watcher.start();
+    assert.equal(initial.flowLogger.path, "/tmp/a.log");
+
+    let check = h.waitFor("changed");
+    await vol.swap(conf("/tmp/b.log"));
+    await check;
+    assert.equal(h.changes.length, 1);
+    assert.equal(h.changes[0].old.flowLogger.path, "/tmp/a.log");
+    assert.equal(h.changes[0].next.flowLogger.path, "/tmp/b.log");
+    assert.deepEqual(h.changes[0].diff.changedKeys, ["flowLogger.path"]);
+    assert.equal(h.changes[0].diff.exporters.flowLogger, "updated");
+    assert.equal(h.watcher.config.flowLogger.path, "/tmp/b.log");
+
+    // Identical content: a swap happens, the file is re-read, nothing is reported.
+    check = h.waitFor("unchanged");
+    await vol.swap(conf("/tmp/b.log"));
+    await check;
+    assert.equal(h.changes.length, 1);
+
+    // Invalid content is ignored and the last good config stays.
+    check = h.waitFor("invalid");
+    await vol.swap("flowLogger:\n  enable: true\n  bogus: 1\n");
+    await check;
+    assert.equal(h.changes.length, 1);
+    assert.equal(h.watcher.config.flowLogger.path, "/tmp/b.log");
+
+    // A second real change after the invalid one still works (the watch survived 3 swaps).
+    check = h.waitFor("changed");
+    await vol.swap(conf("/tmp/c.log"));
+    await check;
+    assert.equal(h.changes.length, 2);
+    assert.equal(h.changes[1].old.flowLogger.path, "/tmp/b.log");
+    assert.equal(h.changes[1].next.flowLogger.path, "/tmp/c.log");
+  } finally {
+    await h.watcher.stop();
+    setLogWriter(restoreLog);
+    await Deno.remove(vol.dir, { recursive: true });
+  }
+});
+
+Deno.test("watcher: going back to content seen before an invalid edit is not a change", async () => {
+  const restoreLog = setLogWriter(() => {});
+  const vol = await ConfigMapDir.create(conf("/tmp/a.log"));
+  const h = harness(vol.path);
+  try {
+    await h.watcher.start();
+    let check = h.waitFor("invalid");
+    await vol.swap("not: [valid");
+    await check;
+    check = h.waitFor("unchanged");
+    await vol.swap(conf("/tmp/a.log"));
+    await check;
+    assert.equal(h.changes.length, 0);
+  } finally {
+    await h.watcher.stop();
+    setLogWriter(restoreLog);
+    await Deno.remove(vol.dir, { recursive: true });
+  }
+});
+
+Deno.test("watcher: check() applies a plain in-place edit and reports unreadable files", async () => {
+  const restoreLog = setLogWriter(() => {});
+  const dir = await Deno.makeTempDir({ prefix: "fa-config-" });
+  const path = `${dir}/${CONF}`;
+  await Deno.writeTextFile(path, conf("/tmp/a.log"));
+  const changes: FlowAggregatorConfig[] = [];
+  const watcher = new ConfigWatcher(path, {
+    // Long debounce: only explicit check() calls re-read in this test.
+    debounceMs: 60_000,
+    pollIntervalMs: 0,
+    onChange: (next) => {
+      changes.push(next);
+    },
+  });
+  try {
+    await watcher.start();
+    assert.equal(await watcher.check(), "unchanged");
+    await Deno.writeTextFile(path, conf("/tmp/z.log"));
+    assert.equal(await watcher.check(), "changed");
+    assert.equal(changes.length, 1);
+    assert.equal(changes[0].flowLogger.path, "/tmp/z.log");
+    await Deno.remove(path);
+    assert.equal(await watcher.check(), "unreadable");
+    assert.equal(watcher.config.flowLogger.path, "/tmp/z.log");
+  } finally {
+    await watcher.stop();
+    setLogWriter(restoreLog);
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("watcher: start fails cleanly for a missing directory or an invalid file", async () => {
+  const w1 = new ConfigWatcher("/nonexistent-dir-fa/flow-aggregator.conf", { onChange: () => {} });
+  await assert.rejects(
+    () => w1.start(),
+    /^Error: error when starting file watch on configuration dir/,
+  );
+  const dir = await Deno.makeTempDir({ prefix: "fa-config-" });
+  try {
+    await Deno.writeTextFile(`${dir}/${CONF}`, "flowLogger:\n  enable: false\n");
+    const w2 = new ConfigWatcher(`${dir}/${CONF}`, { onChange: () => {} });
+    await assert.rejects(() => w2.start(), /should be configured/);
+    assert.throws(() => w2.config, /not started/);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

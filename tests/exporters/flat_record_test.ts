@@ -1,0 +1,202 @@
+import assert from "node:assert/strict";
+import type { AggregatedRecord, ExportedFlow } from "../../src/aggregation/record.ts";
+import { canonicalIP, FLAT_RECORD_FIELDS, toFlatRecord } from "../../src/exporters/flat_record.ts";
+
+/** Fixture record F of exporters.md §8.0 (IPv4 unless `ipv6`). Shared with the log tests. */
+export function fixtureFlow(ipv6 = false, overrides: Partial<AggregatedRecord> = {}): ExportedFlow {
+  const record: AggregatedRecord = {
+    flowStartSeconds: 1637706961,
+    flowEndSeconds: 1637706973,
+    flowEndSecondsFromSourceNode: 1637706974,
+    flowEndSecondsFromDestinationNode: 1637706975,
+    flowEndReason: 3,
+    sourceTransportPort: 44752,
+    destinationTransportPort: 5201,
+    protocolIdentifier: 6,
+    packetTotalCount: 823188n,
+    octetTotalCount: 30472817041n,
+    packetDeltaCount: 241333n,
+    octetDeltaCount: 8982624938n,
+    reversePacketTotalCount: 471111n,
+    reverseOctetTotalCount: 24500996n,
+    reversePacketDeltaCount: 136211n,
+    reverseOctetDeltaCount: 7083284n,
+    sourcePodName: "perftest-a",
+    sourcePodNamespace: "antrea-test",
+    sourceNodeName: "k8s-node-control-plane",
+    destinationPodName: "perftest-b",
+    destinationPodNamespace: "antrea-test-b",
+    destinationNodeName: "k8s-node-control-plane-b",
+    destinationServicePort: 5202,
+    destinationServicePortName: "perftest",
+    ingressNetworkPolicyName: "test-flow-aggregator-networkpolicy-ingress-allow",
+    ingressNetworkPolicyNamespace: "antrea-test-ns",
+    ingressNetworkPolicyType: 1,
+    ingressNetworkPolicyRuleName: "test-flow-aggregator-networkpolicy-rule",
+    ingressNetworkPolicyRuleAction: 2,
+    egressNetworkPolicyName: "test-flow-aggregator-networkpolicy-egress-allow",
+    egressNetworkPolicyNamespace: "antrea-test-ns-e",
+    egressNetworkPolicyType: 4,
+    egressNetworkPolicyRuleName: "test-flow-aggregator-networkpolicy-rule-e",
+    egressNetworkPolicyRuleAction: 5,
+    tcpState: "TIME_WAIT",
+    flowType: 11,
+    egressName: "test-egress",
+    egressIP: "172.18.0.1",
+    octetDeltaCountFromSourceNode: 0n,
+    octetDeltaCountFromDestinationNode: 0n,
+    octetTotalCountFromSourceNode: 0n,
+    octetTotalCountFromDestinationNode: 0n,
+    packetDeltaCountFromSourceNode: 0n,
+    packetDeltaCountFromDestinationNode: 0n,
+    packetTotalCountFromSourceNode: 0n,
+    packetTotalCountFromDestinationNode: 0n,
+    reverseOctetDeltaCountFromSourceNode: 0n,
+    reverseOctetDeltaCountFromDestinationNode: 0n,
+    reverseOctetTotalCountFromSourceNode: 0n,
+    reverseOctetTotalCountFromDestinationNode: 0n,
+    reversePacketDeltaCountFromSourceNode: 0n,
+    reversePacketDeltaCountFromDestinationNode: 0n,
+    reversePacketTotalCountFromSourceNode: 0n,
+    reversePacketTotalCountFromDestinationNode: 0n,
+    throughput: 15902813472n,
+    throughputFromSourceNode: 15902813473n,
+    throughputFromDestinationNode: 15902813474n,
+    reverseThroughput: 12381344n,
+    reverseThroughputFromSourceNode: 12381345n,
+    reverseThroughputFromDestinationNode: 12381346n,
+    sourcePodLabels: '{"antrea-e2e":"perftest-a","app":"iperf"}',
+    destinationPodLabels: '{"antrea-e2e":"perftest-b","app":"iperf"}',
+    ...(ipv6
+      ? {
+        sourceIPv6Address: "2001:0:3238:dfe1:63::fefb",
+        destinationIPv6Address: "2001:0:3238:dfe1:63::fefc",
+        destinationClusterIPv6: "2001:0:3238:dfe1:64::a",
+      }
+      : {
+        sourceIPv4Address: "10.10.0.79",
+        destinationIPv4Address: "10.10.0.80",
+        destinationClusterIPv4: "10.10.1.10",
+      }),
+    ...overrides,
+  };
+  return {
+    key: {
+      sourceAddress: record.sourceIPv4Address ?? record.sourceIPv6Address ?? "",
+      destinationAddress: record.destinationIPv4Address ?? record.destinationIPv6Address ?? "",
+      protocol: record.protocolIdentifier,
+      sourcePort: record.sourceTransportPort,
+      destinationPort: record.destinationTransportPort,
+    },
+    record,
+    isIPv6: ipv6,
+    uncorrelated: false,
+  };
+}
+
+/** The values of F in struct order (exporters.md §8.2 C2 without clusterUUID). */
+const EXPECTED_V4 = [
+  1637706961,
+  1637706973,
+  1637706974,
+  1637706975,
+  3,
+  "10.10.0.79",
+  "10.10.0.80",
+  44752,
+  5201,
+  6,
+  823188n,
+  30472817041n,
+  241333n,
+  8982624938n,
+  471111n,
+  24500996n,
+  136211n,
+  7083284n,
+  "perftest-a",
+  "antrea-test",
+  "k8s-node-control-plane",
+  "perftest-b",
+  "antrea-test-b",
+  "k8s-node-control-plane-b",
+  "10.10.1.10",
+  5202,
+  "perftest",
+  "test-flow-aggregator-networkpolicy-ingress-allow",
+  "antrea-test-ns",
+  "test-flow-aggregator-networkpolicy-rule",
+  2,
+  1,
+  "test-flow-aggregator-networkpolicy-egress-allow",
+  "antrea-test-ns-e",
+  "test-flow-aggregator-networkpolicy-rule-e",
+  5,
+  4,
+  "TIME_WAIT",
+  11,
+  '{"antrea-e2e":"perftest-a","app":"iperf"}',
+  '{"antrea-e2e":"perftest-b","app":"iperf"}',
+  15902813472n,
+  12381344n,
+  15902813473n,
+  15902813474n,
+  12381345n,
+  12381346n,
+  "test-egress",
+  "172.18.0.1",
+];
+
+Deno.test("flat record of the IPv4 fixture has exactly the §8.0 values in struct order", () => {
+  const flat = toFlatRecord(fixtureFlow(), "uuid-1");
+  assert.equal(FLAT_RECORD_FIELDS.length, 49);
+  assert.deepEqual(FLAT_RECORD_FIELDS.map((f) => flat[f]), EXPECTED_V4);
+  assert.equal(flat.clusterUUID, "uuid-1");
+  assert.equal(Object.keys(flat).length, 50);
+});
+
+Deno.test("flat record of the IPv6 fixture carries the IPv6 strings", () => {
+  const flat = toFlatRecord(fixtureFlow(true));
+  assert.equal(flat.sourceIP, "2001:0:3238:dfe1:63::fefb");
+  assert.equal(flat.destinationIP, "2001:0:3238:dfe1:63::fefc");
+  assert.equal(flat.destinationClusterIP, "2001:0:3238:dfe1:64::a");
+  assert.equal(flat.clusterUUID, "");
+});
+
+Deno.test("flat record uses zero values for absent IEs and keeps u64 exact", () => {
+  const flow = fixtureFlow(false, {
+    sourcePodLabels: undefined,
+    destinationPodLabels: "null",
+    octetTotalCount: 2n ** 64n - 1n,
+  });
+  const r = flow.record as unknown as Record<string, unknown>;
+  delete r.tcpState;
+  delete r.destinationClusterIPv4;
+  delete r.flowEndSecondsFromDestinationNode;
+  const flat = toFlatRecord(flow);
+  assert.equal(flat.tcpState, "");
+  assert.equal(flat.destinationClusterIP, "");
+  assert.equal(flat.flowEndSecondsFromDestinationNode, 0);
+  assert.equal(flat.sourcePodLabels, "");
+  assert.equal(flat.destinationPodLabels, "{}");
+  assert.equal(flat.octetTotalCount, 18446744073709551615n);
+});
+
+Deno.test("flat record is a copy: later mutation of the flow does not change it", () => {
+  const flow = fixtureFlow();
+  const flat = toFlatRecord(flow);
+  (flow.record as AggregatedRecord).octetDeltaCount = 0n;
+  assert.equal(flat.octetDeltaCount, 8982624938n);
+});
+
+Deno.test("canonicalIP applies RFC 5952 to IPv6 text", () => {
+  assert.equal(canonicalIP("2001:0000:3238:DFE1:0063:0000:0000:FEFB"), "2001:0:3238:dfe1:63::fefb");
+  assert.equal(canonicalIP("0:0:0:0:0:0:0:0"), "::");
+  assert.equal(canonicalIP("0:0:0:0:0:0:0:1"), "::1");
+  assert.equal(canonicalIP("2001:db8:0:0:1:0:0:1"), "2001:db8::1:0:0:1");
+  assert.equal(canonicalIP("2001:db8:0:1:1:1:1:1"), "2001:db8:0:1:1:1:1:1");
+  assert.equal(canonicalIP("::ffff:10.0.0.1"), "::ffff:10.0.0.1");
+  assert.equal(canonicalIP("fe80::1:2:3.4.5.6"), "fe80::1:2:304:506");
+  assert.equal(canonicalIP("10.0.0.1"), "10.0.0.1");
+  assert.equal(canonicalIP("not:an:ip"), "not:an:ip");
+});

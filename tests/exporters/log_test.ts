@@ -1,0 +1,296 @@
+import assert from "node:assert/strict";
+import type { FlowLoggerConfig } from "../../src/config/types.ts";
+import { LogExporter } from "../../src/exporters/log.ts";
+import {
+  formatLogLine,
+  LOG_LINE_FIELD_COUNT,
+  LogFilter,
+  policyTypeName,
+  protocolName,
+  ruleActionName,
+} from "../../src/exporters/log_format.ts";
+import { toFlatRecord } from "../../src/exporters/flat_record.ts";
+import { setLogWriter } from "../../src/log.ts";
+import { fixtureFlow } from "./flat_record_test.ts";
+
+const L1 = "1637706961,1637706973,10.10.0.79,10.10.0.80,44752,5201,6,perftest-a,antrea-test," +
+  "k8s-node-control-plane,perftest-b,antrea-test-b,k8s-node-control-plane-b,10.10.1.10,5202," +
+  "perftest,test-flow-aggregator-networkpolicy-ingress-allow,antrea-test-ns," +
+  "test-flow-aggregator-networkpolicy-rule,2,1,test-flow-aggregator-networkpolicy-egress-allow," +
+  "antrea-test-ns-e,test-flow-aggregator-networkpolicy-rule-e,5,4,test-egress,172.18.0.1";
+
+function loggerConfig(path: string, extra: Partial<FlowLoggerConfig> = {}): FlowLoggerConfig {
+  return {
+    enable: true,
+    path,
+    maxSize: 100,
+    maxBackups: 3,
+    maxAge: 0,
+    compress: true,
+    recordFormat: "CSV",
+    filters: [],
+    prettyPrint: true,
+    ...extra,
+  };
+}
+
+async function readLines(path: string): Promise<string[]> {
+  const text = await Deno.readTextFile(path);
+  return text === "" ? [] : text.replace(/\n$/, "").split("\n");
+}
+
+Deno.test("L1: raw line of fixture F matches upstream field by field", () => {
+  const line = formatLogLine(toFlatRecord(fixtureFlow()), false);
+  assert.ok(line.endsWith("\n"));
+  assert.equal(line, L1 + "\n");
+  const fields = line.slice(0, -1).split(",");
+  assert.equal(fields.length, LOG_LINE_FIELD_COUNT);
+  assert.deepEqual(fields.slice(0, 7), [
+    "1637706961",
+    "1637706973",
+    "10.10.0.79",
+    "10.10.0.80",
+    "44752",
+    "5201",
+    "6",
+  ]);
+  assert.equal(fields[13], "10.10.1.10");
+  assert.equal(fields[26], "test-egress");
+  assert.equal(fields[27], "172.18.0.1");
+});
+
+Deno.test("L2: pretty line changes only protocol, actions and policy types", () => {
+  const raw = L1.split(",");
+  const pretty = formatLogLine(toFlatRecord(fixtureFlow()), true).slice(0, -1).split(",");
+  assert.equal(pretty.length, 28);
+  const expected = [...raw];
+  expected[6] = "TCP";
+  expected[19] = "Drop";
+  expected[20] = "K8sNetworkPolicy";
+  expected[24] = "Invalid";
+  expected[25] = "Invalid";
+  assert.deepEqual(pretty, expected);
+});
+
+Deno.test("pretty names: protocols, action 0 and type 0 are empty, unknowns", () => {
+  assert.deepEqual([1, 2, 6, 17, 58, 132, 99].map(protocolName), [
+    "ICMP",
+    "IGMP",
+    "TCP",
+    "UDP",
+    "IPv6-ICMP",
+    "SCTP",
+    "Unknown Protocol",
+  ]);
+  assert.deepEqual([0, 1, 2, 3, 4].map(ruleActionName), ["", "Allow", "Drop", "Reject", "Invalid"]);
+  assert.deepEqual([0, 1, 2, 3, 9].map(policyTypeName), [
+    "",
+    "K8sNetworkPolicy",
+    "AntreaNetworkPolicy",
+    "AntreaClusterNetworkPolicy",
+    "Invalid",
+  ]);
+  const flat = toFlatRecord(fixtureFlow(false, {
+    protocolIdentifier: 99,
+    ingressNetworkPolicyRuleAction: 0,
+    ingressNetworkPolicyType: 0,
+  }));
+  const f = formatLogLine(flat, true).slice(0, -1).split(",");
+  assert.equal(f[6], "Unknown Protocol");
+  assert.equal(f[19], "");
+  assert.equal(f[20], "");
+});
+
+Deno.test("IPv6 fixture and hostile strings keep one 28-field line", () => {
+  const line = formatLogLine(
+    toFlatRecord(fixtureFlow(true, { sourcePodName: "a,b\nc", tcpState: "X" })),
+    false,
+  );
+  assert.equal(line.split("\n").length, 2);
+  const f = line.slice(0, -1).split(",");
+  assert.equal(f.length, 28);
+  assert.equal(f[2], "2001:0:3238:dfe1:63::fefb");
+  assert.equal(f[3], "2001:0:3238:dfe1:63::fefc");
+  assert.equal(f[13], "2001:0:3238:dfe1:64::a");
+  assert.equal(f[7], "a b c");
+});
+
+Deno.test("L5: filters are OR of AND conditions; None matches no rule", () => {
+  const rec = (inA: number, egA: number) =>
+    toFlatRecord(fixtureFlow(false, {
+      ingressNetworkPolicyRuleAction: inA,
+      egressNetworkPolicyRuleAction: egA,
+    }));
+  const U = rec(0, 0), E = rec(0, 2), I = rec(3, 0), B = rec(1, 1);
+  const f = (ing: string[], eg: string[]) => ({
+    ingressNetworkPolicyRuleActions: ing,
+    egressNetworkPolicyRuleActions: eg,
+  });
+  const table: [LogFilter, boolean[]][] = [
+    [new LogFilter([]), [true, true, true, true]],
+    [new LogFilter([f(["None"], ["None"])]), [true, false, false, false]],
+    [new LogFilter([f(["Drop", "Reject"], []), f([], ["Drop", "Reject"])]), [
+      false,
+      true,
+      true,
+      false,
+    ]],
+    [new LogFilter([f(["None"], []), f([], ["None"])]), [true, true, true, false]],
+    [new LogFilter([f(["Bogus"], [])]), [false, false, false, false]],
+  ];
+  for (const [filter, want] of table) {
+    assert.deepEqual([U, E, I, B].map((r) => filter.matches(r)), want);
+  }
+});
+
+Deno.test("exporter: filtered records are counted, not written", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-log-" });
+  const exp = new LogExporter(
+    loggerConfig(`${dir}/f.log`, {
+      filters: [{ ingressNetworkPolicyRuleActions: ["Allow"], egressNetworkPolicyRuleActions: [] }],
+    }),
+  );
+  try {
+    await exp.start();
+    exp.addRecord(fixtureFlow()); // ingress Drop: filtered
+    exp.addRecord(fixtureFlow(false, { ingressNetworkPolicyRuleAction: 1 }));
+    await exp.stop();
+    const lines = await readLines(`${dir}/f.log`);
+    assert.equal(lines.length, 1);
+    assert.equal(lines[0].split(",")[19], "Allow");
+    assert.deepEqual(exp.stats(), {
+      received: 2,
+      exported: 1,
+      dropped: 0,
+      errors: 0,
+      filtered: 1,
+      rotations: 0,
+    });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("L3: the flush timer writes buffered lines; stop returns promptly", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-log-" });
+  const path = `${dir}/t.log`;
+  const exp = new LogExporter(loggerConfig(path, { prettyPrint: false }), {
+    flushIntervalMs: 50,
+  });
+  try {
+    await exp.start();
+    exp.addRecord(fixtureFlow());
+    // Below the 4 KiB buffer: nothing is on disk right after the write.
+    assert.equal(await Deno.stat(path).then(() => true, () => false), false);
+    const deadline = Date.now() + 1000;
+    let lines: string[] = [];
+    while (Date.now() < deadline) {
+      lines = await readLines(path).catch(() => []);
+      if (lines.length > 0) break;
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    assert.deepEqual(lines, [L1]);
+    const t0 = performance.now();
+    await exp.stop();
+    assert.ok(performance.now() - t0 < 1000);
+  } finally {
+    await exp.stop();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("a full 4 KiB buffer is written without waiting for the timer", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-log-" });
+  const path = `${dir}/b.log`;
+  const exp = new LogExporter(loggerConfig(path), { flushIntervalMs: 3_600_000 });
+  try {
+    await exp.start();
+    for (let i = 0; i < 12; i++) exp.addRecord(fixtureFlow()); // ~5 KiB
+    await exp.flush(); // waits for the size-triggered flush already queued
+    assert.equal((await readLines(path)).length, 12);
+    assert.equal(exp.stats().exported, 12);
+  } finally {
+    await exp.stop();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("stop flushes and closes; records added before start are kept", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-log-" });
+  const path = `${dir}/s.log`;
+  const exp = new LogExporter(loggerConfig(path), { flushIntervalMs: 3_600_000 });
+  try {
+    exp.addRecord(fixtureFlow());
+    await exp.start();
+    exp.addRecord(fixtureFlow());
+    await exp.stop();
+    assert.equal((await readLines(path)).length, 2);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("L4: updateOptions flushes to the old file and switches to the new one", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-log-" });
+  const exp = new LogExporter(loggerConfig(`${dir}/1.log`), { flushIntervalMs: 3_600_000 });
+  try {
+    await exp.start();
+    exp.addRecord(fixtureFlow());
+    await exp.updateOptions(loggerConfig(`${dir}/2.log`, { prettyPrint: false }));
+    assert.equal((await readLines(`${dir}/1.log`)).length, 1);
+    exp.addRecord(fixtureFlow());
+    await exp.stop();
+    assert.equal((await readLines(`${dir}/1.log`)).length, 1);
+    assert.deepEqual(await readLines(`${dir}/2.log`), [L1]);
+    assert.equal(exp.config.path, `${dir}/2.log`);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("a bounded queue drops and counts records when the disk cannot keep up", () => {
+  const restore = setLogWriter(() => {});
+  try {
+    const exp = new LogExporter(loggerConfig("/nonexistent/never-written.log"), {
+      maxPendingBytes: 1000,
+      bufferBytes: 1 << 30,
+    });
+    for (let i = 0; i < 5; i++) exp.addRecord(fixtureFlow());
+    const s = exp.stats();
+    assert.equal(s.received, 5);
+    assert.equal(s.dropped, 3);
+  } finally {
+    setLogWriter(restore);
+  }
+});
+
+Deno.test("path '-' writes lines to standard output", async () => {
+  const script = `
+import { LogExporter } from "${new URL("../../src/exporters/log.ts", import.meta.url).href}";
+import { fixtureFlow } from "${new URL("./flat_record_test.ts", import.meta.url).href}";
+const exp = new LogExporter({ enable: true, path: "-", maxSize: 1, maxBackups: 1, maxAge: 0,
+  compress: false, recordFormat: "CSV", filters: [], prettyPrint: false });
+await exp.start();
+exp.addRecord(fixtureFlow());
+await exp.stop();
+`;
+  const dir = await Deno.makeTempDir({ prefix: "fa-log-" });
+  try {
+    await Deno.writeTextFile(`${dir}/run.ts`, script);
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: [
+        "run",
+        "--allow-all",
+        "--no-check",
+        `--config=${new URL("../../deno.json", import.meta.url).pathname}`,
+        `${dir}/run.ts`,
+      ],
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+    assert.equal(new TextDecoder().decode(out.stdout), L1 + "\n");
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -1,0 +1,403 @@
+import assert from "node:assert/strict";
+import {
+  decodeMessage,
+  encodeDataSet,
+  encodeMessage,
+  encodeTemplateSet,
+  fieldsFor,
+  IpfixDecodeError,
+  readMessageLength,
+  TemplateStore,
+  VARIABLE_LENGTH,
+} from "../../src/ipfix/mod.ts";
+import { concat, DOMAIN, message, rawSet, templateAndData, tmpl } from "./helpers.ts";
+import { DATA_MSG, TEMPLATE_MSG } from "./golden.ts";
+
+const PORTS = fieldsFor(["sourceTransportPort", "destinationTransportPort"]);
+const WITH_NAME = fieldsFor(["sourceTransportPort", "sourcePodName", "protocolIdentifier"]);
+
+function throwsReason(fn: () => unknown, reason: string): void {
+  assert.throws(fn, (e: unknown) => e instanceof IpfixDecodeError && e.reason === reason);
+}
+
+Deno.test("several records in one data set are all decoded", () => {
+  const store = new TemplateStore();
+  const recs = [1, 2, 3, 4].map((i) => ({
+    sourceTransportPort: i,
+    destinationTransportPort: i * 10,
+  }));
+  const m = decodeMessage(templateAndData(tmpl(300, PORTS), recs), store);
+  assert.equal(m.templateRecords, 1);
+  assert.deepEqual(m.dataSets[0].records, recs);
+});
+
+Deno.test("several sets in one message: template, two data sets of two templates, in order", () => {
+  const store = new TemplateStore();
+  const t1 = tmpl(300, PORTS);
+  const t2 = tmpl(301, WITH_NAME);
+  const msg = message([
+    encodeTemplateSet([t1, t2]), // two template records in one set
+    encodeDataSet(301, t2.fields, [{
+      sourceTransportPort: 5,
+      sourcePodName: "a",
+      protocolIdentifier: 17,
+    }]),
+    encodeDataSet(300, t1.fields, [{ sourceTransportPort: 1, destinationTransportPort: 2 }]),
+  ]);
+  const m = decodeMessage(msg, store);
+  assert.equal(m.templateRecords, 2);
+  assert.deepEqual(m.dataSets.map((d) => d.templateId), [301, 300]);
+  assert.deepEqual(m.dataSets[0].records[0], {
+    sourceTransportPort: 5,
+    sourcePodName: "a",
+    protocolIdentifier: 17,
+  });
+  assert.equal(store.size, 2);
+});
+
+Deno.test("padding shorter than the minimum record length ends a data set", () => {
+  const store = new TemplateStore();
+  decodeMessage(message([encodeTemplateSet([tmpl(300, PORTS)])]), store);
+  const data = encodeDataSet(300, PORTS, [{ sourceTransportPort: 1, destinationTransportPort: 2 }]);
+  const padded = rawSet(300, [...data.subarray(4), 0, 0, 0]); // 4-byte record + 3 padding
+  const m = decodeMessage(message([padded]), store);
+  assert.equal(m.dataSets[0].records.length, 1);
+  assert.deepEqual(m.setErrors, []);
+});
+
+Deno.test("padding at the end of a template set is ignored", () => {
+  const store = new TemplateStore();
+  const set = encodeTemplateSet([tmpl(300, PORTS)]);
+  const m = decodeMessage(message([rawSet(2, [...set.subarray(4), 0, 0])]), store);
+  assert.equal(m.templateRecords, 1);
+  assert.deepEqual(m.setErrors, []);
+});
+
+Deno.test("a trailing partial record that is at least the minimum length drops the set", () => {
+  const store = new TemplateStore();
+  decodeMessage(message([encodeTemplateSet([tmpl(301, WITH_NAME)])]), store);
+  // record: port(2) + len 5 "abc" (only 3 bytes) + proto missing => badVarLength
+  const m = decodeMessage(message([rawSet(301, [0, 1, 5, 97, 98, 99, 6])]), store);
+  assert.equal(m.dataSets.length, 0);
+  assert.deepEqual(m.setErrors, [{ setId: 301, reason: "badVarLength" }]);
+});
+
+Deno.test("a record whose fixed fields after a string overrun the set is badRecord", () => {
+  const store = new TemplateStore();
+  decodeMessage(message([encodeTemplateSet([tmpl(301, WITH_NAME)])]), store);
+  // port, "ab" (len 2), then protocol byte missing: min length 4 is met, record still cut
+  const m = decodeMessage(message([rawSet(301, [0, 1, 2, 97, 98])]), store);
+  assert.deepEqual(m.setErrors, [{ setId: 301, reason: "badRecord" }]);
+});
+
+Deno.test("a bad set is dropped and the sets around it are kept", () => {
+  const store = new TemplateStore();
+  const t = tmpl(301, WITH_NAME);
+  const good = encodeDataSet(301, t.fields, [{
+    sourceTransportPort: 9,
+    sourcePodName: "x",
+    protocolIdentifier: 1,
+  }]);
+  const msg = message([
+    encodeTemplateSet([t]),
+    good,
+    rawSet(301, [0, 1, 9, 97, 98]),
+    rawSet(5, [1, 2, 3, 4]),
+    good,
+  ]);
+  const m = decodeMessage(msg, store);
+  assert.equal(m.dataSets.length, 2);
+  assert.deepEqual(m.setErrors, [
+    { setId: 301, reason: "badVarLength" },
+    { setId: 5, reason: "reservedSetId" },
+  ]);
+});
+
+Deno.test("variable length: 1-byte and 3-byte forms, long form accepted for short values", () => {
+  const store = new TemplateStore();
+  decodeMessage(message([encodeTemplateSet([tmpl(301, WITH_NAME)])]), store);
+  const longForm = rawSet(301, [0, 7, 255, 0, 3, 120, 121, 122, 6]);
+  const shortForm = rawSet(301, [0, 8, 3, 120, 121, 122, 17]);
+  const m = decodeMessage(message([longForm, shortForm]), store);
+  assert.deepEqual(m.dataSets.map((d) => d.records[0]), [
+    { sourceTransportPort: 7, sourcePodName: "xyz", protocolIdentifier: 6 },
+    { sourceTransportPort: 8, sourcePodName: "xyz", protocolIdentifier: 17 },
+  ]);
+});
+
+Deno.test("variable length: a 3-byte prefix cut by the set end is badVarLength", () => {
+  const store = new TemplateStore();
+  const t = tmpl(302, fieldsFor(["sourcePodName"]));
+  decodeMessage(message([encodeTemplateSet([t])]), store);
+  const m = decodeMessage(message([rawSet(302, [255, 0])]), store);
+  assert.deepEqual(m.setErrors, [{ setId: 302, reason: "badVarLength" }]);
+});
+
+Deno.test("strings of 255+ bytes use the 3-byte form and round trip", () => {
+  const store = new TemplateStore();
+  const long = "p".repeat(300) + "é✓😀";
+  const m = decodeMessage(
+    templateAndData(tmpl(301, WITH_NAME), [{
+      sourceTransportPort: 1,
+      sourcePodName: long,
+      protocolIdentifier: 6,
+    }]),
+    store,
+  );
+  assert.equal(m.dataSets[0].records[0].sourcePodName, long);
+});
+
+Deno.test("invalid UTF-8 decodes with replacement characters instead of throwing", () => {
+  const store = new TemplateStore();
+  decodeMessage(message([encodeTemplateSet([tmpl(301, WITH_NAME)])]), store);
+  const m = decodeMessage(message([rawSet(301, [0, 1, 3, 0x61, 0xff, 0x62, 6])]), store);
+  assert.equal(m.dataSets[0].records[0].sourcePodName, "a\ufffdb");
+});
+
+Deno.test("options template: records decoded with options true", () => {
+  const store = new TemplateStore();
+  const t = {
+    id: 400,
+    fields: fieldsFor(["sourceTransportPort", "octetTotalCount"]),
+    scopeFieldCount: 1,
+  };
+  const msg = message([
+    encodeTemplateSet([t], true),
+    encodeDataSet(400, t.fields, [{ sourceTransportPort: 4739, octetTotalCount: 12n }]),
+  ]);
+  const m = decodeMessage(msg, store);
+  assert.equal(m.templateRecords, 1);
+  assert.deepEqual(m.dataSets, [{
+    templateId: 400,
+    options: true,
+    records: [{ sourceTransportPort: 4739, octetTotalCount: 12n }],
+  }]);
+  assert.equal(store.get(DOMAIN, 400)?.template.scopeFieldCount, 1);
+});
+
+Deno.test("options template with scope field count 0 is badTemplate", () => {
+  const store = new TemplateStore();
+  const body = [0x01, 0x90, 0, 1, 0, 0, 0, 7, 0, 2];
+  const m = decodeMessage(message([rawSet(3, body)]), store);
+  assert.deepEqual(m.setErrors, [{ setId: 3, reason: "badTemplate" }]);
+  assert.equal(store.size, 0);
+});
+
+Deno.test("withdrawal (field count 0) deletes the template; later data is a template miss", () => {
+  const store = new TemplateStore();
+  decodeMessage(message([encodeTemplateSet([tmpl(300, PORTS), tmpl(301, WITH_NAME)])]), store);
+  const m = decodeMessage(
+    message([
+      encodeTemplateSet([tmpl(300, [])]),
+      encodeDataSet(300, PORTS, [{ sourceTransportPort: 1, destinationTransportPort: 2 }]),
+    ]),
+    store,
+  );
+  assert.equal(m.withdrawals, 1);
+  assert.deepEqual(m.templateMisses, [300]);
+  assert.equal(store.get(DOMAIN, 300), undefined);
+  assert.ok(store.get(DOMAIN, 301));
+});
+
+Deno.test("withdrawal of id 2 removes all data templates, id 3 all options templates", () => {
+  const store = new TemplateStore();
+  const opt = { id: 500, fields: PORTS, scopeFieldCount: 1 };
+  decodeMessage(
+    message([
+      encodeTemplateSet([tmpl(300, PORTS), tmpl(301, WITH_NAME)]),
+      encodeTemplateSet([opt], true),
+    ]),
+    store,
+  );
+  assert.equal(store.size, 3);
+  decodeMessage(message([encodeTemplateSet([tmpl(2, [])])]), store);
+  assert.equal(store.size, 1);
+  assert.ok(store.get(DOMAIN, 500));
+  decodeMessage(
+    message([encodeTemplateSet([{ id: 3, fields: [], scopeFieldCount: 0 }], true)]),
+    store,
+  );
+  assert.equal(store.size, 0);
+});
+
+Deno.test("template id < 256 is rejected as badTemplate and nothing of the set is stored", () => {
+  const store = new TemplateStore();
+  // valid template 300 followed by template id 255 in the same set
+  const good = encodeTemplateSet([tmpl(300, PORTS)]).subarray(4);
+  const bad = [0, 255, 0, 1, 0, 7, 0, 2];
+  const m = decodeMessage(message([rawSet(2, [...good, ...bad])]), store);
+  assert.deepEqual(m.setErrors, [{ setId: 2, reason: "badTemplate" }]);
+  assert.equal(m.templateRecords, 0);
+  assert.equal(store.size, 0);
+});
+
+Deno.test("reserved set ids 0, 1 and 4-255 are set errors, the rest of the message is kept", () => {
+  for (const id of [0, 1, 4, 100, 255]) {
+    const store = new TemplateStore();
+    const m = decodeMessage(
+      message([rawSet(id, [1, 2, 3, 4]), encodeTemplateSet([tmpl(300, PORTS)])]),
+      store,
+    );
+    assert.deepEqual(m.setErrors, [{ setId: id, reason: "reservedSetId" }], `set id ${id}`);
+    assert.equal(m.templateRecords, 1);
+  }
+});
+
+Deno.test("unknown PEN / IE are kept as raw octets under <pen>/<id>", () => {
+  const store = new TemplateStore();
+  const fields = [
+    { id: 999, enterprise: 0, length: 3 },
+    { id: 5, enterprise: 12345, length: VARIABLE_LENGTH },
+    ...fieldsFor(["protocolIdentifier"]),
+  ];
+  decodeMessage(message([encodeTemplateSet([tmpl(300, fields)])]), store);
+  const m = decodeMessage(message([rawSet(300, [1, 2, 3, 2, 0xaa, 0xbb, 6])]), store);
+  assert.deepEqual(m.dataSets[0].records[0], {
+    "0/999": new Uint8Array([1, 2, 3]),
+    "12345/5": new Uint8Array([0xaa, 0xbb]),
+    protocolIdentifier: 6,
+  });
+});
+
+Deno.test("unsigned64 above 2^53 is exact (2^64-5 and 2^53+1)", () => {
+  const store = new TemplateStore();
+  const t = tmpl(300, fieldsFor(["octetDeltaCount", "packetDeltaCount", "reverseOctetDeltaCount"]));
+  const rec = {
+    octetDeltaCount: 2n ** 64n - 5n,
+    packetDeltaCount: 2n ** 53n + 1n,
+    reverseOctetDeltaCount: 0x1fffffffffffffn,
+  };
+  const m = decodeMessage(templateAndData(t, [rec]), store);
+  assert.deepEqual(m.dataSets[0].records[0], rec);
+});
+
+Deno.test("reduced-size fields decode by the template length", () => {
+  const store = new TemplateStore();
+  const fields = [
+    { id: 1, enterprise: 0, length: 4 }, // octetDeltaCount u64 in 4 bytes
+    { id: 2, enterprise: 0, length: 7 }, // packetDeltaCount u64 in 7 bytes
+    { id: 7, enterprise: 0, length: 1 }, // sourceTransportPort u16 in 1 byte
+    { id: 116, enterprise: 56506, length: 2 }, // ingressNetworkPolicyRulePriority i32 in 2
+    { id: 119, enterprise: 56506, length: 3 }, // egressNetworkPolicyRulePriority i32 in 3
+  ];
+  decodeMessage(message([encodeTemplateSet([tmpl(300, fields)])]), store);
+  const body = [0xff, 0xff, 0xff, 0xfe, 0x01, 0, 0, 0, 0, 0, 2, 80, 0xff, 0xff, 0xff, 0xff, 0xfe];
+  const m = decodeMessage(message([rawSet(300, body)]), store);
+  assert.deepEqual(m.dataSets[0].records[0], {
+    octetDeltaCount: 0xfffffffen,
+    packetDeltaCount: 2n ** 48n + 2n,
+    sourceTransportPort: 80,
+    ingressNetworkPolicyRulePriority: -1,
+    egressNetworkPolicyRulePriority: -2,
+  });
+});
+
+Deno.test("illegal field lengths are badTemplate (too long, wrong address size, var-length int, 0)", () => {
+  const cases = [
+    { id: 7, enterprise: 0, length: 4 }, // u16 in 4 bytes
+    { id: 8, enterprise: 0, length: 16 }, // ipv4Address in 16
+    { id: 1, enterprise: 0, length: VARIABLE_LENGTH }, // u64 as variable length
+    { id: 101, enterprise: 56506, length: 0 }, // zero-length string
+    { id: 150, enterprise: 0, length: 2 }, // dateTimeSeconds in 2
+  ];
+  for (const f of cases) {
+    const store = new TemplateStore();
+    const m = decodeMessage(message([encodeTemplateSet([tmpl(300, [f])])]), store);
+    assert.deepEqual(m.setErrors, [{ setId: 2, reason: "badTemplate" }], JSON.stringify(f));
+    assert.equal(store.size, 0);
+  }
+});
+
+Deno.test("duplicate IEs in a template: first occurrence wins, offsets stay aligned", () => {
+  const store = new TemplateStore();
+  const fields = fieldsFor([
+    "sourceTransportPort",
+    "sourcePodName",
+    "sourceTransportPort",
+    "protocolIdentifier",
+  ]);
+  decodeMessage(message([encodeTemplateSet([tmpl(300, fields)])]), store);
+  const m = decodeMessage(message([rawSet(300, [0, 1, 1, 97, 0, 2, 6])]), store);
+  assert.deepEqual(m.dataSets[0].records[0], {
+    sourceTransportPort: 1,
+    sourcePodName: "a",
+    protocolIdentifier: 6,
+  });
+});
+
+Deno.test("data before its template in one message is a miss; after it, decoded", () => {
+  const store = new TemplateStore();
+  const t = tmpl(300, PORTS);
+  const data = encodeDataSet(300, PORTS, [{ sourceTransportPort: 1, destinationTransportPort: 2 }]);
+  const m = decodeMessage(message([data, encodeTemplateSet([t]), data]), store);
+  assert.deepEqual(m.templateMisses, [300]);
+  assert.equal(m.dataSets.length, 1);
+});
+
+Deno.test("templates are scoped by observation domain", () => {
+  const store = new TemplateStore();
+  decodeMessage(TEMPLATE_MSG, store);
+  const other = DATA_MSG.slice();
+  other[15] ^= 1; // different observation domain id
+  const m = decodeMessage(other, store);
+  assert.deepEqual(m.templateMisses, [256]);
+  assert.equal(m.dataSets.length, 0);
+});
+
+Deno.test("header-only message and empty data set decode to nothing without errors", () => {
+  const store = new TemplateStore();
+  decodeMessage(message([encodeTemplateSet([tmpl(300, PORTS)])]), store);
+  const m1 = decodeMessage(message([]), store);
+  assert.deepEqual([m1.dataSets, m1.setErrors], [[], []]);
+  const m2 = decodeMessage(message([rawSet(300, [])]), store);
+  assert.deepEqual([m2.dataSets, m2.setErrors, m2.templateMisses], [[], [], []]);
+});
+
+Deno.test("message-level errors throw IpfixDecodeError with a reason", () => {
+  const store = new TemplateStore();
+  throwsReason(() => decodeMessage(new Uint8Array(10), store), "truncated");
+  const v9 = DATA_MSG.slice();
+  v9[1] = 9;
+  throwsReason(() => decodeMessage(v9, store), "badVersion");
+  throwsReason(() => decodeMessage(DATA_MSG.subarray(0, 100), store), "badLength");
+  throwsReason(() => decodeMessage(concat(DATA_MSG, new Uint8Array(1)), store), "badLength");
+  const len0 = DATA_MSG.slice();
+  len0[2] = 0;
+  len0[3] = 0;
+  throwsReason(() => decodeMessage(len0, store), "badLength");
+});
+
+Deno.test("a set length < 4 or past the message end is badSetLength and stops the walk", () => {
+  const store = new TemplateStore();
+  const t = encodeTemplateSet([tmpl(300, PORTS)]);
+  const tooLong = rawSet(300, [1, 2, 3, 4]);
+  tooLong[3] = 200;
+  const m = decodeMessage(message([t, tooLong]), store);
+  assert.deepEqual(m.setErrors, [{ setId: 300, reason: "badSetLength" }]);
+  assert.equal(m.templateRecords, 1);
+  const short = rawSet(300, [1, 2, 3, 4]);
+  short[3] = 2;
+  assert.deepEqual(decodeMessage(message([short]), store).setErrors, [{
+    setId: 300,
+    reason: "badSetLength",
+  }]);
+  const cut = encodeMessage({ exportTime: 0, sequenceNumber: 0, observationDomainId: 0 }, [
+    new Uint8Array([0, 2]),
+  ]);
+  assert.deepEqual(decodeMessage(cut, store).setErrors, [{ setId: -1, reason: "truncated" }]);
+});
+
+Deno.test("readMessageLength frames TCP streams and reports truncation", () => {
+  const stream = concat(TEMPLATE_MSG, DATA_MSG);
+  assert.equal(readMessageLength(stream), 288);
+  assert.equal(readMessageLength(stream, 288), 175);
+  throwsReason(() => readMessageLength(stream, stream.length - 3), "truncated");
+});
+
+Deno.test("decodes from a subarray of a larger buffer (non-zero byteOffset)", () => {
+  const store = new TemplateStore();
+  decodeMessage(TEMPLATE_MSG, store);
+  const big = concat(new Uint8Array(13), DATA_MSG, new Uint8Array(5));
+  const m = decodeMessage(big.subarray(13, 13 + DATA_MSG.length), store);
+  assert.equal(m.dataSets[0].records[0].sourcePodName, "perftest-a");
+});

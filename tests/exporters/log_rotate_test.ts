@@ -1,0 +1,231 @@
+import assert from "node:assert/strict";
+import { ManualClock } from "../../src/clock.ts";
+import type { FlowLoggerConfig } from "../../src/config/types.ts";
+import { LogExporter } from "../../src/exporters/log.ts";
+import { backupTimestamp, RotatingFile } from "../../src/exporters/log_rotate.ts";
+import { setLogWriter } from "../../src/log.ts";
+import { fixtureFlow } from "./flat_record_test.ts";
+
+const BACKUP_RE = /^flows-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}\.\d{3}\.log(\.gz)?$/;
+
+function loggerConfig(path: string, extra: Partial<FlowLoggerConfig> = {}): FlowLoggerConfig {
+  return {
+    enable: true,
+    path,
+    maxSize: 1,
+    maxBackups: 3,
+    maxAge: 0,
+    compress: true,
+    recordFormat: "CSV",
+    filters: [],
+    prettyPrint: false,
+    ...extra,
+  };
+}
+
+async function listDir(dir: string): Promise<string[]> {
+  const names: string[] = [];
+  for await (const e of Deno.readDir(dir)) names.push(e.name);
+  return names.sort();
+}
+
+async function readMaybeGzip(path: string): Promise<string> {
+  const data = await Deno.readFile(path);
+  if (!path.endsWith(".gz")) return new TextDecoder().decode(data);
+  const stream = new Blob([data]).stream().pipeThrough(new DecompressionStream("gzip"));
+  return await new Response(stream).text();
+}
+
+function assertWholeLines(text: string, where: string): number {
+  assert.ok(text === "" || text.endsWith("\n"), `${where} ends mid-line`);
+  const lines = text === "" ? [] : text.slice(0, -1).split("\n");
+  for (const l of lines) {
+    assert.equal(l.split(",").length, 28, `${where}: split line ${JSON.stringify(l)}`);
+    assert.ok(l.startsWith("1637706961,"), `${where}: line does not start a record`);
+  }
+  return lines.length;
+}
+
+Deno.test("backup timestamps are UTC with millisecond precision", () => {
+  assert.equal(backupTimestamp(Date.UTC(2023, 6, 25, 10, 0, 0, 7)), "2023-07-25T10-00-00.007");
+});
+
+Deno.test("rotation by size never splits a line; backups are gzipped and capped", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-rot-" });
+  const clock = new ManualClock();
+  const exp = new LogExporter(loggerConfig(`${dir}/flows.log`, { maxBackups: 2 }), {
+    clock,
+    maxSizeBytes: 1000, // two ~370-byte lines per file
+    flushIntervalMs: 3_600_000,
+  });
+  try {
+    await exp.start();
+    for (let i = 0; i < 9; i++) {
+      exp.addRecord(fixtureFlow());
+      await exp.flush();
+      clock.advance(1000);
+    }
+    await exp.stop(); // also waits for compression and cleanup
+    const names = await listDir(dir);
+    const backups = names.filter((n) => n !== "flows.log");
+    assert.ok(names.includes("flows.log"));
+    assert.equal(backups.length, 2, names.join(" "));
+    for (const b of backups) assert.match(b, BACKUP_RE), assert.ok(b.endsWith(".log.gz"), b);
+    let lines = 0;
+    for (const n of names) {
+      const text = await readMaybeGzip(`${dir}/${n}`);
+      assert.ok(new TextEncoder().encode(text).length <= 1000, `${n} too large`);
+      lines += assertWholeLines(text, n);
+    }
+    // 9 lines, 2 per file: 5 files were produced, the 2 oldest backups were removed.
+    assert.equal(exp.stats().rotations, 4);
+    assert.equal(lines, 5);
+    assert.equal(exp.stats().exported, 9);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("one big flush is split at line boundaries across several files", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-rot-" });
+  const exp = new LogExporter(
+    loggerConfig(`${dir}/flows.log`, { maxBackups: 0, compress: false }),
+    { clock: new ManualClock(), maxSizeBytes: 1000, flushIntervalMs: 3_600_000 },
+  );
+  try {
+    for (let i = 0; i < 7; i++) exp.addRecord(fixtureFlow());
+    await exp.stop();
+    const names = await listDir(dir);
+    // Same manual time for every rotation: names must still be distinct.
+    assert.equal(names.length, 4, names.join(" "));
+    let lines = 0;
+    for (const n of names) lines += assertWholeLines(await Deno.readTextFile(`${dir}/${n}`), n);
+    assert.equal(lines, 7);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("maxAge removes backups older than the limit (clock-driven)", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-rot-" });
+  const clock = new ManualClock();
+  const line = "x".repeat(99) + "\n";
+  const f = new RotatingFile(`${dir}/flows.log`, {
+    maxSizeBytes: 150,
+    maxBackups: 0,
+    maxAgeDays: 1,
+    compress: false,
+    clock,
+  });
+  try {
+    await f.writeLines([line, line]); // rotation 1 at t0
+    await f.settled();
+    const first = `flows-${backupTimestamp(clock.wallMs())}.log`;
+    assert.deepEqual(await listDir(dir), [first, "flows.log"]);
+    clock.advance(2 * 86_400_000);
+    await f.writeLines([line]); // rotation 2, two days later: the first backup is too old
+    await f.settled();
+    assert.deepEqual(await listDir(dir), [
+      `flows-${backupTimestamp(clock.wallMs())}.log`,
+      "flows.log",
+    ]);
+  } finally {
+    await f.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("a line larger than maxSize is dropped and counted, the rest is written", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-rot-" });
+  const restore = setLogWriter(() => {});
+  const f = new RotatingFile(`${dir}/flows.log`, {
+    maxSizeBytes: 50,
+    maxBackups: 0,
+    maxAgeDays: 0,
+    compress: false,
+  });
+  try {
+    const res = await f.writeLines(["short\n", "y".repeat(80) + "\n", "after\n"]);
+    assert.deepEqual(res, { written: 2, tooLong: 1 });
+    assert.equal(await Deno.readTextFile(`${dir}/flows.log`), "short\nafter\n");
+  } finally {
+    await f.close();
+    setLogWriter(restore);
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("I/O errors are logged and counted, then the file is reopened", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-rot-" });
+  const logLines: string[] = [];
+  const restore = setLogWriter((l) => logLines.push(l));
+  const sub = `${dir}/sub`;
+  const path = `${sub}/flows.log`;
+  const exp = new LogExporter(loggerConfig(path), { flushIntervalMs: 3_600_000 });
+  try {
+    await exp.start();
+    exp.addRecord(fixtureFlow());
+    await exp.flush();
+    assert.equal((await Deno.readTextFile(path)).split("\n").length, 2);
+
+    // The directory disappears while the file is open: the next write goes to a new file.
+    await Deno.remove(sub, { recursive: true });
+    exp.addRecord(fixtureFlow());
+    await exp.flush();
+    assert.equal(assertWholeLines(await Deno.readTextFile(path), "recreated"), 1);
+
+    // The directory is replaced by a regular file: writes fail, addRecord does not throw.
+    await Deno.remove(sub, { recursive: true });
+    await Deno.writeTextFile(sub, "not a directory");
+    exp.addRecord(fixtureFlow());
+    await exp.flush();
+    exp.addRecord(fixtureFlow());
+    await exp.flush();
+    let s = exp.stats();
+    assert.equal(s.errors, 2);
+    assert.equal(s.dropped, 2);
+    assert.equal(s.exported, 2);
+    assert.ok(
+      logLines.some((l) => l.includes("level=error") && l.includes("Cannot write flow log")),
+    );
+
+    // Recreate the directory: the next write succeeds, nothing sticky.
+    await Deno.remove(sub);
+    await Deno.mkdir(sub);
+    exp.addRecord(fixtureFlow());
+    await exp.stop();
+    assert.equal(assertWholeLines(await Deno.readTextFile(path), "after recovery"), 1);
+    s = exp.stats();
+    assert.equal(s.exported, 3);
+    assert.equal(s.received, 5);
+  } finally {
+    await exp.stop();
+    setLogWriter(restore);
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("an existing file is appended to, and rotated first when it is already full", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-rot-" });
+  const path = `${dir}/flows.log`;
+  try {
+    await Deno.writeTextFile(path, "old\n");
+    const f = new RotatingFile(path, {
+      maxSizeBytes: 10,
+      maxBackups: 0,
+      maxAgeDays: 0,
+      compress: false,
+      clock: new ManualClock(),
+    });
+    await f.writeLines(["ab\n"]);
+    assert.equal(await Deno.readTextFile(path), "old\nab\n");
+    await f.writeLines(["cdefgh\n"]);
+    await f.close();
+    assert.equal(await Deno.readTextFile(path), "cdefgh\n");
+    const backups = (await listDir(dir)).filter((n) => n !== "flows.log");
+    assert.equal(await Deno.readTextFile(`${dir}/${backups[0]}`), "old\nab\n");
+    assert.equal(((await Deno.stat(path)).mode ?? 0) & 0o777, 0o644 & ~Deno.umask());
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

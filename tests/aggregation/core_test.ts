@@ -1,0 +1,182 @@
+import assert from "node:assert/strict";
+import type { FlowInput } from "../../src/aggregation/mod.ts";
+import { at, baseRecord, collector, counters, csd, K4, newCore, one, s1 } from "./fixtures.ts";
+
+function intra(over: Partial<FlowInput> = {}): FlowInput {
+  return {
+    ...baseRecord(),
+    flowType: 1,
+    sourcePodName: "pod1",
+    destinationPodName: "pod2",
+    flowStartSeconds: 0,
+    flowEndSeconds: 10,
+    flowEndReason: 2,
+    tcpState: "ESTABLISHED",
+    ...counters(100n, 100n, 10_000n, 10_000n),
+    ...over,
+  };
+}
+
+Deno.test("improved (L8): a total that goes down gives throughput 0, not a u64 wrap", () => {
+  const { core } = newCore();
+  core.addRecord(intra());
+  core.addRecord(intra({ flowEndSeconds: 20, ...counters(50n, 5n, 5_000n, 500n) }));
+  const r = one(core);
+  assert.deepEqual(csd(r, "throughput"), [0n, 0n, 0n]);
+  assert.deepEqual(csd(r, "reverseThroughput"), [0n, 0n, 0n]);
+  assert.equal(r.octetTotalCount, 10_000n); // common total only rises
+  assert.equal(r.octetTotalCountFromSourceNode, 5_000n);
+  assert.equal(core.stats().negativeDiffsClamped, 2);
+});
+
+Deno.test("u64 counters above 2^53 stay exact through aggregation and snapshot", () => {
+  const { core } = newCore();
+  const big = 2n ** 60n + 7n;
+  core.addRecord(intra({ ...counters(big, big, big, big) }));
+  core.addRecord(intra({ flowEndSeconds: 11, ...counters(big + 1n, 1n, big + 8n, 1n) }));
+  const r = one(core);
+  assert.equal(r.octetTotalCount, big + 8n);
+  assert.equal(r.octetDeltaCount, big + 1n);
+  assert.equal(r.throughput, 64n);
+});
+
+Deno.test("improved (L12): maxFlows rejects new keys, existing flows still update", () => {
+  const { core } = newCore({ maxFlows: 2 });
+  assert.equal(core.addRecord(intra({ sourceTransportPort: 1 })), true);
+  assert.equal(core.addRecord(intra({ sourceTransportPort: 2 })), true);
+  assert.equal(core.addRecord(intra({ sourceTransportPort: 3 })), false);
+  assert.equal(core.addRecord(intra({ sourceTransportPort: 1, flowEndSeconds: 11 })), true);
+  const s = core.stats();
+  assert.equal(s.droppedMaxFlows, 1);
+  assert.equal(s.recordsRejected.maxFlows, 1);
+  assert.equal(core.flowCount, 2);
+});
+
+Deno.test("bad input is rejected and counted, never thrown", () => {
+  const { core } = newCore();
+  const noEnd = intra();
+  delete noEnd.flowEndSeconds;
+  assert.equal(core.addRecord(noEnd), false);
+  assert.equal(
+    core.addRecord(intra({ octetTotalCount: 5 as unknown as bigint })),
+    false,
+  );
+  assert.equal(core.addRecord(intra()), true);
+  // Updates need all NonStats and Stats IEs (§3.3), and then do not refresh the queue.
+  const noState = intra({ flowEndSeconds: 11 });
+  delete noState.tcpState;
+  const noDelta = intra({ flowEndSeconds: 11 });
+  delete noDelta.packetDeltaCount;
+  assert.equal(core.addRecord(noState), false);
+  assert.equal(core.addRecord(noDelta), false);
+  assert.equal(core.addRecord({} as FlowInput), false);
+  const s = core.stats();
+  assert.equal(s.recordsRejected.missingField, 3);
+  assert.equal(s.recordsRejected.badFieldType, 1);
+  assert.equal(s.recordsRejected.missingKeyField, 1);
+  assert.equal(s.recordsAccepted, 1);
+  assert.equal(one(core).flowEndSeconds, 10);
+});
+
+Deno.test("snapshots are own copies: later updates and resets do not change them", () => {
+  const { core, clock } = newCore();
+  core.addRecord(intra());
+  const q = one(core);
+  at(clock, 60_100);
+  const c = collector();
+  core.expire(c.emit);
+  core.addRecord(intra({ flowEndSeconds: 20, ...counters(200n, 100n, 20_000n, 10_000n) }));
+  assert.equal(q.octetDeltaCount, 10_000n);
+  assert.equal(c.out[0].record.throughput, 8000n);
+  assert.equal(one(core).octetDeltaCount, 10_000n);
+  assert.equal(one(core).octetTotalCount, 20_000n);
+});
+
+Deno.test("reset zeroes exactly the 12 deltas and 6 throughputs (§3.6)", () => {
+  const { core, clock } = newCore();
+  core.addRecord(intra());
+  at(clock, 60_100);
+  core.expire(() => {});
+  const r = one(core) as unknown as Record<string, unknown>;
+  const zero = Object.keys(r).filter((k) => r[k] === 0n).sort();
+  assert.equal(zero.length, 18);
+  for (const k of zero) assert.match(k, /Delta|[tT]hroughput/);
+  assert.equal(r.packetTotalCount, 100n);
+  assert.equal(r.flowEndSecondsFromSourceNode, 10);
+});
+
+Deno.test("flushAll emits every flow (not-ready ones as uncorrelated) and empties the core", () => {
+  const { core } = newCore();
+  core.addRecord(intra());
+  core.addRecord(s1({ sourceTransportPort: 7 }));
+  const c = collector();
+  assert.equal(core.flushAll(c.emit), 2);
+  assert.deepEqual(c.out.map((f) => f.uncorrelated).sort(), [false, true]);
+  assert.equal(core.flowCount, 0);
+  assert.equal(core.queueLength, 0);
+  assert.equal(core.expire(c.emit), 0);
+  // The core is reusable afterwards.
+  assert.equal(core.addRecord(intra()), true);
+  assert.equal(one(core).octetTotalCount, 10_000n);
+});
+
+Deno.test("deleted flows free their slot; a reused slot starts from zero", () => {
+  const { core, clock } = newCore();
+  core.addRecord(intra({ sourceTransportPort: 1, ...counters(9n, 9n, 999n, 999n) }));
+  at(clock, 90_100);
+  core.expire(() => {});
+  core.expire(() => {});
+  assert.equal(core.flowCount, 0);
+  const r = s1({ sourceTransportPort: 2 });
+  core.addRecord(r);
+  const got = one(core, { ...K4, sourcePort: 2 });
+  assert.equal(got.octetTotalCountFromDestinationNode, 0n);
+  assert.equal(got.flowEndSecondsFromDestinationNode, 0);
+  assert.equal(got.octetTotalCount, 1000n);
+});
+
+Deno.test("counters: exports without new data (L9) and records/flows totals", () => {
+  const { core, clock } = newCore();
+  core.addRecord(intra());
+  at(clock, 60_100);
+  core.expire(() => {});
+  at(clock, 90_100);
+  core.expire(() => {});
+  const s = core.stats();
+  assert.equal(s.exported, 2);
+  assert.equal(s.exportedWithoutNewData, 1);
+  assert.equal(s.flowsCreated, 1);
+  assert.equal(s.flowsDeleted, 1);
+  assert.equal(s.flows, 0);
+  assert.equal(s.recordsIn, 1);
+});
+
+Deno.test("improved: a throwing emit during flushAll is counted and the flush completes", () => {
+  const { core } = newCore();
+  core.addRecord(intra({ sourceTransportPort: 1 }));
+  core.addRecord(intra({ sourceTransportPort: 2 }));
+  const c = collector((f) => f.key.sourcePort === 1);
+  assert.equal(core.flushAll(c.emit), 1);
+  assert.equal(core.stats().emitErrors, 1);
+  assert.equal(core.flowCount, 0);
+});
+
+Deno.test("setIncludePodLabels switches labels on for flows exported afterwards", () => {
+  const { core, clock } = newCore();
+  core.addRecord(intra({ sourcePodNamespace: "ns", destinationPodNamespace: "ns" }));
+  const hooks = {
+    lookupPod: (ip: string) =>
+      ip === "10.0.0.1"
+        ? { name: "pod1", namespace: "ns", nodeName: "n", labels: { a: "<b>" } }
+        : undefined,
+  };
+  at(clock, 60_100);
+  const c = collector();
+  core.expire(c.emit, hooks);
+  assert.equal(c.out[0].record.sourcePodLabels, undefined);
+  core.setIncludePodLabels(true);
+  at(clock, 90_100);
+  core.expire(c.emit, hooks);
+  // Go's json.Marshal escapes < and > (HTML-safe).
+  assert.equal(c.out[1].record.sourcePodLabels, '{"a":"\\u003cb\\u003e"}');
+});

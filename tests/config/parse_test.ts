@@ -323,3 +323,48 @@ Deno.test("re-marshalled shape (zero keys omitted, empty bucketName) is accepted
   assert.equal(cfg.flowCollector.collector?.hostPort, "10.0.0.5:4739");
   assert.equal(cfg.inactiveFlowRecordTimeoutMs, 6000);
 });
+
+Deno.test("garbage input only ever throws ConfigError", () => {
+  const inputs = [
+    "\u0000\u0001",
+    "---\n...\n---\n",
+    "&a [*a]",
+    "? [x]\n: y\n",
+    "1: 2\n",
+    "flowLogger: &x\n  enable: true\n  filters: *x\n",
+    "flowLogger:\n  enable: !!binary aGVsbG8=\n",
+    "flowLogger:\n  enable: true\n  filters:\n    - [Drop]\n",
+    "flowLogger:\n  enable: true\n  filters:\n    - ingressNetworkPolicyRuleActions: [[Drop]]\n",
+    "x".repeat(10_000),
+    "a:\n" + "  ".repeat(50) + "b: 1\n",
+  ];
+  let seed = 42;
+  const rand = () => (seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff;
+  const alphabet = "ab:- \n[]{}&*!|>'\"#%@`,?0123456789.\t";
+  for (let i = 0; i < 300; i++) {
+    let s = "";
+    const n = Math.floor(rand() * 60);
+    for (let j = 0; j < n; j++) s += alphabet[Math.floor(rand() * alphabet.length)];
+    inputs.push(s, MIN + s);
+  }
+  let rejected = 0;
+  for (const text of inputs) {
+    try {
+      parse(text);
+    } catch (e) {
+      assert.ok(e instanceof ConfigError, `${JSON.stringify(text)}: ${e}`);
+      rejected++;
+    }
+  }
+  assert.ok(rejected > inputs.length / 2);
+});
+
+Deno.test("YAML anchors and aliases resolve like plain values", () => {
+  const cfg = parse(
+    "flowLogger:\n  enable: &on true\n  compress: *on\n  filters:\n" +
+      "    - ingressNetworkPolicyRuleActions: &deny [Drop, Reject]\n" +
+      "      egressNetworkPolicyRuleActions: *deny\n",
+  );
+  assert.equal(cfg.flowLogger.compress, true);
+  assert.deepEqual(cfg.flowLogger.filters[0].egressNetworkPolicyRuleActions, ["Drop", "Reject"]);
+});

@@ -205,3 +205,35 @@ Deno.test("watcher: start fails cleanly for a missing directory or an invalid fi
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("watcher: the safety-net poll picks up a change the watch did not report", async () => {
+  const restoreLog = setLogWriter(() => {});
+  const dir = await Deno.makeTempDir({ prefix: "fa-config-" });
+  const path = `${dir}/${CONF}`;
+  await Deno.writeTextFile(path, conf("/tmp/a.log"));
+  let resolveChange: (c: FlowAggregatorConfig) => void = () => {};
+  const changed = new Promise<FlowAggregatorConfig>((r) => (resolveChange = r));
+  const watcher = new ConfigWatcher(path, {
+    // Events would only be handled after a minute; the 20 ms poll must see the edit first.
+    debounceMs: 60_000,
+    pollIntervalMs: 20,
+    onChange: (next) => resolveChange(next),
+  });
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    await watcher.start();
+    await Deno.writeTextFile(path, conf("/tmp/p.log"));
+    const next = await Promise.race([
+      changed,
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error("poll did not fire")), 5000);
+      }),
+    ]);
+    assert.equal(next.flowLogger.path, "/tmp/p.log");
+  } finally {
+    clearTimeout(timer);
+    await watcher.stop();
+    setLogWriter(restoreLog);
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -69,6 +69,8 @@ export class ConfigWatcher {
   #chain: Promise<unknown> = Promise.resolve();
   #running = false;
   #restartDelayMs = 1000;
+  /** Bumped on every start, so a poll callback of an earlier run never re-arms itself. */
+  #generation = 0;
 
   /** Creates a watcher for the file at `path`; nothing happens until {@linkcode start}. */
   constructor(path: string, options: ConfigWatcherOptions) {
@@ -102,6 +104,7 @@ export class ConfigWatcher {
       );
     }
     this.#running = true;
+    this.#generation++;
     try {
       const text = await Deno.readTextFile(this.#path);
       this.#config = this.#parse(text);
@@ -245,11 +248,12 @@ export class ConfigWatcher {
 
   #schedulePoll(): void {
     if (this.#pollIntervalMs <= 0 || !this.#running) return;
+    const generation = this.#generation;
     this.#pollTimer = setTimeout(async () => {
       this.#pollTimer = undefined;
-      if (!this.#running) return;
+      if (!this.#running || generation !== this.#generation) return;
       await this.check();
-      this.#schedulePoll();
+      if (generation === this.#generation) this.#schedulePoll();
     }, this.#pollIntervalMs);
   }
 }

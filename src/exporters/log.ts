@@ -64,6 +64,8 @@ export class LogExporter implements Exporter {
   #chain: Promise<void> = Promise.resolve();
   #timer: ReturnType<typeof setTimeout> | undefined;
   #running = false;
+  /** Bumped on every start, so a timer callback of an earlier run never re-arms itself. */
+  #generation = 0;
   #stats = { received: 0, exported: 0, dropped: 0, errors: 0, filtered: 0 };
   #rotationsBefore = 0;
 
@@ -91,6 +93,7 @@ export class LogExporter implements Exporter {
   start(): Promise<void> {
     if (!this.#running) {
       this.#running = true;
+      this.#generation++;
       this.#schedule();
       log.info("Flow logger started", { path: this.#config.path });
     }
@@ -213,10 +216,11 @@ export class LogExporter implements Exporter {
 
   #schedule(): void {
     if (!this.#running) return;
+    const generation = this.#generation;
     this.#timer = setTimeout(async () => {
       this.#timer = undefined;
       await this.flush();
-      this.#schedule();
+      if (generation === this.#generation) this.#schedule();
     }, this.#opts.flushIntervalMs);
   }
 

@@ -98,6 +98,8 @@ export class RotatingFile implements LineSink {
   #size = 0;
   #maintenance: Promise<void> = Promise.resolve();
   #rotations = 0;
+  /** True until the first write into an existing, non-empty file we just opened. */
+  #freshExisting = false;
 
   /** Creates the writer; the file is opened on the first write. */
   constructor(path: string, options: RotatingFileOptions) {
@@ -156,7 +158,12 @@ export class RotatingFile implements LineSink {
           });
           continue;
         }
-        if (this.#size + chunkBytes + bytes.length > max) {
+        // lumberjack: a file found on disk is rotated if this write would fill it exactly too.
+        const full = this.#freshExisting && chunkBytes === 0
+          ? this.#size + bytes.length >= max
+          : this.#size + chunkBytes + bytes.length > max;
+        this.#freshExisting = false;
+        if (full) {
           await flushChunk();
           await this.#rotate();
         }
@@ -210,6 +217,7 @@ export class RotatingFile implements LineSink {
     this.#file = file;
     this.#ino = st.ino;
     this.#size = st.size;
+    this.#freshExisting = st.size > 0;
   }
 
   async #rotate(): Promise<void> {

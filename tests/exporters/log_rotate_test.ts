@@ -205,6 +205,28 @@ Deno.test("I/O errors are logged and counted, then the file is reopened", async 
   }
 });
 
+Deno.test("an existing file that this write would fill exactly is rotated first", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-rot-" });
+  const path = `${dir}/flows.log`;
+  try {
+    await Deno.writeTextFile(path, "12345\n");
+    const f = new RotatingFile(path, {
+      maxSizeBytes: 10,
+      maxBackups: 0,
+      maxAgeDays: 0,
+      compress: false,
+      clock: new ManualClock(),
+    });
+    await f.writeLines(["abc\n"]); // 6 + 4 = 10 >= 10
+    await f.writeLines(["de\n"]); // 4 + 3 = 7 <= 10: append
+    await f.close();
+    assert.equal(await Deno.readTextFile(path), "abc\nde\n");
+    assert.equal(f.rotations, 1);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("an existing file is appended to, and rotated first when it is already full", async () => {
   const dir = await Deno.makeTempDir({ prefix: "fa-rot-" });
   const path = `${dir}/flows.log`;

@@ -309,7 +309,8 @@ export class FlowModel {
       const dstLocal = side === 1 || (local && f.dstPod !== "");
       const last = f.last[side];
       const delta = (now: bigint, before: bigint): bigint => {
-        if (this.#wrap > 0 && this.#rand() < this.#wrap) return (now - before - 5n + U64) % U64;
+        // A counter that went backwards: the Agent's unsigned subtraction wraps below 2^64.
+        if (this.#wrap > 0 && this.#rand() < this.#wrap) return U64 - BigInt(this.#int(1, 100));
         return now - before;
       };
       const r: DataRecord = {

@@ -1,0 +1,302 @@
+import assert from "node:assert/strict";
+import {
+  agentDataMessage,
+  agentObservationDomainId,
+  agentTemplateMessage,
+  CaptureServer,
+  type FlowgenReport,
+  FlowModel,
+  runFlowgen,
+  SCENARIOS,
+} from "../../src/flowgen/mod.ts";
+import { Collector, type TlsMaterial } from "../../src/collector/mod.ts";
+import { generateCertificates } from "../../src/pki/mod.ts";
+import type { DataRecord } from "../../src/ipfix/mod.ts";
+import { setLogWriter } from "../../src/log.ts";
+
+setLogWriter(() => {});
+
+const DENO = new URL("../../node_modules/.bin/deno", import.meta.url).pathname;
+const FLOWGEN = new URL("../../scripts/flowgen.ts", import.meta.url).pathname;
+const CONFIG = new URL("../../deno.json", import.meta.url).pathname;
+
+function hex(b: Uint8Array): string {
+  return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+}
+
+// ipfix.md §1.13 golden vectors (Agent k8s-node-1, export time 1700000000).
+const GOLDEN_TEMPLATE = "000a01206553f1000000000033de13e200020110010000270096000400970004" +
+  "0088000100070002000b00020004000100560008005500080002000800010008" +
+  "00080004000c0004805600080000727980550008000072798002000800007279" +
+  "80010008000072798065ffff0000dcba8064ffff0000dcba8068ffff0000dcba" +
+  "8067ffff0000dcba8066ffff0000dcba8069ffff0000dcba806c00020000dcba" +
+  "806dffff0000dcba806effff0000dcba806fffff0000dcba807300010000dcba" +
+  "808dffff0000dcba808b00010000dcba8070ffff0000dcba8071ffff0000dcba" +
+  "807600010000dcba808effff0000dcba808c00010000dcba8088ffff0000dcba" +
+  "808900010000dcba8099ffff0000dcba809affff0000dcba806a00040000dcba";
+const GOLDEN_DATA = "000a00af6553f10a0000000133de13e20100009f6553f1006553f10a02aed014" +
+  "510600000000000000640000000000003a980000000000000064000000000000" +
+  "3a980a0a004f0a0a015000000000000000500000000000002328000000000000" +
+  "005000000000000023280a70657266746573742d610b616e747265612d746573" +
+  "740a6b38732d6e6f64652d31000000000000000000000000000000000b455354" +
+  "41424c495348454402000000000000";
+
+Deno.test("flowgen Agent messages match the ipfix.md §1.13 golden bytes", () => {
+  const odid = agentObservationDomainId("k8s-node-1");
+  assert.equal(odid, 0x33de13e2);
+  assert.equal(hex(agentTemplateMessage(256, odid, 1700000000, 0)), GOLDEN_TEMPLATE);
+  const rec: DataRecord = {
+    flowStartSeconds: 1700000000,
+    flowEndSeconds: 1700000010,
+    flowEndReason: 2,
+    sourceIPv4Address: "10.10.0.79",
+    destinationIPv4Address: "10.10.1.80",
+    sourceTransportPort: 44752,
+    destinationTransportPort: 5201,
+    protocolIdentifier: 6,
+    packetTotalCount: 100n,
+    octetTotalCount: 15000n,
+    packetDeltaCount: 100n,
+    octetDeltaCount: 15000n,
+    reversePacketTotalCount: 80n,
+    reverseOctetTotalCount: 9000n,
+    reversePacketDeltaCount: 80n,
+    reverseOctetDeltaCount: 9000n,
+    sourcePodName: "perftest-a",
+    sourcePodNamespace: "antrea-test",
+    sourceNodeName: "k8s-node-1",
+    tcpState: "ESTABLISHED",
+    flowType: 2,
+    destinationClusterIPv4: "0.0.0.0",
+  };
+  assert.equal(hex(agentDataMessage(256, rec, odid, 1700000010, 1)), GOLDEN_DATA);
+});
+
+Deno.test("flow model: seeded, Agent-realistic records for every scenario", () => {
+  const a = new FlowModel({ agents: 3, flows: 200, seed: 42 });
+  const b = new FlowModel({ agents: 3, flows: 200, seed: 42 });
+  assert.deepEqual(a.agents.map((x) => x.nodeName), ["k8s-node-1", "k8s-node-2", "k8s-node-3"]);
+  assert.equal(a.agents[0].observationDomainId, 870192098);
+  const seen = new Set<string>();
+  // Per (agent, 5-tuple): totals never decrease and deltas add up to the totals.
+  const last = new Map<string, { total: bigint; sum: bigint; reason: number }>();
+  const pairs = { interNode: 0, sameTuple: 0 };
+  for (let i = 0; i < 5000; i++) {
+    const ra = a.next();
+    assert.deepEqual(ra, b.next(), "same seed, same records");
+    for (const r of ra) seen.add(r.scenario);
+    if (ra[0].scenario === "denied") {
+      // The enforcing Node reports the drop/reject action.
+      const acts = ra.flatMap((r) => [
+        r.record.ingressNetworkPolicyRuleAction,
+        r.record.egressNetworkPolicyRuleAction,
+      ]);
+      assert.ok(acts.includes(2) || acts.includes(3), "denied flows carry drop/reject");
+    }
+    if (ra.length === 2) {
+      pairs.interNode++;
+      const [s, d] = ra.map((x) => x.record);
+      const tuple = (x: DataRecord) =>
+        [
+          x.sourceIPv4Address ?? x.sourceIPv6Address,
+          x.destinationIPv4Address ?? x.destinationIPv6Address,
+          x.sourceTransportPort,
+          x.destinationTransportPort,
+          x.protocolIdentifier,
+        ].join("|");
+      if (tuple(s) === tuple(d) && ra[0].agent !== ra[1].agent) pairs.sameTuple++;
+      assert.equal(s.flowType, 2);
+      assert.equal(d.destinationServicePortName, "", "only the source Node sees the Service");
+      assert.equal(s.destinationPodName, "", "the source Node does not know the remote Pod");
+      assert.notEqual(d.destinationPodName, "");
+    }
+    for (const r of ra) {
+      const x = r.record;
+      assert.equal(r.templateId, "sourceIPv6Address" in x ? 257 : 256);
+      const key = `${r.agent}|${x.sourceTransportPort}|${
+        x.sourceIPv4Address ?? x.sourceIPv6Address
+      }`;
+      const prev = last.get(key);
+      const total = x.packetTotalCount as bigint;
+      const delta = x.packetDeltaCount as bigint;
+      if (prev === undefined || prev.reason !== 2) {
+        assert.equal(delta, total, "first export: delta = total");
+        last.set(key, { total, sum: delta, reason: x.flowEndReason as number });
+      } else {
+        assert.ok(total >= prev.total);
+        assert.equal(prev.sum + delta, total);
+        last.set(key, { total, sum: prev.sum + delta, reason: x.flowEndReason as number });
+      }
+      assert.ok([1, 2, 3].includes(x.flowEndReason as number));
+      if (x.flowEndReason === 3) assert.equal(x.protocolIdentifier, 6);
+      if (r.scenario === "toExternal") assert.equal(x.flowType, 3);
+      if (r.scenario === "interNodeService" && ra.indexOf(r) === 0) {
+        assert.match(x.destinationClusterIPv4 as string, /^10\.96\./);
+        assert.notEqual(x.destinationServicePort, 0);
+      }
+    }
+  }
+  assert.deepEqual([...seen].sort(), [...SCENARIOS].sort());
+  assert.ok(pairs.interNode > 500);
+  assert.equal(pairs.sameTuple, pairs.interNode, "both halves share the 5-tuple");
+  // Flows end: some records carry 3 (TCP end) and 1 (UDP idle).
+  const reasons = new Set([...last.values()].map((v) => v.reason));
+  assert.ok(reasons.has(1) && reasons.has(3));
+});
+
+Deno.test("flowgen wrap edge case yields deltas near 2^64", () => {
+  const m = new FlowModel({ agents: 2, flows: 10, seed: 3, wrapProbability: 1 });
+  const r = m.next()[0].record;
+  assert.ok((r.packetDeltaCount as bigint) > (1n << 63n));
+});
+
+async function collect(proto: "udp" | "tcp" | "tls", tls?: TlsMaterial) {
+  const state = { records: 0, v6: 0, domains: new Map<number, number>() };
+  const c = new Collector({ address: "127.0.0.1:0", protocol: proto, tls }, (recs, ctx) => {
+    state.records += recs.length;
+    if (ctx.templateId === 257) state.v6 += recs.length;
+    state.domains.set(
+      ctx.observationDomainId,
+      (state.domains.get(ctx.observationDomainId) ?? 0) + recs.length,
+    );
+  });
+  await c.start();
+  return { c, state };
+}
+
+/** Runs scripts/flowgen.ts in its own process (as in real use) and returns its --json report. */
+async function flowgenCli(args: string[]): Promise<Record<string, unknown> & FlowgenReport> {
+  const out = await new Deno.Command(DENO, {
+    args: ["run", "--allow-net", "--allow-read", "--config", CONFIG, FLOWGEN, ...args, "--json"],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+  return JSON.parse(new TextDecoder().decode(out.stdout));
+}
+
+Deno.test("flowgen: 100,000 records at 20,000/s over TCP, within 5 %, counts match the Collector", async () => {
+  const { c, state } = await collect("tcp");
+  const r = await flowgenCli([
+    "--target",
+    `127.0.0.1:${c.port}`,
+    "--proto",
+    "tcp",
+    "--agents",
+    "4",
+    "--flows",
+    "2000",
+    "--rate",
+    "20000",
+    "--records",
+    "100000",
+    "--seed",
+    "11",
+  ]);
+  const cap = CaptureServer.listen(); // only for its waitFor helper
+  await cap.waitFor(() => state.records >= r.records, 10_000, "collector to catch up");
+  await cap.close();
+  await c.stop();
+  assert.equal(r.records, 100_000);
+  assert.ok(Math.abs(r.rate / 20_000 - 1) < 0.05, `achieved ${r.rate.toFixed(0)}/s`);
+  assert.equal(state.records, r.records);
+  assert.equal(state.v6, r.ipv6Records);
+  const s = c.stats();
+  assert.equal(s.dataRecords, r.records);
+  assert.equal(s.messages, r.messages);
+  assert.equal(s.templateRecords, r.templateMessages);
+  assert.equal(s.decodeErrorsTotal, 0);
+  // One observation domain per Agent, with the records flowgen says each sent.
+  for (let i = 1; i <= 4; i++) {
+    const name = `k8s-node-${i}`;
+    assert.equal(state.domains.get(agentObservationDomainId(name)), r.perAgent[name]);
+  }
+  assert.equal(Object.values(r.perScenario).reduce((a, b) => a + b, 0), r.records);
+});
+
+Deno.test("flowgen CLI over UDP: one record per datagram, --json report matches the Collector", async () => {
+  const { c, state } = await collect("udp");
+  // 4,000/s stays within what the default (Deno.listenDatagram) UDP receive path takes.
+  const r = await flowgenCli([
+    "--target",
+    `127.0.0.1:${c.port}`,
+    "--proto",
+    "udp",
+    "--agents",
+    "3",
+    "--flows",
+    "500",
+    "--rate",
+    "4000",
+    "--records",
+    "10000",
+    "--seed",
+    "5",
+  ]);
+  const cap = CaptureServer.listen();
+  await cap.waitFor(() => state.records >= r.records, 5000, "collector to catch up").catch(
+    () => {},
+  );
+  await cap.close();
+  await c.stop();
+  assert.equal(r.records, 10_000);
+  assert.equal(r.messages, 10_000 + 6);
+  assert.ok(Math.abs(r.rate / 4000 - 1) < 0.05, `achieved ${r.rate}/s`);
+  assert.equal(c.stats().sessionsOpened, 3, "one UDP source port per Agent");
+  assert.equal(state.records, r.records);
+  assert.equal(c.stats().dataSets, r.records, "one record per message");
+});
+
+Deno.test("flowgen CLI rejects bad arguments", async () => {
+  const out = await new Deno.Command(DENO, {
+    args: ["run", "--allow-net", "--config", CONFIG, FLOWGEN, "--proto", "sctp", "--target", "x:1"],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  assert.equal(out.code, 1);
+  assert.match(new TextDecoder().decode(out.stderr), /--proto: "sctp"/);
+});
+
+Deno.test("flowgen over mutual TLS to the Collector", async () => {
+  const certs = generateCertificates({ address: "127.0.0.1" });
+  const { c, state } = await collect("tls", {
+    caPem: certs.ca.certPem,
+    certPem: certs.server.certPem,
+    keyPem: certs.server.keyPem,
+  });
+  const r = await runFlowgen({
+    target: `127.0.0.1:${c.port}`,
+    proto: "tls",
+    agents: 2,
+    flows: 100,
+    rate: 10_000,
+    records: 2000,
+    tls: { ca: certs.ca.certPem, cert: certs.client.certPem, key: certs.client.keyPem },
+  });
+  const cap = CaptureServer.listen();
+  await cap.waitFor(() => state.records >= 2000, 5000, "tls records");
+  await cap.close();
+  await c.stop();
+  assert.equal(r.records, 2000);
+  assert.equal(state.records, 2000);
+  // Without a client certificate the Collector refuses the session. With TLS 1.3 the client
+  // learns it only after its first writes, so the run may or may not report an error.
+  const { c: c2, state: s2 } = await collect("tls", {
+    caPem: certs.ca.certPem,
+    certPem: certs.server.certPem,
+    keyPem: certs.server.keyPem,
+  });
+  await runFlowgen({
+    target: `127.0.0.1:${c2.port}`,
+    proto: "tls",
+    agents: 1,
+    flows: 1,
+    records: 10,
+    tls: { ca: certs.ca.certPem },
+  }).catch(() => {});
+  const cap2 = CaptureServer.listen();
+  await cap2.waitFor(() => c2.stats().tlsHandshakeFailures >= 1, 3000, "handshake failure");
+  await cap2.close();
+  await c2.stop();
+  assert.equal(s2.records, 0);
+});

@@ -109,7 +109,7 @@ export async function waitFor(cond: () => boolean, what: string, timeoutMs = 500
   const end = performance.now() + timeoutMs;
   while (!cond()) {
     if (performance.now() > end) throw new Error(`timeout waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 1));
+    await new Promise((r) => setTimeout(r, 0));
   }
 }
 

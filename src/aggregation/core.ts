@@ -35,10 +35,10 @@ import { logger, RateLimitedLog } from "../log.ts";
 import {
   canonicalAddress,
   canonicalAnyAddress,
-  compactKey,
-  compactKeyDestination,
-  compactKeySource,
-  parseCompactKey,
+  formatIPv4Word,
+  formatIPv6Words,
+  parseIPv4Word,
+  parseIPv6Words,
 } from "./flow_key.ts";
 import {
   correlationRequired,
@@ -48,7 +48,8 @@ import {
   isFromSource,
 } from "./correlation.ts";
 import { ExpiryHeap, type HeapItem } from "./expiry_heap.ts";
-import { f64Base, SlotStore, u32Base, u64Base } from "./slot_store.ts";
+import { f64Base, SlotStore, U32, u32Base, u64Base } from "./slot_store.ts";
+import { FlowTable, hashKey, KEY_WORDS } from "./flow_table.ts";
 import type { AggregatedRecord, ExportedFlow, FlowInput, FlowKey } from "./record.ts";
 
 const log = logger("aggregation");
@@ -72,21 +73,21 @@ const RTHR_S = 27;
 const THR_D = 28;
 const RTHR_D = 29;
 
-// u32 layout of a slot.
-const F_START = 0;
-const F_END = 1;
-const F_END_S = 2;
-const F_END_D = 3;
-const F_REASON = 4;
-const F_PROTO = 5;
-const F_SPORT = 6;
-const F_DPORT = 7;
-const F_TYPE = 8;
-const F_SVC_PORT = 9;
-const F_ING_TYPE = 10;
-const F_ING_ACT = 11;
-const F_EG_TYPE = 12;
-const F_EG_ACT = 13;
+// u32 layout of a slot (shared with the flow table, which owns the key words).
+const F_START = U32.START;
+const F_END = U32.END;
+const F_END_S = U32.END_S;
+const F_END_D = U32.END_D;
+const F_REASON = U32.REASON;
+const F_PROTO = U32.PROTO;
+const F_SPORT = U32.SPORT;
+const F_DPORT = U32.DPORT;
+const F_TYPE = U32.TYPE;
+const F_SVC_PORT = U32.SVC_PORT;
+const F_ING_TYPE = U32.ING_TYPE;
+const F_ING_ACT = U32.ING_ACT;
+const F_EG_TYPE = U32.EG_TYPE;
+const F_EG_ACT = U32.EG_ACT;
 
 // f64 layout of a slot.
 const T_ACTIVE = 0;
@@ -229,7 +230,6 @@ class Flow implements HeapItem {
   heapIndex = -1;
   flags: number;
   retries = 0;
-  readonly key: string;
   readonly slot: number;
   srcPod = "";
   srcNs = "";
@@ -252,8 +252,7 @@ class Flow implements HeapItem {
   srcLabels: string | undefined = undefined;
   dstLabels: string | undefined = undefined;
 
-  constructor(key: string, slot: number, flags: number) {
-    this.key = key;
+  constructor(slot: number, flags: number) {
     this.slot = slot;
     this.flags = flags;
   }
@@ -273,9 +272,13 @@ export class AggregationCore {
   readonly #minExpiryMs: number;
   readonly #dropUncorrelated: boolean;
   #includePodLabels: boolean;
-  readonly #flows = new Map<string, Flow>();
-  readonly #heap = new ExpiryHeap<Flow>();
   readonly #store = new SlotStore();
+  readonly #table = new FlowTable(this.#store);
+  /** Flow object of each slot (undefined for free slots). */
+  #bySlot: (Flow | undefined)[] = [];
+  /** Probe key scratch, reused by every record. */
+  readonly #k = new Uint32Array(KEY_WORDS);
+  readonly #heap = new ExpiryHeap<Flow>();
   #intern = new Map<string, string>();
   readonly #rl: RateLimitedLog;
   readonly #rejected: Record<RejectReason, number>;
@@ -316,7 +319,7 @@ export class AggregationCore {
 
   /** Number of live flows (ready, not ready). */
   get flowCount(): number {
-    return this.#flows.size;
+    return this.#table.size;
   }
 
   /** Number of queued expiry items; always equals {@linkcode flowCount} (no orphans). */
@@ -352,8 +355,11 @@ export class AggregationCore {
     const sport = r.sourceTransportPort;
     const dport = r.destinationTransportPort;
     const proto = r.protocolIdentifier;
-    if (typeof sport !== "number" || typeof dport !== "number" || typeof proto !== "number") {
+    if (sport === undefined || dport === undefined || proto === undefined) {
       return this.#reject("missingKeyField", "record without protocol or ports");
+    }
+    if (!isUint(sport, 0xffff) || !isUint(dport, 0xffff) || !isUint(proto, 0xff)) {
+      return this.#reject("badFieldType", "record with an out-of-range protocol or port");
     }
     let srcText: string | undefined = r.sourceIPv4Address;
     let srcV4 = true;
@@ -373,12 +379,30 @@ export class AggregationCore {
     if (srcV4 !== dstV4) {
       return this.#reject("mixedAddressFamily", "record mixes IPv4 and IPv6 addresses");
     }
-    const src = canonicalAddress(srcText, srcV4);
-    const dst = canonicalAddress(dstText, dstV4);
-    if (src === undefined || dst === undefined) {
-      return this.#reject("badAddress", "record with an invalid address");
+    const k = this.#k;
+    if (srcV4) {
+      const a = typeof srcText === "string" ? parseIPv4Word(srcText) : -1;
+      const b = typeof dstText === "string" ? parseIPv4Word(dstText) : -1;
+      if (a < 0 || b < 0) return this.#reject("badAddress", "record with an invalid address");
+      k[0] = a;
+      k[1] = k[2] = k[3] = 0;
+      k[4] = b;
+      k[5] = k[6] = k[7] = 0;
+      k[11] = 4;
+    } else {
+      const a = parseIPv6Words(srcText);
+      const b = parseIPv6Words(dstText);
+      if (a === undefined || b === undefined) {
+        return this.#reject("badAddress", "record with an invalid address");
+      }
+      k.set(a, 0);
+      k.set(b, 4);
+      k[11] = 6;
     }
-    const key = compactKey(src, dst, proto, sport, dport);
+    k[8] = proto;
+    k[9] = sport;
+    k[10] = dport;
+    const h = hashKey(k);
     let flowType = r.flowType;
     if (flowType === undefined) {
       flowType = FlowType.Unknown;
@@ -387,9 +411,9 @@ export class AggregationCore {
       if (s >= 0) log.warn("record without flowType, treated as 0", { suppressed: s });
     }
     const corr = correlationRequired(r, flowType);
-    const flow = this.#flows.get(key);
-    if (flow === undefined) return this.#create(key, r, srcV4, flowType, corr, proto, sport, dport);
-    return this.#update(flow, r, corr);
+    const slot = this.#table.find(k, h);
+    if (slot < 0) return this.#create(h, r, srcV4, flowType, corr);
+    return this.#update(this.#bySlot[slot]!, r, corr);
   }
 
   /**
@@ -444,11 +468,13 @@ export class AggregationCore {
    */
   flushAll(emit: (f: ExportedFlow) => void, hooks?: ExportHooks): number {
     let n = 0;
-    for (const flow of [...this.#flows.values()]) {
+    for (const flow of this.#bySlot) {
+      if (flow === undefined) continue;
       if (this.#emitOne(flow, emit, hooks, (flow.flags & FL_READY) === 0)) n++;
       this.#flowsDeleted++;
     }
-    this.#flows.clear();
+    this.#table.clear();
+    this.#bySlot = [];
     this.#heap.clear();
     this.#store.clear();
     this.#intern = new Map();
@@ -474,7 +500,8 @@ export class AggregationCore {
     const out: AggregatedRecord[] = [];
     if (limit <= 0) return out;
     if (filter === undefined || filter === null) {
-      for (const f of this.#flows.values()) {
+      for (const f of this.#bySlot) {
+        if (f === undefined) continue;
         out.push(this.#snapshot(f));
         if (out.length >= limit) break;
       }
@@ -490,18 +517,20 @@ export class AggregationCore {
     const sport = filter.sourcePort ?? 0;
     const dport = filter.destinationPort ?? 0;
     if (src !== "" && dst !== "" && proto !== 0 && sport !== 0 && dport !== 0) {
-      const f = this.#flows.get(compactKey(src, dst, proto, sport, dport));
-      if (f !== undefined) out.push(this.#snapshot(f));
+      for (const f of this.#findByKey(src, dst, proto, sport, dport)) {
+        if (out.length < limit) out.push(this.#snapshot(f));
+      }
       return out;
     }
-    for (const f of this.#flows.values()) {
+    for (const f of this.#bySlot) {
+      if (f === undefined) continue;
       const u32 = this.#store.u32(f.slot);
       const ub = u32Base(f.slot);
       if (proto !== 0 && u32[ub + F_PROTO] !== proto) continue;
       if (sport !== 0 && u32[ub + F_SPORT] !== sport) continue;
       if (dport !== 0 && u32[ub + F_DPORT] !== dport) continue;
-      if (src !== "" && compactKeySource(f.key) !== src) continue;
-      if (dst !== "" && compactKeyDestination(f.key) !== dst) continue;
+      if (src !== "" && this.#addrText(f.slot, U32.SRC) !== src) continue;
+      if (dst !== "" && this.#addrText(f.slot, U32.DST) !== dst) continue;
       out.push(this.#snapshot(f));
       if (out.length >= limit) break;
     }
@@ -513,9 +542,7 @@ export class AggregationCore {
     const src = canonicalAnyAddress(key.sourceAddress);
     const dst = canonicalAnyAddress(key.destinationAddress);
     if (src === undefined || dst === undefined) return undefined;
-    const f = this.#flows.get(
-      compactKey(src, dst, key.protocol, key.sourcePort, key.destinationPort),
-    );
+    const f = this.#findByKey(src, dst, key.protocol, key.sourcePort, key.destinationPort)[0];
     if (f === undefined) return undefined;
     const f64 = this.#store.f64(f.slot);
     const fb = f64Base(f.slot);
@@ -527,6 +554,62 @@ export class AggregationCore {
       isIPv4: (f.flags & FL_IPV4) !== 0,
       activeExpireMs: f64[fb + T_ACTIVE],
       inactiveExpireMs: f64[fb + T_INACTIVE],
+    };
+  }
+
+  /**
+   * Flows whose key prints as the given canonical text. Usually 0 or 1; an IPv4 key and an
+   * IPv4-mapped IPv6 key print the same (Go quirk) but are distinct flows here.
+   */
+  #findByKey(src: string, dst: string, proto: number, sport: number, dport: number): Flow[] {
+    const found: Flow[] = [];
+    if (!isUint(proto, 0xff) || !isUint(sport, 0xffff) || !isUint(dport, 0xffff)) return found;
+    const k = new Uint32Array(KEY_WORDS);
+    k[8] = proto;
+    k[9] = sport;
+    k[10] = dport;
+    const probe = (): void => {
+      const slot = this.#table.find(k, hashKey(k));
+      if (slot >= 0) found.push(this.#bySlot[slot]!);
+    };
+    const a4 = src.includes(":") ? -1 : parseIPv4Word(src);
+    const b4 = dst.includes(":") ? -1 : parseIPv4Word(dst);
+    if (a4 >= 0 && b4 >= 0) {
+      k[0] = a4;
+      k[4] = b4;
+      k[11] = 4;
+      probe();
+    }
+    // IPv6 family: IPv4 text stands for the IPv4-mapped address ::ffff:a.b.c.d.
+    const a6 = a4 >= 0 ? new Uint32Array([0, 0, 0xffff, a4]) : parseIPv6Words(src);
+    const b6 = b4 >= 0 ? new Uint32Array([0, 0, 0xffff, b4]) : parseIPv6Words(dst);
+    if (a6 !== undefined && b6 !== undefined) {
+      k.set(a6, 0);
+      k.set(b6, 4);
+      k[11] = 6;
+      probe();
+    }
+    return found;
+  }
+
+  /** Canonical text of the address stored at `at` (U32.SRC or U32.DST) of a slot. */
+  #addrText(slot: number, at: number): string {
+    const u = this.#store.u32(slot);
+    const b = u32Base(slot);
+    if (u[b + U32.FAMILY] === 4) return formatIPv4Word(u[b + at]);
+    return formatIPv6Words(u[b + at], u[b + at + 1], u[b + at + 2], u[b + at + 3]);
+  }
+
+  /** The flow key of a slot, with canonical address text. */
+  #flowKey(slot: number): FlowKey {
+    const u = this.#store.u32(slot);
+    const b = u32Base(slot);
+    return {
+      sourceAddress: this.#addrText(slot, U32.SRC),
+      destinationAddress: this.#addrText(slot, U32.DST),
+      protocol: u[b + U32.PROTO],
+      sourcePort: u[b + U32.SPORT],
+      destinationPort: u[b + U32.DPORT],
     };
   }
 
@@ -551,7 +634,7 @@ export class AggregationCore {
       droppedMaxFlows: this.#rejected.maxFlows,
       negativeDiffsClamped: this.#negativeDiffsClamped,
       podLookupMisses: this.#podLookupMisses,
-      flows: this.#flows.size,
+      flows: this.#table.size,
     };
   }
 
@@ -581,16 +664,8 @@ export class AggregationCore {
     return s;
   }
 
-  #create(
-    key: string,
-    r: FlowInput,
-    isIPv4: boolean,
-    flowType: number,
-    corr: boolean,
-    proto: number,
-    sport: number,
-    dport: number,
-  ): boolean {
+  /** Creates a flow for the key in the probe scratch (hash `h`). */
+  #create(h: number, r: FlowInput, isIPv4: boolean, flowType: number, corr: boolean): boolean {
     const start = r.flowStartSeconds;
     const end = r.flowEndSeconds;
     const oct = r.octetTotalCount;
@@ -602,7 +677,7 @@ export class AggregationCore {
     if (!this.#countersValid(r, false)) {
       return this.#reject("badFieldType", "record with a non-bigint counter");
     }
-    if (this.#flows.size >= this.#maxFlows) {
+    if (this.#table.size >= this.#maxFlows) {
       return this.#reject("maxFlows", "maxFlows reached, record for a new flow dropped");
     }
     const sides = corr
@@ -616,7 +691,7 @@ export class AggregationCore {
     }
     const store = this.#store;
     const slot = store.alloc();
-    const flow = new Flow(key, slot, flags);
+    const flow = new Flow(slot, flags);
     flow.srcPod = this.#str(r.sourcePodName);
     flow.srcNs = this.#str(r.sourcePodNamespace);
     flow.srcNode = this.#str(r.sourceNodeName);
@@ -645,9 +720,6 @@ export class AggregationCore {
     u32[ub + F_START] = start;
     u32[ub + F_END] = end;
     u32[ub + F_REASON] = r.flowEndReason ?? 0;
-    u32[ub + F_PROTO] = proto;
-    u32[ub + F_SPORT] = sport;
-    u32[ub + F_DPORT] = dport;
     u32[ub + F_TYPE] = flowType;
     u32[ub + F_SVC_PORT] = r.destinationServicePort ?? 0;
     u32[ub + F_ING_TYPE] = r.ingressNetworkPolicyType ?? 0;
@@ -690,7 +762,8 @@ export class AggregationCore {
     f64[fb + T_ACTIVE] = t + this.#active;
     f64[fb + T_INACTIVE] = t + this.#inactive;
     this.#heap.push(flow, Math.min(f64[fb + T_ACTIVE], f64[fb + T_INACTIVE]));
-    this.#flows.set(key, flow);
+    this.#table.insert(slot, this.#k, h);
+    this.#bySlot[slot] = flow;
     this.#flowsCreated++;
     this.#recordsAccepted++;
     return true;
@@ -868,7 +941,7 @@ export class AggregationCore {
     const updated = (flow.flags & FL_UPDATED) !== 0;
     flow.flags &= ~FL_UPDATED;
     const ev: ExportedFlow = {
-      key: parseCompactKey(flow.key),
+      key: this.#flowKey(flow.slot),
       record,
       isIPv6: (flow.flags & FL_IPV4) === 0,
       uncorrelated,
@@ -895,7 +968,7 @@ export class AggregationCore {
     const start = this.#store.u32(flow.slot)[u32Base(flow.slot) + F_START];
     if ((flow.flags & FL_CORR_FILLED) === 0) {
       if (flow.srcPod === "") {
-        const p = this.#lookup(lookup, compactKeySource(flow.key), start);
+        const p = this.#lookup(lookup, this.#addrText(flow.slot, U32.SRC), start);
         if (p !== undefined) {
           flow.srcPod = this.#str(p.name);
           flow.srcNs = this.#str(p.namespace);
@@ -903,7 +976,7 @@ export class AggregationCore {
         }
       }
       if (flow.dstPod === "") {
-        const p = this.#lookup(lookup, compactKeyDestination(flow.key), start);
+        const p = this.#lookup(lookup, this.#addrText(flow.slot, U32.DST), start);
         if (p !== undefined) {
           flow.dstPod = this.#str(p.name);
           flow.dstNs = this.#str(p.namespace);
@@ -915,10 +988,10 @@ export class AggregationCore {
     }
     if (this.#includePodLabels && (flow.flags & FL_EXT_FILLED) === 0) {
       flow.srcLabels = flow.srcPod !== "" && flow.srcNs !== ""
-        ? this.#labels(lookup, compactKeySource(flow.key), start)
+        ? this.#labels(lookup, this.#addrText(flow.slot, U32.SRC), start)
         : "";
       flow.dstLabels = flow.dstPod !== "" && flow.dstNs !== ""
-        ? this.#labels(lookup, compactKeyDestination(flow.key), start)
+        ? this.#labels(lookup, this.#addrText(flow.slot, U32.DST), start)
         : "";
       flow.flags |= FL_EXT_FILLED;
     }
@@ -966,7 +1039,9 @@ export class AggregationCore {
   }
 
   #deleteFlow(flow: Flow): void {
-    this.#flows.delete(flow.key);
+    // The table finds the slot through its key words: remove before the slot is zeroed.
+    this.#table.remove(flow.slot);
+    this.#bySlot[flow.slot] = undefined;
     this.#heap.remove(flow);
     this.#store.free(flow.slot);
     this.#flowsDeleted++;
@@ -979,8 +1054,8 @@ export class AggregationCore {
     const b = u64Base(slot);
     const u32 = this.#store.u32(slot);
     const ub = u32Base(slot);
-    const src = compactKeySource(f.key);
-    const dst = compactKeyDestination(f.key);
+    const src = this.#addrText(slot, U32.SRC);
+    const dst = this.#addrText(slot, U32.DST);
     const v4 = (f.flags & FL_IPV4) !== 0;
     const rec: AggregatedRecord = {
       flowStartSeconds: u32[ub + F_START],
@@ -1068,6 +1143,10 @@ function checkTimeouts(activeMs: number, inactiveMs: number): void {
       `aggregation: inactiveTimeoutMs ${inactiveMs}: must be a positive number`,
     );
   }
+}
+
+function isUint(v: number, max: number): boolean {
+  return typeof v === "number" && Number.isInteger(v) && v >= 0 && v <= max;
 }
 
 function okBig(v: bigint | undefined, required: boolean): boolean {

@@ -1,51 +1,11 @@
 /**
  * Flow keys (spec aggregation.md §1.1): the directional 5-tuple of a flow with addresses in
  * canonical text (IPv4 dotted quad, IPv6 per RFC 5952, IPv4-mapped IPv6 printed as IPv4 like Go
- * does). The core stores a key as one compact string; this module builds, parses and formats
- * that string and canonicalises address text so that lookups and queries match exactly.
+ * does). The core stores addresses as u32 words (see `flow_table.ts`); this module parses text
+ * into words, formats words back to canonical text, and canonicalises query text.
  */
 
 import type { FlowKey } from "./record.ts";
-
-/** Separator inside the compact key string; never appears in IPv4 or IPv6 text. */
-const SEP = "|";
-
-/**
- * Returns the compact map key of a 5-tuple. Addresses must already be canonical
- * ({@linkcode canonicalAddress}).
- */
-export function compactKey(
-  src: string,
-  dst: string,
-  protocol: number,
-  sourcePort: number,
-  destinationPort: number,
-): string {
-  return src + SEP + dst + SEP + protocol + SEP + sourcePort + SEP + destinationPort;
-}
-
-/** Source address part of a compact key (no port/protocol parsing needed for it). */
-export function compactKeySource(key: string): string {
-  return key.slice(0, key.indexOf(SEP));
-}
-
-/** Destination address part of a compact key. */
-export function compactKeyDestination(key: string): string {
-  const a = key.indexOf(SEP);
-  return key.slice(a + 1, key.indexOf(SEP, a + 1));
-}
-
-/** Parses a compact key back into a {@linkcode FlowKey}. */
-export function parseCompactKey(key: string): FlowKey {
-  const p = key.split(SEP);
-  return {
-    sourceAddress: p[0],
-    destinationAddress: p[1],
-    protocol: Number(p[2]),
-    sourcePort: Number(p[3]),
-    destinationPort: Number(p[4]),
-  };
-}
 
 /** Human-readable key text for logs: `10.0.0.1:1234->10.0.0.2:5678/6`, IPv6 in brackets. */
 export function formatFlowKey(k: FlowKey): string {
@@ -216,4 +176,77 @@ export function canonicalAddress(text: string, v4: boolean): string | undefined 
 export function canonicalAnyAddress(text: string): string | undefined {
   if (typeof text !== "string") return undefined;
   return text.includes(":") ? canonicalAddress(text, false) : canonicalAddress(text, true);
+}
+
+/**
+ * Parses IPv4 dotted-quad text into its u32 value (leading zeros read as decimal, as the
+ * canonical form drops them); -1 when the text is not an IPv4 address. Allocation-free: it
+ * runs for every ingested record.
+ */
+export function parseIPv4Word(s: string): number {
+  const n = s.length;
+  if (n < 7 || n > 15) return -1;
+  let acc = 0;
+  let parts = 0;
+  let val = 0;
+  let digits = 0;
+  for (let i = 0; i <= n; i++) {
+    const c = i === n ? 46 : s.charCodeAt(i);
+    if (c === 46) {
+      if (digits === 0 || val > 255) return -1;
+      acc = acc * 256 + val;
+      parts++;
+      val = 0;
+      digits = 0;
+    } else if (c >= 48 && c <= 57) {
+      val = val * 10 + (c - 48);
+      if (++digits > 3) return -1;
+    } else {
+      return -1;
+    }
+  }
+  return parts === 4 ? acc : -1;
+}
+
+/** Dotted-quad text of a u32 IPv4 value. */
+export function formatIPv4Word(w: number): string {
+  return `${w >>> 24}.${(w >>> 16) & 255}.${(w >>> 8) & 255}.${w & 255}`;
+}
+
+const V6_WORDS_MAX = 65_536;
+const v6Words = new Map<string, Uint32Array>();
+
+/**
+ * The 4 big-endian u32 words of IPv6 text, or undefined when invalid. Cached (bounded) because
+ * the same addresses repeat in every record of a flow. The returned array must not be mutated.
+ */
+export function parseIPv6Words(s: string): Uint32Array | undefined {
+  const hit = v6Words.get(s);
+  if (hit !== undefined) return hit;
+  if (typeof s !== "string") return undefined;
+  const g = parseIPv6(s);
+  if (g === undefined) return undefined;
+  const w = new Uint32Array([
+    (g[0] << 16 | g[1]) >>> 0,
+    (g[2] << 16 | g[3]) >>> 0,
+    (g[4] << 16 | g[5]) >>> 0,
+    (g[6] << 16 | g[7]) >>> 0,
+  ]);
+  if (v6Words.size >= V6_WORDS_MAX) v6Words.clear();
+  v6Words.set(s, w);
+  return w;
+}
+
+/** Canonical text (RFC 5952, IPv4-mapped as dotted quad) of 4 IPv6 words. */
+export function formatIPv6Words(w0: number, w1: number, w2: number, w3: number): string {
+  return formatIPv6([
+    w0 >>> 16,
+    w0 & 0xffff,
+    w1 >>> 16,
+    w1 & 0xffff,
+    w2 >>> 16,
+    w2 & 0xffff,
+    w3 >>> 16,
+    w3 & 0xffff,
+  ]);
 }

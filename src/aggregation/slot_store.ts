@@ -2,7 +2,7 @@
  * Compact numeric storage for live flows. Each flow owns one slot: 30 u64 counters, 16 u32
  * fields and 2 f64 expiry times, kept in chunked typed arrays instead of per-flow objects.
  * Why: a million flows with 30 bigint properties each would cost several KB per flow on the JS
- * heap; here a slot costs 240 + 64 + 16 bytes and no GC tracing. Chunks are never moved
+ * heap; here a slot costs 240 + 96 + 16 bytes and no GC tracing. Chunks are never moved
  * (no copy on growth); freed slots are zeroed and reused.
  */
 
@@ -15,7 +15,36 @@ const CHUNK_MASK = CHUNK_SLOTS - 1;
 /** u64 values per slot. */
 export const U64_PER_SLOT = 30;
 /** u32 values per slot. */
-export const U32_PER_SLOT = 16;
+export const U32_PER_SLOT = 24;
+
+/**
+ * Fixed u32 positions shared by the core and the flow table. 0-13 are the core's numeric
+ * fields; the flow key lives in 5-7 (protocol, ports), 15 (family) and 16-23 (addresses).
+ */
+export const U32 = {
+  START: 0,
+  END: 1,
+  END_S: 2,
+  END_D: 3,
+  REASON: 4,
+  PROTO: 5,
+  SPORT: 6,
+  DPORT: 7,
+  TYPE: 8,
+  SVC_PORT: 9,
+  ING_TYPE: 10,
+  ING_ACT: 11,
+  EG_TYPE: 12,
+  EG_ACT: 13,
+  /** Hash of the key, so the table can relocate entries without recomputing it. */
+  HASH: 14,
+  /** 4 or 6: which address IEs the key came from. */
+  FAMILY: 15,
+  /** Source address: 1 word for IPv4, 4 words (big-endian) for IPv6. */
+  SRC: 16,
+  /** Destination address, same encoding. */
+  DST: 20,
+} as const;
 /** f64 values per slot. */
 export const F64_PER_SLOT = 2;
 

@@ -2,9 +2,11 @@ import assert from "node:assert/strict";
 import {
   canonicalAddress,
   canonicalAnyAddress,
-  compactKey,
   formatFlowKey,
-  parseCompactKey,
+  formatIPv4Word,
+  formatIPv6Words,
+  parseIPv4Word,
+  parseIPv6Words,
 } from "../../src/aggregation/flow_key.ts";
 import { K4, newCore } from "./fixtures.ts";
 import { baseRecord, counters } from "./fixtures.ts";
@@ -42,18 +44,31 @@ Deno.test("canonicalAddress: IPv4 canonical text kept, leading zeros removed, ba
   assert.equal(canonicalAnyAddress("nonsense"), undefined);
 });
 
-Deno.test("compact key round-trips and formats", () => {
-  const k = compactKey("2001:db8::1", "2001:db8::2", 17, 0, 53);
-  assert.deepEqual(parseCompactKey(k), {
-    sourceAddress: "2001:db8::1",
-    destinationAddress: "2001:db8::2",
-    protocol: 17,
-    sourcePort: 0,
-    destinationPort: 53,
-  });
+Deno.test("address words: IPv4/IPv6 text to u32 words and back", () => {
+  assert.equal(parseIPv4Word("10.0.0.1"), 0x0a000001);
+  assert.equal(parseIPv4Word("255.255.255.255"), 0xffffffff);
+  assert.equal(parseIPv4Word("010.0.0.1"), 0x0a000001);
+  for (const bad of ["256.0.0.1", "1.2.3", "1.2.3.4.5", "1..2.3", "1.2.3.a", "1.2.3.1000"]) {
+    assert.equal(parseIPv4Word(bad), -1, bad);
+  }
+  assert.equal(formatIPv4Word(0xc0a80001), "192.168.0.1");
+  const w = parseIPv6Words("2001:0:3238:DFE1:63::FEFB")!;
+  assert.deepEqual([...w], [0x20010000, 0x3238dfe1, 0x00630000, 0x0000fefb]);
+  assert.equal(formatIPv6Words(w[0], w[1], w[2], w[3]), "2001:0:3238:dfe1:63::fefb");
+  assert.equal(formatIPv6Words(0, 0, 0xffff, 0x0a000001), "10.0.0.1");
+  assert.equal(parseIPv6Words("1::2::3"), undefined);
+});
+
+Deno.test("formatFlowKey brackets IPv6 addresses", () => {
   assert.equal(formatFlowKey(K4), "10.0.0.1:1234->10.0.0.2:5678/6");
   assert.equal(
-    formatFlowKey(parseCompactKey(k)),
+    formatFlowKey({
+      sourceAddress: "2001:db8::1",
+      destinationAddress: "2001:db8::2",
+      protocol: 17,
+      sourcePort: 0,
+      destinationPort: 53,
+    }),
     "[2001:db8::1]:0->[2001:db8::2]:53/17",
   );
 });

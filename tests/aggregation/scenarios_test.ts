@@ -14,7 +14,7 @@ import {
   type FlowKey,
   type PodInfo,
 } from "../../src/aggregation/mod.ts";
-import { ManualClock } from "../../src/clock.ts";
+import type { ManualClock } from "../../src/clock.ts";
 import {
   at,
   baseRecord,

@@ -30,3 +30,4 @@ export {
   type CaptureOptions,
   CaptureServer,
 } from "./capture.ts";
+export { syntheticAggregate } from "./aggregate.ts";

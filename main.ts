@@ -1,8 +1,286 @@
 /**
- * flow-aggregator entry point (placeholder until the CLI lands): prints the version.
+ * flow-aggregator command line: parses flags, loads (and watches) the configuration, starts the
+ * Flow Aggregator and handles signals. Without `--config` it runs on the embedded default
+ * configuration (TCP collector on port 4739, flow log to ./flows.log), which needs no
+ * Kubernetes cluster and no certificates.
+ *
+ * Permissions: `--allow-net` (collector, exporters), `--allow-read` / `--allow-write` (config,
+ * flow log, certificate directory), `--allow-env` (Kubernetes detection), `--allow-sys`
+ * (hostname, OS info). `--unstable-net` (set in deno.json) enables UDP.
  */
+
 import denoJson from "./deno.json" with { type: "json" };
+import {
+  ConfigWatcher,
+  EMBEDDED_DEFAULT_CONFIG,
+  type FlowAggregatorConfig,
+  parseConfig,
+} from "./src/config/mod.ts";
+import { FlowAggregator } from "./src/flow_aggregator.ts";
+import { isLogLevel, logger, type LogLevel, setLogFormat, setLogLevel } from "./src/log.ts";
+import type { GeneratedCertificates } from "./src/pki/mod.ts";
+
+const log = logger("main");
+
+/** The product version. */
+export const VERSION: string = denoJson.version;
+
+const USAGE = `flow-aggregator ${VERSION}: Antrea-compatible IPFIX flow aggregator
+
+Usage: deno task start [flags]
+
+Flags:
+  --config FILE        configuration file (Antrea v1.13 flow-aggregator.conf format); watched
+                       for changes. Default: the embedded configuration (TCP on :4739,
+                       flow log to ./flows.log).
+  --listen ADDR        collector listen address (default [::]:4739, IPv4 and IPv6).
+  --cert-dir DIR       with aggregatorTransportProtocol TLS and no Kubernetes cluster: write the
+                       generated CA (ca.crt) and Agent client certificate (tls.crt, tls.key) here.
+  --log-level LEVEL    error, warn, info (default) or debug.
+  --log-format FORMAT  logfmt (default) or json.
+  --v N                klog verbosity (accepted for compatibility: N >= 4 means debug).
+  --version            print the version and exit.
+  --help               print this help and exit.
+
+klog flags (--logtostderr, --alsologtostderr, --log_dir, --log_file, --log_file_max_size,
+--log_file_max_num, --log-flush-frequency, --vmodule, --stderrthreshold, --add_dir_header,
+--skip_headers, --skip_log_headers, --one_output, --log_backtrace_at) are accepted and ignored:
+logs always go to stderr, one structured event per line.
+`;
+
+/** Parsed command line. */
+export interface CliOptions {
+  config?: string;
+  listen?: string;
+  certDir?: string;
+  logLevel: LogLevel;
+  logFormat: "logfmt" | "json";
+  version: boolean;
+  help: boolean;
+}
+
+const KLOG_VALUE_FLAGS = new Set([
+  "log_dir",
+  "log_file",
+  "log_file_max_size",
+  "log_file_max_num",
+  "log-flush-frequency",
+  "vmodule",
+  "stderrthreshold",
+  "log_backtrace_at",
+]);
+const KLOG_BOOL_FLAGS = new Set([
+  "logtostderr",
+  "alsologtostderr",
+  "add_dir_header",
+  "skip_headers",
+  "skip_log_headers",
+  "one_output",
+]);
+
+/** Parses `args`; throws an Error naming the bad flag. */
+export function parseArgs(args: readonly string[]): CliOptions {
+  const opts: CliOptions = { logLevel: "info", logFormat: "logfmt", version: false, help: false };
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i];
+    const m = /^--?([A-Za-z_][A-Za-z0-9_-]*)(?:=(.*))?$/.exec(arg);
+    if (!m) throw new Error(`unexpected argument "${arg}"`);
+    const name = m[1];
+    let inline: string | undefined = m[2];
+    const value = (): string => {
+      if (inline !== undefined) {
+        const v = inline;
+        inline = undefined;
+        return v;
+      }
+      const v = args[++i];
+      if (v === undefined) throw new Error(`flag --${name} needs a value`);
+      return v;
+    };
+    switch (name) {
+      case "config":
+        opts.config = value();
+        break;
+      case "listen":
+        opts.listen = value();
+        break;
+      case "cert-dir":
+        opts.certDir = value();
+        break;
+      case "log-level": {
+        const v = value();
+        if (!isLogLevel(v)) throw new Error(`--log-level "${v}": use error, warn, info or debug`);
+        opts.logLevel = v;
+        break;
+      }
+      case "log-format": {
+        const v = value();
+        if (v !== "logfmt" && v !== "json") {
+          throw new Error(`--log-format "${v}": use logfmt or json`);
+        }
+        opts.logFormat = v;
+        break;
+      }
+      case "v": {
+        const v = Number(value());
+        if (!Number.isInteger(v) || v < 0) throw new Error(`--v needs a non-negative integer`);
+        if (v >= 4) opts.logLevel = "debug";
+        break;
+      }
+      case "version":
+        opts.version = true;
+        break;
+      case "help":
+      case "h":
+        opts.help = true;
+        break;
+      default:
+        if (KLOG_VALUE_FLAGS.has(name)) {
+          value();
+        } else if (KLOG_BOOL_FLAGS.has(name)) {
+          // `--logtostderr=false` carries its value inline; a bare flag means true.
+        } else {
+          throw new Error(`unknown flag --${name}`);
+        }
+    }
+  }
+  return opts;
+}
+
+function env(name: string): string | undefined {
+  try {
+    return Deno.env.get(name);
+  } catch {
+    return undefined; // no --allow-env: treated as absent
+  }
+}
+
+/** Describes the Kubernetes environment, if any. */
+function detectCluster(): string | undefined {
+  if (env("KUBERNETES_SERVICE_HOST")) return "in-cluster";
+  const kubeconfig = env("KUBECONFIG") ?? (env("HOME") ? `${env("HOME")}/.kube/config` : "");
+  if (kubeconfig) {
+    try {
+      if (Deno.statSync(kubeconfig).isFile) return `kubeconfig ${kubeconfig}`;
+    } catch {
+      // absent or unreadable: no cluster
+    }
+  }
+  return undefined;
+}
+
+async function writeCertificates(dir: string, certs: GeneratedCertificates): Promise<void> {
+  await Deno.mkdir(dir, { recursive: true });
+  await Deno.writeTextFile(`${dir}/ca.crt`, certs.ca.certPem);
+  await Deno.writeTextFile(`${dir}/tls.crt`, certs.client.certPem);
+  await Deno.writeTextFile(`${dir}/tls.key`, certs.client.keyPem, { mode: 0o600 });
+  log.info("wrote the CA and Agent client certificate", {
+    dir,
+    files: "ca.crt,tls.crt,tls.key",
+  });
+}
+
+async function run(opts: CliOptions): Promise<number> {
+  setLogLevel(opts.logLevel);
+  setLogFormat(opts.logFormat);
+  log.info("Flow aggregator starting...", { version: VERSION });
+
+  const cluster = detectCluster();
+  if (cluster === undefined) {
+    log.info(
+      "no Kubernetes cluster found (no in-cluster environment, no kubeconfig): " +
+        "running standalone, Pod metadata is not filled",
+    );
+  } else {
+    log.info(
+      "Kubernetes integration is not part of this build yet: running standalone, " +
+        "Pod metadata is not filled",
+      { cluster },
+    );
+  }
+
+  let watcher: ConfigWatcher | undefined;
+  let config: FlowAggregatorConfig;
+  // The watcher is created before the aggregator (it reads the first config) and calls it later.
+  const ref: { fa?: FlowAggregator } = {};
+  if (opts.config !== undefined) {
+    watcher = new ConfigWatcher(opts.config, {
+      onChange: (next, _old, diff) => ref.fa?.update(next, diff),
+    });
+    config = await watcher.start();
+    log.info("Watching for FlowAggregator configuration file", { path: opts.config });
+  } else {
+    config = parseConfig(EMBEDDED_DEFAULT_CONFIG);
+    log.info("using the embedded default configuration (pass --config FILE to change it)");
+  }
+
+  const certDir = opts.certDir;
+  const fa = new FlowAggregator(config, {
+    listenAddress: opts.listen,
+    namespace: env("POD_NAMESPACE"),
+    onCertificates: async (certs) => {
+      if (certDir !== undefined) {
+        await writeCertificates(certDir, certs);
+      } else if (cluster === undefined) {
+        log.warn(
+          "TLS collector without a Kubernetes cluster: pass --cert-dir DIR to get the CA and " +
+            "client certificate for the Agents",
+        );
+      }
+    },
+  });
+
+  ref.fa = fa;
+
+  let stopping = false;
+  const done = Promise.withResolvers<void>();
+  const onSignal = (sig: Deno.Signal) => () => {
+    if (stopping) {
+      log.warn("Received second signal, will force exit", { signal: sig });
+      Deno.exit(1);
+    }
+    stopping = true;
+    log.info("Stopping flow aggregator", { signal: sig });
+    done.resolve();
+  };
+  const signals: Deno.Signal[] = ["SIGTERM", "SIGINT", "SIGQUIT"];
+  const handlers = signals.map((s) => {
+    const h = onSignal(s);
+    Deno.addSignalListener(s, h);
+    return [s, h] as const;
+  });
+
+  await fa.start();
+  await done.promise;
+  await watcher?.stop();
+  await fa.stop();
+  for (const [s, h] of handlers) Deno.removeSignalListener(s, h);
+  log.info("flow aggregator stopped");
+  return 0;
+}
 
 if (import.meta.main) {
-  console.log(`flow-aggregator ${denoJson.version}`);
+  let opts: CliOptions;
+  try {
+    opts = parseArgs(Deno.args);
+  } catch (err) {
+    console.error(`${(err as Error).message}\n\n${USAGE}`);
+    Deno.exit(1);
+  }
+  if (opts.help) {
+    console.log(USAGE);
+    Deno.exit(0);
+  }
+  if (opts.version) {
+    console.log(
+      `flow-aggregator version ${VERSION} ${Deno.build.os}/${Deno.build.arch} deno${Deno.version.deno}`,
+    );
+    Deno.exit(0);
+  }
+  try {
+    Deno.exit(await run(opts));
+  } catch (err) {
+    log.error("Error running flow aggregator", { err });
+    Deno.exit(255);
+  }
 }

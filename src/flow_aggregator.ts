@@ -1,0 +1,419 @@
+/**
+ * The export loop: ties the collector, the aggregation core and the exporters together (spec
+ * `aggregation.md` §6). Records are ingested synchronously from the collector's sink, so TCP
+ * peers feel back-pressure instead of the process buffering without bound. A timer sweeps the
+ * expiry queue; every expired flow is handed to every enabled exporter, each taking its own
+ * copy before the core resets deltas. Configuration updates are applied between sweeps. On
+ * stop, input is closed first, then every flow still held (ready or not) is exported, then
+ * every exporter is flushed and stopped: nothing received before the stop is lost.
+ */
+
+import { AggregationCore, type ExportHooks } from "./aggregation/mod.ts";
+import type { ExportedFlow, FlowInput } from "./aggregation/record.ts";
+import { type Clock, systemClock } from "./clock.ts";
+import { Collector, type CollectorStats } from "./collector/mod.ts";
+import type { RecordContext } from "./collector/session.ts";
+import type { ConfigDiff } from "./config/diff.ts";
+import type { FlowAggregatorConfig, TransportProtocol } from "./config/types.ts";
+import type { DataRecord } from "./ipfix/types.ts";
+import type { Exporter, ExporterStats } from "./exporters/exporter.ts";
+import { IpfixExporter } from "./exporters/ipfix.ts";
+import { LogExporter } from "./exporters/log.ts";
+import { logger } from "./log.ts";
+import { generateCertificates, type GeneratedCertificates } from "./pki/mod.ts";
+
+const log = logger("flow-aggregator");
+
+/** The exporter sections in the fixed order records are handed to them (IPFIX first). */
+export const EXPORTER_ORDER = ["flowCollector", "clickHouse", "s3Uploader", "flowLogger"] as const;
+
+/** One exporter section of the configuration. */
+export type ExporterSection = typeof EXPORTER_ORDER[number];
+
+/** Upper bound of the expiry timer, so newly created flows are never swept late by more. */
+const MAX_TIMER_MS = 1000;
+
+/** Builds the exporter for one enabled section; tests inject fakes. */
+export type ExporterFactory = (
+  section: ExporterSection,
+  config: FlowAggregatorConfig,
+) => Exporter | undefined;
+
+/** Options of {@linkcode FlowAggregator}. */
+export interface FlowAggregatorOptions {
+  /** Time source of the core (expiry). Default: system clock. */
+  clock?: Clock;
+  /** Collector listen address; default `[::]:4739`. */
+  listenAddress?: string;
+  /** Builds exporters; default {@linkcode defaultExporterFactory}. */
+  exporterFactory?: ExporterFactory;
+  /** Enrichment hooks (Pod store). Absent: metadata and labels are not filled. */
+  hooks?: ExportHooks;
+  /** TLS material for the collector; default: generated at start (CA, server, client). */
+  certificates?: GeneratedCertificates;
+  /** Kubernetes namespace, for the server certificate SAN. */
+  namespace?: string;
+  /** Called once the TLS certificates exist (to publish or write them). */
+  onCertificates?: (certs: GeneratedCertificates) => void | Promise<void>;
+  /** Disable the expiry timer (tests drive {@linkcode FlowAggregator.sweep} by hand). */
+  manualSweep?: boolean;
+  /** Period of the metrics log line; default 60 s. 0 disables it. */
+  metricsLogIntervalMs?: number;
+}
+
+/** What `GET /recordmetrics` reports, plus our own counters. */
+export interface RecordMetrics {
+  /** Aggregated records handed to the exporters. */
+  numRecordsExported: number;
+  /** Data records received by the collector. */
+  numRecordsReceived: number;
+  /** Flows held by the aggregation core. */
+  numFlows: number;
+  /** Exporter sessions currently known to the collector. */
+  numConnToCollector: number;
+}
+
+/** Everything the process counts, as one snapshot. */
+export interface FlowAggregatorStats extends RecordMetrics {
+  /** Records from options templates, ignored by aggregation. */
+  optionsRecordsIgnored: number;
+  /** Exporter `addRecord` calls that threw (the other exporters still got the record). */
+  exporterErrors: number;
+  /** Records exported while no exporter was enabled (counted, never silent). */
+  exportedWithoutSink: number;
+  /** Aggregation core counters. */
+  aggregation: ReturnType<AggregationCore["stats"]>;
+  /** Collector counters (undefined before start). */
+  collector?: CollectorStats;
+  /** Per enabled exporter. */
+  exporters: Record<string, ExporterStats>;
+}
+
+function transportOf(p: TransportProtocol): "udp" | "tcp" | "tls" {
+  return p === "UDP" ? "udp" : p === "TCP" ? "tcp" : "tls";
+}
+
+/** Default exporter factory: IPFIX and flow log; ClickHouse and S3 are not built yet. */
+export function defaultExporterFactory(
+  section: ExporterSection,
+  config: FlowAggregatorConfig,
+): Exporter | undefined {
+  switch (section) {
+    case "flowCollector":
+      return new IpfixExporter({
+        address: config.flowCollector.address,
+        observationDomainId: config.flowCollector.observationDomainID,
+        recordFormat: config.flowCollector.recordFormat,
+        podLabels: config.recordContents.podLabels,
+      });
+    case "flowLogger":
+      return new LogExporter(config.flowLogger);
+    case "clickHouse":
+    case "s3Uploader":
+      log.error("exporter not available in this build; records are not sent to it", {
+        section,
+      });
+      return undefined;
+  }
+}
+
+/** The running Flow Aggregator. */
+export class FlowAggregator {
+  #config: FlowAggregatorConfig;
+  readonly #opts: FlowAggregatorOptions;
+  readonly #clock: Clock;
+  readonly #core: AggregationCore;
+  readonly #factory: ExporterFactory;
+  readonly #exporters = new Map<ExporterSection, Exporter>();
+  #collector: Collector | undefined;
+  #certs: GeneratedCertificates | undefined;
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  #metricsTimer: ReturnType<typeof setInterval> | undefined;
+  #state: "new" | "running" | "stopping" | "stopped" = "new";
+  #exported = 0;
+  #optionsIgnored = 0;
+  #exporterErrors = 0;
+  #exportedWithoutSink = 0;
+  /** Serialises config updates with each other and with stop. */
+  #updates: Promise<void> = Promise.resolve();
+  readonly #emit = (flow: ExportedFlow): void => this.#export(flow);
+
+  /** Creates the aggregator; nothing runs before {@linkcode start}. */
+  constructor(config: FlowAggregatorConfig, opts: FlowAggregatorOptions = {}) {
+    this.#config = config;
+    this.#opts = opts;
+    this.#clock = opts.clock ?? systemClock;
+    this.#factory = opts.exporterFactory ?? defaultExporterFactory;
+    this.#core = new AggregationCore({
+      activeTimeoutMs: config.activeFlowRecordTimeoutMs,
+      inactiveTimeoutMs: config.inactiveFlowRecordTimeoutMs,
+      clock: this.#clock,
+      includePodLabels: config.recordContents.podLabels,
+    });
+  }
+
+  /** The aggregation core (query API, tests). */
+  get core(): AggregationCore {
+    return this.#core;
+  }
+
+  /** The bound collector port (0 before start). */
+  get collectorPort(): number {
+    return this.#collector?.port ?? 0;
+  }
+
+  /** The configuration in force. */
+  get config(): FlowAggregatorConfig {
+    return this.#config;
+  }
+
+  /** Starts exporters, then the collector, then the expiry timer. */
+  async start(): Promise<void> {
+    if (this.#state !== "new") throw new Error("flow aggregator: start called twice");
+    this.#state = "running";
+    for (const section of EXPORTER_ORDER) {
+      if (this.#enabled(section, this.#config)) await this.#createExporter(section);
+    }
+    if (this.#exporters.size === 0) {
+      log.warn("no exporter is running: aggregated records are counted and discarded");
+    }
+    await this.#startCollector();
+    if (!this.#opts.manualSweep) this.#arm();
+    const every = this.#opts.metricsLogIntervalMs ?? 60_000;
+    if (every > 0) {
+      this.#metricsTimer = setInterval(() => this.#logMetrics(), every);
+      Deno.unrefTimer(this.#metricsTimer);
+    }
+  }
+
+  /**
+   * Stops input, exports every flow still held (ready or not), then flushes and stops every
+   * exporter. Resolves when everything is written (or each exporter's own stop timeout passed).
+   */
+  async stop(): Promise<void> {
+    if (this.#state === "stopped" || this.#state === "stopping") return;
+    const wasRunning = this.#state === "running";
+    this.#state = "stopping";
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    if (this.#metricsTimer !== undefined) clearInterval(this.#metricsTimer);
+    await this.#updates;
+    if (this.#collector) await this.#collector.stop();
+    if (wasRunning) {
+      // Expired flows first (normal export semantics), then everything still held.
+      this.#core.expire(this.#emit, this.#opts.hooks);
+      const n = this.#core.flushAll(this.#emit, this.#opts.hooks);
+      log.info("flushed flows held at shutdown", { flows: n });
+    }
+    for (const section of EXPORTER_ORDER) await this.#stopExporter(section);
+    this.#logMetrics("info");
+    this.#state = "stopped";
+  }
+
+  /** Feeds decoded records as if they came from the collector (tests, in-process use). */
+  ingest(records: readonly DataRecord[], ctx?: Pick<RecordContext, "options">): void {
+    if (ctx?.options) {
+      this.#optionsIgnored += records.length;
+      return;
+    }
+    for (const r of records) this.#core.addRecord(r as FlowInput);
+  }
+
+  /** Runs one expiry sweep now; returns the number of flows exported. */
+  sweep(): number {
+    return this.#core.expire(this.#emit, this.#opts.hooks);
+  }
+
+  /**
+   * Applies a new validated configuration between sweeps (spec control-plane.md §2.3):
+   * exporters are enabled, disabled or updated; timeouts and Pod labels apply live (our
+   * improvement); a transport or server-address change restarts the collector in-process so
+   * restart-only keys still take effect; apiServer keys are logged as needing a restart.
+   */
+  update(next: FlowAggregatorConfig, diff: ConfigDiff): Promise<void> {
+    const run = this.#updates.then(() => this.#apply(next, diff));
+    this.#updates = run.catch((err) => log.error("config update failed", { err }));
+    return this.#updates;
+  }
+
+  /** Counters of every component. */
+  stats(): FlowAggregatorStats {
+    const collector = this.#collector?.stats();
+    const exporters: Record<string, ExporterStats> = {};
+    for (const [section, e] of this.#exporters) exporters[section] = e.stats();
+    return {
+      numRecordsExported: this.#exported,
+      numRecordsReceived: collector?.dataRecords ?? 0,
+      numFlows: this.#core.flowCount,
+      numConnToCollector: collector?.sessionsActive ?? 0,
+      optionsRecordsIgnored: this.#optionsIgnored,
+      exporterErrors: this.#exporterErrors,
+      exportedWithoutSink: this.#exportedWithoutSink,
+      aggregation: this.#core.stats(),
+      collector,
+      exporters,
+    };
+  }
+
+  async #apply(next: FlowAggregatorConfig, diff: ConfigDiff): Promise<void> {
+    if (this.#state !== "running") return;
+    const prev = this.#config;
+    this.#config = next;
+    log.info("updating flow aggregator", { changed: diff.changedKeys.join(",") });
+    for (const section of EXPORTER_ORDER) {
+      const change = diff.exporters[section];
+      const want = this.#enabled(section, next);
+      const have = this.#exporters.get(section);
+      if (want && !have) {
+        await this.#createExporter(section);
+      } else if (!want && have) {
+        await this.#stopExporter(section);
+      } else if (want && have && change === "updated") {
+        if (section === "flowLogger" && have instanceof LogExporter) {
+          await have.updateOptions(next.flowLogger);
+          log.info("updated exporter", { section });
+        } else {
+          // Replace: the old exporter drains in the background while the new one takes records.
+          this.#exporters.delete(section);
+          have.stop().catch((err) => log.error("stopping replaced exporter", { section, err }));
+          await this.#createExporter(section);
+        }
+      }
+    }
+    if (
+      prev.activeFlowRecordTimeoutMs !== next.activeFlowRecordTimeoutMs ||
+      prev.inactiveFlowRecordTimeoutMs !== next.inactiveFlowRecordTimeoutMs
+    ) {
+      this.#core.updateTimeouts(next.activeFlowRecordTimeoutMs, next.inactiveFlowRecordTimeoutMs);
+      log.info("flow record timeouts updated", {
+        active: next.activeFlowRecordTimeout,
+        inactive: next.inactiveFlowRecordTimeout,
+      });
+    }
+    if (prev.recordContents.podLabels !== next.recordContents.podLabels) {
+      this.#core.setIncludePodLabels(next.recordContents.podLabels);
+      log.info("pod labels setting updated", { podLabels: next.recordContents.podLabels });
+    }
+    if (
+      prev.aggregatorTransportProtocol !== next.aggregatorTransportProtocol ||
+      prev.flowAggregatorAddress !== next.flowAggregatorAddress
+    ) {
+      log.info("collector settings changed: restarting the collecting process", {
+        transport: next.aggregatorTransportProtocol,
+      });
+      await this.#collector?.stop();
+      this.#collector = undefined;
+      if (prev.aggregatorTransportProtocol !== next.aggregatorTransportProtocol) {
+        this.#certs = undefined;
+      }
+      await this.#startCollector();
+    }
+    const restart = diff.restartRequired.filter((k) => k.startsWith("apiServer."));
+    if (restart.length > 0) {
+      log.error("Ignoring unsupported configuration updates, please restart FlowAggregator", {
+        keys: restart.join(","),
+      });
+    }
+  }
+
+  #enabled(section: ExporterSection, cfg: FlowAggregatorConfig): boolean {
+    return cfg[section].enable;
+  }
+
+  async #createExporter(section: ExporterSection): Promise<void> {
+    let exporter: Exporter | undefined;
+    try {
+      exporter = this.#factory(section, this.#config);
+      if (exporter === undefined) return;
+      await exporter.start();
+    } catch (err) {
+      log.error("cannot create exporter", { section, err });
+      return;
+    }
+    this.#exporters.set(section, exporter);
+    log.info("exporter enabled", { section, exporter: exporter.name });
+  }
+
+  async #stopExporter(section: ExporterSection): Promise<void> {
+    const e = this.#exporters.get(section);
+    if (e === undefined) return;
+    this.#exporters.delete(section);
+    try {
+      await e.stop();
+    } catch (err) {
+      log.error("error stopping exporter", { section, err });
+    }
+    const s = e.stats();
+    log.info("exporter stopped", { section, ...s });
+  }
+
+  async #startCollector(): Promise<void> {
+    const protocol = transportOf(this.#config.aggregatorTransportProtocol);
+    let tls;
+    if (protocol === "tls") {
+      this.#certs ??= this.#opts.certificates ?? generateCertificates({
+        namespace: this.#opts.namespace,
+        address: this.#config.flowAggregatorAddress,
+      });
+      tls = {
+        caPem: this.#certs.ca.certPem,
+        certPem: this.#certs.server.certPem,
+        keyPem: this.#certs.server.keyPem,
+      };
+      await this.#opts.onCertificates?.(this.#certs);
+    }
+    const collector = new Collector(
+      { address: this.#opts.listenAddress, protocol, tls },
+      (records, ctx) => this.ingest(records, ctx),
+    );
+    await collector.start();
+    this.#collector = collector;
+    log.info(`Started ${protocol.toUpperCase()} collecting process`, {
+      address: this.#opts.listenAddress ?? "[::]:4739",
+      port: collector.port,
+    });
+  }
+
+  #export(flow: ExportedFlow): void {
+    this.#exported++;
+    if (this.#exporters.size === 0) {
+      this.#exportedWithoutSink++;
+      return;
+    }
+    for (const e of this.#exporters.values()) {
+      try {
+        e.addRecord(flow);
+      } catch (err) {
+        // One exporter's failure never costs the others the record.
+        this.#exporterErrors++;
+        log.error("exporter rejected a record", { exporter: e.name, err });
+      }
+    }
+  }
+
+  #arm(): void {
+    if (this.#state !== "running") return;
+    const delay = Math.min(Math.max(this.#core.nextExpiryDelayMs(), 0), MAX_TIMER_MS);
+    this.#timer = setTimeout(() => {
+      try {
+        this.sweep();
+      } catch (err) {
+        log.error("Error when sending expired flow records", { err });
+      }
+      this.#arm();
+    }, delay);
+  }
+
+  #logMetrics(level: "info" | "debug" = "debug"): void {
+    const s = this.stats();
+    log[level]("record metrics", {
+      numRecordsReceived: s.numRecordsReceived,
+      numRecordsExported: s.numRecordsExported,
+      numFlows: s.numFlows,
+      numConnToCollector: s.numConnToCollector,
+      exporterErrors: s.exporterErrors,
+      rejected: Object.values(s.aggregation.recordsRejected).reduce((a, b) => a + b, 0),
+      decodeErrors: s.collector?.decodeErrorsTotal ?? 0,
+      templateMisses: s.collector?.templateMisses ?? 0,
+    });
+  }
+}

@@ -66,10 +66,9 @@ export class StreamFramer {
     if (avail < length) return { kind: "need-more" };
     this.#start += length;
     if (this.#start === this.#end) {
+      // Empty: rewind. The returned view stays valid because nothing is written before `push`.
       this.#start = 0;
       this.#end = 0;
-      // The view stays valid: nothing is written before the next push.
-      return { kind: "message", message: b.subarray(s, s + length) };
     }
     return { kind: "message", message: b.subarray(s, s + length) };
   }

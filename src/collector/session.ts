@@ -8,7 +8,7 @@ import { type DecodedMessage, decodeMessage, IpfixDecodeError } from "../ipfix/m
 import { TemplateStore } from "../ipfix/mod.ts";
 import type { DataRecord } from "../ipfix/mod.ts";
 import type { Clock } from "../clock.ts";
-import { type Logger, RateLimitedLog } from "../log.ts";
+import type { Logger, RateLimitedLog } from "../log.ts";
 import type { Counters, ExporterStats, Transport } from "./stats.ts";
 
 /** Where a data set came from; passed to the sink with its records. */
@@ -158,14 +158,21 @@ export class Session {
     return { ok: true, setErrors: msg.setErrors.length };
   }
 
-  /** Counts the session as closed (idempotent) and drops its templates. */
+  /**
+   * Counts the session as closed (idempotent) and drops its templates. A close caused by bad
+   * input is logged at warn level (rate-limited per exporter), a normal one at debug level.
+   */
   close(reason: string, onError = false): void {
     if (this.#closed) return;
     this.#closed = true;
     this.store.clear();
     this.#env.counters.sessionsClosed++;
-    if (onError) this.#env.counters.sessionsClosedOnError++;
-    this.#env.log.debug("session closed", { transport: this.transport, peer: this.peer, reason });
+    if (onError) {
+      this.#env.counters.sessionsClosedOnError++;
+      this.#logLimited(`close|${this.exporterAddress}`, "session closed on bad input", { reason });
+    } else {
+      this.#env.log.debug("session closed", { transport: this.transport, peer: this.peer, reason });
+    }
   }
 
   /** True once {@linkcode close} was called. */

@@ -108,7 +108,6 @@ export class TcpListener {
         if (!r.ok) {
           reason = r.reason;
           onError = true;
-          this.#env.log.warn("closing session", { transport: "tcp", peer: session.peer, reason });
           break;
         }
       }

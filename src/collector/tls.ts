@@ -124,7 +124,6 @@ export class TlsListener {
         if (!r.ok) {
           reason = r.reason;
           onError = true;
-          this.#env.log.warn("closing session", { transport: "tls", peer: session.peer, reason });
           socket.destroy();
         }
       });

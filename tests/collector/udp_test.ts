@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { Collector } from "../../src/collector/mod.ts";
 import { ManualClock } from "../../src/clock.ts";
-import { setLogLevel } from "../../src/log.ts";
+import { setLogLevel, setLogWriter } from "../../src/log.ts";
 import {
   collectingSink,
   dataMessage,
@@ -220,5 +220,34 @@ Deno.test("udp: more sources than maxUdpSessions evicts the least recently activ
   } finally {
     for (const cl of clients) cl.close();
     await c.stop();
+  }
+});
+
+Deno.test("udp: template misses are counted each time but logged rate-limited", async () => {
+  const clock = new ManualClock();
+  const lines: string[] = [];
+  setLogLevel("warn");
+  const prev = setLogWriter((l) => lines.push(l));
+  const { sink } = collectingSink();
+  const c = new Collector({ address: "127.0.0.1:0", protocol: "udp", clock }, sink);
+  await c.start();
+  const a = udpClient("127.0.0.1");
+  try {
+    for (let i = 0; i < 5; i++) await udpSend(a, "127.0.0.1", c.port, GOLDEN_DATA);
+    await waitFor(() => c.stats().templateMisses === 5, "five misses");
+    const missLines = (): string[] => lines.filter((l) => l.includes("unknown template"));
+    assert.equal(missLines().length, 1);
+    assert.match(missLines()[0], /exporter=127\.0\.0\.1/);
+    assert.match(missLines()[0], /templateIds=256/);
+    clock.advance(10_000);
+    await udpSend(a, "127.0.0.1", c.port, GOLDEN_DATA);
+    await waitFor(() => c.stats().templateMisses === 6, "sixth miss");
+    assert.equal(missLines().length, 2);
+    assert.match(missLines()[1], /suppressed=4/);
+  } finally {
+    a.close();
+    await c.stop();
+    setLogWriter(prev);
+    setLogLevel("error");
   }
 });

@@ -1,0 +1,78 @@
+import assert from "node:assert/strict";
+import { type FrameResult, StreamFramer } from "../../src/collector/mod.ts";
+import { concat, GOLDEN_DATA, GOLDEN_TEMPLATE } from "./helpers.ts";
+
+function drain(f: StreamFramer): FrameResult[] {
+  const out: FrameResult[] = [];
+  for (;;) {
+    const r = f.next();
+    if (r.kind === "need-more") return out;
+    out.push(r.kind === "message" ? { kind: "message", message: r.message.slice() } : r);
+  }
+}
+
+Deno.test("framing: back-to-back messages in one chunk are cut by the header length", () => {
+  const f = new StreamFramer();
+  f.push(concat(GOLDEN_TEMPLATE, GOLDEN_DATA, GOLDEN_TEMPLATE));
+  const got = drain(f);
+  assert.deepEqual(got.map((g) => g.kind === "message" ? g.message.length : -1), [288, 175, 288]);
+  assert.deepEqual((got[1] as { message: Uint8Array }).message, GOLDEN_DATA);
+  assert.equal(f.buffered, 0);
+});
+
+Deno.test("framing: a message split at every byte boundary is reassembled", () => {
+  const stream = concat(GOLDEN_TEMPLATE, GOLDEN_DATA);
+  for (const cut of [1, 2, 3, 4, 15, 16, 17, 287, 288, 289, 400]) {
+    const f = new StreamFramer();
+    f.push(stream.subarray(0, cut));
+    const first = drain(f);
+    f.push(stream.subarray(cut));
+    const all = [...first, ...drain(f)];
+    assert.equal(all.length, 2, `cut ${cut}`);
+    assert.deepEqual((all[0] as { message: Uint8Array }).message, GOLDEN_TEMPLATE);
+    assert.deepEqual((all[1] as { message: Uint8Array }).message, GOLDEN_DATA);
+  }
+});
+
+Deno.test("framing: Length 0, Length < 16 and version != 10 are terminal errors", () => {
+  for (
+    const [bytes, re] of [
+      [[0, 10, 0, 0], /length 0 < 16/],
+      [[0, 10, 0, 15], /length 15 < 16/],
+      [[0, 9, 0, 40], /version 9/],
+      [[0, 5, 0, 0], /version 5/],
+    ] as const
+  ) {
+    const f = new StreamFramer();
+    f.push(concat(new Uint8Array(bytes), GOLDEN_TEMPLATE));
+    const r = f.next();
+    assert.equal(r.kind, "error");
+    assert.match((r as { reason: string }).reason, re);
+    // After an error the stream is unusable: nothing more comes out, even valid bytes.
+    f.push(GOLDEN_TEMPLATE);
+    assert.equal(f.next().kind, "need-more");
+  }
+});
+
+Deno.test("framing: fewer than 4 bytes or a partial message waits for more", () => {
+  const f = new StreamFramer();
+  f.push(GOLDEN_TEMPLATE.subarray(0, 3));
+  assert.equal(f.next().kind, "need-more");
+  f.push(GOLDEN_TEMPLATE.subarray(3, 200));
+  assert.equal(f.next().kind, "need-more");
+  assert.equal(f.buffered, 200);
+});
+
+Deno.test("framing: maximum-size (65535-byte) messages split across pushes come out whole, repeatedly", () => {
+  const f = new StreamFramer();
+  const big = new Uint8Array(65535);
+  big.set([0, 10, 0xff, 0xff]);
+  let n = 0;
+  for (let i = 0; i < 50; i++) {
+    f.push(big.subarray(0, 30000));
+    f.push(big.subarray(30000));
+    n += drain(f).length;
+  }
+  assert.equal(n, 50);
+  assert.equal(f.buffered, 0);
+});

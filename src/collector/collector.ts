@@ -91,7 +91,7 @@ export class Collector {
     const address = parseListenAddress(this.#options.address ?? DEFAULT_LISTEN_ADDRESS);
     switch (this.#options.protocol) {
       case "udp": {
-        const udp = (this.#options.udpReceiver ?? openDenoUdpReceiver)(address);
+        const udp = await (this.#options.udpReceiver ?? openDenoUdpReceiver)(address);
         this.#udp = udp;
         this.#udpLoop = udp.run((d, h, p) => this.#onDatagram(d, h, p));
         const sweep = this.#options.sweepIntervalMs ??
@@ -121,7 +121,7 @@ export class Collector {
     if (this.#state === "stopped") return;
     this.#state = "stopped";
     if (this.#sweepTimer !== undefined) clearInterval(this.#sweepTimer);
-    this.#udp?.close();
+    await this.#udp?.close();
     await this.#udpLoop;
     for (const s of this.#udpSessions.values()) s.close("collector stopped");
     this.#udpSessions.clear();

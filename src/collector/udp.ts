@@ -21,11 +21,14 @@ export interface UdpReceiver {
   /** Receives until {@linkcode close}; resolves once the loop has ended. Never rejects. */
   run(handler: DatagramHandler): Promise<void>;
   /** Closes the socket(s); `run` then resolves. Idempotent. */
-  close(): void;
+  close(): void | Promise<void>;
 }
 
-/** Opens a {@linkcode UdpReceiver} on an address; pluggable via the collector options. */
-export type UdpReceiverFactory = (address: ListenAddress) => UdpReceiver;
+/**
+ * Opens a {@linkcode UdpReceiver} on an address; pluggable via the collector options. May be
+ * async (e.g. a receive path that starts worker threads before it is ready).
+ */
+export type UdpReceiverFactory = (address: ListenAddress) => UdpReceiver | Promise<UdpReceiver>;
 
 /** Largest IPFIX message (u16 length); one byte more detects an oversized datagram. */
 const RECEIVE_BUFFER = 65536;

@@ -251,3 +251,44 @@ Deno.test("udp: template misses are counted each time but logged rate-limited", 
     setLogLevel("error");
   }
 });
+
+Deno.test("udp: a pluggable (async) receive path feeds the same sessions; mapped IPv4 is normalised", async () => {
+  let deliver: ((d: Uint8Array, h: string, p: number) => void) | undefined;
+  let closed = false;
+  let endRun: () => void = () => {};
+  const { received, sink } = collectingSink();
+  const c = new Collector({
+    protocol: "udp",
+    udpReceiver: async (address) => {
+      await Promise.resolve();
+      assert.deepEqual(address, { hostname: "::", port: 4739, wildcard: true });
+      return {
+        port: 4739,
+        run: (handler) => {
+          deliver = handler;
+          return new Promise<void>((r) => endRun = r);
+        },
+        close: () => {
+          closed = true;
+          endRun();
+          return Promise.resolve();
+        },
+      };
+    },
+  }, sink);
+  await c.start();
+  assert.equal(c.port, 4739);
+  deliver!(GOLDEN_TEMPLATE, "::ffff:10.0.0.9", 5000);
+  deliver!(GOLDEN_DATA, "::ffff:10.0.0.9", 5000);
+  // Same IP, other port: another session without the template.
+  deliver!(GOLDEN_DATA, "::ffff:10.0.0.9", 5001);
+  assert.equal(received.length, 1);
+  assert.equal(received[0].ctx.exporterAddress, "10.0.0.9");
+  const s = c.stats();
+  assert.equal(s.sessionsOpened, 2);
+  assert.equal(s.templateMisses, 1);
+  assert.equal(s.exporters["10.0.0.9"].sessionsOpened, 2);
+  await c.stop();
+  assert.equal(closed, true);
+  assert.equal(c.stats().sessionsActive, 0);
+});

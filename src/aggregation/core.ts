@@ -112,9 +112,11 @@ export type RejectReason =
   | "mixedAddressFamily"
   | "missingField"
   | "badFieldType"
-  | "maxFlows";
+  | "maxFlows"
+  | "invalidRecord";
 
 const REJECT_REASONS: readonly RejectReason[] = [
+  "invalidRecord",
   "missingKeyField",
   "badAddress",
   "mixedAddressFamily",
@@ -352,6 +354,19 @@ export class AggregationCore {
    */
   addRecord(r: FlowInput): boolean {
     this.#recordsIn++;
+    try {
+      return this.#addRecord(r);
+    } catch (err) {
+      // Last line of defence: field checks above should make this unreachable; a record must
+      // never take the collector down.
+      return this.#reject("invalidRecord", `record could not be aggregated: ${err}`);
+    }
+  }
+
+  #addRecord(r: FlowInput): boolean {
+    if (r === null || typeof r !== "object") {
+      return this.#reject("invalidRecord", "record is not an object");
+    }
     const sport = r.sourceTransportPort;
     const dport = r.destinationTransportPort;
     const proto = r.protocolIdentifier;
@@ -404,7 +419,7 @@ export class AggregationCore {
     k[10] = dport;
     const h = hashKey(k);
     let flowType = r.flowType;
-    if (flowType === undefined) {
+    if (typeof flowType !== "number") {
       flowType = FlowType.Unknown;
       this.#missingFlowType++;
       const s = this.#rl.allow("flowType");
@@ -479,6 +494,11 @@ export class AggregationCore {
     this.#store.clear();
     this.#intern = new Map();
     return n;
+  }
+
+  /** Monotonic time (ms) at which the earliest flow expires; +Infinity when none is held. */
+  get earliestExpiryMs(): number {
+    return this.#heap.peekPriority();
   }
 
   /**
@@ -674,6 +694,9 @@ export class AggregationCore {
     if (start === undefined || end === undefined || oct === undefined || roct === undefined) {
       return this.#reject("missingField", "new flow without start/end time or octet totals");
     }
+    if (!isUint(start, 0xffffffff) || !isUint(end, 0xffffffff)) {
+      return this.#reject("badFieldType", "record with an invalid flowStart/EndSeconds");
+    }
     if (!this.#countersValid(r, false)) {
       return this.#reject("badFieldType", "record with a non-bigint counter");
     }
@@ -719,13 +742,13 @@ export class AggregationCore {
     const ub = u32Base(slot);
     u32[ub + F_START] = start;
     u32[ub + F_END] = end;
-    u32[ub + F_REASON] = r.flowEndReason ?? 0;
+    u32[ub + F_REASON] = num(r.flowEndReason);
     u32[ub + F_TYPE] = flowType;
-    u32[ub + F_SVC_PORT] = r.destinationServicePort ?? 0;
-    u32[ub + F_ING_TYPE] = r.ingressNetworkPolicyType ?? 0;
-    u32[ub + F_ING_ACT] = r.ingressNetworkPolicyRuleAction ?? 0;
-    u32[ub + F_EG_TYPE] = r.egressNetworkPolicyType ?? 0;
-    u32[ub + F_EG_ACT] = r.egressNetworkPolicyRuleAction ?? 0;
+    u32[ub + F_SVC_PORT] = num(r.destinationServicePort);
+    u32[ub + F_ING_TYPE] = num(r.ingressNetworkPolicyType);
+    u32[ub + F_ING_ACT] = num(r.ingressNetworkPolicyRuleAction);
+    u32[ub + F_EG_TYPE] = num(r.egressNetworkPolicyType);
+    u32[ub + F_EG_ACT] = num(r.egressNetworkPolicyRuleAction);
     if (sides & SIDE_S) u32[ub + F_END_S] = end;
     if (sides & SIDE_D) u32[ub + F_END_D] = end;
 
@@ -779,10 +802,12 @@ export class AggregationCore {
   #update(flow: Flow, r: FlowInput, corr: boolean): boolean {
     // §3.3: an update needs the NonStats IEs and all 8 Stats IEs (upstream fails otherwise).
     if (
-      typeof r.flowEndSeconds !== "number" || r.flowEndReason === undefined ||
-      r.tcpState === undefined
+      r.flowEndSeconds === undefined || r.flowEndReason === undefined || r.tcpState === undefined
     ) {
       return this.#reject("missingField", "flow update without flowEndSeconds/Reason/tcpState");
+    }
+    if (!isUint(r.flowEndSeconds, 0xffffffff)) {
+      return this.#reject("badFieldType", "record with an invalid flowEndSeconds");
     }
     if (!this.#countersValid(r, true)) {
       return this.#reject("missingField", "flow update without all 8 counters");
@@ -841,17 +866,23 @@ export class AggregationCore {
     }
     const u32 = this.#store.u32(flow.slot);
     const ub = u32Base(flow.slot);
-    if (r.destinationServicePort) u32[ub + F_SVC_PORT] = r.destinationServicePort;
+    if (num(r.destinationServicePort) !== 0) u32[ub + F_SVC_PORT] = num(r.destinationServicePort);
     if (r.destinationServicePortName) flow.svcPortName = this.#str(r.destinationServicePortName);
     if (r.ingressNetworkPolicyName) flow.ingName = this.#str(r.ingressNetworkPolicyName);
     if (r.ingressNetworkPolicyNamespace) flow.ingNs = this.#str(r.ingressNetworkPolicyNamespace);
-    if (r.ingressNetworkPolicyRuleAction) u32[ub + F_ING_ACT] = r.ingressNetworkPolicyRuleAction;
-    if (r.ingressNetworkPolicyType) u32[ub + F_ING_TYPE] = r.ingressNetworkPolicyType;
+    if (num(r.ingressNetworkPolicyRuleAction) !== 0) {
+      u32[ub + F_ING_ACT] = num(r.ingressNetworkPolicyRuleAction);
+    }
+    if (num(r.ingressNetworkPolicyType) !== 0) {
+      u32[ub + F_ING_TYPE] = num(r.ingressNetworkPolicyType);
+    }
     if (r.ingressNetworkPolicyRuleName) flow.ingRule = this.#str(r.ingressNetworkPolicyRuleName);
     if (r.egressNetworkPolicyName) flow.egName = this.#str(r.egressNetworkPolicyName);
     if (r.egressNetworkPolicyNamespace) flow.egNs = this.#str(r.egressNetworkPolicyNamespace);
-    if (r.egressNetworkPolicyRuleAction) u32[ub + F_EG_ACT] = r.egressNetworkPolicyRuleAction;
-    if (r.egressNetworkPolicyType) u32[ub + F_EG_TYPE] = r.egressNetworkPolicyType;
+    if (num(r.egressNetworkPolicyRuleAction) !== 0) {
+      u32[ub + F_EG_ACT] = num(r.egressNetworkPolicyRuleAction);
+    }
+    if (num(r.egressNetworkPolicyType) !== 0) u32[ub + F_EG_TYPE] = num(r.egressNetworkPolicyType);
     if (r.egressNetworkPolicyRuleName) flow.egRule = this.#str(r.egressNetworkPolicyRuleName);
   }
 
@@ -868,7 +899,9 @@ export class AggregationCore {
       isLatest = true;
       u32[ub + F_END] = inEnd;
     }
-    const startFallback = r.flowStartSeconds ?? u32[ub + F_START];
+    const startFallback = isUint(r.flowStartSeconds!, 0xffffffff)
+      ? r.flowStartSeconds!
+      : u32[ub + F_START];
     let prev = 0;
     if (sides & SIDE_S) {
       const p = u32[ub + F_END_S];
@@ -889,7 +922,7 @@ export class AggregationCore {
     }
     const dt = inEnd - prev;
     // Step B.
-    if (u32[ub + F_REASON] !== END_OF_FLOW) u32[ub + F_REASON] = r.flowEndReason!;
+    if (u32[ub + F_REASON] !== END_OF_FLOW) u32[ub + F_REASON] = num(r.flowEndReason);
     if (isLatest) flow.tcpState = this.#str(r.tcpState);
     // Step C.
     const u = this.#store.u64(slot);
@@ -1143,6 +1176,11 @@ function checkTimeouts(activeMs: number, inactiveMs: number): void {
       `aggregation: inactiveTimeoutMs ${inactiveMs}: must be a positive number`,
     );
   }
+}
+
+/** A u8/u16 IE value as a number; anything else (bad input) reads as 0. */
+function num(v: number | undefined): number {
+  return typeof v === "number" && v >= 0 && v <= 0xffffffff ? v : 0;
 }
 
 function isUint(v: number, max: number): boolean {

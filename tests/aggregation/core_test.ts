@@ -180,3 +180,63 @@ Deno.test("setIncludePodLabels switches labels on for flows exported afterwards"
   // Go's json.Marshal escapes < and > (HTML-safe).
   assert.equal(c.out[1].record.sourcePodLabels, '{"a":"\\u003cb\\u003e"}');
 });
+
+Deno.test("wrongly typed fields never throw: rejected or read as 0, all counted", () => {
+  const { core } = newCore();
+  const asAny = (o: unknown): FlowInput => o as FlowInput;
+  assert.equal(core.addRecord(asAny(null)), false);
+  assert.equal(core.addRecord(asAny("x")), false);
+  assert.equal(core.addRecord(intra({ sourceTransportPort: 70_000 })), false);
+  assert.equal(core.addRecord(intra({ protocolIdentifier: -1 })), false);
+  assert.equal(core.addRecord(intra({ flowEndSeconds: asAny(5n) as unknown as number })), false);
+  assert.equal(core.addRecord(asAny({ ...intra(), sourceIPv4Address: 42 })), false);
+  assert.equal(
+    core.addRecord(asAny({ ...intra(), flowEndReason: 3n, destinationServicePort: "80" })),
+    true,
+  );
+  assert.equal(one(core).flowEndReason, 0);
+  assert.equal(one(core).destinationServicePort, 0);
+  const s = core.stats();
+  assert.equal(s.recordsIn, 7);
+  assert.equal(s.recordsAccepted, 1);
+  const rejected = Object.values(s.recordsRejected).reduce((a, b) => a + b, 0);
+  assert.equal(rejected, 6);
+});
+
+Deno.test("E3: an InterNode record with both Pod names empty correlates with the next record", () => {
+  const { core } = newCore();
+  core.addRecord(s1({ sourcePodName: "" }));
+  assert.equal(core.entryState(K4)!.readyToSend, false);
+  // The next record from the same (source) Node still triggers correlation.
+  core.addRecord(s1({ flowEndSeconds: 2 }));
+  assert.equal(core.entryState(K4)!.readyToSend, true);
+  assert.equal(one(core).sourcePodName, "pod1");
+  assert.equal(core.stats().correlated, 1);
+});
+
+Deno.test("E4: a ready entry hit by a no-correlation record aggregates both sides, stays ready", () => {
+  const { core } = newCore();
+  core.addRecord(s1());
+  core.addRecord(s1({ destinationPodName: "pod2", sourcePodName: "", flowEndSeconds: 1 }));
+  assert.equal(core.entryState(K4)!.readyToSend, true);
+  core.addRecord(
+    s1({
+      egressNetworkPolicyRuleAction: 2,
+      flowEndSeconds: 5,
+      ...counters(700n, 200n, 1800n, 800n),
+    }),
+  );
+  const r = one(core);
+  assert.equal(r.octetTotalCountFromSourceNode, 1800n);
+  assert.equal(r.octetTotalCountFromDestinationNode, 1800n);
+  assert.equal(r.egressNetworkPolicyRuleAction, 0); // correlated fields are never updated again
+  assert.equal(core.entryState(K4)!.correlatedFieldsFilled, true);
+});
+
+Deno.test("earliestExpiryMs follows the queue top", () => {
+  const { core, clock } = newCore();
+  assert.equal(core.earliestExpiryMs, Infinity);
+  at(clock, 500);
+  core.addRecord(intra());
+  assert.equal(core.earliestExpiryMs, 60_500);
+});

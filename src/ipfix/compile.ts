@@ -1,13 +1,14 @@
 /**
  * Template compiler: turns a template record into a record decoder generated once per distinct
- * field list (`new Function`), so decoding a record is straight-line code that reads each field
+ * field list (`new Function`, after the template's first data set has been decoded by a cheap
+ * interpreting tier), so decoding a record is straight-line code that reads each field
  * from the byte array at a known offset and builds one object literal of fixed shape: no per-field
  * closures, lookups or intermediate objects. Field lengths come from the template, never from the
  * registry (reduced-size encoding, RFC 7011 §6.2); lengths illegal for the type are rejected here
  * so the generated code never has to check them.
  */
 
-import type { DataRecord, DataType, FieldSpecifier, TemplateRecord } from "./types.ts";
+import type { DataRecord, DataType, FieldSpecifier, FieldValue, TemplateRecord } from "./types.ts";
 import { VARIABLE_LENGTH } from "./types.ts";
 import { lookupElement, registryGeneration } from "./registry.ts";
 import { formatIPv4Bytes, formatIPv6 } from "./ip.ts";
@@ -257,6 +258,19 @@ interface Codec {
   readonly decodeRecords: RecordsDecoder;
 }
 
+/** A validated template layout, shared by both decoder tiers. */
+interface Plan {
+  readonly id: number;
+  readonly names: readonly string[];
+  readonly types: readonly (DataType | undefined)[];
+  readonly lengths: readonly number[];
+  readonly variable: readonly boolean[];
+  /** Minimum bytes still needed from field i on (fixed lengths + 1 per variable field). */
+  readonly restMin: readonly number[];
+  /** Whether field i is the first occurrence of its key (duplicates: first one wins). */
+  readonly keep: readonly boolean[];
+}
+
 function badTemplate(t: TemplateRecord, i: number, f: FieldSpecifier, why: string): never {
   throw new IpfixDecodeError(
     "badTemplate",
@@ -264,22 +278,27 @@ function badTemplate(t: TemplateRecord, i: number, f: FieldSpecifier, why: strin
   );
 }
 
-function buildCodec(t: TemplateRecord): Codec {
+function makePlan(t: TemplateRecord): Plan {
   const n = t.fields.length;
   const names: string[] = [];
   const types: (DataType | undefined)[] = [];
+  const lengths: number[] = [];
   const variable: boolean[] = [];
-  let minLen = 0;
+  const keep: boolean[] = [];
+  const seen = new Set<string>();
   for (let i = 0; i < n; i++) {
     const f = t.fields[i];
     const ie = lookupElement(f.enterprise, f.id);
     const type = ie?.type;
-    names.push(ie?.name ?? `${f.enterprise}/${f.id}`);
+    const name = ie?.name ?? `${f.enterprise}/${f.id}`;
+    names.push(name);
     types.push(type);
+    lengths.push(f.length);
+    keep.push(!seen.has(name));
+    seen.add(name);
     if (f.length === VARIABLE_LENGTH) {
       if (!isVariableType(type)) badTemplate(t, i, f, `${type} cannot be variable-length`);
       variable.push(true);
-      minLen += 1;
     } else {
       // A zero-length field is useless and, in an all-zero template, would let a record consume
       // no bytes at all; reject it rather than risk a non-advancing decode loop.
@@ -288,27 +307,103 @@ function buildCodec(t: TemplateRecord): Codec {
         badTemplate(t, i, f, `length not allowed for ${type}`);
       }
       variable.push(false);
-      minLen += f.length;
     }
   }
-  // Minimum bytes still needed from field i on (fixed lengths + 1 per variable field).
   const restMin: number[] = new Array(n + 1).fill(0);
-  for (let i = n - 1; i >= 0; i--) {
-    restMin[i] = restMin[i + 1] + (variable[i] ? 1 : t.fields[i].length);
+  for (let i = n - 1; i >= 0; i--) restMin[i] = restMin[i + 1] + (variable[i] ? 1 : lengths[i]);
+  return { id: t.id, names, types, lengths, variable, restMin, keep };
+}
+
+/** Reads a fixed-length value (generic tier; same semantics as {@linkcode fixedExpr}). */
+function readFixed(type: DataType | undefined, n: number, b: Uint8Array, o: number): FieldValue {
+  switch (type) {
+    case "unsigned8":
+    case "unsigned16":
+    case "unsigned32":
+    case "dateTimeSeconds":
+      return uNum(b, o, n);
+    case "unsigned64":
+    case "dateTimeMilliseconds":
+    case "dateTimeMicroseconds":
+    case "dateTimeNanoseconds":
+      return uBig(b, o, n);
+    case "signed8":
+    case "signed16":
+    case "signed32":
+      return sInt(b, o, n);
+    case "signed64":
+      return sBig(b, o, n);
+    case "float32":
+      return f32(b, o);
+    case "float64":
+      return n === 8 ? f64(b, o) : f32(b, o);
+    case "boolean":
+      return b[o] === 1;
+    case "ipv4Address":
+      return formatIPv4Bytes(b, o);
+    case "ipv6Address":
+      return formatIPv6(b, o);
+    case "string":
+      return str(b, o, n);
+    default:
+      return b.slice(o, o + n);
   }
-  const seen = new Set<string>();
+}
+
+/**
+ * Interpreting decoder: no code generation, so registering a template is cheap. Used for a
+ * template's first data set; templates that never carry data (or a peer announcing endless
+ * distinct templates) then never pay for `new Function`.
+ */
+function genericDecoder(plan: Plan): RecordsDecoder {
+  const n = plan.names.length;
+  const minLen = plan.restMin[0];
+  return (bytes, off, end, out, max = Infinity) => {
+    let count = 0;
+    while (count < max && end - off >= minLen) {
+      const rec: DataRecord = {};
+      for (let i = 0; i < n; i++) {
+        let v: FieldValue;
+        if (!plan.variable[i]) {
+          v = readFixed(plan.types[i], plan.lengths[i], bytes, off);
+          off += plan.lengths[i];
+        } else {
+          let p = off + 1;
+          let L = bytes[off];
+          if (L === 255) {
+            if (end - p < 2) throw fail("badVarLength", `field ${i}: 3-byte length prefix cut`);
+            L = (bytes[p] << 8) | bytes[p + 1];
+            p += 2;
+          }
+          if (end - p < L) throw fail("badVarLength", `field ${i}: length ${L} exceeds set`);
+          v = plan.types[i] === "string" ? str(bytes, p, L) : bytes.slice(p, p + L);
+          off = p + L;
+          if (end - off < plan.restMin[i + 1]) {
+            throw fail("badRecord", `record overruns set after field ${i}`);
+          }
+        }
+        if (plan.keep[i]) rec[plan.names[i]] = v;
+      }
+      out.push(rec);
+      count++;
+    }
+    return off;
+  };
+}
+
+/** Generates the straight-line decoder of a plan. */
+function generatedDecoder(plan: Plan): RecordsDecoder {
+  const n = plan.names.length;
   const props: string[] = [];
   let body = "";
   let rel = 0; // bytes of fixed fields read since `off` was last advanced
   for (let i = 0; i < n; i++) {
-    const f = t.fields[i];
-    const keep = !seen.has(names[i]); // duplicate IEs: first occurrence wins, like upstream
-    seen.add(names[i]);
-    if (keep) props.push(`${JSON.stringify(names[i])}: v${i}`);
+    const keep = plan.keep[i];
+    if (keep) props.push(`${JSON.stringify(plan.names[i])}: v${i}`);
     const o = rel === 0 ? "off" : `off + ${rel}`;
-    if (!variable[i]) {
-      if (keep) body += `    const v${i} = ${fixedExpr(types[i], f.length, o)};\n`;
-      rel += f.length;
+    if (!plan.variable[i]) {
+      if (keep) body += `    const v${i} = ${fixedExpr(plan.types[i], plan.lengths[i], o)};\n`;
+      rel += plan.lengths[i];
       continue;
     }
     body += `    p = ${o} + 1;\n    L = bytes[${o}];\n` +
@@ -318,15 +413,15 @@ function buildCodec(t: TemplateRecord): Codec {
       `    if (end - p < L) throw fail("badVarLength", "field ${i}: length " + L + " exceeds set");\n`;
     if (keep) {
       // Most Antrea strings are empty: skip the call for them.
-      const expr = types[i] === "string"
+      const expr = plan.types[i] === "string"
         ? `L === 0 ? "" : str(bytes, p, L)`
         : "bytes.slice(p, p + L)";
       body += `    const v${i} = ${expr};\n`;
     }
     body += `    off = p + L;\n`;
     rel = 0;
-    if (restMin[i + 1] > 0) {
-      body += `    if (end - off < ${restMin[i + 1]}) ` +
+    if (plan.restMin[i + 1] > 0) {
+      body += `    if (end - off < ${plan.restMin[i + 1]}) ` +
         `throw fail("badRecord", "record overruns set after field ${i}");\n`;
     }
   }
@@ -336,14 +431,42 @@ const { str, u32, u64, uBig, sInt, sBig, f32, f64, ip4, ip6, fail } = H;
 return function decodeRecords(bytes, off, end, out, max) {
   let p = 0, L = 0, count = 0;
   const limit = max === undefined ? Infinity : max;
-  while (count < limit && end - off >= ${minLen}) {
+  while (count < limit && end - off >= ${plan.restMin[0]}) {
 ${body}    out.push({ ${props.join(", ")} });
     count++;
   }
   return off;
 };`;
-  const decodeRecords = new Function("H", src)(HELPERS) as RecordsDecoder;
-  return { minRecordLength: minLen, names: Object.freeze(names), decodeRecords };
+  return new Function("H", src)(HELPERS) as RecordsDecoder;
+}
+
+/** Data sets decoded by the generic tier before a template gets generated code. */
+const TIER_UP_AFTER = 1;
+
+function buildCodec(t: TemplateRecord): Codec {
+  const plan = makePlan(t);
+  const generic = genericDecoder(plan);
+  let fast: RecordsDecoder | undefined;
+  let uses = 0;
+  const decodeRecords: RecordsDecoder = (bytes, off, end, out, max) => {
+    if (fast === undefined) {
+      if (uses++ < TIER_UP_AFTER) return generic(bytes, off, end, out, max);
+      fast = generatedDecoder(plan);
+    }
+    return fast(bytes, off, end, out, max);
+  };
+  return { minRecordLength: plan.restMin[0], names: Object.freeze(plan.names), decodeRecords };
+}
+
+/**
+ * Both decoder tiers of a template, for differential tests (they must agree on every input).
+ * Throws like {@linkcode compileTemplate} on an invalid template.
+ */
+export function decoderTiers(
+  t: TemplateRecord,
+): { generic: RecordsDecoder; generated: RecordsDecoder } {
+  const plan = makePlan(t);
+  return { generic: genericDecoder(plan), generated: generatedDecoder(plan) };
 }
 
 // Many sessions announce identical templates (every Agent sends the same 39 fields), so the

@@ -10,44 +10,9 @@ import {
   TemplateStore,
   VARIABLE_LENGTH,
 } from "../../src/ipfix/mod.ts";
-import { templateAndData, tmpl } from "./helpers.ts";
+import { registerTestElements, spec, templateAndData, tmpl, TYPES } from "./helpers.ts";
 
-// The Antrea registry lacks most RFC 7012 types; register one test element per type under a
-// private test PEN so every type goes through the real registry path.
-const TEST_PEN = 4242;
-const TYPES: [DataType, number][] = [
-  ["octetArray", VARIABLE_LENGTH],
-  ["unsigned8", 1],
-  ["unsigned16", 2],
-  ["unsigned32", 4],
-  ["unsigned64", 8],
-  ["signed8", 1],
-  ["signed16", 2],
-  ["signed32", 4],
-  ["signed64", 8],
-  ["float32", 4],
-  ["float64", 8],
-  ["boolean", 1],
-  ["macAddress", 6],
-  ["string", VARIABLE_LENGTH],
-  ["dateTimeSeconds", 4],
-  ["dateTimeMilliseconds", 8],
-  ["dateTimeMicroseconds", 8],
-  ["dateTimeNanoseconds", 8],
-  ["ipv4Address", 4],
-  ["ipv6Address", 16],
-  ["basicList", VARIABLE_LENGTH],
-  ["subTemplateList", VARIABLE_LENGTH],
-  ["subTemplateMultiList", VARIABLE_LENGTH],
-];
-TYPES.forEach(([type, length], i) => {
-  registerElement({ name: `test_${type}`, id: i + 1, enterprise: TEST_PEN, type, length });
-});
-
-function spec(type: DataType, length?: number): FieldSpecifier {
-  const ie = elementByName(`test_${type}`)!;
-  return { id: ie.id, enterprise: ie.enterprise, length: length ?? ie.length };
-}
+registerTestElements();
 
 function roundTrip(
   fields: FieldSpecifier[],

@@ -1,0 +1,121 @@
+import assert from "node:assert/strict";
+import {
+  AGENT_IPV4_FIELDS,
+  AGENT_IPV6_FIELDS,
+  AGGREGATED_IPV4_FIELDS,
+  AGGREGATED_IPV6_FIELDS,
+  ALL_ELEMENTS,
+  DESTINATION_STATS_FIELDS,
+  elementByName,
+  fieldName,
+  fieldsFor,
+  lookupElement,
+  PEN,
+  POD_LABEL_FIELDS,
+  registerElement,
+  SOURCE_STATS_FIELDS,
+  STATS_FIELDS,
+} from "../../src/ipfix/mod.ts";
+
+const CSV = new URL("../../../shared/spec/ie-registry.csv", import.meta.url);
+
+Deno.test("ALL_ELEMENTS holds exactly the rows of ie-registry.csv", () => {
+  const text = Deno.readTextFileSync(CSV);
+  const rows = text.trim().split("\n").slice(1).map((l) => l.split(","));
+  assert.equal(ALL_ELEMENTS.length, rows.length);
+  assert.equal(ALL_ELEMENTS.length, 73);
+  rows.forEach(([name, id, pen, type, len], i) => {
+    assert.deepEqual(ALL_ELEMENTS[i], {
+      name,
+      id: Number(id),
+      enterprise: Number(pen),
+      type,
+      length: Number(len),
+    });
+  });
+});
+
+Deno.test("lookup by (enterprise, id) distinguishes ids shared across PENs", () => {
+  assert.equal(lookupElement(0, 136)?.name, "flowEndReason");
+  assert.equal(lookupElement(PEN.ANTREA, 136)?.name, "tcpState");
+  assert.equal(lookupElement(0, 150)?.name, "flowStartSeconds");
+  assert.equal(lookupElement(PEN.ANTREA, 150)?.name, "reverseThroughputFromDestinationNode");
+  assert.equal(lookupElement(PEN.IANA_REVERSE, 86)?.name, "reversePacketTotalCount");
+  assert.equal(lookupElement(0, 86)?.name, "packetTotalCount");
+  assert.equal(lookupElement(0, 999), undefined);
+  assert.equal(lookupElement(777, 1), undefined);
+});
+
+Deno.test("lookup by name returns the registry entry", () => {
+  assert.deepEqual(elementByName("destinationClusterIPv6"), {
+    name: "destinationClusterIPv6",
+    id: 107,
+    enterprise: 56506,
+    type: "ipv6Address",
+    length: 16,
+  });
+  assert.equal(elementByName("flowEndSecondsFromSourceNode")?.type, "dateTimeSeconds");
+  assert.equal(elementByName("egressIP")?.type, "string");
+  assert.equal(elementByName("noSuchElement"), undefined);
+});
+
+Deno.test("fieldName gives the registry name or <pen>/<id>", () => {
+  assert.equal(fieldName(56506, 101), "sourcePodName");
+  assert.equal(fieldName(0, 999), "0/999");
+});
+
+Deno.test("template lists have the sizes and order of ipfix.md §5.3", () => {
+  assert.equal(AGENT_IPV4_FIELDS.length, 39);
+  assert.equal(AGENT_IPV6_FIELDS.length, 39);
+  assert.equal(AGGREGATED_IPV4_FIELDS.length, 63);
+  assert.equal(AGGREGATED_IPV6_FIELDS.length, 63);
+  assert.deepEqual(POD_LABEL_FIELDS, ["sourcePodLabels", "destinationPodLabels"]);
+  assert.equal(AGENT_IPV4_FIELDS[10], "sourceIPv4Address");
+  assert.equal(AGENT_IPV4_FIELDS[38], "destinationClusterIPv4");
+  assert.equal(AGENT_IPV6_FIELDS[11], "destinationIPv6Address");
+  assert.equal(AGENT_IPV6_FIELDS[38], "destinationClusterIPv6");
+  assert.deepEqual(AGGREGATED_IPV4_FIELDS.slice(39, 42), [
+    "octetDeltaCountFromSourceNode",
+    "octetDeltaCountFromDestinationNode",
+    "octetTotalCountFromSourceNode",
+  ]);
+  assert.deepEqual(AGGREGATED_IPV4_FIELDS.slice(55), [
+    "flowEndSecondsFromSourceNode",
+    "flowEndSecondsFromDestinationNode",
+    "throughput",
+    "throughputFromSourceNode",
+    "throughputFromDestinationNode",
+    "reverseThroughput",
+    "reverseThroughputFromSourceNode",
+    "reverseThroughputFromDestinationNode",
+  ]);
+  assert.equal(STATS_FIELDS.length, SOURCE_STATS_FIELDS.length);
+  assert.equal(DESTINATION_STATS_FIELDS[7], "reversePacketTotalCountFromDestinationNode");
+  for (const n of [...AGGREGATED_IPV6_FIELDS, ...AGGREGATED_IPV4_FIELDS, ...POD_LABEL_FIELDS]) {
+    assert.ok(elementByName(n), n);
+  }
+});
+
+Deno.test("fieldsFor returns registry lengths and throws on unknown names", () => {
+  assert.deepEqual(fieldsFor(["sourcePodName", "octetDeltaCount", "reverseOctetDeltaCount"]), [
+    { id: 101, enterprise: 56506, length: 65535 },
+    { id: 1, enterprise: 0, length: 8 },
+    { id: 1, enterprise: 29305, length: 8 },
+  ]);
+  assert.throws(() => fieldsFor(["bogus"]), /bogus/);
+});
+
+Deno.test("registerElement adds elements and refuses conflicts", () => {
+  const ie = {
+    name: "regTestCounter",
+    id: 77,
+    enterprise: 31337,
+    type: "unsigned64",
+    length: 8,
+  } as const;
+  registerElement(ie);
+  registerElement(ie); // identical: no-op
+  assert.equal(lookupElement(31337, 77)?.name, "regTestCounter");
+  assert.throws(() => registerElement({ ...ie, type: "unsigned32", length: 4 }));
+  assert.throws(() => registerElement({ ...ie, name: "sourcePodName" }));
+});

@@ -2,13 +2,10 @@ import assert from "node:assert/strict";
 import {
   type DataType,
   decodeMessage,
-  elementByName,
   type FieldSpecifier,
   type FieldValue,
   IpfixEncodeError,
-  registerElement,
   TemplateStore,
-  VARIABLE_LENGTH,
 } from "../../src/ipfix/mod.ts";
 import { registerTestElements, spec, templateAndData, tmpl, TYPES } from "./helpers.ts";
 

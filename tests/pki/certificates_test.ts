@@ -108,6 +108,15 @@ Deno.test("pki: a non-IP address becomes a second DNS SAN; default namespace is 
   );
 });
 
+Deno.test("pki: an IPv6 flowAggregatorAddress becomes an IP SAN; a bracketed one is not an IP", () => {
+  const v6 = generateCertificates({ address: "fd00::10", now: NOW, modulusLength: 1024 });
+  const s = x509(v6.server.certPem);
+  assert.equal(s.checkIP("fd00::10"), "fd00::10");
+  assert.ok(s.checkHost("flow-aggregator.flow-aggregator.svc"));
+  const bracketed = generateCertificates({ address: "[fd00::10]", now: NOW, modulusLength: 1024 });
+  assert.equal(x509(bracketed.server.certPem).checkIP("fd00::10"), undefined);
+});
+
 Deno.test("pki: client cert has clientAuth only, no SANs, serial 3, signed by the CA", () => {
   const c = x509(withIp.client.certPem);
   assert.equal(c.subject, `CN=flow-aggregator-client-certificate@${UNIX}`);

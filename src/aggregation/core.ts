@@ -5,13 +5,16 @@
  * comes from the injected {@linkcode Clock}. The caller arms its own timer from
  * {@linkcode AggregationCore.nextExpiryDelayMs}.
  *
- * Storage is compact on purpose (target <= 1 KB per live flow at 1M flows): numbers live in a
- * chunked {@linkcode SlotStore}, a flow object holds only strings and a few small integers, and
- * repeated strings (Pod, namespace, Node, policy names, tcpState) are interned.
+ * Storage is compact on purpose (target <= 1 KB per live flow at 1M flows): numbers and the key
+ * words live in a chunked {@linkcode SlotStore}, the flow map is a numeric open-addressing
+ * {@linkcode FlowTable} (no key strings), a flow object holds only strings and a few small
+ * integers, and repeated strings (Pod, namespace, Node, policy names, tcpState) are interned.
  *
  * Deviations from go-ipfix v0.6.2 / Antrea v1.13 (spec §10), each marked `improved` in tests:
  * - L1: an `emit` error is caught, logged and counted; the flow is still reset and re-queued or
- *   deleted, and the sweep continues (upstream orphaned the flow and aborted the sweep).
+ *   deleted, and the sweep continues (upstream orphaned the flow and aborted the sweep). The
+ *   export loop's `emit` is expected to hand the snapshot to buffering exporters and not throw;
+ *   if it does, that export's deltas are reset anyway rather than piling up behind a failure.
  * - L2: every expiry comparison uses `<=`, so a flow is always re-queued or deleted.
  * - L3: an InterNode half whose partner never arrives is exported with what is known
  *   (`uncorrelated: true`, missing Pod filled through the hooks) after the retries, and counted
@@ -24,7 +27,8 @@
  * - L15: records are processed one by one; a bad record is rejected and counted alone.
  * - L17: a Pod without labels encodes as `{}` (newer Antrea), not `null`.
  * - L24: a record mixing an IPv4 and an IPv6 address is rejected (counted) instead of creating
- *   a mixed key; query filters are canonicalised before matching.
+ *   a mixed key; query filters are canonicalised before matching. The address family is part
+ *   of the key, so an IPv4 key and an IPv4-mapped IPv6 key (both printed `a.b.c.d`) stay apart.
  * Upstream behaviour is kept where tests of §9 encode it: same-second records ignored (L6),
  * per-side end rewinds (L7), common throughput set by every processed record (L5), metadata
  * look-ups not retried after a miss (L16).

@@ -3,7 +3,15 @@ import tls from "node:tls";
 import { Collector } from "../../src/collector/mod.ts";
 import { generateCertificates, type GeneratedCertificates } from "../../src/pki/mod.ts";
 import { setLogLevel } from "../../src/log.ts";
-import { collectingSink, concat, GOLDEN_DATA, GOLDEN_TEMPLATE, waitFor } from "./helpers.ts";
+import {
+  collectingSink,
+  concat,
+  GOLDEN_DATA,
+  GOLDEN_TEMPLATE,
+  readUntilClosed,
+  waitFor,
+  writeAll,
+} from "./helpers.ts";
 
 setLogLevel("error");
 
@@ -104,6 +112,23 @@ Deno.test("tls: a framing error closes the TLS session", async () => {
     await tlsSend("127.0.0.1", c.port, certs.client, new Uint8Array([0, 10, 0, 0, 1, 2, 3]));
     await waitFor(() => c.stats().sessionsClosedOnError === 1, "closed on framing error");
     assert.equal(c.stats().decodeErrors.framing, 1);
+  } finally {
+    await c.stop();
+  }
+});
+
+Deno.test("tls: plain IPFIX bytes sent to the TLS port fail the handshake and are counted", async () => {
+  const { received, sink } = collectingSink();
+  const c = new Collector({ address: "127.0.0.1:0", protocol: "tls", tls: material(certs) }, sink);
+  await c.start();
+  try {
+    const conn = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
+    await writeAll(conn, concat(GOLDEN_TEMPLATE, GOLDEN_DATA));
+    assert.equal(await readUntilClosed(conn), true, "server drops the connection");
+    conn.close();
+    await waitFor(() => c.stats().tlsHandshakeFailures === 1, "handshake failure counted");
+    assert.equal(c.stats().sessionsOpened, 0);
+    assert.equal(received.length, 0);
   } finally {
     await c.stop();
   }

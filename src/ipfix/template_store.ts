@@ -38,6 +38,10 @@ export class TemplateStore {
   readonly #ttlMs: number;
   readonly #clock: Clock;
   readonly #entries = new Map<number, Entry>();
+  // Agents send one template's data set after another: remembering the last hit skips the Map
+  // lookup (keys above 2^31 are heap numbers, slow to hash) on the hot path.
+  #lastKey = -1;
+  #lastEntry: Entry | undefined;
 
   /** Creates an empty store. */
   constructor(opts: TemplateStoreOptions = {}) {
@@ -59,6 +63,7 @@ export class TemplateStore {
       return prev.compiled;
     }
     const compiled = compileTemplate(t);
+    this.#delete(k);
     this.#entries.set(k, { compiled, expiresAt });
     return compiled;
   }
@@ -66,13 +71,24 @@ export class TemplateStore {
   /** Returns the live template (domain, id); an expired one is removed and undefined returned. */
   get(domain: number, id: number): CompiledTemplate | undefined {
     const k = key(domain, id);
-    const e = this.#entries.get(k);
+    const e = k === this.#lastKey ? this.#lastEntry : this.#entries.get(k);
     if (e === undefined) return undefined;
-    if (this.#clock.nowMs() >= e.expiresAt) {
-      this.#entries.delete(k);
+    // Without a TTL the clock is never read (it costs more than the lookup).
+    if (this.#ttlMs > 0 && this.#clock.nowMs() >= e.expiresAt) {
+      this.#delete(k);
       return undefined;
     }
+    this.#lastKey = k;
+    this.#lastEntry = e;
     return e.compiled;
+  }
+
+  #delete(k: number): void {
+    this.#entries.delete(k);
+    if (k === this.#lastKey) {
+      this.#lastKey = -1;
+      this.#lastEntry = undefined;
+    }
   }
 
   /**
@@ -82,7 +98,7 @@ export class TemplateStore {
    */
   withdraw(domain: number, id: number): void {
     if (id >= 256 && id <= 65535) {
-      this.#entries.delete(key(domain, id));
+      this.#delete(key(domain, id));
       return;
     }
     if (id !== 2 && id !== 3) {
@@ -92,7 +108,7 @@ export class TemplateStore {
     const lo = key(domain, 0);
     const hi = key(domain, 65535);
     for (const [k, e] of this.#entries) {
-      if (k >= lo && k <= hi && e.compiled.options === options) this.#entries.delete(k);
+      if (k >= lo && k <= hi && e.compiled.options === options) this.#delete(k);
     }
   }
 
@@ -109,7 +125,7 @@ export class TemplateStore {
     let n = 0;
     for (const [k, e] of this.#entries) {
       if (now >= e.expiresAt) {
-        this.#entries.delete(k);
+        this.#delete(k);
         n++;
       }
     }
@@ -119,6 +135,8 @@ export class TemplateStore {
   /** Removes every template (session ended). */
   clear(): void {
     this.#entries.clear();
+    this.#lastKey = -1;
+    this.#lastEntry = undefined;
   }
 
   /** Live templates as (domain, compiled) pairs, e.g. for a debug endpoint. */

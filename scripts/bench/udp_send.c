@@ -106,7 +106,13 @@ int main(int argc, char **argv) {
       if (due > count) due = count;
     }
     long long n = due - sent;
-    if (n <= 0) continue; /* busy-wait: precise pacing matters more than a spare core */
+    if (n <= 0) {
+      /* Sleep rather than spin: on a 2-core box a spinning sender steals the receiver's CPU.
+       * The schedule is absolute (due from t0), so oversleeping only makes a small burst. */
+      struct timespec ts = {0, 50000};
+      nanosleep(&ts, NULL);
+      continue;
+    }
     if (n > BATCH) n = BATCH;
     if (patch_seq && plen >= 12) {
       for (int i = 0; i < n; i++) {

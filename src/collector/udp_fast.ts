@@ -14,9 +14,23 @@
 
 import { logger, RateLimitedLog } from "../log.ts";
 import { ffiAvailable, openLibc, openUdpSocket, parseBindHost } from "./udp_fast_ffi.ts";
-import { COUNTER, PEER_SIZE, type WorkerBatch, type WorkerStart } from "./udp_fast_protocol.ts";
+import {
+  batchLayout,
+  CONTROL,
+  COUNTER,
+  PEER_SIZE,
+  type WorkerBatch,
+  type WorkerStart,
+} from "./udp_fast_protocol.ts";
 
 const log = logger("collector.udp_fast");
+
+/**
+ * Default kernel receive buffer request: 4 MiB holds ~3,000 Agent datagrams, i.e. 10-20 ms at
+ * 150-300k/s, enough to ride out a GC pause or a scheduling hiccup (the 208 KiB kernel default
+ * holds ~150). Granted in full as root (SO_RCVBUFFORCE), else capped at net.core.rmem_max.
+ */
+export const DEFAULT_RECV_BUFFER = 4 << 20;
 
 /** One or more received datagrams, each with its sender. Valid only during the callback. */
 export interface UdpBatch {
@@ -48,11 +62,23 @@ export interface UdpFastOptions {
    * spreads senders by 4-tuple hash, so this only helps with several Agents.
    */
   workers?: number;
-  /** Datagrams per `recvmmsg` call (ffi only, default 64). */
-  batchSize?: number;
+  /** Datagrams per `recvmmsg` call (ffi only, default 64; each slot is maxDatagramSize bytes). */
+  recvSlots?: number;
+  /** Most datagrams per delivered batch (ffi only, default 1024). */
+  maxBatchDatagrams?: number;
+  /** Most bytes per delivered batch (ffi only, default 1 MiB). */
+  maxBatchBytes?: number;
+  /**
+   * Longest a datagram waits in the worker for its batch to fill (ffi only, default 2 ms).
+   * Batching is what keeps the CPU cost per datagram low at modest rates.
+   */
+  maxDelayMs?: number;
   /** Largest datagram accepted (default 65535); longer ones are dropped and counted. */
   maxDatagramSize?: number;
-  /** Requested kernel receive buffer in bytes (ffi only; 0 = `net.core.rmem_default`). */
+  /**
+   * Requested kernel receive buffer in bytes (ffi only; default {@linkcode DEFAULT_RECV_BUFFER};
+   * 0 = `net.core.rmem_default`). The granted size is in {@linkcode UdpReceiverStats}.
+   */
   recvBufferBytes?: number;
   /** Batches queued to the main thread above which new ones are dropped (default 1024). */
   maxQueuedBatches?: number;
@@ -137,7 +163,7 @@ async function startFfi(options: UdpFastOptions): Promise<UdpReceiver> {
   const libc = openLibc();
   const bind = parseBindHost(options.hostname ?? "0.0.0.0");
   const workers = Math.max(1, Math.floor(options.workers ?? 1));
-  const batchSize = clampInt(options.batchSize ?? 64, 1, 1024);
+  const recvSlots = clampInt(options.recvSlots ?? 64, 1, 1024);
   const maxDatagramSize = clampInt(options.maxDatagramSize ?? 65535, 1, 65535);
   const timeoutMs = 100;
   const fds: number[] = [];
@@ -147,7 +173,7 @@ async function startFfi(options: UdpFastOptions): Promise<UdpReceiver> {
     for (let i = 0; i < workers; i++) {
       const s = openUdpSocket(libc, bind, port, {
         reusePort: workers > 1,
-        recvBufferBytes: options.recvBufferBytes ?? 0,
+        recvBufferBytes: options.recvBufferBytes ?? DEFAULT_RECV_BUFFER,
         timeoutMs,
       });
       fds.push(s.fd);
@@ -159,7 +185,7 @@ async function startFfi(options: UdpFastOptions): Promise<UdpReceiver> {
     throw e;
   }
 
-  const control = new SharedArrayBuffer(8);
+  const control = new SharedArrayBuffer(CONTROL.size * 4);
   const ctl = new Int32Array(control);
   const counterBufs: Float64Array[] = [];
   const counts = { callbackErrors: 0 };
@@ -190,11 +216,9 @@ async function startFfi(options: UdpFastOptions): Promise<UdpReceiver> {
         message: string;
       };
       if (m.type === "batch") {
-        Atomics.sub(ctl, 1, 1);
+        Atomics.sub(ctl, CONTROL.inflight, 1);
         if (closed) return;
-        const peers = new Array<string>(m.count);
-        for (let i = 0; i < m.count; i++) peers[i] = peerCache.get(m.peers, i * PEER_SIZE);
-        deliver(options, { ...m, peers }, counts);
+        deliver(options, unpackBatch(m, peerCache), counts);
       } else if (m.type === "ready") {
         onReady();
       } else if (m.type === "stopped") {
@@ -214,8 +238,11 @@ async function startFfi(options: UdpFastOptions): Promise<UdpReceiver> {
     const start: WorkerStart = {
       type: "start",
       fd,
-      batchSize,
+      recvSlots,
       maxDatagramSize,
+      maxBatchDatagrams: clampInt(options.maxBatchDatagrams ?? 1024, 1, 65536),
+      maxBatchBytes: clampInt(options.maxBatchBytes ?? (1 << 20), 1, 1 << 30),
+      maxDelayMs: Math.max(0, options.maxDelayMs ?? 2),
       control,
       counters,
       maxQueuedBatches: Math.max(1, options.maxQueuedBatches ?? 1024),
@@ -226,7 +253,8 @@ async function startFfi(options: UdpFastOptions): Promise<UdpReceiver> {
   const close = async (): Promise<void> => {
     if (closed) return;
     closed = true;
-    Atomics.store(ctl, 0, 1);
+    Atomics.store(ctl, CONTROL.stop, 1);
+    Atomics.notify(ctl, CONTROL.stop);
     await Promise.all(stopped);
     for (const w of threads) w.terminate();
     for (const fd of fds) libc.close(fd);
@@ -334,6 +362,20 @@ function startDeno(options: UdpFastOptions): UdpReceiver {
       conn.close();
       await loop;
     },
+  };
+}
+
+function unpackBatch(m: WorkerBatch, cache: PeerCache): UdpBatch {
+  const L = batchLayout(m.count);
+  const peerBytes = new Uint8Array(m.buffer, L.peers, m.count * PEER_SIZE);
+  const peers = new Array<string>(m.count);
+  for (let i = 0; i < m.count; i++) peers[i] = cache.get(peerBytes, i * PEER_SIZE);
+  return {
+    count: m.count,
+    data: new Uint8Array(m.buffer, L.data),
+    offsets: new Uint32Array(m.buffer, L.offsets, m.count),
+    lengths: new Uint32Array(m.buffer, L.lengths, m.count),
+    peers,
   };
 }
 

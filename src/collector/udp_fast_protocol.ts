@@ -1,5 +1,5 @@
 /**
- * Messages and shared-counter layout between `udp_fast.ts` (main thread) and
+ * Messages and shared-memory layout between `udp_fast.ts` (main thread) and
  * `udp_fast_worker.ts` (receive loop). Kept separate so the main thread never loads the
  * worker module.
  */
@@ -10,11 +10,17 @@ export interface WorkerStart {
   type: "start";
   /** The bound socket. */
   fd: number;
-  /** Datagrams per recvmmsg call. */
-  batchSize: number;
+  /** Datagrams per recvmmsg call (receive slots). */
+  recvSlots: number;
   /** Receive slot size; longer datagrams are truncated by the kernel and dropped here. */
   maxDatagramSize: number;
-  /** Int32Array view: [0] stop flag, [1] batches posted and not yet consumed. */
+  /** Most datagrams per posted batch. */
+  maxBatchDatagrams: number;
+  /** Most datagram bytes per posted batch (one datagram may exceed it alone). */
+  maxBatchBytes: number;
+  /** Longest time a received datagram waits in the worker before its batch is posted. */
+  maxDelayMs: number;
+  /** Int32Array view, see {@linkcode CONTROL}. */
   control: SharedArrayBuffer;
   /** Float64Array view of this worker's counters, see {@linkcode COUNTER}. */
   counters: SharedArrayBuffer;
@@ -22,20 +28,38 @@ export interface WorkerStart {
   maxQueuedBatches: number;
 }
 
-/** A batch as posted to the main thread. */
+/** Slots of the shared control array (Int32). */
+export const CONTROL = {
+  /** Non-zero: stop (the main thread also notifies this slot to cut a sleep short). */
+  stop: 0,
+  /** Batches posted by all workers and not yet consumed by the main thread. */
+  inflight: 1,
+  size: 2,
+} as const;
+
+/**
+ * A batch as posted to the main thread: one transferred buffer holding, for `count`
+ * datagrams, offsets (u32 each, into the data region), lengths (u32 each), peers
+ * ({@linkcode PEER_SIZE} bytes each, padded to 4) and then the data region.
+ */
 export interface WorkerBatch {
   /** Discriminator. */
   type: "batch";
   /** Number of datagrams. */
   count: number;
-  /** All datagram bytes back to back. */
-  data: Uint8Array;
-  /** Start of datagram i in `data`. */
-  offsets: Uint32Array;
-  /** Length of datagram i. */
-  lengths: Uint32Array;
-  /** 18 bytes per datagram: IPv6 (or IPv4-mapped) address then port, network order. */
-  peers: Uint8Array;
+  /** The packed buffer (see {@linkcode batchLayout}). */
+  buffer: ArrayBuffer;
+}
+
+/** Byte positions of the regions of a packed batch of `count` datagrams. */
+export function batchLayout(count: number): {
+  offsets: number;
+  lengths: number;
+  peers: number;
+  data: number;
+} {
+  const peersBytes = (count * PEER_SIZE + 3) & ~3;
+  return { offsets: 0, lengths: count * 4, peers: count * 8, data: count * 8 + peersBytes };
 }
 
 /** Index of each counter in the shared counter array. */
@@ -49,5 +73,5 @@ export const COUNTER = {
   size: 6,
 } as const;
 
-/** Bytes per peer entry in {@linkcode WorkerBatch.peers}. */
+/** Bytes per peer entry: IPv6 (or IPv4-mapped) address then port, network order. */
 export const PEER_SIZE = 18;

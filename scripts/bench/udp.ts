@@ -1,0 +1,510 @@
+/**
+ * UDP ingest benchmark: finds the highest lossless receive rate (< 0.1 % loss) of each receive
+ * path with a rate search, against a C recv() baseline and Debian's nfcapd measured in the
+ * same run. The load comes from udp_send.c (gcc-compiled, paced sendmmsg) sending the
+ * golden Antrea IPFIX data message of spec/ipfix.md §1.13 (175 bytes, one record per
+ * datagram) to 127.0.0.1 only. Each receiver runs as its own process and reports its count
+ * over stdin/stdout (see udp_receiver.ts), so one process serves every trial of a search.
+ */
+
+import { fileURLToPath } from "node:url";
+
+const HERE = fileURLToPath(new URL(".", import.meta.url));
+const DENO = Deno.execPath();
+
+/** Golden IPFIX template message (Template ID 256, 39 fields), spec/ipfix.md §1.13. */
+export const GOLDEN_TEMPLATE_HEX =
+  "000a01206553f1000000000033de13e200020110010000270096000400970004" +
+  "0088000100070002000b00020004000100560008005500080002000800010008" +
+  "00080004000c0004805600080000727980550008000072798002000800007279" +
+  "80010008000072798065ffff0000dcba8064ffff0000dcba8068ffff0000dcba" +
+  "8067ffff0000dcba8066ffff0000dcba8069ffff0000dcba806c00020000dcba" +
+  "806dffff0000dcba806effff0000dcba806fffff0000dcba807300010000dcba" +
+  "808dffff0000dcba808b00010000dcba8070ffff0000dcba8071ffff0000dcba" +
+  "807600010000dcba808effff0000dcba808c00010000dcba8088ffff0000dcba" +
+  "808900010000dcba8099ffff0000dcba809affff0000dcba806a00040000dcba";
+
+/** Golden IPFIX data message (one record, 175 bytes), spec/ipfix.md §1.13. */
+export const GOLDEN_DATA_HEX = "000a00af6553f10a0000000133de13e20100009f6553f1006553f10a02aed014" +
+  "510600000000000000640000000000003a980000000000000064000000000000" +
+  "3a980a0a004f0a0a015000000000000000500000000000002328000000000000" +
+  "005000000000000023280a70657266746573742d610b616e747265612d746573" +
+  "740a6b38732d6e6f64652d31000000000000000000000000000000000b455354" +
+  "41424c495348454402000000000000";
+
+/** Decodes a hex string. */
+export function hexToBytes(hex: string): Uint8Array {
+  const out = new Uint8Array(hex.length / 2);
+  for (let i = 0; i < out.length; i++) out[i] = parseInt(hex.slice(2 * i, 2 * i + 2), 16);
+  return out;
+}
+
+/** Paths of the compiled tools and payload files. */
+export interface UdpTools {
+  /** Scratch directory (removed by the caller). */
+  dir: string;
+  /** Compiled udp_send. */
+  send: string;
+  /** Compiled udp_recv (baseline). */
+  recv: string;
+  /** Golden data message file. */
+  dataFile: string;
+  /** Golden template message file. */
+  templateFile: string;
+}
+
+/** Compiles the C sender/baseline with gcc and writes the payloads into a temp dir. */
+export async function buildUdpTools(): Promise<UdpTools> {
+  const dir = await Deno.makeTempDir({ prefix: "fa-bench-udp-" });
+  const tools: UdpTools = {
+    dir,
+    send: `${dir}/udp_send`,
+    recv: `${dir}/udp_recv`,
+    dataFile: `${dir}/data.bin`,
+    templateFile: `${dir}/template.bin`,
+  };
+  for (
+    const [src, out, extra] of [
+      ["udp_send.c", tools.send, []],
+      ["udp_recv.c", tools.recv, ["-pthread"]],
+    ] as const
+  ) {
+    const r = await new Deno.Command("gcc", {
+      args: ["-O2", ...extra, "-o", out, `${HERE}${src}`],
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    if (!r.success) {
+      throw new Error(`gcc ${src} failed: ${new TextDecoder().decode(r.stderr)}`);
+    }
+  }
+  await Deno.writeFile(tools.dataFile, hexToBytes(GOLDEN_DATA_HEX));
+  await Deno.writeFile(tools.templateFile, hexToBytes(GOLDEN_TEMPLATE_HEX));
+  return tools;
+}
+
+/** A receiver process speaking the READY/count protocol. */
+export interface ReceiverProc {
+  /** Bound UDP port. */
+  port: number;
+  /** Process id (for CPU accounting). */
+  pid: number;
+  /** Asks for the current count (and any extra fields). */
+  query(): Promise<{ count: number } & Record<string, unknown>>;
+  /** Ends the process. */
+  stop(): Promise<void>;
+}
+
+/** Starts a receiver process and waits for its READY line. */
+export async function spawnReceiver(cmd: string, args: string[]): Promise<ReceiverProc> {
+  const child = new Deno.Command(cmd, {
+    args,
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "inherit",
+  }).spawn();
+  const writer = child.stdin.getWriter();
+  const lines = child.stdout.pipeThrough(new TextDecoderStream()).pipeThrough(lineSplitter());
+  const reader = lines.getReader();
+  const first = await withTimeout(reader.read(), 20_000, `${cmd} did not get ready`);
+  const m = /^READY (\d+)$/.exec(first.value ?? "");
+  if (m === null) {
+    child.kill("SIGKILL");
+    throw new Error(`${cmd}: unexpected first line ${JSON.stringify(first.value)}`);
+  }
+  const enc = new TextEncoder();
+  return {
+    port: Number(m[1]),
+    pid: child.pid,
+    async query() {
+      await writer.write(enc.encode("count\n"));
+      const r = await withTimeout(reader.read(), 10_000, `${cmd} did not answer`);
+      return JSON.parse(r.value ?? "{}");
+    },
+    async stop() {
+      try {
+        await writer.close();
+      } catch { /* already gone */ }
+      const timer = setTimeout(() => {
+        try {
+          child.kill("SIGKILL");
+        } catch { /* exited */ }
+      }, 3000);
+      await child.status;
+      clearTimeout(timer);
+      await reader.cancel().catch(() => {});
+    },
+  };
+}
+
+function lineSplitter(): TransformStream<string, string> {
+  let buf = "";
+  return new TransformStream({
+    transform(chunk, ctl) {
+      buf += chunk;
+      let nl: number;
+      while ((nl = buf.indexOf("\n")) >= 0) {
+        ctl.enqueue(buf.slice(0, nl));
+        buf = buf.slice(nl + 1);
+      }
+    },
+  });
+}
+
+async function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let t: ReturnType<typeof setTimeout> | undefined;
+  try {
+    return await Promise.race([
+      p,
+      new Promise<never>((_, rej) => (t = setTimeout(() => rej(new Error(what)), ms))),
+    ]);
+  } finally {
+    clearTimeout(t);
+  }
+}
+
+/** What the sender reports. */
+export interface SendResult {
+  /** Datagrams sent. */
+  sent: number;
+  /** Wall time of the sending loop. */
+  seconds: number;
+  /** Achieved rate. */
+  rate: number;
+}
+
+/** Runs udp_send against 127.0.0.1:port. */
+export async function blast(
+  tools: UdpTools,
+  port: number,
+  opts: { count: number; rate: number; sources: number; ipfix?: boolean },
+): Promise<SendResult> {
+  const args = [
+    "-h",
+    "127.0.0.1",
+    "-p",
+    String(port),
+    "-n",
+    String(opts.count),
+    "-r",
+    String(opts.rate),
+    "-f",
+    tools.dataFile,
+    "-s",
+    String(opts.sources),
+  ];
+  if (opts.ipfix) args.push("-t", tools.templateFile, "-q");
+  const r = await new Deno.Command(tools.send, { args, stdout: "piped", stderr: "piped" })
+    .output();
+  if (!r.success) throw new Error(`udp_send failed: ${new TextDecoder().decode(r.stderr)}`);
+  return JSON.parse(new TextDecoder().decode(r.stdout));
+}
+
+/** One measured trial. */
+export interface Trial {
+  /** Requested rate (datagrams/s). */
+  requested: number;
+  /** Rate the sender achieved. */
+  achieved: number;
+  /** Datagrams sent. */
+  sent: number;
+  /** Datagrams the receiver counted. */
+  received: number;
+  /** 1 - received/sent. */
+  loss: number;
+}
+
+/** Loss below which a trial counts as lossless. */
+export const LOSSLESS = 0.001;
+
+/** Runs one trial against a running receiver: send, wait for it to drain, compare counts. */
+export async function trialAgainst(
+  rx: ReceiverProc,
+  tools: UdpTools,
+  rate: number,
+  seconds: number,
+  sources: number,
+): Promise<Trial> {
+  const before = (await rx.query()).count;
+  const count = Math.max(1, Math.round(rate * seconds));
+  const s = await blast(tools, rx.port, { count, rate, sources });
+  // A receiver may still be working through its socket buffer or queue: wait until its
+  // count stops moving (or reaches what was sent).
+  let last = -1, now = (await rx.query()).count;
+  const deadline = Date.now() + 5000;
+  while (now - before < s.sent && now !== last && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 200));
+    last = now;
+    now = (await rx.query()).count;
+  }
+  const received = now - before;
+  return {
+    requested: rate,
+    achieved: Math.min(rate, s.rate),
+    sent: s.sent,
+    received,
+    loss: s.sent === 0 ? 0 : Math.max(0, 1 - received / s.sent),
+  };
+}
+
+/** User + system CPU seconds used so far by process `pid` (all threads), from /proc. */
+export async function cpuSeconds(pid: number): Promise<number> {
+  const stat = await Deno.readTextFile(`/proc/${pid}/stat`);
+  // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+  const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return (Number(f[11]) + Number(f[12])) / 100; // USER_HZ is 100 on Linux
+}
+
+/** Result of a rate search. */
+export interface SearchResult {
+  /** Highest lossless achieved rate (0 when even the lowest rate lost). */
+  lossless: number;
+  /**
+   * True when the sender, not the receiver, set the limit (it fell > 10 % short of the
+   * requested rate on a lossless trial): the receiver can take at least `lossless`.
+   */
+  senderLimited: boolean;
+  /** Every trial, in order. */
+  trials: Trial[];
+}
+
+/** Options for {@linkcode searchLosslessRate}. */
+export interface SearchOptions {
+  /** First rate tried. */
+  start: number;
+  /** Highest rate tried. */
+  max: number;
+  /** Lowest rate tried when going down. */
+  min: number;
+  /** Bisection steps after the doubling phase. */
+  refine: number;
+}
+
+/**
+ * Doubles the rate from `start` until a trial loses (or `max`), then bisects between the last
+ * lossless and the first lossy rate. Goes down by halves when `start` already loses.
+ */
+export async function searchLosslessRate(
+  run: (rate: number) => Promise<Trial>,
+  opts: SearchOptions,
+): Promise<SearchResult> {
+  const trials: Trial[] = [];
+  // A rate fails only when two trials in a row lose: on a shared 2-core machine a single
+  // scheduling hiccup of another process can overflow any socket buffer once.
+  const attempt = async (rate: number): Promise<Trial> => {
+    let t = await run(rate);
+    trials.push(t);
+    if (t.loss >= LOSSLESS) {
+      t = await run(rate);
+      trials.push(t);
+    }
+    return t;
+  };
+  const ok = (t: Trial): boolean => t.loss < LOSSLESS;
+  let pass = 0, passAchieved = 0, fail = 0, senderLimited = false;
+  let rate = opts.start;
+  for (;;) {
+    const t = await attempt(rate);
+    if (ok(t)) {
+      pass = rate;
+      passAchieved = Math.max(passAchieved, t.achieved);
+      if (t.achieved < rate * 0.9) {
+        // The sender could not go faster: the receiver is not the limit any more.
+        senderLimited = true;
+        break;
+      }
+      if (rate >= opts.max || fail !== 0) break;
+      rate = Math.min(opts.max, rate * 2);
+    } else {
+      fail = rate;
+      if (pass !== 0) break;
+      if (rate <= opts.min) break;
+      rate = Math.max(opts.min, Math.floor(rate / 2));
+    }
+  }
+  if (pass !== 0 && fail !== 0 && !senderLimited) {
+    let lo = pass, hi = fail;
+    for (let i = 0; i < opts.refine && hi - lo > lo * 0.05; i++) {
+      const mid = Math.round((lo + hi) / 2);
+      const t = await attempt(mid);
+      if (ok(t)) {
+        lo = mid;
+        passAchieved = Math.max(passAchieved, t.achieved);
+        if (t.achieved < mid * 0.9) {
+          senderLimited = true;
+          break;
+        }
+      } else hi = mid;
+    }
+  }
+  return { lossless: Math.round(passAchieved), senderLimited, trials };
+}
+
+/** A receive path to measure. */
+export interface ReceiverSpec {
+  /** Short name used in the table and JSON. */
+  name: string;
+  /** Executable. */
+  cmd: string;
+  /** Arguments. */
+  args: string[];
+}
+
+/**
+ * Socket receive buffer of the headline comparison (C baseline, udp_fast, nfcapd). 4 MiB is
+ * udp_fast's default request and the operator setting docs/udp-ingest.md recommends; with the
+ * 208 KiB kernel default every receiver's "lossless" rate measures scheduler hiccups instead.
+ */
+export const BIG_RCVBUF = 4 << 20;
+
+/** The receive paths compared by the benchmark. */
+export function receiverSpecs(tools: UdpTools, which: string[]): ReceiverSpec[] {
+  const ts = `${HERE}udp_receiver.ts`;
+  const deno = (mode: string, ...extra: string[]): string[] => [
+    "run",
+    "--allow-all",
+    "--unstable-net",
+    ts,
+    `--mode=${mode}`,
+    ...extra,
+  ];
+  const all: ReceiverSpec[] = [
+    { name: "c_recv", cmd: tools.recv, args: ["-p", "0", "-b", String(BIG_RCVBUF)] },
+    { name: "c_recv_defbuf", cmd: tools.recv, args: ["-p", "0"] },
+    { name: "udp_fast", cmd: DENO, args: deno("fast", `--rcvbuf=${BIG_RCVBUF}`) },
+    { name: "udp_fast_defbuf", cmd: DENO, args: deno("fast", "--rcvbuf=0") },
+    { name: "udp_fast_2w", cmd: DENO, args: deno("fast", "--workers=2", `--rcvbuf=${BIG_RCVBUF}`) },
+    { name: "deno_listenDatagram", cmd: DENO, args: deno("deno") },
+    { name: "node_dgram", cmd: DENO, args: deno("dgram") },
+  ];
+  return all.filter((s) => which.includes(s.name));
+}
+
+/** A receive path's rate search plus its CPU cost at a fixed rate. */
+export interface ReceiverResult extends SearchResult {
+  /** Receiver CPU (user + system, all threads) per datagram at `cpuRate`, microseconds. */
+  cpuMicrosPerDatagram: number | null;
+  /** Rate of the CPU measurement. */
+  cpuRate: number;
+}
+
+/**
+ * Warms the receiver up (JIT, worker start) with an uncounted burst, measures its CPU per
+ * datagram at a fixed moderate rate, then runs the rate search.
+ */
+export async function measureReceiver(
+  tools: UdpTools,
+  spec: ReceiverSpec,
+  opts: SearchOptions & { seconds: number; sources: number; cpuRate: number },
+): Promise<ReceiverResult> {
+  const rx = await spawnReceiver(spec.cmd, spec.args);
+  try {
+    await trialAgainst(rx, tools, opts.start, Math.min(0.5, opts.seconds), opts.sources);
+    const c0 = await cpuSeconds(rx.pid);
+    const t = await trialAgainst(rx, tools, opts.cpuRate, opts.seconds, opts.sources);
+    const c1 = await cpuSeconds(rx.pid);
+    const cpu = t.received > 0 ? Math.round((c1 - c0) / t.received * 1e7) / 10 : null;
+    const search = await searchLosslessRate(
+      (rate) => trialAgainst(rx, tools, rate, opts.seconds, opts.sources),
+      opts,
+    );
+    return { ...search, cpuMicrosPerDatagram: cpu, cpuRate: opts.cpuRate };
+  } finally {
+    await rx.stop();
+  }
+}
+
+/** Returns true if `nfcapd` and `nfdump` are on PATH. */
+export async function nfcapdAvailable(): Promise<boolean> {
+  try {
+    const a = await new Deno.Command("nfcapd", { args: ["-V"], stdout: "null", stderr: "null" })
+      .output();
+    const b = await new Deno.Command("nfdump", { args: ["-V"], stdout: "null", stderr: "null" })
+      .output();
+    return a.success && b.success;
+  } catch {
+    return false;
+  }
+}
+
+/** True once something holds the port (our bind fails); /proc/net/udp reads are unreliable here. */
+function udpPortBound(port: number): boolean {
+  try {
+    Deno.listenDatagram({ transport: "udp", hostname: "127.0.0.1", port }).close();
+    return false;
+  } catch (e) {
+    return e instanceof Deno.errors.AddrInUse;
+  }
+}
+
+async function freeUdpPort(): Promise<number> {
+  const s = Deno.listenDatagram({ transport: "udp", hostname: "127.0.0.1", port: 0 });
+  const port = (s.addr as Deno.NetAddr).port;
+  s.close();
+  return port;
+}
+
+/**
+ * One nfcapd trial: fresh nfcapd, template then `rate * seconds` data records, SIGTERM (it
+ * flushes its file), then the record count nfdump reads back. Its socket buffer is set with
+ * `-B` like the other receivers' (0 = its default).
+ */
+export async function nfcapdTrial(
+  tools: UdpTools,
+  rate: number,
+  seconds: number,
+  recvBufferBytes = BIG_RCVBUF,
+): Promise<Trial> {
+  const dir = await Deno.makeTempDir({ dir: tools.dir, prefix: "nfcapd-" });
+  const port = await freeUdpPort();
+  const child = new Deno.Command("nfcapd", {
+    args: [
+      "-p",
+      String(port),
+      "-b",
+      "127.0.0.1",
+      "-w",
+      dir,
+      "-t",
+      "3600",
+      ...(recvBufferBytes > 0 ? ["-B", String(recvBufferBytes)] : []),
+    ],
+    stdout: "null",
+    stderr: "null",
+  }).spawn();
+  try {
+    const deadline = Date.now() + 5000;
+    while (!udpPortBound(port)) {
+      if (Date.now() > deadline) throw new Error("nfcapd did not bind");
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const count = Math.max(1, Math.round(rate * seconds));
+    const s = await blast(tools, port, { count, rate, sources: 1, ipfix: true });
+    await new Promise((r) => setTimeout(r, 500));
+    child.kill("SIGTERM");
+    await child.status;
+    let received = 0;
+    for await (const e of Deno.readDir(dir)) {
+      if (!e.name.startsWith("nfcapd.")) continue;
+      const r = await new Deno.Command("nfdump", {
+        args: ["-r", `${dir}/${e.name}`, "-I"],
+        stdout: "piped",
+        stderr: "null",
+      }).output();
+      const m = /^Flows: (\d+)$/m.exec(new TextDecoder().decode(r.stdout));
+      if (m !== null) received += Number(m[1]);
+    }
+    return {
+      requested: rate,
+      achieved: Math.min(rate, s.rate),
+      sent: s.sent,
+      received,
+      loss: Math.max(0, 1 - received / s.sent),
+    };
+  } finally {
+    try {
+      child.kill("SIGKILL");
+    } catch { /* already exited */ }
+    await child.status.catch(() => {});
+  }
+}

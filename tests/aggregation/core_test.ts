@@ -269,7 +269,7 @@ Deno.test("fuzz: random records and sweeps keep the books balanced and never thr
     core.addRecord(r as unknown as FlowInput);
     if (rnd(10) === 0) {
       clock.advance(rnd(3000));
-      core.expire((f) => {
+      core.expire(() => {
         emitted++;
         if (rnd(7) === 0) throw new Error("sink down");
       }, { lookupPod: (ip) => rnd(2) ? { name: "p", namespace: "n", nodeName: ip } : undefined });

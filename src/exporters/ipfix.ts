@@ -299,10 +299,14 @@ export class IpfixExporter implements Exporter {
       return;
     }
     if (this.#queueLength() >= this.#maxQueue) {
-      this.#head++;
+      // Drop the oldest: later snapshots of a flow carry its newer totals.
+      if (this.#retry.length > 0) this.#retry.shift();
+      else this.#head++;
       this.#drop(1, "queue full");
     }
     this.#queue.push(flow);
+    // While disconnected nothing is taken from the queue: reclaim dropped slots here too.
+    if (this.#head >= 4096 && this.#head * 2 > this.#queue.length) this.#compact();
     this.#signal();
   }
 
@@ -534,11 +538,15 @@ export class IpfixExporter implements Exporter {
     if (this.#head === this.#queue.length) {
       this.#queue = [];
       this.#head = 0;
-    } else if (this.#head > 65536 && this.#head * 2 > this.#queue.length) {
-      this.#queue = this.#queue.slice(this.#head);
-      this.#head = 0;
+    } else if (this.#head >= 4096 && this.#head * 2 > this.#queue.length) {
+      this.#compact();
     }
     return batch;
+  }
+
+  #compact(): void {
+    this.#queue = this.#queue.slice(this.#head);
+    this.#head = 0;
   }
 
   /** Values of `flow` in template order, looked up by name; absent ones are the zero value. */

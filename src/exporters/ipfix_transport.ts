@@ -18,6 +18,11 @@ export interface TransportTlsOptions {
   cert?: string;
   /** Client private key for mutual TLS. */
   key?: string;
+  /**
+   * How long to wait after the handshake for the server to refuse the client certificate
+   * (TLS 1.3 reports it only then); default 200 ms, 0 disables.
+   */
+  settleMs?: number;
 }
 
 /** Where and how to connect. */
@@ -231,7 +236,21 @@ export async function openTransport(target: TransportTarget): Promise<Transport>
       timeout,
       "tls handshake",
     );
-    return new StreamTransport("tls", conn);
+    const t = new StreamTransport("tls", conn);
+    // TLS 1.3 servers verify the client certificate after the client's handshake has finished,
+    // so a refusal arrives as an alert right after it. Wait briefly for it: otherwise the first
+    // records would be written into a session the collector is about to abort.
+    const settle = tls.settleMs ?? 200;
+    if (settle > 0) {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const refused = await Promise.race([
+        t.closed.then(() => true),
+        new Promise<boolean>((r) => (timer = setTimeout(() => r(false), settle))),
+      ]);
+      clearTimeout(timer);
+      if (refused) throw new Error("connection closed by the peer after the TLS handshake");
+    }
+    return t;
   } catch (e) {
     throw new Error(`dial ${where}: ${e instanceof Error ? e.message : String(e)}`);
   }

@@ -402,3 +402,29 @@ Deno.test("oversized record is dropped and counted, the rest still goes out", as
   assert.equal(s.exported, 1);
   assert.ok(s.errors >= 1);
 });
+
+Deno.test("long outage: the queue stays bounded while records keep arriving", async () => {
+  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (l.addr as Deno.NetAddr).port;
+  l.close();
+  const e = exporter(port, "tcp", { maxQueueRecords: 1000, stopTimeoutMs: 50 });
+  await e.start();
+  const f = flow(false, 0);
+  for (let i = 0; i < 200_000; i++) e.addRecord(f);
+  const s = e.stats();
+  assert.equal(s.queued, 1000);
+  assert.equal(s.dropped, 199_000);
+  await e.stop();
+  assert.equal(e.stats().dropped, 200_000);
+});
+
+Deno.test("IPv6 collector address ([::1]:port:tcp)", async () => {
+  const cap = CaptureServer.listen({ kind: "tcp", hostname: "::1" });
+  const e = exporter(cap.port, "tcp", { address: `[::1]:${cap.port}:tcp` });
+  await e.start();
+  e.addRecord(flow(true, 0));
+  await cap.waitFor(() => cap.records.length === 1);
+  await e.stop();
+  await cap.close();
+  assert.equal(cap.records[0].record.sourceIPv6Address, "2001:0:3238:dfe1:63::fefb");
+});

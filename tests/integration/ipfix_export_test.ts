@@ -6,10 +6,11 @@
 import assert from "node:assert/strict";
 import { Collector } from "../../src/collector/mod.ts";
 import { exportTemplateFields, IpfixExporter } from "../../src/exporters/ipfix.ts";
-import { CaptureServer, runFlowgen, syntheticAggregate } from "../../src/flowgen/mod.ts";
+import { CaptureServer, FlowModel, runFlowgen, syntheticAggregate } from "../../src/flowgen/mod.ts";
 import type { DataRecord } from "../../src/ipfix/mod.ts";
 import type { ExportedFlow } from "../../src/aggregation/record.ts";
 import { setLogWriter } from "../../src/log.ts";
+import { generateCertificates } from "../../src/pki/mod.ts";
 
 setLogWriter(() => {});
 
@@ -102,4 +103,56 @@ Deno.test("round trip over UDP without labels: all 63 IEs identical, datagrams <
   const { s } = await roundTrip("udp", false, 1500);
   assert.ok(s.bytes / s.messages < 1400);
   assert.ok(s.messages < 1500, "several records per datagram");
+});
+
+Deno.test("export over mutual TLS to our Collector; a client without certificate is refused", async () => {
+  const certs = generateCertificates({ address: "127.0.0.1" });
+  const material = {
+    caPem: certs.ca.certPem,
+    certPem: certs.server.certPem,
+    keyPem: certs.server.keyPem,
+  };
+  const got: Received[] = [];
+  const c = new Collector(
+    { address: "127.0.0.1:0", protocol: "tls", tls: material },
+    (recs, ctx) => {
+      for (const record of recs) got.push({ templateId: ctx.templateId, record });
+    },
+  );
+  await c.start();
+  const e = new IpfixExporter({
+    address: `127.0.0.1:${c.port}:tls`,
+    observationDomainId: 3,
+    tls: { ca: certs.ca.certPem, cert: certs.client.certPem, key: certs.client.keyPem },
+  });
+  await e.start();
+  const model = new FlowModel({ agents: 2, flows: 50, seed: 6 });
+  const sent: ExportedFlow[] = [];
+  while (sent.length < 200) {
+    for (const r of model.next()) sent.push(syntheticAggregate(r.record, sent.length));
+  }
+  for (const f of sent) e.addRecord(f);
+  const wait = CaptureServer.listen();
+  await wait.waitFor(() => got.length >= sent.length, 5000, "tls records");
+  await e.stop();
+  assertIdentical(got, sent, false);
+  // Same collector, exporter without a client certificate: the handshake is refused.
+  const bad = new IpfixExporter({
+    address: `127.0.0.1:${c.port}:tls`,
+    observationDomainId: 3,
+    tls: { ca: certs.ca.certPem },
+    backoffInitialMs: 50,
+    stopTimeoutMs: 300,
+  });
+  await bad.start();
+  bad.addRecord(sent[0]);
+  await wait.waitFor(() => c.stats().tlsHandshakeFailures >= 1, 3000, "refused handshake");
+  await bad.stop();
+  await wait.close();
+  await c.stop();
+  assert.equal(got.length, sent.length, "nothing from the refused client");
+  const s = bad.stats();
+  assert.equal(s.exported, 0, "a refused session is not counted as delivery");
+  assert.equal(s.dropped, 1);
+  assert.ok(s.errors >= 1);
 });

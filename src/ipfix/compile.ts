@@ -352,8 +352,8 @@ function readFixed(type: DataType | undefined, n: number, b: Uint8Array, o: numb
 
 /**
  * Interpreting decoder: no code generation, so registering a template is cheap. Used for a
- * template's first data set; templates that never carry data (or a peer announcing endless
- * distinct templates) then never pay for `new Function`.
+ * template's first data sets (TIER_UP_AFTER); templates that never carry much data (or a peer
+ * announcing endless distinct templates) then never pay for `new Function`.
  */
 function genericDecoder(plan: Plan): RecordsDecoder {
   const n = plan.names.length;
@@ -440,8 +440,12 @@ ${body}    out.push({ ${props.join(", ")} });
   return new Function("H", src)(HELPERS) as RecordsDecoder;
 }
 
-/** Data sets decoded by the generic tier before a template gets generated code. */
-const TIER_UP_AFTER = 1;
+/**
+ * Data sets decoded by the generic tier before a template gets generated code: enough that
+ * short-lived or never-used templates (and floods of distinct ones) skip `new Function`, small
+ * enough that a busy exporter reaches the fast path within its first messages.
+ */
+const TIER_UP_AFTER = 8;
 
 function buildCodec(t: TemplateRecord): Codec {
   const plan = makePlan(t);

@@ -4,7 +4,13 @@
  * message (one record), like the collector does for Agent traffic; a second bench packs 50
  * records per message to show the per-record cost without per-message overhead.
  */
-import { decodeMessage, encodeDataSet, encodeMessage, TemplateStore } from "../../src/ipfix/mod.ts";
+import {
+  decodeMessage,
+  encodeDataSet,
+  encodeMessage,
+  RecordEncoder,
+  TemplateStore,
+} from "../../src/ipfix/mod.ts";
 import { AGENT_IPV4_FIELDS, fieldsFor } from "../../src/ipfix/mod.ts";
 import { DATA_MSG, DATA_RECORD, TEMPLATE_MSG } from "./golden.ts";
 
@@ -25,6 +31,13 @@ Deno.bench("decode Agent IPv4 message, 1 record", () => {
 
 Deno.bench(`decode Agent IPv4 message, ${RECORDS} records (per message)`, () => {
   sink += decodeMessage(multi, store).dataSets[0].records.length;
+});
+
+const encoder = new RecordEncoder(256, fieldsFor(AGENT_IPV4_FIELDS));
+const encBuf = new DataView(new ArrayBuffer(65535));
+
+Deno.bench("encode Agent IPv4 record (RecordEncoder, reused buffer)", () => {
+  sink += encoder.write(encBuf, 0, DATA_RECORD);
 });
 
 globalThis.addEventListener("unload", () => {

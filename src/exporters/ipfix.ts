@@ -47,6 +47,8 @@ const SET_HEADER = 4;
 // Largest IPFIX message (u16 length) and largest UDP payload over IPv4.
 const MAX_IPFIX_MESSAGE = 65535;
 const MAX_UDP_PAYLOAD = 65507;
+// A session that lasted at least this long resets the reconnect backoff.
+const HEALTHY_SESSION_MS = 10_000;
 // Work per pump iteration: bounds memory of one write and lets stop() interleave.
 const BATCH_RECORDS = 2048;
 
@@ -214,11 +216,14 @@ export class IpfixExporter implements Exporter {
   #seq = 0;
   #lastTemplatesMs = 0;
   #backoff = 0;
+  #delayNextConnect = false;
+  #connectedAt = 0;
   #started = false;
   #stopping = false;
   #aborted = false;
   #pump?: Promise<void>;
   #wake?: () => void;
+  #interruptSleep?: () => void;
   #refreshTimer?: ReturnType<typeof setTimeout>;
 
   #received = 0;
@@ -333,6 +338,7 @@ export class IpfixExporter implements Exporter {
         // Closing makes a pending write or connect fail, so the pump ends promptly.
         this.#transport?.close();
         this.#signal();
+        this.#interruptSleep?.();
         await this.#pump;
       }
     }
@@ -381,14 +387,16 @@ export class IpfixExporter implements Exporter {
     w?.();
   }
 
+  /** Backoff delay: new records must not cut it short, only stop() does. */
   #sleep(ms: number): Promise<void> {
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
-        this.#wake = undefined;
+        this.#interruptSleep = undefined;
         resolve();
       }, ms);
-      this.#wake = () => {
+      this.#interruptSleep = () => {
         clearTimeout(timer);
+        this.#interruptSleep = undefined;
         resolve();
       };
     });
@@ -409,6 +417,11 @@ export class IpfixExporter implements Exporter {
       }
       if (this.#transport === undefined || !this.#transport.open) {
         if (this.#transport !== undefined) this.#lostConnection();
+        if (this.#delayNextConnect) {
+          this.#delayNextConnect = false;
+          await this.#sleep(this.#nextBackoff());
+          if (this.#aborted) break;
+        }
         if (!(await this.#connect())) {
           if (this.#aborted) break;
           // Keep retrying while stopping too: stop()'s timeout bounds the attempts.
@@ -430,7 +443,21 @@ export class IpfixExporter implements Exporter {
 
   #lostConnection(): void {
     log.warn("collector connection lost", { target: this.#target() });
+    this.#sessionEnded();
+  }
+
+  /**
+   * Closes the session and decides how soon to dial again: at once after a long healthy
+   * session, after the next backoff step when it lasted less than {@linkcode HEALTHY_SESSION_MS}
+   * (a collector that accepts and then resets every session must not make us loop).
+   */
+  #sessionEnded(): void {
     this.#closeTransport();
+    if (performance.now() - this.#connectedAt < HEALTHY_SESSION_MS) {
+      this.#delayNextConnect = true;
+    } else {
+      this.#backoff = 0;
+    }
   }
 
   #closeTransport(): void {
@@ -473,9 +500,9 @@ export class IpfixExporter implements Exporter {
       this.#closeTransport();
       return false;
     }
+    this.#connectedAt = performance.now();
     if (this.#everConnected) this.#reconnects++;
     this.#everConnected = true;
-    this.#backoff = 0;
     log.info("connected to collector", {
       target: this.#target(),
       observationDomainId: this.observationDomainId,
@@ -568,7 +595,7 @@ export class IpfixExporter implements Exporter {
     } catch (e) {
       this.#errors++;
       log.warn("send failed, will reconnect", { target: this.#target(), error: e });
-      this.#closeTransport();
+      this.#sessionEnded();
       // Re-send after reconnecting (at-least-once; a TCP peer may have seen part of it).
       this.#retry = built.sent;
       return;

@@ -428,3 +428,37 @@ Deno.test("IPv6 collector address ([::1]:port:tcp)", async () => {
   await cap.close();
   assert.equal(cap.records[0].record.sourceIPv6Address, "2001:0:3238:dfe1:63::fefb");
 });
+
+Deno.test("a collector that resets every session is retried with backoff, not in a loop", async () => {
+  // Accepts, then closes as soon as anything arrives.
+  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  let accepted = 0;
+  const loop = (async () => {
+    try {
+      for await (const c of l) {
+        accepted++;
+        c.read(new Uint8Array(1)).finally(() => c.close()).catch(() => {});
+      }
+    } catch {
+      // listener closed
+    }
+  })();
+  const e = exporter((l.addr as Deno.NetAddr).port, "tcp", {
+    backoffInitialMs: 100,
+    backoffMaxMs: 400,
+    stopTimeoutMs: 1000,
+  });
+  await e.start();
+  // Records keep coming for 1 s (each one would otherwise trigger an immediate redial).
+  let i = 0;
+  const feeder = setInterval(() => e.addRecord(flow(false, i++)), 5);
+  await new Promise((r) => setTimeout(r, 1000));
+  clearInterval(feeder);
+  await e.stop();
+  l.close();
+  await loop;
+  // 1 s with delays 100, 200, 400, 400 ms allows a handful of sessions, not hundreds.
+  assert.ok(accepted >= 2 && accepted <= 8, `${accepted} sessions in 1 s`);
+  const s = e.stats();
+  assert.equal(s.exported + s.dropped, s.received);
+});

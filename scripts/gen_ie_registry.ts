@@ -4,7 +4,7 @@
  * `deno run --allow-read --allow-write scripts/gen_ie_registry.ts [csv] [out]`.
  */
 
-const csvPath = Deno.args[0] ?? "/work/shared/spec/ie-registry.csv";
+const csvPath = Deno.args[0] ?? new URL("../src/ipfix/ie_registry.csv", import.meta.url).pathname;
 const outPath = Deno.args[1] ?? new URL("../src/ipfix/registry_data.ts", import.meta.url).pathname;
 
 const lines = Deno.readTextFileSync(csvPath).trim().split("\n");

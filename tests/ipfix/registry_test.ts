@@ -17,7 +17,7 @@ import {
   STATS_FIELDS,
 } from "../../src/ipfix/mod.ts";
 
-const CSV = new URL("../../../shared/spec/ie-registry.csv", import.meta.url);
+const CSV = new URL("../../src/ipfix/ie_registry.csv", import.meta.url);
 
 Deno.test("ALL_ELEMENTS holds exactly the rows of ie-registry.csv", () => {
   const text = Deno.readTextFileSync(CSV);

@@ -1,0 +1,260 @@
+/**
+ * Starts the real flow-aggregator process (`deno run main.ts` or a bundled script) for the
+ * end-to-end tests and follows its structured stderr log: every line is parsed (logfmt or JSON)
+ * into a {@linkcode LogEvent}, and tests wait for events with a deadline instead of sleeping.
+ */
+
+/** Root of the repository (ends with `/`). */
+export const REPO: string = new URL("../../../", import.meta.url).pathname;
+/** `main.ts` of the repository. */
+export const MAIN_TS: string = `${REPO}main.ts`;
+/** `deno.json` of the repository (import map, `unstable: ["net"]`). */
+export const DENO_JSON: string = `${REPO}deno.json`;
+
+/** One structured log event of the process (logfmt or JSON line), plus the raw line. */
+export interface LogEvent {
+  /** The raw line. */
+  readonly raw: string;
+  /** Parsed fields (`level`, `component`, `msg`, ...); empty when the line is not structured. */
+  readonly fields: Readonly<Record<string, string>>;
+}
+
+/** Parses one logfmt line (`k=v k2="quoted \"v\""`) or one JSON object line. */
+export function parseLogLine(line: string): LogEvent {
+  const fields: Record<string, string> = {};
+  const t = line.trim();
+  if (t.startsWith("{")) {
+    try {
+      for (const [k, v] of Object.entries(JSON.parse(t) as Record<string, unknown>)) {
+        fields[k] = typeof v === "string" ? v : JSON.stringify(v);
+      }
+    } catch {
+      // not JSON after all: no fields
+    }
+    return { raw: line, fields };
+  }
+  const re = /([A-Za-z_][A-Za-z0-9_.-]*)=("(?:[^"\\]|\\.)*"|\S*)/g;
+  for (const m of t.matchAll(re)) {
+    fields[m[1]] = m[2].startsWith('"') ? JSON.parse(m[2]) as string : m[2];
+  }
+  return { raw: line, fields };
+}
+
+/** How to start the process. */
+export interface StartOptions {
+  /** Arguments after the script (flags of main.ts). */
+  args?: readonly string[];
+  /** Script to run; default {@linkcode MAIN_TS}. */
+  script?: string;
+  /** Deno permission and config flags before the script; default `--allow-all --config deno.json`. */
+  denoFlags?: readonly string[];
+  /** Working directory; default the current one. */
+  cwd?: string;
+  /** Extra environment. HOME is pointed at `cwd` (no kubeconfig) unless given. */
+  env?: Record<string, string>;
+}
+
+/** Predicate on a log event, or a partial set of fields that must all match exactly. */
+export type EventMatcher = ((e: LogEvent) => boolean) | Record<string, string | RegExp>;
+
+function matches(e: LogEvent, m: EventMatcher): boolean {
+  if (typeof m === "function") return m(e);
+  return Object.entries(m).every(([k, want]) => {
+    const got = e.fields[k];
+    if (got === undefined) return false;
+    return typeof want === "string" ? got === want : want.test(got);
+  });
+}
+
+/** A running flow-aggregator process. */
+export class FaProcess {
+  /** Every stderr line so far, parsed. */
+  readonly events: LogEvent[] = [];
+  /** Everything written to stdout so far. */
+  stdout = "";
+  /** Resolves with the exit status. */
+  readonly status: Promise<Deno.CommandStatus>;
+  readonly #child: Deno.ChildProcess;
+  readonly #pumps: Promise<void>[];
+  #waiters: (() => void)[] = [];
+  #exited = false;
+
+  private constructor(child: Deno.ChildProcess) {
+    this.#child = child;
+    this.#pumps = [this.#readStderr(child.stderr), this.#readStdout(child.stdout)];
+    this.status = child.status.then(async (s) => {
+      this.#exited = true;
+      await Promise.all(this.#pumps);
+      this.#wake();
+      return s;
+    });
+  }
+
+  /** Spawns the process; stdout and stderr are captured. */
+  static start(opts: StartOptions = {}): FaProcess {
+    const denoFlags = opts.denoFlags ?? ["--allow-all", "--config", DENO_JSON];
+    const cwd = opts.cwd ?? Deno.cwd();
+    const cmd = new Deno.Command(Deno.execPath(), {
+      args: ["run", ...denoFlags, opts.script ?? MAIN_TS, ...(opts.args ?? [])],
+      cwd,
+      env: { HOME: cwd, NO_COLOR: "1", ...opts.env },
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+    });
+    return new FaProcess(cmd.spawn());
+  }
+
+  /** Process id. */
+  get pid(): number {
+    return this.#child.pid;
+  }
+
+  /** True once the process has exited and its output is drained. */
+  get exited(): boolean {
+    return this.#exited;
+  }
+
+  /** All stderr as text. */
+  get stderr(): string {
+    return this.events.map((e) => e.raw).join("\n");
+  }
+
+  /** Events matching `m`, in order. */
+  find(m: EventMatcher): LogEvent[] {
+    return this.events.filter((e) => matches(e, m));
+  }
+
+  /**
+   * Resolves with the first event matching `m` at index `from` or later; rejects after
+   * `timeoutMs` or if the process exits first (the message includes the stderr tail).
+   */
+  async waitFor(m: EventMatcher, timeoutMs = 10_000, from = 0): Promise<LogEvent> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      for (let i = from; i < this.events.length; i++) {
+        if (matches(this.events[i], m)) return this.events[i];
+      }
+      if (this.#exited) {
+        throw new Error(`process exited before the event ${describe(m)}:\n${this.#tail()}`);
+      }
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error(`timeout waiting for ${describe(m)}:\n${this.#tail()}`);
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(done, Math.min(left, 250));
+        function done(): void {
+          clearTimeout(t);
+          resolve();
+        }
+        this.#waiters.push(done);
+      });
+    }
+  }
+
+  /** Waits for the collector start event and returns the bound port. */
+  async collectorPort(timeoutMs = 15_000): Promise<number> {
+    const e = await this.waitFor({ msg: /^Started (UDP|TCP|TLS) collecting process$/ }, timeoutMs);
+    const port = Number(e.fields.port);
+    if (!Number.isInteger(port) || port <= 0) throw new Error(`bad port in ${e.raw}`);
+    return port;
+  }
+
+  /** Sends a signal (ignored if the process already exited). */
+  kill(signal: Deno.Signal = "SIGTERM"): void {
+    if (this.#exited) return;
+    try {
+      this.#child.kill(signal);
+    } catch {
+      // exited in the meantime
+    }
+  }
+
+  /**
+   * Waits for the exit with a deadline; kills with SIGKILL when it passes (and then throws).
+   */
+  async waitExit(timeoutMs = 15_000): Promise<Deno.CommandStatus> {
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timeout = new Promise<"timeout">((r) =>
+      timer = setTimeout(() => r("timeout"), timeoutMs)
+    );
+    const s = await Promise.race([this.status, timeout]);
+    clearTimeout(timer);
+    if (s === "timeout") {
+      this.kill("SIGKILL");
+      await this.status;
+      throw new Error(`process did not exit within ${timeoutMs} ms:\n${this.#tail()}`);
+    }
+    return s;
+  }
+
+  /** Sends `signal` and waits for the exit. */
+  stop(signal: Deno.Signal = "SIGTERM", timeoutMs = 15_000): Promise<Deno.CommandStatus> {
+    this.kill(signal);
+    return this.waitExit(timeoutMs);
+  }
+
+  /** Test cleanup: SIGKILL if still running, then wait for the streams to drain. */
+  async dispose(): Promise<void> {
+    this.kill("SIGKILL");
+    await this.status;
+  }
+
+  #tail(): string {
+    return this.events.slice(-25).map((e) => e.raw).join("\n");
+  }
+
+  #wake(): void {
+    const ws = this.#waiters;
+    this.#waiters = [];
+    for (const w of ws) w();
+  }
+
+  async #readStderr(stream: ReadableStream<Uint8Array>): Promise<void> {
+    let buf = "";
+    for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
+      buf += chunk;
+      let nl: number;
+      while ((nl = buf.indexOf("\n")) >= 0) {
+        this.events.push(parseLogLine(buf.slice(0, nl)));
+        buf = buf.slice(nl + 1);
+      }
+      this.#wake();
+    }
+    if (buf !== "") this.events.push(parseLogLine(buf));
+  }
+
+  async #readStdout(stream: ReadableStream<Uint8Array>): Promise<void> {
+    for await (const chunk of stream.pipeThrough(new TextDecoderStream())) this.stdout += chunk;
+  }
+}
+
+function describe(m: EventMatcher): string {
+  return typeof m === "function" ? "predicate" : JSON.stringify(
+    Object.fromEntries(Object.entries(m).map(([k, v]) => [k, String(v)])),
+  );
+}
+
+/** Runs the process to completion with a deadline and returns code, stdout and stderr. */
+export async function runToExit(
+  opts: StartOptions,
+  timeoutMs = 20_000,
+): Promise<{ code: number; stdout: string; stderr: string; events: LogEvent[] }> {
+  const p = FaProcess.start(opts);
+  const s = await p.waitExit(timeoutMs);
+  return { code: s.code, stdout: p.stdout, stderr: p.stderr, events: p.events };
+}
+
+/** Polls `check` every 50 ms until it returns a value other than undefined, or throws at the deadline. */
+export async function pollUntil<T>(
+  what: string,
+  check: () => T | undefined | Promise<T | undefined>,
+  timeoutMs = 10_000,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await check();
+    if (v !== undefined) return v;
+    if (Date.now() > deadline) throw new Error(`timeout after ${timeoutMs} ms: ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}

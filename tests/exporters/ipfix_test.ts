@@ -462,3 +462,18 @@ Deno.test("a collector that resets every session is retried with backoff, not in
   const s = e.stats();
   assert.equal(s.exported + s.dropped, s.received);
 });
+
+Deno.test("JSON format over UDP: one datagram per record", async () => {
+  const cap = CaptureServer.listen({ kind: "udp", json: true });
+  const e = exporter(cap.port, "udp", { recordFormat: "JSON" });
+  await e.start();
+  for (let i = 0; i < 5; i++) e.addRecord(flow(i === 4, i));
+  await cap.waitFor(() => cap.lines.length === 5);
+  await e.stop();
+  await cap.close();
+  assert.equal(cap.messages.length, 5);
+  assert.equal(e.stats().messages, 5);
+  const last = JSON.parse(cap.lines[4]);
+  assert.equal(last.ipfix.destinationClusterIPv6, "2001:0:3238:dfe1:64::a");
+  assert.equal(last.ipfix.destinationClusterIPv4, undefined);
+});

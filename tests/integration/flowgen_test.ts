@@ -303,3 +303,28 @@ Deno.test("flowgen over mutual TLS to the Collector", async () => {
   await c2.stop();
   assert.equal(s2.records, 0);
 });
+
+Deno.test("flowgen --duration mode: paced for the given time", async () => {
+  const cap = CaptureServer.listen({ kind: "tcp" });
+  const r = await runFlowgen({
+    target: `127.0.0.1:${cap.port}`,
+    proto: "tcp",
+    agents: 2,
+    flows: 50,
+    rate: 3000,
+    durationSec: 1,
+  });
+  await cap.waitFor(() => cap.records.length === r.records, 5000, "records");
+  await cap.close();
+  assert.ok(Math.abs(r.elapsedSec - 1) < 0.05, `${r.elapsedSec} s`);
+  assert.ok(Math.abs(r.records / 3000 - 1) < 0.05, `${r.records} records`);
+  // Agent framing: one data record per message, sequence numbers 1, 2, 3… per Agent.
+  const perDomain = new Map<number, number[]>();
+  for (const x of cap.records) {
+    const l = perDomain.get(x.observationDomainId) ?? [];
+    l.push(x.sequenceNumber);
+    perDomain.set(x.observationDomainId, l);
+  }
+  assert.equal(perDomain.size, 2);
+  for (const seqs of perDomain.values()) assert.deepEqual(seqs, seqs.map((_, i) => i + 1));
+});

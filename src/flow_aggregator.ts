@@ -411,6 +411,7 @@ export class FlowAggregator {
       numFlows: s.numFlows,
       numConnToCollector: s.numConnToCollector,
       exporterErrors: s.exporterErrors,
+      recordsAggregated: s.aggregation.recordsAccepted,
       rejected: Object.values(s.aggregation.recordsRejected).reduce((a, b) => a + b, 0),
       decodeErrors: s.collector?.decodeErrorsTotal ?? 0,
       templateMisses: s.collector?.templateMisses ?? 0,

@@ -1,0 +1,129 @@
+/**
+ * End to end: graceful shutdown of the real process (control-plane.md §6.3, our improvement
+ * L22). With timeouts of one hour nothing expires on its own, so every line in the flow log after
+ * SIGTERM/SIGINT comes from the shutdown flush; the process must exit 0. A second signal while
+ * the shutdown is stuck forces exit code 1.
+ */
+
+import assert from "node:assert/strict";
+import { SimAgent } from "./helpers/agent.ts";
+import { byKey, lineKey, readFlowLog } from "./helpers/flow_log.ts";
+import { FaProcess } from "./helpers/process.ts";
+import { agentRecord, logLine, NODES, scenarioFlows } from "./helpers/scenarios.ts";
+
+function conf(logPath: string): string {
+  return `activeFlowRecordTimeout: 1h
+inactiveFlowRecordTimeout: 1h
+aggregatorTransportProtocol: TCP
+flowLogger:
+  enable: true
+  path: ${logPath}
+`;
+}
+
+/** Starts the process, sends every scenario plus a lone inter-node half, waits until ingested. */
+async function startAndFeed(
+  dir: string,
+  logPath: string,
+  portBase: number,
+): Promise<{ fa: FaProcess; expected: Map<string, ReturnType<typeof logLine>> }> {
+  const confPath = `${dir}/fa.conf`;
+  await Deno.writeTextFile(confPath, conf(logPath));
+  // Debug level, for the "session closed" events that tell all sent data was read.
+  const fa = FaProcess.start({
+    args: ["--config", confPath, "--listen", "127.0.0.1:0", "--log-level", "debug"],
+    cwd: dir,
+  });
+  const port = await fa.collectorPort();
+  const agents = [
+    await SimAgent.connect(NODES[0], port, "tcp"),
+    await SimAgent.connect(NODES[1], port, "tcp"),
+  ];
+  for (const a of agents) await a.sendTemplates();
+  const flows = scenarioFlows(portBase);
+  for (const f of flows) for (const s of f.sends) await agents[s.node].sendRecord(s.record);
+  // An inter-node source half whose destination half never comes: held (not ready) until the
+  // shutdown, then exported un-correlated rather than lost.
+  await agents[0].sendRecord(agentRecord({
+    sourceIPv4Address: "10.10.0.91",
+    destinationIPv4Address: "10.10.1.92",
+    sourceTransportPort: portBase + 90,
+    destinationTransportPort: 9090,
+    sourcePodName: "lonely",
+    sourcePodNamespace: "ns-l",
+    sourceNodeName: NODES[0],
+    flowType: 2,
+  }));
+  const lone = logLine({
+    sourceIP: "10.10.0.91",
+    destinationIP: "10.10.1.92",
+    sourceTransportPort: String(portBase + 90),
+    destinationTransportPort: "9090",
+    protocolIdentifier: "TCP",
+    sourcePodName: "lonely",
+    sourcePodNamespace: "ns-l",
+    sourceNodeName: NODES[0],
+    destinationClusterIP: "0.0.0.0",
+    destinationServicePort: "0",
+  });
+  for (const a of agents) a.close();
+  // A session is closed only after everything before the EOF was decoded and aggregated.
+  await fa.waitFor(() => fa.find({ msg: "session closed" }).length >= 2, 10_000);
+  const expected = new Map(flows.map((f) => [f.key, f.expected]));
+  expected.set(lineKey(lone), lone);
+  return { fa, expected };
+}
+
+for (const signal of ["SIGTERM", "SIGINT"] as const) {
+  Deno.test(`e2e shutdown: flows held at ${signal} are in the flow log after exit 0`, async () => {
+    const dir = await Deno.makeTempDir({ prefix: "fa-e2e-stop-" });
+    const logPath = `${dir}/flows.log`;
+    let fa: FaProcess | undefined;
+    try {
+      const fed = await startAndFeed(dir, logPath, signal === "SIGTERM" ? 43_000 : 44_000);
+      fa = fed.fa;
+      assert.deepEqual(await readFlowLog(logPath), [], "nothing expired before the signal");
+      const status = await fa.stop(signal);
+      assert.equal(status.code, 0, fa.stderr);
+      assert.equal(fa.find({ msg: "Stopping flow aggregator", signal }).length, 1);
+      const flushed = fa.find({ msg: "flushed flows held at shutdown" });
+      assert.equal(flushed.length, 1);
+      assert.equal(Number(flushed[0].fields.flows), fed.expected.size);
+
+      const groups = byKey(await readFlowLog(logPath));
+      assert.deepEqual([...groups.keys()].sort(), [...fed.expected.keys()].sort());
+      for (const [key, want] of fed.expected) {
+        const got = groups.get(key)!;
+        assert.equal(got.length, 1, `${key}: exactly one line (the shutdown flush)`);
+        assert.deepEqual(got[0], want, key);
+      }
+    } finally {
+      await fa?.dispose();
+      await Deno.remove(dir, { recursive: true });
+    }
+  });
+}
+
+Deno.test("e2e shutdown: a second SIGTERM while the shutdown is stuck exits 1", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-e2e-stop2-" });
+  // The flow log is a FIFO nobody reads: opening it for the final flush blocks, so the
+  // shutdown is still running when the second signal arrives.
+  const fifo = `${dir}/flows.fifo`;
+  const mk = await new Deno.Command("mkfifo", { args: [fifo] }).output();
+  assert.equal(mk.code, 0, "mkfifo");
+  let fa: FaProcess | undefined;
+  try {
+    fa = (await startAndFeed(dir, fifo, 45_000)).fa;
+    const mark = fa.events.length;
+    fa.kill("SIGTERM");
+    await fa.waitFor({ msg: "flushed flows held at shutdown" }, 10_000, mark);
+    fa.kill("SIGTERM");
+    const status = await fa.waitExit(10_000);
+    assert.equal(status.code, 1, fa.stderr);
+    assert.equal(fa.find({ msg: "Received second signal, will force exit" }).length, 1);
+    assert.equal(fa.find({ msg: "flow aggregator stopped" }).length, 0);
+  } finally {
+    await fa?.dispose();
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -25,6 +25,7 @@ import {
   RecordEncoder,
 } from "../ipfix/mod.ts";
 import { parseCollectorAddress } from "../config/address.ts";
+import type { FlowCollectorConfig } from "../config/types.ts";
 import type { Clock } from "../clock.ts";
 import { systemClock } from "../clock.ts";
 import { logger, RateLimitedLog } from "../log.ts";
@@ -112,6 +113,23 @@ export function uuidBytes(uuid: string): Uint8Array {
 /** Observation domain id upstream derives from a cluster UUID: FNV-1 of its 16 raw bytes. */
 export function observationDomainIdFromUuid(uuid: string): number {
   return fnv1_32(uuidBytes(uuid));
+}
+
+/**
+ * Options for the `flowCollector` config section (`observationDomainID` unset = derived,
+ * `recordFormat`), with the top-level `recordContents.podLabels` and the cluster UUID passed in
+ * by the caller; everything else keeps its default.
+ */
+export function ipfixOptionsFromConfig(
+  config: Pick<FlowCollectorConfig, "address" | "observationDomainID" | "recordFormat">,
+  extra: Partial<IpfixExporterOptions> = {},
+): IpfixExporterOptions {
+  return {
+    address: config.address,
+    observationDomainId: config.observationDomainID,
+    recordFormat: config.recordFormat || "IPFIX",
+    ...extra,
+  };
 }
 
 /** The element names of the export template (exporters.md §2.4), 63 or 65 with labels. */
@@ -632,7 +650,13 @@ export class IpfixExporter implements Exporter {
     const groups: { tp: OutTemplate; flows: ExportedFlow[]; len: number }[] = [];
     let cur: { tp: OutTemplate; flows: ExportedFlow[]; len: number } | undefined;
     const sent: ExportedFlow[] = [];
-    for (const flow of batch) {
+    // IPv4 records first, then IPv6: a message holds one data set (upstream collectors read only
+    // the first set), so interleaved families would otherwise split batches into tiny messages.
+    // Each flow has one family, so the order of any one flow's records is kept.
+    const ordered = batch.some((f) => f.isIPv6) && batch.some((f) => !f.isIPv6)
+      ? [...batch.filter((f) => !f.isIPv6), ...batch.filter((f) => f.isIPv6)]
+      : batch;
+    for (const flow of ordered) {
       const tp = this.#templates[flow.isIPv6 ? 1 : 0];
       const rec = flow.record as unknown as Record<string, FieldValue | undefined>;
       let len: number;

@@ -3,6 +3,7 @@ import {
   exportTemplateFields,
   IpfixExporter,
   type IpfixExporterOptions,
+  ipfixOptionsFromConfig,
   observationDomainIdFromUuid,
 } from "../../src/exporters/ipfix.ts";
 import type { AggregatedRecord, ExportedFlow } from "../../src/aggregation/record.ts";
@@ -209,14 +210,17 @@ Deno.test("TCP: templates first (480-byte messages), then every record decodes i
   assert.equal(t1.header?.observationDomainId, 1);
   const v4 = exportTemplateFields(false, false);
   const v6 = exportTemplateFields(true, false);
-  for (let i = 0; i < 50; i++) {
-    const got = cap.records[i];
+  // Within each family the records keep their order; the batch goes out IPv4 then IPv6.
+  const idx = [...Array(50).keys()];
+  const order = [...idx.filter((i) => i % 5 !== 0), ...idx.filter((i) => i % 5 === 0)];
+  order.forEach((i, k) => {
+    const got = cap.records[k];
     assert.equal(got.templateId, i % 5 === 0 ? 257 : 256);
     assertSameValues(got.record, fixture(i % 5 === 0, i), i % 5 === 0 ? v6 : v4);
-  }
-  // Several records per message, one set per message, never template id 0.
+  });
+  // One message per family for the whole batch, one set per message, never template id 0.
   const dataMsgs = cap.messages.slice(2);
-  assert.ok(dataMsgs.length < 50, `batched: ${dataMsgs.length} messages`);
+  assert.equal(dataMsgs.length, 2, `batched: ${dataMsgs.length} messages`);
   for (const m of dataMsgs) {
     assert.equal(m.setIds.length, 1);
     assert.ok(m.setIds[0] === 256 || m.setIds[0] === 257);
@@ -476,4 +480,24 @@ Deno.test("JSON format over UDP: one datagram per record", async () => {
   const last = JSON.parse(cap.lines[4]);
   assert.equal(last.ipfix.destinationClusterIPv6, "2001:0:3238:dfe1:64::a");
   assert.equal(last.ipfix.destinationClusterIPv4, undefined);
+});
+
+Deno.test("options from the flowCollector config section; explicit ODID 0 is honoured", () => {
+  const o = ipfixOptionsFromConfig(
+    { address: "[::1]:4739:udp", observationDomainID: 0, recordFormat: "JSON" },
+    { podLabels: true },
+  );
+  assert.deepEqual(o, {
+    address: "[::1]:4739:udp",
+    observationDomainId: 0,
+    recordFormat: "JSON",
+    podLabels: true,
+  });
+  assert.equal(new IpfixExporter(o).observationDomainId, 0);
+  const derived = new IpfixExporter(
+    ipfixOptionsFromConfig({ address: "h", recordFormat: "" }, {
+      clusterUuid: "00000000-0000-0000-0000-000000000000",
+    }),
+  );
+  assert.equal(derived.observationDomainId, 1768495365);
 });

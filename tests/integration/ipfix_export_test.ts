@@ -32,6 +32,18 @@ async function collector(proto: "tcp" | "udp", out: Received[]): Promise<Collect
 /** Asserts `got[i]` carries exactly the template fields of `sent[i]` with identical values. */
 function assertIdentical(got: Received[], sent: ExportedFlow[], labels: boolean): void {
   assert.equal(got.length, sent.length);
+  // Order is kept within each family (the exporter may put IPv4 before IPv6 in a batch).
+  for (const v6 of [false, true]) {
+    assertSameOrder(
+      got.filter((g) => g.templateId === (v6 ? 257 : 256)),
+      sent.filter((f) => f.isIPv6 === v6),
+      labels,
+    );
+  }
+}
+
+function assertSameOrder(got: Received[], sent: ExportedFlow[], labels: boolean): void {
+  assert.equal(got.length, sent.length);
   for (let i = 0; i < sent.length; i++) {
     const f = sent[i];
     const names = exportTemplateFields(f.isIPv6, labels);

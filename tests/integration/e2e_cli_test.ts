@@ -1,0 +1,151 @@
+/**
+ * End to end: the command line of the real process (control-plane.md §6.1, §6.5): `--version`,
+ * `--help`, klog compatibility flags, unknown flags (exit 1), bad configuration files (exit 255
+ * with an error naming the key), and a `deno task start`-style run without `--config` on the
+ * embedded default configuration (flow log written to ./flows.log in the working directory).
+ */
+
+import assert from "node:assert/strict";
+import denoJson from "../../deno.json" with { type: "json" };
+import { SimAgent } from "./helpers/agent.ts";
+import { readFlowLog } from "./helpers/flow_log.ts";
+import { DENO_JSON, FaProcess, runToExit } from "./helpers/process.ts";
+import { intraNodeKey, intraNodeRecord } from "./helpers/scenarios.ts";
+import { lineKey } from "./helpers/flow_log.ts";
+
+/** The permissions `deno task start` grants (deno.json "tasks.start"), no more. */
+const TASK_START_FLAGS = [
+  "--allow-net",
+  "--allow-read",
+  "--allow-write",
+  "--allow-env",
+  "--allow-sys",
+  "--config",
+  DENO_JSON,
+];
+
+async function withTempDir(fn: (dir: string) => Promise<void>): Promise<void> {
+  const dir = await Deno.makeTempDir({ prefix: "fa-e2e-cli-" });
+  try {
+    await fn(dir);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+Deno.test("cli: --version prints name, version, platform and runtime, exit 0", async () => {
+  const r = await runToExit({ args: ["--version"] });
+  assert.equal(r.code, 0);
+  assert.equal(
+    r.stdout,
+    `flow-aggregator version ${denoJson.version} ${Deno.build.os}/${Deno.build.arch} deno${Deno.version.deno}\n`,
+  );
+});
+
+Deno.test("cli: klog flags of the v1.13 Deployment are accepted", async () => {
+  const r = await runToExit({
+    args: [
+      "--logtostderr=false",
+      "--log_dir=/var/log/antrea/flow-aggregator",
+      "--alsologtostderr",
+      "--log_file_max_size=100",
+      "--log_file_max_num=4",
+      "--v=4",
+      "--version",
+    ],
+  });
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, /^flow-aggregator version /);
+});
+
+Deno.test("cli: --help prints the usage with every flag, exit 0", async () => {
+  const r = await runToExit({ args: ["--help"] });
+  assert.equal(r.code, 0);
+  assert.match(r.stdout, /^flow-aggregator .*\n\nUsage:/);
+  for (const flag of ["--config", "--listen", "--cert-dir", "--log-level", "--version", "--help"]) {
+    assert.ok(r.stdout.includes(flag), `usage mentions ${flag}`);
+  }
+});
+
+Deno.test("cli: an unknown flag or a flag without its value exits 1 with the usage", async () => {
+  const unknown = await runToExit({ args: ["--bogus-flag"] });
+  assert.equal(unknown.code, 1);
+  assert.match(unknown.stderr, /unknown flag --bogus-flag/);
+  assert.match(unknown.stderr, /Usage:/);
+  const missing = await runToExit({ args: ["--config"] });
+  assert.equal(missing.code, 1);
+  assert.match(missing.stderr, /flag --config needs a value/);
+  const level = await runToExit({ args: ["--log-level", "loud"] });
+  assert.equal(level.code, 1);
+  assert.match(level.stderr, /--log-level "loud"/);
+});
+
+for (
+  const [name, content, key] of [
+    [
+      "a bad duration",
+      "activeFlowRecordTimeout: 10x\nflowLogger:\n  enable: true\n",
+      "activeFlowRecordTimeout",
+    ],
+    ["an unknown key", "flowLoger:\n  enable: true\n", "flowLoger"],
+    [
+      "a bad collector address",
+      "flowCollector:\n  enable: true\n  address: 127.0.0.1:99999:tcp\n",
+      "flowCollector.address",
+    ],
+  ] as const
+) {
+  Deno.test(`cli: a config file with ${name} exits 255 with an error naming ${key}`, async () => {
+    await withTempDir(async (dir) => {
+      await Deno.writeTextFile(`${dir}/fa.conf`, content);
+      const r = await runToExit({
+        args: ["--config", `${dir}/fa.conf`, "--listen", "127.0.0.1:0"],
+      });
+      assert.equal(r.code, 255, r.stderr);
+      const err = r.events.find((e) => e.fields.msg === "Error running flow aggregator");
+      assert.ok(err, r.stderr);
+      assert.equal(err.fields.level, "error");
+      assert.ok(err.fields.err.includes(key), `error names ${key}: ${err.fields.err}`);
+      assert.equal(r.events.some((e) => /collecting process/.test(e.fields.msg ?? "")), false);
+    });
+  });
+}
+
+Deno.test("cli: a missing config file exits 255 naming the file", async () => {
+  await withTempDir(async (dir) => {
+    const r = await runToExit({ args: ["--config", `${dir}/absent.conf`] });
+    assert.equal(r.code, 255);
+    const err = r.events.find((e) => e.fields.msg === "Error running flow aggregator");
+    assert.ok(err?.fields.err.includes("absent.conf"), r.stderr);
+  });
+});
+
+Deno.test("cli: without --config the embedded default runs with the task's permissions and logs to ./flows.log", async () => {
+  await withTempDir(async (dir) => {
+    const fa = FaProcess.start({
+      denoFlags: TASK_START_FLAGS,
+      args: ["--listen", "127.0.0.1:0", "--log-level", "debug"],
+      cwd: dir,
+    });
+    try {
+      const port = await fa.collectorPort();
+      const started = fa.find({ msg: /^Started (TCP|UDP|TLS) collecting process$/ })[0];
+      assert.equal(started.fields.msg, "Started TCP collecting process", "the default is TCP");
+      assert.equal(fa.find({ msg: /^using the embedded default configuration/ }).length, 1);
+      const agent = await SimAgent.connect("k8s-node-1", port, "tcp");
+      await agent.sendTemplates();
+      await agent.sendRecord(intraNodeRecord(46_001));
+      agent.close();
+      await fa.waitFor({ msg: "session closed" }, 10_000);
+      // Default timeouts are 60 s / 90 s: the line comes from the shutdown flush.
+      const status = await fa.stop("SIGTERM");
+      assert.equal(status.code, 0, fa.stderr);
+      const lines = await readFlowLog(`${dir}/flows.log`);
+      assert.deepEqual(lines.map(lineKey), [intraNodeKey(46_001)]);
+      assert.equal(lines[0].sourcePodName, "worker");
+      assert.equal(lines[0].protocolIdentifier, "TCP", "prettyPrint is on by default");
+    } finally {
+      await fa.dispose();
+    }
+  });
+});

@@ -233,6 +233,7 @@ export class IpfixExporter implements Exporter {
   #everConnected = false;
   #seq = 0;
   #lastTemplatesMs = 0;
+  #refreshDue = false;
   #backoff = 0;
   #delayNextConnect = false;
   #connectedAt = 0;
@@ -546,14 +547,19 @@ export class IpfixExporter implements Exporter {
       for (const m of msgs) this.#bytes += m.length;
     }
     this.#lastTemplatesMs = this.#clock.nowMs();
+    this.#refreshDue = false;
     this.#armRefresh();
   }
 
   #armRefresh(): void {
     clearTimeout(this.#refreshTimer);
     if (this.#proto !== "udp" || this.#json || this.#refreshMs <= 0) return;
-    // Only wakes the pump; the pump decides against the clock, so tests can drive it.
-    const timer = setTimeout(() => this.#signal(), this.#refreshMs);
+    // The timer marks the refresh due and wakes the pump; the injected clock can also make it
+    // due (tests drive a ManualClock), whichever comes first.
+    const timer = setTimeout(() => {
+      this.#refreshDue = true;
+      this.#signal();
+    }, this.#refreshMs);
     Deno.unrefTimer(timer);
     this.#refreshTimer = timer;
   }
@@ -561,7 +567,8 @@ export class IpfixExporter implements Exporter {
   async #refreshTemplatesIfDue(): Promise<void> {
     if (this.#proto !== "udp" || this.#json || this.#refreshMs <= 0) return;
     if (this.#transport === undefined || !this.#transport.open) return;
-    if (this.#clock.nowMs() - this.#lastTemplatesMs < this.#refreshMs) return;
+    const due = this.#refreshDue || this.#clock.nowMs() - this.#lastTemplatesMs >= this.#refreshMs;
+    if (!due) return;
     try {
       await this.#sendTemplates();
     } catch (e) {

@@ -501,3 +501,18 @@ Deno.test("options from the flowCollector config section; explicit ODID 0 is hon
   );
   assert.equal(derived.observationDomainId, 1768495365);
 });
+
+Deno.test("UDP: the refresh timer re-sends templates while idle (real timer, 150 ms)", async () => {
+  const cap = CaptureServer.listen({ kind: "udp" });
+  const e = exporter(cap.port, "udp", { templateRefreshMs: 150 });
+  await e.start();
+  e.addRecord(flow(false, 0));
+  await cap.waitFor(() => cap.records.length === 1);
+  // No more records: only the timer can trigger the next announcements.
+  await cap.waitFor(() => cap.messages.length >= 5, 2000, "idle refresh");
+  assert.ok(e.stats().templatesSent >= 4);
+  await e.stop();
+  await cap.close();
+  const sets = cap.messages.map((m) => m.setIds[0]);
+  assert.deepEqual(sets.slice(0, 5), [2, 2, 256, 2, 2]);
+});

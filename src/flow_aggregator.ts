@@ -348,6 +348,13 @@ export class FlowAggregator {
 
   async #startCollector(): Promise<void> {
     const protocol = transportOf(this.#config.aggregatorTransportProtocol);
+    if (protocol === "udp" && typeof Deno.listenDatagram !== "function") {
+      // deno.json enables the API for `deno run main.ts`; a bundled script run elsewhere does
+      // not see deno.json, and the bare "not a function" error would leave the user guessing.
+      throw new Error(
+        "aggregatorTransportProtocol UDP needs Deno's unstable net API: run with --unstable-net",
+      );
+    }
     let tls;
     if (protocol === "tls") {
       this.#certs ??= this.#opts.certificates ?? generateCertificates({

@@ -1,0 +1,126 @@
+/**
+ * End to end: the single-file artifact of `deno task bundle` (`deno bundle --output fa.js
+ * main.ts`). The bundle must run outside the repository (no deno.json, no node_modules next to
+ * it): `--version`, and a short real run that collects a record and writes it to the flow log.
+ */
+
+import assert from "node:assert/strict";
+import denoJson from "../../deno.json" with { type: "json" };
+import { SimAgent } from "./helpers/agent.ts";
+import { lineKey, readFlowLog, waitForKeys } from "./helpers/flow_log.ts";
+import { FaProcess, REPO, runToExit } from "./helpers/process.ts";
+import { intraNodeKey, intraNodeRecord } from "./helpers/scenarios.ts";
+
+const dir = await Deno.makeTempDir({ prefix: "fa-e2e-bundle-" });
+const bundle = `${dir}/fa.js`;
+let built: Deno.CommandOutput | undefined;
+
+async function build(): Promise<void> {
+  if (built !== undefined) return;
+  built = await new Deno.Command(Deno.execPath(), {
+    args: ["bundle", "--output", bundle, "main.ts"],
+    cwd: REPO,
+    env: { NO_COLOR: "1" },
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  assert.equal(built.code, 0, new TextDecoder().decode(built.stderr));
+}
+
+function conf(transport: "TCP" | "UDP"): string {
+  return `activeFlowRecordTimeout: 1s
+inactiveFlowRecordTimeout: 2s
+aggregatorTransportProtocol: ${transport}
+flowLogger:
+  enable: true
+  path: ./flows-${transport}.log
+`;
+}
+
+Deno.test({
+  name: "bundle: deno bundle builds one file that runs --version outside the repository",
+  async fn() {
+    await build();
+    const size = (await Deno.stat(bundle)).size;
+    assert.ok(size > 10_000, `bundle has ${size} bytes`);
+    const r = await runToExit({
+      script: bundle,
+      denoFlags: ["--allow-all"],
+      cwd: dir,
+      args: ["--version"],
+    });
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, new RegExp(`^flow-aggregator version ${denoJson.version} `));
+  },
+});
+
+Deno.test({
+  name: "bundle: a short real TCP run of the bundle collects and logs a flow",
+  async fn() {
+    await build();
+    await Deno.writeTextFile(`${dir}/tcp.conf`, conf("TCP"));
+    const fa = FaProcess.start({
+      script: bundle,
+      denoFlags: ["--allow-all"],
+      cwd: dir,
+      args: ["--config", "tcp.conf", "--listen", "127.0.0.1:0", "--log-level", "debug"],
+    });
+    try {
+      const port = await fa.collectorPort();
+      const agent = await SimAgent.connect("k8s-node-1", port, "tcp");
+      await agent.sendTemplates();
+      await agent.sendRecord(intraNodeRecord(48_001));
+      agent.close();
+      await fa.waitFor({ msg: "session closed" }, 10_000);
+      const status = await fa.stop("SIGTERM");
+      assert.equal(status.code, 0, fa.stderr);
+      const lines = await readFlowLog(`${dir}/flows-TCP.log`);
+      // One line from the shutdown flush, plus one if the 1 s active timeout came first.
+      assert.ok(lines.length >= 1 && lines.length <= 2, `${lines.length} lines`);
+      assert.deepEqual([...new Set(lines.map(lineKey))], [intraNodeKey(48_001)]);
+    } finally {
+      await fa.dispose();
+    }
+  },
+});
+
+Deno.test({
+  name: "bundle: UDP needs --unstable-net outside the repository and says so; with it, it runs",
+  async fn() {
+    await build();
+    await Deno.writeTextFile(`${dir}/udp.conf`, conf("UDP"));
+    const args = ["--config", "udp.conf", "--listen", "127.0.0.1:0"];
+    const bare = await runToExit({ script: bundle, denoFlags: ["--allow-all"], cwd: dir, args });
+    assert.equal(bare.code, 255);
+    assert.match(bare.stderr, /--unstable-net/);
+
+    const fa = FaProcess.start({
+      script: bundle,
+      denoFlags: ["--allow-all", "--unstable-net"],
+      cwd: dir,
+      args,
+    });
+    try {
+      const port = await fa.collectorPort();
+      const agent = await SimAgent.connect("k8s-node-1", port, "udp");
+      await agent.sendTemplates();
+      // UDP has no end of session to wait for: send enough flows that their lines fill the
+      // flow log's 4 KiB buffer when they expire after 1 s, and poll the file.
+      const ports = Array.from({ length: 40 }, (_, i) => 48_100 + i);
+      for (const p of ports) await agent.sendRecord(intraNodeRecord(p));
+      agent.close();
+      await waitForKeys(`${dir}/flows-UDP.log`, ports.map((p) => intraNodeKey(p)), 10_000);
+      const status = await fa.stop("SIGTERM");
+      assert.equal(status.code, 0, fa.stderr);
+    } finally {
+      await fa.dispose();
+    }
+  },
+});
+
+Deno.test({
+  name: "bundle: cleanup",
+  async fn() {
+    await Deno.remove(dir, { recursive: true });
+  },
+});

@@ -50,7 +50,8 @@ Deno.test({
     const dir = await Deno.makeTempDir({ prefix: "nfcapd_" });
     const port = freeUdpPort();
     const nfcapd = new Deno.Command("nfcapd", {
-      args: ["-p", String(port), "-b", "127.0.0.1", "-w", dir, "-t", "3600"],
+      // -B: a 2 MiB socket buffer so a burst of datagrams is not dropped on a loaded machine.
+      args: ["-p", String(port), "-b", "127.0.0.1", "-w", dir, "-t", "3600", "-B", "2097152"],
       stdout: "piped",
       stderr: "piped",
     }).spawn();

@@ -437,7 +437,7 @@ function udpPortBound(port: number): boolean {
   }
 }
 
-async function freeUdpPort(): Promise<number> {
+function freeUdpPort(): number {
   const s = Deno.listenDatagram({ transport: "udp", hostname: "127.0.0.1", port: 0 });
   const port = (s.addr as Deno.NetAddr).port;
   s.close();
@@ -456,7 +456,7 @@ export async function nfcapdTrial(
   recvBufferBytes = BIG_RCVBUF,
 ): Promise<Trial> {
   const dir = await Deno.makeTempDir({ dir: tools.dir, prefix: "nfcapd-" });
-  const port = await freeUdpPort();
+  const port = freeUdpPort();
   const child = new Deno.Command("nfcapd", {
     args: [
       "-p",

@@ -1,0 +1,198 @@
+/**
+ * In-process benchmarks of the pure parts: the IPFIX decoder (src/ipfix) and the aggregation
+ * core (src/aggregation). Inputs are built from the golden Antrea messages of spec/ipfix.md
+ * §1.13 through the public APIs only, so a change of either module's internals needs no change
+ * here. Each loop runs for a fixed wall time after a warm-up and reports operations/s.
+ */
+
+import { decodeMessage, TemplateStore, type TemplateStore as Store } from "../../src/ipfix/mod.ts";
+import { AggregationCore, type FlowInput } from "../../src/aggregation/mod.ts";
+import { ManualClock } from "../../src/clock.ts";
+import { GOLDEN_DATA_HEX, GOLDEN_TEMPLATE_HEX, hexToBytes } from "./udp.ts";
+
+/** Runs `step` (which does `perStep` operations) for `seconds` after a warm-up; ops/s. */
+export function timeLoop(step: () => void, perStep: number, seconds: number): number {
+  const warm = performance.now() + Math.min(300, seconds * 300);
+  while (performance.now() < warm) step();
+  let ops = 0;
+  const t0 = performance.now();
+  const end = t0 + seconds * 1000;
+  let now = t0;
+  while (now < end) {
+    for (let i = 0; i < 16; i++) step();
+    ops += 16 * perStep;
+    now = performance.now();
+  }
+  return ops / ((now - t0) / 1000);
+}
+
+function storeWithTemplate(): Store {
+  const store = new TemplateStore();
+  decodeMessage(hexToBytes(GOLDEN_TEMPLATE_HEX), store);
+  return store;
+}
+
+/**
+ * Builds one message carrying `n` copies of the golden data record (the message and set
+ * headers are rewritten; the record bytes are the golden ones).
+ */
+export function multiRecordMessage(n: number): Uint8Array {
+  const one = hexToBytes(GOLDEN_DATA_HEX);
+  const record = one.subarray(20); // after the 16-byte message and 4-byte set header
+  const out = new Uint8Array(20 + n * record.length);
+  out.set(one.subarray(0, 20));
+  for (let i = 0; i < n; i++) out.set(record, 20 + i * record.length);
+  const dv = new DataView(out.buffer);
+  dv.setUint16(2, out.length);
+  dv.setUint16(18, out.length - 16);
+  return out;
+}
+
+/** Records/s decoding one-record messages (the Agent's format), and 50-record messages. */
+export function benchDecodeRates(seconds: number): { single: number; batch: number } {
+  const store = storeWithTemplate();
+  const single = hexToBytes(GOLDEN_DATA_HEX);
+  const check = decodeMessage(single, store);
+  if (check.dataSets[0]?.records.length !== 1) throw new Error("golden data did not decode");
+  let sink = 0;
+  const s = timeLoop(
+    () => {
+      sink += decodeMessage(single, store).dataSets[0].records.length;
+    },
+    1,
+    seconds,
+  );
+  const multi = multiRecordMessage(50);
+  if (decodeMessage(multi, store).dataSets[0]?.records.length !== 50) {
+    throw new Error("50-record message did not decode to 50 records");
+  }
+  const b = timeLoop(
+    () => {
+      sink += decodeMessage(multi, store).dataSets[0].records.length;
+    },
+    50,
+    seconds,
+  );
+  if (sink <= 0) throw new Error("unreachable");
+  return { single: s, batch: b };
+}
+
+/** The golden record decoded, as the collector would hand it to the core. */
+export function goldenFlowInput(): FlowInput {
+  const store = storeWithTemplate();
+  const rec = decodeMessage(hexToBytes(GOLDEN_DATA_HEX), store).dataSets[0].records[0];
+  return rec as unknown as FlowInput;
+}
+
+/**
+ * Agent records for `flows` InterNode flows: each flow has a source-Node half and a
+ * destination-Node half (to be correlated), derived from the golden record with a distinct
+ * 5-tuple per flow, for `rounds` export rounds (flowEndSeconds and counters grow each round).
+ */
+export function flowRecords(flows: number, rounds: number): FlowInput[] {
+  const g = goldenFlowInput();
+  const out: FlowInput[] = [];
+  for (let r = 0; r < rounds; r++) {
+    for (let i = 0; i < flows; i++) {
+      const base: FlowInput = {
+        ...g,
+        sourceIPv4Address: `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`,
+        sourceTransportPort: 1024 + (i % 60_000),
+        flowEndSeconds: 1_700_000_010 + r * 5,
+        packetTotalCount: BigInt(100 * (r + 1)),
+        octetTotalCount: BigInt(15_000 * (r + 1)),
+      };
+      out.push(base);
+      out.push({
+        ...base,
+        sourcePodName: "",
+        sourcePodNamespace: "",
+        sourceNodeName: "",
+        destinationPodName: `perftest-b-${i % 300}`,
+        destinationPodNamespace: "antrea-test",
+        destinationNodeName: "k8s-node-2",
+      });
+    }
+  }
+  return out;
+}
+
+/** Records/s through AggregationCore.addRecord (creates, correlation, updates; no expiry). */
+export function benchAggregateRate(flows: number, rounds: number, seconds: number): number {
+  const records = flowRecords(flows, rounds);
+  const clock = new ManualClock();
+  let core = new AggregationCore({
+    activeTimeoutMs: 3_600_000,
+    inactiveTimeoutMs: 3_600_000,
+    clock,
+  });
+  let i = 0;
+  let accepted = 0;
+  const rate = timeLoop(
+    () => {
+      for (let k = 0; k < 1000; k++) {
+        if (core.addRecord(records[i])) accepted++;
+        if (++i === records.length) {
+          // Start over on a fresh core so that later rounds are updates again, not stale.
+          i = 0;
+          core = new AggregationCore({
+            activeTimeoutMs: 3_600_000,
+            inactiveTimeoutMs: 3_600_000,
+            clock,
+          });
+        }
+      }
+    },
+    1000,
+    seconds,
+  );
+  if (accepted === 0) throw new Error("aggregation accepted no record");
+  return rate;
+}
+
+/**
+ * Heap bytes per live flow: JS heap + external memory growth after a forced GC, with `flows`
+ * correlated InterNode flows in one core. Needs `--v8-flags=--expose-gc` (see heap.ts).
+ */
+export function measureHeapPerFlow(flows: number): { bytesPerFlow: number; flows: number } {
+  const gc = (globalThis as unknown as { gc?: () => void }).gc;
+  if (gc === undefined) throw new Error("run with --v8-flags=--expose-gc");
+  const g = goldenFlowInput();
+  const used = (): number => {
+    gc();
+    gc();
+    const m = Deno.memoryUsage();
+    return m.heapUsed + m.external;
+  };
+  const clock = new ManualClock();
+  const before = used();
+  const core = new AggregationCore({
+    activeTimeoutMs: 3_600_000,
+    inactiveTimeoutMs: 3_600_000,
+    clock,
+    maxFlows: flows + 1,
+  });
+  for (let i = 0; i < flows; i++) {
+    // Built one at a time and dropped: only what the core keeps is measured.
+    const s: FlowInput = {
+      ...g,
+      sourceIPv4Address: `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`,
+      sourceTransportPort: 1024 + (i % 60_000),
+    };
+    core.addRecord(s);
+    core.addRecord({
+      ...s,
+      sourcePodName: "",
+      sourcePodNamespace: "",
+      sourceNodeName: "",
+      destinationPodName: `perftest-b-${i % 300}`,
+      destinationPodNamespace: "antrea-test",
+      destinationNodeName: "k8s-node-2",
+    });
+  }
+  if (core.flowCount !== flows) {
+    throw new Error(`expected ${flows} flows, core has ${core.flowCount}`);
+  }
+  const after = used();
+  return { bytesPerFlow: (after - before) / flows, flows: core.flowCount };
+}

@@ -110,15 +110,17 @@ export async function benchUdp(ctx: BenchContext): Promise<void> {
       "c_recv_defbuf",
       "udp_fast_defbuf",
     ];
-    const cpuRate = ctx.quick ? 10_000 : 20_000;
+    const cpuRates = ctx.quick ? [10_000] : [5_000, 20_000, 100_000];
     const per: Record<string, ReceiverResult | (SearchResult & { rcvbuf: number })> = {};
     for (const spec of receiverSpecs(tools, names)) {
       progress(`udp: rate search ${spec.name}`);
-      const r = await measureReceiver(tools, spec, { ...search, cpuRate });
+      const r = await measureReceiver(tools, spec, { ...search, cpuRates });
       per[spec.name] = r;
       progress(
         `udp: ${spec.name} lossless ${r.lossless}/s${r.senderLimited ? " (sender-limited)" : ""}` +
-          `, ${r.cpuMicrosPerDatagram} us CPU/datagram at ${cpuRate}/s`,
+          `; CPU us/datagram ${
+            r.cpu.map((c) => `${c.microsPerDatagram} at ${c.rate}/s`).join(", ")
+          }`,
       );
     }
     ctx.results.udp_c_baseline_per_s = per.c_recv?.lossless ?? null;
@@ -189,7 +191,8 @@ export function benchAggregate(ctx: BenchContext): Promise<void> {
 
 /** Measures e2e_tcp_records_per_s with the real process (owner: main.ts / collector). */
 export function benchE2eTcp(ctx: BenchContext): Promise<void> {
-  ctx.notes.e2e_tcp_records_per_s = "not implemented yet (needs main.ts and the TCP collector)";
+  ctx.notes.e2e_tcp_records_per_s =
+    "not implemented yet (owner: process benchmarks, scripts/bench/process.ts)";
   return Promise.resolve();
 }
 
@@ -233,7 +236,8 @@ export async function benchHeap(ctx: BenchContext): Promise<void> {
 
 /** Measures rss_bytes_idle of the real process (owner: main.ts). */
 export function benchRssIdle(ctx: BenchContext): Promise<void> {
-  ctx.notes.rss_bytes_idle = "not implemented yet (needs main.ts)";
+  ctx.notes.rss_bytes_idle =
+    "not implemented yet (owner: process benchmarks, scripts/bench/process.ts)";
   return Promise.resolve();
 }
 

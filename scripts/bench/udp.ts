@@ -380,35 +380,56 @@ export function receiverSpecs(tools: UdpTools, which: string[]): ReceiverSpec[] 
   return all.filter((s) => which.includes(s.name));
 }
 
-/** A receive path's rate search plus its CPU cost at a fixed rate. */
+/** CPU cost of a receiver at one fixed rate. */
+export interface CpuCost {
+  /** Offered rate (datagrams/s). */
+  rate: number;
+  /** Receiver CPU (user + system, all threads) per received datagram, microseconds. */
+  microsPerDatagram: number | null;
+  /** Share of one core used at that rate (1 = a full core). */
+  cores: number;
+  /** Loss during the measurement (a receiver that drops work looks cheaper than it is). */
+  loss: number;
+}
+
+/** A receive path's rate search plus its CPU cost at fixed rates. */
 export interface ReceiverResult extends SearchResult {
-  /** Receiver CPU (user + system, all threads) per datagram at `cpuRate`, microseconds. */
-  cpuMicrosPerDatagram: number | null;
-  /** Rate of the CPU measurement. */
-  cpuRate: number;
+  /** CPU cost per fixed rate, in the order measured. */
+  cpu: CpuCost[];
 }
 
 /**
  * Warms the receiver up (JIT, worker start) with an uncounted burst, measures its CPU per
- * datagram at a fixed moderate rate, then runs the rate search.
+ * datagram at fixed rates (a steadier comparison than the lossless rate on a shared machine),
+ * then runs the rate search.
  */
 export async function measureReceiver(
   tools: UdpTools,
   spec: ReceiverSpec,
-  opts: SearchOptions & { seconds: number; sources: number; cpuRate: number },
+  opts: SearchOptions & { seconds: number; sources: number; cpuRates: number[] },
 ): Promise<ReceiverResult> {
   const rx = await spawnReceiver(spec.cmd, spec.args);
   try {
     await trialAgainst(rx, tools, opts.start, Math.min(0.5, opts.seconds), opts.sources);
-    const c0 = await cpuSeconds(rx.pid);
-    const t = await trialAgainst(rx, tools, opts.cpuRate, opts.seconds, opts.sources);
-    const c1 = await cpuSeconds(rx.pid);
-    const cpu = t.received > 0 ? Math.round((c1 - c0) / t.received * 1e7) / 10 : null;
+    const cpu: CpuCost[] = [];
+    for (const rate of opts.cpuRates) {
+      const c0 = await cpuSeconds(rx.pid);
+      const w0 = performance.now();
+      const t = await trialAgainst(rx, tools, rate, opts.seconds, opts.sources);
+      const c1 = await cpuSeconds(rx.pid);
+      const wall = (performance.now() - w0) / 1000;
+      cpu.push({
+        rate,
+        microsPerDatagram: t.received > 0 ? Math.round((c1 - c0) / t.received * 1e7) / 10 : null,
+        cores: Math.round((c1 - c0) / wall * 100) / 100,
+        loss: t.loss,
+      });
+    }
     const search = await searchLosslessRate(
       (rate) => trialAgainst(rx, tools, rate, opts.seconds, opts.sources),
       opts,
     );
-    return { ...search, cpuMicrosPerDatagram: cpu, cpuRate: opts.cpuRate };
+    return { ...search, cpu };
   } finally {
     await rx.stop();
   }

@@ -201,6 +201,33 @@ function messageHeader(
   v.setUint32(12, odid >>> 0);
 }
 
+/** Encodes one message: header, one data set of `tp`, the records of `flows` (`len` bytes). */
+function writeMessage(
+  tp: OutTemplate,
+  flows: readonly ExportedFlow[],
+  len: number,
+  exportTime: number,
+  seq: number,
+  odid: number,
+): Uint8Array {
+  const total = MESSAGE_HEADER + SET_HEADER + len;
+  const m = new Uint8Array(total);
+  // RFC 7011: the sequence number counts the data records sent before this message.
+  messageHeader(m, total, exportTime, seq, odid);
+  const view = new DataView(m.buffer);
+  view.setUint16(MESSAGE_HEADER, tp.id);
+  view.setUint16(MESSAGE_HEADER + 2, SET_HEADER + len);
+  let off = MESSAGE_HEADER + SET_HEADER;
+  for (const f of flows) {
+    off = tp.encoder.write(
+      view,
+      off,
+      f.record as unknown as Record<string, FieldValue | undefined>,
+    );
+  }
+  return m;
+}
+
 /** Sends aggregated flows to an external IPFIX (or JSON-lines) collector. */
 export class IpfixExporter implements Exporter {
   /** Exporter name in logs and metrics. */
@@ -691,33 +718,31 @@ export class IpfixExporter implements Exporter {
     const messages: Uint8Array[] = [];
     let seq = this.#seq;
     for (const g of groups) {
-      const len = overhead + g.len;
-      const m = new Uint8Array(len);
-      // RFC 7011: the sequence number counts the data records sent before this message.
-      messageHeader(m, len, exportTime, seq, this.observationDomainId);
-      const view = new DataView(m.buffer);
-      view.setUint16(MESSAGE_HEADER, g.tp.id);
-      view.setUint16(MESSAGE_HEADER + 2, SET_HEADER + g.len);
-      let off = overhead;
-      let n = 0;
-      for (const flow of g.flows) {
-        try {
-          off = g.tp.encoder.write(
-            view,
-            off,
-            flow.record as unknown as Record<string, FieldValue | undefined>,
-          );
-        } catch (e) {
-          // A value of the wrong type: the message is unusable, drop its records.
-          this.#errors++;
-          this.#drop(g.flows.length - n, "record cannot be encoded");
-          log.debug("encode failed", { error: e });
-          n = -1;
-          break;
+      let m: Uint8Array;
+      try {
+        m = writeMessage(g.tp, g.flows, g.len, exportTime, seq, this.observationDomainId);
+      } catch {
+        // A value of the wrong type for its field (only writing finds those): find the bad
+        // records one by one, drop and count them, and send the rest.
+        const good: ExportedFlow[] = [];
+        let goodLen = 0;
+        for (const f of g.flows) {
+          const rec = f.record as unknown as Record<string, FieldValue | undefined>;
+          try {
+            const l = g.tp.encoder.encodedLength(rec);
+            g.tp.encoder.write(new DataView(new ArrayBuffer(l)), 0, rec);
+            good.push(f);
+            goodLen += l;
+          } catch (e) {
+            this.#errors++;
+            this.#drop(1, "record cannot be encoded");
+            log.debug("encode failed", { error: e });
+          }
         }
-        n++;
+        if (good.length === 0) continue;
+        g.flows = good;
+        m = writeMessage(g.tp, good, goodLen, exportTime, seq, this.observationDomainId);
       }
-      if (n < 0) continue;
       messages.push(m);
       for (const f of g.flows) sent.push(f);
       seq = (seq + g.flows.length) >>> 0;

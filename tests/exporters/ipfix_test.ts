@@ -516,3 +516,24 @@ Deno.test("UDP: the refresh timer re-sends templates while idle (real timer, 150
   const sets = cap.messages.map((m) => m.setIds[0]);
   assert.deepEqual(sets.slice(0, 5), [2, 2, 256, 2, 2]);
 });
+
+Deno.test("a record with a wrongly typed value is dropped alone; its batch still goes out", async () => {
+  const cap = CaptureServer.listen({ kind: "tcp" });
+  const e = exporter(cap.port, "tcp");
+  await e.start();
+  const bad = fixture(false, 1);
+  (bad as unknown as Record<string, unknown>).protocolIdentifier = "tcp";
+  e.addRecord(flow(false, 0));
+  e.addRecord(flow(false, 1, bad));
+  e.addRecord(flow(false, 2));
+  await cap.waitFor(() => cap.records.length === 2);
+  await e.stop();
+  await cap.close();
+  const s = e.stats();
+  assert.equal(s.exported, 2);
+  assert.equal(s.dropped, 1);
+  assert.equal(s.errors, 1);
+  assert.deepEqual(cap.records.map((r) => r.record.flowEndSeconds), [1637706973, 1637706975]);
+  // RFC sequence numbers count only what was sent.
+  assert.equal(cap.messages.length, 3);
+});

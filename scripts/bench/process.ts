@@ -1,0 +1,268 @@
+/**
+ * Starts and stops the real flow-aggregator process (`main.ts`) for the process-level
+ * benchmarks (e2e TCP throughput, idle RSS), and reads what it says about itself: the JSON log
+ * lines on stderr, the final `record metrics` line written on SIGTERM, and VmRSS from /proc.
+ * The process always listens on 127.0.0.1 only and runs in a scratch directory it can litter.
+ */
+
+/** Root of the repository (ends with `/`). */
+export const REPO: string = new URL("../../", import.meta.url).pathname;
+/** `main.ts` of the repository. */
+export const MAIN_TS: string = `${REPO}main.ts`;
+/** `deno.json` of the repository (import map, `unstable: ["net"]`). */
+export const DENO_JSON: string = `${REPO}deno.json`;
+/** The flow generator CLI. */
+export const FLOWGEN_TS: string = `${REPO}scripts/flowgen.ts`;
+
+/** One JSON log event of the process (fields as written; numbers may come as strings). */
+export type LogEvent = Readonly<Record<string, unknown>>;
+
+/** Options of {@linkcode startFlowAggregator}. */
+export interface StartOptions {
+  /** Configuration file (`--config`); absent = the embedded default configuration. */
+  config?: string;
+  /** Working directory; default: a fresh temporary directory, removed by `stop()`. */
+  cwd?: string;
+  /** `--log-level`; default `debug` (for the per-session `session closed` events). */
+  logLevel?: "error" | "warn" | "info" | "debug";
+  /** Extra Deno flags before the script, e.g. `--cpu-prof`. */
+  denoFlags?: readonly string[];
+  /** How long to wait for the collector to listen; default 30 s. */
+  startTimeoutMs?: number;
+}
+
+/** How the process ended. */
+export interface ExitInfo {
+  /** Exit code (143 / 137 when killed by a signal it did not handle). */
+  code: number;
+  /** True if SIGTERM was not enough and SIGKILL was sent. */
+  killed: boolean;
+  /** Milliseconds from SIGTERM to exit (the shutdown flush). */
+  stopMs: number;
+}
+
+/** The counters of the final `record metrics` line (see src/flow_aggregator.ts). */
+export interface RecordMetricsLine {
+  /** Data records the collector decoded. */
+  numRecordsReceived: number;
+  /** Aggregated records handed to the exporters. */
+  numRecordsExported: number;
+  /** Flows still held (0 after the shutdown flush). */
+  numFlows: number;
+  /** Records the aggregation core accepted. */
+  recordsAggregated: number;
+  /** Records the core rejected, all reasons. */
+  rejected: number;
+  /** Collector decode errors. */
+  decodeErrors: number;
+  /** Data sets whose template was unknown. */
+  templateMisses: number;
+  /** Exporter `addRecord` failures. */
+  exporterErrors: number;
+}
+
+/** A running flow-aggregator process. */
+export interface FaProcess {
+  /** Its pid. */
+  readonly pid: number;
+  /** Collector TCP port. */
+  readonly port: number;
+  /** Working directory of the process. */
+  readonly cwd: string;
+  /** Every JSON log event so far. */
+  readonly events: readonly LogEvent[];
+  /** Resolves with the first event (from index `from`) for which `pred` holds. */
+  waitFor(pred: (e: LogEvent) => boolean, timeoutMs: number, from?: number): Promise<LogEvent>;
+  /** The last `record metrics` event, parsed; undefined if none was logged. */
+  lastMetrics(): RecordMetricsLine | undefined;
+  /** Last stderr lines, for error messages. */
+  tail(): string;
+  /** SIGTERM, SIGKILL after `graceMs` (default 60 s); removes a scratch cwd. */
+  stop(graceMs?: number): Promise<ExitInfo>;
+}
+
+/** A free TCP port on 127.0.0.1 (released before return: a tiny race, fine for benchmarks). */
+export function freeTcpPort(): number {
+  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (l.addr as Deno.NetAddr).port;
+  l.close();
+  return port;
+}
+
+function num(v: unknown): number {
+  const n = typeof v === "number" ? v : Number(v);
+  return Number.isFinite(n) ? n : NaN;
+}
+
+/** Parses a `record metrics` event into numbers (NaN for a missing field). */
+export function parseRecordMetrics(e: LogEvent): RecordMetricsLine {
+  return {
+    numRecordsReceived: num(e.numRecordsReceived),
+    numRecordsExported: num(e.numRecordsExported),
+    numFlows: num(e.numFlows),
+    recordsAggregated: num(e.recordsAggregated),
+    rejected: num(e.rejected),
+    decodeErrors: num(e.decodeErrors),
+    templateMisses: num(e.templateMisses),
+    exporterErrors: num(e.exporterErrors),
+  };
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * Starts `deno run --allow-all --config deno.json main.ts --listen 127.0.0.1:<port>` with JSON
+ * logs and waits until the collector accepts connections.
+ */
+export async function startFlowAggregator(opts: StartOptions = {}): Promise<FaProcess> {
+  const scratch = opts.cwd === undefined;
+  const cwd = opts.cwd ?? await Deno.makeTempDir({ prefix: "fa-bench-proc-" });
+  const port = freeTcpPort();
+  const args = [
+    "run",
+    "--allow-all",
+    "--config",
+    DENO_JSON,
+    ...(opts.denoFlags ?? []),
+    MAIN_TS,
+    ...(opts.config !== undefined ? ["--config", opts.config] : []),
+    "--listen",
+    `127.0.0.1:${port}`,
+    "--log-format",
+    "json",
+    "--log-level",
+    opts.logLevel ?? "debug",
+  ];
+  const child = new Deno.Command(Deno.execPath(), {
+    args,
+    cwd,
+    env: { NO_COLOR: "1" },
+    stdin: "null",
+    stdout: "null",
+    stderr: "piped",
+  }).spawn();
+
+  const events: LogEvent[] = [];
+  const lastLines: string[] = [];
+  let wake: (() => void)[] = [];
+  let exited = false;
+  const pump = (async () => {
+    let buf = "";
+    for await (const chunk of child.stderr.pipeThrough(new TextDecoderStream())) {
+      buf += chunk;
+      let nl: number;
+      while ((nl = buf.indexOf("\n")) >= 0) {
+        const line = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        lastLines.push(line);
+        if (lastLines.length > 30) lastLines.shift();
+        if (line.startsWith("{")) {
+          try {
+            events.push(JSON.parse(line) as LogEvent);
+          } catch {
+            // a non-JSON line (Deno's own warnings): kept in the tail only
+          }
+        }
+      }
+      const w = wake;
+      wake = [];
+      for (const f of w) f();
+    }
+  })().catch(() => {});
+  const status = child.status.then(async (s) => {
+    await pump;
+    exited = true;
+    for (const f of wake) f();
+    wake = [];
+    return s;
+  });
+  const tail = (): string => lastLines.join("\n");
+
+  const waitFor = async (
+    pred: (e: LogEvent) => boolean,
+    timeoutMs: number,
+    from = 0,
+  ): Promise<LogEvent> => {
+    const deadline = Date.now() + timeoutMs;
+    let i = from;
+    for (;;) {
+      for (; i < events.length; i++) if (pred(events[i])) return events[i];
+      if (exited) throw new Error(`flow-aggregator exited before the awaited event:\n${tail()}`);
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error(`awaited event not logged within ${timeoutMs} ms:\n${tail()}`);
+      let t: ReturnType<typeof setTimeout> | undefined;
+      await new Promise<void>((resolve) => {
+        wake.push(resolve);
+        t = setTimeout(resolve, Math.min(left, 250));
+      });
+      clearTimeout(t);
+    }
+  };
+
+  const lastMetrics = (): RecordMetricsLine | undefined => {
+    for (let i = events.length - 1; i >= 0; i--) {
+      if (events[i].msg === "record metrics") return parseRecordMetrics(events[i]);
+    }
+    return undefined;
+  };
+
+  let stopped: Promise<ExitInfo> | undefined;
+  const stop = (graceMs = 60_000): Promise<ExitInfo> => {
+    stopped ??= (async () => {
+      const t0 = performance.now();
+      let killed = false;
+      try {
+        child.kill("SIGTERM");
+      } catch { /* already exited */ }
+      const t = setTimeout(() => {
+        killed = true;
+        try {
+          child.kill("SIGKILL");
+        } catch { /* exited meanwhile */ }
+      }, graceMs);
+      const s = await status;
+      clearTimeout(t);
+      const stopMs = performance.now() - t0;
+      if (scratch) await Deno.remove(cwd, { recursive: true }).catch(() => {});
+      return { code: s.code, killed, stopMs };
+    })();
+    return stopped;
+  };
+
+  // Poll the port rather than wait for a log line: it is the readiness that matters.
+  const deadline = Date.now() + (opts.startTimeoutMs ?? 30_000);
+  for (;;) {
+    try {
+      (await Deno.connect({ hostname: "127.0.0.1", port })).close();
+      break;
+    } catch {
+      if (exited || Date.now() > deadline) {
+        await stop(1000);
+        throw new Error(`flow-aggregator did not listen on ${port}:\n${tail()}`);
+      }
+      await sleep(50);
+    }
+  }
+  // The readiness probe itself is a session; let it close before anyone counts sessions.
+  if ((opts.logLevel ?? "debug") === "debug") {
+    await waitFor((e) => e.msg === "session closed", 5000).catch(() => {});
+  }
+  return {
+    pid: child.pid,
+    port,
+    cwd,
+    events,
+    waitFor,
+    lastMetrics,
+    tail,
+    stop,
+  };
+}
+
+/** VmRSS of `pid` in bytes, from /proc/<pid>/status. */
+export async function rssBytes(pid: number): Promise<number> {
+  const status = await Deno.readTextFile(`/proc/${pid}/status`);
+  const m = /^VmRSS:\s+(\d+) kB$/m.exec(status);
+  if (m === null) throw new Error(`no VmRSS for pid ${pid}`);
+  return Number(m[1]) * 1024;
+}

@@ -386,7 +386,11 @@ export class FlowAggregator {
       this.#exportedWithoutSink++;
       return;
     }
-    for (const e of this.#exporters.values()) {
+    // Fixed order (EXPORTER_ORDER), not the Map's insertion order, which a disable/enable
+    // reload would otherwise change.
+    for (const section of EXPORTER_ORDER) {
+      const e = this.#exporters.get(section);
+      if (e === undefined) continue;
       try {
         e.addRecord(flow);
       } catch (err) {

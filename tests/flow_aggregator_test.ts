@@ -1,0 +1,376 @@
+/**
+ * Unit tests of the export loop (src/flow_aggregator.ts), in process: a ManualClock drives
+ * expiry, `manualSweep` replaces the timer, and fake exporters record what they are handed.
+ */
+
+import assert from "node:assert/strict";
+import type { ExportedFlow } from "../src/aggregation/record.ts";
+import { ManualClock } from "../src/clock.ts";
+import { diffConfig, type FlowAggregatorConfig, parseConfig } from "../src/config/mod.ts";
+import type { Exporter, ExporterStats } from "../src/exporters/exporter.ts";
+import {
+  type ExporterFactory,
+  type ExporterSection,
+  FlowAggregator,
+} from "../src/flow_aggregator.ts";
+import { setLogWriter } from "../src/log.ts";
+import { SimAgent } from "./integration/helpers/agent.ts";
+import { agentRecord, intraNodeRecord, NODES } from "./integration/helpers/scenarios.ts";
+
+const logLines: string[] = [];
+setLogWriter((l) => logLines.push(l));
+
+/** A fake exporter; every call is appended to the shared `journal`. */
+class FakeExporter implements Exporter {
+  readonly name: string;
+  readonly section: ExporterSection;
+  readonly config: FlowAggregatorConfig;
+  readonly records: ExportedFlow[] = [];
+  throwOnAdd = false;
+  failStart = false;
+  starts = 0;
+  stops = 0;
+  readonly #journal: string[];
+
+  constructor(section: ExporterSection, config: FlowAggregatorConfig, journal: string[]) {
+    this.section = section;
+    this.name = `fake-${section}`;
+    this.config = config;
+    this.#journal = journal;
+  }
+  start(): Promise<void> {
+    this.starts++;
+    this.#journal.push(`start ${this.section}`);
+    return this.failStart ? Promise.reject(new Error("cannot start")) : Promise.resolve();
+  }
+  stop(): Promise<void> {
+    this.stops++;
+    this.#journal.push(`stop ${this.section}`);
+    return Promise.resolve();
+  }
+  addRecord(flow: ExportedFlow): void {
+    this.#journal.push(`add ${this.section} ${flow.key.sourcePort}`);
+    if (this.throwOnAdd) throw new Error(`${this.section} is broken`);
+    this.records.push(flow);
+  }
+  stats(): ExporterStats {
+    return { received: this.records.length, exported: 0, dropped: 0, errors: 0 };
+  }
+}
+
+interface Harness {
+  fa: FlowAggregator;
+  clock: ManualClock;
+  created: FakeExporter[];
+  journal: string[];
+  /** The most recently created exporter of `section`. */
+  latest(section: ExporterSection): FakeExporter;
+}
+
+function config(opts: {
+  active?: string;
+  inactive?: string;
+  collector?: boolean;
+  collectorAddress?: string;
+  logger?: boolean;
+  transport?: string;
+} = {}): FlowAggregatorConfig {
+  return parseConfig(`activeFlowRecordTimeout: ${opts.active ?? "10s"}
+inactiveFlowRecordTimeout: ${opts.inactive ?? "20s"}
+aggregatorTransportProtocol: ${opts.transport ?? "TCP"}
+flowCollector:
+  enable: ${opts.collector ?? false}
+  address: ${opts.collectorAddress ?? "127.0.0.1:4739:tcp"}
+flowLogger:
+  enable: ${opts.logger ?? true}
+  path: /nonexistent/never-written.log
+`);
+}
+
+async function harness(
+  cfg: FlowAggregatorConfig,
+  tweak: (e: FakeExporter) => void = () => {},
+  factoryOverride?: ExporterFactory,
+): Promise<Harness> {
+  const clock = new ManualClock();
+  const created: FakeExporter[] = [];
+  const journal: string[] = [];
+  const factory: ExporterFactory = factoryOverride ?? ((section, c) => {
+    const e = new FakeExporter(section, c, journal);
+    tweak(e);
+    created.push(e);
+    return e;
+  });
+  const fa = new FlowAggregator(cfg, {
+    clock,
+    manualSweep: true,
+    listenAddress: "127.0.0.1:0",
+    exporterFactory: factory,
+    metricsLogIntervalMs: 0,
+  });
+  await fa.start();
+  return {
+    fa,
+    clock,
+    created,
+    journal,
+    latest: (s) => created.filter((e) => e.section === s).at(-1)!,
+  };
+}
+
+async function update(h: Harness, next: FlowAggregatorConfig): Promise<void> {
+  await h.fa.update(next, diffConfig(h.fa.config, next));
+}
+
+Deno.test("flow aggregator: a throwing exporter does not cost the other exporters the record", async () => {
+  const h = await harness(config({ collector: true }), (e) => {
+    e.throwOnAdd = e.section === "flowCollector";
+  });
+  try {
+    h.fa.ingest([intraNodeRecord(1001)]);
+    h.clock.advance(10_000);
+    assert.equal(h.fa.sweep(), 1);
+    assert.equal(h.latest("flowLogger").records.length, 1);
+    assert.equal(h.latest("flowLogger").records[0].key.sourcePort, 1001);
+    assert.deepEqual(h.journal.filter((j) => j.startsWith("add")), [
+      "add flowCollector 1001",
+      "add flowLogger 1001",
+    ]);
+    const s = h.fa.stats();
+    assert.equal(s.exporterErrors, 1);
+    assert.equal(s.numRecordsExported, 1);
+    assert.ok(logLines.some((l) => l.includes("exporter rejected a record")));
+  } finally {
+    await h.fa.stop();
+  }
+});
+
+Deno.test("flow aggregator: each exported record is an own copy with the deltas of its period", async () => {
+  const h = await harness(config({ collector: true }));
+  try {
+    h.fa.ingest([intraNodeRecord(1002)]);
+    h.clock.advance(10_000);
+    h.fa.sweep();
+    const [a, b] = [h.latest("flowCollector").records[0], h.latest("flowLogger").records[0]];
+    assert.equal(a.record.octetDeltaCount, 1000n);
+    assert.equal(b.record.octetDeltaCount, 1000n);
+    // The reset after the export must not reach the copies the exporters hold.
+    h.clock.advance(10_000);
+    h.fa.sweep();
+    assert.equal(a.record.octetDeltaCount, 1000n);
+    assert.equal(h.latest("flowLogger").records[1].record.octetDeltaCount, 0n);
+  } finally {
+    await h.fa.stop();
+  }
+});
+
+Deno.test("flow aggregator: config updates enable, disable and replace exporters", async () => {
+  const h = await harness(config({ collector: false }));
+  try {
+    assert.deepEqual(h.created.map((e) => e.section), ["flowLogger"]);
+    const logger = h.latest("flowLogger");
+
+    await update(h, config({ collector: true }));
+    const ipfix = h.latest("flowCollector");
+    assert.equal(ipfix.starts, 1);
+    h.fa.ingest([intraNodeRecord(2001)]);
+    h.clock.advance(10_000);
+    h.fa.sweep();
+    assert.equal(ipfix.records.length, 1);
+    assert.equal(logger.records.length, 1);
+
+    await update(h, config({ collector: true, logger: false }));
+    assert.equal(logger.stops, 1);
+    h.fa.ingest([intraNodeRecord(2002)]);
+    h.clock.advance(10_000);
+    h.fa.sweep();
+    assert.equal(logger.records.length, 1, "a disabled exporter gets nothing");
+    assert.ok(ipfix.records.some((r) => r.key.sourcePort === 2002));
+    assert.deepEqual(Object.keys(h.fa.stats().exporters), ["flowCollector"]);
+
+    // A changed address replaces the IPFIX exporter: the old one is stopped, the new one gets
+    // the new configuration and the next records.
+    await update(
+      h,
+      config({ collector: true, logger: false, collectorAddress: "127.0.0.2:4740:udp" }),
+    );
+    const ipfix2 = h.latest("flowCollector");
+    assert.notEqual(ipfix2, ipfix);
+    assert.equal(ipfix.stops, 1);
+    assert.equal(ipfix2.config.flowCollector.address, "127.0.0.2:4740:udp");
+    const before = ipfix.records.length;
+    h.fa.ingest([intraNodeRecord(2003)]);
+    h.clock.advance(10_000);
+    h.fa.sweep();
+    assert.equal(ipfix.records.length, before);
+    assert.ok(ipfix2.records.some((r) => r.key.sourcePort === 2003));
+  } finally {
+    await h.fa.stop();
+  }
+});
+
+Deno.test("flow aggregator: records reach exporters in the fixed order IPFIX then log, also after a re-enable", async () => {
+  const h = await harness(config({ collector: true }));
+  try {
+    await update(h, config({ collector: false }));
+    await update(h, config({ collector: true }));
+    h.journal.length = 0;
+    h.fa.ingest([intraNodeRecord(3001)]);
+    h.clock.advance(10_000);
+    h.fa.sweep();
+    assert.deepEqual(h.journal, ["add flowCollector 3001", "add flowLogger 3001"]);
+  } finally {
+    await h.fa.stop();
+  }
+});
+
+Deno.test("flow aggregator: new timeouts apply live", async () => {
+  const h = await harness(config({ active: "60s", inactive: "90s" }));
+  try {
+    await update(h, config({ active: "5s", inactive: "7s" }));
+    h.fa.ingest([intraNodeRecord(4001)]);
+    h.clock.advance(4_999);
+    assert.equal(h.fa.sweep(), 0);
+    h.clock.advance(1);
+    assert.equal(h.fa.sweep(), 1, "exported on the new 5 s active timeout");
+    h.clock.advance(2_000);
+    assert.equal(h.fa.sweep(), 1, "and on the new 7 s inactive timeout");
+    assert.equal(h.fa.stats().numFlows, 0);
+  } finally {
+    await h.fa.stop();
+  }
+});
+
+Deno.test("flow aggregator: a transport change restarts the collector in process", async () => {
+  const h = await harness(config({ transport: "TCP" }));
+  try {
+    assert.equal(h.fa.stats().collector?.transport, "tcp");
+    await update(h, config({ transport: "UDP" }));
+    assert.equal(h.fa.stats().collector?.transport, "udp");
+    const agent = await SimAgent.connect(NODES[0], h.fa.collectorPort, "udp");
+    try {
+      await agent.sendTemplates();
+      await agent.sendRecord(intraNodeRecord(5001));
+      const deadline = Date.now() + 5000;
+      while (h.fa.stats().numRecordsReceived < 1 && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    } finally {
+      agent.close();
+    }
+    assert.equal(h.fa.stats().numRecordsReceived, 1);
+    assert.equal(h.fa.stats().numFlows, 1);
+  } finally {
+    await h.fa.stop();
+  }
+});
+
+Deno.test("flow aggregator: stop() exports every held flow, ready or not, then stops the exporters", async () => {
+  const h = await harness(config({ active: "1h", inactive: "1h" }));
+  try {
+    h.fa.ingest([
+      intraNodeRecord(6001),
+      // An inter-node source half without its partner: not ready, flushed un-correlated.
+      agentRecord({
+        sourceIPv4Address: "10.10.0.5",
+        destinationIPv4Address: "10.10.1.6",
+        sourceTransportPort: 6002,
+        destinationTransportPort: 80,
+        sourcePodName: "a",
+        sourceNodeName: NODES[0],
+        flowType: 2,
+      }),
+    ]);
+    assert.equal(h.fa.sweep(), 0);
+  } finally {
+    await h.fa.stop();
+  }
+  const logger = h.latest("flowLogger");
+  assert.deepEqual(
+    logger.records.map((r) => [r.key.sourcePort, r.uncorrelated]),
+    [[6001, false], [6002, true]],
+  );
+  assert.deepEqual(h.journal.slice(-3), [
+    "add flowLogger 6001",
+    "add flowLogger 6002",
+    "stop flowLogger",
+  ]);
+  assert.equal(h.fa.stats().numFlows, 0);
+  assert.equal(h.fa.stats().numRecordsExported, 2);
+  await h.fa.stop(); // idempotent
+  assert.equal(logger.stops, 1);
+});
+
+Deno.test("flow aggregator: records from the real collector reach the exporters", async () => {
+  const h = await harness(config());
+  try {
+    const agent = await SimAgent.connect(NODES[0], h.fa.collectorPort, "tcp");
+    await agent.sendTemplates();
+    await agent.sendRecord(intraNodeRecord(7001));
+    agent.close();
+    const deadline = Date.now() + 5000;
+    while (h.fa.stats().numRecordsReceived < 1 && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    h.clock.advance(10_000);
+    assert.equal(h.fa.sweep(), 1);
+    const r = h.latest("flowLogger").records[0];
+    assert.equal(r.key.sourcePort, 7001);
+    assert.equal(r.record.sourcePodName, "worker");
+    assert.equal(h.fa.stats().numRecordsReceived, 1);
+  } finally {
+    await h.fa.stop();
+  }
+});
+
+Deno.test("flow aggregator: options records are counted and not aggregated", async () => {
+  const h = await harness(config());
+  try {
+    h.fa.ingest([intraNodeRecord(8001), intraNodeRecord(8002)], { options: true });
+    assert.equal(h.fa.stats().optionsRecordsIgnored, 2);
+    assert.equal(h.fa.stats().numFlows, 0);
+  } finally {
+    await h.fa.stop();
+  }
+});
+
+Deno.test("flow aggregator: without any running exporter exported records are counted", async () => {
+  const h = await harness(config(), undefined, () => undefined);
+  try {
+    h.fa.ingest([intraNodeRecord(9001)]);
+    h.clock.advance(10_000);
+    assert.equal(h.fa.sweep(), 1);
+    const s = h.fa.stats();
+    assert.equal(s.exportedWithoutSink, 1);
+    assert.equal(s.numRecordsExported, 1);
+    assert.ok(logLines.some((l) => l.includes("no exporter is running")));
+  } finally {
+    await h.fa.stop();
+  }
+});
+
+Deno.test("flow aggregator: an exporter that fails to start is left out, the others run", async () => {
+  const h = await harness(config({ collector: true }), (e) => {
+    e.failStart = e.section === "flowCollector";
+  });
+  try {
+    assert.deepEqual(Object.keys(h.fa.stats().exporters), ["flowLogger"]);
+    h.fa.ingest([intraNodeRecord(9101)]);
+    h.clock.advance(10_000);
+    h.fa.sweep();
+    assert.equal(h.latest("flowLogger").records.length, 1);
+    assert.equal(h.latest("flowCollector").records.length, 0);
+    assert.equal(h.fa.stats().exporterErrors, 0);
+  } finally {
+    await h.fa.stop();
+  }
+});
+
+Deno.test("flow aggregator: start twice is an error", async () => {
+  const h = await harness(config());
+  try {
+    await assert.rejects(() => h.fa.start(), /start called twice/);
+  } finally {
+    await h.fa.stop();
+  }
+});

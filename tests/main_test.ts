@@ -1,0 +1,67 @@
+/** Unit tests of the command line parser of main.ts (control-plane.md §6.1). */
+
+import assert from "node:assert/strict";
+import denoJson from "../deno.json" with { type: "json" };
+import { parseArgs, VERSION } from "../main.ts";
+
+Deno.test("main: VERSION is deno.json's version", () => {
+  assert.equal(VERSION, denoJson.version);
+  assert.match(VERSION, /^\d+\.\d+\.\d+/);
+});
+
+Deno.test("main: no flags gives the defaults", () => {
+  assert.deepEqual(parseArgs([]), {
+    logLevel: "info",
+    logFormat: "logfmt",
+    version: false,
+    help: false,
+  });
+});
+
+Deno.test("main: --flag value, --flag=value and single-dash forms are accepted", () => {
+  const a = parseArgs(["--config", "/etc/fa.conf", "--listen=127.0.0.1:0", "-cert-dir", "/c"]);
+  assert.equal(a.config, "/etc/fa.conf");
+  assert.equal(a.listen, "127.0.0.1:0");
+  assert.equal(a.certDir, "/c");
+  assert.equal(parseArgs(["--config=a=b"]).config, "a=b", "only the first = splits");
+});
+
+Deno.test("main: log level, format and klog verbosity", () => {
+  assert.equal(parseArgs(["--log-level", "debug"]).logLevel, "debug");
+  assert.equal(parseArgs(["--log-format=json"]).logFormat, "json");
+  assert.equal(parseArgs(["--v=4"]).logLevel, "debug");
+  assert.equal(parseArgs(["-v", "2"]).logLevel, "info");
+  assert.throws(() => parseArgs(["--v", "-1"]), /--v needs a non-negative integer/);
+  assert.throws(() => parseArgs(["--log-level", "trace"]), /--log-level "trace"/);
+  assert.throws(() => parseArgs(["--log-format", "xml"]), /--log-format "xml"/);
+});
+
+Deno.test("main: the v1.13 Deployment's klog flags are accepted and ignored", () => {
+  const a = parseArgs([
+    "--config",
+    "/etc/flow-aggregator/flow-aggregator.conf",
+    "--logtostderr=false",
+    "--log_dir=/var/log/antrea/flow-aggregator",
+    "--alsologtostderr",
+    "--log_file_max_size=100",
+    "--log_file_max_num",
+    "4",
+    "--vmodule=x=2",
+    "--skip_headers",
+  ]);
+  assert.equal(a.config, "/etc/flow-aggregator/flow-aggregator.conf");
+  assert.equal(a.logLevel, "info");
+});
+
+Deno.test("main: --version, --help and -h", () => {
+  assert.equal(parseArgs(["--version"]).version, true);
+  assert.equal(parseArgs(["--help"]).help, true);
+  assert.equal(parseArgs(["-h"]).help, true);
+});
+
+Deno.test("main: unknown flags, positional arguments and missing values are errors", () => {
+  assert.throws(() => parseArgs(["--nope"]), /unknown flag --nope/);
+  assert.throws(() => parseArgs(["run"]), /unexpected argument "run"/);
+  assert.throws(() => parseArgs(["--config"]), /flag --config needs a value/);
+  assert.throws(() => parseArgs(["--log_dir"]), /flag --log_dir needs a value/);
+});

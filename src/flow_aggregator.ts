@@ -30,6 +30,9 @@ export const EXPORTER_ORDER = ["flowCollector", "clickHouse", "s3Uploader", "flo
 /** One exporter section of the configuration. */
 export type ExporterSection = typeof EXPORTER_ORDER[number];
 
+/** Default of {@linkcode FlowAggregatorOptions.exporterStopTimeoutMs}. */
+const DEFAULT_EXPORTER_STOP_TIMEOUT_MS = 10_000;
+
 /** Upper bound of the expiry timer, so newly created flows are never swept late by more. */
 const MAX_TIMER_MS = 1000;
 
@@ -59,6 +62,11 @@ export interface FlowAggregatorOptions {
   manualSweep?: boolean;
   /** Period of the metrics log line; default 60 s. 0 disables it. */
   metricsLogIntervalMs?: number;
+  /**
+   * Longest wait for one exporter's `stop()` (final flush) before giving up on it, so a stuck
+   * sink (hung disk or peer) cannot hang a shutdown or a reload forever. Default 10 s.
+   */
+  exporterStopTimeoutMs?: number;
 }
 
 /** What `GET /recordmetrics` reports, plus our own counters. */
@@ -188,7 +196,8 @@ export class FlowAggregator {
 
   /**
    * Stops input, exports every flow still held (ready or not), then flushes and stops every
-   * exporter. Resolves when everything is written (or each exporter's own stop timeout passed).
+   * exporter. Resolves when everything is written, or an exporter's stop timed out
+   * ({@linkcode FlowAggregatorOptions.exporterStopTimeoutMs}).
    */
   async stop(): Promise<void> {
     if (this.#state === "stopped" || this.#state === "stopping") return;
@@ -337,10 +346,23 @@ export class FlowAggregator {
     const e = this.#exporters.get(section);
     if (e === undefined) return;
     this.#exporters.delete(section);
+    const limitMs = this.#opts.exporterStopTimeoutMs ?? DEFAULT_EXPORTER_STOP_TIMEOUT_MS;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timedOut = new Promise<"timeout">((resolve) => {
+      timer = setTimeout(() => resolve("timeout"), limitMs);
+    });
     try {
-      await e.stop();
+      const r = await Promise.race([e.stop(), timedOut]);
+      if (r === "timeout") {
+        log.error("exporter did not stop in time; records it still buffers are lost", {
+          section,
+          timeoutMs: limitMs,
+        });
+      }
     } catch (err) {
       log.error("error stopping exporter", { section, err });
+    } finally {
+      clearTimeout(timer);
     }
     const s = e.stats();
     log.info("exporter stopped", { section, ...s });

@@ -374,3 +374,28 @@ Deno.test("flow aggregator: start twice is an error", async () => {
     await h.fa.stop();
   }
 });
+
+Deno.test("flow aggregator: stop() gives up on an exporter whose stop never ends", async () => {
+  const clock = new ManualClock();
+  const journal: string[] = [];
+  const stuck = new FakeExporter("flowLogger", config(), journal);
+  stuck.stop = () => new Promise<void>(() => {}); // a hung disk: the final flush never returns
+  const fa = new FlowAggregator(config(), {
+    clock,
+    manualSweep: true,
+    listenAddress: "127.0.0.1:0",
+    exporterFactory: () => stuck,
+    metricsLogIntervalMs: 0,
+    exporterStopTimeoutMs: 50,
+  });
+  await fa.start();
+  fa.ingest([intraNodeRecord(9201)]);
+  const mark = logLines.length;
+  await fa.stop();
+  assert.equal(stuck.records.length, 1, "the held flow was still handed over");
+  assert.ok(
+    logLines.slice(mark).some((l) => l.includes("exporter did not stop in time")),
+    "the give-up is logged",
+  );
+  assert.deepEqual(Object.keys(fa.stats().exporters), []);
+});

@@ -266,3 +266,63 @@ export async function rssBytes(pid: number): Promise<number> {
   if (m === null) throw new Error(`no VmRSS for pid ${pid}`);
   return Number(m[1]) * 1024;
 }
+
+/** Result of {@linkcode benchRssIdle}. */
+export interface RssIdleResult {
+  /** VmRSS of the idle process, bytes. */
+  rss_bytes_idle: number;
+  /** How it was taken. */
+  detail: {
+    /** Seconds between "listening" and the sample. */
+    idleSec: number;
+    /** Peak RSS (VmHWM) at the same moment, bytes. */
+    peakRssBytes: number;
+    /** Milliseconds from spawn until the collector accepted a connection. */
+    startMs: number;
+    /** What was measured. */
+    note: string;
+  };
+}
+
+/** VmHWM (peak resident set) of `pid` in bytes. */
+export async function peakRssBytes(pid: number): Promise<number> {
+  const status = await Deno.readTextFile(`/proc/${pid}/status`);
+  const m = /^VmHWM:\s+(\d+) kB$/m.exec(status);
+  if (m === null) throw new Error(`no VmHWM for pid ${pid}`);
+  return Number(m[1]) * 1024;
+}
+
+/**
+ * Resident memory of the idle real process: the embedded default configuration (TCP collector,
+ * flow log in a scratch directory) on a free 127.0.0.1 port, info-level logging, sampled ~2 s
+ * after it listens (quick mode: 1 s).
+ */
+export async function benchRssIdle(opts: { quick: boolean }): Promise<RssIdleResult> {
+  const idleSec = opts.quick ? 1 : 2;
+  const t0 = performance.now();
+  const fa = await startFlowAggregator({ logLevel: "info" });
+  const startMs = performance.now() - t0;
+  let rss: number;
+  let peak: number;
+  try {
+    await sleep(idleSec * 1000);
+    rss = await rssBytes(fa.pid);
+    peak = await peakRssBytes(fa.pid);
+  } finally {
+    await fa.stop(10_000);
+  }
+  return {
+    rss_bytes_idle: rss,
+    detail: {
+      idleSec,
+      peakRssBytes: peak,
+      startMs,
+      note: "VmRSS of `deno run main.ts` (embedded default config, no --config file), " +
+        "includes the Deno runtime and V8; nothing sent to it",
+    },
+  };
+}
+
+if (import.meta.main) {
+  console.log(JSON.stringify(await benchRssIdle({ quick: Deno.args.includes("--quick") })));
+}

@@ -149,3 +149,34 @@ Deno.test("cli: without --config the embedded default runs with the task's permi
     }
   });
 });
+
+Deno.test("cli: a collector port already in use is fatal (exit 255), not a silent process without listener", async () => {
+  await withTempDir(async (dir) => {
+    await Deno.writeTextFile(`${dir}/fa.conf`, "flowLogger:\n  enable: true\n  path: ./f.log\n");
+    const busy = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    try {
+      const port = (busy.addr as Deno.NetAddr).port;
+      const r = await runToExit({
+        args: ["--config", `${dir}/fa.conf`, "--listen", `127.0.0.1:${port}`],
+        cwd: dir,
+      });
+      assert.equal(r.code, 255, r.stderr);
+      assert.match(r.stderr, /Error running flow aggregator/);
+      assert.ok(r.stderr.includes(String(port)) || /in use/i.test(r.stderr), r.stderr);
+    } finally {
+      busy.close();
+    }
+  });
+});
+
+Deno.test("cli: a bad --listen address exits 255 naming it", async () => {
+  await withTempDir(async (dir) => {
+    await Deno.writeTextFile(`${dir}/fa.conf`, "flowLogger:\n  enable: true\n  path: ./f.log\n");
+    const r = await runToExit({
+      args: ["--config", `${dir}/fa.conf`, "--listen", "localhost:99999"],
+      cwd: dir,
+    });
+    assert.equal(r.code, 255, r.stderr);
+    assert.match(r.stderr, /99999/);
+  });
+});

@@ -74,13 +74,14 @@ async function startAndFeed(
   return { fa, expected };
 }
 
-for (const signal of ["SIGTERM", "SIGINT"] as const) {
+for (const signal of ["SIGTERM", "SIGINT", "SIGQUIT"] as const) {
   Deno.test(`e2e shutdown: flows held at ${signal} are in the flow log after exit 0`, async () => {
     const dir = await Deno.makeTempDir({ prefix: "fa-e2e-stop-" });
     const logPath = `${dir}/flows.log`;
     let fa: FaProcess | undefined;
     try {
-      const fed = await startAndFeed(dir, logPath, signal === "SIGTERM" ? 43_000 : 44_000);
+      const base = { SIGTERM: 43_000, SIGINT: 44_000, SIGQUIT: 46_000 }[signal];
+      const fed = await startAndFeed(dir, logPath, base);
       fa = fed.fa;
       assert.deepEqual(await readFlowLog(logPath), [], "nothing expired before the signal");
       const status = await fa.stop(signal);

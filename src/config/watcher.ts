@@ -187,12 +187,10 @@ export class ConfigWatcher {
     this.#baseline = text;
     this.#config = next;
     const diff = diffConfig(old, next);
+    // Which changed keys need a restart is the consumer's call (the Flow Aggregator applies
+    // timeouts, Pod labels and the transport live and reports only what it really ignores), so
+    // no "please restart" error is logged here.
     log.info("Updating Flow Aggregator", { changed: diff.changedKeys.join(",") });
-    if (diff.restartRequired.length > 0) {
-      log.error("Ignoring unsupported configuration updates, please restart FlowAggregator", {
-        keys: diff.restartRequired.join(","),
-      });
-    }
     try {
       await this.#onChange(next, old, diff);
     } catch (e) {

@@ -35,11 +35,12 @@ function ports(base: number): number[] {
   return Array.from({ length: BATCH }, (_, i) => base + i);
 }
 
-Deno.test("e2e reload: ConfigMap swap disables, re-enables the flow logger; an invalid file changes nothing", async () => {
+Deno.test("e2e reload: ConfigMap swaps disable, re-enable and move the flow logger and change timeouts; an invalid file changes nothing", async () => {
   const dir = await Deno.makeTempDir({ prefix: "fa-e2e-reload-" });
   const volume = `${dir}/config`;
   await Deno.mkdir(volume);
   const logPath = `${dir}/flows.log`;
+  const logPath2 = `${dir}/flows-2.log`;
   const capture = CaptureServer.listen({ kind: "tcp" });
   const cm = await ConfigMapDir.create(volume, conf(logPath, capture.port, true));
   const fa = FaProcess.start({ args: ["--config", cm.path, "--listen", "127.0.0.1:0"], cwd: dir });
@@ -82,13 +83,29 @@ Deno.test("e2e reload: ConfigMap swap disables, re-enables the flow logger; an i
     await send(50_200);
     await waitForKeys(logPath, ports(50_200).map((p) => intraNodeKey(p)), 15_000);
 
+    // A new path (and new timeouts) while running: the logger switches files, the timeouts
+    // apply live.
+    mark = fa.events.length;
+    const changed = conf(logPath2, capture.port, true)
+      .replace("activeFlowRecordTimeout: 1s", "activeFlowRecordTimeout: 1500ms")
+      .replace("inactiveFlowRecordTimeout: 2s", "inactiveFlowRecordTimeout: 2500ms");
+    await cm.update(changed);
+    await fa.waitFor({ msg: "updated exporter", section: "flowLogger" }, 10_000, mark);
+    const timeouts = await fa.waitFor({ msg: "flow record timeouts updated" }, 10_000, mark);
+    assert.equal(timeouts.fields.active, "1500ms");
+    assert.equal(timeouts.fields.inactive, "2500ms");
+    assert.deepEqual(
+      fa.events.slice(mark).filter((e) => /please restart/.test(e.fields.msg ?? "")),
+      [],
+      "keys applied live are not reported as ignored",
+    );
+    await send(50_300);
+    await waitForKeys(logPath2, ports(50_300).map((p) => intraNodeKey(p)), 15_000);
+
     // An invalid file: an error naming the key, the process keeps running, nothing changes.
     mark = fa.events.length;
     await cm.update(
-      conf(logPath, capture.port, true).replace(
-        "activeFlowRecordTimeout: 1s",
-        "activeFlowRecordTimeout: soon",
-      ),
+      changed.replace("activeFlowRecordTimeout: 1500ms", "activeFlowRecordTimeout: soon"),
     );
     const err = await fa.waitFor(
       { level: "error", msg: /^Error when loading configuration from config file/ },
@@ -96,23 +113,31 @@ Deno.test("e2e reload: ConfigMap swap disables, re-enables the flow logger; an i
       mark,
     );
     assert.match(err.fields.err, /activeFlowRecordTimeout/);
-    await send(50_300);
-    await waitForKeys(logPath, ports(50_300).map((p) => intraNodeKey(p)), 15_000);
+    await send(50_400);
+    await waitForKeys(logPath2, ports(50_400).map((p) => intraNodeKey(p)), 15_000);
     assert.equal(fa.exited, false);
     assert.equal(
       fa.find((e) => e.fields.msg === "updating flow aggregator").length,
-      2,
-      "only the two valid swaps were applied",
+      3,
+      "only the three valid swaps were applied",
     );
 
     const status = await fa.stop("SIGTERM");
     assert.equal(status.code, 0, fa.stderr);
     const groups = byKey(await readFlowLog(logPath));
-    for (const base of [50_000, 50_200, 50_300]) {
+    const groups2 = byKey(await readFlowLog(logPath2));
+    for (const base of [50_000, 50_200]) {
       for (const p of ports(base)) assert.ok(groups.has(intraNodeKey(p)), `port ${p} logged`);
+    }
+    for (const base of [50_300, 50_400]) {
+      for (const p of ports(base)) {
+        assert.ok(groups2.has(intraNodeKey(p)), `port ${p} logged to the new file`);
+        assert.equal(groups.has(intraNodeKey(p)), false, `port ${p} not in the old file`);
+      }
     }
     for (const p of ports(50_100)) {
       assert.equal(groups.has(intraNodeKey(p)), false, `port ${p} exported while logger disabled`);
+      assert.equal(groups2.has(intraNodeKey(p)), false, `port ${p} exported while logger disabled`);
       assert.ok(captured(p) >= 2, `port ${p} still reached the IPFIX collector`);
     }
   } finally {

@@ -180,3 +180,50 @@ Deno.test("cli: a bad --listen address exits 255 naming it", async () => {
     assert.match(r.stderr, /99999/);
   });
 });
+
+Deno.test("cli: flow log to stdout (path -) with JSON logs on stderr keeps the two streams apart", async () => {
+  await withTempDir(async (dir) => {
+    await Deno.writeTextFile(
+      `${dir}/fa.conf`,
+      "activeFlowRecordTimeout: 1h\ninactiveFlowRecordTimeout: 1h\naggregatorTransportProtocol: TCP\n" +
+        'flowLogger:\n  enable: true\n  path: "-"\n  prettyPrint: false\n',
+    );
+    const fa = FaProcess.start({
+      args: [
+        "--config",
+        `${dir}/fa.conf`,
+        "--listen",
+        "127.0.0.1:0",
+        "--log-format",
+        "json",
+        "--log-level",
+        "debug",
+      ],
+      cwd: dir,
+    });
+    try {
+      const port = await fa.collectorPort();
+      const agent = await SimAgent.connect("k8s-node-1", port, "tcp");
+      await agent.sendTemplates();
+      await agent.sendRecord(intraNodeRecord(46_101));
+      agent.close();
+      await fa.waitFor({ msg: "session closed" }, 10_000);
+      const status = await fa.stop("SIGTERM");
+      assert.equal(status.code, 0, fa.stderr);
+      // Our events on stderr are JSON objects (Deno itself may print a "Download ..." line);
+      // stdout holds only the flow log line.
+      const ours = fa.events.filter((e) => e.raw.startsWith("{"));
+      assert.ok(ours.length >= 5, fa.stderr);
+      for (const e of ours) assert.ok(e.fields.msg && e.fields.level && e.fields.time, e.raw);
+      assert.ok(ours.some((e) => e.fields.msg === "Started TCP collecting process"));
+      const out = fa.stdout.split("\n");
+      assert.equal(out.pop(), "");
+      assert.equal(out.length, 1, fa.stdout);
+      const f = out[0].split(",");
+      assert.equal(f.length, 28);
+      assert.deepEqual(f.slice(2, 7), ["10.10.0.100", "10.10.0.101", "46101", "6379", "6"]);
+    } finally {
+      await fa.dispose();
+    }
+  });
+});

@@ -10,14 +10,14 @@
 
 import { AggregationCore, type ExportHooks } from "./aggregation/mod.ts";
 import type { ExportedFlow, FlowInput } from "./aggregation/record.ts";
-import { type Clock, systemClock } from "./clock.ts";
+import { type Clock, TaskCachedClock } from "./clock.ts";
 import { Collector, type CollectorStats } from "./collector/mod.ts";
 import type { RecordContext } from "./collector/session.ts";
 import type { ConfigDiff } from "./config/diff.ts";
 import type { FlowAggregatorConfig, TransportProtocol } from "./config/types.ts";
 import type { DataRecord } from "./ipfix/types.ts";
 import type { Exporter, ExporterStats } from "./exporters/exporter.ts";
-import { IpfixExporter } from "./exporters/ipfix.ts";
+import { IpfixExporter, ipfixOptionsFromConfig } from "./exporters/ipfix.ts";
 import { LogExporter } from "./exporters/log.ts";
 import { logger } from "./log.ts";
 import { generateCertificates, type GeneratedCertificates } from "./pki/mod.ts";
@@ -44,7 +44,10 @@ export type ExporterFactory = (
 
 /** Options of {@linkcode FlowAggregator}. */
 export interface FlowAggregatorOptions {
-  /** Time source of the core (expiry). Default: system clock. */
+  /**
+   * Time source of the core (expiry). Default: the system clock read once per task
+   * ({@linkcode TaskCachedClock}), shared with the collector.
+   */
   clock?: Clock;
   /** Collector listen address; default `[::]:4739`. */
   listenAddress?: string;
@@ -108,12 +111,11 @@ export function defaultExporterFactory(
 ): Exporter | undefined {
   switch (section) {
     case "flowCollector":
-      return new IpfixExporter({
-        address: config.flowCollector.address,
-        observationDomainId: config.flowCollector.observationDomainID,
-        recordFormat: config.flowCollector.recordFormat,
-        podLabels: config.recordContents.podLabels,
-      });
+      return new IpfixExporter(
+        ipfixOptionsFromConfig(config.flowCollector, {
+          podLabels: config.recordContents.podLabels,
+        }),
+      );
     case "flowLogger":
       return new LogExporter(config.flowLogger);
     case "clickHouse":
@@ -130,6 +132,8 @@ export class FlowAggregator {
   #config: FlowAggregatorConfig;
   readonly #opts: FlowAggregatorOptions;
   readonly #clock: Clock;
+  /** The collector's clock: the cached system clock, unless a test injected the core's clock. */
+  readonly #collectorClock: Clock | undefined;
   readonly #core: AggregationCore;
   readonly #factory: ExporterFactory;
   readonly #exporters = new Map<ExporterSection, Exporter>();
@@ -138,6 +142,7 @@ export class FlowAggregator {
   #timer: ReturnType<typeof setTimeout> | undefined;
   #metricsTimer: ReturnType<typeof setInterval> | undefined;
   #state: "new" | "running" | "stopping" | "stopped" = "new";
+  #startCalled = false;
   #exported = 0;
   #optionsIgnored = 0;
   #exporterErrors = 0;
@@ -150,7 +155,9 @@ export class FlowAggregator {
   constructor(config: FlowAggregatorConfig, opts: FlowAggregatorOptions = {}) {
     this.#config = config;
     this.#opts = opts;
-    this.#clock = opts.clock ?? systemClock;
+    // Per-record time reads were ~6 % of the CPU at 100k records/s: read once per socket read.
+    this.#clock = opts.clock ?? new TaskCachedClock();
+    this.#collectorClock = opts.clock === undefined ? this.#clock : undefined;
     this.#factory = opts.exporterFactory ?? defaultExporterFactory;
     this.#core = new AggregationCore({
       activeTimeoutMs: config.activeFlowRecordTimeoutMs,
@@ -176,8 +183,21 @@ export class FlowAggregator {
   }
 
   /** Starts exporters, then the collector, then the expiry timer. */
-  async start(): Promise<void> {
-    if (this.#state !== "new") throw new Error("flow aggregator: start called twice");
+  start(): Promise<void> {
+    if (this.#startCalled || this.#state !== "new") {
+      return Promise.reject(new Error("flow aggregator: start called twice"));
+    }
+    this.#startCalled = true;
+    // Serialised with config updates (the watcher may deliver one at any time): an update
+    // queued before runs first and is adopted by #apply, one arriving meanwhile waits, so an
+    // exporter is never created twice and no change is lost.
+    const run = this.#updates.then(() => this.#start());
+    this.#updates = run.catch(() => {});
+    return run;
+  }
+
+  async #start(): Promise<void> {
+    if (this.#state !== "new") return; // stop() came first
     this.#state = "running";
     for (const section of EXPORTER_ORDER) {
       if (this.#enabled(section, this.#config)) await this.#createExporter(section);
@@ -264,6 +284,12 @@ export class FlowAggregator {
   }
 
   async #apply(next: FlowAggregatorConfig, diff: ConfigDiff): Promise<void> {
+    if (this.#state === "new") {
+      // Not started yet: start() builds exporters and collector from the config in force.
+      this.#applyCore(this.#config, next);
+      this.#config = next;
+      return;
+    }
     if (this.#state !== "running") return;
     const prev = this.#config;
     this.#config = next;
@@ -288,20 +314,7 @@ export class FlowAggregator {
         }
       }
     }
-    if (
-      prev.activeFlowRecordTimeoutMs !== next.activeFlowRecordTimeoutMs ||
-      prev.inactiveFlowRecordTimeoutMs !== next.inactiveFlowRecordTimeoutMs
-    ) {
-      this.#core.updateTimeouts(next.activeFlowRecordTimeoutMs, next.inactiveFlowRecordTimeoutMs);
-      log.info("flow record timeouts updated", {
-        active: next.activeFlowRecordTimeout,
-        inactive: next.inactiveFlowRecordTimeout,
-      });
-    }
-    if (prev.recordContents.podLabels !== next.recordContents.podLabels) {
-      this.#core.setIncludePodLabels(next.recordContents.podLabels);
-      log.info("pod labels setting updated", { podLabels: next.recordContents.podLabels });
-    }
+    this.#applyCore(prev, next);
     if (
       prev.aggregatorTransportProtocol !== next.aggregatorTransportProtocol ||
       prev.flowAggregatorAddress !== next.flowAggregatorAddress
@@ -321,6 +334,24 @@ export class FlowAggregator {
       log.error("Ignoring unsupported configuration updates, please restart FlowAggregator", {
         keys: restart.join(","),
       });
+    }
+  }
+
+  /** Applies the aggregation-core settings (timeouts, Pod labels) that changed. */
+  #applyCore(prev: FlowAggregatorConfig, next: FlowAggregatorConfig): void {
+    if (
+      prev.activeFlowRecordTimeoutMs !== next.activeFlowRecordTimeoutMs ||
+      prev.inactiveFlowRecordTimeoutMs !== next.inactiveFlowRecordTimeoutMs
+    ) {
+      this.#core.updateTimeouts(next.activeFlowRecordTimeoutMs, next.inactiveFlowRecordTimeoutMs);
+      log.info("flow record timeouts updated", {
+        active: next.activeFlowRecordTimeout,
+        inactive: next.inactiveFlowRecordTimeout,
+      });
+    }
+    if (prev.recordContents.podLabels !== next.recordContents.podLabels) {
+      this.#core.setIncludePodLabels(next.recordContents.podLabels);
+      log.info("pod labels setting updated", { podLabels: next.recordContents.podLabels });
     }
   }
 
@@ -391,7 +422,7 @@ export class FlowAggregator {
       await this.#opts.onCertificates?.(this.#certs);
     }
     const collector = new Collector(
-      { address: this.#opts.listenAddress, protocol, tls },
+      { address: this.#opts.listenAddress, protocol, tls, clock: this.#collectorClock },
       (records, ctx) => this.ingest(records, ctx),
     );
     await collector.start();

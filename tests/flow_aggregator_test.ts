@@ -399,3 +399,62 @@ Deno.test("flow aggregator: stop() gives up on an exporter whose stop never ends
   );
   assert.deepEqual(Object.keys(fa.stats().exporters), []);
 });
+
+Deno.test("flow aggregator: a config update arriving during start() is applied once, after start", async () => {
+  const clock = new ManualClock();
+  const journal: string[] = [];
+  const created: FakeExporter[] = [];
+  const gate = Promise.withResolvers<void>();
+  const fa = new FlowAggregator(config({ collector: false }), {
+    clock,
+    manualSweep: true,
+    listenAddress: "127.0.0.1:0",
+    metricsLogIntervalMs: 0,
+    exporterFactory: (section, c) => {
+      const e = new FakeExporter(section, c, journal);
+      if (created.length === 0) {
+        // The first exporter's start is slow, so the update lands while start() is running.
+        e.start = async () => {
+          journal.push(`start ${section}`);
+          await gate.promise;
+        };
+      }
+      created.push(e);
+      return e;
+    },
+  });
+  const started = fa.start();
+  const next = config({ collector: true });
+  const updated = fa.update(next, diffConfig(fa.config, next));
+  await new Promise((r) => setTimeout(r, 10));
+  gate.resolve();
+  await started;
+  await updated;
+  try {
+    assert.deepEqual(created.map((e) => e.section).sort(), ["flowCollector", "flowLogger"]);
+    assert.deepEqual(Object.keys(fa.stats().exporters).sort(), ["flowCollector", "flowLogger"]);
+  } finally {
+    await fa.stop();
+  }
+  for (const e of created) assert.equal(e.stops, 1, `${e.section} stopped once`);
+});
+
+Deno.test("flow aggregator: a config update before start() is not lost", async () => {
+  const h0 = new FlowAggregator(config({ collector: false, active: "60s" }), {
+    clock: new ManualClock(),
+    manualSweep: true,
+    listenAddress: "127.0.0.1:0",
+    metricsLogIntervalMs: 0,
+    exporterFactory: (s, c) => new FakeExporter(s, c, []),
+  });
+  const next = config({ collector: true, active: "5s" });
+  await h0.update(next, diffConfig(h0.config, next));
+  await h0.start();
+  try {
+    assert.equal(h0.config.activeFlowRecordTimeoutMs, 5000);
+    assert.deepEqual(Object.keys(h0.stats().exporters).sort(), ["flowCollector", "flowLogger"]);
+    assert.equal(h0.core.nextExpiryDelayMs(), 5000, "the core runs on the new timeouts");
+  } finally {
+    await h0.stop();
+  }
+});

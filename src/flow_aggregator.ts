@@ -324,10 +324,29 @@ export class FlowAggregator {
       });
       await this.#collector?.stop();
       this.#collector = undefined;
+      const prevCerts = this.#certs;
       if (prev.aggregatorTransportProtocol !== next.aggregatorTransportProtocol) {
         this.#certs = undefined;
       }
-      await this.#startCollector();
+      try {
+        await this.#startCollector(next);
+      } catch (err) {
+        // A process that silently stopped collecting would lose every record from then on:
+        // go back to the settings that worked (the Agents still use them anyway).
+        log.error(
+          "cannot start the collecting process with the new settings, restarting it with the " +
+            "previous ones",
+          { err, transport: next.aggregatorTransportProtocol },
+        );
+        this.#certs = prevCerts;
+        try {
+          await this.#startCollector(prev);
+        } catch (err2) {
+          log.error("cannot restart the collecting process: no records are received", {
+            err: err2,
+          });
+        }
+      }
     }
     const restart = diff.restartRequired.filter((k) => k.startsWith("apiServer."));
     if (restart.length > 0) {
@@ -399,8 +418,8 @@ export class FlowAggregator {
     log.info("exporter stopped", { section, ...s });
   }
 
-  async #startCollector(): Promise<void> {
-    const protocol = transportOf(this.#config.aggregatorTransportProtocol);
+  async #startCollector(cfg: FlowAggregatorConfig = this.#config): Promise<void> {
+    const protocol = transportOf(cfg.aggregatorTransportProtocol);
     if (protocol === "udp" && typeof Deno.listenDatagram !== "function") {
       // deno.json enables the API for `deno run main.ts`; a bundled script run elsewhere does
       // not see deno.json, and the bare "not a function" error would leave the user guessing.
@@ -412,7 +431,7 @@ export class FlowAggregator {
     if (protocol === "tls") {
       this.#certs ??= this.#opts.certificates ?? generateCertificates({
         namespace: this.#opts.namespace,
-        address: this.#config.flowAggregatorAddress,
+        address: cfg.flowAggregatorAddress,
       });
       tls = {
         caPem: this.#certs.ca.certPem,

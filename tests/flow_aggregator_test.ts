@@ -458,3 +458,51 @@ Deno.test("flow aggregator: a config update before start() is not lost", async (
     await h0.stop();
   }
 });
+
+Deno.test("flow aggregator: a transport change that cannot bind keeps collecting on the previous transport", async () => {
+  // Hold the UDP port so only the switch to UDP fails; TCP on the same number is free.
+  let udp: Deno.DatagramConn | undefined;
+  let port = 0;
+  for (let i = 0; i < 20 && udp === undefined; i++) {
+    const u = Deno.listenDatagram({ transport: "udp", hostname: "127.0.0.1", port: 0 });
+    port = (u.addr as Deno.NetAddr).port;
+    try {
+      Deno.listen({ hostname: "127.0.0.1", port }).close();
+      udp = u;
+    } catch {
+      u.close(); // TCP side taken by someone else: try another port
+    }
+  }
+  assert.ok(udp, "found a port free for TCP with UDP held");
+  const fa = new FlowAggregator(config({ transport: "TCP" }), {
+    clock: new ManualClock(),
+    manualSweep: true,
+    listenAddress: `127.0.0.1:${port}`,
+    exporterFactory: (s, c) => new FakeExporter(s, c, []),
+    metricsLogIntervalMs: 0,
+  });
+  await fa.start();
+  try {
+    const mark = logLines.length;
+    const next = config({ transport: "UDP" });
+    await fa.update(next, diffConfig(fa.config, next));
+    assert.ok(
+      logLines.slice(mark).some((l) => l.includes("cannot start the collecting process")),
+      "the failure is logged",
+    );
+    assert.equal(fa.stats().collector?.transport, "tcp", "back on the previous transport");
+    assert.equal(fa.collectorPort, port);
+    const agent = await SimAgent.connect(NODES[0], port, "tcp");
+    await agent.sendTemplates();
+    await agent.sendRecord(intraNodeRecord(9301));
+    agent.close();
+    const deadline = Date.now() + 5000;
+    while (fa.stats().numRecordsReceived < 1 && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    assert.equal(fa.stats().numRecordsReceived, 1, "still collecting");
+  } finally {
+    await fa.stop();
+    udp.close();
+  }
+});

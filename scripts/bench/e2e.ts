@@ -269,12 +269,15 @@ export async function runE2eTrial(
     };
   }
   await Deno.remove(dir, { recursive: true }).catch(() => {});
-  judge(trial);
+  judgeTrial(trial);
   return trial;
 }
 
-/** Fills `pass`, `failures` and the ratios of a finished trial. */
-function judge(t: E2eTrial): void {
+/**
+ * Fills `pass`, `failures` and the ratios of a finished trial from its flowgen report, final
+ * metrics, flow log counters and exit (failures already recorded are kept).
+ */
+export function judgeTrial(t: E2eTrial): void {
   const f = t.failures;
   const g = t.flowgen;
   const m = t.metrics;

@@ -1,0 +1,111 @@
+/**
+ * Smoke tests of the process-level benchmarks (scripts/bench/{e2e,memory,process}.ts) in their
+ * quick modes, plus the pass/fail rules of an e2e trial on hand-made outcomes: a benchmark that
+ * cannot notice a lost record would report a rate it never sustained.
+ */
+
+import assert from "node:assert/strict";
+import { benchE2eTcp, type E2eTrial, judgeTrial } from "../../scripts/bench/e2e.ts";
+import { benchHeapPerFlow } from "../../scripts/bench/memory.ts";
+import { benchRssIdle, parseRecordMetrics } from "../../scripts/bench/process.ts";
+
+function goodTrial(): E2eTrial {
+  return {
+    targetRate: 10_000,
+    pass: false,
+    failures: [],
+    achievedRatio: 0,
+    aggregatorCpuSec: 1,
+    aggregatorCpuUsPerRecord: NaN,
+    aggregatorPeakRssBytes: 1,
+    drainMs: 1,
+    flowgen: { records: 20_000, rate: 9_990, elapsedSec: 2, errors: 0, bytes: 1 },
+    metrics: {
+      numRecordsReceived: 20_000,
+      numRecordsExported: 7_000,
+      numFlows: 0,
+      recordsAggregated: 20_000,
+      rejected: 0,
+      decodeErrors: 0,
+      templateMisses: 0,
+      exporterErrors: 0,
+    },
+    flowLog: { received: 7_000, exported: 7_000, dropped: 0, errors: 0 },
+    exit: { code: 0, killed: false, stopMs: 10 },
+  };
+}
+
+Deno.test("e2e trial: every record accounted for and the rate held passes", () => {
+  const t = goodTrial();
+  judgeTrial(t);
+  assert.deepEqual(t.failures, []);
+  assert.equal(t.pass, true);
+  assert.equal(t.aggregatorCpuUsPerRecord, 50);
+});
+
+Deno.test("e2e trial: each unaccounted record or shortfall fails it, naming the cause", () => {
+  const cases: [string, (t: E2eTrial) => void, RegExp][] = [
+    ["flowgen behind", (t) => t.flowgen!.rate = 9_000, /achieved 9000\/s < 95%/],
+    ["record lost", (t) => t.metrics!.numRecordsReceived = 19_999, /received 19999 != sent/],
+    ["not aggregated", (t) => t.metrics!.recordsAggregated = 19_000, /aggregated 19000/],
+    ["rejected", (t) => t.metrics!.rejected = 1, /rejected 1/],
+    ["decode error", (t) => t.metrics!.decodeErrors = 2, /decodeErrors 2/],
+    ["template miss", (t) => t.metrics!.templateMisses = 3, /templateMisses 3/],
+    ["flow log drop", (t) => t.flowLog!.dropped = 4, /dropped 4/],
+    ["flow log short", (t) => t.flowLog!.exported = 6_999, /exported 6999 of 7000/],
+    ["no metrics line", (t) => t.metrics = undefined, /no final record metrics/],
+    ["killed", (t) => t.exit = { code: 137, killed: true, stopMs: 1 }, /exit code 137/],
+  ];
+  for (const [name, spoil, want] of cases) {
+    const t = goodTrial();
+    spoil(t);
+    judgeTrial(t);
+    assert.equal(t.pass, false, name);
+    assert.match(t.failures.join("; "), want, name);
+  }
+});
+
+Deno.test("record metrics line: numbers parsed from JSON strings or numbers", () => {
+  const m = parseRecordMetrics({
+    msg: "record metrics",
+    numRecordsReceived: "12",
+    numRecordsExported: 3,
+    recordsAggregated: "12",
+    rejected: 0,
+  });
+  assert.equal(m.numRecordsReceived, 12);
+  assert.equal(m.numRecordsExported, 3);
+  assert.equal(m.recordsAggregated, 12);
+  assert.ok(Number.isNaN(m.decodeErrors), "a missing field must not read as 0");
+});
+
+Deno.test("e2e quick: the real process takes every record flowgen sent over TCP", async () => {
+  const r = await benchE2eTcp({ quick: true });
+  const t = r.detail.trials[0];
+  assert.deepEqual(t.failures, []);
+  assert.ok(t.flowgen !== undefined && t.flowgen.records > 1000);
+  assert.equal(t.metrics?.numRecordsReceived, t.flowgen.records);
+  assert.equal(t.metrics?.recordsAggregated, t.flowgen.records);
+  assert.ok(t.metrics!.numRecordsExported > 0, "flows were exported to the flow log");
+  assert.equal(t.flowLog?.exported, t.metrics!.numRecordsExported);
+  assert.equal(r.e2e_tcp_records_per_s, t.flowgen.rate);
+  assert.ok(r.e2e_tcp_records_per_s >= 0.95 * t.targetRate);
+});
+
+Deno.test("memory quick: heap and external bytes per live flow are measured apart", async () => {
+  const r = await benchHeapPerFlow({ quick: true });
+  for (const s of [r.detail.at100k, r.detail.at1m]) {
+    assert.ok(s.heapBytesPerFlow > 50 && s.heapBytesPerFlow < 5_000, `heap ${s.heapBytesPerFlow}`);
+    // Counters live in typed arrays: a core without external growth would mean they moved.
+    assert.ok(s.externalBytesPerFlow > 100, `external ${s.externalBytesPerFlow}`);
+    assert.equal(s.totalBytesPerFlow, s.heapBytesPerFlow + s.externalBytesPerFlow);
+  }
+  assert.equal(r.heap_bytes_per_flow_100k, r.detail.at100k.heapBytesPerFlow);
+  assert.equal(r.detail.at1m.flows, 20_000);
+});
+
+Deno.test("rss quick: the idle process's VmRSS is read from /proc", async () => {
+  const r = await benchRssIdle({ quick: true });
+  assert.ok(r.rss_bytes_idle > 10 * 2 ** 20 && r.rss_bytes_idle < 2 ** 30, `${r.rss_bytes_idle}`);
+  assert.ok(r.detail.peakRssBytes >= r.rss_bytes_idle);
+});

@@ -221,10 +221,13 @@ async function run(opts: CliOptions): Promise<number> {
     onCertificates: async (certs) => {
       if (certDir !== undefined) {
         await writeCertificates(certDir, certs);
-      } else if (cluster === undefined) {
+      } else {
+        // Publication to Kubernetes is not in this build either, so with or without a cluster
+        // nobody hands these certificates to the Agents unless they are written out.
         log.warn(
-          "TLS collector without a Kubernetes cluster: pass --cert-dir DIR to get the CA and " +
-            "client certificate for the Agents",
+          "TLS collector: the CA and Agent client certificate are not published anywhere; " +
+            "pass --cert-dir DIR to write them for the Agents",
+          cluster === undefined ? {} : { cluster },
         );
       }
     },

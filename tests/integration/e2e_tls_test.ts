@@ -113,3 +113,30 @@ Deno.test("e2e tls: --cert-dir writes ca.crt/tls.crt/tls.key; an Agent with them
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("e2e tls: without --cert-dir the unpublished certificates are warned about, with or without a kubeconfig", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-e2e-tls2-" });
+  try {
+    await Deno.writeTextFile(`${dir}/fa.conf`, conf(`${dir}/flows.log`));
+    // A kubeconfig makes the process believe it is near a cluster; this build still cannot
+    // publish the certificates there.
+    await Deno.mkdir(`${dir}/.kube`);
+    await Deno.writeTextFile(`${dir}/.kube/config`, "apiVersion: v1\nkind: Config\n");
+    const fa = FaProcess.start({
+      args: ["--config", `${dir}/fa.conf`, "--listen", "127.0.0.1:0"],
+      cwd: dir,
+      env: { HOME: dir },
+    });
+    try {
+      await fa.collectorPort(30_000);
+      const warn = fa.find({ level: "warn", msg: /not published anywhere/ });
+      assert.equal(warn.length, 1, fa.stderr);
+      assert.match(warn[0].fields.msg, /--cert-dir/);
+      assert.equal((await fa.stop("SIGTERM")).code, 0);
+    } finally {
+      await fa.dispose();
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -47,7 +47,7 @@ if (mode === "deno") {
     mode: mode === "fast" ? "ffi" : "deno",
     workers: Number(flag("workers", "1")),
     recvSlots: Number(flag("slots", "64")),
-    maxDelayMs: Number(flag("delay", "2")),
+    maxDelayMs: Number(flag("delay", "5")),
     recvBufferBytes: flag("rcvbuf", "") === "" ? undefined : Number(flag("rcvbuf", "0")),
     onDatagrams(batch): void {
       count += batch.count;

@@ -215,11 +215,7 @@ export function openUdpSocket(
         libc.setsockopt(fd, LINUX.SOL_SOCKET, LINUX.SO_RCVBUF, size, 4);
       }
     }
-    const tv = new BigInt64Array([
-      BigInt(Math.floor(opts.timeoutMs / 1000)),
-      BigInt((opts.timeoutMs % 1000) * 1000),
-    ]);
-    check(libc, libc.setsockopt(fd, LINUX.SOL_SOCKET, LINUX.SO_RCVTIMEO, tv, 16), "SO_RCVTIMEO");
+    setRecvTimeout(libc, fd, opts.timeoutMs);
     const sa = encodeSockaddr(addr, port);
     check(libc, libc.bind(fd, sa, sa.byteLength), `bind port ${port}`);
     const out = new Uint8Array(28);
@@ -234,6 +230,15 @@ export function openUdpSocket(
     libc.close(fd);
     throw e;
   }
+}
+
+/** Changes a socket's receive timeout (SO_RCVTIMEO). */
+export function setRecvTimeout(libc: LibC, fd: number, timeoutMs: number): void {
+  const tv = new BigInt64Array([
+    BigInt(Math.floor(timeoutMs / 1000)),
+    BigInt((timeoutMs % 1000) * 1000),
+  ]);
+  check(libc, libc.setsockopt(fd, LINUX.SOL_SOCKET, LINUX.SO_RCVTIMEO, tv, 16), "SO_RCVTIMEO");
 }
 
 function check(libc: LibC, rc: number, what: string): void {

@@ -20,6 +20,8 @@ export interface WorkerStart {
   maxBatchBytes: number;
   /** Longest time a received datagram waits in the worker before its batch is posted. */
   maxDelayMs: number;
+  /** Nap between non-blocking reads while staging; 0 = always block on the socket. */
+  napMs: number;
   /** Int32Array view, see {@linkcode CONTROL}. */
   control: SharedArrayBuffer;
   /** Float64Array view of this worker's counters, see {@linkcode COUNTER}. */

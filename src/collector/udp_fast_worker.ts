@@ -4,6 +4,9 @@
  * never waits on the socket and a whole batch of datagrams costs one system call and one
  * `postMessage`. Datagrams are staged until the batch is full or `maxDelayMs` old, then
  * packed into one transferable buffer (offsets, lengths, 18-byte peers, data) and posted.
+ * While staging, the loop either blocks on the socket (small socket buffer: wake on every
+ * arrival so nothing overflows) or naps `napMs` between non-blocking reads (big buffer: fewer
+ * wake-ups, less CPU); see docs/udp-ingest.md.
  * The receive loop blocks this thread on purpose; the socket has a receive timeout so the
  * loop sees the stop flag within `timeoutMs`.
  */
@@ -112,9 +115,12 @@ function runLoop(cfg: WorkerStart): void {
   while (Atomics.load(control, CONTROL.stop) === 0) {
     // The kernel rewrites msg_namelen; restore it before every call.
     for (let i = 0; i < n; i++) msgView.setUint32(i * MMSGHDR_SIZE + 8, 28, true);
-    // Nothing staged: block (up to the socket timeout) for the first datagram. Something
-    // staged: only take what is already queued, so the batch's deadline is kept.
-    const flags = count === 0 ? LINUX.MSG_WAITFORONE : LINUX.MSG_DONTWAIT;
+    // Nothing staged, or no nap allowed: block until a datagram is queued or the socket's
+    // receive timeout (maxDelayMs) expires; waking on arrival keeps a small socket buffer
+    // from overflowing. Staging with a big buffer: take only what is queued, then nap below,
+    // which saves a thread wake-up per datagram at modest rates.
+    const blocking = count === 0 || cfg.napMs === 0;
+    const flags = blocking ? LINUX.MSG_WAITFORONE : LINUX.MSG_DONTWAIT;
     const got = libc.recvmmsg(cfg.fd, msgs, n, flags, null);
     if (got < 0) {
       const err = errno(libc);
@@ -142,12 +148,14 @@ function runLoop(cfg: WorkerStart): void {
       if (count === maxCount) flush();
     }
     if (count === 0) continue;
+    // Post when the oldest staged datagram is due, when a blocking wait timed out (the
+    // socket was quiet for maxDelayMs), or at once when batching is off.
     const waited = performance.now() - firstAt;
-    if (waited >= cfg.maxDelayMs) {
+    if (cfg.maxDelayMs === 0 || waited >= cfg.maxDelayMs || (blocking && got <= 0)) {
       flush();
-    } else if (got < n) {
-      // Socket drained for now: nap instead of spinning (close() notifies to cut it short).
-      Atomics.wait(control, CONTROL.stop, 0, Math.min(1, cfg.maxDelayMs - waited));
+    } else if (!blocking && got < n) {
+      // Drained for now: nap (close() notifies the stop slot to cut it short).
+      Atomics.wait(control, CONTROL.stop, 0, Math.min(cfg.napMs, cfg.maxDelayMs - waited));
     }
   }
   if (count > 0) flush();

@@ -97,7 +97,9 @@ export class FaProcess {
     const cmd = new Deno.Command(Deno.execPath(), {
       args: ["run", ...denoFlags, opts.script ?? MAIN_TS, ...(opts.args ?? [])],
       cwd,
-      env: { HOME: cwd, NO_COLOR: "1", ...opts.env },
+      // DENO_DIR stays the test runner's: a HOME-derived cache would be empty and make Deno
+      // fetch npm metadata from the registry on every start (slow, and fails offline).
+      env: { HOME: cwd, DENO_DIR: denoDir(), NO_COLOR: "1", ...opts.env },
       stdin: "null",
       stdout: "piped",
       stderr: "piped",
@@ -226,6 +228,15 @@ export class FaProcess {
   async #readStdout(stream: ReadableStream<Uint8Array>): Promise<void> {
     for await (const chunk of stream.pipeThrough(new TextDecoderStream())) this.stdout += chunk;
   }
+}
+
+/** Deno's cache directory as the test runner sees it (DENO_DIR, else the XDG/HOME default). */
+function denoDir(): string {
+  const env = (k: string): string | undefined => Deno.env.get(k) || undefined;
+  const dir = env("DENO_DIR");
+  if (dir) return dir;
+  const cache = env("XDG_CACHE_HOME") ?? `${env("HOME") ?? "/root"}/.cache`;
+  return `${cache}/deno`;
 }
 
 function describe(m: EventMatcher): string {

@@ -6,9 +6,10 @@
  *
  * Flags: --quick, --only=udp,decode,aggregate,e2e,heap,rss (comma list), --out=<path>.
  *
- * Each measurement is a separate function so owners of the codec, the aggregation core and the
- * process can fill theirs in without touching the others. Rates measured on a shared machine
- * are noisy: compare a figure only with the baseline measured in the same run.
+ * Each measurement is a separate function: UDP ingest (scripts/bench/udp.ts), codec and
+ * aggregation core (scripts/bench/core.ts), and the process-level parts by the process
+ * benchmark author (scripts/bench/e2e.ts, memory.ts, process.ts). Rates measured on a shared
+ * machine are noisy: compare a figure only with the baseline measured in the same run.
  */
 
 import {
@@ -23,6 +24,9 @@ import {
   type SearchResult,
 } from "./bench/udp.ts";
 import { benchAggregateRate, benchDecodeRates } from "./bench/core.ts";
+import { benchE2eTcp as runE2e } from "./bench/e2e.ts";
+import { benchHeapPerFlow } from "./bench/memory.ts";
+import { benchRssIdle as measureRssIdle } from "./bench/process.ts";
 
 /** Keys of bench/latest.json; null = not measured (see notes). */
 export interface BenchResults {
@@ -74,7 +78,12 @@ export interface BenchContext {
   notes: Record<string, string>;
   /** Raw data per part. */
   details: Record<string, unknown>;
+  /** performance.now() at the start of the run. */
+  startedMs: number;
 }
+
+/** Wall-time budget of a full run (the e2e search adapts to what is left). */
+const FULL_BUDGET_SEC = 570;
 
 function emptyResults(): BenchResults {
   return {
@@ -100,7 +109,7 @@ export async function benchUdp(ctx: BenchContext): Promise<void> {
   try {
     const search = ctx.quick
       ? { start: 20_000, max: 40_000, min: 5_000, refine: 0, seconds: 0.3, sources: 4 }
-      : { start: 10_000, max: 640_000, min: 2_500, refine: 3, seconds: 2, sources: 4 };
+      : { start: 10_000, max: 640_000, min: 2_500, refine: 2, seconds: 1.5, sources: 4 };
     const names = ctx.quick ? ["c_recv", "udp_fast"] : [
       "c_recv",
       "udp_fast",
@@ -189,56 +198,38 @@ export function benchAggregate(ctx: BenchContext): Promise<void> {
   return Promise.resolve();
 }
 
-/** Measures e2e_tcp_records_per_s with the real process (owner: main.ts / collector). */
-export function benchE2eTcp(ctx: BenchContext): Promise<void> {
-  ctx.notes.e2e_tcp_records_per_s =
-    "not implemented yet (owner: process benchmarks, scripts/bench/process.ts)";
-  return Promise.resolve();
+/** Measures e2e_tcp_records_per_s with the real process (scripts/bench/e2e.ts). */
+export async function benchE2eTcp(ctx: BenchContext): Promise<void> {
+  progress("e2e: TCP rate search against main.ts");
+  // The e2e search takes what is left of the 10-minute budget, at most its own default.
+  const left = Math.floor(FULL_BUDGET_SEC - (performance.now() - ctx.startedMs) / 1000);
+  const r = await runE2e({ quick: ctx.quick, budgetSec: Math.max(60, Math.min(240, left)) });
+  ctx.results.e2e_tcp_records_per_s = r.e2e_tcp_records_per_s;
+  ctx.notes.e2e_tcp_records_per_s = r.detail.note;
+  ctx.details.e2e = r.detail;
 }
 
-/** Runs scripts/bench/heap.ts in a fresh process and returns heap bytes per flow. */
-async function heapPerFlow(flows: number): Promise<number> {
-  const r = await new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "--allow-all",
-      "--v8-flags=--expose-gc,--max-old-space-size=8192",
-      new URL("./bench/heap.ts", import.meta.url).pathname,
-      String(flows),
-    ],
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  if (!r.success) {
-    throw new Error(`heap.ts ${flows}: ${new TextDecoder().decode(r.stderr).slice(-500)}`);
-  }
-  return JSON.parse(new TextDecoder().decode(r.stdout)).bytesPerFlow;
-}
-
-/** Measures heap_bytes_per_flow_100k / _1m (aggregation core, correlated InterNode flows). */
+/** Measures heap_bytes_per_flow_100k / _1m (scripts/bench/memory.ts). */
 export async function benchHeap(ctx: BenchContext): Promise<void> {
-  const note = "JS heap + external growth after GC per live correlated InterNode flow";
-  if (ctx.quick) {
-    // Smoke: exercise the path at 10k flows; the keyed sizes are too slow for CI.
-    progress("heap: 10k flows (quick)");
-    ctx.details.heap_bytes_per_flow_10k = await heapPerFlow(10_000);
-    ctx.notes.heap_bytes_per_flow_100k = "quick mode: see details.heap_bytes_per_flow_10k";
-    ctx.notes.heap_bytes_per_flow_1m = "quick mode: skipped";
-    return;
-  }
-  progress("heap: 100k flows");
-  ctx.results.heap_bytes_per_flow_100k = await heapPerFlow(100_000);
-  ctx.notes.heap_bytes_per_flow_100k = note;
-  progress("heap: 1M flows");
-  ctx.results.heap_bytes_per_flow_1m = await heapPerFlow(1_000_000);
-  ctx.notes.heap_bytes_per_flow_1m = note;
+  progress("heap per flow");
+  const r = await benchHeapPerFlow({ quick: ctx.quick });
+  ctx.results.heap_bytes_per_flow_100k = r.heap_bytes_per_flow_100k;
+  ctx.results.heap_bytes_per_flow_1m = r.heap_bytes_per_flow_1m;
+  const q = ctx.quick ? "quick mode: 10k/20k flows; " : "";
+  ctx.notes.heap_bytes_per_flow_100k = `${q}JS heap only; heap+external ` +
+    `${Math.round(r.detail.at100k.totalBytesPerFlow)} B (details.heap)`;
+  ctx.notes.heap_bytes_per_flow_1m = `${q}JS heap only; heap+external ` +
+    `${Math.round(r.detail.at1m.totalBytesPerFlow)} B (details.heap)`;
+  ctx.details.heap = r.detail;
 }
 
-/** Measures rss_bytes_idle of the real process (owner: main.ts). */
-export function benchRssIdle(ctx: BenchContext): Promise<void> {
-  ctx.notes.rss_bytes_idle =
-    "not implemented yet (owner: process benchmarks, scripts/bench/process.ts)";
-  return Promise.resolve();
+/** Measures rss_bytes_idle of the real process (scripts/bench/process.ts). */
+export async function benchRssIdle(ctx: BenchContext): Promise<void> {
+  progress("rss idle");
+  const r = await measureRssIdle({ quick: ctx.quick });
+  ctx.results.rss_bytes_idle = r.rss_bytes_idle;
+  ctx.notes.rss_bytes_idle = r.detail.note;
+  ctx.details.rss = r.detail;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -246,10 +237,11 @@ export function benchRssIdle(ctx: BenchContext): Promise<void> {
 const PARTS: Record<string, (ctx: BenchContext) => Promise<void>> = {
   decode: benchDecode,
   aggregate: benchAggregate,
-  e2e: benchE2eTcp,
   udp: benchUdp,
   heap: benchHeap,
   rss: benchRssIdle,
+  // Last: its rate search takes whatever is left of the budget.
+  e2e: benchE2eTcp,
 };
 
 const UNITS: Record<keyof BenchResults, string> = {
@@ -289,7 +281,13 @@ export function formatTable(report: BenchReport): string {
 
 /** Runs the selected parts and returns the report. */
 export async function runBench(quick: boolean, only: string[]): Promise<BenchReport> {
-  const ctx: BenchContext = { quick, results: emptyResults(), notes: {}, details: {} };
+  const ctx: BenchContext = {
+    quick,
+    results: emptyResults(),
+    notes: {},
+    details: {},
+    startedMs: performance.now(),
+  };
   const t0 = performance.now();
   for (const name of only) {
     const part = PARTS[name];

@@ -14,7 +14,53 @@ import {
 } from "./helpers/agent.ts";
 import { byKey, readFlowLog, waitForKeys } from "./helpers/flow_log.ts";
 import { FaProcess } from "./helpers/process.ts";
-import { intraNodeRecord, NODES, scenarioFlows } from "./helpers/scenarios.ts";
+import {
+  agentRecord,
+  intraNodeRecord,
+  logLine,
+  NODES,
+  type ScenarioFlow,
+  scenarioFlows,
+} from "./helpers/scenarios.ts";
+import { lineKey } from "./helpers/flow_log.ts";
+
+/**
+ * An inter-node source half whose destination half never arrives. Upstream deleted it silently
+ * after three expiries (L3); we export it un-correlated at the third one (about 3 s with A = 1 s),
+ * once, with what the source Node knew.
+ */
+function unmatchedHalf(portBase: number): ScenarioFlow {
+  const expected = logLine({
+    sourceIP: "10.10.0.71",
+    destinationIP: "10.10.1.72",
+    sourceTransportPort: String(portBase + 7),
+    destinationTransportPort: "8443",
+    protocolIdentifier: "TCP",
+    sourcePodName: "orphan",
+    sourcePodNamespace: "ns-o",
+    sourceNodeName: NODES[0],
+    destinationClusterIP: "0.0.0.0",
+    destinationServicePort: "0",
+  });
+  return {
+    name: "interNodeUnmatched",
+    sends: [{
+      node: 0,
+      record: agentRecord({
+        sourceIPv4Address: "10.10.0.71",
+        destinationIPv4Address: "10.10.1.72",
+        sourceTransportPort: portBase + 7,
+        destinationTransportPort: 8443,
+        sourcePodName: "orphan",
+        sourcePodNamespace: "ns-o",
+        sourceNodeName: NODES[0],
+        flowType: 2,
+      }),
+    }],
+    expected,
+    key: lineKey(expected),
+  };
+}
 
 function config(transport: "UDP" | "TCP", logPath: string): string {
   return `activeFlowRecordTimeout: 1s
@@ -91,7 +137,7 @@ async function runScenarios(
     await stranger.sendRecord(intraNodeRecord(portBase + 99));
     if (transport === "tcp") stranger.close();
     agents.push(stranger);
-    const flows = scenarioFlows(portBase);
+    const flows = [...scenarioFlows(portBase), unmatchedHalf(portBase)];
     let sent = 0;
     for (const f of flows) {
       for (const s of f.sends) {
@@ -117,6 +163,9 @@ async function runScenarios(
       // A and I are 1 s / 2 s: an export on the active timeout, one on the inactive timeout
       // (sometimes in the same sweep), never more while nothing new arrives.
       assert.ok(got.length >= 1 && got.length <= 2, `${f.name}: ${got.length} lines`);
+      if (f.name === "interNodeUnmatched") {
+        assert.equal(got.length, 1, "exported once, then deleted");
+      }
       for (const line of got) assert.deepEqual(line, f.expected, `${f.name} (${transport})`);
     }
 

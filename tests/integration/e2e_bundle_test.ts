@@ -13,6 +13,14 @@ import { intraNodeKey, intraNodeRecord } from "./helpers/scenarios.ts";
 
 const dir = await Deno.makeTempDir({ prefix: "fa-e2e-bundle-" });
 const bundle = `${dir}/fa.js`;
+// One build shared by the tests of this file, removed when the test module unloads.
+globalThis.addEventListener("unload", () => {
+  try {
+    Deno.removeSync(dir, { recursive: true });
+  } catch {
+    // already gone
+  }
+});
 let built: Deno.CommandOutput | undefined;
 
 async function build(): Promise<void> {
@@ -115,12 +123,5 @@ Deno.test({
     } finally {
       await fa.dispose();
     }
-  },
-});
-
-Deno.test({
-  name: "bundle: cleanup",
-  async fn() {
-    await Deno.remove(dir, { recursive: true });
   },
 });

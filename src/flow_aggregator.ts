@@ -33,6 +33,9 @@ export type ExporterSection = typeof EXPORTER_ORDER[number];
 /** Default of {@linkcode FlowAggregatorOptions.exporterStopTimeoutMs}. */
 const DEFAULT_EXPORTER_STOP_TIMEOUT_MS = 10_000;
 
+/** Flows handed to the exporters between two flushes of the shutdown export (~2 MB of log). */
+const SHUTDOWN_SLICE = 10_000;
+
 /** Upper bound of the expiry timer, so newly created flows are never swept late by more. */
 const MAX_TIMER_MS = 1000;
 
@@ -228,10 +231,23 @@ export class FlowAggregator {
     await this.#updates;
     if (this.#collector) await this.#collector.stop();
     if (wasRunning) {
-      // Expired flows first (normal export semantics), then everything still held.
-      this.#core.expire(this.#emit, this.#opts.hooks);
-      const n = this.#core.flushAll(this.#emit, this.#opts.hooks);
+      // Expired flows first (normal export semantics), then everything still held. Each
+      // ExportedFlow is an own copy, so they are collected and handed over in slices with the
+      // exporters flushed in between: after a flood ~100k flows can be held, more than a bounded
+      // exporter buffer (the flow log's 16 MiB) takes in one synchronous burst.
+      const held: ExportedFlow[] = [];
+      const collect = (flow: ExportedFlow): void => {
+        held.push(flow);
+      };
+      this.#core.expire(collect, this.#opts.hooks);
+      const n = this.#core.flushAll(collect, this.#opts.hooks);
       log.info("flushed flows held at shutdown", { flows: n });
+      let flushing = true;
+      for (let i = 0; i < held.length; i += SHUTDOWN_SLICE) {
+        const end = Math.min(held.length, i + SHUTDOWN_SLICE);
+        for (let j = i; j < end; j++) this.#export(held[j]);
+        if (flushing) flushing = await this.#flushExporters();
+      }
     }
     for (const section of EXPORTER_ORDER) await this.#stopExporter(section);
     this.#logMetrics("info");
@@ -390,6 +406,31 @@ export class FlowAggregator {
     }
     this.#exporters.set(section, exporter);
     log.info("exporter enabled", { section, exporter: exporter.name });
+  }
+
+  /**
+   * Awaits every exporter's `flush()` (those that have one). False if one did not finish within
+   * the exporter stop timeout (its sink is stuck: waiting more would only delay the shutdown).
+   */
+  async #flushExporters(): Promise<boolean> {
+    const limitMs = this.#opts.exporterStopTimeoutMs ?? DEFAULT_EXPORTER_STOP_TIMEOUT_MS;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timedOut = new Promise<"timeout">((resolve) => {
+      timer = setTimeout(() => resolve("timeout"), limitMs);
+    });
+    try {
+      const flushes = [...this.#exporters.values()].map((e) =>
+        e.flush?.().catch((err) => log.error("exporter flush failed", { exporter: e.name, err }))
+      );
+      const r = await Promise.race([Promise.all(flushes), timedOut]);
+      if (r === "timeout") {
+        log.error("exporter flush did not finish in time during shutdown", { timeoutMs: limitMs });
+        return false;
+      }
+      return true;
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   async #stopExporter(section: ExporterSection): Promise<void> {

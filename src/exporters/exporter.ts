@@ -29,6 +29,12 @@ export interface Exporter {
   stop(): Promise<void>;
   /** Takes one record; synchronous, never throws for I/O reasons. */
   addRecord(flow: ExportedFlow): void;
+  /**
+   * Optional: resolves once the records taken so far have left the exporter's bounded memory
+   * buffer (written, or handed to the transport). The export loop awaits it between slices of
+   * the shutdown flush, so a burst of held flows does not overrun that buffer. Never rejects.
+   */
+  flush?(): Promise<void>;
   /** Returns the counters. */
   stats(): ExporterStats;
 }

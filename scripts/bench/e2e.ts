@@ -74,6 +74,10 @@ export interface E2eTrial {
   aggregatorPeakRssBytes: number;
   /** Milliseconds from flowgen's exit until every session was read to its end. */
   drainMs: number;
+  /** Flows the shutdown flush exported (held, not yet expired, at SIGTERM). */
+  flushedAtShutdown?: number;
+  /** Error lines the process logged (rate-limited by the process; the first few kept). */
+  errorLines: string[];
   /** Process exit. */
   exit?: ExitInfo;
 }
@@ -226,6 +230,7 @@ export async function runE2eTrial(
     aggregatorCpuUsPerRecord: NaN,
     aggregatorPeakRssBytes: NaN,
     drainMs: NaN,
+    errorLines: [],
   };
   const fa = await startFlowAggregator({
     config: confPath,
@@ -268,6 +273,10 @@ export async function runE2eTrial(
       errors: Number(stopped.errors),
     };
   }
+  const flushed = fa.events.findLast((e) => e.msg === "flushed flows held at shutdown");
+  if (flushed !== undefined) trial.flushedAtShutdown = Number(flushed.flows);
+  trial.errorLines = fa.events.filter((e) => e.level === "error" || e.level === "warn")
+    .slice(0, 5).map((e) => JSON.stringify(e));
   await Deno.remove(dir, { recursive: true }).catch(() => {});
   judgeTrial(trial);
   return trial;
@@ -393,7 +402,7 @@ function progress(t: E2eTrial): void {
       g ? g.rate.toFixed(0) : "-"
     }/s sent ${g?.records ?? "-"} received ${t.metrics?.numRecordsReceived ?? "-"} cpu ${
       t.aggregatorCpuUsPerRecord.toFixed(2)
-    } us/record drain ${t.drainMs.toFixed(0)} ms${
+    } us/record drain ${t.drainMs.toFixed(0)} ms flushed at stop ${t.flushedAtShutdown ?? "-"}${
       t.failures.length ? " (" + t.failures.join("; ") + ")" : ""
     }`,
   );

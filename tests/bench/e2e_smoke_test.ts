@@ -19,6 +19,7 @@ function goodTrial(): E2eTrial {
     aggregatorCpuUsPerRecord: NaN,
     aggregatorPeakRssBytes: 1,
     drainMs: 1,
+    errorLines: [],
     flowgen: { records: 20_000, rate: 9_990, elapsedSec: 2, errors: 0, bytes: 1 },
     metrics: {
       numRecordsReceived: 20_000,

@@ -35,7 +35,7 @@ function ports(base: number): number[] {
   return Array.from({ length: BATCH }, (_, i) => base + i);
 }
 
-Deno.test("e2e reload: ConfigMap swaps disable, re-enable and move the flow logger and change timeouts; an invalid file changes nothing", async () => {
+Deno.test("e2e reload: ConfigMap swaps disable, re-enable and move and filter the flow logger and change timeouts; an invalid file changes nothing", async () => {
   const dir = await Deno.makeTempDir({ prefix: "fa-e2e-reload-" });
   const volume = `${dir}/config`;
   await Deno.mkdir(volume);
@@ -122,6 +122,28 @@ Deno.test("e2e reload: ConfigMap swaps disable, re-enable and move the flow logg
       "only the three valid swaps were applied",
     );
 
+    // Filters applied live: the chart's "denied flows only" example.
+    mark = fa.events.length;
+    await cm.update(
+      changed +
+        "  filters:\n" +
+        "  - ingressNetworkPolicyRuleActions: [Drop, Reject]\n" +
+        "  - egressNetworkPolicyRuleActions: [Drop, Reject]\n",
+    );
+    await fa.waitFor({ msg: "updated exporter", section: "flowLogger" }, 10_000, mark);
+    await send(50_500);
+    for (const p of ports(50_600)) {
+      await agent.sendRecord({
+        ...intraNodeRecord(p),
+        egressNetworkPolicyName: "deny-all",
+        egressNetworkPolicyNamespace: "bulk",
+        egressNetworkPolicyType: 2,
+        egressNetworkPolicyRuleName: "drop",
+        egressNetworkPolicyRuleAction: 2,
+      });
+    }
+    await waitForKeys(logPath2, ports(50_600).map((p) => intraNodeKey(p)), 15_000);
+
     const status = await fa.stop("SIGTERM");
     assert.equal(status.code, 0, fa.stderr);
     const groups = byKey(await readFlowLog(logPath));
@@ -134,6 +156,12 @@ Deno.test("e2e reload: ConfigMap swaps disable, re-enable and move the flow logg
         assert.ok(groups2.has(intraNodeKey(p)), `port ${p} logged to the new file`);
         assert.equal(groups.has(intraNodeKey(p)), false, `port ${p} not in the old file`);
       }
+    }
+    for (const p of ports(50_500)) {
+      assert.equal(groups2.has(intraNodeKey(p)), false, `allowed flow ${p} filtered out`);
+    }
+    for (const p of ports(50_600)) {
+      assert.equal(groups2.get(intraNodeKey(p))?.[0].egressNetworkPolicyRuleAction, "Drop");
     }
     for (const p of ports(50_100)) {
       assert.equal(groups.has(intraNodeKey(p)), false, `port ${p} exported while logger disabled`);

@@ -175,3 +175,65 @@ Deno.test("e2e reload: ConfigMap swaps disable, re-enable and move and filter th
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+/** A port free for both TCP and UDP on 127.0.0.1 right now. */
+function freePort(): number {
+  for (let i = 0; i < 50; i++) {
+    const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    const port = (l.addr as Deno.NetAddr).port;
+    l.close();
+    try {
+      Deno.listenDatagram({ transport: "udp", hostname: "127.0.0.1", port }).close();
+      return port;
+    } catch {
+      // UDP side taken: try another
+    }
+  }
+  throw new Error("no free port");
+}
+
+Deno.test("e2e reload: a transport change (TCP to UDP) restarts the collector in process on the same port", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-e2e-reload-proto-" });
+  const volume = `${dir}/config`;
+  await Deno.mkdir(volume);
+  const logPath = `${dir}/flows.log`;
+  const text = (proto: string): string =>
+    `activeFlowRecordTimeout: 1s\ninactiveFlowRecordTimeout: 2s\naggregatorTransportProtocol: ${proto}\n` +
+    `flowLogger:\n  enable: true\n  path: ${logPath}\n`;
+  const cm = await ConfigMapDir.create(volume, text("TCP"));
+  const port = freePort();
+  const fa = FaProcess.start({
+    args: ["--config", cm.path, "--listen", `127.0.0.1:${port}`, "--log-level", "debug"],
+    cwd: dir,
+  });
+  try {
+    assert.equal(await fa.collectorPort(), port);
+    const tcp = await SimAgent.connect("k8s-node-1", port, "tcp");
+    await tcp.sendTemplates();
+    await tcp.sendRecord(intraNodeRecord(52_001));
+    tcp.close();
+    await fa.waitFor({ msg: "session closed" }, 10_000);
+
+    const mark = fa.events.length;
+    await cm.update(text("UDP"));
+    const started = await fa.waitFor({ msg: "Started UDP collecting process" }, 10_000, mark);
+    assert.equal(Number(started.fields.port), port);
+    assert.equal(fa.find({ msg: /please restart/ }).length, 0);
+    const udp = await SimAgent.connect("k8s-node-1", port, "udp");
+    await udp.sendTemplates();
+    // 40 flows: their lines fill the log's 4 KiB buffer when they expire, so they show up
+    // without waiting for the 5 s flush timer.
+    const udpPorts = Array.from({ length: 40 }, (_, i) => 52_100 + i);
+    for (const p of udpPorts) await udp.sendRecord(intraNodeRecord(p));
+    udp.close();
+    await waitForKeys(logPath, udpPorts.map((p) => intraNodeKey(p)), 15_000);
+
+    const status = await fa.stop("SIGTERM");
+    assert.equal(status.code, 0, fa.stderr);
+    const groups = byKey(await readFlowLog(logPath));
+    assert.ok(groups.has(intraNodeKey(52_001)), "flow collected over TCP before the change");
+  } finally {
+    await fa.dispose();
+    await Deno.remove(dir, { recursive: true });
+  }
+});

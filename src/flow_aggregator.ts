@@ -146,6 +146,8 @@ export class FlowAggregator {
   #metricsTimer: ReturnType<typeof setInterval> | undefined;
   #state: "new" | "running" | "stopping" | "stopped" = "new";
   #startCalled = false;
+  /** Records received by collectors replaced on a transport change (numRecordsReceived). */
+  #receivedByEarlierCollectors = 0;
   #exported = 0;
   #optionsIgnored = 0;
   #exporterErrors = 0;
@@ -287,7 +289,7 @@ export class FlowAggregator {
     for (const [section, e] of this.#exporters) exporters[section] = e.stats();
     return {
       numRecordsExported: this.#exported,
-      numRecordsReceived: collector?.dataRecords ?? 0,
+      numRecordsReceived: this.#receivedByEarlierCollectors + (collector?.dataRecords ?? 0),
       numFlows: this.#core.flowCount,
       numConnToCollector: collector?.sessionsActive ?? 0,
       optionsRecordsIgnored: this.#optionsIgnored,
@@ -338,8 +340,7 @@ export class FlowAggregator {
       log.info("collector settings changed: restarting the collecting process", {
         transport: next.aggregatorTransportProtocol,
       });
-      await this.#collector?.stop();
-      this.#collector = undefined;
+      await this.#stopCollector();
       const prevCerts = this.#certs;
       if (prev.aggregatorTransportProtocol !== next.aggregatorTransportProtocol) {
         this.#certs = undefined;
@@ -457,6 +458,15 @@ export class FlowAggregator {
     }
     const s = e.stats();
     log.info("exporter stopped", { section, ...s });
+  }
+
+  /** Stops the collector, keeping its record count so the metric stays monotonic. */
+  async #stopCollector(): Promise<void> {
+    const c = this.#collector;
+    if (c === undefined) return;
+    await c.stop();
+    this.#receivedByEarlierCollectors += c.stats().dataRecords;
+    this.#collector = undefined;
   }
 
   async #startCollector(cfg: FlowAggregatorConfig = this.#config): Promise<void> {

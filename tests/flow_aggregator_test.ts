@@ -506,3 +506,31 @@ Deno.test("flow aggregator: a transport change that cannot bind keeps collecting
     udp.close();
   }
 });
+
+Deno.test("flow aggregator: numRecordsReceived keeps counting across a collector restart", async () => {
+  const h = await harness(config({ transport: "TCP" }));
+  const waitReceived = async (n: number): Promise<void> => {
+    const deadline = Date.now() + 5000;
+    while (h.fa.stats().numRecordsReceived < n && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  };
+  try {
+    const tcp = await SimAgent.connect(NODES[0], h.fa.collectorPort, "tcp");
+    await tcp.sendTemplates();
+    await tcp.sendRecord(intraNodeRecord(9401));
+    tcp.close();
+    await waitReceived(1);
+    assert.equal(h.fa.stats().numRecordsReceived, 1);
+    await update(h, config({ transport: "UDP" }));
+    assert.equal(h.fa.stats().numRecordsReceived, 1, "not reset by the restart");
+    const udp = await SimAgent.connect(NODES[0], h.fa.collectorPort, "udp");
+    await udp.sendTemplates();
+    await udp.sendRecord(intraNodeRecord(9402));
+    udp.close();
+    await waitReceived(2);
+    assert.equal(h.fa.stats().numRecordsReceived, 2);
+  } finally {
+    await h.fa.stop();
+  }
+});

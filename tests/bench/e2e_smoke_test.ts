@@ -17,6 +17,7 @@ function goodTrial(): E2eTrial {
     achievedRatio: 0,
     aggregatorCpuSec: 1,
     aggregatorCpuUsPerRecord: NaN,
+    flowgenCpuUsPerRecord: NaN,
     aggregatorPeakRssBytes: 1,
     drainMs: 1,
     errorLines: [],

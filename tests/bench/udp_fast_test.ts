@@ -145,6 +145,93 @@ Deno.test("udp_fast ffi: IPv6 loopback peers are reported as [::1]:port", async 
   assertAll(r, 100, "[::1]");
 });
 
+Deno.test("udp_fast ffi: a dual-stack :: socket reports IPv4 senders as a.b.c.d:port", async () => {
+  const got: string[] = [];
+  let done!: () => void;
+  const finished = new Promise<void>((res) => (done = res));
+  const rx = await startUdpReceiver({
+    hostname: "::",
+    port: 0,
+    mode: "ffi",
+    onDatagrams(batch: UdpBatch): void {
+      got.push(...batch.peers);
+      if (got.length === 2) done();
+    },
+  });
+  const v4 = Deno.listenDatagram({ transport: "udp", hostname: "127.0.0.1", port: 0 });
+  const v6 = Deno.listenDatagram({ transport: "udp", hostname: "::1", port: 0 });
+  try {
+    await v4.send(new Uint8Array(20), {
+      transport: "udp",
+      hostname: "127.0.0.1",
+      port: rx.addr.port,
+    });
+    await v6.send(new Uint8Array(20), { transport: "udp", hostname: "::1", port: rx.addr.port });
+    await finished;
+  } finally {
+    v4.close();
+    v6.close();
+    await rx.close();
+  }
+  assert.deepEqual(
+    got.sort(),
+    [
+      `127.0.0.1:${(v4.addr as Deno.NetAddr).port}`,
+      `[::1]:${(v6.addr as Deno.NetAddr).port}`,
+    ].sort(),
+  );
+});
+
+Deno.test("udp_fast ffi: a stalled consumer makes the worker drop and count, never queue forever", async () => {
+  // A separate process sends (this thread will be blocked inside the callback).
+  const total = 60;
+  let calls = 0, delivered = 0;
+  const rx = await startUdpReceiver({
+    hostname: "127.0.0.1",
+    port: 0,
+    mode: "ffi",
+    maxDelayMs: 0, // one batch per recvmmsg call
+    maxQueuedBatches: 1,
+    onDatagrams(batch: UdpBatch): void {
+      delivered += batch.count;
+      if (calls++ === 0) {
+        const until = performance.now() + 600; // stall while the sender goes on
+        while (performance.now() < until) { /* busy: the main thread is stuck */ }
+      }
+    },
+  });
+  const code = `
+    const s = Deno.listenDatagram({ transport: "udp", hostname: "127.0.0.1", port: 0 });
+    const to = { transport: "udp", hostname: "127.0.0.1", port: ${rx.addr.port} };
+    for (let i = 0; i < ${total}; i++) {
+      await s.send(new Uint8Array(100), to);
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    s.close();`;
+  try {
+    const r = await new Deno.Command(Deno.execPath(), {
+      args: ["eval", "--unstable-net", code],
+      stdout: "null",
+      stderr: "inherit",
+    }).output();
+    assert.ok(r.success, "sender process failed");
+    // Let the worker hand over what it holds, then check the books balance.
+    const deadline = Date.now() + 3000;
+    let st = rx.stats();
+    while (st.datagrams + st.dropped < total && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 20));
+      st = rx.stats();
+    }
+    await new Promise((r) => setTimeout(r, 50)); // deliver posted batches
+    st = rx.stats();
+    assert.ok(st.dropped > 0, `expected drops while stalled, stats ${JSON.stringify(st)}`);
+    assert.equal(st.datagrams + st.dropped, total);
+    assert.equal(delivered, st.datagrams);
+  } finally {
+    await rx.close();
+  }
+});
+
 Deno.test("udp_fast deno fallback: same delivery contract", async () => {
   const r = await sendAndCollect("deno", { senders: 2, perSender: 300 });
   assertAll(r, 300, "127.0.0.1");

@@ -353,7 +353,8 @@ export function judgeTrial(t: E2eTrial): void {
 /**
  * Highest TCP rate the real process sustains with every record accounted for. Full mode:
  * 20 s trials from 20k/s, doubling while they pass, then two bisection steps, within ~4
- * minutes. Quick mode: one 2 s trial at 5k/s (a smoke check of the whole path).
+ * minutes; a trial that fails only by falling short of the rate is retried once (the cores are
+ * shared). Quick mode: one 2 s trial at 5k/s (a smoke check of the whole path).
  */
 export async function benchE2eTcp(opts: E2eOptions): Promise<E2eResult> {
   const durationSec = opts.durationSec ?? (opts.quick ? 2 : 20);
@@ -365,7 +366,7 @@ export async function benchE2eTcp(opts: E2eOptions): Promise<E2eResult> {
   let fail = Infinity;
   let lastTrialMs = (durationSec + 3) * 1000;
   const fits = (): boolean => performance.now() - start + lastTrialMs <= budgetMs;
-  const run = async (rate: number): Promise<boolean> => {
+  const once = async (rate: number): Promise<E2eTrial> => {
     const t0 = performance.now();
     const t = await runE2eTrial(Math.round(rate), {
       durationSec,
@@ -375,6 +376,17 @@ export async function benchE2eTcp(opts: E2eOptions): Promise<E2eResult> {
     lastTrialMs = performance.now() - t0;
     trials.push(t);
     progress(t);
+    return t;
+  };
+  const run = async (rate: number): Promise<boolean> => {
+    let t = await once(rate);
+    // A rate shortfall alone can be a neighbour's burst on the shared cores: one retry. A
+    // record not accounted for is never retried: that is a real failure.
+    if (
+      !t.pass && !opts.quick && fits() && t.failures.every((f) => f.startsWith("flowgen achieved"))
+    ) {
+      t = await once(rate);
+    }
     if (t.pass) pass = Math.max(pass, t.targetRate);
     else fail = Math.min(fail, t.targetRate);
     return t.pass;

@@ -56,7 +56,12 @@ if (mode === "deno") {
   boundPort = rx.addr.port;
   extra = () => {
     const s = rx.stats();
-    return { dropped: s.dropped, batches: s.batches, rcvbuf: s.recvBufferBytes };
+    return {
+      dropped: s.dropped,
+      kernelDrops: s.kernelDrops,
+      batches: s.batches,
+      rcvbuf: s.recvBufferBytes,
+    };
   };
 } else {
   console.error(`unknown mode ${mode}`);

@@ -115,6 +115,12 @@ export interface UdpReceiverStats {
   dropped: number;
   /** Datagrams longer than `maxDatagramSize`, dropped. */
   truncated: number;
+  /**
+   * Datagrams the kernel dropped because the socket buffer was full (ffi only, from
+   * SO_RXQ_OVFL; learnt with the next datagram that arrives after the drops; 0 in deno mode,
+   * where it cannot be observed).
+   */
+  kernelDrops: number;
   /** Socket errors other than timeouts. */
   errors: number;
   /** Callback invocations that threw. */
@@ -309,6 +315,7 @@ async function startFfi(options: UdpFastOptions): Promise<UdpReceiver> {
         batches: 0,
         dropped: 0,
         truncated: 0,
+        kernelDrops: 0,
         errors: 0,
         callbackErrors: counts.callbackErrors,
         recvBufferBytes,
@@ -320,6 +327,7 @@ async function startFfi(options: UdpFastOptions): Promise<UdpReceiver> {
         s.batches += c[COUNTER.batches];
         s.dropped += c[COUNTER.dropped];
         s.truncated += c[COUNTER.truncated];
+        s.kernelDrops += c[COUNTER.kernelDrops];
         s.errors += c[COUNTER.errors];
       }
       return s;
@@ -344,6 +352,7 @@ function startDeno(options: UdpFastOptions): UdpReceiver {
     batches: 0,
     dropped: 0,
     truncated: 0,
+    kernelDrops: 0,
     errors: 0,
     callbackErrors: 0,
     recvBufferBytes: 0,

@@ -19,6 +19,7 @@ export const LINUX = {
   SO_REUSEPORT: 15,
   SO_RCVTIMEO: 20,
   SO_RCVBUFFORCE: 33,
+  SO_RXQ_OVFL: 40,
   IPPROTO_IPV6: 41,
   IPV6_V6ONLY: 26,
   MSG_TRUNC: 0x20,
@@ -35,6 +36,8 @@ export const MMSGHDR_SIZE = 64;
 export const IOVEC_SIZE = 16;
 /** Bytes reserved per peer address (sockaddr_in6 is 28; rounded for alignment). */
 export const SOCKADDR_SLOT = 32;
+/** Control (cmsg) bytes per message: CMSG_SPACE(4) = 24, rounded for alignment. */
+export const CMSG_SLOT = 32;
 
 const SYMBOLS = {
   socket: { parameters: ["i32", "i32", "i32"], result: "i32" },
@@ -207,6 +210,9 @@ export function openUdpSocket(
         "SO_REUSEPORT",
       );
     }
+    // Ask the kernel to attach the socket's drop counter to received datagrams, so the
+    // receiver can report what the kernel threw away (best effort: absent on old kernels).
+    libc.setsockopt(fd, LINUX.SOL_SOCKET, LINUX.SO_RXQ_OVFL, one, 4);
     if (opts.recvBufferBytes > 0) {
       const size = new Int32Array([Math.min(opts.recvBufferBytes, 0x3fffffff)]);
       // SO_RCVBUFFORCE ignores net.core.rmem_max but needs CAP_NET_ADMIN; fall back silently

@@ -72,7 +72,9 @@ export const COUNTER = {
   dropped: 3,
   truncated: 4,
   errors: 5,
-  size: 6,
+  /** Latest SO_RXQ_OVFL value: datagrams the kernel dropped on this socket (buffer full). */
+  kernelDrops: 6,
+  size: 7,
 } as const;
 
 /** Bytes per peer entry: IPv6 (or IPv4-mapped) address then port, network order. */

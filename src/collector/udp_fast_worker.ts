@@ -11,7 +11,15 @@
  * loop sees the stop flag within `timeoutMs`.
  */
 
-import { errno, IOVEC_SIZE, LINUX, MMSGHDR_SIZE, openLibc, SOCKADDR_SLOT } from "./udp_fast_ffi.ts";
+import {
+  CMSG_SLOT,
+  errno,
+  IOVEC_SIZE,
+  LINUX,
+  MMSGHDR_SIZE,
+  openLibc,
+  SOCKADDR_SLOT,
+} from "./udp_fast_ffi.ts";
 import {
   batchLayout,
   CONTROL,
@@ -53,13 +61,16 @@ function runLoop(cfg: WorkerStart): void {
   const names = new Uint8Array(n * SOCKADDR_SLOT);
   const iovs = new Uint8Array(n * IOVEC_SIZE);
   const msgs = new Uint8Array(n * MMSGHDR_SIZE);
-  keepAlive.push(recvBuf, names, iovs, msgs);
+  const cmsgs = new Uint8Array(n * CMSG_SLOT);
+  const cmsgView = new DataView(cmsgs.buffer);
+  keepAlive.push(recvBuf, names, iovs, msgs, cmsgs);
   const msgView = new DataView(msgs.buffer);
   const iovView = new DataView(iovs.buffer);
   const ptr = (a: Uint8Array): bigint => BigInt(Deno.UnsafePointer.value(Deno.UnsafePointer.of(a)));
   const recvPtr = ptr(recvBuf);
   const namesPtr = ptr(names);
   const iovsPtr = ptr(iovs);
+  const cmsgsPtr = ptr(cmsgs);
   for (let i = 0; i < n; i++) {
     iovView.setBigUint64(i * IOVEC_SIZE, recvPtr + BigInt(i * slot), true);
     iovView.setBigUint64(i * IOVEC_SIZE + 8, BigInt(slot), true);
@@ -67,6 +78,7 @@ function runLoop(cfg: WorkerStart): void {
     msgView.setBigUint64(m, namesPtr + BigInt(i * SOCKADDR_SLOT), true); // msg_name
     msgView.setBigUint64(m + 16, iovsPtr + BigInt(i * IOVEC_SIZE), true); // msg_iov
     msgView.setBigUint64(m + 24, 1n, true); // msg_iovlen
+    msgView.setBigUint64(m + 32, cmsgsPtr + BigInt(i * CMSG_SLOT), true); // msg_control
   }
 
   // Staging area: datagrams accumulate here across recvmmsg calls until the batch is full or
@@ -81,6 +93,7 @@ function runLoop(cfg: WorkerStart): void {
   let count = 0, used = 0, firstAt = 0;
 
   let datagrams = 0, bytes = 0, batches = 0, dropped = 0, truncated = 0, errors = 0;
+  let kernelDrops = 0;
 
   const flush = (): void => {
     if (Atomics.load(control, CONTROL.inflight) >= cfg.maxQueuedBatches) {
@@ -113,8 +126,11 @@ function runLoop(cfg: WorkerStart): void {
 
   scope.postMessage({ type: "ready" });
   while (Atomics.load(control, CONTROL.stop) === 0) {
-    // The kernel rewrites msg_namelen; restore it before every call.
-    for (let i = 0; i < n; i++) msgView.setUint32(i * MMSGHDR_SIZE + 8, 28, true);
+    // The kernel rewrites msg_namelen and msg_controllen; restore them before every call.
+    for (let i = 0; i < n; i++) {
+      msgView.setUint32(i * MMSGHDR_SIZE + 8, 28, true);
+      msgView.setBigUint64(i * MMSGHDR_SIZE + 40, BigInt(CMSG_SLOT), true);
+    }
     // Nothing staged, or no nap allowed: block until a datagram is queued or the socket's
     // receive timeout (maxDelayMs) expires; waking on arrival keeps a small socket buffer
     // from overflowing. Staging with a big buffer: take only what is queued, then nap below,
@@ -132,6 +148,21 @@ function runLoop(cfg: WorkerStart): void {
     }
     for (let i = 0; i < got; i++) {
       const m = i * MMSGHDR_SIZE;
+      // SO_RXQ_OVFL: a cmsg (len u64, level i32, type i32, u32 data) carrying the socket's
+      // cumulative drop count; only present once the count is non-zero.
+      if (msgView.getUint32(m + 40, true) >= 20) {
+        const c = i * CMSG_SLOT;
+        if (
+          cmsgView.getInt32(c + 8, true) === LINUX.SOL_SOCKET &&
+          cmsgView.getInt32(c + 12, true) === LINUX.SO_RXQ_OVFL
+        ) {
+          const d = cmsgView.getUint32(c + 16, true);
+          if (d > kernelDrops) {
+            kernelDrops = d;
+            counters[COUNTER.kernelDrops] = kernelDrops;
+          }
+        }
+      }
       if ((msgView.getInt32(m + 48, true) & LINUX.MSG_TRUNC) !== 0) {
         truncated++;
         continue;

@@ -232,6 +232,50 @@ Deno.test("udp_fast ffi: a stalled consumer makes the worker drop and count, nev
   }
 });
 
+Deno.test("udp_fast ffi: kernel drops on a full socket buffer are reported (SO_RXQ_OVFL)", async () => {
+  const burst = 2000;
+  let delivered = 0;
+  const rx = await startUdpReceiver({
+    hostname: "127.0.0.1",
+    port: 0,
+    mode: "ffi",
+    recvBufferBytes: 1, // the kernel's minimum: a few datagrams
+    onDatagrams(batch: UdpBatch): void {
+      delivered += batch.count;
+    },
+  });
+  // A burst far faster than one wake-up per datagram, then (after the reader caught up) one
+  // last datagram that carries the final drop count.
+  const code = `
+    const s = Deno.listenDatagram({ transport: "udp", hostname: "127.0.0.1", port: 0 });
+    const to = { transport: "udp", hostname: "127.0.0.1", port: ${rx.addr.port} };
+    const msg = new Uint8Array(1000);
+    await Promise.all(Array.from({ length: ${burst} }, () => s.send(msg, to)));
+    await new Promise((r) => setTimeout(r, 300));
+    await s.send(msg, to);
+    s.close();`;
+  try {
+    const r = await new Deno.Command(Deno.execPath(), {
+      args: ["eval", "--unstable-net", code],
+      stdout: "null",
+      stderr: "inherit",
+    }).output();
+    assert.ok(r.success, "sender process failed");
+    const deadline = Date.now() + 3000;
+    let st = rx.stats();
+    while (st.datagrams + st.kernelDrops < burst + 1 && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 20));
+      st = rx.stats();
+    }
+    assert.ok(st.kernelDrops > 0, `expected kernel drops, stats ${JSON.stringify(st)}`);
+    assert.equal(st.datagrams + st.kernelDrops, burst + 1);
+    await new Promise((r) => setTimeout(r, 50));
+    assert.equal(delivered, rx.stats().datagrams);
+  } finally {
+    await rx.close();
+  }
+});
+
 Deno.test("udp_fast deno fallback: same delivery contract", async () => {
   const r = await sendAndCollect("deno", { senders: 2, perSender: 300 });
   assertAll(r, 300, "127.0.0.1");

@@ -6,6 +6,7 @@
  */
 
 import type { ExportedFlow } from "../aggregation/record.ts";
+import { canonicalIP as codecCanonicalIP } from "../ipfix/ip.ts";
 
 /** One flow as a flat row. u64 counters are `bigint` (exact above 2^53). */
 export interface FlatRecord {
@@ -115,85 +116,15 @@ export const FLAT_RECORD_FIELDS: readonly (Exclude<keyof FlatRecord, "clusterUUI
   "egressIP",
 ];
 
-function parseIPv4(s: string): number[] | undefined {
-  const parts = s.split(".");
-  if (parts.length !== 4) return undefined;
-  const out: number[] = [];
-  for (const p of parts) {
-    if (!/^[0-9]{1,3}$/.test(p) || Number(p) > 255) return undefined;
-    out.push(Number(p));
-  }
-  return out;
-}
-
-/** Parses IPv6 text (with optional embedded IPv4 tail) into 8 groups, or undefined. */
-function parseIPv6(s: string): number[] | undefined {
-  const zone = s.indexOf("%");
-  if (zone >= 0) return undefined;
-  let text = s;
-  if (s.includes(".")) {
-    // Rewrite an embedded IPv4 tail (`::ffff:1.2.3.4`) as two hex groups.
-    const lastColon = s.lastIndexOf(":");
-    const v4 = parseIPv4(s.slice(lastColon + 1));
-    if (v4 === undefined) return undefined;
-    text = s.slice(0, lastColon + 1) + ((v4[0] << 8) | v4[1]).toString(16) + ":" +
-      ((v4[2] << 8) | v4[3]).toString(16);
-  }
-  const halves = text.split("::");
-  if (halves.length > 2) return undefined;
-  const groups = (h: string): number[] | undefined => {
-    if (h === "") return [];
-    const out: number[] = [];
-    for (const g of h.split(":")) {
-      if (!/^[0-9a-fA-F]{1,4}$/.test(g)) return undefined;
-      out.push(parseInt(g, 16));
-    }
-    return out;
-  };
-  const head = groups(halves[0]);
-  if (head === undefined) return undefined;
-  if (halves.length === 1) {
-    const all = head;
-    return all.length === 8 ? all : undefined;
-  }
-  const rest = groups(halves[1]);
-  if (rest === undefined) return undefined;
-  const known = head.length + rest.length;
-  if (known > 7) return undefined;
-  return [...head, ...new Array(8 - known).fill(0), ...rest];
-}
-
 /**
- * Canonical text of an IP address: dotted quad for IPv4, RFC 5952 for IPv6 (lower case,
- * longest run of ≥ 2 zero groups compressed, leftmost on ties). Unparsable text is returned
- * unchanged (the codec already produces canonical text; this guards other producers).
+ * Canonical text of an IP address, as Go prints it (dotted quad for IPv4, RFC 5952 for IPv6,
+ * an IPv4-mapped IPv6 address as its dotted quad): the codec's formatting, so every sink
+ * agrees with the flow key. Unparsable text is returned unchanged (the codec already produces
+ * canonical text; this guards other producers).
  */
 export function canonicalIP(s: string): string {
-  if (!s.includes(":")) return s;
-  const g = parseIPv6(s);
-  if (g === undefined) return s;
-  if (g[0] === 0 && g[1] === 0 && g[2] === 0 && g[3] === 0 && g[4] === 0 && g[5] === 0xffff) {
-    // IPv4-mapped addresses are written with a dotted tail (RFC 5952 §5).
-    return `::ffff:${g[6] >> 8}.${g[6] & 255}.${g[7] >> 8}.${g[7] & 255}`;
-  }
-  let bestStart = -1;
-  let bestLen = 0;
-  for (let i = 0; i < 8;) {
-    if (g[i] !== 0) {
-      i++;
-      continue;
-    }
-    let j = i;
-    while (j < 8 && g[j] === 0) j++;
-    if (j - i > bestLen) {
-      bestStart = i;
-      bestLen = j - i;
-    }
-    i = j;
-  }
-  const hex = g.map((x) => x.toString(16));
-  if (bestLen < 2) return hex.join(":");
-  return `${hex.slice(0, bestStart).join(":")}::${hex.slice(bestStart + bestLen).join(":")}`;
+  if (s === "" || !s.includes(":")) return s;
+  return codecCanonicalIP(s) ?? s;
 }
 
 function labels(v: string | undefined): string {

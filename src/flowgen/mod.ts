@@ -10,18 +10,22 @@ export {
   type Agent,
   agentObservationDomainId,
   type AgentRecord,
+  type AgentUpdate,
   DEFAULT_MIX,
   FlowModel,
   type FlowModelOptions,
+  type FlowRef,
   type Scenario,
   SCENARIOS,
 } from "./model.ts";
 export {
   agentDataMessage,
+  AgentMessageEncoder,
   agentTemplateMessage,
   type FlowgenOptions,
   type FlowgenReport,
   formatReport,
+  MessageBatch,
   runFlowgen,
 } from "./sender.ts";
 export {

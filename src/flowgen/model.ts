@@ -61,6 +61,52 @@ export interface AgentRecord {
   readonly record: DataRecord;
 }
 
+declare const flowRef: unique symbol;
+
+/** Opaque identity of one simulated flow (never reused by a later flow). */
+export type FlowRef = { readonly [flowRef]: true };
+
+/**
+ * One Agent record reduced to the values that change from one export of its flow to the next.
+ * Every other field of the record is constant for a given (`flow`, `side`).
+ */
+export interface AgentUpdate {
+  /** Index of the sending Agent in {@linkcode FlowModel.agents}. */
+  readonly agent: number;
+  /** 256 for IPv4 flows, 257 for IPv6 flows. */
+  readonly templateId: 256 | 257;
+  /** The scenario of the flow. */
+  readonly scenario: Scenario;
+  /** Exporting side: 0 the source Node, 1 the destination Node of an inter-node flow. */
+  readonly side: 0 | 1;
+  /** The flow this record belongs to. */
+  readonly flow: FlowRef;
+  /** The flow's final export: nothing more will come for this flow. */
+  readonly last: boolean;
+  /** flowEndSeconds. */
+  readonly flowEndSeconds: number;
+  /** flowEndReason: 2 active timeout, 1 idle (UDP end), 3 end of TCP flow. */
+  readonly flowEndReason: number;
+  /** tcpState ("" for UDP). */
+  readonly tcpState: string;
+  /** packetTotalCount. */
+  readonly packetTotalCount: bigint;
+  /** octetTotalCount. */
+  readonly octetTotalCount: bigint;
+  /** packetDeltaCount. */
+  readonly packetDeltaCount: bigint;
+  /** octetDeltaCount. */
+  readonly octetDeltaCount: bigint;
+  /** reversePacketTotalCount. */
+  readonly reversePacketTotalCount: bigint;
+  /** reverseOctetTotalCount. */
+  readonly reverseOctetTotalCount: bigint;
+  /** reversePacketDeltaCount. */
+  readonly reversePacketDeltaCount: bigint;
+  /** reverseOctetDeltaCount. */
+  readonly reverseOctetDeltaCount: bigint;
+}
+
 /** Options of {@linkcode FlowModel}. */
 export interface FlowModelOptions {
   /** Number of Agents (Nodes), at least 1 (inter-node scenarios need 2; they fall back). */
@@ -182,6 +228,20 @@ export class FlowModel {
    * Agents send for it: one, or two for inter-node flows (source Node first).
    */
   next(): AgentRecord[] {
+    return this.nextUpdates().map((u) => ({
+      agent: u.agent,
+      templateId: u.templateId,
+      scenario: u.scenario,
+      record: this.recordOf(u),
+    }));
+  }
+
+  /**
+   * Same step as {@linkcode FlowModel.next} (same PRNG draws, same records) but returns only
+   * what changes between two exports of a flow; {@linkcode FlowModel.recordOf} gives the full
+   * record. A sender that caches each flow's encoding uses this to skip building records.
+   */
+  nextUpdates(): AgentUpdate[] {
     const i = this.#cursor;
     this.#cursor = (this.#cursor + 1) % this.#flows.length;
     const f = this.#flows[i];
@@ -277,7 +337,7 @@ export class FlowModel {
     };
   }
 
-  #advance(f: Flow): AgentRecord[] {
+  #advance(f: Flow): AgentUpdate[] {
     f.updates++;
     f.updatesLeft--;
     const denied = f.denyAction !== 0;
@@ -292,84 +352,118 @@ export class FlowModel {
     const endReason = ending ? (f.proto === TCP ? 3 : 1) : 2;
     const tcpState = f.proto !== TCP ? "" : ending ? "TIME_WAIT" : "ESTABLISHED";
     const end = f.start + 5 * f.updates;
-    const flowType = f.scenario === "intraNode" || f.dstAgent === f.srcAgent
-      ? 1
-      : f.dstAgent < 0
-      ? 3
-      : 2;
-    const out: AgentRecord[] = [];
-    const sides: number[] = [0];
+    const templateId = f.ipv6 ? 257 : 256;
+    const out: AgentUpdate[] = [];
     // Inter-node flows are reported by both Nodes; a drop on the source side never reaches the
     // destination Node, so only ingress denials are seen there.
-    if (flowType === 2 && !(denied && !f.denyIngress)) sides.push(1);
-    for (const side of sides) {
-      const agent = side === 0 ? f.srcAgent : f.dstAgent;
-      const local = flowType === 1;
-      const srcLocal = side === 0 || local;
-      const dstLocal = side === 1 || (local && f.dstPod !== "");
+    const sides = flowTypeOf(f) === 2 && !(denied && !f.denyIngress) ? 2 : 1;
+    for (let s = 0; s < sides; s++) {
+      const side = s as 0 | 1;
       const last = f.last[side];
-      const delta = (now: bigint, before: bigint): bigint => {
-        // A counter that went backwards: the Agent's unsigned subtraction wraps below 2^64.
-        if (this.#wrap > 0 && this.#rand() < this.#wrap) return U64 - BigInt(this.#int(1, 100));
-        return now - before;
-      };
-      const r: DataRecord = {
-        flowStartSeconds: f.start,
+      const t = f.total;
+      out.push({
+        agent: side === 0 ? f.srcAgent : f.dstAgent,
+        templateId,
+        scenario: f.scenario,
+        side,
+        flow: f as unknown as FlowRef,
+        last: ending,
         flowEndSeconds: end,
         flowEndReason: endReason,
-        sourceTransportPort: f.srcPort,
-        destinationTransportPort: f.dstPort,
-        protocolIdentifier: f.proto,
-        packetTotalCount: f.total.packets,
-        octetTotalCount: f.total.octets,
-        packetDeltaCount: delta(f.total.packets, last.packets),
-        octetDeltaCount: delta(f.total.octets, last.octets),
-      };
-      if (f.ipv6) {
-        r.sourceIPv6Address = f.srcIp;
-        r.destinationIPv6Address = f.dstIp;
-      } else {
-        r.sourceIPv4Address = f.srcIp;
-        r.destinationIPv4Address = f.dstIp;
-      }
-      r.reversePacketTotalCount = f.total.rpackets;
-      r.reverseOctetTotalCount = f.total.roctets;
-      r.reversePacketDeltaCount = delta(f.total.rpackets, last.rpackets);
-      r.reverseOctetDeltaCount = delta(f.total.roctets, last.roctets);
-      f.last[side] = { ...f.total };
-      const node = this.agents[agent].nodeName;
-      r.sourcePodName = srcLocal ? f.srcPod : "";
-      r.sourcePodNamespace = srcLocal ? f.srcNs : "";
-      r.sourceNodeName = srcLocal ? node : "";
-      r.destinationPodName = dstLocal ? f.dstPod : "";
-      r.destinationPodNamespace = dstLocal ? f.dstNs : "";
-      r.destinationNodeName = dstLocal ? node : "";
-      // Only the source Node sees the pre-DNAT destination (the Service ClusterIP).
-      const svc = f.clusterIp !== "" && side === 0;
-      r.destinationServicePort = svc ? f.servicePort : 0;
-      r.destinationServicePortName = svc ? f.servicePortName : "";
-      const ingress = side === 1 || local;
-      const egress = side === 0;
-      const ingressDeny = denied && f.denyIngress && ingress;
-      const egressDeny = denied && !f.denyIngress && egress;
-      r.ingressNetworkPolicyName = ingressDeny ? "deny-ingress" : ingress ? "allow-web" : "";
-      r.ingressNetworkPolicyNamespace = ingressDeny || ingress ? f.dstNs : "";
-      r.ingressNetworkPolicyType = ingressDeny ? 2 : ingress && f.dstNs !== "" ? 1 : 0;
-      r.ingressNetworkPolicyRuleName = ingressDeny ? "rule-0" : "";
-      r.ingressNetworkPolicyRuleAction = ingressDeny ? f.denyAction : ingress && f.dstNs ? 1 : 0;
-      r.egressNetworkPolicyName = egressDeny ? "deny-egress" : "";
-      r.egressNetworkPolicyNamespace = egressDeny ? f.srcNs : "";
-      r.egressNetworkPolicyType = egressDeny ? 3 : 0;
-      r.egressNetworkPolicyRuleName = egressDeny ? "rule-1" : "";
-      r.egressNetworkPolicyRuleAction = egressDeny ? f.denyAction : 0;
-      r.tcpState = tcpState;
-      r.flowType = flowType;
-      r.egressName = side === 0 ? f.egressName : "";
-      r.egressIP = side === 0 && f.egressName !== "" ? `172.18.0.${f.srcAgent + 2}` : "";
-      if (f.ipv6) r.destinationClusterIPv6 = "::";
-      else r.destinationClusterIPv4 = svc ? f.clusterIp : "0.0.0.0";
-      out.push({ agent, templateId: f.ipv6 ? 257 : 256, scenario: f.scenario, record: r });
+        tcpState,
+        packetTotalCount: t.packets,
+        octetTotalCount: t.octets,
+        // Evaluated in this order (one PRNG draw each when wrapping): the seeded sequence of
+        // records must not depend on which API reads it.
+        packetDeltaCount: this.#delta(t.packets, last.packets),
+        octetDeltaCount: this.#delta(t.octets, last.octets),
+        reversePacketTotalCount: t.rpackets,
+        reverseOctetTotalCount: t.roctets,
+        reversePacketDeltaCount: this.#delta(t.rpackets, last.rpackets),
+        reverseOctetDeltaCount: this.#delta(t.roctets, last.roctets),
+      });
+      f.last[side] = { ...t };
     }
     return out;
   }
+
+  #delta(now: bigint, before: bigint): bigint {
+    // A counter that went backwards: the Agent's unsigned subtraction wraps below 2^64.
+    if (this.#wrap > 0 && this.#rand() < this.#wrap) return U64 - BigInt(this.#int(1, 100));
+    return now - before;
+  }
+
+  /**
+   * The full Agent record of an update from {@linkcode FlowModel.nextUpdates} of this model:
+   * its changing values plus everything constant for its flow and side.
+   */
+  recordOf(u: AgentUpdate): DataRecord {
+    const f = u.flow as unknown as Flow;
+    const side = u.side;
+    const denied = f.denyAction !== 0;
+    const flowType = flowTypeOf(f);
+    const agent = u.agent;
+    const local = flowType === 1;
+    const srcLocal = side === 0 || local;
+    const dstLocal = side === 1 || (local && f.dstPod !== "");
+    const r: DataRecord = {
+      flowStartSeconds: f.start,
+      flowEndSeconds: u.flowEndSeconds,
+      flowEndReason: u.flowEndReason,
+      sourceTransportPort: f.srcPort,
+      destinationTransportPort: f.dstPort,
+      protocolIdentifier: f.proto,
+      packetTotalCount: u.packetTotalCount,
+      octetTotalCount: u.octetTotalCount,
+      packetDeltaCount: u.packetDeltaCount,
+      octetDeltaCount: u.octetDeltaCount,
+    };
+    if (f.ipv6) {
+      r.sourceIPv6Address = f.srcIp;
+      r.destinationIPv6Address = f.dstIp;
+    } else {
+      r.sourceIPv4Address = f.srcIp;
+      r.destinationIPv4Address = f.dstIp;
+    }
+    r.reversePacketTotalCount = u.reversePacketTotalCount;
+    r.reverseOctetTotalCount = u.reverseOctetTotalCount;
+    r.reversePacketDeltaCount = u.reversePacketDeltaCount;
+    r.reverseOctetDeltaCount = u.reverseOctetDeltaCount;
+    const node = this.agents[agent].nodeName;
+    r.sourcePodName = srcLocal ? f.srcPod : "";
+    r.sourcePodNamespace = srcLocal ? f.srcNs : "";
+    r.sourceNodeName = srcLocal ? node : "";
+    r.destinationPodName = dstLocal ? f.dstPod : "";
+    r.destinationPodNamespace = dstLocal ? f.dstNs : "";
+    r.destinationNodeName = dstLocal ? node : "";
+    // Only the source Node sees the pre-DNAT destination (the Service ClusterIP).
+    const svc = f.clusterIp !== "" && side === 0;
+    r.destinationServicePort = svc ? f.servicePort : 0;
+    r.destinationServicePortName = svc ? f.servicePortName : "";
+    const ingress = side === 1 || local;
+    const egress = side === 0;
+    const ingressDeny = denied && f.denyIngress && ingress;
+    const egressDeny = denied && !f.denyIngress && egress;
+    r.ingressNetworkPolicyName = ingressDeny ? "deny-ingress" : ingress ? "allow-web" : "";
+    r.ingressNetworkPolicyNamespace = ingressDeny || ingress ? f.dstNs : "";
+    r.ingressNetworkPolicyType = ingressDeny ? 2 : ingress && f.dstNs !== "" ? 1 : 0;
+    r.ingressNetworkPolicyRuleName = ingressDeny ? "rule-0" : "";
+    r.ingressNetworkPolicyRuleAction = ingressDeny ? f.denyAction : ingress && f.dstNs ? 1 : 0;
+    r.egressNetworkPolicyName = egressDeny ? "deny-egress" : "";
+    r.egressNetworkPolicyNamespace = egressDeny ? f.srcNs : "";
+    r.egressNetworkPolicyType = egressDeny ? 3 : 0;
+    r.egressNetworkPolicyRuleName = egressDeny ? "rule-1" : "";
+    r.egressNetworkPolicyRuleAction = egressDeny ? f.denyAction : 0;
+    r.tcpState = u.tcpState;
+    r.flowType = flowType;
+    r.egressName = side === 0 ? f.egressName : "";
+    r.egressIP = side === 0 && f.egressName !== "" ? `172.18.0.${f.srcAgent + 2}` : "";
+    if (f.ipv6) r.destinationClusterIPv6 = "::";
+    else r.destinationClusterIPv4 = svc ? f.clusterIp : "0.0.0.0";
+    return r;
+  }
+}
+
+function flowTypeOf(f: Flow): number {
+  return f.scenario === "intraNode" || f.dstAgent === f.srcAgent ? 1 : f.dstAgent < 0 ? 3 : 2;
 }

@@ -1,11 +1,13 @@
 import assert from "node:assert/strict";
 import {
   agentDataMessage,
+  AgentMessageEncoder,
   agentObservationDomainId,
   agentTemplateMessage,
   CaptureServer,
   type FlowgenReport,
   FlowModel,
+  MessageBatch,
   runFlowgen,
   SCENARIOS,
 } from "../../src/flowgen/mod.ts";
@@ -142,6 +144,43 @@ Deno.test("flow model: seeded, Agent-realistic records for every scenario", () =
   // Flows end: some records carry 3 (TCP end) and 1 (UDP idle).
   const reasons = new Set([...last.values()].map((v) => v.reason));
   assert.ok(reasons.has(1) && reasons.has(3));
+});
+
+Deno.test("flowgen's cached encoder sends the same bytes as encoding every full record", () => {
+  // Two models on the same seed: one read through next() and the codec, one through
+  // nextUpdates() and the per-flow cache that patches counters, flow end and tcpState.
+  const opts = { agents: 3, flows: 300, seed: 9, wrapProbability: 0.05 };
+  const full = new FlowModel(opts);
+  const fast = new FlowModel(opts);
+  const enc = new AgentMessageEncoder(fast);
+  const batch = new MessageBatch();
+  const expected: Uint8Array[] = [];
+  const seen = { v6: 0, wrapped: 0, ended: 0 };
+  let seq = 0;
+  for (let i = 0; i < 6000; i++) {
+    for (const r of full.next()) {
+      expected.push(agentDataMessage(r.templateId, r.record, 7 + r.agent, 1700000000 + i, ++seq));
+      if (r.templateId === 257) seen.v6++;
+      if ((r.record.packetDeltaCount as bigint) > (1n << 63n)) seen.wrapped++;
+      if (r.record.flowEndReason !== 2) seen.ended++;
+    }
+  }
+  seq = 0;
+  for (let i = 0; i < 6000; i++) {
+    for (const u of fast.nextUpdates()) {
+      enc.append(batch, u, { odid: 7 + u.agent, exportTime: 1700000000 + i, seq: ++seq });
+    }
+  }
+  const got = batch.messages();
+  assert.equal(got.length, expected.length);
+  assert.equal(
+    batch.length,
+    expected.reduce((n, m) => n + m.length, 0),
+  );
+  for (let i = 0; i < got.length; i++) assert.equal(hex(got[i]), hex(expected[i]), `message ${i}`);
+  assert.ok(seen.v6 > 100 && seen.wrapped > 100 && seen.ended > 500, JSON.stringify(seen));
+  // Ended flows leave the cache; live ones stay (at most one entry per flow).
+  assert.ok(enc.cachedFlows > 0 && enc.cachedFlows <= 300, `${enc.cachedFlows} cached`);
 });
 
 Deno.test("flowgen wrap edge case yields deltas near 2^64", () => {

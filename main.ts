@@ -16,6 +16,11 @@ import {
   type FlowAggregatorConfig,
   parseConfig,
 } from "./src/config/mod.ts";
+import {
+  fastUdpReceiverFactory,
+  ffiAvailable,
+  type UdpReceiverFactory,
+} from "./src/collector/mod.ts";
 import { FlowAggregator } from "./src/flow_aggregator.ts";
 import { isLogLevel, logger, type LogLevel, setLogFormat, setLogLevel } from "./src/log.ts";
 import type { GeneratedCertificates } from "./src/pki/mod.ts";
@@ -34,6 +39,9 @@ Flags:
                        for changes. Default: the embedded configuration (TCP on :4739,
                        flow log to ./flows.log).
   --listen ADDR        collector listen address (default [::]:4739, IPv4 and IPv6).
+  --udp-receiver MODE  UDP receive path: auto (default: the fast recvmmsg path when started
+                       with --allow-ffi on Linux, else one Deno socket), fast, or socket.
+  --udp-workers N      fast path: sockets/threads sharing the port (SO_REUSEPORT), default 1.
   --cert-dir DIR       with aggregatorTransportProtocol TLS and no Kubernetes cluster: write the
                        generated CA (ca.crt) and Agent client certificate (tls.crt, tls.key) here.
   --log-level LEVEL    error, warn, info (default) or debug.
@@ -53,6 +61,8 @@ export interface CliOptions {
   config?: string;
   listen?: string;
   certDir?: string;
+  udpReceiver: "auto" | "fast" | "socket";
+  udpWorkers: number;
   logLevel: LogLevel;
   logFormat: "logfmt" | "json";
   version: boolean;
@@ -80,7 +90,14 @@ const KLOG_BOOL_FLAGS = new Set([
 
 /** Parses `args`; throws an Error naming the bad flag. */
 export function parseArgs(args: readonly string[]): CliOptions {
-  const opts: CliOptions = { logLevel: "info", logFormat: "logfmt", version: false, help: false };
+  const opts: CliOptions = {
+    logLevel: "info",
+    logFormat: "logfmt",
+    version: false,
+    help: false,
+    udpReceiver: "auto",
+    udpWorkers: 1,
+  };
   for (let i = 0; i < args.length; i++) {
     const arg = args[i];
     const m = /^--?([A-Za-z_][A-Za-z0-9_-]*)(?:=(.*))?$/.exec(arg);
@@ -107,6 +124,22 @@ export function parseArgs(args: readonly string[]): CliOptions {
       case "cert-dir":
         opts.certDir = value();
         break;
+      case "udp-receiver": {
+        const v = value();
+        if (v !== "auto" && v !== "fast" && v !== "socket") {
+          throw new Error(`--udp-receiver "${v}": use auto, fast or socket`);
+        }
+        opts.udpReceiver = v;
+        break;
+      }
+      case "udp-workers": {
+        const v = Number(value());
+        if (!Number.isInteger(v) || v < 1 || v > 64) {
+          throw new Error(`--udp-workers needs an integer from 1 to 64`);
+        }
+        opts.udpWorkers = v;
+        break;
+      }
       case "log-level": {
         const v = value();
         if (!isLogLevel(v)) throw new Error(`--log-level "${v}": use error, warn, info or debug`);
@@ -180,6 +213,22 @@ async function writeCertificates(dir: string, certs: GeneratedCertificates): Pro
   });
 }
 
+/**
+ * Chooses the UDP receive path. The fast path (recvmmsg in worker threads, see
+ * docs/udp-ingest.md) needs `--allow-ffi`, so it is used only when that permission was granted:
+ * the process never asks for more than the operator gave it.
+ */
+function udpReceiverFor(opts: CliOptions): UdpReceiverFactory | undefined {
+  if (opts.udpReceiver === "socket") return undefined;
+  if (opts.udpReceiver === "fast" && !ffiAvailable()) {
+    throw new Error(
+      "--udp-receiver fast needs Linux (x86_64 or aarch64) and --allow-ffi",
+    );
+  }
+  if (opts.udpReceiver === "auto" && !ffiAvailable()) return undefined;
+  return fastUdpReceiverFactory({ mode: "ffi", workers: opts.udpWorkers });
+}
+
 async function run(opts: CliOptions): Promise<number> {
   setLogLevel(opts.logLevel);
   setLogFormat(opts.logFormat);
@@ -217,6 +266,7 @@ async function run(opts: CliOptions): Promise<number> {
   const certDir = opts.certDir;
   const fa = new FlowAggregator(config, {
     listenAddress: opts.listen,
+    udpReceiver: udpReceiverFor(opts),
     namespace: env("POD_NAMESPACE"),
     onCertificates: async (certs) => {
       if (certDir !== undefined) {

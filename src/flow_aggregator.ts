@@ -11,7 +11,7 @@
 import { AggregationCore, type ExportHooks } from "./aggregation/mod.ts";
 import type { ExportedFlow, FlowInput } from "./aggregation/record.ts";
 import { type Clock, TaskCachedClock } from "./clock.ts";
-import { Collector, type CollectorStats } from "./collector/mod.ts";
+import { Collector, type CollectorStats, type UdpReceiverFactory } from "./collector/mod.ts";
 import type { RecordContext } from "./collector/session.ts";
 import type { ConfigDiff } from "./config/diff.ts";
 import type { FlowAggregatorConfig, TransportProtocol } from "./config/types.ts";
@@ -54,6 +54,8 @@ export interface FlowAggregatorOptions {
   clock?: Clock;
   /** Collector listen address; default `[::]:4739`. */
   listenAddress?: string;
+  /** UDP receive path (default: one Deno socket; see `fastUdpReceiverFactory`). */
+  udpReceiver?: UdpReceiverFactory;
   /** Builds exporters; default {@linkcode defaultExporterFactory}. */
   exporterFactory?: ExporterFactory;
   /** Enrichment hooks (Pod store). Absent: metadata and labels are not filled. */
@@ -492,7 +494,13 @@ export class FlowAggregator {
       await this.#opts.onCertificates?.(this.#certs);
     }
     const collector = new Collector(
-      { address: this.#opts.listenAddress, protocol, tls, clock: this.#collectorClock },
+      {
+        address: this.#opts.listenAddress,
+        protocol,
+        tls,
+        clock: this.#collectorClock,
+        udpReceiver: this.#opts.udpReceiver,
+      },
       (records, ctx) => this.ingest(records, ctx),
     );
     await collector.start();
@@ -549,6 +557,12 @@ export class FlowAggregator {
       rejected: Object.values(s.aggregation.recordsRejected).reduce((a, b) => a + b, 0),
       decodeErrors: s.collector?.decodeErrorsTotal ?? 0,
       templateMisses: s.collector?.templateMisses ?? 0,
+      ...(s.collector?.udpReceiver
+        ? {
+          udpKernelDrops: s.collector.udpReceiver.kernelDrops,
+          udpQueueDrops: s.collector.udpReceiver.queueDrops,
+        }
+        : {}),
     });
   }
 }

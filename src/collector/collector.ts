@@ -136,7 +136,9 @@ export class Collector {
 
   /** A snapshot of every counter. */
   stats(): CollectorStats {
-    return this.#counters.snapshot();
+    const s = this.#counters.snapshot();
+    const udp = this.#udp?.counters?.();
+    return udp === undefined ? s : { ...s, udpReceiver: udp };
   }
 
   /**

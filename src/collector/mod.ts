@@ -23,9 +23,13 @@ export { type TlsMaterial } from "./tls.ts";
 export {
   type DatagramHandler,
   DenoUdpReceiver,
+  type FastUdpOptions,
+  fastUdpReceiverFactory,
   openDenoUdpReceiver,
   type UdpReceiver,
+  type UdpReceiverCounters,
   type UdpReceiverFactory,
 } from "./udp.ts";
+export { ffiAvailable } from "./udp_fast_ffi.ts";
 export { DEFAULT_LISTEN_ADDRESS, exporterAddress, parseListenAddress } from "./address.ts";
 export { type FrameResult, StreamFramer } from "./framing.ts";

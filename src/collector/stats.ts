@@ -3,6 +3,8 @@
  * object per collector, read through immutable {@linkcode CollectorStats} snapshots.
  */
 
+import type { UdpReceiverCounters } from "./udp.ts";
+
 /** Transport a message arrived on. */
 export type Transport = "udp" | "tcp" | "tls";
 
@@ -23,7 +25,6 @@ export interface ExporterStats {
   /** Transport sessions opened (UDP source ports, TCP/TLS connections). */
   readonly sessionsOpened: number;
 }
-
 /** Snapshot of every collector counter. */
 export interface CollectorStats {
   /** Transport of this collector. */
@@ -69,6 +70,8 @@ export interface CollectorStats {
   readonly acceptErrors: number;
   /** Per exporter address (peer IP, IPv4-mapped addresses normalised). */
   readonly exporters: Readonly<Record<string, ExporterStats>>;
+  /** UDP receive-path counters (kernel and queue drops), when the receive path reports them. */
+  readonly udpReceiver?: UdpReceiverCounters;
 }
 
 type MutableExporterStats = { -readonly [K in keyof ExporterStats]: ExporterStats[K] };

@@ -7,6 +7,7 @@
 
 import type { ListenAddress } from "./address.ts";
 import { logger, RateLimitedLog } from "../log.ts";
+import { datagramAt, splitPeer, startUdpReceiver, type UdpBatch } from "./udp_fast.ts";
 
 /**
  * Called synchronously for every datagram. `data` is a view into a reused receive buffer, valid
@@ -22,6 +23,8 @@ export interface UdpReceiver {
   run(handler: DatagramHandler): Promise<void>;
   /** Closes the socket(s); `run` then resolves. Idempotent. */
   close(): void | Promise<void>;
+  /** Receive-path counters, where the implementation can observe them. */
+  counters?(): UdpReceiverCounters;
 }
 
 /**
@@ -104,4 +107,87 @@ function bind(address: ListenAddress): Deno.DatagramConn {
 /** The default {@linkcode UdpReceiverFactory}. */
 export function openDenoUdpReceiver(address: ListenAddress): UdpReceiver {
   return new DenoUdpReceiver(address);
+}
+
+/** Counters of a UDP receive path (kernel and queue drops are only visible to the fast path). */
+export interface UdpReceiverCounters {
+  /** Implementation in use: `socket` (Deno.listenDatagram) or `ffi` (recvmmsg workers). */
+  readonly mode: string;
+  /** Datagrams the kernel dropped because the socket buffer was full (fast path only). */
+  readonly kernelDrops: number;
+  /** Datagrams dropped because the main thread fell behind the receive workers. */
+  readonly queueDrops: number;
+  /** Datagrams longer than 65535 bytes, dropped. */
+  readonly oversized: number;
+  /** Kernel receive buffer per socket as reported by the kernel (0 when unknown). */
+  readonly recvBufferBytes: number;
+}
+
+/** Options of {@linkcode fastUdpReceiverFactory}. */
+export interface FastUdpOptions {
+  /** Sockets/worker threads sharing the port with SO_REUSEPORT (default 1). */
+  workers?: number;
+  /** Requested kernel receive buffer per socket (default 4 MiB). */
+  recvBufferBytes?: number;
+  /** `auto` (default): recvmmsg workers when FFI is permitted on Linux, else Deno sockets. */
+  mode?: "auto" | "ffi" | "deno";
+}
+
+/**
+ * The fast receive path (`udp_fast.ts`: libc `recvmmsg` in worker threads, batches handed to
+ * the main thread) behind the collector's {@linkcode UdpReceiver} interface. It needs
+ * `--allow-ffi`; without it (or off Linux) `auto` falls back to Deno sockets.
+ */
+export function fastUdpReceiverFactory(options: FastUdpOptions = {}): UdpReceiverFactory {
+  return async (address: ListenAddress): Promise<UdpReceiver> => {
+    let handler: DatagramHandler | undefined;
+    let early = 0;
+    const done = Promise.withResolvers<void>();
+    const rx = await startUdpReceiver({
+      hostname: address.wildcard ? "::" : address.hostname,
+      port: address.port,
+      mode: options.mode,
+      workers: options.workers,
+      recvBufferBytes: options.recvBufferBytes,
+      onDatagrams(batch: UdpBatch): void {
+        if (handler === undefined) {
+          early += batch.count; // before run(): cannot happen in the collector, but counted
+          return;
+        }
+        for (let i = 0; i < batch.count; i++) {
+          const { hostname, port } = splitPeer(batch.peers[i]);
+          handler(datagramAt(batch, i), hostname, port);
+        }
+      },
+    });
+    log.info("UDP receive path", {
+      mode: rx.mode,
+      workers: rx.stats().workers,
+      recvBufferBytes: rx.stats().recvBufferBytes,
+    });
+    let closed = false;
+    return {
+      port: rx.addr.port,
+      run(h: DatagramHandler): Promise<void> {
+        handler = h;
+        return done.promise;
+      },
+      async close(): Promise<void> {
+        if (closed) return;
+        closed = true;
+        await rx.close();
+        done.resolve();
+      },
+      counters(): UdpReceiverCounters {
+        const s = rx.stats();
+        return {
+          mode: s.mode === "deno" ? "socket" : s.mode,
+          kernelDrops: s.kernelDrops,
+          queueDrops: s.dropped + early,
+          oversized: s.truncated,
+          recvBufferBytes: s.recvBufferBytes,
+        };
+      },
+    };
+  };
 }

@@ -13,6 +13,7 @@
  * `src/collector/udp_fast_worker.ts` (`--include`) so the worker can be loaded.
  */
 
+import { formatIPv6 } from "../ipfix/ip.ts";
 import { logger, RateLimitedLog } from "../log.ts";
 import {
   ffiAvailable,
@@ -284,15 +285,20 @@ async function startFfi(options: UdpFastOptions): Promise<UdpReceiver> {
     w.postMessage(start);
   }
 
-  const close = async (): Promise<void> => {
-    if (closed) return;
-    closed = true;
-    Atomics.store(ctl, CONTROL.stop, 1);
-    Atomics.notify(ctl, CONTROL.stop);
-    await Promise.all(stopped);
-    for (const w of threads) w.terminate();
-    for (const fd of fds) libc.close(fd);
-    log.debug("udp receiver closed", { port });
+  let closing: Promise<void> | undefined;
+  const close = (): Promise<void> => {
+    closing ??= (async () => {
+      Atomics.store(ctl, CONTROL.stop, 1);
+      Atomics.notify(ctl, CONTROL.stop);
+      // Batches posted before "stopped" (the worker drains the socket and flushes its staged
+      // datagrams on stop) are still delivered: a graceful stop loses nothing already received.
+      await Promise.all(stopped);
+      closed = true;
+      for (const w of threads) w.terminate();
+      for (const fd of fds) libc.close(fd);
+      log.debug("udp receiver closed", { port });
+    })();
+    return closing;
   };
 
   try {
@@ -447,7 +453,7 @@ class PeerCache {
       }
       return s;
     }
-    const text = `[${formatIPv6(peers.subarray(at, at + 16))}]:${port}`;
+    const text = `[${formatIPv6(peers, at)}]:${port}`;
     let s = this.#v6.get(text);
     if (s === undefined) {
       if (this.#v6.size > 65536) this.#v6.clear();
@@ -456,27 +462,4 @@ class PeerCache {
     }
     return s;
   }
-}
-
-/** Formats 16 bytes as RFC 5952 text (longest run of zero groups compressed). */
-export function formatIPv6(b: Uint8Array): string {
-  const g: number[] = [];
-  for (let i = 0; i < 16; i += 2) g.push((b[i] << 8) | b[i + 1]);
-  let bestAt = -1, bestLen = 1;
-  for (let i = 0; i < 8;) {
-    if (g[i] !== 0) {
-      i++;
-      continue;
-    }
-    let j = i;
-    while (j < 8 && g[j] === 0) j++;
-    if (j - i > bestLen) {
-      bestAt = i;
-      bestLen = j - i;
-    }
-    i = j;
-  }
-  const hex = g.map((x) => x.toString(16));
-  if (bestAt < 0) return hex.join(":");
-  return `${hex.slice(0, bestAt).join(":")}::${hex.slice(bestAt + bestLen).join(":")}`;
 }

@@ -125,27 +125,8 @@ function runLoop(cfg: WorkerStart): void {
   };
 
   scope.postMessage({ type: "ready" });
-  while (Atomics.load(control, CONTROL.stop) === 0) {
-    // The kernel rewrites msg_namelen and msg_controllen; restore them before every call.
-    for (let i = 0; i < n; i++) {
-      msgView.setUint32(i * MMSGHDR_SIZE + 8, 28, true);
-      msgView.setBigUint64(i * MMSGHDR_SIZE + 40, BigInt(CMSG_SLOT), true);
-    }
-    // Nothing staged, or no nap allowed: block until a datagram is queued or the socket's
-    // receive timeout (maxDelayMs) expires; waking on arrival keeps a small socket buffer
-    // from overflowing. Staging with a big buffer: take only what is queued, then nap below,
-    // which saves a thread wake-up per datagram at modest rates.
-    const blocking = count === 0 || cfg.napMs === 0;
-    const flags = blocking ? LINUX.MSG_WAITFORONE : LINUX.MSG_DONTWAIT;
-    const got = libc.recvmmsg(cfg.fd, msgs, n, flags, null);
-    if (got < 0) {
-      const err = errno(libc);
-      if (err === LINUX.EBADF) break;
-      if (err !== LINUX.EAGAIN && err !== LINUX.EINTR) {
-        errors++;
-        counters[COUNTER.errors] = errors;
-      }
-    }
+  // Stages the `got` datagrams of one recvmmsg call.
+  const take = (got: number): void => {
     for (let i = 0; i < got; i++) {
       const m = i * MMSGHDR_SIZE;
       // SO_RXQ_OVFL: a cmsg (len u64, level i32, type i32, u32 data) carrying the socket's
@@ -178,6 +159,34 @@ function runLoop(cfg: WorkerStart): void {
       count++;
       if (count === maxCount) flush();
     }
+  };
+
+  // The kernel rewrites msg_namelen and msg_controllen; restore them before every call.
+  const resetHeaders = (): void => {
+    for (let i = 0; i < n; i++) {
+      msgView.setUint32(i * MMSGHDR_SIZE + 8, 28, true);
+      msgView.setBigUint64(i * MMSGHDR_SIZE + 40, BigInt(CMSG_SLOT), true);
+    }
+  };
+
+  while (Atomics.load(control, CONTROL.stop) === 0) {
+    resetHeaders();
+    // Nothing staged, or no nap allowed: block until a datagram is queued or the socket's
+    // receive timeout (maxDelayMs) expires; waking on arrival keeps a small socket buffer
+    // from overflowing. Staging with a big buffer: take only what is queued, then nap below,
+    // which saves a thread wake-up per datagram at modest rates.
+    const blocking = count === 0 || cfg.napMs === 0;
+    const flags = blocking ? LINUX.MSG_WAITFORONE : LINUX.MSG_DONTWAIT;
+    const got = libc.recvmmsg(cfg.fd, msgs, n, flags, null);
+    if (got < 0) {
+      const err = errno(libc);
+      if (err === LINUX.EBADF) break;
+      if (err !== LINUX.EAGAIN && err !== LINUX.EINTR) {
+        errors++;
+        counters[COUNTER.errors] = errors;
+      }
+    }
+    take(got);
     if (count === 0) continue;
     // Post when the oldest staged datagram is due, when a blocking wait timed out (the
     // socket was quiet for maxDelayMs), or at once when batching is off.
@@ -188,6 +197,14 @@ function runLoop(cfg: WorkerStart): void {
       // Drained for now: nap (close() notifies the stop slot to cut it short).
       Atomics.wait(control, CONTROL.stop, 0, Math.min(cfg.napMs, cfg.maxDelayMs - waited));
     }
+  }
+  // Stop requested: drain what the kernel already holds for us (bounded), so a graceful stop
+  // loses nothing that reached the socket before it.
+  for (let k = 0; k < 4096; k++) {
+    resetHeaders();
+    const got = libc.recvmmsg(cfg.fd, msgs, n, LINUX.MSG_DONTWAIT, null);
+    if (got <= 0) break;
+    take(got);
   }
   if (count > 0) flush();
   counters[COUNTER.truncated] = truncated;

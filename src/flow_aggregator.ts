@@ -36,6 +36,9 @@ const DEFAULT_EXPORTER_STOP_TIMEOUT_MS = 10_000;
 /** Flows handed to the exporters between two flushes of the shutdown export (~2 MB of log). */
 const SHUTDOWN_SLICE = 10_000;
 
+/** Most due flows exported by one timer tick before the exporters are given time to drain. */
+const SWEEP_SLICE = 10_000;
+
 /** Upper bound of the expiry timer, so newly created flows are never swept late by more. */
 const MAX_TIMER_MS = 1000;
 
@@ -427,7 +430,7 @@ export class FlowAggregator {
       );
       const r = await Promise.race([Promise.all(flushes), timedOut]);
       if (r === "timeout") {
-        log.error("exporter flush did not finish in time during shutdown", { timeoutMs: limitMs });
+        log.error("exporter flush did not finish in time", { timeoutMs: limitMs });
         return false;
       }
       return true;
@@ -532,17 +535,28 @@ export class FlowAggregator {
     }
   }
 
-  #arm(): void {
+  #arm(delayMs?: number): void {
     if (this.#state !== "running") return;
-    const delay = Math.min(Math.max(this.#core.nextExpiryDelayMs(), 0), MAX_TIMER_MS);
-    this.#timer = setTimeout(() => {
-      try {
-        this.sweep();
-      } catch (err) {
-        log.error("Error when sending expired flow records", { err });
-      }
-      this.#arm();
-    }, delay);
+    const delay = delayMs ?? Math.min(Math.max(this.#core.nextExpiryDelayMs(), 0), MAX_TIMER_MS);
+    this.#timer = setTimeout(() => void this.#tick(), delay);
+  }
+
+  /** One timer tick: a sweep of at most {@linkcode SWEEP_SLICE} due flows. */
+  async #tick(): Promise<void> {
+    try {
+      this.#core.expire(this.#emit, { ...this.#opts.hooks, limit: SWEEP_SLICE });
+    } catch (err) {
+      log.error("Error when sending expired flow records", { err });
+    }
+    if (this.#state === "running" && this.#core.hasExpired()) {
+      // More flows are due than one slice (a burst of expiries): let the exporters drain this
+      // slice before the next, so a bounded exporter buffer (the flow log's 16 MiB) never
+      // overflows because of one synchronous sweep.
+      await this.#flushExporters();
+      this.#arm(0);
+      return;
+    }
+    this.#arm();
   }
 
   #logMetrics(level: "info" | "debug" = "debug"): void {

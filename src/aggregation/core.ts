@@ -171,6 +171,12 @@ export interface ExportHooks {
   lookupPod?(ip: string, startTimeSec: number): PodInfo | undefined;
 }
 
+/** Options of one {@linkcode AggregationCore.expire} sweep. */
+export interface ExpireOptions extends ExportHooks {
+  /** Most due flows handled by this call (default: all); the rest wait for the next call. */
+  limit?: number;
+}
+
 /** Counters of the core (all monotonic except `flows`). */
 export interface AggregationStats {
   /** Records offered to addRecord. */
@@ -441,13 +447,17 @@ export class AggregationCore {
    * then resets deltas/throughput (§3.6) and re-queues or deletes it. Not-ready flows are
    * retried, and after `maxRetries` exported as `uncorrelated` and deleted. An `emit` error is
    * logged and counted and the sweep goes on. Returns the number of successful `emit` calls.
+   * With `hooks.limit`, at most that many due flows are handled; the rest stay due for the next
+   * call (see {@linkcode AggregationCore.hasExpired}), so a caller can let exporters drain.
    */
-  expire(emit: (f: ExportedFlow) => void, hooks?: ExportHooks): number {
+  expire(emit: (f: ExportedFlow) => void, hooks?: ExpireOptions): number {
     const heap = this.#heap;
     if (heap.size === 0) return 0;
     const T = this.#clock.nowMs();
+    const limit = hooks?.limit ?? Infinity;
     let n = 0;
-    while (heap.size > 0 && heap.peekPriority() <= T) {
+    let popped = 0;
+    while (heap.size > 0 && popped++ < limit && heap.peekPriority() <= T) {
       const flow = heap.pop()!;
       const f64 = this.#store.f64(flow.slot);
       const fb = f64Base(flow.slot);
@@ -479,6 +489,11 @@ export class AggregationCore {
       }
     }
     return n;
+  }
+
+  /** True when at least one flow is due for {@linkcode expire} now. */
+  hasExpired(): boolean {
+    return this.#heap.size > 0 && this.#heap.peekPriority() <= this.#clock.nowMs();
   }
 
   /**

@@ -288,3 +288,22 @@ Deno.test("fuzz: random records and sweeps keep the books balanced and never thr
   // No record needed the last-resort catch: every bad field was caught by a named check.
   assert.equal(s.recordsRejected.invalidRecord, 0);
 });
+
+Deno.test("expire with a limit handles at most that many due flows; the rest stay due", () => {
+  const { core, clock } = newCore();
+  for (let p = 1; p <= 25; p++) core.addRecord(intra({ sourceTransportPort: p }));
+  assert.equal(core.hasExpired(), false);
+  at(clock, 60_000);
+  assert.equal(core.hasExpired(), true);
+  const ports: number[] = [];
+  const emit = (f: { key: { sourcePort: number } }): void => {
+    ports.push(f.key.sourcePort);
+  };
+  assert.equal(core.expire(emit, { limit: 10 }), 10);
+  assert.equal(core.hasExpired(), true);
+  assert.equal(core.expire(emit, { limit: 10 }), 10);
+  assert.equal(core.expire(emit, { limit: 10 }), 5);
+  assert.equal(core.hasExpired(), false);
+  assert.deepEqual([...ports].sort((a, b) => a - b), Array.from({ length: 25 }, (_, i) => i + 1));
+  assert.equal(core.flowCount, 25, "active expiry re-queues, nothing deleted");
+});

@@ -27,6 +27,8 @@ export class TlsListener {
   readonly #address: ListenAddress;
   readonly #server: tls.Server;
   readonly #sockets = new Set<tls.TLSSocket>();
+  /** Every accepted TCP connection, handshake done or not: server.close() waits for all of them. */
+  readonly #raw = new Set<Socket>();
   readonly #handlers = new Set<Promise<void>>();
   #port = 0;
   #closing = false;
@@ -42,6 +44,10 @@ export class TlsListener {
       cert: material.certPem,
       key: material.keyPem,
       minVersion: "TLSv1.2",
+    });
+    this.#server.on("connection", (s: Socket) => {
+      this.#raw.add(s);
+      s.on("close", () => this.#raw.delete(s));
     });
     this.#server.on("secureConnection", (s: tls.TLSSocket) => this.#onSecure(s));
     this.#server.on("tlsClientError", (err: Error, socket: Socket) => {
@@ -97,6 +103,8 @@ export class TlsListener {
     this.#closing = true;
     const closed = new Promise<void>((resolve) => this.#server.close(() => resolve()));
     for (const s of this.#sockets) s.destroy();
+    // A peer still in (or never starting) the handshake would hold close() for up to 120 s.
+    for (const s of this.#raw) s.destroy();
     await Promise.all(this.#handlers);
     if (this.#port !== 0) await closed;
   }

@@ -137,3 +137,28 @@ Deno.test("tls: plain IPFIX bytes sent to the TLS port fail the handshake and ar
 Deno.test("tls: protocol tls without material is a configuration error", () => {
   assert.throws(() => new Collector({ protocol: "tls" }, () => {}), /tls\.caPem/);
 });
+
+Deno.test("tls: stop() does not wait for a client that never completes the handshake", async () => {
+  const c = new Collector(
+    { address: "127.0.0.1:0", protocol: "tls", tls: material(certs) },
+    collectingSink().sink,
+  );
+  await c.start();
+  // A TCP peer that connects and stays silent: node's server.close() would wait for it until the
+  // 120 s handshake timeout, so a shutdown (or a reload) would hang that long.
+  const conn = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    await new Promise((r) => setTimeout(r, 50));
+    const r = await Promise.race([
+      c.stop().then(() => "stopped"),
+      new Promise((resolve) => (timer = setTimeout(() => resolve("hung"), 2000))),
+    ]);
+    assert.equal(r, "stopped");
+    assert.equal(await readUntilClosed(conn), true, "the silent peer is disconnected");
+  } finally {
+    clearTimeout(timer);
+    conn.close();
+    await c.stop();
+  }
+});

@@ -218,7 +218,8 @@ export class FlowAggregator {
     await this.#startCollector();
     if (!this.#opts.manualSweep) this.#arm();
     const every = this.#opts.metricsLogIntervalMs ?? 60_000;
-    if (every > 0) {
+    // stop() may have run during the awaits above; it cleared the timers before they existed.
+    if (every > 0 && this.#state === "running") {
       this.#metricsTimer = setInterval(() => this.#logMetrics(), every);
       Deno.unrefTimer(this.#metricsTimer);
     }

@@ -13,7 +13,7 @@ import {
   type ExporterSection,
   FlowAggregator,
 } from "../src/flow_aggregator.ts";
-import { setLogWriter } from "../src/log.ts";
+import { setLogLevel, setLogWriter } from "../src/log.ts";
 import { SimAgent } from "./integration/helpers/agent.ts";
 import { agentRecord, intraNodeRecord, NODES } from "./integration/helpers/scenarios.ts";
 
@@ -532,5 +532,37 @@ Deno.test("flow aggregator: numRecordsReceived keeps counting across a collector
     assert.equal(h.fa.stats().numRecordsReceived, 2);
   } finally {
     await h.fa.stop();
+  }
+});
+
+Deno.test("flow aggregator: stop() while start() is still running leaves no timer behind", async () => {
+  const gate = Promise.withResolvers<void>();
+  const fa = new FlowAggregator(config(), {
+    clock: new ManualClock(),
+    listenAddress: "127.0.0.1:0",
+    metricsLogIntervalMs: 10,
+    exporterFactory: (s, c) => {
+      const e = new FakeExporter(s, c, []);
+      e.start = () => gate.promise; // a slow exporter start: SIGTERM lands during start()
+      return e;
+    },
+  });
+  setLogLevel("debug"); // the periodic metrics line is a debug event
+  try {
+    const started = fa.start();
+    await new Promise((r) => setTimeout(r, 10)); // start() is now waiting for the exporter
+    const stopped = fa.stop();
+    gate.resolve();
+    await started;
+    await stopped;
+    const mark = logLines.length;
+    await new Promise((r) => setTimeout(r, 60));
+    assert.deepEqual(
+      logLines.slice(mark).filter((l) => l.includes("record metrics")),
+      [],
+      "no metrics timer survives stop()",
+    );
+  } finally {
+    setLogLevel("info");
   }
 });

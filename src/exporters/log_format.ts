@@ -39,10 +39,15 @@ export function policyTypeName(t: number): string {
 
 /**
  * Keeps one record on one line with 28 fields. Valid Kubernetes names never contain these
- * characters; upstream wrote them raw (§9.1), which let a crafted value forge log lines.
+ * characters; upstream wrote them raw (§9.1), which let a crafted value forge log lines. A
+ * char-code scan: one call per field on every exported flow, cheaper than a RegExp test.
  */
 function clean(s: string): string {
-  return /[,\r\n]/.test(s) ? s.replace(/[,\r\n]/g, " ") : s;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c === 44 || c === 10 || c === 13) return s.replace(/[,\r\n]/g, " ");
+  }
+  return s;
 }
 
 /** Formats one flat record as a log line, including the trailing `\n`. */

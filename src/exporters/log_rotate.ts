@@ -129,6 +129,18 @@ export class RotatingFile implements LineSink {
     const max = this.#opts.maxSizeBytes;
     try {
       await this.#ensureOpen();
+      if (lines.length > 0) {
+        // Common case, the whole batch fits in the current file: one join, one encode and one
+        // write instead of a buffer per line. Else (rotation due, or a line too long) the exact
+        // line-by-line path below decides where to cut.
+        const all = encoder.encode(lines.join(""));
+        if (this.#size + all.length < max) {
+          this.#freshExisting = false;
+          await writeAll(this.#file!, all);
+          this.#size += all.length;
+          return { written: lines.length, tooLong: 0 };
+        }
+      }
       let chunk: Uint8Array[] = [];
       let chunkBytes = 0;
       let chunkLines = 0;

@@ -318,8 +318,13 @@ export class FlowAggregator {
     const prev = this.#config;
     this.#config = next;
     log.info("updating flow aggregator", { changed: diff.changedKeys.join(",") });
+    // The IPFIX templates are built with or without the Pod label fields: a podLabels change
+    // needs a new IPFIX exporter, though it is a top-level key outside the flowCollector section.
+    const labelsChanged = prev.recordContents.podLabels !== next.recordContents.podLabels;
     for (const section of EXPORTER_ORDER) {
-      const change = diff.exporters[section];
+      const change = section === "flowCollector" && labelsChanged
+        ? "updated"
+        : diff.exporters[section];
       const want = this.#enabled(section, next);
       const have = this.#exporters.get(section);
       if (want && !have) {

@@ -74,8 +74,11 @@ function config(opts: {
   collectorAddress?: string;
   logger?: boolean;
   transport?: string;
+  podLabels?: boolean;
 } = {}): FlowAggregatorConfig {
   return parseConfig(`activeFlowRecordTimeout: ${opts.active ?? "10s"}
+recordContents:
+  podLabels: ${opts.podLabels ?? false}
 inactiveFlowRecordTimeout: ${opts.inactive ?? "20s"}
 aggregatorTransportProtocol: ${opts.transport ?? "TCP"}
 flowCollector:
@@ -564,5 +567,24 @@ Deno.test("flow aggregator: stop() while start() is still running leaves no time
     );
   } finally {
     setLogLevel("info");
+  }
+});
+
+Deno.test("flow aggregator: a podLabels reload rebuilds the IPFIX exporter (its templates carry the label fields)", async () => {
+  const h = await harness(config({ collector: true, podLabels: false }));
+  try {
+    const before = h.latest("flowCollector");
+    await update(h, config({ collector: true, podLabels: true }));
+    const after = h.latest("flowCollector");
+    assert.notEqual(after, before, "the IPFIX exporter was replaced");
+    assert.equal(before.stops, 1);
+    assert.equal(after.config.recordContents.podLabels, true);
+    h.fa.ingest([intraNodeRecord(9501)]);
+    h.clock.advance(10_000);
+    h.fa.sweep();
+    assert.ok(after.records.some((r) => r.key.sourcePort === 9501));
+    assert.equal(h.created.filter((e) => e.section === "flowLogger").length, 1, "log untouched");
+  } finally {
+    await h.fa.stop();
   }
 });

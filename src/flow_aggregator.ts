@@ -157,6 +157,8 @@ export class FlowAggregator {
   #optionsIgnored = 0;
   #exporterErrors = 0;
   #exportedWithoutSink = 0;
+  /** Stops of exporters replaced by a reload, still draining; stop() waits for them. */
+  readonly #draining = new Set<Promise<void>>();
   /** Serialises config updates with each other and with stop. */
   #updates: Promise<void> = Promise.resolve();
   readonly #emit = (flow: ExportedFlow): void => this.#export(flow);
@@ -258,6 +260,22 @@ export class FlowAggregator {
       }
     }
     for (const section of EXPORTER_ORDER) await this.#stopExporter(section);
+    if (this.#draining.size > 0) {
+      // An exporter replaced by a reload may still be delivering its queue: the process must
+      // not exit under it (bounded like any exporter stop).
+      const limitMs = this.#opts.exporterStopTimeoutMs ?? DEFAULT_EXPORTER_STOP_TIMEOUT_MS;
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const timedOut = new Promise<"timeout">((resolve) => {
+        timer = setTimeout(() => resolve("timeout"), limitMs);
+      });
+      const r = await Promise.race([Promise.all(this.#draining), timedOut]);
+      clearTimeout(timer);
+      if (r === "timeout") {
+        log.error("replaced exporter did not stop in time; records it still buffers are lost", {
+          timeoutMs: limitMs,
+        });
+      }
+    }
     this.#logMetrics("info");
     this.#state = "stopped";
   }
@@ -338,7 +356,10 @@ export class FlowAggregator {
         } else {
           // Replace: the old exporter drains in the background while the new one takes records.
           this.#exporters.delete(section);
-          have.stop().catch((err) => log.error("stopping replaced exporter", { section, err }));
+          const draining: Promise<void> = have.stop()
+            .catch((err) => log.error("stopping replaced exporter", { section, err }))
+            .finally(() => this.#draining.delete(draining));
+          this.#draining.add(draining);
           await this.#createExporter(section);
         }
       }

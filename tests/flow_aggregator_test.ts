@@ -588,3 +588,25 @@ Deno.test("flow aggregator: a podLabels reload rebuilds the IPFIX exporter (its 
     await h.fa.stop();
   }
 });
+
+Deno.test("flow aggregator: stop() waits for an exporter replaced by a reload to finish draining", async () => {
+  const drained = Promise.withResolvers<void>();
+  let oldStopDone = false;
+  const h = await harness(config({ collector: true, logger: false }), (e) => {
+    if (e.section !== "flowCollector") return;
+    // The first IPFIX exporter drains slowly (collector far away): its stop takes a while.
+    e.stop = async () => {
+      await drained.promise;
+      oldStopDone = true;
+    };
+  });
+  const old = h.latest("flowCollector");
+  // The tweak above applies to every exporter the harness creates; give the new one a quick stop.
+  await update(h, config({ collector: true, logger: false, collectorAddress: "127.0.0.2:4740" }));
+  assert.notEqual(h.latest("flowCollector"), old);
+  h.latest("flowCollector").stop = () => Promise.resolve();
+  const stopped = h.fa.stop().then(() => oldStopDone);
+  await new Promise((r) => setTimeout(r, 20));
+  drained.resolve();
+  assert.equal(await stopped, true, "stop() resolved only after the replaced exporter's stop");
+});

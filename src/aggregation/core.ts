@@ -270,9 +270,33 @@ class Flow implements HeapItem {
   }
 }
 
-// Interning: many flows share Pod, namespace, Node and policy names. Bounded so that churn of
-// names cannot grow it forever; clearing only loses sharing, never correctness.
-const INTERN_MAX = 100_000;
+// Interning: many flows share Pod, namespace, Node and policy names. A direct-mapped table
+// (slot from the length and a few sampled characters; a hit compares the whole string) instead
+// of a Map: no full-string hash, growth or rehash per new name, and bounded by construction.
+// A collision only loses sharing, never correctness.
+const INTERN_SLOTS = 1 << 16;
+
+function internSlot(s: string): number {
+  const n = s.length;
+  let h = Math.imul(2166136261 ^ n, 16777619);
+  h = Math.imul(h ^ s.charCodeAt(0), 16777619);
+  h = Math.imul(h ^ s.charCodeAt(n - 1), 16777619);
+  if (n > 2) {
+    h = Math.imul(h ^ s.charCodeAt(1), 16777619);
+    h = Math.imul(h ^ s.charCodeAt(n - 2), 16777619);
+    h = Math.imul(h ^ s.charCodeAt(n >> 1), 16777619);
+    if (n > 5) {
+      h = Math.imul(h ^ s.charCodeAt(2), 16777619);
+      h = Math.imul(h ^ s.charCodeAt(n - 3), 16777619);
+      h = Math.imul(h ^ s.charCodeAt(n - 4), 16777619);
+    }
+  }
+  return (h ^ (h >>> 15)) & (INTERN_SLOTS - 1);
+}
+
+function newInternTable(): (string | undefined)[] {
+  return new Array<string | undefined>(INTERN_SLOTS).fill(undefined);
+}
 
 /** The aggregation process: flow map, correlation, statistics and expiry queue. */
 export class AggregationCore {
@@ -291,7 +315,7 @@ export class AggregationCore {
   /** Probe key scratch, reused by every record. */
   readonly #k = new Uint32Array(KEY_WORDS);
   readonly #heap = new ExpiryHeap<Flow>();
-  #intern = new Map<string, string>();
+  #intern = newInternTable();
   readonly #rl: RateLimitedLog;
   readonly #rejected: Record<RejectReason, number>;
   #recordsIn = 0;
@@ -511,7 +535,7 @@ export class AggregationCore {
     this.#bySlot = [];
     this.#heap.clear();
     this.#store.clear();
-    this.#intern = new Map();
+    this.#intern = newInternTable();
     return n;
   }
 
@@ -696,10 +720,10 @@ export class AggregationCore {
   #str(s: string | undefined): string {
     if (s === undefined || s === "") return "";
     if (typeof s !== "string") return String(s);
-    const hit = this.#intern.get(s);
-    if (hit !== undefined) return hit;
-    if (this.#intern.size >= INTERN_MAX) this.#intern.clear();
-    this.#intern.set(s, s);
+    const slot = internSlot(s);
+    const k = this.#intern[slot];
+    if (k === s) return k; // equal text: the shared copy
+    this.#intern[slot] = s;
     return s;
   }
 
@@ -942,7 +966,8 @@ export class AggregationCore {
     const dt = inEnd - prev;
     // Step B.
     if (u32[ub + F_REASON] !== END_OF_FLOW) u32[ub + F_REASON] = num(r.flowEndReason);
-    if (isLatest) flow.tcpState = this.#str(r.tcpState);
+    // Usually unchanged (and the decoder's interned string): skip the intern lookup then.
+    if (isLatest && r.tcpState !== flow.tcpState) flow.tcpState = this.#str(r.tcpState);
     // Step C.
     const u = this.#store.u64(slot);
     const b = u64Base(slot);

@@ -18,6 +18,7 @@ export class StreamFramer {
   #start = 0;
   #end = 0;
   #failed = false;
+  #failure: string | undefined = undefined;
 
   /** Bytes buffered that do not form a complete message yet. */
   get buffered(): number {
@@ -48,28 +49,49 @@ export class StreamFramer {
    * (after which the framer yields nothing more), or `need-more`.
    */
   next(): FrameResult {
-    if (this.#failed) return { kind: "need-more" };
+    const message = this.nextMessage();
+    if (message !== undefined) return { kind: "message", message };
+    const reason = this.takeError();
+    return reason === undefined ? { kind: "need-more" } : { kind: "error", reason };
+  }
+
+  /**
+   * {@linkcode StreamFramer.next} without a result object per message (the receive path calls
+   * it once per Agent record): the next complete message, or undefined when more bytes are
+   * needed or on a framing error, which {@linkcode StreamFramer.takeError} then reports once.
+   */
+  nextMessage(): Uint8Array | undefined {
+    if (this.#failed) return undefined;
     const avail = this.#end - this.#start;
-    if (avail < 4) return { kind: "need-more" };
+    if (avail < 4) return undefined;
     const b = this.#buf;
     const s = this.#start;
     const version = (b[s] << 8) | b[s + 1];
     const length = (b[s + 2] << 8) | b[s + 3];
     if (version !== 10) {
       this.#failed = true;
-      return { kind: "error", reason: `framing: version ${version} is not IPFIX (10)` };
+      this.#failure = `framing: version ${version} is not IPFIX (10)`;
+      return undefined;
     }
     if (length < HEADER_LENGTH) {
       this.#failed = true;
-      return { kind: "error", reason: `framing: message length ${length} < 16` };
+      this.#failure = `framing: message length ${length} < 16`;
+      return undefined;
     }
-    if (avail < length) return { kind: "need-more" };
+    if (avail < length) return undefined;
     this.#start += length;
     if (this.#start === this.#end) {
       // Empty: rewind. The returned view stays valid because nothing is written before `push`.
       this.#start = 0;
       this.#end = 0;
     }
-    return { kind: "message", message: b.subarray(s, s + length) };
+    return b.subarray(s, s + length);
+  }
+
+  /** The framing error found by the last `nextMessage`, once; undefined otherwise. */
+  takeError(): string | undefined {
+    const reason = this.#failure;
+    this.#failure = undefined;
+    return reason;
   }
 }

@@ -39,6 +39,9 @@ export type MessageOutcome =
   | { readonly ok: true; readonly setErrors: number }
   | { readonly ok: false; readonly reason: string };
 
+// The outcome of almost every message: shared rather than allocated per message.
+const OK: MessageOutcome = Object.freeze({ ok: true, setErrors: 0 });
+
 /** Everything a session needs from its collector. */
 export interface SessionEnv {
   readonly counters: Counters;
@@ -65,6 +68,7 @@ export class Session {
   readonly #env: SessionEnv;
   readonly #exporter: MutableExporterStats;
   #closed = false;
+  #lastContext: RecordContext | undefined = undefined;
 
   /** Opens a session and counts it. `templateTtlMs` 0 = templates never expire. */
   constructor(
@@ -142,20 +146,44 @@ export class Session {
       c.dataRecords += ds.records.length;
       ex.dataRecords += ds.records.length;
       try {
-        env.sink(ds.records, {
-          exporterAddress: this.exporterAddress,
-          observationDomainId: domain,
-          templateId: ds.templateId,
-          transport: this.transport,
-          options: ds.options,
-          exportTime: msg.header.exportTime,
-        });
+        env.sink(
+          ds.records,
+          this.#context(domain, ds.templateId, ds.options, msg.header.exportTime),
+        );
       } catch (e) {
         c.sinkErrors++;
         this.#logLimited("sink", "record sink failed", { error: e });
       }
     }
-    return { ok: true, setErrors: msg.setErrors.length };
+    return msg.setErrors.length === 0 ? OK : { ok: true, setErrors: msg.setErrors.length };
+  }
+
+  /**
+   * The sink context of a data set. Consecutive data sets of a session mostly share it (same
+   * domain and template, export time in whole seconds), so the previous frozen object is
+   * reused when every field matches instead of allocating one per message.
+   */
+  #context(
+    domain: number,
+    templateId: number,
+    options: boolean,
+    exportTime: number,
+  ): RecordContext {
+    const p = this.#lastContext;
+    if (
+      p !== undefined && p.observationDomainId === domain && p.templateId === templateId &&
+      p.options === options && p.exportTime === exportTime
+    ) return p;
+    const ctx: RecordContext = Object.freeze({
+      exporterAddress: this.exporterAddress,
+      observationDomainId: domain,
+      templateId,
+      transport: this.transport,
+      options,
+      exportTime,
+    });
+    this.#lastContext = ctx;
+    return ctx;
   }
 
   /**

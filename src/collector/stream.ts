@@ -12,6 +12,8 @@ import type { Session } from "./session.ts";
 /** Result of feeding a chunk: keep reading, or close with a reason. */
 export type FeedResult = { readonly ok: true } | { readonly ok: false; readonly reason: string };
 
+const FEED_OK: FeedResult = Object.freeze({ ok: true });
+
 /** Frames one TCP/TLS byte stream into messages for its {@linkcode Session}. */
 export class StreamSession {
   /** The session the messages belong to. */
@@ -26,15 +28,17 @@ export class StreamSession {
   /** Feeds bytes read from the socket; decodes every complete message synchronously. */
   feed(chunk: Uint8Array): FeedResult {
     this.session.addBytes(chunk.length);
-    this.#framer.push(chunk);
+    const framer = this.#framer;
+    framer.push(chunk);
     for (;;) {
-      const f = this.#framer.next();
-      if (f.kind === "need-more") return { ok: true };
-      if (f.kind === "error") {
-        this.session.reject("framing", f.reason);
-        return { ok: false, reason: f.reason };
+      const message = framer.nextMessage();
+      if (message === undefined) {
+        const reason = framer.takeError();
+        if (reason === undefined) return FEED_OK;
+        this.session.reject("framing", reason);
+        return { ok: false, reason };
       }
-      const r = this.session.handleMessage(f.message);
+      const r = this.session.handleMessage(message);
       if (!r.ok) return { ok: false, reason: `decode error: ${r.reason}` };
       if (r.setErrors > 0) return { ok: false, reason: "malformed set" };
     }

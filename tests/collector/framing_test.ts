@@ -76,3 +76,22 @@ Deno.test("framing: maximum-size (65535-byte) messages split across pushes come 
   assert.equal(n, 50);
   assert.equal(f.buffered, 0);
 });
+
+Deno.test("framing: nextMessage returns views without result objects; takeError reports a framing error once", () => {
+  const f = new StreamFramer();
+  const bad = GOLDEN_DATA.slice();
+  bad[1] = 9; // version 9
+  f.push(concat(GOLDEN_TEMPLATE, GOLDEN_DATA.subarray(0, 10)));
+  assert.equal(f.nextMessage()?.length, 288);
+  assert.equal(f.nextMessage(), undefined, "partial message: need more");
+  assert.equal(f.takeError(), undefined, "needing more bytes is not an error");
+  f.push(GOLDEN_DATA.subarray(10));
+  assert.deepEqual(f.nextMessage(), GOLDEN_DATA);
+  f.push(bad);
+  assert.equal(f.nextMessage(), undefined);
+  assert.equal(f.takeError(), "framing: version 9 is not IPFIX (10)");
+  assert.equal(f.takeError(), undefined, "reported once");
+  f.push(GOLDEN_DATA);
+  assert.equal(f.nextMessage(), undefined, "nothing after a framing error");
+  assert.equal(f.next().kind, "need-more");
+});

@@ -172,12 +172,16 @@ function layoutOf(enc: RecordEncoder): Layout {
 
 const LAYOUTS = ENCODERS.map(layoutOf);
 
-/** A flow side's encoded record, split around its tcpState value (length prefix included). */
+/** A flow side's encoded record as first sent, with where its tcpState value sits. */
 interface CachedRecord {
-  /** The bytes before tcpState. */
-  readonly head: Uint8Array;
-  /** The bytes after tcpState. */
-  readonly tail: Uint8Array;
+  /** The record bytes. */
+  readonly bytes: Uint8Array;
+  /** The tcpState value they hold. */
+  readonly tcpState: string;
+  /** Offset of tcpState's length prefix. */
+  readonly tcpAt: number;
+  /** Offset after tcpState's value. */
+  readonly tcpEnd: number;
 }
 
 const IPV6_FIELDS = ["sourceIPv6Address", "destinationIPv6Address", "destinationClusterIPv6"];
@@ -264,9 +268,6 @@ export class AgentMessageEncoder {
   readonly #cache = new Map<FlowRef, [CachedRecord | undefined, CachedRecord | undefined]>();
   // Pod IPv6 addresses repeat across flows: parse each text once.
   readonly #ipv6 = new Map<string, Uint8Array>();
-  // First encodings go through one scratch buffer; only the two cached parts are allocated.
-  #scratch = new Uint8Array(4096);
-  #scratchView = new DataView(this.#scratch.buffer);
 
   /** An encoder for the updates of `model`. */
   constructor(model: FlowModel) {
@@ -279,42 +280,32 @@ export class AgentMessageEncoder {
   }
 
   /** Appends the one-record data message of `u` to `batch`; returns its length in bytes. */
-  append(
-    batch: MessageBatch,
-    u: AgentUpdate,
-    header: { odid: number; exportTime: number; seq: number },
-  ): number {
-    let sides = this.#cache.get(u.flow);
-    let rec = sides?.[u.side];
-    const layout = LAYOUTS[u.templateId - 256];
-    if (rec === undefined) rec = this.#encodeFirst(u, layout);
+  append(batch: MessageBatch, u: AgentUpdate, header: MessageHeaderValues): number {
+    const sides = this.#cache.get(u.flow);
+    const rec = sides?.[u.side];
+    if (rec === undefined) return this.#appendFirst(batch, u, header, sides);
     if (u.last) this.#cache.delete(u.flow);
-    else {
-      if (sides === undefined) this.#cache.set(u.flow, sides = [undefined, undefined]);
-      sides[u.side] = rec;
-    }
+    const bytes = rec.bytes;
     const ts = u.tcpState;
-    const tsLen = ts.length; // ASCII states
-    const head = rec.head;
-    const tail = rec.tail;
-    const len = 20 + head.length + 1 + tsLen + tail.length;
+    // Only a flow's final export changes its tcpState (and so the record's length).
+    const same = ts === rec.tcpState;
+    const len = same ? 20 + bytes.length : 20 + bytes.length - (rec.tcpEnd - rec.tcpAt - 1) +
+      ts.length;
     const m = batch.reserve(len);
     const b = batch.buffer;
     const v = batch.view;
-    v.setUint16(m, 10);
-    v.setUint16(m + 2, len);
-    v.setUint32(m + 4, header.exportTime >>> 0);
-    v.setUint32(m + 8, header.seq >>> 0);
-    v.setUint32(m + 12, header.odid >>> 0);
-    v.setUint16(m + 16, u.templateId);
-    v.setUint16(m + 18, len - 16);
+    writeHeader(v, m, len, u.templateId, header);
     const r = m + 20;
-    b.set(head, r);
-    let p = r + head.length;
-    b[p++] = tsLen;
-    for (let i = 0; i < tsLen; i++) b[p++] = ts.charCodeAt(i);
-    b.set(tail, p);
-    const at = layout.at;
+    if (same) {
+      b.set(bytes, r);
+    } else {
+      b.set(bytes.subarray(0, rec.tcpAt), r);
+      let p = r + rec.tcpAt;
+      b[p++] = ts.length; // short ASCII states
+      for (let i = 0; i < ts.length; i++) b[p++] = ts.charCodeAt(i);
+      b.set(bytes.subarray(rec.tcpEnd), p);
+    }
+    const at = LAYOUTS[u.templateId - 256].at;
     v.setUint32(r + at[0], u.flowEndSeconds >>> 0);
     v.setUint8(r + at[1], u.flowEndReason);
     v.setBigUint64(r + at[2], u.packetTotalCount);
@@ -329,7 +320,13 @@ export class AgentMessageEncoder {
     return len;
   }
 
-  #encodeFirst(u: AgentUpdate, layout: Layout): CachedRecord {
+  /** A flow side's first export: the codec writes it into the batch, then it is cached. */
+  #appendFirst(
+    batch: MessageBatch,
+    u: AgentUpdate,
+    header: MessageHeaderValues,
+    sides: [CachedRecord | undefined, CachedRecord | undefined] | undefined,
+  ): number {
     const enc = ENCODERS[u.templateId - 256];
     const record = this.#model.recordOf(u);
     if (u.templateId === 257) {
@@ -347,23 +344,54 @@ export class AgentMessageEncoder {
       }
     }
     const n = enc.encodedLength(record);
-    if (n > this.#scratch.length) {
-      this.#scratch = new Uint8Array(n);
-      this.#scratchView = new DataView(this.#scratch.buffer);
-    }
-    const bytes = this.#scratch;
-    enc.write(this.#scratchView, 0, record);
+    const len = 20 + n;
+    const m = batch.reserve(len);
+    writeHeader(batch.view, m, len, u.templateId, header);
+    enc.write(batch.view, m + 20, record);
+    batch.commit(len);
+    if (u.last) return len; // a one-export flow (denied) is never seen again
+    const bytes = batch.buffer.slice(m + 20, m + len);
     // Walk the record to tcpState: fixed fields by length, variable ones by their prefix.
+    const layout = LAYOUTS[u.templateId - 256];
     let p = 0;
     for (let i = 0; i < layout.tcpStateIndex; i++) {
-      const n = layout.lengths[i];
-      if (n !== VARIABLE_LENGTH) p += n;
+      const f = layout.lengths[i];
+      if (f !== VARIABLE_LENGTH) p += f;
       else if (bytes[p] < 255) p += 1 + bytes[p];
       else p += 3 + ((bytes[p + 1] << 8) | bytes[p + 2]);
     }
-    // Agent states are short ASCII words: a one-byte length prefix.
-    return { head: bytes.slice(0, p), tail: bytes.slice(p + 1 + bytes[p], n) };
+    const rec: CachedRecord = { bytes, tcpState: u.tcpState, tcpAt: p, tcpEnd: p + 1 + bytes[p] };
+    if (sides === undefined) {
+      this.#cache.set(u.flow, [u.side === 0 ? rec : undefined, u.side === 1 ? rec : undefined]);
+    } else sides[u.side] = rec;
+    return len;
   }
+}
+
+/** Header values of one Agent message. */
+export interface MessageHeaderValues {
+  /** Observation domain id. */
+  odid: number;
+  /** Export time, Unix seconds. */
+  exportTime: number;
+  /** Sequence number. */
+  seq: number;
+}
+
+function writeHeader(
+  v: DataView,
+  m: number,
+  len: number,
+  templateId: number,
+  h: MessageHeaderValues,
+): void {
+  v.setUint16(m, 10);
+  v.setUint16(m + 2, len);
+  v.setUint32(m + 4, h.exportTime >>> 0);
+  v.setUint32(m + 8, h.seq >>> 0);
+  v.setUint32(m + 12, h.odid >>> 0);
+  v.setUint16(m + 16, templateId);
+  v.setUint16(m + 18, len - 16);
 }
 
 function splitHostPort(target: string): { host: string; port: number } {

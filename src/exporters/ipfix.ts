@@ -449,6 +449,9 @@ export class IpfixExporter implements Exporter {
   }
 
   #waitForWork(): Promise<void> {
+    // A record (or stop) that arrived while the pump was awaiting since its last queue check
+    // found no waiter to wake: look again instead of sleeping until the next record.
+    if (this.#queueLength() > 0 || this.#stopping) return Promise.resolve();
     return new Promise((resolve) => (this.#wake = resolve));
   }
 

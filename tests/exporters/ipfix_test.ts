@@ -537,3 +537,30 @@ Deno.test("a record with a wrongly typed value is dropped alone; its batch still
   // RFC sequence numbers count only what was sent.
   assert.equal(cap.messages.length, 3);
 });
+
+Deno.test("a record queued while the idle pump is between its checks is still sent", async () => {
+  // The idle pump checks the queue, then awaits the UDP template refresh check (a real send
+  // when due), then waits for a wake-up: a record added in between signalled nobody and sat in
+  // the queue until some later record arrived. The clock hook adds it exactly there.
+  let reads = -1;
+  const hook: { run?: () => void } = {};
+  class HookClock extends ManualClock {
+    override nowMs(): number {
+      if (reads >= 0 && ++reads === 2) hook.run?.();
+      return super.nowMs();
+    }
+  }
+  const cap = CaptureServer.listen({ kind: "udp" });
+  const e = exporter(cap.port, "udp", { clock: new HookClock() });
+  await e.start();
+  e.addRecord(flow(false, 0));
+  await cap.waitFor(() => cap.records.length === 1);
+  // Read 1: the refresh check before sending record 1; read 2: the idle check after it.
+  hook.run = () => e.addRecord(flow(false, 2));
+  reads = 0;
+  e.addRecord(flow(false, 1));
+  await cap.waitFor(() => cap.records.length === 3, 2000, "the record added while going idle");
+  await e.stop();
+  await cap.close();
+  assert.equal(e.stats().exported, 3);
+});

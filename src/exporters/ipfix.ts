@@ -271,6 +271,8 @@ export class IpfixExporter implements Exporter {
   #wake?: () => void;
   #interruptSleep?: () => void;
   #refreshTimer?: ReturnType<typeof setTimeout>;
+  /** flush() callers waiting for the queue to drain. */
+  #flushWaiters: (() => void)[] = [];
 
   #received = 0;
   #exported = 0;
@@ -359,6 +361,18 @@ export class IpfixExporter implements Exporter {
     // While disconnected nothing is taken from the queue: reclaim dropped slots here too.
     if (this.#head >= 4096 && this.#head * 2 > this.#queue.length) this.#compact();
     this.#signal();
+  }
+
+  /**
+   * Resolves once every record queued so far has been handed to the transport, so the export
+   * loop can pace a burst to the queue bound instead of overflowing it. Resolves at once while
+   * the collector is unreachable (in backoff): waiting would only stall the export loop, and the
+   * queue keeps the newest records for the reconnect. Never rejects.
+   */
+  flush(): Promise<void> {
+    if (!this.#started || this.#aborted || this.#queueLength() === 0) return Promise.resolve();
+    if (this.#interruptSleep !== undefined) return Promise.resolve(); // backing off
+    return new Promise((resolve) => this.#flushWaiters.push(resolve));
   }
 
   /**
@@ -455,9 +469,24 @@ export class IpfixExporter implements Exporter {
     return new Promise((resolve) => (this.#wake = resolve));
   }
 
+  #releaseFlushes(): void {
+    const waiters = this.#flushWaiters;
+    this.#flushWaiters = [];
+    for (const w of waiters) w();
+  }
+
   async #run(): Promise<void> {
+    try {
+      await this.#loop();
+    } finally {
+      this.#releaseFlushes();
+    }
+  }
+
+  async #loop(): Promise<void> {
     while (!this.#aborted) {
       if (this.#queueLength() === 0) {
+        this.#releaseFlushes();
         if (this.#stopping) break;
         if (this.#transport !== undefined && !this.#transport.open) this.#lostConnection();
         if (this.#transport !== undefined) await this.#refreshTemplatesIfDue();
@@ -468,12 +497,14 @@ export class IpfixExporter implements Exporter {
         if (this.#transport !== undefined) this.#lostConnection();
         if (this.#delayNextConnect) {
           this.#delayNextConnect = false;
+          this.#releaseFlushes();
           await this.#sleep(this.#nextBackoff());
           if (this.#aborted) break;
         }
         if (!(await this.#connect())) {
           if (this.#aborted) break;
           // Keep retrying while stopping too: stop()'s timeout bounds the attempts.
+          this.#releaseFlushes();
           await this.#sleep(this.#nextBackoff());
           continue;
         }

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import type { Exporter } from "../../src/exporters/exporter.ts";
 import {
   exportTemplateFields,
   IpfixExporter,
@@ -563,4 +564,42 @@ Deno.test("a record queued while the idle pump is between its checks is still se
   await e.stop();
   await cap.close();
   assert.equal(e.stats().exported, 3);
+});
+
+Deno.test("flush() between slices: more records than the queue holds all reach the collector", async () => {
+  // The export loop hands a burst (shutdown, expiry storm) over in slices and awaits flush()
+  // in between; without it every slice beyond the queue bound was dropped.
+  const cap = CaptureServer.listen({ kind: "tcp" });
+  const e: Exporter = exporter(cap.port, "tcp", { maxQueueRecords: 1000 });
+  await e.start();
+  for (let slice = 0; slice < 3; slice++) {
+    for (let i = 0; i < 1000; i++) e.addRecord(flow(false, slice * 1000 + i));
+    await e.flush?.();
+  }
+  await cap.waitFor(() => cap.records.length === 3000, 5000, "3000 records");
+  await e.stop();
+  await cap.close();
+  const s = e.stats();
+  assert.equal(s.dropped, 0);
+  assert.equal(s.exported, 3000);
+});
+
+Deno.test("flush() does not wait for a collector that is down", async () => {
+  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (l.addr as Deno.NetAddr).port;
+  l.close();
+  const x = exporter(port, "tcp", {
+    backoffInitialMs: 60_000,
+    backoffMaxMs: 60_000,
+    stopTimeoutMs: 50,
+  });
+  const e: Exporter = x;
+  await e.start();
+  e.addRecord(flow(false, 1));
+  const t0 = performance.now();
+  await e.flush?.();
+  assert.ok(performance.now() - t0 < 2000, "flush resolved once the connect attempt failed");
+  assert.equal(x.stats().queued, 1, "the record waits for the reconnect");
+  await e.stop();
+  assert.equal(e.stats().dropped, 1);
 });

@@ -19,6 +19,7 @@ import {
 import {
   fastUdpReceiverFactory,
   ffiAvailable,
+  openDenoUdpReceiver,
   type UdpReceiverFactory,
 } from "./src/collector/mod.ts";
 import { FlowAggregator } from "./src/flow_aggregator.ts";
@@ -226,7 +227,18 @@ function udpReceiverFor(opts: CliOptions): UdpReceiverFactory | undefined {
     );
   }
   if (opts.udpReceiver === "auto" && !ffiAvailable()) return undefined;
-  return fastUdpReceiverFactory({ mode: "ffi", workers: opts.udpWorkers });
+  const fast = fastUdpReceiverFactory({ mode: "ffi", workers: opts.udpWorkers });
+  if (opts.udpReceiver === "fast") return fast;
+  // auto: a build without the receive worker module (the `deno bundle` file) cannot start the
+  // fast path even with --allow-ffi; that must not make UDP collection fatal.
+  return async (address) => {
+    try {
+      return await fast(address);
+    } catch (err) {
+      log.warn("fast UDP receive path unavailable, using one Deno socket", { err });
+      return openDenoUdpReceiver(address);
+    }
+  };
 }
 
 async function run(opts: CliOptions): Promise<number> {

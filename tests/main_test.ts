@@ -15,6 +15,8 @@ Deno.test("main: no flags gives the defaults", () => {
     logFormat: "logfmt",
     version: false,
     help: false,
+    udpReceiver: "auto",
+    udpWorkers: 1,
   });
 });
 

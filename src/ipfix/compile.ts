@@ -122,12 +122,16 @@ function uNum(bytes: Uint8Array, o: number, n: number): number {
   return v;
 }
 
+// BigInts are immutable, so small values can be shared: packet counters (and short flows'
+// octet counters) are mostly below 16384, and each record carries eight u64 counters.
+const SMALL_BIGINTS: readonly bigint[] = Array.from({ length: 16384 }, (_, i) => BigInt(i));
+
 // Counters mostly fit in 32 bits: one BigInt allocation instead of DataView.getBigUint64 (and no
 // DataView per message at all).
 function u64(bytes: Uint8Array, o: number): bigint {
   const hi = u32(bytes, o);
   const lo = u32(bytes, o + 4);
-  if (hi === 0) return BigInt(lo);
+  if (hi === 0) return lo < 16384 ? SMALL_BIGINTS[lo] : BigInt(lo);
   if (hi < 0x200000) return BigInt(hi * 4294967296 + lo); // < 2^53: exact as a double
   return (BigInt(hi) << 32n) | BigInt(lo);
 }

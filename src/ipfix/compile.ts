@@ -116,6 +116,40 @@ function ip4(bytes: Uint8Array, o: number): string {
   return s;
 }
 
+// IPv6 flows repeat their addresses as well: the same direct-mapped cache by value, so a hit
+// returns the same string (no formatting, no allocation, and downstream Maps keyed by the text
+// find its hash already computed).
+const IP6_SLOTS_LOG2 = 12;
+const ip6Words = new Int32Array(4 << IP6_SLOTS_LOG2);
+const ip6Text: (string | undefined)[] = new Array<string | undefined>(1 << IP6_SLOTS_LOG2).fill(
+  undefined,
+);
+
+function ip6(bytes: Uint8Array, o: number): string {
+  const a = (bytes[o] << 24) | (bytes[o + 1] << 16) | (bytes[o + 2] << 8) | bytes[o + 3];
+  const b = (bytes[o + 4] << 24) | (bytes[o + 5] << 16) | (bytes[o + 6] << 8) | bytes[o + 7];
+  const c = (bytes[o + 8] << 24) | (bytes[o + 9] << 16) | (bytes[o + 10] << 8) | bytes[o + 11];
+  const d = (bytes[o + 12] << 24) | (bytes[o + 13] << 16) | (bytes[o + 14] << 8) |
+    bytes[o + 15];
+  const h = Math.imul(
+    a ^ Math.imul(b, 0x85ebca6b) ^ Math.imul(c, 0xc2b2ae35) ^ Math.imul(d, 0x27d4eb2f),
+    0x9e3779b1,
+  ) >>> (32 - IP6_SLOTS_LOG2);
+  const k = h << 2;
+  const hit = ip6Text[h];
+  if (
+    hit !== undefined && ip6Words[k] === a && ip6Words[k + 1] === b && ip6Words[k + 2] === c &&
+    ip6Words[k + 3] === d
+  ) return hit;
+  const s = formatIPv6(bytes, o);
+  ip6Words[k] = a;
+  ip6Words[k + 1] = b;
+  ip6Words[k + 2] = c;
+  ip6Words[k + 3] = d;
+  ip6Text[h] = s;
+  return s;
+}
+
 function uNum(bytes: Uint8Array, o: number, n: number): number {
   let v = 0;
   for (let i = 0; i < n; i++) v = v * 256 + bytes[o + i];
@@ -178,7 +212,7 @@ const HELPERS = {
   f32,
   f64,
   ip4,
-  ip6: formatIPv6,
+  ip6,
   fail,
 };
 
@@ -362,7 +396,7 @@ function readFixed(type: DataType | undefined, n: number, b: Uint8Array, o: numb
     case "ipv4Address":
       return formatIPv4Bytes(b, o);
     case "ipv6Address":
-      return formatIPv6(b, o);
+      return ip6(b, o);
     case "string":
       return str(b, o, n);
     default:

@@ -401,3 +401,45 @@ Deno.test("decodes from a subarray of a larger buffer (non-zero byteOffset)", ()
   const m = decodeMessage(big.subarray(13, 13 + DATA_MSG.length), store);
   assert.equal(m.dataSets[0].records[0].sourcePodName, "perftest-a");
 });
+
+Deno.test("IPv6 text is exact for many distinct and repeated addresses (cached formatting)", () => {
+  // Enough distinct addresses to overflow and collide in the decoder's text cache; repeats
+  // must return the same text, and every text must match the address bytes.
+  const t = tmpl(300, fieldsFor(["sourceIPv6Address", "destinationIPv6Address"]));
+  const expected: string[] = [];
+  const records: Record<string, Uint8Array>[] = [];
+  let x = 12345;
+  for (let i = 0; i < 3000; i++) {
+    const a = new Uint8Array(16);
+    a[0] = 0xfd;
+    for (let j = 10; j < 16; j++) {
+      x = (Math.imul(x, 1103515245) + 12345) >>> 0;
+      a[j] = (x >>> 16) & (i % 3 === 0 ? 0 : 0xff); // some with zero runs at the end
+    }
+    const hex = Array.from({ length: 8 }, (_, g) => ((a[2 * g] << 8) | a[2 * g + 1]).toString(16));
+    expected.push(hex.join(":"));
+    records.push({ sourceIPv6Address: a, destinationIPv6Address: a });
+  }
+  const store = new TemplateStore();
+  for (let round = 0; round < 2; round++) {
+    for (let i = 0; i < records.length; i += 100) {
+      const msg = decodeMessage(templateAndData(t, records.slice(i, i + 100)), store);
+      const got = msg.dataSets[0].records;
+      for (let j = 0; j < got.length; j++) {
+        const want = expected[i + j];
+        const src = got[j].sourceIPv6Address as string;
+        assert.equal(src, got[j].destinationIPv6Address);
+        // Compare numerically: the text is RFC 5952 (compressed), the expectation is not.
+        const words = (s: string): string => {
+          const [l, r = ""] = s.split("::");
+          const left = l === "" ? [] : l.split(":");
+          const right = s.includes("::") ? (r === "" ? [] : r.split(":")) : [];
+          const mid = new Array(8 - left.length - right.length).fill("0");
+          return [...left, ...(s.includes("::") ? mid : []), ...right]
+            .map((g) => parseInt(g, 16)).join(",");
+        };
+        assert.equal(words(src), words(want), `record ${i + j}: ${src} vs ${want}`);
+      }
+    }
+  }
+});

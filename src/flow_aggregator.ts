@@ -112,6 +112,24 @@ function transportOf(p: TransportProtocol): "udp" | "tcp" | "tls" {
   return p === "UDP" ? "udp" : p === "TCP" ? "tcp" : "tls";
 }
 
+let clusterUuid: string | undefined;
+
+/**
+ * The cluster UUID the IPFIX observation domain id is derived from. Without the Kubernetes
+ * integration there is no `kube-system/antrea-cluster-identity` to read, so, as upstream, a
+ * random UUID stands in; unlike upstream it is drawn once per process, so the observation
+ * domain id stays the same when a reload rebuilds the exporter.
+ */
+function processClusterUuid(): string {
+  if (clusterUuid === undefined) {
+    clusterUuid = crypto.randomUUID();
+    log.warn("no cluster UUID (no Kubernetes integration): using a random one for this process", {
+      uuid: clusterUuid,
+    });
+  }
+  return clusterUuid;
+}
+
 /** Default exporter factory: IPFIX and flow log; ClickHouse and S3 are not built yet. */
 export function defaultExporterFactory(
   section: ExporterSection,
@@ -122,6 +140,7 @@ export function defaultExporterFactory(
       return new IpfixExporter(
         ipfixOptionsFromConfig(config.flowCollector, {
           podLabels: config.recordContents.podLabels,
+          clusterUuid: processClusterUuid(),
         }),
       );
     case "flowLogger":

@@ -9,10 +9,12 @@ import { ManualClock } from "../src/clock.ts";
 import { diffConfig, type FlowAggregatorConfig, parseConfig } from "../src/config/mod.ts";
 import type { Exporter, ExporterStats } from "../src/exporters/exporter.ts";
 import {
+  defaultExporterFactory,
   type ExporterFactory,
   type ExporterSection,
   FlowAggregator,
 } from "../src/flow_aggregator.ts";
+import { IpfixExporter } from "../src/exporters/ipfix.ts";
 import { setLogLevel, setLogWriter } from "../src/log.ts";
 import { SimAgent } from "./integration/helpers/agent.ts";
 import { agentRecord, intraNodeRecord, NODES } from "./integration/helpers/scenarios.ts";
@@ -609,4 +611,13 @@ Deno.test("flow aggregator: stop() waits for an exporter replaced by a reload to
   await new Promise((r) => setTimeout(r, 20));
   drained.resolve();
   assert.equal(await stopped, true, "stop() resolved only after the replaced exporter's stop");
+});
+
+Deno.test("default IPFIX exporter: without a cluster UUID the observation domain id is stable per process", () => {
+  const cfg = config({ collector: true });
+  const a = defaultExporterFactory("flowCollector", cfg) as IpfixExporter;
+  const b = defaultExporterFactory("flowCollector", cfg) as IpfixExporter;
+  assert.ok(a instanceof IpfixExporter);
+  // A reload that rebuilds the exporter must not change the id the external collector sees.
+  assert.equal(a.observationDomainId, b.observationDomainId);
 });

@@ -105,8 +105,12 @@ export class LogExporter implements Exporter {
     this.#running = false;
     clearTimeout(this.#timer);
     this.#timer = undefined;
-    await this.flush();
-    await this.#closeSink();
+    // Flush and close in the write chain: a size-triggered flush queued meanwhile can never
+    // write into (and so reopen) the file being closed.
+    await this.#serialized(async () => {
+      await this.#flushOnce();
+      await this.#closeSink();
+    });
   }
 
   /** Formats, filters and queues one flow. Never throws, never blocks. */
@@ -142,8 +146,13 @@ export class LogExporter implements Exporter {
 
   /** Writes everything pending now; flushes never overlap. Resolves when done (never rejects). */
   flush(): Promise<void> {
-    const run = this.#chain.then(() => this.#flushOnce());
-    this.#chain = run.catch(() => undefined);
+    return this.#serialized(() => this.#flushOnce());
+  }
+
+  /** Runs `fn` after every write and close queued before it; never rejects. */
+  #serialized(fn: () => Promise<void>): Promise<void> {
+    const run = this.#chain.then(fn);
+    this.#chain = run.catch((err) => this.#logError("flow log operation failed", err));
     return this.#chain;
   }
 
@@ -155,10 +164,18 @@ export class LogExporter implements Exporter {
   async updateOptions(config: FlowLoggerConfig): Promise<void> {
     if (JSON.stringify(config) === JSON.stringify(this.#config)) return;
     const wasRunning = this.#running;
-    await this.stop();
-    this.#config = structuredClone(config);
-    this.#filter = new LogFilter(config.filters);
-    this.#sink = this.#makeSink();
+    this.#running = false;
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+    // One step in the write chain: pending lines go to the old file, it is closed, and only
+    // then do later writes see the new sink (no write can reopen the old file meanwhile).
+    await this.#serialized(async () => {
+      await this.#flushOnce();
+      await this.#closeSink();
+      this.#config = structuredClone(config);
+      this.#filter = new LogFilter(config.filters);
+      this.#sink = this.#makeSink();
+    });
     log.info("Flow logger configuration updated", { path: config.path });
     if (wasRunning) await this.start();
   }

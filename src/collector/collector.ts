@@ -176,6 +176,7 @@ export class Collector {
         const [oldestKey, oldest] = this.#udpSessions.entries().next().value!;
         this.#udpSessions.delete(oldestKey);
         oldest.close("evicted: too many UDP sessions");
+        this.#counters.sessionsEvicted++;
       }
       s = new Session(this.#env, {
         transport: "udp",

@@ -64,6 +64,8 @@ export interface CollectorStats {
   readonly sessionsClosedOnError: number;
   /** UDP sessions removed after the idle timeout (= template TTL). */
   readonly sessionsExpired: number;
+  /** UDP sessions dropped (with their templates) because the session cap was reached. */
+  readonly sessionsEvicted: number;
   /** TLS handshakes that failed (no client certificate, unknown CA, protocol errors). */
   readonly tlsHandshakeFailures: number;
   /** Failed accept() calls (retried with backoff). */
@@ -102,6 +104,7 @@ export class Counters {
   sessionsClosed = 0;
   sessionsClosedOnError = 0;
   sessionsExpired = 0;
+  sessionsEvicted = 0;
   tlsHandshakeFailures = 0;
   acceptErrors = 0;
   readonly #decodeErrors = new Map<string, number>();
@@ -169,6 +172,7 @@ export class Counters {
       sessionsActive: this.sessionsOpened - this.sessionsClosed,
       sessionsClosedOnError: this.sessionsClosedOnError,
       sessionsExpired: this.sessionsExpired,
+      sessionsEvicted: this.sessionsEvicted,
       tlsHandshakeFailures: this.tlsHandshakeFailures,
       acceptErrors: this.acceptErrors,
       exporters,

@@ -214,6 +214,7 @@ Deno.test("udp: more sources than maxUdpSessions evicts the least recently activ
     const s = c.stats();
     assert.equal(s.sessionsOpened, 3);
     assert.equal(s.sessionsActive, 2);
+    assert.equal(s.sessionsEvicted, 1);
     // The evicted first source lost its templates: its data is a miss now.
     await udpSend(clients[0], "127.0.0.1", c.port, GOLDEN_DATA);
     await waitFor(() => c.stats().templateMisses === 1, "miss for evicted session");

@@ -266,6 +266,8 @@ export class IpfixExporter implements Exporter {
   #connectedAt = 0;
   #started = false;
   #stopping = false;
+  /** Aborted when stop() times out, so a connect in progress ends at once. */
+  readonly #abort = new AbortController();
   #aborted = false;
   #pump?: Promise<void>;
   #wake?: () => void;
@@ -395,7 +397,9 @@ export class IpfixExporter implements Exporter {
       clearTimeout(timer);
       if (timedOut) {
         this.#aborted = true;
-        // Closing makes a pending write or connect fail, so the pump ends promptly.
+        // Closing makes a pending write fail and aborting a pending connect gives up on it, so
+        // the pump ends promptly instead of after the connect timeout.
+        this.#abort.abort();
         this.#transport?.close();
         this.#signal();
         this.#interruptSleep?.();
@@ -559,6 +563,7 @@ export class IpfixExporter implements Exporter {
         kind: this.#proto,
         tls: this.#tls,
         connectTimeoutMs: this.#connectTimeout,
+        signal: this.#abort.signal,
       });
     } catch (e) {
       this.#errors++;

@@ -37,6 +37,8 @@ export interface TransportTarget {
   tls?: TransportTlsOptions;
   /** Connect (and TLS handshake) timeout; default 5000 ms. */
   connectTimeoutMs?: number;
+  /** Abandons a pending connect (the exporter's stop), like the timeout does. */
+  signal?: AbortSignal;
 }
 
 /** An open connection to a collector. */
@@ -57,23 +59,34 @@ function withTimeout<T extends { close(): void }>(
   p: Promise<T>,
   ms: number,
   what: string,
+  signal?: AbortSignal,
 ): Promise<T> {
   return new Promise((resolve, reject) => {
     let done = false;
-    const timer = setTimeout(() => {
+    const finish = (): boolean => {
+      if (done) return false;
       done = true;
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+      return true;
+    };
+    const give = (reason: string): void => {
+      if (!finish()) return;
       // The pending connect cannot be cancelled: close it if it completes after all.
       p.then((c) => c.close(), () => {});
-      reject(new Error(`${what}: timeout after ${ms} ms`));
-    }, ms);
+      reject(new Error(`${what}: ${reason}`));
+    };
+    const onAbort = (): void => give("aborted");
+    const timer = setTimeout(() => give(`timeout after ${ms} ms`), ms);
+    if (signal?.aborted) {
+      give("aborted");
+      return;
+    }
+    signal?.addEventListener("abort", onAbort, { once: true });
     p.then((v) => {
-      if (done) return;
-      clearTimeout(timer);
-      resolve(v);
+      if (finish()) resolve(v);
     }, (e) => {
-      if (done) return;
-      clearTimeout(timer);
-      reject(e);
+      if (finish()) reject(e);
     });
   });
 }
@@ -213,6 +226,7 @@ export async function openTransport(target: TransportTarget): Promise<Transport>
         Deno.connect({ hostname: target.host, port: target.port }),
         timeout,
         "connect",
+        target.signal,
       );
       conn.setNoDelay(true);
       return new StreamTransport("tcp", conn);
@@ -235,6 +249,7 @@ export async function openTransport(target: TransportTarget): Promise<Transport>
       })(),
       timeout,
       "tls handshake",
+      target.signal,
     );
     const t = new StreamTransport("tls", conn);
     // TLS 1.3 servers verify the client certificate after the client's handshake has finished,

@@ -603,3 +603,32 @@ Deno.test("flush() does not wait for a collector that is down", async () => {
   await e.stop();
   assert.equal(e.stats().dropped, 1);
 });
+
+Deno.test("stop() during a connect that never completes ends within the stop timeout", async () => {
+  // A TCP server that accepts and never answers: the TLS handshake hangs until its timeout.
+  const server = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const held: Deno.Conn[] = [];
+  const accepting = (async () => {
+    try {
+      for await (const c of server) held.push(c);
+    } catch {
+      // listener closed
+    }
+  })();
+  const port = (server.addr as Deno.NetAddr).port;
+  const e = exporter(port, "tls", { connectTimeoutMs: 30_000, stopTimeoutMs: 200 });
+  try {
+    await e.start();
+    e.addRecord(flow(false));
+    while (held.length === 0) await new Promise((r) => setTimeout(r, 10));
+    const t0 = performance.now();
+    await e.stop();
+    const took = performance.now() - t0;
+    assert.ok(took < 2_000, `stop took ${Math.round(took)} ms (connect timeout is 30 s)`);
+    assert.equal(e.stats().dropped, 1, "the undelivered record is counted");
+  } finally {
+    for (const c of held) c.close();
+    server.close();
+    await accepting;
+  }
+});

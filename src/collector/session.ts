@@ -93,6 +93,11 @@ export class Session {
     this.#exporter.bytes += n;
   }
 
+  /** Counts bytes read from the peer but discarded because the session is closing on error. */
+  discardBytes(n: number): void {
+    this.#env.counters.bytesDiscarded += n;
+  }
+
   /**
    * Counts and logs (rate-limited) a message rejected before decoding (framing, size) or by the
    * decoder; every received message ends in exactly one of `messages` or `decodeErrors`.

@@ -54,6 +54,11 @@ export interface CollectorStats {
   readonly templateMisses: number;
   /** Sink calls that threw (the records of that set are lost; the session is kept). */
   readonly sinkErrors: number;
+  /**
+   * Bytes a TCP/TLS peer had already sent behind a message that closed its session on error
+   * (read, never decoded). Upstream lost these without a trace.
+   */
+  readonly bytesDiscarded: number;
   /** Sessions opened: UDP source ip:port first seen, TCP/TLS connections established. */
   readonly sessionsOpened: number;
   /** Sessions closed (peer EOF, error, idle expiry, stop). */
@@ -100,6 +105,7 @@ export class Counters {
   decodeErrorsTotal = 0;
   templateMisses = 0;
   sinkErrors = 0;
+  bytesDiscarded = 0;
   sessionsOpened = 0;
   sessionsClosed = 0;
   sessionsClosedOnError = 0;
@@ -167,6 +173,7 @@ export class Counters {
       setErrors: Object.fromEntries(this.#setErrors),
       templateMisses: this.templateMisses,
       sinkErrors: this.sinkErrors,
+      bytesDiscarded: this.bytesDiscarded,
       sessionsOpened: this.sessionsOpened,
       sessionsClosed: this.sessionsClosed,
       sessionsActive: this.sessionsOpened - this.sessionsClosed,

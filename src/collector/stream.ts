@@ -36,11 +36,15 @@ export class StreamSession {
         const reason = framer.takeError();
         if (reason === undefined) return FEED_OK;
         this.session.reject("framing", reason);
+        this.session.discardBytes(framer.buffered);
         return { ok: false, reason };
       }
       const r = this.session.handleMessage(message);
-      if (!r.ok) return { ok: false, reason: `decode error: ${r.reason}` };
-      if (r.setErrors > 0) return { ok: false, reason: "malformed set" };
+      if (!r.ok || r.setErrors > 0) {
+        // What the peer sent behind the bad message is never decoded: count it.
+        this.session.discardBytes(framer.buffered);
+        return { ok: false, reason: r.ok ? "malformed set" : `decode error: ${r.reason}` };
+      }
     }
   }
 

@@ -128,6 +128,12 @@ for (
       await waitFor(() => received.length === 1, "good session still works");
       const s = c.stats();
       assert.equal(s.sessionsActive, 1);
+      // The template written behind the bad bytes (same write, one loopback segment) was read
+      // but never decoded: counted, not silently lost.
+      assert.equal(
+        s.bytesDiscarded,
+        reason === undefined ? GOLDEN_TEMPLATE.length : bad.length + GOLDEN_TEMPLATE.length,
+      );
       if (reason !== undefined) {
         assert.equal(s.decodeErrors[reason], 1);
         assert.equal(s.messages, 2); // nothing after the framing error was decoded

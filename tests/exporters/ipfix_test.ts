@@ -9,6 +9,7 @@ import {
 } from "../../src/exporters/ipfix.ts";
 import type { AggregatedRecord, ExportedFlow } from "../../src/aggregation/record.ts";
 import { CaptureServer } from "../../src/flowgen/capture.ts";
+import { fixtureFlow } from "./fixtures.ts";
 import { ManualClock } from "../../src/clock.ts";
 import { elementByName } from "../../src/ipfix/mod.ts";
 import { setLogWriter } from "../../src/log.ts";
@@ -16,45 +17,15 @@ import { setLogWriter } from "../../src/log.ts";
 // Exporter warnings (connection refused, drops) are expected here; keep test output readable.
 setLogWriter(() => {});
 
-/** Fixture record F (exporters.md §8.0) with every one of the 65 fields set. */
+/**
+ * Fixture record F (exporters.md §8.0, shared with the flat record and log tests) with every one
+ * of the 65 fields set to a distinct value, so a field encoded under the wrong IE shows up.
+ */
 function fixture(ipv6: boolean, i = 0): AggregatedRecord {
-  const r: AggregatedRecord = {
-    flowStartSeconds: 1637706961,
+  return fixtureFlow(ipv6, {
     flowEndSeconds: 1637706973 + i,
-    flowEndReason: 3,
-    sourceTransportPort: 44752,
     destinationTransportPort: 5201 + (i % 1000),
-    protocolIdentifier: 6,
-    packetTotalCount: 823188n,
-    octetTotalCount: 30472817041n,
-    packetDeltaCount: 241333n,
     octetDeltaCount: 8982624938n + BigInt(i),
-    reversePacketTotalCount: 471111n,
-    reverseOctetTotalCount: 24500996n,
-    reversePacketDeltaCount: 136211n,
-    reverseOctetDeltaCount: 7083284n,
-    sourcePodName: "perftest-a",
-    sourcePodNamespace: "antrea-test",
-    sourceNodeName: "k8s-node-control-plane",
-    destinationPodName: "perftest-b",
-    destinationPodNamespace: "antrea-test-b",
-    destinationNodeName: "k8s-node-control-plane-b",
-    destinationServicePort: 5202,
-    destinationServicePortName: "perftest",
-    ingressNetworkPolicyName: "test-flow-aggregator-networkpolicy-ingress-allow",
-    ingressNetworkPolicyNamespace: "antrea-test-ns",
-    ingressNetworkPolicyType: 1,
-    ingressNetworkPolicyRuleName: "test-flow-aggregator-networkpolicy-rule",
-    ingressNetworkPolicyRuleAction: 2,
-    egressNetworkPolicyName: "test-flow-aggregator-networkpolicy-egress-allow",
-    egressNetworkPolicyNamespace: "antrea-test-ns-e",
-    egressNetworkPolicyType: 4,
-    egressNetworkPolicyRuleName: "test-flow-aggregator-networkpolicy-rule-e",
-    egressNetworkPolicyRuleAction: 5,
-    tcpState: "TIME_WAIT",
-    flowType: 11,
-    egressName: "test-egress",
-    egressIP: "172.18.0.1",
     octetDeltaCountFromSourceNode: 1n,
     octetDeltaCountFromDestinationNode: 2n,
     octetTotalCountFromSourceNode: 3n,
@@ -71,27 +42,7 @@ function fixture(ipv6: boolean, i = 0): AggregatedRecord {
     reversePacketDeltaCountFromDestinationNode: 14n,
     reversePacketTotalCountFromSourceNode: 15n,
     reversePacketTotalCountFromDestinationNode: (1n << 64n) - 1n, // exact above 2^53
-    flowEndSecondsFromSourceNode: 1637706974,
-    flowEndSecondsFromDestinationNode: 1637706975,
-    throughput: 15902813472n,
-    throughputFromSourceNode: 15902813473n,
-    throughputFromDestinationNode: 15902813474n,
-    reverseThroughput: 12381344n,
-    reverseThroughputFromSourceNode: 12381345n,
-    reverseThroughputFromDestinationNode: 12381346n,
-    sourcePodLabels: '{"antrea-e2e":"perftest-a","app":"iperf"}',
-    destinationPodLabels: '{"antrea-e2e":"perftest-b","app":"iperf"}',
-  };
-  if (ipv6) {
-    r.sourceIPv6Address = "2001:0:3238:dfe1:63::fefb";
-    r.destinationIPv6Address = "2001:0:3238:dfe1:63::fefc";
-    r.destinationClusterIPv6 = "2001:0:3238:dfe1:64::a";
-  } else {
-    r.sourceIPv4Address = "10.10.0.79";
-    r.destinationIPv4Address = "10.10.0.80";
-    r.destinationClusterIPv4 = "10.10.1.10";
-  }
-  return r;
+  }).record;
 }
 
 function flow(ipv6: boolean, i = 0, record = fixture(ipv6, i)): ExportedFlow {

@@ -4,7 +4,7 @@ import type { FlowLoggerConfig } from "../../src/config/types.ts";
 import { LogExporter } from "../../src/exporters/log.ts";
 import { backupTimestamp, RotatingFile } from "../../src/exporters/log_rotate.ts";
 import { setLogWriter } from "../../src/log.ts";
-import { fixtureFlow } from "./flat_record_test.ts";
+import { fixtureFlow } from "./fixtures.ts";
 
 const BACKUP_RE = /^flows-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}\.\d{3}\.log(\.gz)?$/;
 

@@ -11,7 +11,7 @@ import {
 } from "../../src/exporters/log_format.ts";
 import { toFlatRecord } from "../../src/exporters/flat_record.ts";
 import { setLogWriter } from "../../src/log.ts";
-import { fixtureFlow } from "./flat_record_test.ts";
+import { fixtureFlow } from "./fixtures.ts";
 
 const L1 = "1637706961,1637706973,10.10.0.79,10.10.0.80,44752,5201,6,perftest-a,antrea-test," +
   "k8s-node-control-plane,perftest-b,antrea-test-b,k8s-node-control-plane-b,10.10.1.10,5202," +
@@ -267,7 +267,7 @@ Deno.test("a bounded queue drops and counts records when the disk cannot keep up
 Deno.test("path '-' writes lines to standard output", async () => {
   const script = `
 import { LogExporter } from "${new URL("../../src/exporters/log.ts", import.meta.url).href}";
-import { fixtureFlow } from "${new URL("./flat_record_test.ts", import.meta.url).href}";
+import { fixtureFlow } from "${new URL("./fixtures.ts", import.meta.url).href}";
 const exp = new LogExporter({ enable: true, path: "-", maxSize: 1, maxBackups: 1, maxAge: 0,
   compress: false, recordFormat: "CSV", filters: [], prettyPrint: false });
 await exp.start();

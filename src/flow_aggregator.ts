@@ -17,8 +17,8 @@ import type { ConfigDiff } from "./config/diff.ts";
 import type { FlowAggregatorConfig, TransportProtocol } from "./config/types.ts";
 import type { DataRecord } from "./ipfix/types.ts";
 import type { Exporter, ExporterStats } from "./exporters/exporter.ts";
-import { IpfixExporter, ipfixOptionsFromConfig } from "./exporters/ipfix.ts";
-import { LogExporter } from "./exporters/log.ts";
+import { IpfixExporter, ipfixOptionsFromConfig } from "./exporters/ipfix/exporter.ts";
+import { LogExporter } from "./exporters/flow_log/exporter.ts";
 import { logger } from "./log.ts";
 import { generateCertificates, type GeneratedCertificates } from "./pki/mod.ts";
 

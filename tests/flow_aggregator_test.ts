@@ -14,7 +14,7 @@ import {
   type ExporterSection,
   FlowAggregator,
 } from "../src/flow_aggregator.ts";
-import { IpfixExporter } from "../src/exporters/ipfix.ts";
+import { IpfixExporter } from "../src/exporters/ipfix/exporter.ts";
 import { setLogLevel, setLogWriter } from "../src/log.ts";
 import { SimAgent } from "./integration/helpers/agent.ts";
 import { agentRecord, intraNodeRecord, NODES } from "./integration/helpers/scenarios.ts";

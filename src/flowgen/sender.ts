@@ -22,7 +22,7 @@ import {
   openTransport,
   type Transport,
   type TransportTlsOptions,
-} from "../exporters/ipfix_transport.ts";
+} from "../exporters/ipfix/transport.ts";
 import {
   type AgentUpdate,
   FlowModel,

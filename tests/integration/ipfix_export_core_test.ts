@@ -1,7 +1,7 @@
 /** Round trip through the real aggregation core (kept apart: the core evolves separately). */
 import assert from "node:assert/strict";
 import { Collector } from "../../src/collector/mod.ts";
-import { exportTemplateFields, IpfixExporter } from "../../src/exporters/ipfix.ts";
+import { exportTemplateFields, IpfixExporter } from "../../src/exporters/ipfix/exporter.ts";
 import { CaptureServer, runFlowgen } from "../../src/flowgen/mod.ts";
 import { AggregationCore, type ExportedFlow, type FlowInput } from "../../src/aggregation/mod.ts";
 import { ManualClock } from "../../src/clock.ts";

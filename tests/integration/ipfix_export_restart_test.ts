@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { Collector } from "../../src/collector/mod.ts";
-import { IpfixExporter } from "../../src/exporters/ipfix.ts";
+import { IpfixExporter } from "../../src/exporters/ipfix/exporter.ts";
 import { FlowModel, syntheticAggregate } from "../../src/flowgen/mod.ts";
 import { setLogWriter } from "../../src/log.ts";
 

@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { Collector } from "../../src/collector/mod.ts";
-import { exportTemplateFields, IpfixExporter } from "../../src/exporters/ipfix.ts";
+import { exportTemplateFields, IpfixExporter } from "../../src/exporters/ipfix/exporter.ts";
 import { CaptureServer, FlowModel, runFlowgen, syntheticAggregate } from "../../src/flowgen/mod.ts";
 import type { DataRecord } from "../../src/ipfix/mod.ts";
 import type { ExportedFlow } from "../../src/aggregation/record.ts";

@@ -4,7 +4,7 @@
  * protocol and counters (nfdump reads the IANA delta counters and the RFC 5103 reverse ones).
  */
 import assert from "node:assert/strict";
-import { IpfixExporter } from "../../src/exporters/ipfix.ts";
+import { IpfixExporter } from "../../src/exporters/ipfix/exporter.ts";
 import { FlowModel, syntheticAggregate } from "../../src/flowgen/mod.ts";
 import type { ExportedFlow } from "../../src/aggregation/record.ts";
 import { setLogWriter } from "../../src/log.ts";

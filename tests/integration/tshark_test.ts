@@ -5,7 +5,7 @@
  * with both 63-field templates and every data record recognised.
  */
 import assert from "node:assert/strict";
-import { IpfixExporter } from "../../src/exporters/ipfix.ts";
+import { IpfixExporter } from "../../src/exporters/ipfix/exporter.ts";
 import { CaptureServer, FlowModel, syntheticAggregate } from "../../src/flowgen/mod.ts";
 import type { ExportedFlow } from "../../src/aggregation/record.ts";
 import { setLogWriter } from "../../src/log.ts";

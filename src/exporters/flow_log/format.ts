@@ -4,8 +4,8 @@
  * tooling parses it positionally, so the order and the pretty-printed names are exact.
  */
 
-import type { FlowLoggerFilter } from "../config/types.ts";
-import type { FlatRecord } from "./flat_record.ts";
+import type { FlowLoggerFilter } from "../../config/types.ts";
+import type { FlatRecord } from "../flat_record.ts";
 
 const PROTOCOLS: Record<number, string> = {
   1: "ICMP",

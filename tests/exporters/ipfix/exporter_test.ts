@@ -1,18 +1,18 @@
 import assert from "node:assert/strict";
-import type { Exporter } from "../../src/exporters/exporter.ts";
+import type { Exporter } from "../../../src/exporters/exporter.ts";
 import {
   exportTemplateFields,
   IpfixExporter,
   type IpfixExporterOptions,
   ipfixOptionsFromConfig,
   observationDomainIdFromUuid,
-} from "../../src/exporters/ipfix.ts";
-import type { AggregatedRecord, ExportedFlow } from "../../src/aggregation/record.ts";
-import { CaptureServer } from "../../src/flowgen/capture.ts";
-import { fixtureFlow } from "./fixtures.ts";
-import { ManualClock } from "../../src/clock.ts";
-import { elementByName } from "../../src/ipfix/mod.ts";
-import { setLogWriter } from "../../src/log.ts";
+} from "../../../src/exporters/ipfix/exporter.ts";
+import type { AggregatedRecord, ExportedFlow } from "../../../src/aggregation/record.ts";
+import { CaptureServer } from "../../../src/flowgen/capture.ts";
+import { fixtureFlow } from "../fixtures.ts";
+import { ManualClock } from "../../../src/clock.ts";
+import { elementByName } from "../../../src/ipfix/mod.ts";
+import { setLogWriter } from "../../../src/log.ts";
 
 // Exporter warnings (connection refused, drops) are expected here; keep test output readable.
 setLogWriter(() => {});

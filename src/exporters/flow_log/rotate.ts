@@ -10,8 +10,8 @@
  */
 
 import { basename, dirname, extname, join } from "node:path";
-import { type Clock, systemClock } from "../clock.ts";
-import { logger } from "../log.ts";
+import { type Clock, systemClock } from "../../clock.ts";
+import { logger } from "../../log.ts";
 
 const log = logger("log-exporter");
 const encoder = new TextEncoder();

@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
-import { ManualClock } from "../../src/clock.ts";
-import type { FlowLoggerConfig } from "../../src/config/types.ts";
-import { LogExporter } from "../../src/exporters/log.ts";
-import { backupTimestamp, RotatingFile } from "../../src/exporters/log_rotate.ts";
-import { setLogWriter } from "../../src/log.ts";
-import { fixtureFlow } from "./fixtures.ts";
+import { ManualClock } from "../../../src/clock.ts";
+import type { FlowLoggerConfig } from "../../../src/config/types.ts";
+import { LogExporter } from "../../../src/exporters/flow_log/exporter.ts";
+import { backupTimestamp, RotatingFile } from "../../../src/exporters/flow_log/rotate.ts";
+import { setLogWriter } from "../../../src/log.ts";
+import { fixtureFlow } from "../fixtures.ts";
 
 const BACKUP_RE = /^flows-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}\.\d{3}\.log(\.gz)?$/;
 

@@ -10,14 +10,14 @@
  * Permissions: `--allow-read --allow-write` on the log directory.
  */
 
-import type { ExportedFlow } from "../aggregation/record.ts";
-import { type Clock, systemClock } from "../clock.ts";
-import type { FlowLoggerConfig } from "../config/types.ts";
-import { logger, RateLimitedLog } from "../log.ts";
-import type { Exporter, ExporterStats } from "./exporter.ts";
-import { toFlatRecord } from "./flat_record.ts";
-import { formatLogLine, LogFilter } from "./log_format.ts";
-import { type LineSink, RotatingFile, StdoutSink } from "./log_rotate.ts";
+import type { ExportedFlow } from "../../aggregation/record.ts";
+import { type Clock, systemClock } from "../../clock.ts";
+import type { FlowLoggerConfig } from "../../config/types.ts";
+import { logger, RateLimitedLog } from "../../log.ts";
+import type { Exporter, ExporterStats } from "../exporter.ts";
+import { toFlatRecord } from "../flat_record.ts";
+import { formatLogLine, LogFilter } from "./format.ts";
+import { type LineSink, RotatingFile, StdoutSink } from "./rotate.ts";
 
 const log = logger("log-exporter");
 const MIB = 1024 * 1024;

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
-import type { FlowLoggerConfig } from "../../src/config/types.ts";
-import { LogExporter } from "../../src/exporters/log.ts";
+import type { FlowLoggerConfig } from "../../../src/config/types.ts";
+import { LogExporter } from "../../../src/exporters/flow_log/exporter.ts";
 import {
   formatLogLine,
   LOG_LINE_FIELD_COUNT,
@@ -8,10 +8,10 @@ import {
   policyTypeName,
   protocolName,
   ruleActionName,
-} from "../../src/exporters/log_format.ts";
-import { toFlatRecord } from "../../src/exporters/flat_record.ts";
-import { setLogWriter } from "../../src/log.ts";
-import { fixtureFlow } from "./fixtures.ts";
+} from "../../../src/exporters/flow_log/format.ts";
+import { toFlatRecord } from "../../../src/exporters/flat_record.ts";
+import { setLogWriter } from "../../../src/log.ts";
+import { fixtureFlow } from "../fixtures.ts";
 
 const L1 = "1637706961,1637706973,10.10.0.79,10.10.0.80,44752,5201,6,perftest-a,antrea-test," +
   "k8s-node-control-plane,perftest-b,antrea-test-b,k8s-node-control-plane-b,10.10.1.10,5202," +
@@ -266,8 +266,10 @@ Deno.test("a bounded queue drops and counts records when the disk cannot keep up
 
 Deno.test("path '-' writes lines to standard output", async () => {
   const script = `
-import { LogExporter } from "${new URL("../../src/exporters/log.ts", import.meta.url).href}";
-import { fixtureFlow } from "${new URL("./fixtures.ts", import.meta.url).href}";
+import { LogExporter } from "${
+    new URL("../../../src/exporters/flow_log/exporter.ts", import.meta.url).href
+  }";
+import { fixtureFlow } from "${new URL("../fixtures.ts", import.meta.url).href}";
 const exp = new LogExporter({ enable: true, path: "-", maxSize: 1, maxBackups: 1, maxAge: 0,
   compress: false, recordFormat: "CSV", filters: [], prettyPrint: false });
 await exp.start();
@@ -282,7 +284,7 @@ await exp.stop();
         "run",
         "--allow-all",
         "--no-check",
-        `--config=${new URL("../../deno.json", import.meta.url).pathname}`,
+        `--config=${new URL("../../../deno.json", import.meta.url).pathname}`,
         `${dir}/run.ts`,
       ],
       stdout: "piped",

@@ -6,7 +6,7 @@
  * 2^53, which `JSON.stringify` cannot express).
  */
 
-import type { FieldValue } from "../ipfix/types.ts";
+import type { FieldValue } from "../../ipfix/types.ts";
 
 const encoder = new TextEncoder();
 

@@ -11,9 +11,9 @@
  * Permissions: `--allow-net` for the collector address (plus whatever reads the TLS PEM files).
  */
 
-import type { Exporter, ExporterStats } from "./exporter.ts";
-import type { ExportedFlow } from "../aggregation/record.ts";
-import type { DataType, FieldValue, TemplateRecord } from "../ipfix/types.ts";
+import type { Exporter, ExporterStats } from "../exporter.ts";
+import type { ExportedFlow } from "../../aggregation/record.ts";
+import type { DataType, FieldValue, TemplateRecord } from "../../ipfix/types.ts";
 import {
   AGGREGATED_IPV4_FIELDS,
   AGGREGATED_IPV6_FIELDS,
@@ -23,14 +23,14 @@ import {
   fnv1_32,
   POD_LABEL_FIELDS,
   RecordEncoder,
-} from "../ipfix/mod.ts";
-import { parseCollectorAddress } from "../config/address.ts";
-import type { FlowCollectorConfig } from "../config/types.ts";
-import type { Clock } from "../clock.ts";
-import { systemClock } from "../clock.ts";
-import { logger, RateLimitedLog } from "../log.ts";
-import { openTransport, type Transport, type TransportTlsOptions } from "./ipfix_transport.ts";
-import { jsonRecordBytes } from "./ipfix_json.ts";
+} from "../../ipfix/mod.ts";
+import { parseCollectorAddress } from "../../config/address.ts";
+import type { FlowCollectorConfig } from "../../config/types.ts";
+import type { Clock } from "../../clock.ts";
+import { systemClock } from "../../clock.ts";
+import { logger, RateLimitedLog } from "../../log.ts";
+import { openTransport, type Transport, type TransportTlsOptions } from "./transport.ts";
+import { jsonRecordBytes } from "./json.ts";
 
 const log = logger("exporter.ipfix");
 

@@ -4,18 +4,17 @@
  * configuration (TCP collector on port 4739, flow log to ./flows.log), which needs no
  * Kubernetes cluster and no certificates.
  *
- * Permissions: `--allow-net` (collector, exporters), `--allow-read` / `--allow-write` (config,
- * flow log, certificate directory), `--allow-env` (Kubernetes detection), `--allow-sys`
- * (hostname, OS info). `--unstable-net` (set in deno.json) enables UDP.
+ * Permissions: exactly those of the configuration, as `flow-aggregator permissions --config
+ * FILE` prints them (src/permissions.ts): the collector port and each sink's hosts (`net`), the
+ * config directory and the sinks' worker modules (`read`), each sink's directory and
+ * `--cert-dir` (`write`), the environment it reads, `--allow-ffi` only for the UDP fast path.
+ * `--unstable-net` enables UDP, `--unstable-worker-options` the permission-scoped sink workers.
  */
 
 import denoJson from "./deno.json" with { type: "json" };
-import {
-  ConfigWatcher,
-  EMBEDDED_DEFAULT_CONFIG,
-  type FlowAggregatorConfig,
-  parseConfig,
-} from "./src/config/mod.ts";
+import { ConfigWatcher, EMBEDDED_DEFAULT_CONFIG } from "./src/config/mod.ts";
+import { diffConfig, type FlowAggregatorConfig, parseConfig } from "./src/components.ts";
+import { permissionFlags, processPermissions } from "./src/permissions.ts";
 import {
   fastUdpReceiverFactory,
   ffiAvailable,
@@ -34,6 +33,8 @@ export const VERSION: string = denoJson.version;
 const USAGE = `flow-aggregator ${VERSION}: Antrea-compatible IPFIX flow aggregator
 
 Usage: deno task start [flags]
+       deno task start permissions [--config FILE] [flags]   print the deno run permission
+                       flags this configuration needs (narrowest set), then exit
 
 Flags:
   --config FILE        configuration file (Antrea v1.13 flow-aggregator.conf format); watched
@@ -45,6 +46,9 @@ Flags:
   --udp-workers N      fast path: sockets/threads sharing the port (SO_REUSEPORT), default 1.
   --cert-dir DIR       with aggregatorTransportProtocol TLS and no Kubernetes cluster: write the
                        generated CA (ca.crt) and Agent client certificate (tls.crt, tls.key) here.
+  --exporters-in-process
+                       run the sinks in the main thread with the process's permissions
+                       instead of one permission-scoped worker each (debugging).
   --log-level LEVEL    error, warn, info (default) or debug.
   --log-format FORMAT  logfmt (default) or json.
   --v N                klog verbosity (accepted for compatibility: N >= 4 means debug).
@@ -64,6 +68,9 @@ export interface CliOptions {
   certDir?: string;
   udpReceiver: "auto" | "fast" | "socket";
   udpWorkers: number;
+  exportersInProcess: boolean;
+  /** `permissions` subcommand: print the permission flags and exit. */
+  permissions: boolean;
   logLevel: LogLevel;
   logFormat: "logfmt" | "json";
   version: boolean;
@@ -98,9 +105,15 @@ export function parseArgs(args: readonly string[]): CliOptions {
     help: false,
     udpReceiver: "auto",
     udpWorkers: 1,
+    exportersInProcess: false,
+    permissions: false,
   };
   for (let i = 0; i < args.length; i++) {
     const arg = args[i];
+    if (i === 0 && arg === "permissions") {
+      opts.permissions = true;
+      continue;
+    }
     const m = /^--?([A-Za-z_][A-Za-z0-9_-]*)(?:=(.*))?$/.exec(arg);
     if (!m) throw new Error(`unexpected argument "${arg}"`);
     const name = m[1];
@@ -161,6 +174,9 @@ export function parseArgs(args: readonly string[]): CliOptions {
         if (v >= 4) opts.logLevel = "debug";
         break;
       }
+      case "exporters-in-process":
+        opts.exportersInProcess = true;
+        break;
       case "version":
         opts.version = true;
         break;
@@ -241,6 +257,23 @@ function udpReceiverFor(opts: CliOptions): UdpReceiverFactory | undefined {
   };
 }
 
+/** The `permissions` subcommand: prints the `deno run` flags the configuration needs. */
+async function printPermissions(opts: CliOptions): Promise<number> {
+  const text = opts.config === undefined
+    ? EMBEDDED_DEFAULT_CONFIG
+    : await Deno.readTextFile(opts.config);
+  const config = parseConfig(text);
+  const flags = permissionFlags(processPermissions(config, {
+    configPath: opts.config,
+    listen: opts.listen,
+    certDir: opts.certDir,
+    udpReceiver: opts.udpReceiver,
+    exportersInProcess: opts.exportersInProcess,
+  }));
+  console.log(flags.join(" "));
+  return 0;
+}
+
 async function run(opts: CliOptions): Promise<number> {
   setLogLevel(opts.logLevel);
   setLogFormat(opts.logFormat);
@@ -260,13 +293,16 @@ async function run(opts: CliOptions): Promise<number> {
     );
   }
 
-  let watcher: ConfigWatcher | undefined;
+  let watcher: ConfigWatcher<FlowAggregatorConfig> | undefined;
   let config: FlowAggregatorConfig;
-  // The watcher is created before the aggregator (it reads the first config) and calls it later.
-  const ref: { fa?: FlowAggregator } = {};
+  // The watcher reads the first config, so it exists before the aggregator: a change it sees
+  // meanwhile waits for the aggregator (whose update() before start() is adopted by start()).
+  const aggregator = Promise.withResolvers<FlowAggregator>();
   if (opts.config !== undefined) {
     watcher = new ConfigWatcher(opts.config, {
-      onChange: (next, _old, diff) => ref.fa?.update(next, diff),
+      parse: (text) => parseConfig(text),
+      diff: diffConfig,
+      onChange: async (next, _old, diff) => (await aggregator.promise).update(next, diff),
     });
     config = await watcher.start();
     log.info("Watching for FlowAggregator configuration file", { path: opts.config });
@@ -277,6 +313,7 @@ async function run(opts: CliOptions): Promise<number> {
 
   const certDir = opts.certDir;
   const fa = new FlowAggregator(config, {
+    exportersInProcess: opts.exportersInProcess,
     listenAddress: opts.listen,
     udpReceiver: udpReceiverFor(opts),
     namespace: env("POD_NAMESPACE"),
@@ -295,7 +332,7 @@ async function run(opts: CliOptions): Promise<number> {
     },
   });
 
-  ref.fa = fa;
+  aggregator.resolve(fa);
 
   let stopping = false;
   const done = Promise.withResolvers<void>();
@@ -343,7 +380,7 @@ if (import.meta.main) {
     Deno.exit(0);
   }
   try {
-    Deno.exit(await run(opts));
+    Deno.exit(await (opts.permissions ? printPermissions(opts) : run(opts)));
   } catch (err) {
     log.error("Error running flow aggregator", { err });
     Deno.exit(255);

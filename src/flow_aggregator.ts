@@ -13,22 +13,26 @@ import type { ExportedFlow, FlowInput } from "./aggregation/record.ts";
 import { type Clock, TaskCachedClock } from "./clock.ts";
 import { Collector, type CollectorStats, type UdpReceiverFactory } from "./collector/mod.ts";
 import type { RecordContext } from "./collector/session.ts";
-import type { ConfigDiff } from "./config/diff.ts";
-import type { FlowAggregatorConfig, TransportProtocol } from "./config/types.ts";
+import {
+  COMPONENTS,
+  EXPORTER_SECTIONS,
+  type ExporterSection,
+  type FlowAggregatorConfig,
+} from "./components.ts";
+import type { ConfigDiff, TransportProtocol } from "./config/mod.ts";
 import type { DataRecord } from "./ipfix/types.ts";
 import type { Exporter, ExporterStats } from "./exporters/exporter.ts";
-import { IpfixExporter, ipfixOptionsFromConfig } from "./exporters/ipfix/exporter.ts";
-import { LogExporter } from "./exporters/flow_log/exporter.ts";
+import {
+  WorkerExporter,
+  type WorkerExporterOptions,
+  workerModuleMissing,
+} from "./exporters/worker_exporter.ts";
 import { logger } from "./log.ts";
 import { generateCertificates, type GeneratedCertificates } from "./pki/mod.ts";
 
 const log = logger("flow-aggregator");
 
-/** The exporter sections in the fixed order records are handed to them (IPFIX first). */
-export const EXPORTER_ORDER = ["flowCollector", "clickHouse", "s3Uploader", "flowLogger"] as const;
-
-/** One exporter section of the configuration. */
-export type ExporterSection = typeof EXPORTER_ORDER[number];
+export type { ExporterSection };
 
 /** Default of {@linkcode FlowAggregatorOptions.exporterStopTimeoutMs}. */
 const DEFAULT_EXPORTER_STOP_TIMEOUT_MS = 10_000;
@@ -59,8 +63,15 @@ export interface FlowAggregatorOptions {
   listenAddress?: string;
   /** UDP receive path (default: one Deno socket; see `fastUdpReceiverFactory`). */
   udpReceiver?: UdpReceiverFactory;
-  /** Builds exporters; default {@linkcode defaultExporterFactory}. */
+  /**
+   * Builds exporters; default: each enabled sink's component, in its permission-scoped worker
+   * (or in process, see {@linkcode exportersInProcess}).
+   */
   exporterFactory?: ExporterFactory;
+  /** Run the sinks in the main thread with the process's permissions (debugging). */
+  exportersInProcess?: boolean;
+  /** Tuning of the sink workers. */
+  workerOptions?: WorkerExporterOptions;
   /** Enrichment hooks (Pod store). Absent: metadata and labels are not filled. */
   hooks?: ExportHooks;
   /** TLS material for the collector; default: generated at start (CA, server, client). */
@@ -130,27 +141,68 @@ function processClusterUuid(): string {
   return clusterUuid;
 }
 
-/** Default exporter factory: IPFIX and flow log; ClickHouse and S3 are not built yet. */
-export function defaultExporterFactory(
-  section: ExporterSection,
-  config: FlowAggregatorConfig,
-): Exporter | undefined {
-  switch (section) {
-    case "flowCollector":
-      return new IpfixExporter(
-        ipfixOptionsFromConfig(config.flowCollector, {
-          podLabels: config.recordContents.podLabels,
-          clusterUuid: processClusterUuid(),
-        }),
-      );
-    case "flowLogger":
-      return new LogExporter(config.flowLogger);
-    case "clickHouse":
-    case "s3Uploader":
+/** Options of {@linkcode componentExporterFactory}. */
+export interface ComponentFactoryOptions {
+  /** Build the sinks in the calling thread instead of their workers. */
+  inProcess?: boolean;
+  /** Tuning of the sink workers. */
+  workerOptions?: WorkerExporterOptions;
+}
+
+/**
+ * The exporter factory of the product: the registered component of the section builds its
+ * sink, in a worker with the component's permissions unless `inProcess`.
+ */
+export function componentExporterFactory(options: ComponentFactoryOptions = {}): ExporterFactory {
+  return (section, config) => {
+    const component = COMPONENTS.find((c) => c.section.key === section);
+    if (component?.create === undefined) {
       log.error("exporter not available in this build; records are not sent to it", {
         section,
       });
       return undefined;
+    }
+    const sectionConfig = config[section];
+    const ctx = {
+      podLabels: config.recordContents.podLabels,
+      clusterUuid: processClusterUuid(),
+    };
+    const missing = component.workerModule !== undefined &&
+      workerModuleMissing(component.workerModule);
+    if (missing) {
+      log.warn("sink worker module not found (single-file build): the sink runs in process", {
+        section,
+        module: component.workerModule?.href,
+      });
+    }
+    if (options.inProcess || component.workerModule === undefined || missing) {
+      return (component.create as (c: typeof sectionConfig, x: typeof ctx) => Exporter)(
+        sectionConfig,
+        ctx,
+      );
+    }
+    return new WorkerExporter(
+      component as unknown as ConstructorParameters<typeof WorkerExporter>[0],
+      sectionConfig,
+      ctx,
+      options.workerOptions,
+    );
+  };
+}
+
+/**
+ * Waits for `work` at most `limitMs`; "timeout" when it did not settle in time (its rejection,
+ * if any, is the caller's to observe through `work`).
+ */
+async function within(work: Promise<unknown>, limitMs: number): Promise<"done" | "timeout"> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timedOut = new Promise<"timeout">((resolve) => {
+    timer = setTimeout(() => resolve("timeout"), limitMs);
+  });
+  try {
+    return await Promise.race([work.then(() => "done" as const), timedOut]);
+  } finally {
+    clearTimeout(timer);
   }
 }
 
@@ -189,7 +241,11 @@ export class FlowAggregator {
     // Per-record time reads were ~6 % of the CPU at 100k records/s: read once per socket read.
     this.#clock = opts.clock ?? new TaskCachedClock();
     this.#collectorClock = opts.clock === undefined ? this.#clock : undefined;
-    this.#factory = opts.exporterFactory ?? defaultExporterFactory;
+    this.#factory = opts.exporterFactory ??
+      componentExporterFactory({
+        inProcess: opts.exportersInProcess,
+        workerOptions: opts.workerOptions,
+      });
     this.#core = new AggregationCore({
       activeTimeoutMs: config.activeFlowRecordTimeoutMs,
       inactiveTimeoutMs: config.inactiveFlowRecordTimeoutMs,
@@ -230,7 +286,7 @@ export class FlowAggregator {
   async #start(): Promise<void> {
     if (this.#state !== "new") return; // stop() came first
     this.#state = "running";
-    for (const section of EXPORTER_ORDER) {
+    for (const section of EXPORTER_SECTIONS) {
       if (this.#enabled(section, this.#config)) await this.#createExporter(section);
     }
     if (this.#exporters.size === 0) {
@@ -278,18 +334,12 @@ export class FlowAggregator {
         if (flushing) flushing = await this.#flushExporters();
       }
     }
-    for (const section of EXPORTER_ORDER) await this.#stopExporter(section);
+    for (const section of EXPORTER_SECTIONS) await this.#stopExporter(section);
     if (this.#draining.size > 0) {
       // An exporter replaced by a reload may still be delivering its queue: the process must
       // not exit under it (bounded like any exporter stop).
-      const limitMs = this.#opts.exporterStopTimeoutMs ?? DEFAULT_EXPORTER_STOP_TIMEOUT_MS;
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      const timedOut = new Promise<"timeout">((resolve) => {
-        timer = setTimeout(() => resolve("timeout"), limitMs);
-      });
-      const r = await Promise.race([Promise.all(this.#draining), timedOut]);
-      clearTimeout(timer);
-      if (r === "timeout") {
+      const limitMs = this.#stopTimeoutMs;
+      if (await within(Promise.all(this.#draining), limitMs) === "timeout") {
         log.error("replaced exporter did not stop in time; records it still buffers are lost", {
           timeoutMs: limitMs,
         });
@@ -355,39 +405,31 @@ export class FlowAggregator {
     const prev = this.#config;
     this.#config = next;
     log.info("updating flow aggregator", { changed: diff.changedKeys.join(",") });
-    // The IPFIX templates are built with or without the Pod label fields: a podLabels change
-    // needs a new IPFIX exporter, though it is a top-level key outside the flowCollector section.
-    const labelsChanged = prev.recordContents.podLabels !== next.recordContents.podLabels;
-    for (const section of EXPORTER_ORDER) {
-      const change = section === "flowCollector" && labelsChanged
-        ? "updated"
-        : diff.exporters[section];
+    // What each change does comes from the one reload table (config/diff.ts and each
+    // component's section): enable/disable, live update in place, or a rebuild.
+    for (const section of EXPORTER_SECTIONS) {
+      const change = diff.exporters[section];
       const want = this.#enabled(section, next);
       const have = this.#exporters.get(section);
       if (want && !have) {
         await this.#createExporter(section);
       } else if (!want && have) {
         await this.#stopExporter(section);
-      } else if (want && have && change === "updated") {
-        if (section === "flowLogger" && have instanceof LogExporter) {
-          await have.updateOptions(next.flowLogger);
-          log.info("updated exporter", { section });
-        } else {
-          // Replace: the old exporter drains in the background while the new one takes records.
-          this.#exporters.delete(section);
-          const draining: Promise<void> = have.stop()
-            .catch((err) => log.error("stopping replaced exporter", { section, err }))
-            .finally(() => this.#draining.delete(draining));
-          this.#draining.add(draining);
-          await this.#createExporter(section);
-        }
+      } else if (want && have && change === "live" && have.update !== undefined) {
+        await have.update(next[section]);
+        log.info("updated exporter", { section });
+      } else if (want && have && (change === "live" || change === "rebuild")) {
+        // Replace: the old exporter drains in the background while the new one takes records.
+        this.#exporters.delete(section);
+        const draining: Promise<void> = have.stop()
+          .catch((err) => log.error("stopping replaced exporter", { section, err }))
+          .finally(() => this.#draining.delete(draining));
+        this.#draining.add(draining);
+        await this.#createExporter(section);
       }
     }
     this.#applyCore(prev, next);
-    if (
-      prev.aggregatorTransportProtocol !== next.aggregatorTransportProtocol ||
-      prev.flowAggregatorAddress !== next.flowAggregatorAddress
-    ) {
+    if (diff.collector) {
       log.info("collector settings changed: restarting the collecting process", {
         transport: next.aggregatorTransportProtocol,
       });
@@ -416,10 +458,9 @@ export class FlowAggregator {
         }
       }
     }
-    const restart = diff.restartRequired.filter((k) => k.startsWith("apiServer."));
-    if (restart.length > 0) {
+    if (diff.restartRequired.length > 0) {
       log.error("Ignoring unsupported configuration updates, please restart FlowAggregator", {
-        keys: restart.join(","),
+        keys: diff.restartRequired.join(","),
       });
     }
   }
@@ -465,47 +506,34 @@ export class FlowAggregator {
    * the exporter stop timeout (its sink is stuck: waiting more would only delay the shutdown).
    */
   async #flushExporters(): Promise<boolean> {
-    const limitMs = this.#opts.exporterStopTimeoutMs ?? DEFAULT_EXPORTER_STOP_TIMEOUT_MS;
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const timedOut = new Promise<"timeout">((resolve) => {
-      timer = setTimeout(() => resolve("timeout"), limitMs);
-    });
-    try {
-      const flushes = [...this.#exporters.values()].map((e) =>
-        e.flush?.().catch((err) => log.error("exporter flush failed", { exporter: e.name, err }))
-      );
-      const r = await Promise.race([Promise.all(flushes), timedOut]);
-      if (r === "timeout") {
-        log.error("exporter flush did not finish in time", { timeoutMs: limitMs });
-        return false;
-      }
-      return true;
-    } finally {
-      clearTimeout(timer);
+    const flushes = [...this.#exporters.values()].map((e) =>
+      e.flush?.().catch((err) => log.error("exporter flush failed", { exporter: e.name, err }))
+    );
+    if (await within(Promise.all(flushes), this.#stopTimeoutMs) === "timeout") {
+      log.error("exporter flush did not finish in time", { timeoutMs: this.#stopTimeoutMs });
+      return false;
     }
+    return true;
+  }
+
+  /** Longest wait for one exporter's flush or stop. */
+  get #stopTimeoutMs(): number {
+    return this.#opts.exporterStopTimeoutMs ?? DEFAULT_EXPORTER_STOP_TIMEOUT_MS;
   }
 
   async #stopExporter(section: ExporterSection): Promise<void> {
     const e = this.#exporters.get(section);
     if (e === undefined) return;
     this.#exporters.delete(section);
-    const limitMs = this.#opts.exporterStopTimeoutMs ?? DEFAULT_EXPORTER_STOP_TIMEOUT_MS;
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const timedOut = new Promise<"timeout">((resolve) => {
-      timer = setTimeout(() => resolve("timeout"), limitMs);
-    });
     try {
-      const r = await Promise.race([e.stop(), timedOut]);
-      if (r === "timeout") {
+      if (await within(e.stop(), this.#stopTimeoutMs) === "timeout") {
         log.error("exporter did not stop in time; records it still buffers are lost", {
           section,
-          timeoutMs: limitMs,
+          timeoutMs: this.#stopTimeoutMs,
         });
       }
     } catch (err) {
       log.error("error stopping exporter", { section, err });
-    } finally {
-      clearTimeout(timer);
     }
     const s = e.stats();
     log.info("exporter stopped", { section, ...s });
@@ -566,9 +594,9 @@ export class FlowAggregator {
       this.#exportedWithoutSink++;
       return;
     }
-    // Fixed order (EXPORTER_ORDER), not the Map's insertion order, which a disable/enable
+    // Fixed order (EXPORTER_SECTIONS), not the Map's insertion order, which a disable/enable
     // reload would otherwise change.
-    for (const section of EXPORTER_ORDER) {
+    for (const section of EXPORTER_SECTIONS) {
       const e = this.#exporters.get(section);
       if (e === undefined) continue;
       try {

@@ -50,6 +50,12 @@ export function getLogLevel(): LogLevel {
   return (Object.keys(LEVELS) as LogLevel[]).find((l) => LEVELS[l] === state.level) ?? "info";
 }
 
+/** The level and format in force (handed to worker threads, which have their own logger). */
+export function logSettings(): { level: LogLevel; format: "logfmt" | "json" } {
+  const level = (Object.keys(LEVELS) as LogLevel[]).find((l) => LEVELS[l] === state.level);
+  return { level: level ?? "info", format: state.format };
+}
+
 /** Chooses the line format. */
 export function setLogFormat(format: "logfmt" | "json"): void {
   state.format = format;

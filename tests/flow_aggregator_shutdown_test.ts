@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import type { ExportedFlow } from "../src/aggregation/record.ts";
 import { ManualClock } from "../src/clock.ts";
-import { parseConfig } from "../src/config/mod.ts";
+import { parseConfig } from "../src/components.ts";
 import type { Exporter, ExporterStats } from "../src/exporters/exporter.ts";
 import { FlowAggregator } from "../src/flow_aggregator.ts";
 import { setLogWriter } from "../src/log.ts";

@@ -6,10 +6,10 @@
 import assert from "node:assert/strict";
 import type { ExportedFlow } from "../src/aggregation/record.ts";
 import { ManualClock } from "../src/clock.ts";
-import { diffConfig, type FlowAggregatorConfig, parseConfig } from "../src/config/mod.ts";
+import { diffConfig, type FlowAggregatorConfig, parseConfig } from "../src/components.ts";
 import type { Exporter, ExporterStats } from "../src/exporters/exporter.ts";
 import {
-  defaultExporterFactory,
+  componentExporterFactory,
   type ExporterFactory,
   type ExporterSection,
   FlowAggregator,
@@ -615,8 +615,9 @@ Deno.test("flow aggregator: stop() waits for an exporter replaced by a reload to
 
 Deno.test("default IPFIX exporter: without a cluster UUID the observation domain id is stable per process", () => {
   const cfg = config({ collector: true });
-  const a = defaultExporterFactory("flowCollector", cfg) as IpfixExporter;
-  const b = defaultExporterFactory("flowCollector", cfg) as IpfixExporter;
+  const factory = componentExporterFactory({ inProcess: true });
+  const a = factory("flowCollector", cfg) as IpfixExporter;
+  const b = factory("flowCollector", cfg) as IpfixExporter;
   assert.ok(a instanceof IpfixExporter);
   // A reload that rebuilds the exporter must not change the id the external collector sees.
   assert.equal(a.observationDomainId, b.observationDomainId);

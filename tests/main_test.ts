@@ -17,7 +17,18 @@ Deno.test("main: no flags gives the defaults", () => {
     help: false,
     udpReceiver: "auto",
     udpWorkers: 1,
+    exportersInProcess: false,
+    permissions: false,
   });
+});
+
+Deno.test("main: the permissions subcommand and --exporters-in-process are parsed", () => {
+  const a = parseArgs(["permissions", "--config", "/etc/fa.conf", "--exporters-in-process"]);
+  assert.equal(a.permissions, true);
+  assert.equal(a.config, "/etc/fa.conf");
+  assert.equal(a.exportersInProcess, true);
+  // Only as the first word: elsewhere it is an unexpected argument.
+  assert.throws(() => parseArgs(["--help", "permissions"]), /unexpected argument "permissions"/);
 });
 
 Deno.test("main: --flag value, --flag=value and single-dash forms are accepted", () => {

@@ -31,5 +31,6 @@ export {
   type UdpReceiverFactory,
 } from "./udp.ts";
 export { ffiAvailable } from "./udp_fast_ffi.ts";
+export { UDP_FAST_WORKER_MODULE } from "./udp_fast.ts";
 export { DEFAULT_LISTEN_ADDRESS, exporterAddress, parseListenAddress } from "./address.ts";
 export { type FrameResult, StreamFramer } from "./framing.ts";

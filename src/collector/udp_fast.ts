@@ -38,6 +38,9 @@ const log = logger("collector.udp_fast");
  * 150-300k/s, enough to ride out a GC pause or a scheduling hiccup (the 208 KiB kernel default
  * holds ~150). Granted in full as root (SO_RCVBUFFORCE), else capped at net.core.rmem_max.
  */
+/** The receive worker's module (the process needs read access to it to start the fast path). */
+export const UDP_FAST_WORKER_MODULE: URL = new URL("./udp_fast_worker.ts", import.meta.url);
+
 export const DEFAULT_RECV_BUFFER = 4 << 20;
 
 /**
@@ -232,7 +235,7 @@ async function startFfi(options: UdpFastOptions): Promise<UdpReceiver> {
   for (const fd of fds) {
     const counters = new SharedArrayBuffer(COUNTER.size * 8);
     counterBufs.push(new Float64Array(counters));
-    const w = new Worker(new URL("./udp_fast_worker.ts", import.meta.url).href, {
+    const w = new Worker(UDP_FAST_WORKER_MODULE.href, {
       type: "module",
     });
     threads.push(w);

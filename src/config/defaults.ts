@@ -1,26 +1,15 @@
 /**
- * Default values of every configuration key (Antrea v1.13 `default.go`, control-plane.md §1.4)
- * and the configuration used by `deno task start` when no file is given.
+ * Default values of the global configuration keys (Antrea v1.13 `default.go`,
+ * control-plane.md §1.4; each exporter section's defaults live in its component) and the
+ * configuration used by `deno task start` when no file is given.
  */
 
-/** Default values applied to unset keys. */
+/** Default values applied to unset global keys. */
 export const DEFAULTS = {
   activeFlowRecordTimeout: "60s",
   inactiveFlowRecordTimeout: "90s",
   aggregatorTransportProtocol: "TLS",
   apiPort: 10348,
-  flowCollectorRecordFormat: "IPFIX",
-  clickHouseDatabase: "default",
-  clickHouseDatabaseURL: "tcp://clickhouse-clickhouse.flow-visibility.svc:9000",
-  clickHouseCommitInterval: "8s",
-  s3RecordFormat: "CSV",
-  s3MaxRecordsPerFile: 1_000_000,
-  s3UploadInterval: "60s",
-  flowLoggerFileName: "antrea-flows.log",
-  flowLoggerMaxSize: 100,
-  flowLoggerMaxBackups: 3,
-  flowLoggerMaxAge: 0,
-  flowLoggerRecordFormat: "CSV",
 } as const;
 
 /**

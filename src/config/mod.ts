@@ -1,6 +1,8 @@
 /**
- * Configuration of the Flow Aggregator: typed keys with v1.13 defaults, Go duration parsing,
- * strict parsing and validation, reload diffs, and the directory watcher for live reload.
+ * The configuration layer: strict parsing of the global keys and of the sections the
+ * components hand it (it imports none of them), Go durations, reload diffs from one table of
+ * reload rules, and the directory watcher for live reload. `src/components.ts` assembles the
+ * product's configuration from the exporter components.
  *
  * @module
  */
@@ -8,19 +10,34 @@
 export * from "./types.ts";
 export { DEFAULTS, EMBEDDED_DEFAULT_CONFIG } from "./defaults.ts";
 export { parseDuration, parseDurationNs } from "./duration.ts";
-export { DEFAULT_COLLECTOR_PORT, joinHostPort, parseCollectorAddress } from "./address.ts";
-export { ConfigError, DECODE_ERROR_PREFIX, parseConfig, type ParseConfigOptions } from "./parse.ts";
+export { ConfigError, type MapSchema, type Raw } from "./schema.ts";
+export type {
+  BuildContext,
+  ConfigSection,
+  ReloadRule,
+  SectionConfig,
+  SectionConfigs,
+  SectionReload,
+} from "./section.ts";
+export {
+  type ConfigOf,
+  DECODE_ERROR_PREFIX,
+  fullSchema,
+  GLOBAL_SCHEMA,
+  type ParseConfigOptions,
+  parseConfigWith,
+} from "./parse.ts";
 export {
   type ConfigDiff,
-  diffConfig,
-  EXPORTER_SECTIONS,
+  diffConfigWith,
   type ExporterChange,
-  type ExporterSection,
+  GLOBAL_RELOAD,
+  type ReloadEntry,
+  reloadTable,
 } from "./diff.ts";
 export {
   type CheckResult,
   type ConfigChangeHandler,
   ConfigWatcher,
   type ConfigWatcherOptions,
-  loadConfigFile,
 } from "./watcher.ts";

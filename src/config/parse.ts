@@ -19,26 +19,24 @@ import {
   type Node,
   parseDocument,
 } from "yaml";
-import { parseCollectorAddress } from "./address.ts";
 import { DEFAULTS } from "./defaults.ts";
-import { parseDuration } from "./duration.ts";
-import type { FlowAggregatorConfig, FlowLoggerFilter, TransportProtocol } from "./types.ts";
+import {
+  bool,
+  ConfigError,
+  durationOrThrow,
+  fail,
+  intOr,
+  type Kind,
+  type MapSchema,
+  type Raw,
+  str,
+  sub,
+} from "./schema.ts";
+import type { BuildContext, ConfigSection, SectionConfig, SectionConfigs } from "./section.ts";
+import type { GlobalConfig, TransportProtocol } from "./types.ts";
 
 /** Prefix of every decode error, as upstream writes it. */
 export const DECODE_ERROR_PREFIX = "failed to unmarshal FlowAggregator config from ConfigMap: ";
-
-/** A configuration error; `path` is the offending key path (`clickHouse.commitInterval`) or "". */
-export class ConfigError extends Error {
-  /** Key path the error is about, "" for whole-file errors. */
-  readonly path: string;
-
-  /** Creates an error about `path`. */
-  constructor(message: string, path = "") {
-    super(message);
-    this.name = "ConfigError";
-    this.path = path;
-  }
-}
 
 /** Options of {@linkcode parseConfig}. */
 export interface ParseConfigOptions {
@@ -48,64 +46,6 @@ export interface ParseConfigOptions {
 
 // ---------------------------------------------------------------------------------------------
 // Strict decoding against a schema.
-
-type Kind = "str" | "bool" | "int" | "i32" | "u32" | "strlist";
-interface MapSchema {
-  [key: string]: Kind | MapSchema | { list: MapSchema };
-}
-
-const FILTER_SCHEMA: MapSchema = {
-  ingressNetworkPolicyRuleActions: "strlist",
-  egressNetworkPolicyRuleActions: "strlist",
-};
-
-const SCHEMA: MapSchema = {
-  activeFlowRecordTimeout: "str",
-  inactiveFlowRecordTimeout: "str",
-  aggregatorTransportProtocol: "str",
-  flowAggregatorAddress: "str",
-  recordContents: { podLabels: "bool" },
-  apiServer: { apiPort: "int", tlsCipherSuites: "str", tlsMinVersion: "str" },
-  flowCollector: {
-    enable: "bool",
-    address: "str",
-    observationDomainID: "u32",
-    recordFormat: "str",
-  },
-  clickHouse: {
-    enable: "bool",
-    database: "str",
-    databaseURL: "str",
-    debug: "bool",
-    compress: "bool",
-    commitInterval: "str",
-    tls: { insecureSkipVerify: "bool", caCert: "bool" },
-  },
-  s3Uploader: {
-    enable: "bool",
-    bucketName: "str",
-    bucketPrefix: "str",
-    region: "str",
-    recordFormat: "str",
-    compress: "bool",
-    maxRecordsPerFile: "i32",
-    uploadInterval: "str",
-  },
-  flowLogger: {
-    enable: "bool",
-    path: "str",
-    maxSize: "i32",
-    maxBackups: "i32",
-    maxAge: "i32",
-    compress: "bool",
-    recordFormat: "str",
-    filters: { list: FILTER_SCHEMA },
-    prettyPrint: "bool",
-  },
-};
-
-/** Decoded values keyed by name; absent or `null` keys are missing. */
-type Raw = { [key: string]: string | number | boolean | string[] | Raw | Raw[] };
 
 class Decoder {
   readonly #doc: Document;
@@ -237,7 +177,7 @@ class Decoder {
   }
 }
 
-function decode(text: string): Raw {
+function decode(text: string, schema: MapSchema): Raw {
   const lines = new LineCounter();
   const doc = parseDocument(text, {
     version: "1.1",
@@ -252,32 +192,21 @@ function decode(text: string): Raw {
     const msg = e.message.split("\n")[0] + (near === "" ? "" : ` (at ${JSON.stringify(near)})`);
     throw new ConfigError(`${DECODE_ERROR_PREFIX}line ${line}: ${msg}`);
   }
-  return new Decoder(doc, lines).map(doc.contents, SCHEMA, "") ?? {};
+  return new Decoder(doc, lines).map(doc.contents, schema, "") ?? {};
 }
 
 // ---------------------------------------------------------------------------------------------
-// Defaults, validation, derivation.
+// The global keys (everything outside the exporter sections), then the assembly.
 
-function sub(raw: Raw, key: string): Raw {
-  const v = raw[key];
-  return typeof v === "object" && v !== null && !Array.isArray(v) ? v : {};
-}
-
-function str(raw: Raw, key: string, def = ""): string {
-  const v = raw[key];
-  return typeof v === "string" && v !== "" ? v : def;
-}
-
-function bool(raw: Raw, key: string, def: boolean): boolean {
-  const v = raw[key];
-  return typeof v === "boolean" ? v : def;
-}
-
-/** Upstream semantics: 0 means unset. */
-function intOr(raw: Raw, key: string, def: number): number {
-  const v = raw[key];
-  return typeof v === "number" && v !== 0 ? v : def;
-}
+/** Decode schema of the keys the config layer owns itself. */
+export const GLOBAL_SCHEMA: MapSchema = {
+  activeFlowRecordTimeout: "str",
+  inactiveFlowRecordTimeout: "str",
+  aggregatorTransportProtocol: "str",
+  flowAggregatorAddress: "str",
+  recordContents: { podLabels: "bool" },
+  apiServer: { apiPort: "int", tlsCipherSuites: "str", tlsMinVersion: "str" },
+};
 
 function defaultTmpDir(): string {
   try {
@@ -289,37 +218,6 @@ function defaultTmpDir(): string {
   return "/tmp";
 }
 
-function durationOrThrow(path: string, text: string): number {
-  try {
-    return parseDuration(text);
-  } catch (e) {
-    throw new ConfigError(
-      `config: ${path} ${JSON.stringify(text)}: not a duration (${(e as Error).message})`,
-      path,
-    );
-  }
-}
-
-function durationOrDefault(text: string, def: string): number {
-  try {
-    return parseDuration(text);
-  } catch {
-    return parseDuration(def);
-  }
-}
-
-function minOneSecond(path: string, name: string, text: string): number {
-  const ms = durationOrThrow(path, text);
-  if (ms < 1000) {
-    throw new ConfigError(
-      `config: ${path} ${JSON.stringify(text)}: ${name} ${text} is too small: ` +
-        "shortest supported interval is 1s",
-      path,
-    );
-  }
-  return ms;
-}
-
 function positiveTimeout(path: string, text: string): number {
   const ms = durationOrThrow(path, text);
   // Upstream accepts 0 and negatives, which make the expiry loop spin (§8 L19).
@@ -329,48 +227,15 @@ function positiveTimeout(path: string, text: string): number {
   return ms;
 }
 
-function fail(path: string, msg: string): never {
-  throw new ConfigError(path === "" ? `config: ${msg}` : `config: ${path}: ${msg}`, path);
-}
-
-function checkFormat(path: string, value: string, allowed: readonly string[]): void {
-  if (!allowed.includes(value)) fail(path, `record format ${value} is not supported`);
-}
-
-function nonNegative(path: string, v: number): void {
-  if (v < 0) fail(path, `must not be negative, got ${v}`);
-}
-
-/**
- * Parses and validates a configuration file's text. Throws a {@linkcode ConfigError} whose
- * message names the key path; decode errors start with {@linkcode DECODE_ERROR_PREFIX}.
- */
-export function parseConfig(text: string, options: ParseConfigOptions = {}): FlowAggregatorConfig {
-  const raw = decode(text);
+function buildGlobal(raw: Raw): GlobalConfig {
   const rc = sub(raw, "recordContents");
   const api = sub(raw, "apiServer");
-  const fc = sub(raw, "flowCollector");
-  const ch = sub(raw, "clickHouse");
-  const chTls = sub(ch, "tls");
-  const s3 = sub(raw, "s3Uploader");
-  const fl = sub(raw, "flowLogger");
-
-  const tmpDir = options.tmpDir ?? defaultTmpDir();
-  const filters: FlowLoggerFilter[] = (Array.isArray(fl.filters) ? fl.filters as Raw[] : []).map(
-    (f) => ({
-      ingressNetworkPolicyRuleActions: [...(f.ingressNetworkPolicyRuleActions as string[] ?? [])],
-      egressNetworkPolicyRuleActions: [...(f.egressNetworkPolicyRuleActions as string[] ?? [])],
-    }),
-  );
   const transportText = str(
     raw,
     "aggregatorTransportProtocol",
     DEFAULTS.aggregatorTransportProtocol,
   );
-  const commitInterval = str(ch, "commitInterval", DEFAULTS.clickHouseCommitInterval);
-  const uploadInterval = str(s3, "uploadInterval", DEFAULTS.s3UploadInterval);
-
-  const cfg: FlowAggregatorConfig = {
+  return {
     activeFlowRecordTimeout: str(raw, "activeFlowRecordTimeout", DEFAULTS.activeFlowRecordTimeout),
     activeFlowRecordTimeoutMs: 0,
     inactiveFlowRecordTimeout: str(
@@ -387,67 +252,49 @@ export function parseConfig(text: string, options: ParseConfigOptions = {}): Flo
       tlsCipherSuites: str(api, "tlsCipherSuites"),
       tlsMinVersion: str(api, "tlsMinVersion"),
     },
-    flowCollector: {
-      enable: bool(fc, "enable", false),
-      address: str(fc, "address"),
-      recordFormat: str(fc, "recordFormat", DEFAULTS.flowCollectorRecordFormat),
-    },
-    clickHouse: {
-      enable: bool(ch, "enable", false),
-      database: str(ch, "database", DEFAULTS.clickHouseDatabase),
-      databaseURL: str(ch, "databaseURL", DEFAULTS.clickHouseDatabaseURL),
-      debug: bool(ch, "debug", false),
-      compress: bool(ch, "compress", true),
-      commitInterval,
-      commitIntervalMs: durationOrDefault(commitInterval, DEFAULTS.clickHouseCommitInterval),
-      tls: {
-        insecureSkipVerify: bool(chTls, "insecureSkipVerify", false),
-        caCert: bool(chTls, "caCert", false),
-      },
-    },
-    s3Uploader: {
-      enable: bool(s3, "enable", false),
-      bucketName: str(s3, "bucketName"),
-      bucketPrefix: str(s3, "bucketPrefix"),
-      region: str(s3, "region"),
-      recordFormat: str(s3, "recordFormat", DEFAULTS.s3RecordFormat),
-      compress: bool(s3, "compress", true),
-      maxRecordsPerFile: intOr(s3, "maxRecordsPerFile", DEFAULTS.s3MaxRecordsPerFile),
-      uploadInterval,
-      uploadIntervalMs: durationOrDefault(uploadInterval, DEFAULTS.s3UploadInterval),
-    },
-    flowLogger: {
-      enable: bool(fl, "enable", false),
-      path: str(fl, "path", `${tmpDir === "/" ? "" : tmpDir}/${DEFAULTS.flowLoggerFileName}`),
-      maxSize: intOr(fl, "maxSize", DEFAULTS.flowLoggerMaxSize),
-      // Presence-aware (§8 L22): an explicit 0 means "keep all", as documented upstream.
-      maxBackups: typeof fl.maxBackups === "number" ? fl.maxBackups : DEFAULTS.flowLoggerMaxBackups,
-      maxAge: intOr(fl, "maxAge", DEFAULTS.flowLoggerMaxAge),
-      compress: bool(fl, "compress", true),
-      recordFormat: str(fl, "recordFormat", DEFAULTS.flowLoggerRecordFormat),
-      filters,
-      prettyPrint: bool(fl, "prettyPrint", true),
-    },
   };
-  if (typeof fc.observationDomainID === "number") {
-    cfg.flowCollector.observationDomainID = fc.observationDomainID;
+}
+
+/** A full configuration: the global keys plus the sections of `S`. */
+export type ConfigOf<S extends readonly ConfigSection<string, SectionConfig>[]> =
+  & GlobalConfig
+  & SectionConfigs<S>;
+
+/** The whole decode schema: global keys plus every section's. */
+export function fullSchema(sections: readonly ConfigSection<string, SectionConfig>[]): MapSchema {
+  const schema: MapSchema = { ...GLOBAL_SCHEMA };
+  for (const s of sections) schema[s.key] = s.schema;
+  return schema;
+}
+
+/**
+ * Parses and validates a configuration file's text against the global keys and `sections`
+ * (in their order). Throws a {@linkcode ConfigError} whose message names the key path; decode
+ * errors start with {@linkcode DECODE_ERROR_PREFIX}. Validation follows the upstream order
+ * (control-plane.md §1.5, first failure wins): every section's presence checks, "no sink
+ * enabled", timeouts, transport, then every section's own checks, then our additions.
+ */
+export function parseConfigWith<S extends readonly ConfigSection<string, SectionConfig>[]>(
+  text: string,
+  sections: S,
+  options: ParseConfigOptions = {},
+): ConfigOf<S> {
+  const raw = decode(text, fullSchema(sections));
+  const ctx: BuildContext = { tmpDir: options.tmpDir ?? defaultTmpDir() };
+  const cfg = buildGlobal(raw) as ConfigOf<S>;
+  const built: [ConfigSection<string, SectionConfig>, SectionConfig][] = [];
+  for (const s of sections) {
+    const c = s.build(sub(raw, s.key), ctx);
+    (cfg as Record<string, unknown>)[s.key] = c;
+    built.push([s, c]);
   }
 
-  // Validation, in upstream order (§1.5); first failure wins.
-  if (cfg.flowCollector.enable && cfg.flowCollector.address === "") {
-    fail("flowCollector.address", "external flow collector enabled without providing address");
-  }
-  if (cfg.s3Uploader.enable && cfg.s3Uploader.bucketName === "") {
-    fail("s3Uploader.bucketName", "s3Uploader enabled without specifying bucket name");
-  }
-  if (
-    !cfg.flowCollector.enable && !cfg.clickHouse.enable && !cfg.s3Uploader.enable &&
-    !cfg.flowLogger.enable
-  ) {
+  for (const [s, c] of built) s.required?.(c);
+  if (!built.some(([, c]) => c.enable)) {
     fail(
       "",
       "external flow collector or ClickHouse or S3Uploader should be configured " +
-        "(enable one of flowCollector, clickHouse, s3Uploader, flowLogger)",
+        `(enable one of ${sections.map((s) => s.key).join(", ")})`,
     );
   }
   cfg.activeFlowRecordTimeoutMs = positiveTimeout(
@@ -461,46 +308,12 @@ export function parseConfig(text: string, options: ParseConfigOptions = {}): Flo
   if (!["TLS", "TCP", "UDP"].includes(cfg.aggregatorTransportProtocol)) {
     fail(
       "aggregatorTransportProtocol",
-      `collecting process over ${transportText} proto is not supported`,
+      `collecting process over ${str(raw, "aggregatorTransportProtocol")} proto is not supported`,
     );
   }
-  if (cfg.flowCollector.enable) {
-    try {
-      cfg.flowCollector.collector = parseCollectorAddress(cfg.flowCollector.address);
-    } catch (e) {
-      fail(
-        "flowCollector.address",
-        `${JSON.stringify(cfg.flowCollector.address)}: ${(e as Error).message}`,
-      );
-    }
-    checkFormat("flowCollector.recordFormat", cfg.flowCollector.recordFormat, ["IPFIX", "JSON"]);
-  }
-  if (cfg.clickHouse.enable) {
-    cfg.clickHouse.commitIntervalMs = minOneSecond(
-      "clickHouse.commitInterval",
-      "commitInterval",
-      commitInterval,
-    );
-  }
-  if (cfg.s3Uploader.enable) {
-    checkFormat("s3Uploader.recordFormat", cfg.s3Uploader.recordFormat, ["CSV"]);
-    cfg.s3Uploader.uploadIntervalMs = minOneSecond(
-      "s3Uploader.uploadInterval",
-      "uploadInterval",
-      uploadInterval,
-    );
-  }
-  if (cfg.flowLogger.enable) {
-    checkFormat("flowLogger.recordFormat", cfg.flowLogger.recordFormat, ["CSV"]);
-  }
-  // Our additions (upstream accepts these and misbehaves later).
+  for (const [s, c] of built) s.validate?.(c);
+  // Our addition (upstream accepts it and fails later).
   const port = cfg.apiServer.apiPort;
   if (port < 1 || port > 65535) fail("apiServer.apiPort", `port ${port} is not in 1..65535`);
-  if (cfg.s3Uploader.maxRecordsPerFile < 0) {
-    nonNegative("s3Uploader.maxRecordsPerFile", cfg.s3Uploader.maxRecordsPerFile);
-  }
-  if (cfg.flowLogger.maxSize < 0) nonNegative("flowLogger.maxSize", cfg.flowLogger.maxSize);
-  nonNegative("flowLogger.maxBackups", cfg.flowLogger.maxBackups);
-  nonNegative("flowLogger.maxAge", cfg.flowLogger.maxAge);
   return cfg;
 }

@@ -12,9 +12,7 @@
 
 import { dirname } from "node:path";
 import { logger } from "../log.ts";
-import { type ConfigDiff, diffConfig } from "./diff.ts";
-import { parseConfig } from "./parse.ts";
-import type { FlowAggregatorConfig } from "./types.ts";
+import type { ConfigDiff } from "./diff.ts";
 
 const log = logger("config");
 
@@ -22,45 +20,40 @@ const log = logger("config");
 export type CheckResult = "changed" | "unchanged" | "invalid" | "unreadable";
 
 /** Callback for an accepted new configuration. May be async; reloads are serialised. */
-export type ConfigChangeHandler = (
-  newConfig: FlowAggregatorConfig,
-  oldConfig: FlowAggregatorConfig,
+export type ConfigChangeHandler<C> = (
+  newConfig: C,
+  oldConfig: C,
   diff: ConfigDiff,
 ) => void | Promise<void>;
 
 /** Options of {@linkcode ConfigWatcher}. */
-export interface ConfigWatcherOptions {
+export interface ConfigWatcherOptions<C> {
   /** Called once per real change, after validation. */
-  onChange: ConfigChangeHandler;
+  onChange: ConfigChangeHandler<C>;
   /** Quiet time after the last event before the file is re-read. Default 200 ms. */
   debounceMs?: number;
   /** Safety-net poll period; 0 disables it. Default 30 s. */
   pollIntervalMs?: number;
   /** Observes every re-read (metrics, tests). */
   onCheck?: (result: CheckResult) => void;
-  /** Parser; default {@linkcode parseConfig}. */
-  parse?: (text: string) => FlowAggregatorConfig;
-}
-
-/** Reads and validates a configuration file once. Throws on read or validation errors. */
-export async function loadConfigFile(
-  path: string,
-): Promise<{ text: string; config: FlowAggregatorConfig }> {
-  const text = await Deno.readTextFile(path);
-  return { text, config: parseConfig(text) };
+  /** Parses and validates the file's text (throws on invalid content). */
+  parse: (text: string) => C;
+  /** Compares two parsed configurations. */
+  diff: (oldConfig: C, newConfig: C) => ConfigDiff;
 }
 
 /** Watches a configuration file and reports validated changes. */
-export class ConfigWatcher {
+export class ConfigWatcher<C> {
   readonly #path: string;
   readonly #dir: string;
-  readonly #onChange: ConfigChangeHandler;
+  readonly #onChange: ConfigChangeHandler<C>;
+  readonly #diff: (oldConfig: C, newConfig: C) => ConfigDiff;
   readonly #onCheck?: (result: CheckResult) => void;
-  readonly #parse: (text: string) => FlowAggregatorConfig;
+  readonly #parse: (text: string) => C;
   readonly #debounceMs: number;
   readonly #pollIntervalMs: number;
   #baseline = "";
-  #config: FlowAggregatorConfig | undefined;
+  #config: C | undefined;
   #fsWatcher: Deno.FsWatcher | undefined;
   #watchLoop: Promise<void> | undefined;
   #debounceTimer: ReturnType<typeof setTimeout> | undefined;
@@ -73,18 +66,19 @@ export class ConfigWatcher {
   #generation = 0;
 
   /** Creates a watcher for the file at `path`; nothing happens until {@linkcode start}. */
-  constructor(path: string, options: ConfigWatcherOptions) {
+  constructor(path: string, options: ConfigWatcherOptions<C>) {
     this.#path = path;
     this.#dir = dirname(path);
     this.#onChange = options.onChange;
     this.#onCheck = options.onCheck;
-    this.#parse = options.parse ?? ((text: string) => parseConfig(text));
+    this.#parse = options.parse;
+    this.#diff = options.diff;
     this.#debounceMs = options.debounceMs ?? 200;
     this.#pollIntervalMs = options.pollIntervalMs ?? 30_000;
   }
 
   /** The configuration currently in force. Throws before {@linkcode start}. */
-  get config(): FlowAggregatorConfig {
+  get config(): C {
     if (this.#config === undefined) throw new Error("ConfigWatcher not started");
     return this.#config;
   }
@@ -94,7 +88,7 @@ export class ConfigWatcher {
    * missed) and returns it. Throws if the directory cannot be watched or the file is unreadable
    * or invalid; nothing is left running in that case.
    */
-  async start(): Promise<FlowAggregatorConfig> {
+  async start(): Promise<C> {
     if (this.#running) return this.config;
     try {
       this.#fsWatcher = Deno.watchFs(this.#dir, { recursive: false });
@@ -174,7 +168,7 @@ export class ConfigWatcher {
       log.debug("Flow-aggregator configuration didn't change");
       return "unchanged";
     }
-    let next: FlowAggregatorConfig;
+    let next: C;
     try {
       next = this.#parse(text);
     } catch (e) {
@@ -186,7 +180,7 @@ export class ConfigWatcher {
     }
     this.#baseline = text;
     this.#config = next;
-    const diff = diffConfig(old, next);
+    const diff = this.#diff(old, next);
     // Which changed keys need a restart is the consumer's call (the Flow Aggregator applies
     // timeouts, Pod labels and the transport live and reports only what it really ignores), so
     // no "please restart" error is logged here.

@@ -35,6 +35,11 @@ export interface Exporter {
    * the shutdown flush, so a burst of held flows does not overrun that buffer. Never rejects.
    */
   flush?(): Promise<void>;
+  /**
+   * Optional: applies a changed configuration section in place. Only the keys the component
+   * declares live (`reload.live`) change when this is called; other changes rebuild the sink.
+   */
+  update?(config: unknown): Promise<void>;
   /** Returns the counters. */
   stats(): ExporterStats;
 }

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { diffConfig, parseConfig } from "../../src/config/mod.ts";
+import { configReloadTable, diffConfig, parseConfig } from "../../src/components.ts";
+import { reloadTable } from "../../src/config/mod.ts";
 
 const BASE = `
 flowCollector:
@@ -16,11 +17,74 @@ function cfg(extra = "", base = BASE) {
   return parseConfig(base + extra, { tmpDir: "/tmp" });
 }
 
+Deno.test("every configuration key has the reload rule of the one table", () => {
+  const rules = Object.fromEntries(
+    Object.entries(configReloadTable()).map((
+      [k, e],
+    ) => [k, e.rebuilds.length ? `${e.rule}+rebuild:${e.rebuilds.join(",")}` : e.rule]),
+  );
+  assert.deepEqual(rules, {
+    activeFlowRecordTimeout: "live",
+    inactiveFlowRecordTimeout: "live",
+    aggregatorTransportProtocol: "collector",
+    flowAggregatorAddress: "collector",
+    "recordContents.podLabels": "live+rebuild:flowCollector",
+    "apiServer.apiPort": "restart",
+    "apiServer.tlsCipherSuites": "restart",
+    "apiServer.tlsMinVersion": "restart",
+    "flowCollector.enable": "toggle",
+    "flowCollector.address": "rebuild",
+    "flowCollector.observationDomainID": "rebuild",
+    "flowCollector.recordFormat": "rebuild",
+    "clickHouse.enable": "toggle",
+    "clickHouse.database": "rebuild",
+    "clickHouse.databaseURL": "rebuild",
+    "clickHouse.debug": "rebuild",
+    "clickHouse.compress": "rebuild",
+    "clickHouse.commitInterval": "rebuild",
+    "clickHouse.tls.insecureSkipVerify": "rebuild",
+    "clickHouse.tls.caCert": "rebuild",
+    "s3Uploader.enable": "toggle",
+    "s3Uploader.bucketName": "rebuild",
+    "s3Uploader.bucketPrefix": "rebuild",
+    "s3Uploader.region": "rebuild",
+    "s3Uploader.recordFormat": "rebuild",
+    "s3Uploader.compress": "rebuild",
+    "s3Uploader.maxRecordsPerFile": "rebuild",
+    "s3Uploader.uploadInterval": "rebuild",
+    "flowLogger.enable": "toggle",
+    "flowLogger.path": "rebuild",
+    "flowLogger.maxSize": "live",
+    "flowLogger.maxBackups": "live",
+    "flowLogger.maxAge": "live",
+    "flowLogger.compress": "live",
+    "flowLogger.recordFormat": "live",
+    "flowLogger.filters": "live",
+    "flowLogger.prettyPrint": "live",
+  });
+});
+
+Deno.test("the reload table refuses a live key or a dependency that does not exist", () => {
+  const section = {
+    key: "x",
+    schema: { enable: "bool" as const, a: "str" as const },
+    build: () => ({ enable: false }),
+    reload: { live: ["b"] },
+  };
+  assert.throws(() => reloadTable([section]), /x: live key b is not in its schema/);
+  assert.throws(
+    () => reloadTable([{ ...section, reload: { live: [], dependsOn: ["nope.key"] } }]),
+    /x depends on unknown key nope.key/,
+  );
+});
+
 Deno.test("identical configs produce no change", () => {
   const d = diffConfig(cfg(), cfg());
   assert.equal(d.changed, false);
   assert.deepEqual(d.changedKeys, []);
   assert.deepEqual(d.restartRequired, []);
+  assert.deepEqual(d.core, []);
+  assert.equal(d.collector, false);
   assert.deepEqual(d.exporters, {
     flowCollector: "unchanged",
     clickHouse: "unchanged",
@@ -29,7 +93,7 @@ Deno.test("identical configs produce no change", () => {
   });
 });
 
-Deno.test("enable, disable and update are reported per exporter", () => {
+Deno.test("enable, disable and rebuild are reported per exporter", () => {
   const next = parseConfig(
     `
 flowCollector:
@@ -43,7 +107,7 @@ flowLogger:
 `,
   );
   const d = diffConfig(cfg(), next);
-  assert.equal(d.exporters.flowCollector, "updated");
+  assert.equal(d.exporters.flowCollector, "rebuild");
   assert.equal(d.exporters.clickHouse, "enabled");
   assert.equal(d.exporters.flowLogger, "disabled");
   assert.equal(d.exporters.s3Uploader, "unchanged");
@@ -55,16 +119,23 @@ flowLogger:
   assert.deepEqual(d.restartRequired, []);
 });
 
-Deno.test("a filter change updates the flow logger", () => {
+Deno.test("a filter change is applied to the flow logger live; a new path rebuilds it", () => {
   const d = diffConfig(
     cfg(),
     cfg("  filters:\n    - ingressNetworkPolicyRuleActions: [Drop]\n"),
   );
   assert.deepEqual(d.changedKeys, ["flowLogger.filters"]);
-  assert.equal(d.exporters.flowLogger, "updated");
+  assert.equal(d.exporters.flowLogger, "live");
+  const moved = diffConfig(cfg(), cfg("", BASE.replace("/tmp/a.log", "/var/log/b.log")));
+  assert.equal(moved.exporters.flowLogger, "rebuild");
+  const both = diffConfig(
+    cfg(),
+    cfg("  prettyPrint: false\n", BASE.replace("/tmp/a.log", "/var/log/b.log")),
+  );
+  assert.equal(both.exporters.flowLogger, "rebuild", "a rebuild key wins over live keys");
 });
 
-Deno.test("top-level, recordContents and apiServer changes need a restart", () => {
+Deno.test("timeouts and Pod labels apply to the core live, the transport restarts the collector, apiServer needs a restart", () => {
   const d = diffConfig(
     cfg(),
     cfg(
@@ -72,17 +143,30 @@ Deno.test("top-level, recordContents and apiServer changes need a restart", () =
         "recordContents:\n  podLabels: true\napiServer:\n  apiPort: 10350\n",
     ),
   );
-  assert.deepEqual(d.restartRequired, [
-    "activeFlowRecordTimeout",
-    "aggregatorTransportProtocol",
-    "apiServer.apiPort",
-    "recordContents.podLabels",
-  ]);
+  assert.deepEqual(d.core, ["activeFlowRecordTimeout", "recordContents.podLabels"]);
+  assert.equal(d.collector, true);
+  assert.deepEqual(d.restartRequired, ["apiServer.apiPort"]);
   assert.equal(d.exporters.flowLogger, "unchanged");
+  // The IPFIX templates carry the label fields or not: the labels switch rebuilds that sink.
+  assert.equal(d.exporters.flowCollector, "rebuild");
 });
 
 Deno.test("changes inside a section that stays disabled affect no exporter", () => {
   const d = diffConfig(cfg(), cfg("s3Uploader:\n  bucketName: other\n"));
   assert.deepEqual(d.changedKeys, ["s3Uploader.bucketName"]);
   assert.equal(d.exporters.s3Uploader, "unchanged");
+});
+
+Deno.test("derived values (parsed durations, the parsed address) are not keys of their own", () => {
+  const d = diffConfig(
+    cfg(),
+    cfg(
+      "clickHouse:\n  commitInterval: 10s\n",
+      BASE.replace(
+        "clickHouse:\n  enable: false\n",
+        "",
+      ),
+    ),
+  );
+  assert.deepEqual(d.changedKeys, ["clickHouse.commitInterval"]);
 });

@@ -1,11 +1,6 @@
 import assert from "node:assert/strict";
-import {
-  ConfigError,
-  DECODE_ERROR_PREFIX,
-  EMBEDDED_DEFAULT_CONFIG,
-  type FlowAggregatorConfig,
-  parseConfig,
-} from "../../src/config/mod.ts";
+import { ConfigError, DECODE_ERROR_PREFIX, EMBEDDED_DEFAULT_CONFIG } from "../../src/config/mod.ts";
+import { type FlowAggregatorConfig, parseConfig } from "../../src/components.ts";
 
 const MIN = "flowLogger:\n  enable: true\n";
 

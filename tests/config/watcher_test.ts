@@ -1,10 +1,9 @@
 import assert from "node:assert/strict";
-import {
-  type CheckResult,
-  type ConfigDiff,
-  ConfigWatcher,
-  type FlowAggregatorConfig,
-} from "../../src/config/mod.ts";
+import { type CheckResult, type ConfigDiff, ConfigWatcher } from "../../src/config/mod.ts";
+import { diffConfig, type FlowAggregatorConfig, parseConfig } from "../../src/components.ts";
+
+/** How the product builds its watcher: its parser and diff. */
+const PRODUCT = { parse: (text: string) => parseConfig(text), diff: diffConfig };
 import { setLogWriter } from "../../src/log.ts";
 
 const CONF = "flow-aggregator.conf";
@@ -54,7 +53,7 @@ class ConfigMapDir {
 }
 
 interface Harness {
-  watcher: ConfigWatcher;
+  watcher: ConfigWatcher<FlowAggregatorConfig>;
   changes: { next: FlowAggregatorConfig; old: FlowAggregatorConfig; diff: ConfigDiff }[];
   /** Resolves at the next re-read with result `want` (stray re-reads from earlier events are skipped). */
   waitFor(want: CheckResult): Promise<void>;
@@ -64,6 +63,7 @@ function harness(path: string): Harness {
   const changes: Harness["changes"] = [];
   let waiters: { want: CheckResult; resolve: () => void }[] = [];
   const watcher = new ConfigWatcher(path, {
+    ...PRODUCT,
     debounceMs: 30,
     pollIntervalMs: 0,
     onChange: (next, old, diff) => {
@@ -108,7 +108,8 @@ Deno.test("watcher: a ConfigMap swap fires onChange once per real change", async
     assert.equal(h.changes[0].old.flowLogger.path, "/tmp/a.log");
     assert.equal(h.changes[0].next.flowLogger.path, "/tmp/b.log");
     assert.deepEqual(h.changes[0].diff.changedKeys, ["flowLogger.path"]);
-    assert.equal(h.changes[0].diff.exporters.flowLogger, "updated");
+    // A new path is a new directory to write to (new worker permissions): a rebuild.
+    assert.equal(h.changes[0].diff.exporters.flowLogger, "rebuild");
     assert.equal(h.watcher.config.flowLogger.path, "/tmp/b.log");
 
     // Identical content: a swap happens, the file is re-read, nothing is reported.
@@ -165,6 +166,7 @@ Deno.test("watcher: check() applies a plain in-place edit and reports unreadable
   await Deno.writeTextFile(path, conf("/tmp/a.log"));
   const changes: FlowAggregatorConfig[] = [];
   const watcher = new ConfigWatcher(path, {
+    ...PRODUCT,
     // Long debounce: only explicit check() calls re-read in this test.
     debounceMs: 60_000,
     pollIntervalMs: 0,
@@ -190,7 +192,10 @@ Deno.test("watcher: check() applies a plain in-place edit and reports unreadable
 });
 
 Deno.test("watcher: start fails cleanly for a missing directory or an invalid file", async () => {
-  const w1 = new ConfigWatcher("/nonexistent-dir-fa/flow-aggregator.conf", { onChange: () => {} });
+  const w1 = new ConfigWatcher("/nonexistent-dir-fa/flow-aggregator.conf", {
+    ...PRODUCT,
+    onChange: () => {},
+  });
   await assert.rejects(
     () => w1.start(),
     /^Error: error when starting file watch on configuration dir/,
@@ -198,7 +203,7 @@ Deno.test("watcher: start fails cleanly for a missing directory or an invalid fi
   const dir = await Deno.makeTempDir({ prefix: "fa-config-" });
   try {
     await Deno.writeTextFile(`${dir}/${CONF}`, "flowLogger:\n  enable: false\n");
-    const w2 = new ConfigWatcher(`${dir}/${CONF}`, { onChange: () => {} });
+    const w2 = new ConfigWatcher(`${dir}/${CONF}`, { ...PRODUCT, onChange: () => {} });
     await assert.rejects(() => w2.start(), /should be configured/);
     assert.throws(() => w2.config, /not started/);
   } finally {
@@ -214,6 +219,7 @@ Deno.test("watcher: the safety-net poll picks up a change the watch did not repo
   let resolveChange: (c: FlowAggregatorConfig) => void = () => {};
   const changed = new Promise<FlowAggregatorConfig>((r) => (resolveChange = r));
   const watcher = new ConfigWatcher(path, {
+    ...PRODUCT,
     // Events would only be handled after a minute; the 20 ms poll must see the edit first.
     debounceMs: 60_000,
     pollIntervalMs: 20,

@@ -83,14 +83,14 @@ Deno.test("e2e reload: ConfigMap swaps disable, re-enable and move and filter th
     await send(50_200);
     await waitForKeys(logPath, ports(50_200).map((p) => intraNodeKey(p)), 15_000);
 
-    // A new path (and new timeouts) while running: the logger switches files, the timeouts
-    // apply live.
+    // A new path (and new timeouts) while running: the logger is rebuilt (a new directory is a
+    // new permission set for its worker) and switches files; the timeouts apply live.
     mark = fa.events.length;
     const changed = conf(logPath2, capture.port, true)
       .replace("activeFlowRecordTimeout: 1s", "activeFlowRecordTimeout: 1500ms")
       .replace("inactiveFlowRecordTimeout: 2s", "inactiveFlowRecordTimeout: 2500ms");
     await cm.update(changed);
-    await fa.waitFor({ msg: "updated exporter", section: "flowLogger" }, 10_000, mark);
+    await fa.waitFor({ msg: "exporter enabled", section: "flowLogger" }, 10_000, mark);
     const timeouts = await fa.waitFor({ msg: "flow record timeouts updated" }, 10_000, mark);
     assert.equal(timeouts.fields.active, "1500ms");
     assert.equal(timeouts.fields.inactive, "2500ms");

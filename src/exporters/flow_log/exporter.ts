@@ -12,7 +12,7 @@
 
 import type { ExportedFlow } from "../../aggregation/record.ts";
 import { type Clock, systemClock } from "../../clock.ts";
-import type { FlowLoggerConfig } from "../../config/types.ts";
+import type { FlowLoggerConfig } from "./config.ts";
 import { logger, RateLimitedLog } from "../../log.ts";
 import type { Exporter, ExporterStats } from "../exporter.ts";
 import { toFlatRecord } from "../flat_record.ts";
@@ -161,7 +161,7 @@ export class LogExporter implements Exporter {
    * flushed to the old file, which is closed; new lines go to the new path with the new
    * rotation, filters and prettyPrint. An identical section is a no-op.
    */
-  async updateOptions(config: FlowLoggerConfig): Promise<void> {
+  async update(config: FlowLoggerConfig): Promise<void> {
     if (JSON.stringify(config) === JSON.stringify(this.#config)) return;
     const wasRunning = this.#running;
     this.#running = false;

@@ -4,7 +4,7 @@
  * tooling parses it positionally, so the order and the pretty-printed names are exact.
  */
 
-import type { FlowLoggerFilter } from "../../config/types.ts";
+import type { FlowLoggerFilter } from "./config.ts";
 import type { FlatRecord } from "../flat_record.ts";
 
 const PROTOCOLS: Record<number, string> = {

@@ -24,8 +24,8 @@ import {
   POD_LABEL_FIELDS,
   RecordEncoder,
 } from "../../ipfix/mod.ts";
-import { parseCollectorAddress } from "../../config/address.ts";
-import type { FlowCollectorConfig } from "../../config/types.ts";
+import { parseCollectorAddress } from "./address.ts";
+import type { FlowCollectorConfig } from "./config.ts";
 import type { Clock } from "../../clock.ts";
 import { systemClock } from "../../clock.ts";
 import { logger, RateLimitedLog } from "../../log.ts";

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import type { FlowLoggerConfig } from "../../../src/config/types.ts";
+import type { FlowLoggerConfig } from "../../../src/exporters/flow_log/config.ts";
 import { LogExporter } from "../../../src/exporters/flow_log/exporter.ts";
 import {
   formatLogLine,
@@ -230,13 +230,13 @@ Deno.test("stop flushes and closes; records added before start are kept", async 
   }
 });
 
-Deno.test("L4: updateOptions flushes to the old file and switches to the new one", async () => {
+Deno.test("L4: update flushes to the old file and switches to the new one", async () => {
   const dir = await Deno.makeTempDir({ prefix: "fa-log-" });
   const exp = new LogExporter(loggerConfig(`${dir}/1.log`), { flushIntervalMs: 3_600_000 });
   try {
     await exp.start();
     exp.addRecord(fixtureFlow());
-    await exp.updateOptions(loggerConfig(`${dir}/2.log`, { prettyPrint: false }));
+    await exp.update(loggerConfig(`${dir}/2.log`, { prettyPrint: false }));
     assert.equal((await readLines(`${dir}/1.log`)).length, 1);
     exp.addRecord(fixtureFlow());
     await exp.stop();
@@ -317,7 +317,7 @@ Deno.test("log exporter: a reload while records arrive closes the old file and l
     }
   })();
   await new Promise((r) => setTimeout(r, 20));
-  await e.updateOptions(loggerConfig(b));
+  await e.update(loggerConfig(b));
   await new Promise((r) => setTimeout(r, 20));
   stop = true;
   await pump;

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { ManualClock } from "../../../src/clock.ts";
-import type { FlowLoggerConfig } from "../../../src/config/types.ts";
+import type { FlowLoggerConfig } from "../../../src/exporters/flow_log/config.ts";
 import { LogExporter } from "../../../src/exporters/flow_log/exporter.ts";
 import { backupTimestamp, RotatingFile } from "../../../src/exporters/flow_log/rotate.ts";
 import { setLogWriter } from "../../../src/log.ts";

@@ -5,7 +5,7 @@
  * accepted because our IPFIX exporter implements it (upstream parsed it but could not use it).
  */
 
-import type { CollectorAddress, CollectorProto } from "./types.ts";
+import type { CollectorAddress, CollectorProto } from "./config.ts";
 
 /** Default IPFIX port. */
 export const DEFAULT_COLLECTOR_PORT = 4739;

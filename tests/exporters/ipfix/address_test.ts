@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { parseCollectorAddress } from "../../src/config/address.ts";
+import { parseCollectorAddress } from "../../../src/exporters/ipfix/address.ts";
 
 Deno.test("parseCollectorAddress follows the §1.6 table", () => {
   const ok: [string, string, number, string, string][] = [

@@ -1,0 +1,112 @@
+/**
+ * The `clickHouse` section, owned by the ClickHouse exporter component: types, defaults,
+ * validation (upstream texts) and reload rule (exporters.md §3.1).
+ *
+ * @module
+ */
+
+import { bool, durationOrDefault, minOneSecond, type Raw, str, sub } from "../../config/schema.ts";
+import type { ConfigSection } from "../../config/section.ts";
+
+/** `clickHouse.tls` subsection. */
+export interface ClickHouseTlsConfig {
+  /**
+   * Skip server certificate verification.
+   * @default {false}
+   */
+  insecureSkipVerify: boolean;
+  /**
+   * Read a custom CA from `/etc/flow-aggregator/certs/ca.crt`.
+   * @default {false}
+   */
+  caCert: boolean;
+}
+
+/** `clickHouse` section. */
+export interface ClickHouseConfig {
+  /**
+   * Sink enabled.
+   * @default {false}
+   */
+  enable: boolean;
+  /**
+   * Database name.
+   * @default {"default"}
+   */
+  database: string;
+  /**
+   * `<scheme>://<host>:<port>`; validated by the exporter when it connects.
+   * @default {"tcp://clickhouse-clickhouse.flow-visibility.svc:9000"}
+   */
+  databaseURL: string;
+  /**
+   * Driver debug logging.
+   * @default {false}
+   */
+  debug: boolean;
+  /**
+   * Compress inserts.
+   * @default {true}
+   */
+  compress: boolean;
+  /**
+   * Commit interval as written (Go duration).
+   * @default {"8s"}
+   */
+  commitInterval: string;
+  /**
+   * Parsed commit interval in ms. Validated (≥ 1 s) only when enabled; when the section is
+   * disabled and the text does not parse, this holds the default (8000) so it is always usable.
+   */
+  commitIntervalMs: number;
+  /** TLS options. */
+  tls: ClickHouseTlsConfig;
+}
+
+/** Defaults of the section (Antrea v1.13 `default.go`). */
+export const CLICKHOUSE_DEFAULTS = {
+  database: "default",
+  databaseURL: "tcp://clickhouse-clickhouse.flow-visibility.svc:9000",
+  commitInterval: "8s",
+  compress: true,
+} as const;
+
+/** The `clickHouse` configuration section. */
+export const clickHouseSection: ConfigSection<"clickHouse", ClickHouseConfig> = {
+  key: "clickHouse",
+  schema: {
+    enable: "bool",
+    database: "str",
+    databaseURL: "str",
+    debug: "bool",
+    compress: "bool",
+    commitInterval: "str",
+    tls: { insecureSkipVerify: "bool", caCert: "bool" },
+  },
+  build(raw: Raw): ClickHouseConfig {
+    const tls = sub(raw, "tls");
+    const commitInterval = str(raw, "commitInterval", CLICKHOUSE_DEFAULTS.commitInterval);
+    return {
+      enable: bool(raw, "enable", false),
+      database: str(raw, "database", CLICKHOUSE_DEFAULTS.database),
+      databaseURL: str(raw, "databaseURL", CLICKHOUSE_DEFAULTS.databaseURL),
+      debug: bool(raw, "debug", false),
+      compress: bool(raw, "compress", CLICKHOUSE_DEFAULTS.compress),
+      commitInterval,
+      commitIntervalMs: durationOrDefault(commitInterval, CLICKHOUSE_DEFAULTS.commitInterval),
+      tls: {
+        insecureSkipVerify: bool(tls, "insecureSkipVerify", false),
+        caCert: bool(tls, "caCert", false),
+      },
+    };
+  },
+  validate(c): void {
+    if (!c.enable) return;
+    c.commitIntervalMs = minOneSecond(
+      "clickHouse.commitInterval",
+      "commitInterval",
+      c.commitInterval,
+    );
+  },
+  reload: { live: [] },
+};

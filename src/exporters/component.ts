@@ -1,0 +1,60 @@
+/**
+ * An exporter component: everything one sink owns, in its folder `src/exporters/<sink>/`. Its
+ * configuration section (types, defaults, validation, reload rule), the Deno permissions its
+ * configuration needs, the factory of the sink itself and the worker entry that runs the sink
+ * with exactly those permissions. The export loop and the config layer only ever iterate over
+ * the registered components (`src/components.ts`); nothing names a sink.
+ *
+ * @module
+ */
+
+import type { ConfigSection, SectionConfig } from "../config/section.ts";
+import type { Exporter } from "./exporter.ts";
+
+/**
+ * The Deno permissions a sink needs, as allow-lists (empty: denied). They become both the
+ * sink's worker permissions and part of the process's `deno run` flags.
+ */
+export interface ExporterPermissions {
+  /** `host:port` the sink connects to. */
+  net: string[];
+  /** Files or directories it reads. */
+  read: string[];
+  /** Files or directories it writes. */
+  write: string[];
+  /** Environment variables it reads. */
+  env: string[];
+}
+
+/** Process-wide facts a sink is built with (structured-cloneable: they cross to its worker). */
+export interface ExporterContext {
+  /** `recordContents.podLabels`: records carry `sourcePodLabels` / `destinationPodLabels`. */
+  podLabels: boolean;
+  /** The cluster UUID (the IPFIX observation domain id derives from it). */
+  clusterUuid: string;
+}
+
+/** One sink, as registered in `src/components.ts`. */
+export interface ExporterComponent<
+  K extends string = string,
+  C extends SectionConfig = SectionConfig,
+> {
+  /** Short name in logs and metrics (`ipfix`, `clickhouse`, `s3`, `log`). */
+  readonly name: string;
+  /** The configuration section the component owns. */
+  readonly section: ConfigSection<K, C>;
+  /** The permissions the sink needs for `config` (computed, never broader than needed). */
+  permissions(config: C): ExporterPermissions;
+  /**
+   * Builds the sink. Absent: this build has no such sink yet; enabling the section is reported
+   * as an error and its records are counted as exported without a sink.
+   */
+  readonly create?: (config: C, ctx: ExporterContext) => Exporter;
+  /** Module that runs the sink in a permission-scoped worker (`worker.ts` in the folder). */
+  readonly workerModule?: URL;
+}
+
+/** No permission at all. */
+export function noPermissions(): ExporterPermissions {
+  return { net: [], read: [], write: [], env: [] };
+}

@@ -1,0 +1,89 @@
+/**
+ * The `flowCollector` section, owned by the IPFIX exporter: its types, defaults, validation
+ * (upstream texts) and reload rule. The address is parsed once here; the exporter dials the
+ * parsed form.
+ *
+ * @module
+ */
+
+import { checkFormat, fail, type Raw, str } from "../../config/schema.ts";
+import type { ConfigSection } from "../../config/section.ts";
+import { parseCollectorAddress } from "./address.ts";
+
+/** Transport to the external collector (`flowCollector.address`). `tls` is our addition. */
+export type CollectorProto = "tcp" | "udp" | "tls";
+
+/** A parsed `flowCollector.address`. */
+export interface CollectorAddress {
+  /** Host as written (IPv6 without brackets). Not resolved. */
+  host: string;
+  /** Port, 1..65535. */
+  port: number;
+  /** Transport. */
+  proto: CollectorProto;
+  /** `host:port` with IPv6-aware bracketing, ready to dial (`[::1]:4739`). */
+  hostPort: string;
+}
+
+/** `flowCollector` section: the external IPFIX/JSON collector sink. */
+export interface FlowCollectorConfig {
+  /**
+   * Sink enabled.
+   * @default {false}
+   */
+  enable: boolean;
+  /**
+   * `host[:port][:proto]` as written (port 4739 and proto `tcp` when omitted).
+   * @default {""}
+   */
+  address: string;
+  /** Parsed address; present only when `enable` is true (it is validated only then). */
+  collector?: CollectorAddress;
+  /** Explicit Observation Domain ID; absent ⇒ derived from the cluster UUID. */
+  observationDomainID?: number;
+  /**
+   * `IPFIX` or `JSON` (validated only when enabled).
+   * @default {"IPFIX"}
+   */
+  recordFormat: string;
+}
+
+/** Defaults of the section (Antrea v1.13 `default.go`). */
+export const FLOW_COLLECTOR_DEFAULTS = {
+  enable: false,
+  recordFormat: "IPFIX",
+} as const;
+
+/** The `flowCollector` configuration section. */
+export const flowCollectorSection: ConfigSection<"flowCollector", FlowCollectorConfig> = {
+  key: "flowCollector",
+  schema: { enable: "bool", address: "str", observationDomainID: "u32", recordFormat: "str" },
+  build(raw: Raw): FlowCollectorConfig {
+    const c: FlowCollectorConfig = {
+      enable: raw.enable === true,
+      address: str(raw, "address"),
+      recordFormat: str(raw, "recordFormat", FLOW_COLLECTOR_DEFAULTS.recordFormat),
+    };
+    if (typeof raw.observationDomainID === "number") {
+      c.observationDomainID = raw.observationDomainID;
+    }
+    return c;
+  },
+  required(c): void {
+    if (c.enable && c.address === "") {
+      fail("flowCollector.address", "external flow collector enabled without providing address");
+    }
+  },
+  validate(c): void {
+    if (!c.enable) return;
+    try {
+      c.collector = parseCollectorAddress(c.address);
+    } catch (e) {
+      fail("flowCollector.address", `${JSON.stringify(c.address)}: ${(e as Error).message}`);
+    }
+    checkFormat("flowCollector.recordFormat", c.recordFormat, ["IPFIX", "JSON"]);
+  },
+  // Every key rebuilds the exporter (new connection, new templates); the templates carry the
+  // Pod label fields or not, so the labels switch rebuilds it too.
+  reload: { live: [], dependsOn: ["recordContents.podLabels"] },
+};

@@ -1,0 +1,428 @@
+/**
+ * Runs a sink in its own Deno Worker started with exactly the permissions its component
+ * computed from its configuration, so a bug or a compromised dependency in one sink cannot read
+ * the TLS keys, write outside its directory or reach another host. To the export loop it is an
+ * ordinary {@linkcode Exporter}: `addRecord` appends the flow to a binary batch that is
+ * transferred to the worker at the end of the current task (or when full).
+ *
+ * The ledger stays exact across the thread boundary: every record taken is, at any time,
+ * exported, dropped, filtered or buffered (here, in flight, or inside the sink), from the
+ * counters the worker sends with every batch acknowledgement. A worker that dies or stops
+ * answering is terminated and restarted with backoff; the records it held are counted as
+ * dropped (`lostInWorker`), and the batches not yet sent go to the new worker.
+ *
+ * Needs `--unstable-worker-options` (Deno's `deno.permissions` Worker option).
+ *
+ * @module
+ */
+
+import type { SectionConfig } from "../config/section.ts";
+import { logger, logSettings } from "../log.ts";
+import type { ExportedFlow } from "../aggregation/record.ts";
+import { batchCount, BatchWriter } from "./batch.ts";
+import type { ExporterComponent, ExporterContext, ExporterPermissions } from "./component.ts";
+import type { Exporter, ExporterStats } from "./exporter.ts";
+import {
+  emptyWorkerStats,
+  type FromWorker,
+  type ToWorker,
+  type WorkerStats,
+} from "./worker_protocol.ts";
+
+const log = logger("exporter-worker");
+
+/** Tuning of {@linkcode WorkerExporter}. */
+export interface WorkerExporterOptions {
+  /** Flows per batch. Default 1024. */
+  batchRecords?: number;
+  /** Flows taken but not yet acknowledged by the worker beyond which new ones are dropped. */
+  maxBufferedRecords?: number;
+  /** First restart delay after a worker died; doubles up to `restartMaxMs`. Default 1000. */
+  restartInitialMs?: number;
+  /** Restart delay cap. Default 30000. */
+  restartMaxMs?: number;
+  /** A worker silent for this long (it reports every second) is declared dead. Default 15 s. */
+  heartbeatTimeoutMs?: number;
+}
+
+/** Counters of a sink running in a worker. */
+export interface WorkerExporterStats extends ExporterStats {
+  /** Records taken and not yet exported, dropped or filtered (batches, in flight, in the sink). */
+  buffered: number;
+  /** Records the sink chose not to export (flow log filters). */
+  filtered: number;
+  /** Operations the sink attempted outside its permissions (`NotCapable`). */
+  permissionDenied: number;
+  /** Errors that escaped the sink inside its worker. */
+  uncaught: number;
+  /** Workers started after the first one (after a death or hang). */
+  workerRestarts: number;
+  /** Records held by a worker that died, counted as dropped. */
+  lostInWorker: number;
+  /** Records dropped because `maxBufferedRecords` were outstanding. */
+  overflowDropped: number;
+  /** The sink's own further counters (reconnects, rotations, …), from its worker. */
+  sink: Record<string, number | boolean>;
+}
+
+/** The Deno Worker permission descriptor for `p`: everything not listed is denied. */
+export function workerPermissions(p: ExporterPermissions): Deno.PermissionOptionsObject {
+  const list = (a: string[]): string[] | false => a.length === 0 ? false : a;
+  return {
+    net: list(p.net),
+    read: list(p.read),
+    write: list(p.write),
+    env: list(p.env),
+    sys: false,
+    run: false,
+    ffi: false,
+    import: false,
+  };
+}
+
+/**
+ * True when a worker module is a local file that does not exist: a single-file build
+ * (`deno bundle`) has no module next to it, and its sinks then run in process.
+ */
+export function workerModuleMissing(url: URL): boolean {
+  if (url.protocol !== "file:") return false;
+  try {
+    Deno.statSync(url);
+    return false;
+  } catch (err) {
+    return err instanceof Deno.errors.NotFound;
+  }
+}
+
+type Waiter = (stats: WorkerStats | undefined) => void;
+
+/** A sink in a permission-scoped worker. */
+export class WorkerExporter<C extends SectionConfig = SectionConfig> implements Exporter {
+  /** Exporter name in logs and metrics (the component's). */
+  readonly name: string;
+  readonly #component: ExporterComponent<string, C>;
+  #config: C;
+  readonly #ctx: ExporterContext;
+  readonly #opts: Required<WorkerExporterOptions>;
+  #worker: Worker | undefined;
+  #ready = false;
+  #batch: BatchWriter;
+  #postQueued = false;
+  /** Finished batches waiting for a (re)started worker. */
+  readonly #queue: ArrayBuffer[] = [];
+  #queuedRecords = 0;
+  /** seq → flows of batches sent to the current worker and not yet acknowledged. */
+  readonly #inFlight = new Map<number, number>();
+  #seq = 0;
+  #nextId = 0;
+  readonly #waiters = new Map<number, Waiter>();
+  /** Flows sent to the current worker (acknowledged or not). */
+  #sentToWorker = 0;
+  #w: WorkerStats = emptyWorkerStats();
+  /** Counters of workers that are gone, folded together. */
+  #past = emptyWorkerStats();
+  #received = 0;
+  #overflow = 0;
+  #lost = 0;
+  #restarts = 0;
+  #restartDelayMs: number;
+  #restartTimer: ReturnType<typeof setTimeout> | undefined;
+  #heartbeat: ReturnType<typeof setInterval> | undefined;
+  #lastHeard = 0;
+  #stopping = false;
+
+  /** Prepares the proxy; the worker starts in {@linkcode start}. */
+  constructor(
+    component: ExporterComponent<string, C>,
+    config: C,
+    ctx: ExporterContext,
+    options: WorkerExporterOptions = {},
+  ) {
+    if (component.workerModule === undefined) {
+      throw new Error(`exporter ${component.name} has no worker module`);
+    }
+    this.name = component.name;
+    this.#component = component;
+    this.#config = config;
+    this.#ctx = ctx;
+    this.#opts = {
+      batchRecords: options.batchRecords ?? 1024,
+      maxBufferedRecords: options.maxBufferedRecords ?? 200_000,
+      restartInitialMs: options.restartInitialMs ?? 1000,
+      restartMaxMs: options.restartMaxMs ?? 30_000,
+      heartbeatTimeoutMs: options.heartbeatTimeoutMs ?? 15_000,
+    };
+    this.#restartDelayMs = this.#opts.restartInitialMs;
+    this.#batch = new BatchWriter(this.#opts.batchRecords);
+  }
+
+  /** The permissions the worker runs with. */
+  get permissions(): ExporterPermissions {
+    return this.#component.permissions(this.#config);
+  }
+
+  /** Starts the worker and the sink in it; rejects when the sink cannot start. */
+  async start(): Promise<void> {
+    await this.#spawn();
+    this.#heartbeat = setInterval(() => this.#checkHeartbeat(), 1000);
+    Deno.unrefTimer(this.#heartbeat);
+  }
+
+  /** Appends the flow to the current batch. Never throws, never blocks. */
+  addRecord(flow: ExportedFlow): void {
+    this.#received++;
+    if (this.#outstanding() >= this.#opts.maxBufferedRecords) {
+      this.#overflow++;
+      return;
+    }
+    this.#batch.add(flow);
+    if (this.#batch.full) this.#post();
+    else if (!this.#postQueued) {
+      this.#postQueued = true;
+      queueMicrotask(() => {
+        this.#postQueued = false;
+        this.#post();
+      });
+    }
+  }
+
+  /** Resolves once every record taken so far has been handed to the sink and it flushed. */
+  async flush(): Promise<void> {
+    this.#post();
+    await this.#request((id) => ({ t: "flush", id }));
+  }
+
+  /** Applies a changed section in place (keys the component declares live). */
+  async update(config: unknown): Promise<void> {
+    this.#config = config as C;
+    this.#post();
+    await this.#request((id) => ({ t: "update", id, config }));
+  }
+
+  /** Sends what is left, stops the sink (its final flush) and terminates the worker. */
+  async stop(): Promise<void> {
+    this.#stopping = true;
+    clearInterval(this.#heartbeat);
+    clearTimeout(this.#restartTimer);
+    this.#post();
+    if (this.#ready) await this.#request((id) => ({ t: "stop", id }));
+    this.#terminate("stopped");
+  }
+
+  /** The ledger: received = exported + dropped + filtered + buffered. */
+  stats(): WorkerExporterStats {
+    const exported = this.#past.exported + this.#w.exported;
+    const filtered = this.#past.filtered + this.#w.filtered;
+    const dropped = this.#past.dropped + this.#w.dropped + this.#overflow + this.#lost;
+    return {
+      received: this.#received,
+      exported,
+      dropped,
+      errors: this.#past.errors + this.#w.errors,
+      buffered: this.#received - exported - dropped - filtered,
+      filtered,
+      permissionDenied: this.#past.permissionDenied + this.#w.permissionDenied,
+      uncaught: this.#past.uncaught + this.#w.uncaught,
+      workerRestarts: this.#restarts,
+      lostInWorker: this.#lost,
+      overflowDropped: this.#overflow,
+      sink: { ...this.#w.extra },
+    };
+  }
+
+  #outstanding(): number {
+    let n = this.#batch.count + this.#queuedRecords;
+    for (const c of this.#inFlight.values()) n += c;
+    return n;
+  }
+
+  /** Finishes the current batch and sends it (or queues it while no worker is ready). */
+  #post(): void {
+    if (this.#batch.count > 0) {
+      const count = this.#batch.count;
+      this.#queue.push(this.#batch.finish());
+      this.#queuedRecords += count;
+    }
+    if (!this.#ready || this.#worker === undefined) return;
+    while (this.#queue.length > 0) {
+      const buf = this.#queue.shift()!;
+      const count = batchCount(buf);
+      this.#queuedRecords -= count;
+      const seq = ++this.#seq;
+      this.#inFlight.set(seq, count);
+      this.#sentToWorker += count;
+      this.#send({ t: "batch", seq, buf }, [buf]);
+    }
+  }
+
+  #send(m: ToWorker, transfer: Transferable[] = []): void {
+    this.#worker?.postMessage(m, transfer);
+  }
+
+  #request(make: (id: number) => ToWorker): Promise<WorkerStats | undefined> {
+    if (!this.#ready) return Promise.resolve(undefined);
+    const id = ++this.#nextId;
+    return new Promise<WorkerStats | undefined>((resolve) => {
+      this.#waiters.set(id, resolve);
+      this.#send(make(id));
+    });
+  }
+
+  #spawn(): Promise<void> {
+    const permissions = this.#component.permissions(this.#config);
+    const worker = new Worker(this.#component.workerModule!.href, {
+      type: "module",
+      name: `exporter-${this.name}`,
+      deno: { permissions: workerPermissions(permissions) },
+    } as WorkerOptions);
+    this.#worker = worker;
+    this.#w = emptyWorkerStats();
+    this.#sentToWorker = 0;
+    this.#lastHeard = Date.now();
+    worker.postMessage(
+      {
+        t: "init",
+        config: this.#config,
+        ctx: this.#ctx,
+        log: logSettings(),
+      } satisfies ToWorker,
+    );
+    return new Promise<void>((resolve, reject) => {
+      let settled = false;
+      // A worker that never answers (stuck loading or starting its sink) fails the start.
+      const startTimer = setTimeout(() => {
+        if (settled) return;
+        settled = true;
+        this.#terminate("start timed out");
+        reject(
+          new Error(
+            `exporter ${this.name}: worker did not start within ${this.#opts.heartbeatTimeoutMs} ms`,
+          ),
+        );
+      }, this.#opts.heartbeatTimeoutMs);
+      worker.onmessage = (e: MessageEvent<FromWorker>) => {
+        if (worker !== this.#worker) return;
+        this.#lastHeard = Date.now();
+        const m = e.data;
+        switch (m.t) {
+          case "ready":
+            this.#ready = true;
+            settled = true;
+            clearTimeout(startTimer);
+            log.info("exporter worker started", { exporter: this.name, ...flat(permissions) });
+            resolve();
+            this.#post();
+            return;
+          case "initError":
+            settled = true;
+            clearTimeout(startTimer);
+            this.#terminate("init failed");
+            reject(new Error(`exporter ${this.name}: ${m.message}`));
+            return;
+          case "ack":
+            this.#inFlight.delete(m.seq);
+            this.#w = m.stats;
+            this.#restartDelayMs = this.#opts.restartInitialMs;
+            return;
+          case "stats":
+            this.#w = m.stats;
+            return;
+          case "done": {
+            this.#w = m.stats;
+            const waiter = this.#waiters.get(m.id);
+            this.#waiters.delete(m.id);
+            waiter?.(m.stats);
+            return;
+          }
+        }
+      };
+      worker.onerror = (e: ErrorEvent) => {
+        e.preventDefault();
+        if (worker !== this.#worker) return;
+        log.error("exporter worker failed", { exporter: this.name, err: e.message });
+        if (!settled) {
+          settled = true;
+          clearTimeout(startTimer);
+          this.#terminate("start failed");
+          reject(new Error(`exporter ${this.name}: worker failed to start: ${e.message}`));
+          return;
+        }
+        this.#died(e.message);
+      };
+    });
+  }
+
+  #checkHeartbeat(): void {
+    if (!this.#ready || this.#stopping) return;
+    if (Date.now() - this.#lastHeard > this.#opts.heartbeatTimeoutMs) {
+      this.#died(`no answer for ${this.#opts.heartbeatTimeoutMs} ms`);
+    }
+  }
+
+  /** The worker is gone: count what it held, fold its counters, restart it later. */
+  #died(reason: string): void {
+    const w = this.#w;
+    const accounted = w.exported + w.dropped + w.filtered;
+    const lost = Math.max(0, this.#sentToWorker - accounted);
+    this.#lost += lost;
+    this.#past = addStats(this.#past, w);
+    this.#w = emptyWorkerStats();
+    this.#inFlight.clear();
+    this.#terminate(reason);
+    log.error("exporter worker died; the records it held are counted as dropped", {
+      exporter: this.name,
+      reason,
+      lost,
+      restartInMs: this.#restartDelayMs,
+    });
+    if (this.#stopping) return;
+    this.#restartTimer = setTimeout(() => this.#restart(), this.#restartDelayMs);
+    this.#restartDelayMs = Math.min(this.#restartDelayMs * 2, this.#opts.restartMaxMs);
+  }
+
+  async #restart(): Promise<void> {
+    this.#restartTimer = undefined;
+    if (this.#stopping) return;
+    this.#restarts++;
+    try {
+      await this.#spawn();
+    } catch (err) {
+      log.error("cannot restart exporter worker", { exporter: this.name, err });
+      this.#restartTimer = setTimeout(() => this.#restart(), this.#restartDelayMs);
+      this.#restartDelayMs = Math.min(this.#restartDelayMs * 2, this.#opts.restartMaxMs);
+    }
+  }
+
+  #terminate(why: string): void {
+    this.#ready = false;
+    const w = this.#worker;
+    this.#worker = undefined;
+    w?.terminate();
+    // Nobody answers the requests of a terminated worker: release their callers.
+    for (const waiter of this.#waiters.values()) waiter(undefined);
+    this.#waiters.clear();
+    log.debug("exporter worker terminated", { exporter: this.name, why });
+  }
+}
+
+function addStats(a: WorkerStats, b: WorkerStats): WorkerStats {
+  return {
+    received: a.received + b.received,
+    exported: a.exported + b.exported,
+    dropped: a.dropped + b.dropped,
+    errors: a.errors + b.errors,
+    permissionDenied: a.permissionDenied + b.permissionDenied,
+    uncaught: a.uncaught + b.uncaught,
+    filtered: a.filtered + b.filtered,
+    extra: b.extra,
+  };
+}
+
+function flat(p: ExporterPermissions): Record<string, string> {
+  return {
+    net: p.net.join(",") || "-",
+    read: p.read.join(",") || "-",
+    write: p.write.join(",") || "-",
+    env: p.env.join(",") || "-",
+  };
+}

@@ -1,0 +1,152 @@
+/**
+ * The worker side of a permission-scoped sink: builds the sink from its component, feeds it
+ * the flows of each batch, answers flush/update/stop, and reports counters. The worker was
+ * started with exactly the permissions the component computed, so an operation outside them
+ * throws `NotCapable`; that is counted (`permissionDenied`) and logged here, whether the sink
+ * threw it synchronously or from its own async work, and the worker keeps running.
+ *
+ * @module
+ */
+
+import type { SectionConfig } from "../config/section.ts";
+import { logger, RateLimitedLog, setLogFormat, setLogLevel } from "../log.ts";
+import { readBatch } from "./batch.ts";
+import type { ExporterComponent } from "./component.ts";
+import type { Exporter } from "./exporter.ts";
+import {
+  emptyWorkerStats,
+  type FromWorker,
+  type ToWorker,
+  type WorkerStats,
+} from "./worker_protocol.ts";
+
+/** Period of the unsolicited counter reports. */
+const STATS_INTERVAL_MS = 1000;
+
+interface WorkerScope {
+  postMessage(message: FromWorker): void;
+  addEventListener(type: string, listener: (e: Event) => void): void;
+  onmessage: ((e: MessageEvent<ToWorker>) => void) | null;
+}
+
+function isNotCapable(e: unknown): boolean {
+  return e instanceof Error && e.name === "NotCapable";
+}
+
+/** Runs `component`'s sink in this worker; call once from the component's `worker.ts`. */
+export function runExporterWorker<C extends SectionConfig>(
+  component: ExporterComponent<string, C>,
+): void {
+  const scope = globalThis as unknown as WorkerScope;
+  const log = logger(`exporter.${component.name}`);
+  const errLog = new RateLimitedLog(10_000);
+  const host = emptyWorkerStats();
+  let sink: Exporter | undefined;
+  let timer: ReturnType<typeof setInterval> | undefined;
+
+  const stats = (): WorkerStats => {
+    const s = sink?.stats() as (Record<string, number | boolean>) | undefined;
+    const extra: Record<string, number | boolean> = {};
+    for (const [k, v] of Object.entries(s ?? {})) {
+      if (!["received", "exported", "dropped", "errors", "filtered"].includes(k)) extra[k] = v;
+    }
+    return {
+      ...host,
+      exported: Number(s?.exported ?? 0),
+      // Records the host could not hand over count as dropped, next to the sink's own drops.
+      dropped: host.dropped + Number(s?.dropped ?? 0),
+      errors: host.errors + Number(s?.errors ?? 0),
+      filtered: Number(s?.filtered ?? 0),
+      extra,
+    };
+  };
+
+  const noteError = (e: unknown, where: string): void => {
+    const denied = isNotCapable(e);
+    if (denied) host.permissionDenied++;
+    else host.uncaught++;
+    const suppressed = errLog.allow(`${denied}:${where}`);
+    if (suppressed < 0) return;
+    log.error(
+      denied ? "sink attempted an operation outside its permissions" : "sink error",
+      { where, err: e, suppressed },
+    );
+  };
+
+  scope.addEventListener("unhandledrejection", (e: Event) => {
+    e.preventDefault();
+    noteError((e as PromiseRejectionEvent).reason, "async");
+  });
+  scope.addEventListener("error", (e: Event) => {
+    e.preventDefault();
+    noteError((e as ErrorEvent).error, "uncaught");
+  });
+
+  const reply = async (id: number, work: () => Promise<void> | void): Promise<void> => {
+    let error: string | undefined;
+    try {
+      await work();
+    } catch (e) {
+      noteError(e, "control");
+      error = e instanceof Error ? e.message : String(e);
+    }
+    scope.postMessage({ t: "done", id, stats: stats(), error });
+  };
+
+  scope.onmessage = async (e: MessageEvent<ToWorker>) => {
+    const m = e.data;
+    switch (m.t) {
+      case "init": {
+        setLogLevel(m.log.level);
+        setLogFormat(m.log.format);
+        try {
+          if (component.create === undefined) throw new Error(`${component.name}: no sink`);
+          sink = component.create(m.config as C, m.ctx);
+          await sink.start();
+        } catch (err) {
+          scope.postMessage({ t: "initError", message: (err as Error)?.message ?? String(err) });
+          return;
+        }
+        timer = setInterval(
+          () => scope.postMessage({ t: "stats", stats: stats() }),
+          STATS_INTERVAL_MS,
+        );
+        scope.postMessage({ t: "ready" });
+        return;
+      }
+      case "batch": {
+        let flows;
+        try {
+          flows = readBatch(m.buf);
+        } catch (err) {
+          noteError(err, "batch");
+          scope.postMessage({ t: "ack", seq: m.seq, stats: stats() });
+          return;
+        }
+        for (const flow of flows) {
+          host.received++;
+          try {
+            sink!.addRecord(flow);
+          } catch (err) {
+            // One record lost, counted; the next ones still go to the sink.
+            host.dropped++;
+            host.errors++;
+            noteError(err, "addRecord");
+          }
+        }
+        scope.postMessage({ t: "ack", seq: m.seq, stats: stats() });
+        return;
+      }
+      case "flush":
+        await reply(m.id, () => sink?.flush?.());
+        return;
+      case "update":
+        await reply(m.id, () => sink?.update?.(m.config));
+        return;
+      case "stop":
+        clearInterval(timer);
+        await reply(m.id, () => sink?.stop());
+        return;
+    }
+  };
+}

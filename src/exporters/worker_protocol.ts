@@ -1,0 +1,61 @@
+/**
+ * Messages between the export loop's {@linkcode WorkerExporter} proxy and the worker that runs
+ * a sink ({@linkcode runExporterWorker}). Flows travel as transferred binary batches; the
+ * worker acknowledges each batch with its counters, so the proxy's ledger is exact across the
+ * thread boundary.
+ *
+ * @module
+ */
+
+import type { LogLevel } from "../log.ts";
+import type { ExporterContext } from "./component.ts";
+import type { ExporterStats } from "./exporter.ts";
+
+/** Counters the worker reports: the sink's own plus what the host counted around it. */
+export interface WorkerStats extends ExporterStats {
+  /** Records given to the sink's `addRecord` (after decoding the batch). */
+  received: number;
+  /** Denied operations (`NotCapable`) seen in the sink, synchronous or not. */
+  permissionDenied: number;
+  /** Errors that escaped the sink (thrown by `addRecord`, unhandled rejections). */
+  uncaught: number;
+  /** Records the sink took but chose not to export (the flow log's filters). */
+  filtered: number;
+  /** The sink's further counters, verbatim. */
+  extra: Record<string, number | boolean>;
+}
+
+/** Main thread → worker. */
+export type ToWorker =
+  | {
+    t: "init";
+    config: unknown;
+    ctx: ExporterContext;
+    log: { level: LogLevel; format: "logfmt" | "json" };
+  }
+  | { t: "batch"; seq: number; buf: ArrayBuffer }
+  | { t: "flush"; id: number }
+  | { t: "update"; id: number; config: unknown }
+  | { t: "stop"; id: number };
+
+/** Worker → main thread. */
+export type FromWorker =
+  | { t: "ready" }
+  | { t: "initError"; message: string }
+  | { t: "ack"; seq: number; stats: WorkerStats }
+  | { t: "stats"; stats: WorkerStats }
+  | { t: "done"; id: number; stats: WorkerStats; error?: string };
+
+/** Worker stats before anything happened. */
+export function emptyWorkerStats(): WorkerStats {
+  return {
+    received: 0,
+    exported: 0,
+    dropped: 0,
+    errors: 0,
+    permissionDenied: 0,
+    uncaught: 0,
+    filtered: 0,
+    extra: {},
+  };
+}

@@ -1,0 +1,119 @@
+/**
+ * The minimal Deno permissions of a process running a given configuration: the collector's
+ * listen address, every enabled sink's own permissions (from its component), the config
+ * directory (watched), the sinks' worker modules, the certificate directory, the environment
+ * the process reads, and `--allow-ffi` only for the UDP fast path. `flow-aggregator
+ * permissions --config FILE` prints them as `deno run` flags.
+ *
+ * @module
+ */
+
+import { dirname, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { DEFAULT_LISTEN_ADDRESS, UDP_FAST_WORKER_MODULE } from "./collector/mod.ts";
+import { COMPONENTS, type FlowAggregatorConfig } from "./components.ts";
+import type { ExporterPermissions } from "./exporters/component.ts";
+
+/**
+ * Environment variables the process itself reads: Kubernetes detection, the default flow log
+ * directory, and the two debug switches npm:yaml's parser reads on every parse.
+ */
+export const PROCESS_ENV: readonly string[] = [
+  "KUBERNETES_SERVICE_HOST",
+  "KUBECONFIG",
+  "HOME",
+  "POD_NAMESPACE",
+  "TMPDIR",
+  "LOG_TOKENS",
+  "LOG_STREAM",
+];
+
+/** The directory of the product's modules (`src/`), which worker threads load. */
+const SOURCE_DIR = fileURLToPath(new URL(".", import.meta.url)).replace(/\/$/, "");
+
+/** What besides the configuration decides the permissions. */
+export interface PermissionInputs {
+  /** The configuration file (its directory is watched); absent: the embedded configuration. */
+  configPath?: string;
+  /** `--listen`; default the collector's (`[::]:4739`). */
+  listen?: string;
+  /** `--cert-dir`. */
+  certDir?: string;
+  /** `--udp-receiver`; the fast path (needs FFI) is used by `auto` and `fast` on UDP. */
+  udpReceiver?: "auto" | "fast" | "socket";
+  /** Sinks run in process (no worker modules to read). */
+  exportersInProcess?: boolean;
+}
+
+/** The process's permissions: allow-lists per kind, and the booleans. */
+export interface ProcessPermissions extends ExporterPermissions {
+  /** `--allow-ffi` (UDP fast path). */
+  ffi: boolean;
+}
+
+/** Per enabled sink: its name and permissions (what its worker gets). */
+export function sinkPermissions(
+  config: FlowAggregatorConfig,
+): { section: string; name: string; permissions: ExporterPermissions }[] {
+  const out = [];
+  for (const c of COMPONENTS) {
+    const section = config[c.section.key];
+    if (!section.enable) continue;
+    // Each component's permissions() takes its own section's config.
+    const permissions = (c.permissions as (s: typeof section) => ExporterPermissions)(section);
+    out.push({ section: c.section.key, name: c.name, permissions });
+  }
+  return out;
+}
+
+function uniq(a: string[]): string[] {
+  return [...new Set(a)].sort();
+}
+
+/** Computes the permissions of a process running `config`. */
+export function processPermissions(
+  config: FlowAggregatorConfig,
+  inputs: PermissionInputs = {},
+): ProcessPermissions {
+  const net = [inputs.listen ?? DEFAULT_LISTEN_ADDRESS];
+  const read: string[] = [];
+  const write: string[] = [];
+  const env = [...PROCESS_ENV];
+  if (inputs.configPath !== undefined) read.push(dirname(resolve(inputs.configPath)));
+  if (inputs.certDir !== undefined) write.push(resolve(inputs.certDir));
+  for (const c of COMPONENTS) {
+    const section = config[c.section.key];
+    if (!section.enable || c.create === undefined) continue;
+    const p = (c.permissions as (s: typeof section) => ExporterPermissions)(section);
+    net.push(...p.net);
+    read.push(...p.read);
+    write.push(...p.write);
+    env.push(...p.env);
+    // A worker's module graph is loaded under the process's read permission (the worker's
+    // own, narrowed one is not consulted for its imports): the source tree, nothing else.
+    if (!inputs.exportersInProcess && c.workerModule?.protocol === "file:") {
+      read.push(SOURCE_DIR);
+    }
+  }
+  const ffi = config.aggregatorTransportProtocol === "UDP" &&
+    (inputs.udpReceiver ?? "auto") !== "socket" && Deno.build.os === "linux";
+  if (ffi && UDP_FAST_WORKER_MODULE.protocol === "file:") read.push(SOURCE_DIR);
+  return { net: uniq(net), read: uniq(read), write: uniq(write), env: uniq(env), ffi };
+}
+
+/** The permissions as `deno run` flags (plus the unstable APIs the process uses). */
+export function permissionFlags(p: ProcessPermissions): string[] {
+  const flags = [];
+  const list = (name: string, values: string[]) => {
+    if (values.length > 0) flags.push(`--allow-${name}=${values.join(",")}`);
+  };
+  list("net", p.net);
+  list("read", p.read);
+  list("write", p.write);
+  list("env", p.env);
+  // node:tls and the logger read the host name and OS release.
+  flags.push("--allow-sys=hostname,osRelease");
+  if (p.ffi) flags.push("--allow-ffi");
+  flags.push("--unstable-net", "--unstable-worker-options");
+  return flags;
+}

@@ -1,0 +1,45 @@
+import assert from "node:assert/strict";
+import { batchCount, BatchWriter, readBatch, ROW_BYTES } from "../../src/exporters/batch.ts";
+import { fixtureFlow } from "./fixtures.ts";
+
+Deno.test("batch: flows cross as one buffer and come back field for field", () => {
+  const v4 = fixtureFlow(false, {
+    octetTotalCount: 2n ** 63n + 12345n, // above 2^53: exact
+    sourcePodLabels: '{"app":"a","ünï":"cödé"}',
+    destinationPodLabels: "",
+  });
+  const v6 = fixtureFlow(true);
+  const w = new BatchWriter(4);
+  w.add(v4);
+  w.add(v6);
+  w.add({ ...v4, uncorrelated: true });
+  assert.equal(w.count, 3);
+  const buf = w.finish();
+  assert.equal(w.count, 0, "the writer is empty after finish");
+  assert.equal(batchCount(buf), 3);
+  const out = readBatch(buf);
+  assert.deepEqual(out[0], v4);
+  assert.deepEqual(out[1], v6);
+  assert.equal(out[2].uncorrelated, true);
+  assert.equal(out[0].record.octetTotalCount, 2n ** 63n + 12345n);
+  // Absent IEs stay absent (an IPv4 flow has no IPv6 address fields).
+  assert.equal("sourceIPv6Address" in out[0].record, false);
+  assert.equal(out[1].record.sourceIPv6Address, v6.record.sourceIPv6Address);
+});
+
+Deno.test("batch: each distinct string is stored once per batch", () => {
+  const w = new BatchWriter(100);
+  for (let i = 0; i < 100; i++) w.add(fixtureFlow());
+  const repeated = w.finish().byteLength;
+  const one = new BatchWriter(1);
+  one.add(fixtureFlow());
+  const single = one.finish().byteLength;
+  // 100 rows share the string table of one: only the fixed-size rows grow.
+  assert.equal(repeated - 100 * ROW_BYTES, single - ROW_BYTES);
+  assert.equal(new BatchWriter(2).full, false);
+});
+
+Deno.test("batch: a buffer that is not a batch is refused", () => {
+  assert.throws(() => readBatch(new ArrayBuffer(8)), /not a flow batch/);
+  assert.throws(() => readBatch(new Uint8Array(32).buffer), /not a flow batch/);
+});

@@ -1,0 +1,169 @@
+import assert from "node:assert/strict";
+import { WorkerExporter, workerPermissions } from "../../src/exporters/worker_exporter.ts";
+import { flowLogComponent } from "../../src/exporters/flow_log/mod.ts";
+import { parseConfig } from "../../src/components.ts";
+import { fixtureFlow } from "./fixtures.ts";
+import { probeComponent, type ProbeConfig } from "./probe/component.ts";
+import type { ExportedFlow } from "../../src/aggregation/record.ts";
+
+const CTX = { podLabels: false, clusterUuid: "2a1c5d0e-3c8f-4b5e-9d4f-0123456789ab" };
+
+async function probeSetup(): Promise<{ config: ProbeConfig; cleanup: () => Promise<void> }> {
+  const dir = await Deno.makeTempDir({ prefix: "fa-probe-" });
+  const outside = await Deno.makeTempDir({ prefix: "fa-probe-secret-" });
+  const secretFile = `${outside}/secret`;
+  await Deno.writeTextFile(secretFile, "tls key");
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const config: ProbeConfig = {
+    enable: true,
+    dir,
+    allowedNet: `127.0.0.1:${(listener.addr as Deno.NetAddr).port}`,
+    otherNet: "127.0.0.1:1",
+    secretFile,
+  };
+  return {
+    config,
+    cleanup: async () => {
+      listener.close();
+      await Deno.remove(dir, { recursive: true });
+      await Deno.remove(outside, { recursive: true });
+    },
+  };
+}
+
+function flow(action: string, port: number): ExportedFlow {
+  const f = fixtureFlow(false, { sourcePodName: action, sourceTransportPort: port });
+  return { ...f, key: { ...f.key, sourcePort: port } };
+}
+
+async function until(check: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > end) throw new Error(`timeout waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+Deno.test("worker permissions: what a component lists is allowed, everything else is denied", () => {
+  assert.deepEqual(
+    workerPermissions({ net: ["h:1"], read: [], write: ["/d"], env: [] }),
+    {
+      net: ["h:1"],
+      read: false,
+      write: ["/d"],
+      env: false,
+      sys: false,
+      run: false,
+      ffi: false,
+      import: false,
+    },
+  );
+});
+
+Deno.test("a sink that reads a file, writes outside its directory, dials another host or reads env gets NotCapable in its worker; it is counted and the sink keeps working", async () => {
+  const { config, cleanup } = await probeSetup();
+  const e = new WorkerExporter(probeComponent, config, CTX);
+  try {
+    await e.start();
+    const actions = ["read", "write-outside", "env", "net", "write-inside", "ok"];
+    actions.forEach((a, i) => e.addRecord(flow(a, 1000 + i)));
+    await e.flush();
+    // The unawaited connect is denied asynchronously: wait for its report.
+    await until(() => e.stats().permissionDenied === 4, "4 denials");
+    const s = e.stats();
+    assert.equal(s.permissionDenied, 4, JSON.stringify(s));
+    assert.equal(s.received, 6);
+    // read, write-outside and env threw out of addRecord: those records are lost, counted.
+    assert.equal(s.dropped, 3);
+    assert.equal(s.exported, 3);
+    assert.equal(s.buffered, 0);
+    assert.equal(s.received, s.exported + s.dropped + s.filtered + s.buffered);
+    // The allowed write happened, the denied one did not.
+    assert.equal(await Deno.readTextFile(`${config.dir}/inside-1004`), "x");
+    await assert.rejects(Deno.stat(`${config.secretFile}.probe`), Deno.errors.NotFound);
+    // Still working afterwards.
+    e.addRecord(flow("ok", 2000));
+    await e.flush();
+    assert.equal(e.stats().exported, 4);
+    assert.equal(e.stats().workerRestarts, 0);
+  } finally {
+    await e.stop();
+    await cleanup();
+  }
+});
+
+Deno.test("a worker that stops answering is restarted with backoff; what it held is counted as dropped and later records are exported", async () => {
+  const { config, cleanup } = await probeSetup();
+  const e = new WorkerExporter(probeComponent, config, CTX, {
+    heartbeatTimeoutMs: 1500,
+    restartInitialMs: 100,
+  });
+  try {
+    await e.start();
+    e.addRecord(flow("ok", 1));
+    await e.flush();
+    e.addRecord(flow("hang", 2));
+    e.addRecord(flow("ok", 3)); // same batch, behind the hang: lost with the worker
+    await until(() => e.stats().workerRestarts === 1, "a restart");
+    e.addRecord(flow("ok", 4));
+    await until(() => e.stats().exported === 2, "the record after the restart", 10_000);
+    const s = e.stats();
+    assert.equal(s.lostInWorker, 2, JSON.stringify(s));
+    assert.equal(s.dropped, 2);
+    assert.equal(s.received, 4);
+    assert.equal(s.received, s.exported + s.dropped + s.filtered + s.buffered);
+  } finally {
+    await e.stop();
+    await cleanup();
+  }
+});
+
+Deno.test("records beyond the outstanding bound are dropped and counted, never queued without limit", async () => {
+  const { config, cleanup } = await probeSetup();
+  const e = new WorkerExporter(probeComponent, config, CTX, {
+    batchRecords: 10,
+    maxBufferedRecords: 25,
+  });
+  try {
+    await e.start();
+    for (let i = 0; i < 40; i++) e.addRecord(flow("ok", i)); // one synchronous burst
+    await e.flush();
+    const s = e.stats();
+    assert.equal(s.overflowDropped, 15);
+    assert.equal(s.exported, 25);
+    assert.equal(s.received, s.exported + s.dropped + s.buffered);
+  } finally {
+    await e.stop();
+    await cleanup();
+  }
+});
+
+Deno.test("the flow log in its worker writes the same lines as in process and applies live updates", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-worker-log-" });
+  try {
+    const cfg = (name: string, extra = "") =>
+      parseConfig(`flowLogger:\n  enable: true\n  path: ${dir}/${name}\n${extra}`).flowLogger;
+    const inProc = flowLogComponent.create!(cfg("a.log"), CTX);
+    const inWorker = new WorkerExporter(flowLogComponent, cfg("b.log"), CTX);
+    await inProc.start();
+    await inWorker.start();
+    for (const f of [fixtureFlow(), fixtureFlow(true)]) {
+      inProc.addRecord(f);
+      inWorker.addRecord(f);
+    }
+    await inWorker.update(cfg("b.log", "  prettyPrint: false\n"));
+    inWorker.addRecord(fixtureFlow());
+    await inProc.stop();
+    await inWorker.stop();
+    const a = (await Deno.readTextFile(`${dir}/a.log`)).trimEnd().split("\n");
+    const b = (await Deno.readTextFile(`${dir}/b.log`)).trimEnd().split("\n");
+    assert.deepEqual(b.slice(0, 2), a);
+    assert.equal(b.length, 3);
+    assert.notEqual(b[2], a[0], "prettyPrint: false applied live in the worker");
+    const s = inWorker.stats();
+    assert.equal(s.exported, 3);
+    assert.equal(s.buffered, 0);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -24,24 +24,13 @@ import {
   writeAll,
 } from "./helpers.ts";
 import { encodeDataSet, encodeMessage, encodeTemplateSet } from "../../src/ipfix/mod.ts";
+import { prng } from "../_helpers/prng.ts";
 
 setLogLevel("error");
 
 const UDP_MESSAGES = 100_000;
 const TCP_MESSAGES = 12_000;
 const SEED = 0x5eed_1234;
-
-/** mulberry32: small, fast, good enough to drive mutations. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const SMALL_TEMPLATE = templateMessage(7, 300, SMALL_FIELDS);
 const SMALL_DATA = dataMessage(7, 300, SMALL_FIELDS, [

@@ -12,17 +12,7 @@ import { SimAgent } from "./helpers/agent.ts";
 import { byKey, readFlowLog, waitForKeys } from "./helpers/flow_log.ts";
 import { FaProcess } from "./helpers/process.ts";
 import { intraNodeKey, intraNodeRecord, NODES, scenarioFlows } from "./helpers/scenarios.ts";
-
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { prng } from "../_helpers/prng.ts";
 
 /** Seeded hostile messages for one Agent: garbage and mutated copies of its valid records. */
 function hostile(odid: number, seed: number, count: number): Uint8Array[] {

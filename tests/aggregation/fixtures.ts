@@ -12,6 +12,7 @@ import {
   type FlowInput,
   type FlowKey,
 } from "../../src/aggregation/mod.ts";
+import { unsetMetadata } from "../_helpers/agent_record.ts";
 
 /** K4 of §9. */
 export const K4: FlowKey = {
@@ -31,27 +32,8 @@ export function baseRecord(): FlowInput {
     destinationTransportPort: 5678,
     protocolIdentifier: 6,
     flowType: 2,
-    sourcePodName: "",
-    sourcePodNamespace: "",
-    sourceNodeName: "",
-    destinationPodName: "",
-    destinationPodNamespace: "",
-    destinationNodeName: "",
+    ...unsetMetadata(),
     destinationClusterIPv4: "0.0.0.0",
-    destinationServicePort: 0,
-    destinationServicePortName: "",
-    ingressNetworkPolicyName: "",
-    ingressNetworkPolicyNamespace: "",
-    ingressNetworkPolicyRuleAction: 0,
-    ingressNetworkPolicyType: 0,
-    ingressNetworkPolicyRuleName: "",
-    egressNetworkPolicyName: "",
-    egressNetworkPolicyNamespace: "",
-    egressNetworkPolicyRuleAction: 0,
-    egressNetworkPolicyType: 0,
-    egressNetworkPolicyRuleName: "",
-    egressName: "",
-    egressIP: "",
   };
 }
 

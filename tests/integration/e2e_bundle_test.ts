@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import denoJson from "../../deno.json" with { type: "json" };
 import { SimAgent } from "./helpers/agent.ts";
 import { lineKey, readFlowLog, waitForKeys } from "./helpers/flow_log.ts";
-import { FaProcess, REPO, runToExit } from "./helpers/process.ts";
+import { FaProcess, REPO, runToExit } from "../_helpers/process.ts";
 import { intraNodeKey, intraNodeRecord } from "./helpers/scenarios.ts";
 
 const dir = await Deno.makeTempDir({ prefix: "fa-e2e-bundle-" });

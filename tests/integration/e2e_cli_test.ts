@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import denoJson from "../../deno.json" with { type: "json" };
 import { SimAgent } from "./helpers/agent.ts";
 import { readFlowLog } from "./helpers/flow_log.ts";
-import { DENO_JSON, FaProcess, runToExit } from "./helpers/process.ts";
+import { DENO_JSON, FaProcess, runToExit } from "../_helpers/process.ts";
 import { intraNodeKey, intraNodeRecord } from "./helpers/scenarios.ts";
 import { lineKey } from "./helpers/flow_log.ts";
 

@@ -13,9 +13,9 @@ import {
   wrongVersionMessage,
 } from "./helpers/agent.ts";
 import { byKey, readFlowLog, waitForKeys } from "./helpers/flow_log.ts";
-import { FaProcess } from "./helpers/process.ts";
+import { FaProcess } from "../_helpers/process.ts";
+import { agentRecord } from "../_helpers/agent_record.ts";
 import {
-  agentRecord,
   intraNodeRecord,
   logLine,
   NODES,

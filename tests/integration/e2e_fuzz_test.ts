@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { agentDataMessage } from "../../src/flowgen/mod.ts";
 import { SimAgent } from "./helpers/agent.ts";
 import { byKey, readFlowLog, waitForKeys } from "./helpers/flow_log.ts";
-import { FaProcess } from "./helpers/process.ts";
+import { FaProcess } from "../_helpers/process.ts";
 import { intraNodeKey, intraNodeRecord, NODES, scenarioFlows } from "./helpers/scenarios.ts";
 import { prng } from "../_helpers/prng.ts";
 

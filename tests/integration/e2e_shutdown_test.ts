@@ -8,8 +8,9 @@
 import assert from "node:assert/strict";
 import { SimAgent } from "./helpers/agent.ts";
 import { byKey, lineKey, readFlowLog } from "./helpers/flow_log.ts";
-import { FaProcess } from "./helpers/process.ts";
-import { agentRecord, logLine, NODES, scenarioFlows } from "./helpers/scenarios.ts";
+import { FaProcess } from "../_helpers/process.ts";
+import { logLine, NODES, scenarioFlows } from "./helpers/scenarios.ts";
+import { agentRecord } from "../_helpers/agent_record.ts";
 
 function conf(logPath: string): string {
   return `activeFlowRecordTimeout: 1h

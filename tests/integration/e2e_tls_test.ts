@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { SimAgent } from "./helpers/agent.ts";
 import { byKey, readFlowLog } from "./helpers/flow_log.ts";
-import { FaProcess } from "./helpers/process.ts";
+import { FaProcess } from "../_helpers/process.ts";
 import { intraNodeKey, intraNodeRecord, NODES } from "./helpers/scenarios.ts";
 
 function conf(logPath: string): string {

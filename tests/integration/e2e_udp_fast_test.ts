@@ -7,7 +7,7 @@
 
 import assert from "node:assert/strict";
 import { runFlowgen } from "../../src/flowgen/mod.ts";
-import { DENO_JSON, FaProcess } from "./helpers/process.ts";
+import { DENO_JSON, FaProcess } from "../_helpers/process.ts";
 
 const CONFIG = `activeFlowRecordTimeout: 1s
 inactiveFlowRecordTimeout: 2s

@@ -5,7 +5,7 @@
  */
 
 /** Root of the repository (ends with `/`). */
-export const REPO: string = new URL("../../../", import.meta.url).pathname;
+export const REPO: string = new URL("../../", import.meta.url).pathname;
 /** `main.ts` of the repository. */
 export const MAIN_TS: string = `${REPO}main.ts`;
 /** `deno.json` of the repository (import map, `unstable: ["net"]`). */
@@ -253,19 +253,4 @@ export async function runToExit(
   const p = FaProcess.start(opts);
   const s = await p.waitExit(timeoutMs);
   return { code: s.code, stdout: p.stdout, stderr: p.stderr, events: p.events };
-}
-
-/** Polls `check` every 50 ms until it returns a value other than undefined, or throws at the deadline. */
-export async function pollUntil<T>(
-  what: string,
-  check: () => T | undefined | Promise<T | undefined>,
-  timeoutMs = 10_000,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await check();
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`timeout after ${timeoutMs} ms: ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }

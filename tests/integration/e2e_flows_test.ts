@@ -13,7 +13,7 @@ import {
   wrongVersionMessage,
 } from "./helpers/agent.ts";
 import { byKey, readFlowLog, waitForKeys } from "./helpers/flow_log.ts";
-import { FaProcess } from "../_helpers/process.ts";
+import { FaProcess, flowLogConfig } from "../_helpers/process.ts";
 import { agentRecord } from "../_helpers/agent_record.ts";
 import {
   intraNodeRecord,
@@ -62,17 +62,6 @@ function unmatchedHalf(portBase: number): ScenarioFlow {
   };
 }
 
-function config(transport: "UDP" | "TCP", logPath: string): string {
-  return `activeFlowRecordTimeout: 1s
-inactiveFlowRecordTimeout: 2s
-aggregatorTransportProtocol: ${transport}
-flowLogger:
-  enable: true
-  path: ${logPath}
-  prettyPrint: true
-`;
-}
-
 /** Sends the three kinds of malformed input; returns how many messages must be counted. */
 async function sendMalformed(
   transport: "udp" | "tcp",
@@ -116,12 +105,11 @@ async function runScenarios(
 ): Promise<void> {
   const dir = await Deno.makeTempDir({ prefix: `fa-e2e-${transport}-` });
   const logPath = `${dir}/flows.log`;
-  const confPath = `${dir}/flow-aggregator.conf`;
-  await Deno.writeTextFile(confPath, config(transport === "udp" ? "UDP" : "TCP", logPath));
-  const fa = FaProcess.start({
-    args: ["--config", confPath, "--listen", opts.listen ?? "127.0.0.1:0"],
-    cwd: dir,
-  });
+  const fa = await FaProcess.startWithConfig(
+    dir,
+    flowLogConfig(logPath, { transport: transport === "udp" ? "UDP" : "TCP", prettyPrint: true }),
+    { listen: opts.listen },
+  );
   const agents: SimAgent[] = [];
   try {
     const port = await fa.collectorPort();

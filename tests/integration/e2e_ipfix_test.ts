@@ -32,11 +32,7 @@ flowCollector:
 Deno.test("e2e ipfix: a correlated long-lived inter-node flow is re-exported exactly over IPFIX", async () => {
   const dir = await Deno.makeTempDir({ prefix: "fa-e2e-ipfix-" });
   const capture = CaptureServer.listen({ kind: "tcp" });
-  await Deno.writeTextFile(`${dir}/fa.conf`, conf(capture.port));
-  const fa = FaProcess.start({
-    args: ["--config", `${dir}/fa.conf`, "--listen", "127.0.0.1:0"],
-    cwd: dir,
-  });
+  const fa = await FaProcess.startWithConfig(dir, conf(capture.port));
   const agents: SimAgent[] = [];
   try {
     const port = await fa.collectorPort();

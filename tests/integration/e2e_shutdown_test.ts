@@ -8,19 +8,9 @@
 import assert from "node:assert/strict";
 import { SimAgent } from "./helpers/agent.ts";
 import { byKey, lineKey, readFlowLog } from "./helpers/flow_log.ts";
-import { FaProcess } from "../_helpers/process.ts";
+import { FaProcess, flowLogConfig } from "../_helpers/process.ts";
 import { logLine, NODES, scenarioFlows } from "./helpers/scenarios.ts";
 import { agentRecord } from "../_helpers/agent_record.ts";
-
-function conf(logPath: string): string {
-  return `activeFlowRecordTimeout: 1h
-inactiveFlowRecordTimeout: 1h
-aggregatorTransportProtocol: TCP
-flowLogger:
-  enable: true
-  path: ${logPath}
-`;
-}
 
 /** Starts the process, sends every scenario plus a lone inter-node half, waits until ingested. */
 async function startAndFeed(
@@ -28,13 +18,12 @@ async function startAndFeed(
   logPath: string,
   portBase: number,
 ): Promise<{ fa: FaProcess; expected: Map<string, ReturnType<typeof logLine>> }> {
-  const confPath = `${dir}/fa.conf`;
-  await Deno.writeTextFile(confPath, conf(logPath));
   // Debug level, for the "session closed" events that tell all sent data was read.
-  const fa = FaProcess.start({
-    args: ["--config", confPath, "--listen", "127.0.0.1:0", "--log-level", "debug"],
-    cwd: dir,
-  });
+  const fa = await FaProcess.startWithConfig(
+    dir,
+    flowLogConfig(logPath, { activeTimeout: "1h", inactiveTimeout: "1h" }),
+    { args: ["--log-level", "debug"] },
+  );
   const port = await fa.collectorPort();
   const agents = [
     await SimAgent.connect(NODES[0], port, "tcp"),

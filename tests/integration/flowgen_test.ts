@@ -17,12 +17,11 @@ import type { DataRecord } from "../../src/ipfix/mod.ts";
 import { setLogWriter } from "../../src/log.ts";
 import { DATA_MSG, DATA_RECORD, TEMPLATE_MSG } from "../ipfix/golden.ts";
 import { waitFor } from "../_helpers/wait.ts";
+import { DENO_JSON, runDeno } from "../_helpers/process.ts";
 
 setLogWriter(() => {});
 
-const DENO = new URL("../../node_modules/.bin/deno", import.meta.url).pathname;
 const FLOWGEN = new URL("../../scripts/flowgen.ts", import.meta.url).pathname;
-const CONFIG = new URL("../../deno.json", import.meta.url).pathname;
 
 function hex(b: Uint8Array): string {
   return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
@@ -170,13 +169,18 @@ async function collect(proto: "udp" | "tcp" | "tls", tls?: TlsMaterial) {
 
 /** Runs scripts/flowgen.ts in its own process (as in real use) and returns its --json report. */
 async function flowgenCli(args: string[]): Promise<Record<string, unknown> & FlowgenReport> {
-  const out = await new Deno.Command(DENO, {
-    args: ["run", "--allow-net", "--allow-read", "--config", CONFIG, FLOWGEN, ...args, "--json"],
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
-  return JSON.parse(new TextDecoder().decode(out.stdout));
+  const out = await runDeno([
+    "run",
+    "--allow-net",
+    "--allow-read",
+    "--config",
+    DENO_JSON,
+    FLOWGEN,
+    ...args,
+    "--json",
+  ]);
+  assert.equal(out.code, 0, out.stderr);
+  return JSON.parse(out.stdout);
 }
 
 Deno.test("flowgen: 100,000 records at 20,000/s over TCP, within 5 %, counts match the Collector", async () => {
@@ -258,13 +262,11 @@ Deno.test("flowgen CLI over UDP: one record per datagram, --json report matches 
 });
 
 Deno.test("flowgen CLI rejects bad arguments", async () => {
-  const out = await new Deno.Command(DENO, {
-    args: ["run", "--allow-net", "--config", CONFIG, FLOWGEN, "--proto", "sctp", "--target", "x:1"],
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
+  const out = await runDeno(
+    ["run", "--allow-net", "--config", DENO_JSON, FLOWGEN, "--proto", "sctp", "--target", "x:1"],
+  );
   assert.equal(out.code, 1);
-  assert.match(new TextDecoder().decode(out.stderr), /--proto: "sctp"/);
+  assert.match(out.stderr, /--proto: "sctp"/);
 });
 
 Deno.test("flowgen over mutual TLS to the Collector", async () => {

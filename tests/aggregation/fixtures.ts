@@ -56,6 +56,22 @@ export function counters(
   };
 }
 
+/** An intra-node record (pod1 → pod2, one Node reports both): 1 s, 500 packets, 1000 octets. */
+export function intraNode(over: Partial<FlowInput> = {}): FlowInput {
+  return {
+    ...baseRecord(),
+    flowType: 1,
+    sourcePodName: "pod1",
+    destinationPodName: "pod2",
+    flowStartSeconds: 0,
+    flowEndSeconds: 1,
+    flowEndReason: 2,
+    tcpState: "ESTABLISHED",
+    ...counters(500n, 500n, 1000n, 1000n),
+    ...over,
+  };
+}
+
 /** §3.7 S1. */
 export function s1(over: Partial<FlowInput> = {}): FlowInput {
   return {

@@ -102,15 +102,7 @@ export async function writeAll(
 }
 
 /** Concatenates byte arrays. */
-export function concat(...parts: Uint8Array[]): Uint8Array {
-  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
-  let o = 0;
-  for (const p of parts) {
-    out.set(p, o);
-    o += p.length;
-  }
-  return out;
-}
+export { concat } from "../_helpers/bytes.ts";
 
 /** Reads until EOF or error; resolves true when the peer closed the connection. */
 export async function readUntilClosed(c: Deno.Conn, timeoutMs = 5000): Promise<boolean> {

@@ -14,15 +14,13 @@ import {
 } from "./helpers/agent.ts";
 import { byKey, readFlowLog, waitForKeys } from "./helpers/flow_log.ts";
 import { FaProcess, flowLogConfig } from "../_helpers/process.ts";
-import { agentRecord } from "../_helpers/agent_record.ts";
 import {
   intraNodeRecord,
-  logLine,
   NODES,
   type ScenarioFlow,
   scenarioFlows,
+  unmatchedSourceHalf,
 } from "./helpers/scenarios.ts";
-import { lineKey } from "./helpers/flow_log.ts";
 
 /**
  * An inter-node source half whose destination half never arrives. Upstream deleted it silently
@@ -30,36 +28,14 @@ import { lineKey } from "./helpers/flow_log.ts";
  * once, with what the source Node knew.
  */
 function unmatchedHalf(portBase: number): ScenarioFlow {
-  const expected = logLine({
+  return unmatchedSourceHalf("interNodeUnmatched", {
     sourceIP: "10.10.0.71",
     destinationIP: "10.10.1.72",
-    sourceTransportPort: String(portBase + 7),
-    destinationTransportPort: "8443",
-    protocolIdentifier: "TCP",
-    sourcePodName: "orphan",
-    sourcePodNamespace: "ns-o",
-    sourceNodeName: NODES[0],
-    destinationClusterIP: "0.0.0.0",
-    destinationServicePort: "0",
+    sourcePort: portBase + 7,
+    destinationPort: 8443,
+    pod: "orphan",
+    namespace: "ns-o",
   });
-  return {
-    name: "interNodeUnmatched",
-    sends: [{
-      node: 0,
-      record: agentRecord({
-        sourceIPv4Address: "10.10.0.71",
-        destinationIPv4Address: "10.10.1.72",
-        sourceTransportPort: portBase + 7,
-        destinationTransportPort: 8443,
-        sourcePodName: "orphan",
-        sourcePodNamespace: "ns-o",
-        sourceNodeName: NODES[0],
-        flowType: 2,
-      }),
-    }],
-    expected,
-    key: lineKey(expected),
-  };
 }
 
 /** Sends the three kinds of malformed input; returns how many messages must be counted. */

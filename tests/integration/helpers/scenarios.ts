@@ -43,6 +43,57 @@ function flow(
   return { name, sends, expected, key: lineKey(expected) };
 }
 
+/** Where an {@linkcode unmatchedSourceHalf} goes, and its source Pod. */
+export interface HalfFlow {
+  /** Source Pod IP. */
+  sourceIP: string;
+  /** Destination IP (a Pod on the other Node). */
+  destinationIP: string;
+  /** Source port. */
+  sourcePort: number;
+  /** Destination port. */
+  destinationPort: number;
+  /** Source Pod name. */
+  pod: string;
+  /** Source Pod namespace. */
+  namespace: string;
+}
+
+/**
+ * An inter-node TCP flow whose source half (from node 1) is the only report: its destination
+ * half never arrives, so the line shows only what the source Node knew.
+ */
+export function unmatchedSourceHalf(name: string, f: HalfFlow): ScenarioFlow {
+  return flow(
+    name,
+    [{
+      node: 0,
+      record: agentRecord({
+        sourceIPv4Address: f.sourceIP,
+        destinationIPv4Address: f.destinationIP,
+        sourceTransportPort: f.sourcePort,
+        destinationTransportPort: f.destinationPort,
+        sourcePodName: f.pod,
+        sourcePodNamespace: f.namespace,
+        sourceNodeName: NODES[0],
+        flowType: 2,
+      }),
+    }],
+    logLine({
+      sourceIP: f.sourceIP,
+      destinationIP: f.destinationIP,
+      sourceTransportPort: String(f.sourcePort),
+      destinationTransportPort: String(f.destinationPort),
+      protocolIdentifier: "TCP",
+      sourcePodName: f.pod,
+      sourcePodNamespace: f.namespace,
+      sourceNodeName: NODES[0],
+      destinationClusterIP: "0.0.0.0",
+      destinationServicePort: "0",
+    }),
+  );
+}
+
 /**
  * The six scenarios. `portBase` makes the source ports (and so the keys) unique per run.
  */

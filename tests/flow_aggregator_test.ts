@@ -17,7 +17,8 @@ import {
 import { IpfixExporter } from "../src/exporters/ipfix/exporter.ts";
 import { setLogLevel, setLogWriter } from "../src/log.ts";
 import { SimAgent } from "./integration/helpers/agent.ts";
-import { agentRecord, intraNodeRecord, NODES } from "./integration/helpers/scenarios.ts";
+import { intraNodeRecord, NODES } from "./integration/helpers/scenarios.ts";
+import { agentRecord } from "./_helpers/agent_record.ts";
 
 const logLines: string[] = [];
 setLogWriter((l) => logLines.push(l));

@@ -1,17 +1,9 @@
 import assert from "node:assert/strict";
 import { ExpiryHeap, type HeapItem } from "../../src/aggregation/expiry_heap.ts";
+import { prng } from "../_helpers/prng.ts";
 
 interface Item extends HeapItem {
   id: number;
-}
-
-/** Deterministic PRNG so that a failure reproduces. */
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s * 1664525 + 1013904223) >>> 0;
-    return s / 2 ** 32;
-  };
 }
 
 Deno.test("heap pops in priority order", () => {
@@ -29,7 +21,7 @@ Deno.test("heap pops in priority order", () => {
 });
 
 Deno.test("heap: random push/update/remove/pop keeps invariant and matches a reference", () => {
-  const r = rng(42);
+  const r = prng(42);
   const h = new ExpiryHeap<Item>();
   const ref = new Map<Item, number>();
   const live: Item[] = [];

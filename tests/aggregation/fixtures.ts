@@ -12,6 +12,7 @@ import {
   type FlowInput,
   type FlowKey,
 } from "../../src/aggregation/mod.ts";
+import { unsetMetadata } from "../_helpers/agent_record.ts";
 
 /** K4 of §9. */
 export const K4: FlowKey = {
@@ -31,27 +32,8 @@ export function baseRecord(): FlowInput {
     destinationTransportPort: 5678,
     protocolIdentifier: 6,
     flowType: 2,
-    sourcePodName: "",
-    sourcePodNamespace: "",
-    sourceNodeName: "",
-    destinationPodName: "",
-    destinationPodNamespace: "",
-    destinationNodeName: "",
+    ...unsetMetadata(),
     destinationClusterIPv4: "0.0.0.0",
-    destinationServicePort: 0,
-    destinationServicePortName: "",
-    ingressNetworkPolicyName: "",
-    ingressNetworkPolicyNamespace: "",
-    ingressNetworkPolicyRuleAction: 0,
-    ingressNetworkPolicyType: 0,
-    ingressNetworkPolicyRuleName: "",
-    egressNetworkPolicyName: "",
-    egressNetworkPolicyNamespace: "",
-    egressNetworkPolicyRuleAction: 0,
-    egressNetworkPolicyType: 0,
-    egressNetworkPolicyRuleName: "",
-    egressName: "",
-    egressIP: "",
   };
 }
 
@@ -71,6 +53,22 @@ export function counters(
     reversePacketDeltaCount: pktDelta,
     reverseOctetTotalCount: octTotal,
     reverseOctetDeltaCount: octDelta,
+  };
+}
+
+/** An intra-node record (pod1 → pod2, one Node reports both): 1 s, 500 packets, 1000 octets. */
+export function intraNode(over: Partial<FlowInput> = {}): FlowInput {
+  return {
+    ...baseRecord(),
+    flowType: 1,
+    sourcePodName: "pod1",
+    destinationPodName: "pod2",
+    flowStartSeconds: 0,
+    flowEndSeconds: 1,
+    flowEndReason: 2,
+    tcpState: "ESTABLISHED",
+    ...counters(500n, 500n, 1000n, 1000n),
+    ...over,
   };
 }
 

@@ -1,14 +1,7 @@
 import assert from "node:assert/strict";
 import { FlowTable, hashKey, KEY_WORDS } from "../../src/aggregation/flow_table.ts";
 import { SlotStore } from "../../src/aggregation/slot_store.ts";
-
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s * 1664525 + 1013904223) >>> 0;
-    return s / 2 ** 32;
-  };
-}
+import { prng } from "../_helpers/prng.ts";
 
 /** Probe key for id `i`; small value ranges force hash collisions and long probe chains. */
 function key(i: number, v6: boolean): Uint32Array {
@@ -30,7 +23,7 @@ Deno.test("flow table: random insert/remove agrees with a Map and survives growt
   const store = new SlotStore();
   const t = new FlowTable(store);
   const ref = new Map<string, number>();
-  const r = rng(7);
+  const r = prng(7);
   for (let step = 0; step < 20_000; step++) {
     const id = Math.floor(r() * 3000);
     const v6 = id % 5 === 0;

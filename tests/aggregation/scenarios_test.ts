@@ -23,6 +23,7 @@ import {
   csd,
   d1,
   d2,
+  intraNode,
   K4,
   newCore,
   one,
@@ -204,25 +205,10 @@ Deno.test("SC-05 export then reset; inactive export with zero deltas deletes the
   assert.equal(core.queueLength, 0);
 });
 
-function intra(over: Partial<FlowInput>): FlowInput {
-  return {
-    ...baseRecord(),
-    flowType: 1,
-    sourcePodName: "pod1",
-    destinationPodName: "pod2",
-    flowStartSeconds: 0,
-    flowEndSeconds: 1,
-    flowEndReason: 2,
-    tcpState: "ESTABLISHED",
-    ...counters(500n, 500n, 1000n, 1000n),
-    ...over,
-  };
-}
-
 Deno.test("SC-06 intra-node single record: ready, both sides filled, throughput 8000", () => {
   const { core, clock } = newCore();
   at(clock, 5000);
-  core.addRecord(intra({}));
+  core.addRecord(intraNode({}));
   const st = core.entryState(K4)!;
   assert.equal(st.readyToSend, true);
   assert.equal(st.correlatedFieldsFilled, true);
@@ -242,7 +228,7 @@ function rIntra(
   reason: number,
   tcp: string,
 ): FlowInput {
-  return intra({
+  return intraNode({
     flowStartSeconds: 100,
     flowEndSeconds: end,
     octetTotalCount: oct[0],
@@ -557,9 +543,9 @@ Deno.test("SC-16 upstream variant (dropUncorrelated, MaxRetries 1, A=100ms, I=15
 Deno.test("SC-17 active/inactive timeline: exports at 60.1, 120.2, 130.1 then delete", () => {
   for (const reason of [2, 3]) {
     const { core, clock } = newCore();
-    core.addRecord(intra({ flowEndSeconds: 1 }));
+    core.addRecord(intraNode({ flowEndSeconds: 1 }));
     at(clock, 40_000);
-    core.addRecord(intra({ flowEndSeconds: 41, flowEndReason: reason }));
+    core.addRecord(intraNode({ flowEndSeconds: 41, flowEndReason: reason }));
     const times: number[] = [];
     const deltas: bigint[] = [];
     for (let i = 0; i < 5 && core.flowCount > 0; i++) {
@@ -577,9 +563,9 @@ Deno.test("SC-17 active/inactive timeline: exports at 60.1, 120.2, 130.1 then de
 
 Deno.test("SC-18 selective expiry and re-push (A=100ms, I=150ms)", () => {
   const { core, clock } = newCore({ activeTimeoutMs: 100, inactiveTimeoutMs: 150 });
-  const F6 = v6(intra({}), "::");
+  const F6 = v6(intraNode({}), "::");
   const k6 = { ...V6_KEY };
-  core.addRecord(intra({})); // F4: active 100, inactive 150
+  core.addRecord(intraNode({})); // F4: active 100, inactive 150
   at(clock, 100);
   core.addRecord(F6); // F6: active 200, inactive 250
   at(clock, 101);
@@ -602,9 +588,9 @@ Deno.test("SC-18 selective expiry and re-push (A=100ms, I=150ms)", () => {
 
 Deno.test("SC-18 improved: expiry at exact equality re-pushes (L2, no orphan)", () => {
   const { core, clock } = newCore({ activeTimeoutMs: 100, inactiveTimeoutMs: 150 });
-  core.addRecord(intra({}));
+  core.addRecord(intraNode({}));
   at(clock, 50);
-  core.addRecord(v6(intra({}), "::"));
+  core.addRecord(v6(intraNode({}), "::"));
   at(clock, 100);
   const c = collector();
   assert.equal(core.expire(c.emit), 1);
@@ -619,7 +605,7 @@ Deno.test("SC-18 nextExpiryDelayMs (GetExpiry) values", () => {
   ({ core, clock } = newCore({ activeTimeoutMs: 90_000, inactiveTimeoutMs: 60_000 }));
   assert.equal(core.nextExpiryDelayMs(), 60_000);
   ({ core, clock } = newCore({ activeTimeoutMs: 10_000, inactiveTimeoutMs: 90_000 }));
-  core.addRecord(intra({}));
+  core.addRecord(intraNode({}));
   assert.equal(core.nextExpiryDelayMs(), 10_100);
   at(clock, 10_050);
   assert.equal(core.nextExpiryDelayMs(), 50);
@@ -634,11 +620,11 @@ Deno.test("SC-19 improved: emit error is counted; flow re-queued, sweep continue
   const keyOf = (port: number): FlowKey => ({ ...K4, sourcePort: port });
   for (const [i, port] of [1, 2, 3].entries()) {
     at(clock, i * 1000);
-    core.addRecord(intra({ sourceTransportPort: port }));
+    core.addRecord(intraNode({ sourceTransportPort: port }));
   }
   at(clock, 2000);
   for (const port of [1, 2, 3]) {
-    core.addRecord(intra({ sourceTransportPort: port, flowEndSeconds: 2 }));
+    core.addRecord(intraNode({ sourceTransportPort: port, flowEndSeconds: 2 }));
   }
   const c = collector((f) => f.key.sourcePort === 1);
   const times: [number, number][] = [];
@@ -665,12 +651,12 @@ Deno.test("SC-20 message-level: bad record skipped alone, empty set ok, missing 
   assert.equal(core.addRecords([]), 0);
   assert.equal(core.flowCount, 0);
   // (b) improved (L15): record 2 lacks protocolIdentifier; records 1 and 3 are ingested.
-  const bad = intra({ sourceTransportPort: 2 });
+  const bad = intraNode({ sourceTransportPort: 2 });
   delete bad.protocolIdentifier;
   const n = core.addRecords([
-    intra({ sourceTransportPort: 1 }),
+    intraNode({ sourceTransportPort: 1 }),
     bad,
-    intra({ sourceTransportPort: 3 }),
+    intraNode({ sourceTransportPort: 3 }),
   ]);
   assert.equal(n, 2);
   assert.equal(core.flowCount, 2);
@@ -714,7 +700,7 @@ Deno.test("SC-21 fetchPodLabels: sorted JSON, unknown IP '', unlabelled Pod {} (
   assert.equal(encodePodLabels({ b: "2", a: "1" }), '{"a":"1","b":"2"}');
   assert.equal(encodePodLabels(undefined), "{}");
   const { core, clock } = newCore({ includePodLabels: true });
-  core.addRecord(intra({ sourcePodNamespace: "ns", destinationPodNamespace: "ns" }));
+  core.addRecord(intraNode({ sourcePodNamespace: "ns", destinationPodNamespace: "ns" }));
   at(clock, 60_100);
   const c = collector();
   core.expire(c.emit, podStore({ "10.0.0.1": { name: "pod1", namespace: "ns", nodeName: "n" } }));
@@ -747,7 +733,7 @@ Deno.test("SC-22 (core side) look-up gets canonical IP and flowStartSeconds; thr
 
 Deno.test("SC-23 (core side) labels are computed once per flow, at its first export", () => {
   const { core, clock } = newCore({ includePodLabels: true });
-  core.addRecord(intra({ sourcePodNamespace: "ns", destinationPodNamespace: "ns" }));
+  core.addRecord(intraNode({ sourcePodNamespace: "ns", destinationPodNamespace: "ns" }));
   const pods: Record<string, PodInfo> = {
     "10.0.0.1": { name: "pod1", namespace: "ns", nodeName: "n", labels: { app: "a" } },
     "10.0.0.2": { name: "pod2", namespace: "ns", nodeName: "n", labels: { tier: "db", app: "b" } },
@@ -767,8 +753,8 @@ Deno.test("SC-23 (core side) labels are computed once per flow, at its first exp
 
 Deno.test("SC-24 (core side) querier: null, complete key, partial key, no match", () => {
   const { core } = newCore();
-  core.addRecord(intra({}));
-  core.addRecord(v6(intra({}), "::"));
+  core.addRecord(intraNode({}));
+  core.addRecord(v6(intraNode({}), "::"));
   assert.equal(core.query().length, 2);
   assert.equal(core.query(null).length, 2);
   assert.equal(core.query(K4).length, 1);
@@ -785,12 +771,12 @@ Deno.test("SC-24 (core side) querier: null, complete key, partial key, no match"
 
 Deno.test("SC-25 (core side) updateTimeouts changes only schedules computed afterwards", () => {
   const { core, clock } = newCore();
-  core.addRecord(intra({}));
+  core.addRecord(intraNode({}));
   core.updateTimeouts(30_000, 45_000);
   const st = core.entryState(K4)!;
   assert.deepEqual([st.activeExpireMs, st.inactiveExpireMs], [60_000, 90_000]);
   at(clock, 1000);
-  core.addRecord(intra({ flowEndSeconds: 2 }));
+  core.addRecord(intraNode({ flowEndSeconds: 2 }));
   assert.equal(core.entryState(K4)!.inactiveExpireMs, 46_000);
   assert.throws(() => core.updateTimeouts(0, 1000), RangeError);
   assert.throws(() => new AggregationCore({ activeTimeoutMs: NaN, inactiveTimeoutMs: 1, clock }));

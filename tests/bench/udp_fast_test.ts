@@ -14,6 +14,14 @@ import {
   type UdpReceiveMode,
 } from "../../src/collector/udp_fast.ts";
 import { parseBindHost } from "../../src/collector/udp_fast_ffi.ts";
+import { runDeno } from "../_helpers/process.ts";
+import { waitFor } from "../_helpers/wait.ts";
+
+/** Runs `code` (a UDP sender) in a process of its own, so a stalled main thread here cannot slow it. */
+async function sendFromProcess(code: string): Promise<void> {
+  const r = await runDeno(["eval", "--unstable-net", code]);
+  assert.equal(r.code, 0, `sender process failed: ${r.stderr}`);
+}
 
 interface Seen {
   peer: string;
@@ -209,21 +217,15 @@ Deno.test("udp_fast ffi: a stalled consumer makes the worker drop and count, nev
     }
     s.close();`;
   try {
-    const r = await new Deno.Command(Deno.execPath(), {
-      args: ["eval", "--unstable-net", code],
-      stdout: "null",
-      stderr: "inherit",
-    }).output();
-    assert.ok(r.success, "sender process failed");
+    await sendFromProcess(code);
     // Let the worker hand over what it holds, then check the books balance.
-    const deadline = Date.now() + 3000;
-    let st = rx.stats();
-    while (st.datagrams + st.dropped < total && Date.now() < deadline) {
-      await new Promise((r) => setTimeout(r, 20));
-      st = rx.stats();
-    }
+    await waitFor(() => rx.stats().datagrams + rx.stats().dropped >= total, {
+      timeoutMs: 3000,
+      intervalMs: 20,
+      what: `${total} datagrams delivered or dropped`,
+    });
     await new Promise((r) => setTimeout(r, 50)); // deliver posted batches
-    st = rx.stats();
+    const st = rx.stats();
     assert.ok(st.dropped > 0, `expected drops while stalled, stats ${JSON.stringify(st)}`);
     assert.equal(st.datagrams + st.dropped, total);
     assert.equal(delivered, st.datagrams);
@@ -255,18 +257,13 @@ Deno.test("udp_fast ffi: kernel drops on a full socket buffer are reported (SO_R
     await s.send(msg, to);
     s.close();`;
   try {
-    const r = await new Deno.Command(Deno.execPath(), {
-      args: ["eval", "--unstable-net", code],
-      stdout: "null",
-      stderr: "inherit",
-    }).output();
-    assert.ok(r.success, "sender process failed");
-    const deadline = Date.now() + 3000;
-    let st = rx.stats();
-    while (st.datagrams + st.kernelDrops < burst + 1 && Date.now() < deadline) {
-      await new Promise((r) => setTimeout(r, 20));
-      st = rx.stats();
-    }
+    await sendFromProcess(code);
+    await waitFor(() => rx.stats().datagrams + rx.stats().kernelDrops >= burst + 1, {
+      timeoutMs: 3000,
+      intervalMs: 20,
+      what: `${burst + 1} datagrams delivered or dropped by the kernel`,
+    });
+    const st = rx.stats();
     assert.ok(st.kernelDrops > 0, `expected kernel drops, stats ${JSON.stringify(st)}`);
     assert.equal(st.datagrams + st.kernelDrops, burst + 1);
     await new Promise((r) => setTimeout(r, 50));

@@ -20,28 +20,17 @@ import {
   smallRecord,
   templateMessage,
   udpClient,
-  waitFor,
   writeAll,
 } from "./helpers.ts";
 import { encodeDataSet, encodeMessage, encodeTemplateSet } from "../../src/ipfix/mod.ts";
+import { prng } from "../_helpers/prng.ts";
+import { waitFor } from "../_helpers/wait.ts";
 
 setLogLevel("error");
 
 const UDP_MESSAGES = 100_000;
 const TCP_MESSAGES = 12_000;
 const SEED = 0x5eed_1234;
-
-/** mulberry32: small, fast, good enough to drive mutations. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const SMALL_TEMPLATE = templateMessage(7, 300, SMALL_FIELDS);
 const SMALL_DATA = dataMessage(7, 300, SMALL_FIELDS, [
@@ -165,7 +154,7 @@ Deno.test(`fuzz: ${UDP_MESSAGES} random/mutated datagrams through a live UDP lis
       await waitFor(() => {
         const s = c.stats();
         return s.messages + s.decodeErrorsTotal === sent;
-      }, `datagrams counted (seed ${SEED}, sent ${sent})`);
+      }, { what: `datagrams counted (seed ${SEED}, sent ${sent})` });
     }
     const s = c.stats();
     assert.equal(s.messages + s.decodeErrorsTotal, UDP_MESSAGES);
@@ -188,7 +177,7 @@ Deno.test(`fuzz: ${UDP_MESSAGES} random/mutated datagrams through a live UDP lis
       port: c.port,
     });
     await fresh.send(GOLDEN_DATA, { transport: "udp", hostname: "127.0.0.1", port: c.port });
-    await waitFor(() => sunk === before + 1, "good data after fuzzing");
+    await waitFor(() => sunk === before + 1, { what: "good data after fuzzing" });
     fresh.close();
   } finally {
     for (const cl of clients) cl.close();
@@ -267,7 +256,7 @@ Deno.test(`fuzz: ${TCP_MESSAGES} random/mutated messages through a live TCP list
     const conn = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
     const before = sunk;
     await writeAll(conn, concat(GOLDEN_TEMPLATE, GOLDEN_DATA));
-    await waitFor(() => sunk === before + 1, "good data after fuzzing");
+    await waitFor(() => sunk === before + 1, { what: "good data after fuzzing" });
     conn.close();
   } finally {
     await c.stop();

@@ -11,9 +11,9 @@ import {
   SMALL_FIELDS,
   smallRecord,
   templateMessage,
-  waitFor,
   writeAll,
 } from "./helpers.ts";
+import { waitFor } from "../_helpers/wait.ts";
 
 setLogLevel("error");
 
@@ -29,7 +29,7 @@ Deno.test("tcp: golden vectors from 127.0.0.1 and ::1, messages split byte by by
     for (const b of concat(GOLDEN_TEMPLATE, GOLDEN_DATA)) {
       await writeAll(v6, new Uint8Array([b]));
     }
-    await waitFor(() => received.length === 2, "two data sets");
+    await waitFor(() => received.length === 2, { what: "two data sets" });
     assert.deepEqual(received.map((r) => r.ctx.exporterAddress).sort(), ["127.0.0.1", "::1"]);
     for (const r of received) {
       assert.equal(r.ctx.transport, "tcp");
@@ -39,7 +39,7 @@ Deno.test("tcp: golden vectors from 127.0.0.1 and ::1, messages split byte by by
     assert.equal(c.stats().sessionsActive, 2);
     v4.close();
     v6.close();
-    await waitFor(() => c.stats().sessionsActive === 0, "sessions closed on EOF");
+    await waitFor(() => c.stats().sessionsActive === 0, { what: "sessions closed on EOF" });
     const s = c.stats();
     assert.equal(s.sessionsClosed, 2);
     assert.equal(s.sessionsClosedOnError, 0);
@@ -61,7 +61,7 @@ Deno.test("tcp: two connections with different domains share template id 256", a
     await writeAll(b, GOLDEN_TEMPLATE);
     await writeAll(b, GOLDEN_DATA);
     await writeAll(a, dataMessage(5, 256, SMALL_FIELDS, [smallRecord(1), smallRecord(2)]));
-    await waitFor(() => received.length === 2, "data from both");
+    await waitFor(() => received.length === 2, { what: "data from both" });
     const fromA = received.find((r) => r.ctx.observationDomainId === 5)!;
     assert.deepEqual(fromA.records.map((r) => r.packetTotalCount), [1n, 2n]);
     const fromB = received.find((r) => r.ctx.observationDomainId === 0x33de13e2)!;
@@ -81,14 +81,14 @@ Deno.test("tcp: templates are scoped to the connection and dropped when it close
   try {
     const a = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
     await writeAll(a, GOLDEN_TEMPLATE);
-    await waitFor(() => c.stats().templateRecords === 1, "template");
+    await waitFor(() => c.stats().templateRecords === 1, { what: "template" });
     a.close();
     const b = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
     await writeAll(b, GOLDEN_DATA);
-    await waitFor(() => c.stats().templateMisses === 1, "miss on a new connection");
+    await waitFor(() => c.stats().templateMisses === 1, { what: "miss on a new connection" });
     // A data set for an unknown template is not malformed: the session stays open.
     await writeAll(b, concat(GOLDEN_TEMPLATE, GOLDEN_DATA));
-    await waitFor(() => received.length === 1, "recovered after template");
+    await waitFor(() => received.length === 1, { what: "recovered after template" });
     b.close();
   } finally {
     await c.stop();
@@ -119,13 +119,15 @@ for (
     const bad_ = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
     try {
       await writeAll(good, GOLDEN_TEMPLATE);
-      await waitFor(() => c.stats().sessionsActive === 2 && c.stats().messages === 1, "setup");
+      await waitFor(() => c.stats().sessionsActive === 2 && c.stats().messages === 1, {
+        what: "setup",
+      });
       await writeAll(bad_, concat(bad, GOLDEN_TEMPLATE));
       assert.equal(await readUntilClosed(bad_), true, "server closes the bad session");
-      await waitFor(() => c.stats().sessionsClosedOnError === 1, "closed on error");
+      await waitFor(() => c.stats().sessionsClosedOnError === 1, { what: "closed on error" });
       // The good session is unaffected and still decodes.
       await writeAll(good, GOLDEN_DATA);
-      await waitFor(() => received.length === 1, "good session still works");
+      await waitFor(() => received.length === 1, { what: "good session still works" });
       const s = c.stats();
       assert.equal(s.sessionsActive, 1);
       // The template written behind the bad bytes (same write, one loopback segment) was read
@@ -155,7 +157,7 @@ Deno.test("tcp: a partial message at EOF is counted as truncated", async () => {
     const a = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
     await writeAll(a, GOLDEN_TEMPLATE.subarray(0, 100));
     a.close();
-    await waitFor(() => c.stats().sessionsClosed === 1, "closed");
+    await waitFor(() => c.stats().sessionsClosed === 1, { what: "closed" });
     assert.equal(c.stats().decodeErrors.truncated, 1);
   } finally {
     await c.stop();
@@ -169,7 +171,7 @@ Deno.test("tcp: stop closes open connections and the listener", async () => {
   const port = c.port;
   const a = await Deno.connect({ hostname: "127.0.0.1", port });
   await writeAll(a, GOLDEN_TEMPLATE);
-  await waitFor(() => c.stats().messages === 1, "template");
+  await waitFor(() => c.stats().messages === 1, { what: "template" });
   await c.stop();
   assert.equal(await readUntilClosed(a), true);
   a.close();

@@ -9,9 +9,9 @@ import {
   GOLDEN_DATA,
   GOLDEN_TEMPLATE,
   readUntilClosed,
-  waitFor,
   writeAll,
 } from "./helpers.ts";
+import { waitFor } from "../_helpers/wait.ts";
 
 setLogLevel("error");
 
@@ -56,11 +56,11 @@ for (const host of ["127.0.0.1", "::1"]) {
     try {
       const r = await tlsSend(host, c.port, certs.client, concat(GOLDEN_TEMPLATE, GOLDEN_DATA));
       assert.equal(r.serverVerified, true);
-      await waitFor(() => received.length === 1, "data over TLS");
+      await waitFor(() => received.length === 1, { what: "data over TLS" });
       assert.equal(received[0].ctx.transport, "tls");
       assert.equal(received[0].ctx.exporterAddress, host);
       assert.equal(received[0].records[0].destinationTransportPort, 5201);
-      await waitFor(() => c.stats().sessionsClosed === 1, "session closed on EOF");
+      await waitFor(() => c.stats().sessionsClosed === 1, { what: "session closed on EOF" });
       const s = c.stats();
       assert.equal(s.tlsHandshakeFailures, 0);
       assert.equal(s.sessionsOpened, 1);
@@ -77,7 +77,9 @@ Deno.test("tls: a client without a certificate is refused and counted", async ()
   await c.start();
   try {
     await tlsSend("127.0.0.1", c.port, undefined, concat(GOLDEN_TEMPLATE, GOLDEN_DATA));
-    await waitFor(() => c.stats().tlsHandshakeFailures === 1, "handshake failure counted");
+    await waitFor(() => c.stats().tlsHandshakeFailures === 1, {
+      what: "handshake failure counted",
+    });
     const s = c.stats();
     assert.equal(s.sessionsOpened, 0);
     assert.equal(s.messages, 0);
@@ -93,12 +95,14 @@ Deno.test("tls: a client certificate from another CA is refused and counted", as
   await c.start();
   try {
     await tlsSend("127.0.0.1", c.port, otherCa.client, concat(GOLDEN_TEMPLATE, GOLDEN_DATA));
-    await waitFor(() => c.stats().tlsHandshakeFailures === 1, "handshake failure counted");
+    await waitFor(() => c.stats().tlsHandshakeFailures === 1, {
+      what: "handshake failure counted",
+    });
     assert.equal(c.stats().sessionsOpened, 0);
     assert.equal(received.length, 0);
     // A good client still gets through afterwards.
     await tlsSend("127.0.0.1", c.port, certs.client, concat(GOLDEN_TEMPLATE, GOLDEN_DATA));
-    await waitFor(() => received.length === 1, "good client after a refused one");
+    await waitFor(() => received.length === 1, { what: "good client after a refused one" });
   } finally {
     await c.stop();
   }
@@ -110,7 +114,7 @@ Deno.test("tls: a framing error closes the TLS session", async () => {
   await c.start();
   try {
     await tlsSend("127.0.0.1", c.port, certs.client, new Uint8Array([0, 10, 0, 0, 1, 2, 3]));
-    await waitFor(() => c.stats().sessionsClosedOnError === 1, "closed on framing error");
+    await waitFor(() => c.stats().sessionsClosedOnError === 1, { what: "closed on framing error" });
     assert.equal(c.stats().decodeErrors.framing, 1);
   } finally {
     await c.stop();
@@ -126,7 +130,9 @@ Deno.test("tls: plain IPFIX bytes sent to the TLS port fail the handshake and ar
     await writeAll(conn, concat(GOLDEN_TEMPLATE, GOLDEN_DATA));
     assert.equal(await readUntilClosed(conn), true, "server drops the connection");
     conn.close();
-    await waitFor(() => c.stats().tlsHandshakeFailures === 1, "handshake failure counted");
+    await waitFor(() => c.stats().tlsHandshakeFailures === 1, {
+      what: "handshake failure counted",
+    });
     assert.equal(c.stats().sessionsOpened, 0);
     assert.equal(received.length, 0);
   } finally {

@@ -12,8 +12,8 @@ import {
   templateMessage,
   udpClient,
   udpSend,
-  waitFor,
 } from "./helpers.ts";
+import { waitFor } from "../_helpers/wait.ts";
 
 setLogLevel("error");
 
@@ -28,7 +28,7 @@ Deno.test("udp: golden vectors over 127.0.0.1 and ::1 on one dual-stack socket",
       await udpSend(client, host, c.port, GOLDEN_TEMPLATE);
       await udpSend(client, host, c.port, GOLDEN_DATA);
     }
-    await waitFor(() => received.length === 2, "two data sets");
+    await waitFor(() => received.length === 2, { what: "two data sets" });
     const byAddr = new Map(received.map((r) => [r.ctx.exporterAddress, r]));
     assert.deepEqual([...byAddr.keys()].sort(), ["127.0.0.1", "::1"]);
     for (const r of received) {
@@ -75,10 +75,10 @@ Deno.test("udp: two exporters with different domains share template id 256 witho
     // Same id 256, different definitions: templates are per session and domain.
     await udpSend(a, "127.0.0.1", c.port, templateMessage(1, 256, SMALL_FIELDS));
     await udpSend(b, "127.0.0.1", c.port, GOLDEN_TEMPLATE);
-    await waitFor(() => c.stats().templateRecords === 2, "templates");
+    await waitFor(() => c.stats().templateRecords === 2, { what: "templates" });
     await udpSend(b, "127.0.0.1", c.port, GOLDEN_DATA);
     await udpSend(a, "127.0.0.1", c.port, dataMessage(1, 256, SMALL_FIELDS, [smallRecord(7)]));
-    await waitFor(() => received.length === 2, "data");
+    await waitFor(() => received.length === 2, { what: "data" });
     const fromA = received.find((r) => r.ctx.observationDomainId === 1)!;
     const fromB = received.find((r) => r.ctx.observationDomainId === 0x33de13e2)!;
     assert.equal(fromA.records[0].packetTotalCount, 7n);
@@ -100,11 +100,11 @@ Deno.test("udp: data before its template is counted as a miss, then the session 
   const a = udpClient("127.0.0.1");
   try {
     await udpSend(a, "127.0.0.1", c.port, GOLDEN_DATA);
-    await waitFor(() => c.stats().templateMisses === 1, "template miss");
+    await waitFor(() => c.stats().templateMisses === 1, { what: "template miss" });
     assert.equal(received.length, 0);
     await udpSend(a, "127.0.0.1", c.port, GOLDEN_TEMPLATE);
     await udpSend(a, "127.0.0.1", c.port, GOLDEN_DATA);
-    await waitFor(() => received.length === 1, "data after template");
+    await waitFor(() => received.length === 1, { what: "data after template" });
     const s = c.stats();
     assert.equal(s.templateMisses, 1);
     assert.equal(s.exporters["127.0.0.1"].templateMisses, 1);
@@ -131,7 +131,7 @@ Deno.test("udp: bad datagrams are counted by reason and the loop keeps receiving
     await udpSend(a, "127.0.0.1", c.port, new Uint8Array(0));
     await udpSend(a, "127.0.0.1", c.port, GOLDEN_TEMPLATE);
     await udpSend(a, "127.0.0.1", c.port, GOLDEN_DATA);
-    await waitFor(() => received.length === 1, "good data after bad datagrams");
+    await waitFor(() => received.length === 1, { what: "good data after bad datagrams" });
     const s = c.stats();
     assert.equal(s.decodeErrorsTotal, 4);
     assert.equal(s.decodeErrors.badLength, 1);
@@ -156,15 +156,15 @@ Deno.test("udp: templates and idle sessions expire after the TTL (injected clock
   const a = udpClient("127.0.0.1");
   try {
     await udpSend(a, "127.0.0.1", c.port, GOLDEN_TEMPLATE);
-    await waitFor(() => c.stats().messages === 1, "template");
+    await waitFor(() => c.stats().messages === 1, { what: "template" });
     clock.advance(59_999);
     assert.equal(c.expireIdleSessions(), 0);
     await udpSend(a, "127.0.0.1", c.port, GOLDEN_DATA);
-    await waitFor(() => received.length === 1, "data within TTL");
+    await waitFor(() => received.length === 1, { what: "data within TTL" });
     // The data message refreshed the session but not the template (announced at t=0).
     clock.advance(1);
     await udpSend(a, "127.0.0.1", c.port, GOLDEN_DATA);
-    await waitFor(() => c.stats().templateMisses === 1, "miss after template TTL");
+    await waitFor(() => c.stats().templateMisses === 1, { what: "miss after template TTL" });
     clock.advance(60_000);
     assert.equal(c.expireIdleSessions(), 1);
     const s = c.stats();
@@ -189,7 +189,7 @@ Deno.test("udp: the sink throwing is counted and does not stop collection", asyn
     await udpSend(a, "127.0.0.1", c.port, GOLDEN_TEMPLATE);
     await udpSend(a, "127.0.0.1", c.port, GOLDEN_DATA);
     await udpSend(a, "127.0.0.1", c.port, GOLDEN_DATA);
-    await waitFor(() => calls === 2, "two sink calls");
+    await waitFor(() => calls === 2, { what: "two sink calls" });
     assert.equal(c.stats().sinkErrors, 2);
     assert.equal(c.stats().dataRecords, 2);
   } finally {
@@ -209,7 +209,7 @@ Deno.test("udp: more sources than maxUdpSessions evicts the least recently activ
   try {
     for (const [i, cl] of clients.entries()) {
       await udpSend(cl, "127.0.0.1", c.port, GOLDEN_TEMPLATE);
-      await waitFor(() => c.stats().messages === i + 1, "template");
+      await waitFor(() => c.stats().messages === i + 1, { what: "template" });
     }
     const s = c.stats();
     assert.equal(s.sessionsOpened, 3);
@@ -217,7 +217,7 @@ Deno.test("udp: more sources than maxUdpSessions evicts the least recently activ
     assert.equal(s.sessionsEvicted, 1);
     // The evicted first source lost its templates: its data is a miss now.
     await udpSend(clients[0], "127.0.0.1", c.port, GOLDEN_DATA);
-    await waitFor(() => c.stats().templateMisses === 1, "miss for evicted session");
+    await waitFor(() => c.stats().templateMisses === 1, { what: "miss for evicted session" });
   } finally {
     for (const cl of clients) cl.close();
     await c.stop();
@@ -235,14 +235,14 @@ Deno.test("udp: template misses are counted each time but logged rate-limited", 
   const a = udpClient("127.0.0.1");
   try {
     for (let i = 0; i < 5; i++) await udpSend(a, "127.0.0.1", c.port, GOLDEN_DATA);
-    await waitFor(() => c.stats().templateMisses === 5, "five misses");
+    await waitFor(() => c.stats().templateMisses === 5, { what: "five misses" });
     const missLines = (): string[] => lines.filter((l) => l.includes("unknown template"));
     assert.equal(missLines().length, 1);
     assert.match(missLines()[0], /exporter=127\.0\.0\.1/);
     assert.match(missLines()[0], /templateIds=256/);
     clock.advance(10_000);
     await udpSend(a, "127.0.0.1", c.port, GOLDEN_DATA);
-    await waitFor(() => c.stats().templateMisses === 6, "sixth miss");
+    await waitFor(() => c.stats().templateMisses === 6, { what: "sixth miss" });
     assert.equal(missLines().length, 2);
     assert.match(missLines()[1], /suppressed=4/);
   } finally {

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { ConfigError, DECODE_ERROR_PREFIX, EMBEDDED_DEFAULT_CONFIG } from "../../src/config/mod.ts";
 import { type FlowAggregatorConfig, parseConfig } from "../../src/components.ts";
+import { prng } from "../_helpers/prng.ts";
 
 const MIN = "flowLogger:\n  enable: true\n";
 
@@ -333,8 +334,7 @@ Deno.test("garbage input only ever throws ConfigError", () => {
     "x".repeat(10_000),
     "a:\n" + "  ".repeat(50) + "b: 1\n",
   ];
-  let seed = 42;
-  const rand = () => (seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff;
+  const rand = prng(42);
   const alphabet = "ab:- \n[]{}&*!|>'\"#%@`,?0123456789.\t";
   for (let i = 0; i < 300; i++) {
     let s = "";

@@ -83,6 +83,11 @@ export function fixtureFlow(ipv6 = false, overrides: Partial<AggregatedRecord> =
       }),
     ...overrides,
   };
+  return exportedFlow(record, ipv6);
+}
+
+/** `record` as the core hands it to exporters: correlated, keyed by its own 5-tuple. */
+export function exportedFlow(record: AggregatedRecord, ipv6: boolean): ExportedFlow {
   return {
     key: {
       sourceAddress: record.sourceIPv4Address ?? record.sourceIPv6Address ?? "",

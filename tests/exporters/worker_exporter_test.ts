@@ -5,6 +5,7 @@ import { parseConfig } from "../../src/components.ts";
 import { fixtureFlow } from "./fixtures.ts";
 import { probeComponent, type ProbeConfig } from "./probe/component.ts";
 import type { ExportedFlow } from "../../src/aggregation/record.ts";
+import { waitFor } from "../_helpers/wait.ts";
 
 const CTX = { podLabels: false, clusterUuid: "2a1c5d0e-3c8f-4b5e-9d4f-0123456789ab" };
 
@@ -36,14 +37,6 @@ function flow(action: string, port: number): ExportedFlow {
   return { ...f, key: { ...f.key, sourcePort: port } };
 }
 
-async function until(check: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > end) throw new Error(`timeout waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
 Deno.test("worker permissions: what a component lists is allowed, everything else is denied", () => {
   assert.deepEqual(
     workerPermissions({ net: ["h:1"], read: [], write: ["/d"], env: [] }),
@@ -69,7 +62,7 @@ Deno.test("a sink that reads a file, writes outside its directory, dials another
     actions.forEach((a, i) => e.addRecord(flow(a, 1000 + i)));
     await e.flush();
     // The unawaited connect is denied asynchronously: wait for its report.
-    await until(() => e.stats().permissionDenied === 4, "4 denials");
+    await waitFor(() => e.stats().permissionDenied === 4, { what: "4 denials", timeoutMs: 10_000 });
     const s = e.stats();
     assert.equal(s.permissionDenied, 4, JSON.stringify(s));
     assert.equal(s.received, 6);
@@ -104,9 +97,12 @@ Deno.test("a worker that stops answering is restarted with backoff; what it held
     await e.flush();
     e.addRecord(flow("hang", 2));
     e.addRecord(flow("ok", 3)); // same batch, behind the hang: lost with the worker
-    await until(() => e.stats().workerRestarts === 1, "a restart");
+    await waitFor(() => e.stats().workerRestarts === 1, { what: "a restart", timeoutMs: 10_000 });
     e.addRecord(flow("ok", 4));
-    await until(() => e.stats().exported === 2, "the record after the restart", 10_000);
+    await waitFor(() => e.stats().exported === 2, {
+      what: "the record after the restart",
+      timeoutMs: 10_000,
+    });
     const s = e.stats();
     assert.equal(s.lostInWorker, 2, JSON.stringify(s));
     assert.equal(s.dropped, 2);

@@ -6,9 +6,16 @@
 
 import assert from "node:assert/strict";
 import denoJson from "../../deno.json" with { type: "json" };
-import { SimAgent } from "./helpers/agent.ts";
+import { sendThenStop, SimAgent } from "./helpers/agent.ts";
 import { lineKey, readFlowLog, waitForKeys } from "./helpers/flow_log.ts";
-import { FaProcess, REPO, runToExit } from "./helpers/process.ts";
+import {
+  type DenoOutput,
+  FaProcess,
+  flowLogConfig,
+  REPO,
+  runDeno,
+  runToExit,
+} from "../_helpers/process.ts";
 import { intraNodeKey, intraNodeRecord } from "./helpers/scenarios.ts";
 
 const dir = await Deno.makeTempDir({ prefix: "fa-e2e-bundle-" });
@@ -21,28 +28,16 @@ globalThis.addEventListener("unload", () => {
     // already gone
   }
 });
-let built: Deno.CommandOutput | undefined;
+let built: DenoOutput | undefined;
 
 async function build(): Promise<void> {
   if (built !== undefined) return;
-  built = await new Deno.Command(Deno.execPath(), {
-    args: ["bundle", "--output", bundle, "main.ts"],
-    cwd: REPO,
-    env: { NO_COLOR: "1" },
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  assert.equal(built.code, 0, new TextDecoder().decode(built.stderr));
+  built = await runDeno(["bundle", "--output", bundle, "main.ts"], { cwd: REPO });
+  assert.equal(built.code, 0, built.stderr);
 }
 
 function conf(transport: "TCP" | "UDP"): string {
-  return `activeFlowRecordTimeout: 1s
-inactiveFlowRecordTimeout: 2s
-aggregatorTransportProtocol: ${transport}
-flowLogger:
-  enable: true
-  path: ./flows-${transport}.log
-`;
+  return flowLogConfig(`./flows-${transport}.log`, { transport });
 }
 
 Deno.test({
@@ -75,12 +70,7 @@ Deno.test({
     });
     try {
       const port = await fa.collectorPort();
-      const agent = await SimAgent.connect("k8s-node-1", port, "tcp");
-      await agent.sendTemplates();
-      await agent.sendRecord(intraNodeRecord(48_001));
-      agent.close();
-      await fa.waitFor({ msg: "session closed" }, 10_000);
-      const status = await fa.stop("SIGTERM");
+      const status = await sendThenStop(fa, port, [intraNodeRecord(48_001)]);
       assert.equal(status.code, 0, fa.stderr);
       const lines = await readFlowLog(`${dir}/flows-TCP.log`);
       // One line from the shutdown flush, plus one if the 1 s active timeout came first.

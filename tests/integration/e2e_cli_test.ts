@@ -7,9 +7,9 @@
 
 import assert from "node:assert/strict";
 import denoJson from "../../deno.json" with { type: "json" };
-import { SimAgent } from "./helpers/agent.ts";
+import { sendThenStop } from "./helpers/agent.ts";
 import { readFlowLog } from "./helpers/flow_log.ts";
-import { DENO_JSON, FaProcess, runToExit } from "./helpers/process.ts";
+import { DENO_JSON, FaProcess, flowLogConfig, runToExit } from "../_helpers/process.ts";
 import { intraNodeKey, intraNodeRecord } from "./helpers/scenarios.ts";
 import { lineKey } from "./helpers/flow_log.ts";
 
@@ -132,13 +132,8 @@ Deno.test("cli: without --config the embedded default runs with the task's permi
       const started = fa.find({ msg: /^Started (TCP|UDP|TLS) collecting process$/ })[0];
       assert.equal(started.fields.msg, "Started TCP collecting process", "the default is TCP");
       assert.equal(fa.find({ msg: /^using the embedded default configuration/ }).length, 1);
-      const agent = await SimAgent.connect("k8s-node-1", port, "tcp");
-      await agent.sendTemplates();
-      await agent.sendRecord(intraNodeRecord(46_001));
-      agent.close();
-      await fa.waitFor({ msg: "session closed" }, 10_000);
       // Default timeouts are 60 s / 90 s: the line comes from the shutdown flush.
-      const status = await fa.stop("SIGTERM");
+      const status = await sendThenStop(fa, port, [intraNodeRecord(46_001)]);
       assert.equal(status.code, 0, fa.stderr);
       const lines = await readFlowLog(`${dir}/flows.log`);
       assert.deepEqual(lines.map(lineKey), [intraNodeKey(46_001)]);
@@ -183,32 +178,14 @@ Deno.test("cli: a bad --listen address exits 255 naming it", async () => {
 
 Deno.test("cli: flow log to stdout (path -) with JSON logs on stderr keeps the two streams apart", async () => {
   await withTempDir(async (dir) => {
-    await Deno.writeTextFile(
-      `${dir}/fa.conf`,
-      "activeFlowRecordTimeout: 1h\ninactiveFlowRecordTimeout: 1h\naggregatorTransportProtocol: TCP\n" +
-        'flowLogger:\n  enable: true\n  path: "-"\n  prettyPrint: false\n',
+    const fa = await FaProcess.startWithConfig(
+      dir,
+      flowLogConfig('"-"', { activeTimeout: "1h", inactiveTimeout: "1h", prettyPrint: false }),
+      { args: ["--log-format", "json", "--log-level", "debug"] },
     );
-    const fa = FaProcess.start({
-      args: [
-        "--config",
-        `${dir}/fa.conf`,
-        "--listen",
-        "127.0.0.1:0",
-        "--log-format",
-        "json",
-        "--log-level",
-        "debug",
-      ],
-      cwd: dir,
-    });
     try {
       const port = await fa.collectorPort();
-      const agent = await SimAgent.connect("k8s-node-1", port, "tcp");
-      await agent.sendTemplates();
-      await agent.sendRecord(intraNodeRecord(46_101));
-      agent.close();
-      await fa.waitFor({ msg: "session closed" }, 10_000);
-      const status = await fa.stop("SIGTERM");
+      const status = await sendThenStop(fa, port, [intraNodeRecord(46_101)]);
       assert.equal(status.code, 0, fa.stderr);
       // Our events on stderr are JSON objects (Deno itself may print a "Download ..." line);
       // stdout holds only the flow log line.

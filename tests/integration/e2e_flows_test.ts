@@ -13,16 +13,14 @@ import {
   wrongVersionMessage,
 } from "./helpers/agent.ts";
 import { byKey, readFlowLog, waitForKeys } from "./helpers/flow_log.ts";
-import { FaProcess } from "./helpers/process.ts";
+import { FaProcess, flowLogConfig } from "../_helpers/process.ts";
 import {
-  agentRecord,
   intraNodeRecord,
-  logLine,
   NODES,
   type ScenarioFlow,
   scenarioFlows,
+  unmatchedSourceHalf,
 } from "./helpers/scenarios.ts";
-import { lineKey } from "./helpers/flow_log.ts";
 
 /**
  * An inter-node source half whose destination half never arrives. Upstream deleted it silently
@@ -30,47 +28,14 @@ import { lineKey } from "./helpers/flow_log.ts";
  * once, with what the source Node knew.
  */
 function unmatchedHalf(portBase: number): ScenarioFlow {
-  const expected = logLine({
+  return unmatchedSourceHalf("interNodeUnmatched", {
     sourceIP: "10.10.0.71",
     destinationIP: "10.10.1.72",
-    sourceTransportPort: String(portBase + 7),
-    destinationTransportPort: "8443",
-    protocolIdentifier: "TCP",
-    sourcePodName: "orphan",
-    sourcePodNamespace: "ns-o",
-    sourceNodeName: NODES[0],
-    destinationClusterIP: "0.0.0.0",
-    destinationServicePort: "0",
+    sourcePort: portBase + 7,
+    destinationPort: 8443,
+    pod: "orphan",
+    namespace: "ns-o",
   });
-  return {
-    name: "interNodeUnmatched",
-    sends: [{
-      node: 0,
-      record: agentRecord({
-        sourceIPv4Address: "10.10.0.71",
-        destinationIPv4Address: "10.10.1.72",
-        sourceTransportPort: portBase + 7,
-        destinationTransportPort: 8443,
-        sourcePodName: "orphan",
-        sourcePodNamespace: "ns-o",
-        sourceNodeName: NODES[0],
-        flowType: 2,
-      }),
-    }],
-    expected,
-    key: lineKey(expected),
-  };
-}
-
-function config(transport: "UDP" | "TCP", logPath: string): string {
-  return `activeFlowRecordTimeout: 1s
-inactiveFlowRecordTimeout: 2s
-aggregatorTransportProtocol: ${transport}
-flowLogger:
-  enable: true
-  path: ${logPath}
-  prettyPrint: true
-`;
 }
 
 /** Sends the three kinds of malformed input; returns how many messages must be counted. */
@@ -116,12 +81,11 @@ async function runScenarios(
 ): Promise<void> {
   const dir = await Deno.makeTempDir({ prefix: `fa-e2e-${transport}-` });
   const logPath = `${dir}/flows.log`;
-  const confPath = `${dir}/flow-aggregator.conf`;
-  await Deno.writeTextFile(confPath, config(transport === "udp" ? "UDP" : "TCP", logPath));
-  const fa = FaProcess.start({
-    args: ["--config", confPath, "--listen", opts.listen ?? "127.0.0.1:0"],
-    cwd: dir,
-  });
+  const fa = await FaProcess.startWithConfig(
+    dir,
+    flowLogConfig(logPath, { transport: transport === "udp" ? "UDP" : "TCP", prettyPrint: true }),
+    { listen: opts.listen },
+  );
   const agents: SimAgent[] = [];
   try {
     const port = await fa.collectorPort();

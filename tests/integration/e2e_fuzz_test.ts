@@ -10,19 +10,9 @@ import assert from "node:assert/strict";
 import { agentDataMessage } from "../../src/flowgen/mod.ts";
 import { SimAgent } from "./helpers/agent.ts";
 import { byKey, readFlowLog, waitForKeys } from "./helpers/flow_log.ts";
-import { FaProcess } from "./helpers/process.ts";
+import { FaProcess, flowLogConfig } from "../_helpers/process.ts";
 import { intraNodeKey, intraNodeRecord, NODES, scenarioFlows } from "./helpers/scenarios.ts";
-
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { prng } from "../_helpers/prng.ts";
 
 /** Seeded hostile messages for one Agent: garbage and mutated copies of its valid records. */
 function hostile(odid: number, seed: number, count: number): Uint8Array[] {
@@ -51,25 +41,14 @@ function hostile(odid: number, seed: number, count: number): Uint8Array[] {
   return out;
 }
 
-const CONF = (logPath: string, transport: string): string =>
-  `activeFlowRecordTimeout: 1s
-inactiveFlowRecordTimeout: 2s
-aggregatorTransportProtocol: ${transport}
-flowLogger:
-  enable: true
-  path: ${logPath}
-  prettyPrint: true
-`;
-
 for (const transport of ["udp", "tcp"] as const) {
   Deno.test(`e2e fuzz (${transport}): hostile messages never crash the process or break a log line`, async () => {
     const dir = await Deno.makeTempDir({ prefix: `fa-e2e-fuzz-${transport}-` });
     const logPath = `${dir}/flows.log`;
-    await Deno.writeTextFile(`${dir}/fa.conf`, CONF(logPath, transport.toUpperCase()));
-    const fa = FaProcess.start({
-      args: ["--config", `${dir}/fa.conf`, "--listen", "127.0.0.1:0"],
-      cwd: dir,
-    });
+    const fa = await FaProcess.startWithConfig(
+      dir,
+      flowLogConfig(logPath, { transport: transport === "udp" ? "UDP" : "TCP", prettyPrint: true }),
+    );
     const agents: SimAgent[] = [];
     try {
       const port = await fa.collectorPort();

@@ -10,8 +10,10 @@
 import assert from "node:assert/strict";
 import { type CapturedRecord, CaptureServer } from "../../src/flowgen/mod.ts";
 import { SimAgent } from "./helpers/agent.ts";
-import { FaProcess, pollUntil } from "./helpers/process.ts";
-import { agentRecord, NODES } from "./helpers/scenarios.ts";
+import { FaProcess } from "../_helpers/process.ts";
+import { waitFor } from "../_helpers/wait.ts";
+import { NODES } from "./helpers/scenarios.ts";
+import { agentRecord } from "../_helpers/agent_record.ts";
 
 const BIG = 1n << 60n; // far above 2^53: a float anywhere on the path would round it
 
@@ -30,11 +32,7 @@ flowCollector:
 Deno.test("e2e ipfix: a correlated long-lived inter-node flow is re-exported exactly over IPFIX", async () => {
   const dir = await Deno.makeTempDir({ prefix: "fa-e2e-ipfix-" });
   const capture = CaptureServer.listen({ kind: "tcp" });
-  await Deno.writeTextFile(`${dir}/fa.conf`, conf(capture.port));
-  const fa = FaProcess.start({
-    args: ["--config", `${dir}/fa.conf`, "--listen", "127.0.0.1:0"],
-    cwd: dir,
-  });
+  const fa = await FaProcess.startWithConfig(dir, conf(capture.port));
   const agents: SimAgent[] = [];
   try {
     const port = await fa.collectorPort();
@@ -119,12 +117,11 @@ Deno.test("e2e ipfix: a correlated long-lived inter-node flow is re-exported exa
     const of = (p: number): CapturedRecord[] =>
       capture.records.filter((r) => r.record.sourceTransportPort === p);
     // Exported on the 1.5 s active timeout, then on the 3 s inactive timeout (and deleted).
-    await pollUntil(
-      "two exports of the inter-node flow",
-      () => of(51_001).length >= 2 || undefined,
-      15_000,
-    );
-    await pollUntil("the IPv6 flow", () => of(51_002).length >= 1 || undefined, 15_000);
+    await waitFor(() => of(51_001).length >= 2, {
+      timeoutMs: 15_000,
+      what: "two exports of the inter-node flow",
+    });
+    await waitFor(() => of(51_002).length >= 1, { timeoutMs: 15_000, what: "the IPv6 flow" });
 
     const [first, second] = of(51_001);
     assert.equal(first.observationDomainId, 4242);

@@ -11,7 +11,8 @@ import { CaptureServer } from "../../src/flowgen/mod.ts";
 import { SimAgent } from "./helpers/agent.ts";
 import { ConfigMapDir } from "./helpers/configmap.ts";
 import { byKey, readFlowLog, waitForKeys } from "./helpers/flow_log.ts";
-import { FaProcess, pollUntil } from "./helpers/process.ts";
+import { FaProcess } from "../_helpers/process.ts";
+import { waitFor } from "../_helpers/wait.ts";
 import { intraNodeKey, intraNodeRecord } from "./helpers/scenarios.ts";
 
 function conf(logPath: string, capturePort: number, logEnabled: boolean): string {
@@ -68,11 +69,10 @@ Deno.test("e2e reload: ConfigMap swaps disable, re-enable and move and filter th
     // B: records keep flowing and are exported (twice each, the second time on the inactive
     // timeout, which deletes the flow) while the logger is off: none may reach the file.
     await send(50_100);
-    await pollUntil(
-      "batch B exported twice to the IPFIX collector",
-      () => ports(50_100).every((p) => captured(p) >= 2) || undefined,
-      15_000,
-    );
+    await waitFor(() => ports(50_100).every((p) => captured(p) >= 2), {
+      timeoutMs: 15_000,
+      what: "batch B exported twice to the IPFIX collector",
+    });
     const afterB = await readFlowLog(logPath);
     assert.equal(afterB.length, linesWhenDisabled, "no line written while the logger is disabled");
 

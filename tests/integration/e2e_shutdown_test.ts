@@ -7,33 +7,22 @@
 
 import assert from "node:assert/strict";
 import { SimAgent } from "./helpers/agent.ts";
-import { byKey, lineKey, readFlowLog } from "./helpers/flow_log.ts";
-import { FaProcess } from "./helpers/process.ts";
-import { agentRecord, logLine, NODES, scenarioFlows } from "./helpers/scenarios.ts";
-
-function conf(logPath: string): string {
-  return `activeFlowRecordTimeout: 1h
-inactiveFlowRecordTimeout: 1h
-aggregatorTransportProtocol: TCP
-flowLogger:
-  enable: true
-  path: ${logPath}
-`;
-}
+import { byKey, type FlowLogLine, readFlowLog } from "./helpers/flow_log.ts";
+import { FaProcess, flowLogConfig } from "../_helpers/process.ts";
+import { NODES, scenarioFlows, unmatchedSourceHalf } from "./helpers/scenarios.ts";
 
 /** Starts the process, sends every scenario plus a lone inter-node half, waits until ingested. */
 async function startAndFeed(
   dir: string,
   logPath: string,
   portBase: number,
-): Promise<{ fa: FaProcess; expected: Map<string, ReturnType<typeof logLine>> }> {
-  const confPath = `${dir}/fa.conf`;
-  await Deno.writeTextFile(confPath, conf(logPath));
+): Promise<{ fa: FaProcess; expected: Map<string, FlowLogLine> }> {
   // Debug level, for the "session closed" events that tell all sent data was read.
-  const fa = FaProcess.start({
-    args: ["--config", confPath, "--listen", "127.0.0.1:0", "--log-level", "debug"],
-    cwd: dir,
-  });
+  const fa = await FaProcess.startWithConfig(
+    dir,
+    flowLogConfig(logPath, { activeTimeout: "1h", inactiveTimeout: "1h" }),
+    { args: ["--log-level", "debug"] },
+  );
   const port = await fa.collectorPort();
   const agents = [
     await SimAgent.connect(NODES[0], port, "tcp"),
@@ -44,33 +33,20 @@ async function startAndFeed(
   for (const f of flows) for (const s of f.sends) await agents[s.node].sendRecord(s.record);
   // An inter-node source half whose destination half never comes: held (not ready) until the
   // shutdown, then exported un-correlated rather than lost.
-  await agents[0].sendRecord(agentRecord({
-    sourceIPv4Address: "10.10.0.91",
-    destinationIPv4Address: "10.10.1.92",
-    sourceTransportPort: portBase + 90,
-    destinationTransportPort: 9090,
-    sourcePodName: "lonely",
-    sourcePodNamespace: "ns-l",
-    sourceNodeName: NODES[0],
-    flowType: 2,
-  }));
-  const lone = logLine({
+  const lone = unmatchedSourceHalf("lonely", {
     sourceIP: "10.10.0.91",
     destinationIP: "10.10.1.92",
-    sourceTransportPort: String(portBase + 90),
-    destinationTransportPort: "9090",
-    protocolIdentifier: "TCP",
-    sourcePodName: "lonely",
-    sourcePodNamespace: "ns-l",
-    sourceNodeName: NODES[0],
-    destinationClusterIP: "0.0.0.0",
-    destinationServicePort: "0",
+    sourcePort: portBase + 90,
+    destinationPort: 9090,
+    pod: "lonely",
+    namespace: "ns-l",
   });
+  await agents[0].sendRecord(lone.sends[0].record);
   for (const a of agents) a.close();
   // A session is closed only after everything before the EOF was decoded and aggregated.
   await fa.waitFor(() => fa.find({ msg: "session closed" }).length >= 2, 10_000);
   const expected = new Map(flows.map((f) => [f.key, f.expected]));
-  expected.set(lineKey(lone), lone);
+  expected.set(lone.key, lone.expected);
   return { fa, expected };
 }
 

@@ -8,17 +8,11 @@
 import assert from "node:assert/strict";
 import { SimAgent } from "./helpers/agent.ts";
 import { byKey, readFlowLog } from "./helpers/flow_log.ts";
-import { FaProcess } from "./helpers/process.ts";
+import { FaProcess, flowLogConfig } from "../_helpers/process.ts";
 import { intraNodeKey, intraNodeRecord, NODES } from "./helpers/scenarios.ts";
 
 function conf(logPath: string): string {
-  return `activeFlowRecordTimeout: 1h
-inactiveFlowRecordTimeout: 1h
-aggregatorTransportProtocol: TLS
-flowLogger:
-  enable: true
-  path: ${logPath}
-`;
+  return flowLogConfig(logPath, { transport: "TLS", activeTimeout: "1h", inactiveTimeout: "1h" });
 }
 
 function withDeadline<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
@@ -33,19 +27,8 @@ Deno.test("e2e tls: --cert-dir writes ca.crt/tls.crt/tls.key; an Agent with them
   const dir = await Deno.makeTempDir({ prefix: "fa-e2e-tls-" });
   const logPath = `${dir}/flows.log`;
   const certDir = `${dir}/certs`;
-  await Deno.writeTextFile(`${dir}/fa.conf`, conf(logPath));
-  const fa = FaProcess.start({
-    args: [
-      "--config",
-      `${dir}/fa.conf`,
-      "--listen",
-      "127.0.0.1:0",
-      "--cert-dir",
-      certDir,
-      "--log-level",
-      "debug",
-    ],
-    cwd: dir,
+  const fa = await FaProcess.startWithConfig(dir, conf(logPath), {
+    args: ["--cert-dir", certDir, "--log-level", "debug"],
   });
   const agents: SimAgent[] = [];
   try {
@@ -117,14 +100,11 @@ Deno.test("e2e tls: --cert-dir writes ca.crt/tls.crt/tls.key; an Agent with them
 Deno.test("e2e tls: without --cert-dir the unpublished certificates are warned about, with or without a kubeconfig", async () => {
   const dir = await Deno.makeTempDir({ prefix: "fa-e2e-tls2-" });
   try {
-    await Deno.writeTextFile(`${dir}/fa.conf`, conf(`${dir}/flows.log`));
     // A kubeconfig makes the process believe it is near a cluster; this build still cannot
     // publish the certificates there.
     await Deno.mkdir(`${dir}/.kube`);
     await Deno.writeTextFile(`${dir}/.kube/config`, "apiVersion: v1\nkind: Config\n");
-    const fa = FaProcess.start({
-      args: ["--config", `${dir}/fa.conf`, "--listen", "127.0.0.1:0"],
-      cwd: dir,
+    const fa = await FaProcess.startWithConfig(dir, conf(`${dir}/flows.log`), {
       env: { HOME: dir },
     });
     try {

@@ -7,15 +7,9 @@
 
 import assert from "node:assert/strict";
 import { runFlowgen } from "../../src/flowgen/mod.ts";
-import { DENO_JSON, FaProcess } from "./helpers/process.ts";
+import { DENO_JSON, FaProcess, flowLogConfig } from "../_helpers/process.ts";
 
-const CONFIG = `activeFlowRecordTimeout: 1s
-inactiveFlowRecordTimeout: 2s
-aggregatorTransportProtocol: UDP
-flowLogger:
-  enable: true
-  path: ./flows.log
-`;
+const CONFIG = flowLogConfig("./flows.log", { transport: "UDP" });
 
 async function withProcess(
   args: string[],
@@ -23,12 +17,7 @@ async function withProcess(
   body: (fa: FaProcess, dir: string) => Promise<void>,
 ): Promise<void> {
   const dir = await Deno.makeTempDir({ prefix: "fa-udp-fast-" });
-  await Deno.writeTextFile(`${dir}/fa.conf`, CONFIG);
-  const fa = FaProcess.start({
-    args: ["--config", `${dir}/fa.conf`, "--listen", "127.0.0.1:0", ...args],
-    cwd: dir,
-    denoFlags,
-  });
+  const fa = await FaProcess.startWithConfig(dir, CONFIG, { args, denoFlags });
   try {
     await body(fa, dir);
   } finally {

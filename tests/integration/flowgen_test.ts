@@ -15,63 +15,27 @@ import { Collector, type TlsMaterial } from "../../src/collector/mod.ts";
 import { generateCertificates } from "../../src/pki/mod.ts";
 import type { DataRecord } from "../../src/ipfix/mod.ts";
 import { setLogWriter } from "../../src/log.ts";
+import { DATA_MSG, DATA_RECORD, TEMPLATE_MSG } from "../ipfix/golden.ts";
+import { waitFor } from "../_helpers/wait.ts";
+import { DENO_JSON, runDeno } from "../_helpers/process.ts";
 
 setLogWriter(() => {});
 
-const DENO = new URL("../../node_modules/.bin/deno", import.meta.url).pathname;
 const FLOWGEN = new URL("../../scripts/flowgen.ts", import.meta.url).pathname;
-const CONFIG = new URL("../../deno.json", import.meta.url).pathname;
 
 function hex(b: Uint8Array): string {
   return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
 }
 
-// ipfix.md §1.13 golden vectors (Agent k8s-node-1, export time 1700000000).
-const GOLDEN_TEMPLATE = "000a01206553f1000000000033de13e200020110010000270096000400970004" +
-  "0088000100070002000b00020004000100560008005500080002000800010008" +
-  "00080004000c0004805600080000727980550008000072798002000800007279" +
-  "80010008000072798065ffff0000dcba8064ffff0000dcba8068ffff0000dcba" +
-  "8067ffff0000dcba8066ffff0000dcba8069ffff0000dcba806c00020000dcba" +
-  "806dffff0000dcba806effff0000dcba806fffff0000dcba807300010000dcba" +
-  "808dffff0000dcba808b00010000dcba8070ffff0000dcba8071ffff0000dcba" +
-  "807600010000dcba808effff0000dcba808c00010000dcba8088ffff0000dcba" +
-  "808900010000dcba8099ffff0000dcba809affff0000dcba806a00040000dcba";
-const GOLDEN_DATA = "000a00af6553f10a0000000133de13e20100009f6553f1006553f10a02aed014" +
-  "510600000000000000640000000000003a980000000000000064000000000000" +
-  "3a980a0a004f0a0a015000000000000000500000000000002328000000000000" +
-  "005000000000000023280a70657266746573742d610b616e747265612d746573" +
-  "740a6b38732d6e6f64652d31000000000000000000000000000000000b455354" +
-  "41424c495348454402000000000000";
-
 Deno.test("flowgen Agent messages match the ipfix.md §1.13 golden bytes", () => {
   const odid = agentObservationDomainId("k8s-node-1");
   assert.equal(odid, 0x33de13e2);
-  assert.equal(hex(agentTemplateMessage(256, odid, 1700000000, 0)), GOLDEN_TEMPLATE);
-  const rec: DataRecord = {
-    flowStartSeconds: 1700000000,
-    flowEndSeconds: 1700000010,
-    flowEndReason: 2,
-    sourceIPv4Address: "10.10.0.79",
-    destinationIPv4Address: "10.10.1.80",
-    sourceTransportPort: 44752,
-    destinationTransportPort: 5201,
-    protocolIdentifier: 6,
-    packetTotalCount: 100n,
-    octetTotalCount: 15000n,
-    packetDeltaCount: 100n,
-    octetDeltaCount: 15000n,
-    reversePacketTotalCount: 80n,
-    reverseOctetTotalCount: 9000n,
-    reversePacketDeltaCount: 80n,
-    reverseOctetDeltaCount: 9000n,
-    sourcePodName: "perftest-a",
-    sourcePodNamespace: "antrea-test",
-    sourceNodeName: "k8s-node-1",
-    tcpState: "ESTABLISHED",
-    flowType: 2,
-    destinationClusterIPv4: "0.0.0.0",
-  };
-  assert.equal(hex(agentDataMessage(256, rec, odid, 1700000010, 1)), GOLDEN_DATA);
+  assert.equal(hex(agentTemplateMessage(256, odid, 1700000000, 0)), hex(TEMPLATE_MSG));
+  // Only the IEs that are set: flowgen must encode the absent ones as unset.
+  const rec: DataRecord = Object.fromEntries(
+    Object.entries(DATA_RECORD).filter(([, v]) => v !== "" && v !== 0),
+  );
+  assert.equal(hex(agentDataMessage(256, rec, odid, 1700000010, 1)), hex(DATA_MSG));
 });
 
 Deno.test("flow model: seeded, Agent-realistic records for every scenario", () => {
@@ -205,13 +169,18 @@ async function collect(proto: "udp" | "tcp" | "tls", tls?: TlsMaterial) {
 
 /** Runs scripts/flowgen.ts in its own process (as in real use) and returns its --json report. */
 async function flowgenCli(args: string[]): Promise<Record<string, unknown> & FlowgenReport> {
-  const out = await new Deno.Command(DENO, {
-    args: ["run", "--allow-net", "--allow-read", "--config", CONFIG, FLOWGEN, ...args, "--json"],
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
-  return JSON.parse(new TextDecoder().decode(out.stdout));
+  const out = await runDeno([
+    "run",
+    "--allow-net",
+    "--allow-read",
+    "--config",
+    DENO_JSON,
+    FLOWGEN,
+    ...args,
+    "--json",
+  ]);
+  assert.equal(out.code, 0, out.stderr);
+  return JSON.parse(out.stdout);
 }
 
 Deno.test("flowgen: 100,000 records at 20,000/s over TCP, within 5 %, counts match the Collector", async () => {
@@ -232,9 +201,10 @@ Deno.test("flowgen: 100,000 records at 20,000/s over TCP, within 5 %, counts mat
     "--seed",
     "11",
   ]);
-  const cap = CaptureServer.listen(); // only for its waitFor helper
-  await cap.waitFor(() => state.records >= r.records, 10_000, "collector to catch up");
-  await cap.close();
+  await waitFor(() => state.records >= r.records, {
+    timeoutMs: 10_000,
+    what: "collector to catch up",
+  });
   await c.stop();
   assert.equal(r.records, 100_000);
   assert.ok(Math.abs(r.rate / 20_000 - 1) < 0.05, `achieved ${r.rate.toFixed(0)}/s`);
@@ -272,11 +242,12 @@ Deno.test("flowgen CLI over UDP: one record per datagram, --json report matches 
     "--seed",
     "5",
   ]);
-  const cap = CaptureServer.listen();
-  await cap.waitFor(() => state.records >= r.records, 5000, "collector to catch up").catch(
+  await waitFor(() => state.records >= r.records, {
+    timeoutMs: 5000,
+    what: "collector to catch up",
+  }).catch(
     () => {},
   );
-  await cap.close();
   await c.stop();
   assert.equal(r.records, 10_000);
   assert.equal(r.messages, 10_000 + 6);
@@ -291,13 +262,11 @@ Deno.test("flowgen CLI over UDP: one record per datagram, --json report matches 
 });
 
 Deno.test("flowgen CLI rejects bad arguments", async () => {
-  const out = await new Deno.Command(DENO, {
-    args: ["run", "--allow-net", "--config", CONFIG, FLOWGEN, "--proto", "sctp", "--target", "x:1"],
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
+  const out = await runDeno(
+    ["run", "--allow-net", "--config", DENO_JSON, FLOWGEN, "--proto", "sctp", "--target", "x:1"],
+  );
   assert.equal(out.code, 1);
-  assert.match(new TextDecoder().decode(out.stderr), /--proto: "sctp"/);
+  assert.match(out.stderr, /--proto: "sctp"/);
 });
 
 Deno.test("flowgen over mutual TLS to the Collector", async () => {
@@ -316,9 +285,7 @@ Deno.test("flowgen over mutual TLS to the Collector", async () => {
     records: 2000,
     tls: { ca: certs.ca.certPem, cert: certs.client.certPem, key: certs.client.keyPem },
   });
-  const cap = CaptureServer.listen();
-  await cap.waitFor(() => state.records >= 2000, 5000, "tls records");
-  await cap.close();
+  await waitFor(() => state.records >= 2000, { timeoutMs: 5000, what: "tls records" });
   await c.stop();
   assert.equal(r.records, 2000);
   assert.equal(state.records, 2000);
@@ -340,9 +307,10 @@ Deno.test("flowgen over mutual TLS to the Collector", async () => {
     }),
     /after the TLS handshake/,
   );
-  const cap2 = CaptureServer.listen();
-  await cap2.waitFor(() => c2.stats().tlsHandshakeFailures >= 1, 3000, "handshake failure");
-  await cap2.close();
+  await waitFor(() => c2.stats().tlsHandshakeFailures >= 1, {
+    timeoutMs: 3000,
+    what: "handshake failure",
+  });
   await c2.stop();
   assert.equal(s2.records, 0);
 });

@@ -2,11 +2,12 @@
 import assert from "node:assert/strict";
 import { Collector } from "../../src/collector/mod.ts";
 import { exportTemplateFields, IpfixExporter } from "../../src/exporters/ipfix/exporter.ts";
-import { CaptureServer, runFlowgen } from "../../src/flowgen/mod.ts";
+import { runFlowgen } from "../../src/flowgen/mod.ts";
 import { AggregationCore, type ExportedFlow, type FlowInput } from "../../src/aggregation/mod.ts";
 import { ManualClock } from "../../src/clock.ts";
 import { setLogWriter } from "../../src/log.ts";
 import { type DataRecord, elementByName } from "../../src/ipfix/mod.ts";
+import { waitFor } from "../_helpers/wait.ts";
 
 setLogWriter(() => {});
 
@@ -55,16 +56,17 @@ Deno.test("round trip through the real aggregation core: exported snapshots deco
     records: 2000,
     seed: 4,
   });
-  const wait = CaptureServer.listen();
-  await wait.waitFor(() => received >= report.records, 10_000, "records at the core");
+  await waitFor(() => received >= report.records, {
+    timeoutMs: 10_000,
+    what: "records at the core",
+  });
   const emitted: ExportedFlow[] = [];
   core.flushAll((f) => {
     emitted.push(f);
     exporter.addRecord(f);
   });
   assert.ok(emitted.length > 100, `${emitted.length} aggregated flows`);
-  await wait.waitFor(() => got.length >= emitted.length, 10_000, "exported flows");
-  await wait.close();
+  await waitFor(() => got.length >= emitted.length, { timeoutMs: 10_000, what: "exported flows" });
   await exporter.stop();
   await agentSide.stop();
   await external.stop();

@@ -9,6 +9,7 @@ import { Collector } from "../../src/collector/mod.ts";
 import { IpfixExporter } from "../../src/exporters/ipfix/exporter.ts";
 import { FlowModel, syntheticAggregate } from "../../src/flowgen/mod.ts";
 import { setLogWriter } from "../../src/log.ts";
+import { waitFor } from "../_helpers/wait.ts";
 
 setLogWriter(() => {});
 
@@ -28,14 +29,6 @@ async function external(port: number): Promise<Side> {
   });
   await side.c.start();
   return side;
-}
-
-async function until(pred: () => boolean, ms: number, what: string): Promise<void> {
-  const end = performance.now() + ms;
-  while (!pred()) {
-    if (performance.now() > end) throw new Error(`timeout waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -61,27 +54,32 @@ async function outage(downMs: number): Promise<void> {
   }, 10);
   let second: Side | undefined;
   try {
-    await until(() => first.seqs.length > 500, 5000, "traffic before the outage");
+    await waitFor(() => first.seqs.length > 500, {
+      timeoutMs: 5000,
+      what: "traffic before the outage",
+    });
     await first.c.stop();
-    await until(() => !e.stats().connected, 2000, "exporter to notice the collector is gone");
+    await waitFor(() => !e.stats().connected, {
+      timeoutMs: 2000,
+      what: "exporter to notice the collector is gone",
+    });
     const downFrom = seq;
     const errorsBefore = e.stats().errors;
     await sleep(downMs);
     assert.ok(e.stats().queued > 0, "records queue while the collector is down");
     assert.ok(e.stats().errors > errorsBefore, "failed reconnect attempts are counted");
     second = await external(port);
-    await until(() => e.stats().connected, 3000, "reconnect");
+    await waitFor(() => e.stats().connected, { timeoutMs: 3000, what: "reconnect" });
     await sleep(300);
     clearInterval(feeder);
-    await until(() => e.stats().queued === 0, 5000, "queue to drain");
+    await waitFor(() => e.stats().queued === 0, { timeoutMs: 5000, what: "queue to drain" });
     await e.stop();
     const total = seq;
     // The collector may lag behind the exporter under load: wait for what it must receive.
-    await until(
-      () => second!.seqs.filter((x) => x >= downFrom).length >= total - downFrom,
-      10_000,
-      "delivery of everything sent after the outage",
-    ).catch(() => {}); // the assertions below report the numbers
+    await waitFor(() => second!.seqs.filter((x) => x >= downFrom).length >= total - downFrom, {
+      timeoutMs: 10_000,
+      what: "delivery of everything sent after the outage",
+    }).catch(() => {}); // the assertions below report the numbers
     const s = e.stats();
     assert.equal(s.received, total);
     assert.equal(s.exported + s.dropped, s.received);

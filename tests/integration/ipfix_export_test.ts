@@ -6,11 +6,12 @@
 import assert from "node:assert/strict";
 import { Collector } from "../../src/collector/mod.ts";
 import { exportTemplateFields, IpfixExporter } from "../../src/exporters/ipfix/exporter.ts";
-import { CaptureServer, FlowModel, runFlowgen, syntheticAggregate } from "../../src/flowgen/mod.ts";
+import { FlowModel, runFlowgen, syntheticAggregate } from "../../src/flowgen/mod.ts";
 import type { DataRecord } from "../../src/ipfix/mod.ts";
 import type { ExportedFlow } from "../../src/aggregation/record.ts";
 import { setLogWriter } from "../../src/log.ts";
 import { generateCertificates } from "../../src/pki/mod.ts";
+import { waitFor } from "../_helpers/wait.ts";
 
 setLogWriter(() => {});
 
@@ -85,9 +86,10 @@ async function roundTrip(exportProto: "tcp" | "udp", labels: boolean, records: n
     records,
     seed: 99,
   });
-  const wait = CaptureServer.listen();
-  await wait.waitFor(() => got.length >= report.records, 10_000, "exported records");
-  await wait.close();
+  await waitFor(() => got.length >= report.records, {
+    timeoutMs: 10_000,
+    what: "exported records",
+  });
   await exporter.stop();
   await agentSide.stop();
   await external.stop();
@@ -144,8 +146,7 @@ Deno.test("export over mutual TLS to our Collector; a client without certificate
     for (const r of model.next()) sent.push(syntheticAggregate(r.record, sent.length));
   }
   for (const f of sent) e.addRecord(f);
-  const wait = CaptureServer.listen();
-  await wait.waitFor(() => got.length >= sent.length, 5000, "tls records");
+  await waitFor(() => got.length >= sent.length, { timeoutMs: 5000, what: "tls records" });
   await e.stop();
   assertIdentical(got, sent, false);
   // Same collector, exporter without a client certificate: the handshake is refused.
@@ -158,9 +159,11 @@ Deno.test("export over mutual TLS to our Collector; a client without certificate
   });
   await bad.start();
   bad.addRecord(sent[0]);
-  await wait.waitFor(() => c.stats().tlsHandshakeFailures >= 1, 3000, "refused handshake");
+  await waitFor(() => c.stats().tlsHandshakeFailures >= 1, {
+    timeoutMs: 3000,
+    what: "refused handshake",
+  });
   await bad.stop();
-  await wait.close();
   await c.stop();
   assert.equal(got.length, sent.length, "nothing from the refused client");
   const s = bad.stats();

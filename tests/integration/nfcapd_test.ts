@@ -8,6 +8,7 @@ import { IpfixExporter } from "../../src/exporters/ipfix/exporter.ts";
 import { FlowModel, syntheticAggregate } from "../../src/flowgen/mod.ts";
 import type { ExportedFlow } from "../../src/aggregation/record.ts";
 import { setLogWriter } from "../../src/log.ts";
+import { waitFor } from "../_helpers/wait.ts";
 
 setLogWriter(() => {});
 
@@ -31,14 +32,6 @@ function freeUdpPort(): number {
   return port;
 }
 
-async function waitFor(pred: () => boolean, ms: number, what: string): Promise<void> {
-  const end = performance.now() + ms;
-  while (!pred()) {
-    if (performance.now() > end) throw new Error(`timeout waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
-
 function files(dir: string): string[] {
   return [...Deno.readDirSync(dir)].map((e) => e.name);
 }
@@ -57,7 +50,10 @@ Deno.test({
     }).spawn();
     try {
       // nfcapd creates its current file once the socket is bound.
-      await waitFor(() => files(dir).some((f) => f.startsWith("nfcapd.current")), 5000, "nfcapd");
+      await waitFor(() => files(dir).some((f) => f.startsWith("nfcapd.current")), {
+        timeoutMs: 5000,
+        what: "nfcapd",
+      });
       const e = new IpfixExporter({ address: `127.0.0.1:${port}:udp`, observationDomainId: 42 });
       await e.start();
       // Few flows, many updates: deltas differ from totals, so the counter mapping is checked.
@@ -71,7 +67,10 @@ Deno.test({
         }
       }
       assert.ok(sent.some((f) => f.record.packetDeltaCount !== f.record.packetTotalCount));
-      await waitFor(() => e.stats().queued === 0, 5000, "exporter queue to drain");
+      await waitFor(() => e.stats().queued === 0, {
+        timeoutMs: 5000,
+        what: "exporter queue to drain",
+      });
       await e.stop();
       assert.equal(e.stats().exported, sent.length);
       // UDP gives no delivery signal: leave nfcapd a moment to read its socket, then let it

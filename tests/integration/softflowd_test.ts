@@ -10,6 +10,7 @@ import { Collector, type Transport } from "../../src/collector/mod.ts";
 import type { DataRecord } from "../../src/ipfix/mod.ts";
 import { setLogLevel } from "../../src/log.ts";
 import { flowPackets, type FlowSpec, ipLength, writePcap } from "../../scripts/pcap.ts";
+import { waitFor } from "../_helpers/wait.ts";
 
 setLogLevel("error");
 
@@ -190,14 +191,6 @@ async function runSoftflowd(
   return td.decode(out.stdout) + td.decode(out.stderr);
 }
 
-async function waitFor(cond: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
-  const end = performance.now() + timeoutMs;
-  while (!cond()) {
-    if (performance.now() > end) throw new Error(`timeout waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
-}
-
 for (const transport of ["udp", "tcp"] as const) {
   Deno.test(`softflowd interop over ${transport}: every exported flow is decoded exactly`, async () => {
     const stat = await Deno.stat(SOFTFLOWD).catch(() => undefined);
@@ -217,7 +210,9 @@ for (const transport of ["udp", "tcp"] as const) {
       const reported = parseExpired(log);
       assert.equal(reported.recordsExported, FLOWS.length, `softflowd output:\n${log}`);
       assert.equal(reported.flows.length, FLOWS.length);
-      await waitFor(() => records.length >= reported.flows.length, "all exported records");
+      await waitFor(() => records.length >= reported.flows.length, {
+        what: "all exported records",
+      });
       assert.equal(records.length, reported.flows.length);
 
       const decoded = new Map<string, DataRecord>();

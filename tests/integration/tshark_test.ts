@@ -9,6 +9,7 @@ import { IpfixExporter } from "../../src/exporters/ipfix/exporter.ts";
 import { CaptureServer, FlowModel, syntheticAggregate } from "../../src/flowgen/mod.ts";
 import type { ExportedFlow } from "../../src/aggregation/record.ts";
 import { setLogWriter } from "../../src/log.ts";
+import { concat } from "../_helpers/bytes.ts";
 
 setLogWriter(() => {});
 
@@ -66,13 +67,7 @@ function pcap(payloads: Uint8Array[], srcPort: number, dstPort: number): Uint8Ar
     h.setUint32(12, frame.length, true);
     parts.push(new Uint8Array(h.buffer), frame);
   });
-  const out = new Uint8Array(parts.reduce((n, x) => n + x.length, 0));
-  let off = 0;
-  for (const x of parts) {
-    out.set(x, off);
-    off += x.length;
-  }
-  return out;
+  return concat(...parts);
 }
 
 Deno.test({

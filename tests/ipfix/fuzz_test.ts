@@ -19,17 +19,7 @@ import {
 } from "../../src/ipfix/mod.ts";
 import { DATA_MSG, DATA_RECORD, TEMPLATE_MSG } from "./golden.ts";
 import { concat, message, rawSet, registerTestElements, spec, tmpl, TYPES } from "./helpers.ts";
-
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { prng } from "../_helpers/prng.ts";
 
 /** Valid seed messages covering templates, options, withdrawals, padding, var lengths. */
 function corpus(): Uint8Array[] {
@@ -125,7 +115,7 @@ function mutate(seed: Uint8Array, rnd: () => number): Uint8Array {
 Deno.test("fuzz: 100,000 random/mutated inputs only ever raise IpfixDecodeError", () => {
   const SEED = 0xf10a66;
   const N = 100_000;
-  const rnd = mulberry32(SEED);
+  const rnd = prng(SEED);
   const seeds = corpus();
   let store = new TemplateStore();
   for (const s of seeds) decodeMessage(s, store); // seeds themselves are valid
@@ -166,7 +156,7 @@ Deno.test("fuzz: 100,000 random/mutated inputs only ever raise IpfixDecodeError"
 });
 
 Deno.test("fuzz: purely random buffers of every small length never crash", () => {
-  const rnd = mulberry32(12345);
+  const rnd = prng(12345);
   const store = new TemplateStore();
   for (let i = 0; i < 20_000; i++) {
     const b = new Uint8Array(Math.floor(rnd() * 64)).map(() => Math.floor(rnd() * 256));
@@ -180,7 +170,7 @@ Deno.test("fuzz: purely random buffers of every small length never crash", () =>
 
 Deno.test("differential: generated and interpreting decoders agree on random templates and bytes", () => {
   registerTestElements();
-  const rnd = mulberry32(777);
+  const rnd = prng(777);
   const pick = (n: number): number => Math.floor(rnd() * n);
   // Legal (type, length) choices incl. reduced sizes, fixed strings and unknown elements.
   const choices: FieldSpecifier[] = [];

@@ -1,4 +1,10 @@
-/** Golden vectors of ipfix.md §1.13 (Antrea Agent IPv4 template and data messages). */
+/**
+ * Golden vectors of ipfix.md §1.13: the Antrea Agent IPv4 template and data messages and the
+ * record they carry, shared by the codec, collector and flowgen tests.
+ */
+
+import type { DataRecord } from "../../src/ipfix/mod.ts";
+import { agentRecord } from "../_helpers/agent_record.ts";
 
 /** Hex text → bytes (whitespace ignored). */
 export function hex(s: string): Uint8Array {
@@ -30,10 +36,12 @@ export const DATA_MSG: Uint8Array = hex(`
 41424c495348454402000000000000`);
 
 /** The decoded data record the golden data message must produce. */
-export const DATA_RECORD = {
+export const DATA_RECORD: DataRecord = agentRecord({
   flowStartSeconds: 1700000000,
   flowEndSeconds: 1700000010,
   flowEndReason: 2,
+  sourceIPv4Address: "10.10.0.79",
+  destinationIPv4Address: "10.10.1.80",
   sourceTransportPort: 44752,
   destinationTransportPort: 5201,
   protocolIdentifier: 6,
@@ -41,8 +49,6 @@ export const DATA_RECORD = {
   octetTotalCount: 15000n,
   packetDeltaCount: 100n,
   octetDeltaCount: 15000n,
-  sourceIPv4Address: "10.10.0.79",
-  destinationIPv4Address: "10.10.1.80",
   reversePacketTotalCount: 80n,
   reverseOctetTotalCount: 9000n,
   reversePacketDeltaCount: 80n,
@@ -50,24 +56,7 @@ export const DATA_RECORD = {
   sourcePodName: "perftest-a",
   sourcePodNamespace: "antrea-test",
   sourceNodeName: "k8s-node-1",
-  destinationPodName: "",
-  destinationPodNamespace: "",
-  destinationNodeName: "",
-  destinationServicePort: 0,
-  destinationServicePortName: "",
-  ingressNetworkPolicyName: "",
-  ingressNetworkPolicyNamespace: "",
-  ingressNetworkPolicyType: 0,
-  ingressNetworkPolicyRuleName: "",
-  ingressNetworkPolicyRuleAction: 0,
-  egressNetworkPolicyName: "",
-  egressNetworkPolicyNamespace: "",
-  egressNetworkPolicyType: 0,
-  egressNetworkPolicyRuleName: "",
-  egressNetworkPolicyRuleAction: 0,
   tcpState: "ESTABLISHED",
   flowType: 2,
-  egressName: "",
-  egressIP: "",
   destinationClusterIPv4: "0.0.0.0",
-};
+});

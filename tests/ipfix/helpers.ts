@@ -48,15 +48,7 @@ export function rawSet(id: number, body: number[] | Uint8Array): Uint8Array {
 }
 
 /** Concatenates byte arrays. */
-export function concat(...parts: Uint8Array[]): Uint8Array {
-  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
-  let o = 0;
-  for (const p of parts) {
-    out.set(p, o);
-    o += p.length;
-  }
-  return out;
-}
+export { concat } from "../_helpers/bytes.ts";
 
 /** Private enterprise number of the per-type test elements. */
 export const TEST_PEN = 4242;

@@ -12,6 +12,7 @@ import {
 import { toFlatRecord } from "../../../src/exporters/flat_record.ts";
 import { setLogWriter } from "../../../src/log.ts";
 import { fixtureFlow } from "../fixtures.ts";
+import { DENO_JSON, runDeno } from "../../_helpers/process.ts";
 
 const L1 = "1637706961,1637706973,10.10.0.79,10.10.0.80,44752,5201,6,perftest-a,antrea-test," +
   "k8s-node-control-plane,perftest-b,antrea-test-b,k8s-node-control-plane-b,10.10.1.10,5202," +
@@ -279,19 +280,11 @@ await exp.stop();
   const dir = await Deno.makeTempDir({ prefix: "fa-log-" });
   try {
     await Deno.writeTextFile(`${dir}/run.ts`, script);
-    const out = await new Deno.Command(Deno.execPath(), {
-      args: [
-        "run",
-        "--allow-all",
-        "--no-check",
-        `--config=${new URL("../../../deno.json", import.meta.url).pathname}`,
-        `${dir}/run.ts`,
-      ],
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
-    assert.equal(new TextDecoder().decode(out.stdout), L1 + "\n");
+    const out = await runDeno(
+      ["run", "--allow-all", "--no-check", `--config=${DENO_JSON}`, `${dir}/run.ts`],
+    );
+    assert.equal(out.code, 0, out.stderr);
+    assert.equal(out.stdout, L1 + "\n");
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

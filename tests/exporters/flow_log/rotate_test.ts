@@ -36,6 +36,18 @@ async function readMaybeGzip(path: string): Promise<string> {
   return await new Response(stream).text();
 }
 
+/** A 10-byte RotatingFile keeping no backups, over a file at `path` that already holds `existing`. */
+async function tenByteFileOver(path: string, existing: string): Promise<RotatingFile> {
+  await Deno.writeTextFile(path, existing);
+  return new RotatingFile(path, {
+    maxSizeBytes: 10,
+    maxBackups: 0,
+    maxAgeDays: 0,
+    compress: false,
+    clock: new ManualClock(),
+  });
+}
+
 function assertWholeLines(text: string, where: string): number {
   assert.ok(text === "" || text.endsWith("\n"), `${where} ends mid-line`);
   const lines = text === "" ? [] : text.slice(0, -1).split("\n");
@@ -209,14 +221,7 @@ Deno.test("an existing file that this write would fill exactly is rotated first"
   const dir = await Deno.makeTempDir({ prefix: "fa-rot-" });
   const path = `${dir}/flows.log`;
   try {
-    await Deno.writeTextFile(path, "12345\n");
-    const f = new RotatingFile(path, {
-      maxSizeBytes: 10,
-      maxBackups: 0,
-      maxAgeDays: 0,
-      compress: false,
-      clock: new ManualClock(),
-    });
+    const f = await tenByteFileOver(path, "12345\n");
     await f.writeLines(["abc\n"]); // 6 + 4 = 10 >= 10
     await f.writeLines(["de\n"]); // 4 + 3 = 7 <= 10: append
     await f.close();
@@ -231,14 +236,7 @@ Deno.test("an existing file is appended to, and rotated first when it is already
   const dir = await Deno.makeTempDir({ prefix: "fa-rot-" });
   const path = `${dir}/flows.log`;
   try {
-    await Deno.writeTextFile(path, "old\n");
-    const f = new RotatingFile(path, {
-      maxSizeBytes: 10,
-      maxBackups: 0,
-      maxAgeDays: 0,
-      compress: false,
-      clock: new ManualClock(),
-    });
+    const f = await tenByteFileOver(path, "old\n");
     await f.writeLines(["ab\n"]);
     assert.equal(await Deno.readTextFile(path), "old\nab\n");
     await f.writeLines(["cdefgh\n"]);

@@ -9,7 +9,7 @@ import {
 } from "../../../src/exporters/ipfix/exporter.ts";
 import type { AggregatedRecord, ExportedFlow } from "../../../src/aggregation/record.ts";
 import { CaptureServer } from "../../../src/flowgen/capture.ts";
-import { fixtureFlow } from "../fixtures.ts";
+import { exportedFlow, fixtureFlow } from "../fixtures.ts";
 import { ManualClock } from "../../../src/clock.ts";
 import { elementByName } from "../../../src/ipfix/mod.ts";
 import { setLogWriter } from "../../../src/log.ts";
@@ -46,18 +46,7 @@ function fixture(ipv6: boolean, i = 0): AggregatedRecord {
 }
 
 function flow(ipv6: boolean, i = 0, record = fixture(ipv6, i)): ExportedFlow {
-  return {
-    key: {
-      sourceAddress: record.sourceIPv4Address ?? record.sourceIPv6Address ?? "",
-      destinationAddress: record.destinationIPv4Address ?? record.destinationIPv6Address ?? "",
-      protocol: record.protocolIdentifier,
-      sourcePort: record.sourceTransportPort,
-      destinationPort: record.destinationTransportPort,
-    },
-    record,
-    isIPv6: ipv6,
-    uncorrelated: false,
-  };
+  return exportedFlow(record, ipv6);
 }
 
 function exporter(port: number, proto: string, extra: Partial<IpfixExporterOptions> = {}) {

@@ -10,6 +10,7 @@ import tls from "node:tls";
 import { agentDataMessage, agentTemplateMessage } from "../../../src/flowgen/mod.ts";
 import { fnv1_32 } from "../../../src/ipfix/mod.ts";
 import type { DataRecord } from "../../../src/ipfix/mod.ts";
+import type { FaProcess } from "../../_helpers/process.ts";
 
 /** Transport of a simulated Agent. */
 export type AgentTransport = "udp" | "tcp" | "tls";
@@ -210,4 +211,22 @@ export function wrongVersionMessage(odid: number, record: DataRecord): Uint8Arra
   const m = agentDataMessage(256, record, odid, nowSeconds(), 1);
   new DataView(m.buffer, m.byteOffset).setUint16(0, 9);
   return m;
+}
+
+/**
+ * Sends `records` from one TCP Agent (`k8s-node-1`) to the process's collector at `port`, waits
+ * until the process has read them all (its debug event "session closed" after the Agent's EOF),
+ * then stops it with SIGTERM and returns the exit status.
+ */
+export async function sendThenStop(
+  fa: FaProcess,
+  port: number,
+  records: readonly DataRecord[],
+): Promise<Deno.CommandStatus> {
+  const agent = await SimAgent.connect("k8s-node-1", port, "tcp");
+  await agent.sendTemplates();
+  for (const r of records) await agent.sendRecord(r);
+  agent.close();
+  await fa.waitFor({ msg: "session closed" }, 10_000);
+  return await fa.stop("SIGTERM");
 }

@@ -3,7 +3,7 @@
  * line) into named fields, so the end-to-end tests can compare lines field by field.
  */
 
-import { pollUntil } from "./process.ts";
+import { pollUntil } from "../../_helpers/wait.ts";
 
 /** The 28 fields of a flow log line, in order. */
 export const FLOW_LOG_FIELDS = [
@@ -90,9 +90,9 @@ export function waitForKeys(
   timeoutMs = 10_000,
 ): Promise<FlowLogLine[]> {
   const want = [...keys];
-  return pollUntil(`flow log ${path} to contain ${want.length} flows`, async () => {
+  return pollUntil(async () => {
     const lines = await readFlowLog(path);
     const have = byKey(lines);
     return want.every((k) => have.has(k)) ? lines : undefined;
-  }, timeoutMs);
+  }, { timeoutMs, intervalMs: 50, what: `flow log ${path} to contain ${want.length} flows` });
 }

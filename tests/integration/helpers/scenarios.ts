@@ -7,6 +7,7 @@
  */
 
 import type { DataRecord } from "../../../src/ipfix/mod.ts";
+import { agentRecord } from "../../_helpers/agent_record.ts";
 import type { FlowLogLine } from "./flow_log.ts";
 import { FLOW_LOG_FIELDS, lineKey } from "./flow_log.ts";
 
@@ -15,59 +16,6 @@ export const NODES = ["k8s-node-1", "k8s-node-2"] as const;
 
 /** Index of the sending Agent in {@linkcode NODES}. */
 export type NodeIndex = 0 | 1;
-
-/**
- * A complete Agent record (all 39 IEs of the family's template) with every optional IE unset
- * (`""`, 0, `0.0.0.0` / `::`), then `over` applied. IPv6 when `over` has IPv6 addresses.
- */
-export function agentRecord(over: Readonly<DataRecord>): DataRecord {
-  const v6 = over.sourceIPv6Address !== undefined;
-  const r: DataRecord = {
-    flowStartSeconds: 1_700_000_000,
-    flowEndSeconds: 1_700_000_005,
-    flowEndReason: 2,
-    sourceTransportPort: 0,
-    destinationTransportPort: 0,
-    protocolIdentifier: 6,
-    packetTotalCount: 10n,
-    octetTotalCount: 1000n,
-    packetDeltaCount: 10n,
-    octetDeltaCount: 1000n,
-    reversePacketTotalCount: 8n,
-    reverseOctetTotalCount: 800n,
-    reversePacketDeltaCount: 8n,
-    reverseOctetDeltaCount: 800n,
-    sourcePodName: "",
-    sourcePodNamespace: "",
-    sourceNodeName: "",
-    destinationPodName: "",
-    destinationPodNamespace: "",
-    destinationNodeName: "",
-    destinationServicePort: 0,
-    destinationServicePortName: "",
-    ingressNetworkPolicyName: "",
-    ingressNetworkPolicyNamespace: "",
-    ingressNetworkPolicyType: 0,
-    ingressNetworkPolicyRuleName: "",
-    ingressNetworkPolicyRuleAction: 0,
-    egressNetworkPolicyName: "",
-    egressNetworkPolicyNamespace: "",
-    egressNetworkPolicyType: 0,
-    egressNetworkPolicyRuleName: "",
-    egressNetworkPolicyRuleAction: 0,
-    tcpState: "ESTABLISHED",
-    flowType: 1,
-    egressName: "",
-    egressIP: "",
-  };
-  if (v6) r.destinationClusterIPv6 = "::";
-  else {
-    r.sourceIPv4Address = "0.0.0.0";
-    r.destinationIPv4Address = "0.0.0.0";
-    r.destinationClusterIPv4 = "0.0.0.0";
-  }
-  return { ...r, ...over };
-}
 
 /** A flow log line with every field empty except the given ones. */
 export function logLine(over: Partial<FlowLogLine>): FlowLogLine {
@@ -93,6 +41,57 @@ function flow(
   expected: FlowLogLine,
 ): ScenarioFlow {
   return { name, sends, expected, key: lineKey(expected) };
+}
+
+/** Where an {@linkcode unmatchedSourceHalf} goes, and its source Pod. */
+export interface HalfFlow {
+  /** Source Pod IP. */
+  sourceIP: string;
+  /** Destination IP (a Pod on the other Node). */
+  destinationIP: string;
+  /** Source port. */
+  sourcePort: number;
+  /** Destination port. */
+  destinationPort: number;
+  /** Source Pod name. */
+  pod: string;
+  /** Source Pod namespace. */
+  namespace: string;
+}
+
+/**
+ * An inter-node TCP flow whose source half (from node 1) is the only report: its destination
+ * half never arrives, so the line shows only what the source Node knew.
+ */
+export function unmatchedSourceHalf(name: string, f: HalfFlow): ScenarioFlow {
+  return flow(
+    name,
+    [{
+      node: 0,
+      record: agentRecord({
+        sourceIPv4Address: f.sourceIP,
+        destinationIPv4Address: f.destinationIP,
+        sourceTransportPort: f.sourcePort,
+        destinationTransportPort: f.destinationPort,
+        sourcePodName: f.pod,
+        sourcePodNamespace: f.namespace,
+        sourceNodeName: NODES[0],
+        flowType: 2,
+      }),
+    }],
+    logLine({
+      sourceIP: f.sourceIP,
+      destinationIP: f.destinationIP,
+      sourceTransportPort: String(f.sourcePort),
+      destinationTransportPort: String(f.destinationPort),
+      protocolIdentifier: "TCP",
+      sourcePodName: f.pod,
+      sourcePodNamespace: f.namespace,
+      sourceNodeName: NODES[0],
+      destinationClusterIP: "0.0.0.0",
+      destinationServicePort: "0",
+    }),
+  );
 }
 
 /**

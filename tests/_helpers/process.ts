@@ -1,11 +1,13 @@
 /**
- * Starts the real flow-aggregator process (`deno run main.ts` or a bundled script) for the
- * end-to-end tests and follows its structured stderr log: every line is parsed (logfmt or JSON)
- * into a {@linkcode LogEvent}, and tests wait for events with a deadline instead of sleeping.
+ * The one launcher of real Deno processes in the tests: the flow-aggregator itself
+ * (`deno run main.ts` or a bundled script), followed through its structured stderr log (every
+ * line parsed, logfmt or JSON, into a {@linkcode LogEvent}, so tests wait for events with a
+ * deadline instead of sleeping), and other Deno commands (scripts, `deno bundle`, `deno eval`)
+ * run to completion with {@linkcode runDeno}.
  */
 
 /** Root of the repository (ends with `/`). */
-export const REPO: string = new URL("../../../", import.meta.url).pathname;
+export const REPO: string = new URL("../../", import.meta.url).pathname;
 /** `main.ts` of the repository. */
 export const MAIN_TS: string = `${REPO}main.ts`;
 /** `deno.json` of the repository (import map, `unstable: ["net"]`). */
@@ -52,6 +54,36 @@ export interface StartOptions {
   cwd?: string;
   /** Extra environment. HOME is pointed at `cwd` (no kubeconfig) unless given. */
   env?: Record<string, string>;
+}
+
+/** How to start the process on a configuration file of its own (see {@linkcode FaProcess.startWithConfig}). */
+export interface ConfigStartOptions extends StartOptions {
+  /** Collector address for `--listen`; default `127.0.0.1:0` (a free port). */
+  listen?: string;
+}
+
+/** Options of {@linkcode flowLogConfig}. */
+export interface FlowLogConfigOptions {
+  /** `aggregatorTransportProtocol`; default TCP. */
+  transport?: "TCP" | "UDP" | "TLS";
+  /** `activeFlowRecordTimeout`; default `1s`. */
+  activeTimeout?: string;
+  /** `inactiveFlowRecordTimeout`; default `2s`. */
+  inactiveTimeout?: string;
+  /** `flowLogger.prettyPrint`; left out (the default, true) unless given. */
+  prettyPrint?: boolean;
+}
+
+/** The configuration file of a process whose only sink is the flow log at `path`. */
+export function flowLogConfig(path: string, options: FlowLogConfigOptions = {}): string {
+  const { transport = "TCP", activeTimeout = "1s", inactiveTimeout = "2s" } = options;
+  return `activeFlowRecordTimeout: ${activeTimeout}
+inactiveFlowRecordTimeout: ${inactiveTimeout}
+aggregatorTransportProtocol: ${transport}
+flowLogger:
+  enable: true
+  path: ${path}
+` + (options.prettyPrint === undefined ? "" : `  prettyPrint: ${options.prettyPrint}\n`);
 }
 
 /** Predicate on a log event, or a partial set of fields that must all match exactly. */
@@ -105,6 +137,25 @@ export class FaProcess {
       stderr: "piped",
     });
     return new FaProcess(cmd.spawn());
+  }
+
+  /**
+   * Writes `config` to `<dir>/fa.conf` and starts the process on it in `dir`, its collector on
+   * `options.listen` (default a free port on 127.0.0.1); `options.args` follow.
+   */
+  static async startWithConfig(
+    dir: string,
+    config: string,
+    options: ConfigStartOptions = {},
+  ): Promise<FaProcess> {
+    const path = `${dir}/fa.conf`;
+    await Deno.writeTextFile(path, config);
+    const { listen = "127.0.0.1:0", args = [], ...rest } = options;
+    return FaProcess.start({
+      cwd: dir,
+      ...rest,
+      args: ["--config", path, "--listen", listen, ...args],
+    });
   }
 
   /** Process id. */
@@ -255,17 +306,33 @@ export async function runToExit(
   return { code: s.code, stdout: p.stdout, stderr: p.stderr, events: p.events };
 }
 
-/** Polls `check` every 50 ms until it returns a value other than undefined, or throws at the deadline. */
-export async function pollUntil<T>(
-  what: string,
-  check: () => T | undefined | Promise<T | undefined>,
-  timeoutMs = 10_000,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await check();
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`timeout after ${timeoutMs} ms: ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
+/** Exit code and decoded output of a Deno command run to completion. */
+export interface DenoOutput {
+  /** Exit code. */
+  code: number;
+  /** Standard output. */
+  stdout: string;
+  /** Standard error. */
+  stderr: string;
+}
+
+/**
+ * Runs `deno <args>` (this test runner's binary) to completion and returns its exit code and
+ * output; `options.cwd` and `options.env` as for {@linkcode FaProcess.start}, without the HOME
+ * change.
+ */
+export async function runDeno(
+  args: readonly string[],
+  options: { cwd?: string; env?: Record<string, string> } = {},
+): Promise<DenoOutput> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: [...args],
+    cwd: options.cwd,
+    env: { NO_COLOR: "1", ...options.env },
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const td = new TextDecoder();
+  return { code: out.code, stdout: td.decode(out.stdout), stderr: td.decode(out.stderr) };
 }

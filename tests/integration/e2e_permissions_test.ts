@@ -1,0 +1,78 @@
+/**
+ * End to end: `flow-aggregator permissions --config FILE` prints the narrowest `deno run` flags
+ * for a configuration, and the real process runs on exactly those flags: the collector listens,
+ * the flow log sink runs in its own worker (allowed to write only its directory) and every flow
+ * sent is logged.
+ */
+
+import assert from "node:assert/strict";
+import { DENO_JSON, FaProcess, flowLogConfig, MAIN_TS, runDeno } from "../_helpers/process.ts";
+import { SimAgent } from "./helpers/agent.ts";
+import { readFlowLog } from "./helpers/flow_log.ts";
+import { intraNodeRecord } from "./helpers/scenarios.ts";
+
+const SRC = new URL("../../src", import.meta.url).pathname;
+
+Deno.test("e2e permissions: the process runs on exactly the printed flags, its flow log in a worker", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-e2e-perm-" });
+  let fa: FaProcess | undefined;
+  try {
+    await Deno.mkdir(`${dir}/config`);
+    await Deno.mkdir(`${dir}/logs`);
+    const conf = `${dir}/config/flow-aggregator.conf`;
+    await Deno.writeTextFile(conf, flowLogConfig(`${dir}/logs/flows.log`));
+    const args = ["--config", conf, "--listen", "127.0.0.1:0"];
+    const printed = await runDeno([
+      "run",
+      "--allow-read",
+      "--allow-env",
+      "--config",
+      DENO_JSON,
+      MAIN_TS,
+      "permissions",
+      ...args,
+    ]);
+    assert.equal(printed.code, 0, printed.stderr);
+    const flags = printed.stdout.trim().split(" ");
+    assert.deepEqual(flags, [
+      "--allow-net=127.0.0.1:0",
+      `--allow-read=${dir}/config,${dir}/logs,${SRC}`,
+      `--allow-write=${dir}/logs`,
+      "--allow-env=HOME,KUBECONFIG,KUBERNETES_SERVICE_HOST,LOG_STREAM,LOG_TOKENS,POD_NAMESPACE,TMPDIR",
+      "--allow-sys=hostname,osRelease",
+      "--unstable-net",
+      "--unstable-worker-options",
+    ]);
+
+    // Debug level, for the "session closed" event that tells all sent data was read.
+    fa = FaProcess.start({
+      denoFlags: [...flags, "--config", DENO_JSON],
+      args: [...args, "--log-level", "debug"],
+      cwd: dir,
+    });
+    const port = await fa.collectorPort();
+    const started = await fa.waitFor({ msg: "exporter worker started", exporter: "log" }, 15_000);
+    assert.equal(started.fields.write, `${dir}/logs`);
+    assert.equal(started.fields.net, "-");
+    const agent = await SimAgent.connect("k8s-node-1", port, "tcp");
+    await agent.sendTemplates();
+    const n = 50;
+    for (let i = 0; i < n; i++) await agent.sendRecord(intraNodeRecord(52_000 + i));
+    agent.close();
+    await fa.waitFor({ msg: "session closed" }, 10_000);
+    const status = await fa.stop("SIGTERM", 20_000);
+    assert.equal(status.code, 0, fa.stderr);
+    const lines = await readFlowLog(`${dir}/logs/flows.log`);
+    assert.equal(lines.length, n);
+    const stopped = fa.find({ msg: "exporter stopped", section: "flowLogger" });
+    assert.equal(stopped.length, 1);
+    assert.equal(stopped[0].fields.received, String(n));
+    assert.equal(stopped[0].fields.exported, String(n));
+    assert.equal(stopped[0].fields.permissionDenied, "0");
+    assert.deepEqual(fa.find({ level: "error" }).map((e) => e.raw), []);
+  } finally {
+    fa?.kill("SIGKILL");
+    await fa?.status;
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -8,8 +8,6 @@
  */
 
 import {
-  AGENT_IPV4_FIELDS,
-  AGENT_IPV6_FIELDS,
   encodeTemplateSet,
   fieldsFor,
   type FieldValue,
@@ -31,7 +29,12 @@ import {
   type Scenario,
   SCENARIOS,
 } from "./model.ts";
-import { AGENT_IPV6_ADDRESS_FIELDS, AGENT_UPDATE_FIELDS } from "../record/schema.ts";
+import {
+  AGENT_IPV4_FIELDS,
+  AGENT_IPV6_ADDRESS_FIELDS,
+  AGENT_IPV6_FIELDS,
+  AGENT_UPDATE_FIELDS,
+} from "../record/schema.ts";
 
 /** Options of {@linkcode runFlowgen}. */
 export interface FlowgenOptions extends FlowModelOptions {

@@ -447,13 +447,3 @@ Deno.test("template positions must run 1..n without gaps, repeats or role disord
     /nowhere: no FA position/,
   );
 });
-
-Deno.test("the IE registry's template lists are the schema's (until they move here)", async () => {
-  const registry = await import("../../src/ipfix/registry.ts");
-  assert.deepEqual(registry.AGENT_IPV4_FIELDS, AGENT_IPV4_FIELDS);
-  assert.deepEqual(registry.AGENT_IPV6_FIELDS, AGENT_IPV6_FIELDS);
-  assert.deepEqual(registry.AGGREGATED_IPV4_FIELDS, AGGREGATED_IPV4_FIELDS);
-  assert.deepEqual(registry.AGGREGATED_IPV6_FIELDS, AGGREGATED_IPV6_FIELDS);
-  assert.deepEqual(registry.POD_LABEL_FIELDS, POD_LABEL_FIELDS);
-  assert.deepEqual(registry.STATS_FIELDS, STATS_FIELDS);
-});

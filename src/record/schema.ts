@@ -43,7 +43,8 @@ export interface FieldExtra {
  * One field: `[name, type, role, FA template position (1-based; 0 = not in IPFIX), sinks,
  * extra]`. The name is the IE name, except for `ipAddress` fields (flat name, e.g. `sourceIP`)
  * and `sink` fields. Rows are in the flat record's order, which every sink's column order
- * follows; IPFIX order is given by the positions.
+ * follows; IPFIX order is given by the positions, which must run 1..n with Agent IEs first,
+ * then FA-computed ones, then labels (a new FA IE takes 64 and moves the two labels up one).
  */
 export type SchemaRow = readonly [
   name: string,

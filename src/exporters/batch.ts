@@ -2,8 +2,8 @@
  * Binary batches of exported flows, the form in which records cross from the export loop to a
  * sink's worker: one `ArrayBuffer` per batch, transferred (not cloned), holding fixed-size
  * rows plus a table of the batch's distinct strings (namespaces, Node and Pod names repeat a
- * lot, so each is encoded once per batch). The row layout is derived from the FA export
- * template fields and their IE types in the registry, so a field added there crosses too.
+ * lot, so each is encoded once per batch). The row layout is derived from the record schema's
+ * FA export template fields and their IE types, so a field added there crosses too.
  *
  * Row: flags (u8: IPv6, uncorrelated), the flow key (two string refs, protocol, ports), a
  * presence bitmap, then one slot per field: f64 for numbers, u64 for bigints, u32 string ref.
@@ -12,12 +12,12 @@
  */
 
 import type { AggregatedRecord, ExportedFlow, FlowKey } from "../aggregation/record.ts";
+import { elementByName } from "../ipfix/mod.ts";
 import {
   AGGREGATED_IPV4_FIELDS,
   AGGREGATED_IPV6_FIELDS,
-  elementByName,
   POD_LABEL_FIELDS,
-} from "../ipfix/mod.ts";
+} from "../record/schema.ts";
 
 /** How a field is stored in a row. */
 const Slot = { Number: 0, BigInt: 1, String: 2 } as const;

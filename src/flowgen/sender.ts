@@ -8,8 +8,6 @@
  */
 
 import {
-  AGENT_IPV4_FIELDS,
-  AGENT_IPV6_FIELDS,
   encodeTemplateSet,
   fieldsFor,
   type FieldValue,
@@ -31,6 +29,12 @@ import {
   type Scenario,
   SCENARIOS,
 } from "./model.ts";
+import {
+  AGENT_IPV4_FIELDS,
+  AGENT_IPV6_ADDRESS_FIELDS,
+  AGENT_IPV6_FIELDS,
+  AGENT_UPDATE_FIELDS,
+} from "../record/schema.ts";
 
 /** Options of {@linkcode runFlowgen}. */
 export interface FlowgenOptions extends FlowModelOptions {
@@ -131,19 +135,9 @@ export function agentDataMessage(
 }
 
 // The fields an update changes, all in the fixed-length head of the Agent templates (before
-// their first variable-length field), so their offsets are the same in every record.
-const PATCHED = [
-  "flowEndSeconds",
-  "flowEndReason",
-  "packetTotalCount",
-  "octetTotalCount",
-  "packetDeltaCount",
-  "octetDeltaCount",
-  "reversePacketTotalCount",
-  "reverseOctetTotalCount",
-  "reversePacketDeltaCount",
-  "reverseOctetDeltaCount",
-] as const;
+// their first variable-length field), so their offsets are the same in every record. `append`
+// writes them by index: flowEndSeconds, flowEndReason, then the eight counters in template order.
+const PATCHED = AGENT_UPDATE_FIELDS;
 
 interface Layout {
   /** Offset of each PATCHED field in the record, same order. */
@@ -184,7 +178,7 @@ interface CachedRecord {
   readonly tcpEnd: number;
 }
 
-const IPV6_FIELDS = ["sourceIPv6Address", "destinationIPv6Address", "destinationClusterIPv6"];
+const IPV6_FIELDS = AGENT_IPV6_ADDRESS_FIELDS;
 
 /** A batch of messages for one write, in one buffer reused from batch to batch. */
 export class MessageBatch {

@@ -5,20 +5,12 @@
 
 export * from "./types.ts";
 export {
-  AGENT_IPV4_FIELDS,
-  AGENT_IPV6_FIELDS,
-  AGGREGATED_IPV4_FIELDS,
-  AGGREGATED_IPV6_FIELDS,
   ALL_ELEMENTS,
-  DESTINATION_STATS_FIELDS,
   elementByName,
   fieldName,
   fieldsFor,
   lookupElement,
-  POD_LABEL_FIELDS,
   registerElement,
-  SOURCE_STATS_FIELDS,
-  STATS_FIELDS,
 } from "./registry.ts";
 export {
   type CompiledTemplate,

@@ -1,9 +1,9 @@
 /**
  * The Information Element registry: every element of `spec/ie-registry.csv` (IANA, RFC 5103
  * reverse and Antrea PENs), indexed by (enterprise, id) for decoding and by name for building
- * records, plus the ordered element lists of the Antrea Agent and Flow Aggregator templates.
- * IDs repeat across PENs (136 is both IANA flowEndReason and Antrea tcpState), so nothing here is
- * ever keyed by id alone.
+ * records. IDs repeat across PENs (136 is both IANA flowEndReason and Antrea tcpState), so
+ * nothing here is ever keyed by id alone. The Agent and Flow Aggregator template element lists
+ * live in the record schema (`src/record/schema.ts`), which imports this registry.
  */
 
 import type { FieldSpecifier, InfoElement } from "./types.ts";
@@ -76,125 +76,6 @@ export function registerElement(ie: InfoElement): void {
 export function fieldName(enterprise: number, id: number): string {
   return byKey.get(keyOf(enterprise, id))?.name ?? `${enterprise}/${id}`;
 }
-
-const IANA_COMMON = [
-  "flowStartSeconds",
-  "flowEndSeconds",
-  "flowEndReason",
-  "sourceTransportPort",
-  "destinationTransportPort",
-  "protocolIdentifier",
-  "packetTotalCount",
-  "octetTotalCount",
-  "packetDeltaCount",
-  "octetDeltaCount",
-] as const;
-
-const IANA_REVERSE = [
-  "reversePacketTotalCount",
-  "reverseOctetTotalCount",
-  "reversePacketDeltaCount",
-  "reverseOctetDeltaCount",
-] as const;
-
-const ANTREA_COMMON = [
-  "sourcePodName",
-  "sourcePodNamespace",
-  "sourceNodeName",
-  "destinationPodName",
-  "destinationPodNamespace",
-  "destinationNodeName",
-  "destinationServicePort",
-  "destinationServicePortName",
-  "ingressNetworkPolicyName",
-  "ingressNetworkPolicyNamespace",
-  "ingressNetworkPolicyType",
-  "ingressNetworkPolicyRuleName",
-  "ingressNetworkPolicyRuleAction",
-  "egressNetworkPolicyName",
-  "egressNetworkPolicyNamespace",
-  "egressNetworkPolicyType",
-  "egressNetworkPolicyRuleName",
-  "egressNetworkPolicyRuleAction",
-  "tcpState",
-  "flowType",
-  "egressName",
-  "egressIP",
-] as const;
-
-/** ipfix.md §5.2 StatsElementList (aggregated on every record), in order. */
-export const STATS_FIELDS: readonly string[] = Object.freeze([
-  "octetDeltaCount",
-  "octetTotalCount",
-  "packetDeltaCount",
-  "packetTotalCount",
-  "reverseOctetDeltaCount",
-  "reverseOctetTotalCount",
-  "reversePacketDeltaCount",
-  "reversePacketTotalCount",
-]);
-
-/** ipfix.md §5.2 AntreaSourceStatsElementList, paired by index with {@linkcode STATS_FIELDS}. */
-export const SOURCE_STATS_FIELDS: readonly string[] = Object.freeze(
-  STATS_FIELDS.map((n) => n + "FromSourceNode"),
-);
-
-/** ipfix.md §5.2 AntreaDestinationStatsElementList, paired by index with STATS_FIELDS. */
-export const DESTINATION_STATS_FIELDS: readonly string[] = Object.freeze(
-  STATS_FIELDS.map((n) => n + "FromDestinationNode"),
-);
-
-/** ipfix.md §5.2 AntreaLabelsElementList: appended to the FA template when labels are on. */
-export const POD_LABEL_FIELDS: readonly string[] = Object.freeze([
-  "sourcePodLabels",
-  "destinationPodLabels",
-]);
-
-/** Antrea Agent IPv4 template (ID 256), 39 element names in wire order (ipfix.md §5.3 1–39). */
-export const AGENT_IPV4_FIELDS: readonly string[] = Object.freeze([
-  ...IANA_COMMON,
-  "sourceIPv4Address",
-  "destinationIPv4Address",
-  ...IANA_REVERSE,
-  ...ANTREA_COMMON,
-  "destinationClusterIPv4",
-]);
-
-/** Antrea Agent IPv6 template, 39 element names in wire order. */
-export const AGENT_IPV6_FIELDS: readonly string[] = Object.freeze([
-  ...IANA_COMMON,
-  "sourceIPv6Address",
-  "destinationIPv6Address",
-  ...IANA_REVERSE,
-  ...ANTREA_COMMON,
-  "destinationClusterIPv6",
-]);
-
-// Order the FA appends after the Agent fields (ipfix.md §5.3 positions 40–63): per-node stats
-// interleaved source/destination, the two flowEnd IEs, then throughput triples.
-const FA_APPENDED: readonly string[] = [
-  ...STATS_FIELDS.flatMap((_, i) => [SOURCE_STATS_FIELDS[i], DESTINATION_STATS_FIELDS[i]]),
-  "flowEndSecondsFromSourceNode",
-  "flowEndSecondsFromDestinationNode",
-  "throughput",
-  "throughputFromSourceNode",
-  "throughputFromDestinationNode",
-  "reverseThroughput",
-  "reverseThroughputFromSourceNode",
-  "reverseThroughputFromDestinationNode",
-];
-
-/** FA export template for IPv4 flows: 63 names (add {@linkcode POD_LABEL_FIELDS} for 65). */
-export const AGGREGATED_IPV4_FIELDS: readonly string[] = Object.freeze([
-  ...AGENT_IPV4_FIELDS,
-  ...FA_APPENDED,
-]);
-
-/** FA export template for IPv6 flows: 63 names (add {@linkcode POD_LABEL_FIELDS} for 65). */
-export const AGGREGATED_IPV6_FIELDS: readonly string[] = Object.freeze([
-  ...AGENT_IPV6_FIELDS,
-  ...FA_APPENDED,
-]);
 
 /**
  * Field specifiers for registry names, with the registry's default lengths (65535 for

@@ -1,7 +1,6 @@
 /** Shared helpers for the collector tests: golden messages, message builders and clients. */
 
 import {
-  AGENT_IPV4_FIELDS,
   type DataRecord,
   encodeDataSet,
   encodeMessage,
@@ -9,6 +8,7 @@ import {
   fieldsFor,
   type FieldSpecifier,
 } from "../../src/ipfix/mod.ts";
+import { AGENT_IPV4_FIELDS } from "../../src/record/schema.ts";
 import type { RecordContext } from "../../src/collector/mod.ts";
 
 /** Golden template and data messages of ipfix.md §1.13 (domain 0x33de13e2, template 256). */

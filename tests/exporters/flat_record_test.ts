@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import type { AggregatedRecord } from "../../src/aggregation/record.ts";
-import { canonicalIP, FLAT_RECORD_FIELDS, toFlatRecord } from "../../src/exporters/flat_record.ts";
+import { FLAT_RECORD_FIELDS, toFlatRecord } from "../../src/exporters/flat_record.ts";
 import { fixtureFlow } from "./fixtures.ts";
 
 /** The values of F in struct order (exporters.md §8.2 C2 without clusterUUID). */
@@ -98,15 +98,27 @@ Deno.test("flat record is a copy: later mutation of the flow does not change it"
   assert.equal(flat.octetDeltaCount, 8982624938n);
 });
 
-Deno.test("canonicalIP applies RFC 5952 to IPv6 text", () => {
-  assert.equal(canonicalIP("2001:0000:3238:DFE1:0063:0000:0000:FEFB"), "2001:0:3238:dfe1:63::fefb");
-  assert.equal(canonicalIP("0:0:0:0:0:0:0:0"), "::");
-  assert.equal(canonicalIP("0:0:0:0:0:0:0:1"), "::1");
-  assert.equal(canonicalIP("2001:db8:0:0:1:0:0:1"), "2001:db8::1:0:0:1");
-  assert.equal(canonicalIP("2001:db8:0:1:1:1:1:1"), "2001:db8:0:1:1:1:1:1");
+Deno.test("flat record writes addresses as canonical text (RFC 5952, mapped IPv4 as a quad)", () => {
+  const sourceIP = (ipv6: boolean, text: string): string =>
+    toFlatRecord(
+      fixtureFlow(ipv6, ipv6 ? { sourceIPv6Address: text } : { sourceIPv4Address: text }),
+    ).sourceIP;
+  assert.equal(
+    sourceIP(true, "2001:0000:3238:DFE1:0063:0000:0000:FEFB"),
+    "2001:0:3238:dfe1:63::fefb",
+  );
+  assert.equal(sourceIP(true, "0:0:0:0:0:0:0:0"), "::");
+  assert.equal(sourceIP(true, "0:0:0:0:0:0:0:1"), "::1");
+  assert.equal(sourceIP(true, "2001:db8:0:0:1:0:0:1"), "2001:db8::1:0:0:1");
+  assert.equal(sourceIP(true, "2001:db8:0:1:1:1:1:1"), "2001:db8:0:1:1:1:1:1");
   // Go prints an IPv4-mapped IPv6 address as its dotted quad (aggregation.md §1.1).
-  assert.equal(canonicalIP("::ffff:10.0.0.1"), "10.0.0.1");
-  assert.equal(canonicalIP("fe80::1:2:3.4.5.6"), "fe80::1:2:304:506");
-  assert.equal(canonicalIP("10.0.0.1"), "10.0.0.1");
-  assert.equal(canonicalIP("not:an:ip"), "not:an:ip");
+  assert.equal(sourceIP(true, "::ffff:10.0.0.1"), "10.0.0.1");
+  assert.equal(sourceIP(true, "fe80::1:2:3.4.5.6"), "fe80::1:2:304:506");
+  assert.equal(sourceIP(false, "10.0.0.1"), "10.0.0.1");
+  assert.equal(sourceIP(true, "not:an:ip"), "not:an:ip");
+});
+
+Deno.test("flat record has exactly the schema's flat fields, clusterUUID last", () => {
+  const flat = toFlatRecord(fixtureFlow(), "u");
+  assert.deepEqual(Object.keys(flat), [...FLAT_RECORD_FIELDS, "clusterUUID"]);
 });

@@ -11,7 +11,8 @@ import {
   RecordEncoder,
   TemplateStore,
 } from "../../src/ipfix/mod.ts";
-import { AGENT_IPV4_FIELDS, fieldsFor } from "../../src/ipfix/mod.ts";
+import { fieldsFor } from "../../src/ipfix/mod.ts";
+import { AGENT_IPV4_FIELDS } from "../../src/record/schema.ts";
 import { DATA_MSG, DATA_RECORD, TEMPLATE_MSG } from "./golden.ts";
 
 const store = new TemplateStore();

@@ -1,16 +1,15 @@
 import assert from "node:assert/strict";
 import {
-  AGGREGATED_IPV4_FIELDS,
   decodeMessage,
   encodeDataSet,
   encodeMessage,
   encodeTemplateSet,
   fieldsFor,
   IpfixEncodeError,
-  POD_LABEL_FIELDS,
   RecordEncoder,
   TemplateStore,
 } from "../../src/ipfix/mod.ts";
+import { AGGREGATED_IPV4_FIELDS, POD_LABEL_FIELDS } from "../../src/record/schema.ts";
 import { hex } from "./golden.ts";
 import { message, tmpl } from "./helpers.ts";
 

@@ -6,7 +6,6 @@
 import assert from "node:assert/strict";
 import { decoderTiers } from "../../src/ipfix/compile.ts";
 import {
-  AGENT_IPV6_FIELDS,
   type DataRecord,
   decodeMessage,
   encodeDataSet,
@@ -17,6 +16,7 @@ import {
   TemplateStore,
   VARIABLE_LENGTH,
 } from "../../src/ipfix/mod.ts";
+import { AGENT_IPV6_FIELDS } from "../../src/record/schema.ts";
 import { DATA_MSG, DATA_RECORD, TEMPLATE_MSG } from "./golden.ts";
 import { concat, message, rawSet, registerTestElements, spec, tmpl, TYPES } from "./helpers.ts";
 import { prng } from "../_helpers/prng.ts";

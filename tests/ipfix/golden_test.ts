@@ -1,6 +1,5 @@
 import assert from "node:assert/strict";
 import {
-  AGENT_IPV4_FIELDS,
   decodeMessage,
   encodeDataSet,
   encodeMessage,
@@ -8,6 +7,7 @@ import {
   fieldsFor,
   TemplateStore,
 } from "../../src/ipfix/mod.ts";
+import { AGENT_IPV4_FIELDS } from "../../src/record/schema.ts";
 import { DATA_MSG, DATA_RECORD, TEMPLATE_MSG } from "./golden.ts";
 
 Deno.test("golden template message registers Agent template 256 with 39 fields", () => {

@@ -1,20 +1,12 @@
 import assert from "node:assert/strict";
 import {
-  AGENT_IPV4_FIELDS,
-  AGENT_IPV6_FIELDS,
-  AGGREGATED_IPV4_FIELDS,
-  AGGREGATED_IPV6_FIELDS,
   ALL_ELEMENTS,
-  DESTINATION_STATS_FIELDS,
   elementByName,
   fieldName,
   fieldsFor,
   lookupElement,
   PEN,
-  POD_LABEL_FIELDS,
   registerElement,
-  SOURCE_STATS_FIELDS,
-  STATS_FIELDS,
 } from "../../src/ipfix/mod.ts";
 
 const CSV = new URL("../../src/ipfix/ie_registry.csv", import.meta.url);
@@ -62,38 +54,6 @@ Deno.test("lookup by name returns the registry entry", () => {
 Deno.test("fieldName gives the registry name or <pen>/<id>", () => {
   assert.equal(fieldName(56506, 101), "sourcePodName");
   assert.equal(fieldName(0, 999), "0/999");
-});
-
-Deno.test("template lists have the sizes and order of ipfix.md §5.3", () => {
-  assert.equal(AGENT_IPV4_FIELDS.length, 39);
-  assert.equal(AGENT_IPV6_FIELDS.length, 39);
-  assert.equal(AGGREGATED_IPV4_FIELDS.length, 63);
-  assert.equal(AGGREGATED_IPV6_FIELDS.length, 63);
-  assert.deepEqual(POD_LABEL_FIELDS, ["sourcePodLabels", "destinationPodLabels"]);
-  assert.equal(AGENT_IPV4_FIELDS[10], "sourceIPv4Address");
-  assert.equal(AGENT_IPV4_FIELDS[38], "destinationClusterIPv4");
-  assert.equal(AGENT_IPV6_FIELDS[11], "destinationIPv6Address");
-  assert.equal(AGENT_IPV6_FIELDS[38], "destinationClusterIPv6");
-  assert.deepEqual(AGGREGATED_IPV4_FIELDS.slice(39, 42), [
-    "octetDeltaCountFromSourceNode",
-    "octetDeltaCountFromDestinationNode",
-    "octetTotalCountFromSourceNode",
-  ]);
-  assert.deepEqual(AGGREGATED_IPV4_FIELDS.slice(55), [
-    "flowEndSecondsFromSourceNode",
-    "flowEndSecondsFromDestinationNode",
-    "throughput",
-    "throughputFromSourceNode",
-    "throughputFromDestinationNode",
-    "reverseThroughput",
-    "reverseThroughputFromSourceNode",
-    "reverseThroughputFromDestinationNode",
-  ]);
-  assert.equal(STATS_FIELDS.length, SOURCE_STATS_FIELDS.length);
-  assert.equal(DESTINATION_STATS_FIELDS[7], "reversePacketTotalCountFromDestinationNode");
-  for (const n of [...AGGREGATED_IPV6_FIELDS, ...AGGREGATED_IPV4_FIELDS, ...POD_LABEL_FIELDS]) {
-    assert.ok(elementByName(n), n);
-  }
 });
 
 Deno.test("fieldsFor returns registry lengths and throws on unknown names", () => {

@@ -1,11 +1,13 @@
 /**
  * The flow log line (exporters.md §5.2) and its filters (§5.3). A line is 28 comma-joined
  * fields of the flat record, newline-terminated, with no header and no labels; upstream
- * tooling parses it positionally, so the order and the pretty-printed names are exact.
+ * tooling parses it positionally, so the order and the pretty-printed names are exact. The
+ * field list is the record schema's log projection (`src/record/schema.ts`).
  */
 
 import type { FlowLoggerFilter } from "./config.ts";
 import type { FlatRecord } from "../flat_record.ts";
+import { type FlatField, LOG_LINE_FIELDS, RECORD_SCHEMA } from "../../record/schema.ts";
 
 const PROTOCOLS: Record<number, string> = {
   1: "ICMP",
@@ -20,7 +22,7 @@ const RULE_ACTIONS = ["", "Allow", "Drop", "Reject"];
 const POLICY_TYPES = ["", "K8sNetworkPolicy", "AntreaNetworkPolicy", "AntreaClusterNetworkPolicy"];
 
 /** Number of fields in a flow log line. */
-export const LOG_LINE_FIELD_COUNT = 28;
+export const LOG_LINE_FIELD_COUNT: number = LOG_LINE_FIELDS.length;
 
 /** Pretty name of an IP protocol number (`Unknown Protocol` when not one of the six). */
 export function protocolName(p: number): string {
@@ -50,41 +52,37 @@ function clean(s: string): string {
   return s;
 }
 
+// The codes that `prettyPrint` turns into names; every other number is written in decimal.
+const PRETTY: Partial<Record<FlatField, (code: number) => string>> = {
+  protocolIdentifier: protocolName,
+  ingressNetworkPolicyRuleAction: ruleActionName,
+  ingressNetworkPolicyType: policyTypeName,
+  egressNetworkPolicyRuleAction: ruleActionName,
+  egressNetworkPolicyType: policyTypeName,
+};
+
+/** The value expression of one log field over the flat record `r`. */
+function fieldSource(name: FlatField, prettyPrint: boolean): string {
+  const row = RECORD_SCHEMA.find((r) => r[0] === name)!;
+  const v = `r[${JSON.stringify(name)}]`;
+  if (row[1] === "string" || row[1] === "ipAddress") return `H.clean(${v})`;
+  return prettyPrint && PRETTY[name] !== undefined ? `H.pretty[${JSON.stringify(name)}](${v})` : v;
+}
+
+// The line is generated once per prettyPrint value from the schema's log field list at module
+// load (as the codec compiles its decoders): one template literal, no loop over field names.
+const [PLAIN, PRETTY_LINE] = [false, true].map((pretty) =>
+  new Function(
+    "H",
+    `return (r) => \`${
+      LOG_LINE_FIELDS.map((f) => "${" + fieldSource(f, pretty) + "}").join(",")
+    }\\n\`;`,
+  )({ clean, pretty: PRETTY }) as (r: FlatRecord) => string
+);
+
 /** Formats one flat record as a log line, including the trailing `\n`. */
 export function formatLogLine(r: FlatRecord, prettyPrint: boolean): string {
-  const f: (string | number)[] = [
-    r.flowStartSeconds,
-    r.flowEndSeconds,
-    clean(r.sourceIP),
-    clean(r.destinationIP),
-    r.sourceTransportPort,
-    r.destinationTransportPort,
-    prettyPrint ? protocolName(r.protocolIdentifier) : r.protocolIdentifier,
-    clean(r.sourcePodName),
-    clean(r.sourcePodNamespace),
-    clean(r.sourceNodeName),
-    clean(r.destinationPodName),
-    clean(r.destinationPodNamespace),
-    clean(r.destinationNodeName),
-    clean(r.destinationClusterIP),
-    r.destinationServicePort,
-    clean(r.destinationServicePortName),
-    clean(r.ingressNetworkPolicyName),
-    clean(r.ingressNetworkPolicyNamespace),
-    clean(r.ingressNetworkPolicyRuleName),
-    prettyPrint
-      ? ruleActionName(r.ingressNetworkPolicyRuleAction)
-      : r.ingressNetworkPolicyRuleAction,
-    prettyPrint ? policyTypeName(r.ingressNetworkPolicyType) : r.ingressNetworkPolicyType,
-    clean(r.egressNetworkPolicyName),
-    clean(r.egressNetworkPolicyNamespace),
-    clean(r.egressNetworkPolicyRuleName),
-    prettyPrint ? ruleActionName(r.egressNetworkPolicyRuleAction) : r.egressNetworkPolicyRuleAction,
-    prettyPrint ? policyTypeName(r.egressNetworkPolicyType) : r.egressNetworkPolicyType,
-    clean(r.egressName),
-    clean(r.egressIP),
-  ];
-  return f.join(",") + "\n";
+  return prettyPrint ? PRETTY_LINE(r) : PLAIN(r);
 }
 
 /** Action name → code as upstream maps it; unknown names map to 255, which never matches. */

@@ -15,15 +15,17 @@ import type { Exporter, ExporterStats } from "../exporter.ts";
 import type { ExportedFlow } from "../../aggregation/record.ts";
 import type { DataType, FieldValue, TemplateRecord } from "../../ipfix/types.ts";
 import {
-  AGGREGATED_IPV4_FIELDS,
-  AGGREGATED_IPV6_FIELDS,
   elementByName,
   encodeTemplateSet,
   fieldsFor,
   fnv1_32,
-  POD_LABEL_FIELDS,
   RecordEncoder,
 } from "../../ipfix/mod.ts";
+import {
+  AGGREGATED_IPV4_FIELDS,
+  AGGREGATED_IPV6_FIELDS,
+  POD_LABEL_FIELDS,
+} from "../../record/schema.ts";
 import { parseCollectorAddress } from "./address.ts";
 import type { FlowCollectorConfig } from "./config.ts";
 import type { Clock } from "../../clock.ts";

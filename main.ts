@@ -14,7 +14,7 @@
 import denoJson from "./deno.json" with { type: "json" };
 import { ConfigWatcher, EMBEDDED_DEFAULT_CONFIG } from "./src/config/mod.ts";
 import { diffConfig, type FlowAggregatorConfig, parseConfig } from "./src/components.ts";
-import { permissionFlags, processPermissions } from "./src/permissions.ts";
+import { permissionFlags, processPermissions, sinkPermissionTable } from "./src/permissions.ts";
 import {
   fastUdpReceiverFactory,
   ffiAvailable,
@@ -33,8 +33,9 @@ export const VERSION: string = denoJson.version;
 const USAGE = `flow-aggregator ${VERSION}: Antrea-compatible IPFIX flow aggregator
 
 Usage: deno task start [flags]
-       deno task start permissions [--config FILE] [flags]   print the deno run permission
-                       flags this configuration needs (narrowest set), then exit
+       deno task permissions [--config FILE] [flags]   print the deno run permission flags
+                       this configuration needs (narrowest set), then exit; with --per-sink,
+                       a table of the permissions each sink's worker runs with
 
 Flags:
   --config FILE        configuration file (Antrea v1.13 flow-aggregator.conf format); watched
@@ -71,6 +72,8 @@ export interface CliOptions {
   exportersInProcess: boolean;
   /** `permissions` subcommand: print the permission flags and exit. */
   permissions: boolean;
+  /** With `permissions`: print each sink's worker permissions as a table instead. */
+  perSink: boolean;
   logLevel: LogLevel;
   logFormat: "logfmt" | "json";
   version: boolean;
@@ -107,6 +110,7 @@ export function parseArgs(args: readonly string[]): CliOptions {
     udpWorkers: 1,
     exportersInProcess: false,
     permissions: false,
+    perSink: false,
   };
   for (let i = 0; i < args.length; i++) {
     const arg = args[i];
@@ -174,6 +178,9 @@ export function parseArgs(args: readonly string[]): CliOptions {
         if (v >= 4) opts.logLevel = "debug";
         break;
       }
+      case "per-sink":
+        opts.perSink = true;
+        break;
       case "exporters-in-process":
         opts.exportersInProcess = true;
         break;
@@ -263,6 +270,10 @@ async function printPermissions(opts: CliOptions): Promise<number> {
     ? EMBEDDED_DEFAULT_CONFIG
     : await Deno.readTextFile(opts.config);
   const config = parseConfig(text);
+  if (opts.perSink) {
+    console.log(sinkPermissionTable(config));
+    return 0;
+  }
   const flags = permissionFlags(processPermissions(config, {
     configPath: opts.config,
     listen: opts.listen,

@@ -111,9 +111,22 @@ export function permissionFlags(p: ProcessPermissions): string[] {
   list("read", p.read);
   list("write", p.write);
   list("env", p.env);
-  // node:tls and the logger read the host name and OS release.
-  flags.push("--allow-sys=hostname,osRelease");
   if (p.ffi) flags.push("--allow-ffi");
   flags.push("--unstable-net", "--unstable-worker-options");
   return flags;
+}
+
+/** A Markdown table of each enabled sink's worker permissions (for the README and operators). */
+export function sinkPermissionTable(config: FlowAggregatorConfig): string {
+  const cell = (a: string[]) => a.length === 0 ? "—" : a.map((v) => `\`${v}\``).join(", ");
+  const rows = sinkPermissions(config).map(({ section, name, permissions: p }) =>
+    `| ${name} (\`${section}\`) | ${cell(p.net)} | ${cell(p.read)} | ${cell(p.write)} | ${
+      cell(p.env)
+    } |`
+  );
+  return [
+    "| sink | net | read | write | env |",
+    "| --- | --- | --- | --- | --- |",
+    ...rows,
+  ].join("\n");
 }

@@ -19,6 +19,7 @@ Deno.test("main: no flags gives the defaults", () => {
     udpWorkers: 1,
     exportersInProcess: false,
     permissions: false,
+    perSink: false,
   });
 });
 

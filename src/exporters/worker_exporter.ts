@@ -94,6 +94,23 @@ export function workerModuleMissing(url: URL): boolean {
   }
 }
 
+/**
+ * The permissions of `p` the process itself lacks, as `deno run` flags. A worker can only be
+ * given what its parent has, so these make its start fail; naming them beats Deno's generic
+ * "can't escalate" error.
+ */
+export function missingPermissions(p: ExporterPermissions): string[] {
+  const missing: string[] = [];
+  const check = (d: Deno.PermissionDescriptor, flag: string) => {
+    if (Deno.permissions.querySync(d).state !== "granted") missing.push(flag);
+  };
+  for (const host of p.net) check({ name: "net", host }, `--allow-net=${host}`);
+  for (const path of p.read) check({ name: "read", path }, `--allow-read=${path}`);
+  for (const path of p.write) check({ name: "write", path }, `--allow-write=${path}`);
+  for (const variable of p.env) check({ name: "env", variable }, `--allow-env=${variable}`);
+  return missing;
+}
+
 type Waiter = (stats: WorkerStats | undefined) => void;
 
 /** A sink in a permission-scoped worker. */
@@ -270,6 +287,15 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
 
   #spawn(): Promise<void> {
     const permissions = this.#component.permissions(this.#config);
+    const missing = missingPermissions(permissions);
+    if (missing.length > 0) {
+      return Promise.reject(
+        new Error(
+          `exporter ${this.name} needs ${missing.join(" ")}, which this process was not ` +
+            "given (print the flags a configuration needs: deno task permissions --config FILE)",
+        ),
+      );
+    }
     const worker = new Worker(this.#component.workerModule!.href, {
       type: "module",
       name: `exporter-${this.name}`,

@@ -6,6 +6,7 @@ import { fixtureFlow } from "./fixtures.ts";
 import { probeComponent, type ProbeConfig } from "./probe/component.ts";
 import type { ExportedFlow } from "../../src/aggregation/record.ts";
 import { waitFor } from "../_helpers/wait.ts";
+import { DENO_JSON, runDeno } from "../_helpers/process.ts";
 
 const CTX = { podLabels: false, clusterUuid: "2a1c5d0e-3c8f-4b5e-9d4f-0123456789ab" };
 
@@ -159,6 +160,29 @@ Deno.test("the flow log in its worker writes the same lines as in process and ap
     const s = inWorker.stats();
     assert.equal(s.exported, 3);
     assert.equal(s.buffered, 0);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("a sink whose permissions the process lacks does not start, and the error names the flags", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-probe-lack-" });
+  try {
+    // A process given read access (to load its modules) and nothing else.
+    const out = await runDeno([
+      "run",
+      `--allow-read=${new URL("../..", import.meta.url).pathname}`,
+      "--config",
+      DENO_JSON,
+      new URL("./probe/start_without_permissions.ts", import.meta.url).pathname,
+      dir,
+    ]);
+    assert.equal(out.code, 0, out.stderr);
+    assert.equal(
+      out.stdout.trim(),
+      `exporter probe needs --allow-net=127.0.0.1:9 --allow-write=${dir}, which this process ` +
+        "was not given (print the flags a configuration needs: deno task permissions --config FILE)",
+    );
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

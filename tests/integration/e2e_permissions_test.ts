@@ -39,7 +39,6 @@ Deno.test("e2e permissions: the process runs on exactly the printed flags, its f
       `--allow-read=${dir}/config,${dir}/logs,${SRC}`,
       `--allow-write=${dir}/logs`,
       "--allow-env=HOME,KUBECONFIG,KUBERNETES_SERVICE_HOST,LOG_STREAM,LOG_TOKENS,POD_NAMESPACE,TMPDIR",
-      "--allow-sys=hostname,osRelease",
       "--unstable-net",
       "--unstable-worker-options",
     ]);

@@ -20,7 +20,8 @@ import {
   type FlowAggregatorConfig,
 } from "./components.ts";
 import type { ConfigDiff, TransportProtocol } from "./config/mod.ts";
-import type { DataRecord } from "./ipfix/types.ts";
+import type { DataRecord, TemplateRecord } from "./ipfix/types.ts";
+import { flowTemplateProblem } from "./record/flow_input.ts";
 import type { Exporter, ExporterStats } from "./exporters/exporter.ts";
 import {
   WorkerExporter,
@@ -107,6 +108,8 @@ export interface RecordMetrics {
 export interface FlowAggregatorStats extends RecordMetrics {
   /** Records from options templates, ignored by aggregation. */
   optionsRecordsIgnored: number;
+  /** Records of data templates that lack the flow key or type it differently, dropped. */
+  nonFlowRecords: number;
   /** Exporter `addRecord` calls that threw (the other exporters still got the record). */
   exporterErrors: number;
   /** Records exported while no exporter was enabled (counted, never silent). */
@@ -226,6 +229,9 @@ export class FlowAggregator {
   #receivedByEarlierCollectors = 0;
   #exported = 0;
   #optionsIgnored = 0;
+  #nonFlowRecords = 0;
+  /** Per template definition: "" when it is flow input, else why not. */
+  readonly #templateChecks = new WeakMap<TemplateRecord, string>();
   #exporterErrors = 0;
   #exportedWithoutSink = 0;
   /** Stops of exporters replaced by a reload, still draining; stop() waits for them. */
@@ -349,12 +355,41 @@ export class FlowAggregator {
     this.#state = "stopped";
   }
 
-  /** Feeds decoded records as if they came from the collector (tests, in-process use). */
-  ingest(records: readonly DataRecord[], ctx?: Pick<RecordContext, "options">): void {
+  /**
+   * Feeds decoded records to the core. With a context (the collector's), the data set's
+   * template is checked once ({@linkcode flowTemplateProblem}): records of a template that
+   * cannot be flow input are counted (`nonFlowRecords`) and logged once per template. Without
+   * a template (tests, in-process feeds), the core's per-record validation alone applies.
+   */
+  ingest(
+    records: readonly DataRecord[],
+    ctx?:
+      & Pick<RecordContext, "options">
+      & Partial<Pick<RecordContext, "template" | "exporterAddress">>,
+  ): void {
     if (ctx?.options) {
       this.#optionsIgnored += records.length;
       return;
     }
+    if (ctx?.template !== undefined) {
+      let problem = this.#templateChecks.get(ctx.template);
+      if (problem === undefined) {
+        problem = flowTemplateProblem(ctx.template.fields) ?? "";
+        this.#templateChecks.set(ctx.template, problem);
+        if (problem !== "") {
+          log.warn("data records of a template that is not a flow record are dropped", {
+            exporter: ctx.exporterAddress,
+            templateId: ctx.template.id,
+            reason: problem,
+          });
+        }
+      }
+      if (problem !== "") {
+        this.#nonFlowRecords += records.length;
+        return;
+      }
+    }
+    // Checked above (per template) or validated by the core per record.
     for (const r of records) this.#core.addRecord(r as FlowInput);
   }
 
@@ -386,6 +421,7 @@ export class FlowAggregator {
       numFlows: this.#core.flowCount,
       numConnToCollector: collector?.sessionsActive ?? 0,
       optionsRecordsIgnored: this.#optionsIgnored,
+      nonFlowRecords: this.#nonFlowRecords,
       exporterErrors: this.#exporterErrors,
       exportedWithoutSink: this.#exportedWithoutSink,
       aggregation: this.#core.stats(),
@@ -643,6 +679,7 @@ export class FlowAggregator {
       exporterErrors: s.exporterErrors,
       recordsAggregated: s.aggregation.recordsAccepted,
       rejected: Object.values(s.aggregation.recordsRejected).reduce((a, b) => a + b, 0),
+      nonFlowRecords: s.nonFlowRecords,
       decodeErrors: s.collector?.decodeErrorsTotal ?? 0,
       templateMisses: s.collector?.templateMisses ?? 0,
       ...(s.collector?.udpReceiver

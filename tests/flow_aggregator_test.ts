@@ -4,6 +4,8 @@
  */
 
 import assert from "node:assert/strict";
+import { fieldsFor } from "../src/ipfix/mod.ts";
+import { AGENT_IPV4_FIELDS } from "../src/record/schema.ts";
 import type { ExportedFlow } from "../src/aggregation/record.ts";
 import { ManualClock } from "../src/clock.ts";
 import { diffConfig, type FlowAggregatorConfig, parseConfig } from "../src/components.ts";
@@ -324,6 +326,28 @@ Deno.test("flow aggregator: records from the real collector reach the exporters"
     assert.equal(r.key.sourcePort, 7001);
     assert.equal(r.record.sourcePodName, "worker");
     assert.equal(h.fa.stats().numRecordsReceived, 1);
+  } finally {
+    await h.fa.stop();
+  }
+});
+
+Deno.test("flow aggregator: a template without the flow key is checked once; its records are counted, not aggregated", async () => {
+  const h = await harness(config());
+  const mark = logLines.length;
+  try {
+    const keyless = { id: 300, scopeFieldCount: 0, fields: fieldsFor(["octetDeltaCount"]) };
+    const agent = { id: 256, scopeFieldCount: 0, fields: fieldsFor(AGENT_IPV4_FIELDS) };
+    const ctx = { options: false, exporterAddress: "10.0.0.1" };
+    h.fa.ingest([intraNodeRecord(8101), intraNodeRecord(8102)], { ...ctx, template: keyless });
+    h.fa.ingest([intraNodeRecord(8103)], { ...ctx, template: keyless });
+    h.fa.ingest([intraNodeRecord(8104)], { ...ctx, template: agent });
+    const s = h.fa.stats();
+    assert.equal(s.nonFlowRecords, 3);
+    assert.equal(s.aggregation.recordsAccepted, 1);
+    assert.equal(s.numFlows, 1);
+    const warned = logLines.slice(mark).filter((l) => l.includes("not a flow record"));
+    assert.equal(warned.length, 1, "one warning per template, not per data set");
+    assert.match(warned[0], /templateId=300 reason="no protocolIdentifier/);
   } finally {
     await h.fa.stop();
   }

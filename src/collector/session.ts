@@ -6,7 +6,7 @@
 
 import { type DecodedMessage, decodeMessage, IpfixDecodeError } from "../ipfix/mod.ts";
 import { TemplateStore } from "../ipfix/mod.ts";
-import type { DataRecord } from "../ipfix/mod.ts";
+import type { DataRecord, TemplateRecord } from "../ipfix/mod.ts";
 import type { Clock } from "../clock.ts";
 import type { Logger, RateLimitedLog } from "../log.ts";
 import type { Counters, ExporterStats, Transport } from "./stats.ts";
@@ -25,6 +25,11 @@ export interface RecordContext {
   readonly options: boolean;
   /** Export time from the message header (seconds since the epoch). */
   readonly exportTime: number;
+  /**
+   * The template of the data set: the same object for every data set of one template
+   * definition, so a consumer can check it once and cache the result by identity.
+   */
+  readonly template: TemplateRecord;
 }
 
 /**
@@ -153,7 +158,7 @@ export class Session {
       try {
         env.sink(
           ds.records,
-          this.#context(domain, ds.templateId, ds.options, msg.header.exportTime),
+          this.#context(domain, ds.template, ds.options, msg.header.exportTime),
         );
       } catch (e) {
         c.sinkErrors++;
@@ -170,22 +175,23 @@ export class Session {
    */
   #context(
     domain: number,
-    templateId: number,
+    template: TemplateRecord,
     options: boolean,
     exportTime: number,
   ): RecordContext {
     const p = this.#lastContext;
     if (
-      p !== undefined && p.observationDomainId === domain && p.templateId === templateId &&
+      p !== undefined && p.observationDomainId === domain && p.template === template &&
       p.options === options && p.exportTime === exportTime
     ) return p;
     const ctx: RecordContext = Object.freeze({
       exporterAddress: this.exporterAddress,
       observationDomainId: domain,
-      templateId,
+      templateId: template.id,
       transport: this.transport,
       options,
       exportTime,
+      template,
     });
     this.#lastContext = ctx;
     return ctx;

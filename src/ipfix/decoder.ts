@@ -27,6 +27,8 @@ export interface DecodedDataSet {
   records: DataRecord[];
   /** True when the template is an options template. */
   options: boolean;
+  /** The template the records were decoded with (one object per template definition). */
+  template: TemplateRecord;
 }
 
 /** Everything decoded from one message. */
@@ -209,7 +211,12 @@ export function decodeMessage(buf: Uint8Array, store: TemplateStore): DecodedMes
         continue;
       }
       if (records.length > 0) {
-        msg.dataSets.push({ templateId: setId, records, options: ct.options });
+        msg.dataSets.push({
+          templateId: setId,
+          records,
+          options: ct.options,
+          template: ct.template,
+        });
       }
     } else if (setId === 2 || setId === 3) {
       let ops: TemplateOp[];

@@ -45,3 +45,31 @@ export function exporterAddress(hostname: string): string {
   const m = /^::ffff:(\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3})$/i.exec(h);
   return m ? m[1] : h;
 }
+
+/**
+ * Opens a listener on `address`: on a wildcard address, the IPv6 wildcard (dual-stack, IPv4 as
+ * mapped addresses), falling back to the IPv4 wildcard where IPv6 is unavailable
+ * (`onFallback` is told why).
+ */
+export function bindDualStack<T>(
+  address: ListenAddress,
+  open: (hostname: string) => T,
+  onFallback?: (err: unknown) => void,
+): T {
+  if (!address.wildcard) return open(address.hostname);
+  try {
+    return open("::");
+  } catch (err) {
+    onFallback?.(err);
+    return open("0.0.0.0");
+  }
+}
+
+/** Closes a socket, connection or listener, ignoring "already closed". */
+export function closeQuietly(c: { close(): void }): void {
+  try {
+    c.close();
+  } catch {
+    // Already closed.
+  }
+}

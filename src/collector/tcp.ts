@@ -4,7 +4,7 @@
  * ending the accept loop, and a connection is closed as soon as the peer is gone (ipfix.md §2.13).
  */
 
-import { exporterAddress, type ListenAddress } from "./address.ts";
+import { bindDualStack, closeQuietly, exporterAddress, type ListenAddress } from "./address.ts";
 import { Session, type SessionEnv } from "./session.ts";
 import { StreamSession } from "./stream.ts";
 
@@ -121,21 +121,9 @@ export class TcpListener {
   }
 }
 
-function closeQuietly(c: { close(): void }): void {
-  try {
-    c.close();
-  } catch {
-    // Already closed.
-  }
-}
-
 function bind(address: ListenAddress): Deno.TcpListener {
-  const open = (hostname: string): Deno.TcpListener =>
-    Deno.listen({ transport: "tcp", hostname, port: address.port });
-  if (!address.wildcard) return open(address.hostname);
-  try {
-    return open("::");
-  } catch {
-    return open("0.0.0.0");
-  }
+  return bindDualStack(
+    address,
+    (hostname) => Deno.listen({ transport: "tcp", hostname, port: address.port }),
+  );
 }

@@ -5,7 +5,7 @@
  * (upstream's 1024-byte buffer truncates, ipfix.md §2.4).
  */
 
-import type { ListenAddress } from "./address.ts";
+import { bindDualStack, closeQuietly, type ListenAddress } from "./address.ts";
 import { logger, RateLimitedLog } from "../log.ts";
 import { datagramAt, splitPeer, startUdpReceiver, type UdpBatch } from "./udp_fast.ts";
 
@@ -84,24 +84,16 @@ export class DenoUdpReceiver implements UdpReceiver {
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
-    try {
-      this.#conn.close();
-    } catch {
-      // Already closed.
-    }
+    closeQuietly(this.#conn);
   }
 }
 
 function bind(address: ListenAddress): Deno.DatagramConn {
-  const open = (hostname: string): Deno.DatagramConn =>
-    Deno.listenDatagram({ transport: "udp", hostname, port: address.port });
-  if (!address.wildcard) return open(address.hostname);
-  try {
-    return open("::");
-  } catch (e) {
-    log.warn("cannot bind [::], falling back to IPv4 only", { error: e });
-    return open("0.0.0.0");
-  }
+  return bindDualStack(
+    address,
+    (hostname) => Deno.listenDatagram({ transport: "udp", hostname, port: address.port }),
+    (e) => log.warn("cannot bind [::], falling back to IPv4 only", { error: e }),
+  );
 }
 
 /** The default {@linkcode UdpReceiverFactory}. */

@@ -22,14 +22,7 @@ import {
   parseBindHost,
   setRecvTimeout,
 } from "./udp_fast_ffi.ts";
-import {
-  batchLayout,
-  CONTROL,
-  COUNTER,
-  PEER_SIZE,
-  type WorkerBatch,
-  type WorkerStart,
-} from "./udp_fast_protocol.ts";
+import * as wire from "./udp_fast_protocol.ts";
 
 const log = logger("collector.udp_fast");
 
@@ -222,7 +215,7 @@ async function startFfi(options: UdpFastOptions): Promise<UdpReceiver> {
     throw e;
   }
 
-  const control = new SharedArrayBuffer(CONTROL.size * 4);
+  const control = new SharedArrayBuffer(wire.CONTROL.size * 4);
   const ctl = new Int32Array(control);
   const counterBufs: Float64Array[] = [];
   const counts = { callbackErrors: 0 };
@@ -233,7 +226,7 @@ async function startFfi(options: UdpFastOptions): Promise<UdpReceiver> {
   let closed = false;
 
   for (const fd of fds) {
-    const counters = new SharedArrayBuffer(COUNTER.size * 8);
+    const counters = new SharedArrayBuffer(wire.COUNTER.size * 8);
     counterBufs.push(new Float64Array(counters));
     const w = new Worker(UDP_FAST_WORKER_MODULE.href, {
       type: "module",
@@ -248,12 +241,12 @@ async function startFfi(options: UdpFastOptions): Promise<UdpReceiver> {
     );
     stopped.push(new Promise<void>((res) => (onStop = res)));
     w.onmessage = (ev: MessageEvent): void => {
-      const m = ev.data as WorkerBatch | { type: "ready" } | { type: "stopped" } | {
+      const m = ev.data as wire.WorkerBatch | { type: "ready" } | { type: "stopped" } | {
         type: "error";
         message: string;
       };
       if (m.type === "batch") {
-        Atomics.sub(ctl, CONTROL.inflight, 1);
+        Atomics.sub(ctl, wire.CONTROL.inflight, 1);
         if (closed) return;
         deliver(options, unpackBatch(m, peerCache), counts);
       } else if (m.type === "ready") {
@@ -272,7 +265,7 @@ async function startFfi(options: UdpFastOptions): Promise<UdpReceiver> {
       onFail(new Error(`udp_fast: worker crashed: ${ev.message}`));
       onStop();
     };
-    const start: WorkerStart = {
+    const start: wire.WorkerStart = {
       type: "start",
       fd,
       recvSlots,
@@ -291,8 +284,8 @@ async function startFfi(options: UdpFastOptions): Promise<UdpReceiver> {
   let closing: Promise<void> | undefined;
   const close = (): Promise<void> => {
     closing ??= (async () => {
-      Atomics.store(ctl, CONTROL.stop, 1);
-      Atomics.notify(ctl, CONTROL.stop);
+      Atomics.store(ctl, wire.CONTROL.stop, 1);
+      Atomics.notify(ctl, wire.CONTROL.stop);
       // Batches posted before "stopped" (the worker drains the socket and flushes its staged
       // datagrams on stop) are still delivered: a graceful stop loses nothing already received.
       await Promise.all(stopped);
@@ -316,32 +309,43 @@ async function startFfi(options: UdpFastOptions): Promise<UdpReceiver> {
     mode: "ffi",
     addr: { transport: "udp", hostname, port },
     stats(): UdpReceiverStats {
-      const s: UdpReceiverStats = {
-        mode: "ffi",
-        workers,
-        datagrams: 0,
-        bytes: 0,
-        batches: 0,
-        dropped: 0,
-        truncated: 0,
-        kernelDrops: 0,
-        errors: 0,
-        callbackErrors: counts.callbackErrors,
-        recvBufferBytes,
-        perWorker: counterBufs.map((c) => c[COUNTER.datagrams]),
-      };
+      const s = zeroStats("ffi", workers, recvBufferBytes);
+      s.callbackErrors = counts.callbackErrors;
+      s.perWorker = counterBufs.map((c) => c[wire.COUNTER.datagrams]);
       for (const c of counterBufs) {
-        s.datagrams += c[COUNTER.datagrams];
-        s.bytes += c[COUNTER.bytes];
-        s.batches += c[COUNTER.batches];
-        s.dropped += c[COUNTER.dropped];
-        s.truncated += c[COUNTER.truncated];
-        s.kernelDrops += c[COUNTER.kernelDrops];
-        s.errors += c[COUNTER.errors];
+        s.datagrams += c[wire.COUNTER.datagrams];
+        s.bytes += c[wire.COUNTER.bytes];
+        s.batches += c[wire.COUNTER.batches];
+        s.dropped += c[wire.COUNTER.dropped];
+        s.truncated += c[wire.COUNTER.truncated];
+        s.kernelDrops += c[wire.COUNTER.kernelDrops];
+        s.errors += c[wire.COUNTER.errors];
       }
       return s;
     },
     close,
+  };
+}
+
+/** Counters before anything was received. */
+function zeroStats(
+  mode: UdpReceiveMode,
+  workers: number,
+  recvBufferBytes: number,
+): UdpReceiverStats {
+  return {
+    mode,
+    workers,
+    datagrams: 0,
+    bytes: 0,
+    batches: 0,
+    dropped: 0,
+    truncated: 0,
+    kernelDrops: 0,
+    errors: 0,
+    callbackErrors: 0,
+    recvBufferBytes,
+    perWorker: new Array(workers).fill(0),
   };
 }
 
@@ -353,20 +357,7 @@ function startDeno(options: UdpFastOptions): UdpReceiver {
   });
   const addr = conn.addr as Deno.NetAddr;
   const maxDatagramSize = clampInt(options.maxDatagramSize ?? 65535, 1, 65535);
-  const s: UdpReceiverStats = {
-    mode: "deno",
-    workers: 1,
-    datagrams: 0,
-    bytes: 0,
-    batches: 0,
-    dropped: 0,
-    truncated: 0,
-    kernelDrops: 0,
-    errors: 0,
-    callbackErrors: 0,
-    recvBufferBytes: 0,
-    perWorker: [0],
-  };
+  const s = zeroStats("deno", 1, 0);
   let closed = false;
   const loop = (async (): Promise<void> => {
     while (!closed) {
@@ -413,11 +404,11 @@ function startDeno(options: UdpFastOptions): UdpReceiver {
   };
 }
 
-function unpackBatch(m: WorkerBatch, cache: PeerCache): UdpBatch {
-  const L = batchLayout(m.count);
-  const peerBytes = new Uint8Array(m.buffer, L.peers, m.count * PEER_SIZE);
+function unpackBatch(m: wire.WorkerBatch, cache: PeerCache): UdpBatch {
+  const L = wire.batchLayout(m.count);
+  const peerBytes = new Uint8Array(m.buffer, L.peers, m.count * wire.PEER_SIZE);
   const peers = new Array<string>(m.count);
-  for (let i = 0; i < m.count; i++) peers[i] = cache.get(peerBytes, i * PEER_SIZE);
+  for (let i = 0; i < m.count; i++) peers[i] = cache.get(peerBytes, i * wire.PEER_SIZE);
   return {
     count: m.count,
     data: new Uint8Array(m.buffer, L.data),

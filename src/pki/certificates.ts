@@ -153,36 +153,34 @@ export function generateCertificates(
     else altNames.push({ type: 2, value: address });
   }
 
-  const serverPem = buildCert({
-    serial: "02",
-    subject: cnAttributes(`flow-aggregator-server-certificate@${unix}`),
-    issuer: caSubject,
-    publicKey: serverKey.publicKey,
-    signingKey: caKey.privateKey,
-    notBefore,
-    notAfter,
-    extensions: [
-      { name: "keyUsage", digitalSignature: true, critical: true },
-      { name: "extKeyUsage", serverAuth: true },
-      { name: "subjectAltName", altNames },
-      aki,
-    ],
-  });
-
-  const clientPem = buildCert({
-    serial: "03",
-    subject: cnAttributes(`flow-aggregator-client-certificate@${unix}`),
-    issuer: caSubject,
-    publicKey: clientKey.publicKey,
-    signingKey: caKey.privateKey,
-    notBefore,
-    notAfter,
-    extensions: [
-      { name: "keyUsage", digitalSignature: true, critical: true },
-      { name: "extKeyUsage", clientAuth: true },
-      aki,
-    ],
-  });
+  // A leaf certificate signed by the CA: server (serverAuth + SANs) or client (clientAuth).
+  const leaf = (
+    serial: string,
+    role: "server" | "client",
+    publicKey: typeof serverKey.publicKey,
+    extra: Record<string, unknown>[],
+  ) =>
+    buildCert({
+      serial,
+      subject: cnAttributes(`flow-aggregator-${role}-certificate@${unix}`),
+      issuer: caSubject,
+      publicKey,
+      signingKey: caKey.privateKey,
+      notBefore,
+      notAfter,
+      extensions: [
+        { name: "keyUsage", digitalSignature: true, critical: true },
+        ...extra,
+        aki,
+      ],
+    });
+  const serverPem = leaf("02", "server", serverKey.publicKey, [
+    { name: "extKeyUsage", serverAuth: true },
+    { name: "subjectAltName", altNames },
+  ]);
+  const clientPem = leaf("03", "client", clientKey.publicKey, [
+    { name: "extKeyUsage", clientAuth: true },
+  ]);
 
   return {
     ca: { certPem: caPem, keyPem: caKey.keyPem },

@@ -102,14 +102,22 @@ export class LogExporter implements Exporter {
 
   /** Stops the timer, flushes everything pending and closes the file. */
   async stop(): Promise<void> {
+    await this.#pauseAndClose();
+  }
+
+  /**
+   * Stops the timer, then flushes and closes the file as one step of the write chain: a
+   * size-triggered flush queued meanwhile can never write into (and so reopen) the file being
+   * closed. `then` runs in the same step, before any later write sees the sink.
+   */
+  async #pauseAndClose(then?: () => void): Promise<void> {
     this.#running = false;
     clearTimeout(this.#timer);
     this.#timer = undefined;
-    // Flush and close in the write chain: a size-triggered flush queued meanwhile can never
-    // write into (and so reopen) the file being closed.
     await this.#serialized(async () => {
       await this.#flushOnce();
       await this.#closeSink();
+      then?.();
     });
   }
 
@@ -164,14 +172,9 @@ export class LogExporter implements Exporter {
   async update(config: FlowLoggerConfig): Promise<void> {
     if (JSON.stringify(config) === JSON.stringify(this.#config)) return;
     const wasRunning = this.#running;
-    this.#running = false;
-    clearTimeout(this.#timer);
-    this.#timer = undefined;
-    // One step in the write chain: pending lines go to the old file, it is closed, and only
-    // then do later writes see the new sink (no write can reopen the old file meanwhile).
-    await this.#serialized(async () => {
-      await this.#flushOnce();
-      await this.#closeSink();
+    // Pending lines go to the old file, it is closed, and only then do later writes see the new
+    // sink (no write can reopen the old file meanwhile).
+    await this.#pauseAndClose(() => {
       this.#config = structuredClone(config);
       this.#filter = new LogFilter(config.filters);
       this.#sink = this.#makeSink();

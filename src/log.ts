@@ -45,11 +45,6 @@ export function setLogLevel(level: LogLevel): void {
   state.level = LEVELS[level];
 }
 
-/** Returns the current level. */
-export function getLogLevel(): LogLevel {
-  return (Object.keys(LEVELS) as LogLevel[]).find((l) => LEVELS[l] === state.level) ?? "info";
-}
-
 /** Chooses the line format. */
 export function setLogFormat(format: "logfmt" | "json"): void {
   state.format = format;

@@ -26,7 +26,7 @@ import {
 } from "../../ipfix/mod.ts";
 import { parseCollectorAddress } from "../../config/address.ts";
 import type { FlowCollectorConfig } from "../../config/types.ts";
-import type { Clock } from "../../clock.ts";
+import type { Clock, ClockTimer } from "../../clock.ts";
 import { systemClock } from "../../clock.ts";
 import { logger, RateLimitedLog } from "../../log.ts";
 import { openTransport, type Transport, type TransportTlsOptions } from "./transport.ts";
@@ -81,7 +81,10 @@ export interface IpfixExporterOptions {
   connectTimeoutMs?: number;
   /** How long `stop()` keeps trying to deliver the queue; default 5000 ms. */
   stopTimeoutMs?: number;
-  /** Time source for export times and the template refresh; default the system clock. */
+  /**
+   * Time source and timers for export times, the template refresh, the reconnect backoff and
+   * the stop timeout; default the system clock.
+   */
   clock?: Clock;
 }
 
@@ -272,7 +275,7 @@ export class IpfixExporter implements Exporter {
   #pump?: Promise<void>;
   #wake?: () => void;
   #interruptSleep?: () => void;
-  #refreshTimer?: ReturnType<typeof setTimeout>;
+  #refreshTimer?: ClockTimer;
   /** flush() callers waiting for the queue to drain. */
   #flushWaiters: (() => void)[] = [];
 
@@ -389,12 +392,14 @@ export class IpfixExporter implements Exporter {
     this.#stopping = true;
     this.#signal();
     if (this.#pump !== undefined) {
-      let timer: ReturnType<typeof setTimeout> | undefined;
+      let timer: ClockTimer | undefined;
       const timedOut = await Promise.race([
         this.#pump.then(() => false),
-        new Promise<boolean>((r) => (timer = setTimeout(() => r(true), this.#stopTimeout))),
+        new Promise<boolean>((
+          r,
+        ) => (timer = this.#clock.setTimer(this.#stopTimeout, () => r(true)))),
       ]);
-      clearTimeout(timer);
+      timer?.cancel();
       if (timedOut) {
         this.#aborted = true;
         // Closing makes a pending write fail and aborting a pending connect gives up on it, so
@@ -414,7 +419,7 @@ export class IpfixExporter implements Exporter {
       this.#retry = [];
     }
     this.#closeTransport();
-    clearTimeout(this.#refreshTimer);
+    this.#refreshTimer?.cancel();
   }
 
   /** Returns the counters. */
@@ -454,12 +459,12 @@ export class IpfixExporter implements Exporter {
   /** Backoff delay: new records must not cut it short, only stop() does. */
   #sleep(ms: number): Promise<void> {
     return new Promise((resolve) => {
-      const timer = setTimeout(() => {
+      const timer = this.#clock.setTimer(ms, () => {
         this.#interruptSleep = undefined;
         resolve();
-      }, ms);
+      });
       this.#interruptSleep = () => {
-        clearTimeout(timer);
+        timer.cancel();
         this.#interruptSleep = undefined;
         resolve();
       };
@@ -537,7 +542,7 @@ export class IpfixExporter implements Exporter {
    */
   #sessionEnded(): void {
     this.#closeTransport();
-    if (performance.now() - this.#connectedAt < HEALTHY_SESSION_MS) {
+    if (this.#clock.nowMs() - this.#connectedAt < HEALTHY_SESSION_MS) {
       this.#delayNextConnect = true;
     } else {
       this.#backoff = 0;
@@ -585,7 +590,7 @@ export class IpfixExporter implements Exporter {
       this.#closeTransport();
       return false;
     }
-    this.#connectedAt = performance.now();
+    this.#connectedAt = this.#clock.nowMs();
     if (this.#everConnected) this.#reconnects++;
     this.#everConnected = true;
     log.info("connected to collector", {
@@ -618,16 +623,15 @@ export class IpfixExporter implements Exporter {
   }
 
   #armRefresh(): void {
-    clearTimeout(this.#refreshTimer);
+    this.#refreshTimer?.cancel();
+    this.#refreshTimer = undefined;
     if (this.#proto !== "udp" || this.#json || this.#refreshMs <= 0) return;
-    // The timer marks the refresh due and wakes the pump; the injected clock can also make it
-    // due (tests drive a ManualClock), whichever comes first.
-    const timer = setTimeout(() => {
+    // The timer marks the refresh due and wakes an idle pump; a busy pump also finds it due by
+    // reading the clock before each batch, whichever comes first.
+    this.#refreshTimer = this.#clock.setTimer(this.#refreshMs, () => {
       this.#refreshDue = true;
       this.#signal();
-    }, this.#refreshMs);
-    Deno.unrefTimer(timer);
-    this.#refreshTimer = timer;
+    }, { unref: true });
   }
 
   async #refreshTemplatesIfDue(): Promise<void> {

@@ -18,11 +18,16 @@ import {
   AGGREGATED_IPV4_FIELDS,
   AGGREGATED_IPV6_FIELDS,
   elementByName,
+  encodeMessage,
   encodeTemplateSet,
   fieldsFor,
   fnv1_32,
+  MESSAGE_HEADER_LENGTH,
+  MessageBuilder,
+  type MessageHeaderFields,
   POD_LABEL_FIELDS,
   RecordEncoder,
+  SET_HEADER_LENGTH,
 } from "../../ipfix/mod.ts";
 import { parseCollectorAddress } from "../../config/address.ts";
 import type { FlowCollectorConfig } from "../../config/types.ts";
@@ -43,8 +48,6 @@ export const DEFAULT_TEMPLATE_REFRESH_MS = 1_800_000;
 /** Default bound of the queue of records waiting to be sent. */
 export const DEFAULT_MAX_QUEUE = 100_000;
 
-const MESSAGE_HEADER = 16;
-const SET_HEADER = 4;
 // Largest IPFIX message (u16 length) and largest UDP payload over IPv4.
 const MAX_IPFIX_MESSAGE = 65535;
 const MAX_UDP_PAYLOAD = 65507;
@@ -189,46 +192,16 @@ function buildTemplate(id: number, ipv6: boolean, podLabels: boolean): OutTempla
   return { id, names, zeros, record, encoder, setBytes: encodeTemplateSet([record]) };
 }
 
-function messageHeader(
-  out: Uint8Array,
-  length: number,
-  exportTime: number,
-  seq: number,
-  odid: number,
-): void {
-  const v = new DataView(out.buffer, out.byteOffset, MESSAGE_HEADER);
-  v.setUint16(0, 10);
-  v.setUint16(2, length);
-  v.setUint32(4, exportTime >>> 0);
-  v.setUint32(8, seq >>> 0);
-  v.setUint32(12, odid >>> 0);
-}
-
-/** Encodes one message: header, one data set of `tp`, the records of `flows` (`len` bytes). */
-function writeMessage(
-  tp: OutTemplate,
-  flows: readonly ExportedFlow[],
-  len: number,
-  exportTime: number,
-  seq: number,
-  odid: number,
-): Uint8Array {
-  const total = MESSAGE_HEADER + SET_HEADER + len;
-  const m = new Uint8Array(total);
-  // RFC 7011: the sequence number counts the data records sent before this message.
-  messageHeader(m, total, exportTime, seq, odid);
-  const view = new DataView(m.buffer);
-  view.setUint16(MESSAGE_HEADER, tp.id);
-  view.setUint16(MESSAGE_HEADER + 2, SET_HEADER + len);
-  let off = MESSAGE_HEADER + SET_HEADER;
-  for (const f of flows) {
-    off = tp.encoder.write(
-      view,
-      off,
-      f.record as unknown as Record<string, FieldValue | undefined>,
-    );
-  }
-  return m;
+/** One batch ready for the transport. */
+interface Built {
+  /** What to hand to `Transport.send`. */
+  payload: Uint8Array[];
+  /** IPFIX messages (or JSON documents) in it. */
+  messages: number;
+  /** Bytes in it. */
+  bytes: number;
+  /** The flows it carries, in batch order. */
+  sent: ExportedFlow[];
 }
 
 /** Sends aggregated flows to an external IPFIX (or JSON-lines) collector. */
@@ -252,6 +225,13 @@ export class IpfixExporter implements Exporter {
   readonly #stopTimeout: number;
   readonly #clock: Clock;
   readonly #dropLog = new RateLimitedLog(10_000);
+  /** Frames each batch; reused, as one batch is built and sent at a time. */
+  readonly #out = new MessageBuilder();
+  readonly #header: MessageHeaderFields = {
+    exportTime: 0,
+    sequenceNumber: 0,
+    observationDomainId: 0,
+  };
 
   // Queue: array with a moving head, compacted when the head passes half of it.
   #queue: ExportedFlow[] = [];
@@ -605,13 +585,8 @@ export class IpfixExporter implements Exporter {
     if (t === undefined) return;
     if (!this.#json) {
       // One template per message, as upstream: its collector reads only the first set.
-      const exportTime = Math.floor(this.#clock.wallMs() / 1000);
-      const msgs = this.#templates.map((tp) => {
-        const m = new Uint8Array(MESSAGE_HEADER + tp.setBytes.length);
-        messageHeader(m, m.length, exportTime, this.#seq, this.observationDomainId);
-        m.set(tp.setBytes, MESSAGE_HEADER);
-        return m;
-      });
+      const header = this.#messageHeader();
+      const msgs = this.#templates.map((tp) => encodeMessage(header, [tp.setBytes]));
       await t.send(msgs);
       this.#templatesSent += msgs.length;
       this.#messages += msgs.length;
@@ -684,9 +659,9 @@ export class IpfixExporter implements Exporter {
     if (t === undefined) return;
     const batch = this.#takeBatch();
     const built = this.#json ? this.#buildJson(batch) : this.#buildIpfix(batch);
-    if (built.messages.length === 0) return;
+    if (built.messages === 0) return;
     try {
-      await t.send(built.messages);
+      await t.send(built.payload);
     } catch (e) {
       this.#errors++;
       log.warn("send failed, will reconnect", { target: this.#target(), error: e });
@@ -696,15 +671,25 @@ export class IpfixExporter implements Exporter {
       return;
     }
     this.#exported += built.sent.length;
-    this.#messages += built.messages.length;
-    for (const m of built.messages) this.#bytes += m.length;
+    this.#messages += built.messages;
+    this.#bytes += built.bytes;
     this.#seq = (this.#seq + built.sent.length) >>> 0;
   }
 
-  #buildJson(batch: ExportedFlow[]): { messages: Uint8Array[]; sent: ExportedFlow[] } {
+  /** The header of the next message: the clock's export time and the RFC 7011 sequence. */
+  #messageHeader(): MessageHeaderFields {
+    const h = this.#header;
+    h.exportTime = Math.floor(this.#clock.wallMs() / 1000);
+    h.sequenceNumber = this.#seq;
+    h.observationDomainId = this.observationDomainId;
+    return h;
+  }
+
+  #buildJson(batch: ExportedFlow[]): Built {
     const now = this.#clock.wallMs();
     const messages: Uint8Array[] = [];
     const sent: ExportedFlow[] = [];
+    let total = 0;
     for (const flow of batch) {
       const tp = this.#templates[flow.isIPv6 ? 1 : 0];
       const bytes = jsonRecordBytes(tp.names, this.#values(tp, flow), now);
@@ -715,17 +700,17 @@ export class IpfixExporter implements Exporter {
       }
       messages.push(bytes);
       sent.push(flow);
+      total += bytes.length;
     }
-    return { messages, sent };
+    return { payload: messages, messages: messages.length, bytes: total, sent };
   }
 
-  #buildIpfix(batch: ExportedFlow[]): { messages: Uint8Array[]; sent: ExportedFlow[] } {
-    const exportTime = Math.floor(this.#clock.wallMs() / 1000);
+  #buildIpfix(batch: ExportedFlow[]): Built {
+    const out = this.#out;
+    out.reset();
+    const header = this.#messageHeader();
     const limit = this.#proto === "udp" ? MAX_UDP_PAYLOAD : MAX_IPFIX_MESSAGE;
-    const overhead = MESSAGE_HEADER + SET_HEADER;
-    // Pass 1: sizes and message boundaries (one template per message, below the size limit).
-    const groups: { tp: OutTemplate; flows: ExportedFlow[]; len: number }[] = [];
-    let cur: { tp: OutTemplate; flows: ExportedFlow[]; len: number } | undefined;
+    const overhead = MESSAGE_HEADER_LENGTH + SET_HEADER_LENGTH;
     const sent: ExportedFlow[] = [];
     // IPv4 records first, then IPv6: a message holds one data set (upstream collectors read only
     // the first set), so interleaved families would otherwise split batches into tiny messages.
@@ -740,9 +725,7 @@ export class IpfixExporter implements Exporter {
       try {
         len = tp.encoder.encodedLength(rec);
       } catch (e) {
-        this.#errors++;
-        this.#drop(1, "record cannot be encoded");
-        log.debug("encode failed", { error: e });
+        this.#encodeFailed(e);
         continue;
       }
       if (overhead + len > limit) {
@@ -750,46 +733,29 @@ export class IpfixExporter implements Exporter {
         this.#drop(1, "record larger than the largest message");
         continue;
       }
-      if (cur === undefined || cur.tp !== tp || overhead + cur.len + len >= this.#maxMessage) {
-        cur = { tp, flows: [], len: 0 };
-        groups.push(cur);
-      }
-      cur.flows.push(flow);
-      cur.len += len;
-    }
-    // Pass 2: write each message straight into its own buffer.
-    const messages: Uint8Array[] = [];
-    let seq = this.#seq;
-    for (const g of groups) {
-      let m: Uint8Array;
+      // RFC 7011: a message's sequence number counts the data records sent before it.
+      header.sequenceNumber = (this.#seq + sent.length) >>> 0;
+      const at = out.reserveRecord(tp.id, len, this.#maxMessage, header);
       try {
-        m = writeMessage(g.tp, g.flows, g.len, exportTime, seq, this.observationDomainId);
-      } catch {
-        // A value of the wrong type for its field (only writing finds those): find the bad
-        // records one by one, drop and count them, and send the rest.
-        const good: ExportedFlow[] = [];
-        let goodLen = 0;
-        for (const f of g.flows) {
-          const rec = f.record as unknown as Record<string, FieldValue | undefined>;
-          try {
-            const l = g.tp.encoder.encodedLength(rec);
-            g.tp.encoder.write(new DataView(new ArrayBuffer(l)), 0, rec);
-            good.push(f);
-            goodLen += l;
-          } catch (e) {
-            this.#errors++;
-            this.#drop(1, "record cannot be encoded");
-            log.debug("encode failed", { error: e });
-          }
-        }
-        if (good.length === 0) continue;
-        g.flows = good;
-        m = writeMessage(g.tp, good, goodLen, exportTime, seq, this.observationDomainId);
+        tp.encoder.write(out.view, at, rec);
+      } catch (e) {
+        // A value of the wrong type for its field (only writing finds those): the record is
+        // left uncommitted, the rest of the batch still goes out.
+        this.#encodeFailed(e);
+        continue;
       }
-      messages.push(m);
-      for (const f of g.flows) sent.push(f);
-      seq = (seq + g.flows.length) >>> 0;
+      out.commit(len);
+      sent.push(flow);
     }
-    return { messages, sent };
+    out.endMessage();
+    // A stream takes the whole batch in one write; UDP sends one datagram per message.
+    const payload = this.#proto === "udp" ? out.messages() : [out.bytes()];
+    return { payload, messages: out.count, bytes: out.length, sent };
+  }
+
+  #encodeFailed(e: unknown): void {
+    this.#errors++;
+    this.#drop(1, "record cannot be encoded");
+    log.debug("encode failed", { error: e });
   }
 }

@@ -23,11 +23,7 @@ import {
   type TemplateRecord,
   VARIABLE_LENGTH,
 } from "../ipfix/mod.ts";
-import {
-  openTransport,
-  type Transport,
-  type TransportTlsOptions,
-} from "../exporters/ipfix/transport.ts";
+import { openTransport, type Transport, type TransportTlsOptions } from "../net/transport.ts";
 import {
   type AgentUpdate,
   FlowModel,

@@ -1,0 +1,273 @@
+/**
+ * Client transports to one IPFIX collector: TCP, TLS (optionally mutual) and UDP, shared by the
+ * IPFIX exporter and the traffic generator (it knows neither). A transport only moves bytes:
+ * `send` writes a list of messages (stream transports concatenate them into one write; UDP sends
+ * one datagram each) and fails on any short write, and stream transports watch the socket so a
+ * collector that goes away is noticed at once instead of on the next write (collectors never
+ * send us data, so any read result means the peer is gone). Reconnecting is the caller's policy.
+ * Needs `--allow-net` (and `--allow-read` only if the caller reads PEM files).
+ */
+
+/** Transport kinds (the `:proto` suffix of a collector address). */
+export type TransportKind = "tcp" | "udp" | "tls";
+
+/** TLS settings for the `tls` transport (PEM texts, never paths). */
+export interface TransportTlsOptions {
+  /** CA certificate(s) that sign the collector's certificate; default: system roots. */
+  ca?: string;
+  /** Client certificate chain for mutual TLS. */
+  cert?: string;
+  /** Client private key for mutual TLS. */
+  key?: string;
+  /**
+   * How long to wait after the handshake for the server to refuse the client certificate
+   * (TLS 1.3 reports it only then); default 200 ms, 0 disables.
+   */
+  settleMs?: number;
+}
+
+/** Where and how to connect. */
+export interface TransportTarget {
+  /** Host name or IP literal (IPv6 without brackets). */
+  host: string;
+  /** Port. */
+  port: number;
+  /** Transport kind. */
+  kind: TransportKind;
+  /** TLS settings (kind `tls` only). */
+  tls?: TransportTlsOptions;
+  /** Connect (and TLS handshake) timeout; default 5000 ms. */
+  connectTimeoutMs?: number;
+  /** Abandons a pending connect (say, the caller stopping), like the timeout does. */
+  signal?: AbortSignal;
+}
+
+/** An open connection to a collector. */
+export interface Transport {
+  /** Transport kind. */
+  readonly kind: TransportKind;
+  /** True until closed locally or by the peer. */
+  readonly open: boolean;
+  /** Resolves once the transport is closed (locally or by the peer). */
+  readonly closed: Promise<void>;
+  /** Writes every message completely; rejects on any error (the caller should close). */
+  send(messages: readonly Uint8Array[]): Promise<void>;
+  /** Closes the socket; idempotent. */
+  close(): void;
+}
+
+function withTimeout<T extends { close(): void }>(
+  p: Promise<T>,
+  ms: number,
+  what: string,
+  signal?: AbortSignal,
+): Promise<T> {
+  return new Promise((resolve, reject) => {
+    let done = false;
+    const finish = (): boolean => {
+      if (done) return false;
+      done = true;
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+      return true;
+    };
+    const give = (reason: string): void => {
+      if (!finish()) return;
+      // The pending connect cannot be cancelled: close it if it completes after all.
+      p.then((c) => c.close(), () => {});
+      reject(new Error(`${what}: ${reason}`));
+    };
+    const onAbort = (): void => give("aborted");
+    const timer = setTimeout(() => give(`timeout after ${ms} ms`), ms);
+    if (signal?.aborted) {
+      give("aborted");
+      return;
+    }
+    signal?.addEventListener("abort", onAbort, { once: true });
+    p.then((v) => {
+      if (finish()) resolve(v);
+    }, (e) => {
+      if (finish()) reject(e);
+    });
+  });
+}
+
+function concat(messages: readonly Uint8Array[]): Uint8Array {
+  if (messages.length === 1) return messages[0];
+  let n = 0;
+  for (const m of messages) n += m.length;
+  const out = new Uint8Array(n);
+  let off = 0;
+  for (const m of messages) {
+    out.set(m, off);
+    off += m.length;
+  }
+  return out;
+}
+
+class StreamTransport implements Transport {
+  readonly kind: TransportKind;
+  readonly closed: Promise<void>;
+  readonly #conn: Deno.Conn;
+  #open = true;
+  #resolveClosed!: () => void;
+
+  constructor(kind: TransportKind, conn: Deno.Conn) {
+    this.kind = kind;
+    this.#conn = conn;
+    this.closed = new Promise((r) => (this.#resolveClosed = r));
+    this.#watch();
+  }
+
+  get open(): boolean {
+    return this.#open;
+  }
+
+  async #watch(): Promise<void> {
+    const buf = new Uint8Array(512);
+    try {
+      // Collectors never talk back: EOF or an error means the session is over.
+      while (this.#open) {
+        const n = await this.#conn.read(buf);
+        if (n === null) break;
+      }
+    } catch {
+      // Reset or locally closed: either way the transport is finished.
+    }
+    this.close();
+  }
+
+  async send(messages: readonly Uint8Array[]): Promise<void> {
+    if (!this.#open) throw new Error("connection closed");
+    const data = concat(messages);
+    let off = 0;
+    while (off < data.length) {
+      const n = await this.#conn.write(off === 0 ? data : data.subarray(off));
+      if (n <= 0) throw new Error("could not send the complete message on the connection");
+      off += n;
+    }
+  }
+
+  close(): void {
+    if (!this.#open) return;
+    this.#open = false;
+    try {
+      this.#conn.close();
+    } catch {
+      // Already closed by the runtime after a reset.
+    }
+    this.#resolveClosed();
+  }
+}
+
+class UdpTransport implements Transport {
+  readonly kind: TransportKind = "udp";
+  readonly closed: Promise<void>;
+  readonly #sock: Deno.DatagramConn;
+  readonly #addr: Deno.NetAddr;
+  #open = true;
+  #resolveClosed!: () => void;
+
+  constructor(sock: Deno.DatagramConn, addr: Deno.NetAddr) {
+    this.#sock = sock;
+    this.#addr = addr;
+    this.closed = new Promise((r) => (this.#resolveClosed = r));
+  }
+
+  get open(): boolean {
+    return this.#open;
+  }
+
+  async send(messages: readonly Uint8Array[]): Promise<void> {
+    for (const m of messages) {
+      if (!this.#open) throw new Error("connection closed");
+      const n = await this.#sock.send(m, this.#addr);
+      if (n !== m.length) throw new Error("could not send the complete message on the connection");
+    }
+  }
+
+  close(): void {
+    if (!this.#open) return;
+    this.#open = false;
+    try {
+      this.#sock.close();
+    } catch {
+      // Already closed.
+    }
+    this.#resolveClosed();
+  }
+}
+
+async function resolveHost(host: string): Promise<string> {
+  if (/^[0-9.]+$/.test(host) || host.includes(":")) return host;
+  if (host === "localhost") return "127.0.0.1";
+  const { lookup } = await import("node:dns/promises");
+  const r = await lookup(host);
+  return r.address;
+}
+
+/** Opens a transport to `target`; rejects with a message naming the target on failure. */
+export async function openTransport(target: TransportTarget): Promise<Transport> {
+  const timeout = target.connectTimeoutMs ?? 5000;
+  const where = `${target.kind} ${
+    target.host.includes(":") ? `[${target.host}]` : target.host
+  }:${target.port}`;
+  try {
+    if (target.kind === "udp") {
+      const ip = await resolveHost(target.host);
+      const sock = Deno.listenDatagram({
+        transport: "udp",
+        hostname: ip.includes(":") ? "::" : "0.0.0.0",
+        port: 0,
+      });
+      return new UdpTransport(sock, { transport: "udp", hostname: ip, port: target.port });
+    }
+    if (target.kind === "tcp") {
+      const conn = await withTimeout(
+        Deno.connect({ hostname: target.host, port: target.port }),
+        timeout,
+        "connect",
+        target.signal,
+      );
+      conn.setNoDelay(true);
+      return new StreamTransport("tcp", conn);
+    }
+    const tls = target.tls ?? {};
+    const opts: Deno.ConnectTlsOptions = { hostname: target.host, port: target.port };
+    if (tls.ca) opts.caCerts = [tls.ca];
+    const conn = await withTimeout(
+      (async () => {
+        const c = tls.cert && tls.key
+          ? await Deno.connectTls({ ...opts, cert: tls.cert, key: tls.key })
+          : await Deno.connectTls(opts);
+        try {
+          await c.handshake();
+        } catch (e) {
+          c.close();
+          throw e;
+        }
+        return c;
+      })(),
+      timeout,
+      "tls handshake",
+      target.signal,
+    );
+    const t = new StreamTransport("tls", conn);
+    // TLS 1.3 servers verify the client certificate after the client's handshake has finished,
+    // so a refusal arrives as an alert right after it. Wait briefly for it: otherwise the first
+    // records would be written into a session the collector is about to abort.
+    const settle = tls.settleMs ?? 200;
+    if (settle > 0) {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const refused = await Promise.race([
+        t.closed.then(() => true),
+        new Promise<boolean>((r) => (timer = setTimeout(() => r(false), settle))),
+      ]);
+      clearTimeout(timer);
+      if (refused) throw new Error("connection closed by the peer after the TLS handshake");
+    }
+    return t;
+  } catch (e) {
+    throw new Error(`dial ${where}: ${e instanceof Error ? e.message : String(e)}`);
+  }
+}

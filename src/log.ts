@@ -45,11 +45,6 @@ export function setLogLevel(level: LogLevel): void {
   state.level = LEVELS[level];
 }
 
-/** Returns the current level. */
-export function getLogLevel(): LogLevel {
-  return (Object.keys(LEVELS) as LogLevel[]).find((l) => LEVELS[l] === state.level) ?? "info";
-}
-
 /** The level and format in force (handed to worker threads, which have their own logger). */
 export function logSettings(): { level: LogLevel; format: "logfmt" | "json" } {
   const level = (Object.keys(LEVELS) as LogLevel[]).find((l) => LEVELS[l] === state.level);

@@ -25,7 +25,6 @@ export {
   type FlowgenOptions,
   type FlowgenReport,
   formatReport,
-  MessageBatch,
   runFlowgen,
 } from "./sender.ts";
 export {

@@ -8,19 +8,20 @@
  */
 
 import {
+  encodeMessage,
   encodeTemplateSet,
   fieldsFor,
   type FieldValue,
+  MESSAGE_HEADER_LENGTH,
+  MessageBuilder,
+  type MessageHeaderFields,
   parseIP,
   RecordEncoder,
+  SET_HEADER_LENGTH,
   type TemplateRecord,
   VARIABLE_LENGTH,
 } from "../ipfix/mod.ts";
-import {
-  openTransport,
-  type Transport,
-  type TransportTlsOptions,
-} from "../exporters/ipfix/transport.ts";
+import { openTransport, type Transport, type TransportTlsOptions } from "../net/transport.ts";
 import {
   type AgentUpdate,
   FlowModel,
@@ -91,16 +92,8 @@ const AGENT_TEMPLATES: readonly TemplateRecord[] = [
   { id: 257, fields: fieldsFor(AGENT_IPV6_FIELDS), scopeFieldCount: 0 },
 ];
 const ENCODERS = AGENT_TEMPLATES.map((t) => new RecordEncoder(t.id, t.fields));
-
-function header(m: Uint8Array, exportTime: number, seq: number, odid: number): DataView {
-  const v = new DataView(m.buffer, m.byteOffset, m.byteLength);
-  v.setUint16(0, 10);
-  v.setUint16(2, m.length);
-  v.setUint32(4, exportTime >>> 0);
-  v.setUint32(8, seq >>> 0);
-  v.setUint32(12, odid >>> 0);
-  return v;
-}
+/** Bytes around the record of a one-record data message: message and set headers. */
+const DATA_OVERHEAD = MESSAGE_HEADER_LENGTH + SET_HEADER_LENGTH;
 
 /** Encodes an Agent template message (288 bytes for the 39-field templates). */
 export function agentTemplateMessage(
@@ -109,11 +102,10 @@ export function agentTemplateMessage(
   exportTime: number,
   seq: number,
 ): Uint8Array {
-  const set = encodeTemplateSet([AGENT_TEMPLATES[templateId - 256]]);
-  const m = new Uint8Array(16 + set.length);
-  header(m, exportTime, seq, odid);
-  m.set(set, 16);
-  return m;
+  return encodeMessage(
+    { exportTime, sequenceNumber: seq, observationDomainId: odid },
+    [encodeTemplateSet([AGENT_TEMPLATES[templateId - 256]])],
+  );
 }
 
 /** Encodes one Agent data message holding one record (Agents never batch). */
@@ -125,13 +117,11 @@ export function agentDataMessage(
   seq: number,
 ): Uint8Array {
   const enc = ENCODERS[templateId - 256];
-  const len = 20 + enc.encodedLength(record);
-  const m = new Uint8Array(len);
-  const v = header(m, exportTime, seq, odid);
-  v.setUint16(16, templateId);
-  v.setUint16(18, len - 16);
-  enc.write(v, 20, record);
-  return m;
+  const n = enc.encodedLength(record);
+  const out = new MessageBuilder(DATA_OVERHEAD + n);
+  const header = { exportTime, sequenceNumber: seq, observationDomainId: odid };
+  enc.write(out.view, out.appendMessage(header, templateId, n), record);
+  return out.bytes();
 }
 
 // The fields an update changes, all in the fixed-length head of the Agent templates (before
@@ -180,76 +170,6 @@ interface CachedRecord {
 
 const IPV6_FIELDS = AGENT_IPV6_ADDRESS_FIELDS;
 
-/** A batch of messages for one write, in one buffer reused from batch to batch. */
-export class MessageBatch {
-  #buf = new Uint8Array(64 * 1024);
-  #view = new DataView(this.#buf.buffer);
-  #len = 0;
-  readonly #ends: number[] = [];
-
-  /** Bytes in the batch. */
-  get length(): number {
-    return this.#len;
-  }
-
-  /** Messages in the batch. */
-  get count(): number {
-    return this.#ends.length;
-  }
-
-  /** Empties the batch (the buffer is reused: earlier views must no longer be in use). */
-  reset(): void {
-    this.#len = 0;
-    this.#ends.length = 0;
-  }
-
-  /** The batch as one byte view (valid until the next reset or append). */
-  bytes(): Uint8Array {
-    return this.#buf.subarray(0, this.#len);
-  }
-
-  /** The batch as one view per message (for datagram transports). */
-  messages(): Uint8Array[] {
-    const out: Uint8Array[] = [];
-    let from = 0;
-    for (const end of this.#ends) {
-      out.push(this.#buf.subarray(from, end));
-      from = end;
-    }
-    return out;
-  }
-
-  /**
-   * Makes room for a message of `n` bytes and returns its offset; the caller writes it through
-   * {@linkcode MessageBatch.buffer} / {@linkcode MessageBatch.view} and then calls `commit`.
-   */
-  reserve(n: number): number {
-    if (this.#len + n > this.#buf.length) {
-      const grown = new Uint8Array(Math.max(this.#buf.length * 2, this.#len + n));
-      grown.set(this.#buf.subarray(0, this.#len));
-      this.#buf = grown;
-      this.#view = new DataView(grown.buffer);
-    }
-    return this.#len;
-  }
-
-  /** Ends the message reserved last, `n` bytes long. */
-  commit(n: number): void {
-    this.#len += n;
-    this.#ends.push(this.#len);
-  }
-
-  /** The current buffer (changes when `reserve` grows it). */
-  get buffer(): Uint8Array {
-    return this.#buf;
-  }
-
-  /** A DataView over {@linkcode MessageBatch.buffer}. */
-  get view(): DataView {
-    return this.#view;
-  }
-}
-
 /**
  * Encodes the Agent data messages of a {@linkcode FlowModel}'s updates. Each flow side is
  * encoded with the codec once, on its first export; later exports copy those bytes and patch
@@ -274,7 +194,7 @@ export class AgentMessageEncoder {
   }
 
   /** Appends the one-record data message of `u` to `batch`; returns its length in bytes. */
-  append(batch: MessageBatch, u: AgentUpdate, header: MessageHeaderValues): number {
+  append(batch: MessageBuilder, u: AgentUpdate, header: Readonly<MessageHeaderFields>): number {
     const sides = this.#cache.get(u.flow);
     const rec = sides?.[u.side];
     if (rec === undefined) return this.#appendFirst(batch, u, header, sides);
@@ -283,13 +203,10 @@ export class AgentMessageEncoder {
     const ts = u.tcpState;
     // Only a flow's final export changes its tcpState (and so the record's length).
     const same = ts === rec.tcpState;
-    const len = same ? 20 + bytes.length : 20 + bytes.length - (rec.tcpEnd - rec.tcpAt - 1) +
-      ts.length;
-    const m = batch.reserve(len);
+    const len = same ? bytes.length : bytes.length - (rec.tcpEnd - rec.tcpAt - 1) + ts.length;
+    const r = batch.appendMessage(header, u.templateId, len);
     const b = batch.buffer;
     const v = batch.view;
-    writeHeader(v, m, len, u.templateId, header);
-    const r = m + 20;
     if (same) {
       b.set(bytes, r);
     } else {
@@ -310,15 +227,14 @@ export class AgentMessageEncoder {
     v.setBigUint64(r + at[7], u.reverseOctetTotalCount);
     v.setBigUint64(r + at[8], u.reversePacketDeltaCount);
     v.setBigUint64(r + at[9], u.reverseOctetDeltaCount);
-    batch.commit(len);
-    return len;
+    return DATA_OVERHEAD + len;
   }
 
   /** A flow side's first export: the codec writes it into the batch, then it is cached. */
   #appendFirst(
-    batch: MessageBatch,
+    batch: MessageBuilder,
     u: AgentUpdate,
-    header: MessageHeaderValues,
+    header: Readonly<MessageHeaderFields>,
     sides: [CachedRecord | undefined, CachedRecord | undefined] | undefined,
   ): number {
     const enc = ENCODERS[u.templateId - 256];
@@ -338,13 +254,11 @@ export class AgentMessageEncoder {
       }
     }
     const n = enc.encodedLength(record);
-    const len = 20 + n;
-    const m = batch.reserve(len);
-    writeHeader(batch.view, m, len, u.templateId, header);
-    enc.write(batch.view, m + 20, record);
-    batch.commit(len);
+    const r = batch.appendMessage(header, u.templateId, n);
+    enc.write(batch.view, r, record);
+    const len = DATA_OVERHEAD + n;
     if (u.last) return len; // a one-export flow (denied) is never seen again
-    const bytes = batch.buffer.slice(m + 20, m + len);
+    const bytes = batch.buffer.slice(r, r + n);
     // Walk the record to tcpState: fixed fields by length, variable ones by their prefix.
     const layout = LAYOUTS[u.templateId - 256];
     let p = 0;
@@ -360,32 +274,6 @@ export class AgentMessageEncoder {
     } else sides[u.side] = rec;
     return len;
   }
-}
-
-/** Header values of one Agent message. */
-export interface MessageHeaderValues {
-  /** Observation domain id. */
-  odid: number;
-  /** Export time, Unix seconds. */
-  exportTime: number;
-  /** Sequence number. */
-  seq: number;
-}
-
-function writeHeader(
-  v: DataView,
-  m: number,
-  len: number,
-  templateId: number,
-  h: MessageHeaderValues,
-): void {
-  v.setUint16(m, 10);
-  v.setUint16(m + 2, len);
-  v.setUint32(m + 4, h.exportTime >>> 0);
-  v.setUint32(m + 8, h.seq >>> 0);
-  v.setUint32(m + 12, h.odid >>> 0);
-  v.setUint16(m + 16, templateId);
-  v.setUint16(m + 18, len - 16);
 }
 
 function splitHostPort(target: string): { host: string; port: number } {
@@ -451,12 +339,16 @@ export async function runFlowgen(options: FlowgenOptions): Promise<FlowgenReport
     const encoder = new AgentMessageEncoder(model);
     // One reused buffer per Agent: a whole batch goes out in one write per Agent (UDP: one
     // datagram per message), and the next batch starts only once every write has completed.
-    const batches = agents.map(() => new MessageBatch());
+    const batches = agents.map(() => new MessageBuilder());
     const stream = proto !== "udp";
     const perScenario = SCENARIOS.map(() => 0);
     const scenarioIndex = new Map(SCENARIOS.map((s, i) => [s, i]));
     const perAgent = agents.map(() => 0);
-    const header = { odid: 0, exportTime: 0, seq: 0 };
+    const header: MessageHeaderFields = {
+      exportTime: 0,
+      sequenceNumber: 0,
+      observationDomainId: 0,
+    };
     const start = performance.now();
     let elapsedMs = 0;
     while (!options.signal?.aborted) {
@@ -484,8 +376,8 @@ export async function runFlowgen(options: FlowgenOptions): Promise<FlowgenReport
         const u = pending[pendingAt++];
         const a = u.agent;
         seqs[a] = (seqs[a] + 1) >>> 0;
-        header.odid = agents[a].observationDomainId;
-        header.seq = seqs[a];
+        header.observationDomainId = agents[a].observationDomainId;
+        header.sequenceNumber = seqs[a];
         report.bytes += encoder.append(batches[a], u, header);
         perScenario[scenarioIndex.get(u.scenario)!]++;
         perAgent[a]++;

@@ -7,25 +7,15 @@
  * (upstream limitation §1.9). {@linkcode RecordEncoder} is the allocation-light hot path.
  */
 
-import type {
-  DataType,
-  FieldSpecifier,
-  FieldValue,
-  MessageHeader,
-  TemplateRecord,
-} from "./types.ts";
+import type { DataType, FieldSpecifier, FieldValue, TemplateRecord } from "./types.ts";
 import { VARIABLE_LENGTH } from "./types.ts";
 import { fieldName, lookupElement } from "./registry.ts";
 import { parseIP } from "./ip.ts";
+import { IpfixEncodeError } from "./errors.ts";
+import { MESSAGE_HEADER_LENGTH, SET_HEADER_LENGTH } from "./decoder.ts";
+import { type MessageHeaderFields, writeMessageHeader, writeSetHeader } from "./message.ts";
 
-/** A value that cannot be encoded for its field (wrong type, too long, not an address...). */
-export class IpfixEncodeError extends Error {
-  /** Creates an error naming the field and the problem. */
-  constructor(message: string) {
-    super(`ipfix encode: ${message}`);
-    this.name = "IpfixEncodeError";
-  }
-}
+export { IpfixEncodeError } from "./errors.ts";
 
 /** Maximum length of a message, a set or a variable-length value. */
 const MAX_U16 = 65535;
@@ -420,9 +410,8 @@ export function encodeTemplateSet(templates: TemplateRecord[], options = false):
   if (len > MAX_U16) throw new IpfixEncodeError(`template set of ${len} bytes > 65535`);
   const out = new Uint8Array(len);
   const view = new DataView(out.buffer);
-  view.setUint16(0, options ? 3 : 2);
-  view.setUint16(2, len);
-  let p = 4;
+  writeSetHeader(view, 0, options ? 3 : 2, len);
+  let p = SET_HEADER_LENGTH;
   for (const t of templates) {
     const withdrawal = t.fields.length === 0;
     const idOk = withdrawal ? t.id === 2 || t.id === 3 || t.id >= 256 : t.id >= 256;
@@ -468,29 +457,23 @@ export function encodeDataSet(
   if (len > MAX_U16) throw new IpfixEncodeError(`data set of ${len} bytes > 65535`);
   const out = new Uint8Array(len);
   const view = new DataView(out.buffer);
-  view.setUint16(0, templateId);
-  view.setUint16(2, len);
-  let p = 4;
+  writeSetHeader(view, 0, templateId, len);
+  let p = SET_HEADER_LENGTH;
   for (const r of records) p = enc.write(view, p, r);
   return out;
 }
 
 /** Encodes a whole message: the 16-byte header (version 10, computed length) then the sets. */
 export function encodeMessage(
-  header: Omit<MessageHeader, "version" | "length">,
+  header: Readonly<MessageHeaderFields>,
   sets: readonly Uint8Array[],
 ): Uint8Array {
-  let len = 16;
+  let len = MESSAGE_HEADER_LENGTH;
   for (const s of sets) len += s.length;
   if (len > MAX_U16) throw new IpfixEncodeError(`message of ${len} bytes > 65535`);
   const out = new Uint8Array(len);
-  const view = new DataView(out.buffer);
-  view.setUint16(0, 10);
-  view.setUint16(2, len);
-  view.setUint32(4, header.exportTime);
-  view.setUint32(8, header.sequenceNumber);
-  view.setUint32(12, header.observationDomainId);
-  let p = 16;
+  writeMessageHeader(new DataView(out.buffer), 0, len, header);
+  let p = MESSAGE_HEADER_LENGTH;
   for (const s of sets) {
     out.set(s, p);
     p += s.length;

@@ -1,6 +1,8 @@
 /**
- * Decode error type shared by the template compiler, the template store and the message decoder
- * (kept apart from `decoder.ts` so the store can throw it without an import cycle).
+ * Error types of the codec: the decode error shared by the template compiler, the template store
+ * and the message decoder, and the encode error shared by the encoder and the message framing
+ * (kept apart from `decoder.ts` and `encoder.ts` so their users throw them without an import
+ * cycle).
  */
 
 /** Why a message, set, template or record was rejected. */
@@ -25,5 +27,14 @@ export class IpfixDecodeError extends Error {
     super(`ipfix: ${reason}: ${message}`);
     this.name = "IpfixDecodeError";
     this.reason = reason;
+  }
+}
+
+/** A value that cannot be encoded for its field (wrong type, too long, not an address...). */
+export class IpfixEncodeError extends Error {
+  /** Creates an error naming the field and the problem. */
+  constructor(message: string) {
+    super(`ipfix encode: ${message}`);
+    this.name = "IpfixEncodeError";
   }
 }

@@ -37,5 +37,11 @@ export {
   IpfixEncodeError,
   RecordEncoder,
 } from "./encoder.ts";
+export {
+  MessageBuilder,
+  type MessageHeaderFields,
+  writeMessageHeader,
+  writeSetHeader,
+} from "./message.ts";
 export { canonicalIP, formatIPv4, formatIPv4Bytes, formatIPv6, parseIP } from "./ip.ts";
 export { fnv1_32 } from "./fnv.ts";

@@ -7,13 +7,12 @@ import {
   CaptureServer,
   type FlowgenReport,
   FlowModel,
-  MessageBatch,
   runFlowgen,
   SCENARIOS,
 } from "../../src/flowgen/mod.ts";
 import { Collector, type TlsMaterial } from "../../src/collector/mod.ts";
 import { generateCertificates } from "../../src/pki/mod.ts";
-import type { DataRecord } from "../../src/ipfix/mod.ts";
+import { type DataRecord, MessageBuilder } from "../../src/ipfix/mod.ts";
 import { setLogWriter } from "../../src/log.ts";
 import { DATA_MSG, DATA_RECORD, TEMPLATE_MSG } from "../ipfix/golden.ts";
 import { waitFor } from "../_helpers/wait.ts";
@@ -117,7 +116,7 @@ Deno.test("flowgen's cached encoder sends the same bytes as encoding every full 
   const full = new FlowModel(opts);
   const fast = new FlowModel(opts);
   const enc = new AgentMessageEncoder(fast);
-  const batch = new MessageBatch();
+  const batch = new MessageBuilder();
   const expected: Uint8Array[] = [];
   const seen = { v6: 0, wrapped: 0, ended: 0 };
   let seq = 0;
@@ -132,7 +131,11 @@ Deno.test("flowgen's cached encoder sends the same bytes as encoding every full 
   seq = 0;
   for (let i = 0; i < 6000; i++) {
     for (const u of fast.nextUpdates()) {
-      enc.append(batch, u, { odid: 7 + u.agent, exportTime: 1700000000 + i, seq: ++seq });
+      enc.append(batch, u, {
+        observationDomainId: 7 + u.agent,
+        exportTime: 1700000000 + i,
+        sequenceNumber: ++seq,
+      });
     }
   }
   const got = batch.messages();

@@ -171,8 +171,11 @@ Deno.test("options template: records decoded with options true", () => {
     templateId: 400,
     options: true,
     records: [{ sourceTransportPort: 4739, octetTotalCount: 12n }],
+    template: { ...t, fields: t.fields },
   }]);
   assert.equal(store.get(DOMAIN, 400)?.template.scopeFieldCount, 1);
+  // The data set carries the stored template object itself (consumers cache checks by it).
+  assert.equal(m.dataSets[0].template, store.get(DOMAIN, 400)?.template);
 });
 
 Deno.test("options template with scope field count 0 is badTemplate", () => {

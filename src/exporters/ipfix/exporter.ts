@@ -16,10 +16,15 @@ import type { ExportedFlow } from "../../aggregation/record.ts";
 import type { DataType, FieldValue, TemplateRecord } from "../../ipfix/types.ts";
 import {
   elementByName,
+  encodeMessage,
   encodeTemplateSet,
   fieldsFor,
   fnv1_32,
+  MESSAGE_HEADER_LENGTH,
+  MessageBuilder,
+  type MessageHeaderFields,
   RecordEncoder,
+  SET_HEADER_LENGTH,
 } from "../../ipfix/mod.ts";
 import {
   AGGREGATED_IPV4_FIELDS,
@@ -28,10 +33,10 @@ import {
 } from "../../record/schema.ts";
 import { parseCollectorAddress } from "./address.ts";
 import type { FlowCollectorConfig } from "./config.ts";
-import type { Clock } from "../../clock.ts";
+import type { Clock, ClockTimer } from "../../clock.ts";
 import { systemClock } from "../../clock.ts";
 import { logger, RateLimitedLog } from "../../log.ts";
-import { openTransport, type Transport, type TransportTlsOptions } from "./transport.ts";
+import { openTransport, type Transport, type TransportTlsOptions } from "../../net/transport.ts";
 import { jsonRecordBytes } from "./json.ts";
 
 const log = logger("exporter.ipfix");
@@ -45,8 +50,6 @@ export const DEFAULT_TEMPLATE_REFRESH_MS = 1_800_000;
 /** Default bound of the queue of records waiting to be sent. */
 export const DEFAULT_MAX_QUEUE = 100_000;
 
-const MESSAGE_HEADER = 16;
-const SET_HEADER = 4;
 // Largest IPFIX message (u16 length) and largest UDP payload over IPv4.
 const MAX_IPFIX_MESSAGE = 65535;
 const MAX_UDP_PAYLOAD = 65507;
@@ -61,7 +64,7 @@ export interface IpfixExporterOptions {
   address: string;
   /** Explicit observation domain id (0 is honoured); absent: derived from `clusterUuid`. */
   observationDomainId?: number;
-  /** Cluster UUID text; absent (and no explicit id): a random UUID, as upstream. */
+  /** Cluster UUID text; required unless `observationDomainId` is given. */
   clusterUuid?: string;
   /** `IPFIX` (default) or `JSON` (one JSON document per line, no templates). */
   recordFormat?: string;
@@ -83,7 +86,10 @@ export interface IpfixExporterOptions {
   connectTimeoutMs?: number;
   /** How long `stop()` keeps trying to deliver the queue; default 5000 ms. */
   stopTimeoutMs?: number;
-  /** Time source for export times and the template refresh; default the system clock. */
+  /**
+   * Time source and timers for export times, the template refresh, the reconnect backoff and
+   * the stop timeout; default the system clock.
+   */
   clock?: Clock;
 }
 
@@ -188,46 +194,16 @@ function buildTemplate(id: number, ipv6: boolean, podLabels: boolean): OutTempla
   return { id, names, zeros, record, encoder, setBytes: encodeTemplateSet([record]) };
 }
 
-function messageHeader(
-  out: Uint8Array,
-  length: number,
-  exportTime: number,
-  seq: number,
-  odid: number,
-): void {
-  const v = new DataView(out.buffer, out.byteOffset, MESSAGE_HEADER);
-  v.setUint16(0, 10);
-  v.setUint16(2, length);
-  v.setUint32(4, exportTime >>> 0);
-  v.setUint32(8, seq >>> 0);
-  v.setUint32(12, odid >>> 0);
-}
-
-/** Encodes one message: header, one data set of `tp`, the records of `flows` (`len` bytes). */
-function writeMessage(
-  tp: OutTemplate,
-  flows: readonly ExportedFlow[],
-  len: number,
-  exportTime: number,
-  seq: number,
-  odid: number,
-): Uint8Array {
-  const total = MESSAGE_HEADER + SET_HEADER + len;
-  const m = new Uint8Array(total);
-  // RFC 7011: the sequence number counts the data records sent before this message.
-  messageHeader(m, total, exportTime, seq, odid);
-  const view = new DataView(m.buffer);
-  view.setUint16(MESSAGE_HEADER, tp.id);
-  view.setUint16(MESSAGE_HEADER + 2, SET_HEADER + len);
-  let off = MESSAGE_HEADER + SET_HEADER;
-  for (const f of flows) {
-    off = tp.encoder.write(
-      view,
-      off,
-      f.record as unknown as Record<string, FieldValue | undefined>,
-    );
-  }
-  return m;
+/** One batch ready for the transport. */
+interface Built {
+  /** What to hand to `Transport.send`. */
+  payload: Uint8Array[];
+  /** IPFIX messages (or JSON documents) in it. */
+  messages: number;
+  /** Bytes in it. */
+  bytes: number;
+  /** The flows it carries, in batch order. */
+  sent: ExportedFlow[];
 }
 
 /** Sends aggregated flows to an external IPFIX (or JSON-lines) collector. */
@@ -251,6 +227,13 @@ export class IpfixExporter implements Exporter {
   readonly #stopTimeout: number;
   readonly #clock: Clock;
   readonly #dropLog = new RateLimitedLog(10_000);
+  /** Frames each batch; reused, as one batch is built and sent at a time. */
+  readonly #out = new MessageBuilder();
+  readonly #header: MessageHeaderFields = {
+    exportTime: 0,
+    sequenceNumber: 0,
+    observationDomainId: 0,
+  };
 
   // Queue: array with a moving head, compacted when the head passes half of it.
   #queue: ExportedFlow[] = [];
@@ -274,7 +257,7 @@ export class IpfixExporter implements Exporter {
   #pump?: Promise<void>;
   #wake?: () => void;
   #interruptSleep?: () => void;
-  #refreshTimer?: ReturnType<typeof setTimeout>;
+  #refreshTimer?: ClockTimer;
   /** flush() callers waiting for the queue to drain. */
   #flushWaiters: (() => void)[] = [];
 
@@ -305,13 +288,12 @@ export class IpfixExporter implements Exporter {
         throw new Error(`ipfix: observationDomainID ${id} is not a u32`);
       }
       this.observationDomainId = id;
+    } else if (options.clusterUuid !== undefined) {
+      this.observationDomainId = observationDomainIdFromUuid(options.clusterUuid);
     } else {
-      let uuid = options.clusterUuid;
-      if (uuid === undefined) {
-        uuid = crypto.randomUUID();
-        log.warn("no cluster UUID, using a random one for the observation domain id", { uuid });
-      }
-      this.observationDomainId = observationDomainIdFromUuid(uuid);
+      // The process has one source of the cluster UUID (the export loop's); a stand-in drawn
+      // here would make the id change with every rebuild of the exporter.
+      throw new Error("ipfix: neither an observation domain id nor a cluster UUID was given");
     }
     const labels = options.podLabels ?? false;
     this.#templates = [
@@ -391,12 +373,14 @@ export class IpfixExporter implements Exporter {
     this.#stopping = true;
     this.#signal();
     if (this.#pump !== undefined) {
-      let timer: ReturnType<typeof setTimeout> | undefined;
+      let timer: ClockTimer | undefined;
       const timedOut = await Promise.race([
         this.#pump.then(() => false),
-        new Promise<boolean>((r) => (timer = setTimeout(() => r(true), this.#stopTimeout))),
+        new Promise<boolean>((
+          r,
+        ) => (timer = this.#clock.setTimer(this.#stopTimeout, () => r(true)))),
       ]);
-      clearTimeout(timer);
+      timer?.cancel();
       if (timedOut) {
         this.#aborted = true;
         // Closing makes a pending write fail and aborting a pending connect gives up on it, so
@@ -416,7 +400,7 @@ export class IpfixExporter implements Exporter {
       this.#retry = [];
     }
     this.#closeTransport();
-    clearTimeout(this.#refreshTimer);
+    this.#refreshTimer?.cancel();
   }
 
   /** Returns the counters. */
@@ -456,12 +440,12 @@ export class IpfixExporter implements Exporter {
   /** Backoff delay: new records must not cut it short, only stop() does. */
   #sleep(ms: number): Promise<void> {
     return new Promise((resolve) => {
-      const timer = setTimeout(() => {
+      const timer = this.#clock.setTimer(ms, () => {
         this.#interruptSleep = undefined;
         resolve();
-      }, ms);
+      });
       this.#interruptSleep = () => {
-        clearTimeout(timer);
+        timer.cancel();
         this.#interruptSleep = undefined;
         resolve();
       };
@@ -539,7 +523,7 @@ export class IpfixExporter implements Exporter {
    */
   #sessionEnded(): void {
     this.#closeTransport();
-    if (performance.now() - this.#connectedAt < HEALTHY_SESSION_MS) {
+    if (this.#clock.nowMs() - this.#connectedAt < HEALTHY_SESSION_MS) {
       this.#delayNextConnect = true;
     } else {
       this.#backoff = 0;
@@ -587,7 +571,7 @@ export class IpfixExporter implements Exporter {
       this.#closeTransport();
       return false;
     }
-    this.#connectedAt = performance.now();
+    this.#connectedAt = this.#clock.nowMs();
     if (this.#everConnected) this.#reconnects++;
     this.#everConnected = true;
     log.info("connected to collector", {
@@ -602,13 +586,8 @@ export class IpfixExporter implements Exporter {
     if (t === undefined) return;
     if (!this.#json) {
       // One template per message, as upstream: its collector reads only the first set.
-      const exportTime = Math.floor(this.#clock.wallMs() / 1000);
-      const msgs = this.#templates.map((tp) => {
-        const m = new Uint8Array(MESSAGE_HEADER + tp.setBytes.length);
-        messageHeader(m, m.length, exportTime, this.#seq, this.observationDomainId);
-        m.set(tp.setBytes, MESSAGE_HEADER);
-        return m;
-      });
+      const header = this.#messageHeader();
+      const msgs = this.#templates.map((tp) => encodeMessage(header, [tp.setBytes]));
       await t.send(msgs);
       this.#templatesSent += msgs.length;
       this.#messages += msgs.length;
@@ -620,16 +599,15 @@ export class IpfixExporter implements Exporter {
   }
 
   #armRefresh(): void {
-    clearTimeout(this.#refreshTimer);
+    this.#refreshTimer?.cancel();
+    this.#refreshTimer = undefined;
     if (this.#proto !== "udp" || this.#json || this.#refreshMs <= 0) return;
-    // The timer marks the refresh due and wakes the pump; the injected clock can also make it
-    // due (tests drive a ManualClock), whichever comes first.
-    const timer = setTimeout(() => {
+    // The timer marks the refresh due and wakes an idle pump; a busy pump also finds it due by
+    // reading the clock before each batch, whichever comes first.
+    this.#refreshTimer = this.#clock.setTimer(this.#refreshMs, () => {
       this.#refreshDue = true;
       this.#signal();
-    }, this.#refreshMs);
-    Deno.unrefTimer(timer);
-    this.#refreshTimer = timer;
+    }, { unref: true });
   }
 
   async #refreshTemplatesIfDue(): Promise<void> {
@@ -682,9 +660,9 @@ export class IpfixExporter implements Exporter {
     if (t === undefined) return;
     const batch = this.#takeBatch();
     const built = this.#json ? this.#buildJson(batch) : this.#buildIpfix(batch);
-    if (built.messages.length === 0) return;
+    if (built.messages === 0) return;
     try {
-      await t.send(built.messages);
+      await t.send(built.payload);
     } catch (e) {
       this.#errors++;
       log.warn("send failed, will reconnect", { target: this.#target(), error: e });
@@ -694,15 +672,25 @@ export class IpfixExporter implements Exporter {
       return;
     }
     this.#exported += built.sent.length;
-    this.#messages += built.messages.length;
-    for (const m of built.messages) this.#bytes += m.length;
+    this.#messages += built.messages;
+    this.#bytes += built.bytes;
     this.#seq = (this.#seq + built.sent.length) >>> 0;
   }
 
-  #buildJson(batch: ExportedFlow[]): { messages: Uint8Array[]; sent: ExportedFlow[] } {
+  /** The header of the next message: the clock's export time and the RFC 7011 sequence. */
+  #messageHeader(): MessageHeaderFields {
+    const h = this.#header;
+    h.exportTime = Math.floor(this.#clock.wallMs() / 1000);
+    h.sequenceNumber = this.#seq;
+    h.observationDomainId = this.observationDomainId;
+    return h;
+  }
+
+  #buildJson(batch: ExportedFlow[]): Built {
     const now = this.#clock.wallMs();
     const messages: Uint8Array[] = [];
     const sent: ExportedFlow[] = [];
+    let total = 0;
     for (const flow of batch) {
       const tp = this.#templates[flow.isIPv6 ? 1 : 0];
       const bytes = jsonRecordBytes(tp.names, this.#values(tp, flow), now);
@@ -713,17 +701,17 @@ export class IpfixExporter implements Exporter {
       }
       messages.push(bytes);
       sent.push(flow);
+      total += bytes.length;
     }
-    return { messages, sent };
+    return { payload: messages, messages: messages.length, bytes: total, sent };
   }
 
-  #buildIpfix(batch: ExportedFlow[]): { messages: Uint8Array[]; sent: ExportedFlow[] } {
-    const exportTime = Math.floor(this.#clock.wallMs() / 1000);
+  #buildIpfix(batch: ExportedFlow[]): Built {
+    const out = this.#out;
+    out.reset();
+    const header = this.#messageHeader();
     const limit = this.#proto === "udp" ? MAX_UDP_PAYLOAD : MAX_IPFIX_MESSAGE;
-    const overhead = MESSAGE_HEADER + SET_HEADER;
-    // Pass 1: sizes and message boundaries (one template per message, below the size limit).
-    const groups: { tp: OutTemplate; flows: ExportedFlow[]; len: number }[] = [];
-    let cur: { tp: OutTemplate; flows: ExportedFlow[]; len: number } | undefined;
+    const overhead = MESSAGE_HEADER_LENGTH + SET_HEADER_LENGTH;
     const sent: ExportedFlow[] = [];
     // IPv4 records first, then IPv6: a message holds one data set (upstream collectors read only
     // the first set), so interleaved families would otherwise split batches into tiny messages.
@@ -738,9 +726,7 @@ export class IpfixExporter implements Exporter {
       try {
         len = tp.encoder.encodedLength(rec);
       } catch (e) {
-        this.#errors++;
-        this.#drop(1, "record cannot be encoded");
-        log.debug("encode failed", { error: e });
+        this.#encodeFailed(e);
         continue;
       }
       if (overhead + len > limit) {
@@ -748,46 +734,29 @@ export class IpfixExporter implements Exporter {
         this.#drop(1, "record larger than the largest message");
         continue;
       }
-      if (cur === undefined || cur.tp !== tp || overhead + cur.len + len >= this.#maxMessage) {
-        cur = { tp, flows: [], len: 0 };
-        groups.push(cur);
-      }
-      cur.flows.push(flow);
-      cur.len += len;
-    }
-    // Pass 2: write each message straight into its own buffer.
-    const messages: Uint8Array[] = [];
-    let seq = this.#seq;
-    for (const g of groups) {
-      let m: Uint8Array;
+      // RFC 7011: a message's sequence number counts the data records sent before it.
+      header.sequenceNumber = (this.#seq + sent.length) >>> 0;
+      const at = out.reserveRecord(tp.id, len, this.#maxMessage, header);
       try {
-        m = writeMessage(g.tp, g.flows, g.len, exportTime, seq, this.observationDomainId);
-      } catch {
-        // A value of the wrong type for its field (only writing finds those): find the bad
-        // records one by one, drop and count them, and send the rest.
-        const good: ExportedFlow[] = [];
-        let goodLen = 0;
-        for (const f of g.flows) {
-          const rec = f.record as unknown as Record<string, FieldValue | undefined>;
-          try {
-            const l = g.tp.encoder.encodedLength(rec);
-            g.tp.encoder.write(new DataView(new ArrayBuffer(l)), 0, rec);
-            good.push(f);
-            goodLen += l;
-          } catch (e) {
-            this.#errors++;
-            this.#drop(1, "record cannot be encoded");
-            log.debug("encode failed", { error: e });
-          }
-        }
-        if (good.length === 0) continue;
-        g.flows = good;
-        m = writeMessage(g.tp, good, goodLen, exportTime, seq, this.observationDomainId);
+        tp.encoder.write(out.view, at, rec);
+      } catch (e) {
+        // A value of the wrong type for its field (only writing finds those): the record is
+        // left uncommitted, the rest of the batch still goes out.
+        this.#encodeFailed(e);
+        continue;
       }
-      messages.push(m);
-      for (const f of g.flows) sent.push(f);
-      seq = (seq + g.flows.length) >>> 0;
+      out.commit(len);
+      sent.push(flow);
     }
-    return { messages, sent };
+    out.endMessage();
+    // A stream takes the whole batch in one write; UDP sends one datagram per message.
+    const payload = this.#proto === "udp" ? out.messages() : [out.bytes()];
+    return { payload, messages: out.count, bytes: out.length, sent };
+  }
+
+  #encodeFailed(e: unknown): void {
+    this.#errors++;
+    this.#drop(1, "record cannot be encoded");
+    log.debug("encode failed", { error: e });
   }
 }

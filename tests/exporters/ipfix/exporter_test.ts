@@ -374,38 +374,104 @@ Deno.test("IPv6 collector address ([::1]:port:tcp)", async () => {
   assert.equal(cap.records[0].record.sourceIPv6Address, "2001:0:3238:dfe1:63::fefb");
 });
 
-Deno.test("a collector that resets every session is retried with backoff, not in a loop", async () => {
-  // Accepts, then closes as soon as anything arrives.
+/** A local TCP port nobody listens on (connects are refused at once). */
+function refusedPort(): number {
   const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  let accepted = 0;
-  const loop = (async () => {
-    try {
-      for await (const c of l) {
-        accepted++;
-        c.read(new Uint8Array(1)).finally(() => c.close()).catch(() => {});
-      }
-    } catch {
-      // listener closed
-    }
-  })();
-  const e = exporter((l.addr as Deno.NetAddr).port, "tcp", {
-    backoffInitialMs: 100,
-    backoffMaxMs: 400,
-    stopTimeoutMs: 1000,
+  const port = (l.addr as Deno.NetAddr).port;
+  l.close();
+  return port;
+}
+
+Deno.test("reconnect backoff runs on the clock: 1 s, 2 s, 4 s, then capped at 4 s", async () => {
+  const clock = new ManualClock();
+  const e = exporter(refusedPort(), "tcp", {
+    clock,
+    backoffInitialMs: 1000,
+    backoffMaxMs: 4000,
+    stopTimeoutMs: 2000,
   });
   await e.start();
-  // Records keep coming for 1 s (each one would otherwise trigger an immediate redial).
-  let i = 0;
-  const feeder = setInterval(() => e.addRecord(flow(false, i++)), 5);
-  await new Promise((r) => setTimeout(r, 1000));
-  clearInterval(feeder);
-  await e.stop();
-  l.close();
-  await loop;
-  // 1 s with delays 100, 200, 400, 400 ms allows a handful of sessions, not hundreds.
-  assert.ok(accepted >= 2 && accepted <= 8, `${accepted} sessions in 1 s`);
+  e.addRecord(flow(false, 0));
+  let attempts = 0;
+  for (const delay of [1000, 2000, 4000, 4000, 4000]) {
+    // The pump has dialled (refused: one error each) and now waits on exactly one timer.
+    await clock.whenTimersPending();
+    attempts++;
+    assert.deepEqual(clock.pendingTimers(), [delay], `delay after attempt ${attempts}`);
+    assert.equal(e.stats().errors, attempts);
+    clock.advance(delay - 1);
+    assert.deepEqual(clock.pendingTimers(), [1], "no redial before the delay is over");
+    assert.equal(e.stats().errors, attempts);
+    clock.advance(1);
+    assert.deepEqual(clock.pendingTimers(), []);
+  }
+  await clock.whenTimersPending();
+  assert.equal(e.stats().errors, 6);
+  assert.equal(e.stats().queued, 1, "the record waits for the collector");
+  // stop() keeps trying for stopTimeoutMs on the same clock, then gives up on the record.
+  const stopped = e.stop();
+  assert.deepEqual(clock.pendingTimers(), [2000, 4000]);
+  clock.advance(2000);
+  await stopped;
+  assert.deepEqual(clock.pendingTimers(), []);
   const s = e.stats();
+  assert.equal(s.errors, 6, "no attempt after the stop timeout");
+  assert.equal(s.dropped, 1);
   assert.equal(s.exported + s.dropped, s.received);
+});
+
+Deno.test("a short session keeps the backoff growing; a 10 s session resets it", async () => {
+  const cap = CaptureServer.listen({ kind: "tcp" });
+  const clock = new ManualClock();
+  const e = exporter(cap.port, "tcp", { clock, backoffInitialMs: 1000, backoffMaxMs: 8000 });
+  await e.start();
+  let sent = 0;
+  const send = async (): Promise<void> => {
+    e.addRecord(flow(false, sent++));
+    await cap.waitFor(() => cap.records.length === sent, 5000, `record ${sent}`);
+  };
+  /** The collector ends the session; the next record finds it gone. */
+  const endSession = async (): Promise<void> => {
+    cap.dropConnections();
+    await cap.waitFor(() => !e.stats().connected, 5000, "exporter notices EOF");
+    e.addRecord(flow(false, sent++));
+  };
+  await send();
+  assert.equal(cap.connections, 1);
+  assert.deepEqual(clock.pendingTimers(), [], "the first connect is immediate");
+
+  // A collector that accepts and then closes every session must not make the exporter loop:
+  // a session shorter than 10 s on the clock delays the next dial by the next backoff step.
+  for (const [delay, connections] of [[1000, 2], [2000, 3], [4000, 4]]) {
+    await endSession();
+    await clock.whenTimersPending();
+    assert.deepEqual(clock.pendingTimers(), [delay]);
+    assert.equal(cap.connections, connections - 1, "no redial before the delay");
+    clock.advance(delay);
+    await cap.waitFor(() => cap.records.length === sent, 5000, `record ${sent}`);
+    assert.equal(cap.connections, connections);
+  }
+
+  // This session lasts 10 s: once it ends the exporter redials at once, with no timer...
+  clock.advance(10_000);
+  await endSession();
+  await cap.waitFor(() => cap.records.length === sent, 5000, `record ${sent}`);
+  assert.equal(cap.connections, 5);
+  assert.deepEqual(clock.pendingTimers(), []);
+  // ...and the backoff starts over at the initial delay.
+  await endSession();
+  await clock.whenTimersPending();
+  assert.deepEqual(clock.pendingTimers(), [1000]);
+  clock.advance(1000);
+  await cap.waitFor(() => cap.records.length === sent, 5000, `record ${sent}`);
+  assert.equal(cap.connections, 6);
+
+  await e.stop();
+  await cap.close();
+  const s = e.stats();
+  assert.equal(s.reconnects, 5);
+  assert.equal(s.exported, sent);
+  assert.equal(s.dropped, 0);
 });
 
 Deno.test("JSON format over UDP: one datagram per record", async () => {
@@ -443,19 +509,26 @@ Deno.test("options from the flowCollector config section; explicit ODID 0 is hon
   assert.equal(derived.observationDomainId, 1768495365);
 });
 
-Deno.test("UDP: the refresh timer re-sends templates while idle (real timer, 150 ms)", async () => {
+Deno.test("UDP: the refresh timer on the clock re-sends templates while idle", async () => {
   const cap = CaptureServer.listen({ kind: "udp" });
-  const e = exporter(cap.port, "udp", { templateRefreshMs: 150 });
+  const clock = new ManualClock();
+  const e = exporter(cap.port, "udp", { clock, templateRefreshMs: 150_000 });
   await e.start();
   e.addRecord(flow(false, 0));
   await cap.waitFor(() => cap.records.length === 1);
   // No more records: only the timer can trigger the next announcements.
-  await cap.waitFor(() => cap.messages.length >= 5, 2000, "idle refresh");
-  assert.ok(e.stats().templatesSent >= 4);
+  assert.deepEqual(clock.pendingTimers(), [150_000]);
+  clock.advance(149_999);
+  assert.equal(e.stats().templatesSent, 2);
+  clock.advance(1);
+  await cap.waitFor(() => e.stats().templatesSent === 4, 2000, "idle refresh");
+  assert.deepEqual(clock.pendingTimers(), [150_000], "re-armed for the next interval");
+  await cap.waitFor(() => cap.messages.length === 5);
   await e.stop();
   await cap.close();
   const sets = cap.messages.map((m) => m.setIds[0]);
-  assert.deepEqual(sets.slice(0, 5), [2, 2, 256, 2, 2]);
+  assert.deepEqual(sets, [2, 2, 256, 2, 2]);
+  assert.deepEqual(clock.pendingTimers(), [], "stop() disarms the refresh");
 });
 
 Deno.test("a record with a wrongly typed value is dropped alone; its batch still goes out", async () => {

@@ -1,13 +1,14 @@
 /**
- * Transports of the IPFIX exporter (and the traffic generator): TCP, TLS (optionally mutual) and
- * UDP to one collector. A transport only moves bytes: `send` writes a list of messages (stream
- * transports concatenate them into one write; UDP sends one datagram each) and fails on any
- * short write, and stream transports watch the socket so a collector that goes away is noticed at
- * once instead of on the next write (collectors never send us data, so any read result means
- * the peer is gone). Needs `--allow-net` (and `--allow-read` only if the caller reads PEM files).
+ * Client transports to one IPFIX collector: TCP, TLS (optionally mutual) and UDP, shared by the
+ * IPFIX exporter and the traffic generator (it knows neither). A transport only moves bytes:
+ * `send` writes a list of messages (stream transports concatenate them into one write; UDP sends
+ * one datagram each) and fails on any short write, and stream transports watch the socket so a
+ * collector that goes away is noticed at once instead of on the next write (collectors never
+ * send us data, so any read result means the peer is gone). Reconnecting is the caller's policy.
+ * Needs `--allow-net` (and `--allow-read` only if the caller reads PEM files).
  */
 
-/** Transport kinds, as in `flowCollector.address`. */
+/** Transport kinds (the `:proto` suffix of a collector address). */
 export type TransportKind = "tcp" | "udp" | "tls";
 
 /** TLS settings for the `tls` transport (PEM texts, never paths). */
@@ -37,7 +38,7 @@ export interface TransportTarget {
   tls?: TransportTlsOptions;
   /** Connect (and TLS handshake) timeout; default 5000 ms. */
   connectTimeoutMs?: number;
-  /** Abandons a pending connect (the exporter's stop), like the timeout does. */
+  /** Abandons a pending connect (say, the caller stopping), like the timeout does. */
   signal?: AbortSignal;
 }
 

@@ -17,6 +17,7 @@
  */
 
 import type { SectionConfig } from "../config/section.ts";
+import { type Clock, type ClockTimer, systemClock } from "../clock.ts";
 import { logger, logSettings } from "../log.ts";
 import type { ExportedFlow } from "../aggregation/record.ts";
 import { batchCount, BatchWriter } from "./batch.ts";
@@ -43,6 +44,8 @@ export interface WorkerExporterOptions {
   restartMaxMs?: number;
   /** A worker silent for this long (it reports every second) is declared dead. Default 15 s. */
   heartbeatTimeoutMs?: number;
+  /** Time source of the heartbeat, start timeout and restart backoff; default system clock. */
+  clock?: Clock;
 }
 
 /** Counters of a sink running in a worker. */
@@ -143,8 +146,8 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
   #lost = 0;
   #restarts = 0;
   #restartDelayMs: number;
-  #restartTimer: ReturnType<typeof setTimeout> | undefined;
-  #heartbeat: ReturnType<typeof setInterval> | undefined;
+  #restartTimer: ClockTimer | undefined;
+  #heartbeat: ClockTimer | undefined;
   #lastHeard = 0;
   #stopping = false;
 
@@ -168,6 +171,7 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
       restartInitialMs: options.restartInitialMs ?? 1000,
       restartMaxMs: options.restartMaxMs ?? 30_000,
       heartbeatTimeoutMs: options.heartbeatTimeoutMs ?? 15_000,
+      clock: options.clock ?? systemClock,
     };
     this.#restartDelayMs = this.#opts.restartInitialMs;
     this.#batch = new BatchWriter(this.#opts.batchRecords);
@@ -181,8 +185,14 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
   /** Starts the worker and the sink in it; rejects when the sink cannot start. */
   async start(): Promise<void> {
     await this.#spawn();
-    this.#heartbeat = setInterval(() => this.#checkHeartbeat(), 1000);
-    Deno.unrefTimer(this.#heartbeat);
+    this.#armHeartbeat();
+  }
+
+  #armHeartbeat(): void {
+    this.#heartbeat = this.#opts.clock.setTimer(1000, () => {
+      this.#checkHeartbeat();
+      if (!this.#stopping) this.#armHeartbeat();
+    }, { unref: true });
   }
 
   /** Appends the flow to the current batch. Never throws, never blocks. */
@@ -219,8 +229,8 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
   /** Sends what is left, stops the sink (its final flush) and terminates the worker. */
   async stop(): Promise<void> {
     this.#stopping = true;
-    clearInterval(this.#heartbeat);
-    clearTimeout(this.#restartTimer);
+    this.#heartbeat?.cancel();
+    this.#restartTimer?.cancel();
     this.#post();
     if (this.#ready) await this.#request((id) => ({ t: "stop", id }));
     this.#terminate("stopped");
@@ -304,7 +314,7 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
     this.#worker = worker;
     this.#w = emptyWorkerStats();
     this.#sentToWorker = 0;
-    this.#lastHeard = Date.now();
+    this.#lastHeard = this.#opts.clock.nowMs();
     worker.postMessage(
       {
         t: "init",
@@ -316,7 +326,7 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
     return new Promise<void>((resolve, reject) => {
       let settled = false;
       // A worker that never answers (stuck loading or starting its sink) fails the start.
-      const startTimer = setTimeout(() => {
+      const startTimer = this.#opts.clock.setTimer(this.#opts.heartbeatTimeoutMs, () => {
         if (settled) return;
         settled = true;
         this.#terminate("start timed out");
@@ -325,23 +335,23 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
             `exporter ${this.name}: worker did not start within ${this.#opts.heartbeatTimeoutMs} ms`,
           ),
         );
-      }, this.#opts.heartbeatTimeoutMs);
+      });
       worker.onmessage = (e: MessageEvent<FromWorker>) => {
         if (worker !== this.#worker) return;
-        this.#lastHeard = Date.now();
+        this.#lastHeard = this.#opts.clock.nowMs();
         const m = e.data;
         switch (m.t) {
           case "ready":
             this.#ready = true;
             settled = true;
-            clearTimeout(startTimer);
+            startTimer.cancel();
             log.info("exporter worker started", { exporter: this.name, ...flat(permissions) });
             resolve();
             this.#post();
             return;
           case "initError":
             settled = true;
-            clearTimeout(startTimer);
+            startTimer.cancel();
             this.#terminate("init failed");
             reject(new Error(`exporter ${this.name}: ${m.message}`));
             return;
@@ -368,7 +378,7 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
         log.error("exporter worker failed", { exporter: this.name, err: e.message });
         if (!settled) {
           settled = true;
-          clearTimeout(startTimer);
+          startTimer.cancel();
           this.#terminate("start failed");
           reject(new Error(`exporter ${this.name}: worker failed to start: ${e.message}`));
           return;
@@ -380,7 +390,7 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
 
   #checkHeartbeat(): void {
     if (!this.#ready || this.#stopping) return;
-    if (Date.now() - this.#lastHeard > this.#opts.heartbeatTimeoutMs) {
+    if (this.#opts.clock.nowMs() - this.#lastHeard > this.#opts.heartbeatTimeoutMs) {
       this.#died(`no answer for ${this.#opts.heartbeatTimeoutMs} ms`);
     }
   }
@@ -402,7 +412,7 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
       restartInMs: this.#restartDelayMs,
     });
     if (this.#stopping) return;
-    this.#restartTimer = setTimeout(() => this.#restart(), this.#restartDelayMs);
+    this.#restartTimer = this.#opts.clock.setTimer(this.#restartDelayMs, () => this.#restart());
     this.#restartDelayMs = Math.min(this.#restartDelayMs * 2, this.#opts.restartMaxMs);
   }
 
@@ -414,7 +424,7 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
       await this.#spawn();
     } catch (err) {
       log.error("cannot restart exporter worker", { exporter: this.name, err });
-      this.#restartTimer = setTimeout(() => this.#restart(), this.#restartDelayMs);
+      this.#restartTimer = this.#opts.clock.setTimer(this.#restartDelayMs, () => this.#restart());
       this.#restartDelayMs = Math.min(this.#restartDelayMs * 2, this.#opts.restartMaxMs);
     }
   }

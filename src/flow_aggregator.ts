@@ -680,6 +680,13 @@ export class FlowAggregator {
       recordsAggregated: s.aggregation.recordsAccepted,
       rejected: Object.values(s.aggregation.recordsRejected).reduce((a, b) => a + b, 0),
       nonFlowRecords: s.nonFlowRecords,
+      // Per sink: records it lost (each also logged by the sink) and denied operations.
+      ...Object.fromEntries(
+        Object.entries(s.exporters).flatMap(([section, e]) => [
+          [`${section}.dropped`, e.dropped],
+          ...("permissionDenied" in e ? [[`${section}.permissionDenied`, e.permissionDenied]] : []),
+        ]),
+      ),
       decodeErrors: s.collector?.decodeErrorsTotal ?? 0,
       templateMisses: s.collector?.templateMisses ?? 0,
       ...(s.collector?.udpReceiver

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { openTransport } from "../../src/net/transport.ts";
+import { concat } from "../_helpers/bytes.ts";
 
 const LOOPBACK = "127.0.0.1";
 
@@ -11,13 +12,7 @@ async function readAll(conn: Deno.Conn): Promise<Uint8Array> {
     if (n === null) break;
     chunks.push(buf.slice(0, n));
   }
-  const out = new Uint8Array(chunks.reduce((s, c) => s + c.length, 0));
-  let off = 0;
-  for (const c of chunks) {
-    out.set(c, off);
-    off += c.length;
-  }
-  return out;
+  return concat(...chunks);
 }
 
 Deno.test("tcp: connects, writes the messages back to back, and close ends the session", async () => {

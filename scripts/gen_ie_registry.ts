@@ -1,6 +1,8 @@
 /**
  * Generates `src/ipfix/registry_data.ts` from the spec's `ie-registry.csv`, so the registry is
- * plain TS data (no file reads at run time). Run:
+ * plain TS data (no file reads at run time). Each CSV row becomes one string literal whose type
+ * the compiler checks against the row format (so a data type the codec does not know fails
+ * `deno check`); the module splits the strings once at load. Run:
  * `deno run --allow-read --allow-write scripts/gen_ie_registry.ts [csv] [out]`.
  */
 
@@ -23,15 +25,30 @@ import type { DataType } from "./types.ts";
 /** One registry row: name, element id, enterprise number, data type, default length, usedBy tags. */
 export type RegistryRow = readonly [string, number, number, DataType, number, string];
 
-/** Every row of ie-registry.csv, in file order. */
-export const REGISTRY_ROWS: readonly RegistryRow[] = [
+/** A CSV row with its fields separated by one space; the compiler checks the data type. */
+type RowText = \`\${string} \${number} \${number} \${DataType} \${number} \${string}\`;
+
+const ROWS: readonly RowText[] = [
 `;
-for (const line of lines.slice(1)) {
-  const [name, id, pen, type, len, usedBy] = line.split(",");
-  out += `  [${JSON.stringify(name)}, ${Number(id)}, ${Number(pen)}, ${JSON.stringify(type)}, ${
-    Number(len)
-  }, ${JSON.stringify(usedBy)}],\n`;
+lines.slice(1).forEach((line, i) => {
+  const fields = line.split(",");
+  const [name, id, pen, , len] = fields;
+  const numeric = [id, pen, len].every((s) => /^[0-9]+$/.test(s));
+  const spaced = fields.some((f) => f.includes(" "));
+  if (fields.length !== want.length || !/^[A-Za-z0-9]+$/.test(name) || !numeric || spaced) {
+    throw new Error(`${csvPath}:${i + 2}: malformed row: ${line}`);
+  }
+  out += `  ${JSON.stringify(fields.join(" "))},\n`;
+});
+out += `];
+
+function parseRow(text: RowText): RegistryRow {
+  const [name, id, enterprise, type, length, usedBy] = text.split(" ");
+  return [name, Number(id), Number(enterprise), type as DataType, Number(length), usedBy];
 }
-out += "];\n";
+
+/** Every row of ie-registry.csv, in file order. */
+export const REGISTRY_ROWS: readonly RegistryRow[] = ROWS.map(parseRow);
+`;
 Deno.writeTextFileSync(outPath, out);
 console.log(`wrote ${lines.length - 1} rows to ${outPath}`);

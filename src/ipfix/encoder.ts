@@ -36,41 +36,37 @@ const enum K {
   Raw,
 }
 
+/** The field kind of each data type; exhaustive, so a new data type must be given one. */
+const KIND_OF: Readonly<Record<DataType, K>> = {
+  unsigned8: K.UInt,
+  unsigned16: K.UInt,
+  unsigned32: K.UInt,
+  dateTimeSeconds: K.UInt,
+  signed8: K.SInt,
+  signed16: K.SInt,
+  signed32: K.SInt,
+  unsigned64: K.UBig,
+  dateTimeMilliseconds: K.UBig,
+  dateTimeMicroseconds: K.UBig,
+  dateTimeNanoseconds: K.UBig,
+  signed64: K.SBig,
+  float32: K.F32,
+  float64: K.F64,
+  boolean: K.Bool,
+  macAddress: K.Mac,
+  string: K.Str,
+  ipv4Address: K.Ip4,
+  ipv6Address: K.Ip6,
+  octetArray: K.Raw,
+  basicList: K.Raw,
+  subTemplateList: K.Raw,
+  subTemplateMultiList: K.Raw,
+};
+
 function kindOf(type: DataType | undefined, length: number): K {
-  switch (type) {
-    case "unsigned8":
-    case "unsigned16":
-    case "unsigned32":
-    case "dateTimeSeconds":
-      return K.UInt;
-    case "signed8":
-    case "signed16":
-    case "signed32":
-      return K.SInt;
-    case "unsigned64":
-    case "dateTimeMilliseconds":
-    case "dateTimeMicroseconds":
-    case "dateTimeNanoseconds":
-      return K.UBig;
-    case "signed64":
-      return K.SBig;
-    case "float32":
-      return K.F32;
-    case "float64":
-      return length === 4 ? K.F32 : K.F64;
-    case "boolean":
-      return K.Bool;
-    case "macAddress":
-      return K.Mac;
-    case "string":
-      return K.Str;
-    case "ipv4Address":
-      return K.Ip4;
-    case "ipv6Address":
-      return K.Ip6;
-    default:
-      return K.Raw;
-  }
+  // Unknown elements are raw bytes; a float64 sent in 4 bytes (reduced size) is a float32.
+  const kind = type !== undefined && Object.hasOwn(KIND_OF, type) ? KIND_OF[type] : K.Raw;
+  return kind === K.F64 && length === 4 ? K.F32 : kind;
 }
 
 /** UTF-8 byte length of a JS string, without encoding it. */

@@ -105,29 +105,52 @@ function concat(messages: readonly Uint8Array[]): Uint8Array {
   return out;
 }
 
-class StreamTransport implements Transport {
+/** What the stream and datagram transports share: the open flag, `closed` and `close()`. */
+abstract class SocketTransport implements Transport {
   readonly kind: TransportKind;
   readonly closed: Promise<void>;
-  readonly #conn: Deno.Conn;
+  readonly #socket: { close(): void };
   #open = true;
   #resolveClosed!: () => void;
 
-  constructor(kind: TransportKind, conn: Deno.Conn) {
+  constructor(kind: TransportKind, socket: { close(): void }) {
     this.kind = kind;
-    this.#conn = conn;
+    this.#socket = socket;
     this.closed = new Promise((r) => (this.#resolveClosed = r));
-    this.#watch();
   }
 
   get open(): boolean {
     return this.#open;
   }
 
+  abstract send(messages: readonly Uint8Array[]): Promise<void>;
+
+  close(): void {
+    if (!this.#open) return;
+    this.#open = false;
+    try {
+      this.#socket.close();
+    } catch {
+      // Already closed (by the runtime, after a reset).
+    }
+    this.#resolveClosed();
+  }
+}
+
+class StreamTransport extends SocketTransport {
+  readonly #conn: Deno.Conn;
+
+  constructor(kind: TransportKind, conn: Deno.Conn) {
+    super(kind, conn);
+    this.#conn = conn;
+    this.#watch();
+  }
+
   async #watch(): Promise<void> {
     const buf = new Uint8Array(512);
     try {
       // Collectors never talk back: EOF or an error means the session is over.
-      while (this.#open) {
+      while (this.open) {
         const n = await this.#conn.read(buf);
         if (n === null) break;
       }
@@ -138,7 +161,7 @@ class StreamTransport implements Transport {
   }
 
   async send(messages: readonly Uint8Array[]): Promise<void> {
-    if (!this.#open) throw new Error("connection closed");
+    if (!this.open) throw new Error("connection closed");
     const data = concat(messages);
     let off = 0;
     while (off < data.length) {
@@ -147,54 +170,24 @@ class StreamTransport implements Transport {
       off += n;
     }
   }
-
-  close(): void {
-    if (!this.#open) return;
-    this.#open = false;
-    try {
-      this.#conn.close();
-    } catch {
-      // Already closed by the runtime after a reset.
-    }
-    this.#resolveClosed();
-  }
 }
 
-class UdpTransport implements Transport {
-  readonly kind: TransportKind = "udp";
-  readonly closed: Promise<void>;
+class UdpTransport extends SocketTransport {
   readonly #sock: Deno.DatagramConn;
   readonly #addr: Deno.NetAddr;
-  #open = true;
-  #resolveClosed!: () => void;
 
   constructor(sock: Deno.DatagramConn, addr: Deno.NetAddr) {
+    super("udp", sock);
     this.#sock = sock;
     this.#addr = addr;
-    this.closed = new Promise((r) => (this.#resolveClosed = r));
-  }
-
-  get open(): boolean {
-    return this.#open;
   }
 
   async send(messages: readonly Uint8Array[]): Promise<void> {
     for (const m of messages) {
-      if (!this.#open) throw new Error("connection closed");
+      if (!this.open) throw new Error("connection closed");
       const n = await this.#sock.send(m, this.#addr);
       if (n !== m.length) throw new Error("could not send the complete message on the connection");
     }
-  }
-
-  close(): void {
-    if (!this.#open) return;
-    this.#open = false;
-    try {
-      this.#sock.close();
-    } catch {
-      // Already closed.
-    }
-    this.#resolveClosed();
   }
 }
 

@@ -79,3 +79,20 @@ Deno.test("registerElement adds elements and refuses conflicts", () => {
   assert.throws(() => registerElement({ ...ie, type: "unsigned32", length: 4 }));
   assert.throws(() => registerElement({ ...ie, name: "sourcePodName" }));
 });
+
+Deno.test("registry_data.ts is what scripts/gen_ie_registry.ts writes from the CSV", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const out = `${dir}/registry_data.ts`;
+    const gen = new URL("../../scripts/gen_ie_registry.ts", import.meta.url).pathname;
+    const { code } = await new Deno.Command(Deno.execPath(), {
+      args: ["run", "--allow-read", `--allow-write=${out}`, gen, CSV.pathname, out],
+      stdout: "null",
+    }).output();
+    assert.equal(code, 0);
+    const committed = new URL("../../src/ipfix/registry_data.ts", import.meta.url);
+    assert.equal(Deno.readTextFileSync(out), Deno.readTextFileSync(committed));
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

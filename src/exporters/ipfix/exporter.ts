@@ -563,14 +563,7 @@ export class IpfixExporter implements Exporter {
     this.#transport = t;
     this.#seq = 0;
     t.closed.then(() => this.#signal());
-    try {
-      await this.#sendTemplates();
-    } catch (e) {
-      this.#errors++;
-      log.warn("sending templates failed", { target: this.#target(), error: e });
-      this.#closeTransport();
-      return false;
-    }
+    if (!(await this.#sendTemplates("sending templates failed"))) return false;
     this.#connectedAt = this.#clock.nowMs();
     if (this.#everConnected) this.#reconnects++;
     this.#everConnected = true;
@@ -581,21 +574,33 @@ export class IpfixExporter implements Exporter {
     return true;
   }
 
-  async #sendTemplates(): Promise<void> {
+  /**
+   * Sends the templates on the current transport. On failure counts an error, logs `failure`,
+   * closes the transport and returns false (the loop then reconnects).
+   */
+  async #sendTemplates(failure: string): Promise<boolean> {
     const t = this.#transport;
-    if (t === undefined) return;
-    if (!this.#json) {
-      // One template per message, as upstream: its collector reads only the first set.
-      const header = this.#messageHeader();
-      const msgs = this.#templates.map((tp) => encodeMessage(header, [tp.setBytes]));
-      await t.send(msgs);
-      this.#templatesSent += msgs.length;
-      this.#messages += msgs.length;
-      for (const m of msgs) this.#bytes += m.length;
+    if (t === undefined) return true;
+    try {
+      if (!this.#json) {
+        // One template per message, as upstream: its collector reads only the first set.
+        const header = this.#messageHeader();
+        const msgs = this.#templates.map((tp) => encodeMessage(header, [tp.setBytes]));
+        await t.send(msgs);
+        this.#templatesSent += msgs.length;
+        this.#messages += msgs.length;
+        for (const m of msgs) this.#bytes += m.length;
+      }
+      this.#lastTemplatesMs = this.#clock.nowMs();
+      this.#refreshDue = false;
+      this.#armRefresh();
+      return true;
+    } catch (e) {
+      this.#errors++;
+      log.warn(failure, { target: this.#target(), error: e });
+      this.#closeTransport();
+      return false;
     }
-    this.#lastTemplatesMs = this.#clock.nowMs();
-    this.#refreshDue = false;
-    this.#armRefresh();
   }
 
   #armRefresh(): void {
@@ -615,13 +620,7 @@ export class IpfixExporter implements Exporter {
     if (this.#transport === undefined || !this.#transport.open) return;
     const due = this.#refreshDue || this.#clock.nowMs() - this.#lastTemplatesMs >= this.#refreshMs;
     if (!due) return;
-    try {
-      await this.#sendTemplates();
-    } catch (e) {
-      this.#errors++;
-      log.warn("template refresh failed", { target: this.#target(), error: e });
-      this.#closeTransport();
-    }
+    await this.#sendTemplates("template refresh failed");
   }
 
   #takeBatch(): ExportedFlow[] {

@@ -1,16 +1,17 @@
 import assert from "node:assert/strict";
 import tls from "node:tls";
 import { Collector } from "../../src/collector/mod.ts";
-import { generateCertificates, type GeneratedCertificates } from "../../src/pki/mod.ts";
+import { generateCertificates } from "../../src/pki/mod.ts";
 import { setLogLevel } from "../../src/log.ts";
 import {
-  collectingSink,
   concat,
   GOLDEN_DATA,
   GOLDEN_TEMPLATE,
   readUntilClosed,
+  startCollector,
   writeAll,
 } from "./helpers.ts";
+import { collectorTls } from "../_helpers/tls.ts";
 import { waitFor } from "../_helpers/wait.ts";
 
 setLogLevel("error");
@@ -18,8 +19,9 @@ setLogLevel("error");
 const certs = generateCertificates({ namespace: "flow-aggregator", address: "127.0.0.1" });
 const otherCa = generateCertificates({});
 
-function material(g: GeneratedCertificates): { caPem: string; certPem: string; keyPem: string } {
-  return { caPem: g.ca.certPem, certPem: g.server.certPem, keyPem: g.server.keyPem };
+/** Starts a TLS Collector on `address` with the test certificates. */
+function startTls(address = "127.0.0.1:0"): ReturnType<typeof startCollector> {
+  return startCollector({ address, protocol: "tls", tls: collectorTls(certs) });
 }
 
 /** Connects, writes `data`, waits for the server to close or `holdMs`; returns what happened. */
@@ -50,9 +52,7 @@ function tlsSend(
 
 for (const host of ["127.0.0.1", "::1"]) {
   Deno.test(`tls: a client with the CA-signed certificate is collected (${host})`, async () => {
-    const { received, sink } = collectingSink();
-    const c = new Collector({ address: "[::]:0", protocol: "tls", tls: material(certs) }, sink);
-    await c.start();
+    const { c, received } = await startTls("[::]:0");
     try {
       const r = await tlsSend(host, c.port, certs.client, concat(GOLDEN_TEMPLATE, GOLDEN_DATA));
       assert.equal(r.serverVerified, true);
@@ -72,9 +72,7 @@ for (const host of ["127.0.0.1", "::1"]) {
 }
 
 Deno.test("tls: a client without a certificate is refused and counted", async () => {
-  const { received, sink } = collectingSink();
-  const c = new Collector({ address: "127.0.0.1:0", protocol: "tls", tls: material(certs) }, sink);
-  await c.start();
+  const { c, received } = await startTls();
   try {
     await tlsSend("127.0.0.1", c.port, undefined, concat(GOLDEN_TEMPLATE, GOLDEN_DATA));
     await waitFor(() => c.stats().tlsHandshakeFailures === 1, {
@@ -90,9 +88,7 @@ Deno.test("tls: a client without a certificate is refused and counted", async ()
 });
 
 Deno.test("tls: a client certificate from another CA is refused and counted", async () => {
-  const { received, sink } = collectingSink();
-  const c = new Collector({ address: "127.0.0.1:0", protocol: "tls", tls: material(certs) }, sink);
-  await c.start();
+  const { c, received } = await startTls();
   try {
     await tlsSend("127.0.0.1", c.port, otherCa.client, concat(GOLDEN_TEMPLATE, GOLDEN_DATA));
     await waitFor(() => c.stats().tlsHandshakeFailures === 1, {
@@ -109,9 +105,7 @@ Deno.test("tls: a client certificate from another CA is refused and counted", as
 });
 
 Deno.test("tls: a framing error closes the TLS session", async () => {
-  const { sink } = collectingSink();
-  const c = new Collector({ address: "127.0.0.1:0", protocol: "tls", tls: material(certs) }, sink);
-  await c.start();
+  const { c } = await startTls();
   try {
     await tlsSend("127.0.0.1", c.port, certs.client, new Uint8Array([0, 10, 0, 0, 1, 2, 3]));
     await waitFor(() => c.stats().sessionsClosedOnError === 1, { what: "closed on framing error" });
@@ -122,9 +116,7 @@ Deno.test("tls: a framing error closes the TLS session", async () => {
 });
 
 Deno.test("tls: plain IPFIX bytes sent to the TLS port fail the handshake and are counted", async () => {
-  const { received, sink } = collectingSink();
-  const c = new Collector({ address: "127.0.0.1:0", protocol: "tls", tls: material(certs) }, sink);
-  await c.start();
+  const { c, received } = await startTls();
   try {
     const conn = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
     await writeAll(conn, concat(GOLDEN_TEMPLATE, GOLDEN_DATA));
@@ -145,11 +137,7 @@ Deno.test("tls: protocol tls without material is a configuration error", () => {
 });
 
 Deno.test("tls: stop() does not wait for a client that never completes the handshake", async () => {
-  const c = new Collector(
-    { address: "127.0.0.1:0", protocol: "tls", tls: material(certs) },
-    collectingSink().sink,
-  );
-  await c.start();
+  const { c } = await startTls();
   // A TCP peer that connects and stays silent: node's server.close() would wait for it until the
   // 120 s handshake timeout, so a shutdown (or a reload) would hang that long.
   const conn = await Deno.connect({ hostname: "127.0.0.1", port: c.port });

@@ -9,7 +9,7 @@ import {
   type FieldSpecifier,
 } from "../../src/ipfix/mod.ts";
 import { AGENT_IPV4_FIELDS } from "../../src/record/schema.ts";
-import type { RecordContext } from "../../src/collector/mod.ts";
+import { Collector, type CollectorOptions, type RecordContext } from "../../src/collector/mod.ts";
 
 /** Golden template and data messages of ipfix.md §1.13 (domain 0x33de13e2, template 256). */
 export { DATA_MSG as GOLDEN_DATA, TEMPLATE_MSG as GOLDEN_TEMPLATE } from "../ipfix/golden.ts";
@@ -75,6 +75,16 @@ export function collectingSink(): {
 } {
   const received: Received[] = [];
   return { received, sink: (records, ctx) => received.push({ records, ctx }) };
+}
+
+/** Starts a Collector with `options` and a {@linkcode collectingSink}; the caller stops it. */
+export async function startCollector(
+  options: CollectorOptions,
+): Promise<{ c: Collector; received: Received[] }> {
+  const { received, sink } = collectingSink();
+  const c = new Collector(options, sink);
+  await c.start();
+  return { c, received };
 }
 
 /** Opens a UDP client socket on `hostname` (port chosen by the OS). */

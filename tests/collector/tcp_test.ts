@@ -1,8 +1,6 @@
 import assert from "node:assert/strict";
-import { Collector } from "../../src/collector/mod.ts";
 import { setLogLevel } from "../../src/log.ts";
 import {
-  collectingSink,
   concat,
   dataMessage,
   GOLDEN_DATA,
@@ -10,6 +8,7 @@ import {
   readUntilClosed,
   SMALL_FIELDS,
   smallRecord,
+  startCollector,
   templateMessage,
   writeAll,
 } from "./helpers.ts";
@@ -18,9 +17,7 @@ import { waitFor } from "../_helpers/wait.ts";
 setLogLevel("error");
 
 Deno.test("tcp: golden vectors from 127.0.0.1 and ::1, messages split byte by byte", async () => {
-  const { received, sink } = collectingSink();
-  const c = new Collector({ address: "[::]:0", protocol: "tcp" }, sink);
-  await c.start();
+  const { c, received } = await startCollector({ address: "[::]:0", protocol: "tcp" });
   try {
     const v4 = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
     const v6 = await Deno.connect({ hostname: "::1", port: c.port });
@@ -51,9 +48,7 @@ Deno.test("tcp: golden vectors from 127.0.0.1 and ::1, messages split byte by by
 });
 
 Deno.test("tcp: two connections with different domains share template id 256", async () => {
-  const { received, sink } = collectingSink();
-  const c = new Collector({ address: "127.0.0.1:0", protocol: "tcp" }, sink);
-  await c.start();
+  const { c, received } = await startCollector({ address: "127.0.0.1:0", protocol: "tcp" });
   const a = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
   const b = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
   try {
@@ -75,9 +70,7 @@ Deno.test("tcp: two connections with different domains share template id 256", a
 });
 
 Deno.test("tcp: templates are scoped to the connection and dropped when it closes", async () => {
-  const { received, sink } = collectingSink();
-  const c = new Collector({ address: "127.0.0.1:0", protocol: "tcp" }, sink);
-  await c.start();
+  const { c, received } = await startCollector({ address: "127.0.0.1:0", protocol: "tcp" });
   try {
     const a = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
     await writeAll(a, GOLDEN_TEMPLATE);
@@ -112,9 +105,7 @@ for (
   ] as const
 ) {
   Deno.test(`tcp: ${name} closes only that session`, async () => {
-    const { received, sink } = collectingSink();
-    const c = new Collector({ address: "127.0.0.1:0", protocol: "tcp" }, sink);
-    await c.start();
+    const { c, received } = await startCollector({ address: "127.0.0.1:0", protocol: "tcp" });
     const good = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
     const bad_ = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
     try {
@@ -150,9 +141,7 @@ for (
 }
 
 Deno.test("tcp: a partial message at EOF is counted as truncated", async () => {
-  const { sink } = collectingSink();
-  const c = new Collector({ address: "127.0.0.1:0", protocol: "tcp" }, sink);
-  await c.start();
+  const { c } = await startCollector({ address: "127.0.0.1:0", protocol: "tcp" });
   try {
     const a = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
     await writeAll(a, GOLDEN_TEMPLATE.subarray(0, 100));
@@ -165,9 +154,7 @@ Deno.test("tcp: a partial message at EOF is counted as truncated", async () => {
 });
 
 Deno.test("tcp: stop closes open connections and the listener", async () => {
-  const { sink } = collectingSink();
-  const c = new Collector({ address: "127.0.0.1:0", protocol: "tcp" }, sink);
-  await c.start();
+  const { c } = await startCollector({ address: "127.0.0.1:0", protocol: "tcp" });
   const port = c.port;
   const a = await Deno.connect({ hostname: "127.0.0.1", port });
   await writeAll(a, GOLDEN_TEMPLATE);

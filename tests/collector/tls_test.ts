@@ -1,16 +1,18 @@
 import assert from "node:assert/strict";
 import tls from "node:tls";
 import { Collector } from "../../src/collector/mod.ts";
-import { generateCertificates, type GeneratedCertificates } from "../../src/pki/mod.ts";
+import { generateCertificates } from "../../src/pki/mod.ts";
 import { setLogLevel } from "../../src/log.ts";
 import {
-  collectingSink,
   concat,
   GOLDEN_DATA,
   GOLDEN_TEMPLATE,
   readUntilClosed,
+  type Received,
+  startCollector,
   writeAll,
 } from "./helpers.ts";
+import { collectorTls } from "../_helpers/tls.ts";
 import { waitFor } from "../_helpers/wait.ts";
 
 setLogLevel("error");
@@ -18,8 +20,16 @@ setLogLevel("error");
 const certs = generateCertificates({ namespace: "flow-aggregator", address: "127.0.0.1" });
 const otherCa = generateCertificates({});
 
-function material(g: GeneratedCertificates): { caPem: string; certPem: string; keyPem: string } {
-  return { caPem: g.ca.certPem, certPem: g.server.certPem, keyPem: g.server.keyPem };
+/** Starts a TLS Collector on `address` with the test certificates. */
+function startTls(address = "127.0.0.1:0"): ReturnType<typeof startCollector> {
+  return startCollector({ address, protocol: "tls", tls: collectorTls(certs) });
+}
+
+/** Waits for one failed handshake to be counted; no session was opened and nothing decoded. */
+async function assertRefusedOnce(c: Collector, received: Received[]): Promise<void> {
+  await waitFor(() => c.stats().tlsHandshakeFailures === 1, { what: "handshake failure counted" });
+  assert.equal(c.stats().sessionsOpened, 0);
+  assert.equal(received.length, 0);
 }
 
 /** Connects, writes `data`, waits for the server to close or `holdMs`; returns what happened. */
@@ -50,9 +60,7 @@ function tlsSend(
 
 for (const host of ["127.0.0.1", "::1"]) {
   Deno.test(`tls: a client with the CA-signed certificate is collected (${host})`, async () => {
-    const { received, sink } = collectingSink();
-    const c = new Collector({ address: "[::]:0", protocol: "tls", tls: material(certs) }, sink);
-    await c.start();
+    const { c, received } = await startTls("[::]:0");
     try {
       const r = await tlsSend(host, c.port, certs.client, concat(GOLDEN_TEMPLATE, GOLDEN_DATA));
       assert.equal(r.serverVerified, true);
@@ -72,34 +80,21 @@ for (const host of ["127.0.0.1", "::1"]) {
 }
 
 Deno.test("tls: a client without a certificate is refused and counted", async () => {
-  const { received, sink } = collectingSink();
-  const c = new Collector({ address: "127.0.0.1:0", protocol: "tls", tls: material(certs) }, sink);
-  await c.start();
+  const { c, received } = await startTls();
   try {
     await tlsSend("127.0.0.1", c.port, undefined, concat(GOLDEN_TEMPLATE, GOLDEN_DATA));
-    await waitFor(() => c.stats().tlsHandshakeFailures === 1, {
-      what: "handshake failure counted",
-    });
-    const s = c.stats();
-    assert.equal(s.sessionsOpened, 0);
-    assert.equal(s.messages, 0);
-    assert.equal(received.length, 0);
+    await assertRefusedOnce(c, received);
+    assert.equal(c.stats().messages, 0);
   } finally {
     await c.stop();
   }
 });
 
 Deno.test("tls: a client certificate from another CA is refused and counted", async () => {
-  const { received, sink } = collectingSink();
-  const c = new Collector({ address: "127.0.0.1:0", protocol: "tls", tls: material(certs) }, sink);
-  await c.start();
+  const { c, received } = await startTls();
   try {
     await tlsSend("127.0.0.1", c.port, otherCa.client, concat(GOLDEN_TEMPLATE, GOLDEN_DATA));
-    await waitFor(() => c.stats().tlsHandshakeFailures === 1, {
-      what: "handshake failure counted",
-    });
-    assert.equal(c.stats().sessionsOpened, 0);
-    assert.equal(received.length, 0);
+    await assertRefusedOnce(c, received);
     // A good client still gets through afterwards.
     await tlsSend("127.0.0.1", c.port, certs.client, concat(GOLDEN_TEMPLATE, GOLDEN_DATA));
     await waitFor(() => received.length === 1, { what: "good client after a refused one" });
@@ -109,9 +104,7 @@ Deno.test("tls: a client certificate from another CA is refused and counted", as
 });
 
 Deno.test("tls: a framing error closes the TLS session", async () => {
-  const { sink } = collectingSink();
-  const c = new Collector({ address: "127.0.0.1:0", protocol: "tls", tls: material(certs) }, sink);
-  await c.start();
+  const { c } = await startTls();
   try {
     await tlsSend("127.0.0.1", c.port, certs.client, new Uint8Array([0, 10, 0, 0, 1, 2, 3]));
     await waitFor(() => c.stats().sessionsClosedOnError === 1, { what: "closed on framing error" });
@@ -122,19 +115,13 @@ Deno.test("tls: a framing error closes the TLS session", async () => {
 });
 
 Deno.test("tls: plain IPFIX bytes sent to the TLS port fail the handshake and are counted", async () => {
-  const { received, sink } = collectingSink();
-  const c = new Collector({ address: "127.0.0.1:0", protocol: "tls", tls: material(certs) }, sink);
-  await c.start();
+  const { c, received } = await startTls();
   try {
     const conn = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
     await writeAll(conn, concat(GOLDEN_TEMPLATE, GOLDEN_DATA));
     assert.equal(await readUntilClosed(conn), true, "server drops the connection");
     conn.close();
-    await waitFor(() => c.stats().tlsHandshakeFailures === 1, {
-      what: "handshake failure counted",
-    });
-    assert.equal(c.stats().sessionsOpened, 0);
-    assert.equal(received.length, 0);
+    await assertRefusedOnce(c, received);
   } finally {
     await c.stop();
   }
@@ -145,11 +132,7 @@ Deno.test("tls: protocol tls without material is a configuration error", () => {
 });
 
 Deno.test("tls: stop() does not wait for a client that never completes the handshake", async () => {
-  const c = new Collector(
-    { address: "127.0.0.1:0", protocol: "tls", tls: material(certs) },
-    collectingSink().sink,
-  );
-  await c.start();
+  const { c } = await startTls();
   // A TCP peer that connects and stays silent: node's server.close() would wait for it until the
   // 120 s handshake timeout, so a shutdown (or a reload) would hang that long.
   const conn = await Deno.connect({ hostname: "127.0.0.1", port: c.port });

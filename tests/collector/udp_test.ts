@@ -3,12 +3,12 @@ import { Collector } from "../../src/collector/mod.ts";
 import { ManualClock } from "../../src/clock.ts";
 import { setLogLevel, setLogWriter } from "../../src/log.ts";
 import {
-  collectingSink,
   dataMessage,
   GOLDEN_DATA,
   GOLDEN_TEMPLATE,
   SMALL_FIELDS,
   smallRecord,
+  startCollector,
   templateMessage,
   udpClient,
   udpSend,
@@ -18,9 +18,7 @@ import { waitFor } from "../_helpers/wait.ts";
 setLogLevel("error");
 
 Deno.test("udp: golden vectors over 127.0.0.1 and ::1 on one dual-stack socket", async () => {
-  const { received, sink } = collectingSink();
-  const c = new Collector({ address: "[::]:0", protocol: "udp" }, sink);
-  await c.start();
+  const { c, received } = await startCollector({ address: "[::]:0", protocol: "udp" });
   const v4 = udpClient("127.0.0.1");
   const v6 = udpClient("::1");
   try {
@@ -66,9 +64,7 @@ Deno.test("udp: golden vectors over 127.0.0.1 and ::1 on one dual-stack socket",
 });
 
 Deno.test("udp: two exporters with different domains share template id 256 without clashing", async () => {
-  const { received, sink } = collectingSink();
-  const c = new Collector({ address: "127.0.0.1:0", protocol: "udp" }, sink);
-  await c.start();
+  const { c, received } = await startCollector({ address: "127.0.0.1:0", protocol: "udp" });
   const a = udpClient("127.0.0.1");
   const b = udpClient("127.0.0.1");
   try {
@@ -94,9 +90,7 @@ Deno.test("udp: two exporters with different domains share template id 256 witho
 });
 
 Deno.test("udp: data before its template is counted as a miss, then the session recovers", async () => {
-  const { received, sink } = collectingSink();
-  const c = new Collector({ address: "127.0.0.1:0", protocol: "udp" }, sink);
-  await c.start();
+  const { c, received } = await startCollector({ address: "127.0.0.1:0", protocol: "udp" });
   const a = udpClient("127.0.0.1");
   try {
     await udpSend(a, "127.0.0.1", c.port, GOLDEN_DATA);
@@ -117,9 +111,7 @@ Deno.test("udp: data before its template is counted as a miss, then the session 
 });
 
 Deno.test("udp: bad datagrams are counted by reason and the loop keeps receiving", async () => {
-  const { received, sink } = collectingSink();
-  const c = new Collector({ address: "127.0.0.1:0", protocol: "udp" }, sink);
-  await c.start();
+  const { c, received } = await startCollector({ address: "127.0.0.1:0", protocol: "udp" });
   const a = udpClient("127.0.0.1");
   try {
     const lengthMismatch = GOLDEN_TEMPLATE.slice(0, 200); // header says 288
@@ -147,12 +139,13 @@ Deno.test("udp: bad datagrams are counted by reason and the loop keeps receiving
 
 Deno.test("udp: templates and idle sessions expire after the TTL (injected clock)", async () => {
   const clock = new ManualClock();
-  const { received, sink } = collectingSink();
-  const c = new Collector(
-    { address: "127.0.0.1:0", protocol: "udp", templateTtlMs: 60_000, clock, sweepIntervalMs: 0 },
-    sink,
-  );
-  await c.start();
+  const { c, received } = await startCollector({
+    address: "127.0.0.1:0",
+    protocol: "udp",
+    templateTtlMs: 60_000,
+    clock,
+    sweepIntervalMs: 0,
+  });
   const a = udpClient("127.0.0.1");
   try {
     await udpSend(a, "127.0.0.1", c.port, GOLDEN_TEMPLATE);
@@ -199,12 +192,11 @@ Deno.test("udp: the sink throwing is counted and does not stop collection", asyn
 });
 
 Deno.test("udp: more sources than maxUdpSessions evicts the least recently active", async () => {
-  const { sink } = collectingSink();
-  const c = new Collector(
-    { address: "127.0.0.1:0", protocol: "udp", maxUdpSessions: 2 },
-    sink,
-  );
-  await c.start();
+  const { c } = await startCollector({
+    address: "127.0.0.1:0",
+    protocol: "udp",
+    maxUdpSessions: 2,
+  });
   const clients = [udpClient("127.0.0.1"), udpClient("127.0.0.1"), udpClient("127.0.0.1")];
   try {
     for (const [i, cl] of clients.entries()) {
@@ -229,9 +221,7 @@ Deno.test("udp: template misses are counted each time but logged rate-limited", 
   const lines: string[] = [];
   setLogLevel("warn");
   const prev = setLogWriter((l) => lines.push(l));
-  const { sink } = collectingSink();
-  const c = new Collector({ address: "127.0.0.1:0", protocol: "udp", clock }, sink);
-  await c.start();
+  const { c } = await startCollector({ address: "127.0.0.1:0", protocol: "udp", clock });
   const a = udpClient("127.0.0.1");
   try {
     for (let i = 0; i < 5; i++) await udpSend(a, "127.0.0.1", c.port, GOLDEN_DATA);
@@ -257,8 +247,7 @@ Deno.test("udp: a pluggable (async) receive path feeds the same sessions; mapped
   let deliver: ((d: Uint8Array, h: string, p: number) => void) | undefined;
   let closed = false;
   let endRun: () => void = () => {};
-  const { received, sink } = collectingSink();
-  const c = new Collector({
+  const { c, received } = await startCollector({
     protocol: "udp",
     udpReceiver: async (address) => {
       await Promise.resolve();
@@ -276,8 +265,7 @@ Deno.test("udp: a pluggable (async) receive path feeds the same sessions; mapped
         },
       };
     },
-  }, sink);
-  await c.start();
+  });
   assert.equal(c.port, 4739);
   deliver!(GOLDEN_TEMPLATE, "::ffff:10.0.0.9", 5000);
   deliver!(GOLDEN_DATA, "::ffff:10.0.0.9", 5000);

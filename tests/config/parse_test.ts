@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { ConfigError, DECODE_ERROR_PREFIX, EMBEDDED_DEFAULT_CONFIG } from "../../src/config/mod.ts";
 import { type FlowAggregatorConfig, parseConfig } from "../../src/components.ts";
+import { enabledFlowLogger } from "../_helpers/flow_logger_config.ts";
 import { prng } from "../_helpers/prng.ts";
 
 const MIN = "flowLogger:\n  enable: true\n";
@@ -51,17 +52,8 @@ Deno.test("every key gets its v1.13 default", () => {
       uploadInterval: "60s",
       uploadIntervalMs: 60_000,
     },
-    flowLogger: {
-      enable: true,
-      path: "/tmp/x/antrea-flows.log",
-      maxSize: 100,
-      maxBackups: 3,
-      maxAge: 0,
-      compress: true,
-      recordFormat: "CSV",
-      filters: [],
-      prettyPrint: true,
-    },
+    // MIN enables the logger; every other key at its §5.1 default, the path in tmpDir.
+    flowLogger: enabledFlowLogger("/tmp/x/antrea-flows.log"),
   };
   assert.deepEqual(parse(MIN), expected);
 });

@@ -93,11 +93,27 @@ function harness(path: string): Harness {
   };
 }
 
-Deno.test("watcher: a ConfigMap swap fires onChange once per real change", async () => {
+/**
+ * Runs `body` on a ConfigMap volume holding conf("/tmp/a.log") with a (not yet started) watcher
+ * harness on it and the log silenced; stops the watcher and removes the volume afterwards.
+ */
+async function withConfigMap(
+  body: (vol: ConfigMapDir, h: Harness) => Promise<void>,
+): Promise<void> {
   const restoreLog = setLogWriter(() => {});
   const vol = await ConfigMapDir.create(conf("/tmp/a.log"));
   const h = harness(vol.path);
   try {
+    await body(vol, h);
+  } finally {
+    await h.watcher.stop();
+    setLogWriter(restoreLog);
+    await Deno.remove(vol.dir, { recursive: true });
+  }
+}
+
+Deno.test("watcher: a ConfigMap swap fires onChange once per real change", async () => {
+  await withConfigMap(async (vol, h) => {
     const initial = await h.watcher.start();
     assert.equal(initial.flowLogger.path, "/tmp/a.log");
 
@@ -132,18 +148,11 @@ Deno.test("watcher: a ConfigMap swap fires onChange once per real change", async
     assert.equal(h.changes.length, 2);
     assert.equal(h.changes[1].old.flowLogger.path, "/tmp/b.log");
     assert.equal(h.changes[1].next.flowLogger.path, "/tmp/c.log");
-  } finally {
-    await h.watcher.stop();
-    setLogWriter(restoreLog);
-    await Deno.remove(vol.dir, { recursive: true });
-  }
+  });
 });
 
 Deno.test("watcher: going back to content seen before an invalid edit is not a change", async () => {
-  const restoreLog = setLogWriter(() => {});
-  const vol = await ConfigMapDir.create(conf("/tmp/a.log"));
-  const h = harness(vol.path);
-  try {
+  await withConfigMap(async (vol, h) => {
     await h.watcher.start();
     let check = h.waitFor("invalid");
     await vol.swap("not: [valid");
@@ -152,11 +161,7 @@ Deno.test("watcher: going back to content seen before an invalid edit is not a c
     await vol.swap(conf("/tmp/a.log"));
     await check;
     assert.equal(h.changes.length, 0);
-  } finally {
-    await h.watcher.stop();
-    setLogWriter(restoreLog);
-    await Deno.remove(vol.dir, { recursive: true });
-  }
+  });
 });
 
 Deno.test("watcher: check() applies a plain in-place edit and reports unreadable files", async () => {

@@ -6,8 +6,8 @@
  */
 
 import assert from "node:assert/strict";
-import { runFlowgen } from "../../src/flowgen/mod.ts";
-import { DENO_JSON, FaProcess, flowLogConfig } from "../_helpers/process.ts";
+import { type FlowgenOptions, runFlowgen } from "../../src/flowgen/mod.ts";
+import { DENO_JSON, FaProcess, flowLogConfig, type LogEvent } from "../_helpers/process.ts";
 
 const CONFIG = flowLogConfig("./flows.log", { transport: "UDP" });
 
@@ -26,25 +26,36 @@ async function withProcess(
   }
 }
 
+/** What flowgen sends in one test: Agents, distinct flows, records per second, records, seed. */
+type Traffic = Required<Pick<FlowgenOptions, "agents" | "flows" | "rate" | "records" | "seed">>;
+
+/**
+ * Sends `traffic` over UDP to the process, checks flowgen sent every record, stops the process
+ * (exit code 0) and returns its final `record metrics` event.
+ */
+async function sendAndStop(fa: FaProcess, traffic: Traffic): Promise<LogEvent> {
+  const port = await fa.collectorPort();
+  const report = await runFlowgen({ target: `127.0.0.1:${port}`, proto: "udp", ...traffic });
+  assert.equal(report.records, traffic.records);
+  const status = await fa.stop("SIGTERM");
+  assert.equal(status.code, 0, fa.stderr);
+  const m = fa.find({ msg: "record metrics" }).at(-1);
+  assert.ok(m, "final metrics");
+  return m;
+}
+
 Deno.test("udp fast path: every record of 40,000 at 20k/s is received and aggregated", async () => {
   await withProcess(["--udp-receiver", "fast"], undefined, async (fa) => {
-    const port = await fa.collectorPort();
-    const path = await fa.waitFor({ msg: "UDP receive path" });
+    // Logged at start-up: the same deadline as the collector port in sendAndStop.
+    const path = await fa.waitFor({ msg: "UDP receive path" }, 15_000);
     assert.equal(path.fields.mode, "ffi");
-    const report = await runFlowgen({
-      target: `127.0.0.1:${port}`,
-      proto: "udp",
+    const m = await sendAndStop(fa, {
       agents: 4,
       flows: 2000,
       rate: 20_000,
       records: 40_000,
       seed: 7,
     });
-    assert.equal(report.records, 40_000);
-    const status = await fa.stop("SIGTERM");
-    assert.equal(status.code, 0, fa.stderr);
-    const m = fa.find({ msg: "record metrics" }).at(-1);
-    assert.ok(m, "final metrics");
     assert.equal(Number(m.fields.numRecordsReceived), 40_000, fa.stderr);
     assert.equal(Number(m.fields.recordsAggregated), 40_000);
     assert.equal(Number(m.fields.udpKernelDrops), 0);
@@ -54,22 +65,8 @@ Deno.test("udp fast path: every record of 40,000 at 20k/s is received and aggreg
 
 Deno.test("udp socket path: --udp-receiver socket uses one Deno socket and still works", async () => {
   await withProcess(["--udp-receiver", "socket"], undefined, async (fa) => {
-    const port = await fa.collectorPort();
-    const report = await runFlowgen({
-      target: `127.0.0.1:${port}`,
-      proto: "udp",
-      agents: 2,
-      flows: 50,
-      rate: 1000,
-      records: 500,
-      seed: 3,
-    });
-    assert.equal(report.records, 500);
-    const status = await fa.stop("SIGTERM");
-    assert.equal(status.code, 0, fa.stderr);
+    const m = await sendAndStop(fa, { agents: 2, flows: 50, rate: 1000, records: 500, seed: 3 });
     assert.equal(fa.find({ msg: "UDP receive path" }).length, 0, "fast path not started");
-    const m = fa.find({ msg: "record metrics" }).at(-1);
-    assert.ok(m);
     // Loopback at 1k/s: the plain socket keeps up (it only loses beyond ~10-15k/s).
     assert.equal(Number(m.fields.numRecordsReceived), 500, fa.stderr);
     assert.equal(m.fields.udpKernelDrops, undefined, "not observable on the socket path");

@@ -15,6 +15,7 @@ import { generateCertificates } from "../../src/pki/mod.ts";
 import { type DataRecord, MessageBuilder } from "../../src/ipfix/mod.ts";
 import { setLogWriter } from "../../src/log.ts";
 import { DATA_MSG, DATA_RECORD, TEMPLATE_MSG } from "../ipfix/golden.ts";
+import { clientTls, collectorTls } from "../_helpers/tls.ts";
 import { waitFor } from "../_helpers/wait.ts";
 import { DENO_JSON, runDeno } from "../_helpers/process.ts";
 
@@ -274,11 +275,7 @@ Deno.test("flowgen CLI rejects bad arguments", async () => {
 
 Deno.test("flowgen over mutual TLS to the Collector", async () => {
   const certs = generateCertificates({ address: "127.0.0.1" });
-  const { c, state } = await collect("tls", {
-    caPem: certs.ca.certPem,
-    certPem: certs.server.certPem,
-    keyPem: certs.server.keyPem,
-  });
+  const { c, state } = await collect("tls", collectorTls(certs));
   const r = await runFlowgen({
     target: `127.0.0.1:${c.port}`,
     proto: "tls",
@@ -286,7 +283,7 @@ Deno.test("flowgen over mutual TLS to the Collector", async () => {
     flows: 100,
     rate: 10_000,
     records: 2000,
-    tls: { ca: certs.ca.certPem, cert: certs.client.certPem, key: certs.client.keyPem },
+    tls: clientTls(certs),
   });
   await waitFor(() => state.records >= 2000, { timeoutMs: 5000, what: "tls records" });
   await c.stop();
@@ -294,11 +291,7 @@ Deno.test("flowgen over mutual TLS to the Collector", async () => {
   assert.equal(state.records, 2000);
   // Without a client certificate the Collector refuses the session; the sender notices the
   // alert that follows the handshake and fails instead of writing into a dead session.
-  const { c: c2, state: s2 } = await collect("tls", {
-    caPem: certs.ca.certPem,
-    certPem: certs.server.certPem,
-    keyPem: certs.server.keyPem,
-  });
+  const { c: c2, state: s2 } = await collect("tls", collectorTls(certs));
   await assert.rejects(
     runFlowgen({
       target: `127.0.0.1:${c2.port}`,

@@ -1,28 +1,14 @@
 /** Round trip through the real aggregation core (kept apart: the core evolves separately). */
 import assert from "node:assert/strict";
-import { Collector } from "../../src/collector/mod.ts";
 import { exportTemplateFields, IpfixExporter } from "../../src/exporters/ipfix/exporter.ts";
-import { runFlowgen } from "../../src/flowgen/mod.ts";
 import { AggregationCore, type ExportedFlow, type FlowInput } from "../../src/aggregation/mod.ts";
 import { ManualClock } from "../../src/clock.ts";
 import { setLogWriter } from "../../src/log.ts";
-import { type DataRecord, elementByName } from "../../src/ipfix/mod.ts";
+import { elementByName } from "../../src/ipfix/mod.ts";
 import { waitFor } from "../_helpers/wait.ts";
+import { decodingCollector, flowgenToAgentSide, type Received } from "./helpers/ipfix_export.ts";
 
 setLogWriter(() => {});
-
-interface Received {
-  templateId: number;
-  record: DataRecord;
-}
-
-async function collector(out: Received[]): Promise<Collector> {
-  const c = new Collector({ address: "127.0.0.1:0", protocol: "tcp" }, (recs, ctx) => {
-    for (const record of recs) out.push({ templateId: ctx.templateId, record });
-  });
-  await c.start();
-  return c;
-}
 
 Deno.test("round trip through the real aggregation core: exported snapshots decode identically", async () => {
   const clock = new ManualClock();
@@ -33,7 +19,7 @@ Deno.test("round trip through the real aggregation core: exported snapshots deco
     includePodLabels: true,
   });
   const got: Received[] = [];
-  const external = await collector(got);
+  const external = await decodingCollector("tcp", got);
   const exporter = new IpfixExporter({
     address: `127.0.0.1:${external.port}`,
     observationDomainId: 7,
@@ -41,16 +27,10 @@ Deno.test("round trip through the real aggregation core: exported snapshots deco
   });
   await exporter.start();
   let received = 0;
-  const agentSide = new Collector({ address: "127.0.0.1:0", protocol: "tcp" }, (recs) => {
-    for (const r of recs) {
-      core.addRecord(r as unknown as FlowInput);
-      received++;
-    }
-  });
-  await agentSide.start();
-  const report = await runFlowgen({
-    target: `127.0.0.1:${agentSide.port}`,
-    proto: "tcp",
+  const { agentSide, report } = await flowgenToAgentSide((r) => {
+    core.addRecord(r as unknown as FlowInput);
+    received++;
+  }, {
     agents: 3,
     flows: 200,
     records: 2000,

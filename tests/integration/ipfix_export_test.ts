@@ -4,31 +4,21 @@
  * 63/65 IEs, IPv4 and IPv6, over TCP and UDP.
  */
 import assert from "node:assert/strict";
-import { Collector } from "../../src/collector/mod.ts";
 import { exportTemplateFields, IpfixExporter } from "../../src/exporters/ipfix/exporter.ts";
-import { FlowModel, runFlowgen, syntheticAggregate } from "../../src/flowgen/mod.ts";
-import type { DataRecord } from "../../src/ipfix/mod.ts";
+import { syntheticAggregate } from "../../src/flowgen/mod.ts";
 import type { ExportedFlow } from "../../src/aggregation/record.ts";
 import { setLogWriter } from "../../src/log.ts";
 import { generateCertificates } from "../../src/pki/mod.ts";
+import { clientTls, collectorTls } from "../_helpers/tls.ts";
 import { waitFor } from "../_helpers/wait.ts";
+import {
+  decodingCollector,
+  flowgenToAgentSide,
+  type Received,
+  syntheticFlows,
+} from "./helpers/ipfix_export.ts";
 
 setLogWriter(() => {});
-
-/** A record as the external Collector decoded it. */
-interface Received {
-  templateId: number;
-  record: DataRecord;
-}
-
-/** Starts a Collector that appends every decoded record to `out`. */
-async function collector(proto: "tcp" | "udp", out: Received[]): Promise<Collector> {
-  const c = new Collector({ address: "127.0.0.1:0", protocol: proto }, (recs, ctx) => {
-    for (const record of recs) out.push({ templateId: ctx.templateId, record });
-  });
-  await c.start();
-  return c;
-}
 
 /** Asserts `got[i]` carries exactly the template fields of `sent[i]` with identical values. */
 function assertIdentical(got: Received[], sent: ExportedFlow[], labels: boolean): void {
@@ -61,7 +51,7 @@ function assertSameOrder(got: Received[], sent: ExportedFlow[], labels: boolean)
 async function roundTrip(exportProto: "tcp" | "udp", labels: boolean, records: number) {
   const exported: ExportedFlow[] = [];
   const got: Received[] = [];
-  const external = await collector(exportProto, got);
+  const external = await decodingCollector(exportProto, got);
   const exporter = new IpfixExporter({
     address: `127.0.0.1:${external.port}:${exportProto}`,
     clusterUuid: "4c7a2a3e-5a1f-4b7e-9d3c-2f1e0a9b8c7d",
@@ -69,17 +59,11 @@ async function roundTrip(exportProto: "tcp" | "udp", labels: boolean, records: n
   });
   await exporter.start();
   let seq = 0;
-  const agentSide = new Collector({ address: "127.0.0.1:0", protocol: "tcp" }, (recs) => {
-    for (const r of recs) {
-      const f = syntheticAggregate(r, seq++);
-      exported.push(f);
-      exporter.addRecord(f);
-    }
-  });
-  await agentSide.start();
-  const report = await runFlowgen({
-    target: `127.0.0.1:${agentSide.port}`,
-    proto: "tcp",
+  const { agentSide, report } = await flowgenToAgentSide((r) => {
+    const f = syntheticAggregate(r, seq++);
+    exported.push(f);
+    exporter.addRecord(f);
+  }, {
     agents: 3,
     flows: 300,
     rate: exportProto === "udp" ? 4000 : 20_000,
@@ -121,30 +105,15 @@ Deno.test("round trip over UDP without labels: all 63 IEs identical, datagrams <
 
 Deno.test("export over mutual TLS to our Collector; a client without certificate is refused", async () => {
   const certs = generateCertificates({ address: "127.0.0.1" });
-  const material = {
-    caPem: certs.ca.certPem,
-    certPem: certs.server.certPem,
-    keyPem: certs.server.keyPem,
-  };
   const got: Received[] = [];
-  const c = new Collector(
-    { address: "127.0.0.1:0", protocol: "tls", tls: material },
-    (recs, ctx) => {
-      for (const record of recs) got.push({ templateId: ctx.templateId, record });
-    },
-  );
-  await c.start();
+  const c = await decodingCollector("tls", got, collectorTls(certs));
   const e = new IpfixExporter({
     address: `127.0.0.1:${c.port}:tls`,
     observationDomainId: 3,
-    tls: { ca: certs.ca.certPem, cert: certs.client.certPem, key: certs.client.keyPem },
+    tls: clientTls(certs),
   });
   await e.start();
-  const model = new FlowModel({ agents: 2, flows: 50, seed: 6 });
-  const sent: ExportedFlow[] = [];
-  while (sent.length < 200) {
-    for (const r of model.next()) sent.push(syntheticAggregate(r.record, sent.length));
-  }
+  const sent = syntheticFlows(200, { agents: 2, flows: 50, seed: 6 });
   for (const f of sent) e.addRecord(f);
   await waitFor(() => got.length >= sent.length, { timeoutMs: 5000, what: "tls records" });
   await e.stop();

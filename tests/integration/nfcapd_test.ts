@@ -5,10 +5,9 @@
  */
 import assert from "node:assert/strict";
 import { IpfixExporter } from "../../src/exporters/ipfix/exporter.ts";
-import { FlowModel, syntheticAggregate } from "../../src/flowgen/mod.ts";
-import type { ExportedFlow } from "../../src/aggregation/record.ts";
 import { setLogWriter } from "../../src/log.ts";
 import { waitFor } from "../_helpers/wait.ts";
+import { syntheticFlows } from "./helpers/ipfix_export.ts";
 
 setLogWriter(() => {});
 
@@ -57,15 +56,8 @@ Deno.test({
       const e = new IpfixExporter({ address: `127.0.0.1:${port}:udp`, observationDomainId: 42 });
       await e.start();
       // Few flows, many updates: deltas differ from totals, so the counter mapping is checked.
-      const model = new FlowModel({ agents: 3, flows: 40, seed: 21 });
-      const sent: ExportedFlow[] = [];
-      while (sent.length < 300) {
-        for (const r of model.next()) {
-          const f = syntheticAggregate(r.record, sent.length);
-          sent.push(f);
-          e.addRecord(f);
-        }
-      }
+      const sent = syntheticFlows(300, { agents: 3, flows: 40, seed: 21 });
+      for (const f of sent) e.addRecord(f);
       assert.ok(sent.some((f) => f.record.packetDeltaCount !== f.record.packetTotalCount));
       await waitFor(() => e.stats().queued === 0, {
         timeoutMs: 5000,

@@ -6,10 +6,10 @@
  */
 import assert from "node:assert/strict";
 import { IpfixExporter } from "../../src/exporters/ipfix/exporter.ts";
-import { CaptureServer, FlowModel, syntheticAggregate } from "../../src/flowgen/mod.ts";
-import type { ExportedFlow } from "../../src/aggregation/record.ts";
+import { CaptureServer } from "../../src/flowgen/mod.ts";
 import { setLogWriter } from "../../src/log.ts";
 import { concat } from "../_helpers/bytes.ts";
+import { syntheticFlows } from "./helpers/ipfix_export.ts";
 
 setLogWriter(() => {});
 
@@ -81,11 +81,7 @@ Deno.test({
       podLabels: true,
     });
     await e.start();
-    const model = new FlowModel({ agents: 2, flows: 60, seed: 8 });
-    const sent: ExportedFlow[] = [];
-    while (sent.length < 200) {
-      for (const r of model.next()) sent.push(syntheticAggregate(r.record, sent.length));
-    }
+    const sent = syntheticFlows(200, { agents: 2, flows: 60, seed: 8 });
     for (const f of sent) e.addRecord(f);
     await cap.waitFor(() => cap.records.length === sent.length, 5000, "records");
     await e.stop();

@@ -5,6 +5,7 @@ import {
   encodeMessage,
   encodeTemplateSet,
   fieldsFor,
+  type FieldValue,
   TemplateStore,
 } from "../../src/ipfix/mod.ts";
 import { AGENT_IPV4_FIELDS } from "../../src/record/schema.ts";
@@ -59,16 +60,20 @@ Deno.test("golden template message re-encodes byte for byte", () => {
   assert.deepEqual(msg, TEMPLATE_MSG);
 });
 
+/** `record` as a data set 256 (Agent IPv4 fields) under the golden data message's header. */
+function encodeGoldenData(record: Record<string, FieldValue | undefined>): Uint8Array {
+  const set = encodeDataSet(256, fieldsFor(AGENT_IPV4_FIELDS), [record]);
+  return encodeMessage(
+    { exportTime: 1700000010, sequenceNumber: 1, observationDomainId: 0x33de13e2 },
+    [set],
+  );
+}
+
 Deno.test("golden data message re-encodes byte for byte from the decoded record", () => {
   const store = new TemplateStore();
   decodeMessage(TEMPLATE_MSG, store);
   const rec = decodeMessage(DATA_MSG, store).dataSets[0].records[0];
-  const set = encodeDataSet(256, fieldsFor(AGENT_IPV4_FIELDS), [rec]);
-  const msg = encodeMessage(
-    { exportTime: 1700000010, sequenceNumber: 1, observationDomainId: 0x33de13e2 },
-    [set],
-  );
-  assert.deepEqual(msg, DATA_MSG);
+  assert.deepEqual(encodeGoldenData(rec), DATA_MSG);
 });
 
 Deno.test("encoder writes zero values for missing fields (golden data from a sparse record)", () => {
@@ -76,16 +81,7 @@ Deno.test("encoder writes zero values for missing fields (golden data from a spa
   for (const [k, v] of Object.entries(DATA_RECORD)) {
     if (v !== "" && v !== 0 && v !== "0.0.0.0") sparse[k] = v;
   }
-  const set = encodeDataSet(
-    256,
-    fieldsFor(AGENT_IPV4_FIELDS),
-    [sparse as Record<string, string | number | bigint>],
-  );
-  const msg = encodeMessage(
-    { exportTime: 1700000010, sequenceNumber: 1, observationDomainId: 0x33de13e2 },
-    [set],
-  );
-  assert.deepEqual(msg, DATA_MSG);
+  assert.deepEqual(encodeGoldenData(sparse as Record<string, string | number | bigint>), DATA_MSG);
 });
 
 Deno.test("decoded values are copies: mutating the buffer afterwards changes nothing", () => {

@@ -1,5 +1,4 @@
 import assert from "node:assert/strict";
-import type { FlowLoggerConfig } from "../../../src/exporters/flow_log/config.ts";
 import { LogExporter } from "../../../src/exporters/flow_log/exporter.ts";
 import {
   formatLogLine,
@@ -12,6 +11,7 @@ import {
 import { toFlatRecord } from "../../../src/exporters/flat_record.ts";
 import { setLogWriter } from "../../../src/log.ts";
 import { fixtureFlow } from "../fixtures.ts";
+import { enabledFlowLogger } from "../../_helpers/flow_logger_config.ts";
 import { DENO_JSON, runDeno } from "../../_helpers/process.ts";
 
 const L1 = "1637706961,1637706973,10.10.0.79,10.10.0.80,44752,5201,6,perftest-a,antrea-test," +
@@ -19,21 +19,6 @@ const L1 = "1637706961,1637706973,10.10.0.79,10.10.0.80,44752,5201,6,perftest-a,
   "perftest,test-flow-aggregator-networkpolicy-ingress-allow,antrea-test-ns," +
   "test-flow-aggregator-networkpolicy-rule,2,1,test-flow-aggregator-networkpolicy-egress-allow," +
   "antrea-test-ns-e,test-flow-aggregator-networkpolicy-rule-e,5,4,test-egress,172.18.0.1";
-
-function loggerConfig(path: string, extra: Partial<FlowLoggerConfig> = {}): FlowLoggerConfig {
-  return {
-    enable: true,
-    path,
-    maxSize: 100,
-    maxBackups: 3,
-    maxAge: 0,
-    compress: true,
-    recordFormat: "CSV",
-    filters: [],
-    prettyPrint: true,
-    ...extra,
-  };
-}
 
 async function readLines(path: string): Promise<string[]> {
   const text = await Deno.readTextFile(path);
@@ -147,7 +132,7 @@ Deno.test("L5: filters are OR of AND conditions; None matches no rule", () => {
 Deno.test("exporter: filtered records are counted, not written", async () => {
   const dir = await Deno.makeTempDir({ prefix: "fa-log-" });
   const exp = new LogExporter(
-    loggerConfig(`${dir}/f.log`, {
+    enabledFlowLogger(`${dir}/f.log`, {
       filters: [{ ingressNetworkPolicyRuleActions: ["Allow"], egressNetworkPolicyRuleActions: [] }],
     }),
   );
@@ -175,7 +160,7 @@ Deno.test("exporter: filtered records are counted, not written", async () => {
 Deno.test("L3: the flush timer writes buffered lines; stop returns promptly", async () => {
   const dir = await Deno.makeTempDir({ prefix: "fa-log-" });
   const path = `${dir}/t.log`;
-  const exp = new LogExporter(loggerConfig(path, { prettyPrint: false }), {
+  const exp = new LogExporter(enabledFlowLogger(path, { prettyPrint: false }), {
     flushIntervalMs: 50,
   });
   try {
@@ -203,7 +188,7 @@ Deno.test("L3: the flush timer writes buffered lines; stop returns promptly", as
 Deno.test("a full 4 KiB buffer is written without waiting for the timer", async () => {
   const dir = await Deno.makeTempDir({ prefix: "fa-log-" });
   const path = `${dir}/b.log`;
-  const exp = new LogExporter(loggerConfig(path), { flushIntervalMs: 3_600_000 });
+  const exp = new LogExporter(enabledFlowLogger(path), { flushIntervalMs: 3_600_000 });
   try {
     await exp.start();
     for (let i = 0; i < 12; i++) exp.addRecord(fixtureFlow()); // ~5 KiB
@@ -219,7 +204,7 @@ Deno.test("a full 4 KiB buffer is written without waiting for the timer", async 
 Deno.test("stop flushes and closes; records added before start are kept", async () => {
   const dir = await Deno.makeTempDir({ prefix: "fa-log-" });
   const path = `${dir}/s.log`;
-  const exp = new LogExporter(loggerConfig(path), { flushIntervalMs: 3_600_000 });
+  const exp = new LogExporter(enabledFlowLogger(path), { flushIntervalMs: 3_600_000 });
   try {
     exp.addRecord(fixtureFlow());
     await exp.start();
@@ -233,11 +218,11 @@ Deno.test("stop flushes and closes; records added before start are kept", async 
 
 Deno.test("L4: update flushes to the old file and switches to the new one", async () => {
   const dir = await Deno.makeTempDir({ prefix: "fa-log-" });
-  const exp = new LogExporter(loggerConfig(`${dir}/1.log`), { flushIntervalMs: 3_600_000 });
+  const exp = new LogExporter(enabledFlowLogger(`${dir}/1.log`), { flushIntervalMs: 3_600_000 });
   try {
     await exp.start();
     exp.addRecord(fixtureFlow());
-    await exp.update(loggerConfig(`${dir}/2.log`, { prettyPrint: false }));
+    await exp.update(enabledFlowLogger(`${dir}/2.log`, { prettyPrint: false }));
     assert.equal((await readLines(`${dir}/1.log`)).length, 1);
     exp.addRecord(fixtureFlow());
     await exp.stop();
@@ -252,7 +237,7 @@ Deno.test("L4: update flushes to the old file and switches to the new one", asyn
 Deno.test("a bounded queue drops and counts records when the disk cannot keep up", () => {
   const restore = setLogWriter(() => {});
   try {
-    const exp = new LogExporter(loggerConfig("/nonexistent/never-written.log"), {
+    const exp = new LogExporter(enabledFlowLogger("/nonexistent/never-written.log"), {
       maxPendingBytes: 1000,
       bufferBytes: 1 << 30,
     });
@@ -295,7 +280,7 @@ Deno.test("log exporter: a reload while records arrive closes the old file and l
   const dir = await Deno.makeTempDir();
   const a = `${dir}/a.log`;
   const b = `${dir}/b.log`;
-  const e = new LogExporter(loggerConfig(a), { bufferBytes: 1 }); // every record flushes
+  const e = new LogExporter(enabledFlowLogger(a), { bufferBytes: 1 }); // every record flushes
   await e.start();
   let added = 0;
   // Records keep arriving on every turn of the event loop while the reload closes the file.
@@ -310,7 +295,7 @@ Deno.test("log exporter: a reload while records arrive closes the old file and l
     }
   })();
   await new Promise((r) => setTimeout(r, 20));
-  await e.update(loggerConfig(b));
+  await e.update(enabledFlowLogger(b));
   await new Promise((r) => setTimeout(r, 20));
   stop = true;
   await pump;

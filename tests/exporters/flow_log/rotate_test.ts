@@ -5,22 +5,13 @@ import { LogExporter } from "../../../src/exporters/flow_log/exporter.ts";
 import { backupTimestamp, RotatingFile } from "../../../src/exporters/flow_log/rotate.ts";
 import { setLogWriter } from "../../../src/log.ts";
 import { fixtureFlow } from "../fixtures.ts";
+import { enabledFlowLogger } from "../../_helpers/flow_logger_config.ts";
 
 const BACKUP_RE = /^flows-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}\.\d{3}\.log(\.gz)?$/;
 
+/** An enabled logger that rotates at 1 MiB, with raw (not pretty) lines. */
 function loggerConfig(path: string, extra: Partial<FlowLoggerConfig> = {}): FlowLoggerConfig {
-  return {
-    enable: true,
-    path,
-    maxSize: 1,
-    maxBackups: 3,
-    maxAge: 0,
-    compress: true,
-    recordFormat: "CSV",
-    filters: [],
-    prettyPrint: false,
-    ...extra,
-  };
+  return enabledFlowLogger(path, { maxSize: 1, prettyPrint: false, ...extra });
 }
 
 async function listDir(dir: string): Promise<string[]> {

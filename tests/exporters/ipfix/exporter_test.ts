@@ -8,11 +8,17 @@ import {
   observationDomainIdFromUuid,
 } from "../../../src/exporters/ipfix/exporter.ts";
 import type { AggregatedRecord, ExportedFlow } from "../../../src/aggregation/record.ts";
-import { CaptureServer } from "../../../src/flowgen/capture.ts";
+import { type CaptureOptions, CaptureServer } from "../../../src/flowgen/capture.ts";
 import { exportedFlow, fixtureFlow } from "../fixtures.ts";
 import { ManualClock } from "../../../src/clock.ts";
 import { elementByName } from "../../../src/ipfix/mod.ts";
 import { setLogWriter } from "../../../src/log.ts";
+import {
+  SPEC_AGENT_IPV4,
+  SPEC_AGENT_IPV6,
+  SPEC_FA_APPENDED,
+  SPEC_POD_LABELS,
+} from "../../_helpers/spec_fields.ts";
 
 // Exporter warnings (connection refused, drops) are expected here; keep test output readable.
 setLogWriter(() => {});
@@ -60,6 +66,18 @@ function exporter(port: number, proto: string, extra: Partial<IpfixExporterOptio
   });
 }
 
+/** Starts a capture server for `proto` and an {@linkcode exporter} sending to it. */
+async function startExporter(
+  proto: "tcp" | "udp",
+  extra: Partial<IpfixExporterOptions> = {},
+  capture: Partial<CaptureOptions> = {},
+): Promise<{ cap: CaptureServer; e: IpfixExporter }> {
+  const cap = CaptureServer.listen({ kind: proto, ...capture });
+  const e = exporter(cap.port, proto, extra);
+  await e.start();
+  return { cap, e };
+}
+
 /** Asserts that a decoded record carries exactly the template fields with the sent values. */
 function assertSameValues(got: Record<string, unknown>, sent: AggregatedRecord, names: string[]) {
   assert.deepEqual(Object.keys(got), names);
@@ -91,40 +109,14 @@ Deno.test("constructor rejects an unsupported record format and a bad address", 
 });
 
 Deno.test("templates have the exporters.md §2.4 element order, 63 fields or 65 with labels", () => {
+  // Whole lists against the spec's order (ipfix.md §5.3 = exporters.md §2.4), IPv6 with its three
+  // address IEs, labels last.
   const v4 = exportTemplateFields(false, false);
   assert.equal(v4.length, 63);
-  assert.deepEqual(v4.slice(0, 12), [
-    "flowStartSeconds",
-    "flowEndSeconds",
-    "flowEndReason",
-    "sourceTransportPort",
-    "destinationTransportPort",
-    "protocolIdentifier",
-    "packetTotalCount",
-    "octetTotalCount",
-    "packetDeltaCount",
-    "octetDeltaCount",
-    "sourceIPv4Address",
-    "destinationIPv4Address",
-  ]);
-  assert.equal(v4[38], "destinationClusterIPv4");
-  assert.deepEqual(v4.slice(39, 41), [
-    "octetDeltaCountFromSourceNode",
-    "octetDeltaCountFromDestinationNode",
-  ]);
-  assert.deepEqual(v4.slice(57), [
-    "throughput",
-    "throughputFromSourceNode",
-    "throughputFromDestinationNode",
-    "reverseThroughput",
-    "reverseThroughputFromSourceNode",
-    "reverseThroughputFromDestinationNode",
-  ]);
+  assert.deepEqual(v4, [...SPEC_AGENT_IPV4, ...SPEC_FA_APPENDED]);
   const v6l = exportTemplateFields(true, true);
   assert.equal(v6l.length, 65);
-  assert.equal(v6l[10], "sourceIPv6Address");
-  assert.equal(v6l[38], "destinationClusterIPv6");
-  assert.deepEqual(v6l.slice(63), ["sourcePodLabels", "destinationPodLabels"]);
+  assert.deepEqual(v6l, [...SPEC_AGENT_IPV6, ...SPEC_FA_APPENDED, ...SPEC_POD_LABELS]);
   const e = new IpfixExporter({ address: "127.0.0.1:1", observationDomainId: 1, podLabels: true });
   assert.deepEqual(e.templates.map((t) => [t.id, t.fields.length]), [[256, 65], [257, 65]]);
   const f = e.templates[0].fields[12];
@@ -133,9 +125,7 @@ Deno.test("templates have the exporters.md §2.4 element order, 63 fields or 65 
 });
 
 Deno.test("TCP: templates first (480-byte messages), then every record decodes identically", async () => {
-  const cap = CaptureServer.listen({ kind: "tcp" });
-  const e = exporter(cap.port, "tcp");
-  await e.start();
+  const { cap, e } = await startExporter("tcp");
   // The very first record after start must go out (upstream sent it with template id 0).
   for (let i = 0; i < 50; i++) e.addRecord(flow(i % 5 === 0, i));
   await cap.waitFor(() => cap.records.length === 50, 5000, "50 records");
@@ -184,9 +174,7 @@ Deno.test("TCP: templates first (480-byte messages), then every record decodes i
 
 Deno.test("data message for fixture F with labels is 734 bytes (650 without)", async () => {
   for (const [labels, size] of [[true, 734], [false, 650]] as const) {
-    const cap = CaptureServer.listen({ kind: "tcp" });
-    const e = exporter(cap.port, "tcp", { podLabels: labels });
-    await e.start();
+    const { cap, e } = await startExporter("tcp", { podLabels: labels });
     const r = fixture(false);
     // F has no per-node stats; they are zero-valued fixed fields and do not change the size.
     e.addRecord(flow(false, 0, r));
@@ -204,9 +192,7 @@ Deno.test("data message for fixture F with labels is 734 bytes (650 without)", a
 });
 
 Deno.test("absent IEs are sent as zero values, looked up by name", async () => {
-  const cap = CaptureServer.listen({ kind: "tcp" });
-  const e = exporter(cap.port, "tcp");
-  await e.start();
+  const { cap, e } = await startExporter("tcp");
   const r = fixture(false);
   delete r.destinationClusterIPv4;
   (r as unknown as Record<string, unknown>).egressName = undefined;
@@ -224,9 +210,7 @@ Deno.test("absent IEs are sent as zero values, looked up by name", async () => {
 });
 
 Deno.test("UDP: every message < 1400 bytes, several records per datagram", async () => {
-  const cap = CaptureServer.listen({ kind: "udp" });
-  const e = exporter(cap.port, "udp");
-  await e.start();
+  const { cap, e } = await startExporter("udp");
   for (let i = 0; i < 40; i++) e.addRecord(flow(false, i));
   await cap.waitFor(() => cap.records.length === 40, 5000, "40 records");
   await e.stop();
@@ -241,10 +225,8 @@ Deno.test("UDP: every message < 1400 bytes, several records per datagram", async
 });
 
 Deno.test("UDP: templates are refreshed once the interval has passed on the clock", async () => {
-  const cap = CaptureServer.listen({ kind: "udp" });
   const clock = new ManualClock();
-  const e = exporter(cap.port, "udp", { clock, templateRefreshMs: 600_000 });
-  await e.start();
+  const { cap, e } = await startExporter("udp", { clock, templateRefreshMs: 600_000 });
   e.addRecord(flow(false, 0));
   await cap.waitFor(() => cap.records.length === 1);
   e.addRecord(flow(false, 1));
@@ -265,10 +247,8 @@ Deno.test("UDP: templates are refreshed once the interval has passed on the cloc
 });
 
 Deno.test("JSON format: one sorted, bigint-exact document per line, no templates", async () => {
-  const cap = CaptureServer.listen({ kind: "tcp", json: true });
   const clock = new ManualClock(Date.UTC(2023, 6, 25, 10, 0, 0, 500));
-  const e = exporter(cap.port, "tcp", { recordFormat: "JSON", clock });
-  await e.start();
+  const { cap, e } = await startExporter("tcp", { recordFormat: "JSON", clock }, { json: true });
   e.addRecord(flow(false, 0));
   e.addRecord(flow(true, 1));
   await cap.waitFor(() => cap.lines.length === 2);
@@ -308,9 +288,7 @@ Deno.test("collector down: bounded queue drops the oldest, stop() counts the res
 });
 
 Deno.test("TCP collector drops the connection: reconnect, templates re-sent, nothing lost", async () => {
-  const cap = CaptureServer.listen({ kind: "tcp" });
-  const e = exporter(cap.port, "tcp");
-  await e.start();
+  const { cap, e } = await startExporter("tcp");
   for (let i = 0; i < 10; i++) e.addRecord(flow(false, i));
   await cap.waitFor(() => cap.records.length === 10);
   cap.dropConnections();
@@ -332,9 +310,7 @@ Deno.test("TCP collector drops the connection: reconnect, templates re-sent, not
 });
 
 Deno.test("oversized record is dropped and counted, the rest still goes out", async () => {
-  const cap = CaptureServer.listen({ kind: "udp" });
-  const e = exporter(cap.port, "udp", { podLabels: true });
-  await e.start();
+  const { cap, e } = await startExporter("udp", { podLabels: true });
   const big = fixture(false);
   big.sourcePodLabels = "x".repeat(70_000);
   e.addRecord(flow(false, 0, big));
@@ -421,10 +397,12 @@ Deno.test("reconnect backoff runs on the clock: 1 s, 2 s, 4 s, then capped at 4 
 });
 
 Deno.test("a short session keeps the backoff growing; a 10 s session resets it", async () => {
-  const cap = CaptureServer.listen({ kind: "tcp" });
   const clock = new ManualClock();
-  const e = exporter(cap.port, "tcp", { clock, backoffInitialMs: 1000, backoffMaxMs: 8000 });
-  await e.start();
+  const { cap, e } = await startExporter("tcp", {
+    clock,
+    backoffInitialMs: 1000,
+    backoffMaxMs: 8000,
+  });
   let sent = 0;
   const send = async (): Promise<void> => {
     e.addRecord(flow(false, sent++));
@@ -475,9 +453,7 @@ Deno.test("a short session keeps the backoff growing; a 10 s session resets it",
 });
 
 Deno.test("JSON format over UDP: one datagram per record", async () => {
-  const cap = CaptureServer.listen({ kind: "udp", json: true });
-  const e = exporter(cap.port, "udp", { recordFormat: "JSON" });
-  await e.start();
+  const { cap, e } = await startExporter("udp", { recordFormat: "JSON" }, { json: true });
   for (let i = 0; i < 5; i++) e.addRecord(flow(i === 4, i));
   await cap.waitFor(() => cap.lines.length === 5);
   await e.stop();
@@ -510,10 +486,8 @@ Deno.test("options from the flowCollector config section; explicit ODID 0 is hon
 });
 
 Deno.test("UDP: the refresh timer on the clock re-sends templates while idle", async () => {
-  const cap = CaptureServer.listen({ kind: "udp" });
   const clock = new ManualClock();
-  const e = exporter(cap.port, "udp", { clock, templateRefreshMs: 150_000 });
-  await e.start();
+  const { cap, e } = await startExporter("udp", { clock, templateRefreshMs: 150_000 });
   e.addRecord(flow(false, 0));
   await cap.waitFor(() => cap.records.length === 1);
   // No more records: only the timer can trigger the next announcements.
@@ -532,9 +506,7 @@ Deno.test("UDP: the refresh timer on the clock re-sends templates while idle", a
 });
 
 Deno.test("a record with a wrongly typed value is dropped alone; its batch still goes out", async () => {
-  const cap = CaptureServer.listen({ kind: "tcp" });
-  const e = exporter(cap.port, "tcp");
-  await e.start();
+  const { cap, e } = await startExporter("tcp");
   const bad = fixture(false, 1);
   (bad as unknown as Record<string, unknown>).protocolIdentifier = "tcp";
   e.addRecord(flow(false, 0));
@@ -564,9 +536,7 @@ Deno.test("a record queued while the idle pump is between its checks is still se
       return super.nowMs();
     }
   }
-  const cap = CaptureServer.listen({ kind: "udp" });
-  const e = exporter(cap.port, "udp", { clock: new HookClock() });
-  await e.start();
+  const { cap, e } = await startExporter("udp", { clock: new HookClock() });
   e.addRecord(flow(false, 0));
   await cap.waitFor(() => cap.records.length === 1);
   // Read 1: the refresh check before sending record 1; read 2: the idle check after it.

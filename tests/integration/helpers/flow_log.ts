@@ -3,39 +3,11 @@
  * line) into named fields, so the end-to-end tests can compare lines field by field.
  */
 
+import { SPEC_LOG_LINE } from "../../_helpers/spec_fields.ts";
 import { pollUntil } from "../../_helpers/wait.ts";
 
-/** The 28 fields of a flow log line, in order. */
-export const FLOW_LOG_FIELDS = [
-  "flowStartSeconds",
-  "flowEndSeconds",
-  "sourceIP",
-  "destinationIP",
-  "sourceTransportPort",
-  "destinationTransportPort",
-  "protocolIdentifier",
-  "sourcePodName",
-  "sourcePodNamespace",
-  "sourceNodeName",
-  "destinationPodName",
-  "destinationPodNamespace",
-  "destinationNodeName",
-  "destinationClusterIP",
-  "destinationServicePort",
-  "destinationServicePortName",
-  "ingressNetworkPolicyName",
-  "ingressNetworkPolicyNamespace",
-  "ingressNetworkPolicyRuleName",
-  "ingressNetworkPolicyRuleAction",
-  "ingressNetworkPolicyType",
-  "egressNetworkPolicyName",
-  "egressNetworkPolicyNamespace",
-  "egressNetworkPolicyRuleName",
-  "egressNetworkPolicyRuleAction",
-  "egressNetworkPolicyType",
-  "egressName",
-  "egressIP",
-] as const;
+/** The 28 fields of a flow log line, in order (exporters.md §5.2). */
+export const FLOW_LOG_FIELDS = SPEC_LOG_LINE;
 
 /** Name of one flow log field. */
 export type FlowLogField = typeof FLOW_LOG_FIELDS[number];

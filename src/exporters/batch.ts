@@ -7,6 +7,8 @@
  *
  * Row: flags (u8: IPv6, uncorrelated), the flow key (two string refs, protocol, ports), a
  * presence bitmap, then one slot per field: f64 for numbers, u64 for bigints, u32 string ref.
+ * A field absent on one side is `undefined` on the other (present as a key, as every sink reads
+ * absent and undefined alike).
  *
  * @module
  */
@@ -69,6 +71,80 @@ export const ROW_BYTES: number = FIELDS.length === 0
   ? KEY_BYTES
   : FIELDS[FIELDS.length - 1].offset + (FIELDS[FIELDS.length - 1].slot === Slot.String ? 4 : 8);
 
+// Row writer and reader are generated once from FIELDS as straight-line code with literal
+// property names (as src/ipfix/compile.ts does for template decoders): a loop over the field
+// list with dynamic property access cost several microseconds per flow on the export path.
+
+type RowWriter = (
+  v: DataView,
+  rows: Uint8Array,
+  base: number,
+  rec: Record<string, unknown>,
+  ref: (s: string) => number,
+  last: unknown[],
+  lastRef: number[],
+) => void;
+type RowReader = (
+  v: DataView,
+  bytes: Uint8Array,
+  base: number,
+  strings: readonly (string | undefined)[],
+) => AggregatedRecord;
+
+function compileWriter(): RowWriter {
+  const lines: string[] = [];
+  const masks = new Array(BITMAP_BYTES).fill(0).map((_, i) => `m${i}`);
+  lines.push(`let x; let ${masks.map((m) => `${m} = 0`).join(", ")};`);
+  FIELDS.forEach((f, i) => {
+    const at = `base + ${f.offset}`;
+    // Strings repeat from one flow to the next (namespaces, Nodes, policies): the previous
+    // value of the field is checked by identity before the batch's table is consulted.
+    const put = f.slot === Slot.String
+      ? `if (x !== last[${i}]) { last[${i}] = x; lastRef[${i}] = ref(String(x)); } ` +
+        `v.setUint32(${at}, lastRef[${i}], true);`
+      : f.slot === Slot.BigInt
+      ? `v.setBigUint64(${at}, typeof x === "bigint" ? x : BigInt(x), true);`
+      : `v.setFloat64(${at}, +x, true);`;
+    lines.push(
+      `x = rec[${JSON.stringify(f.name)}]; if (x !== undefined) { m${i >> 3} |= ${
+        1 << (i & 7)
+      }; ${put} }`,
+    );
+  });
+  masks.forEach((m, i) => lines.push(`rows[base + ${KEY_BYTES + i}] = ${m};`));
+  return new Function(
+    "v",
+    "rows",
+    "base",
+    "rec",
+    "ref",
+    "last",
+    "lastRef",
+    lines.join("\n"),
+  ) as RowWriter;
+}
+
+function compileReader(): RowReader {
+  const lines: string[] = [];
+  for (let i = 0; i < BITMAP_BYTES; i++) {
+    lines.push(`const m${i} = bytes[base + ${KEY_BYTES + i}];`);
+  }
+  const props = FIELDS.map((f, i) => {
+    const at = `base + ${f.offset}`;
+    const get = f.slot === Slot.String
+      ? `strings[v.getUint32(${at}, true)]`
+      : f.slot === Slot.BigInt
+      ? `v.getBigUint64(${at}, true)`
+      : `v.getFloat64(${at}, true)`;
+    return `${JSON.stringify(f.name)}: (m${i >> 3} & ${1 << (i & 7)}) !== 0 ? ${get} : undefined,`;
+  });
+  lines.push(`return {\n${props.join("\n")}\n};`);
+  return new Function("v", "bytes", "base", "strings", lines.join("\n")) as RowReader;
+}
+
+const writeRow = compileWriter();
+const readRow = compileReader();
+
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
@@ -81,6 +157,10 @@ export class BatchWriter {
   readonly #strings = new Map<string, number>();
   readonly #stringList: string[] = [];
   #stringChars = 0;
+  readonly #refFn = (s: string): number => this.#ref(s);
+  /** Per field: the last string written and its table index (reset with the table). */
+  readonly #last: unknown[] = new Array(FIELDS.length).fill(undefined);
+  readonly #lastRef: number[] = new Array(FIELDS.length).fill(0);
 
   /** A writer for at most `capacity` rows. */
   constructor(capacity: number) {
@@ -121,23 +201,15 @@ export class BatchWriter {
     v.setUint8(base + 9, key.protocol);
     v.setUint16(base + 10, key.sourcePort, true);
     v.setUint16(base + 12, key.destinationPort, true);
-    const rec = flow.record as unknown as Record<string, unknown>;
-    const bitmap = base + KEY_BYTES;
-    this.#rows.fill(0, bitmap, bitmap + BITMAP_BYTES);
-    for (let i = 0; i < FIELDS.length; i++) {
-      const f = FIELDS[i];
-      const value = rec[f.name];
-      if (value === undefined) continue;
-      this.#rows[bitmap + (i >> 3)] |= 1 << (i & 7);
-      const at = base + f.offset;
-      if (f.slot === Slot.String) {
-        v.setUint32(at, this.#ref(String(value)), true);
-      } else if (f.slot === Slot.BigInt) {
-        v.setBigUint64(at, typeof value === "bigint" ? value : BigInt(value as number), true);
-      } else {
-        v.setFloat64(at, Number(value), true);
-      }
-    }
+    writeRow(
+      v,
+      this.#rows,
+      base,
+      flow.record as unknown as Record<string, unknown>,
+      this.#refFn,
+      this.#last,
+      this.#lastRef,
+    );
     this.#count++;
   }
 
@@ -162,6 +234,7 @@ export class BatchWriter {
     this.#count = 0;
     this.#strings.clear();
     this.#stringList.length = 0;
+    this.#last.fill(undefined);
     this.#stringChars = 0;
     return out.buffer.slice(0, at);
   }
@@ -199,21 +272,9 @@ export function readBatch(buf: ArrayBuffer): ExportedFlow[] {
       sourcePort: v.getUint16(base + 10, true),
       destinationPort: v.getUint16(base + 12, true),
     };
-    const rec: Record<string, unknown> = {};
-    const bitmap = base + KEY_BYTES;
-    for (let i = 0; i < FIELDS.length; i++) {
-      if ((bytes[bitmap + (i >> 3)] & (1 << (i & 7))) === 0) continue;
-      const f = FIELDS[i];
-      const p = base + f.offset;
-      rec[f.name] = f.slot === Slot.String
-        ? strings[v.getUint32(p, true)]
-        : f.slot === Slot.BigInt
-        ? v.getBigUint64(p, true)
-        : v.getFloat64(p, true);
-    }
     out[r] = {
       key,
-      record: rec as unknown as AggregatedRecord,
+      record: readRow(v, bytes, base, strings),
       isIPv6: (flags & 1) !== 0,
       uncorrelated: (flags & 2) !== 0,
     };

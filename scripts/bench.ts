@@ -47,6 +47,7 @@ import {
   runBenchPart,
   sharedParts,
   type Side,
+  signalRunningParts,
   type Worktree,
 } from "./bench/baseline.ts";
 
@@ -516,18 +517,21 @@ if (import.meta.main) {
   const out = outArg ?? new URL("../bench/latest.json", import.meta.url);
   const rev = arg("baseline");
   let wt: Worktree | undefined;
-  // Ctrl-C or a kill must not leave a worktree behind.
-  const onSignal = async (): Promise<void> => {
+  // Ctrl-C or a kill must not leave a worktree behind, nor a part process running in it.
+  const onSignal = (signal: Deno.Signal, code: number) => async (): Promise<void> => {
+    await signalRunningParts(signal);
     await wt?.remove();
-    Deno.exit(130);
+    Deno.exit(code);
   };
+  const onInt = onSignal("SIGINT", 130);
+  const onTerm = onSignal("SIGTERM", 143);
   let report: BenchReport;
   try {
     let baseline: BaselineCheckout | undefined;
     if (rev !== undefined) {
       if (rev === "") throw new Error("bench: --baseline needs a revision (--baseline=HEAD~1)");
-      Deno.addSignalListener("SIGINT", onSignal);
-      Deno.addSignalListener("SIGTERM", onSignal);
+      Deno.addSignalListener("SIGINT", onInt);
+      Deno.addSignalListener("SIGTERM", onTerm);
       wt = await addWorktree(REPO_ROOT, rev);
       progress(`baseline ${rev} = ${wt.commit.slice(0, 12)} checked out in ${wt.dir}`);
       const src = await Deno.readTextFile(`${wt.dir}/scripts/bench.ts`).catch(() => "");
@@ -543,8 +547,8 @@ if (import.meta.main) {
   } finally {
     await wt?.remove();
     if (wt !== undefined) {
-      Deno.removeSignalListener("SIGINT", onSignal);
-      Deno.removeSignalListener("SIGTERM", onSignal);
+      Deno.removeSignalListener("SIGINT", onInt);
+      Deno.removeSignalListener("SIGTERM", onTerm);
     }
   }
   console.log(formatTable(report));

@@ -163,12 +163,65 @@ export interface RunPartOptions {
   outPath: string;
 }
 
+/** Part processes running now (see {@linkcode signalRunningParts}). */
+const running = new Set<Deno.ChildProcess>();
+/** Set once we are told to stop: no part process starts after it. */
+let stopping = false;
+
+/**
+ * Pids of every descendant of `pid` (children first), from the parent pids in /proc; empty
+ * where /proc cannot be read.
+ */
+export async function descendantPids(pid: number): Promise<number[]> {
+  const parentOf = new Map<number, number>();
+  try {
+    for await (const e of Deno.readDir("/proc")) {
+      if (!/^\d+$/.test(e.name)) continue;
+      const stat = await Deno.readTextFile(`/proc/${e.name}/stat`).catch(() => "");
+      // The field after the parenthesised command name and the state is the parent pid.
+      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      if (Number.isInteger(ppid)) parentOf.set(Number(e.name), ppid);
+    }
+  } catch {
+    return [];
+  }
+  const out: number[] = [];
+  const walk = (p: number): void => {
+    for (const [child, parent] of parentOf) {
+      if (parent === p) {
+        out.push(child);
+        walk(child);
+      }
+    }
+  };
+  walk(pid);
+  return out;
+}
+
+/**
+ * On our own Ctrl-C or SIGTERM: starts no more part processes and sends `signal` to each one
+ * still running and to its descendants (a part's own flow-aggregator and flowgen processes would
+ * outlive it otherwise: it dies of the signal without stopping them).
+ */
+export async function signalRunningParts(signal: Deno.Signal): Promise<void> {
+  stopping = true;
+  for (const child of running) {
+    const pids = [child.pid, ...await descendantPids(child.pid)];
+    for (const pid of pids) {
+      try {
+        Deno.kill(pid, signal);
+      } catch { /* exited meanwhile */ }
+    }
+  }
+}
+
 /**
  * Runs `<root>/scripts/bench.ts --only=<part>` as a fresh process (its progress lines go to our
  * stderr, its table is discarded) and returns its JSON report.
  */
 export async function runBenchPart(part: string, opts: RunPartOptions): Promise<PartReport> {
-  const out = await new Deno.Command(Deno.execPath(), {
+  if (stopping) throw new Error(`bench.ts --only=${part}: not started, stopping`);
+  const child = new Deno.Command(Deno.execPath(), {
     args: [
       "run",
       "--allow-all",
@@ -183,7 +236,9 @@ export async function runBenchPart(part: string, opts: RunPartOptions): Promise<
     stdin: "null",
     stdout: "piped",
     stderr: "inherit",
-  }).output();
+  }).spawn();
+  running.add(child);
+  const out = await child.output().finally(() => running.delete(child));
   if (!out.success) throw new Error(`bench.ts --only=${part} in ${opts.root}: exit ${out.code}`);
   const report = JSON.parse(await Deno.readTextFile(opts.outPath)) as PartReport;
   if (typeof report.results !== "object" || report.results === null) {

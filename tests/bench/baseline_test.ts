@@ -11,6 +11,7 @@ import {
   alternationOrder,
   benchPartsOf,
   compareResults,
+  descendantPids,
   sharedParts,
 } from "../../scripts/bench/baseline.ts";
 import { type BenchReport, formatTable, formatValue } from "../../scripts/bench.ts";
@@ -169,4 +170,28 @@ Deno.test("addWorktree: checks a revision out with node_modules linked, removes 
 
 Deno.test("addWorktree: an unknown revision is an error naming it, and leaves nothing", async () => {
   await assert.rejects(addWorktree(REPO, "no-such-rev-xyz"), /no-such-rev-xyz/);
+});
+
+Deno.test("descendantPids: finds a child's own children from /proc", async () => {
+  const child = new Deno.Command("sh", {
+    args: ["-c", "sleep 30 & wait"],
+    stdout: "null",
+    stderr: "null",
+  }).spawn();
+  try {
+    let pids: number[] = [];
+    for (let i = 0; i < 50 && pids.length === 0; i++) {
+      await new Promise((r) => setTimeout(r, 20));
+      pids = await descendantPids(child.pid);
+    }
+    assert.equal(pids.length, 1, `descendants of sh: ${pids}`);
+    const comm = await Deno.readTextFile(`/proc/${pids[0]}/comm`);
+    assert.equal(comm.trim(), "sleep");
+    Deno.kill(pids[0], "SIGTERM");
+  } finally {
+    try {
+      child.kill("SIGTERM");
+    } catch { /* exited */ }
+    await child.status;
+  }
 });

@@ -257,9 +257,9 @@ export async function benchE2eTcp(ctx: BenchContext): Promise<void> {
   ctx.notes.e2e_tcp_inprocess_records_per_s =
     `${q}--exporters-in-process, trials alternating with the worker mode's`;
   const cpu = r.detail.pairedCpu;
-  const cpuRatio = cpu.length === 0 ? "" : "; aggregator CPU/record in process / in worker " +
+  const cpuRatio = cpu.length === 0 ? "" : "; aggregator CPU per record, worker / in-process: " +
     cpu.map((c) =>
-      `${(c.inprocessUsPerRecord / c.workerUsPerRecord).toFixed(2)} at ${c.targetRate}/s`
+      `${(c.workerUsPerRecord / c.inprocessUsPerRecord).toFixed(2)} at ${c.targetRate}/s`
     ).join(", ");
   ctx.notes.e2e_worker_vs_inprocess_ratio =
     `best passing rates of the search grid (steps of 12-25 %)${cpuRatio}`;

@@ -5,14 +5,15 @@
  * not run, with the reason in `notes`) plus the raw trials under `details`.
  *
  * Flags: --quick, --only=udp,decode,aggregate,e2e,heap,rss (comma list), --out=<path>,
- * --baseline=<rev>.
+ * --baseline=<rev>, --baseline-rounds=<n>.
  *
  * `--baseline=REV` (any git revision: `HEAD~1`, a tag, a hash) measures that revision in the same
  * run: it is checked out into a temporary git worktree (removed at the end, also on failure or
  * Ctrl-C), and for each selected part both revisions have among decode, aggregate and e2e, the
  * current and the baseline `scripts/bench.ts --only=<part>` run alternately, each as a fresh
- * process (current decode, baseline decode, baseline aggregate, current aggregate, current e2e,
- * baseline e2e). `--quick` is passed on. For every key both report, the JSON gets
+ * process (current decode, baseline decode, baseline decode, current decode, ... current e2e,
+ * baseline e2e): decode and aggregate `--baseline-rounds` times each (default 3; each side's
+ * figure is the median of its runs), e2e once. `--quick` is passed on. For every key both report, the JSON gets
  * `baseline.<key>` and `ratio.<key>` (current / baseline) and the table two more columns. The
  * other parts run as usual, unpaired. A full run with a baseline adds the baseline's own
  * decode, aggregate and e2e (about 5 more minutes); `--only=decode,aggregate,e2e` skips the rest.
@@ -43,6 +44,7 @@ import {
   alternationOrder,
   benchPartsOf,
   compareResults,
+  median,
   type PartReport,
   runBenchPart,
   sharedParts,
@@ -386,6 +388,12 @@ export interface BaselineCheckout {
 export interface RunBenchOptions {
   /** Measure this revision's shared parts in the same run, alternating with ours. */
   baseline?: BaselineCheckout;
+  /**
+   * With a baseline: pairs of runs of decode and aggregate (each side's figure is the median of
+   * its runs); default 3. The e2e part runs once per side (its search is long and already
+   * interleaves its own trials).
+   */
+  baselineRounds?: number;
 }
 
 /** Runs one part in a fresh process of the given checkout and returns its report. */
@@ -396,10 +404,6 @@ async function runPartProcess(root: string, part: string, quick: boolean): Promi
   } finally {
     await Deno.remove(outPath).catch(() => {});
   }
-}
-
-function figure(v: unknown): number | null {
-  return typeof v === "number" && Number.isFinite(v) ? v : null;
 }
 
 /** Runs the selected parts and returns the report. */
@@ -424,8 +428,10 @@ export async function runBench(
   if (base !== undefined && shared.length === 0) {
     progress(`baseline ${base.rev}: no part to compare among ${only.join(",")}`);
   }
-  const order = alternationOrder(shared);
-  const baseResults: Record<string, unknown> = {};
+  const rounds = Math.max(1, Math.floor(opts.baselineRounds ?? 3));
+  const order = alternationOrder(shared, { rounds: (p) => p === "e2e" ? 1 : rounds });
+  // Every run's figure per key and side; each side's result is the median of its runs.
+  const runs: Record<Side, Record<string, unknown[]>> = { current: {}, baseline: {} };
   const baseReports: Record<string, unknown> = {};
 
   // One side of a shared part, as a fresh process of its checkout.
@@ -434,23 +440,23 @@ export async function runBench(
     progress(`${name}: ${side === "current" ? "current revision" : `baseline ${base!.rev}`}`);
     try {
       const r = await runPartProcess(root, name, quick);
+      // A key an older bench.ts does not know stays absent: it is not compared.
+      for (const k of PART_KEYS[name]) {
+        if (k in r.results) (runs[side][k] ??= []).push(r.results[k]);
+      }
       if (side === "current") {
         for (const k of PART_KEYS[name]) {
-          ctx.results[k] = figure(r.results[k]);
           if (r.notes?.[k] !== undefined) ctx.notes[k] = r.notes[k];
         }
         Object.assign(ctx.details, r.details ?? {});
       } else {
-        for (const k of PART_KEYS[name]) if (k in r.results) baseResults[k] = r.results[k];
         baseReports[name] = { notes: r.notes, details: r.details };
       }
     } catch (e) {
       const msg = e instanceof Error ? e.message : String(e);
       if (side === "current") ctx.details[`${name}_error`] = msg;
-      else {
-        baseReports[name] = { error: msg };
-        for (const k of PART_KEYS[name]) baseResults[k] = null;
-      }
+      else baseReports[name] = { error: msg };
+      for (const k of PART_KEYS[name]) (runs[side][k] ??= []).push(null);
       progress(`${name} (${side}) failed: ${msg}`);
     }
   };
@@ -458,6 +464,7 @@ export async function runBench(
   for (const name of only) {
     if (shared.includes(name)) {
       for (const step of order) if (step.part === name) await runSide(name, step.side);
+      for (const k of PART_KEYS[name]) ctx.results[k] = median(runs.current[k] ?? []);
       continue;
     }
     try {
@@ -486,6 +493,8 @@ export async function runBench(
   };
   if (base !== undefined) {
     const keys = shared.flatMap((p) => PART_KEYS[p]);
+    const baseResults: Record<string, number | null> = {};
+    for (const [k, v] of Object.entries(runs.baseline)) baseResults[k] = median(v);
     const c = compareResults(
       ctx.results as unknown as Record<string, number | null>,
       baseResults,
@@ -498,6 +507,7 @@ export async function runBench(
       rev: base.rev,
       commit: base.commit,
       order: order.map((s) => `${s.part}:${s.side}`),
+      runs,
       reports: baseReports,
     };
   }
@@ -543,7 +553,12 @@ if (import.meta.main) {
       }
       baseline = { rev, commit: wt.commit, root: wt.dir, parts };
     }
-    report = await runBench(quick, only, { baseline });
+    const roundsArg = arg("baseline-rounds");
+    const baselineRounds = roundsArg === undefined ? undefined : Number(roundsArg);
+    if (baselineRounds !== undefined && !(Number.isInteger(baselineRounds) && baselineRounds > 0)) {
+      throw new Error(`bench: --baseline-rounds=${roundsArg}: want a positive integer`);
+    }
+    report = await runBench(quick, only, { baseline, baselineRounds });
   } finally {
     await wt?.remove();
     if (wt !== undefined) {

@@ -22,6 +22,14 @@ export interface AlternationStep {
   part: string;
   /** Revision measured. */
   side: Side;
+  /** Repetition of this part (0 for the first pair). */
+  round: number;
+}
+
+/** Options of {@linkcode alternationOrder}. */
+export interface AlternationOptions {
+  /** Pairs per part; default 1 for every part. */
+  rounds?: (part: string) => number;
 }
 
 /**
@@ -48,15 +56,34 @@ export function sharedParts(
 
 /**
  * Order in which the shared parts run on both sides: each part on one side right after the
- * other, the side that goes first swapping from part to part (current first for the first part)
- * so neither side always runs on the warmer or the more loaded machine.
+ * other, `rounds(part)` pairs in a row, the side that goes first swapping from pair to pair
+ * (current first for the very first) so neither side always runs on the warmer or the more
+ * loaded machine.
  */
-export function alternationOrder(parts: readonly string[]): AlternationStep[] {
-  return parts.flatMap((part, i): AlternationStep[] =>
-    i % 2 === 0
-      ? [{ part, side: "current" }, { part, side: "baseline" }]
-      : [{ part, side: "baseline" }, { part, side: "current" }]
-  );
+export function alternationOrder(
+  parts: readonly string[],
+  opts: AlternationOptions = {},
+): AlternationStep[] {
+  const steps: AlternationStep[] = [];
+  let pair = 0;
+  for (const part of parts) {
+    const rounds = Math.max(1, opts.rounds?.(part) ?? 1);
+    for (let round = 0; round < rounds; round++, pair++) {
+      const first: Side = pair % 2 === 0 ? "current" : "baseline";
+      const second: Side = first === "current" ? "baseline" : "current";
+      steps.push({ part, side: first, round }, { part, side: second, round });
+    }
+  }
+  return steps;
+}
+
+/** Median of the finite numbers among `values` (null when there is none). */
+export function median(values: readonly unknown[]): number | null {
+  const v = values.filter((x): x is number => typeof x === "number" && Number.isFinite(x))
+    .sort((a, b) => a - b);
+  if (v.length === 0) return null;
+  const m = v.length >> 1;
+  return v.length % 2 === 1 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
 /** Baseline figures and current / baseline ratios, per compared key. */

@@ -12,6 +12,7 @@ import {
   benchPartsOf,
   compareResults,
   descendantPids,
+  median,
   sharedParts,
 } from "../../scripts/bench/baseline.ts";
 import { type BenchReport, formatTable, formatValue } from "../../scripts/bench.ts";
@@ -54,6 +55,31 @@ Deno.test("alternationOrder: each part on both sides back to back, the first sid
     ],
   );
   assert.deepEqual(alternationOrder([]), []);
+});
+
+Deno.test("alternationOrder: with rounds, pairs repeat and the first side keeps swapping", () => {
+  const steps = alternationOrder(["decode", "e2e"], {
+    rounds: (p) => p === "e2e" ? 1 : 3,
+  });
+  assert.deepEqual(steps.map((s) => `${s.part}${s.round}:${s.side}`), [
+    "decode0:current",
+    "decode0:baseline",
+    "decode1:baseline",
+    "decode1:current",
+    "decode2:current",
+    "decode2:baseline",
+    "e2e0:baseline",
+    "e2e0:current",
+  ]);
+  assert.equal(alternationOrder(["decode"], { rounds: () => 0 }).length, 2, "at least one pair");
+});
+
+Deno.test("median: of the finite figures only; null when there is none", () => {
+  assert.equal(median([3, 1, 2]), 2);
+  assert.equal(median([4, 1, 3, 2]), 2.5);
+  assert.equal(median([5, null, NaN, "7"]), 5);
+  assert.equal(median([null]), null);
+  assert.equal(median([]), null);
 });
 
 Deno.test("compareResults: only keys the baseline reports; ratio = current / baseline", () => {

@@ -4,7 +4,19 @@
  * `bench/latest.json` with one number per key (null when a part is not implemented yet or could
  * not run, with the reason in `notes`) plus the raw trials under `details`.
  *
- * Flags: --quick, --only=udp,decode,aggregate,e2e,heap,rss (comma list), --out=<path>.
+ * Flags: --quick, --only=udp,decode,aggregate,e2e,heap,rss (comma list), --out=<path>,
+ * --baseline=<rev>, --baseline-rounds=<n>.
+ *
+ * `--baseline=REV` (any git revision: `HEAD~1`, a tag, a hash) measures that revision in the same
+ * run: it is checked out into a temporary git worktree (removed at the end, also on failure or
+ * Ctrl-C), and for each selected part both revisions have among decode, aggregate and e2e, the
+ * current and the baseline `scripts/bench.ts --only=<part>` run alternately, each as a fresh
+ * process (current decode, baseline decode, baseline decode, current decode, ... current e2e,
+ * baseline e2e): decode and aggregate `--baseline-rounds` times each (default 3; each side's
+ * figure is the median of its runs), e2e once. `--quick` is passed on. For every key both report, the JSON gets
+ * `baseline.<key>` and `ratio.<key>` (current / baseline) and the table two more columns. The
+ * other parts run as usual, unpaired. A full run with a baseline adds the baseline's own
+ * decode, aggregate and e2e (about 5 more minutes); `--only=decode,aggregate,e2e` skips the rest.
  *
  * Each measurement is a separate function: UDP ingest (scripts/bench/udp.ts), codec and
  * aggregation core (scripts/bench/core.ts), and the process-level parts by the process
@@ -27,6 +39,22 @@ import { benchAggregateRate, benchDecodeRates } from "./bench/core.ts";
 import { benchE2eTcp as runE2e } from "./bench/e2e.ts";
 import { benchHeapPerFlow } from "./bench/memory.ts";
 import { benchRssIdle as measureRssIdle } from "./bench/process.ts";
+import {
+  addWorktree,
+  alternationOrder,
+  benchPartsOf,
+  compareResults,
+  median,
+  type PartReport,
+  runBenchPart,
+  sharedParts,
+  type Side,
+  signalRunningParts,
+  type Worktree,
+} from "./bench/baseline.ts";
+
+/** Root of this checkout (no trailing slash). */
+const REPO_ROOT: string = new URL("..", import.meta.url).pathname.replace(/\/$/, "");
 
 /** Keys of bench/latest.json; null = not measured (see notes). */
 export interface BenchResults {
@@ -36,8 +64,15 @@ export interface BenchResults {
   decode_batch_records_per_s: number | null;
   /** Decoded records aggregated (correlated) per second by the core. */
   aggregate_records_per_s: number | null;
-  /** Records per second through the real process over TCP (send, decode, aggregate). */
+  /**
+   * Records per second through the real process over TCP (send, decode, aggregate, flow log),
+   * the flow log sink in its worker (the default).
+   */
   e2e_tcp_records_per_s: number | null;
+  /** The same with `--exporters-in-process` (the sink on the main thread), same run. */
+  e2e_tcp_inprocess_records_per_s: number | null;
+  /** e2e_tcp_records_per_s / e2e_tcp_inprocess_records_per_s. */
+  e2e_worker_vs_inprocess_ratio: number | null;
   /** Highest lossless UDP rate of src/collector/udp_fast.ts (default settings). */
   udp_lossless_records_per_s: number | null;
   /** Highest lossless rate of the C recv() baseline in the same run, same socket buffer. */
@@ -66,6 +101,12 @@ export interface BenchReport {
   notes: Record<string, string>;
   /** Raw measurements (trials per receiver...). */
   details: Record<string, unknown>;
+  /** With `--baseline`: the revision measured in the same run. */
+  baselineRev?: { rev: string; commit: string };
+  /** With `--baseline`: the baseline revision's figure per compared key. */
+  baseline?: Record<string, number | null>;
+  /** With `--baseline`: current / baseline per compared key. */
+  ratio?: Record<string, number | null>;
 }
 
 /** Context handed to each benchmark part. */
@@ -91,6 +132,8 @@ function emptyResults(): BenchResults {
     decode_batch_records_per_s: null,
     aggregate_records_per_s: null,
     e2e_tcp_records_per_s: null,
+    e2e_tcp_inprocess_records_per_s: null,
+    e2e_worker_vs_inprocess_ratio: null,
     udp_lossless_records_per_s: null,
     udp_c_baseline_per_s: null,
     udp_nfcapd_per_s: null,
@@ -198,14 +241,30 @@ export function benchAggregate(ctx: BenchContext): Promise<void> {
   return Promise.resolve();
 }
 
-/** Measures e2e_tcp_records_per_s with the real process (scripts/bench/e2e.ts). */
+/**
+ * Measures e2e_tcp_records_per_s (sink in its worker) and e2e_tcp_inprocess_records_per_s
+ * (`--exporters-in-process`) with the real process, their trials interleaved
+ * (scripts/bench/e2e.ts), and their ratio.
+ */
 export async function benchE2eTcp(ctx: BenchContext): Promise<void> {
-  progress("e2e: TCP rate search against main.ts");
-  // The e2e search takes what is left of the 10-minute budget, at most its own default.
+  progress("e2e: TCP rate search against main.ts, sink in its worker / in process, interleaved");
+  // The two searches take what is left of the 10-minute budget, at most their own default.
   const left = Math.floor(FULL_BUDGET_SEC - (performance.now() - ctx.startedMs) / 1000);
-  const r = await runE2e({ quick: ctx.quick, budgetSec: Math.max(60, Math.min(240, left)) });
+  const r = await runE2e({ quick: ctx.quick, budgetSec: Math.max(120, Math.min(480, left)) });
   ctx.results.e2e_tcp_records_per_s = r.e2e_tcp_records_per_s;
-  ctx.notes.e2e_tcp_records_per_s = r.detail.note;
+  ctx.results.e2e_tcp_inprocess_records_per_s = r.e2e_tcp_inprocess_records_per_s;
+  ctx.results.e2e_worker_vs_inprocess_ratio = r.e2e_worker_vs_inprocess_ratio;
+  const q = ctx.quick ? "quick mode: one 2 s trial at 5k/s; " : "";
+  ctx.notes.e2e_tcp_records_per_s = `${q}flow log sink in its worker (default); ${r.detail.note}`;
+  ctx.notes.e2e_tcp_inprocess_records_per_s =
+    `${q}--exporters-in-process, trials alternating with the worker mode's`;
+  const cpu = r.detail.pairedCpu;
+  const cpuRatio = cpu.length === 0 ? "" : "; aggregator CPU per record, worker / in-process: " +
+    cpu.map((c) =>
+      `${(c.workerUsPerRecord / c.inprocessUsPerRecord).toFixed(2)} at ${c.targetRate}/s`
+    ).join(", ");
+  ctx.notes.e2e_worker_vs_inprocess_ratio =
+    `best passing rates of the search grid (steps of 12-25 %)${cpuRatio}`;
   ctx.details.e2e = r.detail;
 }
 
@@ -249,6 +308,8 @@ const UNITS: Record<keyof BenchResults, string> = {
   decode_batch_records_per_s: "records/s",
   aggregate_records_per_s: "records/s",
   e2e_tcp_records_per_s: "records/s",
+  e2e_tcp_inprocess_records_per_s: "records/s",
+  e2e_worker_vs_inprocess_ratio: "ratio",
   udp_lossless_records_per_s: "datagrams/s",
   udp_c_baseline_per_s: "datagrams/s",
   udp_nfcapd_per_s: "records/s",
@@ -261,26 +322,96 @@ function progress(msg: string): void {
   console.error(`[bench ${new Date().toISOString().slice(11, 19)}] ${msg}`);
 }
 
-/** Renders the results as an aligned text table. */
+/** A figure for the table: ratios with 3 decimals, others rounded with thousands separators. */
+export function formatValue(v: number | null | undefined, unit: string): string {
+  if (v === null || v === undefined || !Number.isFinite(v)) return "-";
+  return unit === "ratio" ? v.toFixed(3) : Math.round(v).toLocaleString("en-US");
+}
+
+/**
+ * Renders the results as an aligned text table; with a baseline, each compared key also shows
+ * the baseline's figure and current / baseline.
+ */
 export function formatTable(report: BenchReport): string {
-  const rows: string[][] = [["metric", "value", "unit", "note"]];
+  const cmp = report.baseline !== undefined;
+  const head = cmp
+    ? ["metric", "value", "unit", `baseline ${report.baselineRev?.rev ?? ""}`.trim(), "ratio"]
+    : ["metric", "value", "unit"];
+  const rows: string[][] = [[...head, "note"]];
   for (const k of Object.keys(report.results) as (keyof BenchResults)[]) {
-    const v = report.results[k];
-    rows.push([
-      k,
-      v === null ? "-" : Math.round(v).toLocaleString("en-US"),
-      UNITS[k],
-      report.notes[k] ?? "",
-    ]);
+    const row = [k, formatValue(report.results[k], UNITS[k]), UNITS[k]];
+    if (cmp) {
+      const compared = k in report.baseline!;
+      row.push(
+        compared ? formatValue(report.baseline![k], UNITS[k]) : "",
+        compared ? formatValue(report.ratio?.[k], "ratio") : "",
+      );
+    }
+    rows.push([...row, report.notes[k] ?? ""]);
   }
-  const w = [0, 1, 2].map((i) => Math.max(...rows.map((r) => r[i].length)));
+  const cols = head.length;
+  const w = head.map((_, i) => Math.max(...rows.map((r) => r[i].length)));
+  // Text columns (metric, unit) left-aligned, figures right-aligned.
+  const left = new Set([0, 2]);
   return rows.map((r) =>
-    [r[0].padEnd(w[0]), r[1].padStart(w[1]), r[2].padEnd(w[2]), r[3]].join("  ").trimEnd()
+    [
+      ...r.slice(0, cols).map((c, i) => left.has(i) ? c.padEnd(w[i]) : c.padStart(w[i])),
+      r[cols],
+    ].join("  ").trimEnd()
   ).join("\n");
 }
 
+/** The keys each part comparable with a baseline fills. */
+const PART_KEYS: Record<string, readonly (keyof BenchResults)[]> = {
+  decode: ["decode_records_per_s", "decode_batch_records_per_s"],
+  aggregate: ["aggregate_records_per_s"],
+  e2e: [
+    "e2e_tcp_records_per_s",
+    "e2e_tcp_inprocess_records_per_s",
+    "e2e_worker_vs_inprocess_ratio",
+  ],
+};
+
+/** A checked-out baseline revision for {@linkcode runBench}. */
+export interface BaselineCheckout {
+  /** The revision as given (`HEAD~1`). */
+  rev: string;
+  /** Its full commit hash. */
+  commit: string;
+  /** Root of its checkout. */
+  root: string;
+  /** The parts its bench.ts accepts in `--only`. */
+  parts: readonly string[];
+}
+
+/** Options of {@linkcode runBench}. */
+export interface RunBenchOptions {
+  /** Measure this revision's shared parts in the same run, alternating with ours. */
+  baseline?: BaselineCheckout;
+  /**
+   * With a baseline: pairs of runs of decode and aggregate (each side's figure is the median of
+   * its runs); default 3. The e2e part runs once per side (its search is long and already
+   * interleaves its own trials).
+   */
+  baselineRounds?: number;
+}
+
+/** Runs one part in a fresh process of the given checkout and returns its report. */
+async function runPartProcess(root: string, part: string, quick: boolean): Promise<PartReport> {
+  const outPath = await Deno.makeTempFile({ prefix: "fa-bench-part-", suffix: ".json" });
+  try {
+    return await runBenchPart(part, { root, quick, outPath });
+  } finally {
+    await Deno.remove(outPath).catch(() => {});
+  }
+}
+
 /** Runs the selected parts and returns the report. */
-export async function runBench(quick: boolean, only: string[]): Promise<BenchReport> {
+export async function runBench(
+  quick: boolean,
+  only: string[],
+  opts: RunBenchOptions = {},
+): Promise<BenchReport> {
   const ctx: BenchContext = {
     quick,
     results: emptyResults(),
@@ -290,17 +421,61 @@ export async function runBench(quick: boolean, only: string[]): Promise<BenchRep
   };
   const t0 = performance.now();
   for (const name of only) {
-    const part = PARTS[name];
-    if (part === undefined) throw new Error(`bench: unknown part ${JSON.stringify(name)}`);
+    if (PARTS[name] === undefined) throw new Error(`bench: unknown part ${JSON.stringify(name)}`);
+  }
+  const base = opts.baseline;
+  const shared = base === undefined ? [] : sharedParts(only, base.parts);
+  if (base !== undefined && shared.length === 0) {
+    progress(`baseline ${base.rev}: no part to compare among ${only.join(",")}`);
+  }
+  const rounds = Math.max(1, Math.floor(opts.baselineRounds ?? 3));
+  const order = alternationOrder(shared, { rounds: (p) => p === "e2e" ? 1 : rounds });
+  // Every run's figure per key and side; each side's result is the median of its runs.
+  const runs: Record<Side, Record<string, unknown[]>> = { current: {}, baseline: {} };
+  const baseReports: Record<string, unknown> = {};
+
+  // One side of a shared part, as a fresh process of its checkout.
+  const runSide = async (name: string, side: Side): Promise<void> => {
+    const root = side === "current" ? REPO_ROOT : base!.root;
+    progress(`${name}: ${side === "current" ? "current revision" : `baseline ${base!.rev}`}`);
     try {
-      await part(ctx);
+      const r = await runPartProcess(root, name, quick);
+      // A key an older bench.ts does not know stays absent: it is not compared.
+      for (const k of PART_KEYS[name]) {
+        if (k in r.results) (runs[side][k] ??= []).push(r.results[k]);
+      }
+      if (side === "current") {
+        for (const k of PART_KEYS[name]) {
+          if (r.notes?.[k] !== undefined) ctx.notes[k] = r.notes[k];
+        }
+        Object.assign(ctx.details, r.details ?? {});
+      } else {
+        baseReports[name] = { notes: r.notes, details: r.details };
+      }
+    } catch (e) {
+      const msg = e instanceof Error ? e.message : String(e);
+      if (side === "current") ctx.details[`${name}_error`] = msg;
+      else baseReports[name] = { error: msg };
+      for (const k of PART_KEYS[name]) (runs[side][k] ??= []).push(null);
+      progress(`${name} (${side}) failed: ${msg}`);
+    }
+  };
+
+  for (const name of only) {
+    if (shared.includes(name)) {
+      for (const step of order) if (step.part === name) await runSide(name, step.side);
+      for (const k of PART_KEYS[name]) ctx.results[k] = median(runs.current[k] ?? []);
+      continue;
+    }
+    try {
+      await PARTS[name](ctx);
     } catch (e) {
       // One broken part must not hide the others' figures.
       ctx.details[`${name}_error`] = e instanceof Error ? e.message : String(e);
       progress(`${name} failed: ${e instanceof Error ? e.message : e}`);
     }
   }
-  return {
+  const report: BenchReport = {
     time: new Date().toISOString(),
     quick,
     env: {
@@ -316,15 +491,81 @@ export async function runBench(quick: boolean, only: string[]): Promise<BenchRep
     notes: ctx.notes,
     details: ctx.details,
   };
+  if (base !== undefined) {
+    const keys = shared.flatMap((p) => PART_KEYS[p]);
+    const baseResults: Record<string, number | null> = {};
+    for (const [k, v] of Object.entries(runs.baseline)) baseResults[k] = median(v);
+    const c = compareResults(
+      ctx.results as unknown as Record<string, number | null>,
+      baseResults,
+      keys,
+    );
+    report.baselineRev = { rev: base.rev, commit: base.commit };
+    report.baseline = c.baseline;
+    report.ratio = c.ratio;
+    ctx.details.baseline = {
+      rev: base.rev,
+      commit: base.commit,
+      order: order.map((s) => `${s.part}:${s.side}`),
+      runs,
+      reports: baseReports,
+    };
+  }
+  return report;
+}
+
+/** Reads `--name=value` from the command line. */
+function arg(name: string): string | undefined {
+  return Deno.args.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
 }
 
 if (import.meta.main) {
   const quick = Deno.args.includes("--quick");
-  const onlyArg = Deno.args.find((a) => a.startsWith("--only="));
-  const only = onlyArg ? onlyArg.slice(7).split(",") : Object.keys(PARTS);
-  const outArg = Deno.args.find((a) => a.startsWith("--out="));
-  const out = outArg ? outArg.slice(6) : new URL("../bench/latest.json", import.meta.url);
-  const report = await runBench(quick, only);
+  const onlyArg = arg("only");
+  const only = onlyArg !== undefined ? onlyArg.split(",") : Object.keys(PARTS);
+  const outArg = arg("out");
+  const out = outArg ?? new URL("../bench/latest.json", import.meta.url);
+  const rev = arg("baseline");
+  let wt: Worktree | undefined;
+  // Ctrl-C or a kill must not leave a worktree behind, nor a part process running in it.
+  const onSignal = (signal: Deno.Signal, code: number) => async (): Promise<void> => {
+    await signalRunningParts(signal);
+    await wt?.remove();
+    Deno.exit(code);
+  };
+  const onInt = onSignal("SIGINT", 130);
+  const onTerm = onSignal("SIGTERM", 143);
+  let report: BenchReport;
+  try {
+    let baseline: BaselineCheckout | undefined;
+    if (rev !== undefined) {
+      if (rev === "") throw new Error("bench: --baseline needs a revision (--baseline=HEAD~1)");
+      Deno.addSignalListener("SIGINT", onInt);
+      Deno.addSignalListener("SIGTERM", onTerm);
+      wt = await addWorktree(REPO_ROOT, rev);
+      progress(`baseline ${rev} = ${wt.commit.slice(0, 12)} checked out in ${wt.dir}`);
+      const src = await Deno.readTextFile(`${wt.dir}/scripts/bench.ts`).catch(() => "");
+      const parts = benchPartsOf(src);
+      if (parts === null) {
+        throw new Error(
+          `bench: ${rev}'s scripts/bench.ts is missing or does not take --only= and --out=`,
+        );
+      }
+      baseline = { rev, commit: wt.commit, root: wt.dir, parts };
+    }
+    const roundsArg = arg("baseline-rounds");
+    const baselineRounds = roundsArg === undefined ? undefined : Number(roundsArg);
+    if (baselineRounds !== undefined && !(Number.isInteger(baselineRounds) && baselineRounds > 0)) {
+      throw new Error(`bench: --baseline-rounds=${roundsArg}: want a positive integer`);
+    }
+    report = await runBench(quick, only, { baseline, baselineRounds });
+  } finally {
+    await wt?.remove();
+    if (wt !== undefined) {
+      Deno.removeSignalListener("SIGINT", onInt);
+      Deno.removeSignalListener("SIGTERM", onTerm);
+    }
+  }
   console.log(formatTable(report));
   await Deno.writeTextFile(out, JSON.stringify(report, null, 2) + "\n");
   console.error(`wrote ${out instanceof URL ? out.pathname : out}`);

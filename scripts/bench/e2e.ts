@@ -5,10 +5,17 @@
  * Agents. A trial at a target rate passes when flowgen sustained >= 95 % of it (TCP
  * back-pressure shows up as flowgen falling behind) and, after SIGTERM, the process's final
  * counters account for every record: received == sent, aggregated == received, nothing
- * rejected, no decode error, no template miss, the flow log exporter dropped nothing, exit 0.
- * A rate search (double from 20k/s while passing, then bisect) finds the highest passing rate.
+ * rejected, no decode error, no template miss, the flow log exporter dropped nothing and (in
+ * its worker) holds nothing and lost nothing, exit 0. A rate search (double from the start
+ * rate while passing, then bisect) finds the highest passing rate.
  *
- *   deno run --allow-all scripts/bench/e2e.ts [--quick] [--rate R] [--duration S] [--cpu-prof]
+ * Two modes are measured in the same run: the default, the flow log sink in its own worker
+ * (`e2e_tcp_records_per_s`), and `--exporters-in-process` (`e2e_tcp_inprocess_records_per_s`).
+ * Their searches are interleaved one trial at a time (worker, in-process, worker, ...) so a
+ * neighbour's load burst hits both, and their ratio is `e2e_worker_vs_inprocess_ratio`.
+ *
+ *   deno run --allow-all scripts/bench/e2e.ts [--quick] [--mode worker|inprocess|both]
+ *     [--rate R] [--duration S] [--cpu-prof]
  */
 
 import {
@@ -20,15 +27,26 @@ import {
   startFlowAggregator,
 } from "./process.ts";
 
+/**
+ * Where the process runs its sinks: `worker` is the default (each sink in its permission-scoped
+ * Deno Worker), `inprocess` is main.ts `--exporters-in-process` (the sinks on the main thread).
+ */
+export type E2eMode = "worker" | "inprocess";
+
+/** Every mode, in the order their trials alternate. */
+export const E2E_MODES: readonly E2eMode[] = ["worker", "inprocess"];
+
 /** Options of {@linkcode benchE2eTcp}. */
 export interface E2eOptions {
-  /** Smoke version: one short low-rate trial (a few seconds). */
+  /** Smoke version: one short low-rate trial per mode (a few seconds each). */
   quick: boolean;
+  /** Modes to measure, their trials interleaved; default both ({@linkcode E2E_MODES}). */
+  modes?: readonly E2eMode[];
   /** Seconds per trial; default 20 (quick: 2). */
   durationSec?: number;
-  /** First target rate of the search; default 20,000 records/s (quick: 5,000). */
+  /** First target rate of each search; default 40,000 records/s (quick: 5,000). */
   startRate?: number;
-  /** Wall-time budget of the whole search in seconds; default 240. */
+  /** Wall-time budget of all the searches together in seconds; default 480 (quick: 30). */
   budgetSec?: number;
   /** Concurrent flows simulated by flowgen; default 10,000 (quick: 1,000). */
   flows?: number;
@@ -50,8 +68,45 @@ export interface FlowgenSummary {
   bytes: number;
 }
 
+/** Flow log exporter counters from its `exporter stopped` line. */
+export interface FlowLogStats {
+  /** Records handed to the exporter. */
+  received: number;
+  /** Records written. */
+  exported: number;
+  /** Records dropped (all causes). */
+  dropped: number;
+  /** Write errors. */
+  errors: number;
+  /** Worker mode only: records taken and not yet exported, dropped or filtered at exit. */
+  buffered?: number;
+  /** Worker mode only: records the sink's filters skipped. */
+  filtered?: number;
+  /** Worker mode only: operations the sink attempted outside its permissions. */
+  permissionDenied?: number;
+  /** Worker mode only: records held by a worker that died. */
+  lostInWorker?: number;
+  /** Worker mode only: records dropped because too many were outstanding. */
+  overflowDropped?: number;
+  /** Worker mode only: errors that escaped the sink inside its worker. */
+  uncaught?: number;
+  /** Worker mode only: workers restarted after a death or hang. */
+  workerRestarts?: number;
+}
+
+/** The worker ledger fields of {@linkcode FlowLogStats} that must all be 0 at exit. */
+const WORKER_ZERO_FIELDS = [
+  "buffered",
+  "lostInWorker",
+  "overflowDropped",
+  "permissionDenied",
+  "uncaught",
+] as const;
+
 /** One trial at one target rate. */
 export interface E2eTrial {
+  /** Where the process ran its sinks. */
+  mode: E2eMode;
   /** Target records/s. */
   targetRate: number;
   /** Passed every check. */
@@ -65,7 +120,7 @@ export interface E2eTrial {
   /** Final counters of the process (undefined if no metrics line was logged). */
   metrics?: RecordMetricsLine;
   /** Flow log exporter counters from its `exporter stopped` line. */
-  flowLog?: { received: number; exported: number; dropped: number; errors: number };
+  flowLog?: FlowLogStats;
   /** Aggregator CPU seconds (user + system) during the whole trial, shutdown excluded. */
   aggregatorCpuSec: number;
   /** Aggregator CPU microseconds per received record. */
@@ -87,16 +142,51 @@ export interface E2eTrial {
   exit?: ExitInfo;
 }
 
+/** What one mode's search found. */
+export interface E2eModeResult {
+  /** flowgen's achieved rate in the highest passing trial (0 if none passed). */
+  recordsPerSec: number;
+  /** Target rate of the best passing trial (0 if none). */
+  bestTargetRate: number;
+  /** Lowest target rate that failed (undefined if none failed). */
+  firstFailRate?: number;
+  /** Trials of this mode. */
+  trials: number;
+  /**
+   * CPU microseconds per record of the aggregator (every thread, the sink worker included) and
+   * of flowgen in this mode's fastest trial, and the rate two fully free cores could carry at
+   * that cost (aggregator + generator): the ceiling of this benchmark on this machine.
+   */
+  cpu: { aggregatorUsPerRecord: number; flowgenUsPerRecord: number; twoCoreCeiling: number };
+}
+
+/** Aggregator CPU per record of both modes at one target rate where both passed. */
+export interface E2ePairedCpu {
+  /** Target records/s. */
+  targetRate: number;
+  /** Worker mode, microseconds per record (mean of its passing trials at this rate). */
+  workerUsPerRecord: number;
+  /** In-process mode, microseconds per record (same). */
+  inprocessUsPerRecord: number;
+}
+
 /** Result of {@linkcode benchE2eTcp}. */
 export interface E2eResult {
-  /** flowgen's achieved rate in the highest passing trial (0 if none passed). */
-  e2e_tcp_records_per_s: number;
+  /** Worker mode (the default): flowgen's achieved rate in its highest passing trial. */
+  e2e_tcp_records_per_s: number | null;
+  /** `--exporters-in-process`: the same figure. */
+  e2e_tcp_inprocess_records_per_s: number | null;
+  /** Worker figure / in-process figure (null unless both measured and in-process > 0). */
+  e2e_worker_vs_inprocess_ratio: number | null;
   /** How it was measured, and every trial. */
   detail: {
-    /** Target rate of the best passing trial (0 if none). */
-    bestTargetRate: number;
-    /** Lowest target rate that failed (undefined if none failed). */
-    firstFailRate?: number;
+    /** Per mode measured. */
+    modes: Partial<Record<E2eMode, E2eModeResult>>;
+    /**
+     * At each target rate both modes passed: the aggregator's CPU per record in each, a finer
+     * comparison of the two modes than the rate search's grid.
+     */
+    pairedCpu: E2ePairedCpu[];
     /** Seconds per trial. */
     durationSec: number;
     /** Simulated Agents. */
@@ -105,12 +195,6 @@ export interface E2eResult {
     flows: number;
     /** Active / inactive flow record timeouts of the process. */
     timeouts: string;
-    /**
-     * CPU microseconds per record of the aggregator and of flowgen in the fastest trial, and the
-     * rate two fully free cores could carry at that cost (aggregator + generator): the ceiling
-     * of this benchmark on this machine, whatever the aggregator does.
-     */
-    cpu: { aggregatorUsPerRecord: number; flowgenUsPerRecord: number; twoCoreCeiling: number };
     /** Every trial, in order. */
     trials: E2eTrial[];
     /** Wall time of the search in seconds. */
@@ -228,15 +312,29 @@ function sessionsClosed(fa: FaProcess, from: number): number {
   return n;
 }
 
+/** Options of {@linkcode runE2eTrial}. */
+export interface E2eTrialOptions {
+  /** Seconds of traffic. */
+  durationSec: number;
+  /** Concurrent flows simulated by flowgen. */
+  flows: number;
+  /** Where the process runs its sinks; default `worker`. */
+  mode?: E2eMode;
+  /** Write a V8 CPU profile of the aggregator into this directory. */
+  cpuProfDir?: string;
+}
+
 /** Runs one trial: a fresh process, flowgen at `targetRate` for `durationSec`, SIGTERM. */
 export async function runE2eTrial(
   targetRate: number,
-  opts: { durationSec: number; flows: number; cpuProfDir?: string },
+  opts: E2eTrialOptions,
 ): Promise<E2eTrial> {
+  const mode = opts.mode ?? "worker";
   const dir = await Deno.makeTempDir({ prefix: "fa-bench-e2e-" });
   const confPath = `${dir}/fa.conf`;
   await Deno.writeTextFile(confPath, benchConfig(`${dir}/flows.log`));
   const trial: E2eTrial = {
+    mode,
     targetRate,
     pass: false,
     failures: [],
@@ -254,6 +352,7 @@ export async function runE2eTrial(
     denoFlags: opts.cpuProfDir !== undefined
       ? ["--cpu-prof", `--cpu-prof-dir=${opts.cpuProfDir}`]
       : [],
+    args: mode === "inprocess" ? ["--exporters-in-process"] : [],
   });
   try {
     const from = fa.events.length;
@@ -285,14 +384,7 @@ export async function runE2eTrial(
   const stopped = fa.events.findLast((e) =>
     e.msg === "exporter stopped" && e.section === "flowLogger"
   );
-  if (stopped !== undefined) {
-    trial.flowLog = {
-      received: Number(stopped.received),
-      exported: Number(stopped.exported),
-      dropped: Number(stopped.dropped),
-      errors: Number(stopped.errors),
-    };
-  }
+  if (stopped !== undefined) trial.flowLog = parseFlowLogStats(stopped);
   const flushed = fa.events.findLast((e) => e.msg === "flushed flows held at shutdown");
   if (flushed !== undefined) trial.flushedAtShutdown = Number(flushed.flows);
   trial.errorLines = fa.events.filter((e) => e.level === "error" || e.level === "warn")
@@ -300,6 +392,19 @@ export async function runE2eTrial(
   await Deno.remove(dir, { recursive: true }).catch(() => {});
   judgeTrial(trial);
   return trial;
+}
+
+/** The flow log's `exporter stopped` event as numbers; worker fields only when logged. */
+export function parseFlowLogStats(e: Readonly<Record<string, unknown>>): FlowLogStats {
+  const s: FlowLogStats = {
+    received: Number(e.received),
+    exported: Number(e.exported),
+    dropped: Number(e.dropped),
+    errors: Number(e.errors),
+  };
+  const optional = [...WORKER_ZERO_FIELDS, "filtered", "workerRestarts"] as const;
+  for (const k of optional) if (e[k] !== undefined) s[k] = Number(e[k]);
+  return s;
 }
 
 /**
@@ -334,11 +439,27 @@ export function judgeTrial(t: E2eTrial): void {
     const l = t.flowLog;
     if (l === undefined) {
       f.push("no flow log exporter stats");
-    } else if (l.dropped !== 0 || l.errors !== 0 || l.exported !== m.numRecordsExported) {
-      f.push(
-        `flow log exported ${l.exported} of ${m.numRecordsExported}, dropped ${l.dropped}, ` +
-          `errors ${l.errors}`,
-      );
+    } else {
+      if (l.dropped !== 0 || l.errors !== 0 || l.exported !== m.numRecordsExported) {
+        f.push(
+          `flow log exported ${l.exported} of ${m.numRecordsExported}, dropped ${l.dropped}, ` +
+            `errors ${l.errors}`,
+        );
+      }
+      if (t.mode === "worker") {
+        // The worker's ledger: at exit nothing may still be held or lost on the way.
+        const missing = WORKER_ZERO_FIELDS.filter((k) => l[k] === undefined);
+        if (missing.length > 0) {
+          f.push(`flow log worker ledger missing ${missing.join(", ")} (not in its worker?)`);
+        }
+        const bad = WORKER_ZERO_FIELDS.filter((k) => l[k] !== undefined && l[k] !== 0);
+        if (bad.length > 0) {
+          f.push(`flow log worker ${bad.map((k) => `${k} ${l[k]}`).join(", ")} at exit`);
+        }
+      } else if (l.lostInWorker !== undefined) {
+        // Otherwise the comparison of the two modes would compare the worker with itself.
+        f.push("flow log ran in a worker despite --exporters-in-process");
+      }
     }
     if (m.numRecordsReceived > 0) {
       t.aggregatorCpuUsPerRecord = (t.aggregatorCpuSec * 1e6) / m.numRecordsReceived;
@@ -350,83 +471,199 @@ export function judgeTrial(t: E2eTrial): void {
   t.pass = f.length === 0;
 }
 
+/** What a rate search is told after each trial it asked for. */
+export interface SearchOutcome {
+  /** The trial passed every check. */
+  pass: boolean;
+  /** It failed only because flowgen fell short of the target rate (no record unaccounted). */
+  shortfallOnly: boolean;
+}
+
+/** Options of {@linkcode rateSearch}. */
+export interface RateSearchOptions {
+  /** First target rate. */
+  startRate: number;
+  /** One trial at `startRate` and stop (quick mode). */
+  single?: boolean;
+  /** No doubling beyond this rate; default 5,000,000. */
+  maxRate?: number;
+}
+
 /**
- * Highest TCP rate the real process sustains with every record accounted for. Full mode:
- * 20 s trials from 20k/s, doubling while they pass, then two bisection steps, within ~4
- * minutes; a trial that fails only by falling short of the rate is retried once (the cores are
- * shared). Quick mode: one 2 s trial at 5k/s (a smoke check of the whole path).
+ * The e2e rate search as a generator, so that several can be interleaved: it yields each target
+ * rate to try and is resumed with that trial's outcome. From `startRate` it doubles while
+ * trials pass (halves up to three times if even the first fails), then bisects twice between
+ * the highest pass and the lowest fail unless they are within 5 % (closer than the noise). A
+ * trial that failed only by a rate shortfall can be a neighbour's burst on the shared cores and
+ * is retried once; a record not accounted for is never retried. It never stops on its own
+ * while doubling below `maxRate`: the caller's time budget ends it.
  */
-export async function benchE2eTcp(opts: E2eOptions): Promise<E2eResult> {
-  const durationSec = opts.durationSec ?? (opts.quick ? 2 : 20);
-  const flows = opts.flows ?? (opts.quick ? 1_000 : 10_000);
-  const budgetMs = (opts.budgetSec ?? (opts.quick ? 30 : 240)) * 1000;
-  const start = performance.now();
-  const trials: E2eTrial[] = [];
+export function* rateSearch(
+  opts: RateSearchOptions,
+): Generator<number, void, SearchOutcome> {
+  const maxRate = opts.maxRate ?? 5_000_000;
   let pass = 0;
   let fail = Infinity;
-  let lastTrialMs = (durationSec + 3) * 1000;
-  const fits = (): boolean => performance.now() - start + lastTrialMs <= budgetMs;
-  const once = async (rate: number): Promise<E2eTrial> => {
-    const t0 = performance.now();
-    const t = await runE2eTrial(Math.round(rate), {
-      durationSec,
-      flows,
-      cpuProfDir: opts.cpuProfDir,
-    });
-    lastTrialMs = performance.now() - t0;
-    trials.push(t);
-    progress(t);
-    return t;
-  };
-  const run = async (rate: number): Promise<boolean> => {
-    let t = await once(rate);
-    // A rate shortfall alone can be a neighbour's burst on the shared cores: one retry. A
-    // record not accounted for is never retried: that is a real failure.
-    if (
-      !t.pass && !opts.quick && fits() && t.failures.every((f) => f.startsWith("flowgen achieved"))
-    ) {
-      t = await once(rate);
-    }
-    if (t.pass) pass = Math.max(pass, t.targetRate);
-    else fail = Math.min(fail, t.targetRate);
-    return t.pass;
-  };
-
-  let rate = opts.startRate ?? (opts.quick ? 5_000 : 20_000);
-  if (opts.quick) {
-    await run(rate);
-  } else {
-    // Up while passing; down (halving) if even the first rate fails.
-    if (await run(rate)) {
-      while (fits() && await run(rate * 2)) rate *= 2;
-    } else {
-      for (let i = 0; i < 3 && fits() && !(await run(rate / 2)); i++) rate /= 2;
-    }
-    for (let i = 0; i < 2 && fits() && pass > 0 && Number.isFinite(fail); i++) {
-      if (fail - pass < pass * 0.05) break; // closer than the noise: stop
-      await run((pass + fail) / 2);
-    }
+  function* run(target: number): Generator<number, boolean, SearchOutcome> {
+    const rate = Math.round(target);
+    let o = yield rate;
+    if (!o.pass && !opts.single && o.shortfallOnly) o = yield rate;
+    if (o.pass) pass = Math.max(pass, rate);
+    else fail = Math.min(fail, rate);
+    return o.pass;
   }
+  let rate = opts.startRate;
+  if (opts.single) {
+    yield* run(rate);
+    return;
+  }
+  if (yield* run(rate)) {
+    while (rate * 2 <= maxRate && (yield* run(rate * 2))) rate *= 2;
+  } else {
+    for (let i = 0; i < 3 && !(yield* run(rate / 2)); i++) rate /= 2;
+  }
+  for (let i = 0; i < 2 && pass > 0 && Number.isFinite(fail); i++) {
+    if (fail - pass < pass * 0.05) break;
+    yield* run((pass + fail) / 2);
+  }
+}
 
+/** Options of {@linkcode interleaveSearches}. */
+export interface InterleaveOptions {
+  /** Whether one more trial fits the time budget (asked before every trial but the first ones). */
+  fits: () => boolean;
+}
+
+/**
+ * Runs several rate searches one trial at a time in turn (A, B, A, B, ...; a search that has
+ * ended drops out), so a change of load on the shared cores hits every search alike. Each
+ * search's first trial always runs, so every mode gets a figure; later ones only while
+ * `opts.fits()`.
+ */
+export async function interleaveSearches<K extends string>(
+  searches: readonly (readonly [K, Generator<number, void, SearchOutcome>])[],
+  trial: (key: K, rate: number) => Promise<SearchOutcome>,
+  opts: InterleaveOptions,
+): Promise<void> {
+  const state = searches.map(([key, gen]) => ({ key, gen, step: gen.next(), tried: false }));
+  for (;;) {
+    let ran = false;
+    for (const s of state) {
+      if (s.step.done) continue;
+      if (s.tried && !opts.fits()) continue;
+      const outcome = await trial(s.key, s.step.value);
+      s.tried = true;
+      ran = true;
+      s.step = s.gen.next(outcome);
+    }
+    if (!ran) return;
+  }
+}
+
+/** Sums up one mode's trials: best passing rate, lowest failing rate, CPU of the fastest. */
+export function summarizeMode(trials: readonly E2eTrial[]): E2eModeResult {
   const best = trials.filter((t) => t.pass).sort((a, b) => b.targetRate - a.targetRate)[0];
+  const passed = new Set(trials.filter((t) => t.pass).map((t) => t.targetRate));
+  // A rate that failed and then passed its retry did not fail.
+  const failed = trials.filter((t) => !t.pass && !passed.has(t.targetRate)).map((t) =>
+    t.targetRate
+  );
   const fastest = trials.filter((t) => Number.isFinite(t.aggregatorCpuUsPerRecord))
     .sort((a, b) => (b.flowgen?.rate ?? 0) - (a.flowgen?.rate ?? 0))[0];
   const aggUs = fastest?.aggregatorCpuUsPerRecord ?? NaN;
   const genUs = fastest?.flowgenCpuUsPerRecord ?? NaN;
   return {
-    e2e_tcp_records_per_s: best?.flowgen?.rate ?? 0,
+    recordsPerSec: best?.flowgen?.rate ?? 0,
+    bestTargetRate: best?.targetRate ?? 0,
+    firstFailRate: failed.length > 0 ? Math.min(...failed) : undefined,
+    trials: trials.length,
+    cpu: {
+      aggregatorUsPerRecord: aggUs,
+      flowgenUsPerRecord: genUs,
+      twoCoreCeiling: 2e6 / (aggUs + genUs),
+    },
+  };
+}
+
+/**
+ * At every target rate where both modes have passing trials, the mean aggregator CPU per record
+ * of each mode (ascending rates).
+ */
+export function pairedCpu(trials: readonly E2eTrial[]): E2ePairedCpu[] {
+  const mean = (mode: E2eMode, rate: number): number => {
+    const v = trials.filter((t) =>
+      t.mode === mode && t.targetRate === rate && t.pass &&
+      Number.isFinite(t.aggregatorCpuUsPerRecord)
+    ).map((t) => t.aggregatorCpuUsPerRecord);
+    return v.length === 0 ? NaN : v.reduce((a, b) => a + b, 0) / v.length;
+  };
+  const rates = [...new Set(trials.map((t) => t.targetRate))].sort((a, b) => a - b);
+  const out: E2ePairedCpu[] = [];
+  for (const targetRate of rates) {
+    const w = mean("worker", targetRate);
+    const p = mean("inprocess", targetRate);
+    if (Number.isFinite(w) && Number.isFinite(p)) {
+      out.push({ targetRate, workerUsPerRecord: w, inprocessUsPerRecord: p });
+    }
+  }
+  return out;
+}
+
+/** Worker figure / in-process figure; null when either is missing or in-process is 0. */
+export function workerVsInprocessRatio(
+  worker: number | null | undefined,
+  inprocess: number | null | undefined,
+): number | null {
+  if (worker === null || worker === undefined) return null;
+  if (inprocess === null || inprocess === undefined || !(inprocess > 0)) return null;
+  return worker / inprocess;
+}
+
+/**
+ * Highest TCP rate the real process sustains with every record accounted for, in each mode
+ * (sink in its worker, sink in process), the two searches interleaved trial by trial. Full
+ * mode: 20 s trials from 40k/s ({@linkcode rateSearch}), within ~8 minutes for both modes.
+ * Quick mode: one 2 s trial at 5k/s per mode (a smoke check of the whole path).
+ */
+export async function benchE2eTcp(opts: E2eOptions): Promise<E2eResult> {
+  const modes = opts.modes ?? E2E_MODES;
+  const durationSec = opts.durationSec ?? (opts.quick ? 2 : 20);
+  const flows = opts.flows ?? (opts.quick ? 1_000 : 10_000);
+  const budgetMs = (opts.budgetSec ?? (opts.quick ? 30 : 480)) * 1000;
+  const startRate = opts.startRate ?? (opts.quick ? 5_000 : 40_000);
+  const start = performance.now();
+  const trials: E2eTrial[] = [];
+  let lastTrialMs = (durationSec + 3) * 1000;
+  await interleaveSearches(
+    modes.map((m) => [m, rateSearch({ startRate, single: opts.quick })] as const),
+    async (mode, rate) => {
+      const t0 = performance.now();
+      const t = await runE2eTrial(rate, { durationSec, flows, mode, cpuProfDir: opts.cpuProfDir });
+      lastTrialMs = performance.now() - t0;
+      trials.push(t);
+      progress(t);
+      const shortfallOnly = !t.pass &&
+        t.failures.every((f) => f.startsWith("flowgen achieved"));
+      return { pass: t.pass, shortfallOnly };
+    },
+    { fits: () => performance.now() - start + lastTrialMs <= budgetMs },
+  );
+
+  const per: Partial<Record<E2eMode, E2eModeResult>> = {};
+  for (const m of modes) per[m] = summarizeMode(trials.filter((t) => t.mode === m));
+  const worker = per.worker?.recordsPerSec ?? null;
+  const inprocess = per.inprocess?.recordsPerSec ?? null;
+  return {
+    e2e_tcp_records_per_s: worker,
+    e2e_tcp_inprocess_records_per_s: inprocess,
+    e2e_worker_vs_inprocess_ratio: workerVsInprocessRatio(worker, inprocess),
     detail: {
-      bestTargetRate: best?.targetRate ?? 0,
-      firstFailRate: Number.isFinite(fail) ? fail : undefined,
+      modes: per,
+      pairedCpu: pairedCpu(trials),
       durationSec,
       agents: AGENTS,
       flows,
       timeouts: `active ${ACTIVE} / inactive ${INACTIVE}`,
-      cpu: {
-        aggregatorUsPerRecord: aggUs,
-        flowgenUsPerRecord: genUs,
-        twoCoreCeiling: 2e6 / (aggUs + genUs),
-      },
       trials,
       totalSec: (performance.now() - start) / 1000,
       note: "2 shared cores (other jobs running): the aggregator and flowgen each want one, so " +
@@ -439,7 +676,7 @@ export async function benchE2eTcp(opts: E2eOptions): Promise<E2eResult> {
 function progress(t: E2eTrial): void {
   const g = t.flowgen;
   console.error(
-    `e2e tcp ${t.targetRate}/s: ${t.pass ? "pass" : "FAIL"} achieved ${
+    `e2e tcp ${t.mode} ${t.targetRate}/s: ${t.pass ? "pass" : "FAIL"} achieved ${
       g ? g.rate.toFixed(0) : "-"
     }/s sent ${g?.records ?? "-"} received ${t.metrics?.numRecordsReceived ?? "-"} cpu ${
       t.aggregatorCpuUsPerRecord.toFixed(2)
@@ -465,6 +702,11 @@ if (import.meta.main) {
   const quick = Deno.args.includes("--quick");
   const fixed = flag("rate");
   const durationSec = flag("duration") !== undefined ? Number(flag("duration")) : undefined;
+  const modeArg = flag("mode") ?? "both";
+  if (modeArg !== "both" && !(E2E_MODES as readonly string[]).includes(modeArg)) {
+    throw new Error(`--mode ${JSON.stringify(modeArg)}: want worker, inprocess or both`);
+  }
+  const modes = modeArg === "both" ? E2E_MODES : [modeArg as E2eMode];
   const cpuProfDir = Deno.args.includes("--cpu-prof")
     ? await Deno.makeTempDir({ prefix: "fa-bench-prof-" })
     : undefined;
@@ -473,12 +715,13 @@ if (import.meta.main) {
     const t = await runE2eTrial(Number(fixed), {
       durationSec: durationSec ?? (quick ? 2 : 20),
       flows: Number(flag("flows") ?? 10_000),
+      mode: modes.length === 1 ? modes[0] : "worker",
       cpuProfDir,
     });
     progress(t);
     console.log(JSON.stringify({ trial: t, cpuProfDir }, null, 2));
   } else {
-    const r = await benchE2eTcp({ quick, durationSec, cpuProfDir });
+    const r = await benchE2eTcp({ quick, modes, durationSec, cpuProfDir });
     console.log(JSON.stringify({ ...r, cpuProfDir }, null, 2));
   }
 }

@@ -27,6 +27,8 @@ export interface StartOptions {
   logLevel?: "error" | "warn" | "info" | "debug";
   /** Extra Deno flags before the script, e.g. `--cpu-prof`. */
   denoFlags?: readonly string[];
+  /** Extra flags of main.ts after the script, e.g. `--exporters-in-process`. */
+  args?: readonly string[];
   /** How long to wait for the collector to listen; default 30 s. */
   startTimeoutMs?: number;
 }
@@ -132,6 +134,7 @@ export async function startFlowAggregator(opts: StartOptions = {}): Promise<FaPr
     "json",
     "--log-level",
     opts.logLevel ?? "debug",
+    ...(opts.args ?? []),
   ];
   const child = new Deno.Command(Deno.execPath(), {
     args,

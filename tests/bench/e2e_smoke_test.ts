@@ -5,12 +5,18 @@
  */
 
 import assert from "node:assert/strict";
-import { benchE2eTcp, type E2eTrial, judgeTrial } from "../../scripts/bench/e2e.ts";
+import {
+  benchE2eTcp,
+  type E2eTrial,
+  judgeTrial,
+  parseFlowLogStats,
+} from "../../scripts/bench/e2e.ts";
 import { benchHeapPerFlow } from "../../scripts/bench/memory.ts";
 import { benchRssIdle, parseRecordMetrics } from "../../scripts/bench/process.ts";
 
 function goodTrial(): E2eTrial {
   return {
+    mode: "worker",
     targetRate: 10_000,
     pass: false,
     failures: [],
@@ -32,7 +38,19 @@ function goodTrial(): E2eTrial {
       templateMisses: 0,
       exporterErrors: 0,
     },
-    flowLog: { received: 7_000, exported: 7_000, dropped: 0, errors: 0 },
+    flowLog: {
+      received: 7_000,
+      exported: 7_000,
+      dropped: 0,
+      errors: 0,
+      buffered: 0,
+      filtered: 0,
+      permissionDenied: 0,
+      lostInWorker: 0,
+      overflowDropped: 0,
+      uncaught: 0,
+      workerRestarts: 0,
+    },
     exit: { code: 0, killed: false, stopMs: 10 },
   };
 }
@@ -57,6 +75,12 @@ Deno.test("e2e trial: each unaccounted record or shortfall fails it, naming the 
     ["flow log short", (t) => t.flowLog!.exported = 6_999, /exported 6999 of 7000/],
     ["no metrics line", (t) => t.metrics = undefined, /no final record metrics/],
     ["killed", (t) => t.exit = { code: 137, killed: true, stopMs: 1 }, /exit code 137/],
+    ["still buffered", (t) => t.flowLog!.buffered = 5, /worker buffered 5 at exit/],
+    ["lost in worker", (t) => t.flowLog!.lostInWorker = 6, /lostInWorker 6/],
+    ["overflow", (t) => t.flowLog!.overflowDropped = 7, /overflowDropped 7/],
+    ["not permitted", (t) => t.flowLog!.permissionDenied = 1, /permissionDenied 1/],
+    ["no ledger", (t) => delete t.flowLog!.buffered, /worker ledger missing buffered/],
+    ["in a worker after all", (t) => t.mode = "inprocess", /ran in a worker despite/],
   ];
   for (const [name, spoil, want] of cases) {
     const t = goodTrial();
@@ -65,6 +89,34 @@ Deno.test("e2e trial: each unaccounted record or shortfall fails it, naming the 
     assert.equal(t.pass, false, name);
     assert.match(t.failures.join("; "), want, name);
   }
+});
+
+Deno.test("e2e trial: in process, the flow log without worker fields passes", () => {
+  const t = goodTrial();
+  t.mode = "inprocess";
+  t.flowLog = { received: 7_000, exported: 7_000, dropped: 0, errors: 0, filtered: 0 };
+  judgeTrial(t);
+  assert.deepEqual(t.failures, []);
+});
+
+Deno.test("exporter stopped line: worker fields kept only when logged", () => {
+  const worker = parseFlowLogStats({
+    msg: "exporter stopped",
+    received: "10",
+    exported: 10,
+    dropped: 0,
+    errors: 0,
+    buffered: "0",
+    lostInWorker: 0,
+    overflowDropped: 0,
+    permissionDenied: 0,
+  });
+  assert.equal(worker.received, 10);
+  assert.equal(worker.buffered, 0);
+  assert.equal(worker.lostInWorker, 0);
+  const inProcess = parseFlowLogStats({ received: 3, exported: 3, dropped: 0, errors: 0 });
+  assert.equal(inProcess.buffered, undefined);
+  assert.ok(!("lostInWorker" in inProcess));
 });
 
 Deno.test("record metrics line: numbers parsed from JSON strings or numbers", () => {
@@ -81,17 +133,22 @@ Deno.test("record metrics line: numbers parsed from JSON strings or numbers", ()
   assert.ok(Number.isNaN(m.decodeErrors), "a missing field must not read as 0");
 });
 
-Deno.test("e2e quick: the real process takes every record flowgen sent over TCP", async () => {
+Deno.test("e2e quick: the real process takes every record flowgen sent over TCP, both modes", async () => {
   const r = await benchE2eTcp({ quick: true });
-  const t = r.detail.trials[0];
-  assert.deepEqual(t.failures, []);
-  assert.ok(t.flowgen !== undefined && t.flowgen.records > 1000);
-  assert.equal(t.metrics?.numRecordsReceived, t.flowgen.records);
-  assert.equal(t.metrics?.recordsAggregated, t.flowgen.records);
-  assert.ok(t.metrics!.numRecordsExported > 0, "flows were exported to the flow log");
-  assert.equal(t.flowLog?.exported, t.metrics!.numRecordsExported);
-  assert.equal(r.e2e_tcp_records_per_s, t.flowgen.rate);
-  assert.ok(r.e2e_tcp_records_per_s >= 0.95 * t.targetRate);
+  assert.deepEqual(r.detail.trials.map((t) => t.mode), ["worker", "inprocess"]);
+  for (const t of r.detail.trials) {
+    assert.deepEqual(t.failures, [], t.mode);
+    assert.ok(t.flowgen !== undefined && t.flowgen.records > 1000);
+    assert.equal(t.metrics?.numRecordsReceived, t.flowgen.records);
+    assert.equal(t.metrics?.recordsAggregated, t.flowgen.records);
+    assert.ok(t.metrics!.numRecordsExported > 0, "flows were exported to the flow log");
+    assert.equal(t.flowLog?.exported, t.metrics!.numRecordsExported);
+    assert.equal(t.flowLog?.lostInWorker === undefined, t.mode === "inprocess", t.mode);
+  }
+  const [w, p] = r.detail.trials;
+  assert.equal(r.e2e_tcp_records_per_s, w.flowgen!.rate);
+  assert.equal(r.e2e_tcp_inprocess_records_per_s, p.flowgen!.rate);
+  assert.equal(r.e2e_worker_vs_inprocess_ratio, w.flowgen!.rate / p.flowgen!.rate);
 });
 
 Deno.test("memory quick: heap and external bytes per live flow are measured apart", async () => {

@@ -7,6 +7,8 @@
  * `udp_fast_worker.ts` (the blocking receive loop, one worker thread per socket).
  */
 
+import { parseIP } from "../ipfix/ip.ts";
+
 /** Linux socket constants (identical on x86_64 and aarch64). */
 export const LINUX = {
   AF_INET: 2,
@@ -107,63 +109,14 @@ export function parseBindHost(hostname: string): BindAddress {
   let h = hostname.trim();
   if (h === "localhost") h = "127.0.0.1";
   if (h.startsWith("[") && h.endsWith("]")) h = h.slice(1, -1);
-  const v4 = parseIPv4(h);
-  if (v4 !== undefined) return { family: LINUX.AF_INET, bytes: v4 };
-  const v6 = parseIPv6(h);
-  if (v6 !== undefined) return { family: LINUX.AF_INET6, bytes: v6 };
-  throw new Error(`udp_fast: hostname ${JSON.stringify(hostname)}: not an IP literal`);
-}
-
-function parseIPv4(s: string): Uint8Array | undefined {
-  const parts = s.split(".");
-  if (parts.length !== 4) return undefined;
-  const out = new Uint8Array(4);
-  for (let i = 0; i < 4; i++) {
-    if (!/^\d{1,3}$/.test(parts[i])) return undefined;
-    const n = Number(parts[i]);
-    if (n > 255) return undefined;
-    out[i] = n;
+  // A zone (fe80::1%eth0) is not part of the address bytes; the one parser rejects it.
+  const pct = h.indexOf("%");
+  if (pct >= 0 && h.includes(":")) h = h.slice(0, pct);
+  const bytes = parseIP(h);
+  if (bytes === undefined) {
+    throw new Error(`udp_fast: hostname ${JSON.stringify(hostname)}: not an IP literal`);
   }
-  return out;
-}
-
-function parseIPv6(s: string): Uint8Array | undefined {
-  if (!s.includes(":")) return undefined;
-  const pct = s.indexOf("%");
-  if (pct >= 0) s = s.slice(0, pct);
-  const last = s.lastIndexOf(":");
-  const maybeV4 = s.slice(last + 1);
-  if (maybeV4.includes(".")) {
-    // Rewrite a trailing dotted quad (::ffff:1.2.3.4) as two hex groups.
-    const v4 = parseIPv4(maybeV4);
-    if (v4 === undefined) return undefined;
-    const hi = ((v4[0] << 8) | v4[1]).toString(16);
-    const lo = ((v4[2] << 8) | v4[3]).toString(16);
-    s = `${s.slice(0, last + 1)}${hi}:${lo}`;
-  }
-  const halves = s.split("::");
-  if (halves.length > 2) return undefined;
-  const parse = (p: string): number[] | undefined => {
-    if (p === "") return [];
-    const out: number[] = [];
-    for (const g of p.split(":")) {
-      if (!/^[0-9a-fA-F]{1,4}$/.test(g)) return undefined;
-      out.push(parseInt(g, 16));
-    }
-    return out;
-  };
-  const head = parse(halves[0]);
-  const rest = halves.length === 2 ? parse(halves[1]) : [];
-  if (head === undefined || rest === undefined) return undefined;
-  const fill = 8 - head.length - rest.length;
-  if (halves.length === 1 ? fill !== 0 : fill < 0) return undefined;
-  const groups = [...head, ...new Array<number>(fill).fill(0), ...rest];
-  const out = new Uint8Array(16);
-  groups.forEach((g, i) => {
-    out[2 * i] = g >> 8;
-    out[2 * i + 1] = g & 0xff;
-  });
-  return out;
+  return { family: bytes.length === 4 ? LINUX.AF_INET : LINUX.AF_INET6, bytes };
 }
 
 /** Encodes a `sockaddr_in`/`sockaddr_in6` for bind(2). */

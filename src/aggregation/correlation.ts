@@ -35,8 +35,11 @@ export function isFromSource(
   sourcePodName: string | undefined,
   destPodName: string | undefined,
 ): boolean {
-  return sourcePodName !== undefined && sourcePodName !== "" &&
-    (destPodName === undefined || destPodName === "");
+  return onlyFirstSet(sourcePodName, destPodName);
+}
+
+function onlyFirstSet(first: string | undefined, second: string | undefined): boolean {
+  return first !== undefined && first !== "" && (second === undefined || second === "");
 }
 
 /** True when only the destination Pod name is set: the record came from the destination Node. */
@@ -44,8 +47,7 @@ export function isFromDestination(
   sourcePodName: string | undefined,
   destPodName: string | undefined,
 ): boolean {
-  return destPodName !== undefined && destPodName !== "" &&
-    (sourcePodName === undefined || sourcePodName === "");
+  return onlyFirstSet(destPodName, sourcePodName);
 }
 
 /**

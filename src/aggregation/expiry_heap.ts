@@ -133,13 +133,16 @@ export class ExpiryHeap<T extends HeapItem> {
     while (i > 0) {
       const parent = (i - 1) >> 1;
       if (prio[parent] <= p) break;
-      items[i] = items[parent];
-      prio[i] = prio[parent];
-      items[i].heapIndex = i;
+      this.#put(i, items[parent], prio[parent]);
       i = parent;
     }
-    items[i] = it;
-    prio[i] = p;
+    this.#put(i, it, p);
+  }
+
+  /** Stores `it` with priority `p` at position `i` and tells it where it is. */
+  #put(i: number, it: T, p: number): void {
+    this.#items[i] = it;
+    this.#prio[i] = p;
     it.heapIndex = i;
   }
 
@@ -155,13 +158,9 @@ export class ExpiryHeap<T extends HeapItem> {
       const r = l + 1;
       const c = r < n && prio[r] < prio[l] ? r : l;
       if (prio[c] >= p) break;
-      items[i] = items[c];
-      prio[i] = prio[c];
-      items[i].heapIndex = i;
+      this.#put(i, items[c], prio[c]);
       i = c;
     }
-    items[i] = it;
-    prio[i] = p;
-    it.heapIndex = i;
+    this.#put(i, it, p);
   }
 }

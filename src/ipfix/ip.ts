@@ -70,7 +70,11 @@ function parseIPv4Into(text: string, out: Uint8Array, at: number): boolean {
   return true;
 }
 
-function parseIPv6(text: string): Uint8Array | undefined {
+/**
+ * Parses IPv6 text (with an optional dotted-quad tail, `::ffff:10.0.0.1`) into 16 bytes;
+ * undefined when it is not IPv6 text (IPv4 text, zones, prefixes and brackets are rejected).
+ */
+export function parseIPv6(text: string): Uint8Array | undefined {
   const out = new Uint8Array(16);
   const dbl = text.indexOf("::");
   if (dbl !== text.lastIndexOf("::")) return undefined;

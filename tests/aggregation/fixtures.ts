@@ -13,6 +13,7 @@ import {
   type FlowKey,
 } from "../../src/aggregation/mod.ts";
 import { unsetMetadata } from "../_helpers/agent_record.ts";
+import { CoreState } from "../../src/aggregation/state.ts";
 
 /** K4 of §9. */
 export const K4: FlowKey = {
@@ -172,4 +173,13 @@ export function collector(
       out.push(f);
     },
   };
+}
+
+/** The internal state of a core with the §9 defaults, for tests of the verb modules. */
+export function newState(
+  opts: Partial<AggregationOptions> = {},
+): { s: CoreState; clock: ManualClock } {
+  const clock = new ManualClock();
+  const s = new CoreState({ activeTimeoutMs: 60_000, inactiveTimeoutMs: 90_000, clock, ...opts });
+  return { s, clock };
 }

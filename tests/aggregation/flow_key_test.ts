@@ -57,6 +57,23 @@ Deno.test("address words: IPv4/IPv6 text to u32 words and back", () => {
   assert.equal(formatIPv6Words(w[0], w[1], w[2], w[3]), "2001:0:3238:dfe1:63::fefb");
   assert.equal(formatIPv6Words(0, 0, 0xffff, 0x0a000001), "10.0.0.1");
   assert.equal(parseIPv6Words("1::2::3"), undefined);
+  assert.equal(parseIPv6Words("10.0.0.1"), undefined);
+  assert.deepEqual([...parseIPv6Words("::ffff:10.0.0.1")!], [0, 0, 0xffff, 0x0a000001]);
+});
+
+Deno.test("canonicalAddress: IPv4 text is kept as is unless a part has a leading zero", () => {
+  const text = ["10.0.0.", "1"].join("");
+  assert.equal(canonicalAddress(text, true), text);
+  assert.equal(canonicalAddress("0.0.0.0", true), "0.0.0.0");
+  assert.equal(canonicalAddress("100.20.3.0", true), "100.20.3.0");
+  assert.equal(canonicalAddress("10.0.0.01", true), "10.0.0.1");
+  assert.equal(canonicalAddress("00.0.0.0", true), "0.0.0.0");
+});
+
+Deno.test("canonicalAddress: an IPv6 dotted-quad tail follows Go (no leading zeros, like ip.ts)", () => {
+  assert.equal(canonicalAddress("::ffff:10.0.0.1", false), "10.0.0.1");
+  assert.equal(canonicalAddress("::ffff:010.0.0.1", false), undefined);
+  assert.equal(canonicalAddress("10.0.0.1", false), undefined);
 });
 
 Deno.test("formatFlowKey brackets IPv6 addresses", () => {

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { canonicalIP, formatIPv4, formatIPv6, parseIP } from "../../src/ipfix/mod.ts";
+import { parseIPv6 } from "../../src/ipfix/ip.ts";
 
 function v6(text: string): string {
   const b = parseIP(text);
@@ -68,4 +69,18 @@ Deno.test("canonicalIP normalises text", () => {
   assert.equal(canonicalIP("::ffff:192.168.0.1"), "192.168.0.1");
   assert.equal(canonicalIP("10.0.0.1"), "10.0.0.1");
   assert.equal(canonicalIP("nope"), undefined);
+});
+
+Deno.test("parseIPv6 parses IPv6 text only, with an optional dotted-quad tail", () => {
+  assert.deepEqual(
+    parseIPv6("2001:db8::ff00:42:8329"),
+    new Uint8Array([0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0xff, 0, 0, 0x42, 0x83, 0x29]),
+  );
+  assert.deepEqual(
+    parseIPv6("::ffff:10.0.0.1")?.subarray(10),
+    new Uint8Array([255, 255, 10, 0, 0, 1]),
+  );
+  for (const bad of ["10.0.0.1", "", ":", "1::2::3", "::ffff:010.0.0.1", "[::1]", "fe80::1%eth0"]) {
+    assert.equal(parseIPv6(bad), undefined, bad);
+  }
 });

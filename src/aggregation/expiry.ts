@@ -1,0 +1,130 @@
+/**
+ * Expiry (spec aggregation.md §4 with the §10 fixes): each flow has an active and an inactive
+ * expiry time in its f64 slot words and sits in the expiry heap at the earlier of the two. A
+ * sweep pops the due flows, exports the ready ones (then resets their deltas and re-queues or
+ * deletes them), retries not-ready ones and gives up on a partner after `maxRetries`.
+ */
+
+import type { ExportedFlow } from "./record.ts";
+import { FL_READY, type Flow, T_ACTIVE, T_INACTIVE } from "./layout.ts";
+import { f64Base, u64Base } from "./slot_store.ts";
+import type { CoreState } from "./state.ts";
+import { resetDeltas } from "./flow_stats.ts";
+import { emitOne, type ExportHooks } from "./snapshot.ts";
+
+/** Options of one {@linkcode AggregationCore.expire} sweep. */
+export interface ExpireOptions extends ExportHooks {
+  /** Most due flows handled by this call (default: all); the rest wait for the next call. */
+  limit?: number;
+}
+
+/** Sets both expiry times of a new flow from now and queues it. */
+export function scheduleNew(s: CoreState, flow: Flow): void {
+  const t = s.clock.nowMs();
+  const f64 = s.store.f64(flow.slot);
+  const fb = f64Base(flow.slot);
+  f64[fb + T_ACTIVE] = t + s.active;
+  f64[fb + T_INACTIVE] = t + s.inactive;
+  s.heap.push(flow, Math.min(f64[fb + T_ACTIVE], f64[fb + T_INACTIVE]));
+}
+
+/** A record arrived: the inactive expiry moves to now + I. */
+export function touch(s: CoreState, flow: Flow): void {
+  const t = s.clock.nowMs();
+  const f64 = s.store.f64(flow.slot);
+  const fb = f64Base(flow.slot);
+  f64[fb + T_INACTIVE] = t + s.inactive;
+  s.heap.update(flow, Math.min(f64[fb + T_ACTIVE], f64[fb + T_INACTIVE]));
+}
+
+/** See {@linkcode AggregationCore.expire}. */
+export function expire(
+  s: CoreState,
+  emit: (f: ExportedFlow) => void,
+  hooks?: ExpireOptions,
+): number {
+  const heap = s.heap;
+  if (heap.size === 0) return 0;
+  const T = s.clock.nowMs();
+  const limit = hooks?.limit ?? Infinity;
+  let n = 0;
+  let popped = 0;
+  while (heap.size > 0 && popped++ < limit && heap.peekPriority() <= T) {
+    const flow = heap.pop()!;
+    const f64 = s.store.f64(flow.slot);
+    const fb = f64Base(flow.slot);
+    if ((flow.flags & FL_READY) === 0) {
+      flow.retries++;
+      if (flow.retries > s.maxRetries) {
+        if (s.dropUncorrelated) {
+          s.counters.uncorrelatedDropped++;
+        } else if (emitOne(s, flow, emit, { hooks, uncorrelated: true })) {
+          n++;
+        }
+        deleteFlow(s, flow);
+        continue;
+      }
+      s.counters.notReadyRetries++;
+      f64[fb + T_ACTIVE] = T + s.active;
+      f64[fb + T_INACTIVE] = T + s.inactive;
+      heap.push(flow, Math.min(f64[fb + T_ACTIVE], f64[fb + T_INACTIVE]));
+      continue;
+    }
+    if (emitOne(s, flow, emit, { hooks, uncorrelated: false })) n++;
+    resetDeltas(s.store.u64(flow.slot), u64Base(flow.slot));
+    // `<=` (L2): an item expired by exact equality is deleted or re-queued, never orphaned.
+    if (f64[fb + T_INACTIVE] <= T) {
+      deleteFlow(s, flow);
+    } else {
+      f64[fb + T_ACTIVE] = T + s.active;
+      heap.push(flow, Math.min(f64[fb + T_ACTIVE], f64[fb + T_INACTIVE]));
+    }
+  }
+  return n;
+}
+
+/** True when at least one flow is due now. */
+export function hasExpired(s: CoreState): boolean {
+  return s.heap.size > 0 && s.heap.peekPriority() <= s.clock.nowMs();
+}
+
+/** See {@linkcode AggregationCore.flushAll}. */
+export function flushAll(
+  s: CoreState,
+  emit: (f: ExportedFlow) => void,
+  hooks?: ExportHooks,
+): number {
+  let n = 0;
+  for (const flow of s.bySlot) {
+    if (flow === undefined) continue;
+    const uncorrelated = (flow.flags & FL_READY) === 0;
+    if (emitOne(s, flow, emit, { hooks, uncorrelated })) n++;
+    s.counters.flowsDeleted++;
+  }
+  s.table.clear();
+  s.bySlot = [];
+  s.heap.clear();
+  s.store.clear();
+  s.intern.clear();
+  return n;
+}
+
+/**
+ * Milliseconds until the next sweep should run (spec §4.6): `minExpiry + (top − now)`, or
+ * `minExpiry` when that is negative; `min(A, I)` when no flow is held.
+ */
+export function nextExpiryDelayMs(s: CoreState): number {
+  if (s.heap.size === 0) return Math.min(s.active, s.inactive);
+  const d = s.minExpiryMs + (s.heap.peekPriority() - s.clock.nowMs());
+  return d < 0 ? s.minExpiryMs : d;
+}
+
+/** Removes a flow from the table, the heap and the store, and counts it. */
+function deleteFlow(s: CoreState, flow: Flow): void {
+  // The table finds the slot through its key words: remove before the slot is zeroed.
+  s.table.remove(flow.slot);
+  s.bySlot[flow.slot] = undefined;
+  s.heap.remove(flow);
+  s.store.free(flow.slot);
+  s.counters.flowsDeleted++;
+}

@@ -1,0 +1,130 @@
+/**
+ * Code compiled from the field table ({@linkcode FIELDS}): creating a flow, copying the correlate
+ * fields of the other half (§1.5) and taking a snapshot. Why generated (`new Function`, once at
+ * load, as the IPFIX decoder compiler does): a loop over the table would read and write
+ * properties by computed name, which V8 cannot optimise (megamorphic keyed access) on the
+ * per-record path; the generated functions are the straight-line code that used to be written
+ * by hand four times, with every property name and slot index a constant.
+ */
+
+import type { AggregatedRecord, FlowInput } from "./record.ts";
+import { type FieldRow, FIELDS, type Flow } from "./layout.ts";
+import type { Interner } from "./intern.ts";
+import { num } from "./values.ts";
+
+/**
+ * Builds the {@linkcode Flow} of a new slot: its `str` fields interned from `r`, the others
+ * empty, and writes the `num` fields into the slot's u32 words from `ub`. Positional
+ * arguments: this runs once per new flow and is called from one place.
+ */
+export type CreateFlow = (
+  r: FlowInput,
+  intern: Interner,
+  u32: Uint32Array,
+  ub: number,
+  slot: number,
+  flags: number,
+) => Flow;
+
+/** §1.5: copies every correlate field of `r` that is set (non-empty, non-zero) into the flow. */
+export type CorrelateFlow = (
+  flow: Flow,
+  r: FlowInput,
+  intern: Interner,
+  u32: Uint32Array,
+  ub: number,
+) => void;
+
+/** The table's fields of a flow as a new record (addresses, cluster IPs, labels not included). */
+export type SnapshotFlow = (
+  flow: Flow,
+  u32: Uint32Array,
+  ub: number,
+  u64: BigUint64Array,
+  b: number,
+) => AggregatedRecord;
+
+/** The functions compiled from a field table. */
+export interface FieldCode {
+  /** See {@linkcode CreateFlow}. */
+  readonly create: CreateFlow;
+  /** See {@linkcode CorrelateFlow}. */
+  readonly correlate: CorrelateFlow;
+  /** See {@linkcode SnapshotFlow}. */
+  readonly snapshot: SnapshotFlow;
+  /** The generated source, for debugging. */
+  readonly source: string;
+}
+
+const IDENT = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
+
+/**
+ * Compiles the create/correlate/snapshot functions of `fields`. Throws when a name is not a
+ * plain identifier, a slot word is not a non-negative integer or two rows share a slot word.
+ */
+export function compileFieldCode(fields: readonly FieldRow[]): FieldCode {
+  const seen = new Set<string>();
+  for (const f of fields) {
+    if (!IDENT.test(f.ie)) throw new Error(`aggregation: field name ${f.ie}: not an identifier`);
+    if (seen.has(f.ie)) throw new Error(`aggregation: field ${f.ie} listed twice`);
+    seen.add(f.ie);
+    if (f.kind === "str") continue;
+    if (!Number.isInteger(f.at) || f.at < 0) {
+      throw new Error(`aggregation: field ${f.ie}: bad slot word ${f.at}`);
+    }
+    const where = `${f.kind === "u64" ? "u64" : "u32"}[${f.at}]`;
+    if (seen.has(where)) throw new Error(`aggregation: field ${f.ie}: ${where} already used`);
+    seen.add(where);
+  }
+  const create: string[] = [];
+  const props: string[] = [];
+  const correlate: string[] = [];
+  const snap: string[] = [];
+  for (const f of fields) {
+    const from = `r.${f.ie}`;
+    switch (f.kind) {
+      case "str":
+        props.push(`${f.ie}: I.str(${from}),`);
+        if (f.correlate) correlate.push(`if (${from}) f.${f.ie} = I.str(${from});`);
+        snap.push(`${f.ie}: f.${f.ie},`);
+        break;
+      case "num":
+        create.push(`u32[ub + ${f.at}] = num(${from});`);
+        if (f.correlate) correlate.push(`v = num(${from}); if (v !== 0) u32[ub + ${f.at}] = v;`);
+        snap.push(`${f.ie}: u32[ub + ${f.at}],`);
+        break;
+      case "u32":
+        snap.push(`${f.ie}: u32[ub + ${f.at}],`);
+        break;
+      case "u64":
+        snap.push(`${f.ie}: u[b + ${f.at}],`);
+        break;
+    }
+  }
+  const source = [
+    `"use strict";`,
+    `function create(r, I, u32, ub, slot, flags) {`,
+    ...create,
+    `return {`,
+    `heapIndex: -1, flags: flags, retries: 0, slot: slot,`,
+    ...props,
+    `clusterV4: undefined, clusterV6: undefined, srcLabels: undefined, dstLabels: undefined,`,
+    `};`,
+    `}`,
+    `function correlate(f, r, I, u32, ub) {`,
+    `let v = 0;`,
+    ...correlate,
+    `}`,
+    `function snapshot(f, u32, ub, u, b) {`,
+    `return {`,
+    ...snap,
+    `};`,
+    `}`,
+    `return { create, correlate, snapshot };`,
+  ].join("\n");
+  const made = new Function("num", source)(num) as Omit<FieldCode, "source">;
+  return { ...made, source };
+}
+
+/** The code of {@linkcode FIELDS}, compiled once. */
+export const FIELD_CODE: FieldCode = compileFieldCode(FIELDS);

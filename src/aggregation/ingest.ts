@@ -1,0 +1,246 @@
+/**
+ * Ingestion (spec aggregation.md §1-3): validates one decoded Agent record, builds its key,
+ * creates the flow or updates it, and correlates the two halves of an InterNode flow (§1.5).
+ * Records are processed one by one and a bad one is rejected and counted alone (L15); nothing
+ * here throws for bad input.
+ */
+
+import type { FlowInput } from "./record.ts";
+import { correlationRequired, FlowType, isFromDestination, isFromSource } from "./correlation.ts";
+import { FIELD_CODE } from "./field_code.ts";
+import { canonicalAddress, parseIPv4Word, parseIPv6Words } from "./flow_key.ts";
+import { hashKey } from "./flow_table.ts";
+import {
+  FL_CORR_FILLED,
+  FL_IPV4,
+  FL_READY,
+  FL_UPDATED,
+  type Flow,
+  SIDE_D,
+  SIDE_S,
+} from "./layout.ts";
+import { U32, u32Base, u64Base } from "./slot_store.ts";
+import { type CoreState, log } from "./state.ts";
+import { aggregate, initStats } from "./flow_stats.ts";
+import { scheduleNew, touch } from "./expiry.ts";
+import { isUint, okBig } from "./values.ts";
+
+/**
+ * Ingests one record synchronously (spec §2.2). Returns false, counting and logging the
+ * reason, when the record is rejected; never throws for bad input.
+ */
+export function addRecord(s: CoreState, r: FlowInput): boolean {
+  s.counters.recordsIn++;
+  try {
+    return ingest(s, r);
+  } catch (err) {
+    // Last line of defence: field checks should make this unreachable; a record must never
+    // take the collector down.
+    return s.reject("invalidRecord", `record could not be aggregated: ${err}`);
+  }
+}
+
+function ingest(s: CoreState, r: FlowInput): boolean {
+  if (r === null || typeof r !== "object") {
+    return s.reject("invalidRecord", "record is not an object");
+  }
+  const sport = r.sourceTransportPort;
+  const dport = r.destinationTransportPort;
+  const proto = r.protocolIdentifier;
+  if (sport === undefined || dport === undefined || proto === undefined) {
+    return s.reject("missingKeyField", "record without protocol or ports");
+  }
+  if (!isUint(sport, 0xffff) || !isUint(dport, 0xffff) || !isUint(proto, 0xff)) {
+    return s.reject("badFieldType", "record with an out-of-range protocol or port");
+  }
+  // The IPv4 IE wins when a record carries both families (a warning, not a rejection).
+  const src4 = r.sourceIPv4Address;
+  const dst4 = r.destinationIPv4Address;
+  if (src4 !== undefined && r.sourceIPv6Address !== undefined) warnBothFamilies(s, "source");
+  if (dst4 !== undefined && r.destinationIPv6Address !== undefined) {
+    warnBothFamilies(s, "destination");
+  }
+  const srcV4 = src4 !== undefined;
+  const dstV4 = dst4 !== undefined;
+  const srcText = srcV4 ? src4 : r.sourceIPv6Address;
+  const dstText = dstV4 ? dst4 : r.destinationIPv6Address;
+  if (srcText === undefined || dstText === undefined) {
+    return s.reject("missingKeyField", "record without source or destination address");
+  }
+  if (srcV4 !== dstV4) {
+    return s.reject("mixedAddressFamily", "record mixes IPv4 and IPv6 addresses");
+  }
+  const k = s.key;
+  if (srcV4) {
+    const a = typeof srcText === "string" ? parseIPv4Word(srcText) : -1;
+    const b = typeof dstText === "string" ? parseIPv4Word(dstText) : -1;
+    if (a < 0 || b < 0) return s.reject("badAddress", "record with an invalid address");
+    k[0] = a;
+    k[1] = k[2] = k[3] = 0;
+    k[4] = b;
+    k[5] = k[6] = k[7] = 0;
+    k[11] = 4;
+  } else {
+    const a = parseIPv6Words(srcText);
+    const b = parseIPv6Words(dstText);
+    if (a === undefined || b === undefined) {
+      return s.reject("badAddress", "record with an invalid address");
+    }
+    k.set(a, 0);
+    k.set(b, 4);
+    k[11] = 6;
+  }
+  k[8] = proto;
+  k[9] = sport;
+  k[10] = dport;
+  const h = hashKey(k);
+  let flowType = r.flowType;
+  if (typeof flowType !== "number") {
+    flowType = FlowType.Unknown;
+    s.counters.missingFlowType++;
+    const n = s.rl.allow("flowType");
+    if (n >= 0) log.warn("record without flowType, treated as 0", { suppressed: n });
+  }
+  const corr = correlationRequired(r, flowType);
+  const slot = s.table.find(k, h);
+  if (slot < 0) return create(s, r, h, srcV4, flowType, corr);
+  return update(s, s.bySlot[slot]!, r, corr);
+}
+
+function warnBothFamilies(s: CoreState, side: string): void {
+  const n = s.rl.allow("bothFamilies");
+  if (n >= 0) {
+    log.warn("record carries IPv4 and IPv6 address IEs, IPv4 used", { side, suppressed: n });
+  }
+}
+
+/**
+ * §3.1/§3.2: creates a flow for the key in the probe scratch (hash `h`). Positional arguments:
+ * it runs for every new flow, and an options object would be one more allocation.
+ */
+function create(
+  s: CoreState,
+  r: FlowInput,
+  h: number,
+  isIPv4: boolean,
+  flowType: number,
+  corr: boolean,
+): boolean {
+  const start = r.flowStartSeconds;
+  const end = r.flowEndSeconds;
+  // §3.1: creation needs these four; the other counters default to 0.
+  if (
+    start === undefined || end === undefined || r.octetTotalCount === undefined ||
+    r.reverseOctetTotalCount === undefined
+  ) {
+    return s.reject("missingField", "new flow without start/end time or octet totals");
+  }
+  if (!isUint(start, 0xffffffff) || !isUint(end, 0xffffffff)) {
+    return s.reject("badFieldType", "record with an invalid flowStart/EndSeconds");
+  }
+  if (!countersValid(r, false)) {
+    return s.reject("badFieldType", "record with a non-bigint counter");
+  }
+  if (s.table.size >= s.maxFlows) {
+    return s.reject("maxFlows", "maxFlows reached, record for a new flow dropped");
+  }
+  const sides = corr
+    ? (isFromSource(r.sourcePodName, r.destinationPodName) ? SIDE_S : SIDE_D)
+    : SIDE_S | SIDE_D;
+  let flags = FL_UPDATED;
+  if (isIPv4) flags |= FL_IPV4;
+  if (!corr) {
+    flags |= FL_READY;
+    if (flowType !== FlowType.InterNode) flags |= FL_CORR_FILLED;
+  }
+  const store = s.store;
+  const I = s.intern;
+  const slot = store.alloc();
+  const u32 = store.u32(slot);
+  const ub = u32Base(slot);
+  const flow = FIELD_CODE.create(r, I, u32, ub, slot, flags);
+  if (r.destinationClusterIPv4 !== undefined) {
+    flow.clusterV4 = I.str(canonicalAddress(r.destinationClusterIPv4, true) ?? "0.0.0.0");
+  }
+  if (r.destinationClusterIPv6 !== undefined) {
+    flow.clusterV6 = I.str(canonicalAddress(r.destinationClusterIPv6, false) ?? "::");
+  }
+  u32[ub + U32.START] = start;
+  u32[ub + U32.END] = end;
+  u32[ub + U32.TYPE] = flowType;
+  if (sides & SIDE_S) u32[ub + U32.END_S] = end;
+  if (sides & SIDE_D) u32[ub + U32.END_D] = end;
+  initStats(store.u64(slot), u64Base(slot), r, sides);
+  scheduleNew(s, flow);
+  s.table.insert(slot, s.key, h);
+  s.bySlot[slot] = flow;
+  s.counters.flowsCreated++;
+  s.counters.recordsAccepted++;
+  return true;
+}
+
+function countersValid(r: FlowInput, required: boolean): boolean {
+  return okBig(r.octetDeltaCount, required) && okBig(r.octetTotalCount, required) &&
+    okBig(r.packetDeltaCount, required) && okBig(r.packetTotalCount, required) &&
+    okBig(r.reverseOctetDeltaCount, required) && okBig(r.reverseOctetTotalCount, required) &&
+    okBig(r.reversePacketDeltaCount, required) && okBig(r.reversePacketTotalCount, required);
+}
+
+/** §3.3: a record for a known flow; correlates a waiting InterNode half first (§1.5). */
+function update(s: CoreState, flow: Flow, r: FlowInput, corr: boolean): boolean {
+  // §3.3: an update needs the NonStats IEs and all 8 Stats IEs (upstream fails otherwise).
+  if (
+    r.flowEndSeconds === undefined || r.flowEndReason === undefined || r.tcpState === undefined
+  ) {
+    return s.reject("missingField", "flow update without flowEndSeconds/Reason/tcpState");
+  }
+  if (!isUint(r.flowEndSeconds, 0xffffffff)) {
+    return s.reject("badFieldType", "record with an invalid flowEndSeconds");
+  }
+  if (!countersValid(r, true)) {
+    return s.reject("missingField", "flow update without all 8 counters");
+  }
+  let sides: number;
+  if (corr) {
+    if ((flow.flags & FL_READY) === 0 && !sameNode(r, flow)) {
+      correlate(s, flow, r);
+      flow.flags |= FL_READY | FL_CORR_FILLED;
+      s.counters.correlated++;
+    }
+    sides = isFromSource(r.sourcePodName, r.destinationPodName) ? SIDE_S : SIDE_D;
+  } else {
+    sides = SIDE_S | SIDE_D;
+    if ((flow.flags & FL_READY) === 0) {
+      // E2 fix (L4): without it the flow would never be exported.
+      flow.flags = (flow.flags | FL_READY) & ~FL_CORR_FILLED;
+      s.counters.readyWithoutCorrelation++;
+    }
+  }
+  aggregate(s, flow, r, sides);
+  touch(s, flow);
+  s.counters.recordsAccepted++;
+  return true;
+}
+
+/** True when `r` comes from the same Node as the stored half (no partner yet). */
+function sameNode(r: FlowInput, flow: Flow): boolean {
+  return (isFromSource(r.sourcePodName, r.destinationPodName) &&
+    isFromSource(flow.sourcePodName, flow.destinationPodName)) ||
+    (isFromDestination(r.sourcePodName, r.destinationPodName) &&
+      isFromDestination(flow.sourcePodName, flow.destinationPodName));
+}
+
+/** §1.5: copies every set correlate field of `r` into the stored flow. */
+function correlate(s: CoreState, flow: Flow, r: FlowInput): void {
+  const I = s.intern;
+  FIELD_CODE.correlate(flow, r, I, s.store.u32(flow.slot), u32Base(flow.slot));
+  // A stored record without the IE is skipped (upstream dereferences nil: L14).
+  if (flow.clusterV4 !== undefined && r.destinationClusterIPv4 !== undefined) {
+    const v = canonicalAddress(r.destinationClusterIPv4, true);
+    if (v !== undefined && v !== "0.0.0.0") flow.clusterV4 = I.str(v);
+  }
+  if (flow.clusterV6 !== undefined && r.destinationClusterIPv6 !== undefined) {
+    const v = canonicalAddress(r.destinationClusterIPv6, false);
+    if (v !== undefined && v !== "::") flow.clusterV6 = I.str(v);
+  }
+}

@@ -1,0 +1,187 @@
+/**
+ * Snapshots (spec aggregation.md §4.3, §6.5, §6.6): an own copy of a live flow as exporters and
+ * the query API see it, the flow key as text, and the hand-over of one flow to the export loop's
+ * `emit`, after its Pod metadata and labels were filled through the {@linkcode ExportHooks}.
+ */
+
+import type { AggregatedRecord, ExportedFlow, FlowKey } from "./record.ts";
+import { encodePodLabels } from "./correlation.ts";
+import { FIELD_CODE } from "./field_code.ts";
+import { formatIPv4Word, formatIPv6Words } from "./flow_key.ts";
+import { FL_CORR_FILLED, FL_EXT_FILLED, FL_IPV4, FL_UPDATED, type Flow } from "./layout.ts";
+import { U32, u32Base, u64Base } from "./slot_store.ts";
+import { type CoreState, log } from "./state.ts";
+
+/** Pod metadata returned by the export loop's Pod store. */
+export interface PodInfo {
+  /** Pod name. */
+  name: string;
+  /** Pod namespace. */
+  namespace: string;
+  /** Node the Pod runs on. */
+  nodeName: string;
+  /** Pod labels; undefined or empty for a Pod without labels. */
+  labels?: Record<string, string>;
+}
+
+/** Hooks the export loop passes to a sweep to enrich flows before their snapshot. */
+export interface ExportHooks {
+  /**
+   * Finds the Pod that owned `ip` at `startTimeSec` (the flow's flowStartSeconds). Called only
+   * for flows whose metadata is not filled (§6.5) and, with labels enabled, once per flow for
+   * each named Pod (§6.6). Without this hook nothing is filled and the flags stay unset.
+   */
+  lookupPod?(ip: string, startTimeSec: number): PodInfo | undefined;
+}
+
+type Lookup = (ip: string, t: number) => PodInfo | undefined;
+
+/** Canonical text of the address stored at `at` (U32.SRC or U32.DST) of a slot. */
+export function addressText(s: CoreState, slot: number, at: number): string {
+  const u = s.store.u32(slot);
+  const b = u32Base(slot);
+  if (u[b + U32.FAMILY] === 4) return formatIPv4Word(u[b + at]);
+  return formatIPv6Words(u[b + at], u[b + at + 1], u[b + at + 2], u[b + at + 3]);
+}
+
+/** The flow key of a slot, with canonical address text. */
+export function flowKeyOf(s: CoreState, slot: number): FlowKey {
+  const u = s.store.u32(slot);
+  const b = u32Base(slot);
+  return {
+    sourceAddress: addressText(s, slot, U32.SRC),
+    destinationAddress: addressText(s, slot, U32.DST),
+    protocol: u[b + U32.PROTO],
+    sourcePort: u[b + U32.SPORT],
+    destinationPort: u[b + U32.DPORT],
+  };
+}
+
+/** Builds an own copy of the flow as exporters and the query API see it. */
+export function snapshot(s: CoreState, f: Flow): AggregatedRecord {
+  const slot = f.slot;
+  const rec = FIELD_CODE.snapshot(
+    f,
+    s.store.u32(slot),
+    u32Base(slot),
+    s.store.u64(slot),
+    u64Base(slot),
+  );
+  const src = addressText(s, slot, U32.SRC);
+  const dst = addressText(s, slot, U32.DST);
+  if ((f.flags & FL_IPV4) !== 0) {
+    rec.sourceIPv4Address = src;
+    rec.destinationIPv4Address = dst;
+  } else {
+    rec.sourceIPv6Address = src;
+    rec.destinationIPv6Address = dst;
+  }
+  if (f.clusterV4 !== undefined) rec.destinationClusterIPv4 = f.clusterV4;
+  if (f.clusterV6 !== undefined) rec.destinationClusterIPv6 = f.clusterV6;
+  if (f.srcLabels !== undefined) rec.sourcePodLabels = f.srcLabels;
+  if (f.dstLabels !== undefined) rec.destinationPodLabels = f.dstLabels;
+  return rec;
+}
+
+/** How {@linkcode emitOne} hands a flow over. */
+export interface EmitOptions {
+  /** Enrichment hooks of the sweep. */
+  hooks: ExportHooks | undefined;
+  /** The flow is an InterNode half exported without its partner. */
+  uncorrelated: boolean;
+}
+
+/**
+ * Fills the flow's metadata, snapshots it and calls `emit`. An `emit` error is logged and
+ * counted (L1) and returns false; the caller resets or deletes the flow either way.
+ */
+export function emitOne(
+  s: CoreState,
+  flow: Flow,
+  emit: (f: ExportedFlow) => void,
+  opts: EmitOptions,
+): boolean {
+  fill(s, flow, opts.hooks);
+  const record = snapshot(s, flow);
+  const updated = (flow.flags & FL_UPDATED) !== 0;
+  flow.flags &= ~FL_UPDATED;
+  const ev: ExportedFlow = {
+    key: flowKeyOf(s, flow.slot),
+    record,
+    isIPv6: (flow.flags & FL_IPV4) === 0,
+    uncorrelated: opts.uncorrelated,
+  };
+  try {
+    emit(ev);
+  } catch (err) {
+    // L1: one failing sink must not orphan the flow or stop the sweep.
+    s.counters.emitErrors++;
+    const n = s.rl.allow("emit");
+    if (n >= 0) log.error("export callback failed", { error: err, suppressed: n });
+    return false;
+  }
+  s.counters.exported++;
+  if (opts.uncorrelated) s.counters.uncorrelatedExported++;
+  if (!updated) s.counters.exportedWithoutNewData++;
+  return true;
+}
+
+/** §6.5/§6.6: fills Pod metadata and labels once per flow, through the hooks. */
+function fill(s: CoreState, flow: Flow, hooks: ExportHooks | undefined): void {
+  const lookup = hooks?.lookupPod;
+  if (lookup === undefined) return;
+  const start = s.store.u32(flow.slot)[u32Base(flow.slot) + U32.START];
+  if ((flow.flags & FL_CORR_FILLED) === 0) {
+    const src = flow.sourcePodName === "" ? podAt(s, lookup, flow.slot, U32.SRC) : undefined;
+    if (src !== undefined) [flow.sourcePodName, flow.sourcePodNamespace, flow.sourceNodeName] = src;
+    const dst = flow.destinationPodName === "" ? podAt(s, lookup, flow.slot, U32.DST) : undefined;
+    if (dst !== undefined) {
+      [flow.destinationPodName, flow.destinationPodNamespace, flow.destinationNodeName] = dst;
+    }
+    // Set even after a miss, as v1.13 does (L16 kept): the flag means "tried".
+    flow.flags |= FL_CORR_FILLED;
+  }
+  if (s.includePodLabels && (flow.flags & FL_EXT_FILLED) === 0) {
+    flow.srcLabels = flow.sourcePodName !== "" && flow.sourcePodNamespace !== ""
+      ? labels(s, lookup, addressText(s, flow.slot, U32.SRC), start)
+      : "";
+    flow.dstLabels = flow.destinationPodName !== "" && flow.destinationPodNamespace !== ""
+      ? labels(s, lookup, addressText(s, flow.slot, U32.DST), start)
+      : "";
+    flow.flags |= FL_EXT_FILLED;
+  }
+}
+
+/** Interned name, namespace and Node of the Pod of the address at `at`; undefined on a miss. */
+function podAt(
+  s: CoreState,
+  lookup: Lookup,
+  slot: number,
+  at: number,
+): [string, string, string] | undefined {
+  const start = s.store.u32(slot)[u32Base(slot) + U32.START];
+  const p = lookupPod(s, lookup, addressText(s, slot, at), start);
+  if (p === undefined) return undefined;
+  const I = s.intern;
+  return [I.str(p.name), I.str(p.namespace), I.str(p.nodeName)];
+}
+
+function lookupPod(s: CoreState, lookup: Lookup, ip: string, start: number): PodInfo | undefined {
+  let p: PodInfo | undefined;
+  try {
+    p = lookup(ip, start);
+  } catch (err) {
+    log.error("Pod look-up failed", { ip, error: err });
+  }
+  if (p === undefined) {
+    s.counters.podLookupMisses++;
+    const n = s.rl.allow("podMiss");
+    if (n >= 0) log.error("cannot find Pod information", { ip, startTime: start, suppressed: n });
+  }
+  return p;
+}
+
+function labels(s: CoreState, lookup: Lookup, ip: string, start: number): string {
+  const p = lookupPod(s, lookup, ip, start);
+  return p === undefined ? "" : s.intern.str(encodePodLabels(p.labels));
+}

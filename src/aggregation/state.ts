@@ -1,0 +1,108 @@
+/**
+ * The state of one aggregation core, shared by the modules that act on it (ingest, statistics,
+ * expiry, snapshot, query): options, the slot store, the flow table, the flow object of each
+ * slot, the expiry queue, the intern table and the counters. Internal: `AggregationCore`
+ * (core.ts) owns one and is the public face; nothing here is exported from `mod.ts`.
+ */
+
+import type { Clock } from "../clock.ts";
+import { type Logger, logger, RateLimitedLog } from "../log.ts";
+import { CoreCounters, type RejectReason } from "./counters.ts";
+import { ExpiryHeap } from "./expiry_heap.ts";
+import { FlowTable, KEY_WORDS } from "./flow_table.ts";
+import { Interner } from "./intern.ts";
+import type { Flow } from "./layout.ts";
+import { SlotStore } from "./slot_store.ts";
+
+/** The aggregation logger. */
+export const log: Logger = logger("aggregation");
+
+/** Construction options of {@linkcode AggregationCore}. */
+export interface AggregationOptions {
+  /** activeFlowRecordTimeout (A) in ms. */
+  activeTimeoutMs: number;
+  /** inactiveFlowRecordTimeout (I) in ms. */
+  inactiveTimeoutMs: number;
+  /** Monotonic time for expiry. */
+  clock: Clock;
+  /** Not-ready expiries tolerated before giving up on a partner (default 2: gone at the 3rd). */
+  maxRetries?: number;
+  /** Maximum live flows; records for new keys over it are dropped and counted (default 1M). */
+  maxFlows?: number;
+  /** Add `sourcePodLabels`/`destinationPodLabels` at the first export (default false). */
+  includePodLabels?: boolean;
+  /** Slack added to the next expiry delay (spec §4.6 MinExpiryTime, default 100 ms). */
+  minExpiryMs?: number;
+  /** Upstream L3: delete an un-correlated half silently instead of exporting it (default false). */
+  dropUncorrelated?: boolean;
+}
+
+/** Everything one core holds. Fields are shared by the verb modules of this folder. */
+export class CoreState {
+  /** A in ms (changed by updateTimeouts). */
+  active: number;
+  /** I in ms (changed by updateTimeouts). */
+  inactive: number;
+  /** Monotonic time. */
+  readonly clock: Clock;
+  /** See {@linkcode AggregationOptions.maxRetries}. */
+  readonly maxRetries: number;
+  /** See {@linkcode AggregationOptions.maxFlows}. */
+  readonly maxFlows: number;
+  /** See {@linkcode AggregationOptions.minExpiryMs}. */
+  readonly minExpiryMs: number;
+  /** See {@linkcode AggregationOptions.dropUncorrelated}. */
+  readonly dropUncorrelated: boolean;
+  /** See {@linkcode AggregationOptions.includePodLabels}. */
+  includePodLabels: boolean;
+  /** Numbers and key words of every flow. */
+  readonly store: SlotStore = new SlotStore();
+  /** 5-tuple → slot. */
+  readonly table: FlowTable = new FlowTable(this.store);
+  /** Flow object of each slot (undefined for free slots). */
+  bySlot: (Flow | undefined)[] = [];
+  /** Probe key scratch, reused by every record. */
+  readonly key: Uint32Array = new Uint32Array(KEY_WORDS);
+  /** Expiry queue of every live flow. */
+  readonly heap: ExpiryHeap<Flow> = new ExpiryHeap<Flow>();
+  /** Shared copies of the flows' strings. */
+  readonly intern: Interner = new Interner();
+  /** Rate limit of the per-record warnings. */
+  readonly rl: RateLimitedLog;
+  /** The counters. */
+  readonly counters: CoreCounters = new CoreCounters();
+
+  /** State of an empty core. Throws RangeError for non-positive or non-finite timeouts. */
+  constructor(opts: AggregationOptions) {
+    checkTimeouts(opts.activeTimeoutMs, opts.inactiveTimeoutMs);
+    this.active = opts.activeTimeoutMs;
+    this.inactive = opts.inactiveTimeoutMs;
+    this.clock = opts.clock;
+    this.maxRetries = opts.maxRetries ?? 2;
+    this.maxFlows = opts.maxFlows ?? 1_000_000;
+    this.minExpiryMs = opts.minExpiryMs ?? 100;
+    this.dropUncorrelated = opts.dropUncorrelated ?? false;
+    this.includePodLabels = opts.includePodLabels ?? false;
+    this.rl = new RateLimitedLog(10_000, () => this.clock.nowMs());
+  }
+
+  /** Counts and logs (rate-limited) a rejected record; returns false for `return reject(...)`. */
+  reject(reason: RejectReason, msg: string): boolean {
+    this.counters.rejected[reason]++;
+    const s = this.rl.allow(reason);
+    if (s >= 0) log.warn(msg, { reason, suppressed: s });
+    return false;
+  }
+}
+
+/** Throws RangeError unless both timeouts are positive finite numbers. */
+export function checkTimeouts(activeMs: number, inactiveMs: number): void {
+  if (!(Number.isFinite(activeMs) && activeMs > 0)) {
+    throw new RangeError(`aggregation: activeTimeoutMs ${activeMs}: must be a positive number`);
+  }
+  if (!(Number.isFinite(inactiveMs) && inactiveMs > 0)) {
+    throw new RangeError(
+      `aggregation: inactiveTimeoutMs ${inactiveMs}: must be a positive number`,
+    );
+  }
+}

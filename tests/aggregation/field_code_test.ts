@@ -1,0 +1,121 @@
+import assert from "node:assert/strict";
+import { compileFieldCode, FIELD_CODE } from "../../src/aggregation/field_code.ts";
+import { type FieldRow, FIELDS } from "../../src/aggregation/layout.ts";
+import { Interner } from "../../src/aggregation/intern.ts";
+import type { FlowInput } from "../../src/aggregation/mod.ts";
+import { newCore, s1 } from "./fixtures.ts";
+
+const SMALL: readonly FieldRow[] = [
+  { ie: "sourcePodName", kind: "str", correlate: true },
+  { ie: "tcpState", kind: "str", correlate: false },
+  { ie: "destinationServicePort", kind: "num", at: 2, correlate: true },
+  { ie: "flowEndReason", kind: "num", at: 3, correlate: false },
+  { ie: "flowEndSeconds", kind: "u32", at: 4 },
+  { ie: "octetTotalCount", kind: "u64", at: 1 },
+];
+
+Deno.test("field table: every snapshot field but addresses, cluster IPs and labels, once", () => {
+  const { core } = newCore();
+  assert.equal(core.addRecord(s1()), true);
+  const rec = core.query()[0];
+  const special = new Set([
+    "sourceIPv4Address",
+    "destinationIPv4Address",
+    "destinationClusterIPv4",
+  ]);
+  const fromTable = FIELDS.map((f) => f.ie as string);
+  assert.equal(new Set(fromTable).size, fromTable.length);
+  assert.deepEqual(Object.keys(rec).filter((k) => !special.has(k)), fromTable);
+});
+
+Deno.test("compiled create interns strings, sets num words and leaves the rest empty", () => {
+  const code = compileFieldCode(SMALL);
+  const u32 = new Uint32Array(16);
+  const I = new Interner();
+  const r: FlowInput = {
+    sourcePodName: "pod1",
+    destinationServicePort: 4739,
+    flowEndReason: 2,
+    flowEndSeconds: 9,
+  };
+  const f = code.create(r, I, u32, 8, 5, 3);
+  assert.equal(f.slot, 5);
+  assert.equal(f.flags, 3);
+  assert.equal(f.heapIndex, -1);
+  assert.equal(f.sourcePodName, "pod1");
+  assert.equal(f.tcpState, "");
+  assert.equal(f.clusterV4, undefined);
+  assert.deepEqual([...u32.subarray(8)], [0, 0, 4739, 2, 0, 0, 0, 0]);
+});
+
+Deno.test("compiled correlate copies only set correlate fields", () => {
+  const code = compileFieldCode(SMALL);
+  const u32 = new Uint32Array(8);
+  const I = new Interner();
+  const f = code.create({ tcpState: "ESTABLISHED", flowEndReason: 1 }, I, u32, 0, 0, 0);
+  code.correlate(f, { sourcePodName: "", destinationServicePort: 0, tcpState: "X" }, I, u32, 0);
+  assert.equal(f.sourcePodName, "");
+  assert.equal(f.tcpState, "ESTABLISHED");
+  assert.equal(u32[2], 0);
+  code.correlate(
+    f,
+    { sourcePodName: "pod9", destinationServicePort: 53, flowEndReason: 3 },
+    I,
+    u32,
+    0,
+  );
+  assert.equal(f.sourcePodName, "pod9");
+  assert.equal(u32[2], 53);
+  assert.equal(u32[3], 1);
+});
+
+Deno.test("compiled snapshot reads every row from its place", () => {
+  const code = compileFieldCode(SMALL);
+  const u32 = new Uint32Array(8);
+  const u64 = new BigUint64Array(4);
+  const f = code.create(
+    { sourcePodName: "p", tcpState: "S", flowEndReason: 2 },
+    new Interner(),
+    u32,
+    0,
+    0,
+    0,
+  );
+  u32[4] = 77;
+  u64[1] = 2n ** 63n;
+  assert.deepEqual(code.snapshot(f, u32, 0, u64, 0), {
+    sourcePodName: "p",
+    tcpState: "S",
+    destinationServicePort: 0,
+    flowEndReason: 2,
+    flowEndSeconds: 77,
+    octetTotalCount: 2n ** 63n,
+  });
+});
+
+Deno.test("compileFieldCode rejects bad names, repeated fields and shared slot words", () => {
+  const bad = (rows: FieldRow[]) => () => compileFieldCode(rows);
+  assert.throws(bad([{ ie: "a-b" as "tcpState", kind: "str", correlate: false }]), /identifier/);
+  assert.throws(
+    bad([{ ie: "tcpState", kind: "str", correlate: false }, {
+      ie: "tcpState",
+      kind: "str",
+      correlate: true,
+    }]),
+    /twice/,
+  );
+  assert.throws(
+    bad([{ ie: "flowEndSeconds", kind: "u32", at: 1 }, {
+      ie: "flowStartSeconds",
+      kind: "u32",
+      at: 1,
+    }]),
+    /u32\[1\] already used/,
+  );
+  assert.throws(bad([{ ie: "throughput", kind: "u64", at: -1 }]), /bad slot word/);
+});
+
+Deno.test("the compiled code of FIELDS is straight-line code with constant names", () => {
+  assert.match(FIELD_CODE.source, /sourcePodName: I\.str\(r\.sourcePodName\),/);
+  assert.doesNotMatch(FIELD_CODE.source, /\[\s*[a-z]+\s*\]\s*=/); // no computed property writes
+});

@@ -1,0 +1,49 @@
+import assert from "node:assert/strict";
+import { addressText, emitOne, flowKeyOf, snapshot } from "../../src/aggregation/snapshot.ts";
+import { addRecord } from "../../src/aggregation/ingest.ts";
+import { FL_UPDATED } from "../../src/aggregation/layout.ts";
+import { U32 } from "../../src/aggregation/slot_store.ts";
+import { collector, newState, s1 } from "./fixtures.ts";
+
+Deno.test("snapshot names the address IEs by family and is an own copy", () => {
+  const { s } = newState();
+  const r = s1({ sourceIPv6Address: "2001:db8::1", destinationIPv6Address: "::ffff:10.0.0.2" });
+  delete r.sourceIPv4Address;
+  delete r.destinationIPv4Address;
+  assert.equal(addRecord(s, r), true);
+  const flow = s.bySlot.find((f) => f !== undefined)!;
+  const rec = snapshot(s, flow);
+  assert.equal(rec.sourceIPv6Address, "2001:db8::1");
+  assert.equal(rec.destinationIPv6Address, "10.0.0.2");
+  assert.equal(rec.sourceIPv4Address, undefined);
+  assert.equal(rec.destinationClusterIPv4, "192.168.0.1");
+  assert.equal("sourcePodLabels" in rec, false);
+  rec.sourcePodName = "changed";
+  assert.equal(snapshot(s, flow).sourcePodName, "pod1");
+  assert.equal(addressText(s, flow.slot, U32.SRC), "2001:db8::1");
+  assert.deepEqual(flowKeyOf(s, flow.slot), {
+    sourceAddress: "2001:db8::1",
+    destinationAddress: "10.0.0.2",
+    protocol: 6,
+    sourcePort: 1234,
+    destinationPort: 5678,
+  });
+});
+
+Deno.test("emitOne fills a missing Pod through the hook and clears the updated flag", () => {
+  const { s } = newState();
+  assert.equal(addRecord(s, s1({ flowType: 1 })), true);
+  const flow = s.bySlot.find((f) => f !== undefined)!;
+  const { out, emit } = collector();
+  const hooks = {
+    lookupPod: (ip: string) =>
+      ip === "10.0.0.2" ? { name: "pod2", namespace: "ns", nodeName: "n2" } : undefined,
+  };
+  // flowType 1 (IntraNode) is filled at creation: no look-up.
+  assert.equal(emitOne(s, flow, emit, { hooks, uncorrelated: false }), true);
+  assert.equal(out[0].record.destinationPodName, "");
+  assert.equal(flow.flags & FL_UPDATED, 0);
+  assert.equal(s.counters.exportedWithoutNewData, 0);
+  assert.equal(emitOne(s, flow, emit, { hooks, uncorrelated: false }), true);
+  assert.equal(s.counters.exportedWithoutNewData, 1);
+});

@@ -7,8 +7,8 @@
  * one row here. Fields with rules of their own (addresses, cluster IPs, labels, times and the
  * §3 statistics) are read from the table but written by the code that owns the rule.
  *
- * The IE names of the table are the record's; when `src/record/schema.ts` declares the record
- * fields, the `ie` column can be typed from it (the storage columns stay here).
+ * The `ie` column is typed by the record types `src/record/schema.ts` derives, and a test checks
+ * that the table covers exactly the schema's exported fields; the storage columns stay here.
  */
 
 import type { HeapItem } from "./expiry_heap.ts";

@@ -4,6 +4,7 @@ import { type FieldRow, FIELDS } from "../../src/aggregation/layout.ts";
 import { Interner } from "../../src/aggregation/intern.ts";
 import type { FlowInput } from "../../src/aggregation/mod.ts";
 import { newCore, s1 } from "./fixtures.ts";
+import { AGGREGATED_IPV4_FIELDS, POD_LABEL_FIELDS } from "../../src/record/schema.ts";
 
 const SMALL: readonly FieldRow[] = [
   { ie: "sourcePodName", kind: "str", correlate: true },
@@ -118,4 +119,16 @@ Deno.test("compileFieldCode rejects bad names, repeated fields and shared slot w
 Deno.test("the compiled code of FIELDS is straight-line code with constant names", () => {
   assert.match(FIELD_CODE.source, /sourcePodName: I\.str\(r\.sourcePodName\),/);
   assert.doesNotMatch(FIELD_CODE.source, /\[\s*[a-z]+\s*\]\s*=/); // no computed property writes
+});
+
+Deno.test("field table: covers every field the record schema exports, nothing else", () => {
+  // Addresses, cluster IPs and labels are written by rules of their own (see layout.ts).
+  const ownRules = new Set([
+    "sourceIPv4Address",
+    "destinationIPv4Address",
+    "destinationClusterIPv4",
+    ...POD_LABEL_FIELDS,
+  ]);
+  const schema = [...AGGREGATED_IPV4_FIELDS, ...POD_LABEL_FIELDS].filter((n) => !ownRules.has(n));
+  assert.deepEqual(new Set(FIELDS.map((f) => f.ie as string)), new Set(schema));
 });

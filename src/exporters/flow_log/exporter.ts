@@ -5,7 +5,11 @@
  * and queues it in memory. Lines reach disk when 4 KiB are pending, on the flush timer (5 s by
  * default) and on `stop()`. Unlike upstream, a write error is not sticky: it is logged and
  * counted, the affected lines are dropped, and the file is reopened on the next write, so a
- * broken disk never blocks the other exporters (§9.1).
+ * broken disk never blocks the other exporters (§9.1). The counts are exact even when a write
+ * fails part-way (disk full): lines that reached the file whole are `exported`, the rest of the
+ * batch `dropped` (one `errors`), and the torn partial line is truncated away before the next
+ * write (see rotate.ts), so `exported` equals the number of lines on disk. Strings from the
+ * wire are escaped in the line (format.ts), so no field can break a line or drive a terminal.
  *
  * Permissions: `--allow-read --allow-write` on the log directory.
  */
@@ -17,7 +21,7 @@ import { logger, RateLimitedLog } from "../../log.ts";
 import type { Exporter, ExporterStats } from "../exporter.ts";
 import { toFlatRecord } from "../flat_record.ts";
 import { formatLogLine, LogFilter } from "./format.ts";
-import { type LineSink, RotatingFile, StdoutSink } from "./rotate.ts";
+import { type LineSink, RotatingFile, type RotatingFileOptions, StdoutSink } from "./rotate.ts";
 
 const log = logger("log-exporter");
 const MIB = 1024 * 1024;
@@ -34,6 +38,8 @@ export interface LogExporterOptions {
   maxPendingBytes?: number;
   /** Overrides `maxSize` (MiB) with an exact byte count. */
   maxSizeBytes?: number;
+  /** Wraps every log file opened; a test seam for write faults (see {@linkcode RotatingFile}). */
+  wrapFile?: RotatingFileOptions["wrapFile"];
 }
 
 /** Counters of the log exporter. */
@@ -53,7 +59,9 @@ export function isStdoutPath(path: string): boolean {
 export class LogExporter implements Exporter {
   /** Exporter name in logs and metrics. */
   readonly name = "log";
-  readonly #opts: Required<Omit<LogExporterOptions, "maxSizeBytes">> & { maxSizeBytes?: number };
+  readonly #opts:
+    & Required<Omit<LogExporterOptions, "maxSizeBytes" | "wrapFile">>
+    & Pick<LogExporterOptions, "maxSizeBytes" | "wrapFile">;
   readonly #errLog: RateLimitedLog;
   #config: FlowLoggerConfig;
   #filter: LogFilter;
@@ -77,6 +85,7 @@ export class LogExporter implements Exporter {
       bufferBytes: options.bufferBytes ?? 4096,
       maxPendingBytes: options.maxPendingBytes ?? 16 * MIB,
       maxSizeBytes: options.maxSizeBytes,
+      wrapFile: options.wrapFile,
     };
     this.#errLog = new RateLimitedLog(10_000, () => this.#opts.clock.nowMs());
     this.#config = structuredClone(config);
@@ -199,6 +208,7 @@ export class LogExporter implements Exporter {
       compress: this.#config.compress,
       clock: this.#opts.clock,
       onError: () => this.#stats.errors++,
+      wrapFile: this.#opts.wrapFile,
     });
   }
 

@@ -2,7 +2,11 @@
  * The flow log line (exporters.md §5.2) and its filters (§5.3). A line is 28 comma-joined
  * fields of the flat record, newline-terminated, with no header and no labels; upstream
  * tooling parses it positionally, so the order and the pretty-printed names are exact. The
- * field list is the record schema's log projection (`src/record/schema.ts`).
+ * field list is the record schema's log projection (`src/record/schema.ts`). String fields
+ * come from the wire, so they are escaped (see {@linkcode clean}): a comma becomes a space,
+ * control characters (C0, DEL, C1) become `\xHH`, U+FFFD (invalid UTF-8) `\ufffd` and `\` is
+ * doubled, so a value can neither split a line nor send escape sequences to a terminal
+ * following the log with `tail -f`.
  */
 
 import type { FlowLoggerFilter } from "./config.ts";
@@ -39,17 +43,45 @@ export function policyTypeName(t: number): string {
   return POLICY_TYPES[t] ?? "Invalid";
 }
 
+// Must stay in sync with escapeAll. Not global (`g`): test() keeps no lastIndex state.
+// deno-lint-ignore no-control-regex -- matching control characters is the point
+const SPECIAL = /[\x00-\x1f,\\\x7f-\x9f\ufffd]/;
+
 /**
- * Keeps one record on one line with 28 fields. Valid Kubernetes names never contain these
- * characters; upstream wrote them raw (§9.1), which let a crafted value forge log lines. A
- * char-code scan: one call per field on every exported flow, cheaper than a RegExp test.
+ * Keeps one record on one line with 28 fields, and keeps the terminal of whoever runs
+ * `tail -f` on the log out of the wire's reach. Valid Kubernetes names never contain any of
+ * these characters; upstream wrote them raw (§9.1), which let a crafted value forge log lines
+ * or send escape sequences (ESC[2J clears the screen) to a terminal. So, in every string field:
+ * - `,` becomes a space (unchanged from before: it is the field separator, not a control);
+ * - C0 controls U+0000–U+001F (NUL, ESC, `\n`, `\r`, `\t`…), DEL U+007F and the C1 controls
+ *   U+0080–U+009F are written as `\xHH` (two lowercase hex digits): `\x1b`, `\x00`, `\x0a`;
+ * - U+FFFD, what the decoder puts for invalid UTF-8 on the wire, is written as `\ufffd`;
+ * - `\` itself is written as `\\`, so the escaping reads back unambiguously.
+ * The hot path is one precompiled RegExp test per field (every exported flow, ~20 string
+ * fields): a field with none of these characters is returned as is, without allocating.
+ * Measured over 100k lines of normal names, the test is about twice as fast as a char-code
+ * loop (V8 scans a character class natively), and faster than the old 3-character scan.
  */
-function clean(s: string): string {
+export function clean(s: string): string {
+  return SPECIAL.test(s) ? escapeAll(s) : s;
+}
+
+/** The rare path of {@linkcode clean}: rewrites every special character of `s`. */
+function escapeAll(s: string): string {
+  let out = "";
+  let from = 0;
   for (let i = 0; i < s.length; i++) {
     const c = s.charCodeAt(i);
-    if (c === 44 || c === 10 || c === 13) return s.replace(/[,\r\n]/g, " ");
+    let rep: string;
+    if (c === 0x2c) rep = " ";
+    else if (c === 0x5c) rep = "\\\\";
+    else if (c < 0x20 || (c >= 0x7f && c <= 0x9f)) rep = "\\x" + c.toString(16).padStart(2, "0");
+    else if (c === 0xfffd) rep = "\\ufffd";
+    else continue;
+    out += s.slice(from, i) + rep;
+    from = i + 1;
   }
-  return s;
+  return out + s.slice(from);
 }
 
 // The codes that `prettyPrint` turns into names; every other number is written in decimal.

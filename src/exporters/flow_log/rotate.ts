@@ -6,6 +6,14 @@
  * gzipped. The file is reopened when it disappears or is replaced underneath us (removed
  * directory, external logrotate) and after any write error, so an error never sticks.
  *
+ * A write that fails part-way (disk full: a short write, then ENOSPC) never leaves a torn line
+ * for the next write to be glued to. The file's size at its last complete line is tracked;
+ * on a write error the lines that reached the file whole are reported written (the exporter
+ * counts them exported, the rest of the batch dropped), and the file is truncated back to that
+ * size at once, or, if that fails too, right after it is reopened and before anything else is
+ * written to it (only if it is still the same file and longer than that size). So the lines on
+ * disk and the exporter's `exported` counter agree.
+ *
  * Permissions: `--allow-read --allow-write` on the log directory.
  */
 
@@ -34,6 +42,18 @@ export interface WriteResult {
   error?: Error;
 }
 
+/** The part of `Deno.FsFile` the rotating file uses (tests wrap it to inject write faults). */
+export interface LogFileHandle {
+  /** Writes some of `p`, returning how many bytes (as `Deno.FsFile.write`). */
+  write(p: Uint8Array): Promise<number>;
+  /** Cuts the file to `len` bytes (ftruncate). */
+  truncate(len?: number): Promise<void>;
+  /** File metadata (inode, size, mode). */
+  stat(): Promise<Deno.FileInfo>;
+  /** Releases the handle. */
+  close(): void;
+}
+
 /** Options of {@linkcode RotatingFile}. */
 export interface RotatingFileOptions {
   /** Rotate before a write would make the file larger than this. */
@@ -48,6 +68,32 @@ export interface RotatingFileOptions {
   clock?: Clock;
   /** Called for every background (maintenance) error, so the owner can count it. */
   onError?: (err: Error) => void;
+  /** Wraps every file this writer opens; a test seam for write faults. Default: none. */
+  wrapFile?: (file: Deno.FsFile) => LogFileHandle;
+}
+
+/** A write that failed after `lines` lines of its buffer had reached the file whole. */
+class PartialWrite extends Error {
+  constructor(readonly error: Error, readonly lines: number) {
+    super(error.message, { cause: error });
+  }
+}
+
+/** How many of `lines[first..]` fit whole in `bytes` bytes, and their size in bytes. */
+function wholeLines(
+  lines: readonly string[],
+  first: number,
+  bytes: number,
+): { count: number; bytes: number } {
+  let count = 0;
+  let total = 0;
+  for (let i = first; i < lines.length; i++) {
+    const n = encoder.encode(lines[i]).length;
+    if (total + n > bytes) break;
+    total += n;
+    count++;
+  }
+  return { count, bytes: total };
 }
 
 async function writeAll(w: { write(p: Uint8Array): Promise<number> }, data: Uint8Array) {
@@ -93,9 +139,12 @@ export class RotatingFile implements LineSink {
   readonly #ext: string;
   readonly #opts: RotatingFileOptions;
   readonly #clock: Clock;
-  #file: Deno.FsFile | undefined;
+  #file: LogFileHandle | undefined;
   #ino: number | null = null;
+  /** Size of the file at its last complete line: everything we wrote whole. */
   #size = 0;
+  /** A failed write left a partial line past `size` in file `ino` that is not yet cut off. */
+  #torn: { ino: number | null; size: number } | undefined;
   #maintenance: Promise<void> = Promise.resolve();
   #rotations = 0;
   /** True until the first write into an existing, non-empty file we just opened. */
@@ -136,14 +185,15 @@ export class RotatingFile implements LineSink {
         const all = encoder.encode(lines.join(""));
         if (this.#size + all.length < max) {
           this.#freshExisting = false;
-          await writeAll(this.#file!, all);
-          this.#size += all.length;
+          await this.#append(all, lines, 0);
           return { written: lines.length, tooLong: 0 };
         }
       }
       let chunk: Uint8Array[] = [];
       let chunkBytes = 0;
       let chunkLines = 0;
+      // Index in `lines` of the chunk's first line (lines skipped as too long come before it).
+      let chunkFirst = 0;
       const flushChunk = async () => {
         if (chunkBytes === 0) return;
         const buf = new Uint8Array(chunkBytes);
@@ -152,13 +202,13 @@ export class RotatingFile implements LineSink {
           buf.set(c, off);
           off += c.length;
         }
-        await writeAll(this.#file!, buf);
-        this.#size += chunkBytes;
+        await this.#append(buf, lines, chunkFirst);
         written += chunkLines;
         chunk = [];
         chunkBytes = chunkLines = 0;
       };
-      for (const line of lines) {
+      for (let i = 0; i < lines.length; i++) {
+        const line = lines[i];
         const bytes = encoder.encode(line);
         if (bytes.length > max) {
           // Upstream fails the write; we skip just this line and report it.
@@ -179,6 +229,7 @@ export class RotatingFile implements LineSink {
           await flushChunk();
           await this.#rotate();
         }
+        if (chunkLines === 0) chunkFirst = i;
         chunk.push(bytes);
         chunkBytes += bytes.length;
         chunkLines++;
@@ -186,8 +237,47 @@ export class RotatingFile implements LineSink {
       await flushChunk();
       return { written, tooLong };
     } catch (e) {
+      if (e instanceof PartialWrite) {
+        written += e.lines;
+        await this.#cutTornTail();
+      }
       this.#closeQuietly();
-      return { written, tooLong, error: e as Error };
+      return { written, tooLong, error: e instanceof PartialWrite ? e.error : e as Error };
+    }
+  }
+
+  /**
+   * Appends `buf`, the encoding of the lines from `lines[first]` on, and accounts its size. On
+   * an error, keeps the lines that reached the file whole (a short write before the error),
+   * records any partial line past them as torn, and throws a {@linkcode PartialWrite}.
+   */
+  async #append(buf: Uint8Array, lines: readonly string[], first: number): Promise<void> {
+    let off = 0;
+    try {
+      while (off < buf.length) {
+        const n = await this.#file!.write(buf.subarray(off));
+        if (n <= 0) throw new Error(`write returned ${n}`);
+        off += n;
+      }
+    } catch (e) {
+      const whole = off === 0 ? { count: 0, bytes: 0 } : wholeLines(lines, first, off);
+      this.#size += whole.bytes;
+      if (off > whole.bytes) this.#torn = { ino: this.#ino, size: this.#size };
+      throw new PartialWrite(e as Error, whole.count);
+    }
+    this.#size += buf.length;
+  }
+
+  /** Cuts a torn line off the open file now; if that fails, it is cut after the reopen. */
+  async #cutTornTail(): Promise<void> {
+    if (this.#torn === undefined || this.#file === undefined) return;
+    try {
+      await this.#file.truncate(this.#torn.size);
+      this.#torn = undefined;
+    } catch (e) {
+      log.warn("Cannot truncate the flow log after a failed write; retrying on reopen", {
+        err: e,
+      });
     }
   }
 
@@ -220,16 +310,33 @@ export class RotatingFile implements LineSink {
       this.#closeQuietly();
     }
     await Deno.mkdir(this.#dir, { recursive: true });
-    const file = await Deno.open(this.#path, {
-      append: true,
-      create: true,
-      mode: 0o600,
-    });
+    const file = this.#wrap(
+      await Deno.open(this.#path, {
+        append: true,
+        create: true,
+        mode: 0o600,
+      }),
+    );
+    this.#file = file; // closed by writeLines' error path if anything below fails
     const st = await file.stat();
-    this.#file = file;
+    let size = st.size;
+    const torn = this.#torn;
+    if (torn !== undefined) {
+      // The partial line of an earlier failed write is cut off before anything else is written.
+      // A different file (replaced, rotated by someone else) or a shorter one is left alone.
+      if (st.ino === torn.ino && size > torn.size) {
+        await file.truncate(torn.size);
+        size = torn.size;
+      }
+      this.#torn = undefined;
+    }
     this.#ino = st.ino;
-    this.#size = st.size;
-    this.#freshExisting = st.size > 0;
+    this.#size = size;
+    this.#freshExisting = size > 0;
+  }
+
+  #wrap(file: Deno.FsFile): LogFileHandle {
+    return this.#opts.wrapFile?.(file) ?? file;
   }
 
   async #rotate(): Promise<void> {
@@ -250,12 +357,14 @@ export class RotatingFile implements LineSink {
     }
     await Deno.rename(this.#path, backup);
     this.#rotations++;
-    const file = await Deno.open(this.#path, {
-      write: true,
-      create: true,
-      truncate: true,
-      mode: 0o600,
-    });
+    const file = this.#wrap(
+      await Deno.open(this.#path, {
+        write: true,
+        create: true,
+        truncate: true,
+        mode: 0o600,
+      }),
+    );
     if (mode !== null) {
       try {
         await Deno.chmod(this.#path, mode & 0o777);

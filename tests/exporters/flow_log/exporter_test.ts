@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { LogExporter } from "../../../src/exporters/flow_log/exporter.ts";
 import {
+  clean,
   formatLogLine,
   LOG_LINE_FIELD_COUNT,
   LogFilter,
@@ -98,7 +99,52 @@ Deno.test("IPv6 fixture and hostile strings keep one 28-field line", () => {
   assert.equal(f[2], "2001:0:3238:dfe1:63::fefb");
   assert.equal(f[3], "2001:0:3238:dfe1:63::fefc");
   assert.equal(f[13], "2001:0:3238:dfe1:64::a");
-  assert.equal(f[7], "a b c");
+  assert.equal(f[7], "a b\\x0ac");
+});
+
+Deno.test("a Pod name with ESC[2J, NUL, newline and a C1 char is one 28-field line, escaped", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-log-" });
+  const path = `${dir}/e.log`;
+  const exp = new LogExporter(enabledFlowLogger(path, { prettyPrint: false }), {
+    flushIntervalMs: 3_600_000,
+  });
+  try {
+    await exp.start();
+    exp.addRecord(fixtureFlow(false, { sourcePodName: "a\x1b[2Jb\x00c\nd\u009be" }));
+    await exp.stop();
+    const bytes = await Deno.readFile(path);
+    // Nothing a terminal interprets: the only control byte is the line's own newline, and no
+    // C1 control (UTF-8 C2 80..C2 9F) is written raw.
+    const controls = [...bytes].filter((b) => b < 0x20 || b === 0x7f);
+    assert.deepEqual(controls, [0x0a]);
+    assert.equal(bytes.at(-1), 0x0a);
+    const text = new TextDecoder().decode(bytes);
+    assert.doesNotMatch(text, /[\u0080-\u009f]/);
+    const f = text.slice(0, -1).split(",");
+    assert.equal(f.length, LOG_LINE_FIELD_COUNT);
+    assert.equal(f[7], "a\\x1b[2Jb\\x00c\\x0ad\\x9be");
+    assert.deepEqual(f.slice(0, 7), L1.split(",").slice(0, 7));
+    assert.deepEqual(f.slice(8), L1.split(",").slice(8));
+    assert.equal(exp.stats().exported, 1);
+  } finally {
+    await exp.stop();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("clean: control ranges, U+FFFD and backslash are escaped; everything else is kept", () => {
+  // Normal names come back as the very same string.
+  for (const s of ["perftest-a", "10.10.0.79", "2001:db8::1", "ns/svc:http", "", "é-名前"]) {
+    assert.equal(clean(s), s);
+  }
+  // The edges of each range: U+001F/U+0020, U+007E/U+007F, U+009F/U+00A0.
+  assert.equal(clean("\x1f \x7e\x7f\x80\x9f\xa0"), "\\x1f ~\\x7f\\x80\\x9f\xa0");
+  assert.equal(clean("\t\r\n\x00"), "\\x09\\x0d\\x0a\\x00");
+  // U+FFFD is what the decoder puts for invalid UTF-8 on the wire.
+  assert.equal(clean("bad\ufffdutf8"), "bad\\ufffdutf8");
+  // The escape character itself, so a literal "\x1b" in a name reads back as such.
+  assert.equal(clean("a\\x1b"), "a\\\\x1b");
+  assert.equal(clean("a,b"), "a b");
 });
 
 Deno.test("L5: filters are OR of AND conditions; None matches no rule", () => {

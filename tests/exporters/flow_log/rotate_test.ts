@@ -2,7 +2,13 @@ import assert from "node:assert/strict";
 import { ManualClock } from "../../../src/clock.ts";
 import type { FlowLoggerConfig } from "../../../src/exporters/flow_log/config.ts";
 import { LogExporter } from "../../../src/exporters/flow_log/exporter.ts";
-import { backupTimestamp, RotatingFile } from "../../../src/exporters/flow_log/rotate.ts";
+import {
+  backupTimestamp,
+  type LogFileHandle,
+  RotatingFile,
+} from "../../../src/exporters/flow_log/rotate.ts";
+import { formatLogLine } from "../../../src/exporters/flow_log/format.ts";
+import { toFlatRecord } from "../../../src/exporters/flat_record.ts";
 import { setLogWriter } from "../../../src/log.ts";
 import { fixtureFlow } from "../fixtures.ts";
 import { enabledFlowLogger } from "../../_helpers/flow_logger_config.ts";
@@ -48,6 +54,55 @@ function assertWholeLines(text: string, where: string): number {
   }
   return lines.length;
 }
+
+/**
+ * Log files whose writes can be made to fail part-way once, as on a full disk: `failAfter(n)`
+ * lets n more bytes through (short writes), then the next write throws ENOSPC. `failTruncate`
+ * makes the next truncate fail too.
+ */
+function faultyFiles() {
+  let budget: number | undefined;
+  let truncateFails = 0;
+  let failures = 0;
+  const wrap = (f: Deno.FsFile): LogFileHandle => ({
+    async write(p: Uint8Array): Promise<number> {
+      if (budget === undefined) return await f.write(p);
+      if (budget === 0) {
+        budget = undefined;
+        failures++;
+        throw new Error("No space left on device (os error 28)");
+      }
+      const n = await f.write(p.subarray(0, Math.min(p.length, budget)));
+      budget -= n;
+      return n;
+    },
+    truncate(len?: number): Promise<void> {
+      if (truncateFails > 0) {
+        truncateFails--;
+        return Promise.reject(new Error("Input/output error (os error 5)"));
+      }
+      return f.truncate(len);
+    },
+    stat: () => f.stat(),
+    close: () => f.close(),
+  });
+  return {
+    wrap,
+    failAfter(bytes: number): void {
+      budget = bytes;
+    },
+    failTruncate(): void {
+      truncateFails = 1;
+    },
+    get failures(): number {
+      return failures;
+    },
+  };
+}
+
+/** Bytes of one raw fixture line, to place a fault in the middle of a line. */
+const LINE_BYTES = new TextEncoder().encode(formatLogLine(toFlatRecord(fixtureFlow()), false))
+  .length;
 
 Deno.test("backup timestamps are UTC with millisecond precision", () => {
   assert.equal(backupTimestamp(Date.UTC(2023, 6, 25, 10, 0, 0, 7)), "2023-07-25T10-00-00.007");
@@ -237,6 +292,100 @@ Deno.test("an existing file is appended to, and rotated first when it is already
     assert.equal(await Deno.readTextFile(`${dir}/${backups[0]}`), "old\nab\n");
     assert.equal(((await Deno.stat(path)).mode ?? 0) & 0o777, 0o644 & ~Deno.umask());
   } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("a write that fails part-way is truncated to its last whole line; exported = lines on disk", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-rot-" });
+  const restore = setLogWriter(() => {});
+  const path = `${dir}/flows.log`;
+  const faults = faultyFiles();
+  const exp = new LogExporter(loggerConfig(path), {
+    flushIntervalMs: 3_600_000,
+    wrapFile: faults.wrap,
+  });
+  try {
+    await exp.start();
+    for (let i = 0; i < 3; i++) exp.addRecord(fixtureFlow());
+    // Disk full in the middle of the second line: one line whole, half a line, then ENOSPC.
+    faults.failAfter(LINE_BYTES + 40);
+    await exp.flush();
+    assert.equal(faults.failures, 1);
+    let s = exp.stats();
+    assert.deepEqual([s.exported, s.dropped, s.errors], [1, 2, 1]);
+    assert.equal(assertWholeLines(await Deno.readTextFile(path), "after the failure"), 1);
+
+    // Space again: the next lines start on a line boundary, never glued to a fragment.
+    for (let i = 0; i < 2; i++) exp.addRecord(fixtureFlow());
+    await exp.flush();
+    s = exp.stats();
+    assert.deepEqual([s.received, s.exported, s.dropped, s.errors], [5, 3, 2, 1]);
+    assert.equal(assertWholeLines(await Deno.readTextFile(path), "after recovery"), s.exported);
+  } finally {
+    await exp.stop();
+    setLogWriter(restore);
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("a torn line that cannot be truncated at once is cut after the reopen, before writing", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-rot-" });
+  const restore = setLogWriter(() => {});
+  const path = `${dir}/flows.log`;
+  const faults = faultyFiles();
+  const exp = new LogExporter(loggerConfig(path), {
+    flushIntervalMs: 3_600_000,
+    wrapFile: faults.wrap,
+  });
+  try {
+    await exp.start();
+    for (let i = 0; i < 3; i++) exp.addRecord(fixtureFlow());
+    faults.failAfter(2 * LINE_BYTES + 7);
+    faults.failTruncate();
+    await exp.flush();
+    // The fragment is still there: the truncate on the failing handle failed.
+    assert.equal((await Deno.stat(path)).size, 2 * LINE_BYTES + 7);
+    exp.addRecord(fixtureFlow());
+    await exp.flush();
+    const s = exp.stats();
+    assert.deepEqual([s.exported, s.dropped, s.errors], [3, 1, 1]);
+    assert.equal(assertWholeLines(await Deno.readTextFile(path), "after reopen"), s.exported);
+  } finally {
+    await exp.stop();
+    setLogWriter(restore);
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("on the rotating path, a failed write reports exactly the lines written whole", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-rot-" });
+  const restore = setLogWriter(() => {});
+  const path = `${dir}/flows.log`;
+  const faults = faultyFiles();
+  const f = new RotatingFile(path, {
+    maxSizeBytes: 50,
+    maxBackups: 0,
+    maxAgeDays: 0,
+    compress: false,
+    clock: new ManualClock(),
+    wrapFile: faults.wrap,
+  });
+  try {
+    // 9 lines of 10 bytes after one too long: the batch needs a rotation, so it is written
+    // chunk by chunk; the first chunk (5 lines) fails after 2.5 lines.
+    const lines = ["y".repeat(79) + "\n", ...Array.from({ length: 9 }, (_, i) => `line-${i}...\n`)];
+    faults.failAfter(25);
+    const res = await f.writeLines(lines);
+    assert.deepEqual([res.written, res.tooLong], [2, 1]);
+    assert.match(String(res.error?.message), /No space left/);
+    assert.equal(await Deno.readTextFile(path), "line-0...\nline-1...\n");
+
+    assert.deepEqual(await f.writeLines(["again....\n"]), { written: 1, tooLong: 0 });
+    assert.equal(await Deno.readTextFile(path), "line-0...\nline-1...\nagain....\n");
+  } finally {
+    await f.close();
+    setLogWriter(restore);
     await Deno.remove(dir, { recursive: true });
   }
 });

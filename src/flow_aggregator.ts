@@ -28,7 +28,7 @@ import {
   type WorkerExporterOptions,
   workerModuleMissing,
 } from "./exporters/worker_exporter.ts";
-import { logger } from "./log.ts";
+import { type LogFields, logger } from "./log.ts";
 import { generateCertificates, type GeneratedCertificates } from "./pki/mod.ts";
 
 const log = logger("flow-aggregator");
@@ -351,7 +351,7 @@ export class FlowAggregator {
         });
       }
     }
-    this.#logMetrics("info");
+    this.#logMetrics();
     this.#state = "stopped";
   }
 
@@ -669,32 +669,60 @@ export class FlowAggregator {
     this.#arm();
   }
 
-  #logMetrics(level: "info" | "debug" = "debug"): void {
-    const s = this.stats();
-    log[level]("record metrics", {
-      numRecordsReceived: s.numRecordsReceived,
-      numRecordsExported: s.numRecordsExported,
-      numFlows: s.numFlows,
-      numConnToCollector: s.numConnToCollector,
-      exporterErrors: s.exporterErrors,
-      recordsAggregated: s.aggregation.recordsAccepted,
-      rejected: Object.values(s.aggregation.recordsRejected).reduce((a, b) => a + b, 0),
-      nonFlowRecords: s.nonFlowRecords,
-      // Per sink: records it lost (each also logged by the sink) and denied operations.
-      ...Object.fromEntries(
-        Object.entries(s.exporters).flatMap(([section, e]) => [
-          [`${section}.dropped`, e.dropped],
-          ...("permissionDenied" in e ? [[`${section}.permissionDenied`, e.permissionDenied]] : []),
-        ]),
-      ),
-      decodeErrors: s.collector?.decodeErrorsTotal ?? 0,
-      templateMisses: s.collector?.templateMisses ?? 0,
-      ...(s.collector?.udpReceiver
-        ? {
-          udpKernelDrops: s.collector.udpReceiver.kernelDrops,
-          udpQueueDrops: s.collector.udpReceiver.queueDrops,
+  /**
+   * One info line with every counter, flattened from the stats objects (so a counter added to
+   * a component's stats appears here without an edit): the process's own, the collector's
+   * (unprefixed, as before), the core's (`aggregation.*`), the UDP receive path's (`udp*`) and
+   * each sink's (`<section>.*`, its worker's own counters under `<section>.sink.*`).
+   */
+  #logMetrics(): void {
+    const { aggregation, collector, exporters, ...own } = this.stats();
+    const fields: LogFields = {};
+    counterFields(own, "", fields);
+    fields.recordsAggregated = aggregation.recordsAccepted;
+    fields.rejected = sumOf(aggregation.recordsRejected);
+    counterFields(aggregation, "aggregation.", fields);
+    if (collector !== undefined) {
+      // Per-exporter counters (up to 10,000 peers) are for the API, not a log line.
+      const { exporters: _perPeer, udpReceiver: udp, ...counters } = collector;
+      counterFields(counters, "", fields);
+      if (udp !== undefined) {
+        const { kernelDropsKnown, ...counters } = udp;
+        for (const [k, v] of Object.entries(counters)) {
+          if (typeof v === "number") fields[`udp${k[0].toUpperCase()}${k.slice(1)}`] = v;
         }
-        : {}),
-    });
+        // Never a 0 that means "could not look": the socket path without /proc access.
+        if (!kernelDropsKnown) fields.udpKernelDrops = "unknown";
+      }
+    }
+    for (const [section, e] of Object.entries(exporters)) {
+      const { sink, ...rest } = e as ExporterStats & { sink?: Record<string, unknown> };
+      counterFields(rest, `${section}.`, fields);
+      if (sink !== undefined) counterFields(sink, `${section}.sink.`, fields, false);
+    }
+    log.info("record metrics", fields);
   }
+}
+
+/**
+ * Copies the numeric (and boolean) counters of a stats object into `out` as `prefix + key`. A
+ * nested map of numbers (counts by reason) becomes its sum when `sumMaps`: its keys can carry
+ * peer-supplied values (a framing error names the version it read), which must not grow the
+ * line; the breakdown is in the API. Other nested objects and strings are skipped.
+ */
+function counterFields(stats: object, prefix: string, out: LogFields, sumMaps = true): void {
+  for (const [k, v] of Object.entries(stats)) {
+    if (typeof v === "number" || typeof v === "bigint" || typeof v === "boolean") {
+      out[prefix + k] = v;
+    } else if (sumMaps && typeof v === "object" && v !== null) {
+      const values = Object.values(v);
+      if (values.every((x) => typeof x === "number")) out[prefix + k] = sumOf(v);
+    }
+  }
+}
+
+function sumOf(counts: Readonly<Record<string, number>>): number {
+  let n = 0;
+  for (const v of Object.values(counts)) n += v;
+  return n;
 }

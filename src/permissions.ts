@@ -95,6 +95,9 @@ export function processPermissions(
       read.push(SOURCE_DIR);
     }
   }
+  // No --allow-read for /proc/net/udp (the socket path's kernel drops) or
+  // /proc/sys/net/core/rmem_*: Deno checks every path under /proc against --allow-all, so such
+  // a flag would grant nothing. The fast path (--allow-ffi) counts kernel drops itself.
   const ffi = config.aggregatorTransportProtocol === "UDP" &&
     (inputs.udpReceiver ?? "auto") !== "socket" && Deno.build.os === "linux";
   if (ffi && UDP_FAST_WORKER_MODULE.protocol === "file:") read.push(SOURCE_DIR);

@@ -21,6 +21,7 @@ import { setLogLevel, setLogWriter } from "../src/log.ts";
 import { SimAgent } from "./integration/helpers/agent.ts";
 import { intraNodeRecord, NODES } from "./integration/helpers/scenarios.ts";
 import { agentRecord } from "./_helpers/agent_record.ts";
+import { pollUntil } from "./_helpers/wait.ts";
 
 const logLines: string[] = [];
 setLogWriter((l) => logLines.push(l));
@@ -577,7 +578,7 @@ Deno.test("flow aggregator: stop() while start() is still running leaves no time
       return e;
     },
   });
-  setLogLevel("debug"); // the periodic metrics line is a debug event
+  setLogLevel("info"); // the periodic metrics line is an info event
   try {
     const started = fa.start();
     await new Promise((r) => setTimeout(r, 10)); // start() is now waiting for the exporter
@@ -646,4 +647,71 @@ Deno.test("default IPFIX exporter: without a cluster UUID the observation domain
   assert.ok(a instanceof IpfixExporter);
   // A reload that rebuilds the exporter must not change the id the external collector sees.
   assert.equal(a.observationDomainId, b.observationDomainId);
+});
+
+/** The fields of a logfmt line (values unquoted). */
+function logfmtFields(line: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const m of line.matchAll(/([^\s=]+)=("(?:[^"\\]|\\.)*"|\S*)/g)) {
+    out[m[1]] = m[2].startsWith('"') ? JSON.parse(m[2]) : m[2];
+  }
+  return out;
+}
+
+Deno.test("flow aggregator: the metrics line is info and carries every collector, UDP, core and sink counter", async () => {
+  setLogLevel("info");
+  const mark = logLines.length;
+  const fa = new FlowAggregator(config({ transport: "UDP" }), {
+    clock: new ManualClock(),
+    manualSweep: true,
+    listenAddress: "127.0.0.1:0",
+    exporterFactory: (s, c) => new FakeExporter(s, c, []),
+    metricsLogIntervalMs: 10,
+  });
+  await fa.start();
+  const collector = fa.stats().collector!;
+  // The periodic line (at stop the sinks are already stopped; each logs its own counters).
+  let line: string | undefined;
+  try {
+    line = await pollUntil(
+      () => logLines.slice(mark).find((l) => l.includes("record metrics")),
+      { what: "a periodic metrics line" },
+    );
+  } finally {
+    await fa.stop();
+  }
+  const f = logfmtFields(line);
+  assert.equal(f.level, "info");
+  // Every numeric collector counter, derived from the stats object itself.
+  for (const [k, v] of Object.entries(collector)) {
+    if (typeof v === "number") assert.ok(k in f, `collector counter ${k} in the metrics line`);
+  }
+  for (
+    const k of [
+      "setErrors",
+      "sessionsEvicted",
+      "bytesDiscarded",
+      "tlsHandshakeFailures",
+      "acceptErrors",
+      "optionsRecordsIgnored",
+      "nonFlowRecords",
+      "exportedWithoutSink",
+      "numRecordsReceived",
+      "decodeErrors",
+      "templateMisses",
+      "recordsAggregated",
+      "rejected",
+      "aggregation.recordsIn",
+      "aggregation.flowsCreated",
+      "udpKernelDrops",
+      "udpQueueDrops",
+      "udpOversized",
+      "flowLogger.received",
+      "flowLogger.dropped",
+    ]
+  ) assert.ok(k in f, `${k} in the metrics line: ${line}`);
+  assert.equal(f.decodeErrors, "0");
+  assert.equal(f.udpKernelDrops, Deno.build.os === "linux" ? "0" : "unknown");
+  // Per-exporter (per peer) counters stay out of the line; so does the transport string.
+  assert.ok(!("exporters" in f) && !("transport" in f));
 });

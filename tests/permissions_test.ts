@@ -43,6 +43,23 @@ Deno.test("permissions: --allow-ffi only for the UDP fast path", () => {
   assert.ok(!permissionFlags(processPermissions(tcp)).includes("--allow-ffi"));
 });
 
+Deno.test("permissions: UDP adds --allow-ffi and the worker modules, never /proc", () => {
+  const udp = cfg("aggregatorTransportProtocol: UDP\nflowLogger:\n  enable: true\n  path: '-'\n");
+  const linux = Deno.build.os === "linux";
+  assert.deepEqual(processPermissions(udp, { exportersInProcess: true }), {
+    net: ["[::]:4739"],
+    // The fast path's receive worker module; kernel drops and buffer sizes under /proc are not
+    // asked for: Deno reads /proc only with --allow-all, whatever --allow-read lists.
+    read: linux ? [SRC] : [],
+    write: [],
+    env: [...PROCESS_ENV].sort(),
+    ffi: linux,
+  });
+  const socket = processPermissions(udp, { exportersInProcess: true, udpReceiver: "socket" });
+  assert.deepEqual(socket.read, []);
+  assert.equal(socket.ffi, false);
+});
+
 Deno.test("permissions: a flow log on stdout writes nowhere; sinks in process read no worker modules", () => {
   const p = processPermissions(
     cfg("aggregatorTransportProtocol: TCP\nflowLogger:\n  enable: true\n  path: '-'\n"),

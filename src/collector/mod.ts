@@ -23,12 +23,15 @@ export { type TlsMaterial } from "./tls.ts";
 export {
   type DatagramHandler,
   DenoUdpReceiver,
+  type DenoUdpReceiverOptions,
   type FastUdpOptions,
   fastUdpReceiverFactory,
   openDenoUdpReceiver,
   type UdpReceiver,
   type UdpReceiverCounters,
   type UdpReceiverFactory,
+  type UdpTableDrops,
+  udpTableDrops,
 } from "./udp.ts";
 export { ffiAvailable } from "./udp_fast_ffi.ts";
 export { UDP_FAST_WORKER_MODULE } from "./udp_fast.ts";

@@ -3,6 +3,11 @@
  * SO_REUSEPORT, batching) can be added next to this one without touching session handling.
  * Each datagram is one IPFIX message; it is read into a 65536-byte buffer so nothing is truncated
  * (upstream's 1024-byte buffer truncates, ipfix.md §2.4).
+ *
+ * The plain socket path cannot ask the kernel for drop counts (no SO_RXQ_OVFL without FFI), so it
+ * reads them from Linux's per-socket table (`/proc/net/udp`, `/proc/net/udp6`, column `drops`).
+ * Deno (2.x) lets a process read anything under `/proc` only with `--allow-all`, whatever
+ * `--allow-read` says; without it the count is reported as unknown, never as 0.
  */
 
 import { bindDualStack, closeQuietly, type ListenAddress } from "./address.ts";
@@ -38,16 +43,97 @@ const RECEIVE_BUFFER = 65536;
 
 const log = logger("collector.udp");
 
+/** Socket receive buffer below which a start-up warning is logged (the fast path asks 4 MiB). */
+export const SMALL_RECV_BUFFER = 4 << 20;
+
+/** Options of {@linkcode DenoUdpReceiver} (the defaults are the real kernel files). */
+export interface DenoUdpReceiverOptions {
+  /** Directory holding the kernel's `udp` and `udp6` socket tables; default `/proc/net`. */
+  procNetDir?: string;
+  /** Directory holding `rmem_default` and `rmem_max`; default `/proc/sys/net/core`. */
+  sysctlDir?: string;
+  /** How often the drop counter is read while receiving; default 1000 ms, 0: only on demand. */
+  kernelDropsIntervalMs?: number;
+}
+
+/** Drops of the sockets bound to one port in a `/proc/net/udp{,6}` table. */
+export interface UdpTableDrops {
+  /** Rows whose local port is the port (normally 1: our socket). */
+  readonly rows: number;
+  /** Sum of their `drops` column. */
+  readonly drops: number;
+}
+
+/**
+ * Sums the `drops` column (the last one) of the rows of a `/proc/net/udp` or `/proc/net/udp6`
+ * table whose local port is `port`. Deno does not expose a socket's inode, so rows cannot be
+ * told apart by inode: with several sockets on the port (another address, SO_REUSEPORT) the sum
+ * includes theirs, and `rows` says so.
+ */
+export function udpTableDrops(table: string, port: number): UdpTableDrops {
+  let rows = 0;
+  let drops = 0;
+  for (const line of table.split("\n").slice(1)) {
+    const cols = line.trim().split(/\s+/);
+    if (cols.length < 13) continue;
+    const local = cols[1];
+    if (parseInt(local.slice(local.lastIndexOf(":") + 1), 16) !== port) continue;
+    rows++;
+    drops += Number(cols[cols.length - 1]) || 0;
+  }
+  return { rows, drops };
+}
+
+/** Why a `/proc` read failed, and how to make it work. */
+function procReadProblem(e: unknown): string {
+  if (e instanceof Deno.errors.NotCapable) {
+    // Deno checks /proc, /sys and /dev against --allow-all, not against --allow-read.
+    return "Deno reads /proc only with --allow-all";
+  }
+  if (e instanceof Deno.errors.NotFound) return "no /proc (not Linux?)";
+  return e instanceof Error ? e.message : String(e);
+}
+
+/** True when reading `path` would neither be refused outright nor prompt the user. */
+function readGranted(path: string): boolean {
+  return Deno.permissions.querySync({ name: "read", path }).state === "granted";
+}
+
 /** The default receive path: one `Deno.listenDatagram` socket, one receive loop. */
 export class DenoUdpReceiver implements UdpReceiver {
   readonly #conn: Deno.DatagramConn;
   readonly #buf = new Uint8Array(RECEIVE_BUFFER);
   readonly #rateLog = new RateLimitedLog(10_000);
+  readonly #table: string | undefined;
+  readonly #intervalMs: number;
+  readonly #recvBufferBytes: number;
+  #kernelDrops = 0;
+  #kernelDropsKnown = false;
+  #timer: ReturnType<typeof setInterval> | undefined;
+  #reading: Promise<void> | undefined;
+  #closing: Promise<void> | undefined;
   #closed = false;
 
-  /** Binds the socket. A wildcard address binds `::` (dual-stack), else falls back to IPv4. */
-  constructor(address: ListenAddress) {
+  /**
+   * Binds the socket (a wildcard address binds `::`, dual-stack, else falls back to IPv4), then
+   * reads the kernel's drop counter and buffer sizes once, logging what cannot be observed.
+   */
+  constructor(address: ListenAddress, options: DenoUdpReceiverOptions = {}) {
     this.#conn = bind(address);
+    const family = (this.#conn.addr as Deno.NetAddr).hostname.includes(":") ? "udp6" : "udp";
+    const table = `${options.procNetDir ?? "/proc/net"}/${family}`;
+    this.#intervalMs = options.kernelDropsIntervalMs ?? 1000;
+    const problem = this.#readDropsSync(table);
+    if (problem === undefined) {
+      this.#table = table;
+    } else {
+      log.warn("UDP kernel drops are not observable on the socket receive path", {
+        table,
+        reason: problem,
+        hint: "run with --allow-ffi (the fast receive path counts them) or --allow-all",
+      });
+    }
+    this.#recvBufferBytes = checkRecvBuffer(options.sysctlDir ?? "/proc/sys/net/core");
   }
 
   /** The bound port. */
@@ -57,6 +143,11 @@ export class DenoUdpReceiver implements UdpReceiver {
 
   /** Receive loop: errors other than closing are logged and the loop goes on. */
   async run(handler: DatagramHandler): Promise<void> {
+    if (this.#table !== undefined && this.#intervalMs > 0 && this.#closing === undefined) {
+      const timer = setInterval(() => void this.refreshKernelDrops(), this.#intervalMs);
+      Deno.unrefTimer(timer);
+      this.#timer = timer;
+    }
     while (!this.#closed) {
       let data: Uint8Array;
       let addr: Deno.NetAddr;
@@ -80,12 +171,116 @@ export class DenoUdpReceiver implements UdpReceiver {
     }
   }
 
-  /** Closes the socket. */
-  close(): void {
-    if (this.#closed) return;
-    this.#closed = true;
-    closeQuietly(this.#conn);
+  /**
+   * Reads the kernel's drop counter now (also done every `kernelDropsIntervalMs` while
+   * receiving, and at close). Resolves once read; never rejects.
+   */
+  refreshKernelDrops(): Promise<void> {
+    const table = this.#table;
+    if (table === undefined || this.#closing !== undefined) {
+      return this.#reading ?? Promise.resolve();
+    }
+    this.#reading ??= (async () => {
+      try {
+        this.#applyDrops(udpTableDrops(await Deno.readTextFile(table), this.port));
+      } catch (e) {
+        if (this.#rateLog.allow("drops") >= 0) {
+          log.warn("cannot read UDP kernel drops", { table, reason: procReadProblem(e) });
+        }
+      } finally {
+        this.#reading = undefined;
+      }
+    })();
+    return this.#reading;
   }
+
+  /** Reads the drop counter a last time (the socket's row goes with it), then closes. */
+  close(): Promise<void> {
+    this.#closing ??= (async () => {
+      if (this.#timer !== undefined) clearInterval(this.#timer);
+      await this.#reading;
+      if (this.#table !== undefined) this.#readDropsSync(this.#table);
+      this.#closed = true;
+      closeQuietly(this.#conn);
+    })();
+    return this.#closing;
+  }
+
+  /** Receive-path counters; `kernelDrops` as of the last read of the kernel's table. */
+  counters(): UdpReceiverCounters {
+    return {
+      mode: "socket",
+      kernelDrops: this.#kernelDrops,
+      kernelDropsKnown: this.#kernelDropsKnown,
+      queueDrops: 0,
+      oversized: 0,
+      recvBufferBytes: this.#recvBufferBytes,
+    };
+  }
+
+  /** Reads the table synchronously; returns what went wrong, if anything. */
+  #readDropsSync(table: string): string | undefined {
+    try {
+      // Checked first: a read outside the permissions would prompt on a terminal.
+      if (!readGranted(table)) return `no read permission for ${table}`;
+      const d = udpTableDrops(Deno.readTextFileSync(table), this.port);
+      if (d.rows === 0) return `no socket with local port ${this.port} in the table`;
+      this.#applyDrops(d);
+      return undefined;
+    } catch (e) {
+      return procReadProblem(e);
+    }
+  }
+
+  #applyDrops(d: UdpTableDrops): void {
+    if (d.rows === 0) return; // the socket is gone (closing): keep the last count
+    if (d.rows > 1 && this.#rateLog.allow("rows") >= 0) {
+      log.warn("several sockets share the UDP port: kernel drops are their sum", {
+        port: this.port,
+        sockets: d.rows,
+      });
+    }
+    // The kernel's counter is per socket and never decreases; a lower sum means a socket that
+    // shared the port went away, and the ledger must stay monotonic.
+    this.#kernelDrops = Math.max(this.#kernelDrops, d.drops);
+    this.#kernelDropsKnown = true;
+  }
+}
+
+/**
+ * Reads `rmem_default` (what a Deno socket's receive buffer is: it never sets SO_RCVBUF) and
+ * `rmem_max` (the cap of what the fast path asks for), warns when either is below
+ * {@linkcode SMALL_RECV_BUFFER}, and returns the socket's buffer (0 when unknown).
+ */
+function checkRecvBuffer(dir: string): number {
+  const read = (name: string): number | undefined => {
+    const path = `${dir}/${name}`;
+    try {
+      if (!readGranted(path)) return undefined;
+      const v = Number(Deno.readTextFileSync(path).trim());
+      return Number.isFinite(v) ? v : undefined;
+    } catch {
+      return undefined;
+    }
+  };
+  const rmemDefault = read("rmem_default");
+  const rmemMax = read("rmem_max");
+  if (rmemDefault === undefined && rmemMax === undefined) {
+    log.info("UDP socket receive buffer unknown (Deno reads /proc only with --allow-all)", {
+      check: "sysctl net.core.rmem_default net.core.rmem_max",
+      recommended: SMALL_RECV_BUFFER,
+    });
+    return 0;
+  }
+  const small = (v: number | undefined) => v !== undefined && v < SMALL_RECV_BUFFER;
+  if (small(rmemDefault) || small(rmemMax)) {
+    log.warn("UDP socket receive buffer is small: bursts will be dropped by the kernel", {
+      recvBufferBytes: rmemDefault,
+      rmemMax,
+      fix: "sysctl -w net.core.rmem_max=8388608 net.core.rmem_default=8388608",
+    });
+  }
+  return rmemDefault ?? 0;
 }
 
 function bind(address: ListenAddress): Deno.DatagramConn {
@@ -101,12 +296,18 @@ export function openDenoUdpReceiver(address: ListenAddress): UdpReceiver {
   return new DenoUdpReceiver(address);
 }
 
-/** Counters of a UDP receive path (kernel and queue drops are only visible to the fast path). */
+/** Counters of a UDP receive path (queue drops only happen on the fast path). */
 export interface UdpReceiverCounters {
   /** Implementation in use: `socket` (Deno.listenDatagram) or `ffi` (recvmmsg workers). */
   readonly mode: string;
-  /** Datagrams the kernel dropped because the socket buffer was full (fast path only). */
+  /**
+   * Datagrams the kernel dropped for the socket (buffer full): from SO_RXQ_OVFL on the fast
+   * path, from `/proc/net/udp{,6}` on the socket path. 0 while {@linkcode kernelDropsKnown} is
+   * false.
+   */
   readonly kernelDrops: number;
+  /** False when the receive path cannot observe kernel drops (socket path without `/proc`). */
+  readonly kernelDropsKnown: boolean;
   /** Datagrams dropped because the main thread fell behind the receive workers. */
   readonly queueDrops: number;
   /** Datagrams longer than 65535 bytes, dropped. */
@@ -175,6 +376,7 @@ export function fastUdpReceiverFactory(options: FastUdpOptions = {}): UdpReceive
         return {
           mode: s.mode === "deno" ? "socket" : s.mode,
           kernelDrops: s.kernelDrops,
+          kernelDropsKnown: s.mode === "ffi",
           queueDrops: s.dropped + early,
           oversized: s.truncated,
           recvBufferBytes: s.recvBufferBytes,

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { Collector } from "../../src/collector/mod.ts";
+import { Collector, DenoUdpReceiver, udpTableDrops } from "../../src/collector/mod.ts";
 import { ManualClock } from "../../src/clock.ts";
 import { setLogLevel, setLogWriter } from "../../src/log.ts";
 import {
@@ -280,4 +280,135 @@ Deno.test("udp: a pluggable (async) receive path feeds the same sessions; mapped
   await c.stop();
   assert.equal(closed, true);
   assert.equal(c.stats().sessionsActive, 0);
+});
+
+// A /proc/net/udp6 excerpt (header, then one row per socket; drops is the last column).
+const UDP6_TABLE =
+  `  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops
+  100: 00000000000000000000000000000000:1283 00000000000000000000000000000000:0000 07 00000000:00000000 00:00000000 00000000  1000        0 41 2 0000000000000000 17
+  101: 0000000000000000FFFF00000100007F:E2D4 00000000000000000000000000000000:0000 07 00000000:00000000 00:00000000 00000000  1000        0 42 2 0000000000000000 5
+  102: 00000000000000000000000001000000:1283 00000000000000000000000000000000:0000 07 00000000:00000000 00:00000000 00000000  1000        0 43 2 0000000000000000 3
+`;
+
+Deno.test("udp kernel drops: the drops column of the rows bound to the port is summed", () => {
+  assert.deepEqual(udpTableDrops(UDP6_TABLE, 4739), { rows: 2, drops: 20 });
+  assert.deepEqual(udpTableDrops(UDP6_TABLE, 0xe2d4), { rows: 1, drops: 5 });
+  assert.deepEqual(udpTableDrops(UDP6_TABLE, 9), { rows: 0, drops: 0 });
+  const v4 = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  " +
+    "timeout inode ref pointer drops\n" +
+    "   7: 0100007F:1283 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 " +
+    "99 2 ffff8a0c4e3b1c00 123456\n";
+  assert.deepEqual(udpTableDrops(v4, 4739), { rows: 1, drops: 123456 });
+});
+
+Deno.test("udp kernel drops: a real overflow on loopback is counted, sent == received + kernelDrops", async () => {
+  const rx = new DenoUdpReceiver(
+    { hostname: "127.0.0.1", port: 0, wildcard: false },
+    { kernelDropsIntervalMs: 0 },
+  );
+  const tx = udpClient("127.0.0.1");
+  let received = 0;
+  let loop: Promise<void> | undefined;
+  try {
+    assert.equal(rx.counters().kernelDropsKnown, Deno.build.os === "linux");
+    if (Deno.build.os !== "linux") return;
+    // Near-maximal datagrams while nobody reads: a few fill the socket's buffer
+    // (net.core.rmem_default), the kernel drops the rest. Sent one at a time so loopback
+    // delivers each before the next (no softnet backlog drops, which no socket counts).
+    const size = 60_000;
+    const sent = 200 + 2 * Math.ceil(rx.counters().recvBufferBytes / size);
+    const msg = new Uint8Array(size);
+    for (let i = 0; i < sent; i++) await udpSend(tx, "127.0.0.1", rx.port, msg);
+    await rx.refreshKernelDrops();
+    const drops = rx.counters().kernelDrops;
+    assert.ok(drops > 0, `kernel drops after a burst of ${sent}: ${drops}`);
+    loop = rx.run(() => received++);
+    await waitFor(() => received + drops === sent, {
+      what: `${sent - drops} queued datagrams read`,
+    });
+    await rx.close();
+    await loop;
+    // Nothing was sent after the burst: the final read (at close) changes nothing.
+    assert.equal(rx.counters().kernelDrops, drops);
+    assert.equal(received + rx.counters().kernelDrops, sent);
+  } finally {
+    tx.close();
+    await rx.close();
+    await loop;
+  }
+});
+
+Deno.test("udp kernel drops: without /proc they are unknown (not 0) and the start-up log says why", async () => {
+  const lines: string[] = [];
+  setLogLevel("info");
+  const prev = setLogWriter((l) => lines.push(l));
+  const missing = await Deno.makeTempDir({ prefix: "fa-noproc-" });
+  try {
+    const rx = new DenoUdpReceiver(
+      { hostname: "127.0.0.1", port: 0, wildcard: false },
+      { procNetDir: `${missing}/net`, sysctlDir: `${missing}/sys` },
+    );
+    const loop = rx.run(() => {});
+    await rx.close();
+    await loop;
+    const c = rx.counters();
+    assert.equal(c.kernelDropsKnown, false);
+    assert.equal(c.kernelDrops, 0);
+    assert.equal(c.recvBufferBytes, 0);
+    const warn = lines.filter((l) => l.includes("not observable"));
+    assert.equal(warn.length, 1);
+    assert.match(warn[0], /level=warn/);
+    assert.match(warn[0], /--allow-ffi/);
+    assert.match(warn[0], /--allow-all/);
+    assert.equal(lines.filter((l) => l.includes("receive buffer unknown")).length, 1);
+  } finally {
+    setLogWriter(prev);
+    setLogLevel("error");
+    await Deno.remove(missing, { recursive: true });
+  }
+});
+
+Deno.test("udp receive buffer: below 4 MiB a start-up warning gives the sysctl command", async () => {
+  const lines: string[] = [];
+  setLogLevel("warn");
+  const prev = setLogWriter((l) => lines.push(l));
+  const dir = await Deno.makeTempDir({ prefix: "fa-sysctl-" });
+  const open = (rmemDefault: number, rmemMax: number) => {
+    Deno.writeTextFileSync(`${dir}/rmem_default`, `${rmemDefault}\n`);
+    Deno.writeTextFileSync(`${dir}/rmem_max`, `${rmemMax}\n`);
+    return new DenoUdpReceiver(
+      { hostname: "127.0.0.1", port: 0, wildcard: false },
+      { sysctlDir: dir, kernelDropsIntervalMs: 0 },
+    );
+  };
+  try {
+    const small = open(212992, 212992);
+    assert.equal(small.counters().recvBufferBytes, 212992);
+    await small.close();
+    const warn = lines.filter((l) => l.includes("receive buffer is small"));
+    assert.equal(warn.length, 1);
+    assert.match(warn[0], /sysctl -w net\.core\.rmem_max=8388608/);
+    assert.match(warn[0], /recvBufferBytes=212992/);
+    const big = open(8 << 20, 8 << 20);
+    assert.equal(big.counters().recvBufferBytes, 8 << 20);
+    await big.close();
+    assert.equal(lines.filter((l) => l.includes("receive buffer is small")).length, 1);
+  } finally {
+    setLogWriter(prev);
+    setLogLevel("error");
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("udp: the default socket path reports its kernel drops in the collector's stats", async () => {
+  const { c } = await startCollector({ address: "127.0.0.1:0", protocol: "udp" });
+  try {
+    const r = c.stats().udpReceiver;
+    assert.ok(r, "receive-path counters");
+    assert.equal(r.mode, "socket");
+    assert.equal(r.kernelDropsKnown, Deno.build.os === "linux");
+    assert.equal(r.kernelDrops, 0);
+  } finally {
+    await c.stop();
+  }
 });

@@ -230,6 +230,8 @@ export class FlowAggregator {
   #exported = 0;
   #optionsIgnored = 0;
   #nonFlowRecords = 0;
+  /** Final counters of the sinks stopped by stop(). */
+  readonly #finalSinkStats = new Map<string, ExporterStats>();
   /** Per template definition: "" when it is flow input, else why not. */
   readonly #templateChecks = new WeakMap<TemplateRecord, string>();
   #exporterErrors = 0;
@@ -414,6 +416,9 @@ export class FlowAggregator {
   stats(): FlowAggregatorStats {
     const collector = this.#collector?.stats();
     const exporters: Record<string, ExporterStats> = {};
+    // Sinks stopped by stop() keep their final counters here, so the last metrics line (and
+    // stats() after stop) still accounts for every sink.
+    for (const [section, st] of this.#finalSinkStats) exporters[section] = st;
     for (const [section, e] of this.#exporters) exporters[section] = e.stats();
     return {
       numRecordsExported: this.#exported,
@@ -572,6 +577,7 @@ export class FlowAggregator {
       log.error("error stopping exporter", { section, err });
     }
     const s = e.stats();
+    if (this.#state === "stopping") this.#finalSinkStats.set(section, s);
     log.info("exporter stopped", { section, ...s });
   }
 

@@ -133,6 +133,8 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
   #queuedRecords = 0;
   /** seq → flows of batches sent to the current worker and not yet acknowledged. */
   readonly #inFlight = new Map<number, number>();
+  /** Sum of {@linkcode #inFlight}'s values, kept with it (read on every addRecord). */
+  #inFlightRecords = 0;
   #seq = 0;
   #nextId = 0;
   readonly #waiters = new Map<number, Waiter>();
@@ -258,9 +260,7 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
   }
 
   #outstanding(): number {
-    let n = this.#batch.count + this.#queuedRecords;
-    for (const c of this.#inFlight.values()) n += c;
-    return n;
+    return this.#batch.count + this.#queuedRecords + this.#inFlightRecords;
   }
 
   /** Finishes the current batch and sends it (or queues it while no worker is ready). */
@@ -277,6 +277,7 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
       this.#queuedRecords -= count;
       const seq = ++this.#seq;
       this.#inFlight.set(seq, count);
+      this.#inFlightRecords += count;
       this.#sentToWorker += count;
       this.#send({ t: "batch", seq, buf }, [buf]);
     }
@@ -356,6 +357,7 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
             reject(new Error(`exporter ${this.name}: ${m.message}`));
             return;
           case "ack":
+            this.#inFlightRecords -= this.#inFlight.get(m.seq) ?? 0;
             this.#inFlight.delete(m.seq);
             this.#w = m.stats;
             this.#restartDelayMs = this.#opts.restartInitialMs;
@@ -404,6 +406,7 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
     this.#past = addStats(this.#past, w);
     this.#w = emptyWorkerStats();
     this.#inFlight.clear();
+    this.#inFlightRecords = 0;
     this.#terminate(reason);
     log.error("exporter worker died; the records it held are counted as dropped", {
       exporter: this.name,

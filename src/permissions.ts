@@ -54,14 +54,19 @@ export interface ProcessPermissions extends ExporterPermissions {
 /** Per enabled sink: its name and permissions (what its worker gets). */
 export function sinkPermissions(
   config: FlowAggregatorConfig,
-): { section: string; name: string; permissions: ExporterPermissions }[] {
+): {
+  section: string;
+  name: string;
+  permissions: ExporterPermissions;
+  component: typeof COMPONENTS[number];
+}[] {
   const out = [];
   for (const c of COMPONENTS) {
     const section = config[c.section.key];
     if (!section.enable) continue;
     // Each component's permissions() takes its own section's config.
     const permissions = (c.permissions as (s: typeof section) => ExporterPermissions)(section);
-    out.push({ section: c.section.key, name: c.name, permissions });
+    out.push({ section: c.section.key, name: c.name, permissions, component: c });
   }
   return out;
 }
@@ -81,10 +86,8 @@ export function processPermissions(
   const env = [...PROCESS_ENV];
   if (inputs.configPath !== undefined) read.push(dirname(resolve(inputs.configPath)));
   if (inputs.certDir !== undefined) write.push(resolve(inputs.certDir));
-  for (const c of COMPONENTS) {
-    const section = config[c.section.key];
-    if (!section.enable || c.create === undefined) continue;
-    const p = (c.permissions as (s: typeof section) => ExporterPermissions)(section);
+  for (const { component: c, permissions: p } of sinkPermissions(config)) {
+    if (c.create === undefined) continue; // no sink in this build: nothing runs
     net.push(...p.net);
     read.push(...p.read);
     write.push(...p.write);

@@ -131,8 +131,11 @@ export function agentObservationDomainId(nodeName: string): number {
   return fnv1_32(nodeName);
 }
 
-// mulberry32: tiny, fast and good enough for traffic shapes; determinism is what matters here.
-function prng(seed: number): () => number {
+/**
+ * A seeded generator of floats in [0, 1) (mulberry32): tiny, fast and good enough for traffic
+ * shapes and test inputs; the same seed yields the same sequence.
+ */
+export function prng(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;

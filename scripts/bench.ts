@@ -126,7 +126,8 @@ export interface BenchContext {
 /** Wall-time budget of a full run (the e2e search adapts to what is left). */
 const FULL_BUDGET_SEC = 570;
 
-function emptyResults(): BenchResults {
+/** Every key of a report, with no figure yet. */
+export function emptyResults(): BenchResults {
   return {
     decode_records_per_s: null,
     decode_batch_records_per_s: null,

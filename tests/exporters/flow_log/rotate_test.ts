@@ -296,7 +296,10 @@ Deno.test("an existing file is appended to, and rotated first when it is already
   }
 });
 
-Deno.test("a write that fails part-way is truncated to its last whole line; exported = lines on disk", async () => {
+/** Runs `body` with a started flow log exporter whose file writes `faults` can make fail. */
+async function withFaultyExporter(
+  body: (exp: LogExporter, path: string, faults: ReturnType<typeof faultyFiles>) => Promise<void>,
+): Promise<void> {
   const dir = await Deno.makeTempDir({ prefix: "fa-rot-" });
   const restore = setLogWriter(() => {});
   const path = `${dir}/flows.log`;
@@ -307,6 +310,16 @@ Deno.test("a write that fails part-way is truncated to its last whole line; expo
   });
   try {
     await exp.start();
+    await body(exp, path, faults);
+  } finally {
+    await exp.stop();
+    setLogWriter(restore);
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+Deno.test("a write that fails part-way is truncated to its last whole line; exported = lines on disk", async () => {
+  await withFaultyExporter(async (exp, path, faults) => {
     for (let i = 0; i < 3; i++) exp.addRecord(fixtureFlow());
     // Disk full in the middle of the second line: one line whole, half a line, then ENOSPC.
     faults.failAfter(LINE_BYTES + 40);
@@ -322,24 +335,11 @@ Deno.test("a write that fails part-way is truncated to its last whole line; expo
     s = exp.stats();
     assert.deepEqual([s.received, s.exported, s.dropped, s.errors], [5, 3, 2, 1]);
     assert.equal(assertWholeLines(await Deno.readTextFile(path), "after recovery"), s.exported);
-  } finally {
-    await exp.stop();
-    setLogWriter(restore);
-    await Deno.remove(dir, { recursive: true });
-  }
+  });
 });
 
 Deno.test("a torn line that cannot be truncated at once is cut after the reopen, before writing", async () => {
-  const dir = await Deno.makeTempDir({ prefix: "fa-rot-" });
-  const restore = setLogWriter(() => {});
-  const path = `${dir}/flows.log`;
-  const faults = faultyFiles();
-  const exp = new LogExporter(loggerConfig(path), {
-    flushIntervalMs: 3_600_000,
-    wrapFile: faults.wrap,
-  });
-  try {
-    await exp.start();
+  await withFaultyExporter(async (exp, path, faults) => {
     for (let i = 0; i < 3; i++) exp.addRecord(fixtureFlow());
     faults.failAfter(2 * LINE_BYTES + 7);
     faults.failTruncate();
@@ -351,11 +351,7 @@ Deno.test("a torn line that cannot be truncated at once is cut after the reopen,
     const s = exp.stats();
     assert.deepEqual([s.exported, s.dropped, s.errors], [3, 1, 1]);
     assert.equal(assertWholeLines(await Deno.readTextFile(path), "after reopen"), s.exported);
-  } finally {
-    await exp.stop();
-    setLogWriter(restore);
-    await Deno.remove(dir, { recursive: true });
-  }
+  });
 });
 
 Deno.test("on the rotating path, a failed write reports exactly the lines written whole", async () => {

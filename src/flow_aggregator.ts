@@ -259,6 +259,7 @@ export class FlowAggregator {
       inactiveTimeoutMs: config.inactiveFlowRecordTimeoutMs,
       clock: this.#clock,
       includePodLabels: config.recordContents.podLabels,
+      maxFlows: config.limits.maxFlows,
     });
   }
 
@@ -522,6 +523,10 @@ export class FlowAggregator {
       this.#core.setIncludePodLabels(next.recordContents.podLabels);
       log.info("pod labels setting updated", { podLabels: next.recordContents.podLabels });
     }
+    if (prev.limits.maxFlows !== next.limits.maxFlows) {
+      this.#core.setMaxFlows(next.limits.maxFlows);
+      log.info("maxFlows limit updated", { maxFlows: next.limits.maxFlows });
+    }
   }
 
   #enabled(section: ExporterSection, cfg: FlowAggregatorConfig): boolean {
@@ -619,6 +624,7 @@ export class FlowAggregator {
         tls,
         clock: this.#collectorClock,
         udpReceiver: this.#opts.udpReceiver,
+        limits: cfg.limits,
       },
       (records, ctx) => this.ingest(records, ctx),
     );

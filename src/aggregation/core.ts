@@ -80,6 +80,11 @@ export class AggregationCore {
     this.#s.inactive = inactiveMs;
   }
 
+  /** Changes the flow cap for new flows (existing flows over a lowered cap are kept). */
+  setMaxFlows(n: number): void {
+    this.#s.maxFlows = n;
+  }
+
   /** Enables or disables Pod labels for flows exported from now on. */
   setIncludePodLabels(on: boolean): void {
     this.#s.includePodLabels = on;

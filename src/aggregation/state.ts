@@ -13,6 +13,7 @@ import { FlowTable, KEY_WORDS } from "./flow_table.ts";
 import { Interner } from "./intern.ts";
 import type { Flow } from "./layout.ts";
 import { SlotStore } from "./slot_store.ts";
+import { LIMIT_KEYS } from "../config/limits.ts";
 
 /** The aggregation logger. */
 export const log: Logger = logger("aggregation");
@@ -47,8 +48,8 @@ export class CoreState {
   readonly clock: Clock;
   /** See {@linkcode AggregationOptions.maxRetries}. */
   readonly maxRetries: number;
-  /** See {@linkcode AggregationOptions.maxFlows}. */
-  readonly maxFlows: number;
+  /** See {@linkcode AggregationOptions.maxFlows} (changed by setMaxFlows). */
+  maxFlows: number;
   /** See {@linkcode AggregationOptions.minExpiryMs}. */
   readonly minExpiryMs: number;
   /** See {@linkcode AggregationOptions.dropUncorrelated}. */
@@ -79,7 +80,7 @@ export class CoreState {
     this.inactive = opts.inactiveTimeoutMs;
     this.clock = opts.clock;
     this.maxRetries = opts.maxRetries ?? 2;
-    this.maxFlows = opts.maxFlows ?? 1_000_000;
+    this.maxFlows = opts.maxFlows ?? LIMIT_KEYS.maxFlows.default;
     this.minExpiryMs = opts.minExpiryMs ?? 100;
     this.dropUncorrelated = opts.dropUncorrelated ?? false;
     this.includePodLabels = opts.includePodLabels ?? false;

@@ -6,6 +6,7 @@
  */
 
 import { type Clock, systemClock } from "../clock.ts";
+import { defaultLimits, LIMIT_KEYS, type LimitsConfig } from "../config/limits.ts";
 import { logger, RateLimitedLog } from "../log.ts";
 import { DEFAULT_LISTEN_ADDRESS, exporterAddress, parseListenAddress } from "./address.ts";
 import { type RecordSink, Session, type SessionEnv } from "./session.ts";
@@ -22,7 +23,7 @@ import { openDenoUdpReceiver, type UdpReceiver, type UdpReceiverFactory } from "
 export const DEFAULT_TEMPLATE_TTL_MS = 5_400_000;
 
 /** Default cap on concurrent UDP sessions (source ip:port); least recently active is evicted. */
-export const DEFAULT_MAX_UDP_SESSIONS = 65_536;
+export const DEFAULT_MAX_UDP_SESSIONS: number = LIMIT_KEYS.maxUdpSessions.default;
 
 /** Options of a {@linkcode Collector}. */
 export interface CollectorOptions {
@@ -42,8 +43,8 @@ export interface CollectorOptions {
   readonly clock?: Clock;
   /** UDP receive path (default: one `Deno.listenDatagram` socket). */
   readonly udpReceiver?: UdpReceiverFactory;
-  /** UDP session cap, default {@linkcode DEFAULT_MAX_UDP_SESSIONS}. */
-  readonly maxUdpSessions?: number;
+  /** Resource bounds (`limits:` config section); unset keys take their defaults. */
+  readonly limits?: Partial<LimitsConfig>;
   /** Interval of the idle UDP session sweep; default min(TTL / 4, 60 s). 0 disables it. */
   readonly sweepIntervalMs?: number;
 }
@@ -54,7 +55,7 @@ export class Collector {
   readonly #env: SessionEnv;
   readonly #counters: Counters;
   readonly #ttlMs: number;
-  readonly #maxUdpSessions: number;
+  readonly #limits: LimitsConfig;
   readonly #udpSessions = new Map<string, Session>();
   #udp: UdpReceiver | undefined;
   #udpLoop: Promise<void> | undefined;
@@ -73,7 +74,7 @@ export class Collector {
     }
     this.#options = options;
     this.#ttlMs = options.templateTtlMs ?? DEFAULT_TEMPLATE_TTL_MS;
-    this.#maxUdpSessions = options.maxUdpSessions ?? DEFAULT_MAX_UDP_SESSIONS;
+    this.#limits = { ...defaultLimits(), ...options.limits };
     this.#counters = new Counters(options.protocol);
     const clock = options.clock ?? systemClock;
     this.#env = {
@@ -172,7 +173,7 @@ export class Collector {
       }
     }
     if (s === undefined) {
-      if (this.#udpSessions.size >= this.#maxUdpSessions) {
+      if (this.#udpSessions.size >= this.#limits.maxUdpSessions) {
         const [oldestKey, oldest] = this.#udpSessions.entries().next().value!;
         this.#udpSessions.delete(oldestKey);
         oldest.close("evicted: too many UDP sessions");

@@ -6,6 +6,7 @@
  * and the transport take effect live; only `apiServer.*` needs a restart, and that is reported.
  */
 
+import { LIMITS_RELOAD } from "./limits.ts";
 import { fullSchema, GLOBAL_SCHEMA } from "./parse.ts";
 import type { MapSchema } from "./schema.ts";
 import type { ConfigSection, ReloadRule, SectionConfig } from "./section.ts";
@@ -24,6 +25,7 @@ export const GLOBAL_RELOAD: Readonly<Record<string, ReloadRule>> = {
   "apiServer.apiPort": "restart",
   "apiServer.tlsCipherSuites": "restart",
   "apiServer.tlsMinVersion": "restart",
+  ...LIMITS_RELOAD,
 };
 
 /** One row of the reload table. */

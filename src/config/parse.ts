@@ -20,6 +20,7 @@ import {
   parseDocument,
 } from "yaml";
 import { DEFAULTS } from "./defaults.ts";
+import { buildLimits, defaultLimits, LIMITS_SCHEMA } from "./limits.ts";
 import {
   bool,
   ConfigError,
@@ -206,6 +207,7 @@ export const GLOBAL_SCHEMA: MapSchema = {
   flowAggregatorAddress: "str",
   recordContents: { podLabels: "bool" },
   apiServer: { apiPort: "int", tlsCipherSuites: "str", tlsMinVersion: "str" },
+  limits: LIMITS_SCHEMA,
 };
 
 function defaultTmpDir(): string {
@@ -252,6 +254,8 @@ function buildGlobal(raw: Raw): GlobalConfig {
       tlsCipherSuites: str(api, "tlsCipherSuites"),
       tlsMinVersion: str(api, "tlsMinVersion"),
     },
+    // Validated after the upstream checks (our addition): see parseConfigWith.
+    limits: defaultLimits(),
   };
 }
 
@@ -315,5 +319,6 @@ export function parseConfigWith<S extends readonly ConfigSection<string, Section
   // Our addition (upstream accepts it and fails later).
   const port = cfg.apiServer.apiPort;
   if (port < 1 || port > 65535) fail("apiServer.apiPort", `port ${port} is not in 1..65535`);
+  cfg.limits = buildLimits(sub(raw, "limits"));
   return cfg;
 }

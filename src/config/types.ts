@@ -6,6 +6,8 @@
  * @module
  */
 
+import type { LimitsConfig } from "./limits.ts";
+
 /** The IPFIX collecting-process transport, upper-cased as upstream normalises it. */
 export type TransportProtocol = "TLS" | "TCP" | "UDP";
 
@@ -46,4 +48,6 @@ export interface GlobalConfig {
   recordContents: RecordContentsConfig;
   /** API server. */
   apiServer: ApiServerConfig;
+  /** Resource bounds of the collecting process and the core (our addition). */
+  limits: LimitsConfig;
 }

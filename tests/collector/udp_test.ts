@@ -195,7 +195,7 @@ Deno.test("udp: more sources than maxUdpSessions evicts the least recently activ
   const { c } = await startCollector({
     address: "127.0.0.1:0",
     protocol: "udp",
-    maxUdpSessions: 2,
+    limits: { maxUdpSessions: 2 },
   });
   const clients = [udpClient("127.0.0.1"), udpClient("127.0.0.1"), udpClient("127.0.0.1")];
   try {

@@ -30,6 +30,24 @@ Deno.test("every key gets its v1.13 default", () => {
     flowAggregatorAddress: "",
     recordContents: { podLabels: false },
     apiServer: { apiPort: 10348, tlsCipherSuites: "", tlsMinVersion: "" },
+    limits: {
+      maxFieldsPerTemplate: 1024,
+      maxTemplatesPerSession: 1024,
+      maxTemplates: 65_536,
+      maxStringBytes: 4096,
+      maxFlows: 1_000_000,
+      maxFlowBytes: 1_073_741_824,
+      maxConnections: 4096,
+      maxConnectionsPerAddress: 16,
+      readTimeout: "30s",
+      readTimeoutMs: 30_000,
+      idleTimeout: "5m",
+      idleTimeoutMs: 300_000,
+      maxTlsHandshakes: 128,
+      tlsHandshakeTimeout: "10s",
+      tlsHandshakeTimeoutMs: 10_000,
+      maxUdpSessions: 65_536,
+    },
     flowCollector: { enable: false, address: "", recordFormat: "IPFIX" },
     clickHouse: {
       enable: false,
@@ -354,4 +372,26 @@ Deno.test("YAML anchors and aliases resolve like plain values", () => {
   );
   assert.equal(cfg.flowLogger.compress, true);
   assert.deepEqual(cfg.flowLogger.filters[0].egressNetworkPolicyRuleActions, ["Drop", "Reject"]);
+});
+
+Deno.test("limits: keys override their defaults; 0 means the default; bad values name the key", () => {
+  const cfg = parse(MIN + "limits:\n  maxFlows: 10\n  readTimeout: 2s\n  maxTemplates: 0\n");
+  assert.equal(cfg.limits.maxFlows, 10);
+  assert.equal(cfg.limits.readTimeoutMs, 2000);
+  assert.equal(cfg.limits.maxTemplates, 65_536);
+  assertError(
+    MIN + "limits:\n  maxFlows: -1\n",
+    /limits\.maxFlows: must be positive/,
+    "limits.maxFlows",
+  );
+  assertError(
+    MIN + "limits:\n  idleTimeout: 5\n",
+    /limits\.idleTimeout "5": not a duration/,
+    "limits.idleTimeout",
+  );
+  assertError(
+    MIN + "limits:\n  idleTimeout: -1s\n",
+    /limits\.idleTimeout: "-1s": must be positive/,
+  );
+  assertError(MIN + "limits:\n  maxFlow: 1\n", /limits\.maxFlow: unknown key/, "limits.maxFlow");
 });

@@ -13,7 +13,6 @@ import { FlowTable, KEY_WORDS } from "./flow_table.ts";
 import { Interner } from "./intern.ts";
 import type { Flow } from "./layout.ts";
 import { SlotStore } from "./slot_store.ts";
-import { LIMIT_KEYS } from "../config/limits.ts";
 
 /** The aggregation logger. */
 export const log: Logger = logger("aggregation");
@@ -28,7 +27,10 @@ export interface AggregationOptions {
   clock: Clock;
   /** Not-ready expiries tolerated before giving up on a partner (default 2: gone at the 3rd). */
   maxRetries?: number;
-  /** Maximum live flows; records for new keys over it are dropped and counted (default 1M). */
+  /**
+   * Maximum live flows; records for new keys over it are dropped and counted. Default
+   * unbounded: the product passes the `limits.maxFlows` config key.
+   */
   maxFlows?: number;
   /** Add `sourcePodLabels`/`destinationPodLabels` at the first export (default false). */
   includePodLabels?: boolean;
@@ -80,7 +82,7 @@ export class CoreState {
     this.inactive = opts.inactiveTimeoutMs;
     this.clock = opts.clock;
     this.maxRetries = opts.maxRetries ?? 2;
-    this.maxFlows = opts.maxFlows ?? LIMIT_KEYS.maxFlows.default;
+    this.maxFlows = opts.maxFlows ?? Infinity;
     this.minExpiryMs = opts.minExpiryMs ?? 100;
     this.dropUncorrelated = opts.dropUncorrelated ?? false;
     this.includePodLabels = opts.includePodLabels ?? false;

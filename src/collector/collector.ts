@@ -6,7 +6,7 @@
  */
 
 import { type Clock, systemClock } from "../clock.ts";
-import { defaultLimits, LIMIT_KEYS, type LimitsConfig } from "../config/limits.ts";
+import type { LimitsConfig } from "../config/limits.ts";
 import { logger, RateLimitedLog } from "../log.ts";
 import { DEFAULT_LISTEN_ADDRESS, exporterAddress, parseListenAddress } from "./address.ts";
 import { type RecordSink, Session, type SessionEnv } from "./session.ts";
@@ -23,7 +23,6 @@ import { openDenoUdpReceiver, type UdpReceiver, type UdpReceiverFactory } from "
 export const DEFAULT_TEMPLATE_TTL_MS = 5_400_000;
 
 /** Default cap on concurrent UDP sessions (source ip:port); least recently active is evicted. */
-export const DEFAULT_MAX_UDP_SESSIONS: number = LIMIT_KEYS.maxUdpSessions.default;
 
 /** Options of a {@linkcode Collector}. */
 export interface CollectorOptions {
@@ -43,7 +42,10 @@ export interface CollectorOptions {
   readonly clock?: Clock;
   /** UDP receive path (default: one `Deno.listenDatagram` socket). */
   readonly udpReceiver?: UdpReceiverFactory;
-  /** Resource bounds (`limits:` config section); unset keys take their defaults. */
+  /**
+   * Resource bounds (the `limits:` config section, whose defaults the product always passes);
+   * an unset key is unbounded.
+   */
   readonly limits?: Partial<LimitsConfig>;
   /** Interval of the idle UDP session sweep; default min(TTL / 4, 60 s). 0 disables it. */
   readonly sweepIntervalMs?: number;
@@ -55,7 +57,7 @@ export class Collector {
   readonly #env: SessionEnv;
   readonly #counters: Counters;
   readonly #ttlMs: number;
-  readonly #limits: LimitsConfig;
+  readonly #limits: Partial<LimitsConfig>;
   readonly #udpSessions = new Map<string, Session>();
   #udp: UdpReceiver | undefined;
   #udpLoop: Promise<void> | undefined;
@@ -74,7 +76,7 @@ export class Collector {
     }
     this.#options = options;
     this.#ttlMs = options.templateTtlMs ?? DEFAULT_TEMPLATE_TTL_MS;
-    this.#limits = { ...defaultLimits(), ...options.limits };
+    this.#limits = options.limits ?? {};
     this.#counters = new Counters(options.protocol);
     const clock = options.clock ?? systemClock;
     this.#env = {
@@ -173,7 +175,7 @@ export class Collector {
       }
     }
     if (s === undefined) {
-      if (this.#udpSessions.size >= this.#limits.maxUdpSessions) {
+      if (this.#udpSessions.size >= (this.#limits.maxUdpSessions ?? Infinity)) {
         const [oldestKey, oldest] = this.#udpSessions.entries().next().value!;
         this.#udpSessions.delete(oldestKey);
         oldest.close("evicted: too many UDP sessions");

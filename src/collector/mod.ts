@@ -8,7 +8,6 @@
 export {
   Collector,
   type CollectorOptions,
-  DEFAULT_MAX_UDP_SESSIONS,
   DEFAULT_TEMPLATE_TTL_MS,
 } from "./collector.ts";
 export { type RecordContext, type RecordSink } from "./session.ts";

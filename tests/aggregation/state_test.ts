@@ -5,7 +5,7 @@ import { checkTimeouts, CoreState } from "../../src/aggregation/state.ts";
 Deno.test("CoreState applies the option defaults", () => {
   const s = new CoreState({ activeTimeoutMs: 5, inactiveTimeoutMs: 7, clock: new ManualClock() });
   assert.equal(s.maxRetries, 2);
-  assert.equal(s.maxFlows, 1_000_000);
+  assert.equal(s.maxFlows, Infinity);
   assert.equal(s.minExpiryMs, 100);
   assert.equal(s.dropUncorrelated, false);
   assert.equal(s.includePodLabels, false);

@@ -8,8 +8,19 @@
  * unlike the codec's, reads leading zeros as decimal (`010.0.0.1` is `10.0.0.1`).
  */
 
-import { formatIPv6, parseIPv6 } from "../ipfix/ip.ts";
+import {
+  formatIPv4Word,
+  formatIPv6,
+  formatIPv6Words,
+  parseIPv4Word,
+  parseIPv6,
+  parseIPv6Words,
+} from "../ipfix/ip.ts";
 import type { FlowKey } from "./record.ts";
+
+// The word forms of addresses live with the codec's text forms (one implementation of the
+// address rules); re-exported here, where the core's callers have always found them.
+export { formatIPv4Word, formatIPv6Words, parseIPv4Word, parseIPv6Words };
 
 /** Human-readable key text for logs: `10.0.0.1:1234->10.0.0.2:5678/6`, IPv6 in brackets. */
 export function formatFlowKey(k: FlowKey): string {
@@ -56,41 +67,6 @@ export function canonicalAnyAddress(text: string): string | undefined {
   return text.includes(":") ? canonicalAddress(text, false) : canonicalAddress(text, true);
 }
 
-/**
- * Parses IPv4 dotted-quad text into its u32 value (leading zeros read as decimal, as the
- * canonical form drops them); -1 when the text is not an IPv4 address. Allocation-free: it
- * runs for every ingested record.
- */
-export function parseIPv4Word(s: string): number {
-  const n = s.length;
-  if (n < 7 || n > 15) return -1;
-  let acc = 0;
-  let parts = 0;
-  let val = 0;
-  let digits = 0;
-  for (let i = 0; i <= n; i++) {
-    const c = i === n ? 46 : s.charCodeAt(i);
-    if (c === 46) {
-      if (digits === 0 || val > 255) return -1;
-      acc = acc * 256 + val;
-      parts++;
-      val = 0;
-      digits = 0;
-    } else if (c >= 48 && c <= 57) {
-      val = val * 10 + (c - 48);
-      if (++digits > 3) return -1;
-    } else {
-      return -1;
-    }
-  }
-  return parts === 4 ? acc : -1;
-}
-
-/** Dotted-quad text of a u32 IPv4 value. */
-export function formatIPv4Word(w: number): string {
-  return `${w >>> 24}.${(w >>> 16) & 255}.${(w >>> 8) & 255}.${w & 255}`;
-}
-
 /** True when a part of dotted-quad text has a leading zero (`01`), which Go does not print. */
 function hasLeadingZero(s: string): boolean {
   for (let i = 0; i < s.length - 1; i++) {
@@ -100,37 +76,4 @@ function hasLeadingZero(s: string): boolean {
     ) return true;
   }
   return false;
-}
-
-const V6_WORDS_MAX = 65_536;
-const v6Words = new Map<string, Uint32Array>();
-
-/**
- * The 4 big-endian u32 words of IPv6 text, or undefined when invalid. Cached (bounded) because
- * the same addresses repeat in every record of a flow. The returned array must not be mutated.
- */
-export function parseIPv6Words(s: string): Uint32Array | undefined {
-  const hit = v6Words.get(s);
-  if (hit !== undefined) return hit;
-  if (typeof s !== "string") return undefined;
-  const b = parseIPv6(s);
-  if (b === undefined) return undefined;
-  const dv = new DataView(b.buffer, b.byteOffset, 16);
-  const w = new Uint32Array([dv.getUint32(0), dv.getUint32(4), dv.getUint32(8), dv.getUint32(12)]);
-  if (v6Words.size >= V6_WORDS_MAX) v6Words.clear();
-  v6Words.set(s, w);
-  return w;
-}
-
-// Scratch for formatting words through the codec's byte formatter (synchronous, not re-entered).
-const v6Bytes = new Uint8Array(16);
-const v6View = new DataView(v6Bytes.buffer);
-
-/** Canonical text (RFC 5952, IPv4-mapped as dotted quad) of 4 IPv6 words. */
-export function formatIPv6Words(w0: number, w1: number, w2: number, w3: number): string {
-  v6View.setUint32(0, w0);
-  v6View.setUint32(4, w1);
-  v6View.setUint32(8, w2);
-  v6View.setUint32(12, w3);
-  return formatIPv6(v6Bytes, 0);
 }

@@ -31,4 +31,13 @@ export interface ExportedFlow {
   readonly isIPv6: boolean;
   /** True when this is an InterNode half exported without its partner after the wait. */
   readonly uncorrelated: boolean;
+  /**
+   * The key's addresses as the core stores them, for binary consumers (the worker batch), so
+   * they need not parse the text back: `addressWords[addressAt..+3]` the source and
+   * `[addressAt + 4..+7]` the destination, u32 words in network order (IPv4 in the first).
+   * The core's own storage: valid only during the synchronous `addRecord` call.
+   */
+  readonly addressWords?: Uint32Array;
+  /** See {@linkcode addressWords}. */
+  readonly addressAt?: number;
 }

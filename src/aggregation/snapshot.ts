@@ -57,30 +57,23 @@ export function flowKeyOf(s: CoreState, slot: number): FlowKey {
   };
 }
 
+// Scratch argument of the generated snapshot (synchronous, never re-entered).
+const addrs = { v4: true, src: "", dst: "" };
+
 /** Builds an own copy of the flow as exporters and the query API see it. */
 export function snapshot(s: CoreState, f: Flow): AggregatedRecord {
   const slot = f.slot;
-  const rec = FIELD_CODE.snapshot(
+  addrs.v4 = (f.flags & FL_IPV4) !== 0;
+  addrs.src = addressText(s, slot, U32.SRC);
+  addrs.dst = addressText(s, slot, U32.DST);
+  return FIELD_CODE.snapshot(
     f,
     s.store.u32(slot),
     u32Base(slot),
     s.store.u64(slot),
     u64Base(slot),
+    addrs,
   );
-  const src = addressText(s, slot, U32.SRC);
-  const dst = addressText(s, slot, U32.DST);
-  if ((f.flags & FL_IPV4) !== 0) {
-    rec.sourceIPv4Address = src;
-    rec.destinationIPv4Address = dst;
-  } else {
-    rec.sourceIPv6Address = src;
-    rec.destinationIPv6Address = dst;
-  }
-  if (f.clusterV4 !== undefined) rec.destinationClusterIPv4 = f.clusterV4;
-  if (f.clusterV6 !== undefined) rec.destinationClusterIPv6 = f.clusterV6;
-  if (f.srcLabels !== undefined) rec.sourcePodLabels = f.srcLabels;
-  if (f.dstLabels !== undefined) rec.destinationPodLabels = f.dstLabels;
-  return rec;
 }
 
 /** How {@linkcode emitOne} hands a flow over. */
@@ -105,11 +98,25 @@ export function emitOne(
   const record = snapshot(s, flow);
   const updated = (flow.flags & FL_UPDATED) !== 0;
   flow.flags &= ~FL_UPDATED;
+  // The key's addresses are the text the snapshot just formatted (not formatted twice).
+  const u = s.store.u32(flow.slot);
+  const b = u32Base(flow.slot);
+  const v4 = (flow.flags & FL_IPV4) !== 0;
+  const key: FlowKey = {
+    sourceAddress: (v4 ? record.sourceIPv4Address : record.sourceIPv6Address) as string,
+    destinationAddress:
+      (v4 ? record.destinationIPv4Address : record.destinationIPv6Address) as string,
+    protocol: u[b + U32.PROTO],
+    sourcePort: u[b + U32.SPORT],
+    destinationPort: u[b + U32.DPORT],
+  };
   const ev: ExportedFlow = {
-    key: flowKeyOf(s, flow.slot),
+    key,
     record,
     isIPv6: (flow.flags & FL_IPV4) === 0,
     uncorrelated: opts.uncorrelated,
+    addressWords: u,
+    addressAt: b + U32.SRC,
   };
   try {
     emit(ev);

@@ -5,16 +5,26 @@
  * lot, so each is encoded once per batch). The row layout is derived from the record schema's
  * FA export template fields and their IE types, so a field added there crosses too.
  *
- * Row: flags (u8: IPv6, uncorrelated), the flow key (two string refs, protocol, ports), a
- * presence bitmap, then one slot per field: f64 for numbers, u64 for bigints, u32 string ref.
- * A field absent on one side is `undefined` on the other (present as a key, as every sink reads
- * absent and undefined alike).
+ * Row: flags (u8: IPv6, uncorrelated), protocol and ports of the flow key, a presence bitmap,
+ * then one slot per field: f64 for numbers, u64 for bigints, u32 string ref for strings, and
+ * addresses in binary (4 or 16 bytes, network order), so no address text is hashed into the
+ * string table or encoded on the export loop's thread. The key's addresses are the record's own
+ * address fields (the core exports them as the same text) and are not sent twice. Addresses
+ * come back as canonical text (RFC 5952, as the core and the codec print them). A field absent
+ * on one side is `undefined` on the other (present as a key, as every sink reads absent and
+ * undefined alike).
  *
  * @module
  */
 
 import type { AggregatedRecord, ExportedFlow, FlowKey } from "../aggregation/record.ts";
-import { elementByName } from "../ipfix/mod.ts";
+import {
+  elementByName,
+  formatIPv4Bytes,
+  formatIPv6,
+  parseIPv4Word,
+  parseIPv6Words,
+} from "../ipfix/mod.ts";
 import {
   AGGREGATED_IPV4_FIELDS,
   AGGREGATED_IPV6_FIELDS,
@@ -22,7 +32,7 @@ import {
 } from "../record/schema.ts";
 
 /** How a field is stored in a row. */
-const Slot = { Number: 0, BigInt: 1, String: 2 } as const;
+const Slot = { Number: 0, BigInt: 1, String: 2, IPv4: 3, IPv6: 4 } as const;
 type Slot = typeof Slot[keyof typeof Slot];
 
 interface FieldSlot {
@@ -33,7 +43,8 @@ interface FieldSlot {
 
 const MAGIC = 0x46414231; // "FAB1"
 const HEADER_BYTES = 16;
-const KEY_BYTES = 1 + 4 + 4 + 1 + 2 + 2;
+const KEY_BYTES = 1 + 1 + 2 + 2;
+const SLOT_BYTES: Readonly<Record<Slot, number>> = { 0: 8, 1: 8, 2: 4, 3: 4, 4: 16 };
 
 function slotOf(name: string): Slot {
   const ie = elementByName(name);
@@ -43,9 +54,11 @@ function slotOf(name: string): Slot {
     case "signed64":
       return Slot.BigInt;
     case "string":
-    case "ipv4Address":
-    case "ipv6Address":
       return Slot.String;
+    case "ipv4Address":
+      return Slot.IPv4;
+    case "ipv6Address":
+      return Slot.IPv6;
     default:
       return Slot.Number;
   }
@@ -61,7 +74,7 @@ const FIELDS: readonly FieldSlot[] = (() => {
   return FIELD_NAMES.map((name) => {
     const slot = slotOf(name);
     const f = { name, slot, offset };
-    offset += slot === Slot.String ? 4 : 8;
+    offset += SLOT_BYTES[slot];
     return f;
   });
 })();
@@ -69,7 +82,7 @@ const FIELDS: readonly FieldSlot[] = (() => {
 /** Bytes of one row. */
 export const ROW_BYTES: number = FIELDS.length === 0
   ? KEY_BYTES
-  : FIELDS[FIELDS.length - 1].offset + (FIELDS[FIELDS.length - 1].slot === Slot.String ? 4 : 8);
+  : FIELDS[FIELDS.length - 1].offset + SLOT_BYTES[FIELDS[FIELDS.length - 1].slot];
 
 // Row writer and reader are generated once from FIELDS as straight-line code with literal
 // property names (as src/ipfix/compile.ts does for template decoders): a loop over the field
@@ -83,6 +96,8 @@ type RowWriter = (
   ref: (s: string) => number,
   last: unknown[],
   lastRef: number[],
+  aw: Uint32Array | undefined,
+  aa: number,
 ) => void;
 type RowReader = (
   v: DataView,
@@ -91,37 +106,105 @@ type RowReader = (
   strings: readonly (string | undefined)[],
 ) => AggregatedRecord;
 
+/** Scratch words of an IPv4-mapped address (IPv6 fields print those as dotted quads). */
+const mapped = new Uint32Array([0, 0, 0xffff, 0]);
+
+/** The 4 words of IPv6 address text (or of a dotted quad, as IPv4-mapped). */
+function v6Words(text: string, name: string): Uint32Array {
+  const w = text.includes(":") ? parseIPv6Words(text) : undefined;
+  if (w !== undefined) return w;
+  const w4 = parseIPv4Word(text);
+  if (w4 < 0) throw new Error(`batch: ${name} ${JSON.stringify(text)} is not an IPv6 address`);
+  mapped[3] = w4;
+  return mapped;
+}
+
+/** The word of IPv4 address text. */
+function v4Word(text: string, name: string): number {
+  const w = parseIPv4Word(text);
+  if (w < 0) throw new Error(`batch: ${name} ${JSON.stringify(text)} is not an IPv4 address`);
+  return w;
+}
+
+const HELPERS = { v4Word, v6Words, formatIPv4Bytes, formatIPv6 };
+
+/** The key's address fields: their words come from the core's storage when it is given. */
+const KEY_ADDRESS: Readonly<Record<string, number>> = {
+  sourceIPv4Address: 0,
+  destinationIPv4Address: 4,
+  sourceIPv6Address: 0,
+  destinationIPv6Address: 4,
+};
+
+/** Code storing the 4 words `w[p..p+3]` at `at` in network order. */
+function putWords(at: string, w: string, p: string): string {
+  return `v.setUint32(${at}, ${w}[${p}]); v.setUint32(${at} + 4, ${w}[${p} + 1]); ` +
+    `v.setUint32(${at} + 8, ${w}[${p} + 2]); v.setUint32(${at} + 12, ${w}[${p} + 3]);`;
+}
+
+function putSource(f: FieldSlot, i: number): string {
+  const at = `base + ${f.offset}`;
+  const name = JSON.stringify(f.name);
+  const words = KEY_ADDRESS[f.name];
+  switch (f.slot) {
+    case Slot.String:
+      // Strings repeat from one flow to the next (namespaces, Nodes, policies): the previous
+      // value of the field is checked by identity before the batch's table is consulted.
+      return `if (x !== last[${i}]) { last[${i}] = x; lastRef[${i}] = ref(String(x)); } ` +
+        `v.setUint32(${at}, lastRef[${i}], true);`;
+    case Slot.BigInt:
+      return `v.setBigUint64(${at}, typeof x === "bigint" ? x : BigInt(x), true);`;
+    case Slot.IPv4:
+      // Other address fields (the cluster IP) repeat per flow: parsed once per new value.
+      return words === undefined
+        ? `if (x !== last[${i}]) { lastRef[${i}] = H.v4Word(x, ${name}); last[${i}] = x; } ` +
+          `v.setUint32(${at}, lastRef[${i}]);`
+        : `v.setUint32(${at}, aw !== undefined ? aw[aa + ${words}] : H.v4Word(x, ${name}));`;
+    case Slot.IPv6: {
+      const parsed = `w = H.v6Words(x, ${name}); ${putWords(at, "w", "0")}`;
+      return words === undefined
+        ? parsed
+        : `if (aw !== undefined) { ${putWords(at, "aw", `aa + ${words}`)} } else { ${parsed} }`;
+    }
+    default:
+      return `v.setFloat64(${at}, +x, true);`;
+  }
+}
+
+function getSource(f: FieldSlot): string {
+  const at = `base + ${f.offset}`;
+  switch (f.slot) {
+    case Slot.String:
+      return `strings[v.getUint32(${at}, true)]`;
+    case Slot.BigInt:
+      return `v.getBigUint64(${at}, true)`;
+    case Slot.IPv4:
+      return `H.formatIPv4Bytes(bytes, ${at})`;
+    case Slot.IPv6:
+      return `H.formatIPv6(bytes, ${at})`;
+    default:
+      return `v.getFloat64(${at}, true)`;
+  }
+}
+
 function compileWriter(): RowWriter {
   const lines: string[] = [];
   const masks = new Array(BITMAP_BYTES).fill(0).map((_, i) => `m${i}`);
-  lines.push(`let x; let ${masks.map((m) => `${m} = 0`).join(", ")};`);
+  lines.push(`let x; let w; let ${masks.map((m) => `${m} = 0`).join(", ")};`);
   FIELDS.forEach((f, i) => {
-    const at = `base + ${f.offset}`;
-    // Strings repeat from one flow to the next (namespaces, Nodes, policies): the previous
-    // value of the field is checked by identity before the batch's table is consulted.
-    const put = f.slot === Slot.String
-      ? `if (x !== last[${i}]) { last[${i}] = x; lastRef[${i}] = ref(String(x)); } ` +
-        `v.setUint32(${at}, lastRef[${i}], true);`
-      : f.slot === Slot.BigInt
-      ? `v.setBigUint64(${at}, typeof x === "bigint" ? x : BigInt(x), true);`
-      : `v.setFloat64(${at}, +x, true);`;
     lines.push(
-      `x = rec[${JSON.stringify(f.name)}]; if (x !== undefined) { m${i >> 3} |= ${
-        1 << (i & 7)
-      }; ${put} }`,
+      `x = rec[${JSON.stringify(f.name)}]; if (x !== undefined) { m${i >> 3} |= ${1 << (i & 7)}; ${
+        putSource(f, i)
+      } }`,
     );
   });
   masks.forEach((m, i) => lines.push(`rows[base + ${KEY_BYTES + i}] = ${m};`));
   return new Function(
-    "v",
-    "rows",
-    "base",
-    "rec",
-    "ref",
-    "last",
-    "lastRef",
-    lines.join("\n"),
-  ) as RowWriter;
+    "H",
+    `return function writeRow(v, rows, base, rec, ref, last, lastRef, aw, aa) {\n${
+      lines.join("\n")
+    }\n};`,
+  )(HELPERS) as RowWriter;
 }
 
 function compileReader(): RowReader {
@@ -129,17 +212,14 @@ function compileReader(): RowReader {
   for (let i = 0; i < BITMAP_BYTES; i++) {
     lines.push(`const m${i} = bytes[base + ${KEY_BYTES + i}];`);
   }
-  const props = FIELDS.map((f, i) => {
-    const at = `base + ${f.offset}`;
-    const get = f.slot === Slot.String
-      ? `strings[v.getUint32(${at}, true)]`
-      : f.slot === Slot.BigInt
-      ? `v.getBigUint64(${at}, true)`
-      : `v.getFloat64(${at}, true)`;
-    return `${JSON.stringify(f.name)}: (m${i >> 3} & ${1 << (i & 7)}) !== 0 ? ${get} : undefined,`;
-  });
+  const props = FIELDS.map((f, i) =>
+    `${JSON.stringify(f.name)}: (m${i >> 3} & ${1 << (i & 7)}) !== 0 ? ${getSource(f)} : undefined,`
+  );
   lines.push(`return {\n${props.join("\n")}\n};`);
-  return new Function("v", "bytes", "base", "strings", lines.join("\n")) as RowReader;
+  return new Function(
+    "H",
+    `return function readRow(v, bytes, base, strings) {\n${lines.join("\n")}\n};`,
+  )(HELPERS) as RowReader;
 }
 
 const writeRow = compileWriter();
@@ -158,7 +238,10 @@ export class BatchWriter {
   readonly #stringList: string[] = [];
   #stringChars = 0;
   readonly #refFn = (s: string): number => this.#ref(s);
-  /** Per field: the last string written and its table index (reset with the table). */
+  /**
+   * Per field: the last string written and its table index, or the last IPv4 address text and
+   * its word (reset with the table).
+   */
   readonly #last: unknown[] = new Array(FIELDS.length).fill(undefined);
   readonly #lastRef: number[] = new Array(FIELDS.length).fill(0);
 
@@ -196,11 +279,9 @@ export class BatchWriter {
     const base = this.#count * ROW_BYTES;
     const key = flow.key;
     v.setUint8(base, (flow.isIPv6 ? 1 : 0) | (flow.uncorrelated ? 2 : 0));
-    v.setUint32(base + 1, this.#ref(key.sourceAddress), true);
-    v.setUint32(base + 5, this.#ref(key.destinationAddress), true);
-    v.setUint8(base + 9, key.protocol);
-    v.setUint16(base + 10, key.sourcePort, true);
-    v.setUint16(base + 12, key.destinationPort, true);
+    v.setUint8(base + 1, key.protocol);
+    v.setUint16(base + 2, key.sourcePort, true);
+    v.setUint16(base + 4, key.destinationPort, true);
     writeRow(
       v,
       this.#rows,
@@ -209,6 +290,8 @@ export class BatchWriter {
       this.#refFn,
       this.#last,
       this.#lastRef,
+      flow.addressWords,
+      flow.addressAt ?? 0,
     );
     this.#count++;
   }
@@ -236,7 +319,8 @@ export class BatchWriter {
     this.#stringList.length = 0;
     this.#last.fill(undefined);
     this.#stringChars = 0;
-    return out.buffer.slice(0, at);
+    // Sent as allocated (the header holds the end): no copy of the whole batch to trim it.
+    return out.buffer;
   }
 }
 
@@ -265,16 +349,19 @@ export function readBatch(buf: ArrayBuffer): ExportedFlow[] {
   for (let r = 0; r < count; r++) {
     const base = HEADER_BYTES + r * ROW_BYTES;
     const flags = v.getUint8(base);
+    const record = readRow(v, bytes, base, strings);
+    const v6 = (flags & 1) !== 0;
     const key: FlowKey = {
-      sourceAddress: strings[v.getUint32(base + 1, true)] ?? "",
-      destinationAddress: strings[v.getUint32(base + 5, true)] ?? "",
-      protocol: v.getUint8(base + 9),
-      sourcePort: v.getUint16(base + 10, true),
-      destinationPort: v.getUint16(base + 12, true),
+      sourceAddress: (v6 ? record.sourceIPv6Address : record.sourceIPv4Address) ?? "",
+      destinationAddress: (v6 ? record.destinationIPv6Address : record.destinationIPv4Address) ??
+        "",
+      protocol: v.getUint8(base + 1),
+      sourcePort: v.getUint16(base + 2, true),
+      destinationPort: v.getUint16(base + 4, true),
     };
     out[r] = {
       key,
-      record: readRow(v, bytes, base, strings),
+      record,
       isIPv6: (flags & 1) !== 0,
       uncorrelated: (flags & 2) !== 0,
     };

@@ -43,5 +43,15 @@ export {
   writeMessageHeader,
   writeSetHeader,
 } from "./message.ts";
-export { canonicalIP, formatIPv4, formatIPv4Bytes, formatIPv6, parseIP } from "./ip.ts";
+export {
+  canonicalIP,
+  formatIPv4,
+  formatIPv4Bytes,
+  formatIPv4Word,
+  formatIPv6,
+  formatIPv6Words,
+  parseIP,
+  parseIPv4Word,
+  parseIPv6Words,
+} from "./ip.ts";
 export { fnv1_32 } from "./fnv.ts";

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { batchCount, BatchWriter, readBatch, ROW_BYTES } from "../../src/exporters/batch.ts";
 import { fixtureFlow } from "./fixtures.ts";
 import type { ExportedFlow } from "../../src/aggregation/record.ts";
+import { newCore, s1 } from "../aggregation/fixtures.ts";
 
 /** Same key and flags, and every field equal (absent and undefined alike, as sinks read them). */
 function assertSameFlow(got: ExportedFlow, want: ExportedFlow): void {
@@ -58,4 +59,46 @@ Deno.test("batch: each distinct string is stored once per batch", () => {
 Deno.test("batch: a buffer that is not a batch is refused", () => {
   assert.throws(() => readBatch(new ArrayBuffer(8)), /not a flow batch/);
   assert.throws(() => readBatch(new Uint8Array(32).buffer), /not a flow batch/);
+});
+
+Deno.test("batch: the core's address words give the same flows as the address text", () => {
+  const { core } = newCore();
+  const v6 = { sourceIPv6Address: "2001:db8::1", destinationIPv6Address: "::ffff:10.0.0.2" };
+  const inputs = [
+    s1({ sourceIPv4Address: "10.0.0.1", destinationIPv4Address: "192.168.100.200" }),
+    { ...s1(v6), sourceIPv4Address: undefined, destinationIPv4Address: undefined },
+  ];
+  for (const r of inputs) assert.equal(core.addRecord(r), true);
+  const viaWords = new BatchWriter(4);
+  const viaText = new BatchWriter(4);
+  const emitted: ExportedFlow[] = [];
+  core.flushAll((f) => {
+    assert.ok(f.addressWords !== undefined, "the core hands its address words over");
+    viaWords.add(f);
+    // The same flow without the words: the writer parses the text instead.
+    viaText.add({ ...f, addressWords: undefined, addressAt: undefined });
+    emitted.push({ ...f, addressWords: undefined, addressAt: undefined });
+  });
+  assert.equal(emitted.length, 2);
+  const a = readBatch(viaWords.finish());
+  const b = readBatch(viaText.finish());
+  for (let i = 0; i < emitted.length; i++) {
+    assertSameFlow(a[i], emitted[i]);
+    assertSameFlow(b[i], emitted[i]);
+  }
+  assert.equal(a[1].key.destinationAddress, "10.0.0.2", "IPv4-mapped prints as a dotted quad");
+  assert.equal(a[0].key.destinationAddress, "192.168.100.200");
+});
+
+Deno.test("batch: an address field that is not an address is refused with its name", () => {
+  const w = new BatchWriter(1);
+  const f = fixtureFlow(false);
+  assert.throws(
+    () =>
+      w.add({
+        ...f,
+        record: { ...f.record, destinationClusterIPv4: "not-an-ip" },
+      }),
+    /destinationClusterIPv4 "not-an-ip" is not an IPv4 address/,
+  );
 });

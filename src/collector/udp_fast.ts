@@ -23,6 +23,7 @@ import {
   setRecvTimeout,
 } from "./udp_fast_ffi.ts";
 import * as wire from "./udp_fast_protocol.ts";
+import { workerModule } from "../worker_module.ts";
 
 const log = logger("collector.udp_fast");
 
@@ -32,7 +33,7 @@ const log = logger("collector.udp_fast");
  * holds ~150). Granted in full as root (SO_RCVBUFFORCE), else capped at net.core.rmem_max.
  */
 /** The receive worker's module (the process needs read access to it to start the fast path). */
-export const UDP_FAST_WORKER_MODULE: URL = new URL("./udp_fast_worker.ts", import.meta.url);
+export const UDP_FAST_WORKER_MODULE: URL = workerModule("udp_fast");
 
 export const DEFAULT_RECV_BUFFER = 4 << 20;
 

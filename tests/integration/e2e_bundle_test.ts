@@ -1,7 +1,8 @@
 /**
- * End to end: the single-file artifact of `deno task bundle` (`deno bundle --output fa.js
- * main.ts`). The bundle must run outside the repository (no deno.json, no node_modules next to
- * it): `--version`, and a short real run that collects a record and writes it to the flow log.
+ * End to end: the single-file build of `deno task bundle` (`scripts/bundle.ts`: the program as
+ * `flow-aggregator.js` plus its worker entries under `workers/`). The bundle must run outside
+ * the repository (no deno.json, no node_modules next to it): `--version`, and a short real run
+ * that collects a record and writes it to the flow log from the sink's own worker.
  */
 
 import assert from "node:assert/strict";
@@ -19,7 +20,7 @@ import {
 import { intraNodeKey, intraNodeRecord } from "./helpers/scenarios.ts";
 
 const dir = await Deno.makeTempDir({ prefix: "fa-e2e-bundle-" });
-const bundle = `${dir}/fa.js`;
+const bundle = `${dir}/flow-aggregator.js`;
 // One build shared by the tests of this file, removed when the test module unloads.
 globalThis.addEventListener("unload", () => {
   try {
@@ -32,7 +33,7 @@ let built: DenoOutput | undefined;
 
 async function build(): Promise<void> {
   if (built !== undefined) return;
-  built = await runDeno(["bundle", "--output", bundle, "main.ts"], { cwd: REPO });
+  built = await runDeno(["run", "-A", "scripts/bundle.ts", `--out=${dir}`], { cwd: REPO });
   assert.equal(built.code, 0, built.stderr);
 }
 
@@ -64,7 +65,9 @@ Deno.test({
     await Deno.writeTextFile(`${dir}/tcp.conf`, conf("TCP"));
     const fa = FaProcess.start({
       script: bundle,
-      denoFlags: ["--allow-all"],
+      // Outside the repository deno.json's unstable list is not read: the worker options
+      // (the sinks' narrowed permissions) are asked for on the command line.
+      denoFlags: ["--allow-all", "--unstable-worker-options"],
       cwd: dir,
       args: ["--config", "tcp.conf", "--listen", "127.0.0.1:0", "--log-level", "debug"],
     });
@@ -72,6 +75,9 @@ Deno.test({
       const port = await fa.collectorPort();
       const status = await sendThenStop(fa, port, [intraNodeRecord(48_001)]);
       assert.equal(status.code, 0, fa.stderr);
+      // The sink ran in its permission-scoped worker, loaded from workers/flow_log.js.
+      assert.match(fa.stderr, /msg="exporter worker started" exporter=log /);
+      assert.doesNotMatch(fa.stderr, /sink worker module not found/);
       const lines = await readFlowLog(`${dir}/flows-TCP.log`);
       // One line from the shutdown flush, plus one if the 1 s active timeout came first.
       assert.ok(lines.length >= 1 && lines.length <= 2, `${lines.length} lines`);
@@ -88,13 +94,18 @@ Deno.test({
     await build();
     await Deno.writeTextFile(`${dir}/udp.conf`, conf("UDP"));
     const args = ["--config", "udp.conf", "--listen", "127.0.0.1:0"];
-    const bare = await runToExit({ script: bundle, denoFlags: ["--allow-all"], cwd: dir, args });
+    const bare = await runToExit({
+      script: bundle,
+      denoFlags: ["--allow-all", "--unstable-worker-options"],
+      cwd: dir,
+      args,
+    });
     assert.equal(bare.code, 255);
     assert.match(bare.stderr, /--unstable-net/);
 
     const fa = FaProcess.start({
       script: bundle,
-      denoFlags: ["--allow-all", "--unstable-net"],
+      denoFlags: ["--allow-all", "--unstable-net", "--unstable-worker-options"],
       cwd: dir,
       args,
     });

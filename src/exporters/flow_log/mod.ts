@@ -11,6 +11,7 @@ import { dirname, resolve } from "node:path";
 import { type ExporterComponent, noPermissions } from "../component.ts";
 import { type FlowLoggerConfig, flowLoggerSection } from "./config.ts";
 import { isStdoutPath, LogExporter } from "./exporter.ts";
+import { workerModule } from "../../worker_module.ts";
 
 export * from "./config.ts";
 export * from "./exporter.ts";
@@ -27,5 +28,5 @@ export const flowLogComponent: ExporterComponent<"flowLogger", FlowLoggerConfig>
   create(config) {
     return new LogExporter(config);
   },
-  workerModule: new URL("./worker.ts", import.meta.url),
+  workerModule: workerModule("flow_log"),
 };

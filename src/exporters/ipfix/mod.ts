@@ -10,6 +10,7 @@
 import type { ExporterComponent } from "../component.ts";
 import { type FlowCollectorConfig, flowCollectorSection } from "./config.ts";
 import { IpfixExporter, ipfixOptionsFromConfig } from "./exporter.ts";
+import { workerModule } from "../../worker_module.ts";
 
 export * from "./config.ts";
 export * from "./exporter.ts";
@@ -31,5 +32,5 @@ export const ipfixComponent: ExporterComponent<"flowCollector", FlowCollectorCon
       ipfixOptionsFromConfig(config, { podLabels: ctx.podLabels, clusterUuid: ctx.clusterUuid }),
     );
   },
-  workerModule: new URL("./worker.ts", import.meta.url),
+  workerModule: workerModule("ipfix"),
 };

@@ -43,6 +43,11 @@ export interface PermissionInputs {
   udpReceiver?: "auto" | "fast" | "socket";
   /** Sinks run in process (no worker modules to read). */
   exportersInProcess?: boolean;
+  /**
+   * Directory the worker modules are read from where the process will run (the image's
+   * `/app`); default the directory of the running program's own modules.
+   */
+  moduleDir?: string;
 }
 
 /** The process's permissions: allow-lists per kind, and the booleans. */
@@ -84,6 +89,7 @@ export function processPermissions(
   const read: string[] = [];
   const write: string[] = [];
   const env = [...PROCESS_ENV];
+  const moduleDir = inputs.moduleDir ?? SOURCE_DIR;
   if (inputs.configPath !== undefined) read.push(dirname(resolve(inputs.configPath)));
   if (inputs.certDir !== undefined) write.push(resolve(inputs.certDir));
   for (const { component: c, permissions: p } of sinkPermissions(config)) {
@@ -95,7 +101,7 @@ export function processPermissions(
     // A worker's module graph is loaded under the process's read permission (the worker's
     // own, narrowed one is not consulted for its imports): the source tree, nothing else.
     if (!inputs.exportersInProcess && c.workerModule?.protocol === "file:") {
-      read.push(SOURCE_DIR);
+      read.push(moduleDir);
     }
   }
   // No --allow-read for /proc/net/udp (the socket path's kernel drops) or
@@ -103,7 +109,7 @@ export function processPermissions(
   // a flag would grant nothing. The fast path (--allow-ffi) counts kernel drops itself.
   const ffi = config.aggregatorTransportProtocol === "UDP" &&
     (inputs.udpReceiver ?? "auto") !== "socket" && Deno.build.os === "linux";
-  if (ffi && UDP_FAST_WORKER_MODULE.protocol === "file:") read.push(SOURCE_DIR);
+  if (ffi && UDP_FAST_WORKER_MODULE.protocol === "file:") read.push(moduleDir);
   return { net: uniq(net), read: uniq(read), write: uniq(write), env: uniq(env), ffi };
 }
 

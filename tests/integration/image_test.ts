@@ -1,0 +1,281 @@
+/**
+ * The runtime image (issue 16), built here with `scripts/image.ts` (`buildah bud --isolation
+ * chroot`, `FROM scratch`, no registry) and run with `buildah run --isolation chroot` on the
+ * host network, exactly with the image's entrypoint and command: flowgen traffic over TCP and
+ * UDP reaches the flow log in a mounted directory; the process runs as 65532; there is no
+ * shell; a sink configured outside what the entrypoint grants fails with a permission error in
+ * the log while collection goes on. The collector uses the image's port, 4739.
+ */
+
+import assert from "node:assert/strict";
+import {
+  buildImage,
+  type BuiltImage,
+  IMAGE_PATHS,
+  imageSpec,
+  NONROOT,
+  registryContainerfile,
+  scratchContainerfile,
+} from "../../scripts/image.ts";
+import { FLOWGEN_TS } from "../../scripts/bench/process.ts";
+import { waitFor } from "../_helpers/wait.ts";
+
+const TAG = `localhost/flow-aggregator:test-${Date.now()}`;
+const work = await Deno.makeTempDir({ prefix: "fa-image-test-" });
+let built: BuiltImage | undefined;
+
+globalThis.addEventListener("unload", () => {
+  new Deno.Command("buildah", { args: ["rmi", "-f", TAG], stdout: "null", stderr: "null" })
+    .outputSync();
+  Deno.removeSync(work, { recursive: true });
+});
+
+async function image(): Promise<BuiltImage> {
+  built ??= await buildImage({ tag: TAG, archiveDir: `${work}/dist` });
+  return built;
+}
+
+async function cmd(
+  name: string,
+  args: string[],
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  const out = await new Deno.Command(name, { args, stdout: "piped", stderr: "piped" }).output();
+  const dec = new TextDecoder();
+  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
+}
+
+/** A working container of the image, removed by `dispose`. */
+async function container(): Promise<{ id: string; dispose: () => Promise<void> }> {
+  const r = await cmd("buildah", ["from", "--quiet", TAG]);
+  assert.equal(r.code, 0, r.stderr);
+  const id = r.stdout.trim();
+  return { id, dispose: async () => void await cmd("buildah", ["rm", id]) };
+}
+
+/** The image's process, running in a container with the config and log dirs mounted. */
+class ImageProcess {
+  stderr = "";
+  readonly #child: Deno.ChildProcess;
+  readonly #pump: Promise<void>;
+
+  constructor(id: string, confDir: string, logDir: string) {
+    const spec = imageSpec();
+    this.#child = new Deno.Command("buildah", {
+      args: [
+        "run",
+        "--isolation",
+        "chroot",
+        "--net",
+        "host",
+        "-v",
+        `${confDir}:${IMAGE_PATHS.configDir}`,
+        "-v",
+        `${logDir}:${IMAGE_PATHS.logDir}`,
+        id,
+        "--",
+        ...spec.entrypoint,
+        ...spec.cmd,
+      ],
+      stdout: "null",
+      stderr: "piped",
+    }).spawn();
+    const stderr = this.#child.stderr;
+    this.#pump = (async () => {
+      for await (const chunk of stderr.pipeThrough(new TextDecoderStream())) {
+        this.stderr += chunk;
+      }
+    })();
+  }
+
+  async waitFor(re: RegExp, what: string): Promise<void> {
+    await waitFor(() => re.test(this.stderr), {
+      timeoutMs: 20_000,
+      what: `${what}:\n${this.stderr}`,
+    });
+  }
+
+  /** Pid of the runtime on the host (chroot isolation: a host process). */
+  async pid(): Promise<number> {
+    const r = await cmd("pgrep", ["-f", `^${IMAGE_PATHS.deno} run .*${IMAGE_PATHS.program}`]);
+    const pids = r.stdout.trim().split("\n").filter((l) => l !== "").map(Number);
+    assert.equal(pids.length, 1, `one image process running, got ${r.stdout}`);
+    return pids[0];
+  }
+
+  async stop(): Promise<number> {
+    Deno.kill(await this.pid(), "SIGTERM");
+    const s = await this.#child.status;
+    await this.#pump;
+    return s.code;
+  }
+
+  /** Kills what is left (a failed test must not leave a process holding port 4739). */
+  async dispose(): Promise<void> {
+    await cmd("pkill", ["-KILL", "-f", `^${IMAGE_PATHS.deno} run .*${IMAGE_PATHS.program}`]);
+    await this.#child.status;
+    await this.#pump;
+  }
+}
+
+async function dirs(conf: string): Promise<{ confDir: string; logDir: string }> {
+  const confDir = await Deno.makeTempDir({ dir: work });
+  const logDir = await Deno.makeTempDir({ dir: work });
+  await Deno.writeTextFile(`${confDir}/flow-aggregator.conf`, conf);
+  // The process runs as 65532: it must be able to read the config and write the logs.
+  await Deno.chmod(confDir, 0o755);
+  await Deno.chmod(logDir, 0o777);
+  return { confDir, logDir };
+}
+
+function conf(transport: "TCP" | "UDP", extra = ""): string {
+  return `activeFlowRecordTimeout: 1s
+inactiveFlowRecordTimeout: 2s
+aggregatorTransportProtocol: ${transport}
+flowLogger:
+  enable: true
+  path: ${IMAGE_PATHS.logDir}/flows.log
+${extra}`;
+}
+
+async function flowgen(proto: "tcp" | "udp", records: number): Promise<number> {
+  const r = await cmd(Deno.execPath(), [
+    "run",
+    "-A",
+    FLOWGEN_TS,
+    "--target",
+    "127.0.0.1:4739",
+    "--proto",
+    proto,
+    "--agents",
+    "2",
+    "--flows",
+    "50",
+    "--rate",
+    "2000",
+    "--records",
+    String(records),
+    "--json",
+  ]);
+  assert.equal(r.code, 0, r.stderr);
+  return JSON.parse(r.stdout).records;
+}
+
+async function flowLogLines(path: string): Promise<string[]> {
+  try {
+    return (await Deno.readTextFile(path)).split("\n").filter((l) => l !== "");
+  } catch {
+    return [];
+  }
+}
+
+Deno.test({
+  name: "image: FROM scratch, no registry: nonroot, narrowed entrypoint, no shell, OCI archive",
+  sanitizeResources: false,
+  async fn() {
+    const img = await image();
+    assert.ok(img.bytes < 120e6, `image file system ${img.bytes} bytes (goal <= 120 MB)`);
+    const inspect = await cmd("buildah", ["inspect", "--type", "image", TAG]);
+    assert.equal(inspect.code, 0, inspect.stderr);
+    const config = JSON.parse(inspect.stdout).OCIv1.config;
+    assert.equal(config.User, `${NONROOT}:${NONROOT}`);
+    assert.deepEqual(config.Entrypoint, imageSpec().entrypoint);
+    assert.deepEqual(config.Cmd, ["--config", IMAGE_PATHS.config]);
+    // Explicit permissions only: every --allow-* flag names what it allows.
+    const allows = config.Entrypoint.filter((a: string) => a.startsWith("--allow-"));
+    assert.ok(allows.length >= 4);
+    for (const a of allows) assert.match(a, /^--allow-(net|read|write|env)=./, a);
+    const tar = await cmd("tar", ["-tf", img.archive!]);
+    assert.equal(tar.code, 0, tar.stderr);
+    assert.match(tar.stdout, /^oci-layout$/m);
+    assert.match(tar.stdout, /^index\.json$/m);
+
+    const c = await container();
+    try {
+      const sh = await cmd("buildah", [
+        "run",
+        "--isolation",
+        "chroot",
+        c.id,
+        "--",
+        "/bin/sh",
+        "-c",
+        "true",
+      ]);
+      assert.notEqual(sh.code, 0, "no /bin/sh in the image");
+      const ls = await cmd("buildah", ["run", "--isolation", "chroot", c.id, "--", "/bin/ls"]);
+      assert.notEqual(ls.code, 0, "no coreutils in the image");
+    } finally {
+      await c.dispose();
+    }
+  },
+});
+
+for (const transport of ["TCP", "UDP"] as const) {
+  Deno.test({
+    name:
+      `image: runs as ${NONROOT} and logs flowgen's ${transport} flows to the mounted directory`,
+    sanitizeResources: false,
+    async fn() {
+      await image();
+      const { confDir, logDir } = await dirs(conf(transport));
+      const c = await container();
+      const fa = new ImageProcess(c.id, confDir, logDir);
+      try {
+        await fa.waitFor(/msg="Started (TCP|UDP) collecting process"/, "collector start");
+        assert.match(fa.stderr, /msg="exporter worker started" exporter=log /);
+        const status = await Deno.readTextFile(`/proc/${await fa.pid()}/status`);
+        assert.match(status, new RegExp(`^Uid:\\s+${NONROOT}\\s`, "m"));
+        const sent = await flowgen(transport === "TCP" ? "tcp" : "udp", 400);
+        assert.equal(sent, 400);
+        // 2 agents x 50 flows: every flow's line appears within the 1 s active timeout.
+        await waitFor(async () => (await flowLogLines(`${logDir}/flows.log`)).length >= 50, {
+          timeoutMs: 20_000,
+          what: "flow log lines",
+        });
+        assert.equal(await fa.stop(), 0, fa.stderr);
+      } finally {
+        await fa.dispose();
+        await c.dispose();
+      }
+      const lines = await flowLogLines(`${logDir}/flows.log`);
+      assert.ok(lines.every((l) => l.split(",").length >= 28), "whole log lines");
+    },
+  });
+}
+
+Deno.test({
+  name: "image: a sink outside the granted paths and hosts fails with a permission error; " +
+    "collection goes on",
+  sanitizeResources: false,
+  async fn() {
+    await image();
+    const { confDir, logDir } = await dirs(
+      conf("TCP").replace(`${IMAGE_PATHS.logDir}/flows.log`, "/tmp/elsewhere/flows.log") +
+        "flowCollector:\n  enable: true\n  address: 127.0.0.1:4740:tcp\n",
+    );
+    const c = await container();
+    const fa = new ImageProcess(c.id, confDir, logDir);
+    try {
+      await fa.waitFor(/msg="Started TCP collecting process"/, "collector start");
+      await fa.waitFor(/exporter log needs [^"]*--allow-write=\/tmp\/elsewhere/, "log refusal");
+      await fa.waitFor(/exporter ipfix needs [^"]*--allow-net=127\.0\.0\.1:4740/, "IPFIX refusal");
+      assert.equal(await fa.stop(), 0, fa.stderr);
+    } finally {
+      await fa.dispose();
+      await c.dispose();
+    }
+  },
+});
+
+Deno.test("image: the registry Containerfile is the one generated from the image spec", async () => {
+  const committed = await Deno.readTextFile(new URL("../../Containerfile", import.meta.url));
+  assert.equal(
+    committed,
+    registryContainerfile(imageSpec()),
+    "regenerate it: deno run -A scripts/image.ts --write-containerfile",
+  );
+  // Both builds declare the same process.
+  const scratch = scratchContainerfile(imageSpec());
+  const tail = (text: string) => text.slice(text.indexOf("USER "));
+  assert.equal(tail(committed), tail(scratch));
+});

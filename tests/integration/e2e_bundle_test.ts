@@ -18,6 +18,7 @@ import {
   runToExit,
 } from "../_helpers/process.ts";
 import { intraNodeKey, intraNodeRecord } from "./helpers/scenarios.ts";
+import { WORKER_ENTRIES } from "../../src/worker_module.ts";
 
 const dir = await Deno.makeTempDir({ prefix: "fa-e2e-bundle-" });
 const bundle = `${dir}/flow-aggregator.js`;
@@ -123,6 +124,17 @@ Deno.test({
       assert.equal(status.code, 0, fa.stderr);
     } finally {
       await fa.dispose();
+    }
+  },
+});
+
+Deno.test({
+  name: "bundle: every worker entry is bundled next to the program",
+  async fn() {
+    await build();
+    for (const name of Object.keys(WORKER_ENTRIES)) {
+      const size = (await Deno.stat(`${dir}/workers/${name}.js`)).size;
+      assert.ok(size > 1000, `workers/${name}.js has ${size} bytes`);
     }
   },
 });

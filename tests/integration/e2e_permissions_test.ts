@@ -10,6 +10,7 @@ import { DENO_JSON, FaProcess, flowLogConfig, MAIN_TS, runDeno } from "../_helpe
 import { SimAgent } from "./helpers/agent.ts";
 import { readFlowLog } from "./helpers/flow_log.ts";
 import { intraNodeRecord } from "./helpers/scenarios.ts";
+import { waitFor } from "../_helpers/wait.ts";
 
 const SRC = new URL("../../src", import.meta.url).pathname;
 
@@ -69,6 +70,51 @@ Deno.test("e2e permissions: the process runs on exactly the printed flags, its f
     assert.equal(stopped[0].fields.received, String(n));
     assert.equal(stopped[0].fields.exported, String(n));
     assert.equal(stopped[0].fields.permissionDenied, "0");
+    assert.deepEqual(fa.find({ level: "error" }).map((e) => e.raw), []);
+  } finally {
+    fa?.kill("SIGKILL");
+    await fa?.status;
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("e2e permissions: UDP on the printed flags takes the fast path (--allow-ffi)", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-e2e-perm-udp-" });
+  let fa: FaProcess | undefined;
+  try {
+    const conf = `${dir}/flow-aggregator.conf`;
+    await Deno.writeTextFile(conf, flowLogConfig(`${dir}/flows.log`, { transport: "UDP" }));
+    const args = ["--config", conf, "--listen", "127.0.0.1:0"];
+    const printed = await runDeno([
+      "run",
+      "--allow-read",
+      "--allow-env",
+      "--config",
+      DENO_JSON,
+      MAIN_TS,
+      "permissions",
+      ...args,
+    ]);
+    assert.equal(printed.code, 0, printed.stderr);
+    const flags = printed.stdout.trim().split(" ");
+    // Unscoped: Deno 2.9.6 grants pointer operations (Deno.UnsafePointer.of, which the receive
+    // loop uses) only with the bare flag; a flag scoped to libc's path opens libc but then
+    // fails in the receive worker with NotCapable.
+    assert.deepEqual(flags.filter((f) => f.startsWith("--allow-ffi")), ["--allow-ffi"]);
+    fa = FaProcess.start({ denoFlags: [...flags, "--config", DENO_JSON], args, cwd: dir });
+    const port = await fa.collectorPort();
+    await fa.waitFor({ msg: "udp receiver listening", mode: "ffi" }, 15_000);
+    const agent = await SimAgent.connect("k8s-node-1", port, "udp");
+    await agent.sendTemplates();
+    const n = 40;
+    for (let i = 0; i < n; i++) await agent.sendRecord(intraNodeRecord(53_000 + i));
+    agent.close();
+    await waitFor(async () => (await readFlowLog(`${dir}/flows.log`).catch(() => [])).length >= n, {
+      timeoutMs: 10_000,
+      what: "UDP flows in the log",
+    });
+    const status = await fa.stop("SIGTERM", 20_000);
+    assert.equal(status.code, 0, fa.stderr);
     assert.deepEqual(fa.find({ level: "error" }).map((e) => e.raw), []);
   } finally {
     fa?.kill("SIGKILL");

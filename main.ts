@@ -24,6 +24,8 @@ import {
 import { FlowAggregator } from "./src/flow_aggregator.ts";
 import { isLogLevel, logger, type LogLevel, setLogFormat, setLogLevel } from "./src/log.ts";
 import type { GeneratedCertificates } from "./src/pki/mod.ts";
+import { apiAddress, DEFAULT_TOKEN_FILE, runCli, startApi } from "./src/api/mod.ts";
+import { CLI_COMMANDS } from "./src/api/cli.ts";
 
 const log = logger("main");
 
@@ -36,12 +38,19 @@ Usage: deno task start [flags]
        deno task permissions [--config FILE] [flags]   print the deno run permission flags
                        this configuration needs (narrowest set), then exit; with --per-sink,
                        a table of the permissions each sink's worker runs with
+       flow-aggregator get flowrecords [--srcip X] [--dstip X] [--proto N] [--srcport N]
+                       [--dstport N] [-o table|json|yaml] | get recordmetrics [-o ...] |
+                       log-level [N] | version    ask the running process (its API), as antctl
+                       does; [--server https://127.0.0.1:10348] [--token-file FILE]
 
 Flags:
   --config FILE        configuration file (Antrea v1.13 flow-aggregator.conf format); watched
                        for changes. Default: the embedded configuration (TCP on :4739,
                        flow log to ./flows.log).
   --listen ADDR        collector listen address (default [::]:4739, IPv4 and IPv6).
+  --api-listen ADDR    HTTPS API address (default [::]:<apiServer.apiPort>, i.e. 10348).
+  --api-token-file F   where the API's loopback bearer token (and its CA, api-ca.crt, next to
+                       it) is written; default /var/run/antrea/apiserver/loopback-client-token.
   --udp-receiver MODE  UDP receive path: auto (default: the fast recvmmsg path when started
                        with --allow-ffi on Linux, else one Deno socket), fast, or socket.
   --udp-workers N      fast path: sockets/threads sharing the port (SO_REUSEPORT), default 1.
@@ -67,6 +76,10 @@ export interface CliOptions {
   config?: string;
   listen?: string;
   certDir?: string;
+  /** `--api-listen`: the API's address; default `[::]:<apiServer.apiPort>`. */
+  apiListen?: string;
+  /** `--api-token-file`: where the API's loopback token is written. */
+  apiTokenFile?: string;
   udpReceiver: "auto" | "fast" | "socket";
   udpWorkers: number;
   exportersInProcess: boolean;
@@ -141,6 +154,12 @@ export function parseArgs(args: readonly string[]): CliOptions {
         break;
       case "cert-dir":
         opts.certDir = value();
+        break;
+      case "api-listen":
+        opts.apiListen = value();
+        break;
+      case "api-token-file":
+        opts.apiTokenFile = value();
         break;
       case "udp-receiver": {
         const v = value();
@@ -280,6 +299,8 @@ async function printPermissions(opts: CliOptions): Promise<number> {
     certDir: opts.certDir,
     udpReceiver: opts.udpReceiver,
     exportersInProcess: opts.exportersInProcess,
+    apiListen: opts.apiListen,
+    apiTokenFile: opts.apiTokenFile,
   }));
   console.log(flags.join(" "));
   return 0;
@@ -364,12 +385,22 @@ async function run(opts: CliOptions): Promise<number> {
   });
 
   await fa.start();
+  const api = await startApi(fa, {
+    address: apiAddress(opts.apiListen, config.apiServer.apiPort),
+    tokenFile: opts.apiTokenFile ?? DEFAULT_TOKEN_FILE,
+    version: VERSION,
+  });
   await done.promise;
+  await api.close();
   await watcher?.stop();
   await fa.stop();
   for (const [s, h] of handlers) Deno.removeSignalListener(s, h);
   log.info("flow aggregator stopped");
   return 0;
+}
+
+if (import.meta.main && CLI_COMMANDS.includes(Deno.args[0])) {
+  Deno.exit(await runCli(Deno.args));
 }
 
 if (import.meta.main) {

@@ -35,6 +35,7 @@ export const IMAGE_PATHS = {
   configDir: "/etc/flow-aggregator",
   config: "/etc/flow-aggregator/flow-aggregator.conf",
   logDir: "/var/log/antrea/flow-aggregator",
+  tokenDir: "/var/run/antrea/apiserver",
   home: "/home/nonroot",
 } as const;
 
@@ -125,7 +126,7 @@ export function registryContainerfile(spec: ImageSpec): string {
     "COPY src ./src",
     "COPY scripts ./scripts",
     `RUN deno install && deno run -A scripts/bundle.ts --out=/out${IMAGE_PATHS.app} && \\`,
-    `    mkdir -p /out${IMAGE_PATHS.configDir} /out${IMAGE_PATHS.logDir} && \\`,
+    `    mkdir -p /out${IMAGE_PATHS.configDir} /out${IMAGE_PATHS.logDir} /out${IMAGE_PATHS.tokenDir} && \\`,
     `    deno run -A scripts/image.ts --print-config > /out${IMAGE_PATHS.config}`,
     "",
     "FROM gcr.io/distroless/cc-debian12:nonroot",
@@ -133,6 +134,7 @@ export function registryContainerfile(spec: ImageSpec): string {
     `COPY --from=build /out${IMAGE_PATHS.app} ${IMAGE_PATHS.app}`,
     `COPY --from=build /out${IMAGE_PATHS.configDir} ${IMAGE_PATHS.configDir}`,
     `COPY --from=build --chown=${NONROOT}:${NONROOT} /out${IMAGE_PATHS.logDir} ${IMAGE_PATHS.logDir}`,
+    `COPY --from=build --chown=${NONROOT}:${NONROOT} /out${IMAGE_PATHS.tokenDir} ${IMAGE_PATHS.tokenDir}`,
     ...tail(spec),
     "",
   ].join("\n");
@@ -185,7 +187,7 @@ export async function buildContext(ctx: string, spec: ImageSpec): Promise<number
   await Deno.writeTextFile(`${root}/etc/group`, `root:x:0:\nnonroot:x:${NONROOT}:\n`);
   await Deno.mkdir(`${root}/tmp`, { recursive: true });
   await Deno.chmod(`${root}/tmp`, 0o1777);
-  for (const dir of [IMAGE_PATHS.logDir, IMAGE_PATHS.home]) {
+  for (const dir of [IMAGE_PATHS.logDir, IMAGE_PATHS.tokenDir, IMAGE_PATHS.home]) {
     await Deno.mkdir(`${owned}${dir}`, { recursive: true });
   }
   await Deno.writeTextFile(`${ctx}/Containerfile`, scratchContainerfile(spec));

@@ -681,39 +681,44 @@ export class FlowAggregator {
     this.#arm();
   }
 
-  /**
-   * One info line with every counter, flattened from the stats objects (so a counter added to
-   * a component's stats appears here without an edit): the process's own, the collector's
-   * (unprefixed, as before), the core's (`aggregation.*`), the UDP receive path's (`udp*`) and
-   * each sink's (`<section>.*`, its worker's own counters under `<section>.sink.*`).
-   */
+  /** One info line with every counter ({@linkcode statsFields}). */
   #logMetrics(): void {
-    const { aggregation, collector, exporters, ...own } = this.stats();
-    const fields: LogFields = {};
-    counterFields(own, "", fields);
-    fields.recordsAggregated = aggregation.recordsAccepted;
-    fields.rejected = sumOf(aggregation.recordsRejected);
-    counterFields(aggregation, "aggregation.", fields);
-    if (collector !== undefined) {
-      // Per-exporter counters (up to 10,000 peers) are for the API, not a log line.
-      const { exporters: _perPeer, udpReceiver: udp, ...counters } = collector;
-      counterFields(counters, "", fields);
-      if (udp !== undefined) {
-        const { kernelDropsKnown, ...counters } = udp;
-        for (const [k, v] of Object.entries(counters)) {
-          if (typeof v === "number") fields[`udp${k[0].toUpperCase()}${k.slice(1)}`] = v;
-        }
-        // Never a 0 that means "could not look": the socket path without /proc access.
-        if (!kernelDropsKnown) fields.udpKernelDrops = "unknown";
-      }
-    }
-    for (const [section, e] of Object.entries(exporters)) {
-      const { sink, ...rest } = e as ExporterStats & { sink?: Record<string, unknown> };
-      counterFields(rest, `${section}.`, fields);
-      if (sink !== undefined) counterFields(sink, `${section}.sink.`, fields, false);
-    }
-    log.info("record metrics", fields);
+    log.info("record metrics", statsFields(this.stats()));
   }
+}
+
+/**
+ * Every counter of a stats snapshot as flat `key = value` fields (the metrics log line and the
+ * API's Prometheus text): the process's own, the collector's (unprefixed), the core's
+ * (`aggregation.*`), the UDP receive path's (`udp*`) and each sink's (`<section>.*`, its
+ * worker's own counters under `<section>.sink.*`).
+ */
+export function statsFields(stats: FlowAggregatorStats): LogFields {
+  const { aggregation, collector, exporters, ...own } = stats;
+  const fields: LogFields = {};
+  counterFields(own, "", fields);
+  fields.recordsAggregated = aggregation.recordsAccepted;
+  fields.rejected = rejectedTotal(stats);
+  counterFields(aggregation, "aggregation.", fields);
+  if (collector !== undefined) {
+    // Per-exporter counters (up to 10,000 peers) are for the API, not a log line.
+    const { exporters: _perPeer, udpReceiver: udp, ...counters } = collector;
+    counterFields(counters, "", fields);
+    if (udp !== undefined) {
+      const { kernelDropsKnown, ...counters } = udp;
+      for (const [k, v] of Object.entries(counters)) {
+        if (typeof v === "number") fields[`udp${k[0].toUpperCase()}${k.slice(1)}`] = v;
+      }
+      // Never a 0 that means "could not look": the socket path without /proc access.
+      if (!kernelDropsKnown) fields.udpKernelDrops = "unknown";
+    }
+  }
+  for (const [section, e] of Object.entries(exporters)) {
+    const { sink, ...rest } = e as ExporterStats & { sink?: Record<string, unknown> };
+    counterFields(rest, `${section}.`, fields);
+    if (sink !== undefined) counterFields(sink, `${section}.sink.`, fields, false);
+  }
+  return fields;
 }
 
 /**
@@ -731,6 +736,11 @@ function counterFields(stats: object, prefix: string, out: LogFields, sumMaps = 
       if (values.every((x) => typeof x === "number")) out[prefix + k] = sumOf(v);
     }
   }
+}
+
+/** Records the aggregation core rejected, every reason. */
+export function rejectedTotal(stats: FlowAggregatorStats): number {
+  return sumOf(stats.aggregation.recordsRejected);
 }
 
 function sumOf(counts: Readonly<Record<string, number>>): number {

@@ -12,6 +12,7 @@ import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { DEFAULT_LISTEN_ADDRESS, UDP_FAST_WORKER_MODULE } from "./collector/mod.ts";
 import { COMPONENTS, type FlowAggregatorConfig } from "./components.ts";
+import { apiAddress, DEFAULT_TOKEN_FILE } from "./api/mod.ts";
 import type { ExporterPermissions } from "./exporters/component.ts";
 
 /**
@@ -48,6 +49,10 @@ export interface PermissionInputs {
    * `/app`); default the directory of the running program's own modules.
    */
   moduleDir?: string;
+  /** `--api-listen`; default `[::]:<apiServer.apiPort>`. */
+  apiListen?: string;
+  /** `--api-token-file`; default upstream's loopback token path. */
+  apiTokenFile?: string;
 }
 
 /** The process's permissions: allow-lists per kind, and the booleans. */
@@ -85,9 +90,13 @@ export function processPermissions(
   config: FlowAggregatorConfig,
   inputs: PermissionInputs = {},
 ): ProcessPermissions {
-  const net = [inputs.listen ?? DEFAULT_LISTEN_ADDRESS];
+  const net = [
+    inputs.listen ?? DEFAULT_LISTEN_ADDRESS,
+    apiAddress(inputs.apiListen, config.apiServer.apiPort),
+  ];
   const read: string[] = [];
-  const write: string[] = [];
+  // The API's loopback token and CA.
+  const write: string[] = [dirname(resolve(inputs.apiTokenFile ?? DEFAULT_TOKEN_FILE))];
   const env = [...PROCESS_ENV];
   const moduleDir = inputs.moduleDir ?? SOURCE_DIR;
   if (inputs.configPath !== undefined) read.push(dirname(resolve(inputs.configPath)));

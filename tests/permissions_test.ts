@@ -8,6 +8,9 @@ import {
 } from "../src/permissions.ts";
 
 const SRC = new URL("../src", import.meta.url).pathname;
+/** The API's default address and the directory of its loopback token (every process has both). */
+const API = "[::]:10348";
+const TOKEN_DIR = "/var/run/antrea/apiserver";
 
 function cfg(text: string) {
   return parseConfig(text, { tmpDir: "/tmp" });
@@ -26,9 +29,9 @@ flowLogger:
     { configPath: "/etc/flow-aggregator/flow-aggregator.conf", listen: "0.0.0.0:4739" },
   );
   assert.deepEqual(p, {
-    net: ["0.0.0.0:4739", "[fd00::5]:4740"],
+    net: ["0.0.0.0:4739", API, "[fd00::5]:4740"],
     read: ["/etc/flow-aggregator", SRC, "/var/log/fa"].sort(),
-    write: ["/var/log/fa"],
+    write: ["/var/log/fa", TOKEN_DIR],
     env: [...PROCESS_ENV].sort(),
     ffi: false,
   });
@@ -47,11 +50,11 @@ Deno.test("permissions: UDP adds --allow-ffi and the worker modules, never /proc
   const udp = cfg("aggregatorTransportProtocol: UDP\nflowLogger:\n  enable: true\n  path: '-'\n");
   const linux = Deno.build.os === "linux";
   assert.deepEqual(processPermissions(udp, { exportersInProcess: true }), {
-    net: ["[::]:4739"],
+    net: [API, "[::]:4739"],
     // The fast path's receive worker module; kernel drops and buffer sizes under /proc are not
     // asked for: Deno reads /proc only with --allow-all, whatever --allow-read lists.
     read: linux ? [SRC] : [],
-    write: [],
+    write: [TOKEN_DIR],
     env: [...PROCESS_ENV].sort(),
     ffi: linux,
   });
@@ -65,10 +68,11 @@ Deno.test("permissions: a flow log on stdout writes nowhere; sinks in process re
     cfg("aggregatorTransportProtocol: TCP\nflowLogger:\n  enable: true\n  path: '-'\n"),
     { exportersInProcess: true },
   );
-  assert.deepEqual(p.write, []);
+  assert.deepEqual(p.write, [TOKEN_DIR]);
   assert.deepEqual(p.read, []);
   assert.deepEqual(permissionFlags(p), [
-    "--allow-net=[::]:4739",
+    `--allow-net=${API},[::]:4739`,
+    `--allow-write=${TOKEN_DIR}`,
     `--allow-env=${[...PROCESS_ENV].sort().join(",")}`,
     "--unstable-net",
     "--unstable-worker-options",
@@ -83,7 +87,7 @@ clickHouse:
   databaseURL: tcp://ch.example:9000
 `),
   );
-  assert.deepEqual(p.net, ["[::]:4739"]);
+  assert.deepEqual(p.net, [API, "[::]:4739"]);
   // Its worker permissions are still known (native port 9000 maps to the HTTP port 8123).
   assert.match(
     sinkPermissionTable(cfg(`clickHouse:
@@ -92,4 +96,12 @@ clickHouse:
 `)),
     /\| clickhouse \(`clickHouse`\) \| `ch\.example:8123` \| — \| — \| `CH_USERNAME`, `CH_PASSWORD` \|/,
   );
+});
+
+Deno.test("permissions: the API's address and token directory follow its flags and apiPort", () => {
+  const c = cfg("apiServer:\n  apiPort: 10400\nflowLogger:\n  enable: true\n  path: '-'\n");
+  assert.ok(processPermissions(c).net.includes("[::]:10400"));
+  const p = processPermissions(c, { apiListen: "127.0.0.1:0", apiTokenFile: "/run/fa/token" });
+  assert.ok(p.net.includes("127.0.0.1:0") && !p.net.includes("[::]:10400"));
+  assert.deepEqual(p.write, ["/run/fa"]);
 });

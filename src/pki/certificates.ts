@@ -188,3 +188,62 @@ export function generateCertificates(
     client: { certPem: clientPem, keyPem: clientKey.keyPem },
   };
 }
+
+/** The API server's certificate: a chain (leaf then CA) and the leaf's key. */
+export interface ApiCertificate {
+  /** Leaf + CA, PEM, as served. */
+  readonly chainPem: string;
+  /** The leaf's private key, PEM. */
+  readonly keyPem: string;
+  /** The CA alone (what a client trusts). */
+  readonly caPem: string;
+}
+
+/**
+ * The API server's self-signed material (control-plane.md §5.1), generated at every start: a
+ * CA `localhost-ca@<unix>` signing a serving certificate `localhost@<unix>` (serverAuth) for DNS
+ * `localhost` and IPs `127.0.0.1`, `::1`, valid from `now − 1h` for a year.
+ */
+export function generateApiCertificate(now: Date = new Date()): ApiCertificate {
+  const unix = Math.floor(now.getTime() / 1000);
+  const notBefore = new Date(now.getTime() - HOUR_MS);
+  const notAfter = new Date(notBefore.getTime() + 365 * DAY_MS);
+  const caKey = newKey(2048);
+  const leafKey = newKey(2048);
+  const caSubject = cnAttributes(`localhost-ca@${unix}`);
+  const caPem = buildCert({
+    serial: "01",
+    subject: caSubject,
+    issuer: caSubject,
+    publicKey: caKey.publicKey,
+    signingKey: caKey.privateKey,
+    notBefore,
+    notAfter,
+    extensions: [
+      { name: "basicConstraints", cA: true, critical: true },
+      { name: "keyUsage", digitalSignature: true, keyCertSign: true, critical: true },
+      { name: "subjectKeyIdentifier" },
+    ],
+  });
+  const leafPem = buildCert({
+    serial: "02",
+    subject: cnAttributes(`localhost@${unix}`),
+    issuer: caSubject,
+    publicKey: leafKey.publicKey,
+    signingKey: caKey.privateKey,
+    notBefore,
+    notAfter,
+    extensions: [
+      { name: "keyUsage", digitalSignature: true, keyEncipherment: true, critical: true },
+      { name: "extKeyUsage", serverAuth: true },
+      {
+        name: "subjectAltName",
+        altNames: [{ type: 2, value: "localhost" }, { type: 7, ip: "127.0.0.1" }, {
+          type: 7,
+          ip: "::1",
+        }],
+      },
+    ],
+  });
+  return { chainPem: leafPem + caPem, keyPem: leafKey.keyPem, caPem };
+}

@@ -42,6 +42,14 @@ export function parseLogLine(line: string): LogEvent {
   return { raw: line, fields };
 }
 
+/**
+ * The API flags the helper adds to a process unless its test sets `--api-listen`: a free
+ * loopback port and a token file in `dir`.
+ */
+export function apiArgs(dir: string): string[] {
+  return ["--api-listen", "127.0.0.1:0", "--api-token-file", `${dir}/token`];
+}
+
 /** How to start the process. */
 export interface StartOptions {
   /** Arguments after the script (flags of main.ts). */
@@ -126,8 +134,17 @@ export class FaProcess {
   static start(opts: StartOptions = {}): FaProcess {
     const denoFlags = opts.denoFlags ?? ["--allow-all", "--config", DENO_JSON];
     const cwd = opts.cwd ?? Deno.cwd();
+    const args = [...(opts.args ?? [])];
+    // Tests run in parallel: unless a test says otherwise, each process's API gets a free
+    // loopback port and a token file of its own (not 10348 and upstream's shared path).
+    let apiDir: string | undefined;
+    if (!args.some((a) => a === "--api-listen" || a.startsWith("--api-listen="))) {
+      apiDir = Deno.makeTempDirSync({ prefix: "fa-api-" });
+      // In front: a test's own arguments may end with a flag whose value is missing.
+      args.unshift(...apiArgs(apiDir));
+    }
     const cmd = new Deno.Command(Deno.execPath(), {
-      args: ["run", ...denoFlags, opts.script ?? MAIN_TS, ...(opts.args ?? [])],
+      args: ["run", ...denoFlags, opts.script ?? MAIN_TS, ...args],
       cwd,
       // DENO_DIR stays the test runner's: a HOME-derived cache would be empty and make Deno
       // fetch npm metadata from the registry on every start (slow, and fails offline).
@@ -136,7 +153,22 @@ export class FaProcess {
       stdout: "piped",
       stderr: "piped",
     });
-    return new FaProcess(cmd.spawn());
+    const fa = new FaProcess(cmd.spawn());
+    fa.apiTokenFile = apiDir === undefined ? undefined : `${apiDir}/token`;
+    if (apiDir !== undefined) {
+      const dir = apiDir;
+      fa.status.finally(() => Deno.remove(dir, { recursive: true }).catch(() => {}));
+    }
+    return fa;
+  }
+
+  /** The API's token file when the helper chose it (see {@linkcode apiArgs}). */
+  apiTokenFile: string | undefined;
+
+  /** The API's bound port, from its start event. */
+  async apiPort(timeoutMs = 15_000): Promise<number> {
+    const e = await this.waitFor({ msg: "API server listening" }, timeoutMs);
+    return Number(e.fields.port);
   }
 
   /**

@@ -6,7 +6,14 @@
  */
 
 import assert from "node:assert/strict";
-import { DENO_JSON, FaProcess, flowLogConfig, MAIN_TS, runDeno } from "../_helpers/process.ts";
+import {
+  apiArgs,
+  DENO_JSON,
+  FaProcess,
+  flowLogConfig,
+  MAIN_TS,
+  runDeno,
+} from "../_helpers/process.ts";
 import { SimAgent } from "./helpers/agent.ts";
 import { readFlowLog } from "./helpers/flow_log.ts";
 import { intraNodeRecord } from "./helpers/scenarios.ts";
@@ -22,7 +29,7 @@ Deno.test("e2e permissions: the process runs on exactly the printed flags, its f
     await Deno.mkdir(`${dir}/logs`);
     const conf = `${dir}/config/flow-aggregator.conf`;
     await Deno.writeTextFile(conf, flowLogConfig(`${dir}/logs/flows.log`));
-    const args = ["--config", conf, "--listen", "127.0.0.1:0"];
+    const args = ["--config", conf, "--listen", "127.0.0.1:0", ...apiArgs(`${dir}/api`)];
     const printed = await runDeno([
       "run",
       "--allow-read",
@@ -39,7 +46,7 @@ Deno.test("e2e permissions: the process runs on exactly the printed flags, its f
       "--allow-net=127.0.0.1:0",
       // Each list is sorted, so where the checkout lies decides the order.
       `--allow-read=${[`${dir}/config`, `${dir}/logs`, SRC].sort().join(",")}`,
-      `--allow-write=${dir}/logs`,
+      `--allow-write=${[`${dir}/api`, `${dir}/logs`].sort().join(",")}`,
       "--allow-env=HOME,KUBECONFIG,KUBERNETES_SERVICE_HOST,LOG_STREAM,LOG_TOKENS,POD_NAMESPACE,TMPDIR",
       "--unstable-net",
       "--unstable-worker-options",
@@ -84,7 +91,7 @@ Deno.test("e2e permissions: UDP on the printed flags takes the fast path (--allo
   try {
     const conf = `${dir}/flow-aggregator.conf`;
     await Deno.writeTextFile(conf, flowLogConfig(`${dir}/flows.log`, { transport: "UDP" }));
-    const args = ["--config", conf, "--listen", "127.0.0.1:0"];
+    const args = ["--config", conf, "--listen", "127.0.0.1:0", ...apiArgs(`${dir}/api`)];
     const printed = await runDeno([
       "run",
       "--allow-read",

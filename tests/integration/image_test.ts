@@ -232,6 +232,32 @@ for (const transport of ["TCP", "UDP"] as const) {
           timeoutMs: 20_000,
           what: "flow log lines",
         });
+        if (transport === "TCP") {
+          // The CLI in the image, as `kubectl exec deploy/flow-aggregator -- …` would run it.
+          await fa.waitFor(/msg="API server listening"/, "API start");
+          const r = await cmd("buildah", [
+            "run",
+            "--isolation",
+            "chroot",
+            "--net",
+            "host",
+            c.id,
+            "--",
+            IMAGE_PATHS.deno,
+            "run",
+            "--allow-net=127.0.0.1:10348",
+            `--allow-read=${IMAGE_PATHS.tokenDir}`,
+            IMAGE_PATHS.program,
+            "get",
+            "recordmetrics",
+            "-o",
+            "json",
+          ]);
+          assert.equal(r.code, 0, r.stderr);
+          const m = JSON.parse(r.stdout);
+          assert.equal(m.numRecordsReceived, sent);
+          assert.equal(m.withLogExporter, true);
+        }
         assert.equal(await fa.stop(), 0, fa.stderr);
       } finally {
         await fa.dispose();

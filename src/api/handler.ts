@@ -1,0 +1,231 @@
+/**
+ * The API's routes (control-plane.md §5.3–5.7), as a plain `Request → Response` function over
+ * what the process exposes ({@linkcode ApiSource}), so they are tested without a socket:
+ * `/flowrecords`, `/recordmetrics`, `/loglevel`, `/version`, `/metrics` (bearer token), and the
+ * anonymous `/healthz`, `/livez`, `/readyz`. Errors are Kubernetes `Status` JSON as upstream;
+ * the token never appears in a response or a log.
+ *
+ * @module
+ */
+
+import type { AggregatedRecord, FlowKey } from "../aggregation/record.ts";
+import { type FlowAggregatorStats, rejectedTotal } from "../flow_aggregator.ts";
+import { logger, type LogLevel, logSettings, setLogLevel } from "../log.ts";
+import { prometheusText } from "./prometheus.ts";
+
+const log = logger("api");
+
+/** What the routes read from the running process. */
+export interface ApiSource {
+  /** Held records matching `filter` (canonical address text), at most `limit`. */
+  query(filter: Partial<FlowKey>, limit: number): AggregatedRecord[];
+  /** Every counter. */
+  stats(): FlowAggregatorStats;
+  /** True once the collector listens and no sink is in a fatal state. */
+  ready(): boolean;
+}
+
+/** Options of {@linkcode apiHandler}. */
+export interface ApiHandlerOptions {
+  /** The loopback bearer token (required on every path but the health checks). */
+  token: string;
+  /** Product version (`0.1.0`). */
+  version: string;
+  /** Default and maximum of `/flowrecords?limit=`; default {@linkcode DEFAULT_RECORD_LIMIT}. */
+  recordLimit?: number;
+}
+
+/**
+ * Records `/flowrecords` returns at most (`?limit=` lowers it): a query over a million flows
+ * would otherwise build a response of a gigabyte and stall ingest while it is serialised.
+ */
+export const DEFAULT_RECORD_LIMIT = 10_000;
+
+/** Paths anyone may read (upstream's always-allowed health checks). */
+const ANONYMOUS = new Set(["/healthz", "/livez", "/readyz"]);
+
+function status(code: number, reason: string, message: string): Response {
+  const body = {
+    kind: "Status",
+    apiVersion: "v1",
+    metadata: {},
+    status: "Failure",
+    message,
+    reason,
+    code,
+  };
+  return new Response(JSON.stringify(body) + "\n", {
+    status: code,
+    headers: { "content-type": "application/json" },
+  });
+}
+
+function text(code: number, body: string): Response {
+  return new Response(body, { status: code, headers: { "content-type": "text/plain" } });
+}
+
+function json(body: string): Response {
+  return new Response(body + "\n", { headers: { "content-type": "application/json" } });
+}
+
+/** Constant-time comparison of the presented token with ours. */
+function tokenMatches(header: string | null, token: string): boolean {
+  if (header === null || !header.startsWith("Bearer ")) return false;
+  const got = new TextEncoder().encode(header.slice(7).trim());
+  const want = new TextEncoder().encode(token);
+  let diff = got.length ^ want.length;
+  for (let i = 0; i < want.length; i++) diff |= want[i] ^ (got[i] ?? 0);
+  return diff === 0;
+}
+
+/** Go `strconv.ParseUint(s, 10, bits)` as upstream reports it; undefined when `s` is fine. */
+function parseUint(s: string, bits: 8 | 16): { value: number } | { error: string } {
+  if (!/^[0-9]+$/.test(s)) {
+    return { error: `strconv.ParseUint: parsing ${JSON.stringify(s)}: invalid syntax` };
+  }
+  const v = Number(s);
+  if (v >= 2 ** bits) {
+    return { error: `strconv.ParseUint: parsing ${JSON.stringify(s)}: value out of range` };
+  }
+  return { value: v };
+}
+
+/**
+ * A record as upstream's JSON: every IE present keyed by name, 64-bit counters as exact
+ * integers (digits, not a float or a string).
+ */
+export function recordsJson(records: readonly AggregatedRecord[]): string {
+  if (records.length === 0) return "null";
+  const raw = (JSON as unknown as { rawJSON(s: string): unknown }).rawJSON;
+  return JSON.stringify(
+    records,
+    (_k, v) => typeof v === "bigint" ? raw(v.toString()) : v,
+  );
+}
+
+function flowRecords(url: URL, source: ApiSource, maxLimit: number): Response {
+  const p = url.searchParams;
+  const filter: { -readonly [K in keyof FlowKey]?: FlowKey[K] } = {};
+  const src = p.get("srcip") ?? "";
+  const dst = p.get("dstip") ?? "";
+  if (src !== "") filter.sourceAddress = src;
+  if (dst !== "") filter.destinationAddress = dst;
+  const numeric: [string, "protocol" | "sourcePort" | "destinationPort", 8 | 16, string][] = [
+    ["proto", "protocol", 8, "protocol"],
+    ["srcport", "sourcePort", 16, "source port"],
+    ["dstport", "destinationPort", 16, "destination port"],
+  ];
+  for (const [param, key, bits, what] of numeric) {
+    const v = p.get(param) ?? "";
+    if (v === "") continue;
+    const r = parseUint(v, bits);
+    // Upstream answers 404 (sic) with this text; we answer 400, keeping the message.
+    if ("error" in r) return text(400, `Error when parsing ${what}: ${r.error}`);
+    if (r.value !== 0) filter[key] = r.value;
+  }
+  let limit = maxLimit;
+  const l = p.get("limit");
+  if (l !== null && l !== "") {
+    const n = Number(l);
+    if (!Number.isInteger(n) || n < 1) return text(400, `limit must be a positive integer`);
+    limit = Math.min(n, maxLimit);
+  }
+  return json(recordsJson(source.query(filter, limit)));
+}
+
+/**
+ * `/recordmetrics`: upstream's four counters, newer Antrea's dropped count and sink flags,
+ * each omitted when zero or false, as upstream's `omitempty`.
+ */
+export function recordMetricsJson(s: FlowAggregatorStats): string {
+  const sinkDropped = Object.values(s.exporters).reduce((n, e) => n + e.dropped, 0);
+  const with_ = (section: string) => s.exporters[section] !== undefined;
+  const all: Record<string, number | boolean> = {
+    numRecordsExported: s.numRecordsExported,
+    numRecordsReceived: s.numRecordsReceived,
+    numFlows: s.numFlows,
+    numConnToCollector: s.numConnToCollector,
+    numRecordsDropped: rejectedTotal(s) + s.nonFlowRecords + sinkDropped,
+    withClickHouseExporter: with_("clickHouse"),
+    withS3Exporter: with_("s3Uploader"),
+    withLogExporter: with_("flowLogger"),
+    withIPFIXExporter: with_("flowCollector"),
+  };
+  const out: Record<string, number | boolean> = {};
+  for (const [k, v] of Object.entries(all)) if (v !== 0 && v !== false) out[k] = v;
+  return JSON.stringify(out);
+}
+
+/** klog verbosity of a log level (0 = info; debug is the verbose level). */
+function verbosityOf(level: LogLevel): number {
+  return level === "debug" ? 4 : 0;
+}
+
+function logLevel(url: URL): Response {
+  const current = verbosityOf(logSettings().level);
+  const level = url.searchParams.get("level");
+  if (level === null || level === "") return json(String(current));
+  if (!/^[0-9]+$/.test(level)) return text(400, "log level must be a positive integer");
+  const next = Number(level);
+  if (verbosityOf(next > 0 ? "debug" : "info") !== current) {
+    setLogLevel(next > 0 ? "debug" : "info");
+    log.info("Changed log level", { from: current, to: next });
+  }
+  return new Response(null, { status: 200 });
+}
+
+function version(v: string): Response {
+  const [major = "", minor = ""] = v.split(".");
+  return json(JSON.stringify({
+    major,
+    minor,
+    gitVersion: v,
+    gitCommit: "",
+    gitTreeState: "",
+    buildDate: "",
+    goVersion: "",
+    compiler: "deno",
+    platform: `${Deno.build.os}/${Deno.build.arch}`,
+  }));
+}
+
+/** The API as one request handler. */
+export function apiHandler(
+  source: ApiSource,
+  options: ApiHandlerOptions,
+): (req: Request) => Response {
+  const maxLimit = options.recordLimit ?? DEFAULT_RECORD_LIMIT;
+  return (req: Request): Response => {
+    const url = new URL(req.url);
+    const path = url.pathname;
+    if (ANONYMOUS.has(path)) {
+      if (path === "/readyz" && !source.ready()) return text(503, "not ready\n");
+      return text(200, "ok");
+    }
+    if (!tokenMatches(req.headers.get("authorization"), options.token)) {
+      return req.headers.has("authorization")
+        ? status(401, "Unauthorized", "Unauthorized")
+        : status(
+          403,
+          "Forbidden",
+          `forbidden: User "system:anonymous" cannot get path "${path}"`,
+        );
+    }
+    switch (path) {
+      case "/flowrecords":
+        return flowRecords(url, source, maxLimit);
+      case "/recordmetrics":
+        return json(recordMetricsJson(source.stats()));
+      case "/loglevel":
+        return logLevel(url);
+      case "/version":
+        return version(options.version);
+      case "/metrics":
+        return new Response(prometheusText(source.stats()), {
+          headers: { "content-type": "text/plain; version=0.0.4" },
+        });
+      default:
+        return status(404, "NotFound", `the server could not find the requested resource`);
+    }
+  };
+}

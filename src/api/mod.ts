@@ -1,0 +1,44 @@
+/**
+ * The API (control-plane.md §5): HTTPS on `apiServer.apiPort` with the loopback bearer token,
+ * upstream's endpoints plus Prometheus `/metrics`, and the in-binary CLI that talks to it.
+ *
+ * @module
+ */
+
+import type { FlowAggregator } from "../flow_aggregator.ts";
+import { type ApiServer, startApiServer } from "./server.ts";
+
+export { apiHandler, type ApiSource, DEFAULT_RECORD_LIMIT, recordsJson } from "./handler.ts";
+export { type ApiServer, caFileOf, DEFAULT_TOKEN_FILE, startApiServer } from "./server.ts";
+export { prometheusText } from "./prometheus.ts";
+export { runCli } from "./cli.ts";
+
+/** Where the API listens: `host:port` (`--api-listen`), else `[::]:<apiServer.apiPort>`. */
+export function apiAddress(listen: string | undefined, apiPort: number): string {
+  return listen ?? `[::]:${apiPort}`;
+}
+
+function splitAddress(address: string): { hostname: string; port: number } {
+  const m = /^\[?([^\]]*)\]?:(\d+)$/.exec(address);
+  if (m === null) throw new Error(`API address ${JSON.stringify(address)}: want host:port`);
+  return { hostname: m[1] === "" ? "::" : m[1], port: Number(m[2]) };
+}
+
+/** Starts the API over a running aggregator. */
+export function startApi(
+  fa: FlowAggregator,
+  opts: { address: string; tokenFile: string; version: string },
+): Promise<ApiServer> {
+  const { hostname, port } = splitAddress(opts.address);
+  return startApiServer({
+    query: (filter, limit) => fa.core.query(filter, limit),
+    stats: () => fa.stats(),
+    ready: () => fa.collectorPort > 0,
+  }, {
+    // [::] falls back to 0.0.0.0 where IPv6 is off; an explicit address is used as given.
+    hostname: hostname === "::" ? undefined : hostname,
+    port,
+    tokenFile: opts.tokenFile,
+    version: opts.version,
+  });
+}

@@ -1,0 +1,110 @@
+/**
+ * The HTTPS API listener (control-plane.md §5.1): `[::]:<apiServer.apiPort>` (IPv4 too on a
+ * dual-stack host, else `0.0.0.0`), a self-signed localhost certificate generated at every start,
+ * and the loopback bearer token written to a file (mode 0600) for the in-image CLI, next to the
+ * CA the CLI verifies the server with.
+ *
+ * TLS settings: Deno's TLS stack (rustls) speaks TLS 1.2 and 1.3 only and picks from its own
+ * cipher suites, so `apiServer.tlsMinVersion` `VersionTLS10`/`11` are met by its stricter floor,
+ * and `tlsCipherSuites` is validated (an unknown name is a start-up error, as upstream) but cannot
+ * narrow rustls's list: both are logged at start.
+ *
+ * @module
+ */
+
+import { dirname } from "node:path";
+import { generateApiCertificate } from "../pki/mod.ts";
+import { logger } from "../log.ts";
+import { apiHandler, type ApiSource } from "./handler.ts";
+
+const log = logger("api");
+
+/** Upstream's loopback token path (antctl reads it). */
+export const DEFAULT_TOKEN_FILE = "/var/run/antrea/apiserver/loopback-client-token";
+
+/** The CA certificate of the running API, next to the token (the CLI trusts it). */
+export function caFileOf(tokenFile: string): string {
+  return `${dirname(tokenFile)}/api-ca.crt`;
+}
+
+/** Options of {@linkcode startApiServer}. */
+export interface ApiServerOptions {
+  /** Port (`apiServer.apiPort`); 0 picks a free one (tests). */
+  port: number;
+  /** Bind address; default `[::]`, falling back to `0.0.0.0`. */
+  hostname?: string;
+  /** Where the loopback token and the CA are written. */
+  tokenFile: string;
+  /** Product version. */
+  version: string;
+}
+
+/** A running API server. */
+export interface ApiServer {
+  /** The bound port. */
+  readonly port: number;
+  /** The bearer token (for in-process callers and tests). */
+  readonly token: string;
+  /** The CA to verify the server with (PEM). */
+  readonly caPem: string;
+  /** Stops listening. */
+  close(): Promise<void>;
+}
+
+async function writePrivate(path: string, text: string): Promise<void> {
+  await Deno.mkdir(dirname(path), { recursive: true });
+  await Deno.writeTextFile(path, text, { mode: 0o600 });
+  await Deno.chmod(path, 0o600);
+}
+
+/**
+ * Starts the API. The token file is written before the listener opens; failing to write it is
+ * logged (the API then answers 401 to all but the health checks), not fatal. A bind failure is
+ * thrown (fatal at start, as upstream).
+ */
+export async function startApiServer(
+  source: ApiSource,
+  opts: ApiServerOptions,
+): Promise<ApiServer> {
+  const token = crypto.randomUUID();
+  const cert = generateApiCertificate();
+  try {
+    await writePrivate(opts.tokenFile, token);
+    await writePrivate(caFileOf(opts.tokenFile), cert.caPem);
+  } catch (err) {
+    log.error("cannot write the API token file: only the health checks can be used", {
+      path: opts.tokenFile,
+      err,
+    });
+  }
+  const handler = apiHandler(source, { token, version: opts.version });
+  const serve = (hostname: string) =>
+    Deno.serve({
+      hostname,
+      port: opts.port,
+      cert: cert.chainPem,
+      key: cert.keyPem,
+      onListen: () => {},
+      onError: (err) => {
+        log.error("API request failed", { err });
+        return new Response("internal error\n", { status: 500 });
+      },
+    }, handler);
+  let server: Deno.HttpServer<Deno.NetAddr>;
+  if (opts.hostname !== undefined) server = serve(opts.hostname);
+  else {
+    try {
+      server = serve("::");
+    } catch (err) {
+      if (!(err instanceof Deno.errors.AddrNotAvailable)) throw err;
+      server = serve("0.0.0.0");
+    }
+  }
+  const port = server.addr.port;
+  log.info("API server listening", {
+    address: server.addr.hostname,
+    port,
+    tokenFile: opts.tokenFile,
+  });
+  return { port, token, caPem: cert.caPem, close: () => server.shutdown() };
+}

@@ -1,0 +1,182 @@
+import assert from "node:assert/strict";
+import { apiHandler, type ApiSource, recordsJson } from "../../src/api/mod.ts";
+import { prometheusText } from "../../src/api/prometheus.ts";
+import type { FlowAggregatorStats } from "../../src/flow_aggregator.ts";
+import { logSettings, setLogLevel } from "../../src/log.ts";
+import { newCore, s1 } from "../aggregation/fixtures.ts";
+
+const TOKEN = "test-token";
+
+function stats(over: Partial<FlowAggregatorStats> = {}): FlowAggregatorStats {
+  const { core } = newCore();
+  return {
+    numRecordsExported: 0,
+    numRecordsReceived: 0,
+    numFlows: 0,
+    numConnToCollector: 0,
+    optionsRecordsIgnored: 0,
+    nonFlowRecords: 0,
+    exporterErrors: 0,
+    exportedWithoutSink: 0,
+    aggregation: core.stats(),
+    exporters: {},
+    ...over,
+  };
+}
+
+function setup(s: FlowAggregatorStats = stats()) {
+  const { core } = newCore();
+  assert.equal(core.addRecord(s1({ octetTotalCount: 2n ** 63n + 7n })), true);
+  assert.equal(
+    core.addRecord(s1({ sourceIPv4Address: "10.0.0.9", sourceTransportPort: 999 })),
+    true,
+  );
+  let ready = true;
+  const source: ApiSource = {
+    query: (f, limit) => core.query(f, limit),
+    stats: () => s,
+    ready: () => ready,
+  };
+  const h = apiHandler(source, { token: TOKEN, version: "0.1.0", recordLimit: 5 });
+  const get = (path: string, token: string | null = TOKEN) =>
+    h(
+      new Request(`https://127.0.0.1:10348${path}`, {
+        headers: token === null ? {} : { authorization: `Bearer ${token}` },
+      }),
+    );
+  return { get, setReady: (r: boolean) => (ready = r) };
+}
+
+Deno.test("api: health checks are anonymous; everything else needs the loopback token", async () => {
+  const { get, setReady } = setup();
+  for (const p of ["/healthz", "/livez", "/readyz"]) {
+    const r = await get(p, null);
+    assert.equal(r.status, 200);
+    assert.equal(await r.text(), "ok");
+  }
+  setReady(false);
+  assert.equal((await get("/readyz", null)).status, 503);
+  const anon = await get("/recordmetrics", null);
+  assert.equal(anon.status, 403);
+  const body = await anon.json();
+  assert.equal(body.kind, "Status");
+  assert.equal(body.reason, "Forbidden");
+  const bad = await get("/recordmetrics", "wrong");
+  assert.equal(bad.status, 401);
+  const text = await bad.text();
+  assert.ok(!text.includes(TOKEN) && !text.includes("wrong"), "no token in a response");
+  assert.equal((await get("/nope")).status, 404);
+});
+
+Deno.test("api: /flowrecords filters by the 5-tuple, keeps u64 exact, answers null when empty", async () => {
+  const { get } = setup();
+  const all = await (await get("/flowrecords")).text();
+  assert.equal(JSON.parse(all).length, 2);
+  const one = await (await get("/flowrecords?srcip=10.0.0.9&srcport=999&proto=6")).text();
+  const recs = JSON.parse(one);
+  assert.equal(recs.length, 1);
+  assert.equal(recs[0].sourceIPv4Address, "10.0.0.9");
+  // The other record's 2^63 + 7 is written as digits, exactly.
+  assert.match(all, /"octetTotalCount":9223372036854775815/);
+  assert.equal(await (await get("/flowrecords?srcip=10.9.9.9")).text(), "null\n");
+  const bad = await get("/flowrecords?proto=300");
+  assert.equal(bad.status, 400);
+  assert.equal(
+    await bad.text(),
+    'Error when parsing protocol: strconv.ParseUint: parsing "300": value out of range',
+  );
+  const bad2 = await get("/flowrecords?srcport=abc");
+  assert.match(await bad2.text(), /^Error when parsing source port: .*invalid syntax$/);
+  assert.equal(JSON.parse(await (await get("/flowrecords?limit=1")).text()).length, 1);
+  assert.equal((await get("/flowrecords?limit=0")).status, 400);
+});
+
+Deno.test("api: /recordmetrics omits zeros and says which sinks run", async () => {
+  const { get: empty } = setup();
+  assert.equal(await (await empty("/recordmetrics")).text(), "{}\n");
+  const { get } = setup(stats({
+    numRecordsReceived: 10,
+    numRecordsExported: 4,
+    numFlows: 2,
+    exporters: {
+      flowLogger: { exported: 4, dropped: 1, errors: 0 },
+    } as unknown as FlowAggregatorStats["exporters"],
+  }));
+  assert.deepEqual(await (await get("/recordmetrics")).json(), {
+    numRecordsExported: 4,
+    numRecordsReceived: 10,
+    numFlows: 2,
+    numRecordsDropped: 1,
+    withLogExporter: true,
+  });
+});
+
+Deno.test("api: /loglevel reads and sets the verbosity; /version is antctl's shape", async () => {
+  const { get } = setup();
+  const before = logSettings().level;
+  try {
+    setLogLevel("info");
+    assert.equal(await (await get("/loglevel")).text(), "0\n");
+    assert.equal((await get("/loglevel?level=4")).status, 200);
+    assert.equal(logSettings().level, "debug");
+    assert.equal(await (await get("/loglevel")).text(), "4\n");
+    const bad = await get("/loglevel?level=-1");
+    assert.equal(bad.status, 400);
+    assert.equal(await bad.text(), "log level must be a positive integer");
+  } finally {
+    setLogLevel(before);
+  }
+  const v = await (await get("/version")).json();
+  assert.equal(v.gitVersion, "0.1.0");
+  assert.equal(v.major, "0");
+  assert.equal(v.minor, "1");
+});
+
+Deno.test("api: /metrics is Prometheus text with the ledger identity and per-sink labels", async () => {
+  const s = stats({
+    numRecordsReceived: 12,
+    nonFlowRecords: 1,
+    optionsRecordsIgnored: 1,
+    exporters: {
+      flowLogger: { received: 9, exported: 7, dropped: 1, buffered: 1, errors: 0 },
+    } as unknown as FlowAggregatorStats["exporters"],
+  });
+  s.aggregation.recordsAccepted = 9;
+  s.aggregation.recordsRejected.maxFlows = 1;
+  const text = prometheusText(s);
+  const { get } = setup(s);
+  assert.equal(await (await get("/metrics")).text(), text);
+  const sample = (name: string) => {
+    const m = new RegExp(`^${name.replace(/[{}"]/g, "\\$&")} (\\S+)$`, "m").exec(text);
+    assert.ok(m, `${name} in\n${text}`);
+    return Number(m[1]);
+  };
+  const stage = (s: string) => sample(`flow_aggregator_ledger_records{stage="${s}"}`);
+  assert.equal(
+    stage("received"),
+    stage("aggregated") + stage("rejected") + stage("non_flow") + stage("options"),
+  );
+  const sink = (k: string) => sample(`flow_aggregator_sink_${k}{sink="flowLogger"}`);
+  assert.equal(sink("received"), sink("exported") + sink("dropped") + sink("buffered"));
+  // Every sample line belongs to a metric declared once with a TYPE line before it.
+  const declared = new Set<string>();
+  for (const line of text.trim().split("\n")) {
+    const t = /^# TYPE (\S+) untyped$/.exec(line);
+    if (t) {
+      assert.ok(!declared.has(t[1]), `${t[1]} declared twice`);
+      declared.add(t[1]);
+      continue;
+    }
+    const name = /^([a-z_]+)(\{[^}]*\})? -?[0-9.e+]+$/.exec(line);
+    assert.ok(name, `not a sample line: ${line}`);
+    assert.ok(declared.has(name[1]), line);
+  }
+});
+
+Deno.test("api: recordsJson writes bigint digits and null for no records", () => {
+  assert.equal(recordsJson([]), "null");
+  assert.equal(
+    recordsJson([{ octetTotalCount: 2n ** 64n - 1n } as never]),
+    '[{"octetTotalCount":18446744073709551615}]',
+  );
+});

@@ -1,0 +1,130 @@
+/**
+ * End to end: the API of the real process (HTTPS, loopback token) and the CLI in the binary
+ * (`flow-aggregator get flowrecords|recordmetrics`, `log-level`, `version`) against it, in each
+ * output format, after an Agent sent records over TCP.
+ */
+
+import assert from "node:assert/strict";
+import { parse as parseYaml } from "yaml";
+import { FaProcess, flowLogConfig, MAIN_TS, runDeno } from "../_helpers/process.ts";
+import { SimAgent } from "./helpers/agent.ts";
+import { intraNodeRecord } from "./helpers/scenarios.ts";
+import { caFileOf } from "../../src/api/mod.ts";
+
+Deno.test("api e2e: the CLI reads flow records and metrics from the running process", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-api-e2e-" });
+  const fa = await FaProcess.startWithConfig(
+    dir,
+    flowLogConfig(`${dir}/flows.log`, { activeTimeout: "60s", inactiveTimeout: "90s" }),
+  );
+  try {
+    const port = await fa.collectorPort();
+    const apiPort = await fa.apiPort();
+    const tokenFile = fa.apiTokenFile!;
+    assert.equal((await Deno.stat(tokenFile)).mode! & 0o777, 0o600, "token file is private");
+    const agent = await SimAgent.connect("k8s-node-1", port, "tcp");
+    await agent.sendTemplates();
+    for (let i = 0; i < 3; i++) await agent.sendRecord(intraNodeRecord(47_000 + i));
+    const server = `https://127.0.0.1:${apiPort}`;
+    const cli = async (...args: string[]) => {
+      const r = await runDeno([
+        "run",
+        "-A",
+        MAIN_TS,
+        ...args,
+        "--server",
+        server,
+        "--token-file",
+        tokenFile,
+      ]);
+      assert.equal(r.code, 0, r.stderr);
+      return r.stdout;
+    };
+    // The records are held (60 s active timeout): poll until the third one is in.
+    let records: Record<string, unknown>[] = [];
+    for (let i = 0; i < 100 && records.length < 3; i++) {
+      records = JSON.parse(await cli("get", "flowrecords", "-o", "json")) ?? [];
+      if (records.length < 3) await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.equal(records.length, 3);
+    const filtered = JSON.parse(
+      await cli(
+        "get",
+        "flowrecords",
+        "--srcport",
+        String(records[0].sourceTransportPort),
+        "-o",
+        "json",
+      ),
+    );
+    assert.equal(filtered.length, 1);
+    const table = await cli("get", "flowrecords");
+    const lines = table.trim().split("\n");
+    assert.match(
+      lines[0],
+      /^SRC_IP\s+DST_IP\s+SPORT\s+DPORT\s+PROTO\s+SRC_POD\s+DST_POD\s+SRC_NS\s+DST_NS\s+SERVICE$/,
+    );
+    assert.equal(lines.length, 4);
+    const yaml = parseYaml(await cli("get", "flowrecords", "-o", "yaml"));
+    assert.equal(yaml.length, 3);
+
+    const metrics = JSON.parse(await cli("get", "recordmetrics", "-o", "json"));
+    assert.equal(metrics.numRecordsReceived, 3);
+    assert.equal(metrics.numFlows, 3);
+    assert.equal(metrics.numConnToCollector, 1);
+    assert.equal(metrics.withLogExporter, true);
+    assert.match(await cli("get", "recordmetrics"), /^RECORDS-EXPORTED\s+RECORDS-RECEIVED\s+FLOWS/);
+    assert.equal((await cli("log-level")).trim(), "0");
+    assert.equal(await cli("log-level", "4"), "");
+    assert.equal((await cli("log-level")).trim(), "4");
+    assert.match(await cli("version"), /^flowAggregatorVersion: \d+\.\d+\.\d+/);
+
+    // A wrong token gets 401 over the real socket; the CA next to the token verifies the server.
+    const client = Deno.createHttpClient({
+      caCerts: [await Deno.readTextFile(caFileOf(tokenFile))],
+    });
+    try {
+      const r = await fetch(`${server}/recordmetrics`, {
+        headers: { authorization: "Bearer nope" },
+        client,
+      });
+      assert.equal(r.status, 401);
+      await r.body?.cancel();
+      const metricsText = await (await fetch(`${server}/metrics`, {
+        headers: { authorization: `Bearer ${await Deno.readTextFile(tokenFile)}` },
+        client,
+      })).text();
+      assert.match(metricsText, /^flow_aggregator_ledger_records\{stage="received"\} 3$/m);
+    } finally {
+      client.close();
+    }
+    agent.close();
+    assert.equal((await fa.stop("SIGTERM")).code, 0, fa.stderr);
+  } finally {
+    fa.kill("SIGKILL");
+    await fa.status;
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("api e2e: the CLI says clearly when no process answers", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    await Deno.writeTextFile(`${dir}/token`, "t");
+    const r = await runDeno([
+      "run",
+      "-A",
+      MAIN_TS,
+      "get",
+      "recordmetrics",
+      "--server",
+      "https://127.0.0.1:1",
+      "--token-file",
+      `${dir}/token`,
+    ]);
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /cannot reach the flow aggregator API at https:\/\/127\.0\.0\.1:1/);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

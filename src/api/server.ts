@@ -67,7 +67,7 @@ export async function startApiServer(
   opts: ApiServerOptions,
 ): Promise<ApiServer> {
   const token = crypto.randomUUID();
-  const cert = generateApiCertificate();
+  const cert = await generateApiCertificate();
   try {
     await writePrivate(opts.tokenFile, token);
     await writePrivate(caFileOf(opts.tokenFile), cert.caPem);

@@ -71,6 +71,30 @@ function newKey(modulusLength: number): KeyMaterial {
   };
 }
 
+/** {@linkcode newKey} on WebCrypto, whose RSA generation runs on a blocking-task thread. */
+async function newKeyAsync(modulusLength: number): Promise<KeyMaterial> {
+  const pair = await crypto.subtle.generateKey(
+    {
+      name: "RSASSA-PKCS1-v1_5",
+      modulusLength,
+      publicExponent: new Uint8Array([1, 0, 1]),
+      hash: "SHA-256",
+    },
+    true,
+    ["sign", "verify"],
+  ) as CryptoKeyPair;
+  const der = new Uint8Array(await crypto.subtle.exportKey("pkcs8", pair.privateKey));
+  const b64 = btoa(String.fromCharCode(...der)).replace(/(.{64})/g, "$1\n");
+  const forgeKey = forge.pki.privateKeyFromPem(
+    `-----BEGIN PRIVATE KEY-----\n${b64}\n-----END PRIVATE KEY-----\n`,
+  );
+  return {
+    privateKey: forgeKey,
+    publicKey: forge.pki.setRsaPublicKey(forgeKey.n, forgeKey.e),
+    keyPem: forge.pki.privateKeyToPem(forgeKey),
+  };
+}
+
 // Go parses PrintableString strictly and `@` is not allowed in it, so CNs must be UTF8String.
 function cnAttributes(cn: string): forge.pki.CertificateField[] {
   // The typings declare valueTagClass as a tag class, but node-forge uses it as the value's tag.
@@ -204,12 +228,12 @@ export interface ApiCertificate {
  * CA `localhost-ca@<unix>` signing a serving certificate `localhost@<unix>` (serverAuth) for DNS
  * `localhost` and IPs `127.0.0.1`, `::1`, valid from `now − 1h` for a year.
  */
-export function generateApiCertificate(now: Date = new Date()): ApiCertificate {
+export async function generateApiCertificate(now: Date = new Date()): Promise<ApiCertificate> {
   const unix = Math.floor(now.getTime() / 1000);
   const notBefore = new Date(now.getTime() - HOUR_MS);
   const notAfter = new Date(notBefore.getTime() + 365 * DAY_MS);
-  const caKey = newKey(2048);
-  const leafKey = newKey(2048);
+  // Generated off the event loop (the API starts while the collector already takes input).
+  const [caKey, leafKey] = await Promise.all([newKeyAsync(2048), newKeyAsync(2048)]);
   const caSubject = cnAttributes(`localhost-ca@${unix}`);
   const caPem = buildCert({
     serial: "01",

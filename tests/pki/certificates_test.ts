@@ -2,7 +2,11 @@ import assert from "node:assert/strict";
 import { createPrivateKey, X509Certificate } from "node:crypto";
 import tls from "node:tls";
 import forge from "node-forge";
-import { generateCertificates, type GeneratedCertificates } from "../../src/pki/mod.ts";
+import {
+  generateApiCertificate,
+  generateCertificates,
+  type GeneratedCertificates,
+} from "../../src/pki/mod.ts";
 
 const NOW = new Date("2026-01-02T03:04:05Z");
 const UNIX = Math.floor(NOW.getTime() / 1000);
@@ -228,4 +232,20 @@ Deno.test("pki: openssl -x509_strict verifies server (sslserver) and client (ssl
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
+});
+
+Deno.test("pki: the API certificate is a localhost chain (leaf, then CA) for 127.0.0.1 and ::1", async () => {
+  const c = await generateApiCertificate(new Date("2026-01-01T00:00:00Z"));
+  const [leafPem] = c.chainPem.split(/(?<=-----END CERTIFICATE-----\n)/);
+  const leaf = new X509Certificate(leafPem);
+  const ca = new X509Certificate(c.caPem);
+  assert.ok(c.chainPem.endsWith(c.caPem), "the CA follows the leaf");
+  assert.match(leaf.subject, /CN=localhost@1767225600/);
+  assert.match(ca.subject, /CN=localhost-ca@1767225600/);
+  assert.ok(leaf.verify(ca.publicKey), "signed by the CA");
+  assert.equal(
+    leaf.subjectAltName,
+    "DNS:localhost, IP Address:127.0.0.1, IP Address:::1",
+  );
+  assert.ok(leaf.checkPrivateKey(createPrivateKey(c.keyPem)));
 });

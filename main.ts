@@ -389,6 +389,8 @@ async function run(opts: CliOptions): Promise<number> {
     address: apiAddress(opts.apiListen, config.apiServer.apiPort),
     tokenFile: opts.apiTokenFile ?? DEFAULT_TOKEN_FILE,
     version: VERSION,
+    tlsCipherSuites: config.apiServer.tlsCipherSuites,
+    tlsMinVersion: config.apiServer.tlsMinVersion,
   });
   await done.promise;
   await api.close();

@@ -27,7 +27,13 @@ function splitAddress(address: string): { hostname: string; port: number } {
 /** Starts the API over a running aggregator. */
 export function startApi(
   fa: FlowAggregator,
-  opts: { address: string; tokenFile: string; version: string },
+  opts: {
+    address: string;
+    tokenFile: string;
+    version: string;
+    tlsCipherSuites?: string;
+    tlsMinVersion?: string;
+  },
 ): Promise<ApiServer> {
   const { hostname, port } = splitAddress(opts.address);
   return startApiServer({
@@ -40,5 +46,7 @@ export function startApi(
     port,
     tokenFile: opts.tokenFile,
     version: opts.version,
+    tlsCipherSuites: opts.tlsCipherSuites,
+    tlsMinVersion: opts.tlsMinVersion,
   });
 }

@@ -16,6 +16,7 @@ import { dirname } from "node:path";
 import { generateApiCertificate } from "../pki/mod.ts";
 import { logger } from "../log.ts";
 import { apiHandler, type ApiSource } from "./handler.ts";
+import { knownMinVersion, parseCipherSuites, TLS_MIN_VERSIONS } from "./tls_settings.ts";
 
 const log = logger("api");
 
@@ -37,6 +38,10 @@ export interface ApiServerOptions {
   tokenFile: string;
   /** Product version. */
   version: string;
+  /** `apiServer.tlsCipherSuites` (validated; see the module doc). */
+  tlsCipherSuites?: string;
+  /** `apiServer.tlsMinVersion` (validated; see the module doc). */
+  tlsMinVersion?: string;
 }
 
 /** A running API server. */
@@ -66,6 +71,20 @@ export async function startApiServer(
   source: ApiSource,
   opts: ApiServerOptions,
 ): Promise<ApiServer> {
+  const ciphers = parseCipherSuites(opts.tlsCipherSuites ?? "");
+  const minVersion = opts.tlsMinVersion ?? "";
+  if (!knownMinVersion(minVersion)) {
+    log.warn("apiServer.tlsMinVersion is not a known version: TLS 1.2 is the minimum", {
+      tlsMinVersion: minVersion,
+      known: TLS_MIN_VERSIONS.join(","),
+    });
+  }
+  if (ciphers.length > 0 || minVersion !== "") {
+    log.info("API TLS: Deno's TLS stack offers TLS 1.2 and 1.3 with its own cipher suites", {
+      tlsCipherSuites: ciphers.join(","),
+      tlsMinVersion: minVersion,
+    });
+  }
   const token = crypto.randomUUID();
   const cert = await generateApiCertificate();
   try {

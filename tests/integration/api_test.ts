@@ -128,3 +128,23 @@ Deno.test("api e2e: the CLI says clearly when no process answers", async () => {
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("api e2e: an unknown apiServer.tlsCipherSuites name is fatal at start, as upstream", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-api-e2e-" });
+  const fa = await FaProcess.startWithConfig(
+    dir,
+    flowLogConfig(`${dir}/flows.log`) + "apiServer:\n  tlsCipherSuites: NOT_A_CIPHER\n",
+  );
+  try {
+    const status = await fa.waitExit();
+    assert.equal(status.code, 255);
+    assert.match(
+      fa.stderr,
+      /error generating Cipher Suite list: unknown cipher name \\"NOT_A_CIPHER\\"/,
+    );
+  } finally {
+    fa.kill("SIGKILL");
+    await fa.status;
+    await Deno.remove(dir, { recursive: true });
+  }
+});

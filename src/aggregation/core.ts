@@ -25,8 +25,13 @@
  * - L3: an InterNode half whose partner never arrives is exported with what is known
  *   (`uncorrelated: true`, missing Pod filled through the hooks) after the retries, and counted
  *   (option `dropUncorrelated` restores the silent upstream drop).
- * - L4 (E2): a record that needs no correlation hitting a not-ready entry marks it ready, with
- *   correlatedFieldsFilled = false so that the export loop fills the missing Pod.
+ * - L4 (refined E2): the first record from the other Node correlates (§1.5), whether or not it
+ *   needs correlation itself and whether or not the entry is already ready; correlation still
+ *   happens once per entry. A record that needs no correlation hitting a not-ready entry from
+ *   the same Node marks it ready, correlatedFieldsFilled unchanged (the export loop fills the
+ *   missing Pod). "Correlated once" is its own flag, not correlatedFieldsFilled, because an
+ *   export's Pod-store fill sets that one too and must not stop a later merge; and the first
+ *   record's Node is kept in the flags for `sameNode`, because the fill may set both Pod names.
  * - L8/L14: a counter that went down gives a diff of 0 (clamped, counted) instead of a u64
  *   wrap-around; throughput is never computed for dt <= 0.
  * - L12: `maxFlows` bounds the map; new keys over it are dropped and counted.

@@ -12,7 +12,10 @@ import { canonicalAddress, parseIPv4Word, parseIPv6Words } from "./flow_key.ts";
 import { hashKey } from "./flow_table.ts";
 import {
   FL_CORR_FILLED,
+  FL_FIRST_D,
+  FL_FIRST_S,
   FL_IPV4,
+  FL_MERGED,
   FL_READY,
   FL_UPDATED,
   type Flow,
@@ -144,15 +147,15 @@ function create(
   if (s.table.size >= s.maxFlows) {
     return s.reject("maxFlows", "maxFlows reached, record for a new flow dropped");
   }
-  const sides = corr
-    ? (isFromSource(r.sourcePodName, r.destinationPodName) ? SIDE_S : SIDE_D)
-    : SIDE_S | SIDE_D;
+  const fromS = isFromSource(r.sourcePodName, r.destinationPodName);
+  const sides = corr ? (fromS ? SIDE_S : SIDE_D) : SIDE_S | SIDE_D;
   let flags = FL_UPDATED;
   if (isIPv4) flags |= FL_IPV4;
-  if (!corr) {
-    flags |= FL_READY;
-    if (flowType !== FlowType.InterNode) flags |= FL_CORR_FILLED;
-  }
+  if (fromS) flags |= FL_FIRST_S;
+  else if (isFromDestination(r.sourcePodName, r.destinationPodName)) flags |= FL_FIRST_D;
+  if (!corr) flags |= FL_READY;
+  // Only an InterNode flow waits for the other Node's half, even when created ready (deny).
+  if (flowType !== FlowType.InterNode) flags |= FL_CORR_FILLED | FL_MERGED;
   const store = s.store;
   const I = s.intern;
   const slot = store.alloc();
@@ -200,21 +203,20 @@ function update(s: CoreState, flow: Flow, r: FlowInput, corr: boolean): boolean 
   if (!countersValid(r, true)) {
     return s.reject("missingField", "flow update without all 8 counters");
   }
-  let sides: number;
-  if (corr) {
-    if ((flow.flags & FL_READY) === 0 && !sameNode(r, flow)) {
-      correlate(s, flow, r);
-      flow.flags |= FL_READY | FL_CORR_FILLED;
-      s.counters.correlated++;
-    }
-    sides = isFromSource(r.sourcePodName, r.destinationPodName) ? SIDE_S : SIDE_D;
-  } else {
-    sides = SIDE_S | SIDE_D;
-    if ((flow.flags & FL_READY) === 0) {
-      // E2 fix (L4): without it the flow would never be exported.
-      flow.flags = (flow.flags | FL_READY) & ~FL_CORR_FILLED;
-      s.counters.readyWithoutCorrelation++;
-    }
+  const sides = corr
+    ? (isFromSource(r.sourcePodName, r.destinationPodName) ? SIDE_S : SIDE_D)
+    : SIDE_S | SIDE_D;
+  const flags = flow.flags;
+  if ((flags & FL_MERGED) === 0 && !sameNode(r, flags)) {
+    // Refined E2 (L4): the other Node's first record correlates, whether or not it needs
+    // correlation itself and whether or not a same-Node deny record already made the flow ready.
+    correlate(s, flow, r);
+    flow.flags = flags | FL_READY | FL_CORR_FILLED | FL_MERGED;
+    s.counters.correlated++;
+  } else if (!corr && (flags & FL_READY) === 0) {
+    // E2 fix (L4): without it the flow would never be exported; metadata stays to be filled.
+    flow.flags = flags | FL_READY;
+    s.counters.readyWithoutCorrelation++;
   }
   aggregate(s, flow, r, sides);
   touch(s, flow);
@@ -222,12 +224,14 @@ function update(s: CoreState, flow: Flow, r: FlowInput, corr: boolean): boolean 
   return true;
 }
 
-/** True when `r` comes from the same Node as the stored half (no partner yet). */
-function sameNode(r: FlowInput, flow: Flow): boolean {
-  return (isFromSource(r.sourcePodName, r.destinationPodName) &&
-    isFromSource(flow.sourcePodName, flow.destinationPodName)) ||
-    (isFromDestination(r.sourcePodName, r.destinationPodName) &&
-      isFromDestination(flow.sourcePodName, flow.destinationPodName));
+/**
+ * True when `r` comes from the Node that sent the flow's first record (§1.4 `sameNode`). The
+ * first record's Node is kept in the flags: the stored Pod names may since have been filled
+ * from the Pod store at an export.
+ */
+function sameNode(r: FlowInput, flags: number): boolean {
+  return ((flags & FL_FIRST_S) !== 0 && isFromSource(r.sourcePodName, r.destinationPodName)) ||
+    ((flags & FL_FIRST_D) !== 0 && isFromDestination(r.sourcePodName, r.destinationPodName));
 }
 
 /** §1.5: copies every set correlate field of `r` into the stored flow. */

@@ -70,6 +70,16 @@ export const FL_EXT_FILLED = 4;
 export const FL_IPV4 = 8;
 /** Flow flag: a record was aggregated since the last export (to count exports without new data, L9). */
 export const FL_UPDATED = 16;
+/**
+ * Flow flag: the other Node's half was correlated in (§1.5), or the flow needs none (not
+ * InterNode). Kept apart from {@linkcode FL_CORR_FILLED}, which an export's Pod-store fill also
+ * sets: a fill before the other half arrives must not stop the merge (refined E2, SC-26).
+ */
+export const FL_MERGED = 32;
+/** Flow flag: the flow's first record came from the source Node (§1.4 `fromSource`). */
+export const FL_FIRST_S = 64;
+/** Flow flag: the flow's first record came from the destination Node (§1.4 `fromDestination`). */
+export const FL_FIRST_D = 128;
 
 /** flowEndReason value of an ended flow (kept once seen). */
 export const END_OF_FLOW = 3;

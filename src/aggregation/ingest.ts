@@ -8,6 +8,7 @@
 import type { FlowInput } from "./record.ts";
 import { correlationRequired, FlowType, isFromDestination, isFromSource } from "./correlation.ts";
 import { FIELD_CODE } from "./field_code.ts";
+import { maxStringBytes } from "./intern.ts";
 import { canonicalAddress, parseIPv4Word, parseIPv6Words } from "./flow_key.ts";
 import { hashKey } from "./flow_table.ts";
 import {
@@ -19,6 +20,7 @@ import {
   FL_READY,
   FL_UPDATED,
   type Flow,
+  FLOW_FIXED_BYTES,
   SIDE_D,
   SIDE_S,
 } from "./layout.ts";
@@ -147,6 +149,9 @@ function create(
   if (s.table.size >= s.maxFlows) {
     return s.reject("maxFlows", "maxFlows reached, record for a new flow dropped");
   }
+  if (s.overBytes(FLOW_FIXED_BYTES + FIELD_CODE.createBytes(r) + CLUSTER_IPS_BYTES)) {
+    return s.reject("maxFlowBytes", "maxFlowBytes reached, record for a new flow dropped");
+  }
   const fromS = isFromSource(r.sourcePodName, r.destinationPodName);
   const sides = corr ? (fromS ? SIDE_S : SIDE_D) : SIDE_S | SIDE_D;
   let flags = FL_UPDATED;
@@ -163,10 +168,10 @@ function create(
   const ub = u32Base(slot);
   const flow = FIELD_CODE.create(r, I, u32, ub, slot, flags);
   if (r.destinationClusterIPv4 !== undefined) {
-    flow.clusterV4 = I.str(canonicalAddress(r.destinationClusterIPv4, true) ?? "0.0.0.0");
+    flow.clusterV4 = I.ref(canonicalAddress(r.destinationClusterIPv4, true) ?? "0.0.0.0");
   }
   if (r.destinationClusterIPv6 !== undefined) {
-    flow.clusterV6 = I.str(canonicalAddress(r.destinationClusterIPv6, false) ?? "::");
+    flow.clusterV6 = I.ref(canonicalAddress(r.destinationClusterIPv6, false) ?? "::");
   }
   u32[ub + U32.START] = start;
   u32[ub + U32.END] = end;
@@ -207,7 +212,15 @@ function update(s: CoreState, flow: Flow, r: FlowInput, corr: boolean): boolean 
     ? (isFromSource(r.sourcePodName, r.destinationPodName) ? SIDE_S : SIDE_D)
     : SIDE_S | SIDE_D;
   const flags = flow.flags;
-  if ((flags & FL_MERGED) === 0 && !sameNode(r, flags)) {
+  const merge = (flags & FL_MERGED) === 0 && !sameNode(r, flags);
+  // Strings this record may add: checked before anything changes, so a rejected record has
+  // no effect. A tcpState usually is the held one (no cost, no look-up).
+  let added = merge ? FIELD_CODE.correlateBytes(r) + CLUSTER_IPS_BYTES : 0;
+  if (r.tcpState !== flow.tcpState) added += s.intern.addedBytes(r.tcpState);
+  if (added > 0 && s.overBytes(added)) {
+    return s.reject("maxFlowBytes", "maxFlowBytes reached, record adding strings dropped");
+  }
+  if (merge) {
     // Refined E2 (L4): the other Node's first record correlates, whether or not it needs
     // correlation itself and whether or not a same-Node deny record already made the flow ready.
     correlate(s, flow, r);
@@ -241,10 +254,13 @@ function correlate(s: CoreState, flow: Flow, r: FlowInput): void {
   // A stored record without the IE is skipped (upstream dereferences nil: L14).
   if (flow.clusterV4 !== undefined && r.destinationClusterIPv4 !== undefined) {
     const v = canonicalAddress(r.destinationClusterIPv4, true);
-    if (v !== undefined && v !== "0.0.0.0") flow.clusterV4 = I.str(v);
+    if (v !== undefined && v !== "0.0.0.0") flow.clusterV4 = I.replace(flow.clusterV4, v);
   }
   if (flow.clusterV6 !== undefined && r.destinationClusterIPv6 !== undefined) {
     const v = canonicalAddress(r.destinationClusterIPv6, false);
-    if (v !== undefined && v !== "::") flow.clusterV6 = I.str(v);
+    if (v !== undefined && v !== "::") flow.clusterV6 = I.replace(flow.clusterV6, v);
   }
 }
+
+/** Upper bound of what the two cluster IP texts of a record can add (canonical, <= 39 chars). */
+const CLUSTER_IPS_BYTES = 2 * maxStringBytes("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff");

@@ -13,7 +13,7 @@
 
 import type { HeapItem } from "./expiry_heap.ts";
 import type { AggregatedRecord, FlowInput } from "./record.ts";
-import { U32 } from "./slot_store.ts";
+import { SLOT_BYTES, U32 } from "./slot_store.ts";
 
 // u64 layout of a slot. The 8 common Stats counters in the spec's list order, then the same 8
 // FromSourceNode, the same 8 FromDestinationNode, then the 6 throughputs.
@@ -190,6 +190,19 @@ export const FIELDS = [
   { ie: "flowEndSecondsFromDestinationNode", kind: "u32", at: U32.END_D },
   ...throughputRows(),
 ] as const satisfies readonly FieldRow[];
+
+/** Properties of a {@linkcode Flow} besides its `str` fields (bookkeeping, cluster IPs, labels). */
+const OTHER_FLOW_PROPERTIES = 8;
+
+/**
+ * Bytes charged for each held flow apart from its strings (`limits.maxFlowBytes`): its slot's
+ * typed-array words, its {@linkcode Flow} object (a 3-word header and one 8-byte word per
+ * property) and its share of the index structures (flow table at a load of 1/4 or more, heap
+ * item and priority, `bySlot` entry: 40 bytes). Derived from the layout, so adding a field
+ * updates it; an upper estimate of what `deno task bench` measures per flow.
+ */
+export const FLOW_FIXED_BYTES: number = SLOT_BYTES +
+  8 * (3 + OTHER_FLOW_PROPERTIES + FIELDS.filter((f) => f.kind === "str").length) + 40;
 
 /** IE names of the string fields, which are properties of {@linkcode Flow}. */
 export type StringField = Extract<(typeof FIELDS)[number], { kind: "str" }>["ie"];

@@ -72,10 +72,14 @@ export class Interner {
     if (typeof s !== "string") s = String(s);
     const slot = internSlot(s);
     const k = this.#text[slot];
-    if (k === s) { // equal text: the shared copy
+    if (k === s) { // equal text: the shared copy (the hot path, kept small for inlining)
       this.#refs[slot]++;
       return k;
     }
+    return this.#refMiss(s, slot, k);
+  }
+
+  #refMiss(s: string, slot: number, k: string | undefined): string {
     if (k === undefined) {
       const e = this.#over.size > 0 ? this.#over.get(s) : undefined;
       if (e !== undefined) {

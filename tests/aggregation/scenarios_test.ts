@@ -50,6 +50,21 @@ function v6(r: FlowInput, clusterV6: string): FlowInput {
   return o;
 }
 
+/** [name, namespace, Node] of the source and of the destination Pod of a record. */
+function podsOf(r: FlowInput): unknown[][] {
+  return [
+    [r.sourcePodName, r.sourcePodNamespace, r.sourceNodeName],
+    [r.destinationPodName, r.destinationPodNamespace, r.destinationNodeName],
+  ];
+}
+
+/** The 5 fields of a record's ingress or egress policy: name, namespace, type, rule, action. */
+function policyOf(r: FlowInput, dir: "ingress" | "egress"): unknown[] {
+  const o = r as Record<string, unknown>;
+  const p = `${dir}NetworkPolicy`;
+  return ["Name", "Namespace", "Type", "RuleName", "RuleAction"].map((f) => o[p + f]);
+}
+
 /** A Pod-store stand-in recording calls. */
 function podStore(pods: Record<string, PodInfo>): ExportHooks & { calls: [string, number][] } {
   const calls: [string, number][] = [];
@@ -507,24 +522,8 @@ Deno.test("SC-13d improved: S1 then D1(reject with Pod and rule) exports both si
   assert.equal(core.expire(c.emit, podStore({})), 1);
   assert.equal(c.out[0].uncorrelated, false);
   const ex = c.out[0].record;
-  assert.deepEqual(
-    [ex.sourcePodName, ex.sourcePodNamespace, ex.sourceNodeName],
-    ["pod1", "default", "node-a"],
-  );
-  assert.deepEqual(
-    [ex.destinationPodName, ex.destinationPodNamespace, ex.destinationNodeName],
-    ["pod2", "default", "node-b"],
-  );
-  assert.deepEqual(
-    [
-      ex.ingressNetworkPolicyName,
-      ex.ingressNetworkPolicyNamespace,
-      ex.ingressNetworkPolicyType,
-      ex.ingressNetworkPolicyRuleName,
-      ex.ingressNetworkPolicyRuleAction,
-    ],
-    ["deny-all", "default", 1, "rule-1", 3],
-  );
+  assert.deepEqual(podsOf(ex), [["pod1", "default", "node-a"], ["pod2", "default", "node-b"]]);
+  assert.deepEqual(policyOf(ex, "ingress"), ["deny-all", "default", 1, "rule-1", 3]);
   // S1's own correlate fields are kept (D1's are unset).
   assert.equal(ex.destinationClusterIPv4, "192.168.0.1");
   assert.equal(ex.destinationServicePort, 4739);
@@ -889,36 +888,11 @@ const SC26 = {
 
 /** Asserts the fields SC-26 expects of every export after D1. */
 function assertSc26Export(ex: FlowInput): void {
-  assert.deepEqual(
-    [ex.sourcePodName, ex.sourcePodNamespace, ex.sourceNodeName],
-    ["pod1", "default", "node-a"],
-  );
-  assert.deepEqual(
-    [ex.destinationPodName, ex.destinationPodNamespace, ex.destinationNodeName],
-    ["pod2", "default", "node-b"],
-  );
+  assert.deepEqual(podsOf(ex), [["pod1", "default", "node-a"], ["pod2", "default", "node-b"]]);
   // Egress: S1's values (S2 needs no correlation, D1 sends none).
-  assert.deepEqual(
-    [
-      ex.egressNetworkPolicyName,
-      ex.egressNetworkPolicyNamespace,
-      ex.egressNetworkPolicyType,
-      ex.egressNetworkPolicyRuleName,
-      ex.egressNetworkPolicyRuleAction,
-    ],
-    ["allow-web", "default", 1, "allow-rule", 1],
-  );
+  assert.deepEqual(policyOf(ex, "egress"), ["allow-web", "default", 1, "allow-rule", 1]);
   // Ingress: D1's values, not D2's (correlation happens once).
-  assert.deepEqual(
-    [
-      ex.ingressNetworkPolicyName,
-      ex.ingressNetworkPolicyNamespace,
-      ex.ingressNetworkPolicyType,
-      ex.ingressNetworkPolicyRuleName,
-      ex.ingressNetworkPolicyRuleAction,
-    ],
-    ["allow-in", "default", 1, "in-rule", 1],
-  );
+  assert.deepEqual(policyOf(ex, "ingress"), ["allow-in", "default", 1, "in-rule", 1]);
 }
 
 Deno.test("SC-26 improved: a same-Node deny makes the entry ready; D1 still correlates", () => {

@@ -18,7 +18,8 @@ const INTERN_SLOTS = 1 << 16;
  * length) rounded to the allocation granule. An overflow entry adds its Map entry and record.
  */
 export const STRING_HEADER_BYTES = 24;
-const OVERFLOW_ENTRY_BYTES = 64;
+/** Bytes charged for an overflow entry (Map entry and its record), on top of the string. */
+export const OVERFLOW_ENTRY_BYTES = 64;
 const TWO_BYTE = /[\u0100-\uffff]/;
 
 /**

@@ -2,11 +2,12 @@
  * Randomized correlation test (refined E2, spec aggregation.md §2.3, SC-13d, SC-26): two to four
  * simulated Nodes report inter-node flows (IPv4 and IPv6, TCP and UDP) whose policy may change
  * mid-flow (Allow → egress Drop/Reject, ingress Drop/Reject) or deny from the start; the records
- * of all Nodes arrive in a random interleaving (each Node's own records in order), with sweeps
- * in between and a Pod store that knows nothing or gives stale (decoy) Pods. Whatever the order,
- * every export of an entry that has seen both halves carries both sides' Pod fields, the egress
- * policy fields of the source Node's first record and the ingress policy fields of the
- * destination Node's first record.
+ * of all Nodes arrive in a random interleaving (usually each Node's own records in order,
+ * sometimes fully shuffled), with sweeps in between and a Pod store that knows nothing or gives
+ * stale (decoy) Pods. Whatever the order, every export of an entry that has seen both halves
+ * carries both sides' Pod fields, the egress policy fields of the source Node's first record and
+ * the ingress policy fields of the destination Node's first record; and the byte books of held
+ * flows match their strings at every sweep and return to 0 once every flow is gone.
  */
 
 import assert from "node:assert/strict";
@@ -204,6 +205,33 @@ function checkExport(e: Entry, f: ExportedFlow, where: string): void {
   e.verifiedExports++;
 }
 
+/**
+ * The order the aggregator receives the records in: usually each Node's records of a flow in
+ * order and everything else interleaved at random (one connection per Agent); in one seed of
+ * four, any order at all (UDP reordering, several connections).
+ */
+function arrivalOrder(rand: () => number, flows: readonly SimFlow[]): FlowInput[] {
+  const queues = flows.flatMap((f) => [f.sRecords, f.dRecords]).filter((q) => q.length > 0);
+  const out: FlowInput[] = [];
+  if (rand() < 0.25) {
+    for (const q of queues) out.push(...q);
+    for (let i = out.length - 1; i > 0; i--) {
+      const j = Math.floor(rand() * (i + 1));
+      [out[i], out[j]] = [out[j], out[i]];
+    }
+    return out;
+  }
+  const next = queues.map(() => 0);
+  let live = queues.length;
+  while (live > 0) {
+    let qi = Math.floor(rand() * queues.length);
+    while (next[qi] >= queues[qi].length) qi = (qi + 1) % queues.length;
+    out.push(queues[qi][next[qi]++]);
+    if (next[qi] === queues[qi].length) live--;
+  }
+  return out;
+}
+
 /** Address fields of a snapshot: printed from the key words, not held as strings. */
 const ADDRESS_FIELDS = new Set([
   "sourceIPv4Address",
@@ -279,15 +307,7 @@ function runSeed(seed: number): { bothHalves: number; verified: number } {
       if (core.query({ sourcePort: f.sport, destinationPort: 8080 }).length === 0) retire(f.sport);
     }
   };
-  // Each Node's records of a flow stay in order; everything else interleaves at random.
-  const queues = flows.flatMap((f) => [f.sRecords, f.dRecords]).filter((q) => q.length > 0);
-  const next = queues.map(() => 0);
-  let live = queues.length;
-  while (live > 0) {
-    let qi = Math.floor(rand() * queues.length);
-    while (next[qi] >= queues[qi].length) qi = (qi + 1) % queues.length;
-    const r = queues[qi][next[qi]++];
-    if (next[qi] === queues[qi].length) live--;
+  for (const r of arrivalOrder(rand, flows)) {
     const sport = r.sourceTransportPort!;
     at(clock, clock.nowMs() + Math.floor(rand() * 300));
     assert.equal(core.addRecord(r), true, `seed ${seed}: record rejected`);

@@ -8,6 +8,7 @@
 import assert from "node:assert/strict";
 import type { ExportHooks, FlowInput } from "../../src/aggregation/mod.ts";
 import { FLOW_FIXED_BYTES } from "../../src/aggregation/layout.ts";
+import { DENO_JSON } from "../_helpers/process.ts";
 import { at, collector, counters, d1, d2, intraNode, newCore, s1, s2 } from "./fixtures.ts";
 
 const BIG = 60_000;
@@ -123,3 +124,69 @@ Deno.test("maxFlowBytes: a record that would add strings to a held flow over it 
   assert.equal(core.addRecord(other), true);
   assert.equal(core.stats().correlated, 1);
 });
+
+/** What {@linkcode measureBounded} reports from its own process. */
+interface MemorySample {
+  /** Heap plus external growth after GC, bytes. */
+  grown: number;
+  /** The core's accounted bytes. */
+  flowBytes: number;
+  /** Flows held. */
+  flows: number;
+  /** Records refused for maxFlowBytes. */
+  refused: number;
+}
+
+/**
+ * In a fresh isolate with `--expose-gc`: offers 3,000 flows with unique 60 KB Pod names
+ * (180 MB) to a core bounded at `bound` bytes and measures what stays after GC.
+ */
+function measureBounded(bound: number): MemorySample {
+  const gc = (globalThis as unknown as { gc: () => void }).gc;
+  const settle = (): number => {
+    gc();
+    gc();
+    const m = Deno.memoryUsage();
+    return m.heapUsed + m.external;
+  };
+  const before = settle();
+  const { core } = newCore({ maxFlowBytes: bound });
+  for (let i = 1; i <= 3000; i++) core.addRecord(bigNamed(i));
+  const grown = settle() - before;
+  const s = core.stats();
+  return { grown, flowBytes: s.flowBytes, flows: s.flows, refused: s.recordsRejected.maxFlowBytes };
+}
+
+Deno.test("maxFlowBytes: the memory really held stays near the accounted bytes, under the bound", async () => {
+  const bound = 48 * 1024 * 1024;
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "--allow-read",
+      "--config",
+      DENO_JSON,
+      "--v8-flags=--expose-gc",
+      new URL(import.meta.url).pathname,
+      "--child",
+      String(bound),
+    ],
+    env: { NO_COLOR: "1" },
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const text = new TextDecoder().decode(out.stdout).trim().split("\n").at(-1) ?? "";
+  assert.ok(out.success, new TextDecoder().decode(out.stderr).slice(-500));
+  const m = JSON.parse(text) as MemorySample;
+  assert.ok(m.refused > 0 && m.flows > 0, text);
+  assert.ok(m.flowBytes <= bound, text);
+  // 180 MB were offered; what stays is the held flows, within a quarter of their accounted
+  // bytes (the intern table's fixed arrays, slot chunks and V8's rounding are the slack).
+  const slack = 8 * 1024 * 1024;
+  assert.ok(m.grown <= m.flowBytes * 1.25 + slack, `held ${m.grown} B for ${text}`);
+  assert.ok(m.grown >= m.flowBytes * 0.75 - slack, `held ${m.grown} B for ${text}`);
+});
+
+if (import.meta.main && Deno.args[0] === "--child") {
+  console.log(JSON.stringify(measureBounded(Number(Deno.args[1]))));
+}

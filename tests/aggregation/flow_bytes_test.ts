@@ -6,9 +6,10 @@
  */
 
 import assert from "node:assert/strict";
-import type { ExportHooks, FlowInput } from "../../src/aggregation/mod.ts";
+import type { AggregationCore, ExportHooks, FlowInput } from "../../src/aggregation/mod.ts";
 import { FLOW_FIXED_BYTES } from "../../src/aggregation/layout.ts";
 import { DENO_JSON } from "../_helpers/process.ts";
+import { interNodeHalf } from "../../scripts/bench/memory.ts";
 import { at, collector, counters, d1, d2, intraNode, newCore, s1, s2 } from "./fixtures.ts";
 
 const BIG = 60_000;
@@ -125,7 +126,7 @@ Deno.test("maxFlowBytes: a record that would add strings to a held flow over it 
   assert.equal(core.stats().correlated, 1);
 });
 
-/** What {@linkcode measureBounded} reports from its own process. */
+/** What {@linkcode measure} reports of one fill, from its own process. */
 interface MemorySample {
   /** Heap plus external growth after GC, bytes. */
   grown: number;
@@ -138,10 +139,11 @@ interface MemorySample {
 }
 
 /**
- * In a fresh isolate with `--expose-gc`: offers 3,000 flows with unique 60 KB Pod names
- * (180 MB) to a core bounded at `bound` bytes and measures what stays after GC.
+ * In a fresh isolate with `--expose-gc`: `big` offers 3,000 flows with unique 60 KB Pod names
+ * (180 MB) to a core bounded at `bound` bytes; `typical` fills an unbounded core with 100,000
+ * correlated flows of the memory benchmark (shared names). Each reports what stays after GC.
  */
-function measureBounded(bound: number): MemorySample {
+function measure(bound: number): { big: MemorySample; typical: MemorySample } {
   const gc = (globalThis as unknown as { gc: () => void }).gc;
   const settle = (): number => {
     gc();
@@ -149,15 +151,34 @@ function measureBounded(bound: number): MemorySample {
     const m = Deno.memoryUsage();
     return m.heapUsed + m.external;
   };
-  const before = settle();
-  const { core } = newCore({ maxFlowBytes: bound });
-  for (let i = 1; i <= 3000; i++) core.addRecord(bigNamed(i));
-  const grown = settle() - before;
-  const s = core.stats();
-  return { grown, flowBytes: s.flowBytes, flows: s.flows, refused: s.recordsRejected.maxFlowBytes };
+  const sample = (fill: (core: AggregationCore) => void, opts: { maxFlowBytes?: number }) => {
+    const before = settle();
+    const { core } = newCore(opts);
+    fill(core);
+    const grown = settle() - before;
+    const s = core.stats();
+    return {
+      grown,
+      flowBytes: s.flowBytes,
+      flows: s.flows,
+      refused: s.recordsRejected.maxFlowBytes,
+    };
+  };
+  // Warm-up: JIT code and lazily created statics are not the flows' memory.
+  sample((core) => core.addRecord(interNodeHalf(0, "S")), {});
+  const big = sample((core) => {
+    for (let i = 1; i <= 3000; i++) core.addRecord(bigNamed(i));
+  }, { maxFlowBytes: bound });
+  const typical = sample((core) => {
+    for (let i = 0; i < 100_000; i++) {
+      core.addRecord(interNodeHalf(i, "S"));
+      core.addRecord(interNodeHalf(i, "D"));
+    }
+  }, {});
+  return { big, typical };
 }
 
-Deno.test("maxFlowBytes: the memory really held stays near the accounted bytes, under the bound", async () => {
+Deno.test("maxFlowBytes: the memory really held stays near the accounted bytes", async () => {
   const bound = 48 * 1024 * 1024;
   const out = await new Deno.Command(Deno.execPath(), {
     args: [
@@ -177,16 +198,21 @@ Deno.test("maxFlowBytes: the memory really held stays near the accounted bytes, 
   }).output();
   const text = new TextDecoder().decode(out.stdout).trim().split("\n").at(-1) ?? "";
   assert.ok(out.success, new TextDecoder().decode(out.stderr).slice(-500));
-  const m = JSON.parse(text) as MemorySample;
-  assert.ok(m.refused > 0 && m.flows > 0, text);
-  assert.ok(m.flowBytes <= bound, text);
-  // 180 MB were offered; what stays is the held flows, within a quarter of their accounted
-  // bytes (the intern table's fixed arrays, slot chunks and V8's rounding are the slack).
+  const { big, typical } = JSON.parse(text) as { big: MemorySample; typical: MemorySample };
+  // 180 MB of names offered: the bound holds, and what stays is the held flows, within a
+  // quarter of their accounted bytes (the intern table's fixed arrays and slot chunks are the
+  // slack).
+  assert.ok(big.refused > 0 && big.flows > 0, text);
+  assert.ok(big.flowBytes <= bound, text);
   const slack = 8 * 1024 * 1024;
-  assert.ok(m.grown <= m.flowBytes * 1.25 + slack, `held ${m.grown} B for ${text}`);
-  assert.ok(m.grown >= m.flowBytes * 0.75 - slack, `held ${m.grown} B for ${text}`);
+  assert.ok(big.grown <= big.flowBytes * 1.25 + slack, text);
+  assert.ok(big.grown >= big.flowBytes * 0.75 - slack, text);
+  // Typical flows: the fixed cost per flow is what a flow really takes, within 20 %.
+  assert.equal(typical.flows, 100_000);
+  const ratio = typical.grown / typical.flowBytes;
+  assert.ok(ratio > 0.8 && ratio < 1.2, `held / accounted = ${ratio.toFixed(3)}: ${text}`);
 });
 
 if (import.meta.main && Deno.args[0] === "--child") {
-  console.log(JSON.stringify(measureBounded(Number(Deno.args[1]))));
+  console.log(JSON.stringify(measure(Number(Deno.args[1]))));
 }

@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import type { AggregationCore, ExportHooks, FlowInput } from "../../src/aggregation/mod.ts";
 import { FLOW_FIXED_BYTES } from "../../src/aggregation/layout.ts";
-import { DENO_JSON } from "../_helpers/process.ts";
+import { DENO_JSON, runDeno } from "../_helpers/process.ts";
 import { interNodeHalf } from "../../scripts/bench/memory.ts";
 import { at, collector, counters, d1, d2, intraNode, newCore, s1, s2 } from "./fixtures.ts";
 
@@ -180,24 +180,18 @@ function measure(bound: number): { big: MemorySample; typical: MemorySample } {
 
 Deno.test("maxFlowBytes: the memory really held stays near the accounted bytes", async () => {
   const bound = 48 * 1024 * 1024;
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "--allow-read",
-      "--config",
-      DENO_JSON,
-      "--v8-flags=--expose-gc",
-      new URL(import.meta.url).pathname,
-      "--child",
-      String(bound),
-    ],
-    env: { NO_COLOR: "1" },
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const text = new TextDecoder().decode(out.stdout).trim().split("\n").at(-1) ?? "";
-  assert.ok(out.success, new TextDecoder().decode(out.stderr).slice(-500));
+  const out = await runDeno([
+    "run",
+    "--allow-read",
+    "--config",
+    DENO_JSON,
+    "--v8-flags=--expose-gc",
+    new URL(import.meta.url).pathname,
+    "--child",
+    String(bound),
+  ]);
+  assert.equal(out.code, 0, out.stderr.slice(-500));
+  const text = out.stdout.trim().split("\n").at(-1) ?? "";
   const { big, typical } = JSON.parse(text) as { big: MemorySample; typical: MemorySample };
   // 180 MB of names offered: the bound holds, and what stays is the held flows, within a
   // quarter of their accounted bytes (the intern table's fixed arrays and slot chunks are the

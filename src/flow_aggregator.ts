@@ -260,6 +260,7 @@ export class FlowAggregator {
       clock: this.#clock,
       includePodLabels: config.recordContents.podLabels,
       maxFlows: config.limits.maxFlows,
+      maxFlowBytes: config.limits.maxFlowBytes,
     });
   }
 
@@ -526,6 +527,10 @@ export class FlowAggregator {
     if (prev.limits.maxFlows !== next.limits.maxFlows) {
       this.#core.setMaxFlows(next.limits.maxFlows);
       log.info("maxFlows limit updated", { maxFlows: next.limits.maxFlows });
+    }
+    if (prev.limits.maxFlowBytes !== next.limits.maxFlowBytes) {
+      this.#core.setMaxFlowBytes(next.limits.maxFlowBytes);
+      log.info("maxFlowBytes limit updated", { maxFlowBytes: next.limits.maxFlowBytes });
     }
   }
 

@@ -81,6 +81,7 @@ function config(opts: {
   logger?: boolean;
   transport?: string;
   podLabels?: boolean;
+  maxFlowBytes?: number;
 } = {}): FlowAggregatorConfig {
   return parseConfig(`activeFlowRecordTimeout: ${opts.active ?? "10s"}
 recordContents:
@@ -93,7 +94,7 @@ flowCollector:
 flowLogger:
   enable: ${opts.logger ?? true}
   path: /nonexistent/never-written.log
-`);
+${opts.maxFlowBytes === undefined ? "" : `limits:\n  maxFlowBytes: ${opts.maxFlowBytes}\n`}`);
 }
 
 async function harness(
@@ -616,6 +617,22 @@ Deno.test("flow aggregator: a podLabels reload rebuilds the IPFIX exporter (its 
     h.fa.sweep();
     assert.ok(after.records.some((r) => r.key.sourcePort === 9501));
     assert.equal(h.created.filter((e) => e.section === "flowLogger").length, 1, "log untouched");
+  } finally {
+    await h.fa.stop();
+  }
+});
+
+Deno.test("flow aggregator: limits.maxFlowBytes reaches the core at start and live on reload", async () => {
+  const h = await harness(config({ maxFlowBytes: 1 }));
+  try {
+    h.fa.ingest([intraNodeRecord(9601)]);
+    assert.equal(h.fa.stats().aggregation.recordsRejected.maxFlowBytes, 1);
+    assert.equal(h.fa.core.flowCount, 0);
+    await update(h, config({ maxFlowBytes: 64 * 1024 * 1024 }));
+    h.fa.ingest([intraNodeRecord(9602)]);
+    assert.equal(h.fa.core.flowCount, 1);
+    assert.equal(h.fa.stats().aggregation.recordsRejected.maxFlowBytes, 1);
+    assert.ok(logLines.some((l) => l.includes("maxFlowBytes limit updated")));
   } finally {
     await h.fa.stop();
   }

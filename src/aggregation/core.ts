@@ -25,11 +25,18 @@
  * - L3: an InterNode half whose partner never arrives is exported with what is known
  *   (`uncorrelated: true`, missing Pod filled through the hooks) after the retries, and counted
  *   (option `dropUncorrelated` restores the silent upstream drop).
- * - L4 (E2): a record that needs no correlation hitting a not-ready entry marks it ready, with
- *   correlatedFieldsFilled = false so that the export loop fills the missing Pod.
+ * - L4 (refined E2): the first record from the other Node correlates (§1.5), whether or not it
+ *   needs correlation itself and whether or not the entry is already ready; correlation still
+ *   happens once per entry. A record that needs no correlation hitting a not-ready entry from
+ *   the same Node marks it ready, correlatedFieldsFilled unchanged (the export loop fills the
+ *   missing Pod). "Correlated once" is its own flag, not correlatedFieldsFilled, because an
+ *   export's Pod-store fill sets that one too and must not stop a later merge; and the first
+ *   record's Node is kept in the flags for `sameNode`, because the fill may set both Pod names.
  * - L8/L14: a counter that went down gives a diff of 0 (clamped, counted) instead of a u64
  *   wrap-around; throughput is never computed for dt <= 0.
- * - L12: `maxFlows` bounds the map; new keys over it are dropped and counted.
+ * - L12: `maxFlows` bounds the map and `maxFlowBytes` the bytes it holds, strings included;
+ *   new keys over either are dropped and counted (also a record that would add strings to a held
+ *   flow over the byte bound: a correlation or a new tcpState).
  * - L15: records are processed one by one; a bad record is rejected and counted alone.
  * - L17: a Pod without labels encodes as `{}` (newer Antrea), not `null`.
  * - L24: a record mixing an IPv4 and an IPv6 address is rejected (counted) instead of creating
@@ -83,6 +90,22 @@ export class AggregationCore {
   /** Changes the flow cap for new flows (existing flows over a lowered cap are kept). */
   setMaxFlows(n: number): void {
     this.#s.maxFlows = n;
+  }
+
+  /**
+   * Changes the bound on the bytes of held flows (see {@linkcode AggregationCore.flowBytes}) for
+   * records from now on; flows already held over a lowered bound are kept.
+   */
+  setMaxFlowBytes(n: number): void {
+    this.#s.maxFlowBytes = n;
+  }
+
+  /**
+   * Bytes of the held flows: a fixed cost per flow (slot, flow object, index entries) plus the
+   * strings they reference, each distinct string charged once while any flow references it.
+   */
+  get flowBytes(): number {
+    return this.#s.heldBytes();
   }
 
   /** Enables or disables Pod labels for flows exported from now on. */
@@ -160,6 +183,6 @@ export class AggregationCore {
 
   /** Current counters (a copy). */
   stats(): AggregationStats {
-    return this.#s.counters.snapshot(this.#s.table.size);
+    return this.#s.counters.snapshot(this.#s.table.size, this.#s.heldBytes());
   }
 }

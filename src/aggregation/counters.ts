@@ -13,6 +13,7 @@ export type RejectReason =
   | "missingField"
   | "badFieldType"
   | "maxFlows"
+  | "maxFlowBytes"
   | "invalidRecord";
 
 const REJECT_REASONS: readonly RejectReason[] = [
@@ -23,6 +24,7 @@ const REJECT_REASONS: readonly RejectReason[] = [
   "missingField",
   "badFieldType",
   "maxFlows",
+  "maxFlowBytes",
 ];
 
 /** Counters of the core (all monotonic except `flows`). */
@@ -31,7 +33,7 @@ export interface AggregationStats {
   recordsIn: number;
   /** Records aggregated (created or updated a flow). */
   recordsAccepted: number;
-  /** Records rejected, by reason (includes `maxFlows`). */
+  /** Records rejected, by reason (includes `maxFlows` and `maxFlowBytes`). */
   recordsRejected: Record<RejectReason, number>;
   /** Accepted records ignored by §3.3 step 3 (flowEnd not after the side's previous end). */
   recordsStale: number;
@@ -65,6 +67,8 @@ export interface AggregationStats {
   podLookupMisses: number;
   /** Live flows now. */
   flows: number;
+  /** Bytes of the live flows now, strings included (bounded by `maxFlowBytes`). */
+  flowBytes: number;
 }
 
 /** The core's monotonic counters, incremented in place (see {@linkcode AggregationStats}). */
@@ -106,8 +110,8 @@ export class CoreCounters {
   /** See {@linkcode AggregationStats.podLookupMisses}. */
   podLookupMisses = 0;
 
-  /** A copy of the counters, with `flows` live flows. */
-  snapshot(flows: number): AggregationStats {
+  /** A copy of the counters, with `flows` live flows holding `flowBytes` bytes. */
+  snapshot(flows: number, flowBytes: number): AggregationStats {
     return {
       recordsIn: this.recordsIn,
       recordsAccepted: this.recordsAccepted,
@@ -128,6 +132,7 @@ export class CoreCounters {
       negativeDiffsClamped: this.negativeDiffsClamped,
       podLookupMisses: this.podLookupMisses,
       flows,
+      flowBytes,
     };
   }
 }

@@ -6,6 +6,7 @@
  */
 
 import type { ExportedFlow } from "./record.ts";
+import { FIELD_CODE } from "./field_code.ts";
 import { FL_READY, type Flow, T_ACTIVE, T_INACTIVE } from "./layout.ts";
 import { f64Base, u64Base } from "./slot_store.ts";
 import type { CoreState } from "./state.ts";
@@ -126,5 +127,12 @@ function deleteFlow(s: CoreState, flow: Flow): void {
   s.bySlot[flow.slot] = undefined;
   s.heap.remove(flow);
   s.store.free(flow.slot);
+  // Give back the flow's string references: the last one releases a string's bytes.
+  const I = s.intern;
+  FIELD_CODE.release(flow, I);
+  I.unref(flow.clusterV4);
+  I.unref(flow.clusterV6);
+  I.unref(flow.srcLabels);
+  I.unref(flow.dstLabels);
   s.counters.flowsDeleted++;
 }

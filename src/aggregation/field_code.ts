@@ -16,7 +16,7 @@
 
 import type { AggregatedRecord, FlowInput } from "./record.ts";
 import { type FieldRow, FIELDS, type Flow } from "./layout.ts";
-import type { Interner } from "./intern.ts";
+import { type Interner, maxStringBytes } from "./intern.ts";
 import { num } from "./values.ts";
 
 /**
@@ -42,6 +42,15 @@ export type CorrelateFlow = (
   ub: number,
 ) => void;
 
+/** Gives back the flow's references to its `str` fields' interned strings (flow deleted). */
+export type ReleaseFlow = (flow: Flow, intern: Interner) => void;
+
+/**
+ * An upper bound of the bytes the `str` fields of `r` can add to the intern table (see
+ * `maxStringBytes`): over every `str` field (a new flow) or the correlate ones (§1.5).
+ */
+export type StringBound = (r: FlowInput) => number;
+
 /**
  * A flow as a new record: the table's fields, then the flow's addresses (`src`/`dst` under the
  * IPv4 or IPv6 names as `v4` says), cluster IPs and labels. Every record has every key, in the
@@ -66,6 +75,12 @@ export interface FieldCode {
   readonly correlate: CorrelateFlow;
   /** See {@linkcode SnapshotFlow}. */
   readonly snapshot: SnapshotFlow;
+  /** See {@linkcode ReleaseFlow}. */
+  readonly release: ReleaseFlow;
+  /** {@linkcode StringBound} over every `str` field: what creating a flow from `r` can add. */
+  readonly createBytes: StringBound;
+  /** {@linkcode StringBound} over the correlate `str` fields: what correlating `r` can add. */
+  readonly correlateBytes: StringBound;
   /** The generated source, for debugging. */
   readonly source: string;
 }
@@ -94,13 +109,21 @@ export function compileFieldCode(fields: readonly FieldRow[]): FieldCode {
   const props: string[] = [];
   const correlate: string[] = [];
   const snap: string[] = [];
+  const release: string[] = [];
+  const createBytes: string[] = [];
+  const correlateBytes: string[] = [];
   for (const f of fields) {
     const from = `r.${f.ie}`;
     switch (f.kind) {
       case "str":
-        props.push(`this.${f.ie} = I.str(${from});`);
-        if (f.correlate) correlate.push(`if (${from}) f.${f.ie} = I.str(${from});`);
+        props.push(`this.${f.ie} = I.ref(${from});`);
+        if (f.correlate) {
+          correlate.push(`if (${from}) f.${f.ie} = I.replace(f.${f.ie}, ${from});`);
+          correlateBytes.push(`B(${from})`);
+        }
         snap.push(`${f.ie}: f.${f.ie},`);
+        release.push(`I.unref(f.${f.ie});`);
+        createBytes.push(`B(${from})`);
         break;
       case "num":
         create.push(`u32[ub + ${f.at}] = num(${from});`);
@@ -147,9 +170,18 @@ export function compileFieldCode(fields: readonly FieldRow[]): FieldCode {
     `destinationPodLabels: f.dstLabels,`,
     `};`,
     `}`,
-    `return { create, correlate, snapshot };`,
+    `function release(f, I) {`,
+    ...release,
+    `}`,
+    `function createBytes(r) {`,
+    `return ${createBytes.join(" + ") || "0"};`,
+    `}`,
+    `function correlateBytes(r) {`,
+    `return ${correlateBytes.join(" + ") || "0"};`,
+    `}`,
+    `return { create, correlate, snapshot, release, createBytes, correlateBytes };`,
   ].join("\n");
-  const made = new Function("num", source)(num) as Omit<FieldCode, "source">;
+  const made = new Function("num", "B", source)(num, maxStringBytes) as Omit<FieldCode, "source">;
   return { ...made, source };
 }
 

@@ -95,7 +95,9 @@ export function aggregate(s: CoreState, flow: Flow, r: FlowInput, sides: number)
   // Step B.
   if (u32[ub + U32.REASON] !== END_OF_FLOW) u32[ub + U32.REASON] = num(r.flowEndReason);
   // Usually unchanged (and the decoder's interned string): skip the intern lookup then.
-  if (isLatest && r.tcpState !== flow.tcpState) flow.tcpState = s.intern.str(r.tcpState);
+  if (isLatest && r.tcpState !== flow.tcpState) {
+    flow.tcpState = s.intern.replace(flow.tcpState, r.tcpState);
+  }
   // Step C.
   const u = s.store.u64(slot);
   const b = u64Base(slot);

@@ -8,14 +8,19 @@
 import type { FlowInput } from "./record.ts";
 import { correlationRequired, FlowType, isFromDestination, isFromSource } from "./correlation.ts";
 import { FIELD_CODE } from "./field_code.ts";
+import { maxStringBytes } from "./intern.ts";
 import { canonicalAddress, parseIPv4Word, parseIPv6Words } from "./flow_key.ts";
 import { hashKey } from "./flow_table.ts";
 import {
   FL_CORR_FILLED,
+  FL_FIRST_D,
+  FL_FIRST_S,
   FL_IPV4,
+  FL_MERGED,
   FL_READY,
   FL_UPDATED,
   type Flow,
+  FLOW_FIXED_BYTES,
   SIDE_D,
   SIDE_S,
 } from "./layout.ts";
@@ -144,15 +149,18 @@ function create(
   if (s.table.size >= s.maxFlows) {
     return s.reject("maxFlows", "maxFlows reached, record for a new flow dropped");
   }
-  const sides = corr
-    ? (isFromSource(r.sourcePodName, r.destinationPodName) ? SIDE_S : SIDE_D)
-    : SIDE_S | SIDE_D;
+  if (s.overBytes(FLOW_FIXED_BYTES + FIELD_CODE.createBytes(r) + CLUSTER_IPS_BYTES)) {
+    return s.reject("maxFlowBytes", "maxFlowBytes reached, record for a new flow dropped");
+  }
+  const fromS = isFromSource(r.sourcePodName, r.destinationPodName);
+  const sides = corr ? (fromS ? SIDE_S : SIDE_D) : SIDE_S | SIDE_D;
   let flags = FL_UPDATED;
   if (isIPv4) flags |= FL_IPV4;
-  if (!corr) {
-    flags |= FL_READY;
-    if (flowType !== FlowType.InterNode) flags |= FL_CORR_FILLED;
-  }
+  if (fromS) flags |= FL_FIRST_S;
+  else if (isFromDestination(r.sourcePodName, r.destinationPodName)) flags |= FL_FIRST_D;
+  if (!corr) flags |= FL_READY;
+  // Only an InterNode flow waits for the other Node's half, even when created ready (deny).
+  if (flowType !== FlowType.InterNode) flags |= FL_CORR_FILLED | FL_MERGED;
   const store = s.store;
   const I = s.intern;
   const slot = store.alloc();
@@ -160,10 +168,10 @@ function create(
   const ub = u32Base(slot);
   const flow = FIELD_CODE.create(r, I, u32, ub, slot, flags);
   if (r.destinationClusterIPv4 !== undefined) {
-    flow.clusterV4 = I.str(canonicalAddress(r.destinationClusterIPv4, true) ?? "0.0.0.0");
+    flow.clusterV4 = I.ref(canonicalAddress(r.destinationClusterIPv4, true) ?? "0.0.0.0");
   }
   if (r.destinationClusterIPv6 !== undefined) {
-    flow.clusterV6 = I.str(canonicalAddress(r.destinationClusterIPv6, false) ?? "::");
+    flow.clusterV6 = I.ref(canonicalAddress(r.destinationClusterIPv6, false) ?? "::");
   }
   u32[ub + U32.START] = start;
   u32[ub + U32.END] = end;
@@ -200,21 +208,28 @@ function update(s: CoreState, flow: Flow, r: FlowInput, corr: boolean): boolean 
   if (!countersValid(r, true)) {
     return s.reject("missingField", "flow update without all 8 counters");
   }
-  let sides: number;
-  if (corr) {
-    if ((flow.flags & FL_READY) === 0 && !sameNode(r, flow)) {
-      correlate(s, flow, r);
-      flow.flags |= FL_READY | FL_CORR_FILLED;
-      s.counters.correlated++;
-    }
-    sides = isFromSource(r.sourcePodName, r.destinationPodName) ? SIDE_S : SIDE_D;
-  } else {
-    sides = SIDE_S | SIDE_D;
-    if ((flow.flags & FL_READY) === 0) {
-      // E2 fix (L4): without it the flow would never be exported.
-      flow.flags = (flow.flags | FL_READY) & ~FL_CORR_FILLED;
-      s.counters.readyWithoutCorrelation++;
-    }
+  const sides = corr
+    ? (isFromSource(r.sourcePodName, r.destinationPodName) ? SIDE_S : SIDE_D)
+    : SIDE_S | SIDE_D;
+  const flags = flow.flags;
+  const merge = (flags & FL_MERGED) === 0 && !sameNode(r, flags);
+  // Strings this record may add: checked before anything changes, so a rejected record has
+  // no effect. A tcpState usually is the held one (no cost, no look-up).
+  let added = merge ? FIELD_CODE.correlateBytes(r) + CLUSTER_IPS_BYTES : 0;
+  if (r.tcpState !== flow.tcpState) added += s.intern.addedBytes(r.tcpState);
+  if (added > 0 && s.overBytes(added)) {
+    return s.reject("maxFlowBytes", "maxFlowBytes reached, record adding strings dropped");
+  }
+  if (merge) {
+    // Refined E2 (L4): the other Node's first record correlates, whether or not it needs
+    // correlation itself and whether or not a same-Node deny record already made the flow ready.
+    correlate(s, flow, r);
+    flow.flags = flags | FL_READY | FL_CORR_FILLED | FL_MERGED;
+    s.counters.correlated++;
+  } else if (!corr && (flags & FL_READY) === 0) {
+    // E2 fix (L4): without it the flow would never be exported; metadata stays to be filled.
+    flow.flags = flags | FL_READY;
+    s.counters.readyWithoutCorrelation++;
   }
   aggregate(s, flow, r, sides);
   touch(s, flow);
@@ -222,12 +237,14 @@ function update(s: CoreState, flow: Flow, r: FlowInput, corr: boolean): boolean 
   return true;
 }
 
-/** True when `r` comes from the same Node as the stored half (no partner yet). */
-function sameNode(r: FlowInput, flow: Flow): boolean {
-  return (isFromSource(r.sourcePodName, r.destinationPodName) &&
-    isFromSource(flow.sourcePodName, flow.destinationPodName)) ||
-    (isFromDestination(r.sourcePodName, r.destinationPodName) &&
-      isFromDestination(flow.sourcePodName, flow.destinationPodName));
+/**
+ * True when `r` comes from the Node that sent the flow's first record (§1.4 `sameNode`). The
+ * first record's Node is kept in the flags: the stored Pod names may since have been filled
+ * from the Pod store at an export.
+ */
+function sameNode(r: FlowInput, flags: number): boolean {
+  return ((flags & FL_FIRST_S) !== 0 && isFromSource(r.sourcePodName, r.destinationPodName)) ||
+    ((flags & FL_FIRST_D) !== 0 && isFromDestination(r.sourcePodName, r.destinationPodName));
 }
 
 /** §1.5: copies every set correlate field of `r` into the stored flow. */
@@ -237,10 +254,13 @@ function correlate(s: CoreState, flow: Flow, r: FlowInput): void {
   // A stored record without the IE is skipped (upstream dereferences nil: L14).
   if (flow.clusterV4 !== undefined && r.destinationClusterIPv4 !== undefined) {
     const v = canonicalAddress(r.destinationClusterIPv4, true);
-    if (v !== undefined && v !== "0.0.0.0") flow.clusterV4 = I.str(v);
+    if (v !== undefined && v !== "0.0.0.0") flow.clusterV4 = I.replace(flow.clusterV4, v);
   }
   if (flow.clusterV6 !== undefined && r.destinationClusterIPv6 !== undefined) {
     const v = canonicalAddress(r.destinationClusterIPv6, false);
-    if (v !== undefined && v !== "::") flow.clusterV6 = I.str(v);
+    if (v !== undefined && v !== "::") flow.clusterV6 = I.replace(flow.clusterV6, v);
   }
 }
+
+/** Upper bound of what the two cluster IP texts of a record can add (canonical, <= 39 chars). */
+const CLUSTER_IPS_BYTES = 2 * maxStringBytes("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff");

@@ -13,7 +13,7 @@
 
 import type { HeapItem } from "./expiry_heap.ts";
 import type { AggregatedRecord, FlowInput } from "./record.ts";
-import { U32 } from "./slot_store.ts";
+import { SLOT_BYTES, U32 } from "./slot_store.ts";
 
 // u64 layout of a slot. The 8 common Stats counters in the spec's list order, then the same 8
 // FromSourceNode, the same 8 FromDestinationNode, then the 6 throughputs.
@@ -70,6 +70,16 @@ export const FL_EXT_FILLED = 4;
 export const FL_IPV4 = 8;
 /** Flow flag: a record was aggregated since the last export (to count exports without new data, L9). */
 export const FL_UPDATED = 16;
+/**
+ * Flow flag: the other Node's half was correlated in (§1.5), or the flow needs none (not
+ * InterNode). Kept apart from {@linkcode FL_CORR_FILLED}, which an export's Pod-store fill also
+ * sets: a fill before the other half arrives must not stop the merge (refined E2, SC-26).
+ */
+export const FL_MERGED = 32;
+/** Flow flag: the flow's first record came from the source Node (§1.4 `fromSource`). */
+export const FL_FIRST_S = 64;
+/** Flow flag: the flow's first record came from the destination Node (§1.4 `fromDestination`). */
+export const FL_FIRST_D = 128;
 
 /** flowEndReason value of an ended flow (kept once seen). */
 export const END_OF_FLOW = 3;
@@ -180,6 +190,20 @@ export const FIELDS = [
   { ie: "flowEndSecondsFromDestinationNode", kind: "u32", at: U32.END_D },
   ...throughputRows(),
 ] as const satisfies readonly FieldRow[];
+
+/** Properties of a {@linkcode Flow} besides its `str` fields (bookkeeping, cluster IPs, labels). */
+const OTHER_FLOW_PROPERTIES = 8;
+
+/**
+ * Bytes charged for each held flow apart from its strings (`limits.maxFlowBytes`): its slot's
+ * typed-array words, its {@linkcode Flow} object (a 3-word header and one 8-byte word per
+ * property) and its share of the index structures (flow table at a load of 1/4 or more, heap
+ * item and priority, `bySlot` entry, chunk slack: 64 bytes). Derived from the layout, so adding
+ * a field updates it. Checked against `scripts/bench/memory.ts`: 632 charged, 627 measured
+ * (heap + external after GC, 100k correlated flows).
+ */
+export const FLOW_FIXED_BYTES: number = SLOT_BYTES +
+  8 * (3 + OTHER_FLOW_PROPERTIES + FIELDS.filter((f) => f.kind === "str").length) + 64;
 
 /** IE names of the string fields, which are properties of {@linkcode Flow}. */
 export type StringField = Extract<(typeof FIELDS)[number], { kind: "str" }>["ie"];

@@ -47,6 +47,8 @@ export const U32 = {
 } as const;
 /** f64 values per slot. */
 export const F64_PER_SLOT = 2;
+/** Bytes of one slot's typed-array words. */
+export const SLOT_BYTES: number = U64_PER_SLOT * 8 + U32_PER_SLOT * 4 + F64_PER_SLOT * 8;
 
 /** Chunked slot allocator with typed-array backing. */
 export class SlotStore {

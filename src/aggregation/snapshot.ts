@@ -138,39 +138,46 @@ function fill(s: CoreState, flow: Flow, hooks: ExportHooks | undefined): void {
   const lookup = hooks?.lookupPod;
   if (lookup === undefined) return;
   const start = s.store.u32(flow.slot)[u32Base(flow.slot) + U32.START];
+  const I = s.intern;
   if ((flow.flags & FL_CORR_FILLED) === 0) {
+    // Strings from the Pod store are charged like the others (held bytes) but never refused:
+    // they come from the cluster, not the wire, and one Pod's are shared by its flows.
     const src = flow.sourcePodName === "" ? podAt(s, lookup, flow.slot, U32.SRC) : undefined;
-    if (src !== undefined) [flow.sourcePodName, flow.sourcePodNamespace, flow.sourceNodeName] = src;
+    if (src !== undefined) {
+      flow.sourcePodName = I.replace(flow.sourcePodName, src.name);
+      flow.sourcePodNamespace = I.replace(flow.sourcePodNamespace, src.namespace);
+      flow.sourceNodeName = I.replace(flow.sourceNodeName, src.nodeName);
+    }
     const dst = flow.destinationPodName === "" ? podAt(s, lookup, flow.slot, U32.DST) : undefined;
     if (dst !== undefined) {
-      [flow.destinationPodName, flow.destinationPodNamespace, flow.destinationNodeName] = dst;
+      flow.destinationPodName = I.replace(flow.destinationPodName, dst.name);
+      flow.destinationPodNamespace = I.replace(flow.destinationPodNamespace, dst.namespace);
+      flow.destinationNodeName = I.replace(flow.destinationNodeName, dst.nodeName);
     }
     // Set even after a miss, as v1.13 does (L16 kept): the flag means "tried".
     flow.flags |= FL_CORR_FILLED;
   }
   if (s.includePodLabels && (flow.flags & FL_EXT_FILLED) === 0) {
-    flow.srcLabels = flow.sourcePodName !== "" && flow.sourcePodNamespace !== ""
-      ? labels(s, lookup, addressText(s, flow.slot, U32.SRC), start)
-      : "";
-    flow.dstLabels = flow.destinationPodName !== "" && flow.destinationPodNamespace !== ""
-      ? labels(s, lookup, addressText(s, flow.slot, U32.DST), start)
-      : "";
+    flow.srcLabels = I.replace(
+      flow.srcLabels,
+      flow.sourcePodName !== "" && flow.sourcePodNamespace !== ""
+        ? labels(s, lookup, addressText(s, flow.slot, U32.SRC), start)
+        : "",
+    );
+    flow.dstLabels = I.replace(
+      flow.dstLabels,
+      flow.destinationPodName !== "" && flow.destinationPodNamespace !== ""
+        ? labels(s, lookup, addressText(s, flow.slot, U32.DST), start)
+        : "",
+    );
     flow.flags |= FL_EXT_FILLED;
   }
 }
 
-/** Interned name, namespace and Node of the Pod of the address at `at`; undefined on a miss. */
-function podAt(
-  s: CoreState,
-  lookup: Lookup,
-  slot: number,
-  at: number,
-): [string, string, string] | undefined {
+/** The Pod of the address at `at` (U32.SRC or U32.DST) of a slot; undefined on a miss. */
+function podAt(s: CoreState, lookup: Lookup, slot: number, at: number): PodInfo | undefined {
   const start = s.store.u32(slot)[u32Base(slot) + U32.START];
-  const p = lookupPod(s, lookup, addressText(s, slot, at), start);
-  if (p === undefined) return undefined;
-  const I = s.intern;
-  return [I.str(p.name), I.str(p.namespace), I.str(p.nodeName)];
+  return lookupPod(s, lookup, addressText(s, slot, at), start);
 }
 
 function lookupPod(s: CoreState, lookup: Lookup, ip: string, start: number): PodInfo | undefined {
@@ -190,5 +197,5 @@ function lookupPod(s: CoreState, lookup: Lookup, ip: string, start: number): Pod
 
 function labels(s: CoreState, lookup: Lookup, ip: string, start: number): string {
   const p = lookupPod(s, lookup, ip, start);
-  return p === undefined ? "" : s.intern.str(encodePodLabels(p.labels));
+  return p === undefined ? "" : encodePodLabels(p.labels);
 }

@@ -11,7 +11,7 @@ import { CoreCounters, type RejectReason } from "./counters.ts";
 import { ExpiryHeap } from "./expiry_heap.ts";
 import { FlowTable, KEY_WORDS } from "./flow_table.ts";
 import { Interner } from "./intern.ts";
-import type { Flow } from "./layout.ts";
+import { type Flow, FLOW_FIXED_BYTES } from "./layout.ts";
 import { SlotStore } from "./slot_store.ts";
 
 /** The aggregation logger. */
@@ -32,6 +32,12 @@ export interface AggregationOptions {
    * unbounded: the product passes the `limits.maxFlows` config key.
    */
   maxFlows?: number;
+  /**
+   * Maximum bytes of held flows, their strings included (see {@linkcode CoreState.heldBytes});
+   * a record for a new flow, or one that would add strings, over it is dropped and counted.
+   * Default unbounded: the product passes the `limits.maxFlowBytes` config key.
+   */
+  maxFlowBytes?: number;
   /** Add `sourcePodLabels`/`destinationPodLabels` at the first export (default false). */
   includePodLabels?: boolean;
   /** Slack added to the next expiry delay (spec §4.6 MinExpiryTime, default 100 ms). */
@@ -52,6 +58,8 @@ export class CoreState {
   readonly maxRetries: number;
   /** See {@linkcode AggregationOptions.maxFlows} (changed by setMaxFlows). */
   maxFlows: number;
+  /** See {@linkcode AggregationOptions.maxFlowBytes} (changed by setMaxFlowBytes). */
+  maxFlowBytes: number;
   /** See {@linkcode AggregationOptions.minExpiryMs}. */
   readonly minExpiryMs: number;
   /** See {@linkcode AggregationOptions.dropUncorrelated}. */
@@ -83,10 +91,24 @@ export class CoreState {
     this.clock = opts.clock;
     this.maxRetries = opts.maxRetries ?? 2;
     this.maxFlows = opts.maxFlows ?? Infinity;
+    this.maxFlowBytes = opts.maxFlowBytes ?? Infinity;
     this.minExpiryMs = opts.minExpiryMs ?? 100;
     this.dropUncorrelated = opts.dropUncorrelated ?? false;
     this.includePodLabels = opts.includePodLabels ?? false;
     this.rl = new RateLimitedLog(10_000, () => this.clock.nowMs());
+  }
+
+  /**
+   * Bytes of the held flows: a fixed cost per flow ({@linkcode FLOW_FIXED_BYTES}) plus every
+   * string the flows reference, each distinct string charged once (intern.ts).
+   */
+  heldBytes(): number {
+    return this.table.size * FLOW_FIXED_BYTES + this.intern.bytes;
+  }
+
+  /** True when adding `bytes` to the held flows would exceed `maxFlowBytes`. */
+  overBytes(bytes: number): boolean {
+    return this.heldBytes() + bytes > this.maxFlowBytes;
   }
 
   /** Counts and logs (rate-limited) a rejected record; returns false for `return reject(...)`. */

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import type { FlowInput } from "../../src/aggregation/mod.ts";
+import { FLOW_FIXED_BYTES } from "../../src/aggregation/layout.ts";
 import { at, collector, counters, csd, intraNode, K4, newCore, one, s1 } from "./fixtures.ts";
 
 /** The intra-node record of these tests: 10 s, 100 packets and 10,000 octets each way. */
@@ -237,7 +238,14 @@ Deno.test("fuzz: random records and sweeps keep the books balanced and never thr
     seed = (seed * 1664525 + 1013904223) >>> 0;
     return seed % n;
   };
-  const { core, clock } = newCore({ maxFlows: 50, activeTimeoutMs: 5000, inactiveTimeoutMs: 8000 });
+  // Room for 50 flows of short names, not for many long Node names: both limits are hit.
+  const maxFlowBytes = 50 * FLOW_FIXED_BYTES + 4_000;
+  const { core, clock } = newCore({
+    maxFlows: 50,
+    maxFlowBytes,
+    activeTimeoutMs: 5000,
+    inactiveTimeoutMs: 8000,
+  });
   const pick = <T>(xs: T[]): T => xs[rnd(xs.length)];
   let emitted = 0;
   for (let i = 0; i < 5000; i++) {
@@ -256,7 +264,9 @@ Deno.test("fuzz: random records and sweeps keep the books balanced and never thr
     if (rnd(20) === 0) delete r[pick(["protocolIdentifier", "tcpState", "flowEndSeconds"])];
     if (rnd(50) === 0) r.sourceIPv4Address = pick(["", "1.2.3", "::1", 7]);
     if (rnd(50) === 0) r.destinationIPv6Address = "2001:db8::1";
+    if (rnd(40) === 0) r.sourceNodeName = pick([7, "node-" + "n".repeat(rnd(3000)), 12n]);
     core.addRecord(r as unknown as FlowInput);
+    assert.ok(core.flowBytes <= maxFlowBytes);
     if (rnd(10) === 0) {
       clock.advance(rnd(3000));
       core.expire(() => {
@@ -266,6 +276,13 @@ Deno.test("fuzz: random records and sweeps keep the books balanced and never thr
     }
     assert.equal(core.flowCount, core.queueLength);
   }
+  // Every flow expired and deleted one by one gives back every string byte it was charged.
+  for (let i = 0; i < 10 && core.flowCount > 0; i++) {
+    clock.advance(10_000);
+    core.expire(() => emitted++);
+  }
+  assert.equal(core.flowCount, 0);
+  assert.equal(core.flowBytes, 0);
   core.flushAll(() => emitted++);
   const s = core.stats();
   const rejected = Object.values(s.recordsRejected).reduce((a, b) => a + b, 0);
@@ -275,6 +292,7 @@ Deno.test("fuzz: random records and sweeps keep the books balanced and never thr
   assert.equal(s.exported + s.emitErrors, emitted);
   assert.equal(core.flowCount, 0);
   assert.ok(s.recordsRejected.maxFlows > 0 && s.correlated > 0 && s.exported > 0);
+  assert.ok(s.recordsRejected.maxFlowBytes > 0);
   // No record needed the last-resort catch: every bad field was caught by a named check.
   assert.equal(s.recordsRejected.invalidRecord, 0);
 });

@@ -75,6 +75,25 @@ Deno.test("compiled correlate copies only set correlate fields", () => {
   assert.equal(u32[3], 1);
 });
 
+Deno.test("compiled release and byte bounds: strings charged while referenced, bounds hold", () => {
+  const code = compileFieldCode(SMALL);
+  const u32 = new Uint32Array(8);
+  const I = new Interner();
+  const r: FlowInput = { sourcePodName: "pod-" + "a".repeat(100), tcpState: "ESTABLISHED" };
+  const bound = code.createBytes(r);
+  assert.equal(code.correlateBytes({ tcpState: "X" }), 0); // tcpState is not a correlate field
+  const f = code.create(r, I, u32, 0, 0, 0);
+  assert.ok(I.bytes > 0 && I.bytes <= bound, `${I.bytes} <= ${bound}`);
+  const more: FlowInput = { sourcePodName: "pod-" + "b".repeat(300) };
+  const before = I.bytes;
+  const cb = code.correlateBytes(more);
+  code.correlate(f, more, I, u32, 0);
+  assert.ok(I.bytes - before <= cb);
+  assert.equal(f.sourcePodName, more.sourcePodName);
+  code.release(f, I);
+  assert.equal(I.bytes, 0);
+});
+
 Deno.test("compiled snapshot reads every row from its place", () => {
   const code = compileFieldCode(SMALL);
   const u32 = new Uint32Array(8);
@@ -136,7 +155,7 @@ Deno.test("compileFieldCode rejects bad names, repeated fields and shared slot w
 });
 
 Deno.test("the compiled code of FIELDS is straight-line code with constant names", () => {
-  assert.match(FIELD_CODE.source, /this\.sourcePodName = I\.str\(r\.sourcePodName\);/);
+  assert.match(FIELD_CODE.source, /this\.sourcePodName = I\.ref\(r\.sourcePodName\);/);
   assert.doesNotMatch(FIELD_CODE.source, /\[\s*[a-z]+\s*\]\s*=/); // no computed property writes
 });
 

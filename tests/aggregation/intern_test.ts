@@ -1,33 +1,112 @@
 import assert from "node:assert/strict";
-import { Interner } from "../../src/aggregation/intern.ts";
+import {
+  Interner,
+  maxStringBytes,
+  STRING_HEADER_BYTES,
+  stringBytes,
+} from "../../src/aggregation/intern.ts";
+import { prng } from "../_helpers/prng.ts";
 
 Deno.test("Interner returns the first copy of equal text", () => {
   const I = new Interner();
   const a = ["pod", "-1"].join("");
   const b = ["po", "d-1"].join("");
-  assert.equal(I.str(a), a);
-  assert.equal(I.str(b), a);
-  assert.equal(I.str("other-name"), "other-name");
+  assert.equal(I.ref(a), a);
+  assert.equal(I.ref(b), a);
+  assert.equal(I.ref("other-name"), "other-name");
 });
 
 Deno.test("Interner: absent and empty text give an empty string, bad input its text", () => {
   const I = new Interner();
-  assert.equal(I.str(undefined), "");
-  assert.equal(I.str(""), "");
-  assert.equal(I.str(42 as unknown as string), "42");
+  assert.equal(I.ref(undefined), "");
+  assert.equal(I.ref(""), "");
+  assert.equal(I.bytes, 0);
+  assert.equal(I.ref(42 as unknown as string), "42");
+  assert.equal(I.bytes, stringBytes("42"));
+  I.unref("42");
+  assert.equal(I.bytes, 0);
 });
 
 Deno.test("Interner keeps correct text when many names share slots", () => {
   const I = new Interner();
   const names = Array.from({ length: 200_000 }, (_, i) => `pod-${i}`);
-  for (const n of names) assert.equal(I.str(n), n);
-  for (const n of names) assert.equal(I.str(n.slice(0)), n);
+  for (const n of names) assert.equal(I.ref(n), n);
+  for (const n of names) assert.equal(I.ref(n.slice(0)), n);
+});
+
+Deno.test("Interner charges a shared string once and releases it with its last reference", () => {
+  const I = new Interner();
+  const name = "web-frontend-7d9c";
+  I.ref(name);
+  I.ref(name.split("").join(""));
+  assert.equal(I.bytes, STRING_HEADER_BYTES + name.length);
+  I.unref(name);
+  assert.equal(I.bytes, STRING_HEADER_BYTES + name.length);
+  I.unref(name);
+  assert.equal(I.bytes, 0);
+  // Non-Latin-1 text costs two bytes per UTF-16 unit.
+  assert.equal(stringBytes("pod-é"), STRING_HEADER_BYTES + 5);
+  assert.equal(stringBytes("pod-€"), STRING_HEADER_BYTES + 10);
+});
+
+Deno.test("Interner.replace takes the new reference before giving back the old one", () => {
+  const I = new Interner();
+  const a = I.ref("ESTABLISHED");
+  const b = I.replace(a, "ESTABLISHED");
+  assert.equal(b, "ESTABLISHED");
+  assert.equal(I.bytes, stringBytes("ESTABLISHED"));
+  const c = I.replace(b, "TIME_WAIT");
+  assert.equal(c, "TIME_WAIT");
+  assert.equal(I.bytes, stringBytes("TIME_WAIT"));
+  I.unref(c);
+  assert.equal(I.bytes, 0);
+});
+
+Deno.test("Interner: addedBytes is 0 for held text, the cost otherwise, and bounded", () => {
+  const I = new Interner();
+  I.ref("node-a");
+  assert.equal(I.addedBytes("node-a"), 0);
+  assert.equal(I.addedBytes(""), 0);
+  assert.ok(I.addedBytes("node-b") >= stringBytes("node-b"));
+  assert.ok(I.addedBytes("node-b") <= maxStringBytes("node-b"));
+  assert.equal(maxStringBytes(undefined), 0);
+});
+
+Deno.test("Interner: random refs and unrefs over colliding slots balance back to 0 bytes", () => {
+  // 3,000 distinct names over 65,536 slots collide (overflow entries) at random; the books
+  // must still balance, and every ref must return equal text.
+  for (let seed = 1; seed <= 5; seed++) {
+    const rand = prng(seed);
+    const I = new Interner();
+    const names = Array.from({ length: 3000 }, (_, i) => `n${i}-${"x".repeat(i % 50)}`);
+    const held: string[] = [];
+    for (let step = 0; step < 40_000; step++) {
+      if (held.length > 0 && rand() < 0.45) {
+        const i = Math.floor(rand() * held.length);
+        I.unref(held[i]);
+        held[i] = held[held.length - 1];
+        held.pop();
+      } else {
+        const n = names[Math.floor(rand() * names.length)];
+        const v = I.ref(n.slice(0));
+        assert.equal(v, n);
+        held.push(v);
+      }
+    }
+    const distinct = new Set(held);
+    let min = 0;
+    for (const n of distinct) min += stringBytes(n);
+    assert.ok(I.bytes >= min, `seed ${seed}: ${I.bytes} < ${min}`);
+    for (const n of held) I.unref(n);
+    assert.equal(I.bytes, 0, `seed ${seed}`);
+  }
 });
 
 Deno.test("Interner.clear forgets held strings", () => {
   const I = new Interner();
-  I.str("a-name");
+  I.ref("a-name");
   I.clear();
+  assert.equal(I.bytes, 0);
   const again = ["a-", "name"].join("");
-  assert.equal(I.str(again), "a-name");
+  assert.equal(I.ref(again), "a-name");
 });

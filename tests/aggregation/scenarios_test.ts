@@ -50,6 +50,21 @@ function v6(r: FlowInput, clusterV6: string): FlowInput {
   return o;
 }
 
+/** [name, namespace, Node] of the source and of the destination Pod of a record. */
+function podsOf(r: FlowInput): unknown[][] {
+  return [
+    [r.sourcePodName, r.sourcePodNamespace, r.sourceNodeName],
+    [r.destinationPodName, r.destinationPodNamespace, r.destinationNodeName],
+  ];
+}
+
+/** The 5 fields of a record's ingress or egress policy: name, namespace, type, rule, action. */
+function policyOf(r: FlowInput, dir: "ingress" | "egress"): unknown[] {
+  const o = r as Record<string, unknown>;
+  const p = `${dir}NetworkPolicy`;
+  return ["Name", "Namespace", "Type", "RuleName", "RuleAction"].map((f) => o[p + f]);
+}
+
 /** A Pod-store stand-in recording calls. */
 function podStore(pods: Record<string, PodInfo>): ExportHooks & { calls: [string, number][] } {
   const calls: [string, number][] = [];
@@ -428,46 +443,91 @@ Deno.test("SC-13a ingress reject, D alone: ready, source Pod filled at export", 
   assert.equal(c.out[0].record.destinationPodName, "pod2");
 });
 
-Deno.test("SC-13b improved: S1 then D1(reject) marks ready and exports (E2 fix, L4)", () => {
+Deno.test("SC-13b improved: S1 then D1(reject) correlates, becomes ready and exports (L4)", () => {
   const { core, clock } = newCore();
   core.addRecord(s1());
   at(clock, 1000);
   core.addRecord(d1({ ingressNetworkPolicyRuleAction: 3 }));
   const st = core.entryState(K4)!;
   assert.equal(st.readyToSend, true); // upstream: stays false forever
-  assert.equal(st.correlatedFieldsFilled, false);
+  assert.equal(st.correlatedFieldsFilled, true); // refined E2: D1 is the other Node's first
   const r = one(core);
   assert.deepEqual(csd(r, "octetTotalCount"), [1020n, 1020n, 1020n]);
   assert.deepEqual(csd(r, "packetTotalCount"), [502n, 502n, 502n]);
   for (const n of ["throughput", "reverseThroughput"]) {
     assert.deepEqual(csd(r, n), [8160n, 8160n, 8160n]);
   }
-  assert.equal(core.stats().readyWithoutCorrelation, 1);
-  const store = podStore({ "10.0.0.2": { name: "pod2", namespace: "ns2", nodeName: "node-b" } });
+  assert.equal(core.stats().correlated, 1);
+  assert.equal(core.stats().readyWithoutCorrelation, 0);
+  const store = podStore({ "10.0.0.2": { name: "pod9", namespace: "ns2", nodeName: "node-b" } });
   at(clock, 60_100);
   const c = collector();
   assert.equal(core.expire(c.emit, store), 1);
   assert.equal(c.out[0].uncorrelated, false);
+  assert.deepEqual(store.calls, []); // correlated: nothing left to fill from the Pod store
   assert.equal(c.out[0].record.sourcePodName, "pod1");
   assert.equal(c.out[0].record.destinationPodName, "pod2");
+  assert.equal(c.out[0].record.ingressNetworkPolicyRuleAction, 3);
 });
 
-Deno.test("SC-13c ingress reject, D1 then S1: S1 not correlated and ignored (same end)", () => {
+Deno.test("SC-13c improved: D1(reject) then S1 correlates S1's fields; S1's stats stale", () => {
   const { core } = newCore();
   core.addRecord(d1({ ingressNetworkPolicyRuleAction: 3 }));
+  assert.equal(core.entryState(K4)!.correlatedFieldsFilled, false);
   core.addRecord(s1());
   const st = core.entryState(K4)!;
   assert.equal(st.readyToSend, true);
-  assert.equal(st.correlatedFieldsFilled, false);
+  assert.equal(st.correlatedFieldsFilled, true); // upstream: false, S1 not correlated
   const r = one(core);
+  // S1's stats are ignored by §3.3 step 3 (D1 set the S per-side end to 1, S1 ends at 1).
   assert.equal(r.octetTotalCountFromSourceNode, 1020n);
   assert.equal(r.packetTotalCountFromSourceNode, 502n);
   assert.equal(r.throughputFromSourceNode, 8160n);
-  assert.equal(r.destinationClusterIPv4, "0.0.0.0");
-  assert.equal(r.destinationServicePort, 0);
-  assert.equal(r.sourcePodName, "");
-  assert.equal(core.stats().correlated, 0);
+  // Its correlate fields are not: S1 is the first record from the other Node.
+  assert.equal(r.destinationClusterIPv4, "192.168.0.1");
+  assert.equal(r.destinationServicePort, 4739);
+  assert.equal(r.sourcePodName, "pod1");
+  assert.equal(r.destinationPodName, "pod2");
+  assert.equal(r.ingressNetworkPolicyRuleAction, 3);
+  assert.equal(core.stats().correlated, 1);
   assert.equal(core.stats().recordsStale, 1);
+});
+
+Deno.test("SC-13d improved: S1 then D1(reject with Pod and rule) exports both sides' fields", () => {
+  const { core, clock } = newCore();
+  core.addRecord(s1({ sourcePodNamespace: "default", sourceNodeName: "node-a" }));
+  at(clock, 1000);
+  core.addRecord(d1({
+    ingressNetworkPolicyRuleAction: 3,
+    destinationPodNamespace: "default",
+    destinationNodeName: "node-b",
+    ingressNetworkPolicyName: "deny-all",
+    ingressNetworkPolicyNamespace: "default",
+    ingressNetworkPolicyType: 1,
+    ingressNetworkPolicyRuleName: "rule-1",
+  }));
+  const st = core.entryState(K4)!;
+  assert.equal(st.readyToSend, true);
+  assert.equal(st.correlatedFieldsFilled, true);
+  // Stats as in (b): D1 needs no correlation and is aggregated into both sides.
+  const r = one(core);
+  assert.deepEqual(csd(r, "octetTotalCount"), [1020n, 1020n, 1020n]);
+  assert.deepEqual(csd(r, "packetTotalCount"), [502n, 502n, 502n]);
+  assert.deepEqual(csd(r, "flowEndSeconds"), [1, 1, 1]);
+  for (const n of ["throughput", "reverseThroughput"]) {
+    assert.deepEqual(csd(r, n), [8160n, 8160n, 8160n]);
+  }
+  at(clock, 60_100);
+  const c = collector();
+  assert.equal(core.expire(c.emit, podStore({})), 1);
+  assert.equal(c.out[0].uncorrelated, false);
+  const ex = c.out[0].record;
+  assert.deepEqual(podsOf(ex), [["pod1", "default", "node-a"], ["pod2", "default", "node-b"]]);
+  assert.deepEqual(policyOf(ex, "ingress"), ["deny-all", "default", 1, "rule-1", 3]);
+  // S1's own correlate fields are kept (D1's are unset).
+  assert.equal(ex.destinationClusterIPv4, "192.168.0.1");
+  assert.equal(ex.destinationServicePort, 4739);
+  assert.equal(ex.egressNetworkPolicyRuleAction, 0);
 });
 
 Deno.test("SC-14 ingress drop still correlates", () => {
@@ -779,4 +839,122 @@ Deno.test("SC-25 (core side) updateTimeouts changes only schedules computed afte
   assert.equal(core.entryState(K4)!.inactiveExpireMs, 46_000);
   assert.throws(() => core.updateTimeouts(0, 1000), RangeError);
   assert.throws(() => new AggregationCore({ activeTimeoutMs: NaN, inactiveTimeoutMs: 1, clock }));
+});
+
+/** SC-26's records: S1 (Allow), S2 (egress Drop), D1 (the other Node's first), D2. */
+const SC26 = {
+  s1: s1({
+    sourcePodNamespace: "default",
+    sourceNodeName: "node-a",
+    egressNetworkPolicyName: "allow-web",
+    egressNetworkPolicyNamespace: "default",
+    egressNetworkPolicyType: 1,
+    egressNetworkPolicyRuleName: "allow-rule",
+    egressNetworkPolicyRuleAction: 1,
+  }),
+  s2: s1({
+    sourcePodNamespace: "default",
+    sourceNodeName: "node-a",
+    egressNetworkPolicyName: "lockdown",
+    egressNetworkPolicyNamespace: "default",
+    egressNetworkPolicyType: 2,
+    egressNetworkPolicyRuleName: "drop-rule",
+    egressNetworkPolicyRuleAction: 2,
+    flowEndSeconds: 2,
+    ...counters(600n, 100n, 1200n, 200n),
+  }),
+  d1: d1({
+    destinationPodNamespace: "default",
+    destinationNodeName: "node-b",
+    ingressNetworkPolicyName: "allow-in",
+    ingressNetworkPolicyNamespace: "default",
+    ingressNetworkPolicyType: 1,
+    ingressNetworkPolicyRuleName: "in-rule",
+    ingressNetworkPolicyRuleAction: 1,
+    flowEndSeconds: 3,
+    ...counters(610n, 10n, 1220n, 20n),
+  }),
+  d2: d1({
+    destinationPodNamespace: "other",
+    destinationNodeName: "node-x",
+    ingressNetworkPolicyName: "changed",
+    ingressNetworkPolicyRuleName: "changed-rule",
+    ingressNetworkPolicyRuleAction: 2,
+    flowEndSeconds: 5,
+    ...counters(620n, 10n, 1240n, 20n),
+  }),
+};
+
+/** Asserts the fields SC-26 expects of every export after D1. */
+function assertSc26Export(ex: FlowInput): void {
+  assert.deepEqual(podsOf(ex), [["pod1", "default", "node-a"], ["pod2", "default", "node-b"]]);
+  // Egress: S1's values (S2 needs no correlation, D1 sends none).
+  assert.deepEqual(policyOf(ex, "egress"), ["allow-web", "default", 1, "allow-rule", 1]);
+  // Ingress: D1's values, not D2's (correlation happens once).
+  assert.deepEqual(policyOf(ex, "ingress"), ["allow-in", "default", 1, "in-rule", 1]);
+}
+
+Deno.test("SC-26 improved: a same-Node deny makes the entry ready; D1 still correlates", () => {
+  const { core, clock } = newCore();
+  core.addRecord(SC26.s1);
+  assert.equal(core.entryState(K4)!.readyToSend, false);
+  at(clock, 1000);
+  core.addRecord(SC26.s2);
+  let st = core.entryState(K4)!;
+  assert.deepEqual([st.readyToSend, st.correlatedFieldsFilled], [true, false]);
+  assert.equal(core.stats().readyWithoutCorrelation, 1);
+  // S2 was aggregated into both sides.
+  assert.deepEqual(csd(one(core), "octetTotalCount"), [1200n, 1200n, 1200n]);
+  at(clock, 3000);
+  core.addRecord(SC26.d1);
+  st = core.entryState(K4)!;
+  assert.deepEqual([st.readyToSend, st.correlatedFieldsFilled], [true, true]);
+  assert.equal(core.stats().correlated, 1);
+  assert.equal(one(core).flowEndSecondsFromDestinationNode, 3); // D1 aggregated as D
+  assert.equal(one(core).octetTotalCountFromSourceNode, 1200n);
+  at(clock, 4000);
+  core.addRecord(SC26.d2);
+  assert.equal(core.stats().correlated, 1); // D2 does not correlate again
+  const c = collector();
+  at(clock, 60_100);
+  assert.equal(core.expire(c.emit, podStore({})), 1);
+  at(clock, 120_200);
+  assert.equal(core.expire(c.emit, podStore({})), 1);
+  for (const f of c.out) {
+    assert.equal(f.uncorrelated, false);
+    assertSc26Export(f.record);
+  }
+});
+
+Deno.test("SC-26 improved: an export before D1 (Pod-store fill) does not stop the merge", () => {
+  for (const found of [true, false]) {
+    // A = 2 s, so the entry made ready by S2 is exported before D1 arrives.
+    const { core, clock } = newCore({ activeTimeoutMs: 2000 });
+    const store = podStore(
+      found ? { "10.0.0.2": { name: "pod2", namespace: "default", nodeName: "node-b" } } : {},
+    );
+    const c = collector();
+    core.addRecord(SC26.s1);
+    at(clock, 1000);
+    core.addRecord(SC26.s2);
+    at(clock, 2100);
+    assert.equal(core.expire(c.emit, store), 1);
+    const early = c.out[0].record;
+    assert.equal(early.sourcePodName, "pod1");
+    assert.equal(early.destinationPodName, found ? "pod2" : ""); // Pod store, not D1
+    assert.equal(early.ingressNetworkPolicyName, "");
+    assert.equal(core.entryState(K4)!.correlatedFieldsFilled, true); // "tried" (L16)
+    // A later record from the source Node is still the same Node, though both names are now
+    // set on the stored flow after a hit.
+    at(clock, 2500);
+    core.addRecord(s1({ ...SC26.s1, flowEndSeconds: 2 }));
+    assert.equal(core.stats().correlated, 0);
+    at(clock, 3000);
+    core.addRecord(SC26.d1);
+    assert.equal(core.stats().correlated, 1);
+    at(clock, 4300);
+    assert.equal(core.expire(c.emit, store), 1);
+    assert.equal(c.out.length, 2);
+    assertSc26Export(c.out[1].record);
+  }
 });

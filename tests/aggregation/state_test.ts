@@ -6,6 +6,8 @@ Deno.test("CoreState applies the option defaults", () => {
   const s = new CoreState({ activeTimeoutMs: 5, inactiveTimeoutMs: 7, clock: new ManualClock() });
   assert.equal(s.maxRetries, 2);
   assert.equal(s.maxFlows, Infinity);
+  assert.equal(s.maxFlowBytes, Infinity);
+  assert.equal(s.heldBytes(), 0);
   assert.equal(s.minExpiryMs, 100);
   assert.equal(s.dropUncorrelated, false);
   assert.equal(s.includePodLabels, false);

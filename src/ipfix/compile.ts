@@ -36,6 +36,11 @@ export interface CompiledTemplate {
   readonly options: boolean;
   /** Smallest possible record: fixed lengths + 1 byte per variable-length field. */
   readonly minRecordLength: number;
+  /**
+   * Length of every record when the template has no variable-length field (the next record
+   * boundary is known, so a bad record can be skipped); 0 otherwise.
+   */
+  readonly fixedRecordLength: number;
   /** Record key of each field in template order (registry name or `"<pen>/<id>"`). */
   readonly names: readonly string[];
   /** The generated decoder (see {@linkcode RecordsDecoder}). */
@@ -94,6 +99,31 @@ function str(bytes: Uint8Array, o: number, n: number): string {
   const s = String.fromCharCode.apply(null, a);
   internTable[slot] = s;
   return s;
+}
+
+/**
+ * Strings kept longer than a limit so far (see {@linkcode CompileOptions.maxStringBytes}); the
+ * decoder reads it before and after a data set. One module-level count instead of a counter
+ * argument: decoding is synchronous, so the difference is exactly that data set's.
+ */
+let truncatedStrings = 0;
+
+/** Strings truncated by every decoder of this module since start (monotonic). */
+export function stringsTruncatedTotal(): number {
+  return truncatedStrings;
+}
+
+/**
+ * The first `max` bytes (fewer, ending on a UTF-8 character boundary) of a string
+ * longer than `max`, counted in {@linkcode stringsTruncatedTotal}.
+ */
+function strCut(bytes: Uint8Array, o: number, max: number): string {
+  truncatedStrings++;
+  let k = max;
+  // Back off continuation bytes (10xxxxxx) so a multi-byte character is never split.
+  while (k > 0 && k > max - 3 && (bytes[o + k] & 0xc0) === 0x80) k--;
+  if ((bytes[o + k] & 0xc0) === 0x80) k = max; // not UTF-8 after all: cut where asked
+  return str(bytes, o, k);
 }
 
 function u32(bytes: Uint8Array, o: number): number {
@@ -204,6 +234,7 @@ function fail(reason: DecodeErrorReason, message: string): IpfixDecodeError {
 
 const HELPERS = {
   str,
+  strCut,
   u32,
   u64,
   uBig,
@@ -260,8 +291,11 @@ function isVariableType(type: DataType | undefined): boolean {
     type === "basicList" || type === "subTemplateList" || type === "subTemplateMultiList";
 }
 
-/** JS expression reading a fixed-length value of `type` at expression `o` of `bytes`. */
-function fixedExpr(type: DataType | undefined, n: number, o: string): string {
+/**
+ * JS expression reading a fixed-length value of `type` at expression `o` of `bytes`; a string
+ * longer than `maxStr` is cut.
+ */
+function fixedExpr(type: DataType | undefined, n: number, o: string, maxStr: number): string {
   const b = (k: number): string => k === 0 ? `bytes[${o}]` : `bytes[${o} + ${k}]`;
   switch (type) {
     case "unsigned8":
@@ -300,7 +334,7 @@ function fixedExpr(type: DataType | undefined, n: number, o: string): string {
     case "ipv6Address":
       return `ip6(bytes, ${o})`;
     case "string":
-      return `str(bytes, ${o}, ${n})`;
+      return n > maxStr ? `strCut(bytes, ${o}, ${maxStr})` : `str(bytes, ${o}, ${n})`;
     default: // macAddress, octetArray, lists (kept raw), unknown elements
       return `bytes.slice(${o}, ${o} + ${n})`;
   }
@@ -308,8 +342,15 @@ function fixedExpr(type: DataType | undefined, n: number, o: string): string {
 
 interface Codec {
   readonly minRecordLength: number;
+  readonly fixedRecordLength: number;
   readonly names: readonly string[];
   readonly decodeRecords: RecordsDecoder;
+  /** Fields of the template (the cache's weight). */
+  readonly width: number;
+  /** Called when the codec leaves the cache: it drops its generated code and never tiers up. */
+  readonly retire: () => void;
+  /** Whether records are decoded by generated code now. */
+  readonly generated: () => boolean;
 }
 
 /** A validated template layout, shared by both decoder tiers. */
@@ -323,6 +364,8 @@ interface Plan {
   readonly restMin: readonly number[];
   /** Whether field i is the first occurrence of its key (duplicates: first one wins). */
   readonly keep: readonly boolean[];
+  /** Bytes kept of a string value; longer ones are cut on a UTF-8 boundary. */
+  readonly maxStr: number;
 }
 
 function badTemplate(t: TemplateRecord, i: number, f: FieldSpecifier, why: string): never {
@@ -332,7 +375,7 @@ function badTemplate(t: TemplateRecord, i: number, f: FieldSpecifier, why: strin
   );
 }
 
-function makePlan(t: TemplateRecord): Plan {
+function makePlan(t: TemplateRecord, maxStr: number): Plan {
   const n = t.fields.length;
   const names: string[] = [];
   const types: (DataType | undefined)[] = [];
@@ -365,11 +408,13 @@ function makePlan(t: TemplateRecord): Plan {
   }
   const restMin: number[] = new Array(n + 1).fill(0);
   for (let i = n - 1; i >= 0; i--) restMin[i] = restMin[i + 1] + (variable[i] ? 1 : lengths[i]);
-  return { id: t.id, names, types, lengths, variable, restMin, keep };
+  return { id: t.id, names, types, lengths, variable, restMin, keep, maxStr };
 }
 
 /** Reads a fixed-length value (generic tier; same semantics as {@linkcode fixedExpr}). */
-function readFixed(type: DataType | undefined, n: number, b: Uint8Array, o: number): FieldValue {
+function readFixed(plan: Plan, i: number, b: Uint8Array, o: number): FieldValue {
+  const type = plan.types[i];
+  const n = plan.lengths[i];
   switch (type) {
     case "unsigned8":
     case "unsigned16":
@@ -398,7 +443,7 @@ function readFixed(type: DataType | undefined, n: number, b: Uint8Array, o: numb
     case "ipv6Address":
       return ip6(b, o);
     case "string":
-      return str(b, o, n);
+      return n > plan.maxStr ? strCut(b, o, plan.maxStr) : str(b, o, n);
     default:
       return b.slice(o, o + n);
   }
@@ -406,8 +451,10 @@ function readFixed(type: DataType | undefined, n: number, b: Uint8Array, o: numb
 
 /**
  * Interpreting decoder: no code generation, so registering a template is cheap. Used for a
- * template's first data sets (TIER_UP_AFTER); templates that never carry much data (or a peer
- * announcing endless distinct templates) then never pay for `new Function`.
+ * template's first data sets (TIER_UP_AFTER), for templates wider than GENERATED_MAX_FIELDS and
+ * for codecs evicted from the cache; templates that never carry much data (or a peer announcing
+ * endless distinct templates) then never pay for `new Function`. Its cost is linear in the
+ * template's width and the record's bytes.
  */
 function genericDecoder(plan: Plan): RecordsDecoder {
   const n = plan.names.length;
@@ -419,7 +466,7 @@ function genericDecoder(plan: Plan): RecordsDecoder {
       for (let i = 0; i < n; i++) {
         let v: FieldValue;
         if (!plan.variable[i]) {
-          v = readFixed(plan.types[i], plan.lengths[i], bytes, off);
+          v = readFixed(plan, i, bytes, off);
           off += plan.lengths[i];
         } else {
           let p = off + 1;
@@ -430,7 +477,11 @@ function genericDecoder(plan: Plan): RecordsDecoder {
             p += 2;
           }
           if (end - p < L) throw fail("badVarLength", `field ${i}: length ${L} exceeds set`);
-          v = plan.types[i] === "string" ? str(bytes, p, L) : bytes.slice(p, p + L);
+          v = plan.types[i] !== "string"
+            ? bytes.slice(p, p + L)
+            : L > plan.maxStr
+            ? strCut(bytes, p, plan.maxStr)
+            : str(bytes, p, L);
           off = p + L;
           if (end - off < plan.restMin[i + 1]) {
             throw fail("badRecord", `record overruns set after field ${i}`);
@@ -456,7 +507,9 @@ function generatedDecoder(plan: Plan): RecordsDecoder {
     if (keep) props.push(`${JSON.stringify(plan.names[i])}: v${i}`);
     const o = rel === 0 ? "off" : `off + ${rel}`;
     if (!plan.variable[i]) {
-      if (keep) body += `    const v${i} = ${fixedExpr(plan.types[i], plan.lengths[i], o)};\n`;
+      if (keep) {
+        body += `    const v${i} = ${fixedExpr(plan.types[i], plan.lengths[i], o, plan.maxStr)};\n`;
+      }
       rel += plan.lengths[i];
       continue;
     }
@@ -468,7 +521,9 @@ function generatedDecoder(plan: Plan): RecordsDecoder {
     if (keep) {
       // Most Antrea strings are empty: skip the call for them.
       const expr = plan.types[i] === "string"
-        ? `L === 0 ? "" : str(bytes, p, L)`
+        ? (Number.isFinite(plan.maxStr)
+          ? `L === 0 ? "" : L > ${plan.maxStr} ? strCut(bytes, p, ${plan.maxStr}) : `
+          : `L === 0 ? "" : `) + "str(bytes, p, L)"
         : "bytes.slice(p, p + L)";
       body += `    const v${i} = ${expr};\n`;
     }
@@ -481,7 +536,7 @@ function generatedDecoder(plan: Plan): RecordsDecoder {
   }
   if (rel > 0) body += `    off += ${rel};\n`;
   const src = `"use strict";
-const { str, u32, u64, uBig, sInt, sBig, f32, f64, ip4, ip6, fail } = H;
+const { str, strCut, u32, u64, uBig, sInt, sBig, f32, f64, ip4, ip6, fail } = H;
 return function decodeRecords(bytes, off, end, out, max) {
   let p = 0, L = 0, count = 0;
   const limit = max === undefined ? Infinity : max;
@@ -501,19 +556,42 @@ ${body}    out.push({ ${props.join(", ")} });
  */
 const TIER_UP_AFTER = 8;
 
-function buildCodec(t: TemplateRecord): Codec {
-  const plan = makePlan(t);
+/**
+ * Widest template that gets generated code (an Antrea Agent's has 60 fields). The generated
+ * source, and what the optimizing JIT spends on it, grow with the field count: above this width
+ * a template keeps the generic decoder, whose cost stays linear in the input whatever its shape.
+ */
+export const GENERATED_MAX_FIELDS = 128;
+
+function buildCodec(t: TemplateRecord, maxStr: number): Codec {
+  const plan = makePlan(t, maxStr);
   const generic = genericDecoder(plan);
+  const width = t.fields.length;
   let fast: RecordsDecoder | undefined;
   let uses = 0;
+  // Too wide, or retired from the cache: generic for ever.
+  let tiered = width <= GENERATED_MAX_FIELDS;
   const decodeRecords: RecordsDecoder = (bytes, off, end, out, max) => {
     if (fast === undefined) {
-      if (uses++ < TIER_UP_AFTER) return generic(bytes, off, end, out, max);
+      if (!tiered || uses++ < TIER_UP_AFTER) return generic(bytes, off, end, out, max);
       fast = generatedDecoder(plan);
     }
     return fast(bytes, off, end, out, max);
   };
-  return { minRecordLength: plan.restMin[0], names: Object.freeze(plan.names), decodeRecords };
+  const retire = (): void => {
+    fast = undefined;
+    tiered = false;
+  };
+  const fixed = plan.variable.includes(true) ? 0 : plan.restMin[0];
+  return {
+    generated: () => fast !== undefined,
+    minRecordLength: plan.restMin[0],
+    fixedRecordLength: fixed,
+    names: Object.freeze(plan.names),
+    decodeRecords,
+    width,
+    retire,
+  };
 }
 
 /**
@@ -522,28 +600,77 @@ function buildCodec(t: TemplateRecord): Codec {
  */
 export function decoderTiers(
   t: TemplateRecord,
+  options: CompileOptions = {},
 ): { generic: RecordsDecoder; generated: RecordsDecoder } {
-  const plan = makePlan(t);
+  const plan = makePlan(t, options.maxStringBytes ?? Infinity);
   return { generic: genericDecoder(plan), generated: generatedDecoder(plan) };
 }
 
-// Many sessions announce identical templates (every Agent sends the same 39 fields), so the
-// generated code is shared by field list. Bounded: a hostile peer announcing endless distinct
-// templates only causes recompilation.
-const CACHE_MAX = 1024;
-const cache = new Map<string, Codec>();
+/** Options of {@linkcode compileTemplate}. */
+export interface CompileOptions {
+  /**
+   * Bytes kept of one string value (the `limits.maxStringBytes` bound); a longer value is cut
+   * on a UTF-8 character boundary and counted in {@linkcode stringsTruncatedTotal}. Default:
+   * unbounded.
+   */
+  readonly maxStringBytes?: number;
+}
 
-function signature(t: TemplateRecord): string {
-  let s = String(registryGeneration());
+// Many sessions announce identical templates (every Agent sends the same 39 fields), so codecs
+// are shared by field list (and string bound). Bounded in codecs and in fields, least recently
+// compiled first out: a codec that leaves the cache is retired (its generated code dropped, the
+// generic decoder kept), so live generated code stays within the bound however many distinct
+// templates peers announce, and the templates still holding it keep decoding.
+const CACHE_MAX = 256;
+const CACHE_MAX_FIELDS = 32_768;
+const cache = new Map<string, Codec>();
+let cacheFields = 0;
+const codecOf = new WeakMap<RecordsDecoder, Codec>();
+
+/**
+ * Which decoder tier a compiled template runs now: `generic` (its first data sets, templates
+ * wider than {@linkcode GENERATED_MAX_FIELDS}, codecs evicted from the cache) or `generated`.
+ */
+export function decoderTier(ct: CompiledTemplate): "generic" | "generated" {
+  return codecOf.get(ct.decodeRecords)?.generated() ? "generated" : "generic";
+}
+
+function signature(t: TemplateRecord, maxStr: number): string {
+  let s = `${registryGeneration()}|${maxStr}`;
   for (const f of t.fields) s += `,${f.enterprise}/${f.id}/${f.length}`;
   return s;
+}
+
+function cached(t: TemplateRecord, maxStr: number): Codec {
+  const sig = signature(t, maxStr);
+  const hit = cache.get(sig);
+  if (hit !== undefined) {
+    cache.delete(sig); // refresh: most recently used last
+    cache.set(sig, hit);
+    return hit;
+  }
+  const codec = buildCodec(t, maxStr);
+  codecOf.set(codec.decodeRecords, codec);
+  cache.set(sig, codec);
+  cacheFields += codec.width;
+  for (const [k, old] of cache) {
+    if (cache.size <= CACHE_MAX && cacheFields <= CACHE_MAX_FIELDS) break;
+    if (old === codec) break;
+    cache.delete(k);
+    cacheFields -= old.width;
+    old.retire();
+  }
+  return codec;
 }
 
 /**
  * Compiles a template (id >= 256, at least one field). Throws IpfixDecodeError("badTemplate")
  * for an invalid id, an empty field list, a bad scope count or an illegal field length.
  */
-export function compileTemplate(t: TemplateRecord): CompiledTemplate {
+export function compileTemplate(
+  t: TemplateRecord,
+  options: CompileOptions = {},
+): CompiledTemplate {
   if (!Number.isInteger(t.id) || t.id < 256 || t.id > 65535) {
     throw new IpfixDecodeError("badTemplate", `template id ${t.id} outside 256..65535`);
   }
@@ -556,17 +683,12 @@ export function compileTemplate(t: TemplateRecord): CompiledTemplate {
       `template ${t.id}: scope field count ${t.scopeFieldCount} of ${t.fields.length} fields`,
     );
   }
-  const sig = signature(t);
-  let codec = cache.get(sig);
-  if (codec === undefined) {
-    codec = buildCodec(t);
-    if (cache.size >= CACHE_MAX) cache.clear();
-    cache.set(sig, codec);
-  }
+  const codec = cached(t, options.maxStringBytes ?? Infinity);
   return {
     template: t,
     options: t.scopeFieldCount > 0,
     minRecordLength: codec.minRecordLength,
+    fixedRecordLength: codec.fixedRecordLength,
     names: codec.names,
     decodeRecords: codec.decodeRecords,
   };

@@ -2,15 +2,18 @@
  * IPFIX message decoder (RFC 7011). Fixes upstream's collector bugs (ipfix.md §8): walks every
  * set by its Set Length, every record of a set, honours padding, options templates and
  * withdrawals, decodes by the template's field lengths, and bounds every read by the set. A bad
- * set is dropped and reported in `setErrors` while the rest of the message is kept; only
- * message-level problems (header, length) throw. Pure: templates live in the caller's
+ * set is dropped and reported in `setErrors` while the rest of the message is kept; a bad record
+ * drops only itself when the next record boundary is known (fixed-length template), else the
+ * rest of its set, the records before it being kept; either way it is reported in
+ * `recordsDropped`. Only message-level problems (header, length) throw. Pure: templates live in the caller's
  * {@linkcode TemplateStore}.
  */
 
 import type { DataRecord, FieldSpecifier, MessageHeader, TemplateRecord } from "./types.ts";
 import { type DecodeErrorReason, IpfixDecodeError } from "./errors.ts";
-import { compileTemplate } from "./compile.ts";
-import type { TemplateStore } from "./template_store.ts";
+import { type CompiledTemplate, stringsTruncatedTotal } from "./compile.ts";
+import { VARIABLE_LENGTH } from "./types.ts";
+import type { TemplateRefusal, TemplateStore } from "./template_store.ts";
 
 export { type DecodeErrorReason, IpfixDecodeError } from "./errors.ts";
 
@@ -31,6 +34,12 @@ export interface DecodedDataSet {
   template: TemplateRecord;
 }
 
+/**
+ * Why records were dropped: a decode error of the record, or `templateRefused` (a data set for
+ * a template the store refused; its record count estimated from the set length).
+ */
+export type RecordDropReason = DecodeErrorReason | "templateRefused";
+
 /** Everything decoded from one message. */
 export interface DecodedMessage {
   /** The message header. */
@@ -45,6 +54,12 @@ export interface DecodedMessage {
   templateMisses: number[];
   /** Sets dropped (the rest of the message was kept); setId -1 = set header cut. */
   setErrors: { setId: number; reason: DecodeErrorReason }[];
+  /** Records of data sets dropped (the other records of the set were kept), by set. */
+  recordsDropped: { setId: number; reason: RecordDropReason; records: number }[];
+  /** Template records not stored, and why (their data sets are counted in `recordsDropped`). */
+  templatesRefused: { templateId: number; reason: TemplateRefusal }[];
+  /** String values cut to the store's `maxStringBytes`. */
+  stringsTruncated: number;
 }
 
 /**
@@ -86,15 +101,47 @@ export function decodeHeader(buf: Uint8Array): MessageHeader {
   };
 }
 
-/** A parsed template set entry, applied only once the whole set parsed. */
-type TemplateOp = { t: TemplateRecord } | { withdraw: number };
+/**
+ * A parsed template set entry, applied only once the whole set parsed: a compiled template, a
+ * withdrawal, or a template wider than the store accepts (skipped unparsed, with the smallest
+ * length of its records).
+ */
+type TemplateOp =
+  | { t: CompiledTemplate }
+  | { withdraw: number }
+  | { tooWide: number; minRecordLength: number };
+
+/**
+ * Skips the `count` field specifiers of a template wider than the store accepts, without
+ * building them; returns the offset after them and the template's smallest record length.
+ */
+function skipFields(
+  b: Uint8Array,
+  at: { p: number; end: number; id: number },
+  count: number,
+): { p: number; minRecordLength: number } {
+  let { p } = at;
+  let min = 0;
+  for (let i = 0; i < count; i++) {
+    if (at.end - p < 4) {
+      throw new IpfixDecodeError("badTemplate", `template ${at.id}: field ${i} overruns set`);
+    }
+    const length = u16(b, p + 2);
+    p += b[p] & 0x80 ? 8 : 4;
+    if (p > at.end) {
+      throw new IpfixDecodeError("badTemplate", `template ${at.id}: field ${i} PEN overruns set`);
+    }
+    min += length === VARIABLE_LENGTH ? 1 : length;
+  }
+  return { p, minRecordLength: min };
+}
 
 function parseTemplateSet(
   b: Uint8Array,
-  setId: number,
-  start: number,
-  end: number,
+  set: { id: number; start: number; end: number },
+  store: TemplateStore,
 ): TemplateOp[] {
+  const { id: setId, start, end } = set;
   const options = setId === 3;
   const ops: TemplateOp[] = [];
   let p = start;
@@ -120,6 +167,12 @@ function parseTemplateSet(
         throw new IpfixDecodeError("badTemplate", `template ${id}: scope count ${scope}/${count}`);
       }
     }
+    if (count > store.maxFieldsPerTemplate) {
+      const skipped = skipFields(b, { p, end, id }, count);
+      p = skipped.p;
+      ops.push({ tooWide: id, minRecordLength: skipped.minRecordLength });
+      continue;
+    }
     const fields: FieldSpecifier[] = new Array(count);
     for (let i = 0; i < count; i++) {
       if (end - p < 4) {
@@ -139,18 +192,66 @@ function parseTemplateSet(
       fields[i] = { id: raw & 0x7fff, enterprise, length };
     }
     const t: TemplateRecord = { id, fields, scopeFieldCount: scope };
-    compileTemplate(t); // validate now so a bad record rejects the whole set before any change
-    ops.push({ t });
+    // Compiled now so a bad record rejects the whole set before any change.
+    ops.push({ t: store.compile(t) });
   }
   return ops;
 }
 
 const NO_MISSES: number[] = Object.freeze([]) as unknown as number[];
 const NO_SET_ERRORS: DecodedMessage["setErrors"] = Object.freeze([]) as unknown as [];
+const NO_DROPS: DecodedMessage["recordsDropped"] = Object.freeze([]) as unknown as [];
+const NO_REFUSALS: DecodedMessage["templatesRefused"] = Object.freeze([]) as unknown as [];
 
 function setError(msg: DecodedMessage, setId: number, reason: DecodeErrorReason): void {
   if (msg.setErrors === NO_SET_ERRORS) msg.setErrors = [];
   msg.setErrors.push({ setId, reason });
+}
+
+function dropRecords(
+  msg: DecodedMessage,
+  set: { setId: number; reason: RecordDropReason },
+  records: number,
+): void {
+  if (msg.recordsDropped === NO_DROPS) msg.recordsDropped = [];
+  msg.recordsDropped.push({ setId: set.setId, reason: set.reason, records });
+}
+
+function refused(msg: DecodedMessage, templateId: number, reason: TemplateRefusal): void {
+  if (msg.templatesRefused === NO_REFUSALS) msg.templatesRefused = [];
+  msg.templatesRefused.push({ templateId, reason });
+}
+
+/**
+ * Decodes the records of one data set into `records`. A record that fails drops only itself
+ * when the template is fixed-length (decoding resumes at the next record boundary), else the
+ * rest of the set (also reported as a set error, which ends a TCP/TLS session); either way the
+ * records decoded before it are kept and the loss is reported in `recordsDropped`.
+ */
+function decodeDataSet(
+  msg: DecodedMessage,
+  set: { ct: CompiledTemplate; setId: number; buf: Uint8Array; start: number; end: number },
+  records: DataRecord[],
+): void {
+  const { ct, setId, buf, end } = set;
+  let p = set.start;
+  for (;;) {
+    const before = records.length;
+    try {
+      ct.decodeRecords(buf, p, end, records);
+      return;
+    } catch (e) {
+      if (!(e instanceof IpfixDecodeError)) throw e;
+      dropRecords(msg, { setId, reason: e.reason }, 1);
+      const step = ct.fixedRecordLength;
+      if (step === 0) {
+        setError(msg, setId, e.reason);
+        return;
+      }
+      // The bad record starts where the last good one ended: skip exactly it.
+      p += (records.length - before + 1) * step;
+    }
+  }
 }
 
 /**
@@ -176,7 +277,11 @@ export function decodeMessage(buf: Uint8Array, store: TemplateStore): DecodedMes
     withdrawals: 0,
     templateMisses: NO_MISSES,
     setErrors: NO_SET_ERRORS,
+    recordsDropped: NO_DROPS,
+    templatesRefused: NO_REFUSALS,
+    stringsTruncated: 0,
   };
+  const truncatedBefore = stringsTruncatedTotal();
 
   const len = buf.length;
   let off = MESSAGE_HEADER_LENGTH;
@@ -198,18 +303,19 @@ export function decodeMessage(buf: Uint8Array, store: TemplateStore): DecodedMes
     if (setId >= 256) {
       const ct = store.get(domain, setId);
       if (ct === undefined) {
+        const minLength = store.refusedMinRecordLength(domain, setId);
+        if (minLength > 0) {
+          // Data of a refused template: its records are lost, estimated (at least one).
+          const estimate = Math.max(1, Math.floor((end - start) / minLength));
+          dropRecords(msg, { setId, reason: "templateRefused" }, estimate);
+          continue;
+        }
         if (msg.templateMisses === NO_MISSES) msg.templateMisses = [];
         msg.templateMisses.push(setId);
         continue;
       }
       const records: DataRecord[] = [];
-      try {
-        ct.decodeRecords(buf, start, end, records);
-      } catch (e) {
-        if (!(e instanceof IpfixDecodeError)) throw e;
-        setError(msg, setId, e.reason);
-        continue;
-      }
+      decodeDataSet(msg, { ct, setId, buf, start, end }, records);
       if (records.length > 0) {
         msg.dataSets.push({
           templateId: setId,
@@ -221,7 +327,7 @@ export function decodeMessage(buf: Uint8Array, store: TemplateStore): DecodedMes
     } else if (setId === 2 || setId === 3) {
       let ops: TemplateOp[];
       try {
-        ops = parseTemplateSet(buf, setId, start, end);
+        ops = parseTemplateSet(buf, { id: setId, start, end }, store);
       } catch (e) {
         if (!(e instanceof IpfixDecodeError)) throw e;
         setError(msg, setId, e.reason);
@@ -229,8 +335,12 @@ export function decodeMessage(buf: Uint8Array, store: TemplateStore): DecodedMes
       }
       for (const op of ops) {
         if ("t" in op) {
-          store.set(domain, op.t);
-          msg.templateRecords++;
+          const refusal = store.add(domain, op.t);
+          if (refusal === undefined) msg.templateRecords++;
+          else refused(msg, op.t.template.id, refusal);
+        } else if ("tooWide" in op) {
+          store.refuse(domain, op.tooWide, op.minRecordLength);
+          refused(msg, op.tooWide, "tooWide");
         } else {
           store.withdraw(domain, op.withdraw);
           msg.withdrawals++;
@@ -240,5 +350,6 @@ export function decodeMessage(buf: Uint8Array, store: TemplateStore): DecodedMes
       setError(msg, setId, "reservedSetId");
     }
   }
+  msg.stringsTruncated = stringsTruncatedTotal() - truncatedBefore;
   return msg;
 }

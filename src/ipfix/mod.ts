@@ -15,10 +15,19 @@ export {
 export {
   type CompiledTemplate,
   type RecordsDecoder,
+  REFUSALS_REMEMBERED,
+  TemplateBudget,
+  type TemplateRefusal,
   TemplateStore,
   type TemplateStoreOptions,
 } from "./template_store.ts";
-export { compileTemplate } from "./compile.ts";
+export {
+  type CompileOptions,
+  compileTemplate,
+  decoderTier,
+  GENERATED_MAX_FIELDS,
+  stringsTruncatedTotal,
+} from "./compile.ts";
 export {
   type DecodedDataSet,
   type DecodedMessage,
@@ -28,6 +37,7 @@ export {
   IpfixDecodeError,
   MESSAGE_HEADER_LENGTH,
   readMessageLength,
+  type RecordDropReason,
   SET_HEADER_LENGTH,
 } from "./decoder.ts";
 export {

@@ -5,23 +5,81 @@
  * their last announcement; a refresh pushes the expiry forward, so a refresh arriving exactly at
  * the TTL keeps the template (upstream's one-timer-per-receipt race, ipfix.md §2.6, cannot happen).
  * Expiry is evaluated lazily against the injected clock: no timers.
+ *
+ * Bounded (`limits.maxTemplatesPerSession` per store, `limits.maxTemplates` over every store
+ * sharing one {@linkcode TemplateBudget}): a template over a bound is refused, not stored, and
+ * the caller counts it; a refused (domain, id) is remembered (a few per session) so the data
+ * sets that follow are counted as records dropped rather than as misses. Refusing rather than
+ * evicting: an Agent on TCP announces its templates once per connection, so evicting them to
+ * make room for a flood would silently turn its data into misses for the life of the
+ * connection; refusal confines the harm to the flooding session (and to new templates while the
+ * shared budget is exhausted, which closing or withdrawing frees).
  */
 
 import type { TemplateRecord } from "./types.ts";
 import type { Clock } from "../clock.ts";
 import { systemClock } from "../clock.ts";
-import { type CompiledTemplate, compileTemplate, sameTemplate } from "./compile.ts";
+import {
+  type CompiledTemplate,
+  type CompileOptions,
+  compileTemplate,
+  sameTemplate,
+} from "./compile.ts";
 import { IpfixDecodeError } from "./errors.ts";
 
 export type { CompiledTemplate, RecordsDecoder } from "./compile.ts";
 
+/** Why a template was not stored. */
+export type TemplateRefusal = "tooWide" | "sessionFull" | "totalFull";
+
+/**
+ * A count of templates shared by several stores (the collector owns one for all its sessions):
+ * a store takes one unit per template it holds and gives it back when the template goes.
+ */
+export class TemplateBudget {
+  /** Templates that may be held at once. */
+  readonly max: number;
+  #used = 0;
+
+  /** A budget of `max` templates (Infinity: unbounded). */
+  constructor(max: number) {
+    this.max = max;
+  }
+
+  /** Templates held now. */
+  get used(): number {
+    return this.#used;
+  }
+
+  /** Takes one unit; false when none is left. */
+  take(): boolean {
+    if (this.#used >= this.max) return false;
+    this.#used++;
+    return true;
+  }
+
+  /** Gives `n` units back. */
+  release(n: number): void {
+    this.#used -= n;
+  }
+}
+
 /** Options of a {@linkcode TemplateStore}. */
-export interface TemplateStoreOptions {
+export interface TemplateStoreOptions extends CompileOptions {
   /** Template lifetime after its last announcement; 0 or absent: never expire (TCP). */
   ttlMs?: number;
   /** Time source for expiry (default: the system clock). */
   clock?: Clock;
+  /** Fields of one template; a wider one is refused (`tooWide`). Default: unbounded. */
+  maxFieldsPerTemplate?: number;
+  /** Templates this store holds; one more is refused (`sessionFull`). Default: unbounded. */
+  maxTemplates?: number;
+  /** Budget shared with other stores; when it is spent a template is refused (`totalFull`). */
+  budget?: TemplateBudget;
 }
+
+/** Refused (domain, id) pairs remembered per store, oldest forgotten first. */
+export const REFUSALS_REMEMBERED = 16;
 
 interface Entry {
   compiled: CompiledTemplate;
@@ -37,7 +95,13 @@ function key(domain: number, id: number): number {
 export class TemplateStore {
   readonly #ttlMs: number;
   readonly #clock: Clock;
+  readonly #compile: CompileOptions;
+  readonly #maxFields: number;
+  readonly #maxTemplates: number;
+  readonly #budget: TemplateBudget;
   readonly #entries = new Map<number, Entry>();
+  /** Refused (domain, id) → smallest record length of the refused template. */
+  readonly #refused = new Map<number, number>();
   // Agents send one template's data set after another: remembering the last hit skips the Map
   // lookup (keys above 2^31 are heap numbers, slow to hash) on the hot path.
   #lastKey = -1;
@@ -47,24 +111,107 @@ export class TemplateStore {
   constructor(opts: TemplateStoreOptions = {}) {
     this.#ttlMs = opts.ttlMs !== undefined && opts.ttlMs > 0 ? opts.ttlMs : 0;
     this.#clock = opts.clock ?? systemClock;
+    this.#compile = { maxStringBytes: opts.maxStringBytes };
+    this.#maxFields = opts.maxFieldsPerTemplate ?? Infinity;
+    this.#maxTemplates = opts.maxTemplates ?? Infinity;
+    this.#budget = opts.budget ?? new TemplateBudget(Infinity);
+  }
+
+  /** The widest template this store accepts (the decoder skips a wider one unparsed). */
+  get maxFieldsPerTemplate(): number {
+    return this.#maxFields;
+  }
+
+  /**
+   * Compiles a template with this store's options, without storing it. Throws
+   * IpfixDecodeError("badTemplate") for a template that cannot be compiled.
+   */
+  compile(t: TemplateRecord): CompiledTemplate {
+    return compileTemplate(t, this.#compile);
+  }
+
+  /**
+   * Stores (or replaces, or refreshes) a compiled template; returns why it was refused, or
+   * undefined when it is stored. A refused template is remembered as by {@linkcode refuse}
+   * and any previous definition of (domain, id) is left in place.
+   */
+  add(domain: number, compiled: CompiledTemplate): TemplateRefusal | undefined {
+    const t = compiled.template;
+    const k = key(domain, t.id);
+    const expiresAt = this.#ttlMs > 0 ? this.#clock.nowMs() + this.#ttlMs : Infinity;
+    if (t.fields.length > this.#maxFields) {
+      this.refuse(domain, t.id, compiled.minRecordLength);
+      return "tooWide";
+    }
+    const prev = this.#entries.get(k);
+    if (prev !== undefined) {
+      if (!sameTemplate(prev.compiled.template, t)) {
+        prev.compiled = compiled;
+        if (k === this.#lastKey) this.#lastEntry = prev;
+      }
+      prev.expiresAt = expiresAt;
+      return undefined;
+    }
+    const refusal = this.#admit();
+    if (refusal !== undefined) {
+      this.refuse(domain, t.id, compiled.minRecordLength);
+      return refusal;
+    }
+    this.#refused.delete(k);
+    this.#entries.set(k, { compiled, expiresAt });
+    return undefined;
+  }
+
+  /** Checks the bounds for one more template and takes a unit of the shared budget. */
+  #admit(): TemplateRefusal | undefined {
+    if (this.#entries.size >= this.#maxTemplates || this.#budget.used >= this.#budget.max) {
+      this.purgeExpired(); // expired templates still hold budget until purged
+    }
+    if (this.#entries.size >= this.#maxTemplates) return "sessionFull";
+    return this.#budget.take() ? undefined : "totalFull";
+  }
+
+  /**
+   * Records that a template for (domain, id) was refused: a previous definition is removed (the
+   * exporter replaced it), and the refusal is remembered with the smallest record length of the
+   * refused template, to estimate how many records its data sets carry. Only the latest
+   * {@linkcode REFUSALS_REMEMBERED} are kept; a template stored or withdrawn later clears it.
+   */
+  refuse(domain: number, id: number, minRecordLength: number): void {
+    const k = key(domain, id);
+    this.#delete(k);
+    this.#refused.delete(k);
+    if (this.#refused.size >= REFUSALS_REMEMBERED) {
+      this.#refused.delete(this.#refused.keys().next().value!);
+    }
+    this.#refused.set(k, Math.max(1, minRecordLength));
+  }
+
+  /**
+   * The smallest record length of a remembered refused template (domain, id), or 0 when
+   * (domain, id) was not refused (or is forgotten).
+   */
+  refusedMinRecordLength(domain: number, id: number): number {
+    return this.#refused.get(key(domain, id)) ?? 0;
   }
 
   /**
    * Registers (or replaces, or refreshes) a template and returns its compiled form. Re-announcing
    * an identical template only pushes its expiry forward. Throws IpfixDecodeError("badTemplate")
-   * for a template that cannot be compiled; the previous definition is then left untouched.
+   * for a template that cannot be compiled or is refused (see {@linkcode add}); the previous
+   * definition is then left untouched.
    */
   set(domain: number, t: TemplateRecord): CompiledTemplate {
-    const k = key(domain, t.id);
-    const expiresAt = this.#ttlMs > 0 ? this.#clock.nowMs() + this.#ttlMs : Infinity;
-    const prev = this.#entries.get(k);
+    const prev = this.#entries.get(key(domain, t.id));
     if (prev !== undefined && sameTemplate(prev.compiled.template, t)) {
-      prev.expiresAt = expiresAt;
+      prev.expiresAt = this.#ttlMs > 0 ? this.#clock.nowMs() + this.#ttlMs : Infinity;
       return prev.compiled;
     }
-    const compiled = compileTemplate(t);
-    this.#delete(k);
-    this.#entries.set(k, { compiled, expiresAt });
+    const compiled = this.compile(t);
+    const refusal = this.add(domain, compiled);
+    if (refusal !== undefined) {
+      throw new IpfixDecodeError("badTemplate", `template ${t.id} refused: ${refusal}`);
+    }
     return compiled;
   }
 
@@ -84,7 +231,7 @@ export class TemplateStore {
   }
 
   #delete(k: number): void {
-    this.#entries.delete(k);
+    if (this.#entries.delete(k)) this.#budget.release(1);
     if (k === this.#lastKey) {
       this.#lastKey = -1;
       this.#lastEntry = undefined;
@@ -99,6 +246,7 @@ export class TemplateStore {
   withdraw(domain: number, id: number): void {
     if (id >= 256 && id <= 65535) {
       this.#delete(key(domain, id));
+      this.#refused.delete(key(domain, id));
       return;
     }
     if (id !== 2 && id !== 3) {
@@ -110,6 +258,7 @@ export class TemplateStore {
     for (const [k, e] of this.#entries) {
       if (k >= lo && k <= hi && e.compiled.options === options) this.#delete(k);
     }
+    for (const k of this.#refused.keys()) if (k >= lo && k <= hi) this.#refused.delete(k);
   }
 
   /** Number of live (unexpired) templates; expired ones are purged as a side effect. */
@@ -132,9 +281,11 @@ export class TemplateStore {
     return n;
   }
 
-  /** Removes every template (session ended). */
+  /** Removes every template (session ended), giving their budget back. */
   clear(): void {
+    this.#budget.release(this.#entries.size);
     this.#entries.clear();
+    this.#refused.clear();
     this.#lastKey = -1;
     this.#lastEntry = undefined;
   }

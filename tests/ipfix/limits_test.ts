@@ -1,0 +1,168 @@
+import assert from "node:assert/strict";
+import { ManualClock } from "../../src/clock.ts";
+import {
+  decodeMessage,
+  decoderTier,
+  encodeDataSet,
+  encodeTemplateSet,
+  fieldsFor,
+  type FieldSpecifier,
+  GENERATED_MAX_FIELDS,
+  REFUSALS_REMEMBERED,
+  TemplateBudget,
+  TemplateStore,
+} from "../../src/ipfix/mod.ts";
+import { decoderTiers } from "../../src/ipfix/compile.ts";
+import { AGENT_IPV4_FIELDS } from "../../src/record/schema.ts";
+import { DOMAIN, message, rawSet, tmpl } from "./helpers.ts";
+
+/** `n` one-byte fields of unknown elements (kept raw under `4242/<id>`). */
+function wideFields(n: number): FieldSpecifier[] {
+  return Array.from({ length: n }, (_, i) => ({ id: 1000 + i, enterprise: 4242, length: 1 }));
+}
+
+/** A data set of `records` records of `width` one-byte fields, byte value = record index. */
+function wideData(id: number, width: number, records: number): Uint8Array {
+  const body = new Uint8Array(width * records);
+  for (let r = 0; r < records; r++) body.fill(r, r * width, (r + 1) * width);
+  return rawSet(id, body);
+}
+
+const PORTS = fieldsFor(["sourceTransportPort", "destinationTransportPort"]);
+
+Deno.test("a template wider than maxFieldsPerTemplate is refused and its data counted dropped", () => {
+  const store = new TemplateStore({ maxFieldsPerTemplate: 1024 });
+  decodeMessage(message([encodeTemplateSet([tmpl(400, PORTS)])]), store);
+  // The same id redefined 4,000 fields wide: the old definition must not decode the new data.
+  const m = decodeMessage(message([encodeTemplateSet([tmpl(400, wideFields(4000))])]), store);
+  assert.deepEqual(m.templatesRefused, [{ templateId: 400, reason: "tooWide" }]);
+  assert.equal(m.templateRecords, 0);
+  assert.equal(store.get(DOMAIN, 400), undefined);
+  const d = decodeMessage(message([wideData(400, 4000, 3)]), store);
+  assert.deepEqual(d.dataSets, []);
+  assert.deepEqual(d.templateMisses, []);
+  assert.deepEqual(d.recordsDropped, [{ setId: 400, reason: "templateRefused", records: 3 }]);
+  // A template at the bound is accepted.
+  const ok = decodeMessage(message([encodeTemplateSet([tmpl(401, wideFields(1024))])]), store);
+  assert.equal(ok.templateRecords, 1);
+  assert.deepEqual(ok.templatesRefused, []);
+});
+
+Deno.test("too-wide skip: enterprise field specifiers and the templates after it in the set", () => {
+  const store = new TemplateStore({ maxFieldsPerTemplate: 4 });
+  const wide = tmpl(402, [...wideFields(3), { id: 7, enterprise: 0, length: 65535 }, ...PORTS]);
+  const m = decodeMessage(message([encodeTemplateSet([wide, tmpl(403, PORTS)])]), store);
+  assert.deepEqual(m.templatesRefused, [{ templateId: 402, reason: "tooWide" }]);
+  assert.equal(m.templateRecords, 1);
+  assert.deepEqual(store.get(DOMAIN, 403)?.names, [
+    "sourceTransportPort",
+    "destinationTransportPort",
+  ]);
+  // Smallest record: 3 + 1 (variable) + 4 = 8 bytes; 17 bytes of data = 2 records at most.
+  const d = decodeMessage(message([rawSet(402, new Uint8Array(17))]), store);
+  assert.deepEqual(d.recordsDropped, [{ setId: 402, reason: "templateRefused", records: 2 }]);
+});
+
+Deno.test("templates wider than GENERATED_MAX_FIELDS stay on the generic decoder; Agent's tier up", () => {
+  const store = new TemplateStore();
+  const width = GENERATED_MAX_FIELDS + 1;
+  const agent = fieldsFor(AGENT_IPV4_FIELDS);
+  assert.ok(agent.length < GENERATED_MAX_FIELDS);
+  decodeMessage(message([encodeTemplateSet([tmpl(500, wideFields(width))])]), store);
+  decodeMessage(message([encodeTemplateSet([tmpl(501, agent)])]), store);
+  for (let i = 0; i < 20; i++) {
+    const m = decodeMessage(message([wideData(500, width, 2)]), store);
+    assert.equal(m.dataSets[0].records.length, 2);
+    assert.equal(m.dataSets[0].records[1][`4242/${1000 + width - 1}`].toString(), "1");
+    decodeMessage(message([encodeDataSet(501, agent, [{}])]), store);
+  }
+  assert.equal(decoderTier(store.get(DOMAIN, 500)!), "generic");
+  assert.equal(decoderTier(store.get(DOMAIN, 501)!), "generated");
+});
+
+Deno.test("templates per session: one over the bound is refused, a withdrawal frees its place", () => {
+  const store = new TemplateStore({ maxTemplates: 2 });
+  const m = decodeMessage(
+    message([encodeTemplateSet([tmpl(256, PORTS), tmpl(257, PORTS), tmpl(258, PORTS)])]),
+    store,
+  );
+  assert.equal(m.templateRecords, 2);
+  assert.deepEqual(m.templatesRefused, [{ templateId: 258, reason: "sessionFull" }]);
+  // A re-announcement or a redefinition of a held template needs no new place.
+  const again = decodeMessage(
+    message([encodeTemplateSet([tmpl(257, fieldsFor(["flowType"]))])]),
+    store,
+  );
+  assert.equal(again.templateRecords, 1);
+  const d = decodeMessage(message([encodeDataSet(258, PORTS, [{}, {}])]), store);
+  assert.deepEqual(d.recordsDropped, [{ setId: 258, reason: "templateRefused", records: 2 }]);
+  store.withdraw(DOMAIN, 256);
+  const after = decodeMessage(message([encodeTemplateSet([tmpl(258, PORTS)])]), store);
+  assert.equal(after.templateRecords, 1);
+  assert.equal(decodeMessage(message([encodeDataSet(258, PORTS, [{}])]), store).dataSets.length, 1);
+});
+
+Deno.test("templates in total: stores share one budget; closing or expiry gives it back", () => {
+  const clock = new ManualClock();
+  const budget = new TemplateBudget(3);
+  const a = new TemplateStore({ budget });
+  const b = new TemplateStore({ budget, ttlMs: 1000, clock });
+  a.set(1, tmpl(256, PORTS));
+  a.set(1, tmpl(257, PORTS));
+  b.set(1, tmpl(256, PORTS));
+  assert.equal(budget.used, 3);
+  const m = decodeMessage(message([encodeTemplateSet([tmpl(258, PORTS)])], 1), b);
+  assert.deepEqual(m.templatesRefused, [{ templateId: 258, reason: "totalFull" }]);
+  assert.throws(() => a.set(1, tmpl(259, PORTS)), /refused: totalFull/);
+  // b's template expires: the next template taking its place purges it first.
+  clock.advance(1000);
+  b.set(1, tmpl(260, PORTS));
+  assert.equal(budget.used, 3);
+  a.clear();
+  assert.equal(budget.used, 1);
+  b.withdraw(1, 2);
+  assert.equal(budget.used, 0);
+});
+
+Deno.test("refused (domain, id) pairs remembered are bounded; older data becomes a miss", () => {
+  const store = new TemplateStore({ maxTemplates: 1 });
+  store.set(DOMAIN, tmpl(256, PORTS));
+  const many = Array.from({ length: REFUSALS_REMEMBERED + 4 }, (_, i) => tmpl(300 + i, PORTS));
+  const m = decodeMessage(message([encodeTemplateSet(many)]), store);
+  assert.equal(m.templatesRefused.length, many.length);
+  const oldest = decodeMessage(message([encodeDataSet(300, PORTS, [{}])]), store);
+  assert.deepEqual(oldest.templateMisses, [300]);
+  const newest = decodeMessage(message([encodeDataSet(300 + many.length - 1, PORTS, [{}])]), store);
+  assert.equal(newest.recordsDropped[0].reason, "templateRefused");
+});
+
+const NAME = fieldsFor(["sourcePodName"]);
+
+Deno.test("maxStringBytes: longer strings are cut on a UTF-8 boundary and counted", () => {
+  const store = new TemplateStore({ maxStringBytes: 8 });
+  decodeMessage(message([encodeTemplateSet([tmpl(600, NAME)])]), store);
+  const values = ["short", "exactly8", "abcdefghij", "abcdefgé", "abcdef€x", "a".repeat(300)];
+  const want = ["short", "exactly8", "abcdefgh", "abcdefg", "abcdef", "aaaaaaaa"];
+  // Both tiers: the first data sets run the generic decoder, later ones the generated one.
+  for (let round = 0; round < 12; round++) {
+    const m = decodeMessage(
+      message([encodeDataSet(600, NAME, values.map((v) => ({ sourcePodName: v })))]),
+      store,
+    );
+    assert.deepEqual(m.dataSets[0].records.map((r) => r.sourcePodName), want, `round ${round}`);
+    assert.equal(m.stringsTruncated, 4);
+  }
+  assert.equal(decoderTier(store.get(DOMAIN, 600)!), "generated");
+});
+
+Deno.test("maxStringBytes applies to fixed-length string fields in both tiers", () => {
+  const fields = [{ ...NAME[0], length: 12 }];
+  const bytes = new TextEncoder().encode("0123456789ab");
+  for (
+    const [tier, decode] of Object.entries(decoderTiers(tmpl(601, fields), { maxStringBytes: 5 }))
+  ) {
+    const out: Record<string, unknown>[] = [];
+    decode(bytes, 0, bytes.length, out as never);
+    assert.deepEqual(out, [{ sourcePodName: "01234" }], tier);
+  }
+});

@@ -79,7 +79,11 @@ export class Collector {
     this.#ttlMs = options.templateTtlMs ?? DEFAULT_TEMPLATE_TTL_MS;
     this.#limits = options.limits ?? {};
     const limits = this.#limits;
-    const budget = new TemplateBudget(limits.maxTemplates ?? Infinity);
+    const budget = new TemplateBudget({
+      maxTemplates: limits.maxTemplates,
+      maxLayoutFields: limits.maxTemplateLayoutFields,
+      maxStringBytes: limits.maxStringBytes,
+    });
     this.#counters = new Counters(options.protocol, budget);
     const clock = options.clock ?? systemClock;
     this.#env = {
@@ -91,7 +95,6 @@ export class Collector {
       templates: {
         maxFieldsPerTemplate: limits.maxFieldsPerTemplate,
         maxTemplates: limits.maxTemplatesPerSession,
-        maxStringBytes: limits.maxStringBytes,
         budget,
       },
     };

@@ -66,6 +66,7 @@ const REFUSAL_LIMIT: Readonly<Record<string, string>> = {
   tooWide: "limits.maxFieldsPerTemplate",
   sessionFull: "limits.maxTemplatesPerSession",
   totalFull: "limits.maxTemplates",
+  layoutsFull: "limits.maxTemplateLayoutFields",
 };
 
 type MutableExporterStats = { -readonly [K in keyof ExporterStats]: ExporterStats[K] };

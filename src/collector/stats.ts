@@ -65,7 +65,8 @@ export interface CollectorStats {
   readonly recordsDropped: Readonly<Record<string, number>>;
   /**
    * Template records not stored, by reason: `tooWide` (over `limits.maxFieldsPerTemplate`),
-   * `sessionFull` (`limits.maxTemplatesPerSession`), `totalFull` (`limits.maxTemplates`).
+   * `sessionFull` (`limits.maxTemplatesPerSession`), `totalFull` (`limits.maxTemplates`),
+   * `layoutsFull` (`limits.maxTemplateLayoutFields`).
    */
   readonly templatesRefused: Readonly<Record<string, number>>;
   /** Templates held now over all sessions (bounded by `limits.maxTemplates`). */

@@ -345,12 +345,18 @@ interface Codec {
   readonly fixedRecordLength: number;
   readonly names: readonly string[];
   readonly decodeRecords: RecordsDecoder;
-  /** Fields of the template (the cache's weight). */
+  /** Fields of the template. */
   readonly width: number;
-  /** Called when the codec leaves the cache: it drops its generated code and never tiers up. */
+  /** Called when no template holds the codec: it drops its generated code, never tiers up. */
   readonly retire: () => void;
   /** Whether records are decoded by generated code now. */
   readonly generated: () => boolean;
+  /** The field list (shared by the templates of this layout). */
+  readonly fields: readonly FieldSpecifier[];
+  /** Field list and string bound as text: the layout's identity. */
+  readonly signature: string;
+  /** Stored templates using the codec (see {@linkcode TemplateLayouts}). */
+  holders: number;
 }
 
 /** A validated template layout, shared by both decoder tiers. */
@@ -452,7 +458,7 @@ function readFixed(plan: Plan, i: number, b: Uint8Array, o: number): FieldValue 
 /**
  * Interpreting decoder: no code generation, so registering a template is cheap. Used for a
  * template's first data sets (TIER_UP_AFTER), for templates wider than GENERATED_MAX_FIELDS and
- * for codecs evicted from the cache; templates that never carry much data (or a peer announcing
+ * for layouts beyond the generated-code slots; templates that never carry much data (or a peer announcing
  * endless distinct templates) then never pay for `new Function`. Its cost is linear in the
  * template's width and the record's bytes.
  */
@@ -563,27 +569,40 @@ const TIER_UP_AFTER = 8;
  */
 export const GENERATED_MAX_FIELDS = 128;
 
-function buildCodec(t: TemplateRecord, maxStr: number): Codec {
+/** Slots for generated decoders; a codec without one stays on the generic decoder. */
+interface GeneratedSlots {
+  /** Takes a slot; false when none is free. */
+  take(): boolean;
+  /** Gives a slot back. */
+  give(): void;
+}
+
+const UNLIMITED_SLOTS: GeneratedSlots = { take: () => true, give: () => {} };
+
+function buildCodec(t: TemplateRecord, maxStr: number, slots: GeneratedSlots): Codec {
   const plan = makePlan(t, maxStr);
   const generic = genericDecoder(plan);
   const width = t.fields.length;
   let fast: RecordsDecoder | undefined;
   let uses = 0;
-  // Too wide, or retired from the cache: generic for ever.
+  // Too wide, or retired: generic for ever.
   let tiered = width <= GENERATED_MAX_FIELDS;
   const decodeRecords: RecordsDecoder = (bytes, off, end, out, max) => {
     if (fast === undefined) {
-      if (!tiered || uses++ < TIER_UP_AFTER) return generic(bytes, off, end, out, max);
+      if (!tiered || uses++ < TIER_UP_AFTER || !slots.take()) {
+        return generic(bytes, off, end, out, max);
+      }
       fast = generatedDecoder(plan);
     }
     return fast(bytes, off, end, out, max);
   };
   const retire = (): void => {
+    if (fast !== undefined) slots.give();
     fast = undefined;
     tiered = false;
   };
   const fixed = plan.variable.includes(true) ? 0 : plan.restMin[0];
-  return {
+  const codec: Codec = {
     generated: () => fast !== undefined,
     minRecordLength: plan.restMin[0],
     fixedRecordLength: fixed,
@@ -591,7 +610,12 @@ function buildCodec(t: TemplateRecord, maxStr: number): Codec {
     decodeRecords,
     width,
     retire,
+    fields: t.fields,
+    signature: signature(t, maxStr),
+    holders: 0,
   };
+  codecOf.set(decodeRecords, codec);
+  return codec;
 }
 
 /**
@@ -616,20 +640,12 @@ export interface CompileOptions {
   readonly maxStringBytes?: number;
 }
 
-// Many sessions announce identical templates (every Agent sends the same 39 fields), so codecs
-// are shared by field list (and string bound). Bounded in codecs and in fields, least recently
-// compiled first out: a codec that leaves the cache is retired (its generated code dropped, the
-// generic decoder kept), so live generated code stays within the bound however many distinct
-// templates peers announce, and the templates still holding it keep decoding.
-const CACHE_MAX = 256;
-const CACHE_MAX_FIELDS = 32_768;
-const cache = new Map<string, Codec>();
-let cacheFields = 0;
 const codecOf = new WeakMap<RecordsDecoder, Codec>();
 
 /**
  * Which decoder tier a compiled template runs now: `generic` (its first data sets, templates
- * wider than {@linkcode GENERATED_MAX_FIELDS}, codecs evicted from the cache) or `generated`.
+ * wider than {@linkcode GENERATED_MAX_FIELDS}, layouts beyond the generated-code slots) or
+ * `generated`.
  */
 export function decoderTier(ct: CompiledTemplate): "generic" | "generated" {
   return codecOf.get(ct.decodeRecords)?.generated() ? "generated" : "generic";
@@ -641,36 +657,7 @@ function signature(t: TemplateRecord, maxStr: number): string {
   return s;
 }
 
-function cached(t: TemplateRecord, maxStr: number): Codec {
-  const sig = signature(t, maxStr);
-  const hit = cache.get(sig);
-  if (hit !== undefined) {
-    cache.delete(sig); // refresh: most recently used last
-    cache.set(sig, hit);
-    return hit;
-  }
-  const codec = buildCodec(t, maxStr);
-  codecOf.set(codec.decodeRecords, codec);
-  cache.set(sig, codec);
-  cacheFields += codec.width;
-  for (const [k, old] of cache) {
-    if (cache.size <= CACHE_MAX && cacheFields <= CACHE_MAX_FIELDS) break;
-    if (old === codec) break;
-    cache.delete(k);
-    cacheFields -= old.width;
-    old.retire();
-  }
-  return codec;
-}
-
-/**
- * Compiles a template (id >= 256, at least one field). Throws IpfixDecodeError("badTemplate")
- * for an invalid id, an empty field list, a bad scope count or an illegal field length.
- */
-export function compileTemplate(
-  t: TemplateRecord,
-  options: CompileOptions = {},
-): CompiledTemplate {
+function checkTemplate(t: TemplateRecord): void {
   if (!Number.isInteger(t.id) || t.id < 256 || t.id > 65535) {
     throw new IpfixDecodeError("badTemplate", `template id ${t.id} outside 256..65535`);
   }
@@ -683,7 +670,9 @@ export function compileTemplate(
       `template ${t.id}: scope field count ${t.scopeFieldCount} of ${t.fields.length} fields`,
     );
   }
-  const codec = cached(t, options.maxStringBytes ?? Infinity);
+}
+
+function compiled(t: TemplateRecord, codec: Codec): CompiledTemplate {
   return {
     template: t,
     options: t.scopeFieldCount > 0,
@@ -692,6 +681,144 @@ export function compileTemplate(
     names: codec.names,
     decodeRecords: codec.decodeRecords,
   };
+}
+
+/**
+ * Compiles a template (id >= 256, at least one field) on its own, sharing nothing (see
+ * {@linkcode TemplateLayouts} for the shared, bounded form). Throws
+ * IpfixDecodeError("badTemplate") for an invalid id, an empty field list, a bad scope count or
+ * an illegal field length.
+ */
+export function compileTemplate(
+  t: TemplateRecord,
+  options: CompileOptions = {},
+): CompiledTemplate {
+  checkTemplate(t);
+  return compiled(t, buildCodec(t, options.maxStringBytes ?? Infinity, UNLIMITED_SLOTS));
+}
+
+/** Options of {@linkcode TemplateLayouts}. */
+export interface TemplateLayoutsOptions extends CompileOptions {
+  /** Fields of the distinct layouts held at once (default: unbounded). */
+  readonly maxFields?: number;
+  /** Layouts that may have generated code at once (default {@linkcode MAX_GENERATED_LAYOUTS}). */
+  readonly maxGenerated?: number;
+}
+
+/**
+ * What a layout's decoder costs beyond its fields (plan, closures, names), in fields: a layout
+ * counts its fields plus this in {@linkcode TemplateLayouts.maxFields}, so a flood of narrow
+ * distinct layouts is bounded in memory as a few wide ones are (measured: about 2 KB per
+ * layout, 120 bytes per field).
+ */
+export const LAYOUT_OVERHEAD_FIELDS = 16;
+
+function layoutWeight(width: number): number {
+  return width + LAYOUT_OVERHEAD_FIELDS;
+}
+
+/**
+ * Layouts with generated code at once, per {@linkcode TemplateLayouts}: an Agent uses 2 (IPv4
+ * and IPv6), so this leaves room for other exporters while a flood of distinct layouts keeps
+ * the generic decoder instead of growing compiled code.
+ */
+export const MAX_GENERATED_LAYOUTS = 64;
+
+/**
+ * The distinct template layouts (field lists) held by a set of template stores: templates with
+ * the same field list share one decoder, one field list and its generated code (every Agent
+ * announces the same one), and a layout is held while at least one stored template uses it. The
+ * fields of the distinct layouts held are bounded, so template memory stays bounded whatever
+ * their width; generated code is limited to {@linkcode MAX_GENERATED_LAYOUTS} layouts.
+ */
+export class TemplateLayouts {
+  /**
+   * Fields of the distinct layouts that may be held at once, each layout counting its fields
+   * plus {@linkcode LAYOUT_OVERHEAD_FIELDS}.
+   */
+  readonly maxFields: number;
+  readonly #maxStr: number;
+  readonly #live = new Map<string, Codec>();
+  readonly #slots: GeneratedSlots;
+  #fields = 0;
+
+  /** An empty set of layouts. */
+  constructor(options: TemplateLayoutsOptions = {}) {
+    this.maxFields = options.maxFields ?? Infinity;
+    this.#maxStr = options.maxStringBytes ?? Infinity;
+    const maxGenerated = options.maxGenerated ?? MAX_GENERATED_LAYOUTS;
+    let generated = 0;
+    this.#slots = {
+      take: () => generated < maxGenerated && ++generated > 0,
+      give: () => void generated--,
+    };
+  }
+
+  /** Fields of the distinct layouts held now (with each one's overhead). */
+  get fields(): number {
+    return this.#fields;
+  }
+
+  /** Distinct layouts held now. */
+  get size(): number {
+    return this.#live.size;
+  }
+
+  /**
+   * Compiles a template, reusing a held layout's decoder and field list when the field list is
+   * the same. Nothing is held until {@linkcode hold}. Undefined when the layout is new and would
+   * not fit in {@linkcode maxFields} (checked before building its decoder, so a flood of
+   * distinct layouts costs no decoder each). Throws like {@linkcode compileTemplate}.
+   */
+  compile(t: TemplateRecord): CompiledTemplate | undefined {
+    checkTemplate(t);
+    const codec = this.#live.get(signature(t, this.#maxStr));
+    if (codec !== undefined) {
+      return compiled(
+        { id: t.id, fields: codec.fields, scopeFieldCount: t.scopeFieldCount },
+        codec,
+      );
+    }
+    if (this.#fields + layoutWeight(t.fields.length) > this.maxFields) return undefined;
+    return compiled(t, buildCodec(t, this.#maxStr, this.#slots));
+  }
+
+  /**
+   * Holds the layout of a compiled template (one more template uses it) and returns the
+   * compiled template to store: `ct`, or the same template on the identical layout held
+   * since `ct` was compiled. Undefined, holding nothing, when it is a new layout whose fields
+   * would exceed {@linkcode maxFields}. A compiled template whose decoder is not one of this
+   * module's (a caller's own) is returned as is, outside the bound.
+   */
+  hold(ct: CompiledTemplate): CompiledTemplate | undefined {
+    const codec = codecOf.get(ct.decodeRecords);
+    if (codec === undefined) return ct;
+    if (codec.holders > 0) {
+      codec.holders++;
+      return ct;
+    }
+    const live = this.#live.get(codec.signature);
+    if (live !== undefined) {
+      live.holders++;
+      const t = ct.template;
+      return compiled({ id: t.id, fields: live.fields, scopeFieldCount: t.scopeFieldCount }, live);
+    }
+    if (this.#fields + layoutWeight(codec.width) > this.maxFields) return undefined;
+    this.#live.set(codec.signature, codec);
+    this.#fields += layoutWeight(codec.width);
+    codec.holders++;
+    return ct;
+  }
+
+  /** Releases a layout held by {@linkcode hold}; the last release drops its generated code. */
+  release(ct: CompiledTemplate): void {
+    const codec = codecOf.get(ct.decodeRecords);
+    if (codec === undefined || codec.holders === 0) return;
+    if (--codec.holders > 0) return;
+    this.#live.delete(codec.signature);
+    this.#fields -= layoutWeight(codec.width);
+    codec.retire();
+  }
 }
 
 /** True when two templates have the same id, scope count and field list. */

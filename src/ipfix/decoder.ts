@@ -103,17 +103,18 @@ export function decodeHeader(buf: Uint8Array): MessageHeader {
 
 /**
  * A parsed template set entry, applied only once the whole set parsed: a compiled template, a
- * withdrawal, or a template wider than the store accepts (skipped unparsed, with the smallest
- * length of its records).
+ * withdrawal, or a template the store would refuse (skipped unparsed, with the smallest length
+ * of its records).
  */
 type TemplateOp =
   | { t: CompiledTemplate }
   | { withdraw: number }
-  | { tooWide: number; minRecordLength: number };
+  | { refused: number; reason: TemplateRefusal; minRecordLength: number };
 
 /**
- * Skips the `count` field specifiers of a template wider than the store accepts, without
- * building them; returns the offset after them and the template's smallest record length.
+ * Skips the `count` field specifiers of a template the store would refuse, without building
+ * them (a flood costs no allocation per field); returns the offset after them and the
+ * template's smallest record length.
  */
 function skipFields(
   b: Uint8Array,
@@ -136,12 +137,19 @@ function skipFields(
   return { p, minRecordLength: min };
 }
 
+/** The smallest record of a field list: fixed lengths + 1 byte per variable-length field. */
+function minLength(fields: readonly FieldSpecifier[]): number {
+  let n = 0;
+  for (const f of fields) n += f.length === VARIABLE_LENGTH ? 1 : f.length;
+  return n;
+}
+
 function parseTemplateSet(
   b: Uint8Array,
-  set: { id: number; start: number; end: number },
+  set: { id: number; start: number; end: number; domain: number },
   store: TemplateStore,
 ): TemplateOp[] {
-  const { id: setId, start, end } = set;
+  const { id: setId, start, end, domain } = set;
   const options = setId === 3;
   const ops: TemplateOp[] = [];
   let p = start;
@@ -167,10 +175,11 @@ function parseTemplateSet(
         throw new IpfixDecodeError("badTemplate", `template ${id}: scope count ${scope}/${count}`);
       }
     }
-    if (count > store.maxFieldsPerTemplate) {
+    const reason = store.wouldRefuse(domain, { id, fields: count });
+    if (reason !== undefined) {
       const skipped = skipFields(b, { p, end, id }, count);
       p = skipped.p;
-      ops.push({ tooWide: id, minRecordLength: skipped.minRecordLength });
+      ops.push({ refused: id, reason, minRecordLength: skipped.minRecordLength });
       continue;
     }
     const fields: FieldSpecifier[] = new Array(count);
@@ -193,7 +202,9 @@ function parseTemplateSet(
     }
     const t: TemplateRecord = { id, fields, scopeFieldCount: scope };
     // Compiled now so a bad record rejects the whole set before any change.
-    ops.push({ t: store.compile(t) });
+    const ct = store.compile(t);
+    if (ct !== undefined) ops.push({ t: ct });
+    else ops.push({ refused: id, reason: "layoutsFull", minRecordLength: minLength(fields) });
   }
   return ops;
 }
@@ -327,7 +338,7 @@ export function decodeMessage(buf: Uint8Array, store: TemplateStore): DecodedMes
     } else if (setId === 2 || setId === 3) {
       let ops: TemplateOp[];
       try {
-        ops = parseTemplateSet(buf, { id: setId, start, end }, store);
+        ops = parseTemplateSet(buf, { id: setId, start, end, domain }, store);
       } catch (e) {
         if (!(e instanceof IpfixDecodeError)) throw e;
         setError(msg, setId, e.reason);
@@ -338,9 +349,9 @@ export function decodeMessage(buf: Uint8Array, store: TemplateStore): DecodedMes
           const refusal = store.add(domain, op.t);
           if (refusal === undefined) msg.templateRecords++;
           else refused(msg, op.t.template.id, refusal);
-        } else if ("tooWide" in op) {
-          store.refuse(domain, op.tooWide, op.minRecordLength);
-          refused(msg, op.tooWide, "tooWide");
+        } else if ("refused" in op) {
+          store.refuse(domain, op.refused, op.minRecordLength);
+          refused(msg, op.refused, op.reason);
         } else {
           store.withdraw(domain, op.withdraw);
           msg.withdrawals++;

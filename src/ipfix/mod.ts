@@ -17,6 +17,7 @@ export {
   type RecordsDecoder,
   REFUSALS_REMEMBERED,
   TemplateBudget,
+  type TemplateBudgetOptions,
   type TemplateRefusal,
   TemplateStore,
   type TemplateStoreOptions,
@@ -26,7 +27,11 @@ export {
   compileTemplate,
   decoderTier,
   GENERATED_MAX_FIELDS,
+  LAYOUT_OVERHEAD_FIELDS,
+  MAX_GENERATED_LAYOUTS,
   stringsTruncatedTotal,
+  TemplateLayouts,
+  type TemplateLayoutsOptions,
 } from "./compile.ts";
 export {
   type DecodedDataSet,

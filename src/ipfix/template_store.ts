@@ -6,8 +6,10 @@
  * the TTL keeps the template (upstream's one-timer-per-receipt race, ipfix.md §2.6, cannot happen).
  * Expiry is evaluated lazily against the injected clock: no timers.
  *
- * Bounded (`limits.maxTemplatesPerSession` per store, `limits.maxTemplates` over every store
- * sharing one {@linkcode TemplateBudget}): a template over a bound is refused, not stored, and
+ * Bounded (`limits.maxTemplatesPerSession` per store; `limits.maxTemplates` and
+ * `limits.maxTemplateLayoutFields` over every store sharing one {@linkcode TemplateBudget}, whose
+ * {@linkcode TemplateLayouts} lets templates with the same field list share one decoder and one
+ * field list): a template over a bound is refused, not stored, and
  * the caller counts it; a refused (domain, id) is remembered (a few per session) so the data
  * sets that follow are counted as records dropped rather than as misses. Refusing rather than
  * evicting: an Agent on TCP announces its templates once per connection, so evicting them to
@@ -22,28 +24,47 @@ import { systemClock } from "../clock.ts";
 import {
   type CompiledTemplate,
   type CompileOptions,
-  compileTemplate,
   sameTemplate,
+  TemplateLayouts,
 } from "./compile.ts";
 import { IpfixDecodeError } from "./errors.ts";
 
 export type { CompiledTemplate, RecordsDecoder } from "./compile.ts";
 
-/** Why a template was not stored. */
-export type TemplateRefusal = "tooWide" | "sessionFull" | "totalFull";
+/**
+ * Why a template was not stored: over `maxFieldsPerTemplate` (`tooWide`), the store's
+ * `maxTemplates` (`sessionFull`), the shared budget's templates (`totalFull`) or its layout
+ * fields (`layoutsFull`).
+ */
+export type TemplateRefusal = "tooWide" | "sessionFull" | "totalFull" | "layoutsFull";
+
+/** Options of a {@linkcode TemplateBudget}. */
+export interface TemplateBudgetOptions extends CompileOptions {
+  /** Templates held at once over every store sharing the budget (default: unbounded). */
+  maxTemplates?: number;
+  /** Fields of the distinct field lists held at once (default: unbounded). */
+  maxLayoutFields?: number;
+}
 
 /**
- * A count of templates shared by several stores (the collector owns one for all its sessions):
- * a store takes one unit per template it holds and gives it back when the template goes.
+ * What several stores hold together (the collector owns one for all its sessions): a count of
+ * templates (a store takes one unit per template and gives it back when the template goes) and
+ * the distinct layouts they use.
  */
 export class TemplateBudget {
   /** Templates that may be held at once. */
   readonly max: number;
+  /** The distinct field lists held, shared by the stores. */
+  readonly layouts: TemplateLayouts;
   #used = 0;
 
-  /** A budget of `max` templates (Infinity: unbounded). */
-  constructor(max: number) {
-    this.max = max;
+  /** A budget (every bound absent: unbounded). */
+  constructor(options: TemplateBudgetOptions = {}) {
+    this.max = options.maxTemplates ?? Infinity;
+    this.layouts = new TemplateLayouts({
+      maxFields: options.maxLayoutFields,
+      maxStringBytes: options.maxStringBytes,
+    });
   }
 
   /** Templates held now. */
@@ -51,11 +72,9 @@ export class TemplateBudget {
     return this.#used;
   }
 
-  /** Takes one unit; false when none is left. */
-  take(): boolean {
-    if (this.#used >= this.max) return false;
+  /** Takes one unit (the caller checked that one is left). */
+  take(): void {
     this.#used++;
-    return true;
   }
 
   /** Gives `n` units back. */
@@ -66,6 +85,7 @@ export class TemplateBudget {
 
 /** Options of a {@linkcode TemplateStore}. */
 export interface TemplateStoreOptions extends CompileOptions {
+  // maxStringBytes: for a store with its own budget; a shared budget carries its own.
   /** Template lifetime after its last announcement; 0 or absent: never expire (TCP). */
   ttlMs?: number;
   /** Time source for expiry (default: the system clock). */
@@ -74,7 +94,10 @@ export interface TemplateStoreOptions extends CompileOptions {
   maxFieldsPerTemplate?: number;
   /** Templates this store holds; one more is refused (`sessionFull`). Default: unbounded. */
   maxTemplates?: number;
-  /** Budget shared with other stores; when it is spent a template is refused (`totalFull`). */
+  /**
+   * Budget shared with other stores (templates in total, distinct layouts); default: a budget
+   * of this store alone, unbounded, with this store's `maxStringBytes`.
+   */
   budget?: TemplateBudget;
 }
 
@@ -95,7 +118,6 @@ function key(domain: number, id: number): number {
 export class TemplateStore {
   readonly #ttlMs: number;
   readonly #clock: Clock;
-  readonly #compile: CompileOptions;
   readonly #maxFields: number;
   readonly #maxTemplates: number;
   readonly #budget: TemplateBudget;
@@ -111,23 +133,37 @@ export class TemplateStore {
   constructor(opts: TemplateStoreOptions = {}) {
     this.#ttlMs = opts.ttlMs !== undefined && opts.ttlMs > 0 ? opts.ttlMs : 0;
     this.#clock = opts.clock ?? systemClock;
-    this.#compile = { maxStringBytes: opts.maxStringBytes };
     this.#maxFields = opts.maxFieldsPerTemplate ?? Infinity;
     this.#maxTemplates = opts.maxTemplates ?? Infinity;
-    this.#budget = opts.budget ?? new TemplateBudget(Infinity);
-  }
-
-  /** The widest template this store accepts (the decoder skips a wider one unparsed). */
-  get maxFieldsPerTemplate(): number {
-    return this.#maxFields;
+    this.#budget = opts.budget ?? new TemplateBudget({ maxStringBytes: opts.maxStringBytes });
   }
 
   /**
-   * Compiles a template with this store's options, without storing it. Throws
+   * Why a new template (domain, id) of `fields` fields would be refused now, or undefined when
+   * it may be stored (a redefinition of a held template needs no new place). The decoder asks
+   * before building the template, so a refused one is skipped unparsed. `layoutsFull` is only
+   * known once the template is compiled ({@linkcode add}).
+   */
+  wouldRefuse(
+    domain: number,
+    template: { id: number; fields: number },
+  ): TemplateRefusal | undefined {
+    if (template.fields > this.#maxFields) return "tooWide";
+    if (this.#entries.has(key(domain, template.id))) return undefined;
+    if (this.#entries.size >= this.#maxTemplates || this.#budget.used >= this.#budget.max) {
+      this.purgeExpired(); // expired templates still hold budget until purged
+    }
+    if (this.#entries.size >= this.#maxTemplates) return "sessionFull";
+    return this.#budget.used >= this.#budget.max ? "totalFull" : undefined;
+  }
+
+  /**
+   * Compiles a template with this store's options, without storing it; undefined when its
+   * layout is new and the shared layouts are full (`layoutsFull`). Throws
    * IpfixDecodeError("badTemplate") for a template that cannot be compiled.
    */
-  compile(t: TemplateRecord): CompiledTemplate {
-    return compileTemplate(t, this.#compile);
+  compile(t: TemplateRecord): CompiledTemplate | undefined {
+    return this.#budget.layouts.compile(t);
   }
 
   /**
@@ -139,36 +175,28 @@ export class TemplateStore {
     const t = compiled.template;
     const k = key(domain, t.id);
     const expiresAt = this.#ttlMs > 0 ? this.#clock.nowMs() + this.#ttlMs : Infinity;
-    if (t.fields.length > this.#maxFields) {
-      this.refuse(domain, t.id, compiled.minRecordLength);
-      return "tooWide";
-    }
     const prev = this.#entries.get(k);
-    if (prev !== undefined) {
-      if (!sameTemplate(prev.compiled.template, t)) {
-        prev.compiled = compiled;
-        if (k === this.#lastKey) this.#lastEntry = prev;
-      }
+    if (prev !== undefined && sameTemplate(prev.compiled.template, t)) {
       prev.expiresAt = expiresAt;
       return undefined;
     }
-    const refusal = this.#admit();
-    if (refusal !== undefined) {
+    const refusal = this.wouldRefuse(domain, { id: t.id, fields: t.fields.length });
+    // hold() may switch to an identical layout held meanwhile: store what it returns.
+    const held = refusal === undefined ? this.#budget.layouts.hold(compiled) : undefined;
+    if (held === undefined) {
       this.refuse(domain, t.id, compiled.minRecordLength);
-      return refusal;
+      return refusal ?? "layoutsFull";
     }
     this.#refused.delete(k);
-    this.#entries.set(k, { compiled, expiresAt });
-    return undefined;
-  }
-
-  /** Checks the bounds for one more template and takes a unit of the shared budget. */
-  #admit(): TemplateRefusal | undefined {
-    if (this.#entries.size >= this.#maxTemplates || this.#budget.used >= this.#budget.max) {
-      this.purgeExpired(); // expired templates still hold budget until purged
+    if (prev === undefined) {
+      this.#budget.take();
+      this.#entries.set(k, { compiled: held, expiresAt });
+    } else {
+      this.#budget.layouts.release(prev.compiled);
+      prev.compiled = held;
+      prev.expiresAt = expiresAt;
     }
-    if (this.#entries.size >= this.#maxTemplates) return "sessionFull";
-    return this.#budget.take() ? undefined : "totalFull";
+    return undefined;
   }
 
   /**
@@ -207,12 +235,12 @@ export class TemplateStore {
       prev.expiresAt = this.#ttlMs > 0 ? this.#clock.nowMs() + this.#ttlMs : Infinity;
       return prev.compiled;
     }
-    const compiled = this.compile(t);
-    const refusal = this.add(domain, compiled);
+    const ct = this.compile(t);
+    const refusal = ct === undefined ? "layoutsFull" : this.add(domain, ct);
     if (refusal !== undefined) {
       throw new IpfixDecodeError("badTemplate", `template ${t.id} refused: ${refusal}`);
     }
-    return compiled;
+    return this.#entries.get(key(domain, t.id))!.compiled;
   }
 
   /** Returns the live template (domain, id); an expired one is removed and undefined returned. */
@@ -231,7 +259,11 @@ export class TemplateStore {
   }
 
   #delete(k: number): void {
-    if (this.#entries.delete(k)) this.#budget.release(1);
+    const e = this.#entries.get(k);
+    if (e === undefined) return;
+    this.#entries.delete(k);
+    this.#budget.release(1);
+    this.#budget.layouts.release(e.compiled);
     if (k === this.#lastKey) {
       this.#lastKey = -1;
       this.#lastEntry = undefined;
@@ -284,6 +316,7 @@ export class TemplateStore {
   /** Removes every template (session ended), giving their budget back. */
   clear(): void {
     this.#budget.release(this.#entries.size);
+    for (const e of this.#entries.values()) this.#budget.layouts.release(e.compiled);
     this.#entries.clear();
     this.#refused.clear();
     this.#lastKey = -1;

@@ -8,8 +8,10 @@ import {
   fieldsFor,
   type FieldSpecifier,
   GENERATED_MAX_FIELDS,
+  LAYOUT_OVERHEAD_FIELDS,
   REFUSALS_REMEMBERED,
   TemplateBudget,
+  TemplateLayouts,
   TemplateStore,
 } from "../../src/ipfix/mod.ts";
 import { decoderTiers } from "../../src/ipfix/compile.ts";
@@ -104,7 +106,7 @@ Deno.test("templates per session: one over the bound is refused, a withdrawal fr
 
 Deno.test("templates in total: stores share one budget; closing or expiry gives it back", () => {
   const clock = new ManualClock();
-  const budget = new TemplateBudget(3);
+  const budget = new TemplateBudget({ maxTemplates: 3 });
   const a = new TemplateStore({ budget });
   const b = new TemplateStore({ budget, ttlMs: 1000, clock });
   a.set(1, tmpl(256, PORTS));
@@ -165,4 +167,56 @@ Deno.test("maxStringBytes applies to fixed-length string fields in both tiers", 
     decode(bytes, 0, bytes.length, out as never);
     assert.deepEqual(out, [{ sourcePodName: "01234" }], tier);
   }
+});
+
+Deno.test("identical field lists share one layout; distinct layouts are bounded in fields", () => {
+  const O = LAYOUT_OVERHEAD_FIELDS; // each layout's fixed cost, in fields
+  const budget = new TemplateBudget({ maxLayoutFields: 8 + O + 2 + O });
+  const a = new TemplateStore({ budget });
+  const b = new TemplateStore({ budget });
+  const eight = wideFields(8);
+  const first = a.set(1, tmpl(256, eight));
+  // Another session's identical list (parsed into new objects) shares the held one.
+  const second = b.set(1, tmpl(300, eight.map((f) => ({ ...f }))));
+  assert.equal(second.template.fields, first.template.fields);
+  assert.equal(second.decodeRecords, first.decodeRecords);
+  assert.equal(budget.layouts.size, 1);
+  assert.equal(budget.layouts.fields, 8 + O);
+  // A new 3-field list would not fit, a 2-field one just fits.
+  const m = decodeMessage(message([encodeTemplateSet([tmpl(301, wideFields(3))])], 1), b);
+  assert.deepEqual(m.templatesRefused, [{ templateId: 301, reason: "layoutsFull" }]);
+  assert.equal(budget.used, 2, "the refused template gave its unit back");
+  b.set(1, tmpl(302, PORTS));
+  assert.equal(budget.layouts.fields, budget.layouts.maxFields);
+  // The shared layout lives until its last template goes.
+  a.clear();
+  assert.equal(budget.layouts.fields, budget.layouts.maxFields);
+  b.withdraw(1, 300);
+  assert.equal(budget.layouts.fields, 2 + O);
+  b.clear();
+  assert.deepEqual([budget.used, budget.layouts.size, budget.layouts.fields], [0, 0, 0]);
+});
+
+Deno.test("two templates of one new layout in one set end up on one shared decoder", () => {
+  const budget = new TemplateBudget();
+  const store = new TemplateStore({ budget });
+  decodeMessage(message([encodeTemplateSet([tmpl(256, PORTS), tmpl(257, PORTS)])]), store);
+  assert.equal(store.get(DOMAIN, 256)!.decodeRecords, store.get(DOMAIN, 257)!.decodeRecords);
+  assert.equal(budget.layouts.size, 1);
+});
+
+Deno.test("generated code is limited to a number of layouts; a released slot is reused", () => {
+  const layouts = new TemplateLayouts({ maxGenerated: 1 });
+  const x = layouts.hold(layouts.compile(tmpl(256, PORTS))!)!;
+  const y = layouts.hold(layouts.compile(tmpl(257, fieldsFor(["flowType"])))!)!;
+  const run = (ct: typeof x): void => {
+    for (let i = 0; i < 12; i++) ct.decodeRecords(new Uint8Array(4), 0, 4, []);
+  };
+  run(x);
+  run(y);
+  assert.deepEqual([decoderTier(x), decoderTier(y)], ["generated", "generic"]);
+  layouts.release(x);
+  assert.equal(decoderTier(x), "generic", "released: generated code dropped");
+  run(y);
+  assert.equal(decoderTier(y), "generated");
 });

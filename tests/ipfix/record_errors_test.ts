@@ -41,7 +41,7 @@ const POISON = 0xdead;
  * must then skip exactly that record).
  */
 function poisonedPorts(store: TemplateStore, id: number): CompiledTemplate {
-  const ct = store.compile(tmpl(id, PORTS));
+  const ct = store.compile(tmpl(id, PORTS))!;
   const decodeRecords: CompiledTemplate["decodeRecords"] = (bytes, off, end, out) => {
     while (end - off >= ct.minRecordLength) {
       const one: DataRecord[] = [];
@@ -59,7 +59,7 @@ function poisonedPorts(store: TemplateStore, id: number): CompiledTemplate {
 
 Deno.test("fixed-length template: a bad record drops only itself, decoding resumes after it", () => {
   const store = new TemplateStore();
-  assert.equal(store.compile(tmpl(310, PORTS)).fixedRecordLength, 4);
+  assert.equal(store.compile(tmpl(310, PORTS))?.fixedRecordLength, 4);
   assert.equal(store.add(DOMAIN, poisonedPorts(store, 310)), undefined);
   const ports = [1, 2, POISON, 4, 5, POISON, POISON, 8];
   const set = encodeDataSet(

@@ -163,9 +163,10 @@ export class Session {
     }
     if (msg.stringsTruncated > 0) c.stringsTruncated += msg.stringsTruncated;
     for (const r of msg.templatesRefused) {
-      c.templateRefused(r.reason);
-      this.#logLimited(`refused|${this.exporterAddress}|${r.reason}`, "template refused", {
-        templateId: r.templateId,
+      c.templatesRefused(r.reason, r.templates);
+      this.#logLimited(`refused|${this.exporterAddress}|${r.reason}`, "templates refused", {
+        templates: r.templates,
+        firstTemplateId: r.firstTemplateId,
         observationDomainId: domain,
         reason: r.reason,
         limit: REFUSAL_LIMIT[r.reason],

@@ -185,9 +185,9 @@ export class Counters {
     exporter.recordsDropped += n;
   }
 
-  /** Counts one refused template. */
-  templateRefused(reason: string): void {
-    this.#templatesRefused.set(reason, (this.#templatesRefused.get(reason) ?? 0) + 1);
+  /** Counts `n` refused templates. */
+  templatesRefused(reason: string, n: number): void {
+    this.#templatesRefused.set(reason, (this.#templatesRefused.get(reason) ?? 0) + n);
   }
 
   /** Counts one skipped set. */

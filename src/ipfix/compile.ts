@@ -697,6 +697,19 @@ export function compileTemplate(
   return compiled(t, buildCodec(t, options.maxStringBytes ?? Infinity, UNLIMITED_SLOTS));
 }
 
+/**
+ * Room promised to the templates of one template set while it is parsed, before any is stored
+ * (the set is applied whole once parsed): new templates and the weight of new layouts. Bounds
+ * are checked against what is held plus this, so a set of thousands of templates builds
+ * decoders only for those that can be stored.
+ */
+export interface PendingTemplates {
+  /** New templates of the set so far. */
+  templates: number;
+  /** Weight of the new layouts built for the set so far. */
+  layoutFields: number;
+}
+
 /** Options of {@linkcode TemplateLayouts}. */
 export interface TemplateLayoutsOptions extends CompileOptions {
   /** Fields of the distinct layouts held at once (default: unbounded). */
@@ -767,10 +780,11 @@ export class TemplateLayouts {
   /**
    * Compiles a template, reusing a held layout's decoder and field list when the field list is
    * the same. Nothing is held until {@linkcode hold}. Undefined when the layout is new and would
-   * not fit in {@linkcode maxFields} (checked before building its decoder, so a flood of
-   * distinct layouts costs no decoder each). Throws like {@linkcode compileTemplate}.
+   * not fit in {@linkcode maxFields} with the `pending` fields of templates compiled but not yet
+   * held (checked before building its decoder, so a flood of distinct layouts costs no decoder
+   * each; a new layout adds its weight to `pending`). Throws like {@linkcode compileTemplate}.
    */
-  compile(t: TemplateRecord): CompiledTemplate | undefined {
+  compile(t: TemplateRecord, pending?: PendingTemplates): CompiledTemplate | undefined {
     checkTemplate(t);
     const codec = this.#live.get(signature(t, this.#maxStr));
     if (codec !== undefined) {
@@ -779,7 +793,9 @@ export class TemplateLayouts {
         codec,
       );
     }
-    if (this.#fields + layoutWeight(t.fields.length) > this.maxFields) return undefined;
+    const weight = layoutWeight(t.fields.length);
+    if (this.#fields + (pending?.layoutFields ?? 0) + weight > this.maxFields) return undefined;
+    if (pending !== undefined) pending.layoutFields += weight;
     return compiled(t, buildCodec(t, this.#maxStr, this.#slots));
   }
 

@@ -11,9 +11,9 @@
 
 import type { DataRecord, FieldSpecifier, MessageHeader, TemplateRecord } from "./types.ts";
 import { type DecodeErrorReason, IpfixDecodeError } from "./errors.ts";
-import { type CompiledTemplate, stringsTruncatedTotal } from "./compile.ts";
+import { type CompiledTemplate, type PendingTemplates, stringsTruncatedTotal } from "./compile.ts";
 import { VARIABLE_LENGTH } from "./types.ts";
-import type { TemplateRefusal, TemplateStore } from "./template_store.ts";
+import { REFUSALS_REMEMBERED, type TemplateRefusal, type TemplateStore } from "./template_store.ts";
 
 export { type DecodeErrorReason, IpfixDecodeError } from "./errors.ts";
 
@@ -56,8 +56,11 @@ export interface DecodedMessage {
   setErrors: { setId: number; reason: DecodeErrorReason }[];
   /** Records of data sets dropped (the other records of the set were kept), by set. */
   recordsDropped: { setId: number; reason: RecordDropReason; records: number }[];
-  /** Template records not stored, and why (their data sets are counted in `recordsDropped`). */
-  templatesRefused: { templateId: number; reason: TemplateRefusal }[];
+  /**
+   * Template records not stored, by reason (one entry per reason: a flood refuses thousands per
+   * message), with the first refused id; their data sets are counted in `recordsDropped`.
+   */
+  templatesRefused: { reason: TemplateRefusal; templates: number; firstTemplateId: number }[];
   /** String values cut to the store's `maxStringBytes`. */
   stringsTruncated: number;
 }
@@ -112,6 +115,29 @@ type TemplateOp =
   | { refused: number; reason: TemplateRefusal; minRecordLength: number };
 
 /**
+ * The templates of one set refused for lack of room (`sessionFull`, `totalFull`), applied with
+ * the set: counted by reason, and only the latest {@linkcode REFUSALS_REMEMBERED} kept (the store
+ * remembers no more), so a flood of thousands per message allocates nothing per template.
+ */
+class RoomRefusals {
+  /** Refused templates by reason, with the first refused id. */
+  readonly counts: { reason: TemplateRefusal; templates: number; firstTemplateId: number }[] = [];
+  /** The latest refused: template id and smallest record length, in pairs (a ring). */
+  readonly recent: number[] = [];
+  #next = 0;
+
+  /** Counts one refused template. */
+  add(id: number, reason: TemplateRefusal, minRecordLength: number): void {
+    const c = this.counts.find((x) => x.reason === reason);
+    if (c !== undefined) c.templates++;
+    else this.counts.push({ reason, templates: 1, firstTemplateId: id });
+    this.recent[this.#next] = id;
+    this.recent[this.#next + 1] = minRecordLength;
+    this.#next = (this.#next + 2) % (2 * REFUSALS_REMEMBERED);
+  }
+}
+
+/**
  * Skips the `count` field specifiers of a template the store would refuse, without building
  * them (a flood costs no allocation per field); returns the offset after them and the
  * template's smallest record length.
@@ -148,10 +174,12 @@ function parseTemplateSet(
   b: Uint8Array,
   set: { id: number; start: number; end: number; domain: number },
   store: TemplateStore,
-): TemplateOp[] {
+): { ops: TemplateOp[]; room: RoomRefusals | undefined } {
   const { id: setId, start, end, domain } = set;
   const options = setId === 3;
   const ops: TemplateOp[] = [];
+  let room: RoomRefusals | undefined;
+  const pending: PendingTemplates = { templates: 0, layoutFields: 0 };
   let p = start;
   // Fewer than 4 bytes left = padding (no template record is that short).
   while (end - p >= 4) {
@@ -175,11 +203,18 @@ function parseTemplateSet(
         throw new IpfixDecodeError("badTemplate", `template ${id}: scope count ${scope}/${count}`);
       }
     }
-    const reason = store.wouldRefuse(domain, { id, fields: count });
+    const promised = pending.templates;
+    const reason = store.wouldRefuse(domain, { id, fields: count }, pending);
     if (reason !== undefined) {
       const skipped = skipFields(b, { p, end, id }, count);
       p = skipped.p;
-      ops.push({ refused: id, reason, minRecordLength: skipped.minRecordLength });
+      if (reason === "tooWide") {
+        // It may replace a held template (removed when applied): kept in order.
+        ops.push({ refused: id, reason, minRecordLength: skipped.minRecordLength });
+      } else {
+        room ??= new RoomRefusals();
+        room.add(id, reason, skipped.minRecordLength);
+      }
       continue;
     }
     const fields: FieldSpecifier[] = new Array(count);
@@ -202,11 +237,14 @@ function parseTemplateSet(
     }
     const t: TemplateRecord = { id, fields, scopeFieldCount: scope };
     // Compiled now so a bad record rejects the whole set before any change.
-    const ct = store.compile(t);
+    const ct = store.compile(t, pending);
     if (ct !== undefined) ops.push({ t: ct });
-    else ops.push({ refused: id, reason: "layoutsFull", minRecordLength: minLength(fields) });
+    else {
+      pending.templates = promised; // admitted by wouldRefuse, but it will not be stored
+      ops.push({ refused: id, reason: "layoutsFull", minRecordLength: minLength(fields) });
+    }
   }
-  return ops;
+  return { ops, room };
 }
 
 const NO_MISSES: number[] = Object.freeze([]) as unknown as number[];
@@ -228,9 +266,16 @@ function dropRecords(
   msg.recordsDropped.push({ setId: set.setId, reason: set.reason, records });
 }
 
-function refused(msg: DecodedMessage, templateId: number, reason: TemplateRefusal): void {
+function refused(
+  msg: DecodedMessage,
+  templateId: number,
+  refusal: { reason: TemplateRefusal; templates: number },
+): void {
   if (msg.templatesRefused === NO_REFUSALS) msg.templatesRefused = [];
-  msg.templatesRefused.push({ templateId, reason });
+  const { reason, templates } = refusal;
+  const r = msg.templatesRefused.find((x) => x.reason === reason);
+  if (r !== undefined) r.templates += templates;
+  else msg.templatesRefused.push({ reason, templates, firstTemplateId: templateId });
 }
 
 /**
@@ -336,25 +381,32 @@ export function decodeMessage(buf: Uint8Array, store: TemplateStore): DecodedMes
         });
       }
     } else if (setId === 2 || setId === 3) {
-      let ops: TemplateOp[];
+      let parsed: { ops: TemplateOp[]; room: RoomRefusals | undefined };
       try {
-        ops = parseTemplateSet(buf, { id: setId, start, end, domain }, store);
+        parsed = parseTemplateSet(buf, { id: setId, start, end, domain }, store);
       } catch (e) {
         if (!(e instanceof IpfixDecodeError)) throw e;
         setError(msg, setId, e.reason);
         continue;
       }
-      for (const op of ops) {
+      for (const op of parsed.ops) {
         if ("t" in op) {
-          const refusal = store.add(domain, op.t);
-          if (refusal === undefined) msg.templateRecords++;
-          else refused(msg, op.t.template.id, refusal);
+          const reason = store.add(domain, op.t);
+          if (reason === undefined) msg.templateRecords++;
+          else refused(msg, op.t.template.id, { reason, templates: 1 });
         } else if ("refused" in op) {
           store.refuse(domain, op.refused, op.minRecordLength);
-          refused(msg, op.refused, op.reason);
+          refused(msg, op.refused, { reason: op.reason, templates: 1 });
         } else {
           store.withdraw(domain, op.withdraw);
           msg.withdrawals++;
+        }
+      }
+      const room = parsed.room;
+      if (room !== undefined) {
+        for (const c of room.counts) refused(msg, c.firstTemplateId, c);
+        for (let i = 0; i < room.recent.length; i += 2) {
+          store.refuse(domain, room.recent[i], room.recent[i + 1]);
         }
       }
     } else {

@@ -29,6 +29,7 @@ export {
   GENERATED_MAX_FIELDS,
   LAYOUT_OVERHEAD_FIELDS,
   MAX_GENERATED_LAYOUTS,
+  type PendingTemplates,
   stringsTruncatedTotal,
   TemplateLayouts,
   type TemplateLayoutsOptions,

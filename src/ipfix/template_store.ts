@@ -24,6 +24,7 @@ import { systemClock } from "../clock.ts";
 import {
   type CompiledTemplate,
   type CompileOptions,
+  type PendingTemplates,
   sameTemplate,
   TemplateLayouts,
 } from "./compile.ts";
@@ -122,6 +123,8 @@ export class TemplateStore {
   readonly #maxTemplates: number;
   readonly #budget: TemplateBudget;
   readonly #entries = new Map<number, Entry>();
+  /** No template expires before this time (see {@linkcode purgeExpired}). */
+  #purgeAfter = 0;
   /** Refused (domain, id) → smallest record length of the refused template. */
   readonly #refused = new Map<number, number>();
   // Agents send one template's data set after another: remembering the last hit skips the Map
@@ -139,31 +142,37 @@ export class TemplateStore {
   }
 
   /**
-   * Why a new template (domain, id) of `fields` fields would be refused now, or undefined when
-   * it may be stored (a redefinition of a held template needs no new place). The decoder asks
-   * before building the template, so a refused one is skipped unparsed. `layoutsFull` is only
-   * known once the template is compiled ({@linkcode add}).
+   * Why a template (domain, id) of `fields` fields would be refused now, or undefined when it
+   * may be stored (a redefinition of a held template needs no new place). With `pending` (the
+   * decoder parsing a template set, see {@linkcode PendingTemplates}), the room promised to the
+   * set's earlier templates counts as used and an admitted new template is added to it, so a
+   * refused template is skipped unparsed. `layoutsFull` is only known once it is compiled.
    */
   wouldRefuse(
     domain: number,
     template: { id: number; fields: number },
+    pending?: PendingTemplates,
   ): TemplateRefusal | undefined {
     if (template.fields > this.#maxFields) return "tooWide";
     if (this.#entries.has(key(domain, template.id))) return undefined;
-    if (this.#entries.size >= this.#maxTemplates || this.#budget.used >= this.#budget.max) {
-      this.purgeExpired(); // expired templates still hold budget until purged
-    }
-    if (this.#entries.size >= this.#maxTemplates) return "sessionFull";
-    return this.#budget.used >= this.#budget.max ? "totalFull" : undefined;
+    const promised = pending?.templates ?? 0;
+    if (
+      this.#entries.size + promised >= this.#maxTemplates ||
+      this.#budget.used + promised >= this.#budget.max
+    ) this.purgeExpired(); // expired templates still hold budget until purged
+    if (this.#entries.size + promised >= this.#maxTemplates) return "sessionFull";
+    if (this.#budget.used + promised >= this.#budget.max) return "totalFull";
+    if (pending !== undefined) pending.templates++;
+    return undefined;
   }
 
   /**
    * Compiles a template with this store's options, without storing it; undefined when its
-   * layout is new and the shared layouts are full (`layoutsFull`). Throws
+   * layout is new and the shared layouts are full (`layoutsFull`), counting `pending`. Throws
    * IpfixDecodeError("badTemplate") for a template that cannot be compiled.
    */
-  compile(t: TemplateRecord): CompiledTemplate | undefined {
-    return this.#budget.layouts.compile(t);
+  compile(t: TemplateRecord, pending?: PendingTemplates): CompiledTemplate | undefined {
+    return this.#budget.layouts.compile(t, pending);
   }
 
   /**
@@ -191,6 +200,7 @@ export class TemplateStore {
     if (prev === undefined) {
       this.#budget.take();
       this.#entries.set(k, { compiled: held, expiresAt });
+      if (expiresAt < this.#purgeAfter) this.#purgeAfter = expiresAt;
     } else {
       this.#budget.layouts.release(prev.compiled);
       prev.compiled = held;
@@ -299,17 +309,27 @@ export class TemplateStore {
     return this.#entries.size;
   }
 
-  /** Removes expired templates now; returns how many were removed. */
+  /**
+   * Removes expired templates now; returns how many were removed. Cheap when nothing can have
+   * expired yet (a store kept full by a flood asks on every refused template): entries are
+   * walked only once the earliest expiry seen by the last walk has passed (a refresh only pushes
+   * an expiry later, and a new entry expires after every existing one, so it stays a lower bound).
+   */
   purgeExpired(): number {
     if (this.#ttlMs === 0) return 0;
     const now = this.#clock.nowMs();
+    if (now < this.#purgeAfter) return 0;
     let n = 0;
+    let earliest = Infinity;
     for (const [k, e] of this.#entries) {
       if (now >= e.expiresAt) {
         this.#delete(k);
         n++;
+      } else if (e.expiresAt < earliest) {
+        earliest = e.expiresAt;
       }
     }
+    this.#purgeAfter = earliest;
     return n;
   }
 

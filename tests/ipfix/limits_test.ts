@@ -37,7 +37,7 @@ Deno.test("a template wider than maxFieldsPerTemplate is refused and its data co
   decodeMessage(message([encodeTemplateSet([tmpl(400, PORTS)])]), store);
   // The same id redefined 4,000 fields wide: the old definition must not decode the new data.
   const m = decodeMessage(message([encodeTemplateSet([tmpl(400, wideFields(4000))])]), store);
-  assert.deepEqual(m.templatesRefused, [{ templateId: 400, reason: "tooWide" }]);
+  assert.deepEqual(m.templatesRefused, [{ reason: "tooWide", templates: 1, firstTemplateId: 400 }]);
   assert.equal(m.templateRecords, 0);
   assert.equal(store.get(DOMAIN, 400), undefined);
   const d = decodeMessage(message([wideData(400, 4000, 3)]), store);
@@ -54,7 +54,7 @@ Deno.test("too-wide skip: enterprise field specifiers and the templates after it
   const store = new TemplateStore({ maxFieldsPerTemplate: 4 });
   const wide = tmpl(402, [...wideFields(3), { id: 7, enterprise: 0, length: 65535 }, ...PORTS]);
   const m = decodeMessage(message([encodeTemplateSet([wide, tmpl(403, PORTS)])]), store);
-  assert.deepEqual(m.templatesRefused, [{ templateId: 402, reason: "tooWide" }]);
+  assert.deepEqual(m.templatesRefused, [{ reason: "tooWide", templates: 1, firstTemplateId: 402 }]);
   assert.equal(m.templateRecords, 1);
   assert.deepEqual(store.get(DOMAIN, 403)?.names, [
     "sourceTransportPort",
@@ -89,7 +89,11 @@ Deno.test("templates per session: one over the bound is refused, a withdrawal fr
     store,
   );
   assert.equal(m.templateRecords, 2);
-  assert.deepEqual(m.templatesRefused, [{ templateId: 258, reason: "sessionFull" }]);
+  assert.deepEqual(m.templatesRefused, [{
+    reason: "sessionFull",
+    templates: 1,
+    firstTemplateId: 258,
+  }]);
   // A re-announcement or a redefinition of a held template needs no new place.
   const again = decodeMessage(
     message([encodeTemplateSet([tmpl(257, fieldsFor(["flowType"]))])]),
@@ -114,7 +118,11 @@ Deno.test("templates in total: stores share one budget; closing or expiry gives 
   b.set(1, tmpl(256, PORTS));
   assert.equal(budget.used, 3);
   const m = decodeMessage(message([encodeTemplateSet([tmpl(258, PORTS)])], 1), b);
-  assert.deepEqual(m.templatesRefused, [{ templateId: 258, reason: "totalFull" }]);
+  assert.deepEqual(m.templatesRefused, [{
+    reason: "totalFull",
+    templates: 1,
+    firstTemplateId: 258,
+  }]);
   assert.throws(() => a.set(1, tmpl(259, PORTS)), /refused: totalFull/);
   // b's template expires: the next template taking its place purges it first.
   clock.advance(1000);
@@ -131,7 +139,9 @@ Deno.test("refused (domain, id) pairs remembered are bounded; older data becomes
   store.set(DOMAIN, tmpl(256, PORTS));
   const many = Array.from({ length: REFUSALS_REMEMBERED + 4 }, (_, i) => tmpl(300 + i, PORTS));
   const m = decodeMessage(message([encodeTemplateSet(many)]), store);
-  assert.equal(m.templatesRefused.length, many.length);
+  assert.deepEqual(m.templatesRefused, [
+    { reason: "sessionFull", templates: many.length, firstTemplateId: 300 },
+  ]);
   const oldest = decodeMessage(message([encodeDataSet(300, PORTS, [{}])]), store);
   assert.deepEqual(oldest.templateMisses, [300]);
   const newest = decodeMessage(message([encodeDataSet(300 + many.length - 1, PORTS, [{}])]), store);
@@ -184,7 +194,11 @@ Deno.test("identical field lists share one layout; distinct layouts are bounded 
   assert.equal(budget.layouts.fields, 8 + O);
   // A new 3-field list would not fit, a 2-field one just fits.
   const m = decodeMessage(message([encodeTemplateSet([tmpl(301, wideFields(3))])], 1), b);
-  assert.deepEqual(m.templatesRefused, [{ templateId: 301, reason: "layoutsFull" }]);
+  assert.deepEqual(m.templatesRefused, [{
+    reason: "layoutsFull",
+    templates: 1,
+    firstTemplateId: 301,
+  }]);
   assert.equal(budget.used, 2, "the refused template gave its unit back");
   b.set(1, tmpl(302, PORTS));
   assert.equal(budget.layouts.fields, budget.layouts.maxFields);
@@ -219,4 +233,25 @@ Deno.test("generated code is limited to a number of layouts; a released slot is 
   assert.equal(decoderTier(x), "generic", "released: generated code dropped");
   run(y);
   assert.equal(decoderTier(y), "generated");
+});
+
+Deno.test("a full store with a TTL walks its entries only once the earliest expiry passed", () => {
+  const clock = new ManualClock();
+  const store = new TemplateStore({ maxTemplates: 2, ttlMs: 1000, clock });
+  store.set(1, tmpl(256, PORTS));
+  clock.advance(400);
+  store.set(1, tmpl(257, PORTS));
+  assert.throws(() => store.set(1, tmpl(258, PORTS)), /sessionFull/);
+  assert.equal(store.purgeExpired(), 0);
+  clock.advance(600); // 256 expires now, 257 at 1400
+  store.set(1, tmpl(258, PORTS));
+  assert.deepEqual(store.list().map((e) => e.template.template.id).sort(), [257, 258]);
+  clock.advance(400);
+  assert.equal(store.purgeExpired(), 1, "257 expired");
+  clock.advance(600);
+  assert.equal(store.purgeExpired(), 1, "258 expired");
+  // Empty again: a new template must still be purged when it expires.
+  store.set(1, tmpl(259, PORTS));
+  clock.advance(1000);
+  assert.equal(store.size, 0);
 });

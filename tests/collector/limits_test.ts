@@ -8,6 +8,7 @@ import {
   type FieldSpecifier,
 } from "../../src/ipfix/mod.ts";
 import type { CollectorOptions } from "../../src/collector/mod.ts";
+import { LIMIT_KEYS } from "../../src/config/limits.ts";
 import {
   concat,
   dataMessage,
@@ -166,5 +167,16 @@ Deno.test("udp: sessions share the total template budget; an evicted session fre
   } finally {
     for (const u of clients) u.close();
     await c.stop();
+  }
+});
+
+Deno.test("the README's limits table shows the defaults declared in LIMIT_KEYS", async () => {
+  const readme = await Deno.readTextFile(new URL("../../README.md", import.meta.url));
+  const rows = [...readme.matchAll(/^\| `limits\.(\w+)` +\| ([\d,]+) +\|/gm)];
+  assert.ok(rows.length >= 5, "the table is there");
+  for (const [, key, shown] of rows) {
+    const decl = LIMIT_KEYS[key as keyof typeof LIMIT_KEYS];
+    assert.ok(decl !== undefined, `README names an unknown limit ${key}`);
+    assert.equal(Number(shown.replaceAll(",", "")), decl.default, key);
   }
 });

@@ -155,6 +155,9 @@ Deno.test("e2e attack: a 4,096-field template and 6 MB of its data are refused a
   assert.equal(m.templatesRefused, 1);
   assert.equal(m.recordsDropped, 15 * WIDE_MESSAGES, "every record of the refused template");
   assert.equal(m.templatesHeld, 0, "the Agent's session closed at stop");
+  for (const k of ["recordsDropped", "templatesRefused", "templatesHeld", "stringsTruncated"]) {
+    assert.ok(Number.isFinite(m[k]), `${k} in the metrics line`);
+  }
 });
 
 Deno.test("e2e attack: with the width limit raised, 4,096-field records decode on the generic path", async () => {

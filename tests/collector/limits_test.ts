@@ -7,12 +7,13 @@ import {
   fieldsFor,
   type FieldSpecifier,
 } from "../../src/ipfix/mod.ts";
-import type { CollectorOptions } from "../../src/collector/mod.ts";
+import type { Collector, CollectorOptions } from "../../src/collector/mod.ts";
 import { LIMIT_KEYS } from "../../src/config/limits.ts";
 import {
   concat,
   dataMessage,
   readUntilClosed,
+  type Received,
   SMALL_FIELDS,
   smallRecord,
   startCollector,
@@ -41,14 +42,47 @@ function templatesMessage(domain: number, ids: number[], fields = SMALL_FIELDS):
   );
 }
 
+/** What a test body gets: the collector, what its sink received, and a TCP connector. */
+interface Harness {
+  c: Collector;
+  received: Received[];
+  /** Opens a TCP connection to the collector, closed when the test ends. */
+  connect(): Promise<Deno.TcpConn>;
+}
+
+/** Runs `body` against a collector on 127.0.0.1 with `options`, then closes everything. */
+async function withCollector(
+  options: Pick<CollectorOptions, "protocol" | "limits">,
+  body: (h: Harness) => Promise<void>,
+): Promise<void> {
+  const { c, received } = await startCollector({ address: "127.0.0.1:0", ...options });
+  const conns: Deno.TcpConn[] = [];
+  const connect = async (): Promise<Deno.TcpConn> => {
+    const conn = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
+    conns.push(conn);
+    return conn;
+  };
+  try {
+    await body({ c, received, connect });
+  } finally {
+    for (const conn of conns) {
+      try {
+        conn.close();
+      } catch {
+        // closed by the test
+      }
+    }
+    await c.stop();
+  }
+}
+
 function range(from: number, n: number): number[] {
   return Array.from({ length: n }, (_, i) => from + i);
 }
 
-Deno.test("tcp: 10 good records + 1 overrunning string: 10 delivered, 1 counted dropped", async () => {
-  const { c, received } = await startCollector({ address: "127.0.0.1:0", protocol: "tcp" });
-  const conn = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
-  try {
+Deno.test("tcp: 10 good records + 1 overrunning string: 10 delivered, 1 counted dropped", () =>
+  withCollector({ protocol: "tcp" }, async ({ c, received, connect }) => {
+    const conn = await connect();
     const records = range(0, 10).map((i) => ({
       sourceTransportPort: i,
       sourcePodName: `pod-${i}`,
@@ -77,21 +111,12 @@ Deno.test("tcp: 10 good records + 1 overrunning string: 10 delivered, 1 counted 
     assert.deepEqual(s.recordsDropped, { badVarLength: 1 });
     assert.deepEqual(s.setErrors, { badVarLength: 1 });
     assert.equal(s.exporters["127.0.0.1"].recordsDropped, 1);
-  } finally {
-    conn.close();
-    await c.stop();
-  }
-});
+  }));
 
-Deno.test("tcp: template bounds per session and in total, freed when a session closes", async () => {
-  const { c, received } = await startCollector({
-    address: "127.0.0.1:0",
-    protocol: "tcp",
-    limits: LIMITS,
-  });
-  const a = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
-  const b = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
-  try {
+Deno.test("tcp: template bounds per session and in total, freed when a session closes", () =>
+  withCollector({ protocol: "tcp", limits: LIMITS }, async ({ c, received, connect }) => {
+    const a = await connect();
+    const b = await connect();
     await writeAll(a, templatesMessage(1, range(256, 10)));
     await waitFor(() => c.stats().templatesHeld === 4, { what: "4 templates of a" });
     assert.deepEqual(c.stats().templatesRefused, { sessionFull: 6 });
@@ -111,20 +136,11 @@ Deno.test("tcp: template bounds per session and in total, freed when a session c
     await writeAll(b, dataMessage(1, 258, SMALL_FIELDS, [smallRecord(4)]));
     await waitFor(() => received.length === 2, { what: "b's data" });
     assert.equal(c.stats().sessionsClosedOnError, 0, "a limit never closes a session");
-  } finally {
-    b.close();
-    await c.stop();
-  }
-});
+  }));
 
-Deno.test("tcp: a too-wide template is refused and a long string truncated, both counted", async () => {
-  const { c, received } = await startCollector({
-    address: "127.0.0.1:0",
-    protocol: "tcp",
-    limits: LIMITS,
-  });
-  const conn = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
-  try {
+Deno.test("tcp: a too-wide template is refused and a long string truncated, both counted", () =>
+  withCollector({ protocol: "tcp", limits: LIMITS }, async ({ c, received, connect }) => {
+    const conn = await connect();
     const wide: FieldSpecifier[] = range(1, 9).map((id) => ({ id, enterprise: 4242, length: 2 }));
     await writeAll(conn, templatesMessage(1, [400], wide));
     await writeAll(conn, templateMessage(1, 300, NAMED));
@@ -138,37 +154,28 @@ Deno.test("tcp: a too-wide template is refused and a long string truncated, both
     assert.equal(s.stringsTruncated, 1);
     assert.deepEqual(s.templatesRefused, { tooWide: 1 });
     assert.equal(s.templatesHeld, 1);
-  } finally {
-    conn.close();
-    await c.stop();
-  }
-});
+  }));
 
-Deno.test("udp: sessions share the total template budget; an evicted session frees it", async () => {
-  const { c } = await startCollector({
-    address: "127.0.0.1:0",
-    protocol: "udp",
-    limits: { ...LIMITS, maxUdpSessions: 2 },
-  });
-  const clients = [udpClient("127.0.0.1"), udpClient("127.0.0.1"), udpClient("127.0.0.1")];
-  try {
-    await udpSend(clients[0], "127.0.0.1", c.port, templatesMessage(1, range(256, 4)));
-    await udpSend(clients[1], "127.0.0.1", c.port, templatesMessage(1, range(256, 4)));
-    await waitFor(() => c.stats().messages === 2, { what: "two template messages" });
-    assert.equal(c.stats().templatesHeld, 6);
-    assert.deepEqual(c.stats().templatesRefused, { totalFull: 2 });
-    // A third source evicts the first session (maxUdpSessions 2), giving its 4 back.
-    await udpSend(clients[2], "127.0.0.1", c.port, templatesMessage(1, range(256, 4)));
-    await waitFor(() => c.stats().messages === 3, { what: "third message" });
-    const s = c.stats();
-    assert.equal(s.sessionsEvicted, 1);
-    assert.equal(s.templatesHeld, 6);
-    assert.deepEqual(s.templatesRefused, { totalFull: 2 }, "all 4 of the third fit");
-  } finally {
-    for (const u of clients) u.close();
-    await c.stop();
-  }
-});
+Deno.test("udp: sessions share the total template budget; an evicted session frees it", () =>
+  withCollector({ protocol: "udp", limits: { ...LIMITS, maxUdpSessions: 2 } }, async ({ c }) => {
+    const clients = [udpClient("127.0.0.1"), udpClient("127.0.0.1"), udpClient("127.0.0.1")];
+    try {
+      await udpSend(clients[0], "127.0.0.1", c.port, templatesMessage(1, range(256, 4)));
+      await udpSend(clients[1], "127.0.0.1", c.port, templatesMessage(1, range(256, 4)));
+      await waitFor(() => c.stats().messages === 2, { what: "two template messages" });
+      assert.equal(c.stats().templatesHeld, 6);
+      assert.deepEqual(c.stats().templatesRefused, { totalFull: 2 });
+      // A third source evicts the first session (maxUdpSessions 2), giving its 4 back.
+      await udpSend(clients[2], "127.0.0.1", c.port, templatesMessage(1, range(256, 4)));
+      await waitFor(() => c.stats().messages === 3, { what: "third message" });
+      const s = c.stats();
+      assert.equal(s.sessionsEvicted, 1);
+      assert.equal(s.templatesHeld, 6);
+      assert.deepEqual(s.templatesRefused, { totalFull: 2 }, "all 4 of the third fit");
+    } finally {
+      for (const u of clients) u.close();
+    }
+  }));
 
 Deno.test("the README's limits table shows the defaults declared in LIMIT_KEYS", async () => {
   const readme = await Deno.readTextFile(new URL("../../README.md", import.meta.url));

@@ -651,10 +651,24 @@ export function decoderTier(ct: CompiledTemplate): "generic" | "generated" {
   return codecOf.get(ct.decodeRecords)?.generated() ? "generated" : "generic";
 }
 
+/**
+ * One field specifier's part of a layout key (the decoder builds the key of a template's field
+ * list from the wire with it, before deciding to build the list; see
+ * {@linkcode TemplateLayouts.shared}).
+ */
+export function fieldKey(enterprise: number, id: number, length: number): string {
+  return `,${enterprise}/${id}/${length}`;
+}
+
 function signature(t: TemplateRecord, maxStr: number): string {
-  let s = `${registryGeneration()}|${maxStr}`;
-  for (const f of t.fields) s += `,${f.enterprise}/${f.id}/${f.length}`;
-  return s;
+  let key = "";
+  for (const f of t.fields) key += fieldKey(f.enterprise, f.id, f.length);
+  return keyPrefix(maxStr) + key;
+}
+
+/** What a layout's decoder depends on besides its fields: the registry and the string bound. */
+function keyPrefix(maxStr: number): string {
+  return `${registryGeneration()}|${maxStr}`;
 }
 
 function checkTemplate(t: TemplateRecord): void {
@@ -793,10 +807,28 @@ export class TemplateLayouts {
         codec,
       );
     }
-    const weight = layoutWeight(t.fields.length);
-    if (this.#fields + (pending?.layoutFields ?? 0) + weight > this.maxFields) return undefined;
-    if (pending !== undefined) pending.layoutFields += weight;
+    if (!this.fits(t.fields.length, pending)) return undefined;
+    if (pending !== undefined) pending.layoutFields += layoutWeight(t.fields.length);
     return compiled(t, buildCodec(t, this.#maxStr, this.#slots));
+  }
+
+  /**
+   * The template `t` compiled on the held layout whose field list has the key `fields` (the
+   * {@linkcode fieldKey} parts of its specifiers, in order), sharing its decoder and field list;
+   * undefined when no such layout is held. Builds nothing per field.
+   */
+  shared(
+    t: { id: number; scopeFieldCount: number },
+    fields: string,
+  ): CompiledTemplate | undefined {
+    const codec = this.#live.get(keyPrefix(this.#maxStr) + fields);
+    if (codec === undefined) return undefined;
+    return compiled({ id: t.id, fields: codec.fields, scopeFieldCount: t.scopeFieldCount }, codec);
+  }
+
+  /** Whether a new layout of `width` fields fits, with the `pending` ones of the current set. */
+  fits(width: number, pending?: PendingTemplates): boolean {
+    return this.#fields + (pending?.layoutFields ?? 0) + layoutWeight(width) <= this.maxFields;
   }
 
   /**

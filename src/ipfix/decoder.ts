@@ -11,7 +11,12 @@
 
 import type { DataRecord, FieldSpecifier, MessageHeader, TemplateRecord } from "./types.ts";
 import { type DecodeErrorReason, IpfixDecodeError } from "./errors.ts";
-import { type CompiledTemplate, type PendingTemplates, stringsTruncatedTotal } from "./compile.ts";
+import {
+  type CompiledTemplate,
+  fieldKey,
+  type PendingTemplates,
+  stringsTruncatedTotal,
+} from "./compile.ts";
 import { VARIABLE_LENGTH } from "./types.ts";
 import { REFUSALS_REMEMBERED, type TemplateRefusal, type TemplateStore } from "./template_store.ts";
 
@@ -115,7 +120,8 @@ type TemplateOp =
   | { refused: number; reason: TemplateRefusal; minRecordLength: number };
 
 /**
- * The templates of one set refused for lack of room (`sessionFull`, `totalFull`), applied with
+ * The templates of one set refused for lack of room (`sessionFull`, `totalFull`, `layoutsFull`
+ * for a new template), applied with
  * the set: counted by reason, and only the latest {@linkcode REFUSALS_REMEMBERED} kept (the store
  * remembers no more), so a flood of thousands per message allocates nothing per template.
  */
@@ -138,29 +144,33 @@ class RoomRefusals {
 }
 
 /**
- * Skips the `count` field specifiers of a template the store would refuse, without building
- * them (a flood costs no allocation per field); returns the offset after them and the
- * template's smallest record length.
+ * Reads over the `count` field specifiers of a template without building them (a refused or
+ * shared template costs no allocation per field): returns the offset after them, the
+ * template's smallest record length and, with `keyed`, the key of its field list
+ * ({@linkcode fieldKey} parts). Throws badTemplate when a specifier overruns the set.
  */
-function skipFields(
+function scanFields(
   b: Uint8Array,
-  at: { p: number; end: number; id: number },
+  at: { p: number; end: number; id: number; keyed: boolean },
   count: number,
-): { p: number; minRecordLength: number } {
+): { p: number; minRecordLength: number; key: string } {
   let { p } = at;
   let min = 0;
+  let key = "";
   for (let i = 0; i < count; i++) {
     if (at.end - p < 4) {
       throw new IpfixDecodeError("badTemplate", `template ${at.id}: field ${i} overruns set`);
     }
+    const raw = u16(b, p);
     const length = u16(b, p + 2);
-    p += b[p] & 0x80 ? 8 : 4;
+    p += raw & 0x8000 ? 8 : 4;
     if (p > at.end) {
       throw new IpfixDecodeError("badTemplate", `template ${at.id}: field ${i} PEN overruns set`);
     }
     min += length === VARIABLE_LENGTH ? 1 : length;
+    if (at.keyed) key += fieldKey(raw & 0x8000 ? u32(b, p - 4) : 0, raw & 0x7fff, length);
   }
-  return { p, minRecordLength: min };
+  return { p, minRecordLength: min, key };
 }
 
 /** The smallest record of a field list: fixed lengths + 1 byte per variable-length field. */
@@ -204,16 +214,36 @@ function parseTemplateSet(
       }
     }
     const promised = pending.templates;
-    const reason = store.wouldRefuse(domain, { id, fields: count }, pending);
+    let reason = store.wouldRefuse(domain, { id, fields: count }, pending);
+    const scan = scanFields(b, { p, end, id, keyed: reason === undefined }, count);
+    if (reason === undefined) {
+      // A field list already held (every Agent's): shared, nothing built per field.
+      const shared = store.layouts.shared({ id, scopeFieldCount: scope }, scan.key);
+      if (shared !== undefined) {
+        ops.push({ t: shared });
+        p = scan.p;
+        continue;
+      }
+      if (!store.layouts.fits(count, pending)) {
+        reason = "layoutsFull";
+        // A new template is refused for lack of room: the room it was promised is given back.
+        if (pending.templates !== promised) pending.templates = promised;
+        else {
+          // A redefinition of a held template (removed when applied): kept in order.
+          ops.push({ refused: id, reason, minRecordLength: scan.minRecordLength });
+          p = scan.p;
+          continue;
+        }
+      }
+    }
     if (reason !== undefined) {
-      const skipped = skipFields(b, { p, end, id }, count);
-      p = skipped.p;
+      p = scan.p;
       if (reason === "tooWide") {
         // It may replace a held template (removed when applied): kept in order.
-        ops.push({ refused: id, reason, minRecordLength: skipped.minRecordLength });
+        ops.push({ refused: id, reason, minRecordLength: scan.minRecordLength });
       } else {
         room ??= new RoomRefusals();
-        room.add(id, reason, skipped.minRecordLength);
+        room.add(id, reason, scan.minRecordLength);
       }
       continue;
     }

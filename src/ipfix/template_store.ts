@@ -141,6 +141,11 @@ export class TemplateStore {
     this.#budget = opts.budget ?? new TemplateBudget({ maxStringBytes: opts.maxStringBytes });
   }
 
+  /** The layouts this store's templates use (shared with the stores of its budget). */
+  get layouts(): TemplateLayouts {
+    return this.#budget.layouts;
+  }
+
   /**
    * Why a template (domain, id) of `fields` fields would be refused now, or undefined when it
    * may be stored (a redefinition of a held template needs no new place). With `pending` (the

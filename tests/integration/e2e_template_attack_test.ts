@@ -200,8 +200,8 @@ Deno.test("e2e attack: 250,000 templates over one TCP connection are bounded and
 });
 
 Deno.test("e2e attack: a template flood over UDP from 200 source ports is bounded and counted", async () => {
-  const sockets = 200;
-  const perSocket = 3;
+  const sockets = 200; // 200 sessions of up to 1,024 templates: 3 times maxTemplates
+  const perSocket = 1; // 1,000,000 templates in all, 12 MB
   const m = await underAttack("UDP", async (port) => {
     for (let s = 0; s < sockets; s++) {
       const sock = Deno.listenDatagram({ transport: "udp", hostname: "127.0.0.1", port: 0 });
@@ -219,9 +219,10 @@ Deno.test("e2e attack: a template flood over UDP from 200 source ports is bounde
   });
   const goodMessages = 2 + 22; // the Agent's 2 template messages and 22 records
   const attackMessages = m.messages - goodMessages;
-  assert.ok(attackMessages > sockets, `most of the flood arrived (${attackMessages} messages)`);
+  assert.ok(attackMessages > sockets / 2, `most of the flood arrived (${attackMessages} messages)`);
   assert.equal(m.templateRecords + m.templatesRefused, attackMessages * PER_MESSAGE + 2);
   // No UDP session ended during the flood: what was stored is what was held, within the bound.
   assert.ok(m.templateRecords - 2 <= 65_536, `held at most maxTemplates (${m.templateRecords})`);
   assert.ok(m.templatesRefused >= attackMessages * PER_MESSAGE - 65_536);
+  assert.ok(m.templatesRefused > 65_536, "the bounds were exceeded many times over");
 });

@@ -255,3 +255,36 @@ Deno.test("a full store with a TTL walks its entries only once the earliest expi
   clock.advance(1000);
   assert.equal(store.size, 0);
 });
+
+Deno.test("a template announced on the wire with a held field list shares it", () => {
+  const budget = new TemplateBudget();
+  const a = new TemplateStore({ budget });
+  const b = new TemplateStore({ budget });
+  const agent = fieldsFor(AGENT_IPV4_FIELDS);
+  decodeMessage(message([encodeTemplateSet([tmpl(256, agent)])]), a);
+  const m = decodeMessage(message([encodeTemplateSet([tmpl(256, agent), tmpl(257, agent)])]), b);
+  assert.equal(m.templateRecords, 2);
+  const held = a.get(DOMAIN, 256)!;
+  for (const id of [256, 257]) {
+    const ct = b.get(DOMAIN, id)!;
+    assert.equal(ct.template.id, id);
+    assert.equal(ct.template.fields, held.template.fields);
+    assert.equal(ct.decodeRecords, held.decodeRecords);
+  }
+  assert.equal(budget.layouts.size, 1);
+  const d = decodeMessage(message([encodeDataSet(257, agent, [{ sourceTransportPort: 7 }])]), b);
+  assert.equal(d.dataSets[0].records[0].sourceTransportPort, 7);
+});
+
+Deno.test("a redefinition whose new field list does not fit removes the old definition", () => {
+  const budget = new TemplateBudget({ maxLayoutFields: 2 * (2 + LAYOUT_OVERHEAD_FIELDS) });
+  const store = new TemplateStore({ budget });
+  decodeMessage(message([encodeTemplateSet([tmpl(256, PORTS), tmpl(257, NAME)])]), store);
+  const m = decodeMessage(message([encodeTemplateSet([tmpl(256, wideFields(3))])]), store);
+  assert.deepEqual(m.templatesRefused, [
+    { reason: "layoutsFull", templates: 1, firstTemplateId: 256 },
+  ]);
+  assert.equal(store.get(DOMAIN, 256), undefined, "old definition gone: its data would be misread");
+  const d = decodeMessage(message([encodeDataSet(256, wideFields(3), [{}])]), store);
+  assert.deepEqual(d.recordsDropped, [{ setId: 256, reason: "templateRefused", records: 1 }]);
+});

@@ -161,7 +161,14 @@ export class Session {
         observationDomainId: domain,
       });
     }
-    if (msg.stringsTruncated > 0) c.stringsTruncated += msg.stringsTruncated;
+    if (msg.stringsTruncated > 0) {
+      c.stringsTruncated += msg.stringsTruncated;
+      this.#logLimited(`truncated|${this.exporterAddress}`, "strings truncated", {
+        strings: msg.stringsTruncated,
+        observationDomainId: domain,
+        limit: "limits.maxStringBytes",
+      });
+    }
     for (const r of msg.templatesRefused) {
       c.templatesRefused(r.reason, r.templates);
       this.#logLimited(`refused|${this.exporterAddress}|${r.reason}`, "templates refused", {

@@ -653,16 +653,16 @@ export function decoderTier(ct: CompiledTemplate): "generic" | "generated" {
 
 /**
  * One field specifier's part of a layout key (the decoder builds the key of a template's field
- * list from the wire with it, before deciding to build the list; see
- * {@linkcode TemplateLayouts.shared}).
+ * list from the wire with it, reusing one scratch specifier, before deciding to build the list;
+ * see {@linkcode TemplateLayouts.shared}).
  */
-export function fieldKey(enterprise: number, id: number, length: number): string {
-  return `,${enterprise}/${id}/${length}`;
+export function fieldKey(f: FieldSpecifier): string {
+  return `,${f.enterprise}/${f.id}/${f.length}`;
 }
 
 function signature(t: TemplateRecord, maxStr: number): string {
   let key = "";
-  for (const f of t.fields) key += fieldKey(f.enterprise, f.id, f.length);
+  for (const f of t.fields) key += fieldKey(f);
   return keyPrefix(maxStr) + key;
 }
 

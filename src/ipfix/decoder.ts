@@ -151,12 +151,13 @@ class RoomRefusals {
  */
 function scanFields(
   b: Uint8Array,
-  at: { p: number; end: number; id: number; keyed: boolean },
-  count: number,
+  at: { p: number; end: number; id: number; count: number; keyed: boolean },
 ): { p: number; minRecordLength: number; key: string } {
+  const { count } = at;
   let { p } = at;
   let min = 0;
   let key = "";
+  const spec = { id: 0, enterprise: 0, length: 0 }; // one scratch specifier for the key
   for (let i = 0; i < count; i++) {
     if (at.end - p < 4) {
       throw new IpfixDecodeError("badTemplate", `template ${at.id}: field ${i} overruns set`);
@@ -168,7 +169,12 @@ function scanFields(
       throw new IpfixDecodeError("badTemplate", `template ${at.id}: field ${i} PEN overruns set`);
     }
     min += length === VARIABLE_LENGTH ? 1 : length;
-    if (at.keyed) key += fieldKey(raw & 0x8000 ? u32(b, p - 4) : 0, raw & 0x7fff, length);
+    if (at.keyed) {
+      spec.id = raw & 0x7fff;
+      spec.enterprise = raw & 0x8000 ? u32(b, p - 4) : 0;
+      spec.length = length;
+      key += fieldKey(spec);
+    }
   }
   return { p, minRecordLength: min, key };
 }
@@ -215,7 +221,7 @@ function parseTemplateSet(
     }
     const promised = pending.templates;
     let reason = store.wouldRefuse(domain, { id, fields: count }, pending);
-    const scan = scanFields(b, { p, end, id, keyed: reason === undefined }, count);
+    const scan = scanFields(b, { p, end, id, count, keyed: reason === undefined });
     if (reason === undefined) {
       // A field list already held (every Agent's): shared, nothing built per field.
       const shared = store.layouts.shared({ id, scopeFieldCount: scope }, scan.key);

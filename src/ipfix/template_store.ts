@@ -84,9 +84,11 @@ export class TemplateBudget {
   }
 }
 
-/** Options of a {@linkcode TemplateStore}. */
+/**
+ * Options of a {@linkcode TemplateStore}. `maxStringBytes` applies to a store with its own
+ * budget; a shared {@linkcode TemplateBudget} carries its own.
+ */
 export interface TemplateStoreOptions extends CompileOptions {
-  // maxStringBytes: for a store with its own budget; a shared budget carries its own.
   /** Template lifetime after its last announcement; 0 or absent: never expire (TCP). */
   ttlMs?: number;
   /** Time source for expiry (default: the system clock). */

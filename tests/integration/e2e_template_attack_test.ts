@@ -81,13 +81,13 @@ function lastMetrics(fa: FaProcess): Record<string, number> {
 /**
  * Starts the process (flow log sink, `transport`), connects a good Agent, runs `attack` while
  * the Agent keeps sending, checks that every Agent flow is in the flow log and the RSS growth,
- * stops the process and returns its final metrics.
+ * stops the process and returns its final metrics (and the process, for its log).
  */
 async function underAttack(
   transport: "TCP" | "UDP",
   attack: (port: number) => Promise<void>,
   extraConfig = "",
-): Promise<Record<string, number>> {
+): Promise<Record<string, number> & { process: FaProcess }> {
   const dir = await Deno.makeTempDir({ prefix: "fa-e2e-template-attack-" });
   const logPath = `${dir}/flows.log`;
   const fa = await FaProcess.startWithConfig(
@@ -120,7 +120,7 @@ async function underAttack(
     assert.ok(growth < RSS_GROWTH_MAX, `RSS grew by ${(growth / 2 ** 20).toFixed(1)} MiB`);
     assert.equal(fa.exited, false);
     assert.equal((await fa.stop("SIGTERM")).code, 0, fa.stderr);
-    return lastMetrics(fa);
+    return Object.assign(lastMetrics(fa), { process: fa });
   } finally {
     good?.close();
     await fa.dispose();
@@ -155,6 +155,9 @@ Deno.test("e2e attack: a 4,096-field template and 6 MB of its data are refused a
   assert.equal(m.templatesRefused, 1);
   assert.equal(m.recordsDropped, 15 * WIDE_MESSAGES, "every record of the refused template");
   assert.equal(m.templatesHeld, 0, "the Agent's session closed at stop");
+  const logged = m.process.find({ msg: "templates refused", limit: "limits.maxFieldsPerTemplate" });
+  assert.equal(logged.length, 1, "the refusal is logged, naming the limit");
+  assert.equal(m.process.find({ msg: "records dropped", reason: "templateRefused" }).length, 1);
   for (const k of ["recordsDropped", "templatesRefused", "templatesHeld", "stringsTruncated"]) {
     assert.ok(Number.isFinite(m[k]), `${k} in the metrics line`);
   }

@@ -6,6 +6,12 @@
  * closures, lookups or intermediate objects. Field lengths come from the template, never from the
  * registry (reduced-size encoding, RFC 7011 §6.2); lengths illegal for the type are rejected here
  * so the generated code never has to check them.
+ *
+ * Bounded against hostile peers: templates with the same field list share one decoder through
+ * {@linkcode TemplateLayouts} (whose distinct lists are bounded in fields), generated code exists
+ * only for templates of at most {@linkcode GENERATED_MAX_FIELDS} fields and for at most
+ * {@linkcode MAX_GENERATED_LAYOUTS} layouts at once (the rest keep the interpreting tier, linear
+ * in the input), and strings can be cut to a byte bound.
  */
 
 import type { DataRecord, DataType, FieldSpecifier, FieldValue, TemplateRecord } from "./types.ts";

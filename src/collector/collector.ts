@@ -7,6 +7,7 @@
 
 import { type Clock, systemClock } from "../clock.ts";
 import type { LimitsConfig } from "../config/limits.ts";
+import { TemplateBudget } from "../ipfix/mod.ts";
 import { logger, RateLimitedLog } from "../log.ts";
 import { DEFAULT_LISTEN_ADDRESS, exporterAddress, parseListenAddress } from "./address.ts";
 import { type RecordSink, Session, type SessionEnv } from "./session.ts";
@@ -77,7 +78,13 @@ export class Collector {
     this.#options = options;
     this.#ttlMs = options.templateTtlMs ?? DEFAULT_TEMPLATE_TTL_MS;
     this.#limits = options.limits ?? {};
-    this.#counters = new Counters(options.protocol);
+    const limits = this.#limits;
+    const budget = new TemplateBudget({
+      maxTemplates: limits.maxTemplates,
+      maxLayoutFields: limits.maxTemplateLayoutFields,
+      maxStringBytes: limits.maxStringBytes,
+    });
+    this.#counters = new Counters(options.protocol, budget);
     const clock = options.clock ?? systemClock;
     this.#env = {
       counters: this.#counters,
@@ -85,6 +92,11 @@ export class Collector {
       log: logger("collector"),
       rateLog: new RateLimitedLog(10_000, () => clock.nowMs()),
       clock,
+      templates: {
+        maxFieldsPerTemplate: limits.maxFieldsPerTemplate,
+        maxTemplates: limits.maxTemplatesPerSession,
+        budget,
+      },
     };
   }
 

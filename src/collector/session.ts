@@ -5,7 +5,7 @@
  */
 
 import { type DecodedMessage, decodeMessage, IpfixDecodeError } from "../ipfix/mod.ts";
-import { TemplateStore } from "../ipfix/mod.ts";
+import { TemplateStore, type TemplateStoreOptions } from "../ipfix/mod.ts";
 import type { DataRecord, TemplateRecord } from "../ipfix/mod.ts";
 import type { Clock } from "../clock.ts";
 import type { Logger, RateLimitedLog } from "../log.ts";
@@ -54,7 +54,20 @@ export interface SessionEnv {
   readonly log: Logger;
   readonly rateLog: RateLimitedLog;
   readonly clock: Clock;
+  /**
+   * Bounds of every session's template store (`limits.*` and the collector's shared budget);
+   * absent: unbounded.
+   */
+  readonly templates?: Omit<TemplateStoreOptions, "ttlMs" | "clock">;
 }
+
+/** The `limits:` key behind each template refusal, named in the log. */
+const REFUSAL_LIMIT: Readonly<Record<string, string>> = {
+  tooWide: "limits.maxFieldsPerTemplate",
+  sessionFull: "limits.maxTemplatesPerSession",
+  totalFull: "limits.maxTemplates",
+  layoutsFull: "limits.maxTemplateLayoutFields",
+};
 
 type MutableExporterStats = { -readonly [K in keyof ExporterStats]: ExporterStats[K] };
 
@@ -84,7 +97,11 @@ export class Session {
     this.transport = init.transport;
     this.exporterAddress = init.exporterAddress;
     this.peer = init.peer;
-    this.store = new TemplateStore({ ttlMs: init.templateTtlMs, clock: env.clock });
+    this.store = new TemplateStore({
+      ...env.templates,
+      ttlMs: init.templateTtlMs,
+      clock: env.clock,
+    });
     this.lastSeenMs = env.clock.nowMs();
     this.#exporter = env.counters.exporter(init.exporterAddress);
     this.#exporter.sessionsOpened++;
@@ -141,6 +158,33 @@ export class Session {
       ex.templateMisses += msg.templateMisses.length;
       this.#logLimited(`miss|${this.exporterAddress}`, "data set for unknown template dropped", {
         templateIds: msg.templateMisses.join(","),
+        observationDomainId: domain,
+      });
+    }
+    if (msg.stringsTruncated > 0) {
+      c.stringsTruncated += msg.stringsTruncated;
+      this.#logLimited(`truncated|${this.exporterAddress}`, "strings truncated", {
+        strings: msg.stringsTruncated,
+        observationDomainId: domain,
+        limit: "limits.maxStringBytes",
+      });
+    }
+    for (const r of msg.templatesRefused) {
+      c.templatesRefused(r.reason, r.templates);
+      this.#logLimited(`refused|${this.exporterAddress}|${r.reason}`, "templates refused", {
+        templates: r.templates,
+        firstTemplateId: r.firstTemplateId,
+        observationDomainId: domain,
+        reason: r.reason,
+        limit: REFUSAL_LIMIT[r.reason],
+      });
+    }
+    for (const d of msg.recordsDropped) {
+      c.recordsDropped(d.reason, d.records, ex);
+      this.#logLimited(`drop|${this.exporterAddress}|${d.reason}`, "records dropped", {
+        setId: d.setId,
+        records: d.records,
+        reason: d.reason,
         observationDomainId: domain,
       });
     }

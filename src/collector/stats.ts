@@ -3,6 +3,7 @@
  * object per collector, read through immutable {@linkcode CollectorStats} snapshots.
  */
 
+import type { TemplateBudget } from "../ipfix/mod.ts";
 import type { UdpReceiverCounters } from "./udp.ts";
 
 /** Transport a message arrived on. */
@@ -22,6 +23,8 @@ export interface ExporterStats {
   readonly decodeErrors: number;
   /** Data sets dropped because their template was unknown. */
   readonly templateMisses: number;
+  /** Records lost inside decoded messages (all reasons, see `recordsDropped`). */
+  readonly recordsDropped: number;
   /** Transport sessions opened (UDP source ports, TCP/TLS connections). */
   readonly sessionsOpened: number;
 }
@@ -52,6 +55,24 @@ export interface CollectorStats {
   readonly setErrors: Readonly<Record<string, number>>;
   /** Data sets dropped because their template was unknown in the session. */
   readonly templateMisses: number;
+  /**
+   * Records lost inside messages that were decoded, by reason: a record that does not decode
+   * (`badVarLength`, `badRecord`, …: only that record when the template is fixed-length, else
+   * it and the rest of its set, counted as one) and `templateRefused` (the data sets of a
+   * template refused by a limit; estimated as the set's length over the template's smallest
+   * record, at least one per set).
+   */
+  readonly recordsDropped: Readonly<Record<string, number>>;
+  /**
+   * Template records not stored, by reason: `tooWide` (over `limits.maxFieldsPerTemplate`),
+   * `sessionFull` (`limits.maxTemplatesPerSession`), `totalFull` (`limits.maxTemplates`),
+   * `layoutsFull` (`limits.maxTemplateLayoutFields`).
+   */
+  readonly templatesRefused: Readonly<Record<string, number>>;
+  /** Templates held now over all sessions (bounded by `limits.maxTemplates`). */
+  readonly templatesHeld: number;
+  /** String values cut to `limits.maxStringBytes` (on a UTF-8 character boundary). */
+  readonly stringsTruncated: number;
   /** Sink calls that threw (the records of that set are lost; the session is kept). */
   readonly sinkErrors: number;
   /**
@@ -113,13 +134,19 @@ export class Counters {
   sessionsEvicted = 0;
   tlsHandshakeFailures = 0;
   acceptErrors = 0;
+  stringsTruncated = 0;
+  /** Templates held by every session of the collector. */
+  readonly templates: TemplateBudget | undefined;
+  readonly #recordsDropped = new Map<string, number>();
+  readonly #templatesRefused = new Map<string, number>();
   readonly #decodeErrors = new Map<string, number>();
   readonly #setErrors = new Map<string, number>();
   readonly #exporters = new Map<string, MutableExporterStats>();
 
-  /** Creates zeroed counters. */
-  constructor(transport: Transport) {
+  /** Creates zeroed counters; `templates` is the budget whose use `templatesHeld` reports. */
+  constructor(transport: Transport, templates?: TemplateBudget) {
     this.transport = transport;
+    this.templates = templates;
   }
 
   /** Returns the (mutable) counters of one exporter, creating them on first use. */
@@ -136,6 +163,7 @@ export class Counters {
           bytes: 0,
           decodeErrors: 0,
           templateMisses: 0,
+          recordsDropped: 0,
           sessionsOpened: 0,
         };
         this.#exporters.set(key, e);
@@ -149,6 +177,17 @@ export class Counters {
     this.decodeErrorsTotal++;
     this.#decodeErrors.set(reason, (this.#decodeErrors.get(reason) ?? 0) + 1);
     exporter.decodeErrors++;
+  }
+
+  /** Counts `n` records lost for `reason`. */
+  recordsDropped(reason: string, n: number, exporter: MutableExporterStats): void {
+    this.#recordsDropped.set(reason, (this.#recordsDropped.get(reason) ?? 0) + n);
+    exporter.recordsDropped += n;
+  }
+
+  /** Counts `n` refused templates. */
+  templatesRefused(reason: string, n: number): void {
+    this.#templatesRefused.set(reason, (this.#templatesRefused.get(reason) ?? 0) + n);
   }
 
   /** Counts one skipped set. */
@@ -172,6 +211,10 @@ export class Counters {
       decodeErrorsTotal: this.decodeErrorsTotal,
       setErrors: Object.fromEntries(this.#setErrors),
       templateMisses: this.templateMisses,
+      recordsDropped: Object.fromEntries(this.#recordsDropped),
+      templatesRefused: Object.fromEntries(this.#templatesRefused),
+      templatesHeld: this.templates?.used ?? 0,
+      stringsTruncated: this.stringsTruncated,
       sinkErrors: this.sinkErrors,
       bytesDiscarded: this.bytesDiscarded,
       sessionsOpened: this.sessionsOpened,

@@ -48,6 +48,15 @@ export const LIMIT_KEYS = {
     reload: "collector",
     doc: "templates held in total, over all sessions",
   },
+  maxTemplateLayoutFields: {
+    kind: "count",
+    default: 65_536,
+    reload: "collector",
+    doc: "fields of the distinct template field lists held, over all sessions, each list " +
+      "counting 16 more for its decoder (templates with the same list, as every Agent's, share " +
+      "it and count once; about 120 bytes a field); a template with a new list over it is " +
+      "refused",
+  },
   maxStringBytes: {
     kind: "bytes",
     default: 4096,

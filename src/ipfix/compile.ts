@@ -6,6 +6,12 @@
  * closures, lookups or intermediate objects. Field lengths come from the template, never from the
  * registry (reduced-size encoding, RFC 7011 §6.2); lengths illegal for the type are rejected here
  * so the generated code never has to check them.
+ *
+ * Bounded against hostile peers: templates with the same field list share one decoder through
+ * {@linkcode TemplateLayouts} (whose distinct lists are bounded in fields), generated code exists
+ * only for templates of at most {@linkcode GENERATED_MAX_FIELDS} fields and for at most
+ * {@linkcode MAX_GENERATED_LAYOUTS} layouts at once (the rest keep the interpreting tier, linear
+ * in the input), and strings can be cut to a byte bound.
  */
 
 import type { DataRecord, DataType, FieldSpecifier, FieldValue, TemplateRecord } from "./types.ts";
@@ -36,6 +42,11 @@ export interface CompiledTemplate {
   readonly options: boolean;
   /** Smallest possible record: fixed lengths + 1 byte per variable-length field. */
   readonly minRecordLength: number;
+  /**
+   * Length of every record when the template has no variable-length field (the next record
+   * boundary is known, so a bad record can be skipped); 0 otherwise.
+   */
+  readonly fixedRecordLength: number;
   /** Record key of each field in template order (registry name or `"<pen>/<id>"`). */
   readonly names: readonly string[];
   /** The generated decoder (see {@linkcode RecordsDecoder}). */
@@ -94,6 +105,31 @@ function str(bytes: Uint8Array, o: number, n: number): string {
   const s = String.fromCharCode.apply(null, a);
   internTable[slot] = s;
   return s;
+}
+
+/**
+ * Strings kept longer than a limit so far (see {@linkcode CompileOptions.maxStringBytes}); the
+ * decoder reads it before and after a data set. One module-level count instead of a counter
+ * argument: decoding is synchronous, so the difference is exactly that data set's.
+ */
+let truncatedStrings = 0;
+
+/** Strings truncated by every decoder of this module since start (monotonic). */
+export function stringsTruncatedTotal(): number {
+  return truncatedStrings;
+}
+
+/**
+ * The first `max` bytes (fewer, ending on a UTF-8 character boundary) of a string
+ * longer than `max`, counted in {@linkcode stringsTruncatedTotal}.
+ */
+function strCut(bytes: Uint8Array, o: number, max: number): string {
+  truncatedStrings++;
+  let k = max;
+  // Back off continuation bytes (10xxxxxx) so a multi-byte character is never split.
+  while (k > 0 && k > max - 3 && (bytes[o + k] & 0xc0) === 0x80) k--;
+  if ((bytes[o + k] & 0xc0) === 0x80) k = max; // not UTF-8 after all: cut where asked
+  return str(bytes, o, k);
 }
 
 function u32(bytes: Uint8Array, o: number): number {
@@ -204,6 +240,7 @@ function fail(reason: DecodeErrorReason, message: string): IpfixDecodeError {
 
 const HELPERS = {
   str,
+  strCut,
   u32,
   u64,
   uBig,
@@ -260,8 +297,11 @@ function isVariableType(type: DataType | undefined): boolean {
     type === "basicList" || type === "subTemplateList" || type === "subTemplateMultiList";
 }
 
-/** JS expression reading a fixed-length value of `type` at expression `o` of `bytes`. */
-function fixedExpr(type: DataType | undefined, n: number, o: string): string {
+/**
+ * JS expression reading a fixed-length value of `type` at expression `o` of `bytes`; a string
+ * longer than `maxStr` is cut.
+ */
+function fixedExpr(type: DataType | undefined, n: number, o: string, maxStr: number): string {
   const b = (k: number): string => k === 0 ? `bytes[${o}]` : `bytes[${o} + ${k}]`;
   switch (type) {
     case "unsigned8":
@@ -300,7 +340,7 @@ function fixedExpr(type: DataType | undefined, n: number, o: string): string {
     case "ipv6Address":
       return `ip6(bytes, ${o})`;
     case "string":
-      return `str(bytes, ${o}, ${n})`;
+      return n > maxStr ? `strCut(bytes, ${o}, ${maxStr})` : `str(bytes, ${o}, ${n})`;
     default: // macAddress, octetArray, lists (kept raw), unknown elements
       return `bytes.slice(${o}, ${o} + ${n})`;
   }
@@ -308,8 +348,21 @@ function fixedExpr(type: DataType | undefined, n: number, o: string): string {
 
 interface Codec {
   readonly minRecordLength: number;
+  readonly fixedRecordLength: number;
   readonly names: readonly string[];
   readonly decodeRecords: RecordsDecoder;
+  /** Fields of the template. */
+  readonly width: number;
+  /** Called when no template holds the codec: it drops its generated code, never tiers up. */
+  readonly retire: () => void;
+  /** Whether records are decoded by generated code now. */
+  readonly generated: () => boolean;
+  /** The field list (shared by the templates of this layout). */
+  readonly fields: readonly FieldSpecifier[];
+  /** Field list and string bound as text: the layout's identity. */
+  readonly signature: string;
+  /** Stored templates using the codec (see {@linkcode TemplateLayouts}). */
+  holders: number;
 }
 
 /** A validated template layout, shared by both decoder tiers. */
@@ -323,6 +376,8 @@ interface Plan {
   readonly restMin: readonly number[];
   /** Whether field i is the first occurrence of its key (duplicates: first one wins). */
   readonly keep: readonly boolean[];
+  /** Bytes kept of a string value; longer ones are cut on a UTF-8 boundary. */
+  readonly maxStr: number;
 }
 
 function badTemplate(t: TemplateRecord, i: number, f: FieldSpecifier, why: string): never {
@@ -332,7 +387,7 @@ function badTemplate(t: TemplateRecord, i: number, f: FieldSpecifier, why: strin
   );
 }
 
-function makePlan(t: TemplateRecord): Plan {
+function makePlan(t: TemplateRecord, maxStr: number): Plan {
   const n = t.fields.length;
   const names: string[] = [];
   const types: (DataType | undefined)[] = [];
@@ -365,11 +420,13 @@ function makePlan(t: TemplateRecord): Plan {
   }
   const restMin: number[] = new Array(n + 1).fill(0);
   for (let i = n - 1; i >= 0; i--) restMin[i] = restMin[i + 1] + (variable[i] ? 1 : lengths[i]);
-  return { id: t.id, names, types, lengths, variable, restMin, keep };
+  return { id: t.id, names, types, lengths, variable, restMin, keep, maxStr };
 }
 
 /** Reads a fixed-length value (generic tier; same semantics as {@linkcode fixedExpr}). */
-function readFixed(type: DataType | undefined, n: number, b: Uint8Array, o: number): FieldValue {
+function readFixed(plan: Plan, i: number, b: Uint8Array, o: number): FieldValue {
+  const type = plan.types[i];
+  const n = plan.lengths[i];
   switch (type) {
     case "unsigned8":
     case "unsigned16":
@@ -398,7 +455,7 @@ function readFixed(type: DataType | undefined, n: number, b: Uint8Array, o: numb
     case "ipv6Address":
       return ip6(b, o);
     case "string":
-      return str(b, o, n);
+      return n > plan.maxStr ? strCut(b, o, plan.maxStr) : str(b, o, n);
     default:
       return b.slice(o, o + n);
   }
@@ -406,8 +463,10 @@ function readFixed(type: DataType | undefined, n: number, b: Uint8Array, o: numb
 
 /**
  * Interpreting decoder: no code generation, so registering a template is cheap. Used for a
- * template's first data sets (TIER_UP_AFTER); templates that never carry much data (or a peer
- * announcing endless distinct templates) then never pay for `new Function`.
+ * template's first data sets (TIER_UP_AFTER), for templates wider than GENERATED_MAX_FIELDS and
+ * for layouts beyond the generated-code slots; templates that never carry much data (or a peer announcing
+ * endless distinct templates) then never pay for `new Function`. Its cost is linear in the
+ * template's width and the record's bytes.
  */
 function genericDecoder(plan: Plan): RecordsDecoder {
   const n = plan.names.length;
@@ -419,7 +478,7 @@ function genericDecoder(plan: Plan): RecordsDecoder {
       for (let i = 0; i < n; i++) {
         let v: FieldValue;
         if (!plan.variable[i]) {
-          v = readFixed(plan.types[i], plan.lengths[i], bytes, off);
+          v = readFixed(plan, i, bytes, off);
           off += plan.lengths[i];
         } else {
           let p = off + 1;
@@ -430,7 +489,11 @@ function genericDecoder(plan: Plan): RecordsDecoder {
             p += 2;
           }
           if (end - p < L) throw fail("badVarLength", `field ${i}: length ${L} exceeds set`);
-          v = plan.types[i] === "string" ? str(bytes, p, L) : bytes.slice(p, p + L);
+          v = plan.types[i] !== "string"
+            ? bytes.slice(p, p + L)
+            : L > plan.maxStr
+            ? strCut(bytes, p, plan.maxStr)
+            : str(bytes, p, L);
           off = p + L;
           if (end - off < plan.restMin[i + 1]) {
             throw fail("badRecord", `record overruns set after field ${i}`);
@@ -456,7 +519,9 @@ function generatedDecoder(plan: Plan): RecordsDecoder {
     if (keep) props.push(`${JSON.stringify(plan.names[i])}: v${i}`);
     const o = rel === 0 ? "off" : `off + ${rel}`;
     if (!plan.variable[i]) {
-      if (keep) body += `    const v${i} = ${fixedExpr(plan.types[i], plan.lengths[i], o)};\n`;
+      if (keep) {
+        body += `    const v${i} = ${fixedExpr(plan.types[i], plan.lengths[i], o, plan.maxStr)};\n`;
+      }
       rel += plan.lengths[i];
       continue;
     }
@@ -468,7 +533,9 @@ function generatedDecoder(plan: Plan): RecordsDecoder {
     if (keep) {
       // Most Antrea strings are empty: skip the call for them.
       const expr = plan.types[i] === "string"
-        ? `L === 0 ? "" : str(bytes, p, L)`
+        ? (Number.isFinite(plan.maxStr)
+          ? `L === 0 ? "" : L > ${plan.maxStr} ? strCut(bytes, p, ${plan.maxStr}) : `
+          : `L === 0 ? "" : `) + "str(bytes, p, L)"
         : "bytes.slice(p, p + L)";
       body += `    const v${i} = ${expr};\n`;
     }
@@ -481,7 +548,7 @@ function generatedDecoder(plan: Plan): RecordsDecoder {
   }
   if (rel > 0) body += `    off += ${rel};\n`;
   const src = `"use strict";
-const { str, u32, u64, uBig, sInt, sBig, f32, f64, ip4, ip6, fail } = H;
+const { str, strCut, u32, u64, uBig, sInt, sBig, f32, f64, ip4, ip6, fail } = H;
 return function decodeRecords(bytes, off, end, out, max) {
   let p = 0, L = 0, count = 0;
   const limit = max === undefined ? Infinity : max;
@@ -501,19 +568,60 @@ ${body}    out.push({ ${props.join(", ")} });
  */
 const TIER_UP_AFTER = 8;
 
-function buildCodec(t: TemplateRecord): Codec {
-  const plan = makePlan(t);
+/**
+ * Widest template that gets generated code (an Antrea Agent's has 60 fields). The generated
+ * source, and what the optimizing JIT spends on it, grow with the field count: above this width
+ * a template keeps the generic decoder, whose cost stays linear in the input whatever its shape.
+ */
+export const GENERATED_MAX_FIELDS = 128;
+
+/** Slots for generated decoders; a codec without one stays on the generic decoder. */
+interface GeneratedSlots {
+  /** Takes a slot; false when none is free. */
+  take(): boolean;
+  /** Gives a slot back. */
+  give(): void;
+}
+
+const UNLIMITED_SLOTS: GeneratedSlots = { take: () => true, give: () => {} };
+
+function buildCodec(t: TemplateRecord, maxStr: number, slots: GeneratedSlots): Codec {
+  const plan = makePlan(t, maxStr);
   const generic = genericDecoder(plan);
+  const width = t.fields.length;
   let fast: RecordsDecoder | undefined;
   let uses = 0;
+  // Too wide, or retired: generic for ever.
+  let tiered = width <= GENERATED_MAX_FIELDS;
   const decodeRecords: RecordsDecoder = (bytes, off, end, out, max) => {
     if (fast === undefined) {
-      if (uses++ < TIER_UP_AFTER) return generic(bytes, off, end, out, max);
+      if (!tiered || uses++ < TIER_UP_AFTER || !slots.take()) {
+        return generic(bytes, off, end, out, max);
+      }
       fast = generatedDecoder(plan);
     }
     return fast(bytes, off, end, out, max);
   };
-  return { minRecordLength: plan.restMin[0], names: Object.freeze(plan.names), decodeRecords };
+  const retire = (): void => {
+    if (fast !== undefined) slots.give();
+    fast = undefined;
+    tiered = false;
+  };
+  const fixed = plan.variable.includes(true) ? 0 : plan.restMin[0];
+  const codec: Codec = {
+    generated: () => fast !== undefined,
+    minRecordLength: plan.restMin[0],
+    fixedRecordLength: fixed,
+    names: Object.freeze(plan.names),
+    decodeRecords,
+    width,
+    retire,
+    fields: t.fields,
+    signature: signature(t, maxStr),
+    holders: 0,
+  };
+  codecOf.set(decodeRecords, codec);
+  return codec;
 }
 
 /**
@@ -522,28 +630,54 @@ function buildCodec(t: TemplateRecord): Codec {
  */
 export function decoderTiers(
   t: TemplateRecord,
+  options: CompileOptions = {},
 ): { generic: RecordsDecoder; generated: RecordsDecoder } {
-  const plan = makePlan(t);
+  const plan = makePlan(t, options.maxStringBytes ?? Infinity);
   return { generic: genericDecoder(plan), generated: generatedDecoder(plan) };
 }
 
-// Many sessions announce identical templates (every Agent sends the same 39 fields), so the
-// generated code is shared by field list. Bounded: a hostile peer announcing endless distinct
-// templates only causes recompilation.
-const CACHE_MAX = 1024;
-const cache = new Map<string, Codec>();
+/** Options of {@linkcode compileTemplate}. */
+export interface CompileOptions {
+  /**
+   * Bytes kept of one string value (the `limits.maxStringBytes` bound); a longer value is cut
+   * on a UTF-8 character boundary and counted in {@linkcode stringsTruncatedTotal}. Default:
+   * unbounded.
+   */
+  readonly maxStringBytes?: number;
+}
 
-function signature(t: TemplateRecord): string {
-  let s = String(registryGeneration());
-  for (const f of t.fields) s += `,${f.enterprise}/${f.id}/${f.length}`;
-  return s;
+const codecOf = new WeakMap<RecordsDecoder, Codec>();
+
+/**
+ * Which decoder tier a compiled template runs now: `generic` (its first data sets, templates
+ * wider than {@linkcode GENERATED_MAX_FIELDS}, layouts beyond the generated-code slots) or
+ * `generated`.
+ */
+export function decoderTier(ct: CompiledTemplate): "generic" | "generated" {
+  return codecOf.get(ct.decodeRecords)?.generated() ? "generated" : "generic";
 }
 
 /**
- * Compiles a template (id >= 256, at least one field). Throws IpfixDecodeError("badTemplate")
- * for an invalid id, an empty field list, a bad scope count or an illegal field length.
+ * One field specifier's part of a layout key (the decoder builds the key of a template's field
+ * list from the wire with it, reusing one scratch specifier, before deciding to build the list;
+ * see {@linkcode TemplateLayouts.shared}).
  */
-export function compileTemplate(t: TemplateRecord): CompiledTemplate {
+export function fieldKey(f: FieldSpecifier): string {
+  return `,${f.enterprise}/${f.id}/${f.length}`;
+}
+
+function signature(t: TemplateRecord, maxStr: number): string {
+  let key = "";
+  for (const f of t.fields) key += fieldKey(f);
+  return keyPrefix(maxStr) + key;
+}
+
+/** What a layout's decoder depends on besides its fields: the registry and the string bound. */
+function keyPrefix(maxStr: number): string {
+  return `${registryGeneration()}|${maxStr}`;
+}
+
+function checkTemplate(t: TemplateRecord): void {
   if (!Number.isInteger(t.id) || t.id < 256 || t.id > 65535) {
     throw new IpfixDecodeError("badTemplate", `template id ${t.id} outside 256..65535`);
   }
@@ -556,20 +690,189 @@ export function compileTemplate(t: TemplateRecord): CompiledTemplate {
       `template ${t.id}: scope field count ${t.scopeFieldCount} of ${t.fields.length} fields`,
     );
   }
-  const sig = signature(t);
-  let codec = cache.get(sig);
-  if (codec === undefined) {
-    codec = buildCodec(t);
-    if (cache.size >= CACHE_MAX) cache.clear();
-    cache.set(sig, codec);
-  }
+}
+
+function compiled(t: TemplateRecord, codec: Codec): CompiledTemplate {
   return {
     template: t,
     options: t.scopeFieldCount > 0,
     minRecordLength: codec.minRecordLength,
+    fixedRecordLength: codec.fixedRecordLength,
     names: codec.names,
     decodeRecords: codec.decodeRecords,
   };
+}
+
+/**
+ * Compiles a template (id >= 256, at least one field) on its own, sharing nothing (see
+ * {@linkcode TemplateLayouts} for the shared, bounded form). Throws
+ * IpfixDecodeError("badTemplate") for an invalid id, an empty field list, a bad scope count or
+ * an illegal field length.
+ */
+export function compileTemplate(
+  t: TemplateRecord,
+  options: CompileOptions = {},
+): CompiledTemplate {
+  checkTemplate(t);
+  return compiled(t, buildCodec(t, options.maxStringBytes ?? Infinity, UNLIMITED_SLOTS));
+}
+
+/**
+ * Room promised to the templates of one template set while it is parsed, before any is stored
+ * (the set is applied whole once parsed): new templates and the weight of new layouts. Bounds
+ * are checked against what is held plus this, so a set of thousands of templates builds
+ * decoders only for those that can be stored.
+ */
+export interface PendingTemplates {
+  /** New templates of the set so far. */
+  templates: number;
+  /** Weight of the new layouts built for the set so far. */
+  layoutFields: number;
+}
+
+/** Options of {@linkcode TemplateLayouts}. */
+export interface TemplateLayoutsOptions extends CompileOptions {
+  /** Fields of the distinct layouts held at once (default: unbounded). */
+  readonly maxFields?: number;
+  /** Layouts that may have generated code at once (default {@linkcode MAX_GENERATED_LAYOUTS}). */
+  readonly maxGenerated?: number;
+}
+
+/**
+ * What a layout's decoder costs beyond its fields (plan, closures, names), in fields: a layout
+ * counts its fields plus this in {@linkcode TemplateLayouts.maxFields}, so a flood of narrow
+ * distinct layouts is bounded in memory as a few wide ones are (measured: about 2 KB per
+ * layout, 120 bytes per field).
+ */
+export const LAYOUT_OVERHEAD_FIELDS = 16;
+
+function layoutWeight(width: number): number {
+  return width + LAYOUT_OVERHEAD_FIELDS;
+}
+
+/**
+ * Layouts with generated code at once, per {@linkcode TemplateLayouts}: an Agent uses 2 (IPv4
+ * and IPv6), so this leaves room for other exporters while a flood of distinct layouts keeps
+ * the generic decoder instead of growing compiled code.
+ */
+export const MAX_GENERATED_LAYOUTS = 64;
+
+/**
+ * The distinct template layouts (field lists) held by a set of template stores: templates with
+ * the same field list share one decoder, one field list and its generated code (every Agent
+ * announces the same one), and a layout is held while at least one stored template uses it. The
+ * fields of the distinct layouts held are bounded, so template memory stays bounded whatever
+ * their width; generated code is limited to {@linkcode MAX_GENERATED_LAYOUTS} layouts.
+ */
+export class TemplateLayouts {
+  /**
+   * Fields of the distinct layouts that may be held at once, each layout counting its fields
+   * plus {@linkcode LAYOUT_OVERHEAD_FIELDS}.
+   */
+  readonly maxFields: number;
+  readonly #maxStr: number;
+  readonly #live = new Map<string, Codec>();
+  readonly #slots: GeneratedSlots;
+  #fields = 0;
+
+  /** An empty set of layouts. */
+  constructor(options: TemplateLayoutsOptions = {}) {
+    this.maxFields = options.maxFields ?? Infinity;
+    this.#maxStr = options.maxStringBytes ?? Infinity;
+    const maxGenerated = options.maxGenerated ?? MAX_GENERATED_LAYOUTS;
+    let generated = 0;
+    this.#slots = {
+      take: () => generated < maxGenerated && ++generated > 0,
+      give: () => void generated--,
+    };
+  }
+
+  /** Fields of the distinct layouts held now (with each one's overhead). */
+  get fields(): number {
+    return this.#fields;
+  }
+
+  /** Distinct layouts held now. */
+  get size(): number {
+    return this.#live.size;
+  }
+
+  /**
+   * Compiles a template, reusing a held layout's decoder and field list when the field list is
+   * the same. Nothing is held until {@linkcode hold}. Undefined when the layout is new and would
+   * not fit in {@linkcode maxFields} with the `pending` fields of templates compiled but not yet
+   * held (checked before building its decoder, so a flood of distinct layouts costs no decoder
+   * each; a new layout adds its weight to `pending`). Throws like {@linkcode compileTemplate}.
+   */
+  compile(t: TemplateRecord, pending?: PendingTemplates): CompiledTemplate | undefined {
+    checkTemplate(t);
+    const codec = this.#live.get(signature(t, this.#maxStr));
+    if (codec !== undefined) {
+      return compiled(
+        { id: t.id, fields: codec.fields, scopeFieldCount: t.scopeFieldCount },
+        codec,
+      );
+    }
+    if (!this.fits(t.fields.length, pending)) return undefined;
+    if (pending !== undefined) pending.layoutFields += layoutWeight(t.fields.length);
+    return compiled(t, buildCodec(t, this.#maxStr, this.#slots));
+  }
+
+  /**
+   * The template `t` compiled on the held layout whose field list has the key `fields` (the
+   * {@linkcode fieldKey} parts of its specifiers, in order), sharing its decoder and field list;
+   * undefined when no such layout is held. Builds nothing per field.
+   */
+  shared(
+    t: { id: number; scopeFieldCount: number },
+    fields: string,
+  ): CompiledTemplate | undefined {
+    const codec = this.#live.get(keyPrefix(this.#maxStr) + fields);
+    if (codec === undefined) return undefined;
+    return compiled({ id: t.id, fields: codec.fields, scopeFieldCount: t.scopeFieldCount }, codec);
+  }
+
+  /** Whether a new layout of `width` fields fits, with the `pending` ones of the current set. */
+  fits(width: number, pending?: PendingTemplates): boolean {
+    return this.#fields + (pending?.layoutFields ?? 0) + layoutWeight(width) <= this.maxFields;
+  }
+
+  /**
+   * Holds the layout of a compiled template (one more template uses it) and returns the
+   * compiled template to store: `ct`, or the same template on the identical layout held
+   * since `ct` was compiled. Undefined, holding nothing, when it is a new layout whose fields
+   * would exceed {@linkcode maxFields}. A compiled template whose decoder is not one of this
+   * module's (a caller's own) is returned as is, outside the bound.
+   */
+  hold(ct: CompiledTemplate): CompiledTemplate | undefined {
+    const codec = codecOf.get(ct.decodeRecords);
+    if (codec === undefined) return ct;
+    if (codec.holders > 0) {
+      codec.holders++;
+      return ct;
+    }
+    const live = this.#live.get(codec.signature);
+    if (live !== undefined) {
+      live.holders++;
+      const t = ct.template;
+      return compiled({ id: t.id, fields: live.fields, scopeFieldCount: t.scopeFieldCount }, live);
+    }
+    if (this.#fields + layoutWeight(codec.width) > this.maxFields) return undefined;
+    this.#live.set(codec.signature, codec);
+    this.#fields += layoutWeight(codec.width);
+    codec.holders++;
+    return ct;
+  }
+
+  /** Releases a layout held by {@linkcode hold}; the last release drops its generated code. */
+  release(ct: CompiledTemplate): void {
+    const codec = codecOf.get(ct.decodeRecords);
+    if (codec === undefined || codec.holders === 0) return;
+    if (--codec.holders > 0) return;
+    this.#live.delete(codec.signature);
+    this.#fields -= layoutWeight(codec.width);
+    codec.retire();
+  }
 }
 
 /** True when two templates have the same id, scope count and field list. */

@@ -2,15 +2,23 @@
  * IPFIX message decoder (RFC 7011). Fixes upstream's collector bugs (ipfix.md §8): walks every
  * set by its Set Length, every record of a set, honours padding, options templates and
  * withdrawals, decodes by the template's field lengths, and bounds every read by the set. A bad
- * set is dropped and reported in `setErrors` while the rest of the message is kept; only
- * message-level problems (header, length) throw. Pure: templates live in the caller's
+ * set is dropped and reported in `setErrors` while the rest of the message is kept; a bad record
+ * drops only itself when the next record boundary is known (fixed-length template), else the
+ * rest of its set, the records before it being kept; either way it is reported in
+ * `recordsDropped`. Only message-level problems (header, length) throw. Pure: templates live in the caller's
  * {@linkcode TemplateStore}.
  */
 
 import type { DataRecord, FieldSpecifier, MessageHeader, TemplateRecord } from "./types.ts";
 import { type DecodeErrorReason, IpfixDecodeError } from "./errors.ts";
-import { compileTemplate } from "./compile.ts";
-import type { TemplateStore } from "./template_store.ts";
+import {
+  type CompiledTemplate,
+  fieldKey,
+  type PendingTemplates,
+  stringsTruncatedTotal,
+} from "./compile.ts";
+import { VARIABLE_LENGTH } from "./types.ts";
+import { REFUSALS_REMEMBERED, type TemplateRefusal, type TemplateStore } from "./template_store.ts";
 
 export { type DecodeErrorReason, IpfixDecodeError } from "./errors.ts";
 
@@ -31,6 +39,12 @@ export interface DecodedDataSet {
   template: TemplateRecord;
 }
 
+/**
+ * Why records were dropped: a decode error of the record, or `templateRefused` (a data set for
+ * a template the store refused; its record count estimated from the set length).
+ */
+export type RecordDropReason = DecodeErrorReason | "templateRefused";
+
 /** Everything decoded from one message. */
 export interface DecodedMessage {
   /** The message header. */
@@ -45,6 +59,15 @@ export interface DecodedMessage {
   templateMisses: number[];
   /** Sets dropped (the rest of the message was kept); setId -1 = set header cut. */
   setErrors: { setId: number; reason: DecodeErrorReason }[];
+  /** Records of data sets dropped (the other records of the set were kept), by set. */
+  recordsDropped: { setId: number; reason: RecordDropReason; records: number }[];
+  /**
+   * Template records not stored, by reason (one entry per reason: a flood refuses thousands per
+   * message), with the first refused id; their data sets are counted in `recordsDropped`.
+   */
+  templatesRefused: { reason: TemplateRefusal; templates: number; firstTemplateId: number }[];
+  /** String values cut to the store's `maxStringBytes`. */
+  stringsTruncated: number;
 }
 
 /**
@@ -86,17 +109,93 @@ export function decodeHeader(buf: Uint8Array): MessageHeader {
   };
 }
 
-/** A parsed template set entry, applied only once the whole set parsed. */
-type TemplateOp = { t: TemplateRecord } | { withdraw: number };
+/**
+ * A parsed template set entry, applied only once the whole set parsed: a compiled template, a
+ * withdrawal, or a template the store would refuse (skipped unparsed, with the smallest length
+ * of its records).
+ */
+type TemplateOp =
+  | { t: CompiledTemplate }
+  | { withdraw: number }
+  | { refused: number; reason: TemplateRefusal; minRecordLength: number };
+
+/**
+ * The templates of one set refused for lack of room (`sessionFull`, `totalFull`, `layoutsFull`
+ * for a new template), applied with
+ * the set: counted by reason, and only the latest {@linkcode REFUSALS_REMEMBERED} kept (the store
+ * remembers no more), so a flood of thousands per message allocates nothing per template.
+ */
+class RoomRefusals {
+  /** Refused templates by reason, with the first refused id. */
+  readonly counts: { reason: TemplateRefusal; templates: number; firstTemplateId: number }[] = [];
+  /** The latest refused: template id and smallest record length, in pairs (a ring). */
+  readonly recent: number[] = [];
+  #next = 0;
+
+  /** Counts one refused template. */
+  add(id: number, reason: TemplateRefusal, minRecordLength: number): void {
+    const c = this.counts.find((x) => x.reason === reason);
+    if (c !== undefined) c.templates++;
+    else this.counts.push({ reason, templates: 1, firstTemplateId: id });
+    this.recent[this.#next] = id;
+    this.recent[this.#next + 1] = minRecordLength;
+    this.#next = (this.#next + 2) % (2 * REFUSALS_REMEMBERED);
+  }
+}
+
+/**
+ * Reads over the `count` field specifiers of a template without building them (a refused or
+ * shared template costs no allocation per field): returns the offset after them, the
+ * template's smallest record length and, with `keyed`, the key of its field list
+ * ({@linkcode fieldKey} parts). Throws badTemplate when a specifier overruns the set.
+ */
+function scanFields(
+  b: Uint8Array,
+  at: { p: number; end: number; id: number; count: number; keyed: boolean },
+): { p: number; minRecordLength: number; key: string } {
+  const { count } = at;
+  let { p } = at;
+  let min = 0;
+  let key = "";
+  const spec = { id: 0, enterprise: 0, length: 0 }; // one scratch specifier for the key
+  for (let i = 0; i < count; i++) {
+    if (at.end - p < 4) {
+      throw new IpfixDecodeError("badTemplate", `template ${at.id}: field ${i} overruns set`);
+    }
+    const raw = u16(b, p);
+    const length = u16(b, p + 2);
+    p += raw & 0x8000 ? 8 : 4;
+    if (p > at.end) {
+      throw new IpfixDecodeError("badTemplate", `template ${at.id}: field ${i} PEN overruns set`);
+    }
+    min += length === VARIABLE_LENGTH ? 1 : length;
+    if (at.keyed) {
+      spec.id = raw & 0x7fff;
+      spec.enterprise = raw & 0x8000 ? u32(b, p - 4) : 0;
+      spec.length = length;
+      key += fieldKey(spec);
+    }
+  }
+  return { p, minRecordLength: min, key };
+}
+
+/** The smallest record of a field list: fixed lengths + 1 byte per variable-length field. */
+function minLength(fields: readonly FieldSpecifier[]): number {
+  let n = 0;
+  for (const f of fields) n += f.length === VARIABLE_LENGTH ? 1 : f.length;
+  return n;
+}
 
 function parseTemplateSet(
   b: Uint8Array,
-  setId: number,
-  start: number,
-  end: number,
-): TemplateOp[] {
+  set: { id: number; start: number; end: number; domain: number },
+  store: TemplateStore,
+): { ops: TemplateOp[]; room: RoomRefusals | undefined } {
+  const { id: setId, start, end, domain } = set;
   const options = setId === 3;
   const ops: TemplateOp[] = [];
+  let room: RoomRefusals | undefined;
+  const pending: PendingTemplates = { templates: 0, layoutFields: 0 };
   let p = start;
   // Fewer than 4 bytes left = padding (no template record is that short).
   while (end - p >= 4) {
@@ -120,6 +219,40 @@ function parseTemplateSet(
         throw new IpfixDecodeError("badTemplate", `template ${id}: scope count ${scope}/${count}`);
       }
     }
+    const promised = pending.templates;
+    let reason = store.wouldRefuse(domain, { id, fields: count }, pending);
+    const scan = scanFields(b, { p, end, id, count, keyed: reason === undefined });
+    if (reason === undefined) {
+      // A field list already held (every Agent's): shared, nothing built per field.
+      const shared = store.layouts.shared({ id, scopeFieldCount: scope }, scan.key);
+      if (shared !== undefined) {
+        ops.push({ t: shared });
+        p = scan.p;
+        continue;
+      }
+      if (!store.layouts.fits(count, pending)) {
+        reason = "layoutsFull";
+        // A new template is refused for lack of room: the room it was promised is given back.
+        if (pending.templates !== promised) pending.templates = promised;
+        else {
+          // A redefinition of a held template (removed when applied): kept in order.
+          ops.push({ refused: id, reason, minRecordLength: scan.minRecordLength });
+          p = scan.p;
+          continue;
+        }
+      }
+    }
+    if (reason !== undefined) {
+      p = scan.p;
+      if (reason === "tooWide") {
+        // It may replace a held template (removed when applied): kept in order.
+        ops.push({ refused: id, reason, minRecordLength: scan.minRecordLength });
+      } else {
+        room ??= new RoomRefusals();
+        room.add(id, reason, scan.minRecordLength);
+      }
+      continue;
+    }
     const fields: FieldSpecifier[] = new Array(count);
     for (let i = 0; i < count; i++) {
       if (end - p < 4) {
@@ -139,18 +272,78 @@ function parseTemplateSet(
       fields[i] = { id: raw & 0x7fff, enterprise, length };
     }
     const t: TemplateRecord = { id, fields, scopeFieldCount: scope };
-    compileTemplate(t); // validate now so a bad record rejects the whole set before any change
-    ops.push({ t });
+    // Compiled now so a bad record rejects the whole set before any change.
+    const ct = store.compile(t, pending);
+    if (ct !== undefined) ops.push({ t: ct });
+    else {
+      pending.templates = promised; // admitted by wouldRefuse, but it will not be stored
+      ops.push({ refused: id, reason: "layoutsFull", minRecordLength: minLength(fields) });
+    }
   }
-  return ops;
+  return { ops, room };
 }
 
 const NO_MISSES: number[] = Object.freeze([]) as unknown as number[];
 const NO_SET_ERRORS: DecodedMessage["setErrors"] = Object.freeze([]) as unknown as [];
+const NO_DROPS: DecodedMessage["recordsDropped"] = Object.freeze([]) as unknown as [];
+const NO_REFUSALS: DecodedMessage["templatesRefused"] = Object.freeze([]) as unknown as [];
 
 function setError(msg: DecodedMessage, setId: number, reason: DecodeErrorReason): void {
   if (msg.setErrors === NO_SET_ERRORS) msg.setErrors = [];
   msg.setErrors.push({ setId, reason });
+}
+
+function dropRecords(
+  msg: DecodedMessage,
+  set: { setId: number; reason: RecordDropReason },
+  records: number,
+): void {
+  if (msg.recordsDropped === NO_DROPS) msg.recordsDropped = [];
+  msg.recordsDropped.push({ setId: set.setId, reason: set.reason, records });
+}
+
+function refused(
+  msg: DecodedMessage,
+  templateId: number,
+  refusal: { reason: TemplateRefusal; templates: number },
+): void {
+  if (msg.templatesRefused === NO_REFUSALS) msg.templatesRefused = [];
+  const { reason, templates } = refusal;
+  const r = msg.templatesRefused.find((x) => x.reason === reason);
+  if (r !== undefined) r.templates += templates;
+  else msg.templatesRefused.push({ reason, templates, firstTemplateId: templateId });
+}
+
+/**
+ * Decodes the records of one data set into `records`. A record that fails drops only itself
+ * when the template is fixed-length (decoding resumes at the next record boundary), else the
+ * rest of the set (also reported as a set error, which ends a TCP/TLS session); either way the
+ * records decoded before it are kept and the loss is reported in `recordsDropped`.
+ */
+function decodeDataSet(
+  msg: DecodedMessage,
+  set: { ct: CompiledTemplate; setId: number; buf: Uint8Array; start: number; end: number },
+  records: DataRecord[],
+): void {
+  const { ct, setId, buf, end } = set;
+  let p = set.start;
+  for (;;) {
+    const before = records.length;
+    try {
+      ct.decodeRecords(buf, p, end, records);
+      return;
+    } catch (e) {
+      if (!(e instanceof IpfixDecodeError)) throw e;
+      dropRecords(msg, { setId, reason: e.reason }, 1);
+      const step = ct.fixedRecordLength;
+      if (step === 0) {
+        setError(msg, setId, e.reason);
+        return;
+      }
+      // The bad record starts where the last good one ended: skip exactly it.
+      p += (records.length - before + 1) * step;
+    }
+  }
 }
 
 /**
@@ -176,7 +369,11 @@ export function decodeMessage(buf: Uint8Array, store: TemplateStore): DecodedMes
     withdrawals: 0,
     templateMisses: NO_MISSES,
     setErrors: NO_SET_ERRORS,
+    recordsDropped: NO_DROPS,
+    templatesRefused: NO_REFUSALS,
+    stringsTruncated: 0,
   };
+  const truncatedBefore = stringsTruncatedTotal();
 
   const len = buf.length;
   let off = MESSAGE_HEADER_LENGTH;
@@ -198,18 +395,19 @@ export function decodeMessage(buf: Uint8Array, store: TemplateStore): DecodedMes
     if (setId >= 256) {
       const ct = store.get(domain, setId);
       if (ct === undefined) {
+        const minLength = store.refusedMinRecordLength(domain, setId);
+        if (minLength > 0) {
+          // Data of a refused template: its records are lost, estimated (at least one).
+          const estimate = Math.max(1, Math.floor((end - start) / minLength));
+          dropRecords(msg, { setId, reason: "templateRefused" }, estimate);
+          continue;
+        }
         if (msg.templateMisses === NO_MISSES) msg.templateMisses = [];
         msg.templateMisses.push(setId);
         continue;
       }
       const records: DataRecord[] = [];
-      try {
-        ct.decodeRecords(buf, start, end, records);
-      } catch (e) {
-        if (!(e instanceof IpfixDecodeError)) throw e;
-        setError(msg, setId, e.reason);
-        continue;
-      }
+      decodeDataSet(msg, { ct, setId, buf, start, end }, records);
       if (records.length > 0) {
         msg.dataSets.push({
           templateId: setId,
@@ -219,26 +417,38 @@ export function decodeMessage(buf: Uint8Array, store: TemplateStore): DecodedMes
         });
       }
     } else if (setId === 2 || setId === 3) {
-      let ops: TemplateOp[];
+      let parsed: { ops: TemplateOp[]; room: RoomRefusals | undefined };
       try {
-        ops = parseTemplateSet(buf, setId, start, end);
+        parsed = parseTemplateSet(buf, { id: setId, start, end, domain }, store);
       } catch (e) {
         if (!(e instanceof IpfixDecodeError)) throw e;
         setError(msg, setId, e.reason);
         continue;
       }
-      for (const op of ops) {
+      for (const op of parsed.ops) {
         if ("t" in op) {
-          store.set(domain, op.t);
-          msg.templateRecords++;
+          const reason = store.add(domain, op.t);
+          if (reason === undefined) msg.templateRecords++;
+          else refused(msg, op.t.template.id, { reason, templates: 1 });
+        } else if ("refused" in op) {
+          store.refuse(domain, op.refused, op.minRecordLength);
+          refused(msg, op.refused, { reason: op.reason, templates: 1 });
         } else {
           store.withdraw(domain, op.withdraw);
           msg.withdrawals++;
+        }
+      }
+      const room = parsed.room;
+      if (room !== undefined) {
+        for (const c of room.counts) refused(msg, c.firstTemplateId, c);
+        for (let i = 0; i < room.recent.length; i += 2) {
+          store.refuse(domain, room.recent[i], room.recent[i + 1]);
         }
       }
     } else {
       setError(msg, setId, "reservedSetId");
     }
   }
+  msg.stringsTruncated = stringsTruncatedTotal() - truncatedBefore;
   return msg;
 }

@@ -15,10 +15,25 @@ export {
 export {
   type CompiledTemplate,
   type RecordsDecoder,
+  REFUSALS_REMEMBERED,
+  TemplateBudget,
+  type TemplateBudgetOptions,
+  type TemplateRefusal,
   TemplateStore,
   type TemplateStoreOptions,
 } from "./template_store.ts";
-export { compileTemplate } from "./compile.ts";
+export {
+  type CompileOptions,
+  compileTemplate,
+  decoderTier,
+  GENERATED_MAX_FIELDS,
+  LAYOUT_OVERHEAD_FIELDS,
+  MAX_GENERATED_LAYOUTS,
+  type PendingTemplates,
+  stringsTruncatedTotal,
+  TemplateLayouts,
+  type TemplateLayoutsOptions,
+} from "./compile.ts";
 export {
   type DecodedDataSet,
   type DecodedMessage,
@@ -28,6 +43,7 @@ export {
   IpfixDecodeError,
   MESSAGE_HEADER_LENGTH,
   readMessageLength,
+  type RecordDropReason,
   SET_HEADER_LENGTH,
 } from "./decoder.ts";
 export {

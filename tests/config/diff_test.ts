@@ -35,6 +35,7 @@ Deno.test("every configuration key has the reload rule of the one table", () => 
     "limits.maxFieldsPerTemplate": "collector",
     "limits.maxTemplatesPerSession": "collector",
     "limits.maxTemplates": "collector",
+    "limits.maxTemplateLayoutFields": "collector",
     "limits.maxStringBytes": "collector",
     "limits.maxFlows": "live",
     "limits.maxFlowBytes": "live",

@@ -34,6 +34,7 @@ Deno.test("every key gets its v1.13 default", () => {
       maxFieldsPerTemplate: 1024,
       maxTemplatesPerSession: 1024,
       maxTemplates: 65_536,
+      maxTemplateLayoutFields: 65_536,
       maxStringBytes: 4096,
       maxFlows: 1_000_000,
       maxFlowBytes: 1_073_741_824,

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PKGS="softflowd nfdump tshark gcc iproute2 buildah ca-certificates procps"
+PKGS="softflowd nfdump tshark gcc iproute2 buildah ca-certificates procps chromium"
 missing=""
 for p in $PKGS; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

@@ -641,8 +641,15 @@ export class FlowAggregator {
     });
   }
 
+  /**
+   * Sees every exported flow, synchronously, before the sinks (the API's live view). It must be
+   * cheap, must not throw, and keeps no reference to `addressWords` (the core's storage).
+   */
+  exportObserver: ((flow: ExportedFlow) => void) | undefined;
+
   #export(flow: ExportedFlow): void {
     this.#exported++;
+    this.exportObserver?.(flow);
     if (this.#exporters.size === 0) {
       this.#exportedWithoutSink++;
       return;

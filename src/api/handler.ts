@@ -11,7 +11,9 @@
 import type { AggregatedRecord, FlowKey } from "../aggregation/record.ts";
 import { type FlowAggregatorStats, rejectedTotal } from "../flow_aggregator.ts";
 import { logger, type LogLevel, logSettings, setLogLevel } from "../log.ts";
+import type { LiveHub } from "./live.ts";
 import { prometheusText } from "./prometheus.ts";
+import { UI_HTML } from "./ui_page.ts";
 
 const log = logger("api");
 
@@ -23,6 +25,8 @@ export interface ApiSource {
   stats(): FlowAggregatorStats;
   /** True once the collector listens and no sink is in a fatal state. */
   ready(): boolean;
+  /** The live view's event streams (`/ui/events`); absent: no live view. */
+  live?: LiveHub;
 }
 
 /** Options of {@linkcode apiHandler}. */
@@ -198,6 +202,16 @@ export function apiHandler(
   return (req: Request): Response => {
     const url = new URL(req.url);
     const path = url.pathname;
+    // The page holds no data (the token stays in the URL fragment): its data needs the token.
+    if (path === "/ui" && source.live !== undefined) {
+      return new Response(UI_HTML, {
+        headers: {
+          "content-type": "text/html; charset=utf-8",
+          "content-security-policy":
+            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'",
+        },
+      });
+    }
     if (ANONYMOUS.has(path)) {
       if (path === "/readyz" && !source.ready()) return text(503, "not ready\n");
       return text(200, "ok");
@@ -220,6 +234,15 @@ export function apiHandler(
         return logLevel(url);
       case "/version":
         return version(options.version);
+      case "/ui/events": {
+        const stream = source.live?.open();
+        if (stream === undefined) {
+          return status(429, "TooManyRequests", "too many live views are open");
+        }
+        return new Response(stream, {
+          headers: { "content-type": "text/event-stream", "cache-control": "no-store" },
+        });
+      }
       case "/metrics":
         return new Response(prometheusText(source.stats()), {
           headers: { "content-type": "text/plain; version=0.0.4" },

@@ -5,13 +5,33 @@
  * @module
  */
 
-import type { FlowAggregator } from "../flow_aggregator.ts";
+import {
+  type FlowAggregator,
+  type FlowAggregatorStats,
+  rejectedTotal,
+} from "../flow_aggregator.ts";
+import { LiveHub, LiveView } from "./live.ts";
 import { type ApiServer, startApiServer } from "./server.ts";
 
 export { apiHandler, type ApiSource, DEFAULT_RECORD_LIMIT, recordsJson } from "./handler.ts";
 export { type ApiServer, caFileOf, DEFAULT_TOKEN_FILE, startApiServer } from "./server.ts";
 export { prometheusText } from "./prometheus.ts";
+export { LiveHub, LiveView } from "./live.ts";
 export { runCli } from "./cli.ts";
+
+/** The loss ledger as the live view shows it. */
+export function ledgerOf(s: FlowAggregatorStats): Record<string, number> {
+  const out: Record<string, number> = {
+    received: s.numRecordsReceived,
+    aggregated: s.aggregation.recordsAccepted,
+    rejected: rejectedTotal(s),
+    nonFlow: s.nonFlowRecords,
+    exported: s.numRecordsExported,
+    flowsHeld: s.numFlows,
+  };
+  for (const [section, e] of Object.entries(s.exporters)) out[`${section}.dropped`] = e.dropped;
+  return out;
+}
 
 /** Where the API listens: `host:port` (`--api-listen`), else `[::]:<apiServer.apiPort>`. */
 export function apiAddress(listen: string | undefined, apiPort: number): string {
@@ -36,10 +56,14 @@ export function startApi(
   },
 ): Promise<ApiServer> {
   const { hostname, port } = splitAddress(opts.address);
+  const view = new LiveView();
+  fa.exportObserver = (flow) => view.observe(flow);
+  const live = new LiveHub(view, () => ledgerOf(fa.stats()));
   return startApiServer({
     query: (filter, limit) => fa.core.query(filter, limit),
     stats: () => fa.stats(),
     ready: () => fa.collectorPort > 0,
+    live,
   }, {
     // [::] falls back to 0.0.0.0 where IPv6 is off; an explicit address is used as given.
     hostname: hostname === "::" ? undefined : hostname,

@@ -125,5 +125,14 @@ export async function startApiServer(
     port,
     tokenFile: opts.tokenFile,
   });
-  return { port, token, caPem: cert.caPem, close: () => server.shutdown() };
+  return {
+    port,
+    token,
+    caPem: cert.caPem,
+    close: async () => {
+      // Live views stream forever: end them first, or the shutdown would wait for them.
+      source.live?.close();
+      await server.shutdown();
+    },
+  };
 }

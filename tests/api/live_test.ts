@@ -1,0 +1,69 @@
+import assert from "node:assert/strict";
+import { LiveHub, LiveView, MAX_STREAMS, ROWS_PER_SECOND } from "../../src/api/live.ts";
+import type { ExportedFlow } from "../../src/aggregation/record.ts";
+import { fixtureFlow } from "../exporters/fixtures.ts";
+
+function flow(i: number, over: Record<string, unknown> = {}): ExportedFlow {
+  const f = fixtureFlow(false);
+  return {
+    ...f,
+    key: { ...f.key, sourcePort: i },
+    record: {
+      ...f.record,
+      sourcePodName: `pod-${i % 3}`,
+      octetDeltaCount: 100n,
+      reverseOctetDeltaCount: 0n,
+      ingressNetworkPolicyRuleAction: 1,
+      egressNetworkPolicyRuleAction: 0,
+      ...over,
+    } as ExportedFlow["record"],
+  };
+}
+
+Deno.test("live view: rows are sampled to a bounded number per second; throughput counts all", () => {
+  let now = 1_000_000;
+  const v = new LiveView(() => now);
+  for (let i = 0; i < 1000; i++) v.observe(flow(i));
+  const s = v.summary({ received: 1 });
+  assert.equal(s.rows.length, ROWS_PER_SECOND);
+  assert.equal(s.seen, 1000);
+  assert.deepEqual(s.throughput, [[1000, 100_000, 1000]]);
+  assert.equal(v.summary({}).rows.length, 0, "rows are handed out once");
+  now += 1000;
+  v.observe(flow(1));
+  assert.equal(v.summary({}).rows.length, 1, "a new second samples again");
+  // Top talkers by bytes over the window: pod-0 got 334 flows of 1000.
+  const top = v.summary({}).top.sourcePod;
+  assert.deepEqual(top[0][0].endsWith("/pod-0") || top[0][0].endsWith("/pod-1"), true);
+  assert.equal(top.reduce((n, [, b]) => n + b, 0), 100_100);
+});
+
+Deno.test("live view: denied flows are kept (newest first) even beyond the row sample", () => {
+  const v = new LiveView(() => 5_000);
+  for (let i = 0; i < 200; i++) v.observe(flow(i));
+  v.observe(flow(999, { egressNetworkPolicyRuleAction: 2 }));
+  v.observe(flow(998, { ingressNetworkPolicyRuleAction: 3 }));
+  const s = v.summary({});
+  assert.deepEqual(s.denied.map((r) => [r.sport, r.action]), [[998, "reject"], [999, "drop"]]);
+  // A malformed record never throws into the export loop.
+  v.observe({ key: undefined } as unknown as ExportedFlow);
+});
+
+Deno.test("live hub: one summary per period to every page; at most MAX_STREAMS pages", async () => {
+  const v = new LiveView();
+  v.observe(flow(1));
+  const hub = new LiveHub(v, () => ({ received: 7 }), 20);
+  const streams = Array.from({ length: MAX_STREAMS }, () => hub.open());
+  assert.ok(streams.every((s) => s !== undefined));
+  assert.equal(hub.open(), undefined, "one page too many");
+  const reader = streams[0]!.pipeThrough(new TextDecoderStream()).getReader();
+  let text = "";
+  while (!text.includes("data: ")) text += (await reader.read()).value ?? "";
+  while (!/data: .*\n\n/.test(text)) text += (await reader.read()).value ?? "";
+  const data = JSON.parse(/data: (.*)\n\n/.exec(text)![1]);
+  assert.deepEqual(data.ledger, { received: 7 });
+  await reader.cancel();
+  for (const s of streams.slice(1)) await s!.cancel();
+  assert.equal(hub.streams, 0);
+  hub.close();
+});

@@ -10,6 +10,7 @@ import { FaProcess, flowLogConfig, MAIN_TS, runDeno } from "../_helpers/process.
 import { SimAgent } from "./helpers/agent.ts";
 import { intraNodeRecord } from "./helpers/scenarios.ts";
 import { caFileOf } from "../../src/api/mod.ts";
+import parsePrometheus from "parse-prometheus-text-format";
 
 Deno.test("api e2e: the CLI reads flow records and metrics from the running process", async () => {
   const dir = await Deno.makeTempDir({ prefix: "fa-api-e2e-" });
@@ -142,6 +143,84 @@ Deno.test("api e2e: an unknown apiServer.tlsCipherSuites name is fatal at start,
       fa.stderr,
       /error generating Cipher Suite list: unknown cipher name \\"NOT_A_CIPHER\\"/,
     );
+  } finally {
+    fa.kill("SIGKILL");
+    await fa.status;
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("api e2e: /metrics keeps the ledger identities after drops in every stage", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-api-ledger-" });
+  // maxFlows 2: the third flow's records are rejected; the IPFIX sink's collector is down
+  // (nothing listens on port 1): its records are dropped or held, and counted.
+  const fa = await FaProcess.startWithConfig(
+    dir,
+    flowLogConfig(`${dir}/logs/flows.log`) + "limits:\n  maxFlows: 2\n" +
+      "flowCollector:\n  enable: true\n  address: 127.0.0.1:1:tcp\n",
+  );
+  try {
+    const port = await fa.collectorPort();
+    const apiPort = await fa.apiPort();
+    const udp = await SimAgent.connect("k8s-node-2", port, "tcp");
+    // A data record before any template: a template miss, not a received record.
+    await udp.sendRecord(intraNodeRecord(47_100));
+    const agent = await SimAgent.connect("k8s-node-1", port, "tcp");
+    await agent.sendTemplates();
+    for (let i = 0; i < 5; i++) await agent.sendRecord(intraNodeRecord(47_200 + i));
+    const tokenFile = fa.apiTokenFile!;
+    const client = Deno.createHttpClient({
+      caCerts: [await Deno.readTextFile(caFileOf(tokenFile))],
+    });
+    const headers = { authorization: `Bearer ${await Deno.readTextFile(tokenFile)}` };
+    const scrape = async () => {
+      const text = await (await fetch(`https://127.0.0.1:${apiPort}/metrics`, { headers, client }))
+        .text();
+      const families = parsePrometheus(text) as {
+        name: string;
+        metrics: { value: string; labels?: Record<string, string> }[];
+      }[];
+      return (name: string, labels: Record<string, string> = {}) =>
+        Number(
+          families.find((f) => f.name === name)?.metrics.find((m) =>
+            Object.entries(labels).every(([k, v]) => m.labels?.[k] === v)
+          )?.value ?? NaN,
+        );
+    };
+    try {
+      let value = await scrape();
+      const settled = () =>
+        value("flow_aggregator_ledger_records", { stage: "received" }) >= 5 &&
+        value("flow_aggregator_sink_received", { sink: "flowCollector" }) >= 2;
+      for (let i = 0; i < 100 && !settled(); i++) {
+        await new Promise((r) => setTimeout(r, 100));
+        value = await scrape();
+      }
+      const stage = (s: string) => value("flow_aggregator_ledger_records", { stage: s });
+      assert.equal(stage("received"), 5);
+      assert.equal(stage("rejected"), 3, "maxFlows 2: three records of new flows rejected");
+      assert.equal(
+        stage("received"),
+        stage("aggregated") + stage("rejected") + stage("non_flow") + stage("options"),
+      );
+      assert.ok(value("flow_aggregator_template_misses") >= 1, "the early record is counted");
+      for (const section of ["flowLogger", "flowCollector"]) {
+        const sink = (k: string) => value(`flow_aggregator_sink_${k}`, { sink: section }) || 0;
+        assert.ok(sink("received") >= 2, section);
+        assert.equal(
+          sink("received"),
+          sink("exported") + sink("dropped") + sink("buffered") + sink("filtered"),
+          section,
+        );
+      }
+      const down = (k: string) => value(`flow_aggregator_sink_${k}`, { sink: "flowCollector" });
+      assert.equal(down("exported"), 0, "nothing reached a collector that is down");
+    } finally {
+      client.close();
+    }
+    agent.close();
+    udp.close();
+    assert.equal((await fa.stop("SIGTERM")).code, 0, fa.stderr);
   } finally {
     fa.kill("SIGKILL");
     await fa.status;

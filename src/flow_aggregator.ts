@@ -85,6 +85,8 @@ export interface FlowAggregatorOptions {
   manualSweep?: boolean;
   /** Period of the metrics log line; default 60 s. 0 disables it. */
   metricsLogIntervalMs?: number;
+  /** Counters kept outside the aggregator (the config watcher's), added to the metrics line. */
+  extraCounters?: () => object;
   /**
    * Longest wait for one exporter's `stop()` (final flush) before giving up on it, so a stuck
    * sink (hung disk or peer) cannot hang a shutdown or a reload forever. Default 10 s.
@@ -691,6 +693,8 @@ export class FlowAggregator {
     const { aggregation, collector, exporters, ...own } = this.stats();
     const fields: LogFields = {};
     counterFields(own, "", fields);
+    const extra = this.#opts.extraCounters;
+    if (extra !== undefined) counterFields(extra(), "", fields);
     fields.recordsAggregated = aggregation.recordsAccepted;
     fields.rejected = sumOf(aggregation.recordsRejected);
     counterFields(aggregation, "aggregation.", fields);

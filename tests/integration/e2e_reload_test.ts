@@ -146,6 +146,10 @@ Deno.test("e2e reload: ConfigMap swaps disable, re-enable and move and filter th
 
     const status = await fa.stop("SIGTERM");
     assert.equal(status.code, 0, fa.stderr);
+    // The reload counters are on the metrics line: four files applied, the invalid one rejected.
+    const metrics = fa.find({ msg: "record metrics" }).at(-1)!;
+    assert.equal(Number(metrics.fields.configReloads), 4);
+    assert.equal(Number(metrics.fields.configReloadsRejected), 1);
     const groups = byKey(await readFlowLog(logPath));
     const groups2 = byKey(await readFlowLog(logPath2));
     for (const base of [50_000, 50_200]) {

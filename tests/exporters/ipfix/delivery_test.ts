@@ -1,0 +1,300 @@
+/**
+ * What "exported" means for the IPFIX exporter over TCP (issue 10, item 3): a record written to
+ * the socket is `unacknowledged` until the collector is proven to have read it (the window moved
+ * on, or a clean end at stop), a record of a connection that failed first stays unacknowledged
+ * (`possiblyLost`) and is not re-sent, and an aborted write is split at what the kernel took.
+ * Real TCP collectors on loopback: one that never reads and is then killed, one that reads.
+ */
+import assert from "node:assert/strict";
+import {
+  IpfixExporter,
+  type IpfixExporterOptions,
+  type IpfixExporterStats,
+} from "../../../src/exporters/ipfix/exporter.ts";
+import type { ExportedFlow } from "../../../src/aggregation/record.ts";
+import { CaptureServer } from "../../../src/flowgen/capture.ts";
+import { ipfixComponent } from "../../../src/exporters/ipfix/mod.ts";
+import { parseConfig } from "../../../src/components.ts";
+import { WorkerExporter } from "../../../src/exporters/worker_exporter.ts";
+import { ManualClock } from "../../../src/clock.ts";
+import { decodeMessage, readMessageLength, TemplateStore } from "../../../src/ipfix/mod.ts";
+import { setLogWriter } from "../../../src/log.ts";
+import { fixtureFlow } from "../fixtures.ts";
+import { waitFor } from "../../_helpers/wait.ts";
+import { concat } from "../../_helpers/bytes.ts";
+
+// Connection losses are logged as warnings; expected here.
+setLogWriter(() => {});
+
+/** Flow `i`: fixture F with `flowEndSeconds` = i, so the collector's records name their flow. */
+function flow(i: number): ExportedFlow {
+  return fixtureFlow(false, { flowEndSeconds: i });
+}
+
+function exporter(port: number, extra: Partial<IpfixExporterOptions> = {}): IpfixExporter {
+  return new IpfixExporter({
+    address: `127.0.0.1:${port}:tcp`,
+    observationDomainId: 1,
+    backoffInitialMs: 20,
+    backoffMaxMs: 100,
+    stopTimeoutMs: 2000,
+    ...extra,
+  });
+}
+
+/** The exporter's ledger holds: every record received is in exactly one term. */
+function assertLedger(s: IpfixExporterStats): void {
+  assert.equal(s.received, s.exported + s.dropped + s.queued + s.unacknowledged, "ledger");
+}
+
+/**
+ * A collector that accepts TCP connections and reads nothing until told to: what the exporter
+ * writes piles up in the two kernels' buffers, as with a stuck or dead collector process.
+ */
+class SilentCollector {
+  readonly #listener: Deno.Listener;
+  readonly conns: Deno.Conn[] = [];
+  readonly #accepting: Promise<void>;
+  #closed = new Set<Deno.Conn | Deno.Listener>();
+
+  constructor() {
+    const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    this.#listener = listener;
+    this.#accepting = (async () => {
+      try {
+        for await (const c of listener) this.conns.push(c);
+      } catch {
+        // listener closed
+      }
+    })();
+  }
+
+  get port(): number {
+    return (this.#listener.addr as Deno.NetAddr).port;
+  }
+
+  /** Stops listening (connections stay as they are). Idempotent, as is `kill`. */
+  async stopListening(): Promise<void> {
+    this.#close(this.#listener);
+    await this.#accepting;
+  }
+
+  #close(c: Deno.Conn | Deno.Listener): void {
+    if (this.#closed.has(c)) return;
+    this.#closed.add(c);
+    c.close();
+  }
+
+  /**
+   * The process dies: every connection is closed with its unread data, which the kernel
+   * discards (and answers with a reset).
+   */
+  async kill(): Promise<void> {
+    for (const c of this.conns) this.#close(c);
+    await this.stopListening();
+  }
+
+  /**
+   * Reads connection `i` to its end and decodes it: the data records of its complete messages
+   * (by `flowEndSeconds`; a message cut short at the end is not decoded) and the bytes read.
+   */
+  async drain(i = 0): Promise<{ ids: number[]; bytes: number }> {
+    const conn = this.conns[i];
+    const chunks: Uint8Array[] = [];
+    const buf = new Uint8Array(1 << 16);
+    for (;;) {
+      const n = await conn.read(buf);
+      if (n === null) break;
+      chunks.push(buf.slice(0, n));
+    }
+    this.#close(conn);
+    const bytes = concat(...chunks);
+    const store = new TemplateStore();
+    const ids: number[] = [];
+    let off = 0;
+    while (bytes.length - off >= 4 && bytes.length - off >= readMessageLength(bytes, off)) {
+      const len = readMessageLength(bytes, off);
+      for (const set of decodeMessage(bytes.subarray(off, off + len), store).dataSets) {
+        for (const r of set.records) ids.push(Number(r.flowEndSeconds));
+      }
+      off += len;
+    }
+    return { ids, bytes: bytes.length };
+  }
+}
+
+Deno.test("collector killed for 10 s: the records it never read are not exported, nor re-sent", async () => {
+  const clock = new ManualClock();
+  const dead = new SilentCollector();
+  const e = exporter(dead.port, { clock, backoffInitialMs: 10_000, backoffMaxMs: 10_000 });
+  let cap: CaptureServer | undefined;
+  try {
+    await e.start();
+    for (let i = 0; i < 400; i++) e.addRecord(flow(i));
+    // All 400 are in the kernels' buffers: written, not read by anyone.
+    await waitFor(() => e.stats().unacknowledged === 400, { what: "400 records written" });
+    assert.equal(e.stats().exported, 0, "written is not exported");
+    assertLedger(e.stats());
+
+    await dead.kill();
+    await waitFor(() => e.stats().possiblyLost === 400, { what: "the loss noticed" });
+    assert.equal(e.stats().connected, false);
+
+    // Ten seconds later (on the exporter's clock) a collector is back on the port.
+    cap = CaptureServer.listen({ kind: "tcp", port: dead.port });
+    for (let i = 400; i < 800; i++) e.addRecord(flow(i));
+    await clock.whenTimersPending();
+    assert.deepEqual(clock.pendingTimers(), [10_000], "the redial waits for the backoff");
+    clock.advance(10_000);
+    await cap.waitFor(() => cap!.records.length === 400, 5000, "the second 400 records");
+    // stop() ends the stream; the collector reads to the end and closes: the proof.
+    await e.stop();
+
+    const s = e.stats();
+    const read = cap.records.map((r) => Number(r.record.flowEndSeconds));
+    assert.deepEqual(read, Array.from({ length: 400 }, (_, i) => 400 + i), "no re-sends");
+    // Before issue 10 this was 800 "exported" with 400 read by a collector: now exported is
+    // exactly what a collector read, and the rest is named.
+    assert.equal(s.exported, read.length);
+    assert.equal(s.unacknowledged, 400);
+    assert.equal(s.possiblyLost, 400);
+    assert.equal(s.dropped, 0);
+    assert.equal(s.queued, 0);
+    assertLedger(s);
+  } finally {
+    await e.stop();
+    await cap?.close();
+    await dead.kill();
+  }
+});
+
+Deno.test("a collector that never reads: nothing is exported; an aborted write counts what the kernel took", async () => {
+  const silent = new SilentCollector();
+  // ~13 MB of records, far more than loopback buffers hold for a reader that never reads.
+  const n = 20_000;
+  const e = exporter(silent.port, { stopTimeoutMs: 300 });
+  try {
+    await e.start();
+    for (let i = 0; i < n; i++) e.addRecord(flow(i));
+    await waitFor(() => e.stats().unacknowledged > 0, { what: "a first batch written" });
+    let s = e.stats();
+    assert.equal(s.exported, 0, "written into a collector that never reads is not exported");
+    assert.ok(s.queued > 0, "the rest waits: the socket takes no more");
+    assertLedger(s);
+
+    // stop() cannot deliver the rest within its timeout: the pending write is aborted.
+    await e.stop();
+    s = e.stats();
+    assert.equal(s.exported, 0);
+    assert.equal(s.queued, 0);
+    assert.ok(s.dropped > 0, "the records never written are dropped");
+    assert.equal(s.unacknowledged, s.possiblyLost);
+    assert.equal(s.unacknowledged + s.dropped, n);
+    assertLedger(s);
+
+    // The collector finally reads: it finds exactly the records counted unacknowledged (the
+    // kernel still delivers what it took), and never one of those counted dropped.
+    const got = await silent.drain();
+    assert.equal(got.bytes, s.bytes, "the bytes counted written are the bytes that arrive");
+    assert.equal(got.ids.length, s.unacknowledged);
+    assert.deepEqual(got.ids, Array.from({ length: got.ids.length }, (_, i) => i));
+  } finally {
+    await e.stop();
+    await silent.kill();
+  }
+});
+
+Deno.test("records are exported once deliveryWindowBytes more bytes were written after them", async () => {
+  const cap = CaptureServer.listen({ kind: "tcp" });
+  // A window of 64 KiB (the default is the two kernels' buffer maxima, 36 MiB): what lies
+  // more than 64 KiB before the end of the stream counts as read.
+  const window = 64 * 1024;
+  const e = exporter(cap.port, { deliveryWindowBytes: window });
+  try {
+    await e.start();
+    const n = 2000;
+    for (let i = 0; i < n; i++) e.addRecord(flow(i));
+    await waitFor(() => e.stats().queued === 0, { what: "every record written" });
+    const s = e.stats();
+    assert.ok(s.exported > 0, "the window moved on past the first records");
+    assert.ok(s.unacknowledged > 0, "the last window is still unproven");
+    // What is unproven fits in one window plus the one message straddling its start.
+    const perRecord = s.bytes / n;
+    assert.ok(
+      s.unacknowledged * perRecord <= window + 65_535,
+      `${s.unacknowledged} records unproven`,
+    );
+    assert.equal(s.possiblyLost, 0);
+    assertLedger(s);
+    await cap.waitFor(() => cap.records.length === n, 5000, "every record read");
+    await e.stop();
+    const end = e.stats();
+    assert.equal(end.exported, n, "the clean end proved the last window");
+    assert.equal(end.unacknowledged, 0);
+    assertLedger(end);
+  } finally {
+    await e.stop();
+    await cap.close();
+  }
+});
+
+Deno.test("the default window: 1,000 records on a healthy connection stay unproven until stop", async () => {
+  const cap = CaptureServer.listen({ kind: "tcp" });
+  const e = exporter(cap.port);
+  try {
+    await e.start();
+    for (let i = 0; i < 1000; i++) e.addRecord(flow(i));
+    await cap.waitFor(() => cap.records.length === 1000, 5000, "every record read");
+    // 650 KB is far less than 36 MiB: without the kernel's word nothing proves the collector
+    // read it, even though it did.
+    assert.equal(e.stats().exported, 0);
+    assert.equal(e.stats().unacknowledged, 1000);
+    await e.stop();
+    assert.equal(cap.peerCloses, 1, "the collector saw our end of stream");
+    assert.equal(e.stats().exported, 1000);
+    assert.equal(e.stats().unacknowledged, 0);
+  } finally {
+    await e.stop();
+    await cap.close();
+  }
+});
+
+Deno.test("in its worker: received = exported + dropped + buffered + unacknowledged, exactly", async () => {
+  const silent = new SilentCollector();
+  const config = parseConfig(
+    `flowCollector:\n  enable: true\n  address: 127.0.0.1:${silent.port}:tcp\n`,
+  ).flowCollector;
+  const e = new WorkerExporter(ipfixComponent, config, {
+    podLabels: false,
+    clusterUuid: "2a1c5d0e-3c8f-4b5e-9d4f-0123456789ab",
+  });
+  const n = 20_000;
+  try {
+    await e.start();
+    for (let i = 0; i < n; i++) e.addRecord(flow(i));
+    // The worker reports its sink's counters with every batch and every second.
+    await waitFor(() => e.stats().unacknowledged > 0, {
+      what: "a batch written",
+      timeoutMs: 10_000,
+    });
+    let s = e.stats();
+    assert.equal(s.exported, 0, "written into a collector that never reads is not exported");
+    assert.ok(s.buffered > 0, "the rest is queued in the sink");
+    assert.equal(s.received, n);
+    assert.equal(s.received, s.exported + s.dropped + s.filtered + s.buffered + s.unacknowledged);
+
+    // The collector reads at last, to the end: stop()'s clean end proves everything read.
+    const drained = silent.drain();
+    await e.stop();
+    const got = await drained;
+    s = e.stats();
+    assert.equal(got.ids.length, n);
+    assert.equal(s.exported, n);
+    assert.equal(s.unacknowledged, 0);
+    assert.equal(s.buffered, 0);
+    assert.equal(s.received, s.exported + s.dropped + s.filtered + s.buffered + s.unacknowledged);
+  } finally {
+    await e.stop();
+    await silent.kill();
+  }
+});

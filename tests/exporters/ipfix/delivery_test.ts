@@ -15,6 +15,7 @@ import type { ExportedFlow } from "../../../src/aggregation/record.ts";
 import { CaptureServer } from "../../../src/flowgen/capture.ts";
 import { ipfixComponent } from "../../../src/exporters/ipfix/mod.ts";
 import { parseConfig } from "../../../src/components.ts";
+import { generateCertificates } from "../../../src/pki/mod.ts";
 import { WorkerExporter } from "../../../src/exporters/worker_exporter.ts";
 import { ManualClock } from "../../../src/clock.ts";
 import { decodeMessage, readMessageLength, TemplateStore } from "../../../src/ipfix/mod.ts";
@@ -253,6 +254,35 @@ Deno.test("the default window: 1,000 records on a healthy connection stay unprov
     assert.equal(cap.peerCloses, 1, "the collector saw our end of stream");
     assert.equal(e.stats().exported, 1000);
     assert.equal(e.stats().unacknowledged, 0);
+  } finally {
+    await e.stop();
+    await cap.close();
+  }
+});
+
+Deno.test("TLS: the clean end at stop (close_notify, then the collector closes) proves delivery", async () => {
+  const certs = generateCertificates({ address: "127.0.0.1" });
+  const cap = CaptureServer.listen({
+    kind: "tls",
+    cert: certs.server.certPem,
+    key: certs.server.keyPem,
+  });
+  const e = new IpfixExporter({
+    address: `127.0.0.1:${cap.port}:tls`,
+    observationDomainId: 1,
+    tls: { ca: certs.ca.certPem },
+  });
+  try {
+    await e.start();
+    for (let i = 0; i < 500; i++) e.addRecord(flow(i));
+    await cap.waitFor(() => cap.records.length === 500, 5000, "every record read");
+    assert.equal(e.stats().exported, 0);
+    assert.equal(e.stats().unacknowledged, 500);
+    await e.stop();
+    assert.equal(cap.peerCloses, 1);
+    assert.equal(e.stats().exported, 500);
+    assert.equal(e.stats().unacknowledged, 0);
+    assertLedger(e.stats());
   } finally {
     await e.stop();
     await cap.close();

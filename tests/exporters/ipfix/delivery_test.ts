@@ -98,8 +98,9 @@ class SilentCollector {
   /**
    * Reads connection `i` to its end and decodes it: the data records of its complete messages
    * (by `flowEndSeconds`; a message cut short at the end is not decoded) and the bytes read.
+   * Then closes it, unless `keepOpen` (a collector that never answers our end of stream).
    */
-  async drain(i = 0): Promise<{ ids: number[]; bytes: number }> {
+  async drain(i = 0, { keepOpen = false } = {}): Promise<{ ids: number[]; bytes: number }> {
     const conn = this.conns[i];
     const chunks: Uint8Array[] = [];
     const buf = new Uint8Array(1 << 16);
@@ -108,7 +109,7 @@ class SilentCollector {
       if (n === null) break;
       chunks.push(buf.slice(0, n));
     }
-    this.#close(conn);
+    if (!keepOpen) this.#close(conn);
     const bytes = concat(...chunks);
     const store = new TemplateStore();
     const ids: number[] = [];
@@ -199,6 +200,29 @@ Deno.test("a collector that never reads: nothing is exported; an aborted write c
     assert.equal(got.bytes, s.bytes, "the bytes counted written are the bytes that arrive");
     assert.equal(got.ids.length, s.unacknowledged);
     assert.deepEqual(got.ids, Array.from({ length: got.ids.length }, (_, i) => i));
+  } finally {
+    await e.stop();
+    await silent.kill();
+  }
+});
+
+Deno.test("a collector that reads to the end but never closes: read, yet not proven, so not exported", async () => {
+  const silent = new SilentCollector();
+  const e = exporter(silent.port, { stopTimeoutMs: 200 });
+  try {
+    await e.start();
+    for (let i = 0; i < 300; i++) e.addRecord(flow(i));
+    await waitFor(() => e.stats().unacknowledged === 300, { what: "300 records written" });
+    const drained = silent.drain(0, { keepOpen: true });
+    // stop() ends the stream and waits for an answer that never comes (its timeout ends it).
+    await e.stop();
+    assert.equal((await drained).ids.length, 300, "the collector did read them all");
+    const s = e.stats();
+    assert.equal(s.exported, 0);
+    assert.equal(s.unacknowledged, 300);
+    assert.equal(s.possiblyLost, 300);
+    assert.equal(s.dropped, 0);
+    assertLedger(s);
   } finally {
     await e.stop();
     await silent.kill();

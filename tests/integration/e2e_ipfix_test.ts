@@ -174,6 +174,15 @@ Deno.test("e2e ipfix: a correlated long-lived inter-node flow is re-exported exa
 
     const status = await fa.stop("SIGTERM");
     assert.equal(status.code, 0, fa.stderr);
+    // SIGTERM ends the IPFIX stream cleanly and the collector closes after reading to the end:
+    // the proof that turns every record written into exported (README "What is delivered
+    // when"), and exactly the records the collector decoded.
+    const [stopped] = fa.find({ msg: "exporter stopped", section: "flowCollector" });
+    assert.ok(stopped, "the IPFIX sink's final ledger");
+    assert.equal(Number(stopped.fields.exported), capture.records.length);
+    assert.equal(Number(stopped.fields.unacknowledged), 0);
+    assert.equal(Number(stopped.fields.dropped), 0);
+    assert.equal(Number(stopped.fields.received), capture.records.length);
   } finally {
     for (const a of agents) a.close();
     await fa.dispose();

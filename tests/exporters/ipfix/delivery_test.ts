@@ -18,11 +18,10 @@ import { parseConfig } from "../../../src/components.ts";
 import { generateCertificates } from "../../../src/pki/mod.ts";
 import { WorkerExporter } from "../../../src/exporters/worker_exporter.ts";
 import { ManualClock } from "../../../src/clock.ts";
-import { decodeMessage, readMessageLength, TemplateStore } from "../../../src/ipfix/mod.ts";
 import { setLogWriter } from "../../../src/log.ts";
 import { fixtureFlow } from "../fixtures.ts";
 import { waitFor } from "../../_helpers/wait.ts";
-import { concat } from "../../_helpers/bytes.ts";
+import { SilentCollector } from "../../_helpers/silent_collector.ts";
 
 // Connection losses are logged as warnings; expected here.
 setLogWriter(() => {});
@@ -46,83 +45,6 @@ function exporter(port: number, extra: Partial<IpfixExporterOptions> = {}): Ipfi
 /** The exporter's ledger holds: every record received is in exactly one term. */
 function assertLedger(s: IpfixExporterStats): void {
   assert.equal(s.received, s.exported + s.dropped + s.queued + s.unacknowledged, "ledger");
-}
-
-/**
- * A collector that accepts TCP connections and reads nothing until told to: what the exporter
- * writes piles up in the two kernels' buffers, as with a stuck or dead collector process.
- */
-class SilentCollector {
-  readonly #listener: Deno.Listener;
-  readonly conns: Deno.Conn[] = [];
-  readonly #accepting: Promise<void>;
-  #closed = new Set<Deno.Conn | Deno.Listener>();
-
-  constructor() {
-    const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-    this.#listener = listener;
-    this.#accepting = (async () => {
-      try {
-        for await (const c of listener) this.conns.push(c);
-      } catch {
-        // listener closed
-      }
-    })();
-  }
-
-  get port(): number {
-    return (this.#listener.addr as Deno.NetAddr).port;
-  }
-
-  /** Stops listening (connections stay as they are). Idempotent, as is `kill`. */
-  async stopListening(): Promise<void> {
-    this.#close(this.#listener);
-    await this.#accepting;
-  }
-
-  #close(c: Deno.Conn | Deno.Listener): void {
-    if (this.#closed.has(c)) return;
-    this.#closed.add(c);
-    c.close();
-  }
-
-  /**
-   * The process dies: every connection is closed with its unread data, which the kernel
-   * discards (and answers with a reset).
-   */
-  async kill(): Promise<void> {
-    for (const c of this.conns) this.#close(c);
-    await this.stopListening();
-  }
-
-  /**
-   * Reads connection `i` to its end and decodes it: the data records of its complete messages
-   * (by `flowEndSeconds`; a message cut short at the end is not decoded) and the bytes read.
-   * Then closes it, unless `keepOpen` (a collector that never answers our end of stream).
-   */
-  async drain(i = 0, { keepOpen = false } = {}): Promise<{ ids: number[]; bytes: number }> {
-    const conn = this.conns[i];
-    const chunks: Uint8Array[] = [];
-    const buf = new Uint8Array(1 << 16);
-    for (;;) {
-      const n = await conn.read(buf);
-      if (n === null) break;
-      chunks.push(buf.slice(0, n));
-    }
-    if (!keepOpen) this.#close(conn);
-    const bytes = concat(...chunks);
-    const store = new TemplateStore();
-    const ids: number[] = [];
-    let off = 0;
-    while (bytes.length - off >= 4 && bytes.length - off >= readMessageLength(bytes, off)) {
-      const len = readMessageLength(bytes, off);
-      for (const set of decodeMessage(bytes.subarray(off, off + len), store).dataSets) {
-        for (const r of set.records) ids.push(Number(r.flowEndSeconds));
-      }
-      off += len;
-    }
-    return { ids, bytes: bytes.length };
-  }
 }
 
 Deno.test("collector killed for 10 s: the records it never read are not exported, nor re-sent", async () => {

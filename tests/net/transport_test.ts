@@ -1,6 +1,8 @@
 import assert from "node:assert/strict";
 import { openTransport, SendError, type Transport } from "../../src/net/transport.ts";
 import { concat } from "../_helpers/bytes.ts";
+import { unreadBytes } from "../_helpers/silent_collector.ts";
+import { waitFor } from "../_helpers/wait.ts";
 
 const LOOPBACK = "127.0.0.1";
 
@@ -101,7 +103,9 @@ Deno.test("an aborted signal abandons the connect", async () => {
 });
 
 /** A TCP listener with one accepted connection and a transport connected to it. */
-async function connected(): Promise<{ listener: Deno.Listener; server: Deno.Conn; t: Transport }> {
+async function connected(): Promise<
+  { listener: Deno.TcpListener; server: Deno.Conn; t: Transport }
+> {
   const listener = Deno.listen({ hostname: LOOPBACK, port: 0 });
   const accepted = listener.accept();
   const t = await openTransport({ host: LOOPBACK, port: listener.addr.port, kind: "tcp" });
@@ -149,7 +153,8 @@ Deno.test("tcp: a send cut short says how many bytes the kernel took, exactly", 
     // 32 MiB into a peer that does not read: the write blocks once both buffers are full.
     const data = new Uint8Array(32 << 20).map((_, i) => i & 0xff);
     const sending = t.send([data]);
-    await new Promise((r) => setTimeout(r, 200));
+    // Some of it has reached the peer's socket: the send is under way (it cannot finish).
+    await waitFor(async () => (await unreadBytes(listener.addr.port)) > 0, { what: "bytes" });
     t.close();
     const err = await sending.then(() => undefined, (e) => e);
     assert.ok(err instanceof SendError, String(err));

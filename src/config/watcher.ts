@@ -36,7 +36,8 @@ export interface ConfigWatcherStats {
   /**
    * Re-reads that found new content and kept the last good configuration instead: the content
    * was still changing (`unstable`), did not parse or validate (`invalid`, counted once per
-   * distinct content) or could not be read (`unreadable`).
+   * edit: re-reading the same bad bytes is not a new rejection) or could not be read
+   * (`unreadable`).
    */
   configReloadsRejected: number;
 }
@@ -233,6 +234,7 @@ export class ConfigWatcher<C> {
     if (text === undefined) return "unreadable";
     if (text === this.#baseline) {
       log.debug("Flow-aggregator configuration didn't change");
+      this.#lastInvalid = undefined;
       return "unchanged";
     }
     if (text === this.#lastInvalid) {

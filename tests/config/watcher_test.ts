@@ -361,6 +361,15 @@ Deno.test("watcher: invalid content is rejected and counted once, the last good 
     assert.equal(await h.watcher.check(), "invalid");
     assert.deepEqual(h.watcher.stats(), { configReloads: 0, configReloadsRejected: 1 });
     assert.equal(h.watcher.config.aggregatorTransportProtocol, "TCP");
+    // Back to the good file, then the same mistake again: a new edit, a new rejection.
+    await Deno.writeTextFile(path, TCP_A);
+    assert.equal(await h.watcher.check(), "unchanged");
+    await Deno.writeTextFile(path, "aggregatorTransportProtocol: SCTP\n");
+    let again: CheckResult | undefined;
+    h.watcher.check().then((r) => again = r);
+    await driveUntil(clock, () => again !== undefined, "second rejection");
+    assert.equal(again, "invalid");
+    assert.deepEqual(h.watcher.stats(), { configReloads: 0, configReloadsRejected: 2 });
     assert.equal(h.changes.length, 0);
   });
 });

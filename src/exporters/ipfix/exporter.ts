@@ -124,6 +124,12 @@ export interface IpfixExporterOptions {
    */
   deliveryWindowBytes?: number;
   /**
+   * TCP/TLS: a session idle (nothing queued) this long while holding unproven records is ended
+   * cleanly, the collector's close proving them read; the next record opens a new session. 0
+   * (the default) never does. The collector's answer is awaited at most `connectTimeoutMs`.
+   */
+  idleSessionTimeoutMs?: number;
+  /**
    * Time source and timers for export times, the template refresh, the reconnect backoff and
    * the stop timeout; default the system clock.
    */
@@ -173,13 +179,17 @@ export function observationDomainIdFromUuid(uuid: string): number {
  * by the caller; everything else keeps its default.
  */
 export function ipfixOptionsFromConfig(
-  config: Pick<FlowCollectorConfig, "address" | "observationDomainID" | "recordFormat">,
+  config: Pick<
+    FlowCollectorConfig,
+    "address" | "observationDomainID" | "recordFormat" | "idleSessionTimeoutMs"
+  >,
   extra: Partial<IpfixExporterOptions> = {},
 ): IpfixExporterOptions {
   return {
     address: config.address,
     observationDomainId: config.observationDomainID,
     recordFormat: config.recordFormat || "IPFIX",
+    idleSessionTimeoutMs: config.idleSessionTimeoutMs,
     ...extra,
   };
 }
@@ -283,6 +293,7 @@ export class IpfixExporter implements Exporter {
   readonly #connectTimeout: number;
   readonly #stopTimeout: number;
   readonly #window: number;
+  readonly #idleSessionMs: number;
   readonly #clock: Clock;
   readonly #dropLog = new RateLimitedLog(10_000);
   /** Frames each batch; reused, as one batch is built and sent at a time. */
@@ -382,6 +393,7 @@ export class IpfixExporter implements Exporter {
     this.#connectTimeout = options.connectTimeoutMs ?? 5000;
     this.#stopTimeout = options.stopTimeoutMs ?? 5000;
     this.#window = options.deliveryWindowBytes ?? DEFAULT_DELIVERY_WINDOW_BYTES;
+    this.#idleSessionMs = options.idleSessionTimeoutMs ?? 0;
     this.#clock = options.clock ?? systemClock;
   }
 
@@ -557,7 +569,7 @@ export class IpfixExporter implements Exporter {
         }
         if (this.#transport !== undefined && !this.#transport.open) this.#lostConnection();
         if (this.#transport !== undefined) await this.#refreshTemplatesIfDue();
-        await this.#waitForWork();
+        if (await this.#idleWait()) await this.#endIdleSession();
         continue;
       }
       if (this.#transport === undefined || !this.#transport.open) {
@@ -642,6 +654,41 @@ export class IpfixExporter implements Exporter {
     if (t === undefined || this.#awaitingProof === 0) return;
     const delivered = await t.shutdown();
     if (this.#transport === t) this.#closeTransport(delivered);
+  }
+
+  /**
+   * Waits for work; true when instead the session stayed idle for `idleSessionTimeoutMs` while
+   * holding unproven records (never when the option is off or nothing awaits proof).
+   */
+  async #idleWait(): Promise<boolean> {
+    if (this.#idleSessionMs <= 0 || this.#awaitingProof === 0) {
+      await this.#waitForWork();
+      return false;
+    }
+    let idle = false;
+    const timer = this.#clock.setTimer(this.#idleSessionMs, () => {
+      idle = true;
+      this.#signal();
+    });
+    await this.#waitForWork();
+    timer.cancel();
+    return idle && this.#queueLength() === 0 && !this.#stopping;
+  }
+
+  /**
+   * Ends an idle session cleanly to prove its records read, waiting at most the connect
+   * timeout for the collector's answer (records arriving meanwhile wait in the queue).
+   */
+  async #endIdleSession(): Promise<void> {
+    const t = this.#transport;
+    if (t === undefined) return;
+    log.info("ending idle collector session to prove its records delivered", {
+      target: this.#target(),
+      records: this.#awaitingProof,
+    });
+    const deadline = this.#clock.setTimer(this.#connectTimeout, () => t.close());
+    await this.#endStream();
+    deadline.cancel();
   }
 
   /**

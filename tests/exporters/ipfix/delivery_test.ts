@@ -275,3 +275,60 @@ Deno.test("in its worker: received = exported + dropped + buffered + unacknowled
     await silent.kill();
   }
 });
+
+Deno.test("idleSessionTimeout: an idle session is ended cleanly, proving its records; the next one reconnects", async () => {
+  const clock = new ManualClock();
+  const cap = CaptureServer.listen({ kind: "tcp" });
+  const e = exporter(cap.port, { clock, idleSessionTimeoutMs: 60_000 });
+  try {
+    await e.start();
+    for (let i = 0; i < 10; i++) e.addRecord(flow(i));
+    await cap.waitFor(() => cap.records.length === 10, 5000, "10 records");
+    await waitFor(() => e.stats().unacknowledged === 10, { what: "10 records written" });
+    await clock.whenTimersPending();
+    assert.deepEqual(clock.pendingTimers(), [60_000], "the idle timer, nothing else");
+    clock.advance(59_999);
+    assert.equal(e.stats().exported, 0, "not idle long enough yet");
+    clock.advance(1);
+    // The exporter ends the stream; the collector reads to the end and closes: the proof.
+    await waitFor(() => e.stats().exported === 10, { what: "the idle session's proof" });
+    assert.equal(e.stats().connected, false);
+    assert.equal(cap.peerCloses, 1);
+    assert.deepEqual(clock.pendingTimers(), [], "the answer's deadline was disarmed");
+
+    for (let i = 10; i < 15; i++) e.addRecord(flow(i));
+    await cap.waitFor(() => cap.records.length === 15, 5000, "5 more records");
+    assert.equal(cap.connections, 2, "a new session for them");
+    await e.stop();
+    assertDelivery(e.stats(), { exported: 15, unacknowledged: 0, possiblyLost: 0, dropped: 0 });
+    assert.equal(e.stats().templatesSent, 4, "templates again on the new session");
+  } finally {
+    await e.stop();
+    await cap.close();
+  }
+});
+
+Deno.test("idleSessionTimeout: a collector that never answers the end: possibly lost after the deadline", async () => {
+  const clock = new ManualClock();
+  const silent = new SilentCollector();
+  const e = exporter(silent.port, { clock, idleSessionTimeoutMs: 60_000, connectTimeoutMs: 5000 });
+  try {
+    await e.start();
+    for (let i = 0; i < 10; i++) e.addRecord(flow(i));
+    await waitFor(() => e.stats().unacknowledged === 10, { what: "10 records written" });
+    await clock.whenTimersPending();
+    const drained = silent.drain(0, { keepOpen: true });
+    clock.advance(60_000);
+    // The collector reads our end of stream but never closes: the deadline ends the wait.
+    assert.equal((await drained).ids.length, 10);
+    await clock.whenTimersPending();
+    assert.deepEqual(clock.pendingTimers(), [5000]);
+    clock.advance(5000);
+    await waitFor(() => e.stats().possiblyLost === 10, { what: "the session given up" });
+    await e.stop();
+    assertDelivery(e.stats(), { exported: 0, unacknowledged: 10, possiblyLost: 10, dropped: 0 });
+  } finally {
+    await e.stop();
+    await silent.kill();
+  }
+});

@@ -477,18 +477,24 @@ Deno.test("JSON format over UDP: one datagram per record", async () => {
 
 Deno.test("options from the flowCollector config section; explicit ODID 0 is honoured", () => {
   const o = ipfixOptionsFromConfig(
-    { address: "[::1]:4739:udp", observationDomainID: 0, recordFormat: "JSON" },
+    {
+      address: "[::1]:4739:udp",
+      observationDomainID: 0,
+      recordFormat: "JSON",
+      idleSessionTimeoutMs: 60_000,
+    },
     { podLabels: true },
   );
   assert.deepEqual(o, {
     address: "[::1]:4739:udp",
     observationDomainId: 0,
     recordFormat: "JSON",
+    idleSessionTimeoutMs: 60_000,
     podLabels: true,
   });
   assert.equal(new IpfixExporter(o).observationDomainId, 0);
   const derived = new IpfixExporter(
-    ipfixOptionsFromConfig({ address: "h", recordFormat: "" }, {
+    ipfixOptionsFromConfig({ address: "h", recordFormat: "", idleSessionTimeoutMs: 0 }, {
       clusterUuid: "00000000-0000-0000-0000-000000000000",
     }),
   );

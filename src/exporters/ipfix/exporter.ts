@@ -17,8 +17,9 @@
  *   receive buffer, their Linux maxima by default) can be held between us and the collector's
  *   application, so once that many more bytes were accepted after a record's message, the
  *   collector has read it;
- * - **a clean end**: at `stop()` the stream is ended (FIN / close_notify) and the collector
- *   closes its side after reading to the end.
+ * - **a clean end**: at `stop()` (or, with `idleSessionTimeoutMs`, when a session holding
+ *   unproven records has been idle that long) the stream is ended (FIN / close_notify) and the
+ *   collector closes its side after reading to the end.
  * Records still unproven when their connection fails stay `unacknowledged` for good (also
  * counted `possiblyLost`) and are not re-sent: delivery is at most once across a collector
  * crash. A write that fails part-way is split at message granularity: messages the kernel

@@ -328,7 +328,7 @@ async function run(opts: CliOptions): Promise<number> {
     listenAddress: opts.listen,
     udpReceiver: udpReceiverFor(opts),
     namespace: env("POD_NAMESPACE"),
-    extraCounters: watcher === undefined ? undefined : () => watcher.stats(),
+    configCounters: watcher === undefined ? undefined : () => watcher.stats(),
     onCertificates: async (certs) => {
       if (certDir !== undefined) {
         await writeCertificates(certDir, certs);

@@ -349,6 +349,7 @@ async function run(opts: CliOptions): Promise<number> {
     listenAddress: opts.listen,
     udpReceiver: udpReceiverFor(opts),
     namespace: env("POD_NAMESPACE"),
+    configCounters: watcher === undefined ? undefined : () => watcher.stats(),
     onCertificates: async (certs) => {
       if (certDir !== undefined) {
         await writeCertificates(certDir, certs);

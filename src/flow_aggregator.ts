@@ -19,7 +19,7 @@ import {
   type ExporterSection,
   type FlowAggregatorConfig,
 } from "./components.ts";
-import type { ConfigDiff, TransportProtocol } from "./config/mod.ts";
+import type { ConfigDiff, ConfigWatcherStats, TransportProtocol } from "./config/mod.ts";
 import type { DataRecord, TemplateRecord } from "./ipfix/types.ts";
 import { flowTemplateProblem } from "./record/flow_input.ts";
 import type { Exporter, ExporterStats } from "./exporters/exporter.ts";
@@ -85,6 +85,8 @@ export interface FlowAggregatorOptions {
   manualSweep?: boolean;
   /** Period of the metrics log line; default 60 s. 0 disables it. */
   metricsLogIntervalMs?: number;
+  /** The config watcher's counters (a watched file), part of {@linkcode FlowAggregator.stats}. */
+  configCounters?: () => ConfigWatcherStats;
   /**
    * Longest wait for one exporter's `stop()` (final flush) before giving up on it, so a stuck
    * sink (hung disk or peer) cannot hang a shutdown or a reload forever. Default 10 s.
@@ -105,7 +107,7 @@ export interface RecordMetrics {
 }
 
 /** Everything the process counts, as one snapshot. */
-export interface FlowAggregatorStats extends RecordMetrics {
+export interface FlowAggregatorStats extends RecordMetrics, Partial<ConfigWatcherStats> {
   /** Records from options templates, ignored by aggregation. */
   optionsRecordsIgnored: number;
   /** Records of data templates that lack the flow key or type it differently, dropped. */
@@ -431,6 +433,7 @@ export class FlowAggregator {
       nonFlowRecords: this.#nonFlowRecords,
       exporterErrors: this.#exporterErrors,
       exportedWithoutSink: this.#exportedWithoutSink,
+      ...this.#opts.configCounters?.(),
       aggregation: this.#core.stats(),
       collector,
       exporters,

@@ -40,4 +40,5 @@ export {
   type ConfigChangeHandler,
   ConfigWatcher,
   type ConfigWatcherOptions,
+  type ConfigWatcherStats,
 } from "./watcher.ts";

@@ -7,17 +7,40 @@
  * stays in force, unlike upstream which exited). A slow poll backs up inotify, which can miss
  * swaps on some volume types, and a watcher that dies is re-created with backoff.
  *
+ * A file is applied only once its content is **stable**: new content is read a second time
+ * `stableMs` later and must be byte-identical. A slow, non-atomic write (an editor or `cat >`
+ * writing half the file, pausing, writing the rest) is otherwise often valid YAML with keys
+ * missing, whose defaults then replace the operator's settings (the collector's transport
+ * falling back to TLS disconnects every Agent). Content that changed between the two reads is
+ * rejected for now and re-checked after the next debounce. Every rejection (unstable, invalid,
+ * unreadable) keeps the last good configuration and is counted (`configReloadsRejected`).
+ * All waiting runs on the injected {@linkcode Clock}.
+ *
  * Permissions: `--allow-read` on the config directory.
  */
 
 import { dirname } from "node:path";
+import { type Clock, type ClockTimer, systemClock } from "../clock.ts";
 import { logger } from "../log.ts";
 import type { ConfigDiff } from "./diff.ts";
 
 const log = logger("config");
 
 /** Outcome of one re-read of the file. */
-export type CheckResult = "changed" | "unchanged" | "invalid" | "unreadable";
+export type CheckResult = "changed" | "unchanged" | "invalid" | "unreadable" | "unstable";
+
+/** Counters of a {@linkcode ConfigWatcher}. */
+export interface ConfigWatcherStats {
+  /** New configurations applied (the handler was called). */
+  configReloads: number;
+  /**
+   * Re-reads that found new content and kept the last good configuration instead: the content
+   * was still changing (`unstable`), did not parse or validate (`invalid`, counted once per
+   * edit: re-reading the same bad bytes is not a new rejection) or could not be read
+   * (`unreadable`).
+   */
+  configReloadsRejected: number;
+}
 
 /** Callback for an accepted new configuration. May be async; reloads are serialised. */
 export type ConfigChangeHandler<C> = (
@@ -32,6 +55,13 @@ export interface ConfigWatcherOptions<C> {
   onChange: ConfigChangeHandler<C>;
   /** Quiet time after the last event before the file is re-read. Default 200 ms. */
   debounceMs?: number;
+  /**
+   * New content must read the same again after this long before it is applied; 0 applies it
+   * on the first read (no protection against a half-written file). Default 1000 ms.
+   */
+  stableMs?: number;
+  /** Time source of the debounce, the stability wait, the poll and the restart backoff. */
+  clock?: Clock;
   /** Safety-net poll period; 0 disables it. Default 30 s. */
   pollIntervalMs?: number;
   /** Observes every re-read (metrics, tests). */
@@ -51,14 +81,22 @@ export class ConfigWatcher<C> {
   readonly #onCheck?: (result: CheckResult) => void;
   readonly #parse: (text: string) => C;
   readonly #debounceMs: number;
+  readonly #stableMs: number;
   readonly #pollIntervalMs: number;
+  readonly #clock: Clock;
   #baseline = "";
+  /** The last content rejected as invalid: re-reading it again is not a new rejection. */
+  #lastInvalid: string | undefined;
   #config: C | undefined;
   #fsWatcher: Deno.FsWatcher | undefined;
   #watchLoop: Promise<void> | undefined;
-  #debounceTimer: ReturnType<typeof setTimeout> | undefined;
-  #pollTimer: ReturnType<typeof setTimeout> | undefined;
-  #restartTimer: ReturnType<typeof setTimeout> | undefined;
+  #debounceTimer: ClockTimer | undefined;
+  #pollTimer: ClockTimer | undefined;
+  #restartTimer: ClockTimer | undefined;
+  /** Ends the stability wait of a check in progress (stop() must not wait for the clock). */
+  #interruptWait: (() => void) | undefined;
+  #reloads = 0;
+  #rejected = 0;
   #chain: Promise<unknown> = Promise.resolve();
   #running = false;
   #restartDelayMs = 1000;
@@ -74,7 +112,14 @@ export class ConfigWatcher<C> {
     this.#parse = options.parse;
     this.#diff = options.diff;
     this.#debounceMs = options.debounceMs ?? 200;
+    this.#stableMs = options.stableMs ?? 1000;
     this.#pollIntervalMs = options.pollIntervalMs ?? 30_000;
+    this.#clock = options.clock ?? systemClock;
+  }
+
+  /** The reload counters. */
+  stats(): ConfigWatcherStats {
+    return { configReloads: this.#reloads, configReloadsRejected: this.#rejected };
   }
 
   /** The configuration currently in force. Throws before {@linkcode start}. */
@@ -116,10 +161,11 @@ export class ConfigWatcher<C> {
   /** Stops watching; resolves after any in-flight reload has finished. No timers survive. */
   async stop(): Promise<void> {
     this.#running = false;
-    clearTimeout(this.#debounceTimer);
-    clearTimeout(this.#pollTimer);
-    clearTimeout(this.#restartTimer);
+    this.#debounceTimer?.cancel();
+    this.#pollTimer?.cancel();
+    this.#restartTimer?.cancel();
     this.#debounceTimer = this.#pollTimer = this.#restartTimer = undefined;
+    this.#interruptWait?.();
     try {
       this.#fsWatcher?.close();
     } catch {
@@ -151,35 +197,84 @@ export class ConfigWatcher<C> {
     return result;
   }
 
-  async #evaluate(): Promise<CheckResult> {
-    const old = this.#config;
-    if (old === undefined) return "unchanged";
-    let text: string;
+  /** Reads the file; undefined (logged, counted) when it cannot be read. */
+  async #read(): Promise<string | undefined> {
     try {
-      text = await Deno.readTextFile(this.#path);
+      return await Deno.readTextFile(this.#path);
     } catch (e) {
+      this.#rejected++;
       log.error("Cannot read FlowAggregator configuration file, keeping the current one", {
         path: this.#path,
         err: e,
+        configReloadsRejected: this.#rejected,
       });
-      return "unreadable";
+      return undefined;
     }
+  }
+
+  /** Waits `ms` on the clock; false when stop() ended the wait. */
+  #wait(ms: number): Promise<boolean> {
+    return new Promise((resolve) => {
+      const timer = this.#clock.setTimer(ms, () => {
+        this.#interruptWait = undefined;
+        resolve(this.#running);
+      });
+      this.#interruptWait = () => {
+        timer.cancel();
+        this.#interruptWait = undefined;
+        resolve(false);
+      };
+    });
+  }
+
+  async #evaluate(): Promise<CheckResult> {
+    const old = this.#config;
+    if (old === undefined || !this.#running) return "unchanged";
+    const text = await this.#read();
+    if (text === undefined) return "unreadable";
     if (text === this.#baseline) {
       log.debug("Flow-aggregator configuration didn't change");
+      this.#lastInvalid = undefined;
       return "unchanged";
+    }
+    if (text === this.#lastInvalid) {
+      log.debug("Flow-aggregator configuration is still the invalid one rejected before");
+      return "invalid";
+    }
+    if (this.#stableMs > 0) {
+      // New content: apply it only if a second read finds the same bytes (see the module doc).
+      if (!(await this.#wait(this.#stableMs))) return "unchanged";
+      const again = await this.#read();
+      if (again === undefined) return "unreadable";
+      if (again !== text) {
+        this.#rejected++;
+        log.warn("Configuration file is still being written, keeping the current one", {
+          path: this.#path,
+          stableMs: this.#stableMs,
+          configReloadsRejected: this.#rejected,
+        });
+        // The writer's last event may already have been handled: look again after it settles.
+        this.#debounce();
+        return "unstable";
+      }
     }
     let next: C;
     try {
       next = this.#parse(text);
     } catch (e) {
+      this.#rejected++;
+      this.#lastInvalid = text;
       log.error("Error when loading configuration from config file, keeping the current one", {
         path: this.#path,
         err: e,
+        configReloadsRejected: this.#rejected,
       });
       return "invalid";
     }
     this.#baseline = text;
+    this.#lastInvalid = undefined;
     this.#config = next;
+    this.#reloads++;
     const diff = this.#diff(old, next);
     // Which changed keys need a restart is the consumer's call (the Flow Aggregator applies
     // timeouts, Pod labels and the transport live and reports only what it really ignores), so
@@ -209,9 +304,13 @@ export class ConfigWatcher<C> {
         retryMs: this.#restartDelayMs,
       });
       this.#fsWatcher = undefined;
-      this.#restartTimer = setTimeout(() => this.#recreate(), this.#restartDelayMs);
-      this.#restartDelayMs = Math.min(this.#restartDelayMs * 2, 30_000);
+      this.#scheduleRecreate();
     }
+  }
+
+  #scheduleRecreate(): void {
+    this.#restartTimer = this.#clock.setTimer(this.#restartDelayMs, () => this.#recreate());
+    this.#restartDelayMs = Math.min(this.#restartDelayMs * 2, 30_000);
   }
 
   #recreate(): void {
@@ -225,27 +324,27 @@ export class ConfigWatcher<C> {
       this.#debounce();
     } catch (e) {
       log.error("error when re-creating file watch on configuration dir", { err: e });
-      this.#restartTimer = setTimeout(() => this.#recreate(), this.#restartDelayMs);
-      this.#restartDelayMs = Math.min(this.#restartDelayMs * 2, 30_000);
+      this.#scheduleRecreate();
     }
   }
 
   #debounce(): void {
-    clearTimeout(this.#debounceTimer);
-    this.#debounceTimer = setTimeout(() => {
+    if (!this.#running) return;
+    this.#debounceTimer?.cancel();
+    this.#debounceTimer = this.#clock.setTimer(this.#debounceMs, () => {
       this.#debounceTimer = undefined;
       if (this.#running) void this.check();
-    }, this.#debounceMs);
+    });
   }
 
   #schedulePoll(): void {
     if (this.#pollIntervalMs <= 0 || !this.#running) return;
     const generation = this.#generation;
-    this.#pollTimer = setTimeout(async () => {
+    this.#pollTimer = this.#clock.setTimer(this.#pollIntervalMs, async () => {
       this.#pollTimer = undefined;
       if (!this.#running || generation !== this.#generation) return;
       await this.check();
       if (generation === this.#generation) this.#schedulePoll();
-    }, this.#pollIntervalMs);
+    });
   }
 }

@@ -15,6 +15,12 @@ export interface ExporterStats {
   exported: number;
   /** Records lost (queue overflow, sink error after retries), each also logged. */
   dropped: number;
+  /**
+   * Records handed to a connection and not proven delivered (a stream sink's written records
+   * before the collector is known to have read them, and those of connections that ended
+   * first). Absent: 0, the sink delivers or drops. Never part of `exported`.
+   */
+  unacknowledged?: number;
   /** I/O or protocol errors. */
   errors: number;
 }

@@ -6,8 +6,9 @@
  * transferred to the worker at the end of the current task (or when full).
  *
  * The ledger stays exact across the thread boundary: every record taken is, at any time,
- * exported, dropped, filtered or buffered (here, in flight, or inside the sink), from the
- * counters the worker sends with every batch acknowledgement. A worker that dies or stops
+ * exported, dropped, filtered, buffered (here, in flight, or inside the sink) or unacknowledged
+ * (written by a network sink, not proven delivered), from the counters the worker sends with
+ * every batch acknowledgement. A worker that dies or stops
  * answering is terminated and restarted with backoff; the records it held are counted as
  * dropped (`lostInWorker`), and the batches not yet sent go to the new worker.
  *
@@ -50,8 +51,13 @@ export interface WorkerExporterOptions {
 
 /** Counters of a sink running in a worker. */
 export interface WorkerExporterStats extends ExporterStats {
-  /** Records taken and not yet exported, dropped or filtered (batches, in flight, in the sink). */
+  /**
+   * Records taken and not yet exported, dropped, filtered or unacknowledged (batches, in
+   * flight, queued in the sink).
+   */
   buffered: number;
+  /** Records the sink wrote and cannot prove delivered (see the sink's `unacknowledged`). */
+  unacknowledged: number;
   /** Records the sink chose not to export (flow log filters). */
   filtered: number;
   /** Operations the sink attempted outside its permissions (`NotCapable`). */
@@ -238,17 +244,19 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
     this.#terminate("stopped");
   }
 
-  /** The ledger: received = exported + dropped + filtered + buffered. */
+  /** The ledger: received = exported + dropped + filtered + buffered + unacknowledged. */
   stats(): WorkerExporterStats {
     const exported = this.#past.exported + this.#w.exported;
     const filtered = this.#past.filtered + this.#w.filtered;
     const dropped = this.#past.dropped + this.#w.dropped + this.#overflow + this.#lost;
+    const unacknowledged = this.#past.unacknowledged + this.#w.unacknowledged;
     return {
       received: this.#received,
       exported,
       dropped,
       errors: this.#past.errors + this.#w.errors,
-      buffered: this.#received - exported - dropped - filtered,
+      buffered: this.#received - exported - dropped - filtered - unacknowledged,
+      unacknowledged,
       filtered,
       permissionDenied: this.#past.permissionDenied + this.#w.permissionDenied,
       uncaught: this.#past.uncaught + this.#w.uncaught,
@@ -400,7 +408,7 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
   /** The worker is gone: count what it held, fold its counters, restart it later. */
   #died(reason: string): void {
     const w = this.#w;
-    const accounted = w.exported + w.dropped + w.filtered;
+    const accounted = w.exported + w.dropped + w.filtered + w.unacknowledged;
     const lost = Math.max(0, this.#sentToWorker - accounted);
     this.#lost += lost;
     this.#past = addStats(this.#past, w);
@@ -453,6 +461,7 @@ function addStats(a: WorkerStats, b: WorkerStats): WorkerStats {
     permissionDenied: a.permissionDenied + b.permissionDenied,
     uncaught: a.uncaught + b.uncaught,
     filtered: a.filtered + b.filtered,
+    unacknowledged: a.unacknowledged + b.unacknowledged,
     extra: b.extra,
   };
 }

@@ -23,6 +23,9 @@ import {
 /** Period of the unsolicited counter reports. */
 const STATS_INTERVAL_MS = 1000;
 
+/** The sink's counters that are ledger terms of their own, not among its further counters. */
+const LEDGER_KEYS = ["received", "exported", "dropped", "errors", "filtered", "unacknowledged"];
+
 interface WorkerScope {
   postMessage(message: FromWorker): void;
   addEventListener(type: string, listener: (e: Event) => void): void;
@@ -48,7 +51,7 @@ export function runExporterWorker<C extends SectionConfig>(
     const s = sink?.stats() as (Record<string, number | boolean>) | undefined;
     const extra: Record<string, number | boolean> = {};
     for (const [k, v] of Object.entries(s ?? {})) {
-      if (!["received", "exported", "dropped", "errors", "filtered"].includes(k)) extra[k] = v;
+      if (!LEDGER_KEYS.includes(k)) extra[k] = v;
     }
     return {
       ...host,
@@ -57,6 +60,7 @@ export function runExporterWorker<C extends SectionConfig>(
       dropped: host.dropped + Number(s?.dropped ?? 0),
       errors: host.errors + Number(s?.errors ?? 0),
       filtered: Number(s?.filtered ?? 0),
+      unacknowledged: Number(s?.unacknowledged ?? 0),
       extra,
     };
   };

@@ -21,6 +21,8 @@ export interface WorkerStats extends ExporterStats {
   uncaught: number;
   /** Records the sink took but chose not to export (the flow log's filters). */
   filtered: number;
+  /** Records the sink wrote and cannot prove delivered (its `unacknowledged`). */
+  unacknowledged: number;
   /** The sink's further counters, verbatim. */
   extra: Record<string, number | boolean>;
 }
@@ -56,6 +58,7 @@ export function emptyWorkerStats(): WorkerStats {
     permissionDenied: 0,
     uncaught: 0,
     filtered: 0,
+    unacknowledged: 0,
     extra: {},
   };
 }

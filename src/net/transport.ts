@@ -5,6 +5,13 @@
  * one datagram each) and fails on any short write, and stream transports watch the socket so a
  * collector that goes away is noticed at once instead of on the next write (collectors never
  * send us data, so any read result means the peer is gone). Reconnecting is the caller's policy.
+ *
+ * What a transport can say about delivery (the caller's accounting builds on it): a failed
+ * `send` reports how many bytes the kernel (or the TLS library) had accepted before it failed
+ * ({@linkcode SendError.written}), and `shutdown` ends the stream cleanly and tells whether the
+ * peer then read to the end (it closed its side after our end of stream). Without FFI there is
+ * no `SIOCOUTQ`, so nothing in between is known.
+ *
  * Needs `--allow-net` (and `--allow-read` only if the caller reads PEM files).
  */
 
@@ -42,6 +49,19 @@ export interface TransportTarget {
   signal?: AbortSignal;
 }
 
+/** A failed {@linkcode Transport.send}: how far it got before the error. */
+export class SendError extends Error {
+  /** Bytes of the messages (in order, concatenated) accepted before the failure. */
+  readonly written: number;
+
+  /** Wraps `cause` with the count of bytes written before it. */
+  constructor(message: string, options: { written: number; cause?: unknown }) {
+    super(message, { cause: options.cause });
+    this.name = "SendError";
+    this.written = options.written;
+  }
+}
+
 /** An open connection to a collector. */
 export interface Transport {
   /** Transport kind. */
@@ -50,8 +70,19 @@ export interface Transport {
   readonly open: boolean;
   /** Resolves once the transport is closed (locally or by the peer). */
   readonly closed: Promise<void>;
-  /** Writes every message completely; rejects on any error (the caller should close). */
+  /**
+   * Writes every message completely; rejects with a {@linkcode SendError} on any error (the
+   * caller should close), saying how many bytes were accepted before it.
+   */
   send(messages: readonly Uint8Array[]): Promise<void>;
+  /**
+   * Ends the stream cleanly (FIN, or TLS close_notify then FIN) and waits for the peer to close
+   * its side: true when it did (a collector closes after reading our end of stream, so it read
+   * everything), false on a reset, an error, or a local `close()` ending the wait (the caller
+   * bounds it that way). UDP: closes and resolves true (nothing to wait for). Closes the
+   * transport either way.
+   */
+  shutdown(): Promise<boolean>;
   /** Closes the socket; idempotent. */
   close(): void;
 }
@@ -125,6 +156,8 @@ abstract class SocketTransport implements Transport {
 
   abstract send(messages: readonly Uint8Array[]): Promise<void>;
 
+  abstract shutdown(): Promise<boolean>;
+
   close(): void {
     if (!this.#open) return;
     this.#open = false;
@@ -139,6 +172,10 @@ abstract class SocketTransport implements Transport {
 
 class StreamTransport extends SocketTransport {
   readonly #conn: Deno.Conn;
+  /** The peer ended its side cleanly (EOF), as opposed to a reset or a local close. */
+  #peerEnded = false;
+  /** Our end of stream was sent: a later EOF answers it. */
+  #ended = false;
 
   constructor(kind: TransportKind, conn: Deno.Conn) {
     super(kind, conn);
@@ -152,7 +189,11 @@ class StreamTransport extends SocketTransport {
       // Collectors never talk back: EOF or an error means the session is over.
       while (this.open) {
         const n = await this.#conn.read(buf);
-        if (n === null) break;
+        if (n === null) {
+          // Only an EOF after our end of stream answers it; one before is the peer leaving.
+          this.#peerEnded = this.#ended;
+          break;
+        }
       }
     } catch {
       // Reset or locally closed: either way the transport is finished.
@@ -161,14 +202,31 @@ class StreamTransport extends SocketTransport {
   }
 
   async send(messages: readonly Uint8Array[]): Promise<void> {
-    if (!this.open) throw new Error("connection closed");
+    if (!this.open || this.#ended) throw new SendError("connection closed", { written: 0 });
     const data = concat(messages);
     let off = 0;
-    while (off < data.length) {
-      const n = await this.#conn.write(off === 0 ? data : data.subarray(off));
-      if (n <= 0) throw new Error("could not send the complete message on the connection");
-      off += n;
+    try {
+      while (off < data.length) {
+        const n = await this.#conn.write(off === 0 ? data : data.subarray(off));
+        if (n <= 0) throw new Error("could not send the complete message on the connection");
+        off += n;
+      }
+    } catch (e) {
+      throw new SendError(e instanceof Error ? e.message : String(e), { written: off, cause: e });
     }
+  }
+
+  async shutdown(): Promise<boolean> {
+    if (!this.open) return false;
+    this.#ended = true;
+    try {
+      await this.#conn.closeWrite();
+    } catch {
+      this.close();
+      return false;
+    }
+    await this.closed;
+    return this.#peerEnded;
   }
 }
 
@@ -183,11 +241,25 @@ class UdpTransport extends SocketTransport {
   }
 
   async send(messages: readonly Uint8Array[]): Promise<void> {
+    let written = 0;
     for (const m of messages) {
-      if (!this.open) throw new Error("connection closed");
-      const n = await this.#sock.send(m, this.#addr);
-      if (n !== m.length) throw new Error("could not send the complete message on the connection");
+      if (!this.open) throw new SendError("connection closed", { written });
+      let n: number;
+      try {
+        n = await this.#sock.send(m, this.#addr);
+      } catch (e) {
+        throw new SendError(e instanceof Error ? e.message : String(e), { written, cause: e });
+      }
+      if (n !== m.length) {
+        throw new SendError("could not send the complete message on the connection", { written });
+      }
+      written += n;
     }
+  }
+
+  shutdown(): Promise<boolean> {
+    this.close();
+    return Promise.resolve(true);
   }
 }
 

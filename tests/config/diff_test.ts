@@ -50,6 +50,7 @@ Deno.test("every configuration key has the reload rule of the one table", () => 
     "flowCollector.address": "rebuild",
     "flowCollector.observationDomainID": "rebuild",
     "flowCollector.recordFormat": "rebuild",
+    "flowCollector.idleSessionTimeout": "rebuild",
     "clickHouse.enable": "toggle",
     "clickHouse.database": "rebuild",
     "clickHouse.databaseURL": "rebuild",

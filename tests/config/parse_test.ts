@@ -49,7 +49,13 @@ Deno.test("every key gets its v1.13 default", () => {
       tlsHandshakeTimeoutMs: 10_000,
       maxUdpSessions: 65_536,
     },
-    flowCollector: { enable: false, address: "", recordFormat: "IPFIX" },
+    flowCollector: {
+      enable: false,
+      address: "",
+      recordFormat: "IPFIX",
+      idleSessionTimeout: "0s",
+      idleSessionTimeoutMs: 0,
+    },
     clickHouse: {
       enable: false,
       database: "default",
@@ -121,6 +127,7 @@ flowCollector:
   address: "[::1]:4739:tcp"
   observationDomainID: 0
   recordFormat: JSON
+  idleSessionTimeout: 1m30s
 clickHouse:
   enable: On
   database: flows
@@ -167,6 +174,7 @@ flowLogger:
   });
   assert.equal(cfg.flowCollector.observationDomainID, 0);
   assert.equal(cfg.flowCollector.recordFormat, "JSON");
+  assert.equal(cfg.flowCollector.idleSessionTimeoutMs, 90_000);
   assert.equal(cfg.clickHouse.enable, true);
   assert.equal(cfg.clickHouse.compress, false);
   assert.equal(cfg.clickHouse.commitIntervalMs, 1000);
@@ -270,6 +278,10 @@ Deno.test("validation runs in the upstream order, first failure wins", () => {
   assertError(
     `${MIN}flowCollector:\n  enable: true\n  address: 1.2.3.4\n  recordFormat: json\n`,
     "config: flowCollector.recordFormat: record format json is not supported",
+  );
+  assertError(
+    `${MIN}flowCollector:\n  enable: true\n  address: 1.2.3.4\n  idleSessionTimeout: soon\n`,
+    /^config: flowCollector\.idleSessionTimeout "soon": not a duration/,
   );
   assertError(
     `${MIN}clickHouse:\n  enable: true\n  commitInterval: 1x\n`,

@@ -1,10 +1,11 @@
 import assert from "node:assert/strict";
 import { type CheckResult, type ConfigDiff, ConfigWatcher } from "../../src/config/mod.ts";
 import { diffConfig, type FlowAggregatorConfig, parseConfig } from "../../src/components.ts";
+import { ManualClock } from "../../src/clock.ts";
+import { setLogWriter } from "../../src/log.ts";
 
 /** How the product builds its watcher: its parser and diff. */
 const PRODUCT = { parse: (text: string) => parseConfig(text), diff: diffConfig };
-import { setLogWriter } from "../../src/log.ts";
 
 const CONF = "flow-aggregator.conf";
 
@@ -55,21 +56,32 @@ class ConfigMapDir {
 interface Harness {
   watcher: ConfigWatcher<FlowAggregatorConfig>;
   changes: { next: FlowAggregatorConfig; old: FlowAggregatorConfig; diff: ConfigDiff }[];
+  /** Every re-read's result, in order. */
+  results: CheckResult[];
   /** Resolves at the next re-read with result `want` (stray re-reads from earlier events are skipped). */
   waitFor(want: CheckResult): Promise<void>;
 }
 
-function harness(path: string): Harness {
+/** Watcher options of a test: a manual clock (else real time, shortened) and the stable time. */
+interface HarnessOptions {
+  clock?: ManualClock;
+  stableMs?: number;
+}
+
+function harness(path: string, { clock, stableMs }: HarnessOptions = {}): Harness {
   const changes: Harness["changes"] = [];
+  const results: CheckResult[] = [];
   let waiters: { want: CheckResult; resolve: () => void }[] = [];
   const watcher = new ConfigWatcher(path, {
     ...PRODUCT,
-    debounceMs: 30,
+    // On a manual clock the real defaults (200 ms, 1 s) cost nothing; in real time keep it short.
+    ...(clock === undefined ? { debounceMs: 30, stableMs: 30 } : { clock, stableMs }),
     pollIntervalMs: 0,
     onChange: (next, old, diff) => {
       changes.push({ next, old, diff });
     },
     onCheck: (r) => {
+      results.push(r);
       const done = waiters.filter((w) => w.want === r);
       waiters = waiters.filter((w) => w.want !== r);
       for (const w of done) w.resolve();
@@ -78,6 +90,7 @@ function harness(path: string): Harness {
   return {
     watcher,
     changes,
+    results,
     // Fails instead of hanging when the watch is dead.
     waitFor: (want) =>
       new Promise<void>((resolve, reject) => {
@@ -99,10 +112,11 @@ function harness(path: string): Harness {
  */
 async function withConfigMap(
   body: (vol: ConfigMapDir, h: Harness) => Promise<void>,
+  clock?: ManualClock,
 ): Promise<void> {
   const restoreLog = setLogWriter(() => {});
   const vol = await ConfigMapDir.create(conf("/tmp/a.log"));
-  const h = harness(vol.path);
+  const h = harness(vol.path, { clock });
   try {
     await body(vol, h);
   } finally {
@@ -174,6 +188,7 @@ Deno.test("watcher: check() applies a plain in-place edit and reports unreadable
     ...PRODUCT,
     // Long debounce: only explicit check() calls re-read in this test.
     debounceMs: 60_000,
+    stableMs: 10,
     pollIntervalMs: 0,
     onChange: (next) => {
       changes.push(next);
@@ -227,6 +242,7 @@ Deno.test("watcher: the safety-net poll picks up a change the watch did not repo
     ...PRODUCT,
     // Events would only be handled after a minute; the 20 ms poll must see the edit first.
     debounceMs: 60_000,
+    stableMs: 10,
     pollIntervalMs: 20,
     onChange: (next) => resolveChange(next),
   });
@@ -247,4 +263,129 @@ Deno.test("watcher: the safety-net poll picks up a change the watch did not repo
     setLogWriter(restoreLog);
     await Deno.remove(dir, { recursive: true });
   }
+});
+
+/**
+ * Moves `clock` to each pending timer in turn (the watcher's debounce and stability waits)
+ * while the watcher's real file I/O completes in between, until `done()` holds; fails after
+ * 5 s of real time instead of hanging.
+ */
+async function driveUntil(clock: ManualClock, done: () => boolean, what: string): Promise<void> {
+  const deadline = performance.now() + 5000;
+  while (!done()) {
+    if (performance.now() > deadline) throw new Error(`watcher: no ${what} within 5 s`);
+    const pending = clock.pendingTimers();
+    if (pending.length > 0) clock.advance(pending[0]);
+    else await new Promise((r) => setTimeout(r, 5));
+    await new Promise((r) => setTimeout(r, 0));
+  }
+}
+
+const TCP_A = `aggregatorTransportProtocol: TCP\n${conf("/tmp/a.log")}`;
+// The new file puts the transport last, so its first half is valid YAML without it (upstream
+// layouts often do): applied alone, the transport would fall back to the TLS default.
+const FULL_B = `${conf("/tmp/b.log")}aggregatorTransportProtocol: TCP\n`;
+const HALF_B = conf("/tmp/b.log");
+
+/**
+ * Runs `body` on a plain directory holding TCP_A with a manual-clock watcher started on it
+ * (`stableMs` as given), the log silenced; cleans up afterwards.
+ */
+async function withPlainFile(
+  stableMs: number | undefined,
+  body: (path: string, clock: ManualClock, h: Harness) => Promise<void>,
+): Promise<void> {
+  const restoreLog = setLogWriter(() => {});
+  const dir = await Deno.makeTempDir({ prefix: "fa-config-" });
+  const path = `${dir}/${CONF}`;
+  await Deno.writeTextFile(path, TCP_A);
+  const clock = new ManualClock();
+  const h = harness(path, { clock, stableMs });
+  try {
+    const initial = await h.watcher.start();
+    assert.equal(initial.aggregatorTransportProtocol, "TCP");
+    await body(path, clock, h);
+  } finally {
+    await h.watcher.stop();
+    setLogWriter(restoreLog);
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+/** Opens `path` truncated and writes `text` into it, leaving it open (a writer mid-file). */
+async function startWriting(path: string, text: string): Promise<Deno.FsFile> {
+  const f = await Deno.open(path, { write: true, truncate: true });
+  await f.write(new TextEncoder().encode(text));
+  return f;
+}
+
+Deno.test("watcher: without the stability check a slow write is applied half-written", async () => {
+  // The defect of issue 10, reproduced with the check off (stableMs 0 = the old behaviour).
+  await withPlainFile(0, async (path, clock, h) => {
+    const f = await startWriting(path, HALF_B);
+    await driveUntil(clock, () => h.changes.length === 1, "reload of the half file");
+    assert.equal(h.changes[0].next.flowLogger.path, "/tmp/b.log");
+    assert.equal(h.changes[0].next.aggregatorTransportProtocol, "TLS", "transport lost");
+    await f.write(new TextEncoder().encode(FULL_B.slice(HALF_B.length)));
+    f.close();
+    await driveUntil(clock, () => h.changes.length === 2, "reload of the whole file");
+    assert.equal(h.changes[1].next.aggregatorTransportProtocol, "TCP");
+  });
+});
+
+Deno.test("watcher: a slow, non-atomic write is never applied half-written", async () => {
+  await withPlainFile(undefined, async (path, clock, h) => {
+    const f = await startWriting(path, HALF_B);
+    // The half file was read and the watcher now waits (1 s, the default) to read it again.
+    await driveUntil(clock, () => clock.pendingTimers().includes(1000), "stability wait");
+    assert.equal(h.changes.length, 0);
+    // The writer finishes during that wait.
+    await f.write(new TextEncoder().encode(FULL_B.slice(HALF_B.length)));
+    f.close();
+    await driveUntil(clock, () => h.results.includes("changed"), "reload of the whole file");
+    // Exactly one configuration was applied: the whole file, transport kept.
+    assert.equal(h.changes.length, 1);
+    assert.equal(h.changes[0].next.aggregatorTransportProtocol, "TCP");
+    assert.equal(h.changes[0].next.flowLogger.path, "/tmp/b.log");
+    assert.deepEqual(h.changes[0].diff.changedKeys, ["flowLogger.path"]);
+    assert.equal(h.results.filter((r) => r === "unstable").length, 1);
+    assert.deepEqual(h.watcher.stats(), { configReloads: 1, configReloadsRejected: 1 });
+  });
+});
+
+Deno.test("watcher: invalid content is rejected and counted once, the last good config stays", async () => {
+  await withPlainFile(undefined, async (path, clock, h) => {
+    await Deno.writeTextFile(path, "aggregatorTransportProtocol: SCTP\n");
+    await driveUntil(clock, () => h.results.includes("invalid"), "rejection");
+    // Re-reading the same bad bytes (another event, the poll) is not a second rejection.
+    assert.equal(await h.watcher.check(), "invalid");
+    assert.deepEqual(h.watcher.stats(), { configReloads: 0, configReloadsRejected: 1 });
+    assert.equal(h.watcher.config.aggregatorTransportProtocol, "TCP");
+    // Back to the good file, then the same mistake again: a new edit, a new rejection.
+    await Deno.writeTextFile(path, TCP_A);
+    assert.equal(await h.watcher.check(), "unchanged");
+    await Deno.writeTextFile(path, "aggregatorTransportProtocol: SCTP\n");
+    let again: CheckResult | undefined;
+    h.watcher.check().then((r) => again = r);
+    await driveUntil(clock, () => again !== undefined, "second rejection");
+    assert.equal(again, "invalid");
+    assert.deepEqual(h.watcher.stats(), { configReloads: 0, configReloadsRejected: 2 });
+    assert.equal(h.changes.length, 0);
+  });
+});
+
+Deno.test("watcher: ConfigMap symlink swaps reload on the injected clock, stability included", async () => {
+  const clock = new ManualClock();
+  await withConfigMap(async (vol, h) => {
+    await h.watcher.start();
+    await vol.swap(conf("/tmp/b.log"));
+    await driveUntil(clock, () => h.changes.length === 1, "reload after the swap");
+    assert.equal(h.changes[0].next.flowLogger.path, "/tmp/b.log");
+    await vol.swap(conf("/tmp/c.log"));
+    await driveUntil(clock, () => h.changes.length === 2, "reload after the second swap");
+    assert.equal(h.watcher.config.flowLogger.path, "/tmp/c.log");
+    // A swap is atomic: the second read always agrees, nothing is rejected.
+    assert.equal(h.results.includes("unstable"), false);
+    assert.deepEqual(h.watcher.stats(), { configReloads: 2, configReloadsRejected: 0 });
+  }, clock);
 });

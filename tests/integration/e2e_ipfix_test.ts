@@ -14,6 +14,8 @@ import { FaProcess } from "../_helpers/process.ts";
 import { waitFor } from "../_helpers/wait.ts";
 import { NODES } from "./helpers/scenarios.ts";
 import { agentRecord } from "../_helpers/agent_record.ts";
+import { intraNodeRecord } from "./helpers/scenarios.ts";
+import { SilentCollector, unreadBytes } from "../_helpers/silent_collector.ts";
 
 const BIG = 1n << 60n; // far above 2^53: a float anywhere on the path would round it
 
@@ -174,10 +176,56 @@ Deno.test("e2e ipfix: a correlated long-lived inter-node flow is re-exported exa
 
     const status = await fa.stop("SIGTERM");
     assert.equal(status.code, 0, fa.stderr);
+    // SIGTERM ends the IPFIX stream cleanly and the collector closes after reading to the end:
+    // the proof that turns every record written into exported (README "What is delivered
+    // when"), and exactly the records the collector decoded.
+    const [stopped] = fa.find({ msg: "exporter stopped", section: "flowCollector" });
+    assert.ok(stopped, "the IPFIX sink's final ledger");
+    assert.equal(Number(stopped.fields.exported), capture.records.length);
+    assert.equal(Number(stopped.fields.unacknowledged), 0);
+    assert.equal(Number(stopped.fields.dropped), 0);
+    assert.equal(Number(stopped.fields.received), capture.records.length);
   } finally {
     for (const a of agents) a.close();
     await fa.dispose();
     await capture.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("e2e ipfix: a collector killed with records unread: none counted exported, all accounted", async () => {
+  // Issue 10: records written into a collector that then dies used to be counted exported.
+  const dir = await Deno.makeTempDir({ prefix: "fa-e2e-ipfix-" });
+  const silent = new SilentCollector();
+  const fa = await FaProcess.startWithConfig(dir, conf(silent.port));
+  let agent: SimAgent | undefined;
+  try {
+    agent = await SimAgent.connect(NODES[0], await fa.collectorPort(), "tcp");
+    await agent.sendTemplates();
+    for (let p = 40_000; p < 40_100; p++) await agent.sendRecord(intraNodeRecord(p));
+    // The 100 flows' first export (1.5 s active timeout) sits unread in the collector's
+    // socket: two 480-byte template messages and 100 records of about 630 bytes.
+    await waitFor(async () => (await unreadBytes(silent.port)) >= 960 + 100 * 600, {
+      timeoutMs: 15_000,
+      what: "the first export written into the collector's socket",
+    });
+    await silent.kill();
+    const status = await fa.stop("SIGTERM");
+    assert.equal(status.code, 0, fa.stderr);
+    const [stopped] = fa.find({ msg: "exporter stopped", section: "flowCollector" });
+    assert.ok(stopped, "the IPFIX sink's final ledger");
+    const f = (k: string): number => Number(stopped.fields[k]);
+    assert.equal(f("exported"), 0, "no collector read anything");
+    assert.ok(f("unacknowledged") >= 100, `${f("unacknowledged")} unacknowledged`);
+    // The worker's own counters of the sink ride along as one JSON field.
+    assert.equal(JSON.parse(stopped.fields.sink).possiblyLost, f("unacknowledged"));
+    // Exports after the kill found no collector: dropped at the stop timeout, counted.
+    assert.equal(f("received"), f("exported") + f("dropped") + f("unacknowledged"));
+    assert.equal(f("buffered"), 0);
+  } finally {
+    agent?.close();
+    await fa.dispose();
+    await silent.kill();
     await Deno.remove(dir, { recursive: true });
   }
 });

@@ -146,6 +146,10 @@ Deno.test("e2e reload: ConfigMap swaps disable, re-enable and move and filter th
 
     const status = await fa.stop("SIGTERM");
     assert.equal(status.code, 0, fa.stderr);
+    // The reload counters are on the metrics line: four files applied, the invalid one rejected.
+    const metrics = fa.find({ msg: "record metrics" }).at(-1)!;
+    assert.equal(Number(metrics.fields.configReloads), 4);
+    assert.equal(Number(metrics.fields.configReloadsRejected), 1);
     const groups = byKey(await readFlowLog(logPath));
     const groups2 = byKey(await readFlowLog(logPath2));
     for (const base of [50_000, 50_200]) {
@@ -232,6 +236,41 @@ Deno.test("e2e reload: a transport change (TCP to UDP) restarts the collector in
     assert.equal(status.code, 0, fa.stderr);
     const groups = byKey(await readFlowLog(logPath));
     assert.ok(groups.has(intraNodeKey(52_001)), "flow collected over TCP before the change");
+  } finally {
+    await fa.dispose();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("e2e reload: a slow, non-atomic write of the file is applied whole, never half-written", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-e2e-reload-slow-" });
+  const text = (active: string): string =>
+    `activeFlowRecordTimeout: ${active}\nflowLogger:\n  enable: true\n  path: ${dir}/flows.log\n` +
+    // Last, as in many layouts: the first half of the file is valid YAML without it, and
+    // alone would switch the collector to the TLS default.
+    "aggregatorTransportProtocol: TCP\n";
+  const fa = await FaProcess.startWithConfig(dir, text("1s"));
+  try {
+    await fa.collectorPort();
+    const mark = fa.events.length;
+    const next = text("3s");
+    const half = next.slice(0, next.indexOf("aggregatorTransportProtocol"));
+    const f = await Deno.open(`${dir}/fa.conf`, { write: true, truncate: true });
+    await f.write(new TextEncoder().encode(half));
+    // The writer pauses past the watcher's debounce (200 ms), well within its stability
+    // window (1 s after the first read), then finishes.
+    await new Promise((r) => setTimeout(r, 500));
+    await f.write(new TextEncoder().encode(next.slice(half.length)));
+    f.close();
+    const updated = await fa.waitFor({ msg: "flow record timeouts updated" }, 10_000, mark);
+    assert.equal(updated.fields.active, "3s");
+    const status = await fa.stop("SIGTERM");
+    assert.equal(status.code, 0, fa.stderr);
+    const since = (m: RegExp): number =>
+      fa.events.slice(mark).filter((e) => m.test(e.fields.msg)).length;
+    assert.equal(since(/collecting process/), 0, "the collector was never restarted (no TLS)");
+    const metrics = fa.find({ msg: "record metrics" }).at(-1)!;
+    assert.equal(Number(metrics.fields.configReloads), 1, "only the whole file was applied");
   } finally {
     await fa.dispose();
     await Deno.remove(dir, { recursive: true });

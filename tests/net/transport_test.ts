@@ -1,6 +1,8 @@
 import assert from "node:assert/strict";
-import { openTransport } from "../../src/net/transport.ts";
+import { openTransport, SendError, type Transport } from "../../src/net/transport.ts";
 import { concat } from "../_helpers/bytes.ts";
+import { unreadBytes } from "../_helpers/silent_collector.ts";
+import { waitFor } from "../_helpers/wait.ts";
 
 const LOOPBACK = "127.0.0.1";
 
@@ -96,6 +98,75 @@ Deno.test("an aborted signal abandons the connect", async () => {
       /connect: aborted/,
     );
   } finally {
+    listener.close();
+  }
+});
+
+/** A TCP listener with one accepted connection and a transport connected to it. */
+async function connected(): Promise<
+  { listener: Deno.TcpListener; server: Deno.Conn; t: Transport }
+> {
+  const listener = Deno.listen({ hostname: LOOPBACK, port: 0 });
+  const accepted = listener.accept();
+  const t = await openTransport({ host: LOOPBACK, port: listener.addr.port, kind: "tcp" });
+  return { listener, server: await accepted, t };
+}
+
+Deno.test("tcp: shutdown is true once the peer read to our end of stream and closed", async () => {
+  const { listener, server, t } = await connected();
+  try {
+    await t.send([new Uint8Array([1, 2, 3])]);
+    const shut = t.shutdown();
+    // The peer reads to EOF (our end of stream), then closes: that answer is the proof.
+    assert.deepEqual(await readAll(server), new Uint8Array([1, 2, 3]));
+    server.close();
+    assert.equal(await shut, true);
+    assert.equal(t.open, false);
+  } finally {
+    listener.close();
+  }
+});
+
+Deno.test("tcp: shutdown is false when the peer left first or never answers", async () => {
+  let { listener, server, t } = await connected();
+  // The peer closed on its own (EOF before our end of stream): no proof of anything.
+  server.close();
+  await t.closed;
+  assert.equal(await t.shutdown(), false);
+  listener.close();
+
+  ({ listener, server, t } = await connected());
+  try {
+    // A peer that never closes: the caller ends the wait by closing.
+    const shut = t.shutdown();
+    setTimeout(() => t.close(), 50);
+    assert.equal(await shut, false);
+  } finally {
+    server.close();
+    listener.close();
+  }
+});
+
+Deno.test("tcp: a send cut short says how many bytes the kernel took, exactly", async () => {
+  const { listener, server, t } = await connected();
+  try {
+    // 16 MiB into a peer that does not read: the write blocks once both buffers are full (our
+    // send buffer grows to 4 MiB at most, net.ipv4.tcp_wmem; the peer's stays small unread).
+    const data = new Uint8Array(16 << 20);
+    for (let i = 0; i < data.length; i++) data[i] = i & 0xff;
+    const sending = t.send([data]);
+    // Some of it has reached the peer's socket: the send is under way (it cannot finish).
+    await waitFor(async () => (await unreadBytes(listener.addr.port)) > 0, { what: "bytes" });
+    t.close();
+    const err = await sending.then(() => undefined, (e) => e);
+    assert.ok(err instanceof SendError, String(err));
+    assert.ok(err.written > 0 && err.written < data.length, `written ${err.written}`);
+    // The kernel still delivers what it took, and nothing more.
+    const got = await readAll(server);
+    assert.equal(got.length, err.written);
+    assert.deepEqual(got.subarray(got.length - 16), data.subarray(err.written - 16, err.written));
+  } finally {
+    server.close();
     listener.close();
   }
 });

@@ -6,7 +6,14 @@
  * @module
  */
 
-import { checkFormat, fail, type Raw, str } from "../../config/schema.ts";
+import {
+  checkFormat,
+  durationOrDefault,
+  durationOrThrow,
+  fail,
+  type Raw,
+  str,
+} from "../../config/schema.ts";
 import type { ConfigSection } from "../../config/section.ts";
 import { parseCollectorAddress } from "./address.ts";
 
@@ -46,23 +53,43 @@ export interface FlowCollectorConfig {
    * @default {"IPFIX"}
    */
   recordFormat: string;
+  /**
+   * Our addition (TCP/TLS): a session idle this long while holding records not yet proven read
+   * by the collector is ended cleanly, and the collector's close proves them `exported`; the
+   * next record opens a new session. `0s` never does (records stay `unacknowledged` until the
+   * delivery window moves on or the exporter stops). Go duration.
+   * @default {"0s"}
+   */
+  idleSessionTimeout: string;
+  /** {@linkcode FlowCollectorConfig.idleSessionTimeout} in milliseconds. */
+  idleSessionTimeoutMs: number;
 }
 
 /** Defaults of the section (Antrea v1.13 `default.go`). */
 export const FLOW_COLLECTOR_DEFAULTS = {
   enable: false,
   recordFormat: "IPFIX",
+  idleSessionTimeout: "0s",
 } as const;
 
 /** The `flowCollector` configuration section. */
 export const flowCollectorSection: ConfigSection<"flowCollector", FlowCollectorConfig> = {
   key: "flowCollector",
-  schema: { enable: "bool", address: "str", observationDomainID: "u32", recordFormat: "str" },
+  schema: {
+    enable: "bool",
+    address: "str",
+    observationDomainID: "u32",
+    recordFormat: "str",
+    idleSessionTimeout: "str",
+  },
   build(raw: Raw): FlowCollectorConfig {
+    const idle = str(raw, "idleSessionTimeout", FLOW_COLLECTOR_DEFAULTS.idleSessionTimeout);
     const c: FlowCollectorConfig = {
       enable: raw.enable === true,
       address: str(raw, "address"),
       recordFormat: str(raw, "recordFormat", FLOW_COLLECTOR_DEFAULTS.recordFormat),
+      idleSessionTimeout: idle,
+      idleSessionTimeoutMs: durationOrDefault(idle, FLOW_COLLECTOR_DEFAULTS.idleSessionTimeout),
     };
     if (typeof raw.observationDomainID === "number") {
       c.observationDomainID = raw.observationDomainID;
@@ -82,6 +109,10 @@ export const flowCollectorSection: ConfigSection<"flowCollector", FlowCollectorC
       fail("flowCollector.address", `${JSON.stringify(c.address)}: ${(e as Error).message}`);
     }
     checkFormat("flowCollector.recordFormat", c.recordFormat, ["IPFIX", "JSON"]);
+    c.idleSessionTimeoutMs = durationOrThrow(
+      "flowCollector.idleSessionTimeout",
+      c.idleSessionTimeout,
+    );
   },
   // Every key rebuilds the exporter (new connection, new templates); the templates carry the
   // Pod label fields or not, so the labels switch rebuilds it too.

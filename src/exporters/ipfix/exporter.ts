@@ -8,6 +8,26 @@
  * resolved after the connection exists (no template-ID-0 record), sequence numbers follow
  * RFC 7011, strings are UTF-8, TLS works, and `stop()` flushes and closes the socket.
  *
+ * **Delivery accounting.** Over TCP/TLS a record written to the socket is not delivered: the
+ * kernel holds it in our send buffer and the collector's receive buffer, and a collector that
+ * crashes (or never reads) loses all of that. Deno offers no `SIOCOUTQ` without FFI, so a
+ * written record is counted `unacknowledged` until one of two proofs that the collector read
+ * it, and only then `exported`:
+ * - **the window moved on**: at most `deliveryWindowBytes` (our send buffer plus the peer's
+ *   receive buffer, their Linux maxima by default) can be held between us and the collector's
+ *   application, so once that many more bytes were accepted after a record's message, the
+ *   collector has read it;
+ * - **a clean end**: at `stop()` (or, with `idleSessionTimeoutMs`, when a session holding
+ *   unproven records has been idle that long) the stream is ended (FIN / close_notify) and the
+ *   collector closes its side after reading to the end.
+ * Records still unproven when their connection fails stay `unacknowledged` for good (also
+ * counted `possiblyLost`) and are not re-sent: delivery is at most once across a collector
+ * crash. A write that fails part-way is split at message granularity: messages the kernel
+ * accepted whole are unacknowledged, the rest (never read by anyone) are re-sent on the next
+ * connection, or dropped when the stop timeout aborted the write. UDP is fire-and-forget: a
+ * datagram sent is `exported`. The ledger `received = exported + dropped + queued +
+ * unacknowledged` holds at any time.
+ *
  * Permissions: `--allow-net` for the collector address (plus whatever reads the TLS PEM files).
  */
 
@@ -36,7 +56,12 @@ import type { FlowCollectorConfig } from "./config.ts";
 import type { Clock, ClockTimer } from "../../clock.ts";
 import { systemClock } from "../../clock.ts";
 import { logger, RateLimitedLog } from "../../log.ts";
-import { openTransport, type Transport, type TransportTlsOptions } from "../../net/transport.ts";
+import {
+  openTransport,
+  SendError,
+  type Transport,
+  type TransportTlsOptions,
+} from "../../net/transport.ts";
 import { jsonRecordBytes } from "./json.ts";
 
 const log = logger("exporter.ipfix");
@@ -49,6 +74,12 @@ export const IPV6_TEMPLATE_ID = 257;
 export const DEFAULT_TEMPLATE_REFRESH_MS = 1_800_000;
 /** Default bound of the queue of records waiting to be sent. */
 export const DEFAULT_MAX_QUEUE = 100_000;
+/**
+ * Default of {@linkcode IpfixExporterOptions.deliveryWindowBytes}: Linux's default maxima of a
+ * TCP send buffer (`net.ipv4.tcp_wmem`, 4 MiB) and receive buffer (`net.ipv4.tcp_rmem`, 32 MiB
+ * on current kernels, 6 MiB on older ones), which bound what both kernels together can hold.
+ */
+export const DEFAULT_DELIVERY_WINDOW_BYTES = (4 + 32) * 1024 * 1024;
 
 // Largest IPFIX message (u16 length) and largest UDP payload over IPv4.
 const MAX_IPFIX_MESSAGE = 65535;
@@ -87,6 +118,19 @@ export interface IpfixExporterOptions {
   /** How long `stop()` keeps trying to deliver the queue; default 5000 ms. */
   stopTimeoutMs?: number;
   /**
+   * TCP/TLS: most bytes the two kernels can hold between a write and the collector's read (our
+   * send buffer plus its receive buffer); a record is `exported` once this many more bytes were
+   * written after it (module doc). Raise it when either host raised `tcp_wmem`/`tcp_rmem`.
+   * Default {@linkcode DEFAULT_DELIVERY_WINDOW_BYTES}.
+   */
+  deliveryWindowBytes?: number;
+  /**
+   * TCP/TLS: a session idle (nothing queued) this long while holding unproven records is ended
+   * cleanly, the collector's close proving them read; the next record opens a new session. 0
+   * (the default) never does. The collector's answer is awaited at most `connectTimeoutMs`.
+   */
+  idleSessionTimeoutMs?: number;
+  /**
    * Time source and timers for export times, the template refresh, the reconnect backoff and
    * the stop timeout; default the system clock.
    */
@@ -103,8 +147,15 @@ export interface IpfixExporterStats extends ExporterStats {
   messages: number;
   /** Bytes written. */
   bytes: number;
-  /** Records waiting in the queue. */
+  /** Records waiting in the queue or being written. */
   queued: number;
+  /**
+   * Records written to a connection and not (yet) proven read by the collector: those awaiting
+   * proof on the current connection plus {@linkcode IpfixExporterStats.possiblyLost}.
+   */
+  unacknowledged: number;
+  /** Records written to connections that ended before they were proven read (at most once). */
+  possiblyLost: number;
   /** True while a connection is open. */
   connected: boolean;
 }
@@ -129,13 +180,17 @@ export function observationDomainIdFromUuid(uuid: string): number {
  * by the caller; everything else keeps its default.
  */
 export function ipfixOptionsFromConfig(
-  config: Pick<FlowCollectorConfig, "address" | "observationDomainID" | "recordFormat">,
+  config: Pick<
+    FlowCollectorConfig,
+    "address" | "observationDomainID" | "recordFormat" | "idleSessionTimeoutMs"
+  >,
   extra: Partial<IpfixExporterOptions> = {},
 ): IpfixExporterOptions {
   return {
     address: config.address,
     observationDomainId: config.observationDomainID,
     recordFormat: config.recordFormat || "IPFIX",
+    idleSessionTimeoutMs: config.idleSessionTimeoutMs,
     ...extra,
   };
 }
@@ -202,8 +257,21 @@ interface Built {
   messages: number;
   /** Bytes in it. */
   bytes: number;
-  /** The flows it carries, in batch order. */
+  /** The flows it carries, in message order. */
   sent: ExportedFlow[];
+  /** Length of each message, in order. */
+  lengths: number[];
+  /** Data records in each message, in order. */
+  records: number[];
+}
+
+/**
+ * Data records per message of a batch, from the RFC 7011 sequence numbers in the messages'
+ * headers (each counts the records sent before it); `firstSeq + total` ends the last one.
+ */
+function recordsPerMessage(messages: Uint8Array[], firstSeq: number, total: number): number[] {
+  const seqs = messages.map((m) => new DataView(m.buffer, m.byteOffset, m.byteLength).getUint32(8));
+  return seqs.map((seq, i) => ((i + 1 < seqs.length ? seqs[i + 1] : firstSeq + total) - seq) >>> 0);
 }
 
 /** Sends aggregated flows to an external IPFIX (or JSON-lines) collector. */
@@ -225,6 +293,8 @@ export class IpfixExporter implements Exporter {
   readonly #backoffMax: number;
   readonly #connectTimeout: number;
   readonly #stopTimeout: number;
+  readonly #window: number;
+  readonly #idleSessionMs: number;
   readonly #clock: Clock;
   readonly #dropLog = new RateLimitedLog(10_000);
   /** Frames each batch; reused, as one batch is built and sent at a time. */
@@ -240,6 +310,19 @@ export class IpfixExporter implements Exporter {
   #head = 0;
   // A batch whose write failed; it goes out first after the next connect.
   #retry: ExportedFlow[] = [];
+  /** Records of the batch being written (taken from the queue, not yet accounted). */
+  #inWrite = 0;
+
+  // Delivery proof on the current stream connection (module doc).
+  /** Bytes accepted on it, templates included. */
+  #written = 0;
+  /** Messages with data records written on it and not proven read: end offset, records. */
+  #pendingEnds: number[] = [];
+  #pendingRecords: number[] = [];
+  #pendingHead = 0;
+  /** Sum of the pending records. */
+  #awaitingProof = 0;
+  #possiblyLost = 0;
 
   #transport?: Transport;
   #everConnected = false;
@@ -310,6 +393,8 @@ export class IpfixExporter implements Exporter {
     this.#backoffMax = options.backoffMaxMs ?? 30_000;
     this.#connectTimeout = options.connectTimeoutMs ?? 5000;
     this.#stopTimeout = options.stopTimeoutMs ?? 5000;
+    this.#window = options.deliveryWindowBytes ?? DEFAULT_DELIVERY_WINDOW_BYTES;
+    this.#idleSessionMs = options.idleSessionTimeoutMs ?? 0;
     this.#clock = options.clock ?? systemClock;
   }
 
@@ -414,7 +499,9 @@ export class IpfixExporter implements Exporter {
       templatesSent: this.#templatesSent,
       messages: this.#messages,
       bytes: this.#bytes,
-      queued: this.#queueLength(),
+      queued: this.#queueLength() + this.#inWrite,
+      unacknowledged: this.#awaitingProof + this.#possiblyLost,
+      possiblyLost: this.#possiblyLost,
       connected: this.#transport?.open ?? false,
     };
   }
@@ -477,10 +564,13 @@ export class IpfixExporter implements Exporter {
     while (!this.#aborted) {
       if (this.#queueLength() === 0) {
         this.#releaseFlushes();
-        if (this.#stopping) break;
+        if (this.#stopping) {
+          await this.#endStream();
+          break;
+        }
         if (this.#transport !== undefined && !this.#transport.open) this.#lostConnection();
         if (this.#transport !== undefined) await this.#refreshTemplatesIfDue();
-        await this.#waitForWork();
+        if (await this.#idleWait()) await this.#endIdleSession();
         continue;
       }
       if (this.#transport === undefined || !this.#transport.open) {
@@ -530,9 +620,119 @@ export class IpfixExporter implements Exporter {
     }
   }
 
-  #closeTransport(): void {
+  /**
+   * Closes the connection. Its records still awaiting proof become exported when `delivered`
+   * (the collector read to our end of stream), else possibly lost.
+   */
+  #closeTransport(delivered = false): void {
     this.#transport?.close();
     this.#transport = undefined;
+    if (this.#awaitingProof > 0) {
+      if (delivered) {
+        this.#exported += this.#awaitingProof;
+      } else {
+        this.#possiblyLost += this.#awaitingProof;
+        log.warn("connection ended before records were proven read; counted possibly lost", {
+          target: this.#target(),
+          records: this.#awaitingProof,
+          possiblyLost: this.#possiblyLost,
+        });
+      }
+    }
+    this.#awaitingProof = 0;
+    this.#written = 0;
+    this.#pendingEnds = [];
+    this.#pendingRecords = [];
+    this.#pendingHead = 0;
+  }
+
+  /**
+   * At stop, with everything written: ends the stream and waits (within the stop timeout, which
+   * closes the transport) for the collector to close its side, the proof it read everything.
+   */
+  async #endStream(): Promise<void> {
+    const t = this.#transport;
+    if (t === undefined || this.#awaitingProof === 0) return;
+    const delivered = await t.shutdown();
+    if (this.#transport === t) this.#closeTransport(delivered);
+  }
+
+  /**
+   * Waits for work; true when instead the session stayed idle for `idleSessionTimeoutMs` while
+   * holding unproven records (never when the option is off or nothing awaits proof).
+   */
+  async #idleWait(): Promise<boolean> {
+    if (this.#idleSessionMs <= 0 || this.#awaitingProof === 0) {
+      await this.#waitForWork();
+      return false;
+    }
+    let idle = false;
+    const timer = this.#clock.setTimer(this.#idleSessionMs, () => {
+      idle = true;
+      this.#signal();
+    });
+    await this.#waitForWork();
+    timer.cancel();
+    return idle && this.#queueLength() === 0 && !this.#stopping;
+  }
+
+  /**
+   * Ends an idle session cleanly to prove its records read, waiting at most the connect
+   * timeout for the collector's answer (records arriving meanwhile wait in the queue).
+   */
+  async #endIdleSession(): Promise<void> {
+    const t = this.#transport;
+    if (t === undefined) return;
+    log.info("ending idle collector session to prove its records delivered", {
+      target: this.#target(),
+      records: this.#awaitingProof,
+    });
+    const deadline = this.#clock.setTimer(this.#connectTimeout, () => t.close());
+    await this.#endStream();
+    deadline.cancel();
+  }
+
+  /**
+   * Accounts the first `written` bytes of `built` as accepted by the transport and returns how
+   * many of its records lie in messages accepted whole (a message cut short is never decoded,
+   * so its records were not delivered). UDP: those are exported; streams: awaiting proof.
+   */
+  #accountWritten(built: Built, written: number): number {
+    let off = 0;
+    let records = 0;
+    let messages = 0;
+    for (let i = 0; i < built.lengths.length && off + built.lengths[i] <= written; i++) {
+      off += built.lengths[i];
+      records += built.records[i];
+      messages++;
+      if (this.#proto !== "udp" && built.records[i] > 0) {
+        this.#pendingEnds.push(this.#written + off);
+        this.#pendingRecords.push(built.records[i]);
+        this.#awaitingProof += built.records[i];
+      }
+    }
+    this.#messages += messages;
+    this.#bytes += written;
+    if (this.#proto === "udp") this.#exported += records;
+    else this.#advance(written);
+    return records;
+  }
+
+  /** `n` more bytes were accepted: what lies a whole window behind the end is proven read. */
+  #advance(n: number): void {
+    this.#written += n;
+    const proven = this.#written - this.#window;
+    while (this.#pendingHead < this.#pendingEnds.length) {
+      if (this.#pendingEnds[this.#pendingHead] > proven) break;
+      const r = this.#pendingRecords[this.#pendingHead++];
+      this.#awaitingProof -= r;
+      this.#exported += r;
+    }
+    if (this.#pendingHead >= 1024 && this.#pendingHead * 2 > this.#pendingEnds.length) {
+      this.#pendingEnds = this.#pendingEnds.slice(this.#pendingHead);
+      this.#pendingRecords = this.#pendingRecords.slice(this.#pendingHead);
+      this.#pendingHead = 0;
+    }
   }
 
   #target(): string {
@@ -589,7 +789,10 @@ export class IpfixExporter implements Exporter {
         await t.send(msgs);
         this.#templatesSent += msgs.length;
         this.#messages += msgs.length;
-        for (const m of msgs) this.#bytes += m.length;
+        let n = 0;
+        for (const m of msgs) n += m.length;
+        this.#bytes += n;
+        if (this.#proto !== "udp") this.#advance(n);
       }
       this.#lastTemplatesMs = this.#clock.nowMs();
       this.#refreshDue = false;
@@ -660,19 +863,28 @@ export class IpfixExporter implements Exporter {
     const batch = this.#takeBatch();
     const built = this.#json ? this.#buildJson(batch) : this.#buildIpfix(batch);
     if (built.messages === 0) return;
+    this.#inWrite = built.sent.length;
     try {
       await t.send(built.payload);
     } catch (e) {
+      this.#inWrite = 0;
       this.#errors++;
-      log.warn("send failed, will reconnect", { target: this.#target(), error: e });
+      const written = e instanceof SendError ? e.written : 0;
+      const accepted = this.#accountWritten(built, written);
+      log.warn("send failed, will reconnect", {
+        target: this.#target(),
+        error: e,
+        bytesWritten: written,
+        recordsWritten: accepted,
+      });
       this.#sessionEnded();
-      // Re-send after reconnecting (at-least-once; a TCP peer may have seen part of it).
-      this.#retry = built.sent;
+      // Records in messages the socket never took whole were read by no one: re-send them
+      // after reconnecting (stop() drops them if its timeout aborted this write).
+      this.#retry = built.sent.slice(accepted);
       return;
     }
-    this.#exported += built.sent.length;
-    this.#messages += built.messages;
-    this.#bytes += built.bytes;
+    this.#inWrite = 0;
+    this.#accountWritten(built, built.bytes);
     this.#seq = (this.#seq + built.sent.length) >>> 0;
   }
 
@@ -702,7 +914,14 @@ export class IpfixExporter implements Exporter {
       sent.push(flow);
       total += bytes.length;
     }
-    return { payload: messages, messages: messages.length, bytes: total, sent };
+    return {
+      payload: messages,
+      messages: messages.length,
+      bytes: total,
+      sent,
+      lengths: messages.map((m) => m.length),
+      records: messages.map(() => 1),
+    };
   }
 
   #buildIpfix(batch: ExportedFlow[]): Built {
@@ -749,8 +968,16 @@ export class IpfixExporter implements Exporter {
     }
     out.endMessage();
     // A stream takes the whole batch in one write; UDP sends one datagram per message.
-    const payload = this.#proto === "udp" ? out.messages() : [out.bytes()];
-    return { payload, messages: out.count, bytes: out.length, sent };
+    const messages = out.messages();
+    const payload = this.#proto === "udp" ? messages : [out.bytes()];
+    return {
+      payload,
+      messages: out.count,
+      bytes: out.length,
+      sent,
+      lengths: messages.map((m) => m.length),
+      records: recordsPerMessage(messages, this.#seq, sent.length),
+    };
   }
 
   #encodeFailed(e: unknown): void {

@@ -287,7 +287,7 @@ Deno.test("collector down: bounded queue drops the oldest, stop() counts the res
   assert.equal(e.stats().dropped, 26, "records after stop are dropped and counted");
 });
 
-Deno.test("TCP collector drops the connection: reconnect, templates re-sent, nothing lost", async () => {
+Deno.test("TCP collector drops the connection: reconnect, templates re-sent, nothing re-sent twice", async () => {
   const { cap, e } = await startExporter("tcp");
   for (let i = 0; i < 10; i++) e.addRecord(flow(false, i));
   await cap.waitFor(() => cap.records.length === 10);
@@ -301,8 +301,14 @@ Deno.test("TCP collector drops the connection: reconnect, templates re-sent, not
   assert.equal(s.reconnects, 1);
   assert.equal(s.templatesSent, 4);
   assert.equal(cap.connections, 2);
-  assert.equal(s.exported, 20);
-  assert.equal(s.exported + s.dropped, s.received);
+  assert.equal(cap.records.length, 20, "each record reached the collector once");
+  // The first session ended without proof that the collector read its records (it did, but a
+  // crashed one would not have): possibly lost, never exported. The second ended cleanly at
+  // stop(), the collector closing after reading to the end: exported.
+  assert.equal(s.possiblyLost, 10);
+  assert.equal(s.unacknowledged, 10);
+  assert.equal(s.exported, 10);
+  assert.equal(s.exported + s.unacknowledged + s.dropped + s.queued, s.received);
   // The second session starts with templates and sequence number 0 again.
   const second = cap.messages.filter((m) => m.session === "conn-2");
   assert.deepEqual(second.slice(0, 2).map((m) => m.setIds[0]), [2, 2]);
@@ -448,7 +454,11 @@ Deno.test("a short session keeps the backoff growing; a 10 s session resets it",
   await cap.close();
   const s = e.stats();
   assert.equal(s.reconnects, 5);
-  assert.equal(s.exported, sent);
+  assert.equal(cap.records.length, sent);
+  // Every session but the last was ended by the collector with records not proven read.
+  assert.equal(s.exported + s.unacknowledged, sent);
+  assert.equal(s.unacknowledged, s.possiblyLost);
+  assert.ok(s.exported >= 1, "the last session ended cleanly");
   assert.equal(s.dropped, 0);
 });
 
@@ -467,18 +477,24 @@ Deno.test("JSON format over UDP: one datagram per record", async () => {
 
 Deno.test("options from the flowCollector config section; explicit ODID 0 is honoured", () => {
   const o = ipfixOptionsFromConfig(
-    { address: "[::1]:4739:udp", observationDomainID: 0, recordFormat: "JSON" },
+    {
+      address: "[::1]:4739:udp",
+      observationDomainID: 0,
+      recordFormat: "JSON",
+      idleSessionTimeoutMs: 60_000,
+    },
     { podLabels: true },
   );
   assert.deepEqual(o, {
     address: "[::1]:4739:udp",
     observationDomainId: 0,
     recordFormat: "JSON",
+    idleSessionTimeoutMs: 60_000,
     podLabels: true,
   });
   assert.equal(new IpfixExporter(o).observationDomainId, 0);
   const derived = new IpfixExporter(
-    ipfixOptionsFromConfig({ address: "h", recordFormat: "" }, {
+    ipfixOptionsFromConfig({ address: "h", recordFormat: "", idleSessionTimeoutMs: 0 }, {
       clusterUuid: "00000000-0000-0000-0000-000000000000",
     }),
   );

@@ -1,7 +1,8 @@
 /**
  * A test sink that tries, per record, the operation named by the record's `sourcePodName`:
  * reading a file, writing inside or outside its directory, connecting to a host it was not
- * given, reading the environment, hanging its thread. Its component grants it only `write` on
+ * given, reading the environment, hanging its thread, or counting the record `unacknowledged`
+ * (a network sink's written but unproven record) instead of exported. Its component grants it only `write` on
  * its directory and `net` to one address, so the worker tests can show what is denied.
  */
 
@@ -25,7 +26,13 @@ export interface ProbeConfig extends SectionConfig {
 class ProbeExporter implements Exporter {
   readonly name = "probe";
   readonly #config: ProbeConfig;
-  readonly #stats: ExporterStats = { received: 0, exported: 0, dropped: 0, errors: 0 };
+  readonly #stats: Required<ExporterStats> = {
+    received: 0,
+    exported: 0,
+    dropped: 0,
+    errors: 0,
+    unacknowledged: 0,
+  };
 
   constructor(config: ProbeConfig) {
     this.#config = config;
@@ -64,6 +71,9 @@ class ProbeExporter implements Exporter {
         // Not awaited: the denial surfaces as an unhandled rejection of the sink's async work.
         void Deno.connect({ hostname: host, port: Number(port) });
         break;
+      case "unacked":
+        this.#stats.unacknowledged++;
+        return;
       case "hang":
         for (;;) {
           // A sink stuck in a loop: only terminating its thread ends this.

@@ -39,6 +39,11 @@ export interface ConnectionHandle {
   close(reason: string): void;
   /** Asks the peer to stop sending (TCP FIN, TLS close_notify) while reading goes on. */
   closeWrite(): void;
+  /**
+   * A number that moves while the peer's bytes are being read, handshake included; default:
+   * the session's reads.
+   */
+  progress?(): number;
 }
 
 /** One open connection, from accept to close. */
@@ -51,8 +56,8 @@ export class TrackedConnection {
   stream: StreamSession | undefined = undefined;
   /** True while the TLS handshake runs (counted against `maxTlsHandshakes`). */
   handshaking: boolean;
-  /** Reads seen by the last drain round (stop only). */
-  drainReads = -1;
+  /** {@linkcode ConnectionHandle.progress} at the last drain round (stop only). */
+  drainProgress = -1;
   /** The listener's socket operations. */
   readonly handle: ConnectionHandle;
 
@@ -221,8 +226,8 @@ export class ConnectionTable {
   }
 
   /**
-   * The drain at stop: refuses new connections, closes those still in a TLS handshake, asks
-   * every other peer to stop sending (half-close) and keeps reading them — what the kernel
+   * The drain at stop: refuses new connections, asks every peer to stop sending (half-close;
+   * a TLS connection when its handshake completes) and keeps reading them — what the kernel
    * already acknowledged is decoded — until each is at EOF or quiet, or the deadline passes;
    * a connection still sending then is closed and counted (`connectionsCutAtStop`). Resolves
    * when every connection was told to close; the listener waits for its handlers.
@@ -230,18 +235,18 @@ export class ConnectionTable {
   async drain(options: DrainOptions): Promise<void> {
     this.#closing = true;
     this.#timer?.cancel();
-    for (const c of this.#conns) {
-      if (c.stream === undefined) c.handle.close("collector stopped during the TLS handshake");
-      else c.handle.closeWrite();
-    }
+    for (const c of this.#conns) if (!c.handshaking) c.handle.closeWrite();
     const deadline = performance.now() + options.deadlineMs;
     while (this.#conns.size > 0) {
       const round = await drainRound(options, deadline);
       if (round === "deadline") break;
       for (const c of this.#conns) {
-        const reads = c.stream?.reads ?? 0;
-        if (round === "judge" && reads === c.drainReads) c.handle.close("collector stopped");
-        else c.drainReads = reads;
+        const progress = c.handle.progress?.() ?? c.stream?.reads ?? 0;
+        if (round === "judge" && progress === c.drainProgress) {
+          c.handle.close(
+            c.handshaking ? "collector stopped in the TLS handshake" : "collector stopped",
+          );
+        } else c.drainProgress = progress;
       }
     }
     if (this.#conns.size === 0) return;
@@ -253,12 +258,6 @@ export class ConnectionTable {
       this.#env.counters.connectionsCutAtStop++;
       c.handle.close("collector stopped: drain deadline");
     }
-  }
-
-  /** Stops the sweep (the listener is gone). */
-  stop(): void {
-    this.#closing = true;
-    this.#timer?.cancel();
   }
 
   #arm(): void {

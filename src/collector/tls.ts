@@ -143,6 +143,8 @@ export class TlsListener {
       closeWrite(): void {
         c.socket.end();
       },
+      // The raw socket's count covers the handshake and the records after it.
+      progress: () => raw.bytesRead,
     };
     c.tracked = this.#table.admit(exporterAddress(raw.remoteAddress ?? "?"), handle, {
       handshake: true,
@@ -174,7 +176,7 @@ export class TlsListener {
 
   #onSecure(socket: tls.TLSSocket): void {
     const c = this.#connectionOf(socket);
-    if (this.#closing || c === undefined || c.closedBy !== undefined) {
+    if (c === undefined || c.closedBy !== undefined) {
       socket.destroy();
       return;
     }
@@ -215,6 +217,8 @@ export class TlsListener {
     });
     this.#handlers.add(done);
     done.finally(() => this.#handlers.delete(done));
+    // Established while draining: read what the peer sent, after asking it to stop.
+    if (this.#closing) socket.end();
   }
 }
 

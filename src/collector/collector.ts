@@ -145,6 +145,14 @@ export class Collector {
     this.#udpSessions.clear();
     await this.#tcp?.stop();
     await this.#tls?.stop();
+    // The collector's last word: a transport switch replaces it, and with it these counters.
+    const c = this.#counters;
+    this.#env.log.info("collector stopped", {
+      protocol: this.#options.protocol,
+      dataRecords: c.dataRecords,
+      connectionsCutAtStop: c.connectionsCutAtStop,
+      bytesLostAtStop: c.bytesLostAtStop,
+    });
   }
 
   #streamOptions(): StreamListenerOptions {

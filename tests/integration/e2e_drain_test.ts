@@ -15,6 +15,7 @@ import { FaProcess, flowLogConfig } from "../_helpers/process.ts";
 import { intraNodeRecord, NODES } from "./helpers/scenarios.ts";
 import { nowSeconds } from "./helpers/agent.ts";
 import { waitFor } from "../_helpers/wait.ts";
+import { ConfigMapDir } from "./helpers/configmap.ts";
 
 /** Simulated Agents sending until told to stop or until their transport closes. */
 class Load {
@@ -120,3 +121,35 @@ for (const when of ["after the senders stopped", "while the senders are sending"
     }
   });
 }
+
+Deno.test("e2e drain: a transport switch under load drains the old collector: every record sent is processed", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-e2e-drain-switch-" });
+  const volume = `${dir}/config`;
+  await Deno.mkdir(volume);
+  const text = (proto: string): string =>
+    flowLogConfig(`${dir}/flows.log`, { activeTimeout: "1h", inactiveTimeout: "1h" })
+      .replace("aggregatorTransportProtocol: TCP", `aggregatorTransportProtocol: ${proto}`);
+  const cm = await ConfigMapDir.create(volume, text("TCP"));
+  const fa = FaProcess.start({ args: ["--config", cm.path, "--listen", "127.0.0.1:0"], cwd: dir });
+  let load: Load | undefined;
+  try {
+    load = await Load.start(await fa.collectorPort(30_000), NODES.length + 2);
+    await waitFor(() => load!.sent >= 10_000, { timeoutMs: 15_000, what: "load" });
+    const mark = fa.events.length;
+    await cm.update(text("UDP"));
+    // The old collector half-closes: the senders stop as its drain reads what they sent.
+    await load.ended();
+    const stopped = await fa.waitFor({ msg: "collector stopped", protocol: "tcp" }, 15_000, mark);
+    await fa.waitFor({ msg: "Started UDP collecting process" }, 15_000, mark);
+    assert.equal(Number(stopped.fields.connectionsCutAtStop), 0);
+    assert.equal(Number(stopped.fields.bytesLostAtStop), 0);
+    assert.equal(Number(stopped.fields.dataRecords), load.sent);
+    const status = await fa.stop("SIGTERM");
+    assert.equal(status.code, 0, fa.stderr);
+    assert.equal(counter(fa, "numRecordsReceived"), load.sent);
+  } finally {
+    await load?.stop();
+    await fa.dispose();
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -22,7 +22,9 @@ class Flood {
   readonly #child: Deno.ChildProcess;
   readonly #pump: Promise<void>;
 
-  constructor(args: string[]) {
+  /** Starts `count` connections to `[::1]:port` in `mode` (`idle` or `slowloris`). */
+  constructor(port: number, count: number, mode = "idle") {
+    const args = ["--port", String(port), "--count", String(count), "--mode", mode];
     const child = new Deno.Command(Deno.execPath(), {
       args: ["run", "--allow-net", FLOOD, ...args],
       stdin: "piped",
@@ -127,12 +129,7 @@ Deno.test("e2e connections: 10k idle connections cost < 20 KB each, are closed a
       await agent.sendTemplates();
       await sendRecords(agent, 10_000, 20);
       const before = await rssKiB(fa.pid);
-      const flood = new Flood([
-        "--port",
-        String(port),
-        "--count",
-        String(attempts),
-      ]);
+      const flood = new Flood(port, attempts);
       try {
         await flood.whenOpened();
         const refused = attempts - (n + 9);
@@ -169,14 +166,7 @@ Deno.test("e2e connections: 2,000 slowloris connections are closed at the read t
     async (fa, port) => {
       const agent = await SimAgent.connect(NODES[0], port, "tcp");
       await agent.sendTemplates();
-      const flood = new Flood([
-        "--port",
-        String(port),
-        "--count",
-        String(n),
-        "--mode",
-        "slowloris",
-      ]);
+      const flood = new Flood(port, n, "slowloris");
       try {
         await flood.whenOpened();
         await sendRecords(agent, 10_000, 20);
@@ -207,12 +197,7 @@ Deno.test("e2e connections: half-open TLS handshakes are capped per address and 
         tlsHandshakeTimeout: "4s",
       }, "TLS"),
     async (fa, port, dir) => {
-      const flood = new Flood([
-        "--port",
-        String(port),
-        "--count",
-        String(attempts),
-      ]);
+      const flood = new Flood(port, attempts);
       try {
         await flood.whenOpened();
         await flood.whenClosed(attempts - cap, 5_000);

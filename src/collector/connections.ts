@@ -58,6 +58,8 @@ export class TrackedConnection {
   handshaking: boolean;
   /** {@linkcode ConnectionHandle.progress} at the last drain round (stop only). */
   drainProgress = -1;
+  /** Told to close by the table (its handler removes it once the socket is gone). */
+  closing = false;
   /** The listener's socket operations. */
   readonly handle: ConnectionHandle;
 
@@ -114,16 +116,6 @@ export class ConnectionTable {
     this.#sweepMs = Math.max(SWEEP_MIN_MS, Math.min(SWEEP_MAX_MS, shortest / 4));
   }
 
-  /** Open connections (TLS: handshakes in progress included). */
-  get size(): number {
-    return this.#conns.size;
-  }
-
-  /** TLS handshakes in progress. */
-  get handshakes(): number {
-    return this.#handshakes;
-  }
-
   /** Arms the periodic sweep on the session clock. */
   start(): void {
     this.#arm();
@@ -132,17 +124,17 @@ export class ConnectionTable {
   /**
    * Admits a connection just accepted from `address`, or counts and logs why it is refused
    * (the caller then closes it): undefined when refused. With `handshake`, the connection
-   * counts against `maxTlsHandshakes` until {@linkcode established}.
+   * counts against `maxTlsHandshakes` until {@linkcode attach}.
    */
   admit(
     address: string,
     handle: ConnectionHandle,
     options: { handshake?: boolean } = {},
   ): TrackedConnection | undefined {
+    if (this.#closing) return undefined;
     const l = this.#limits;
     const fromAddress = this.#perAddress.get(address) ?? 0;
     let refused: RefusalReason | undefined;
-    if (this.#closing) return undefined;
     if (this.#conns.size >= (l.maxConnections ?? Infinity)) refused = "maxConnections";
     else if (fromAddress >= (l.maxConnectionsPerAddress ?? Infinity)) {
       refused = "maxConnectionsPerAddress";
@@ -189,17 +181,19 @@ export class ConnectionTable {
 
   /**
    * Closes every connection past a timeout (counted by reason); with `releaseIdleBuffers`, a
-   * connection silent for a second gets its read buffer back to the idle size. Runs on the clock every quarter of the
-   * shortest timeout (10 ms to 1 s); public for tests. Returns how many were closed.
+   * connection silent for a second gets its read buffer back to the idle size. Runs on the
+   * clock every quarter of the shortest timeout (10 ms to 1 s). Returns how many were closed.
    */
-  sweep(): number {
+  #sweep(): number {
     const now = this.#env.clock.nowMs();
     const l = this.#limits;
     let closed = 0;
     for (const c of this.#conns) {
       const s = c.stream;
       let reason: TimeoutReason | undefined;
-      if (c.handshaking) {
+      if (c.closing) {
+        continue;
+      } else if (c.handshaking) {
         if (now - c.openedMs >= (l.tlsHandshakeTimeoutMs ?? Infinity)) {
           reason = "tlsHandshakeTimeout";
         }
@@ -220,7 +214,7 @@ export class ConnectionTable {
         peer: c.address,
         ...(s !== undefined && s.buffered > 0 ? { bytesPending: s.buffered } : {}),
       });
-      c.handle.close(reason);
+      close(c, reason);
     }
     return closed;
   }
@@ -241,29 +235,31 @@ export class ConnectionTable {
       const round = await drainRound(options, deadline);
       if (round === "deadline") break;
       for (const c of this.#conns) {
+        if (c.closing) continue;
         const progress = c.handle.progress?.() ?? c.stream?.reads ?? 0;
         if (round === "judge" && progress === c.drainProgress) {
-          c.handle.close(
-            c.handshaking ? "collector stopped in the TLS handshake" : "collector stopped",
-          );
+          close(c, c.handshaking ? "collector stopped in the TLS handshake" : "collector stopped");
         } else c.drainProgress = progress;
       }
     }
-    if (this.#conns.size === 0) return;
+    let cut = 0;
+    for (const c of this.#conns) {
+      if (c.closing) continue;
+      cut++;
+      close(c, "collector stopped: drain deadline");
+    }
+    if (cut === 0) return;
+    this.#env.counters.connectionsCutAtStop += cut;
     this.#log("drain", "connections still sending at the drain deadline were closed", {
-      connections: this.#conns.size,
+      connections: cut,
       deadlineMs: options.deadlineMs,
     });
-    for (const c of this.#conns) {
-      this.#env.counters.connectionsCutAtStop++;
-      c.handle.close("collector stopped: drain deadline");
-    }
   }
 
   #arm(): void {
     if (this.#closing) return;
     this.#timer = this.#env.clock.setTimer(this.#sweepMs, () => {
-      this.sweep();
+      this.#sweep();
       this.#arm();
     }, { unref: true });
   }
@@ -273,6 +269,12 @@ export class ConnectionTable {
     if (suppressed < 0) return;
     this.#env.log.warn(msg, { ...fields, ...(suppressed > 0 ? { suppressed } : {}) });
   }
+}
+
+/** Tells `c`'s listener to close it, once. */
+function close(c: TrackedConnection, reason: string): void {
+  c.closing = true;
+  c.handle.close(reason);
 }
 
 /**

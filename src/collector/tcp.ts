@@ -47,11 +47,6 @@ export class TcpListener {
     return (this.#listener.addr as Deno.NetAddr).port;
   }
 
-  /** The open connections and their bounds. */
-  get connections(): ConnectionTable {
-    return this.#table;
-  }
-
   /** Starts accepting connections. */
   start(): void {
     this.#table.start();

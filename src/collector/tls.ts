@@ -86,11 +86,6 @@ export class TlsListener {
     return this.#port;
   }
 
-  /** The open connections and their bounds. */
-  get connections(): ConnectionTable {
-    return this.#table;
-  }
-
   /** Starts listening; a wildcard address binds `::` (dual-stack) with an IPv4 fallback. */
   async start(): Promise<void> {
     const listen = (host: string): Promise<void> =>

@@ -141,6 +141,8 @@ export class TlsListener {
       // The raw socket's count covers the handshake and the records after it.
       progress: () => raw.bytesRead,
     };
+    // Known even when refused: its handshake error is then not a handshake failure.
+    this.#byRaw.set(raw, c);
     c.tracked = this.#table.admit(exporterAddress(raw.remoteAddress ?? "?"), handle, {
       handshake: true,
     });
@@ -151,7 +153,6 @@ export class TlsListener {
     }
     const key = socketKey(raw);
     this.#pending.set(key, c);
-    this.#byRaw.set(raw, c);
     raw.on("close", () => {
       if (this.#pending.get(key) === c) this.#pending.delete(key);
       this.#table.remove(c.tracked!);

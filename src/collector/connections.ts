@@ -9,6 +9,8 @@
  */
 
 import type { ClockTimer } from "../clock.ts";
+import type { Logger } from "../log.ts";
+import { readGranted } from "./address.ts";
 import type { LimitsConfig } from "../config/limits.ts";
 import { type DrainOptions, drainRound } from "./drain.ts";
 import type { SessionEnv } from "./session.ts";
@@ -116,8 +118,9 @@ export class ConnectionTable {
     this.#sweepMs = Math.max(SWEEP_MIN_MS, Math.min(SWEEP_MAX_MS, shortest / 4));
   }
 
-  /** Arms the periodic sweep on the session clock. */
+  /** Arms the periodic sweep on the session clock; warns if the fd limit undercuts the cap. */
   start(): void {
+    checkOpenFilesLimit(this.#limits.maxConnections, this.#env.log);
     this.#arm();
   }
 
@@ -285,4 +288,45 @@ export function countUnfinished(env: SessionEnv, stream: StreamSession, stopping
   if (stream.buffered === 0) return;
   if (stopping) env.counters.bytesLostAtStop += stream.buffered;
   else stream.session.discardBytes(stream.buffered);
+}
+
+/**
+ * Descriptors the process needs besides its connections (listener, sink files and sockets,
+ * workers, the config watcher), for {@linkcode checkOpenFilesLimit}.
+ */
+export const FD_HEADROOM = 64;
+
+/** The soft `Max open files` of a `/proc/<pid>/limits` text; undefined when unlimited or absent. */
+export function openFilesLimit(limits: string): number | undefined {
+  const m = /^Max open files\s+(\d+|unlimited)\s/m.exec(limits);
+  return m === null || m[1] === "unlimited" ? undefined : Number(m[1]);
+}
+
+/**
+ * Warns at start when the open-file limit is below `maxConnections` plus
+ * {@linkcode FD_HEADROOM}: accept would fail with EMFILE before the cap refuses anyone, and so
+ * would opening the config or a rotated log. Returns the limit read (undefined when it cannot be
+ * read: Deno grants `/proc` only with `--allow-all`).
+ */
+export function checkOpenFilesLimit(
+  maxConnections: number | undefined,
+  log: Logger,
+  path = "/proc/self/limits",
+): number | undefined {
+  let limit: number | undefined;
+  try {
+    if (!readGranted(path)) return undefined;
+    limit = openFilesLimit(Deno.readTextFileSync(path));
+  } catch {
+    return undefined;
+  }
+  if (limit !== undefined && maxConnections !== undefined && limit < maxConnections + FD_HEADROOM) {
+    log.warn("open-file limit is below limits.maxConnections: accepts will fail before the cap", {
+      openFilesLimit: limit,
+      maxConnections,
+      fix: `raise it (ulimit -n ${maxConnections + FD_HEADROOM}, systemd LimitNOFILE) or lower ` +
+        "limits.maxConnections",
+    });
+  }
+  return limit;
 }

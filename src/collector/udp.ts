@@ -10,7 +10,7 @@
  * `--allow-read` says; without it the count is reported as unknown, never as 0.
  */
 
-import { bindDualStack, closeQuietly, type ListenAddress } from "./address.ts";
+import { bindDualStack, closeQuietly, type ListenAddress, readGranted } from "./address.ts";
 import { logger, RateLimitedLog } from "../log.ts";
 import { type DrainOptions, drainRound } from "./drain.ts";
 import { datagramAt, splitPeer, startUdpReceiver, type UdpBatch } from "./udp_fast.ts";
@@ -96,11 +96,6 @@ function procReadProblem(e: unknown): string {
   }
   if (e instanceof Deno.errors.NotFound) return "no /proc (not Linux?)";
   return e instanceof Error ? e.message : String(e);
-}
-
-/** True when reading `path` would neither be refused outright nor prompt the user. */
-function readGranted(path: string): boolean {
-  return Deno.permissions.querySync({ name: "read", path }).state === "granted";
 }
 
 /** The default receive path: one `Deno.listenDatagram` socket, one receive loop. */

@@ -6,11 +6,11 @@
 
 import assert from "node:assert/strict";
 import { ManualClock } from "../../src/clock.ts";
-import { ConnectionTable } from "../../src/collector/connections.ts";
+import { checkOpenFilesLimit, ConnectionTable } from "../../src/collector/connections.ts";
 import { Session, type SessionEnv } from "../../src/collector/session.ts";
 import { Counters } from "../../src/collector/stats.ts";
 import { StreamSession } from "../../src/collector/stream.ts";
-import { logger, RateLimitedLog, setLogLevel } from "../../src/log.ts";
+import { logger, RateLimitedLog, setLogLevel, setLogWriter } from "../../src/log.ts";
 import { GOLDEN_TEMPLATE } from "./helpers.ts";
 
 setLogLevel("error");
@@ -122,4 +122,33 @@ Deno.test("connection table: the drain half-closes, closes quiet peers and cuts 
   assert.equal(e.counters.snapshot().connectionsCutAtStop, 1);
   assert.equal(t.admit("10.0.0.3", new FakeConnection().handle), undefined, "closed for good");
   assert.deepEqual(e.counters.snapshot().connectionsRefused, {}, "not a refusal by a limit");
+});
+
+Deno.test("connection table: an open-file limit below maxConnections is warned about at start", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-limits-" });
+  const lines: string[] = [];
+  const previous = setLogWriter((l) => lines.push(l));
+  setLogLevel("warn");
+  try {
+    const limits = (soft: string): string =>
+      "Limit                     Soft Limit           Hard Limit           Units     \n" +
+      `Max open files            ${soft}                 1048576              files     \n`;
+    await Deno.writeTextFile(`${dir}/low`, limits("1024"));
+    await Deno.writeTextFile(`${dir}/high`, limits("65536"));
+    await Deno.writeTextFile(`${dir}/unlimited`, limits("unlimited"));
+    const log = logger("test");
+    assert.equal(checkOpenFilesLimit(4096, log, `${dir}/high`), 65536);
+    assert.equal(checkOpenFilesLimit(4096, log, `${dir}/unlimited`), undefined);
+    assert.equal(lines.length, 0);
+    assert.equal(checkOpenFilesLimit(4096, log, `${dir}/low`), 1024);
+    assert.equal(lines.length, 1);
+    assert.match(lines[0], /openFilesLimit=1024 maxConnections=4096/);
+    assert.match(lines[0], /ulimit -n 4160/);
+    assert.equal(checkOpenFilesLimit(4096, log, `${dir}/absent`), undefined, "unreadable: quiet");
+    assert.equal(lines.length, 1);
+  } finally {
+    setLogLevel("error");
+    setLogWriter(previous);
+    await Deno.remove(dir, { recursive: true });
+  }
 });

@@ -22,6 +22,12 @@ export const BUSY_BUFFER_BYTES = 65_536;
 /** Least free space offered to a read; below it the buffer is compacted or grown. */
 const MIN_READ_BYTES = 512;
 /**
+ * Growth when a read filled its space: 1 KiB, 8 KiB, 64 KiB. A burst costs two more reads than
+ * with a fixed 64 KiB buffer, and a peer that stops mid-message holds at most 8 times what it
+ * sent.
+ */
+const GROWTH = 8;
+/**
  * Busy buffers let go of by caught-up connections, reused by the next one that gets busy, so a
  * peer alternating between bursts and silence costs no allocation per burst (at most 4 MiB).
  */
@@ -30,10 +36,11 @@ const MAX_SPARE_BUSY_BUFFERS = 64;
 
 /**
  * Accumulates stream chunks and cuts them into whole IPFIX messages. The buffer grows on
- * demand: {@linkcode IDLE_BUFFER_BYTES} while the peer is idle, {@linkcode BUSY_BUFFER_BYTES}
- * (or just what a started message needs, up to 64 KiB) while bytes keep coming, and back to
- * the idle buffer on {@linkcode StreamFramer.release} once nothing is buffered. A started
- * message holds only the bytes received so far, not the length its header announced.
+ * demand: {@linkcode IDLE_BUFFER_BYTES} while the peer is idle, up to
+ * {@linkcode BUSY_BUFFER_BYTES} (or what a started message needs) while bytes keep coming, and
+ * back to the idle buffer on {@linkcode StreamFramer.release} once nothing is buffered. A
+ * started message holds a buffer sized by the bytes received so far (at most 8 times them),
+ * never by the length its header announced.
  */
 export class StreamFramer {
   /** The idle buffer, kept for the life of the framer (never reallocated). */
@@ -69,7 +76,7 @@ export class StreamFramer {
       this.#end = 0;
     }
     let want = this.#buf.length;
-    if (this.#full && want < BUSY_BUFFER_BYTES) want = BUSY_BUFFER_BYTES;
+    if (this.#full && want < BUSY_BUFFER_BYTES) want = Math.min(want * GROWTH, BUSY_BUFFER_BYTES);
     while (used + MIN_READ_BYTES > want) want *= 2;
     if (want !== this.#buf.length) {
       this.#resize(want);

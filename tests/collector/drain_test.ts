@@ -70,7 +70,8 @@ Deno.test("drain: a peer that keeps sending is cut at the deadline and counted",
   const { c } = await startCollector({
     address: "127.0.0.1:0",
     protocol: "tcp",
-    drain: { deadlineMs: 300, quietMs: 50 },
+    // A quiet period long enough that a writer in this process never looks silent.
+    drain: { deadlineMs: 1000, quietMs: 250 },
   });
   // A raw socket that ignores the half-close and writes until the collector is gone.
   const conn = await Deno.connect({ hostname: "127.0.0.1", port: c.port });

@@ -147,6 +147,12 @@ Deno.test("framing: a started message holds only the bytes received, not the len
   assert.equal(f.nextMessage(), undefined);
   assert.equal(f.capacity, IDLE_BUFFER_BYTES, "116 bytes of a 65,535-byte message");
   assert.equal(f.release(), false, "a started message keeps its buffer");
+  // Read directly, 1,100 bytes of it (more than the idle buffer) hold 8 KiB, not 64 KiB.
+  const g = new StreamFramer();
+  readInto(g, concat(header, new Uint8Array(1100 - 16)));
+  assert.equal(g.nextMessage(), undefined);
+  assert.equal(g.buffered, 1100);
+  assert.equal(g.capacity, 8 * IDLE_BUFFER_BYTES);
   // Its bytes arrive: the buffer grows to what they need, the message comes out whole.
   const rest = new Uint8Array(65535 - 116);
   rest[rest.length - 1] = 7;

@@ -73,3 +73,8 @@ export function closeQuietly(c: { close(): void }): void {
     // Already closed.
   }
 }
+
+/** True when reading `path` would neither be refused outright nor prompt the user. */
+export function readGranted(path: string): boolean {
+  return Deno.permissions.querySync({ name: "read", path }).state === "granted";
+}

@@ -11,8 +11,9 @@ import { TemplateBudget } from "../ipfix/mod.ts";
 import { logger, RateLimitedLog } from "../log.ts";
 import { DEFAULT_LISTEN_ADDRESS, exporterAddress, parseListenAddress } from "./address.ts";
 import { type RecordSink, Session, type SessionEnv } from "./session.ts";
+import { DEFAULT_DRAIN, type DrainOptions } from "./drain.ts";
 import { type CollectorStats, Counters, type Transport } from "./stats.ts";
-import { TcpListener } from "./tcp.ts";
+import { type StreamListenerOptions, TcpListener } from "./tcp.ts";
 import { TlsListener, type TlsMaterial } from "./tls.ts";
 import { openDenoUdpReceiver, type UdpReceiver, type UdpReceiverFactory } from "./udp.ts";
 
@@ -22,8 +23,6 @@ import { openDenoUdpReceiver, type UdpReceiver, type UdpReceiverFactory } from "
  * 1800 s, so a template survives two lost refreshes. Newer go-ipfix defaults to 1800 s.
  */
 export const DEFAULT_TEMPLATE_TTL_MS = 5_400_000;
-
-/** Default cap on concurrent UDP sessions (source ip:port); least recently active is evicted. */
 
 /** Options of a {@linkcode Collector}. */
 export interface CollectorOptions {
@@ -50,6 +49,11 @@ export interface CollectorOptions {
   readonly limits?: Partial<LimitsConfig>;
   /** Interval of the idle UDP session sweep; default min(TTL / 4, 60 s). 0 disables it. */
   readonly sweepIntervalMs?: number;
+  /**
+   * The drain at {@linkcode Collector.stop}: how long queued input may still be read (real
+   * time); default {@linkcode DEFAULT_DRAIN}.
+   */
+  readonly drain?: DrainOptions;
 }
 
 /** An IPFIX collecting process. */
@@ -115,11 +119,16 @@ export class Collector {
         break;
       }
       case "tcp":
-        this.#tcp = new TcpListener(address, this.#env);
+        this.#tcp = new TcpListener(address, this.#env, this.#streamOptions());
         this.#tcp.start();
         break;
       case "tls":
-        this.#tls = new TlsListener(address, this.#options.tls!, this.#env);
+        this.#tls = new TlsListener(
+          address,
+          this.#options.tls!,
+          this.#env,
+          this.#streamOptions(),
+        );
         await this.#tls.start();
         break;
     }
@@ -131,17 +140,35 @@ export class Collector {
     });
   }
 
-  /** Closes every socket and waits until all handlers have finished. Idempotent. */
+  /**
+   * Stops accepting, reads and decodes what the kernel already acknowledged (queued datagrams;
+   * each connection until EOF or silence, after a half-close that asks its peer to stop),
+   * bounded by the drain deadline, then closes every socket and waits until all handlers have
+   * finished. What could not be read is counted (`connectionsCutAtStop`, `bytesLostAtStop`).
+   * Idempotent.
+   */
   async stop(): Promise<void> {
     if (this.#state === "stopped") return;
     this.#state = "stopped";
     if (this.#sweepTimer !== undefined) clearInterval(this.#sweepTimer);
-    await this.#udp?.close();
+    await this.#udp?.close(this.#options.drain ?? DEFAULT_DRAIN);
     await this.#udpLoop;
     for (const s of this.#udpSessions.values()) s.close("collector stopped");
     this.#udpSessions.clear();
     await this.#tcp?.stop();
     await this.#tls?.stop();
+    // The collector's last word: a transport switch replaces it, and with it these counters.
+    const c = this.#counters;
+    this.#env.log.info("collector stopped", {
+      protocol: this.#options.protocol,
+      dataRecords: c.dataRecords,
+      connectionsCutAtStop: c.connectionsCutAtStop,
+      bytesLostAtStop: c.bytesLostAtStop,
+    });
+  }
+
+  #streamOptions(): StreamListenerOptions {
+    return { limits: this.#limits, drain: this.#options.drain ?? DEFAULT_DRAIN };
   }
 
   /** The bound port (0 before {@linkcode start}). */

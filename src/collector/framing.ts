@@ -12,11 +12,45 @@ export type FrameResult =
 
 const HEADER_LENGTH = 16;
 
-/** Accumulates stream chunks and cuts them into whole IPFIX messages. */
+/**
+ * Buffer of a connection with nothing in flight (bytes): what an idle connection costs. An
+ * Agent's data message (one record, ~150-300 bytes) and its template messages fit in it.
+ */
+export const IDLE_BUFFER_BYTES = 1024;
+/** Buffer while a peer sends faster than it is read (a read filled the space it was given). */
+export const BUSY_BUFFER_BYTES = 65_536;
+/** Least free space offered to a read; below it the buffer is compacted or grown. */
+const MIN_READ_BYTES = 512;
+/**
+ * Growth when a read filled its space: 1 KiB, 8 KiB, 64 KiB. A burst costs two more reads than
+ * with a fixed 64 KiB buffer, and a peer that stops mid-message holds at most 8 times what it
+ * sent.
+ */
+const GROWTH = 8;
+/**
+ * Busy buffers let go of by caught-up connections, reused by the next one that gets busy, so a
+ * peer alternating between bursts and silence costs no allocation per burst (at most 4 MiB).
+ */
+const spareBusyBuffers: Uint8Array<ArrayBuffer>[] = [];
+const MAX_SPARE_BUSY_BUFFERS = 64;
+
+/**
+ * Accumulates stream chunks and cuts them into whole IPFIX messages. The buffer grows on
+ * demand: {@linkcode IDLE_BUFFER_BYTES} while the peer is idle, up to
+ * {@linkcode BUSY_BUFFER_BYTES} (or what a started message needs) while bytes keep coming, and
+ * back to the idle buffer on {@linkcode StreamFramer.release} once nothing is buffered. A
+ * started message holds a buffer sized by the bytes received so far (at most 8 times them),
+ * never by the length its header announced.
+ */
 export class StreamFramer {
-  #buf = new Uint8Array(65536 * 2);
+  /** The idle buffer, kept for the life of the framer (never reallocated). */
+  readonly #idle = new Uint8Array(IDLE_BUFFER_BYTES);
+  #buf = this.#idle;
   #start = 0;
   #end = 0;
+  /** The last read filled the whole space it was given: more is probably queued. */
+  #full = false;
+  #lastSpace = 0;
   #failed = false;
   #failure: string | undefined = undefined;
 
@@ -25,23 +59,84 @@ export class StreamFramer {
     return this.#end - this.#start;
   }
 
+  /** Bytes currently allocated for the buffer (what the connection costs here). */
+  get capacity(): number {
+    return this.#buf.length;
+  }
+
+  /**
+   * Free space to read into directly (then {@linkcode StreamFramer.commit} the bytes read):
+   * grows the buffer when the last read filled its space or a started message needs room,
+   * compacts it otherwise. The view is valid until the next call on this framer.
+   */
+  readSpace(): Uint8Array {
+    const used = this.#end - this.#start;
+    if (used === 0) {
+      this.#start = 0;
+      this.#end = 0;
+    }
+    let want = this.#buf.length;
+    if (this.#full && want < BUSY_BUFFER_BYTES) want = Math.min(want * GROWTH, BUSY_BUFFER_BYTES);
+    while (used + MIN_READ_BYTES > want) want *= 2;
+    if (want !== this.#buf.length) {
+      this.#resize(want);
+    } else if (this.#buf.length - this.#end < MIN_READ_BYTES) {
+      this.#compact();
+    }
+    const space = this.#buf.subarray(this.#end);
+    this.#lastSpace = space.length;
+    return space;
+  }
+
+  /** Accounts for `n` bytes read into the last {@linkcode StreamFramer.readSpace}. */
+  commit(n: number): void {
+    this.#full = n === this.#lastSpace;
+    if (!this.#failed) this.#end += n;
+  }
+
+  /**
+   * Goes back to the idle buffer when nothing is buffered (the peer is caught up). Returns
+   * true when a bigger buffer was let go.
+   */
+  release(): boolean {
+    if (this.#end !== this.#start || this.#buf === this.#idle) return false;
+    if (
+      this.#buf.length === BUSY_BUFFER_BYTES && spareBusyBuffers.length < MAX_SPARE_BUSY_BUFFERS
+    ) spareBusyBuffers.push(this.#buf);
+    this.#buf = this.#idle;
+    this.#start = 0;
+    this.#end = 0;
+    this.#full = false;
+    return true;
+  }
+
   /** Appends a chunk read from the stream (copied; the caller may reuse its buffer). */
   push(chunk: Uint8Array): void {
     if (this.#failed || chunk.length === 0) return;
-    const need = this.#end - this.#start + chunk.length;
+    const used = this.#end - this.#start;
     if (this.#end + chunk.length > this.#buf.length) {
-      if (need > this.#buf.length) {
-        const bigger = new Uint8Array(Math.max(need, this.#buf.length * 2));
-        bigger.set(this.#buf.subarray(this.#start, this.#end));
-        this.#buf = bigger;
-      } else {
-        this.#buf.copyWithin(0, this.#start, this.#end);
-      }
-      this.#end -= this.#start;
-      this.#start = 0;
+      let want = this.#buf.length;
+      while (used + chunk.length > want) want *= 2;
+      if (want !== this.#buf.length) this.#resize(want);
+      else this.#compact();
     }
     this.#buf.set(chunk, this.#end);
     this.#end += chunk.length;
+  }
+
+  #compact(): void {
+    this.#buf.copyWithin(0, this.#start, this.#end);
+    this.#end -= this.#start;
+    this.#start = 0;
+  }
+
+  #resize(size: number): void {
+    const next = (size === BUSY_BUFFER_BYTES ? spareBusyBuffers.pop() : undefined) ??
+      new Uint8Array(size);
+    next.set(this.#buf.subarray(this.#start, this.#end));
+    this.#end -= this.#start;
+    this.#start = 0;
+    this.#buf = next;
   }
 
   /**

@@ -31,4 +31,6 @@ export {
 export { ffiAvailable } from "./udp_fast_ffi.ts";
 export { UDP_FAST_WORKER_MODULE } from "./udp_fast.ts";
 export { DEFAULT_LISTEN_ADDRESS, exporterAddress, parseListenAddress } from "./address.ts";
-export { type FrameResult, StreamFramer } from "./framing.ts";
+export { BUSY_BUFFER_BYTES, type FrameResult, IDLE_BUFFER_BYTES, StreamFramer } from "./framing.ts";
+export { DEFAULT_DRAIN, type DrainOptions } from "./drain.ts";
+export { type ConnectionLimits, type RefusalReason, type TimeoutReason } from "./connections.ts";

@@ -96,6 +96,20 @@ export interface CollectorStats {
   readonly tlsHandshakeFailures: number;
   /** Failed accept() calls (retried with backoff). */
   readonly acceptErrors: number;
+  /**
+   * TCP/TLS connections closed at accept because a `limits:` bound was reached, by the limit's
+   * name (`maxConnections`, `maxConnectionsPerAddress`, `maxTlsHandshakes`).
+   */
+  readonly connectionsRefused: Readonly<Record<string, number>>;
+  /**
+   * TCP/TLS connections closed by a timeout, by the limit's name (`readTimeout`, `idleTimeout`,
+   * `tlsHandshakeTimeout`).
+   */
+  readonly connectionsTimedOut: Readonly<Record<string, number>>;
+  /** Connections still sending when the drain at stop reached its deadline, then closed. */
+  readonly connectionsCutAtStop: number;
+  /** Bytes of messages not yet complete when their connection was closed at stop (never decoded). */
+  readonly bytesLostAtStop: number;
   /** Per exporter address (peer IP, IPv4-mapped addresses normalised). */
   readonly exporters: Readonly<Record<string, ExporterStats>>;
   /** UDP receive-path counters (kernel and queue drops), when the receive path reports them. */
@@ -139,6 +153,10 @@ export class Counters {
   readonly templates: TemplateBudget | undefined;
   readonly #recordsDropped = new Map<string, number>();
   readonly #templatesRefused = new Map<string, number>();
+  connectionsCutAtStop = 0;
+  bytesLostAtStop = 0;
+  readonly #connectionsRefused = new Map<string, number>();
+  readonly #connectionsTimedOut = new Map<string, number>();
   readonly #decodeErrors = new Map<string, number>();
   readonly #setErrors = new Map<string, number>();
   readonly #exporters = new Map<string, MutableExporterStats>();
@@ -195,6 +213,16 @@ export class Counters {
     this.#setErrors.set(reason, (this.#setErrors.get(reason) ?? 0) + 1);
   }
 
+  /** Counts one connection refused at accept, by the limit that was reached. */
+  connectionRefused(limit: string): void {
+    countBy(this.#connectionsRefused, limit);
+  }
+
+  /** Counts one connection closed by a timeout, by the timeout's limit name. */
+  connectionTimedOut(limit: string): void {
+    countBy(this.#connectionsTimedOut, limit);
+  }
+
   /** Returns an immutable snapshot. */
   snapshot(): CollectorStats {
     const exporters: Record<string, ExporterStats> = {};
@@ -225,7 +253,15 @@ export class Counters {
       sessionsEvicted: this.sessionsEvicted,
       tlsHandshakeFailures: this.tlsHandshakeFailures,
       acceptErrors: this.acceptErrors,
+      connectionsRefused: Object.fromEntries(this.#connectionsRefused),
+      connectionsTimedOut: Object.fromEntries(this.#connectionsTimedOut),
+      connectionsCutAtStop: this.connectionsCutAtStop,
+      bytesLostAtStop: this.bytesLostAtStop,
       exporters,
     };
   }
+}
+
+function countBy(counts: Map<string, number>, key: string): void {
+  counts.set(key, (counts.get(key) ?? 0) + 1);
 }

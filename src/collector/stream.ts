@@ -6,6 +6,7 @@
  * A data set for an unknown template is not malformed and keeps the session.
  */
 
+import type { Clock } from "../clock.ts";
 import { StreamFramer } from "./framing.ts";
 import type { Session } from "./session.ts";
 
@@ -14,31 +15,83 @@ export type FeedResult = { readonly ok: true } | { readonly ok: false; readonly 
 
 const FEED_OK: FeedResult = Object.freeze({ ok: true });
 
-/** Frames one TCP/TLS byte stream into messages for its {@linkcode Session}. */
+/**
+ * Frames one TCP/TLS byte stream into messages for its {@linkcode Session}, and keeps what the
+ * connection bounds need: when bytes last arrived (idle timeout), when the message not complete
+ * yet started (read timeout) and how many reads there were (the drain at stop).
+ */
 export class StreamSession {
   /** The session the messages belong to. */
   readonly session: Session;
+  /** Monotonic time (the session's clock) of the last bytes read. */
+  lastActivityMs: number;
+  /** When the first bytes of the message not complete yet arrived; -1 when none is started. */
+  startedMs = -1;
+  /** Reads (chunks) fed so far. */
+  reads = 0;
   readonly #framer = new StreamFramer();
+  readonly #clock: Clock;
 
-  /** Wraps a freshly opened session. */
-  constructor(session: Session) {
+  /** Wraps a freshly opened session; `clock` times the activity. */
+  constructor(session: Session, clock: Clock) {
     this.session = session;
+    this.#clock = clock;
+    this.lastActivityMs = clock.nowMs();
   }
 
-  /** Feeds bytes read from the socket; decodes every complete message synchronously. */
+  /** Bytes read that do not form a complete message yet. */
+  get buffered(): number {
+    return this.#framer.buffered;
+  }
+
+  /** Bytes allocated for the read buffer. */
+  get capacity(): number {
+    return this.#framer.capacity;
+  }
+
+  /** Where to read the next bytes directly (see {@linkcode StreamFramer.readSpace}). */
+  readSpace(): Uint8Array {
+    return this.#framer.readSpace();
+  }
+
+  /** Decodes what a read put into {@linkcode readSpace}: `n` bytes. */
+  commit(n: number): FeedResult {
+    this.#framer.commit(n);
+    return this.#frame(n);
+  }
+
+  /** Feeds bytes read from the socket (copied); decodes every complete message synchronously. */
   feed(chunk: Uint8Array): FeedResult {
-    this.session.addBytes(chunk.length);
+    this.#framer.push(chunk);
+    return this.#frame(chunk.length);
+  }
+
+  /** Lets go of a grown read buffer once nothing is buffered; true when one was released. */
+  release(): boolean {
+    return this.#framer.release();
+  }
+
+  #frame(n: number): FeedResult {
+    this.session.addBytes(n);
+    this.reads++;
+    const now = this.#clock.nowMs();
+    this.lastActivityMs = now;
     const framer = this.#framer;
-    framer.push(chunk);
+    let framed = false;
     for (;;) {
       const message = framer.nextMessage();
       if (message === undefined) {
         const reason = framer.takeError();
-        if (reason === undefined) return FEED_OK;
+        if (reason === undefined) {
+          if (framer.buffered === 0) this.startedMs = -1;
+          else if (framed || this.startedMs < 0) this.startedMs = now;
+          return FEED_OK;
+        }
         this.session.reject("framing", reason);
         this.session.discardBytes(framer.buffered);
         return { ok: false, reason };
       }
+      framed = true;
       const r = this.session.handleMessage(message);
       if (!r.ok || r.setErrors > 0) {
         // What the peer sent behind the bad message is never decoded: count it.
@@ -47,7 +100,6 @@ export class StreamSession {
       }
     }
   }
-
   /** Called at EOF: a partial message left in the buffer is counted as a truncated message. */
   end(): void {
     if (this.#framer.buffered > 0) {

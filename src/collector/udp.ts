@@ -10,8 +10,9 @@
  * `--allow-read` says; without it the count is reported as unknown, never as 0.
  */
 
-import { bindDualStack, closeQuietly, type ListenAddress } from "./address.ts";
+import { bindDualStack, closeQuietly, type ListenAddress, readGranted } from "./address.ts";
 import { logger, RateLimitedLog } from "../log.ts";
+import { type DrainOptions, drainRound } from "./drain.ts";
 import { datagramAt, splitPeer, startUdpReceiver, type UdpBatch } from "./udp_fast.ts";
 
 /**
@@ -26,8 +27,11 @@ export interface UdpReceiver {
   readonly port: number;
   /** Receives until {@linkcode close}; resolves once the loop has ended. Never rejects. */
   run(handler: DatagramHandler): Promise<void>;
-  /** Closes the socket(s); `run` then resolves. Idempotent. */
-  close(): void | Promise<void>;
+  /**
+   * Closes the socket(s); `run` then resolves. With `drain`, datagrams already queued are
+   * received and handled first (until a quiet period passes, within the deadline). Idempotent.
+   */
+  close(drain?: DrainOptions): void | Promise<void>;
   /** Receive-path counters, where the implementation can observe them. */
   counters?(): UdpReceiverCounters;
 }
@@ -94,11 +98,6 @@ function procReadProblem(e: unknown): string {
   return e instanceof Error ? e.message : String(e);
 }
 
-/** True when reading `path` would neither be refused outright nor prompt the user. */
-function readGranted(path: string): boolean {
-  return Deno.permissions.querySync({ name: "read", path }).state === "granted";
-}
-
 /** The default receive path: one `Deno.listenDatagram` socket, one receive loop. */
 export class DenoUdpReceiver implements UdpReceiver {
   readonly #conn: Deno.DatagramConn;
@@ -113,6 +112,9 @@ export class DenoUdpReceiver implements UdpReceiver {
   #reading: Promise<void> | undefined;
   #closing: Promise<void> | undefined;
   #closed = false;
+  #running = false;
+  /** Datagrams received (the drain watches it move). */
+  #received = 0;
 
   /**
    * Binds the socket (a wildcard address binds `::`, dual-stack, else falls back to IPv4), then
@@ -148,6 +150,7 @@ export class DenoUdpReceiver implements UdpReceiver {
       Deno.unrefTimer(timer);
       this.#timer = timer;
     }
+    this.#running = true;
     while (!this.#closed) {
       let data: Uint8Array;
       let addr: Deno.NetAddr;
@@ -162,6 +165,7 @@ export class DenoUdpReceiver implements UdpReceiver {
         await new Promise((r) => setTimeout(r, 10));
         continue;
       }
+      this.#received++;
       try {
         handler(data, addr.hostname, addr.port);
       } catch (e) {
@@ -194,16 +198,35 @@ export class DenoUdpReceiver implements UdpReceiver {
     return this.#reading;
   }
 
-  /** Reads the drop counter a last time (the socket's row goes with it), then closes. */
-  close(): Promise<void> {
+  /**
+   * Receives what is queued (with `drain`), reads the drop counter a last time (the socket's
+   * row goes with it), then closes.
+   */
+  close(drain?: DrainOptions): Promise<void> {
     this.#closing ??= (async () => {
       if (this.#timer !== undefined) clearInterval(this.#timer);
+      if (drain !== undefined && this.#running) await this.#drainQueued(drain);
       await this.#reading;
       if (this.#table !== undefined) this.#readDropsSync(this.#table);
       this.#closed = true;
       closeQuietly(this.#conn);
     })();
     return this.#closing;
+  }
+
+  /** Waits until the receive loop has read everything queued: a quiet round, or the deadline. */
+  async #drainQueued(drain: DrainOptions): Promise<void> {
+    const deadline = performance.now() + drain.deadlineMs;
+    let seen = this.#received;
+    for (;;) {
+      const round = await drainRound(drain, deadline);
+      if (round === "deadline") {
+        log.warn("UDP datagrams still arriving at the drain deadline", { ...drain });
+        return;
+      }
+      if (round === "judge" && this.#received === seen) return;
+      seen = this.#received;
+    }
   }
 
   /** Receive-path counters; `kernelDrops` as of the last read of the kernel's table. */

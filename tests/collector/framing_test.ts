@@ -1,5 +1,10 @@
 import assert from "node:assert/strict";
-import { type FrameResult, StreamFramer } from "../../src/collector/mod.ts";
+import {
+  BUSY_BUFFER_BYTES,
+  type FrameResult,
+  IDLE_BUFFER_BYTES,
+  StreamFramer,
+} from "../../src/collector/mod.ts";
 import { concat, GOLDEN_DATA, GOLDEN_TEMPLATE } from "./helpers.ts";
 
 function drain(f: StreamFramer): FrameResult[] {
@@ -94,4 +99,84 @@ Deno.test("framing: nextMessage returns views without result objects; takeError 
   f.push(GOLDEN_DATA);
   assert.equal(f.nextMessage(), undefined, "nothing after a framing error");
   assert.equal(f.next().kind, "need-more");
+});
+
+/** Reads `bytes` into the framer the way the TCP listener does: straight into its buffer. */
+function readInto(f: StreamFramer, bytes: Uint8Array): number {
+  let off = 0;
+  let reads = 0;
+  while (off < bytes.length) {
+    const space = f.readSpace();
+    const n = Math.min(space.length, bytes.length - off);
+    space.set(bytes.subarray(off, off + n));
+    f.commit(n);
+    off += n;
+    reads++;
+    if (n < space.length) break; // the peer has nothing more queued
+  }
+  assert.equal(off, bytes.length, "everything read");
+  return reads;
+}
+
+Deno.test("framing: the buffer is 1 KiB while idle, grows while busy and goes back when caught up", () => {
+  const f = new StreamFramer();
+  assert.equal(f.capacity, IDLE_BUFFER_BYTES);
+  // A burst: the first read fills the idle buffer, the next ones read 64 KiB at a time.
+  const burst = concat(...new Array(200).fill(GOLDEN_DATA));
+  readInto(f, burst);
+  assert.equal(f.capacity, BUSY_BUFFER_BYTES);
+  let n = 0;
+  while (f.nextMessage() !== undefined) n++;
+  assert.equal(n, 200);
+  assert.equal(f.release(), true, "caught up: the busy buffer is let go");
+  assert.equal(f.capacity, IDLE_BUFFER_BYTES);
+  assert.equal(f.release(), false, "already idle");
+  // Small messages one at a time never grow it.
+  for (let i = 0; i < 20; i++) {
+    readInto(f, GOLDEN_DATA);
+    assert.deepEqual(f.nextMessage(), GOLDEN_DATA);
+    f.release();
+    assert.equal(f.capacity, IDLE_BUFFER_BYTES);
+  }
+});
+
+Deno.test("framing: a started message holds only the bytes received, not the length announced", () => {
+  const f = new StreamFramer();
+  const header = new Uint8Array([0, 10, 0xff, 0xff, ...new Array(12).fill(0)]);
+  f.push(concat(header, new Uint8Array(100)));
+  assert.equal(f.nextMessage(), undefined);
+  assert.equal(f.capacity, IDLE_BUFFER_BYTES, "116 bytes of a 65,535-byte message");
+  assert.equal(f.release(), false, "a started message keeps its buffer");
+  // Read directly, 1,100 bytes of it (more than the idle buffer) hold 8 KiB, not 64 KiB.
+  const g = new StreamFramer();
+  readInto(g, concat(header, new Uint8Array(1100 - 16)));
+  assert.equal(g.nextMessage(), undefined);
+  assert.equal(g.buffered, 1100);
+  assert.equal(g.capacity, 8 * IDLE_BUFFER_BYTES);
+  // Its bytes arrive: the buffer grows to what they need, the message comes out whole.
+  const rest = new Uint8Array(65535 - 116);
+  rest[rest.length - 1] = 7;
+  readInto(f, rest);
+  assert.ok(f.capacity >= 65535 && f.capacity <= 2 * BUSY_BUFFER_BYTES, `${f.capacity}`);
+  const m = f.nextMessage();
+  assert.equal(m?.length, 65535);
+  assert.equal(m![65534], 7);
+  assert.equal(f.buffered, 0);
+});
+
+Deno.test("framing: direct reads and pushes interleave, split anywhere, with the same result", () => {
+  const stream = concat(GOLDEN_TEMPLATE, GOLDEN_DATA, GOLDEN_DATA, GOLDEN_TEMPLATE);
+  for (const cut of [1, 3, 16, 288, 300, 463, 500]) {
+    const f = new StreamFramer();
+    readInto(f, stream.subarray(0, cut));
+    const first = drain(f);
+    f.push(stream.subarray(cut));
+    const all = [...first, ...drain(f)];
+    assert.deepEqual(all.map((m) => m.kind === "message" ? m.message.length : -1), [
+      288,
+      175,
+      175,
+      288,
+    ], `cut ${cut}`);
+  }
 });

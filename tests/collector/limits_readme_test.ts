@@ -1,0 +1,31 @@
+/**
+ * The README's table of connection limits states the defaults that `LIMIT_KEYS` declares (the
+ * one source of truth), and documents every limit the stream listeners enforce.
+ */
+
+import assert from "node:assert/strict";
+import { LIMIT_KEYS, type LimitName } from "../../src/config/limits.ts";
+import type { ConnectionLimits } from "../../src/collector/mod.ts";
+
+const README = new URL("../../README.md", import.meta.url);
+
+/** The limits a `ConnectionTable` enforces, by their config key (`readTimeoutMs` → `readTimeout`). */
+const ENFORCED: Record<keyof ConnectionLimits, LimitName> = {
+  maxConnections: "maxConnections",
+  maxConnectionsPerAddress: "maxConnectionsPerAddress",
+  maxTlsHandshakes: "maxTlsHandshakes",
+  readTimeoutMs: "readTimeout",
+  idleTimeoutMs: "idleTimeout",
+  tlsHandshakeTimeoutMs: "tlsHandshakeTimeout",
+};
+
+Deno.test("README: the connection limits table has every enforced key with its declared default", async () => {
+  const text = await Deno.readTextFile(README);
+  const section = text.slice(text.indexOf("### Limits (TCP and TLS connections)"));
+  const rows = new Map<string, string>();
+  for (const m of section.matchAll(/^\| `(\w+)`\s*\| ([^|]+?)\s*\|/gm)) rows.set(m[1], m[2]);
+  for (const key of Object.values(ENFORCED)) {
+    const d = LIMIT_KEYS[key].default;
+    assert.equal(rows.get(key), typeof d === "string" ? `\`${d}\`` : String(d), key);
+  }
+});

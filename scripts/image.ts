@@ -10,7 +10,7 @@
  * root (`--write-containerfile`), so the two builds share user, paths, entrypoint and flags; a
  * test checks the committed file is the generated one.
  *
- *   deno run -A scripts/image.ts [--tag=flow-aggregator:dev] [--out=dist] [--no-archive]
+ *   deno run -A scripts/image.ts [--tag=flow-aggregator:<version>] [--out=dist] [--no-archive]
  *   deno run -A scripts/image.ts --write-containerfile
  *
  * Output: the local image `<tag>` (buildah's store) and `dist/flow-aggregator.oci.tar`, an OCI
@@ -24,6 +24,10 @@ import { parseConfig } from "../src/components.ts";
 import { EMBEDDED_DEFAULT_CONFIG } from "../src/config/mod.ts";
 import { permissionFlags, processPermissions } from "../src/permissions.ts";
 import { bundleAll } from "./bundle.ts";
+import denoJson from "../deno.json" with { type: "json" };
+
+/** The image's default tag, the one `deploy/flow-aggregator.yml` runs. */
+export const IMAGE_TAG = `flow-aggregator:${denoJson.version}`;
 
 const REPO = fileURLToPath(new URL("..", import.meta.url)).replace(/\/$/, "");
 
@@ -252,7 +256,7 @@ if (import.meta.main) {
   } else {
     const started = performance.now();
     const img = await buildImage({
-      tag: flag("tag") ?? "flow-aggregator:dev",
+      tag: flag("tag") ?? IMAGE_TAG,
       archiveDir: Deno.args.includes("--no-archive") ? undefined : flag("out") ?? `${REPO}/dist`,
     });
     console.log(JSON.stringify({

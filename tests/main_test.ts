@@ -1,8 +1,19 @@
-/** Unit tests of the command line parser of main.ts (control-plane.md §6.1). */
+/**
+ * Tests of main.ts: the command line parser (control-plane.md §6.1) and the process starting on
+ * the configuration files operators already have.
+ */
 
 import assert from "node:assert/strict";
 import denoJson from "../deno.json" with { type: "json" };
 import { parseArgs, VERSION } from "../main.ts";
+import { KLOG_DEFAULTS } from "../src/log/mod.ts";
+import { FaProcess } from "./_helpers/process.ts";
+import {
+  NEWER_CHART_CONF,
+  NO_SINK_WARNING,
+  STOCK_V113_CONF,
+  UPSTREAM_DEPLOYMENT_ARGS,
+} from "./_helpers/stock_config.ts";
 
 Deno.test("main: VERSION is deno.json's version", () => {
   assert.equal(VERSION, denoJson.version);
@@ -13,6 +24,7 @@ Deno.test("main: no flags gives the defaults", () => {
   assert.deepEqual(parseArgs([]), {
     logLevel: "info",
     logFormat: "logfmt",
+    klog: { ...KLOG_DEFAULTS },
     version: false,
     help: false,
     udpReceiver: "auto",
@@ -47,24 +59,44 @@ Deno.test("main: log level, format and klog verbosity", () => {
   assert.equal(parseArgs(["-v", "2"]).logLevel, "info");
   assert.throws(() => parseArgs(["--v", "-1"]), /--v needs a non-negative integer/);
   assert.throws(() => parseArgs(["--log-level", "trace"]), /--log-level "trace"/);
-  assert.throws(() => parseArgs(["--log-format", "xml"]), /--log-format "xml"/);
+  assert.throws(() => parseArgs(["--log-format", "xml"]), /--log-format "xml": use logfmt, json/);
 });
 
-Deno.test("main: the v1.13 Deployment's klog flags are accepted and ignored", () => {
+Deno.test("main: the v1.13 Deployment's klog flags are parsed with Go's flag rules", () => {
   const a = parseArgs([
-    "--config",
-    "/etc/flow-aggregator/flow-aggregator.conf",
-    "--logtostderr=false",
-    "--log_dir=/var/log/antrea/flow-aggregator",
-    "--alsologtostderr",
-    "--log_file_max_size=100",
-    "--log_file_max_num",
-    "4",
+    ...UPSTREAM_DEPLOYMENT_ARGS,
     "--vmodule=x=2",
     "--skip_headers",
+    "--log-format=klog",
   ]);
   assert.equal(a.config, "/etc/flow-aggregator/flow-aggregator.conf");
   assert.equal(a.logLevel, "info");
+  assert.equal(a.logFormat, "klog");
+  assert.deepEqual(a.klog, {
+    ...KLOG_DEFAULTS,
+    logtostderr: false,
+    logDir: "/var/log/antrea/flow-aggregator",
+    alsologtostderr: true,
+    logFileMaxSizeMB: 100,
+    logFileMaxNum: 4,
+  });
+  // A bool flag takes its value only inline (Go): "false" is then an argument of its own.
+  assert.throws(() => parseArgs(["--logtostderr", "false"]), /unexpected argument "false"/);
+  assert.equal(parseArgs(["-logtostderr=0", "--alsologtostderr=F"]).klog.logtostderr, false);
+  assert.deepEqual(
+    [
+      parseArgs(["--stderrthreshold=WARNING"]).klog.stderrThreshold,
+      parseArgs(["--stderrthreshold", "0"]).klog.stderrThreshold,
+      parseArgs(["--log-flush-frequency=250ms"]).klog.flushFrequencyMs,
+      parseArgs(["--log_file_max_size=0.01"]).klog.logFileMaxSizeMB,
+    ],
+    [1, 0, 250, 0.01],
+  );
+  assert.throws(() => parseArgs(["--logtostderr=maybe"]), /invalid boolean value "maybe"/);
+  assert.throws(() => parseArgs(["--log_file_max_num=-1"]), /--log_file_max_num needs a non-neg/);
+  assert.throws(() => parseArgs(["--log_file_max_size=big"]), /--log_file_max_size needs/);
+  assert.throws(() => parseArgs(["--stderrthreshold=LOUD"]), /--stderrthreshold "LOUD"/);
+  assert.throws(() => parseArgs(["--log-flush-frequency=5"]), /missing unit/);
 });
 
 Deno.test("main: --version, --help and -h", () => {
@@ -79,3 +111,32 @@ Deno.test("main: unknown flags, positional arguments and missing values are erro
   assert.throws(() => parseArgs(["--config"]), /flag --config needs a value/);
   assert.throws(() => parseArgs(["--log_dir"]), /flag --log_dir needs a value/);
 });
+
+for (
+  const [name, path, warned] of [
+    ["Antrea v1.13's stock config (as Helm renders it)", STOCK_V113_CONF, []],
+    ["a newer chart's config", NEWER_CHART_CONF, ["mode", "flowCollector.tls"]],
+  ] as const
+) {
+  Deno.test(`main: the process starts on ${name}, warning that no sink is enabled`, async () => {
+    const dir = await Deno.makeTempDir({ prefix: "fa-stock-" });
+    const fa = await FaProcess.startWithConfig(dir, await Deno.readTextFile(path));
+    try {
+      await fa.collectorPort(30_000);
+      assert.ok(fa.find({ msg: "Started TLS collecting process" }).length === 1, fa.stderr);
+      assert.equal(fa.find({ level: "warn", msg: NO_SINK_WARNING }).length, 1, fa.stderr);
+      for (const key of warned) {
+        assert.equal(
+          fa.find({ level: "warn", path: key, msg: /unknown key, ignored$/ }).length,
+          1,
+          `${key} warned:\n${fa.stderr}`,
+        );
+      }
+      const status = await fa.stop();
+      assert.equal(status.code, 0, fa.stderr);
+    } finally {
+      await fa.dispose();
+      await Deno.remove(dir, { recursive: true });
+    }
+  });
+}

@@ -6,6 +6,7 @@ import {
   processPermissions,
   sinkPermissionTable,
 } from "../src/permissions.ts";
+import { KLOG_DEFAULTS, KLOG_FILE_ENV, klogFileDir } from "../src/log/mod.ts";
 
 const SRC = new URL("../src", import.meta.url).pathname;
 /** The API's default address and the directory of its loopback token (every process has both). */
@@ -104,4 +105,23 @@ Deno.test("permissions: the API's address and token directory follow its flags a
   const p = processPermissions(c, { apiListen: "127.0.0.1:0", apiTokenFile: "/run/fa/token" });
   assert.ok(p.net.includes("127.0.0.1:0") && !p.net.includes("[::]:10400"));
   assert.deepEqual(p.write, ["/run/fa"]);
+});
+
+Deno.test("permissions: klog's --log_dir is read (pruning) and written; host and user names read", () => {
+  const config = cfg(
+    "aggregatorTransportProtocol: TCP\nflowLogger:\n  enable: true\n  path: '-'\n",
+  );
+  const p = processPermissions(config, {
+    exportersInProcess: true,
+    logDir: "/var/log/antrea/flow-aggregator",
+  });
+  assert.deepEqual(p.read, ["/var/log/antrea/flow-aggregator"]);
+  assert.deepEqual(p.write, ["/var/log/antrea/flow-aggregator", TOKEN_DIR]);
+  assert.deepEqual(p.env, [...PROCESS_ENV, ...KLOG_FILE_ENV].sort());
+  // What `permissions` prints for the upstream Deployment's flags (logtostderr=false only).
+  assert.equal(klogFileDir({ ...KLOG_DEFAULTS, logDir: "/var/log/x" }), undefined);
+  assert.equal(
+    klogFileDir({ ...KLOG_DEFAULTS, logtostderr: false, logDir: "/var/log/x" }),
+    "/var/log/x",
+  );
 });

@@ -71,30 +71,6 @@ function newKey(modulusLength: number): KeyMaterial {
   };
 }
 
-/** {@linkcode newKey} on WebCrypto, whose RSA generation runs on a blocking-task thread. */
-async function newKeyAsync(modulusLength: number): Promise<KeyMaterial> {
-  const pair = await crypto.subtle.generateKey(
-    {
-      name: "RSASSA-PKCS1-v1_5",
-      modulusLength,
-      publicExponent: new Uint8Array([1, 0, 1]),
-      hash: "SHA-256",
-    },
-    true,
-    ["sign", "verify"],
-  ) as CryptoKeyPair;
-  const der = new Uint8Array(await crypto.subtle.exportKey("pkcs8", pair.privateKey));
-  const b64 = btoa(String.fromCharCode(...der)).replace(/(.{64})/g, "$1\n");
-  const forgeKey = forge.pki.privateKeyFromPem(
-    `-----BEGIN PRIVATE KEY-----\n${b64}\n-----END PRIVATE KEY-----\n`,
-  );
-  return {
-    privateKey: forgeKey,
-    publicKey: forge.pki.setRsaPublicKey(forgeKey.n, forgeKey.e),
-    keyPem: forge.pki.privateKeyToPem(forgeKey),
-  };
-}
-
 // Go parses PrintableString strictly and `@` is not allowed in it, so CNs must be UTF8String.
 function cnAttributes(cn: string): forge.pki.CertificateField[] {
   // The typings declare valueTagClass as a tag class, but node-forge uses it as the value's tag.
@@ -124,6 +100,22 @@ function buildCert(spec: CertSpec): string {
   cert.setExtensions(spec.extensions as never[]);
   cert.sign(spec.signingKey, forge.md.sha256.create());
   return forge.pki.certificateToPem(cert);
+}
+
+/** The server certificate's own extensions: serverAuth and its SANs (§3.2). */
+function serverExtensions(
+  namespace: string,
+  options: { readonly address?: string },
+): Record<string, unknown>[] {
+  const altNames: { type: number; value?: string; ip?: string }[] = [
+    { type: 2, value: `flow-aggregator.${namespace}.svc` },
+  ];
+  const address = options.address ?? "";
+  if (address !== "") {
+    if (isIP(address) !== 0) altNames.push({ type: 7, ip: address });
+    else altNames.push({ type: 2, value: address });
+  }
+  return [{ name: "extKeyUsage", serverAuth: true }, { name: "subjectAltName", altNames }];
 }
 
 /**
@@ -168,15 +160,6 @@ export function generateCertificates(
     .getBytes();
   const aki = { name: "authorityKeyIdentifier", keyIdentifier: caKeyId };
 
-  const altNames: { type: number; value?: string; ip?: string }[] = [
-    { type: 2, value: `flow-aggregator.${namespace}.svc` },
-  ];
-  const address = options.address ?? "";
-  if (address !== "") {
-    if (isIP(address) !== 0) altNames.push({ type: 7, ip: address });
-    else altNames.push({ type: 2, value: address });
-  }
-
   // A leaf certificate signed by the CA: server (serverAuth + SANs) or client (clientAuth).
   const leaf = (
     serial: string,
@@ -198,10 +181,7 @@ export function generateCertificates(
         aki,
       ],
     });
-  const serverPem = leaf("02", "server", serverKey.publicKey, [
-    { name: "extKeyUsage", serverAuth: true },
-    { name: "subjectAltName", altNames },
-  ]);
+  const serverPem = leaf("02", "server", serverKey.publicKey, serverExtensions(namespace, options));
   const clientPem = leaf("03", "client", clientKey.publicKey, [
     { name: "extKeyUsage", clientAuth: true },
   ]);
@@ -211,6 +191,43 @@ export function generateCertificates(
     server: { certPem: serverPem, keyPem: serverKey.keyPem },
     client: { certPem: clientPem, keyPem: clientKey.keyPem },
   };
+}
+
+/**
+ * Issues a new server certificate for `options.address` (`flowAggregatorAddress`) signed by the
+ * CA of `certs`, keeping that CA and the client certificate: Agents trust the new server
+ * certificate without any new material. Its serial is random (the CA's earlier server
+ * certificate holds 2) and its validity is the CA's.
+ */
+export function reissueServerCertificate(
+  certs: GeneratedCertificates,
+  options: GenerateCertificatesOptions = {},
+): GeneratedCertificates {
+  const ca = forge.pki.certificateFromPem(certs.ca.certPem);
+  const caKey = forge.pki.privateKeyFromPem(certs.ca.keyPem) as forge.pki.rsa.PrivateKey;
+  const caPublic = ca.publicKey as forge.pki.rsa.PublicKey;
+  const serverKey = newKey(options.modulusLength ?? caPublic.n.bitLength());
+  const unix = Math.floor((options.now ?? new Date()).getTime() / 1000);
+  const serial = crypto.getRandomValues(new Uint8Array(16));
+  serial[0] &= 0x7f; // positive
+  serial[0] |= 0x01; // DER-minimal (no leading zero byte)
+  const caKeyId = forge.pki.getPublicKeyFingerprint(caPublic, { type: "RSAPublicKey" }).getBytes();
+  const serverPem = buildCert({
+    serial: [...serial].map((b) => b.toString(16).padStart(2, "0")).join(""),
+    subject: cnAttributes(`flow-aggregator-server-certificate@${unix}`),
+    // The parsed CA subject keeps its UTF8String tags: the issuer bytes match the CA's.
+    issuer: ca.subject.attributes,
+    publicKey: serverKey.publicKey,
+    signingKey: caKey,
+    notBefore: ca.validity.notBefore,
+    notAfter: ca.validity.notAfter,
+    extensions: [
+      { name: "keyUsage", digitalSignature: true, critical: true },
+      ...serverExtensions(options.namespace || DEFAULT_NAMESPACE, options),
+      { name: "authorityKeyIdentifier", keyIdentifier: caKeyId },
+    ],
+  });
+  return { ...certs, server: { certPem: serverPem, keyPem: serverKey.keyPem } };
 }
 
 /** The API server's certificate: a chain (leaf then CA) and the leaf's key. */
@@ -232,33 +249,37 @@ export async function generateApiCertificate(now: Date = new Date()): Promise<Ap
   const unix = Math.floor(now.getTime() / 1000);
   const notBefore = new Date(now.getTime() - HOUR_MS);
   const notAfter = new Date(notBefore.getTime() + 365 * DAY_MS);
-  // Generated off the event loop (the API starts while the collector already takes input).
-  const [caKey, leafKey] = await Promise.all([newKeyAsync(2048), newKeyAsync(2048)]);
-  const caSubject = cnAttributes(`localhost-ca@${unix}`);
-  const caPem = buildCert({
+  // ECDSA P-256 (WebCrypto): generated at once, where two RSA-2048 keys took 1-3 s of CPU at
+  // every start. The API's clients (antctl, the CLI) do not care about the key type.
+  const params = { name: "ECDSA", namedCurve: "P-256" };
+  const [ca, leaf] = await Promise.all([
+    crypto.subtle.generateKey(params, true, ["sign", "verify"]) as Promise<CryptoKeyPair>,
+    crypto.subtle.generateKey(params, true, ["sign", "verify"]) as Promise<CryptoKeyPair>,
+  ]);
+  const caName = `localhost-ca@${unix}`;
+  const caPem = await ecdsaCertificate({
     serial: "01",
-    subject: caSubject,
-    issuer: caSubject,
-    publicKey: caKey.publicKey,
-    signingKey: caKey.privateKey,
+    subject: caName,
+    issuer: caName,
+    publicKey: ca.publicKey,
+    signingKey: ca.privateKey,
     notBefore,
     notAfter,
     extensions: [
       { name: "basicConstraints", cA: true, critical: true },
       { name: "keyUsage", digitalSignature: true, keyCertSign: true, critical: true },
-      { name: "subjectKeyIdentifier" },
     ],
   });
-  const leafPem = buildCert({
+  const leafPem = await ecdsaCertificate({
     serial: "02",
-    subject: cnAttributes(`localhost@${unix}`),
-    issuer: caSubject,
-    publicKey: leafKey.publicKey,
-    signingKey: caKey.privateKey,
+    subject: `localhost@${unix}`,
+    issuer: caName,
+    publicKey: leaf.publicKey,
+    signingKey: ca.privateKey,
     notBefore,
     notAfter,
     extensions: [
-      { name: "keyUsage", digitalSignature: true, keyEncipherment: true, critical: true },
+      { name: "keyUsage", digitalSignature: true, critical: true },
       { name: "extKeyUsage", serverAuth: true },
       {
         name: "subjectAltName",
@@ -269,5 +290,99 @@ export async function generateApiCertificate(now: Date = new Date()): Promise<Ap
       },
     ],
   });
-  return { chainPem: leafPem + caPem, keyPem: leafKey.keyPem, caPem };
+  const keyDer = new Uint8Array(await crypto.subtle.exportKey("pkcs8", leaf.privateKey));
+  return { chainPem: leafPem + caPem, keyPem: pem("PRIVATE KEY", keyDer), caPem };
+}
+
+function pem(label: string, der: Uint8Array): string {
+  let bin = "";
+  for (const b of der) bin += String.fromCharCode(b);
+  const b64 = btoa(bin).replace(/(.{64})/g, "$1\n").replace(/\n$/, "");
+  return `-----BEGIN ${label}-----\n${b64}\n-----END ${label}-----\n`;
+}
+
+/** What {@linkcode ecdsaCertificate} signs. */
+interface EcdsaCertSpec {
+  serial: string;
+  subject: string;
+  issuer: string;
+  publicKey: CryptoKey;
+  signingKey: CryptoKey;
+  notBefore: Date;
+  notAfter: Date;
+  extensions: Record<string, unknown>[];
+}
+
+/**
+ * An X.509 v3 certificate with an ECDSA P-256 key, signed ecdsa-with-SHA256 by WebCrypto:
+ * node-forge builds the names and extensions (it signs RSA only), the rest is plain DER.
+ */
+async function ecdsaCertificate(spec: EcdsaCertSpec): Promise<string> {
+  const asn1 = forge.asn1;
+  const seq = (value: forge.asn1.Asn1[]) =>
+    asn1.create(asn1.Class.UNIVERSAL, asn1.Type.SEQUENCE, true, value);
+  const int = (bytes: string) => asn1.create(asn1.Class.UNIVERSAL, asn1.Type.INTEGER, false, bytes);
+  const fromBytes = (b: Uint8Array) => {
+    let s = "";
+    for (const x of b) s += String.fromCharCode(x);
+    return s;
+  };
+  // forge fills the names' and extensions' encodings on a certificate object.
+  const tmp = forge.pki.createCertificate();
+  tmp.setSubject(cnAttributes(spec.subject));
+  tmp.setIssuer(cnAttributes(spec.issuer));
+  tmp.setExtensions(spec.extensions as never[]);
+  const sigAlg = seq([asn1.create(
+    asn1.Class.UNIVERSAL,
+    asn1.Type.OID,
+    false,
+    asn1.oidToDer("1.2.840.10045.4.3.2").getBytes(),
+  )]);
+  const pki = forge.pki as unknown as {
+    distinguishedNameToAsn1(dn: unknown): forge.asn1.Asn1;
+    certificateExtensionsToAsn1(exts: unknown): forge.asn1.Asn1;
+  };
+  const spki = new Uint8Array(await crypto.subtle.exportKey("spki", spec.publicKey));
+  const tbs = seq([
+    asn1.create(asn1.Class.CONTEXT_SPECIFIC, 0, true, [int(String.fromCharCode(2))]),
+    int(forge.util.hexToBytes(spec.serial)),
+    sigAlg,
+    pki.distinguishedNameToAsn1(tmp.issuer),
+    seq([
+      asn1.create(
+        asn1.Class.UNIVERSAL,
+        asn1.Type.UTCTIME,
+        false,
+        asn1.dateToUtcTime(spec.notBefore),
+      ),
+      asn1.create(
+        asn1.Class.UNIVERSAL,
+        asn1.Type.UTCTIME,
+        false,
+        asn1.dateToUtcTime(spec.notAfter),
+      ),
+    ]),
+    pki.distinguishedNameToAsn1(tmp.subject),
+    asn1.fromDer(fromBytes(spki)),
+    pki.certificateExtensionsToAsn1(tmp.extensions),
+  ]);
+  const tbsDer = asn1.toDer(tbs).getBytes();
+  const tbsBytes = Uint8Array.from(tbsDer, (c) => c.charCodeAt(0));
+  const raw = new Uint8Array(
+    await crypto.subtle.sign({ name: "ECDSA", hash: "SHA-256" }, spec.signingKey, tbsBytes),
+  );
+  // WebCrypto gives r || s; X.509 wants ECDSA-Sig-Value ::= SEQUENCE { r INTEGER, s INTEGER }.
+  const derInt = (b: Uint8Array) => {
+    let i = 0;
+    while (i < b.length - 1 && b[i] === 0) i++;
+    const v = b.subarray(i);
+    return int((v[0] & 0x80 ? "\x00" : "") + fromBytes(v));
+  };
+  const sig = asn1.toDer(seq([derInt(raw.subarray(0, 32)), derInt(raw.subarray(32))])).getBytes();
+  const cert = seq([
+    tbs,
+    sigAlg,
+    asn1.create(asn1.Class.UNIVERSAL, asn1.Type.BITSTRING, false, "\x00" + sig),
+  ]);
+  return pem("CERTIFICATE", Uint8Array.from(asn1.toDer(cert).getBytes(), (c) => c.charCodeAt(0)));
 }

@@ -14,4 +14,5 @@ export {
   generateCertificates,
   type GenerateCertificatesOptions,
   type GeneratedCertificates,
+  reissueServerCertificate,
 } from "./certificates.ts";

@@ -150,7 +150,7 @@ Deno.test("watcher: a ConfigMap swap fires onChange once per real change", async
 
     // Invalid content is ignored and the last good config stays.
     check = h.waitFor("invalid");
-    await vol.swap("flowLogger:\n  enable: true\n  bogus: 1\n");
+    await vol.swap("flowLogger:\n  enable: true\n  maxSize: nope\n");
     await check;
     assert.equal(h.changes.length, 1);
     assert.equal(h.watcher.config.flowLogger.path, "/tmp/b.log");
@@ -222,9 +222,9 @@ Deno.test("watcher: start fails cleanly for a missing directory or an invalid fi
   );
   const dir = await Deno.makeTempDir({ prefix: "fa-config-" });
   try {
-    await Deno.writeTextFile(`${dir}/${CONF}`, "flowLogger:\n  enable: false\n");
+    await Deno.writeTextFile(`${dir}/${CONF}`, "flowLogger:\n  enable: 1\n");
     const w2 = new ConfigWatcher(`${dir}/${CONF}`, { ...PRODUCT, onChange: () => {} });
-    await assert.rejects(() => w2.start(), /should be configured/);
+    await assert.rejects(() => w2.start(), /flowLogger\.enable: expected a bool/);
     assert.throws(() => w2.config, /not started/);
   } finally {
     await Deno.remove(dir, { recursive: true });
@@ -388,4 +388,36 @@ Deno.test("watcher: ConfigMap symlink swaps reload on the injected clock, stabil
     assert.equal(h.results.includes("unstable"), false);
     assert.deepEqual(h.watcher.stats(), { configReloads: 2, configReloadsRejected: 0 });
   }, clock);
+});
+
+Deno.test("watcher: the product's parser logs a file's warnings at start and at each reload", async () => {
+  const lines: string[] = [];
+  const restoreLog = setLogWriter((l) => lines.push(l));
+  const dir = await Deno.makeTempDir({ prefix: "fa-config-" });
+  const path = `${dir}/${CONF}`;
+  await Deno.writeTextFile(path, conf("/tmp/a.log") + "mode: Aggregate\n");
+  const watcher = new ConfigWatcher(path, {
+    ...PRODUCT,
+    debounceMs: 60_000,
+    pollIntervalMs: 0,
+    onChange: () => {},
+  });
+  const warned = (key: string) =>
+    lines.filter((l) => l.includes("level=warn") && l.includes(`path=${key}`)).length;
+  try {
+    await watcher.start();
+    assert.equal(warned("mode"), 1, lines.join("\n"));
+    await Deno.writeTextFile(path, conf("/tmp/b.log") + "recordBufferSize: 8192\n");
+    assert.equal(await watcher.check(), "changed");
+    assert.equal(watcher.config.flowLogger.path, "/tmp/b.log");
+    assert.equal(warned("recordBufferSize"), 1, lines.join("\n"));
+    // Disabling every sink is a valid reload now (upstream's V3 refused it), with its warning.
+    await Deno.writeTextFile(path, "flowLogger:\n  enable: false\n");
+    assert.equal(await watcher.check(), "changed");
+    assert.ok(lines.some((l) => /level=warn .*No collector \/ sink has been configured/.test(l)));
+  } finally {
+    await watcher.stop();
+    setLogWriter(restoreLog);
+    await Deno.remove(dir, { recursive: true });
+  }
 });

@@ -71,7 +71,7 @@ Deno.test("e2e permissions: the process runs on exactly the printed flags, its f
     const status = await fa.stop("SIGTERM", 20_000);
     assert.equal(status.code, 0, fa.stderr);
     const lines = await readFlowLog(`${dir}/logs/flows.log`);
-    assert.equal(lines.length, n);
+    assert.equal(lines.length, n, fa.stderr);
     const stopped = fa.find({ msg: "exporter stopped", section: "flowLogger" });
     assert.equal(stopped.length, 1);
     assert.equal(stopped[0].fields.received, String(n));

@@ -1,8 +1,13 @@
-/** Unit tests of the command line parser of main.ts (control-plane.md §6.1). */
+/**
+ * Tests of main.ts: the command line parser (control-plane.md §6.1) and the process starting on
+ * the configuration files operators already have.
+ */
 
 import assert from "node:assert/strict";
 import denoJson from "../deno.json" with { type: "json" };
 import { parseArgs, VERSION } from "../main.ts";
+import { FaProcess } from "./_helpers/process.ts";
+import { NEWER_CHART_CONF, NO_SINK_WARNING, STOCK_V113_CONF } from "./_helpers/stock_config.ts";
 
 Deno.test("main: VERSION is deno.json's version", () => {
   assert.equal(VERSION, denoJson.version);
@@ -79,3 +84,32 @@ Deno.test("main: unknown flags, positional arguments and missing values are erro
   assert.throws(() => parseArgs(["--config"]), /flag --config needs a value/);
   assert.throws(() => parseArgs(["--log_dir"]), /flag --log_dir needs a value/);
 });
+
+for (
+  const [name, path, warned] of [
+    ["Antrea v1.13's stock config (as Helm renders it)", STOCK_V113_CONF, []],
+    ["a newer chart's config", NEWER_CHART_CONF, ["mode", "flowCollector.tls"]],
+  ] as const
+) {
+  Deno.test(`main: the process starts on ${name}, warning that no sink is enabled`, async () => {
+    const dir = await Deno.makeTempDir({ prefix: "fa-stock-" });
+    const fa = await FaProcess.startWithConfig(dir, await Deno.readTextFile(path));
+    try {
+      await fa.collectorPort(30_000);
+      assert.ok(fa.find({ msg: "Started TLS collecting process" }).length === 1, fa.stderr);
+      assert.equal(fa.find({ level: "warn", msg: NO_SINK_WARNING }).length, 1, fa.stderr);
+      for (const key of warned) {
+        assert.equal(
+          fa.find({ level: "warn", path: key, msg: /unknown key, ignored$/ }).length,
+          1,
+          `${key} warned:\n${fa.stderr}`,
+        );
+      }
+      const status = await fa.stop();
+      assert.equal(status.code, 0, fa.stderr);
+    } finally {
+      await fa.dispose();
+      await Deno.remove(dir, { recursive: true });
+    }
+  });
+}

@@ -21,6 +21,7 @@ export type {
 } from "./section.ts";
 export {
   type ConfigOf,
+  type ConfigWarning,
   DECODE_ERROR_PREFIX,
   fullSchema,
   GLOBAL_SCHEMA,

@@ -1,12 +1,18 @@
 /**
- * The configuration load pipeline (control-plane.md §1.2): strict decode (unknown keys,
- * duplicates and wrongly typed scalars are errors naming the key path and line), defaults,
- * validation in the upstream order (§1.5, first failure wins) and derivation of parsed values.
- * Pure: no I/O besides reading `TMPDIR` for the default flow log path.
+ * The configuration load pipeline (control-plane.md §1.2): decode (duplicates and wrongly typed
+ * scalars are errors naming the key path and line), defaults, validation in the upstream order
+ * (§1.5, first failure wins) and derivation of parsed values. Pure: no I/O besides reading
+ * `TMPDIR` for the default flow log path.
  *
  * Scalars follow YAML 1.1 as upstream's yaml.v2 does: `yes/no/on/off` are bools, `1_000` and
  * `0777` are ints, and a plain scalar decoded into a string field is taken verbatim (so
  * `activeFlowRecordTimeout: 60` is the string "60" and then fails with a missing-unit error).
+ *
+ * Where the stock v1.13 files would otherwise not load, the decoder is as lenient as upstream's
+ * (or newer Antrea's) and says so through {@linkcode ParseConfigOptions.onWarning}: a float
+ * for an integer key (Helm renders `1000000` as `1e+06`) is taken, truncated toward zero like
+ * yaml.v2 does; only the first document of a multi-document file is read; an unknown key (a
+ * newer chart's) is ignored; a file with no sink enabled loads (the process runs idle).
  */
 
 import {
@@ -17,8 +23,9 @@ import {
   isSeq,
   LineCounter,
   type Node,
-  parseDocument,
+  parseAllDocuments,
 } from "yaml";
+import { logger } from "../log.ts";
 import { DEFAULTS } from "./defaults.ts";
 import { buildLimits, defaultLimits, LIMITS_SCHEMA } from "./limits.ts";
 import {
@@ -39,10 +46,31 @@ import type { GlobalConfig, TransportProtocol } from "./types.ts";
 /** Prefix of every decode error, as upstream writes it. */
 export const DECODE_ERROR_PREFIX = "failed to unmarshal FlowAggregator config from ConfigMap: ";
 
-/** Options of {@linkcode parseConfig}. */
+/** Something in a configuration file that loads but deserves the operator's attention. */
+export interface ConfigWarning {
+  /** Key path the warning is about (`flowLogger.maxsize`), "" for the whole file. */
+  readonly path: string;
+  /** What was found and what was done about it, with the line when known. */
+  readonly message: string;
+}
+
+/** Options of {@linkcode parseConfigWith}. */
 export interface ParseConfigOptions {
   /** Directory of the default flow log; default `$TMPDIR`, else `/tmp`. */
   tmpDir?: string;
+  /**
+   * Receives each warning of a file that loads (unknown keys, truncated numbers, extra
+   * documents, no sink enabled). Default: logged at warn level (component `config`), so every
+   * load, at start and at each reload, reports them. Warnings of a file that then fails
+   * validation are reported too: they may explain the failure.
+   */
+  onWarning?: (warning: ConfigWarning) => void;
+}
+
+const log = logger("config");
+
+function logWarning(w: ConfigWarning): void {
+  log.warn(w.message, w.path === "" ? {} : { path: w.path });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -51,16 +79,25 @@ export interface ParseConfigOptions {
 class Decoder {
   readonly #doc: Document;
   readonly #lines: LineCounter;
+  readonly #warn: (warning: ConfigWarning) => void;
 
-  constructor(doc: Document, lines: LineCounter) {
+  constructor(doc: Document, lines: LineCounter, warn: (warning: ConfigWarning) => void) {
     this.#doc = doc;
     this.#lines = lines;
+    this.#warn = warn;
+  }
+
+  #where(node: Node | null | undefined): string {
+    const offset = node?.range?.[0];
+    return offset === undefined ? "" : `line ${this.#lines.linePos(offset).line}: `;
   }
 
   #fail(node: Node | null | undefined, path: string, msg: string): never {
-    const offset = node?.range?.[0];
-    const where = offset === undefined ? "" : `line ${this.#lines.linePos(offset).line}: `;
-    throw new ConfigError(`${DECODE_ERROR_PREFIX}${where}${path}: ${msg}`, path);
+    throw new ConfigError(`${DECODE_ERROR_PREFIX}${this.#where(node)}${path}: ${msg}`, path);
+  }
+
+  #warning(node: Node | null | undefined, path: string, msg: string): void {
+    this.#warn({ path, message: `config: ${this.#where(node)}${path}: ${msg}` });
   }
 
   #resolve(node: unknown): Node | null {
@@ -92,7 +129,11 @@ class Decoder {
       const key = keyNode !== null && isScalar(keyNode) ? String(keyNode.value) : "";
       const keyPath = path === "" ? key : `${path}.${key}`;
       const kind = Object.hasOwn(schema, key) ? schema[key] : undefined;
-      if (kind === undefined) this.#fail(keyNode, keyPath, "unknown key");
+      if (kind === undefined) {
+        // Newer Antrea's behaviour (§8 L21): a newer chart's key must not stop the process.
+        this.#warning(keyNode, keyPath, "unknown key, ignored");
+        continue;
+      }
       const value = this.#value(pair.value, kind, keyPath);
       if (value !== undefined) out[key] = value;
     }
@@ -152,40 +193,51 @@ class Decoder {
       }
       return v;
     }
-    // Integers: only an unquoted integer literal; `1.0`, `1e3` and quoted numbers are rejected.
-    const src = typeof node.source === "string" ? node.source : "";
-    if (
-      typeof v !== "number" || !Number.isInteger(v) || node.type !== "PLAIN" ||
-      (!/^[-+]?0x/i.test(src) && /[.eE]/.test(src))
-    ) {
+    // Integers: only an unquoted number. yaml.v2 also takes a float and converts it as Go's
+    // int64(f) does (toward zero): Helm renders large integers as `1e+06`.
+    const src = typeof node.source === "string" ? node.source : String(v);
+    if (typeof v !== "number" || !Number.isFinite(v) || node.type !== "PLAIN") {
       this.#fail(node, path, `expected an integer, got ${this.#describe(node)}`);
     }
+    const n = Math.trunc(v) + 0; // + 0: no -0
     const [lo, hi] = kind === "i32"
       ? [-(2 ** 31), 2 ** 31 - 1]
       : kind === "u32"
       ? [0, 2 ** 32 - 1]
       : [Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER];
-    if (v < lo || v > hi) {
+    if (n < lo || n > hi) {
       this.#fail(
         node,
         path,
-        `integer ${src || v} overflows ${
-          kind === "int" ? "int" : kind === "i32" ? "int32" : "uint32"
-        }`,
+        `integer ${src} overflows ${kind === "int" ? "int" : kind === "i32" ? "int32" : "uint32"}`,
       );
     }
-    return v;
+    if (n !== v) this.#warning(node, path, `${src} is not a whole number, truncated to ${n}`);
+    return n;
   }
 }
 
-function decode(text: string, schema: MapSchema): Raw {
+function decode(
+  text: string,
+  schema: MapSchema,
+  warn: (warning: ConfigWarning) => void,
+): Raw {
   const lines = new LineCounter();
-  const doc = parseDocument(text, {
+  const docs = parseAllDocuments(text, {
     version: "1.1",
     uniqueKeys: true,
     prettyErrors: false,
     lineCounter: lines,
   });
+  // Like yaml.v2's Unmarshal, only the first document counts; the rest is not even checked.
+  const doc = docs[0];
+  if (doc === undefined) return {};
+  if (docs.length > 1) {
+    warn({
+      path: "",
+      message: `config: the file holds ${docs.length} YAML documents, only the first is used`,
+    });
+  }
   if (doc.errors.length > 0) {
     const e = doc.errors[0];
     const line = lines.linePos(e.pos[0]).line;
@@ -193,7 +245,7 @@ function decode(text: string, schema: MapSchema): Raw {
     const msg = e.message.split("\n")[0] + (near === "" ? "" : ` (at ${JSON.stringify(near)})`);
     throw new ConfigError(`${DECODE_ERROR_PREFIX}line ${line}: ${msg}`);
   }
-  return new Decoder(doc, lines).map(doc.contents, schema, "") ?? {};
+  return new Decoder(doc, lines, warn).map(doc.contents, schema, "") ?? {};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -275,15 +327,17 @@ export function fullSchema(sections: readonly ConfigSection<string, SectionConfi
  * Parses and validates a configuration file's text against the global keys and `sections`
  * (in their order). Throws a {@linkcode ConfigError} whose message names the key path; decode
  * errors start with {@linkcode DECODE_ERROR_PREFIX}. Validation follows the upstream order
- * (control-plane.md §1.5, first failure wins): every section's presence checks, "no sink
- * enabled", timeouts, transport, then every section's own checks, then our additions.
+ * (control-plane.md §1.5, first failure wins): every section's presence checks, timeouts,
+ * transport, then every section's own checks, then our additions. "No sink enabled" (upstream's
+ * V3 error) is a warning, reported once everything else is valid.
  */
 export function parseConfigWith<S extends readonly ConfigSection<string, SectionConfig>[]>(
   text: string,
   sections: S,
   options: ParseConfigOptions = {},
 ): ConfigOf<S> {
-  const raw = decode(text, fullSchema(sections));
+  const warn = options.onWarning ?? logWarning;
+  const raw = decode(text, fullSchema(sections), warn);
   const ctx: BuildContext = { tmpDir: options.tmpDir ?? defaultTmpDir() };
   const cfg = buildGlobal(raw) as ConfigOf<S>;
   const built: [ConfigSection<string, SectionConfig>, SectionConfig][] = [];
@@ -294,13 +348,6 @@ export function parseConfigWith<S extends readonly ConfigSection<string, Section
   }
 
   for (const [s, c] of built) s.required?.(c);
-  if (!built.some(([, c]) => c.enable)) {
-    fail(
-      "",
-      "external flow collector or ClickHouse or S3Uploader should be configured " +
-        `(enable one of ${sections.map((s) => s.key).join(", ")})`,
-    );
-  }
   cfg.activeFlowRecordTimeoutMs = positiveTimeout(
     "activeFlowRecordTimeout",
     cfg.activeFlowRecordTimeout,
@@ -320,5 +367,14 @@ export function parseConfigWith<S extends readonly ConfigSection<string, Section
   const port = cfg.apiServer.apiPort;
   if (port < 1 || port > 65535) fail("apiServer.apiPort", `port ${port} is not in 1..65535`);
   cfg.limits = buildLimits(sub(raw, "limits"));
+  if (!built.some(([, c]) => c.enable)) {
+    // Upstream v1.13 refused this (V3), so its own stock manifest crash-looped; newer Antrea
+    // runs idle (§8 L2). Records are still received, aggregated and counted.
+    warn({
+      path: "",
+      message: "config: No collector / sink has been configured, so no flow data will be " +
+        `exported (enable one of ${sections.map((s) => s.key).join(", ")})`,
+    });
+  }
   return cfg;
 }

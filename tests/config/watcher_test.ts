@@ -136,7 +136,7 @@ Deno.test("watcher: a ConfigMap swap fires onChange once per real change", async
 
     // Invalid content is ignored and the last good config stays.
     check = h.waitFor("invalid");
-    await vol.swap("flowLogger:\n  enable: true\n  bogus: 1\n");
+    await vol.swap("flowLogger:\n  enable: true\n  maxSize: nope\n");
     await check;
     assert.equal(h.changes.length, 1);
     assert.equal(h.watcher.config.flowLogger.path, "/tmp/b.log");
@@ -207,9 +207,9 @@ Deno.test("watcher: start fails cleanly for a missing directory or an invalid fi
   );
   const dir = await Deno.makeTempDir({ prefix: "fa-config-" });
   try {
-    await Deno.writeTextFile(`${dir}/${CONF}`, "flowLogger:\n  enable: false\n");
+    await Deno.writeTextFile(`${dir}/${CONF}`, "flowLogger:\n  enable: 1\n");
     const w2 = new ConfigWatcher(`${dir}/${CONF}`, { ...PRODUCT, onChange: () => {} });
-    await assert.rejects(() => w2.start(), /should be configured/);
+    await assert.rejects(() => w2.start(), /flowLogger\.enable: expected a bool/);
     assert.throws(() => w2.config, /not started/);
   } finally {
     await Deno.remove(dir, { recursive: true });

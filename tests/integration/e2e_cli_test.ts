@@ -87,7 +87,7 @@ for (
       "activeFlowRecordTimeout: 10x\nflowLogger:\n  enable: true\n",
       "activeFlowRecordTimeout",
     ],
-    ["an unknown key", "flowLoger:\n  enable: true\n", "flowLoger"],
+    ["a wrongly typed value", "flowLogger:\n  enable: 1\n", "flowLogger.enable"],
     [
       "a bad collector address",
       "flowCollector:\n  enable: true\n  address: 127.0.0.1:99999:tcp\n",

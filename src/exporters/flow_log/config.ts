@@ -34,7 +34,8 @@ export interface FlowLoggerConfig {
    */
   maxSize: number;
   /**
-   * Rotated files kept; 0 = keep all (presence-aware, unlike upstream where 0 became 3).
+   * Rotated files kept; 0 (or absent) means the default, as upstream (whose docs said "0 =
+   * keep all" while its code used 3: an unbounded default would fill the disk).
    * @default {3}
    */
   maxBackups: number;
@@ -102,8 +103,8 @@ export const flowLoggerSection: ConfigSection<"flowLogger", FlowLoggerConfig> = 
       enable: bool(raw, "enable", false),
       path: str(raw, "path", `${ctx.tmpDir === "/" ? "" : ctx.tmpDir}/${d.fileName}`),
       maxSize: intOr(raw, "maxSize", d.maxSize),
-      // Presence-aware (§8 L22): an explicit 0 means "keep all", as documented upstream.
-      maxBackups: typeof raw.maxBackups === "number" ? raw.maxBackups : d.maxBackups,
+      // Upstream semantics (§1.2): 0 is unset and gives 3, so a v1.13 file keeps its meaning.
+      maxBackups: intOr(raw, "maxBackups", d.maxBackups),
       maxAge: intOr(raw, "maxAge", d.maxAge),
       compress: bool(raw, "compress", d.compress),
       recordFormat: str(raw, "recordFormat", d.recordFormat),

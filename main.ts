@@ -22,7 +22,22 @@ import {
   type UdpReceiverFactory,
 } from "./src/collector/mod.ts";
 import { FlowAggregator } from "./src/flow_aggregator.ts";
-import { isLogLevel, logger, type LogLevel, setLogFormat, setLogLevel } from "./src/log.ts";
+import {
+  isLogFormat,
+  isLogLevel,
+  type LogFormat,
+  logger,
+  type LogLevel,
+  setLogFormat,
+  setLogLevel,
+} from "./src/log.ts";
+import {
+  KLOG_DEFAULTS,
+  klogFileDir,
+  type KlogFlags,
+  parseKlogFlag,
+  startLogOutput,
+} from "./src/log/mod.ts";
 import type { GeneratedCertificates } from "./src/pki/mod.ts";
 
 const log = logger("main");
@@ -51,15 +66,23 @@ Flags:
                        run the sinks in the main thread with the process's permissions
                        instead of one permission-scoped worker each (debugging).
   --log-level LEVEL    error, warn, info (default) or debug.
-  --log-format FORMAT  logfmt (default) or json.
-  --v N                klog verbosity (accepted for compatibility: N >= 4 means debug).
+  --log-format FORMAT  logfmt (default), json, or klog (upstream's text lines).
+  --v N                klog verbosity: N >= 4 means debug.
   --version            print the version and exit.
   --help               print this help and exit.
 
-klog flags (--logtostderr, --alsologtostderr, --log_dir, --log_file, --log_file_max_size,
---log_file_max_num, --log-flush-frequency, --vmodule, --stderrthreshold, --add_dir_header,
---skip_headers, --skip_log_headers, --one_output, --log_backtrace_at) are accepted and ignored:
-logs always go to stderr, one structured event per line.
+klog's flags, as the upstream Deployment passes them:
+  --logtostderr=false  write log files instead of stderr only (default true: stderr only).
+  --log_dir DIR        directory of the log files (default the temp directory), named
+                       flow-aggregator.<host>.<user>.log.<SEVERITY>.<yyyymmdd-hhmmss>.<pid>,
+                       with a flow-aggregator.<SEVERITY> link to the current one.
+  --alsologtostderr    with files: every line to stderr too.
+  --stderrthreshold S  with files: lines of severity S (default ERROR) and above to stderr.
+  --log_file_max_size MB  new file when the current one would exceed MB (default 1800).
+  --log_file_max_num N    keep at most N files per severity (default 0: all).
+  --log-flush-frequency D how often buffered lines reach the files (default 5s).
+--log_file (not supported: warned, --log_dir is used), --vmodule, --add_dir_header,
+--skip_headers, --skip_log_headers, --one_output, --log_backtrace_at are accepted.
 `;
 
 /** Parsed command line. */
@@ -75,35 +98,19 @@ export interface CliOptions {
   /** With `permissions`: print each sink's worker permissions as a table instead. */
   perSink: boolean;
   logLevel: LogLevel;
-  logFormat: "logfmt" | "json";
+  logFormat: LogFormat;
+  /** klog's output flags (`--log_dir`, `--logtostderr`, …). */
+  klog: KlogFlags;
   version: boolean;
   help: boolean;
 }
-
-const KLOG_VALUE_FLAGS = new Set([
-  "log_dir",
-  "log_file",
-  "log_file_max_size",
-  "log_file_max_num",
-  "log-flush-frequency",
-  "vmodule",
-  "stderrthreshold",
-  "log_backtrace_at",
-]);
-const KLOG_BOOL_FLAGS = new Set([
-  "logtostderr",
-  "alsologtostderr",
-  "add_dir_header",
-  "skip_headers",
-  "skip_log_headers",
-  "one_output",
-]);
 
 /** Parses `args`; throws an Error naming the bad flag. */
 export function parseArgs(args: readonly string[]): CliOptions {
   const opts: CliOptions = {
     logLevel: "info",
     logFormat: "logfmt",
+    klog: { ...KLOG_DEFAULTS },
     version: false,
     help: false,
     udpReceiver: "auto",
@@ -166,9 +173,7 @@ export function parseArgs(args: readonly string[]): CliOptions {
       }
       case "log-format": {
         const v = value();
-        if (v !== "logfmt" && v !== "json") {
-          throw new Error(`--log-format "${v}": use logfmt or json`);
-        }
+        if (!isLogFormat(v)) throw new Error(`--log-format "${v}": use logfmt, json or klog`);
         opts.logFormat = v;
         break;
       }
@@ -192,11 +197,7 @@ export function parseArgs(args: readonly string[]): CliOptions {
         opts.help = true;
         break;
       default:
-        if (KLOG_VALUE_FLAGS.has(name)) {
-          value();
-        } else if (KLOG_BOOL_FLAGS.has(name)) {
-          // `--logtostderr=false` carries its value inline; a bare flag means true.
-        } else {
+        if (!parseKlogFlag(opts.klog, { name, inline, next: value })) {
           throw new Error(`unknown flag --${name}`);
         }
     }
@@ -280,6 +281,7 @@ async function printPermissions(opts: CliOptions): Promise<number> {
     certDir: opts.certDir,
     udpReceiver: opts.udpReceiver,
     exportersInProcess: opts.exportersInProcess,
+    logDir: klogFileDir(opts.klog),
   }));
   console.log(flags.join(" "));
   return 0;
@@ -288,7 +290,9 @@ async function printPermissions(opts: CliOptions): Promise<number> {
 async function run(opts: CliOptions): Promise<number> {
   setLogLevel(opts.logLevel);
   setLogFormat(opts.logFormat);
+  const logOutput = startLogOutput(opts.klog);
   log.info("Flow aggregator starting...", { version: VERSION });
+  for (const note of logOutput.notes) log[note.level](note.msg, note.fields);
 
   const cluster = detectCluster();
   if (cluster === undefined) {

@@ -1,9 +1,12 @@
 /**
- * Structured logging: one event per line, `key=value` pairs (logfmt) or JSON, with levels.
- * Every module logs through a {@linkcode Logger} from {@linkcode logger}; nothing outside
- * `main.ts` and `scripts/` writes to the console directly. Output goes to stderr so that
- * stdout stays free for the flow log when it is configured to write there.
+ * Structured logging: one event per line, `key=value` pairs (logfmt), JSON or klog text lines
+ * (as upstream writes them), with levels. Every module logs through a {@linkcode Logger} from
+ * {@linkcode logger}; nothing outside `main.ts` and `scripts/` writes to the console directly.
+ * Output goes to stderr so that stdout stays free for the flow log when it is configured to
+ * write there; `src/log/` adds klog's log files (`--log_dir`) as another writer.
  */
+
+import { formatKlogLine } from "./log/klog_format.ts";
 
 /** Severity of a log event, most severe first. */
 export type LogLevel = "error" | "warn" | "info" | "debug";
@@ -13,27 +16,46 @@ const LEVELS: Record<LogLevel, number> = { error: 0, warn: 1, info: 2, debug: 3 
 /** Key/value context attached to an event. Values are rendered with `String()` (bigint exact). */
 export type LogFields = Record<string, unknown>;
 
-/** Where formatted lines go; replaceable in tests. */
-export type LogWriter = (line: string) => void;
+/** Line formats: logfmt (default), JSON objects, or klog text lines. */
+export type LogFormat = "logfmt" | "json" | "klog";
+
+const FORMATS: readonly LogFormat[] = ["logfmt", "json", "klog"];
+
+/** Where formatted lines go (with their level, for klog's per-severity files); replaceable. */
+export type LogWriter = (line: string, level: LogLevel) => void;
 
 interface LogState {
   level: number;
-  format: "logfmt" | "json";
+  format: LogFormat;
   writer: LogWriter;
 }
 
 const encoder = new TextEncoder();
-const state: LogState = {
-  level: LEVELS.info,
-  format: "logfmt",
-  writer: (line) => {
-    try {
-      Deno.stderr.writeSync(encoder.encode(line + "\n"));
-    } catch {
-      // stderr closed: nothing sensible left to do with a log line.
-    }
-  },
-};
+
+/** Writes one line to stderr (the default writer). */
+export function writeStderr(line: string): void {
+  try {
+    Deno.stderr.writeSync(encoder.encode(line + "\n"));
+  } catch {
+    // stderr closed: nothing sensible left to do with a log line.
+  }
+}
+
+const state: LogState = { level: LEVELS.info, format: "logfmt", writer: writeStderr };
+
+/**
+ * Hands a formatted line to the writer (a worker thread's lines arrive this way); a writer
+ * that throws must not take the caller down with it.
+ */
+export function writeLogLine(line: string, level: LogLevel): void {
+  try {
+    state.writer(line, level);
+  } catch (err) {
+    writeStderr(line);
+    writeStderr(`log writer failed: ${err instanceof Error ? err.message : String(err)}`);
+  }
+}
+const PID = Deno.pid;
 
 /** Returns true if `s` is a valid level name. */
 export function isLogLevel(s: string): s is LogLevel {
@@ -45,14 +67,19 @@ export function setLogLevel(level: LogLevel): void {
   state.level = LEVELS[level];
 }
 
+/** Returns true if `s` is a line format name. */
+export function isLogFormat(s: string): s is LogFormat {
+  return (FORMATS as readonly string[]).includes(s);
+}
+
 /** The level and format in force (handed to worker threads, which have their own logger). */
-export function logSettings(): { level: LogLevel; format: "logfmt" | "json" } {
+export function logSettings(): { level: LogLevel; format: LogFormat } {
   const level = (Object.keys(LEVELS) as LogLevel[]).find((l) => LEVELS[l] === state.level);
   return { level: level ?? "info", format: state.format };
 }
 
 /** Chooses the line format. */
-export function setLogFormat(format: "logfmt" | "json"): void {
+export function setLogFormat(format: LogFormat): void {
   state.format = format;
 }
 
@@ -112,18 +139,27 @@ export class Logger {
 
   #emit(level: LogLevel, msg: string, fields?: LogFields): void {
     if (LEVELS[level] > state.level) return;
-    const time = new Date().toISOString();
+    const at = new Date();
+    if (state.format === "klog") {
+      const line = formatKlogLine({ level, component: this.#component, msg, fields }, {
+        at,
+        pid: PID,
+      });
+      writeLogLine(line, level);
+      return;
+    }
+    const time = at.toISOString();
     if (state.format === "json") {
       const obj: Record<string, unknown> = { time, level, component: this.#component, msg };
       for (const [k, v] of Object.entries(fields ?? {})) obj[k] = renderValue(v);
-      state.writer(JSON.stringify(obj));
+      writeLogLine(JSON.stringify(obj), level);
       return;
     }
     let line = `time=${time} level=${level} component=${this.#component} msg=${quoteLogfmt(msg)}`;
     for (const [k, v] of Object.entries(fields ?? {})) {
       line += ` ${k}=${quoteLogfmt(renderValue(v))}`;
     }
-    state.writer(line);
+    writeLogLine(line, level);
   }
 }
 

@@ -1,8 +1,9 @@
 /**
  * The minimal Deno permissions of a process running a given configuration: the collector's
  * listen address, every enabled sink's own permissions (from its component), the config
- * directory (watched), the sinks' worker modules, the certificate directory, the environment
- * the process reads, and `--allow-ffi` only for the UDP fast path. `flow-aggregator
+ * directory (watched), the sinks' worker modules, the certificate directory, klog's log
+ * directory (`--log_dir`), the environment the process reads, and `--allow-ffi` only for the
+ * UDP fast path. `flow-aggregator
  * permissions --config FILE` prints them as `deno run` flags.
  *
  * @module
@@ -13,6 +14,7 @@ import { fileURLToPath } from "node:url";
 import { DEFAULT_LISTEN_ADDRESS, UDP_FAST_WORKER_MODULE } from "./collector/mod.ts";
 import { COMPONENTS, type FlowAggregatorConfig } from "./components.ts";
 import type { ExporterPermissions } from "./exporters/component.ts";
+import { KLOG_FILE_ENV } from "./log/mod.ts";
 
 /**
  * Environment variables the process itself reads: Kubernetes detection, the default flow log
@@ -43,6 +45,8 @@ export interface PermissionInputs {
   udpReceiver?: "auto" | "fast" | "socket";
   /** Sinks run in process (no worker modules to read). */
   exportersInProcess?: boolean;
+  /** Directory of klog's log files, when the process writes them (`--logtostderr=false`). */
+  logDir?: string;
 }
 
 /** The process's permissions: allow-lists per kind, and the booleans. */
@@ -86,6 +90,12 @@ export function processPermissions(
   const env = [...PROCESS_ENV];
   if (inputs.configPath !== undefined) read.push(dirname(resolve(inputs.configPath)));
   if (inputs.certDir !== undefined) write.push(resolve(inputs.certDir));
+  if (inputs.logDir !== undefined) {
+    // Read: pruning lists the directory (`--log_file_max_num`). Env: host and user names.
+    read.push(resolve(inputs.logDir));
+    write.push(resolve(inputs.logDir));
+    env.push(...KLOG_FILE_ENV);
+  }
   for (const { component: c, permissions: p } of sinkPermissions(config)) {
     if (c.create === undefined) continue; // no sink in this build: nothing runs
     net.push(...p.net);

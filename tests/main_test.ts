@@ -6,6 +6,7 @@
 import assert from "node:assert/strict";
 import denoJson from "../deno.json" with { type: "json" };
 import { parseArgs, VERSION } from "../main.ts";
+import { KLOG_DEFAULTS } from "../src/log/mod.ts";
 import { FaProcess } from "./_helpers/process.ts";
 import { NEWER_CHART_CONF, NO_SINK_WARNING, STOCK_V113_CONF } from "./_helpers/stock_config.ts";
 
@@ -18,6 +19,7 @@ Deno.test("main: no flags gives the defaults", () => {
   assert.deepEqual(parseArgs([]), {
     logLevel: "info",
     logFormat: "logfmt",
+    klog: { ...KLOG_DEFAULTS },
     version: false,
     help: false,
     udpReceiver: "auto",
@@ -52,10 +54,10 @@ Deno.test("main: log level, format and klog verbosity", () => {
   assert.equal(parseArgs(["-v", "2"]).logLevel, "info");
   assert.throws(() => parseArgs(["--v", "-1"]), /--v needs a non-negative integer/);
   assert.throws(() => parseArgs(["--log-level", "trace"]), /--log-level "trace"/);
-  assert.throws(() => parseArgs(["--log-format", "xml"]), /--log-format "xml"/);
+  assert.throws(() => parseArgs(["--log-format", "xml"]), /--log-format "xml": use logfmt, json/);
 });
 
-Deno.test("main: the v1.13 Deployment's klog flags are accepted and ignored", () => {
+Deno.test("main: the v1.13 Deployment's klog flags are parsed with Go's flag rules", () => {
   const a = parseArgs([
     "--config",
     "/etc/flow-aggregator/flow-aggregator.conf",
@@ -67,9 +69,36 @@ Deno.test("main: the v1.13 Deployment's klog flags are accepted and ignored", ()
     "4",
     "--vmodule=x=2",
     "--skip_headers",
+    "--log-format=klog",
   ]);
   assert.equal(a.config, "/etc/flow-aggregator/flow-aggregator.conf");
   assert.equal(a.logLevel, "info");
+  assert.equal(a.logFormat, "klog");
+  assert.deepEqual(a.klog, {
+    ...KLOG_DEFAULTS,
+    logtostderr: false,
+    logDir: "/var/log/antrea/flow-aggregator",
+    alsologtostderr: true,
+    logFileMaxSizeMB: 100,
+    logFileMaxNum: 4,
+  });
+  // A bool flag takes its value only inline (Go): "false" is then an argument of its own.
+  assert.throws(() => parseArgs(["--logtostderr", "false"]), /unexpected argument "false"/);
+  assert.equal(parseArgs(["-logtostderr=0", "--alsologtostderr=F"]).klog.logtostderr, false);
+  assert.deepEqual(
+    [
+      parseArgs(["--stderrthreshold=WARNING"]).klog.stderrThreshold,
+      parseArgs(["--stderrthreshold", "0"]).klog.stderrThreshold,
+      parseArgs(["--log-flush-frequency=250ms"]).klog.flushFrequencyMs,
+      parseArgs(["--log_file_max_size=0.01"]).klog.logFileMaxSizeMB,
+    ],
+    [1, 0, 250, 0.01],
+  );
+  assert.throws(() => parseArgs(["--logtostderr=maybe"]), /invalid boolean value "maybe"/);
+  assert.throws(() => parseArgs(["--log_file_max_num=-1"]), /--log_file_max_num needs a non-neg/);
+  assert.throws(() => parseArgs(["--log_file_max_size=big"]), /--log_file_max_size needs/);
+  assert.throws(() => parseArgs(["--stderrthreshold=LOUD"]), /--stderrthreshold "LOUD"/);
+  assert.throws(() => parseArgs(["--log-flush-frequency=5"]), /missing unit/);
 });
 
 Deno.test("main: --version, --help and -h", () => {

@@ -6,6 +6,7 @@ import {
   processPermissions,
   sinkPermissionTable,
 } from "../src/permissions.ts";
+import { KLOG_DEFAULTS, KLOG_FILE_ENV, klogFileDir } from "../src/log/mod.ts";
 
 const SRC = new URL("../src", import.meta.url).pathname;
 
@@ -91,5 +92,24 @@ clickHouse:
   databaseURL: tcp://ch.example:9000
 `)),
     /\| clickhouse \(`clickHouse`\) \| `ch\.example:8123` \| — \| — \| `CH_USERNAME`, `CH_PASSWORD` \|/,
+  );
+});
+
+Deno.test("permissions: klog's --log_dir is read (pruning) and written; host and user names read", () => {
+  const config = cfg(
+    "aggregatorTransportProtocol: TCP\nflowLogger:\n  enable: true\n  path: '-'\n",
+  );
+  const p = processPermissions(config, {
+    exportersInProcess: true,
+    logDir: "/var/log/antrea/flow-aggregator",
+  });
+  assert.deepEqual(p.read, ["/var/log/antrea/flow-aggregator"]);
+  assert.deepEqual(p.write, ["/var/log/antrea/flow-aggregator"]);
+  assert.deepEqual(p.env, [...PROCESS_ENV, ...KLOG_FILE_ENV].sort());
+  // What `permissions` prints for the upstream Deployment's flags (logtostderr=false only).
+  assert.equal(klogFileDir({ ...KLOG_DEFAULTS, logDir: "/var/log/x" }), undefined);
+  assert.equal(
+    klogFileDir({ ...KLOG_DEFAULTS, logtostderr: false, logDir: "/var/log/x" }),
+    "/var/log/x",
   );
 });

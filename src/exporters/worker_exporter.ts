@@ -18,7 +18,7 @@
 
 import type { SectionConfig } from "../config/section.ts";
 import { type Clock, type ClockTimer, systemClock } from "../clock.ts";
-import { logger, logSettings } from "../log.ts";
+import { logger, logSettings, writeLogLine } from "../log.ts";
 import type { ExportedFlow } from "../aggregation/record.ts";
 import { batchCount, BatchWriter } from "./batch.ts";
 import type { ExporterComponent, ExporterContext, ExporterPermissions } from "./component.ts";
@@ -338,6 +338,8 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
         );
       });
       worker.onmessage = (e: MessageEvent<FromWorker>) => {
+        // Log lines of any worker, even a replaced one, reach the process's log output.
+        if (e.data.t === "log") return writeLogLine(e.data.line, e.data.level);
         if (worker !== this.#worker) return;
         this.#lastHeard = this.#opts.clock.nowMs();
         const m = e.data;

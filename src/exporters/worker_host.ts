@@ -9,7 +9,7 @@
  */
 
 import type { SectionConfig } from "../config/section.ts";
-import { logger, RateLimitedLog, setLogFormat, setLogLevel } from "../log.ts";
+import { logger, RateLimitedLog, setLogFormat, setLogLevel, setLogWriter } from "../log.ts";
 import { readBatch } from "./batch.ts";
 import type { ExporterComponent } from "./component.ts";
 import type { Exporter } from "./exporter.ts";
@@ -99,6 +99,9 @@ export function runExporterWorker<C extends SectionConfig>(
       case "init": {
         setLogLevel(m.log.level);
         setLogFormat(m.log.format);
+        // The main thread owns the log output (klog's files are outside this worker's
+        // permissions): lines are formatted here and written there.
+        setLogWriter((line, level) => scope.postMessage({ t: "log", line, level }));
         try {
           if (component.create === undefined) throw new Error(`${component.name}: no sink`);
           sink = component.create(m.config as C, m.ctx);

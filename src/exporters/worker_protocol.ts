@@ -7,7 +7,7 @@
  * @module
  */
 
-import type { LogLevel } from "../log.ts";
+import type { LogFormat, LogLevel } from "../log.ts";
 import type { ExporterContext } from "./component.ts";
 import type { ExporterStats } from "./exporter.ts";
 
@@ -31,7 +31,7 @@ export type ToWorker =
     t: "init";
     config: unknown;
     ctx: ExporterContext;
-    log: { level: LogLevel; format: "logfmt" | "json" };
+    log: { level: LogLevel; format: LogFormat };
   }
   | { t: "batch"; seq: number; buf: ArrayBuffer }
   | { t: "flush"; id: number }
@@ -44,7 +44,9 @@ export type FromWorker =
   | { t: "initError"; message: string }
   | { t: "ack"; seq: number; stats: WorkerStats }
   | { t: "stats"; stats: WorkerStats }
-  | { t: "done"; id: number; stats: WorkerStats; error?: string };
+  | { t: "done"; id: number; stats: WorkerStats; error?: string }
+  /** A formatted log line: the main thread writes it, to stderr or klog's files. */
+  | { t: "log"; line: string; level: LogLevel };
 
 /** Worker stats before anything happened. */
 export function emptyWorkerStats(): WorkerStats {

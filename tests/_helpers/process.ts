@@ -21,10 +21,27 @@ export interface LogEvent {
   readonly fields: Readonly<Record<string, string>>;
 }
 
-/** Parses one logfmt line (`k=v k2="quoted \"v\""`) or one JSON object line. */
+/**
+ * klog's text line (`--log-format klog`), as operators' parsers match it: severity letter, MMDD,
+ * time, pid, `file:line]`, the quoted message (group 7) and the key/values (group 8).
+ */
+export const KLOG_LINE =
+  /^([IWEF])(\d{4}) (\d{2}:\d{2}:\d{2}\.\d{6}) +(\d+) ([^\s:]+):(\d+)\] "((?:[^"\\]|\\.)*)"(.*)$/;
+
+const KLOG_LEVELS: Readonly<Record<string, string>> = { I: "info", W: "warn", E: "error" };
+
+/** Parses one logfmt line (`k=v k2="quoted \"v\""`), JSON object line or klog line. */
 export function parseLogLine(line: string): LogEvent {
   const fields: Record<string, string> = {};
   const t = line.trim();
+  const klog = KLOG_LINE.exec(t);
+  if (klog) {
+    fields.level = KLOG_LEVELS[klog[1]] ?? klog[1];
+    fields.component = klog[5];
+    fields.msg = JSON.parse(`"${klog[7]}"`) as string;
+    Object.assign(fields, parseLogLine(klog[8]).fields);
+    return { raw: line, fields };
+  }
   if (t.startsWith("{")) {
     try {
       for (const [k, v] of Object.entries(JSON.parse(t) as Record<string, unknown>)) {

@@ -1,0 +1,68 @@
+/**
+ * The real process with the upstream Deployment's klog flags: log files appear under
+ * `--log_dir` with klog's names, rotate at `--log_file_max_size`, at most `--log_file_max_num`
+ * are kept, every line is a klog line, stderr still gets every line (`--alsologtostderr`), and
+ * the lines buffered at exit reach the file.
+ */
+
+import assert from "node:assert/strict";
+import { FaProcess, flowLogConfig, KLOG_LINE } from "../_helpers/process.ts";
+
+const MAX_BYTES = Math.floor(0.002 * 1024 * 1024);
+const NAME = /^flow-aggregator\.testhost\.tester\.log\.(INFO|WARNING|ERROR)\.\d{8}-\d{6}\.(\d+)$/;
+
+Deno.test("log files: klog names under --log_dir, rotation at --log_file_max_size, --log_file_max_num kept", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-logdir-" });
+  const logDir = `${dir}/logs`;
+  const fa = await FaProcess.startWithConfig(dir, flowLogConfig(`${dir}/flows.log`), {
+    args: [
+      "--logtostderr=false",
+      `--log_dir=${logDir}`,
+      "--alsologtostderr",
+      "--log_file_max_size=0.002",
+      "--log_file_max_num=2",
+      "--log-format=klog",
+      "--log-level=debug",
+    ],
+    env: { HOSTNAME: "testhost.example", USER: "tester" },
+  });
+  try {
+    await fa.collectorPort();
+    const status = await fa.stop();
+    assert.equal(status.code, 0, fa.stderr);
+    // --alsologtostderr: stderr has every line, as klog lines.
+    assert.ok(fa.events.length > 10);
+    for (const e of fa.events) assert.match(e.raw, KLOG_LINE);
+
+    const names = [...Deno.readDirSync(logDir)].map((e) => e.name).sort();
+    const info = names.filter((n) => NAME.exec(n)?.[1] === "INFO");
+    assert.equal(info.length, 2, `at most 2 INFO files: ${names.join(" ")}`);
+    assert.ok(names.includes("flow-aggregator.INFO"), names.join(" "));
+    assert.equal(Number(NAME.exec(info[0])?.[2]), fa.pid);
+
+    const lines: string[] = [];
+    for (const n of info) {
+      const text = await Deno.readTextFile(`${logDir}/${n}`);
+      const body = text.split("\n").slice(4, -1);
+      assert.match(text, /^Log file created at: /);
+      assert.ok(
+        text.length <= MAX_BYTES || body.length === 1,
+        `${n}: ${text.length} bytes, over the limit with ${body.length} lines`,
+      );
+      for (const l of body) assert.match(l, KLOG_LINE);
+      lines.push(...body);
+    }
+    // The files are the tail of stderr (older files were pruned), up to the last line, which
+    // was still buffered when the process exited.
+    const stderr = fa.events.map((e) => e.raw);
+    assert.deepEqual(lines, stderr.slice(stderr.length - lines.length));
+    assert.match(lines.at(-1) ?? "", /"flow aggregator stopped"/);
+    assert.equal(
+      await Deno.readTextFile(`${logDir}/flow-aggregator.INFO`),
+      await Deno.readTextFile(`${logDir}/${info[1]}`),
+    );
+  } finally {
+    await fa.dispose();
+    await Deno.remove(dir, { recursive: true });
+  }
+});

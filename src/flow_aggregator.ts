@@ -29,7 +29,11 @@ import {
   workerModuleMissing,
 } from "./exporters/worker_exporter.ts";
 import { type LogFields, logger } from "./log.ts";
-import { generateCertificates, type GeneratedCertificates } from "./pki/mod.ts";
+import {
+  generateCertificates,
+  type GeneratedCertificates,
+  reissueServerCertificate,
+} from "./pki/mod.ts";
 
 const log = logger("flow-aggregator");
 
@@ -479,6 +483,17 @@ export class FlowAggregator {
       const prevCerts = this.#certs;
       if (prev.aggregatorTransportProtocol !== next.aggregatorTransportProtocol) {
         this.#certs = undefined;
+      } else if (
+        this.#certs !== undefined && prev.flowAggregatorAddress !== next.flowAggregatorAddress
+      ) {
+        // A new SAN for the server certificate, from the same CA: Agents keep trusting it.
+        this.#certs = reissueServerCertificate(this.#certs, {
+          namespace: this.#opts.namespace,
+          address: next.flowAggregatorAddress,
+        });
+        log.info("server certificate re-issued for the new flowAggregatorAddress", {
+          flowAggregatorAddress: next.flowAggregatorAddress,
+        });
       }
       try {
         await this.#startCollector(next);

@@ -102,6 +102,22 @@ function buildCert(spec: CertSpec): string {
   return forge.pki.certificateToPem(cert);
 }
 
+/** The server certificate's own extensions: serverAuth and its SANs (§3.2). */
+function serverExtensions(
+  namespace: string,
+  options: { readonly address?: string },
+): Record<string, unknown>[] {
+  const altNames: { type: number; value?: string; ip?: string }[] = [
+    { type: 2, value: `flow-aggregator.${namespace}.svc` },
+  ];
+  const address = options.address ?? "";
+  if (address !== "") {
+    if (isIP(address) !== 0) altNames.push({ type: 7, ip: address });
+    else altNames.push({ type: 2, value: address });
+  }
+  return [{ name: "extKeyUsage", serverAuth: true }, { name: "subjectAltName", altNames }];
+}
+
 /**
  * Generates a fresh CA plus server and client certificates (RSA, SHA-256, serials 1/2/3,
  * valid from `now − 1h` for 365 days), as the Flow Aggregator does at every start in TLS mode.
@@ -144,15 +160,6 @@ export function generateCertificates(
     .getBytes();
   const aki = { name: "authorityKeyIdentifier", keyIdentifier: caKeyId };
 
-  const altNames: { type: number; value?: string; ip?: string }[] = [
-    { type: 2, value: `flow-aggregator.${namespace}.svc` },
-  ];
-  const address = options.address ?? "";
-  if (address !== "") {
-    if (isIP(address) !== 0) altNames.push({ type: 7, ip: address });
-    else altNames.push({ type: 2, value: address });
-  }
-
   // A leaf certificate signed by the CA: server (serverAuth + SANs) or client (clientAuth).
   const leaf = (
     serial: string,
@@ -174,10 +181,7 @@ export function generateCertificates(
         aki,
       ],
     });
-  const serverPem = leaf("02", "server", serverKey.publicKey, [
-    { name: "extKeyUsage", serverAuth: true },
-    { name: "subjectAltName", altNames },
-  ]);
+  const serverPem = leaf("02", "server", serverKey.publicKey, serverExtensions(namespace, options));
   const clientPem = leaf("03", "client", clientKey.publicKey, [
     { name: "extKeyUsage", clientAuth: true },
   ]);
@@ -187,4 +191,41 @@ export function generateCertificates(
     server: { certPem: serverPem, keyPem: serverKey.keyPem },
     client: { certPem: clientPem, keyPem: clientKey.keyPem },
   };
+}
+
+/**
+ * Issues a new server certificate for `options.address` (`flowAggregatorAddress`) signed by the
+ * CA of `certs`, keeping that CA and the client certificate: Agents trust the new server
+ * certificate without any new material. Its serial is random (the CA's earlier server
+ * certificate holds 2) and its validity is the CA's.
+ */
+export function reissueServerCertificate(
+  certs: GeneratedCertificates,
+  options: GenerateCertificatesOptions = {},
+): GeneratedCertificates {
+  const ca = forge.pki.certificateFromPem(certs.ca.certPem);
+  const caKey = forge.pki.privateKeyFromPem(certs.ca.keyPem) as forge.pki.rsa.PrivateKey;
+  const caPublic = ca.publicKey as forge.pki.rsa.PublicKey;
+  const serverKey = newKey(options.modulusLength ?? caPublic.n.bitLength());
+  const unix = Math.floor((options.now ?? new Date()).getTime() / 1000);
+  const serial = crypto.getRandomValues(new Uint8Array(16));
+  serial[0] &= 0x7f; // positive
+  serial[0] |= 0x01; // DER-minimal (no leading zero byte)
+  const caKeyId = forge.pki.getPublicKeyFingerprint(caPublic, { type: "RSAPublicKey" }).getBytes();
+  const serverPem = buildCert({
+    serial: [...serial].map((b) => b.toString(16).padStart(2, "0")).join(""),
+    subject: cnAttributes(`flow-aggregator-server-certificate@${unix}`),
+    // The parsed CA subject keeps its UTF8String tags: the issuer bytes match the CA's.
+    issuer: ca.subject.attributes,
+    publicKey: serverKey.publicKey,
+    signingKey: caKey,
+    notBefore: ca.validity.notBefore,
+    notAfter: ca.validity.notAfter,
+    extensions: [
+      { name: "keyUsage", digitalSignature: true, critical: true },
+      ...serverExtensions(options.namespace || DEFAULT_NAMESPACE, options),
+      { name: "authorityKeyIdentifier", keyIdentifier: caKeyId },
+    ],
+  });
+  return { ...certs, server: { certPem: serverPem, keyPem: serverKey.keyPem } };
 }

@@ -11,4 +11,5 @@ export {
   generateCertificates,
   type GenerateCertificatesOptions,
   type GeneratedCertificates,
+  reissueServerCertificate,
 } from "./certificates.ts";

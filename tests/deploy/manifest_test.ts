@@ -1,0 +1,208 @@
+/**
+ * `deploy/flow-aggregator.yml` against Antrea v1.13's manifest (control-plane.md §4.5, §4.6,
+ * §6.8): the objects and their names, RBAC with no more than the calls the process makes, the
+ * Service ports, the Deployment's probes, mounts and upstream arguments; its ConfigMap carries
+ * the stock configuration (the fixture, byte for byte), which our parser loads; and its Deno
+ * permissions are exactly what `deno task permissions` prints for that configuration and those
+ * arguments, so the manifest cannot drift from the code.
+ */
+
+import assert from "node:assert/strict";
+import { parseAllDocuments } from "yaml";
+import denoJson from "../../deno.json" with { type: "json" };
+import { parseArgs } from "../../main.ts";
+import { parseConfig } from "../../src/components.ts";
+import { klogFileDir } from "../../src/log/mod.ts";
+import { permissionFlags, processPermissions } from "../../src/permissions.ts";
+import { STOCK_V113_CONF } from "../_helpers/stock_config.ts";
+
+const MANIFEST = new URL("../../deploy/flow-aggregator.yml", import.meta.url).pathname;
+const NS = "flow-aggregator";
+
+// deno-lint-ignore no-explicit-any
+type Obj = Record<string, any>;
+
+const docs = parseAllDocuments(Deno.readTextFileSync(MANIFEST));
+const objects: Obj[] = (docs as unknown as { errors: unknown[]; toJS(): Obj }[]).map((d) => {
+  assert.deepEqual(d.errors, []);
+  return d.toJS();
+});
+
+function get(kind: string, name: string, namespace?: string): Obj {
+  const o = objects.find((x) =>
+    x.kind === kind && x.metadata.name === name && x.metadata.namespace === namespace
+  );
+  assert.ok(o, `${kind} ${namespace ?? ""}/${name} in the manifest`);
+  return o;
+}
+
+/** Every (resource, name, verb) a set of rules grants, "*" for rules without resourceNames. */
+function grants(rules: Obj[]): string[] {
+  const out: string[] = [];
+  for (const r of rules) {
+    assert.deepEqual(r.apiGroups, [""], "core API group only");
+    for (const res of r.resources) {
+      for (const name of r.resourceNames ?? ["*"]) {
+        for (const verb of r.verbs) out.push(`${res}/${name}:${verb}`);
+      }
+    }
+  }
+  return out.sort();
+}
+
+function bindingSubjects(kind: string, name: string, namespace?: string): string[] {
+  return get(kind, name, namespace).subjects.map((s: Obj) => `${s.namespace}/${s.name}`);
+}
+
+Deno.test("manifest: the objects of upstream's v1.13 manifest", () => {
+  assert.deepEqual(
+    objects.map((o) => `${o.kind} ${o.metadata.namespace ?? ""}/${o.metadata.name}`).sort(),
+    [
+      "ClusterRole /flow-aggregator-role",
+      "ClusterRoleBinding /flow-aggregator-cluster-role-binding",
+      "ConfigMap flow-aggregator/flow-aggregator-configmap",
+      "Deployment flow-aggregator/flow-aggregator",
+      "Namespace /flow-aggregator",
+      "Role flow-aggregator/flow-aggregator-role",
+      "Role flow-aggregator/flow-exporter-role",
+      "Role kube-system/flow-aggregator-cluster-identity-reader",
+      "RoleBinding flow-aggregator/flow-aggregator-role-binding",
+      "RoleBinding flow-aggregator/flow-exporter-role-binding",
+      "RoleBinding kube-system/flow-aggregator-cluster-identity-reader",
+      "Secret flow-aggregator/clickhouse-secret",
+      "Secret flow-aggregator/flow-aggregator-aws-credentials",
+      "Service flow-aggregator/flow-aggregator",
+      "ServiceAccount flow-aggregator/flow-aggregator",
+    ],
+  );
+  assert.equal(get("Namespace", NS).metadata.labels.app, "flow-aggregator");
+});
+
+Deno.test("manifest: RBAC grants only the calls the process makes (§4.5), namespaced", () => {
+  // Certificate publication: get/update the two named objects, create (not name-restrictable).
+  assert.deepEqual(grants(get("Role", "flow-aggregator-role", NS).rules), [
+    "configmaps/*:create",
+    "configmaps/flow-aggregator-ca:get",
+    "configmaps/flow-aggregator-ca:update",
+    "secrets/*:create",
+    "secrets/flow-aggregator-client-tls:get",
+    "secrets/flow-aggregator-client-tls:update",
+  ]);
+  // The Pod store, the only cluster-wide right.
+  assert.deepEqual(grants(get("ClusterRole", "flow-aggregator-role").rules), [
+    "pods/*:list",
+    "pods/*:watch",
+  ]);
+  // The cluster UUID, in kube-system only.
+  assert.deepEqual(
+    grants(get("Role", "flow-aggregator-cluster-identity-reader", "kube-system").rules),
+    ["configmaps/antrea-cluster-identity:get"],
+  );
+  for (
+    const [kind, name, namespace, role] of [
+      ["RoleBinding", "flow-aggregator-role-binding", NS, "flow-aggregator-role"],
+      [
+        "ClusterRoleBinding",
+        "flow-aggregator-cluster-role-binding",
+        undefined,
+        "flow-aggregator-role",
+      ],
+      [
+        "RoleBinding",
+        "flow-aggregator-cluster-identity-reader",
+        "kube-system",
+        "flow-aggregator-cluster-identity-reader",
+      ],
+    ] as const
+  ) {
+    assert.equal(get(kind, name, namespace).roleRef.name, role);
+    assert.deepEqual(bindingSubjects(kind, name, namespace), [`${NS}/flow-aggregator`]);
+  }
+  // The Agents read what the process publishes.
+  assert.deepEqual(grants(get("Role", "flow-exporter-role", NS).rules), [
+    "configmaps/flow-aggregator-ca:get",
+    "secrets/flow-aggregator-client-tls:get",
+  ]);
+  assert.deepEqual(bindingSubjects("RoleBinding", "flow-exporter-role-binding", NS), [
+    "kube-system/antrea-agent",
+  ]);
+});
+
+Deno.test("manifest: the ConfigMap carries the v1.13 stock config, which our parser loads", () => {
+  const text = get("ConfigMap", "flow-aggregator-configmap", NS).data["flow-aggregator.conf"];
+  assert.equal(text, Deno.readTextFileSync(STOCK_V113_CONF));
+  const warnings: string[] = [];
+  const config = parseConfig(text, { onWarning: (w) => warnings.push(w.message) });
+  assert.equal(config.aggregatorTransportProtocol, "TLS");
+  assert.equal(config.s3Uploader.maxRecordsPerFile, 1_000_000);
+  assert.equal(warnings.length, 1, "only: no sink enabled");
+});
+
+Deno.test("manifest: Service ports 4739 tcp/udp and 10348", () => {
+  const svc = get("Service", "flow-aggregator", NS);
+  assert.deepEqual(svc.spec.selector, { app: "flow-aggregator" });
+  assert.deepEqual(
+    svc.spec.ports.map((p: Obj) => `${p.name} ${p.port}/${p.protocol}->${p.targetPort}`),
+    ["ipfix-udp 4739/UDP->4739", "ipfix-tcp 4739/TCP->4739", "api 10348/TCP->10348"],
+  );
+});
+
+Deno.test("manifest: the Deployment runs our image with upstream's args, probes and mounts", () => {
+  const d = get("Deployment", "flow-aggregator", NS);
+  assert.equal(d.spec.replicas, 1);
+  const pod = d.spec.template.spec;
+  assert.equal(pod.serviceAccountName, "flow-aggregator");
+  assert.ok(pod.terminationGracePeriodSeconds >= 60, "covers the S3 flush budget (§8 L24)");
+  assert.equal(pod.containers.length, 1);
+  const c = pod.containers[0];
+  assert.equal(c.image, `flow-aggregator:${denoJson.version}`);
+  // Upstream's args, unchanged (§6.1), and what they mean to us.
+  assert.deepEqual(c.args, [
+    "--config",
+    "/etc/flow-aggregator/flow-aggregator.conf",
+    "--logtostderr=false",
+    "--log_dir=/var/log/antrea/flow-aggregator",
+    "--alsologtostderr",
+    "--log_file_max_size=100",
+    "--log_file_max_num=4",
+  ]);
+  const cli = parseArgs(c.args);
+  assert.equal(klogFileDir(cli.klog), "/var/log/antrea/flow-aggregator");
+  for (const probe of [c.readinessProbe, c.livenessProbe]) {
+    assert.deepEqual(probe.tcpSocket, { port: 4739 });
+  }
+  const mounts = Object.fromEntries(c.volumeMounts.map((m: Obj) => [m.name, m]));
+  const volumes = Object.fromEntries(pod.volumes.map((v: Obj) => [v.name, v]));
+  const mountOf = (path: string): Obj => {
+    const m = c.volumeMounts.find((x: Obj) => x.mountPath === path);
+    assert.ok(m, `a mount at ${path}`);
+    return volumes[m.name];
+  };
+  assert.equal(mountOf("/etc/flow-aggregator").configMap.name, "flow-aggregator-configmap");
+  assert.equal(mounts["flow-aggregator-config"].readOnly, true);
+  assert.deepEqual(mountOf("/var/log/antrea/flow-aggregator").hostPath, {
+    path: "/var/log/antrea/flow-aggregator",
+    type: "DirectoryOrCreate",
+  });
+  assert.equal(mountOf("/etc/flow-aggregator/certs").secret.optional, true);
+  const env = Object.fromEntries(c.env.map((e: Obj) => [e.name, e]));
+  assert.equal(env.POD_NAMESPACE.valueFrom.fieldRef.fieldPath, "metadata.namespace");
+  assert.equal(env.CH_USERNAME.valueFrom.secretKeyRef.name, "clickhouse-secret");
+});
+
+Deno.test("manifest: the Deno permissions are what `deno task permissions` prints for it", () => {
+  const d = get("Deployment", "flow-aggregator", NS);
+  const c = d.spec.template.spec.containers[0];
+  const cli = parseArgs(c.args);
+  assert.ok(cli.config !== undefined);
+  const text = get("ConfigMap", "flow-aggregator-configmap", NS).data["flow-aggregator.conf"];
+  const flags = permissionFlags(processPermissions(parseConfig(text, { onWarning: () => {} }), {
+    configPath: cli.config,
+    listen: cli.listen,
+    logDir: klogFileDir(cli.klog),
+  }));
+  assert.deepEqual(c.command, ["deno", "run", "--cached-only", ...flags, "/app/main.ts"]);
+  assert.equal(c.workingDir, "/app");
+  // Nothing broad: every allow flag is scoped.
+  for (const f of flags.filter((x) => x.startsWith("--allow-"))) assert.match(f, /^--allow-\w+=/);
+});

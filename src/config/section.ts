@@ -45,7 +45,7 @@ export interface SectionReload {
 export interface ConfigSection<K extends string = string, C extends SectionConfig = SectionConfig> {
   /** Top-level key of the section. */
   readonly key: K;
-  /** Strict decode schema: an unknown key in the section is an error naming its path. */
+  /** Decode schema: a wrongly typed value is an error, an unknown key a warning (its path). */
   readonly schema: MapSchema;
   /** Applies defaults to the decoded section (absent mapping: `{}`). Must not throw. */
   build(raw: Raw, ctx: BuildContext): C;

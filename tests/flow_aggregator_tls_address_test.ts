@@ -13,6 +13,7 @@ import { diffConfig, parseConfig } from "../src/components.ts";
 import { FlowAggregator } from "../src/flow_aggregator.ts";
 import { setLogWriter } from "../src/log.ts";
 import type { GeneratedCertificates } from "../src/pki/mod.ts";
+import { clientTls } from "./_helpers/tls.ts";
 
 function tlsConfig(address: string) {
   return parseConfig(`aggregatorTransportProtocol: TLS\nflowAggregatorAddress: ${address}\n`, {
@@ -23,13 +24,7 @@ function tlsConfig(address: string) {
 /** Connects as an Agent verifying the collector as `host`; "ok" or the TLS error code. */
 function agentConnects(port: number, certs: GeneratedCertificates): Promise<string> {
   return new Promise((resolve) => {
-    const s = tls.connect({
-      host: "127.0.0.1",
-      port,
-      ca: [certs.ca.certPem],
-      cert: certs.client.certPem,
-      key: certs.client.keyPem,
-    }, () => {
+    const s = tls.connect({ host: "127.0.0.1", port, ...clientTls(certs) }, () => {
       resolve(s.authorized ? "ok" : String(s.authorizationError));
       s.destroy();
     });

@@ -8,7 +8,12 @@ import denoJson from "../deno.json" with { type: "json" };
 import { parseArgs, VERSION } from "../main.ts";
 import { KLOG_DEFAULTS } from "../src/log/mod.ts";
 import { FaProcess } from "./_helpers/process.ts";
-import { NEWER_CHART_CONF, NO_SINK_WARNING, STOCK_V113_CONF } from "./_helpers/stock_config.ts";
+import {
+  NEWER_CHART_CONF,
+  NO_SINK_WARNING,
+  STOCK_V113_CONF,
+  UPSTREAM_DEPLOYMENT_ARGS,
+} from "./_helpers/stock_config.ts";
 
 Deno.test("main: VERSION is deno.json's version", () => {
   assert.equal(VERSION, denoJson.version);
@@ -59,14 +64,7 @@ Deno.test("main: log level, format and klog verbosity", () => {
 
 Deno.test("main: the v1.13 Deployment's klog flags are parsed with Go's flag rules", () => {
   const a = parseArgs([
-    "--config",
-    "/etc/flow-aggregator/flow-aggregator.conf",
-    "--logtostderr=false",
-    "--log_dir=/var/log/antrea/flow-aggregator",
-    "--alsologtostderr",
-    "--log_file_max_size=100",
-    "--log_file_max_num",
-    "4",
+    ...UPSTREAM_DEPLOYMENT_ARGS,
     "--vmodule=x=2",
     "--skip_headers",
     "--log-format=klog",

@@ -14,7 +14,7 @@ import { parseArgs } from "../../main.ts";
 import { parseConfig } from "../../src/components.ts";
 import { klogFileDir } from "../../src/log/mod.ts";
 import { permissionFlags, processPermissions } from "../../src/permissions.ts";
-import { STOCK_V113_CONF } from "../_helpers/stock_config.ts";
+import { STOCK_V113_CONF, UPSTREAM_DEPLOYMENT_ARGS } from "../_helpers/stock_config.ts";
 
 const MANIFEST = new URL("../../deploy/flow-aggregator.yml", import.meta.url).pathname;
 const NS = "flow-aggregator";
@@ -157,15 +157,7 @@ Deno.test("manifest: the Deployment runs our image with upstream's args, probes 
   const c = pod.containers[0];
   assert.equal(c.image, `flow-aggregator:${denoJson.version}`);
   // Upstream's args, unchanged (§6.1), and what they mean to us.
-  assert.deepEqual(c.args, [
-    "--config",
-    "/etc/flow-aggregator/flow-aggregator.conf",
-    "--logtostderr=false",
-    "--log_dir=/var/log/antrea/flow-aggregator",
-    "--alsologtostderr",
-    "--log_file_max_size=100",
-    "--log_file_max_num=4",
-  ]);
+  assert.deepEqual(c.args, UPSTREAM_DEPLOYMENT_ARGS);
   const cli = parseArgs(c.args);
   assert.equal(klogFileDir(cli.klog), "/var/log/antrea/flow-aggregator");
   for (const probe of [c.readinessProbe, c.livenessProbe]) {

@@ -248,3 +248,35 @@ Deno.test("watcher: the safety-net poll picks up a change the watch did not repo
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("watcher: the product's parser logs a file's warnings at start and at each reload", async () => {
+  const lines: string[] = [];
+  const restoreLog = setLogWriter((l) => lines.push(l));
+  const dir = await Deno.makeTempDir({ prefix: "fa-config-" });
+  const path = `${dir}/${CONF}`;
+  await Deno.writeTextFile(path, conf("/tmp/a.log") + "mode: Aggregate\n");
+  const watcher = new ConfigWatcher(path, {
+    ...PRODUCT,
+    debounceMs: 60_000,
+    pollIntervalMs: 0,
+    onChange: () => {},
+  });
+  const warned = (key: string) =>
+    lines.filter((l) => l.includes("level=warn") && l.includes(`path=${key}`)).length;
+  try {
+    await watcher.start();
+    assert.equal(warned("mode"), 1, lines.join("\n"));
+    await Deno.writeTextFile(path, conf("/tmp/b.log") + "recordBufferSize: 8192\n");
+    assert.equal(await watcher.check(), "changed");
+    assert.equal(watcher.config.flowLogger.path, "/tmp/b.log");
+    assert.equal(warned("recordBufferSize"), 1, lines.join("\n"));
+    // Disabling every sink is a valid reload now (upstream's V3 refused it), with its warning.
+    await Deno.writeTextFile(path, "flowLogger:\n  enable: false\n");
+    assert.equal(await watcher.check(), "changed");
+    assert.ok(lines.some((l) => /level=warn .*No collector \/ sink has been configured/.test(l)));
+  } finally {
+    await watcher.stop();
+    setLogWriter(restoreLog);
+    await Deno.remove(dir, { recursive: true });
+  }
+});

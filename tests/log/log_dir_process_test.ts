@@ -66,3 +66,38 @@ Deno.test("log files: klog names under --log_dir, rotation at --log_file_max_siz
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("log files: the sink workers' lines are written to the files by the main thread", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-logdir-" });
+  const logDir = `${dir}/logs`;
+  const fa = await FaProcess.startWithConfig(dir, flowLogConfig(`${dir}/flows.log`), {
+    // Without --alsologtostderr only errors reach stderr: the rest is in the files.
+    args: ["--logtostderr=false", `--log_dir=${logDir}`, "--log-flush-frequency=100ms"],
+    env: { HOSTNAME: "testhost", USER: "tester" },
+  });
+  try {
+    // The port is in the files only: wait for the INFO file to show the collector started.
+    const info = `${logDir}/flow-aggregator.INFO`;
+    const deadline = Date.now() + 20_000;
+    let text = "";
+    while (!/Started TCP collecting process/.test(text)) {
+      assert.ok(Date.now() < deadline, `no collector start in ${info}:\n${text}\n${fa.stderr}`);
+      await new Promise((r) => setTimeout(r, 200)); // polled: the files are flushed on a timer
+      try {
+        text = await Deno.readTextFile(info);
+      } catch {
+        // not created yet
+      }
+    }
+    const status = await fa.stop();
+    assert.equal(status.code, 0, fa.stderr);
+    assert.equal(fa.events.length, 0, `nothing below ERROR on stderr:\n${fa.stderr}`);
+    text = await Deno.readTextFile(info);
+    // "Flow logger started" is logged inside the flow log's worker thread.
+    assert.match(text, /component=log-exporter msg="Flow logger started"/);
+    assert.match(text, /msg="flow aggregator stopped"/);
+  } finally {
+    await fa.dispose();
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -2,11 +2,20 @@
  * The real process with the upstream Deployment's klog flags: log files appear under
  * `--log_dir` with klog's names, rotate at `--log_file_max_size`, at most `--log_file_max_num`
  * are kept, every line is a klog line, stderr still gets every line (`--alsologtostderr`), and
- * the lines buffered at exit reach the file.
+ * the lines buffered at exit reach the file; the sink workers' lines reach the files; and the
+ * stock config with upstream's args runs on exactly the permissions `permissions` prints.
  */
 
 import assert from "node:assert/strict";
-import { FaProcess, flowLogConfig, KLOG_LINE } from "../_helpers/process.ts";
+import {
+  DENO_JSON,
+  FaProcess,
+  flowLogConfig,
+  KLOG_LINE,
+  MAIN_TS,
+  runDeno,
+} from "../_helpers/process.ts";
+import { STOCK_V113_CONF, UPSTREAM_DEPLOYMENT_ARGS } from "../_helpers/stock_config.ts";
 
 const MAX_BYTES = Math.floor(0.002 * 1024 * 1024);
 const NAME = /^flow-aggregator\.testhost\.tester\.log\.(INFO|WARNING|ERROR)\.\d{8}-\d{6}\.(\d+)$/;
@@ -98,6 +107,63 @@ Deno.test("log files: the sink workers' lines are written to the files by the ma
     assert.match(text, /msg="flow aggregator stopped"/);
   } finally {
     await fa.dispose();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("log files: the stock config and upstream's klog args run on exactly the printed permissions", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-logdir-" });
+  let fa: FaProcess | undefined;
+  try {
+    await Deno.mkdir(`${dir}/config`);
+    const conf = `${dir}/config/flow-aggregator.conf`;
+    await Deno.copyFile(STOCK_V113_CONF, conf);
+    // Upstream's Deployment args, the config and log directory moved under the test's dir.
+    const args = UPSTREAM_DEPLOYMENT_ARGS.map((a) =>
+      a.replace("/etc/flow-aggregator", `${dir}/config`).replace("/var/log/antrea", `${dir}/logs`)
+    ).concat(["--listen", "127.0.0.1:0", "--log-flush-frequency=100ms"]);
+    const printed = await runDeno(
+      [
+        "run",
+        "--allow-read",
+        "--allow-env",
+        "--config",
+        DENO_JSON,
+        MAIN_TS,
+        "permissions",
+        ...args,
+      ],
+    );
+    assert.equal(printed.code, 0, printed.stderr);
+    const flags = printed.stdout.trim().split(" ");
+    const logDir = `${dir}/logs/flow-aggregator`;
+    assert.ok(flags.includes(`--allow-write=${logDir}`), flags.join(" "));
+
+    fa = FaProcess.start({
+      denoFlags: [...flags, "--config", DENO_JSON],
+      args,
+      cwd: dir,
+      env: { HOSTNAME: "testhost", USER: "tester" },
+    });
+    await fa.collectorPort(30_000);
+    const status = await fa.stop();
+    assert.equal(status.code, 0, fa.stderr);
+    assert.deepEqual(fa.find({ level: "error" }).map((e) => e.raw), [], "nothing denied");
+    const names = [...Deno.readDirSync(logDir)].map((e) => e.name);
+    // No unscoped --allow-read/--allow-write: the links are hard links, still showing the file.
+    const info = names.find((n) => NAME.exec(n)?.[1] === "INFO");
+    assert.ok(info, names.join(" "));
+    assert.ok(Deno.lstatSync(`${logDir}/flow-aggregator.INFO`).isFile);
+    assert.equal(
+      await Deno.readTextFile(`${logDir}/flow-aggregator.INFO`),
+      await Deno.readTextFile(`${logDir}/${info}`),
+    );
+    assert.match(
+      await Deno.readTextFile(`${logDir}/flow-aggregator.WARNING`),
+      /No collector \/ sink has been configured/,
+    );
+  } finally {
+    await fa?.dispose();
     await Deno.remove(dir, { recursive: true });
   }
 });

@@ -269,6 +269,8 @@ export function startLogOutput(
   const toStderr = flags.alsologtostderr ? -1 : flags.stderrThreshold;
   setLogWriter((line, level) => {
     files.write(line, level);
+    // An error may come just before a crash that skips the exit flush: write it at once.
+    if (level === "error") files.flush();
     if (LEVEL_SEVERITY[level] >= toStderr) writeStderr(line);
   });
   files.startFlushing(flags.flushFrequencyMs);

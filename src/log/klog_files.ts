@@ -8,8 +8,8 @@
  * time in their names, files of earlier runs and other hosts included).
  *
  * Lines are buffered in memory and written by {@linkcode KlogFiles.flush}: on a timer (klog's
- * `--log-flush-frequency`), when 64 KiB are pending and when the process exits, so logging
- * never waits for the disk. A failing write is counted and reported on stderr (at most once a
+ * `--log-flush-frequency`), when 64 KiB are pending, after an error line (flags.ts) and when
+ * the process exits, so logging does not wait for the disk. A failing write is counted and reported on stderr (at most once a
  * minute), never thrown: a full disk must not stop collection.
  *
  * Improvements on klog: a file name is never reused (klog truncates its previous file when two

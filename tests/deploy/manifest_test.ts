@@ -160,6 +160,8 @@ Deno.test("manifest: the Deployment runs our image with upstream's args, probes 
   assert.deepEqual(c.args, UPSTREAM_DEPLOYMENT_ARGS);
   const cli = parseArgs(c.args);
   assert.equal(klogFileDir(cli.klog), "/var/log/antrea/flow-aggregator");
+  assert.deepEqual(c.securityContext.capabilities, { drop: ["ALL"] });
+  assert.equal(c.securityContext.allowPrivilegeEscalation, false);
   for (const probe of [c.readinessProbe, c.livenessProbe]) {
     assert.deepEqual(probe.tcpSocket, { port: 4739 });
   }

@@ -353,3 +353,13 @@ export async function runDeno(
   const td = new TextDecoder();
   return { code: out.code, stdout: td.decode(out.stdout), stderr: td.decode(out.stderr) };
 }
+
+/** `deno run` arguments of the `permissions` subcommand (it reads the config file and env). */
+const PERMISSIONS = ["run", "--allow-read", "--allow-env", "--config", DENO_JSON, MAIN_TS];
+
+/** The `deno run` flags `permissions <args>` prints; throws with its stderr if it fails. */
+export async function printedPermissions(args: readonly string[]): Promise<string[]> {
+  const out = await runDeno([...PERMISSIONS, "permissions", ...args]);
+  if (out.code !== 0) throw new Error(`permissions exited with ${out.code}:\n${out.stderr}`);
+  return out.stdout.trim().split(" ");
+}

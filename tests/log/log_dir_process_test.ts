@@ -12,8 +12,7 @@ import {
   FaProcess,
   flowLogConfig,
   KLOG_LINE,
-  MAIN_TS,
-  runDeno,
+  printedPermissions,
 } from "../_helpers/process.ts";
 import { STOCK_V113_CONF, UPSTREAM_DEPLOYMENT_ARGS } from "../_helpers/stock_config.ts";
 
@@ -122,20 +121,7 @@ Deno.test("log files: the stock config and upstream's klog args run on exactly t
     const args = UPSTREAM_DEPLOYMENT_ARGS.map((a) =>
       a.replace("/etc/flow-aggregator", `${dir}/config`).replace("/var/log/antrea", `${dir}/logs`)
     ).concat(["--listen", "127.0.0.1:0", "--log-flush-frequency=100ms"]);
-    const printed = await runDeno(
-      [
-        "run",
-        "--allow-read",
-        "--allow-env",
-        "--config",
-        DENO_JSON,
-        MAIN_TS,
-        "permissions",
-        ...args,
-      ],
-    );
-    assert.equal(printed.code, 0, printed.stderr);
-    const flags = printed.stdout.trim().split(" ");
+    const flags = await printedPermissions(args);
     const logDir = `${dir}/logs/flow-aggregator`;
     assert.ok(flags.includes(`--allow-write=${logDir}`), flags.join(" "));
 

@@ -21,6 +21,18 @@ Deno.test("klog line: header, pid column, file:line stand-in, quoted message and
       'address="[::]:4739" port=4739 big=18446744073709551616 ok=true',
   );
   assert.match(line, KLOG_LINE);
+  // The same shape as a real klog line (kubectl's, from Debian's kubernetes-client), column for
+  // column up to the file name: the pattern that checks ours also matches theirs.
+  const real = 'E1203 10:12:00.098202    8126 memcache.go:265] "Unhandled Error" err="refused"';
+  assert.match(real, KLOG_LINE);
+  const ours = formatKlogLine(
+    { level: "error", component: "memcache.go", msg: "Unhandled Error" },
+    {
+      at: new Date(2026, 11, 3, 10, 12, 0, 98),
+      pid: 8126,
+    },
+  );
+  assert.equal(ours.indexOf(" memcache.go:"), real.indexOf(" memcache.go:"));
 });
 
 Deno.test("klog line: severity letters, errors, objects, quotes and a wide pid", () => {

@@ -11,4 +11,7 @@ export {
   generateCertificates,
   type GenerateCertificatesOptions,
   type GeneratedCertificates,
+  issueServerCertificate,
+  type ReuseOptions,
+  reuseProblem,
 } from "./certificates.ts";

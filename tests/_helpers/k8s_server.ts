@@ -11,6 +11,19 @@
  * injected per request: 5xx answers, slow answers, a concurrent writer before an update.
  */
 
+import type http from "node:http";
+import https from "node:https";
+import { connectKube, type KubeApi, resolveKubeTarget } from "../../src/k8s/client.ts";
+import { generateCertificates, type GeneratedCertificates } from "../../src/pki/mod.ts";
+
+let certificates: GeneratedCertificates | undefined;
+
+/** One certificate set for every test server of the process (RSA generation is slow). */
+function serverCertificates(): GeneratedCertificates {
+  certificates ??= generateCertificates({ address: "127.0.0.1" });
+  return certificates;
+}
+
 /** A Kubernetes object as JSON. */
 // deno-lint-ignore no-explicit-any
 export type KubeObject = Record<string, any> & {
@@ -78,7 +91,8 @@ function status(code: number, reason: string, message: string): KubeObject {
 function json(body: unknown, code = 200): Response {
   return new Response(JSON.stringify(body), {
     status: code,
-    headers: { "content-type": "application/json" },
+    // No keep-alive: a client's idle pooled connection would hold the server's shutdown.
+    headers: { "content-type": "application/json", connection: "close" },
   });
 }
 
@@ -89,32 +103,79 @@ export class FakeKubeApiServer {
   #events: WatchEvent[] = [];
   readonly #watchers = new Set<Watcher>();
   readonly #faults: Fault[] = [];
-  #server: Deno.HttpServer<Deno.NetAddr> | undefined;
+  #server: https.Server | undefined;
   #uid = 0;
   /** Every request handled, in order. */
   readonly requests: SeenRequest[] = [];
   /** Bearer token the requests must carry (none checked when undefined). */
   token: string | undefined;
 
-  /** Starts listening on 127.0.0.1 (a free port). */
-  start(): this {
-    this.#server = Deno.serve(
-      { hostname: "127.0.0.1", port: 0, onListen() {} },
-      (req) => this.#handle(req),
+  /**
+   * Starts listening on 127.0.0.1 (a free port) over HTTPS, with a certificate for 127.0.0.1
+   * signed by {@linkcode apiServerCa} (clients refuse plain HTTP unless told to skip TLS). The
+   * listener is `node:https`, HTTP/1.1 only like an API server without h2: Deno.serve offers
+   * h2, and a client-side h2 session torn down at shutdown aborted the test process.
+   */
+  async start(): Promise<this> {
+    const certs = serverCertificates();
+    const server = https.createServer(
+      { cert: certs.server.certPem, key: certs.server.keyPem },
+      (req, res) => void this.#serveNode(req, res),
     );
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    this.#server = server;
     return this;
   }
 
-  /** `http://127.0.0.1:<port>`. */
+  async #serveNode(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const chunks: Uint8Array[] = [];
+    for await (const c of req) chunks.push(c as Uint8Array);
+    const body = chunks.length > 0 ? new Blob(chunks as BlobPart[]) : undefined;
+    const request = new Request(`https://127.0.0.1${req.url}`, {
+      method: req.method,
+      headers: req.headers as Record<string, string>,
+      body: req.method === "GET" || req.method === "HEAD" ? undefined : body,
+    });
+    const response = await this.#handle(request);
+    res.writeHead(response.status, Object.fromEntries(response.headers));
+    if (response.body === null) {
+      res.end();
+      return;
+    }
+    const reader = response.body.getReader();
+    res.on("close", () => void reader.cancel().catch(() => {}));
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        res.write(value);
+      }
+    } catch {
+      // the client went away
+    }
+    res.end();
+  }
+
+  /** The CA that signed the server's certificate (PEM). */
+  get apiServerCa(): string {
+    return serverCertificates().ca.certPem;
+  }
+
+  /** `https://127.0.0.1:<port>`. */
   get url(): string {
     if (this.#server === undefined) throw new Error("k8s test server not started");
-    return `http://127.0.0.1:${this.#server.addr.port}`;
+    return `https://127.0.0.1:${(this.#server.address() as { port: number }).port}`;
   }
 
   /** Closes the watches and the listener. */
   async stop(): Promise<void> {
     this.dropWatches();
-    await this.#server?.shutdown();
+    const server = this.#server;
+    if (server === undefined) return;
+    await new Promise((resolve) => {
+      server.close(resolve);
+      server.closeAllConnections();
+    });
   }
 
   /** A kubeconfig (YAML is a superset of JSON) pointing at this server. */
@@ -122,7 +183,10 @@ export class FakeKubeApiServer {
     return JSON.stringify({
       apiVersion: "v1",
       kind: "Config",
-      clusters: [{ name: "test", cluster: { server: this.url } }],
+      clusters: [{
+        name: "test",
+        cluster: { server: this.url, "certificate-authority-data": btoa(this.apiServerCa) },
+      }],
       users: [{ name: "test", user: { token } }],
       contexts: [{ name: "test", context: { cluster: "test", user: "test" } }],
       "current-context": "test",
@@ -396,7 +460,26 @@ export class FakeKubeApiServer {
       },
     });
     return new Response(body, {
-      headers: { "content-type": "application/json" },
+      headers: { "content-type": "application/json", connection: "close" },
     });
   }
+}
+
+/**
+ * A real client (`@kubernetes/client-node`, through `src/k8s/client.ts`) of `server`, from a
+ * kubeconfig file written to a temporary directory (removed by `cleanup`).
+ */
+export async function connectTestApi(
+  server: FakeKubeApiServer,
+): Promise<{ api: KubeApi; kubeconfig: string; cleanup(): Promise<void> }> {
+  const dir = await Deno.makeTempDir({ prefix: "fa-kube-" });
+  const kubeconfig = `${dir}/config`;
+  await Deno.writeTextFile(kubeconfig, server.kubeconfig());
+  const target = await resolveKubeTarget({ kubeconfig, env: () => undefined });
+  if (target === undefined) throw new Error("no target from the test kubeconfig");
+  return {
+    api: await connectKube(target),
+    kubeconfig,
+    cleanup: () => Deno.remove(dir, { recursive: true }),
+  };
 }

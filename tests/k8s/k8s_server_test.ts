@@ -32,7 +32,7 @@ async function kubectl(server: FakeKubeApiServer, args: string[]): Promise<strin
 }
 
 Deno.test("kubectl reads ConfigMaps from the test API server", async () => {
-  const server = new FakeKubeApiServer().start();
+  const server = await new FakeKubeApiServer().start();
   try {
     server.put("configmaps", {
       metadata: { name: "flow-aggregator-ca", namespace: "x", labels: { app: "flow-aggregator" } },
@@ -49,7 +49,7 @@ Deno.test("kubectl reads ConfigMaps from the test API server", async () => {
 });
 
 Deno.test("kubectl follows a Pod watch on the test API server", async () => {
-  const server = new FakeKubeApiServer().start();
+  const server = await new FakeKubeApiServer().start();
   try {
     server.put("pods", { metadata: { name: "a", namespace: "n1" }, spec: {}, status: {} });
     const watching = kubectl(server, [

@@ -1,0 +1,27 @@
+/**
+ * Kubernetes integration (control-plane.md §2–§4): the API client, publication of the
+ * collector's TLS material, the cluster UUID and the Pod store. A process without a cluster
+ * runs standalone and loads none of it.
+ *
+ * @module
+ */
+
+export {
+  connectKube,
+  type KubeApi,
+  type KubeTarget,
+  type KubeTargetOptions,
+  resolveKubeTarget,
+  SERVICE_ACCOUNT_DIR,
+} from "./client.ts";
+export {
+  CA_CONFIGMAP,
+  CA_SECRET,
+  CertificatePublisher,
+  type CertificateSyncOptions,
+  CLIENT_SECRET,
+  prepareCertificates,
+  type PrepareOptions,
+  type PublisherStats,
+} from "./certificates.ts";
+export { type Backoff, retrying, type RetryOptions } from "./retry.ts";

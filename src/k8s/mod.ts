@@ -24,4 +24,11 @@ export {
   type PrepareOptions,
   type PublisherStats,
 } from "./certificates.ts";
+export {
+  DELETED_POD_RETENTION_MS,
+  type PodObject,
+  PodStore,
+  type PodStoreOptions,
+  type PodStoreStats,
+} from "./pod_store.ts";
 export { type Backoff, retrying, type RetryOptions } from "./retry.ts";

@@ -110,7 +110,14 @@ export async function retrying<T>(
 export function describe(err: unknown): string {
   const code = statusOf(err);
   // deno-lint-ignore no-explicit-any
-  const body = (err as any)?.body;
+  let body = (err as any)?.body;
+  if (typeof body === "string") {
+    try {
+      body = JSON.parse(body); // client-node keeps the Status as text
+    } catch {
+      // not JSON: used as is when short
+    }
+  }
   const message = typeof body === "object" && body !== null && typeof body.message === "string"
     ? body.message
     : typeof body === "string" && body.length < 300

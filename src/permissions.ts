@@ -13,6 +13,7 @@ import { fileURLToPath } from "node:url";
 import { DEFAULT_LISTEN_ADDRESS, UDP_FAST_WORKER_MODULE } from "./collector/mod.ts";
 import { COMPONENTS, type FlowAggregatorConfig } from "./components.ts";
 import type { ExporterPermissions } from "./exporters/component.ts";
+import type { KubeTarget } from "./k8s/client.ts";
 
 /**
  * Environment variables the process itself reads: Kubernetes detection, the default flow log
@@ -20,6 +21,7 @@ import type { ExporterPermissions } from "./exporters/component.ts";
  */
 export const PROCESS_ENV: readonly string[] = [
   "KUBERNETES_SERVICE_HOST",
+  "KUBERNETES_SERVICE_PORT",
   "KUBECONFIG",
   "HOME",
   "POD_NAMESPACE",
@@ -43,6 +45,13 @@ export interface PermissionInputs {
   udpReceiver?: "auto" | "fast" | "socket";
   /** Sinks run in process (no worker modules to read). */
   exportersInProcess?: boolean;
+  /**
+   * The Kubernetes API server in use (`src/k8s/client.ts`): its host (net) and the service
+   * account directory or kubeconfig file (read). Absent: standalone.
+   */
+  kube?: KubeTarget;
+  /** Standalone: the cluster UUID state file (read and written). */
+  stateFile?: string;
 }
 
 /** The process's permissions: allow-lists per kind, and the booleans. */
@@ -86,6 +95,15 @@ export function processPermissions(
   const env = [...PROCESS_ENV];
   if (inputs.configPath !== undefined) read.push(dirname(resolve(inputs.configPath)));
   if (inputs.certDir !== undefined) write.push(resolve(inputs.certDir));
+  if (inputs.kube !== undefined) {
+    const u = new URL(inputs.kube.server);
+    net.push(`${u.hostname}:${u.port || (u.protocol === "http:" ? 80 : 443)}`);
+    read.push(resolve(inputs.kube.source));
+  }
+  if (inputs.stateFile !== undefined) {
+    read.push(resolve(inputs.stateFile));
+    write.push(resolve(inputs.stateFile));
+  }
   for (const { component: c, permissions: p } of sinkPermissions(config)) {
     if (c.create === undefined) continue; // no sink in this build: nothing runs
     net.push(...p.net);

@@ -12,6 +12,7 @@
 
 import type * as k8s from "@kubernetes/client-node";
 import { isIPv6 } from "node:net";
+import process from "node:process";
 import { statusOf } from "./retry.ts";
 
 /** Where the service account's files are mounted in a Pod. */
@@ -35,6 +36,8 @@ export interface KubeTargetOptions {
   env?: (name: string) => string | undefined;
   /** Service-account directory; default {@linkcode SERVICE_ACCOUNT_DIR}. */
   serviceAccountDir?: string;
+  /** See {@linkcode ConnectOptions.processEnv}. */
+  processEnv?: readonly string[];
 }
 
 function processEnv(name: string): string | undefined {
@@ -54,8 +57,8 @@ function isFile(path: string): boolean {
 }
 
 /** The server URL of the current context of a kubeconfig's text (YAML or JSON). */
-async function kubeconfigServer(path: string): Promise<string> {
-  const { KubeConfig } = await import("@kubernetes/client-node");
+async function kubeconfigServer(path: string, keep: readonly string[]): Promise<string> {
+  const { KubeConfig } = await loadClientNode(keep);
   const kc = new KubeConfig();
   kc.loadFromString(await Deno.readTextFile(path));
   const server = kc.getCurrentCluster()?.server;
@@ -83,7 +86,11 @@ export async function resolveKubeTarget(
   }
   const path = options.kubeconfig ?? (env("KUBECONFIG")?.split(":")[0] || undefined);
   if (path === undefined) return undefined;
-  return { mode: "kubeconfig", server: await kubeconfigServer(path), source: path };
+  return {
+    mode: "kubeconfig",
+    server: await kubeconfigServer(path, options.processEnv ?? []),
+    source: path,
+  };
 }
 
 /** A Pod list and the resource version to watch from. */
@@ -148,12 +155,46 @@ function orUndefined<T>(p: Promise<T>): Promise<T | undefined> {
 }
 
 /**
+ * Loads client-node. Its dependencies read environment variables at import time, one of them
+ * (`debug`) by enumerating the whole environment, which needs `--allow-env` without a list.
+ * Rather than widen the process's permission, when the environment is only partly granted,
+ * `process.env` (what npm code reads) is replaced by a copy of the variables `keep` names (the
+ * ones the process reads, granted by `deno task permissions`): the dependencies then see the
+ * variables they do not need as unset, as they would be in a Pod.
+ */
+async function loadClientNode(
+  keep: readonly string[],
+): Promise<typeof import("@kubernetes/client-node")> {
+  if (Deno.permissions.querySync({ name: "env" }).state !== "granted") {
+    const copy: Record<string, string> = {};
+    for (const name of keep) {
+      const v = processEnv(name);
+      if (v !== undefined) copy[name] = v;
+    }
+    Object.defineProperty(process, "env", { value: copy, configurable: true, writable: true });
+  }
+  return await import("@kubernetes/client-node");
+}
+
+/** Options of {@linkcode connectKube}. */
+export interface ConnectOptions {
+  /**
+   * The environment variables the process reads (kept in `process.env` when the environment
+   * permission is partial, see above); default none.
+   */
+  processEnv?: readonly string[];
+}
+
+/**
  * Connects to `target`. Loads client-node and, for a kubeconfig, reads the file; in-cluster it reads
  * nothing before the first call (the token file is re-read by client-node, so bound tokens
  * that kubelet rotates keep working).
  */
-export async function connectKube(target: KubeTarget): Promise<KubeApi> {
-  const k8s = await import("@kubernetes/client-node");
+export async function connectKube(
+  target: KubeTarget,
+  options: ConnectOptions = {},
+): Promise<KubeApi> {
+  const k8s = await loadClientNode(options.processEnv ?? []);
   const kc = new k8s.KubeConfig();
   if (target.mode === "in-cluster") {
     kc.loadFromClusterAndUser(

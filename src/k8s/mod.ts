@@ -25,6 +25,14 @@ export {
   type PublisherStats,
 } from "./certificates.ts";
 export {
+  CLUSTER_IDENTITY,
+  CLUSTER_UUID_FILE,
+  ClusterIdentity,
+  type ClusterIdentityOptions,
+  type ClusterUuidSource,
+  isUuid,
+} from "./cluster_uuid.ts";
+export {
   DELETED_POD_RETENTION_MS,
   type PodObject,
   PodStore,

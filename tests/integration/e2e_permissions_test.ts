@@ -21,7 +21,8 @@ Deno.test("e2e permissions: the process runs on exactly the printed flags, its f
     await Deno.mkdir(`${dir}/logs`);
     const conf = `${dir}/config/flow-aggregator.conf`;
     await Deno.writeTextFile(conf, flowLogConfig(`${dir}/logs/flows.log`));
-    const args = ["--config", conf, "--listen", "127.0.0.1:0"];
+    // Standalone: the generated cluster UUID is kept in <state-dir>/cluster-uuid.
+    const args = ["--config", conf, "--listen", "127.0.0.1:0", "--state-dir", dir];
     const printed = await runDeno([
       "run",
       "--allow-read",
@@ -37,9 +38,11 @@ Deno.test("e2e permissions: the process runs on exactly the printed flags, its f
     assert.deepEqual(flags, [
       "--allow-net=127.0.0.1:0",
       // Each list is sorted, so where the checkout lies decides the order.
-      `--allow-read=${[`${dir}/config`, `${dir}/logs`, SRC].sort().join(",")}`,
-      `--allow-write=${dir}/logs`,
-      "--allow-env=HOME,KUBECONFIG,KUBERNETES_SERVICE_HOST,LOG_STREAM,LOG_TOKENS,POD_NAMESPACE,TMPDIR",
+      `--allow-read=${
+        [`${dir}/cluster-uuid`, `${dir}/config`, `${dir}/logs`, SRC].sort().join(",")
+      }`,
+      `--allow-write=${[`${dir}/cluster-uuid`, `${dir}/logs`].sort().join(",")}`,
+      "--allow-env=HOME,KUBECONFIG,KUBERNETES_SERVICE_HOST,KUBERNETES_SERVICE_PORT,LOG_STREAM,LOG_TOKENS,POD_NAMESPACE,TMPDIR",
       "--unstable-net",
       "--unstable-worker-options",
     ]);

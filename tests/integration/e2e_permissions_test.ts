@@ -6,7 +6,7 @@
  */
 
 import assert from "node:assert/strict";
-import { DENO_JSON, FaProcess, flowLogConfig, MAIN_TS, runDeno } from "../_helpers/process.ts";
+import { DENO_JSON, FaProcess, flowLogConfig, printedPermissions } from "../_helpers/process.ts";
 import { SimAgent } from "./helpers/agent.ts";
 import { readFlowLog } from "./helpers/flow_log.ts";
 import { intraNodeRecord } from "./helpers/scenarios.ts";
@@ -23,18 +23,7 @@ Deno.test("e2e permissions: the process runs on exactly the printed flags, its f
     await Deno.writeTextFile(conf, flowLogConfig(`${dir}/logs/flows.log`));
     // Standalone: the generated cluster UUID is kept in <state-dir>/cluster-uuid.
     const args = ["--config", conf, "--listen", "127.0.0.1:0", "--state-dir", dir];
-    const printed = await runDeno([
-      "run",
-      "--allow-read",
-      "--allow-env",
-      "--config",
-      DENO_JSON,
-      MAIN_TS,
-      "permissions",
-      ...args,
-    ]);
-    assert.equal(printed.code, 0, printed.stderr);
-    const flags = printed.stdout.trim().split(" ");
+    const flags = await printedPermissions(args);
     assert.deepEqual(flags, [
       "--allow-net=127.0.0.1:0",
       // Each list is sorted, so where the checkout lies decides the order.

@@ -110,33 +110,53 @@ Deno.test("pod store: keeps only name, namespace, Node and labels; no labels is 
   });
 });
 
-async function withInformer(
-  fn: (ctx: { server: FakeKubeApiServer; store: PodStore; clock: ManualClock }) => Promise<void>,
-): Promise<void> {
+interface InformerContext {
+  server: FakeKubeApiServer;
+  store: PodStore;
+  clock: ManualClock;
+  /** Starts the informer on the server's current Pods; resolves once it watches. */
+  run(): Promise<void>;
+  /**
+   * Drops the open watch and holds the next watch request back a moment, so what the test does
+   * right after happens while no watch is open.
+   */
+  dropWatchWithGap(): void;
+}
+
+/** An informer (the real client) on a fresh test API server. */
+async function withInformer(fn: (ctx: InformerContext) => Promise<void>): Promise<void> {
   const server = await new FakeKubeApiServer().start();
   const { api, cleanup } = await connectTestApi(server);
   const clock = new ManualClock();
+  // Attempt timeouts far beyond the backoff pauses a test fires.
   const store = new PodStore({ clock, attemptTimeoutMs: 3_600_000 });
   try {
-    await fn({ server, store, clock });
+    await fn({
+      server,
+      store,
+      clock,
+      run: async () => {
+        store.start(api);
+        await settleDriving(clock, store.whenSynced());
+        await waitFor(() => server.watchCount === 1, { what: "watch open" });
+      },
+      dropWatchWithGap: () => {
+        server.fault({ match: { method: "GET", path: "/pods" }, delayMs: 300 });
+        server.dropWatches();
+      },
+    });
   } finally {
     await store.stop();
     await server.stop();
     await cleanup();
   }
-  void api;
 }
 
 Deno.test("pod store informer: list, then watch events and bookmarks", async () => {
-  const server = await new FakeKubeApiServer().start();
-  const { api, cleanup } = await connectTestApi(server);
-  const store = new PodStore({ clock: new ManualClock(), attemptTimeoutMs: 3_600_000 });
-  try {
+  await withInformer(async ({ server, store, run }) => {
     server.put("pods", pod("a", "10.1.0.1"));
-    store.start(api);
-    await store.whenSynced();
+    await run();
     assert.equal(store.lookup("10.1.0.1", T0)?.name, "a");
-    await waitFor(() => server.watchCount === 1, { what: "watch open" });
     server.put("pods", pod("b", "10.1.0.2", { labels: { tier: "db" } }));
     await waitFor(() => store.lookup("10.1.0.2", T0) !== undefined, { what: "ADDED b" });
     server.put("pods", pod("b", "10.1.0.2", { labels: { tier: "cache" } }));
@@ -150,76 +170,49 @@ Deno.test("pod store informer: list, then watch events and bookmarks", async () 
     assert.match(watch.url, /allowWatchBookmarks=true/);
     assert.match(watch.url, /resourceVersion=\d+/);
     assert.deepEqual([store.stats().lists, store.stats().watches], [1, 1]);
-  } finally {
-    await store.stop();
-    await server.stop();
-    await cleanup();
-  }
+  });
 });
 
 Deno.test("pod store informer: a dropped watch resumes without losing an update", async () => {
-  await withInformer(async ({ server, store }) => {
-    const { api, cleanup } = await connectTestApi(server);
-    try {
-      server.put("pods", pod("a", "10.2.0.1", { labels: { v: "1" } }));
-      store.start(api);
-      await store.whenSynced();
-      await waitFor(() => server.watchCount === 1, { what: "watch open" });
-      // The next watch request is held back, so the update lands while no watch is open.
-      server.fault({ match: { method: "GET", path: "/pods" }, delayMs: 300 });
-      server.dropWatches();
-      server.put("pods", pod("a", "10.2.0.1", { labels: { v: "2" } }));
-      await waitFor(() => store.lookup("10.2.0.1", T0)?.labels?.v === "2", {
-        what: "update made during the gap",
-      });
-      assert.equal(store.stats().lists, 1, "resumed from its resourceVersion, no re-list");
-      assert.equal(store.stats().watches, 2);
-    } finally {
-      await cleanup();
-    }
+  await withInformer(async ({ server, store, run, dropWatchWithGap }) => {
+    server.put("pods", pod("a", "10.2.0.1", { labels: { v: "1" } }));
+    await run();
+    dropWatchWithGap();
+    server.put("pods", pod("a", "10.2.0.1", { labels: { v: "2" } }));
+    await waitFor(() => store.lookup("10.2.0.1", T0)?.labels?.v === "2", {
+      what: "update made during the gap",
+    });
+    assert.equal(store.stats().lists, 1, "resumed from its resourceVersion, no re-list");
+    assert.equal(store.stats().watches, 2);
   });
 });
 
 Deno.test("pod store informer: 410 Gone re-lists and reconciles deletions", async () => {
-  await withInformer(async ({ server, store, clock }) => {
-    const { api, cleanup } = await connectTestApi(server);
-    try {
-      server.put("pods", pod("a", "10.3.0.1", { created: T0 - 600 }));
-      store.start(api);
-      await store.whenSynced();
-      await waitFor(() => server.watchCount === 1, { what: "watch open" });
-      server.fault({ match: { method: "GET", path: "/pods" }, delayMs: 300 });
-      server.dropWatches();
-      // During the gap: A is deleted, its IP goes to B, and the event window is compacted.
-      clock.advance(30_000);
-      server.delete("pods", "ns", "a");
-      server.put("pods", pod("b", "10.3.0.1", { created: T0 + 40 }));
-      server.compact();
-      await waitFor(() => store.stats().relistsGone === 1, { what: "410 Gone" });
-      await waitFor(() => store.stats().lists === 2, { what: "re-list" });
-      assert.equal(store.lookup("10.3.0.1", T0 + 50)?.name, "b");
-      // A was marked deleted by the re-list (at T0+30), so it only owns earlier flows.
-      assert.equal(store.lookup("10.3.0.1", T0)?.name, "a");
-      await waitFor(() => server.watchCount === 1, { what: "watch open again" });
-    } finally {
-      await cleanup();
-    }
+  await withInformer(async ({ server, store, clock, run, dropWatchWithGap }) => {
+    server.put("pods", pod("a", "10.3.0.1", { created: T0 - 600 }));
+    await run();
+    dropWatchWithGap();
+    // During the gap: A is deleted, its IP goes to B, and the event window is compacted.
+    clock.advance(30_000);
+    server.delete("pods", "ns", "a");
+    server.put("pods", pod("b", "10.3.0.1", { created: T0 + 40 }));
+    server.compact();
+    await waitFor(() => store.stats().relistsGone === 1, { what: "410 Gone" });
+    await waitFor(() => store.stats().lists === 2, { what: "re-list" });
+    assert.equal(store.lookup("10.3.0.1", T0 + 50)?.name, "b");
+    // A was marked deleted by the re-list (at T0+30), so it only owns earlier flows.
+    assert.equal(store.lookup("10.3.0.1", T0)?.name, "a");
+    await waitFor(() => server.watchCount === 1, { what: "watch open again" });
   });
 });
 
 Deno.test("pod store informer: list failures are retried with backoff", async () => {
-  await withInformer(async ({ server, store, clock }) => {
-    const { api, cleanup } = await connectTestApi(server);
-    try {
-      server.put("pods", pod("a", "10.4.0.1"));
-      server.fault({ match: { method: "GET", path: "/api/v1/pods" }, status: 503, times: 2 });
-      store.start(api);
-      await settleDriving(clock, store.whenSynced());
-      assert.equal(store.stats().failures, 2);
-      assert.equal(store.lookup("10.4.0.1", T0)?.name, "a");
-    } finally {
-      await cleanup();
-    }
+  await withInformer(async ({ server, store, run }) => {
+    server.put("pods", pod("a", "10.4.0.1"));
+    server.fault({ match: { method: "GET", path: "/api/v1/pods" }, status: 503, times: 2 });
+    await run();
+    assert.equal(store.stats().failures, 2);
+    assert.equal(store.lookup("10.4.0.1", T0)?.name, "a");
   });
 });
 

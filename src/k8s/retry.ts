@@ -76,6 +76,16 @@ export function withTimeout<T>(work: Promise<T>, ms: number, clock: Clock): Prom
   });
 }
 
+/** `work`, or a {@linkcode RetryAborted} rejection as soon as `signal` aborts (stop never waits). */
+function abortable<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(new RetryAborted());
+  return new Promise((resolve, reject) => {
+    const onAbort = (): void => reject(new RetryAborted());
+    signal.addEventListener("abort", onAbort, { once: true });
+    work.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
+}
+
 /** Next pause: doubled, capped. */
 export function nextBackoff(ms: number, backoff: Backoff = {}): number {
   return Math.min(ms * 2, backoff.maxMs ?? 30_000);
@@ -95,7 +105,8 @@ export async function retrying<T>(
   for (let n = 1;; n++) {
     if (signal?.aborted) throw new RetryAborted();
     try {
-      return await withTimeout(attempt(), options.attemptTimeoutMs ?? 10_000, clock);
+      const timed = withTimeout(attempt(), options.attemptTimeoutMs ?? 10_000, clock);
+      return await (signal === undefined ? timed : abortable(timed, signal));
     } catch (err) {
       if (err instanceof RetryAborted) throw err;
       options.onFailure?.(err);

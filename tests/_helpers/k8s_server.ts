@@ -105,8 +105,10 @@ export class FakeKubeApiServer {
   readonly #faults: Fault[] = [];
   #server: https.Server | undefined;
   #uid = 0;
-  /** Every request handled, in order. */
+  /** Every request handled, in order (recorded once answered). */
   readonly requests: SeenRequest[] = [];
+  /** Requests received so far, answered or not (a slow answer counts at once). */
+  received = 0;
   /** Bearer token the requests must carry (none checked when undefined). */
   token: string | undefined;
 
@@ -291,6 +293,7 @@ export class FakeKubeApiServer {
   }
 
   async #handle(req: Request): Promise<Response> {
+    this.received++;
     const u = new URL(req.url);
     const res = await this.#route(req, u);
     this.requests.push({ method: req.method, url: u.pathname + u.search, status: res.status });
@@ -482,4 +485,11 @@ export async function connectTestApi(
     kubeconfig,
     cleanup: () => Deno.remove(dir, { recursive: true }),
   };
+}
+
+/** The text of a Secret's `data` key (base64 on the wire). */
+export function secretText(secret: KubeObject, key: string): string {
+  const data = secret.data?.[key];
+  if (typeof data !== "string") throw new Error(`Secret ${secret.metadata.name}: no ${key}`);
+  return new TextDecoder().decode(Uint8Array.from(atob(data), (c) => c.charCodeAt(0)));
 }

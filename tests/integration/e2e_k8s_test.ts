@@ -7,7 +7,7 @@
 
 import assert from "node:assert/strict";
 import { CA_CONFIGMAP, CLIENT_SECRET } from "../../src/k8s/mod.ts";
-import { connectTestApi, FakeKubeApiServer } from "../_helpers/k8s_server.ts";
+import { connectTestApi, FakeKubeApiServer, secretText } from "../_helpers/k8s_server.ts";
 import { DENO_JSON, FaProcess, flowLogConfig, printedPermissions } from "../_helpers/process.ts";
 import { agentRecord } from "../_helpers/agent_record.ts";
 import { waitFor } from "../_helpers/wait.ts";
@@ -16,10 +16,6 @@ import { readFlowLog } from "./helpers/flow_log.ts";
 
 const NS = "flow-aggregator";
 const UUID = "7b3b5b8e-1c6f-4f4e-9d2a-6c1e5f0a9b21";
-
-function unb64(s: string): string {
-  return new TextDecoder().decode(Uint8Array.from(atob(s), (c) => c.charCodeAt(0)));
-}
 
 Deno.test("e2e k8s: certificates published, Agent connects over TLS, deny flow filled from the Pod store", async () => {
   const server = await new FakeKubeApiServer().start();
@@ -74,8 +70,8 @@ Deno.test("e2e k8s: certificates published, Agent connects over TLS, deny flow f
     const agent = await SimAgent.connect("k8s-node-1", port, "tls", {
       tls: {
         ca: cm.data["ca.crt"],
-        cert: unb64(secret.data["tls.crt"]),
-        key: unb64(secret.data["tls.key"]),
+        cert: secretText(secret, "tls.crt"),
+        key: secretText(secret, "tls.key"),
       },
     });
     await agent.sendTemplates();

@@ -18,7 +18,7 @@ import {
 import type { KubeApi } from "../../src/k8s/client.ts";
 import { generateCertificates, type GeneratedCertificates } from "../../src/pki/mod.ts";
 import { concat, GOLDEN_DATA, GOLDEN_TEMPLATE, startCollector } from "../collector/helpers.ts";
-import { connectTestApi, FakeKubeApiServer } from "../_helpers/k8s_server.ts";
+import { connectTestApi, FakeKubeApiServer, secretText } from "../_helpers/k8s_server.ts";
 import { collectorTls } from "../_helpers/tls.ts";
 import { settleDriving, waitFor } from "../_helpers/wait.ts";
 
@@ -57,10 +57,6 @@ async function withApi(
   }
 }
 
-function unb64(s: string): string {
-  return new TextDecoder().decode(Uint8Array.from(atob(s), (c) => c.charCodeAt(0)));
-}
-
 /** What an Agent reads: `ca.crt` from the ConfigMap, `tls.crt`/`tls.key` from the Secret. */
 function agentMaterial(server: FakeKubeApiServer): { ca: string; cert: string; key: string } {
   const cm = server.get("configmaps", NS, CA_CONFIGMAP);
@@ -68,8 +64,8 @@ function agentMaterial(server: FakeKubeApiServer): { ca: string; cert: string; k
   assert.ok(cm && secret, "ConfigMap and Secret published");
   return {
     ca: cm.data["ca.crt"],
-    cert: unb64(secret.data["tls.crt"]),
-    key: unb64(secret.data["tls.key"]),
+    cert: secretText(secret, "tls.crt"),
+    key: secretText(secret, "tls.key"),
   };
 }
 
@@ -94,7 +90,7 @@ Deno.test("k8s certificates: ConfigMap and Secrets created as Agents expect them
       key: certs.client.keyPem,
     });
     const caSecret = server.get("secrets", NS, CA_SECRET)!;
-    assert.equal(unb64(caSecret.data["tls.key"]), certs.ca.keyPem);
+    assert.equal(secretText(caSecret, "tls.key"), certs.ca.keyPem);
     assert.deepEqual(p.stats(), { published: 1, failures: 0, created: 3, updated: 0 });
   });
 });

@@ -14,7 +14,7 @@ import { FlowAggregator } from "../../src/flow_aggregator.ts";
 import { type PodObject, PodStore } from "../../src/k8s/pod_store.ts";
 import { agentRecord } from "../_helpers/agent_record.ts";
 import { connectTestApi, FakeKubeApiServer, type KubeObject } from "../_helpers/k8s_server.ts";
-import { settleDriving, waitFor } from "../_helpers/wait.ts";
+import { pollUntil, settleDriving, waitFor } from "../_helpers/wait.ts";
 
 const T0 = 1_700_000_000; // ManualClock's default wall time, in seconds
 
@@ -214,6 +214,31 @@ Deno.test("pod store informer: list failures are retried with backoff", async ()
     assert.equal(store.stats().failures, 2);
     assert.equal(store.lookup("10.4.0.1", T0)?.name, "a");
   });
+});
+
+Deno.test("pod store informer: a slow list times out and is retried", async () => {
+  const server = await new FakeKubeApiServer().start();
+  const { api, cleanup } = await connectTestApi(server);
+  const clock = new ManualClock();
+  const store = new PodStore({ clock, attemptTimeoutMs: 5_000 });
+  try {
+    server.put("pods", pod("a", "10.6.0.1"));
+    // The first list hangs for (real) 3 s; the clock says 5 s passed: the attempt is given up.
+    server.fault({ match: { method: "GET", path: "/api/v1/pods" }, delayMs: 3_000 });
+    store.start(api);
+    await waitFor(() => server.received === 1, { what: "the slow list received" });
+    clock.advance(5_000);
+    await pollUntil(() => clock.pendingTimers().find((ms) => ms === 500), { what: "backoff" });
+    clock.advance(500);
+    await store.whenSynced();
+    assert.equal(store.stats().failures, 1);
+    assert.equal(store.lookup("10.6.0.1", T0)?.name, "a");
+    assert.equal(server.requests.length, 1, "synced before the slow answer came back");
+  } finally {
+    await store.stop();
+    await server.stop();
+    await cleanup();
+  }
 });
 
 class Capture implements Exporter {

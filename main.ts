@@ -257,6 +257,10 @@ function stateFile(
   return `${opts.stateDir ?? "."}/${CLUSTER_UUID_FILE}`;
 }
 
+function prefixed(prefix: string, stats: object): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(stats).map(([k, v]) => [prefix + k, v]));
+}
+
 async function writeCertificates(dir: string, certs: GeneratedCertificates): Promise<void> {
   await Deno.mkdir(dir, { recursive: true });
   await Deno.writeTextFile(`${dir}/ca.crt`, certs.ca.certPem);
@@ -413,6 +417,17 @@ async function run(opts: CliOptions): Promise<number> {
     },
   });
   identity.onChange(() => void fa.clusterUuidChanged());
+  // The Kubernetes side's counters, next to the aggregator's own metrics line.
+  const logKubeMetrics = (): void => {
+    if (api === undefined) return;
+    log.info("kubernetes metrics", {
+      ...prefixed("podStore.", podStore?.stats() ?? {}),
+      ...prefixed("certificates.", publisher?.stats() ?? {}),
+      clusterUuidSource: identity.source,
+    });
+  };
+  const kubeMetricsTimer = setInterval(logKubeMetrics, 60_000);
+  Deno.unrefTimer(kubeMetricsTimer);
 
   aggregator.resolve(fa);
 
@@ -438,6 +453,8 @@ async function run(opts: CliOptions): Promise<number> {
   await done.promise;
   await watcher?.stop();
   await fa.stop();
+  clearInterval(kubeMetricsTimer);
+  logKubeMetrics();
   await publisher?.stop();
   await podStore?.stop();
   await identity.stop();

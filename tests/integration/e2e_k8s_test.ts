@@ -102,6 +102,10 @@ Deno.test("e2e k8s: certificates published, Agent connects over TLS, deny flow f
     const status = await fa.stop("SIGTERM", 20_000);
     assert.equal(status.code, 0, fa.stderr);
     assert.deepEqual(fa.find({ level: "error" }).map((e) => e.raw), []);
+    const [metrics] = fa.find({ msg: "kubernetes metrics" });
+    assert.equal(metrics.fields["podStore.pods"], "2");
+    assert.equal(metrics.fields["certificates.published"], "1");
+    assert.equal(metrics.fields.clusterUuidSource, "cluster");
     assert.ok(server.requests.some((r) => r.url.startsWith("/api/v1/pods?watch=true")));
   } finally {
     fa?.kill("SIGKILL");

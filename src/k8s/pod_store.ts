@@ -19,7 +19,15 @@ import type { PodInfo } from "../aggregation/mod.ts";
 import type { Clock, ClockTimer } from "../clock.ts";
 import { logger } from "../log.ts";
 import type { KubeApi, WatchEvent, WatchHandle } from "./client.ts";
-import { type Backoff, describe, nextBackoff, RetryAborted, retrying, sleep } from "./retry.ts";
+import {
+  type Backoff,
+  describe,
+  nextBackoff,
+  RetryAborted,
+  retrying,
+  sleep,
+  statusOf,
+} from "./retry.ts";
 
 const log = logger("pod-store");
 
@@ -371,6 +379,8 @@ export class PodStore {
       }
     };
     const onDone = (err: unknown): void => {
+      // Some API servers answer a too-old resourceVersion with HTTP 410 rather than an event.
+      if (statusOf(err) === 410) result.gone = true;
       // An abort we asked for (410, stop) is not an error.
       if (err && !result.gone && !signal.aborted && result.error === undefined) {
         result.error = err;

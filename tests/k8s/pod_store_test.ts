@@ -206,6 +206,18 @@ Deno.test("pod store informer: 410 Gone re-lists and reconciles deletions", asyn
   });
 });
 
+Deno.test("pod store informer: 410 as the watch's HTTP status re-lists too", async () => {
+  await withInformer(async ({ server, store, run }) => {
+    server.put("pods", pod("a", "10.7.0.1"));
+    await run();
+    server.fault({ match: { method: "GET", path: "/api/v1/pods" }, status: 410 });
+    server.dropWatches();
+    await waitFor(() => store.stats().relistsGone === 1, { what: "410 status" });
+    await waitFor(() => store.stats().lists === 2, { what: "re-list" });
+    assert.equal(store.stats().failures, 0);
+  });
+});
+
 Deno.test("pod store informer: list failures are retried with backoff", async () => {
   await withInformer(async ({ server, store, run }) => {
     server.put("pods", pod("a", "10.4.0.1"));

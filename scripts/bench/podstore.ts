@@ -10,7 +10,7 @@
 
 import { ManualClock } from "../../src/clock.ts";
 import { type PodObject, PodStore } from "../../src/k8s/pod_store.ts";
-import { DENO_JSON } from "./process.ts";
+import { measureInGcChild } from "./memory.ts";
 
 /** One measurement. */
 export interface PodStoreSample {
@@ -83,32 +83,8 @@ export function measurePodStore(pods: number): PodStoreSample {
 }
 
 /** Runs {@linkcode measurePodStore} in a fresh Deno process. */
-export async function measurePodStoreInSubprocess(pods: number): Promise<PodStoreSample> {
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "--allow-read",
-      "--config",
-      DENO_JSON,
-      "--v8-flags=--expose-gc",
-      new URL(import.meta.url).pathname,
-      "--child",
-      String(pods),
-    ],
-    env: { NO_COLOR: "1" },
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const text = new TextDecoder().decode(out.stdout).trim();
-  if (!out.success || text === "") {
-    throw new Error(
-      `podstore bench child (${pods} Pods) exited ${out.code}: ${
-        new TextDecoder().decode(out.stderr).slice(-500)
-      }`,
-    );
-  }
-  return JSON.parse(text) as PodStoreSample;
+export function measurePodStoreInSubprocess(pods: number): Promise<PodStoreSample> {
+  return measureInGcChild(new URL(import.meta.url), pods, "podstore bench");
 }
 
 /** Bytes per Pod and lookups per second at 100,000 Pods (quick: 10,000). */

@@ -60,7 +60,8 @@ Deno.test("e2e k8s: certificates published, Agent connects over TLS, deny flow f
       cwd: dir,
       env: { POD_NAMESPACE: NS },
     });
-    const port = await fa.collectorPort();
+    // Loading client-node and generating RSA keys take a while on a loaded machine.
+    const port = await fa.collectorPort(60_000);
     await fa.waitFor({ msg: "published the collector CA and Agent client certificate" }, 20_000);
     await fa.waitFor({ msg: "Pod store synced" }, 10_000);
     await fa.waitFor({ msg: "cluster UUID read from the Antrea cluster identity" }, 10_000);

@@ -13,6 +13,7 @@ import { agentRecord } from "../_helpers/agent_record.ts";
 import { waitFor } from "../_helpers/wait.ts";
 import { SimAgent } from "./helpers/agent.ts";
 import { readFlowLog } from "./helpers/flow_log.ts";
+import { intraNodeRecord } from "./helpers/scenarios.ts";
 
 const NS = "flow-aggregator";
 const UUID = "7b3b5b8e-1c6f-4f4e-9d2a-6c1e5f0a9b21";
@@ -112,6 +113,55 @@ Deno.test("e2e k8s: certificates published, Agent connects over TLS, deny flow f
     fa?.kill("SIGKILL");
     await fa?.status;
     await server.stop();
+    await cleanup();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("e2e k8s: an unreachable API server never stops collection", async () => {
+  // A kubeconfig naming a server that is gone.
+  const server = await new FakeKubeApiServer().start();
+  const { kubeconfig, cleanup } = await connectTestApi(server);
+  await server.stop();
+  const dir = await Deno.makeTempDir({ prefix: "fa-e2e-k8s-down-" });
+  let fa: FaProcess | undefined;
+  try {
+    const conf = `${dir}/flow-aggregator.conf`;
+    await Deno.writeTextFile(conf, flowLogConfig(`${dir}/flows.log`));
+    fa = FaProcess.start({
+      // Debug level, for the "session closed" event that tells all sent data was read.
+      args: [
+        "--config",
+        conf,
+        "--listen",
+        "127.0.0.1:0",
+        "--kubeconfig",
+        kubeconfig,
+        "--log-level",
+        "debug",
+      ],
+      cwd: dir,
+    });
+    const port = await fa.collectorPort(60_000);
+    const agent = await SimAgent.connect("k8s-node-1", port, "tcp");
+    await agent.sendTemplates();
+    await agent.sendRecord(intraNodeRecord(53_000));
+    agent.close();
+    await fa.waitFor({ msg: "session closed" }, 10_000);
+    // Each Kubernetes step keeps retrying, logged, while records are collected.
+    await fa.waitFor({ msg: "listing Pods failed, retrying", attempt: "3" }, 20_000);
+    await fa.waitFor(
+      { msg: /^reading ConfigMap kube-system\/antrea-cluster-identity failed/ },
+      10_000,
+    );
+    assert.equal((await fa.stop("SIGTERM", 20_000)).code, 0, fa.stderr);
+    // Exported at its active timeout while the API was down, and again at the final flush.
+    const lines = await readFlowLog(`${dir}/flows.log`);
+    assert.ok(lines.length >= 1, "the record was collected and exported");
+    assert.deepEqual(new Set(lines.map((l) => l.sourceTransportPort)), new Set(["53000"]));
+  } finally {
+    fa?.kill("SIGKILL");
+    await fa?.status;
     await cleanup();
     await Deno.remove(dir, { recursive: true });
   }

@@ -62,6 +62,9 @@ Deno.test("e2e permissions: the process runs on exactly the printed flags, its f
     assert.equal(stopped[0].fields.exported, String(n));
     assert.equal(stopped[0].fields.permissionDenied, "0");
     assert.deepEqual(fa.find({ level: "error" }).map((e) => e.raw), []);
+    // Standalone: the cluster UUID was generated and kept for the next start.
+    const [uuid] = fa.find({ msg: "cluster UUID", source: "state-file" });
+    assert.equal((await Deno.readTextFile(`${dir}/cluster-uuid`)).trim(), uuid.fields.uuid);
   } finally {
     fa?.kill("SIGKILL");
     await fa?.status;

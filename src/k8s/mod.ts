@@ -8,11 +8,15 @@
 
 export {
   connectKube,
+  type ConnectOptions,
   type KubeApi,
   type KubeTarget,
   type KubeTargetOptions,
+  type PodList,
   resolveKubeTarget,
   SERVICE_ACCOUNT_DIR,
+  type WatchEvent,
+  type WatchHandle,
 } from "./client.ts";
 export {
   CA_CONFIGMAP,

@@ -36,6 +36,7 @@ export const DELETED_POD_RETENTION_MS = 5 * 60_000;
 
 /** The fields of a Pod the store reads (a client-node `V1Pod` or the watch's JSON). */
 export interface PodObject {
+  /** Identity, labels, creation time. */
   metadata?: {
     uid?: string;
     name?: string;
@@ -44,7 +45,9 @@ export interface PodObject {
     creationTimestamp?: Date | string;
     resourceVersion?: string;
   };
+  /** Node and host networking. */
   spec?: { nodeName?: string; hostNetwork?: boolean };
+  /** Phase and IPs. */
   status?: { phase?: string; podIP?: string; podIPs?: { ip?: string }[] | null };
 }
 

@@ -139,15 +139,15 @@ function transportOf(p: TransportProtocol): "udp" | "tcp" | "tls" {
 let clusterUuid: string | undefined;
 
 /**
- * The cluster UUID the IPFIX observation domain id is derived from. Without the Kubernetes
- * integration there is no `kube-system/antrea-cluster-identity` to read, so, as upstream, a
- * random UUID stands in; unlike upstream it is drawn once per process, so the observation
+ * The cluster UUID when the caller gives none ({@linkcode FlowAggregatorOptions.clusterUuid}:
+ * main.ts passes the Kubernetes cluster identity, `clusterID` or the state file's): as upstream,
+ * a random UUID stands in; unlike upstream it is drawn once per process, so the observation
  * domain id stays the same when a reload rebuilds the exporter.
  */
 function processClusterUuid(): string {
   if (clusterUuid === undefined) {
     clusterUuid = crypto.randomUUID();
-    log.warn("no cluster UUID (no Kubernetes integration): using a random one for this process", {
+    log.warn("no cluster UUID given: using a random one for this process", {
       uuid: clusterUuid,
     });
   }

@@ -14,7 +14,12 @@
 import denoJson from "./deno.json" with { type: "json" };
 import { ConfigWatcher, EMBEDDED_DEFAULT_CONFIG } from "./src/config/mod.ts";
 import { diffConfig, type FlowAggregatorConfig, parseConfig } from "./src/components.ts";
-import { permissionFlags, processPermissions, sinkPermissionTable } from "./src/permissions.ts";
+import {
+  permissionFlags,
+  PROCESS_ENV,
+  processPermissions,
+  sinkPermissionTable,
+} from "./src/permissions.ts";
 import {
   fastUdpReceiverFactory,
   ffiAvailable,
@@ -38,9 +43,21 @@ import {
   parseKlogFlag,
   startLogOutput,
 } from "./src/log/mod.ts";
-import type { GeneratedCertificates } from "./src/pki/mod.ts";
+import { DEFAULT_NAMESPACE, type GeneratedCertificates } from "./src/pki/mod.ts";
 import { apiAddress, DEFAULT_TOKEN_FILE, runCli, startApi } from "./src/api/mod.ts";
 import { CLI_COMMANDS } from "./src/api/cli.ts";
+import { systemClock } from "./src/clock.ts";
+import {
+  CertificatePublisher,
+  CLUSTER_UUID_FILE,
+  ClusterIdentity,
+  connectKube,
+  type KubeApi,
+  type KubeTarget,
+  PodStore,
+  prepareCertificates,
+  resolveKubeTarget,
+} from "./src/k8s/mod.ts";
 
 const log = logger("main");
 
@@ -69,8 +86,13 @@ Flags:
   --udp-receiver MODE  UDP receive path: auto (default: the fast recvmmsg path when started
                        with --allow-ffi on Linux, else one Deno socket), fast, or socket.
   --udp-workers N      fast path: sockets/threads sharing the port (SO_REUSEPORT), default 1.
-  --cert-dir DIR       with aggregatorTransportProtocol TLS and no Kubernetes cluster: write the
-                       generated CA (ca.crt) and Agent client certificate (tls.crt, tls.key) here.
+  --cert-dir DIR       with aggregatorTransportProtocol TLS: also write the CA (ca.crt) and Agent
+                       client certificate (tls.crt, tls.key) here (without a cluster, the only
+                       way the Agents get them).
+  --kubeconfig FILE    Kubernetes API access outside a cluster (default: the in-cluster service
+                       account, else $KUBECONFIG, else standalone).
+  --state-dir DIR      standalone: where the generated cluster UUID is kept (file cluster-uuid),
+                       so the IPFIX observation domain id survives restarts. Default: ".".
   --exporters-in-process
                        run the sinks in the main thread with the process's permissions
                        instead of one permission-scoped worker each (debugging).
@@ -103,6 +125,8 @@ export interface CliOptions {
   apiListen?: string;
   /** `--api-token-file`: where the API's loopback token is written. */
   apiTokenFile?: string;
+  kubeconfig?: string;
+  stateDir?: string;
   udpReceiver: "auto" | "fast" | "socket";
   udpWorkers: number;
   exportersInProcess: boolean;
@@ -168,6 +192,12 @@ export function parseArgs(args: readonly string[]): CliOptions {
       case "api-token-file":
         opts.apiTokenFile = value();
         break;
+      case "kubeconfig":
+        opts.kubeconfig = value();
+        break;
+      case "state-dir":
+        opts.stateDir = value();
+        break;
       case "udp-receiver": {
         const v = value();
         if (v !== "auto" && v !== "fast" && v !== "socket") {
@@ -232,18 +262,23 @@ function env(name: string): string | undefined {
   }
 }
 
-/** Describes the Kubernetes environment, if any. */
-function detectCluster(): string | undefined {
-  if (env("KUBERNETES_SERVICE_HOST")) return "in-cluster";
-  const kubeconfig = env("KUBECONFIG") ?? (env("HOME") ? `${env("HOME")}/.kube/config` : "");
-  if (kubeconfig) {
-    try {
-      if (Deno.statSync(kubeconfig).isFile) return `kubeconfig ${kubeconfig}`;
-    } catch {
-      // absent or unreadable: no cluster
-    }
-  }
-  return undefined;
+/** The Kubernetes API server to use, if any (`--kubeconfig`, in-cluster, `$KUBECONFIG`). */
+function kubeTarget(opts: CliOptions): Promise<KubeTarget | undefined> {
+  return resolveKubeTarget({ kubeconfig: opts.kubeconfig, processEnv: PROCESS_ENV });
+}
+
+/** Standalone without a `clusterID`: the file that keeps the generated cluster UUID. */
+function stateFile(
+  opts: CliOptions,
+  kube: KubeTarget | undefined,
+  config: FlowAggregatorConfig,
+): string | undefined {
+  if (kube !== undefined || config.clusterID !== "") return undefined;
+  return `${opts.stateDir ?? "."}/${CLUSTER_UUID_FILE}`;
+}
+
+function prefixed(prefix: string, stats: object): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(stats).map(([k, v]) => [prefix + k, v]));
 }
 
 async function writeCertificates(dir: string, certs: GeneratedCertificates): Promise<void> {
@@ -290,6 +325,7 @@ async function printPermissions(opts: CliOptions): Promise<number> {
     ? EMBEDDED_DEFAULT_CONFIG
     : await Deno.readTextFile(opts.config);
   const config = parseConfig(text);
+  const kube = await kubeTarget(opts);
   if (opts.perSink) {
     console.log(sinkPermissionTable(config));
     return 0;
@@ -303,6 +339,8 @@ async function printPermissions(opts: CliOptions): Promise<number> {
     apiListen: opts.apiListen,
     apiTokenFile: opts.apiTokenFile,
     logDir: klogFileDir(opts.klog),
+    kube,
+    stateFile: stateFile(opts, kube, config),
   }));
   console.log(flags.join(" "));
   return 0;
@@ -315,18 +353,16 @@ async function run(opts: CliOptions): Promise<number> {
   log.info("Flow aggregator starting...", { version: VERSION });
   for (const note of logOutput.notes) log[note.level](note.msg, note.fields);
 
-  const cluster = detectCluster();
-  if (cluster === undefined) {
+  const kube = await kubeTarget(opts);
+  let api: KubeApi | undefined;
+  if (kube === undefined) {
     log.info(
-      "no Kubernetes cluster found (no in-cluster environment, no kubeconfig): " +
-        "running standalone, Pod metadata is not filled",
+      "no Kubernetes cluster (no in-cluster service account, no --kubeconfig or KUBECONFIG): " +
+        "running standalone, Pod metadata is not filled and certificates are not published",
     );
   } else {
-    log.info(
-      "Kubernetes integration is not part of this build yet: running standalone, " +
-        "Pod metadata is not filled",
-      { cluster },
-    );
+    api = await connectKube(kube, { processEnv: PROCESS_ENV });
+    log.info("using the Kubernetes API", { mode: kube.mode, server: kube.server });
   }
 
   let watcher: ConfigWatcher<FlowAggregatorConfig> | undefined;
@@ -334,11 +370,17 @@ async function run(opts: CliOptions): Promise<number> {
   // The watcher reads the first config, so it exists before the aggregator: a change it sees
   // meanwhile waits for the aggregator (whose update() before start() is adopted by start()).
   const aggregator = Promise.withResolvers<FlowAggregator>();
+  const clusterIdentity = Promise.withResolvers<ClusterIdentity>();
   if (opts.config !== undefined) {
     watcher = new ConfigWatcher(opts.config, {
       parse: (text) => parseConfig(text),
       diff: diffConfig,
-      onChange: async (next, _old, diff) => (await aggregator.promise).update(next, diff),
+      onChange: async (next, _old, diff) => {
+        const fa = await aggregator.promise;
+        // Before the update: it rebuilds the sinks that carry the UUID (reload table).
+        (await clusterIdentity.promise).setConfigured(next.clusterID);
+        return fa.update(next, diff);
+      },
     });
     config = await watcher.start();
     log.info("Watching for FlowAggregator configuration file", { path: opts.config });
@@ -347,27 +389,71 @@ async function run(opts: CliOptions): Promise<number> {
     log.info("using the embedded default configuration (pass --config FILE to change it)");
   }
 
+  const clock = systemClock;
+  const namespace = env("POD_NAMESPACE") || DEFAULT_NAMESPACE;
+  if (api !== undefined && !env("POD_NAMESPACE")) {
+    log.warn("POD_NAMESPACE is not set: using the default namespace", { namespace });
+  }
+  const identity = new ClusterIdentity({
+    clock,
+    api,
+    configured: config.clusterID,
+    stateFile: stateFile(opts, kube, config),
+  });
+  await identity.start();
+  clusterIdentity.resolve(identity);
+  let podStore: PodStore | undefined;
+  let publisher: CertificatePublisher | undefined;
+  let certificates: GeneratedCertificates | undefined;
+  if (api !== undefined) {
+    podStore = new PodStore({ clock });
+    podStore.start(api);
+    publisher = new CertificatePublisher({ api, namespace, clock });
+    if (config.aggregatorTransportProtocol === "TLS") {
+      certificates = await prepareCertificates({
+        api,
+        namespace,
+        clock,
+        address: config.flowAggregatorAddress,
+      });
+    }
+  }
+  const store = podStore;
   const certDir = opts.certDir;
   const fa = new FlowAggregator(config, {
     exportersInProcess: opts.exportersInProcess,
     listenAddress: opts.listen,
     udpReceiver: udpReceiverFor(opts),
-    namespace: env("POD_NAMESPACE"),
+    namespace,
     configCounters: watcher === undefined ? undefined : () => watcher.stats(),
+    certificates,
+    clusterUuid: () => identity.current(),
+    hooks: store === undefined ? undefined : { lookupPod: (ip, t) => store.lookup(ip, t) },
     onCertificates: async (certs) => {
+      // In the background: the collector never waits for the API server.
+      publisher?.publish(certs);
       if (certDir !== undefined) {
         await writeCertificates(certDir, certs);
-      } else {
-        // Publication to Kubernetes is not in this build either, so with or without a cluster
-        // nobody hands these certificates to the Agents unless they are written out.
+      } else if (publisher === undefined) {
         log.warn(
-          "TLS collector: the CA and Agent client certificate are not published anywhere; " +
-            "pass --cert-dir DIR to write them for the Agents",
-          cluster === undefined ? {} : { cluster },
+          "TLS collector without a cluster: the CA and Agent client certificate are not " +
+            "published anywhere; pass --cert-dir DIR to write them for the Agents",
         );
       }
     },
   });
+  identity.onChange(() => void fa.clusterUuidChanged());
+  // The Kubernetes side's counters, next to the aggregator's own metrics line.
+  const logKubeMetrics = (): void => {
+    if (api === undefined) return;
+    log.info("kubernetes metrics", {
+      ...prefixed("podStore.", podStore?.stats() ?? {}),
+      ...prefixed("certificates.", publisher?.stats() ?? {}),
+      clusterUuidSource: identity.source,
+    });
+  };
+  const kubeMetricsTimer = setInterval(logKubeMetrics, 60_000);
+  Deno.unrefTimer(kubeMetricsTimer);
 
   aggregator.resolve(fa);
 
@@ -392,18 +478,23 @@ async function run(opts: CliOptions): Promise<number> {
   await fa.start();
   // The API starts beside collection (its certificate takes a moment): a signal meanwhile is
   // not held up by it, and its start-up error (a bad cipher name, the port in use) is fatal.
-  const api = startApi(fa, {
+  const apiServer = startApi(fa, {
     address: apiAddress(opts.apiListen, config.apiServer.apiPort),
     tokenFile: opts.apiTokenFile ?? DEFAULT_TOKEN_FILE,
     version: VERSION,
     tlsCipherSuites: config.apiServer.tlsCipherSuites,
     tlsMinVersion: config.apiServer.tlsMinVersion,
   });
-  api.catch((err) => done.reject(err));
+  apiServer.catch((err) => done.reject(err));
   await done.promise;
   await watcher?.stop();
   await fa.stop();
-  await (await api).close();
+  clearInterval(kubeMetricsTimer);
+  logKubeMetrics();
+  await publisher?.stop();
+  await podStore?.stop();
+  await identity.stop();
+  await (await apiServer).close();
   for (const [s, h] of handlers) Deno.removeSignalListener(s, h);
   log.info("flow aggregator stopped");
   return 0;

@@ -4,7 +4,7 @@
  * `bench/latest.json` with one number per key (null when a part is not implemented yet or could
  * not run, with the reason in `notes`) plus the raw trials under `details`.
  *
- * Flags: --quick, --only=udp,decode,aggregate,e2e,heap,rss (comma list), --out=<path>,
+ * Flags: --quick, --only=udp,decode,aggregate,e2e,heap,podstore,rss (comma list), --out=<path>,
  * --baseline=<rev>, --baseline-rounds=<n>.
  *
  * `--baseline=REV` (any git revision: `HEAD~1`, a tag, a hash) measures that revision in the same
@@ -38,6 +38,7 @@ import {
 import { benchAggregateRate, benchDecodeRates } from "./bench/core.ts";
 import { benchE2eTcp as runE2e } from "./bench/e2e.ts";
 import { benchHeapPerFlow } from "./bench/memory.ts";
+import { benchPodStore } from "./bench/podstore.ts";
 import { benchRssIdle as measureRssIdle } from "./bench/process.ts";
 import {
   addWorktree,
@@ -85,6 +86,10 @@ export interface BenchResults {
   heap_bytes_per_flow_1m: number | null;
   /** Resident set size of the idle process. */
   rss_bytes_idle: number | null;
+  /** JS heap bytes per Pod held by the Pod store at 100k Pods (goal: at most 1 KB). */
+  podstore_bytes_per_pod: number | null;
+  /** Pod store lookups per second (by IP and flow start time) at 100k Pods. */
+  podstore_lookups_per_s: number | null;
 }
 
 /** A benchmark run's full output. */
@@ -141,6 +146,8 @@ export function emptyResults(): BenchResults {
     heap_bytes_per_flow_100k: null,
     heap_bytes_per_flow_1m: null,
     rss_bytes_idle: null,
+    podstore_bytes_per_pod: null,
+    podstore_lookups_per_s: null,
   };
 }
 
@@ -283,6 +290,17 @@ export async function benchHeap(ctx: BenchContext): Promise<void> {
   ctx.details.heap = r.detail;
 }
 
+/** Measures podstore_bytes_per_pod and podstore_lookups_per_s (scripts/bench/podstore.ts). */
+export async function benchPodStoreMemory(ctx: BenchContext): Promise<void> {
+  progress("pod store");
+  const r = await benchPodStore({ quick: ctx.quick });
+  ctx.results.podstore_bytes_per_pod = r.bytesPerPod;
+  ctx.results.podstore_lookups_per_s = r.lookupsPerSec;
+  const q = ctx.quick ? "quick mode: 10k Pods; " : "";
+  ctx.notes.podstore_bytes_per_pod = `${q}${r.pods} Pods held (1 % host-network skipped), JS heap`;
+  ctx.details.podstore = r;
+}
+
 /** Measures rss_bytes_idle of the real process (scripts/bench/process.ts). */
 export async function benchRssIdle(ctx: BenchContext): Promise<void> {
   progress("rss idle");
@@ -299,6 +317,7 @@ const PARTS: Record<string, (ctx: BenchContext) => Promise<void>> = {
   aggregate: benchAggregate,
   udp: benchUdp,
   heap: benchHeap,
+  podstore: benchPodStoreMemory,
   rss: benchRssIdle,
   // Last: its rate search takes whatever is left of the budget.
   e2e: benchE2eTcp,
@@ -317,6 +336,8 @@ const UNITS: Record<keyof BenchResults, string> = {
   heap_bytes_per_flow_100k: "bytes",
   heap_bytes_per_flow_1m: "bytes",
   rss_bytes_idle: "bytes",
+  podstore_bytes_per_pod: "bytes",
+  podstore_lookups_per_s: "lookups/s",
 };
 
 function progress(msg: string): void {

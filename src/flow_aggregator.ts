@@ -15,6 +15,7 @@ import { Collector, type CollectorStats, type UdpReceiverFactory } from "./colle
 import type { RecordContext } from "./collector/session.ts";
 import {
   COMPONENTS,
+  configReloadTable,
   EXPORTER_SECTIONS,
   type ExporterSection,
   type FlowAggregatorConfig,
@@ -48,6 +49,9 @@ const SHUTDOWN_SLICE = 10_000;
 /** Most due flows exported by one timer tick before the exporters are given time to drain. */
 const SWEEP_SLICE = 10_000;
 
+/** The sinks that carry the cluster UUID: those the reload table rebuilds on `clusterID`. */
+const CLUSTER_UUID_SECTIONS = configReloadTable().clusterID.rebuilds as ExporterSection[];
+
 /** Upper bound of the expiry timer, so newly created flows are never swept late by more. */
 const MAX_TIMER_MS = 1000;
 
@@ -79,6 +83,12 @@ export interface FlowAggregatorOptions {
   workerOptions?: WorkerExporterOptions;
   /** Enrichment hooks (Pod store). Absent: metadata and labels are not filled. */
   hooks?: ExportHooks;
+  /**
+   * The cluster UUID in force (the Kubernetes cluster identity, `clusterID`, a state file);
+   * default: one drawn for the process. After it changes, call
+   * {@linkcode FlowAggregator.clusterUuidChanged}.
+   */
+  clusterUuid?: () => string;
   /** TLS material for the collector; default: generated at start (CA, server, client). */
   certificates?: GeneratedCertificates;
   /** Kubernetes namespace, for the server certificate SAN. */
@@ -135,15 +145,15 @@ function transportOf(p: TransportProtocol): "udp" | "tcp" | "tls" {
 let clusterUuid: string | undefined;
 
 /**
- * The cluster UUID the IPFIX observation domain id is derived from. Without the Kubernetes
- * integration there is no `kube-system/antrea-cluster-identity` to read, so, as upstream, a
- * random UUID stands in; unlike upstream it is drawn once per process, so the observation
+ * The cluster UUID when the caller gives none ({@linkcode FlowAggregatorOptions.clusterUuid}:
+ * main.ts passes the Kubernetes cluster identity, `clusterID` or the state file's): as upstream,
+ * a random UUID stands in; unlike upstream it is drawn once per process, so the observation
  * domain id stays the same when a reload rebuilds the exporter.
  */
 function processClusterUuid(): string {
   if (clusterUuid === undefined) {
     clusterUuid = crypto.randomUUID();
-    log.warn("no cluster UUID (no Kubernetes integration): using a random one for this process", {
+    log.warn("no cluster UUID given: using a random one for this process", {
       uuid: clusterUuid,
     });
   }
@@ -154,6 +164,8 @@ function processClusterUuid(): string {
 export interface ComponentFactoryOptions {
   /** Build the sinks in the calling thread instead of their workers. */
   inProcess?: boolean;
+  /** The cluster UUID in force (default: one drawn for the process). */
+  clusterUuid?: () => string;
   /** Tuning of the sink workers. */
   workerOptions?: WorkerExporterOptions;
 }
@@ -174,7 +186,7 @@ export function componentExporterFactory(options: ComponentFactoryOptions = {}):
     const sectionConfig = config[section];
     const ctx = {
       podLabels: config.recordContents.podLabels,
-      clusterUuid: processClusterUuid(),
+      clusterUuid: (options.clusterUuid ?? processClusterUuid)(),
     };
     const missing = component.workerModule !== undefined &&
       workerModuleMissing(component.workerModule);
@@ -259,6 +271,7 @@ export class FlowAggregator {
       componentExporterFactory({
         inProcess: opts.exportersInProcess,
         workerOptions: opts.workerOptions,
+        clusterUuid: opts.clusterUuid,
       });
     this.#core = new AggregationCore({
       activeTimeoutMs: config.activeFlowRecordTimeoutMs,
@@ -420,6 +433,37 @@ export class FlowAggregator {
     return this.#updates;
   }
 
+  /**
+   * Rebuilds the running sinks that carry the cluster UUID (those whose reload rule depends on
+   * `clusterID`), after {@linkcode FlowAggregatorOptions.clusterUuid} changed: the IPFIX
+   * observation domain id and the ClickHouse/S3 column switch to it. Each old sink drains in
+   * the background while its successor takes the records, so none is lost.
+   */
+  clusterUuidChanged(): Promise<void> {
+    const run = this.#updates.then(async () => {
+      if (this.#state !== "running") return;
+      for (const section of CLUSTER_UUID_SECTIONS) {
+        const have = this.#exporters.get(section);
+        if (have !== undefined) await this.#replaceExporter(section, have);
+      }
+      log.info("cluster UUID changed: rebuilt the sinks that carry it", {
+        sections: CLUSTER_UUID_SECTIONS.filter((s) => this.#exporters.has(s)).join(","),
+      });
+    });
+    this.#updates = run.catch((err) => log.error("cluster UUID update failed", { err }));
+    return this.#updates;
+  }
+
+  /** Replaces a running exporter: the old one drains in the background. */
+  async #replaceExporter(section: ExporterSection, have: Exporter): Promise<void> {
+    this.#exporters.delete(section);
+    const draining: Promise<void> = have.stop()
+      .catch((err) => log.error("stopping replaced exporter", { section, err }))
+      .finally(() => this.#draining.delete(draining));
+    this.#draining.add(draining);
+    await this.#createExporter(section);
+  }
+
   /** Counters of every component. */
   stats(): FlowAggregatorStats {
     const collector = this.#collector?.stats();
@@ -469,13 +513,7 @@ export class FlowAggregator {
         await have.update(next[section]);
         log.info("updated exporter", { section });
       } else if (want && have && (change === "live" || change === "rebuild")) {
-        // Replace: the old exporter drains in the background while the new one takes records.
-        this.#exporters.delete(section);
-        const draining: Promise<void> = have.stop()
-          .catch((err) => log.error("stopping replaced exporter", { section, err }))
-          .finally(() => this.#draining.delete(draining));
-        this.#draining.add(draining);
-        await this.#createExporter(section);
+        await this.#replaceExporter(section, have);
       }
     }
     this.#applyCore(prev, next);

@@ -16,6 +16,7 @@ import { COMPONENTS, type FlowAggregatorConfig } from "./components.ts";
 import { apiAddress, DEFAULT_TOKEN_FILE } from "./api/mod.ts";
 import type { ExporterPermissions } from "./exporters/component.ts";
 import { KLOG_FILE_ENV } from "./log/mod.ts";
+import type { KubeTarget } from "./k8s/client.ts";
 
 /**
  * Environment variables the process itself reads: Kubernetes detection, the default flow log
@@ -23,6 +24,7 @@ import { KLOG_FILE_ENV } from "./log/mod.ts";
  */
 export const PROCESS_ENV: readonly string[] = [
   "KUBERNETES_SERVICE_HOST",
+  "KUBERNETES_SERVICE_PORT",
   "KUBECONFIG",
   "HOME",
   "POD_NAMESPACE",
@@ -57,6 +59,13 @@ export interface PermissionInputs {
   apiTokenFile?: string;
   /** Directory of klog's log files, when the process writes them (`--logtostderr=false`). */
   logDir?: string;
+  /**
+   * The Kubernetes API server in use (`src/k8s/client.ts`): its host (net) and the service
+   * account directory or kubeconfig file (read). Absent: standalone.
+   */
+  kube?: KubeTarget;
+  /** Standalone: the cluster UUID state file (read and written). */
+  stateFile?: string;
 }
 
 /** The process's permissions: allow-lists per kind, and the booleans. */
@@ -110,6 +119,15 @@ export function processPermissions(
     read.push(resolve(inputs.logDir));
     write.push(resolve(inputs.logDir));
     env.push(...KLOG_FILE_ENV);
+  }
+  if (inputs.kube !== undefined) {
+    const u = new URL(inputs.kube.server);
+    net.push(`${u.hostname}:${u.port || (u.protocol === "http:" ? 80 : 443)}`);
+    read.push(resolve(inputs.kube.source));
+  }
+  if (inputs.stateFile !== undefined) {
+    read.push(resolve(inputs.stateFile));
+    write.push(resolve(inputs.stateFile));
   }
   for (const { component: c, permissions: p } of sinkPermissions(config)) {
     if (c.create === undefined) continue; // no sink in this build: nothing runs

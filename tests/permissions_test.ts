@@ -125,3 +125,32 @@ Deno.test("permissions: klog's --log_dir is read (pruning) and written; host and
     "/var/log/x",
   );
 });
+
+Deno.test("permissions: with Kubernetes, the API server and the service account; standalone, the state file", () => {
+  const config = cfg(
+    "aggregatorTransportProtocol: TCP\nflowLogger:\n  enable: true\n  path: '-'\n",
+  );
+  const inCluster = processPermissions(config, {
+    exportersInProcess: true,
+    kube: {
+      mode: "in-cluster",
+      server: "https://10.96.0.1:443",
+      source: "/var/run/secrets/kubernetes.io/serviceaccount",
+    },
+  });
+  assert.deepEqual(inCluster.net, ["10.96.0.1:443", API, "[::]:4739"]);
+  assert.deepEqual(inCluster.read, ["/var/run/secrets/kubernetes.io/serviceaccount"]);
+  assert.deepEqual(inCluster.write, [TOKEN_DIR]);
+  const v6 = processPermissions(config, {
+    exportersInProcess: true,
+    kube: { mode: "kubeconfig", server: "https://[fd00::1]", source: "/home/u/kc" },
+  });
+  assert.deepEqual(v6.net, [API, "[::]:4739", "[fd00::1]:443"]);
+  assert.deepEqual(v6.read, ["/home/u/kc"]);
+  const standalone = processPermissions(config, {
+    exportersInProcess: true,
+    stateFile: "/var/lib/fa/cluster-uuid",
+  });
+  assert.deepEqual(standalone.read, ["/var/lib/fa/cluster-uuid"]);
+  assert.deepEqual(standalone.write, ["/var/lib/fa/cluster-uuid", TOKEN_DIR]);
+});

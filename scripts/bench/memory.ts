@@ -159,8 +159,15 @@ export function measureHeapSample(flows: number): HeapSample {
   };
 }
 
-/** Runs {@linkcode measureHeapSample} for `flows` in a fresh Deno process. */
-export async function measureHeapInSubprocess(flows: number): Promise<HeapSample> {
+/**
+ * Runs `script --child ARG` in a fresh Deno process with `--expose-gc` and parses the JSON it
+ * prints: a memory measurement that nothing of the caller's heap can skew.
+ */
+export async function measureInGcChild<T>(
+  script: URL,
+  arg: number,
+  what: string,
+): Promise<T> {
   const out = await new Deno.Command(Deno.execPath(), {
     args: [
       "run",
@@ -168,9 +175,9 @@ export async function measureHeapInSubprocess(flows: number): Promise<HeapSample
       "--config",
       DENO_JSON,
       "--v8-flags=--expose-gc,--max-old-space-size=4096",
-      new URL(import.meta.url).pathname,
+      script.pathname,
       "--child",
-      String(flows),
+      String(arg),
     ],
     env: { NO_COLOR: "1" },
     stdin: "null",
@@ -180,12 +187,17 @@ export async function measureHeapInSubprocess(flows: number): Promise<HeapSample
   const text = new TextDecoder().decode(out.stdout).trim();
   if (!out.success || text === "") {
     throw new Error(
-      `memory bench child (${flows} flows) exited ${out.code}: ${
+      `${what} child (${arg}) exited ${out.code}: ${
         new TextDecoder().decode(out.stderr).slice(-500)
       }`,
     );
   }
-  return JSON.parse(text) as HeapSample;
+  return JSON.parse(text) as T;
+}
+
+/** Runs {@linkcode measureHeapSample} for `flows` in a fresh Deno process. */
+export function measureHeapInSubprocess(flows: number): Promise<HeapSample> {
+  return measureInGcChild(new URL(import.meta.url), flows, "memory bench");
 }
 
 /**

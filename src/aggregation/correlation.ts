@@ -51,21 +51,52 @@ export function isFromDestination(
 }
 
 /**
- * Encodes Pod labels as Go's `json.Marshal` of a map would: compact, keys sorted, with Go's
- * HTML-safe escaping of `<`, `>`, `&`, U+2028 and U+2029. A Pod without labels gives `{}`
- * (newer Antrea; v1.13 printed `null`, L17) so that consumers always get a JSON object.
+ * Encodes Pod labels as Go's `json.Marshal` of a map does (the Go 1.21 Antrea v1.13 was built
+ * with), byte for byte: compact, keys sorted by their UTF-8 bytes, `<`, `>`, `&`, U+2028 and
+ * U+2029 escaped as `\u003c`…, control characters other than `\n`, `\r`, `\t` as `\u00XX`
+ * (`\b` and `\f` too), an unpaired surrogate as U+FFFD. A Pod without labels gives `{}` (newer
+ * Antrea; v1.13 printed `null`, L17) so that consumers always get a JSON object.
  */
 export function encodePodLabels(labels: Record<string, string> | undefined | null): string {
   if (labels === undefined || labels === null) return "{}";
-  const keys = Object.keys(labels).sort();
+  const keys = Object.keys(labels).sort(byUtf8);
   let out = "{";
   for (let i = 0; i < keys.length; i++) {
     if (i > 0) out += ",";
-    out += JSON.stringify(keys[i]) + ":" + JSON.stringify(String(labels[keys[i]]));
+    out += goJsonString(keys[i]) + ":" + goJsonString(String(labels[keys[i]]));
   }
-  out += "}";
-  return out.replace(
-    /[<>&\u2028\u2029]/g,
-    (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"),
-  );
+  return out + "}";
+}
+
+// An escape sequence of JSON.stringify's output is matched whole, so `\\b` (an escaped
+// backslash, then b) is never taken for `\b`.
+const GO_ESCAPES = /\\(.)|[<>&\u2028\u2029]/g;
+
+// What Kubernetes allows in label keys and values: nothing to escape.
+const PLAIN = /^[A-Za-z0-9._/-]*$/;
+
+function goJsonString(s: string): string {
+  if (PLAIN.test(s)) return `"${s}"`;
+  return JSON.stringify(s.toWellFormed()).replace(GO_ESCAPES, (m, esc: string | undefined) => {
+    if (esc === undefined) return "\\u" + m.charCodeAt(0).toString(16).padStart(4, "0");
+    if (esc === "b") return "\\u0008";
+    if (esc === "f") return "\\u000c";
+    return m;
+  });
+}
+
+/** UTF-8 byte order (code point order), which differs from UTF-16 order past U+D7FF. */
+function byUtf8(a: string, b: string): number {
+  const n = Math.min(a.length, b.length);
+  for (let i = 0; i < n; i++) {
+    const x = a.charCodeAt(i);
+    const y = b.charCodeAt(i);
+    if (x !== y) return codePointRank(x) - codePointRank(y);
+  }
+  return a.length - b.length;
+}
+
+// Surrogates (U+D800–DFFF, i.e. code points past U+FFFF) rank above U+E000–FFFF.
+function codePointRank(unit: number): number {
+  return unit >= 0xe000 ? unit - 0x800 : unit >= 0xd800 ? unit + 0x2000 : unit;
 }

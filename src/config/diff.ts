@@ -21,6 +21,7 @@ export const GLOBAL_RELOAD: Readonly<Record<string, ReloadRule>> = {
   inactiveFlowRecordTimeout: "live",
   aggregatorTransportProtocol: "collector",
   flowAggregatorAddress: "collector",
+  clusterID: "live",
   "recordContents.podLabels": "live",
   "apiServer.apiPort": "restart",
   "apiServer.tlsCipherSuites": "restart",

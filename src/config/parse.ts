@@ -257,6 +257,7 @@ export const GLOBAL_SCHEMA: MapSchema = {
   inactiveFlowRecordTimeout: "str",
   aggregatorTransportProtocol: "str",
   flowAggregatorAddress: "str",
+  clusterID: "str",
   recordContents: { podLabels: "bool" },
   apiServer: { apiPort: "int", tlsCipherSuites: "str", tlsMinVersion: "str" },
   limits: LIMITS_SCHEMA,
@@ -300,6 +301,7 @@ function buildGlobal(raw: Raw): GlobalConfig {
     inactiveFlowRecordTimeoutMs: 0,
     aggregatorTransportProtocol: transportText.toUpperCase() as TransportProtocol,
     flowAggregatorAddress: str(raw, "flowAggregatorAddress"),
+    clusterID: str(raw, "clusterID"),
     recordContents: { podLabels: bool(rc, "podLabels", false) },
     apiServer: {
       apiPort: intOr(api, "apiPort", DEFAULTS.apiPort),

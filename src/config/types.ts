@@ -44,6 +44,11 @@ export interface GlobalConfig {
   aggregatorTransportProtocol: TransportProtocol;
   /** Extra SAN for the collector server certificate. */
   flowAggregatorAddress: string;
+  /**
+   * Cluster UUID to use instead of the discovered one (newer Antrea's key; `""`: discover it,
+   * see `src/k8s/cluster_uuid.ts`). The sinks that carry the UUID are rebuilt when it changes.
+   */
+  clusterID: string;
   /** Optional record contents. */
   recordContents: RecordContentsConfig;
   /** API server. */

@@ -102,11 +102,49 @@ function buildCert(spec: CertSpec): string {
   return forge.pki.certificateToPem(cert);
 }
 
-/** The server certificate's own extensions: serverAuth and its SANs (§3.2). */
-function serverExtensions(
-  namespace: string,
-  options: { readonly address?: string },
-): Record<string, unknown>[] {
+/** What signs leaf certificates: the CA's subject (reused byte for byte as issuer) and key. */
+interface Signer {
+  readonly subject: forge.pki.CertificateField[];
+  readonly key: forge.pki.rsa.PrivateKey;
+  readonly keyId: string;
+}
+
+function signerOf(subject: forge.pki.CertificateField[], key: forge.pki.rsa.PrivateKey): Signer {
+  const publicKey = forge.pki.setRsaPublicKey(key.n, key.e);
+  const keyId = forge.pki.getPublicKeyFingerprint(publicKey, { type: "RSAPublicKey" }).getBytes();
+  return { subject, key, keyId };
+}
+
+interface LeafSpec {
+  readonly serial: string;
+  readonly role: "server" | "client";
+  readonly unix: number;
+  readonly publicKey: forge.pki.rsa.PublicKey;
+  readonly notBefore: Date;
+  readonly notAfter: Date;
+  readonly extra: Record<string, unknown>[];
+}
+
+// A leaf certificate signed by the CA: server (serverAuth + SANs) or client (clientAuth).
+function leaf(signer: Signer, spec: LeafSpec): string {
+  return buildCert({
+    serial: spec.serial,
+    subject: cnAttributes(`flow-aggregator-${spec.role}-certificate@${spec.unix}`),
+    issuer: signer.subject,
+    publicKey: spec.publicKey,
+    signingKey: signer.key,
+    notBefore: spec.notBefore,
+    notAfter: spec.notAfter,
+    extensions: [
+      { name: "keyUsage", digitalSignature: true, critical: true },
+      ...spec.extra,
+      { name: "authorityKeyIdentifier", keyIdentifier: signer.keyId },
+    ],
+  });
+}
+
+function serverExtensions(options: GenerateCertificatesOptions): Record<string, unknown>[] {
+  const namespace = options.namespace || DEFAULT_NAMESPACE;
   const altNames: { type: number; value?: string; ip?: string }[] = [
     { type: 2, value: `flow-aggregator.${namespace}.svc` },
   ];
@@ -126,7 +164,6 @@ export function generateCertificates(
   options: GenerateCertificatesOptions = {},
 ): GeneratedCertificates {
   const now = options.now ?? new Date();
-  const namespace = options.namespace || DEFAULT_NAMESPACE;
   const modulusLength = options.modulusLength ?? 2048;
   const unix = Math.floor(now.getTime() / 1000);
   const notBefore = new Date(now.getTime() - HOUR_MS);
@@ -156,35 +193,22 @@ export function generateCertificates(
       { name: "subjectKeyIdentifier" },
     ],
   });
-  const caKeyId = forge.pki.getPublicKeyFingerprint(caKey.publicKey, { type: "RSAPublicKey" })
-    .getBytes();
-  const aki = { name: "authorityKeyIdentifier", keyIdentifier: caKeyId };
-
-  // A leaf certificate signed by the CA: server (serverAuth + SANs) or client (clientAuth).
-  const leaf = (
-    serial: string,
-    role: "server" | "client",
-    publicKey: typeof serverKey.publicKey,
-    extra: Record<string, unknown>[],
-  ) =>
-    buildCert({
-      serial,
-      subject: cnAttributes(`flow-aggregator-${role}-certificate@${unix}`),
-      issuer: caSubject,
-      publicKey,
-      signingKey: caKey.privateKey,
-      notBefore,
-      notAfter,
-      extensions: [
-        { name: "keyUsage", digitalSignature: true, critical: true },
-        ...extra,
-        aki,
-      ],
-    });
-  const serverPem = leaf("02", "server", serverKey.publicKey, serverExtensions(namespace, options));
-  const clientPem = leaf("03", "client", clientKey.publicKey, [
-    { name: "extKeyUsage", clientAuth: true },
-  ]);
+  const signer = signerOf(caSubject, caKey.privateKey);
+  const times = { unix, notBefore, notAfter };
+  const serverPem = leaf(signer, {
+    serial: "02",
+    role: "server",
+    publicKey: serverKey.publicKey,
+    ...times,
+    extra: serverExtensions(options),
+  });
+  const clientPem = leaf(signer, {
+    serial: "03",
+    role: "client",
+    publicKey: clientKey.publicKey,
+    ...times,
+    extra: [{ name: "extKeyUsage", clientAuth: true }],
+  });
 
   return {
     ca: { certPem: caPem, keyPem: caKey.keyPem },
@@ -195,39 +219,14 @@ export function generateCertificates(
 
 /**
  * Issues a new server certificate for `options.address` (`flowAggregatorAddress`) signed by the
- * CA of `certs`, keeping that CA and the client certificate: Agents trust the new server
- * certificate without any new material. Its serial is random (the CA's earlier server
- * certificate holds 2) and its validity is the CA's.
+ * CA of `certs` ({@linkcode issueServerCertificate}), keeping that CA and the client
+ * certificate: Agents trust the new server certificate without any new material.
  */
 export function reissueServerCertificate(
   certs: GeneratedCertificates,
   options: GenerateCertificatesOptions = {},
 ): GeneratedCertificates {
-  const ca = forge.pki.certificateFromPem(certs.ca.certPem);
-  const caKey = forge.pki.privateKeyFromPem(certs.ca.keyPem) as forge.pki.rsa.PrivateKey;
-  const caPublic = ca.publicKey as forge.pki.rsa.PublicKey;
-  const serverKey = newKey(options.modulusLength ?? caPublic.n.bitLength());
-  const unix = Math.floor((options.now ?? new Date()).getTime() / 1000);
-  const serial = crypto.getRandomValues(new Uint8Array(16));
-  serial[0] &= 0x7f; // positive
-  serial[0] |= 0x01; // DER-minimal (no leading zero byte)
-  const caKeyId = forge.pki.getPublicKeyFingerprint(caPublic, { type: "RSAPublicKey" }).getBytes();
-  const serverPem = buildCert({
-    serial: [...serial].map((b) => b.toString(16).padStart(2, "0")).join(""),
-    subject: cnAttributes(`flow-aggregator-server-certificate@${unix}`),
-    // The parsed CA subject keeps its UTF8String tags: the issuer bytes match the CA's.
-    issuer: ca.subject.attributes,
-    publicKey: serverKey.publicKey,
-    signingKey: caKey,
-    notBefore: ca.validity.notBefore,
-    notAfter: ca.validity.notAfter,
-    extensions: [
-      { name: "keyUsage", digitalSignature: true, critical: true },
-      ...serverExtensions(options.namespace || DEFAULT_NAMESPACE, options),
-      { name: "authorityKeyIdentifier", keyIdentifier: caKeyId },
-    ],
-  });
-  return { ...certs, server: { certPem: serverPem, keyPem: serverKey.keyPem } };
+  return { ...certs, server: issueServerCertificate(certs.ca, options) };
 }
 
 /** The API server's certificate: a chain (leaf then CA) and the leaf's key. */
@@ -385,4 +384,82 @@ async function ecdsaCertificate(spec: EcdsaCertSpec): Promise<string> {
     asn1.create(asn1.Class.UNIVERSAL, asn1.Type.BITSTRING, false, "\x00" + sig),
   ]);
   return pem("CERTIFICATE", Uint8Array.from(asn1.toDer(cert).getBytes(), (c) => c.charCodeAt(0)));
+}
+
+/**
+ * Issues a new server certificate (new key) from an existing CA, for a process that reuses a
+ * persisted CA: same subject form and extensions as {@linkcode generateCertificates}, a random
+ * serial (the CA already signed one with serial 2), never valid beyond the CA.
+ */
+export function issueServerCertificate(
+  ca: CertificatePair,
+  options: GenerateCertificatesOptions = {},
+): CertificatePair {
+  const now = options.now ?? new Date();
+  const caCert = forge.pki.certificateFromPem(ca.certPem);
+  const signer = signerOf(
+    caCert.subject.attributes as forge.pki.CertificateField[],
+    forge.pki.privateKeyFromPem(ca.keyPem) as forge.pki.rsa.PrivateKey,
+  );
+  const key = newKey(options.modulusLength ?? 2048);
+  const notBefore = new Date(now.getTime() - HOUR_MS);
+  const yearLater = new Date(notBefore.getTime() + 365 * DAY_MS);
+  const serial = "4" + forge.util.bytesToHex(forge.random.getBytesSync(15));
+  const certPem = leaf(signer, {
+    serial,
+    role: "server",
+    unix: Math.floor(now.getTime() / 1000),
+    publicKey: key.publicKey,
+    notBefore,
+    notAfter: yearLater < caCert.validity.notAfter ? yearLater : caCert.validity.notAfter,
+    extra: serverExtensions(options),
+  });
+  return { certPem, keyPem: key.keyPem };
+}
+
+/** Options of {@linkcode reuseProblem}. */
+export interface ReuseOptions {
+  /** Time of the check; default now. */
+  now?: Date;
+  /** Certificates with less validity left than this are not reused; default 90 days. */
+  minRemainingMs?: number;
+}
+
+/**
+ * Why a persisted CA and client pair cannot be reused, or undefined when it can: both parse,
+ * each key matches its certificate, the CA signed the client certificate (a CA with clientAuth,
+ * a client certificate with clientAuth), and both are valid now and for `minRemainingMs` more.
+ */
+export function reuseProblem(
+  ca: CertificatePair,
+  client: CertificatePair,
+  options: ReuseOptions = {},
+): string | undefined {
+  const now = options.now ?? new Date();
+  const until = new Date(now.getTime() + (options.minRemainingMs ?? 90 * DAY_MS));
+  try {
+    const caCert = forge.pki.certificateFromPem(ca.certPem);
+    const clientCert = forge.pki.certificateFromPem(client.certPem);
+    const bc = caCert.getExtension("basicConstraints") as { cA?: boolean } | null;
+    if (bc?.cA !== true) return "the CA certificate is not a CA";
+    const pairs: [string, forge.pki.Certificate, string][] = [
+      ["CA", caCert, ca.keyPem],
+      ["client", clientCert, client.keyPem],
+    ];
+    for (const [name, cert, keyPem] of pairs) {
+      const key = forge.pki.privateKeyFromPem(keyPem) as forge.pki.rsa.PrivateKey;
+      const pub = cert.publicKey as forge.pki.rsa.PublicKey;
+      if (key.n.compareTo(pub.n) !== 0 || key.e.compareTo(pub.e) !== 0) {
+        return `the ${name} key does not match its certificate`;
+      }
+      if (cert.validity.notBefore > now) return `the ${name} certificate is not valid yet`;
+      if (cert.validity.notAfter < until) return `the ${name} certificate expires too soon`;
+    }
+    const eku = clientCert.getExtension("extKeyUsage") as { clientAuth?: boolean } | null;
+    if (eku?.clientAuth !== true) return "the client certificate lacks clientAuth";
+    if (!caCert.verify(clientCert)) return "the client certificate is not signed by the CA";
+  } catch (err) {
+    return `unreadable: ${(err as Error).message}`;
+  }
+  return undefined;
 }

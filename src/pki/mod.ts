@@ -14,5 +14,8 @@ export {
   generateCertificates,
   type GenerateCertificatesOptions,
   type GeneratedCertificates,
+  issueServerCertificate,
   reissueServerCertificate,
+  type ReuseOptions,
+  reuseProblem,
 } from "./certificates.ts";

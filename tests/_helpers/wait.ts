@@ -41,3 +41,32 @@ export async function waitFor(
 ): Promise<void> {
   await pollUntil(async () => (await predicate()) ? true : undefined, options);
 }
+
+/** Options of {@linkcode settleDriving}. */
+export interface DriveOptions extends WaitOptions {
+  /** Timers due further away than this are never fired by the drive (timeouts); default 60 s. */
+  maxFireMs?: number;
+}
+
+/**
+ * Awaits `work` while firing the clock's pending timers that are due within `maxFireMs` (the
+ * pauses of a retry with backoff), one per real poll so I/O happens in between; longer timers
+ * (attempt timeouts) are left alone. Throws naming `what` if `work` is still pending at the
+ * (real-time) deadline.
+ */
+export async function settleDriving<T>(
+  clock: { advance(ms: number): void; pendingTimers(): number[] },
+  work: Promise<T>,
+  options: DriveOptions = {},
+): Promise<T> {
+  let done = false;
+  const tracked = work.finally(() => done = true);
+  tracked.catch(() => {}); // observed below
+  const maxFire = options.maxFireMs ?? 60_000;
+  await waitFor(() => {
+    const next = clock.pendingTimers()[0];
+    if (!done && next !== undefined && next <= maxFire) clock.advance(next);
+    return done;
+  }, { timeoutMs: 10_000, intervalMs: 5, ...options });
+  return await tracked;
+}

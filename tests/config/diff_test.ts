@@ -28,6 +28,7 @@ Deno.test("every configuration key has the reload rule of the one table", () => 
     inactiveFlowRecordTimeout: "live",
     aggregatorTransportProtocol: "collector",
     flowAggregatorAddress: "collector",
+    clusterID: "live+rebuild:flowCollector,clickHouse,s3Uploader",
     "recordContents.podLabels": "live+rebuild:flowCollector",
     "apiServer.apiPort": "restart",
     "apiServer.tlsCipherSuites": "restart",

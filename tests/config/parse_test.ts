@@ -40,6 +40,7 @@ Deno.test("every key gets its v1.13 default", () => {
     inactiveFlowRecordTimeoutMs: 90_000,
     aggregatorTransportProtocol: "TLS",
     flowAggregatorAddress: "",
+    clusterID: "",
     recordContents: { podLabels: false },
     apiServer: { apiPort: 10348, tlsCipherSuites: "", tlsMinVersion: "" },
     limits: {

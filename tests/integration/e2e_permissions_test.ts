@@ -11,8 +11,7 @@ import {
   DENO_JSON,
   FaProcess,
   flowLogConfig,
-  MAIN_TS,
-  runDeno,
+  printedPermissions,
 } from "../_helpers/process.ts";
 import { SimAgent } from "./helpers/agent.ts";
 import { readFlowLog } from "./helpers/flow_log.ts";
@@ -29,25 +28,25 @@ Deno.test("e2e permissions: the process runs on exactly the printed flags, its f
     await Deno.mkdir(`${dir}/logs`);
     const conf = `${dir}/config/flow-aggregator.conf`;
     await Deno.writeTextFile(conf, flowLogConfig(`${dir}/logs/flows.log`));
-    const args = ["--config", conf, "--listen", "127.0.0.1:0", ...apiArgs(`${dir}/api`)];
-    const printed = await runDeno([
-      "run",
-      "--allow-read",
-      "--allow-env",
+    // Standalone: the generated cluster UUID is kept in <state-dir>/cluster-uuid.
+    const args = [
       "--config",
-      DENO_JSON,
-      MAIN_TS,
-      "permissions",
-      ...args,
-    ]);
-    assert.equal(printed.code, 0, printed.stderr);
-    const flags = printed.stdout.trim().split(" ");
+      conf,
+      "--listen",
+      "127.0.0.1:0",
+      "--state-dir",
+      dir,
+      ...apiArgs(`${dir}/api`),
+    ];
+    const flags = await printedPermissions(args);
     assert.deepEqual(flags, [
       "--allow-net=127.0.0.1:0",
       // Each list is sorted, so where the checkout lies decides the order.
-      `--allow-read=${[`${dir}/config`, `${dir}/logs`, SRC].sort().join(",")}`,
-      `--allow-write=${[`${dir}/api`, `${dir}/logs`].sort().join(",")}`,
-      "--allow-env=HOME,KUBECONFIG,KUBERNETES_SERVICE_HOST,LOG_STREAM,LOG_TOKENS,POD_NAMESPACE,TMPDIR",
+      `--allow-read=${
+        [`${dir}/cluster-uuid`, `${dir}/config`, `${dir}/logs`, SRC].sort().join(",")
+      }`,
+      `--allow-write=${[`${dir}/api`, `${dir}/cluster-uuid`, `${dir}/logs`].sort().join(",")}`,
+      "--allow-env=HOME,KUBECONFIG,KUBERNETES_SERVICE_HOST,KUBERNETES_SERVICE_PORT,LOG_STREAM,LOG_TOKENS,POD_NAMESPACE,TMPDIR",
       "--unstable-net",
       "--unstable-worker-options",
     ]);
@@ -78,6 +77,9 @@ Deno.test("e2e permissions: the process runs on exactly the printed flags, its f
     assert.equal(stopped[0].fields.exported, String(n));
     assert.equal(stopped[0].fields.permissionDenied, "0");
     assert.deepEqual(fa.find({ level: "error" }).map((e) => e.raw), []);
+    // Standalone: the cluster UUID was generated and kept for the next start.
+    const [uuid] = fa.find({ msg: "cluster UUID", source: "state-file" });
+    assert.equal((await Deno.readTextFile(`${dir}/cluster-uuid`)).trim(), uuid.fields.uuid);
   } finally {
     fa?.kill("SIGKILL");
     await fa?.status;
@@ -92,18 +94,7 @@ Deno.test("e2e permissions: UDP on the printed flags takes the fast path (--allo
     const conf = `${dir}/flow-aggregator.conf`;
     await Deno.writeTextFile(conf, flowLogConfig(`${dir}/flows.log`, { transport: "UDP" }));
     const args = ["--config", conf, "--listen", "127.0.0.1:0", ...apiArgs(`${dir}/api`)];
-    const printed = await runDeno([
-      "run",
-      "--allow-read",
-      "--allow-env",
-      "--config",
-      DENO_JSON,
-      MAIN_TS,
-      "permissions",
-      ...args,
-    ]);
-    assert.equal(printed.code, 0, printed.stderr);
-    const flags = printed.stdout.trim().split(" ");
+    const flags = await printedPermissions(args);
     // Unscoped: Deno 2.9.6 grants pointer operations (Deno.UnsafePointer.of, which the receive
     // loop uses) only with the bare flag; a flag scoped to libc's path opens libc but then
     // fails in the receive worker with NotCapable.

@@ -97,11 +97,11 @@ Deno.test("e2e tls: --cert-dir writes ca.crt/tls.crt/tls.key; an Agent with them
   }
 });
 
-Deno.test("e2e tls: without --cert-dir the unpublished certificates are warned about, with or without a kubeconfig", async () => {
+Deno.test("e2e tls: standalone without --cert-dir the unpublished certificates are warned about; ~/.kube/config is not read", async () => {
   const dir = await Deno.makeTempDir({ prefix: "fa-e2e-tls2-" });
   try {
-    // A kubeconfig makes the process believe it is near a cluster; this build still cannot
-    // publish the certificates there.
+    // ~/.kube/config is not read implicitly (only --kubeconfig or KUBECONFIG): still standalone,
+    // so nobody hands the certificates to the Agents.
     await Deno.mkdir(`${dir}/.kube`);
     await Deno.writeTextFile(`${dir}/.kube/config`, "apiVersion: v1\nkind: Config\n");
     const fa = await FaProcess.startWithConfig(dir, conf(`${dir}/flows.log`), {

@@ -108,5 +108,5 @@ export const clickHouseSection: ConfigSection<"clickHouse", ClickHouseConfig> = 
       c.commitInterval,
     );
   },
-  reload: { live: [] },
+  reload: { live: [], dependsOn: ["clusterID"] },
 };

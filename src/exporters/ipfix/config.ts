@@ -116,5 +116,5 @@ export const flowCollectorSection: ConfigSection<"flowCollector", FlowCollectorC
   },
   // Every key rebuilds the exporter (new connection, new templates); the templates carry the
   // Pod label fields or not, so the labels switch rebuilds it too.
-  reload: { live: [], dependsOn: ["recordContents.podLabels"] },
+  reload: { live: [], dependsOn: ["recordContents.podLabels", "clusterID"] },
 };

@@ -107,5 +107,5 @@ export const s3UploaderSection: ConfigSection<"s3Uploader", S3UploaderConfig> = 
     // Our addition (upstream accepts a negative count and misbehaves later).
     nonNegative("s3Uploader.maxRecordsPerFile", c.maxRecordsPerFile);
   },
-  reload: { live: [] },
+  reload: { live: [], dependsOn: ["clusterID"] },
 };

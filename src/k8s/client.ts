@@ -1,0 +1,251 @@
+/**
+ * The Kubernetes API client (control-plane.md §4.1): in-cluster configuration (the service
+ * account's token and CA, `KUBERNETES_SERVICE_HOST`/`_PORT`), else a kubeconfig file
+ * (`--kubeconfig FILE`, else `$KUBECONFIG`), else none: the process runs standalone. Unlike
+ * kubectl, `~/.kube/config` is not read implicitly, so a developer's laptop never publishes
+ * certificates into whatever cluster its default context names.
+ *
+ * The calls are those of `@kubernetes/client-node` (loaded on first use, so a standalone
+ * process never loads it); this module only narrows them to what the Flow Aggregator does:
+ * get / create / replace its ConfigMaps and Secrets, list and watch Pods.
+ */
+
+import type * as k8s from "@kubernetes/client-node";
+import { isIPv6 } from "node:net";
+import process from "node:process";
+import { statusOf } from "./retry.ts";
+
+/** Where the service account's files are mounted in a Pod. */
+export const SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/** How the process reaches the API server. */
+export interface KubeTarget {
+  /** `in-cluster` (service account) or `kubeconfig` (a file). */
+  mode: "in-cluster" | "kubeconfig";
+  /** The API server URL (`https://10.96.0.1:443`); for a kubeconfig, read from the file. */
+  server: string;
+  /** Service-account directory (in-cluster) or kubeconfig path: what the process reads. */
+  source: string;
+}
+
+/** Options of {@linkcode resolveKubeTarget}. */
+export interface KubeTargetOptions {
+  /** `--kubeconfig FILE`. */
+  kubeconfig?: string;
+  /** Environment lookup; default `Deno.env.get` (absent without permission). */
+  env?: (name: string) => string | undefined;
+  /** Service-account directory; default {@linkcode SERVICE_ACCOUNT_DIR}. */
+  serviceAccountDir?: string;
+  /** See {@linkcode ConnectOptions.processEnv}. */
+  processEnv?: readonly string[];
+}
+
+function processEnv(name: string): string | undefined {
+  try {
+    return Deno.env.get(name);
+  } catch {
+    return undefined; // no --allow-env for it: treated as absent
+  }
+}
+
+function isFile(path: string): boolean {
+  try {
+    return Deno.statSync(path).isFile;
+  } catch {
+    return false;
+  }
+}
+
+/** The server URL of the current context of a kubeconfig's text (YAML or JSON). */
+async function kubeconfigServer(path: string, keep: readonly string[]): Promise<string> {
+  const { KubeConfig } = await loadClientNode(keep);
+  const kc = new KubeConfig();
+  kc.loadFromString(await Deno.readTextFile(path));
+  const server = kc.getCurrentCluster()?.server;
+  if (server === undefined) {
+    throw new Error(`kubeconfig ${path}: no cluster in the current context`);
+  }
+  return server;
+}
+
+/**
+ * Which API server to use, or undefined when there is none (standalone). Throws when a
+ * kubeconfig was named but cannot be read: an explicit choice that fails is an error, not a
+ * silent fallback to standalone.
+ */
+export async function resolveKubeTarget(
+  options: KubeTargetOptions = {},
+): Promise<KubeTarget | undefined> {
+  const env = options.env ?? processEnv;
+  const dir = options.serviceAccountDir ?? SERVICE_ACCOUNT_DIR;
+  const host = env("KUBERNETES_SERVICE_HOST");
+  if (options.kubeconfig === undefined && host && isFile(`${dir}/token`)) {
+    const port = env("KUBERNETES_SERVICE_PORT") || "443";
+    const h = isIPv6(host) ? `[${host}]` : host;
+    return { mode: "in-cluster", server: `https://${h}:${port}`, source: dir };
+  }
+  const path = options.kubeconfig ?? (env("KUBECONFIG")?.split(":")[0] || undefined);
+  if (path === undefined) return undefined;
+  return {
+    mode: "kubeconfig",
+    server: await kubeconfigServer(path, options.processEnv ?? []),
+    source: path,
+  };
+}
+
+/** A Pod list and the resource version to watch from. */
+export interface PodList {
+  /** The Pods. */
+  items: k8s.V1Pod[];
+  /** `metadata.resourceVersion` of the list. */
+  resourceVersion: string;
+}
+
+/** One watch event as the API server sends it. */
+export interface WatchEvent {
+  /** ADDED, MODIFIED, DELETED, BOOKMARK or ERROR. */
+  type: string;
+  /** The object (a `Status` for ERROR). */
+  // deno-lint-ignore no-explicit-any
+  object: any;
+}
+
+/** An open watch. */
+export interface WatchHandle {
+  /** Closes the stream. */
+  abort(): void;
+}
+
+/** The API calls the Flow Aggregator makes. */
+export interface KubeApi {
+  /** The API server URL. */
+  readonly server: string;
+  /** A ConfigMap, or undefined when it does not exist (404). */
+  getConfigMap(namespace: string, name: string): Promise<k8s.V1ConfigMap | undefined>;
+  /** Creates a ConfigMap. */
+  createConfigMap(namespace: string, body: k8s.V1ConfigMap): Promise<k8s.V1ConfigMap>;
+  /** Replaces a ConfigMap (409 when `metadata.resourceVersion` is stale). */
+  replaceConfigMap(namespace: string, body: k8s.V1ConfigMap): Promise<k8s.V1ConfigMap>;
+  /** A Secret, or undefined when it does not exist (404). */
+  getSecret(namespace: string, name: string): Promise<k8s.V1Secret | undefined>;
+  /** Creates a Secret. */
+  createSecret(namespace: string, body: k8s.V1Secret): Promise<k8s.V1Secret>;
+  /** Replaces a Secret (409 when `metadata.resourceVersion` is stale). */
+  replaceSecret(namespace: string, body: k8s.V1Secret): Promise<k8s.V1Secret>;
+  /** Lists the Pods of all namespaces (a consistent read). */
+  listPods(): Promise<PodList>;
+  /**
+   * Watches the Pods of all namespaces from `resourceVersion`, with bookmarks; `onDone` is
+   * called once when the stream ends (error or not).
+   */
+  watchPods(
+    resourceVersion: string,
+    handlers: { onEvent(ev: WatchEvent): void; onDone(err: unknown): void },
+  ): Promise<WatchHandle>;
+}
+
+/** Server-side watch timeout (seconds): a watch is renewed this often even when quiet. */
+const WATCH_TIMEOUT_S = 300;
+
+function orUndefined<T>(p: Promise<T>): Promise<T | undefined> {
+  return p.catch((err) => {
+    if (statusOf(err) === 404) return undefined;
+    throw err;
+  });
+}
+
+/**
+ * Loads client-node. Its dependencies read environment variables at import time, one of them
+ * (`debug`) by enumerating the whole environment, which needs `--allow-env` without a list.
+ * Rather than widen the process's permission, when the environment is only partly granted,
+ * `process.env` (what npm code reads) is replaced by a copy of the variables `keep` names (the
+ * ones the process reads, granted by `deno task permissions`): the dependencies then see the
+ * variables they do not need as unset, as they would be in a Pod.
+ */
+async function loadClientNode(
+  keep: readonly string[],
+): Promise<typeof import("@kubernetes/client-node")> {
+  if (Deno.permissions.querySync({ name: "env" }).state !== "granted") {
+    const copy: Record<string, string> = {};
+    for (const name of keep) {
+      const v = processEnv(name);
+      if (v !== undefined) copy[name] = v;
+    }
+    Object.defineProperty(process, "env", { value: copy, configurable: true, writable: true });
+  }
+  return await import("@kubernetes/client-node");
+}
+
+/** Options of {@linkcode connectKube}. */
+export interface ConnectOptions {
+  /**
+   * The environment variables the process reads (kept in `process.env` when the environment
+   * permission is partial, see above); default none.
+   */
+  processEnv?: readonly string[];
+}
+
+/**
+ * Connects to `target`. Loads client-node and, for a kubeconfig, reads the file; in-cluster it reads
+ * nothing before the first call (the token file is re-read by client-node, so bound tokens
+ * that kubelet rotates keep working).
+ */
+export async function connectKube(
+  target: KubeTarget,
+  options: ConnectOptions = {},
+): Promise<KubeApi> {
+  const k8s = await loadClientNode(options.processEnv ?? []);
+  const kc = new k8s.KubeConfig();
+  if (target.mode === "in-cluster") {
+    kc.loadFromClusterAndUser(
+      {
+        name: "in-cluster",
+        server: target.server,
+        caFile: `${target.source}/ca.crt`,
+        skipTLSVerify: false,
+      },
+      {
+        name: "service-account",
+        authProvider: { name: "tokenFile", config: { tokenFile: `${target.source}/token` } },
+      },
+    );
+  } else {
+    kc.loadFromString(await Deno.readTextFile(target.source));
+  }
+  return clientFor(k8s, kc);
+}
+
+/** A {@linkcode KubeApi} over a loaded client-node configuration. */
+function clientFor(k8s: typeof import("@kubernetes/client-node"), kc: k8s.KubeConfig): KubeApi {
+  const api = kc.makeApiClient(k8s.CoreV1Api);
+  const watch = new k8s.Watch(kc);
+  // The watch is also renewed by the server every WATCH_TIMEOUT_S; the client-side inactivity
+  // limit (client-node's default is 30 s) must be longer than the pause between bookmarks.
+  (watch as unknown as { requestTimeoutMs: number }).requestTimeoutMs = (WATCH_TIMEOUT_S + 60) *
+    1000;
+  return {
+    server: kc.getCurrentCluster()?.server ?? "",
+    getConfigMap: (namespace, name) =>
+      orUndefined(api.readNamespacedConfigMap({ namespace, name })),
+    createConfigMap: (namespace, body) => api.createNamespacedConfigMap({ namespace, body }),
+    replaceConfigMap: (namespace, body) =>
+      api.replaceNamespacedConfigMap({ namespace, name: body.metadata?.name ?? "", body }),
+    getSecret: (namespace, name) => orUndefined(api.readNamespacedSecret({ namespace, name })),
+    createSecret: (namespace, body) => api.createNamespacedSecret({ namespace, body }),
+    replaceSecret: (namespace, body) =>
+      api.replaceNamespacedSecret({ namespace, name: body.metadata?.name ?? "", body }),
+    listPods: async () => {
+      const list = await api.listPodForAllNamespaces();
+      return { items: list.items, resourceVersion: list.metadata?.resourceVersion ?? "" };
+    },
+    watchPods: async (resourceVersion, handlers) => {
+      const controller = await watch.watch(
+        "/api/v1/pods",
+        { resourceVersion, allowWatchBookmarks: true, timeoutSeconds: WATCH_TIMEOUT_S },
+        (type, object) => handlers.onEvent({ type, object }),
+        (err) => handlers.onDone(err),
+      );
+      return { abort: () => controller.abort() };
+    },
+  };
+}

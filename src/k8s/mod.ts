@@ -1,0 +1,46 @@
+/**
+ * Kubernetes integration (control-plane.md §2–§4): the API client, publication of the
+ * collector's TLS material, the cluster UUID and the Pod store. A process without a cluster
+ * runs standalone and loads none of it.
+ *
+ * @module
+ */
+
+export {
+  connectKube,
+  type ConnectOptions,
+  type KubeApi,
+  type KubeTarget,
+  type KubeTargetOptions,
+  type PodList,
+  resolveKubeTarget,
+  SERVICE_ACCOUNT_DIR,
+  type WatchEvent,
+  type WatchHandle,
+} from "./client.ts";
+export {
+  CA_CONFIGMAP,
+  CA_SECRET,
+  CertificatePublisher,
+  type CertificateSyncOptions,
+  CLIENT_SECRET,
+  prepareCertificates,
+  type PrepareOptions,
+  type PublisherStats,
+} from "./certificates.ts";
+export {
+  CLUSTER_IDENTITY,
+  CLUSTER_UUID_FILE,
+  ClusterIdentity,
+  type ClusterIdentityOptions,
+  type ClusterUuidSource,
+  isUuid,
+} from "./cluster_uuid.ts";
+export {
+  DELETED_POD_RETENTION_MS,
+  type PodObject,
+  PodStore,
+  type PodStoreOptions,
+  type PodStoreStats,
+} from "./pod_store.ts";
+export { type Backoff, retrying, type RetryOptions } from "./retry.ts";

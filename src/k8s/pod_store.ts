@@ -1,0 +1,407 @@
+/**
+ * The Pod store (control-plane.md §4.3): an informer over the Pods of all namespaces (list,
+ * then watch from the list's resourceVersion with bookmarks; a dropped watch resumes from the
+ * last version seen, a `410 Gone` re-lists and reconciles) keeping only what the export path
+ * needs, and {@linkcode PodStore.lookup}: the Pod that owned an IP when a flow started.
+ *
+ * Unlike v1.13 (L8–L10): only the needed fields are kept (name, namespace, Node, IPs, labels,
+ * times); host-network Pods are never indexed (they share their Node's IP); a Pod that
+ * terminates (phase Succeeded or Failed) is treated as deleted then, since its IP can be given
+ * to a new Pod while the object lingers; a re-list marks Pods that vanished meanwhile as
+ * deleted. A deleted Pod stays findable for 5 minutes, for records that arrive late.
+ *
+ * Lookup is one map access per IP: with one Pod on the IP it is returned whatever the time
+ * (clock skew between Nodes); with several (IP reuse), the latest-created Pod with
+ * `created <= t < deleted`.
+ */
+
+import type { PodInfo } from "../aggregation/mod.ts";
+import type { Clock, ClockTimer } from "../clock.ts";
+import { logger } from "../log.ts";
+import type { KubeApi, WatchEvent, WatchHandle } from "./client.ts";
+import {
+  type Backoff,
+  describe,
+  nextBackoff,
+  RetryAborted,
+  retrying,
+  sleep,
+  statusOf,
+} from "./retry.ts";
+
+const log = logger("pod-store");
+
+/** How long a deleted Pod stays findable (upstream: 5 minutes). */
+export const DELETED_POD_RETENTION_MS = 5 * 60_000;
+
+/** The fields of a Pod the store reads (a client-node `V1Pod` or the watch's JSON). */
+export interface PodObject {
+  /** Identity, labels, creation time. */
+  metadata?: {
+    uid?: string;
+    name?: string;
+    namespace?: string;
+    labels?: Record<string, string> | null;
+    creationTimestamp?: Date | string;
+    resourceVersion?: string;
+  };
+  /** Node and host networking. */
+  spec?: { nodeName?: string; hostNetwork?: boolean };
+  /** Phase and IPs. */
+  status?: { phase?: string; podIP?: string; podIPs?: { ip?: string }[] | null };
+}
+
+interface PodEntry {
+  readonly uid: string;
+  info: PodInfo;
+  ips: readonly string[];
+  /** Unix seconds. */
+  readonly created: number;
+  /** Unix seconds; 0 while the Pod lives. */
+  deleted: number;
+}
+
+/** Counters of {@linkcode PodStore}. */
+export interface PodStoreStats {
+  /** Pods held (deleted ones still retained included). */
+  pods: number;
+  /** IPs indexed. */
+  ips: number;
+  /** Full lists (the first one and every re-list). */
+  lists: number;
+  /** Re-lists caused by `410 Gone`. */
+  relistsGone: number;
+  /** Watches opened. */
+  watches: number;
+  /** Watch events applied (bookmarks excluded). */
+  events: number;
+  /** Failed list or watch calls (each retried). */
+  failures: number;
+  /** Host-network Pods skipped. */
+  hostNetworkSkipped: number;
+}
+
+/** Options of {@linkcode PodStore}. */
+export interface PodStoreOptions extends Backoff {
+  /** Time source: Pod times, retention and retries. */
+  clock: Clock;
+  /** How long a deleted Pod stays findable; default {@linkcode DELETED_POD_RETENTION_MS}. */
+  retentionMs?: number;
+}
+
+const TERMINATED = new Set(["Succeeded", "Failed"]);
+
+function podIps(pod: PodObject): string[] {
+  const ips: string[] = [];
+  for (const p of pod.status?.podIPs ?? []) if (p.ip) ips.push(p.ip);
+  if (ips.length === 0 && pod.status?.podIP) ips.push(pod.status.podIP);
+  return ips;
+}
+
+/** Pod metadata by IP and time, fed by a Kubernetes informer (or by {@linkcode apply}). */
+export class PodStore {
+  readonly #clock: Clock;
+  readonly #opts: PodStoreOptions;
+  readonly #byUid = new Map<string, PodEntry>();
+  readonly #byIp = new Map<string, PodEntry | PodEntry[]>();
+  /** Namespaces and Node names are shared by many Pods: one string each. */
+  readonly #names = new Map<string, string>();
+  /** Deleted Pods in deletion order (the retention is constant), removed when due. */
+  #removals: { entry: PodEntry; dueMs: number }[] = [];
+  #removalTimer: ClockTimer | undefined;
+  #abort: AbortController | undefined;
+  #watch: WatchHandle | undefined;
+  #running: Promise<void> = Promise.resolve();
+  readonly #synced = Promise.withResolvers<void>();
+  #isSynced = false;
+  readonly #stats = {
+    lists: 0,
+    relistsGone: 0,
+    watches: 0,
+    events: 0,
+    failures: 0,
+    hostNetworkSkipped: 0,
+  };
+
+  /** Creates an empty store; {@linkcode start} runs the informer. */
+  constructor(options: PodStoreOptions) {
+    this.#clock = options.clock;
+    this.#opts = options;
+  }
+
+  /**
+   * The Pod that owned `ip` when a flow started at `flowStartSeconds` (Unix seconds), or
+   * undefined. O(1): one map access, and a scan of the few Pods that shared the IP.
+   */
+  lookup(ip: string, flowStartSeconds: number): PodInfo | undefined {
+    const e = this.#byIp.get(ip);
+    if (e === undefined) return undefined;
+    if (!Array.isArray(e)) return e.info;
+    let best: PodEntry | undefined;
+    for (const p of e) {
+      if (p.created > flowStartSeconds) continue;
+      if (p.deleted !== 0 && flowStartSeconds >= p.deleted) continue;
+      if (best === undefined || p.created > best.created) best = p;
+    }
+    return best?.info;
+  }
+
+  /** Counters and sizes. */
+  stats(): PodStoreStats {
+    return { pods: this.#byUid.size, ips: this.#byIp.size, ...this.#stats };
+  }
+
+  /** True once the first list was applied. */
+  get synced(): boolean {
+    return this.#isSynced;
+  }
+
+  /** Resolves once the first list was applied. */
+  whenSynced(): Promise<void> {
+    return this.#synced.promise;
+  }
+
+  /** Applies one watch event (ADDED, MODIFIED or DELETED). */
+  apply(type: string, pod: PodObject): void {
+    const uid = pod.metadata?.uid;
+    if (uid === undefined) return;
+    if (type === "DELETED") {
+      this.#markDeleted(uid);
+      return;
+    }
+    if (pod.spec?.hostNetwork === true) {
+      this.#stats.hostNetworkSkipped++;
+      return;
+    }
+    if (TERMINATED.has(pod.status?.phase ?? "")) {
+      this.#markDeleted(uid);
+      return;
+    }
+    const existing = this.#byUid.get(uid);
+    if (existing !== undefined && existing.deleted !== 0) return; // no way back from deletion
+    const info = this.#infoOf(pod);
+    const ips = podIps(pod);
+    if (existing !== undefined) {
+      existing.info = info;
+      if (ips.join() !== existing.ips.join()) {
+        this.#unindex(existing);
+        existing.ips = ips;
+        this.#index(existing);
+      }
+      return;
+    }
+    const nowSec = Math.floor(this.#clock.wallMs() / 1000);
+    // v1.13: a Pending Pod counts from when we saw it, others from their creation time.
+    const ts = pod.metadata?.creationTimestamp;
+    const created = pod.status?.phase === "Pending" || ts === undefined
+      ? nowSec
+      : Math.floor(new Date(ts).getTime() / 1000);
+    const entry: PodEntry = { uid, info, ips, created, deleted: 0 };
+    this.#byUid.set(uid, entry);
+    this.#index(entry);
+  }
+
+  /**
+   * Applies a full list: every Pod in it is added or updated, every live Pod missing from it
+   * (deleted while no watch was open) is marked deleted.
+   */
+  replace(pods: readonly PodObject[]): void {
+    const seen = new Set<string>();
+    for (const p of pods) {
+      if (p.metadata?.uid !== undefined) seen.add(p.metadata.uid);
+      this.apply("MODIFIED", p);
+    }
+    for (const [uid, e] of this.#byUid) {
+      if (e.deleted === 0 && !seen.has(uid)) this.#markDeleted(uid);
+    }
+  }
+
+  /** Runs the informer on `api` in the background until {@linkcode stop}. */
+  start(api: KubeApi): void {
+    const abort = new AbortController();
+    this.#abort = abort;
+    this.#running = this.#run(api, abort.signal).catch((err) => {
+      if (!(err instanceof RetryAborted)) log.error("Pod informer stopped", { err });
+    });
+  }
+
+  /** Stops the informer and the retention timer. */
+  async stop(): Promise<void> {
+    this.#abort?.abort();
+    this.#watch?.abort();
+    await this.#running;
+    this.#removalTimer?.cancel();
+  }
+
+  #infoOf(pod: PodObject): PodInfo {
+    const labels = pod.metadata?.labels;
+    return {
+      name: pod.metadata?.name ?? "",
+      namespace: this.#name(pod.metadata?.namespace ?? ""),
+      nodeName: this.#name(pod.spec?.nodeName ?? ""),
+      labels: labels === null || labels === undefined || Object.keys(labels).length === 0
+        ? undefined
+        : labels,
+    };
+  }
+
+  #name(s: string): string {
+    let v = this.#names.get(s);
+    if (v === undefined) {
+      v = s;
+      this.#names.set(s, s);
+    }
+    return v;
+  }
+
+  #index(e: PodEntry): void {
+    for (const ip of e.ips) {
+      const cur = this.#byIp.get(ip);
+      if (cur === undefined) this.#byIp.set(ip, e);
+      else if (Array.isArray(cur)) cur.push(e);
+      else this.#byIp.set(ip, [cur, e]);
+    }
+  }
+
+  #unindex(e: PodEntry): void {
+    for (const ip of e.ips) {
+      const cur = this.#byIp.get(ip);
+      if (cur === e) this.#byIp.delete(ip);
+      else if (Array.isArray(cur)) {
+        const rest = cur.filter((x) => x !== e);
+        this.#byIp.set(ip, rest.length === 1 ? rest[0] : rest);
+      }
+    }
+  }
+
+  #markDeleted(uid: string): void {
+    const e = this.#byUid.get(uid);
+    if (e === undefined || e.deleted !== 0) return;
+    e.deleted = Math.floor(this.#clock.wallMs() / 1000);
+    const dueMs = this.#clock.nowMs() + (this.#opts.retentionMs ?? DELETED_POD_RETENTION_MS);
+    this.#removals.push({ entry: e, dueMs });
+    if (this.#removalTimer === undefined) this.#armRemoval();
+  }
+
+  #armRemoval(): void {
+    const first = this.#removals[0];
+    if (first === undefined) {
+      this.#removalTimer = undefined;
+      return;
+    }
+    this.#removalTimer = this.#clock.setTimer(
+      first.dueMs - this.#clock.nowMs(),
+      () => this.#removeDue(),
+      { unref: true },
+    );
+  }
+
+  #removeDue(): void {
+    const now = this.#clock.nowMs();
+    let n = 0;
+    while (n < this.#removals.length && this.#removals[n].dueMs <= now) {
+      const { entry } = this.#removals[n++];
+      this.#unindex(entry);
+      this.#byUid.delete(entry.uid);
+    }
+    this.#removals = this.#removals.slice(n);
+    this.#armRemoval();
+  }
+
+  async #run(api: KubeApi, signal: AbortSignal): Promise<void> {
+    const retry = {
+      ...this.#opts,
+      log,
+      signal,
+      onFailure: () => this.#stats.failures++,
+    };
+    let rv = "";
+    let pause = this.#opts.initialMs ?? 500;
+    while (!signal.aborted) {
+      if (rv === "") {
+        // A cluster-wide list can be large: a longer bound than the other calls.
+        const list = await retrying("listing Pods", () => api.listPods(), {
+          attemptTimeoutMs: 120_000,
+          ...retry,
+        });
+        this.replace(list.items as PodObject[]);
+        this.#stats.lists++;
+        rv = list.resourceVersion;
+        if (!this.#isSynced) {
+          this.#isSynced = true;
+          this.#synced.resolve();
+          log.info("Pod store synced", { pods: this.#byUid.size, resourceVersion: rv });
+        }
+      }
+      const r = await this.#watchOnce(api, rv, signal);
+      rv = r.resourceVersion;
+      if (r.gone) {
+        this.#stats.relistsGone++;
+        log.info("Pod watch expired (410 Gone): re-listing", { resourceVersion: rv });
+        rv = "";
+      } else if (r.error !== undefined) {
+        this.#stats.failures++;
+        log.warn("Pod watch failed, retrying", { err: describe(r.error), retryInMs: pause });
+        await sleep(this.#clock, pause, signal);
+        pause = nextBackoff(pause, this.#opts);
+        continue;
+      }
+      if (r.events > 0) pause = this.#opts.initialMs ?? 500;
+    }
+  }
+
+  /** One watch stream until it ends; the last resourceVersion seen and why it ended. */
+  #watchOnce(
+    api: KubeApi,
+    from: string,
+    signal: AbortSignal,
+  ): Promise<{ resourceVersion: string; gone: boolean; error?: unknown; events: number }> {
+    const result = { resourceVersion: from, gone: false, error: undefined as unknown, events: 0 };
+    const done = Promise.withResolvers<typeof result>();
+    const onEvent = (ev: WatchEvent): void => {
+      const rv = ev.object?.metadata?.resourceVersion;
+      switch (ev.type) {
+        case "ADDED":
+        case "MODIFIED":
+        case "DELETED":
+          this.apply(ev.type, ev.object as PodObject);
+          this.#stats.events++;
+          result.events++;
+          if (rv) result.resourceVersion = rv;
+          break;
+        case "BOOKMARK":
+          if (rv) result.resourceVersion = rv;
+          break;
+        case "ERROR":
+          if (ev.object?.code === 410) result.gone = true;
+          else result.error = new Error(`watch error: ${ev.object?.message ?? "unknown"}`);
+          // The stream is over; close it now rather than wait for the server to.
+          handle?.abort();
+          done.resolve(result);
+          break;
+      }
+    };
+    const onDone = (err: unknown): void => {
+      // Some API servers answer a too-old resourceVersion with HTTP 410 rather than an event.
+      if (statusOf(err) === 410) result.gone = true;
+      // An abort we asked for (410, stop) is not an error.
+      if (err && !result.gone && !signal.aborted && result.error === undefined) {
+        result.error = err;
+      }
+      done.resolve(result);
+    };
+    this.#stats.watches++;
+    let handle: WatchHandle | undefined;
+    api.watchPods(from, { onEvent, onDone }).then(
+      (h) => {
+        handle = h;
+        this.#watch = h;
+        if (signal.aborted || result.gone || result.error !== undefined) h.abort();
+      },
+      (err) => onDone(err ?? new Error("watch failed")),
+    );
+    const onAbort = (): void => done.resolve(result);
+    signal.addEventListener("abort", onAbort, { once: true });
+    return done.promise.finally(() => signal.removeEventListener("abort", onAbort));
+  }
+}

@@ -1,0 +1,148 @@
+/**
+ * Retries with exponential backoff on an injected clock, for every Kubernetes step: the API
+ * server being down or slow must delay a step, never fail the process or stop collection. Each
+ * attempt is bounded by a timeout (a hung connection counts as a failed attempt), each failure
+ * is counted and logged (at most once per backoff period, since the period is the rate limit).
+ */
+
+import type { Clock } from "../clock.ts";
+import type { Logger } from "../log.ts";
+
+/** Backoff of {@linkcode retrying}. */
+export interface Backoff {
+  /** First pause after a failure, ms; default 500. */
+  initialMs?: number;
+  /** Longest pause, ms; default 30 000. */
+  maxMs?: number;
+  /** Longest wait for one attempt, ms, before it counts as failed; default 10 000. */
+  attemptTimeoutMs?: number;
+}
+
+/** Options of {@linkcode retrying}. */
+export interface RetryOptions extends Backoff {
+  /** Time source of the pauses and the attempt timeout. */
+  clock: Clock;
+  /** Where failures are logged. */
+  log: Logger;
+  /** Stops retrying: the promise rejects with {@linkcode RetryAborted}. */
+  signal?: AbortSignal;
+  /** Called after each failed attempt (counters). */
+  onFailure?: (err: unknown) => void;
+}
+
+/** Thrown by {@linkcode retrying} and {@linkcode sleep} when their signal aborts. */
+export class RetryAborted extends Error {
+  /** Creates the error. */
+  constructor() {
+    super("k8s: stopped");
+    this.name = "RetryAborted";
+  }
+}
+
+/** Resolves after `ms` on `clock`; rejects with {@linkcode RetryAborted} when `signal` aborts. */
+export function sleep(clock: Clock, ms: number, signal?: AbortSignal): Promise<void> {
+  if (signal?.aborted) return Promise.reject(new RetryAborted());
+  return new Promise((resolve, reject) => {
+    const onAbort = (): void => {
+      timer.cancel();
+      reject(new RetryAborted());
+    };
+    const timer = clock.setTimer(ms, () => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, { unref: true });
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+/** `work`, or a rejection when it has not settled after `ms` on `clock`. */
+export function withTimeout<T>(work: Promise<T>, ms: number, clock: Clock): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const timer = clock.setTimer(
+      ms,
+      () => reject(new Error(`no answer from the Kubernetes API within ${ms} ms`)),
+      { unref: true },
+    );
+    work.then(
+      (v) => {
+        timer.cancel();
+        resolve(v);
+      },
+      (err) => {
+        timer.cancel();
+        reject(err);
+      },
+    );
+  });
+}
+
+/** `work`, or a {@linkcode RetryAborted} rejection as soon as `signal` aborts (stop never waits). */
+function abortable<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(new RetryAborted());
+  return new Promise((resolve, reject) => {
+    const onAbort = (): void => reject(new RetryAborted());
+    signal.addEventListener("abort", onAbort, { once: true });
+    work.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
+}
+
+/** Next pause: doubled, capped. */
+export function nextBackoff(ms: number, backoff: Backoff = {}): number {
+  return Math.min(ms * 2, backoff.maxMs ?? 30_000);
+}
+
+/**
+ * Runs `attempt` until it succeeds, pausing with exponential backoff after each failure; `what`
+ * names the step in the log.
+ */
+export async function retrying<T>(
+  what: string,
+  attempt: () => Promise<T>,
+  options: RetryOptions,
+): Promise<T> {
+  const { clock, log, signal } = options;
+  let pause = options.initialMs ?? 500;
+  for (let n = 1;; n++) {
+    if (signal?.aborted) throw new RetryAborted();
+    try {
+      const timed = withTimeout(attempt(), options.attemptTimeoutMs ?? 10_000, clock);
+      return await (signal === undefined ? timed : abortable(timed, signal));
+    } catch (err) {
+      if (err instanceof RetryAborted) throw err;
+      options.onFailure?.(err);
+      log.warn(`${what} failed, retrying`, { attempt: n, retryInMs: pause, err: describe(err) });
+      await sleep(clock, pause, signal);
+      pause = nextBackoff(pause, options);
+    }
+  }
+}
+
+/** A short description of an API error (status and message; never a request body or token). */
+export function describe(err: unknown): string {
+  const code = statusOf(err);
+  // deno-lint-ignore no-explicit-any
+  let body = (err as any)?.body;
+  if (typeof body === "string") {
+    try {
+      body = JSON.parse(body); // client-node keeps the Status as text
+    } catch {
+      // not JSON: used as is when short
+    }
+  }
+  const message = typeof body === "object" && body !== null && typeof body.message === "string"
+    ? body.message
+    : typeof body === "string" && body.length < 300
+    ? body
+    : err instanceof Error
+    ? err.message.split("\n")[0]
+    : String(err);
+  return code === undefined ? message : `${code}: ${message}`;
+}
+
+/** The HTTP status of an API error (client-node's `ApiException.code`), if it has one. */
+export function statusOf(err: unknown): number | undefined {
+  // deno-lint-ignore no-explicit-any
+  const e = err as any;
+  const code = e?.code ?? e?.statusCode;
+  return typeof code === "number" ? code : undefined;
+}

@@ -1,0 +1,210 @@
+/**
+ * Publication of the collector's TLS material against the test API server, with the real
+ * client: objects created as Agents expect them, kept across a restart when reusable, replaced
+ * when not, retried through 5xx and conflicts, and usable by an Agent-side TLS client.
+ */
+
+import assert from "node:assert/strict";
+import tls from "node:tls";
+import forge from "node-forge";
+import { ManualClock } from "../../src/clock.ts";
+import {
+  CA_CONFIGMAP,
+  CA_SECRET,
+  CertificatePublisher,
+  CLIENT_SECRET,
+  prepareCertificates,
+} from "../../src/k8s/certificates.ts";
+import type { KubeApi } from "../../src/k8s/client.ts";
+import { generateCertificates, type GeneratedCertificates } from "../../src/pki/mod.ts";
+import { concat, GOLDEN_DATA, GOLDEN_TEMPLATE, startCollector } from "../collector/helpers.ts";
+import { connectTestApi, FakeKubeApiServer, secretText } from "../_helpers/k8s_server.ts";
+import { collectorTls } from "../_helpers/tls.ts";
+import { settleDriving, waitFor } from "../_helpers/wait.ts";
+
+const NS = "flow-aggregator";
+
+async function withApi(
+  fn: (ctx: {
+    server: FakeKubeApiServer;
+    api: KubeApi;
+    clock: ManualClock;
+    prepare(): Promise<GeneratedCertificates>;
+    publish(certs: GeneratedCertificates): Promise<CertificatePublisher>;
+  }) => Promise<void>,
+): Promise<void> {
+  const server = await new FakeKubeApiServer().start();
+  const { api, cleanup } = await connectTestApi(server);
+  const clock = new ManualClock(Date.now());
+  // Attempt timeouts far beyond the pauses the drive fires: only the backoff moves the clock.
+  const opts = { api, namespace: NS, clock, attemptTimeoutMs: 3_600_000, waitMs: 3_600_000 };
+  try {
+    await fn({
+      server,
+      api,
+      clock,
+      prepare: () => settleDriving(clock, prepareCertificates(opts)),
+      publish: async (certs) => {
+        const p = new CertificatePublisher(opts);
+        p.publish(certs);
+        await settleDriving(clock, p.settled);
+        return p;
+      },
+    });
+  } finally {
+    await server.stop();
+    await cleanup();
+  }
+}
+
+/** What an Agent reads: `ca.crt` from the ConfigMap, `tls.crt`/`tls.key` from the Secret. */
+function agentMaterial(server: FakeKubeApiServer): { ca: string; cert: string; key: string } {
+  const cm = server.get("configmaps", NS, CA_CONFIGMAP);
+  const secret = server.get("secrets", NS, CLIENT_SECRET);
+  assert.ok(cm && secret, "ConfigMap and Secret published");
+  return {
+    ca: cm.data["ca.crt"],
+    cert: secretText(secret, "tls.crt"),
+    key: secretText(secret, "tls.key"),
+  };
+}
+
+function writes(server: FakeKubeApiServer): string[] {
+  return server.requests.filter((r) => r.method === "POST" || r.method === "PUT")
+    .map((r) => `${r.method} ${r.url} ${r.status}`);
+}
+
+Deno.test("k8s certificates: ConfigMap and Secrets created as Agents expect them", async () => {
+  await withApi(async ({ server, prepare, publish }) => {
+    const certs = await prepare();
+    const p = await publish(certs);
+    const cm = server.get("configmaps", NS, CA_CONFIGMAP)!;
+    assert.deepEqual(cm.metadata.labels, { app: "flow-aggregator" });
+    assert.deepEqual(Object.keys(cm.data), ["ca.crt"]);
+    const secret = server.get("secrets", NS, CLIENT_SECRET)!;
+    assert.equal(secret.type, "kubernetes.io/tls");
+    assert.deepEqual(Object.keys(secret.data).sort(), ["tls.crt", "tls.key"]);
+    assert.deepEqual(agentMaterial(server), {
+      ca: certs.ca.certPem,
+      cert: certs.client.certPem,
+      key: certs.client.keyPem,
+    });
+    const caSecret = server.get("secrets", NS, CA_SECRET)!;
+    assert.equal(secretText(caSecret, "tls.key"), certs.ca.keyPem);
+    assert.deepEqual(p.stats(), { published: 1, failures: 0, created: 3, updated: 0 });
+  });
+});
+
+Deno.test("k8s certificates: a restart keeps a valid published pair unchanged", async () => {
+  await withApi(async ({ server, prepare, publish }) => {
+    const first = await prepare();
+    await publish(first);
+    const before = writes(server).length;
+    const second = await prepare();
+    assert.equal(second.ca.certPem, first.ca.certPem);
+    assert.equal(second.client.certPem, first.client.certPem);
+    assert.equal(second.client.keyPem, first.client.keyPem);
+    // Only the server certificate is new, and the kept CA signed it.
+    assert.notEqual(second.server.certPem, first.server.certPem);
+    const ca = forge.pki.certificateFromPem(first.ca.certPem);
+    assert.ok(ca.verify(forge.pki.certificateFromPem(second.server.certPem)));
+    const p = await publish(second);
+    assert.equal(writes(server).length, before, "nothing rewritten");
+    assert.deepEqual(p.stats(), { published: 1, failures: 0, created: 0, updated: 0 });
+  });
+});
+
+Deno.test("k8s certificates: a restart replaces a pair that is not reusable", async () => {
+  await withApi(async ({ server, prepare, publish }) => {
+    const first = await prepare();
+    await publish(first);
+    // Someone put a client certificate of another CA into the Secret.
+    const other = generateCertificates({});
+    const secret = server.get("secrets", NS, CLIENT_SECRET)!;
+    secret.data["tls.crt"] = btoa(other.client.certPem);
+    secret.data["tls.key"] = btoa(other.client.keyPem);
+    server.put("secrets", secret);
+    const second = await prepare();
+    assert.notEqual(second.ca.certPem, first.ca.certPem, "new CA");
+    const p = await publish(second);
+    assert.deepEqual(p.stats(), { published: 1, failures: 0, created: 0, updated: 3 });
+    assert.deepEqual(agentMaterial(server), {
+      ca: second.ca.certPem,
+      cert: second.client.certPem,
+      key: second.client.keyPem,
+    });
+    // An update keeps the label of the ConfigMap.
+    const cm = server.get("configmaps", NS, CA_CONFIGMAP)!;
+    assert.deepEqual(cm.metadata.labels, { app: "flow-aggregator" });
+  });
+});
+
+Deno.test("k8s certificates: publication is retried through 5xx and 409 conflicts", async () => {
+  await withApi(async ({ server, prepare, publish }) => {
+    // An old ConfigMap exists and a concurrent writer changes it under our first update.
+    server.put("configmaps", {
+      metadata: { name: CA_CONFIGMAP, namespace: NS, labels: { app: "flow-aggregator" } },
+      data: { "ca.crt": "old" },
+    });
+    server.fault({ match: { method: "GET", path: "/configmaps/" }, status: 500, times: 2 });
+    server.fault({ match: { method: "PUT", path: "/configmaps/" }, concurrentWrite: true });
+    server.fault({ match: { method: "POST", path: "/secrets" }, status: 503 });
+    const certs = await prepare();
+    const p = await publish(certs);
+    const statuses = server.requests.map((r) => r.status);
+    assert.equal(statuses.filter((s) => s === 500).length, 2);
+    assert.equal(statuses.filter((s) => s === 409).length, 1);
+    assert.equal(statuses.filter((s) => s === 503).length, 1);
+    assert.deepEqual(p.stats(), { published: 1, failures: 4, created: 2, updated: 1 });
+    assert.equal(agentMaterial(server).ca, certs.ca.certPem);
+  });
+});
+
+Deno.test("k8s certificates: an unreachable API server does not hold the start", async () => {
+  await withApi(async ({ server, api, clock }) => {
+    server.fault({ match: { path: "/secrets/" }, status: 500, times: 1000 });
+    const prepared = prepareCertificates({ api, namespace: NS, clock, waitMs: 10_000 });
+    await waitFor(() => server.requests.length >= 2, { what: "first attempts" });
+    clock.advance(10_000);
+    const certs = await prepared;
+    // Fresh material, usable at once; publication is the background's business.
+    assert.ok(certs.ca.certPem.includes("BEGIN CERTIFICATE"));
+    assert.ok(server.requests.length >= 2, "the API server was asked");
+  });
+});
+
+Deno.test("k8s certificates: an Agent built from the published objects connects", async () => {
+  await withApi(async ({ server, prepare, publish }) => {
+    const certs = await prepare();
+    await publish(certs);
+    const agent = agentMaterial(server);
+    const { c, received } = await startCollector({
+      address: "127.0.0.1:0",
+      protocol: "tls",
+      tls: collectorTls(certs),
+    });
+    try {
+      const authorized = await new Promise<boolean>((resolve, reject) => {
+        const s = tls.connect({
+          host: "127.0.0.1",
+          port: c.port,
+          ca: [agent.ca],
+          cert: agent.cert,
+          key: agent.key,
+          // What an Antrea Agent verifies (control-plane.md §3.5).
+          servername: `flow-aggregator.${NS}.svc`,
+        }, () => {
+          const ok = s.authorized;
+          s.write(concat(GOLDEN_TEMPLATE, GOLDEN_DATA), () => s.end());
+          resolve(ok);
+        });
+        s.on("error", reject);
+        s.resume();
+      });
+      assert.equal(authorized, true);
+      await waitFor(() => received.length === 1, { what: "a record over the published TLS" });
+    } finally {
+      await c.stop();
+    }
+  });
+});

@@ -1,0 +1,148 @@
+/**
+ * The cluster UUID: read late from the Antrea cluster identity (the observation domain id of
+ * the IPFIX sink switches to it, nothing lost meanwhile), the `clusterID` key, and the
+ * standalone state file that keeps the id stable across restarts.
+ */
+
+import assert from "node:assert/strict";
+import { ManualClock } from "../../src/clock.ts";
+import { parseConfig } from "../../src/components.ts";
+import { observationDomainIdFromUuid } from "../../src/exporters/ipfix/exporter.ts";
+import { componentExporterFactory, FlowAggregator } from "../../src/flow_aggregator.ts";
+import { CLUSTER_IDENTITY, ClusterIdentity } from "../../src/k8s/cluster_uuid.ts";
+import { agentRecord } from "../_helpers/agent_record.ts";
+import { connectTestApi, FakeKubeApiServer } from "../_helpers/k8s_server.ts";
+import { pollUntil, settleDriving, waitFor } from "../_helpers/wait.ts";
+import { startCollector } from "../collector/helpers.ts";
+
+// control-plane.md §4.4 test vector.
+const UUID = "4d1a2a44-7d1a-4c0e-9a4b-2f3c1f6b8e10";
+const ODID = 556872197;
+
+Deno.test("cluster UUID: appearing 20 s late switches the observation domain id, nothing lost", async () => {
+  const server = await new FakeKubeApiServer().start();
+  const { api, cleanup } = await connectTestApi(server);
+  const kubeClock = new ManualClock();
+  const identity = new ClusterIdentity({ clock: kubeClock, api, attemptTimeoutMs: 3_600_000 });
+  const { c: external, received } = await startCollector({
+    address: "127.0.0.1:0",
+    protocol: "tcp",
+  });
+  const coreClock = new ManualClock();
+  const fa = new FlowAggregator(
+    parseConfig(`aggregatorTransportProtocol: TCP
+activeFlowRecordTimeout: 10s
+flowCollector:
+  enable: true
+  address: 127.0.0.1:${external.port}:tcp
+`),
+    {
+      clock: coreClock,
+      manualSweep: true,
+      listenAddress: "127.0.0.1:0",
+      metricsLogIntervalMs: 0,
+      exporterFactory: componentExporterFactory({
+        inProcess: true,
+        clusterUuid: () => identity.current(),
+      }),
+    },
+  );
+  let switched: Promise<void> | undefined;
+  identity.onChange(() => switched = fa.clusterUuidChanged());
+  try {
+    await identity.start();
+    await fa.start();
+    const provisional = identity.current();
+    assert.equal(identity.source, "process");
+    const exportOne = (port: number): void => {
+      fa.ingest([agentRecord({
+        sourceIPv4Address: "10.0.0.1",
+        destinationIPv4Address: "10.0.0.2",
+        sourceTransportPort: port,
+        destinationTransportPort: 80,
+      })]);
+      coreClock.advance(11_000);
+      fa.sweep();
+    };
+    exportOne(1);
+    // The identity ConfigMap appears 20 s after the start; polling backs off meanwhile.
+    await waitFor(() => server.requests.length > 0, { what: "first poll" });
+    // Each failed poll arms a backoff pause (the attempt timeouts are far longer): fire them
+    // until 20 s have passed.
+    const pause = (): number | undefined => kubeClock.pendingTimers().find((ms) => ms <= 60_000);
+    for (let t = 0; t < 20_000;) {
+      const next = await pollUntil(pause, { what: "a backoff pause after a failed poll" });
+      kubeClock.advance(next);
+      t += next;
+    }
+    exportOne(2); // before the switch: still the stand-in
+    server.put("configmaps", {
+      metadata: { name: CLUSTER_IDENTITY.name, namespace: CLUSTER_IDENTITY.namespace },
+      data: { uuid: UUID },
+    });
+    await settleDriving(kubeClock, identity.discovered);
+    assert.equal(identity.current(), UUID);
+    assert.equal(identity.source, "cluster");
+    assert.ok(switched, "the aggregator was told");
+    await switched;
+    exportOne(3);
+    await fa.stop();
+    // Flows are exported again at every active timeout: each port's exports, in order.
+    const domains = (port: number): number[] =>
+      received.flatMap((r) =>
+        r.records.filter((x) => x.sourceTransportPort === port).map(() => r.ctx.observationDomainId)
+      );
+    await waitFor(() => domains(3).length > 0, { what: "the last flow at the collector" });
+    const before = observationDomainIdFromUuid(provisional);
+    assert.equal(domains(1)[0], before);
+    assert.equal(domains(2)[0], before);
+    assert.deepEqual(new Set(domains(3)), new Set([ODID]), "after the switch: the cluster's id");
+    // Every flow exported after the switch carries it (1 and 2 again at the final flush).
+    assert.equal(domains(1).at(-1), ODID);
+    assert.ok(server.requests.length >= 4, "polled with backoff until it appeared");
+  } finally {
+    await fa.stop();
+    await identity.stop();
+    await external.stop();
+    await server.stop();
+    await cleanup();
+  }
+});
+
+Deno.test("cluster UUID: standalone, the state file keeps it across restarts", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const stateFile = `${dir}/cluster-uuid`;
+    const first = new ClusterIdentity({ clock: new ManualClock(), stateFile });
+    await first.start();
+    assert.equal(first.source, "state-file");
+    const second = new ClusterIdentity({ clock: new ManualClock(), stateFile });
+    await second.start();
+    assert.equal(second.current(), first.current());
+    assert.equal((await Deno.readTextFile(stateFile)).trim(), first.current());
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("cluster UUID: the clusterID key wins, a non-UUID is ignored", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const id = new ClusterIdentity({
+      clock: new ManualClock(),
+      stateFile: `${dir}/cluster-uuid`,
+      configured: UUID.toUpperCase(),
+    });
+    const changes: string[] = [];
+    id.onChange((u) => changes.push(u));
+    await id.start();
+    assert.equal(id.current(), UUID);
+    assert.equal(id.source, "config");
+    assert.equal(id.setConfigured("my-cluster"), true, "falls back to the state file");
+    assert.equal(id.source, "state-file");
+    assert.equal(id.setConfigured(""), false);
+    assert.deepEqual(changes, [], "config changes are applied by the reload, not listeners");
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

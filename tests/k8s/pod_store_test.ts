@@ -1,0 +1,341 @@
+/**
+ * The Pod store: lookups by IP and flow start time (IP reuse, host network, terminated and
+ * deleted Pods), the informer against the test API server with the real client (list, watch,
+ * bookmarks, a dropped watch, 410 Gone), and the export path filling a deny flow's Pod fields
+ * and labels from it.
+ */
+
+import assert from "node:assert/strict";
+import type { ExportedFlow } from "../../src/aggregation/record.ts";
+import { ManualClock } from "../../src/clock.ts";
+import { parseConfig } from "../../src/components.ts";
+import type { Exporter } from "../../src/exporters/exporter.ts";
+import { FlowAggregator } from "../../src/flow_aggregator.ts";
+import { type PodObject, PodStore } from "../../src/k8s/pod_store.ts";
+import { agentRecord } from "../_helpers/agent_record.ts";
+import { connectTestApi, FakeKubeApiServer, type KubeObject } from "../_helpers/k8s_server.ts";
+import { pollUntil, settleDriving, waitFor } from "../_helpers/wait.ts";
+
+const T0 = 1_700_000_000; // ManualClock's default wall time, in seconds
+
+function pod(
+  name: string,
+  ip: string,
+  opts: {
+    uid?: string;
+    created?: number;
+    labels?: Record<string, string>;
+    hostNetwork?: boolean;
+    phase?: string;
+    node?: string;
+  } = {},
+): KubeObject & PodObject {
+  return {
+    metadata: {
+      name,
+      namespace: "ns",
+      uid: opts.uid ?? `uid-${name}`,
+      creationTimestamp: new Date((opts.created ?? T0 - 3600) * 1000).toISOString(),
+      ...(opts.labels ? { labels: opts.labels } : {}),
+    },
+    spec: { nodeName: opts.node ?? "node-1", hostNetwork: opts.hostNetwork ?? false },
+    status: { phase: opts.phase ?? "Running", podIP: ip, podIPs: [{ ip }] },
+  };
+}
+
+Deno.test("pod store: IP reuse picks the Pod that owned the IP when the flow started", () => {
+  const clock = new ManualClock();
+  const store = new PodStore({ clock });
+  store.apply("ADDED", pod("a", "10.0.0.5", { created: T0 - 600 }));
+  clock.advance(60_000);
+  store.apply("DELETED", pod("a", "10.0.0.5"));
+  const deletedAt = T0 + 60;
+  store.apply("ADDED", pod("b", "10.0.0.5", { created: deletedAt + 5 }));
+  assert.equal(store.lookup("10.0.0.5", deletedAt - 30)?.name, "a");
+  assert.equal(store.lookup("10.0.0.5", deletedAt + 10)?.name, "b");
+  // Between A's deletion and B's creation the IP was nobody's.
+  assert.equal(store.lookup("10.0.0.5", deletedAt + 1), undefined);
+  // After the retention A is gone and B is the only owner: returned whatever the time.
+  clock.advance(5 * 60_000);
+  assert.equal(store.stats().pods, 1);
+  assert.equal(store.lookup("10.0.0.5", deletedAt - 30)?.name, "b");
+});
+
+Deno.test("pod store: a deleted Pod stays findable for 5 minutes, then is forgotten", () => {
+  const clock = new ManualClock();
+  const store = new PodStore({ clock });
+  store.apply("ADDED", pod("a", "10.0.0.6"));
+  store.apply("DELETED", pod("a", "10.0.0.6"));
+  clock.advance(5 * 60_000 - 1);
+  assert.equal(store.lookup("10.0.0.6", T0)?.name, "a");
+  clock.advance(1);
+  assert.equal(store.lookup("10.0.0.6", T0), undefined);
+  assert.deepEqual([store.stats().pods, store.stats().ips], [0, 0]);
+});
+
+Deno.test("pod store: host-network Pods never match, terminated Pods count as deleted", () => {
+  const clock = new ManualClock();
+  const store = new PodStore({ clock });
+  // A host-network Pod reports its Node's IP.
+  store.apply("ADDED", pod("agent", "192.168.1.10", { hostNetwork: true }));
+  assert.equal(store.lookup("192.168.1.10", T0), undefined);
+  assert.equal(store.stats().hostNetworkSkipped, 1);
+  // A Job Pod finishes; its IP goes to a new Pod while the finished object lingers.
+  store.apply("ADDED", pod("job", "10.0.0.7", { created: T0 - 600 }));
+  clock.advance(10_000);
+  store.apply("MODIFIED", pod("job", "10.0.0.7", { phase: "Succeeded" }));
+  store.apply("ADDED", pod("web", "10.0.0.7", { created: T0 + 20 }));
+  assert.equal(store.lookup("10.0.0.7", T0 + 30)?.name, "web");
+  assert.equal(store.lookup("10.0.0.7", T0 - 60)?.name, "job");
+  // A Pod first seen terminated is never indexed.
+  store.apply("ADDED", pod("done", "10.0.0.8", { phase: "Failed" }));
+  assert.equal(store.lookup("10.0.0.8", T0), undefined);
+});
+
+Deno.test("pod store: keeps only name, namespace, Node and labels; no labels is undefined", () => {
+  const store = new PodStore({ clock: new ManualClock() });
+  store.apply("ADDED", pod("a", "10.0.0.9", { labels: { app: "x" }, node: "n2" }));
+  store.apply("ADDED", pod("b", "fd00::9"));
+  assert.deepEqual(store.lookup("10.0.0.9", T0), {
+    name: "a",
+    namespace: "ns",
+    nodeName: "n2",
+    labels: { app: "x" },
+  });
+  assert.deepEqual(store.lookup("fd00::9", T0), {
+    name: "b",
+    namespace: "ns",
+    nodeName: "node-1",
+    labels: undefined,
+  });
+});
+
+interface InformerContext {
+  server: FakeKubeApiServer;
+  store: PodStore;
+  clock: ManualClock;
+  /** Starts the informer on the server's current Pods; resolves once it watches. */
+  run(): Promise<void>;
+  /**
+   * Drops the open watch and holds the next watch request back a moment, so what the test does
+   * right after happens while no watch is open.
+   */
+  dropWatchWithGap(): void;
+}
+
+/** An informer (the real client) on a fresh test API server. */
+async function withInformer(fn: (ctx: InformerContext) => Promise<void>): Promise<void> {
+  const server = await new FakeKubeApiServer().start();
+  const { api, cleanup } = await connectTestApi(server);
+  const clock = new ManualClock();
+  // Attempt timeouts far beyond the backoff pauses a test fires.
+  const store = new PodStore({ clock, attemptTimeoutMs: 3_600_000 });
+  try {
+    await fn({
+      server,
+      store,
+      clock,
+      run: async () => {
+        store.start(api);
+        await settleDriving(clock, store.whenSynced());
+        await waitFor(() => server.watchCount === 1, { what: "watch open" });
+      },
+      dropWatchWithGap: () => {
+        server.fault({ match: { method: "GET", path: "/pods" }, delayMs: 300 });
+        server.dropWatches();
+      },
+    });
+  } finally {
+    await store.stop();
+    await server.stop();
+    await cleanup();
+  }
+}
+
+Deno.test("pod store informer: list, then watch events and bookmarks", async () => {
+  await withInformer(async ({ server, store, run }) => {
+    server.put("pods", pod("a", "10.1.0.1"));
+    await run();
+    assert.equal(store.lookup("10.1.0.1", T0)?.name, "a");
+    server.put("pods", pod("b", "10.1.0.2", { labels: { tier: "db" } }));
+    await waitFor(() => store.lookup("10.1.0.2", T0) !== undefined, { what: "ADDED b" });
+    server.put("pods", pod("b", "10.1.0.2", { labels: { tier: "cache" } }));
+    await waitFor(() => store.lookup("10.1.0.2", T0)?.labels?.tier === "cache", {
+      what: "MODIFIED b",
+    });
+    server.bookmark();
+    server.delete("pods", "ns", "a");
+    await waitFor(() => store.stats().events === 3, { what: "DELETED a" });
+    const watch = server.requests.find((r) => r.url.includes("watch=true"))!;
+    assert.match(watch.url, /allowWatchBookmarks=true/);
+    assert.match(watch.url, /resourceVersion=\d+/);
+    assert.deepEqual([store.stats().lists, store.stats().watches], [1, 1]);
+  });
+});
+
+Deno.test("pod store informer: a dropped watch resumes without losing an update", async () => {
+  await withInformer(async ({ server, store, run, dropWatchWithGap }) => {
+    server.put("pods", pod("a", "10.2.0.1", { labels: { v: "1" } }));
+    await run();
+    dropWatchWithGap();
+    server.put("pods", pod("a", "10.2.0.1", { labels: { v: "2" } }));
+    await waitFor(() => store.lookup("10.2.0.1", T0)?.labels?.v === "2", {
+      what: "update made during the gap",
+    });
+    assert.equal(store.stats().lists, 1, "resumed from its resourceVersion, no re-list");
+    assert.equal(store.stats().watches, 2);
+  });
+});
+
+Deno.test("pod store informer: 410 Gone re-lists and reconciles deletions", async () => {
+  await withInformer(async ({ server, store, clock, run, dropWatchWithGap }) => {
+    server.put("pods", pod("a", "10.3.0.1", { created: T0 - 600 }));
+    await run();
+    dropWatchWithGap();
+    // During the gap: A is deleted, its IP goes to B, and the event window is compacted.
+    clock.advance(30_000);
+    server.delete("pods", "ns", "a");
+    server.put("pods", pod("b", "10.3.0.1", { created: T0 + 40 }));
+    server.compact();
+    await waitFor(() => store.stats().relistsGone === 1, { what: "410 Gone" });
+    await waitFor(() => store.stats().lists === 2, { what: "re-list" });
+    assert.equal(store.lookup("10.3.0.1", T0 + 50)?.name, "b");
+    // A was marked deleted by the re-list (at T0+30), so it only owns earlier flows.
+    assert.equal(store.lookup("10.3.0.1", T0)?.name, "a");
+    await waitFor(() => server.watchCount === 1, { what: "watch open again" });
+  });
+});
+
+Deno.test("pod store informer: 410 as the watch's HTTP status re-lists too", async () => {
+  await withInformer(async ({ server, store, run }) => {
+    server.put("pods", pod("a", "10.7.0.1"));
+    await run();
+    server.fault({ match: { method: "GET", path: "/api/v1/pods" }, status: 410 });
+    server.dropWatches();
+    await waitFor(() => store.stats().relistsGone === 1, { what: "410 status" });
+    await waitFor(() => store.stats().lists === 2, { what: "re-list" });
+    assert.equal(store.stats().failures, 0);
+  });
+});
+
+Deno.test("pod store informer: list failures are retried with backoff", async () => {
+  await withInformer(async ({ server, store, run }) => {
+    server.put("pods", pod("a", "10.4.0.1"));
+    server.fault({ match: { method: "GET", path: "/api/v1/pods" }, status: 503, times: 2 });
+    await run();
+    assert.equal(store.stats().failures, 2);
+    assert.equal(store.lookup("10.4.0.1", T0)?.name, "a");
+  });
+});
+
+Deno.test("pod store informer: a slow list times out and is retried", async () => {
+  const server = await new FakeKubeApiServer().start();
+  const { api, cleanup } = await connectTestApi(server);
+  const clock = new ManualClock();
+  const store = new PodStore({ clock, attemptTimeoutMs: 5_000 });
+  try {
+    server.put("pods", pod("a", "10.6.0.1"));
+    // The first list hangs for (real) 3 s; the clock says 5 s passed: the attempt is given up.
+    server.fault({ match: { method: "GET", path: "/api/v1/pods" }, delayMs: 3_000 });
+    store.start(api);
+    await waitFor(() => server.received === 1, { what: "the slow list received" });
+    clock.advance(5_000);
+    await pollUntil(() => clock.pendingTimers().find((ms) => ms === 500), { what: "backoff" });
+    clock.advance(500);
+    await store.whenSynced();
+    assert.equal(store.stats().failures, 1);
+    assert.equal(store.lookup("10.6.0.1", T0)?.name, "a");
+    assert.equal(server.requests.length, 1, "synced before the slow answer came back");
+  } finally {
+    await store.stop();
+    await server.stop();
+    await cleanup();
+  }
+});
+
+class Capture implements Exporter {
+  readonly name = "capture";
+  readonly flows: ExportedFlow[] = [];
+  start(): Promise<void> {
+    return Promise.resolve();
+  }
+  stop(): Promise<void> {
+    return Promise.resolve();
+  }
+  addRecord(flow: ExportedFlow): void {
+    this.flows.push(flow);
+  }
+  stats(): { received: number; exported: number; dropped: number; errors: number } {
+    return { received: this.flows.length, exported: 0, dropped: 0, errors: 0 };
+  }
+}
+
+Deno.test("export path: a deny flow gets its Pod fields and labels from the store", async () => {
+  const clock = new ManualClock();
+  const store = new PodStore({ clock });
+  store.apply("ADDED", pod("client", "10.5.0.1", { node: "n1", labels: { app: "web" } }));
+  store.apply(
+    "ADDED",
+    pod("server", "10.5.0.2", { node: "n2", labels: { z: "<b>&", app: "db", "a.io/x": "1" } }),
+  );
+  const capture = new Capture();
+  const fa = new FlowAggregator(
+    parseConfig(`recordContents:
+  podLabels: true
+aggregatorTransportProtocol: TCP
+activeFlowRecordTimeout: 10s
+flowLogger:
+  enable: true
+  path: /nonexistent/never-written.log
+`),
+    {
+      clock,
+      manualSweep: true,
+      listenAddress: "127.0.0.1:0",
+      exporterFactory: () => capture,
+      metricsLogIntervalMs: 0,
+      hooks: { lookupPod: (ip, t) => store.lookup(ip, t) },
+    },
+  );
+  await fa.start();
+  try {
+    // Denied at the source Node's egress: the Agent knows only its own Pod's name.
+    fa.ingest([agentRecord({
+      sourceIPv4Address: "10.5.0.1",
+      destinationIPv4Address: "10.5.0.2",
+      sourcePodName: "client",
+      sourcePodNamespace: "ns",
+      sourceNodeName: "n1",
+      flowType: 2,
+      egressNetworkPolicyRuleAction: 2,
+    })]);
+    // An unknown destination: no Pod fields, labels "".
+    fa.ingest([agentRecord({
+      sourceIPv4Address: "10.5.0.1",
+      destinationIPv4Address: "8.8.8.8",
+      sourcePodName: "client",
+      sourcePodNamespace: "ns",
+      sourceNodeName: "n1",
+      flowType: 3,
+    })]);
+    clock.advance(60_000);
+    fa.sweep();
+    const byDst = new Map(capture.flows.map((f) => [f.key.destinationAddress, f.record]));
+    const denied = byDst.get("10.5.0.2")!;
+    assert.equal(denied.destinationPodName, "server");
+    assert.equal(denied.destinationPodNamespace, "ns");
+    assert.equal(denied.destinationNodeName, "n2");
+    // Go's json.Marshal: sorted keys, compact, <, > and & escaped.
+    assert.equal(denied.sourcePodLabels, '{"app":"web"}');
+    assert.equal(
+      denied.destinationPodLabels,
+      '{"a.io/x":"1","app":"db","z":"\\u003cb\\u003e\\u0026"}',
+    );
+    const external = byDst.get("8.8.8.8")!;
+    assert.equal(external.destinationPodName, "");
+    assert.equal(external.destinationPodLabels, "");
+    assert.equal(external.sourcePodLabels, '{"app":"web"}');
+  } finally {
+    await fa.stop();
+  }
+});

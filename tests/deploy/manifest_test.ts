@@ -16,6 +16,7 @@ import { klogFileDir } from "../../src/log/mod.ts";
 import { permissionFlags, processPermissions } from "../../src/permissions.ts";
 import { STOCK_V113_CONF, UPSTREAM_DEPLOYMENT_ARGS } from "../_helpers/stock_config.ts";
 import { IMAGE_PATHS, IMAGE_TAG } from "../../scripts/image.ts";
+import { SERVICE_ACCOUNT_DIR } from "../../src/k8s/mod.ts";
 
 const MANIFEST = new URL("../../deploy/flow-aggregator.yml", import.meta.url).pathname;
 const NS = "flow-aggregator";
@@ -191,15 +192,25 @@ Deno.test("manifest: the Deno permissions are what `deno task permissions` print
   const cli = parseArgs(c.args);
   assert.ok(cli.config !== undefined);
   const text = get("ConfigMap", "flow-aggregator-configmap", NS).data["flow-aggregator.conf"];
+  // In the cluster: the API server is the address kubelet puts in the container's environment,
+  // which Kubernetes expands in `command` ($(VAR)); the service account directory is read.
+  const placeholder = "kube-api.invalid:443";
   const flags = permissionFlags(processPermissions(parseConfig(text, { onWarning: () => {} }), {
     configPath: cli.config,
     listen: cli.listen,
     logDir: klogFileDir(cli.klog),
     moduleDir: IMAGE_PATHS.app,
-  }));
+    kube: { mode: "in-cluster", server: `https://${placeholder}`, source: SERVICE_ACCOUNT_DIR },
+  })).map((f) => f.replace(placeholder, "$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"));
+  // Each list compared as a set (the expansion changes where it sorts).
+  const sets = (args: string[]) =>
+    args.map((a) => {
+      const m = /^(--allow-\w+=)(.*)$/.exec(a);
+      return m === null ? a : m[1] + m[2].split(",").sort().join(",");
+    });
   // The image of scripts/image.ts (deno task image): its runtime and its single-file build.
   assert.equal(c.image, IMAGE_TAG);
-  assert.deepEqual(c.command, [IMAGE_PATHS.deno, "run", ...flags, IMAGE_PATHS.program]);
+  assert.deepEqual(sets(c.command), sets([IMAGE_PATHS.deno, "run", ...flags, IMAGE_PATHS.program]));
   // Nothing broad: every allow flag is scoped.
   for (const f of flags.filter((x) => x.startsWith("--allow-"))) assert.match(f, /^--allow-\w+=/);
 });

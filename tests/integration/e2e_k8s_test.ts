@@ -8,7 +8,13 @@
 import assert from "node:assert/strict";
 import { CA_CONFIGMAP, CLIENT_SECRET } from "../../src/k8s/mod.ts";
 import { connectTestApi, FakeKubeApiServer, secretText } from "../_helpers/k8s_server.ts";
-import { DENO_JSON, FaProcess, flowLogConfig, printedPermissions } from "../_helpers/process.ts";
+import {
+  apiArgs,
+  DENO_JSON,
+  FaProcess,
+  flowLogConfig,
+  printedPermissions,
+} from "../_helpers/process.ts";
 import { agentRecord } from "../_helpers/agent_record.ts";
 import { waitFor } from "../_helpers/wait.ts";
 import { SimAgent } from "./helpers/agent.ts";
@@ -50,7 +56,15 @@ Deno.test("e2e k8s: certificates published, Agent connects over TLS, deny flow f
       flowLogConfig(`${dir}/flows.log`, { transport: "TLS" }) +
         "recordContents:\n  podLabels: true\n",
     );
-    const args = ["--config", conf, "--listen", "127.0.0.1:0", "--kubeconfig", kubeconfig];
+    const args = [
+      "--config",
+      conf,
+      "--listen",
+      "127.0.0.1:0",
+      "--kubeconfig",
+      kubeconfig,
+      ...apiArgs(`${dir}/api`),
+    ];
     const flags = await printedPermissions(args);
     assert.ok(flags[0].includes(new URL(server.url).host), `API server in ${flags[0]}`);
     assert.ok(flags.some((f) => f.startsWith("--allow-read=") && f.includes(kubeconfig)));

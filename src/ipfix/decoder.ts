@@ -14,10 +14,11 @@ import { type DecodeErrorReason, IpfixDecodeError } from "./errors.ts";
 import {
   type CompiledTemplate,
   fieldKey,
+  minFieldLength,
+  minRecordLength,
   type PendingTemplates,
   stringsTruncatedTotal,
 } from "./compile.ts";
-import { VARIABLE_LENGTH } from "./types.ts";
 import { REFUSALS_REMEMBERED, type TemplateRefusal, type TemplateStore } from "./template_store.ts";
 
 export { type DecodeErrorReason, IpfixDecodeError } from "./errors.ts";
@@ -168,7 +169,7 @@ function scanFields(
     if (p > at.end) {
       throw new IpfixDecodeError("badTemplate", `template ${at.id}: field ${i} PEN overruns set`);
     }
-    min += length === VARIABLE_LENGTH ? 1 : length;
+    min += minFieldLength(length);
     if (at.keyed) {
       spec.id = raw & 0x7fff;
       spec.enterprise = raw & 0x8000 ? u32(b, p - 4) : 0;
@@ -177,13 +178,6 @@ function scanFields(
     }
   }
   return { p, minRecordLength: min, key };
-}
-
-/** The smallest record of a field list: fixed lengths + 1 byte per variable-length field. */
-function minLength(fields: readonly FieldSpecifier[]): number {
-  let n = 0;
-  for (const f of fields) n += f.length === VARIABLE_LENGTH ? 1 : f.length;
-  return n;
 }
 
 function parseTemplateSet(
@@ -277,7 +271,7 @@ function parseTemplateSet(
     if (ct !== undefined) ops.push({ t: ct });
     else {
       pending.templates = promised; // admitted by wouldRefuse, but it will not be stored
-      ops.push({ refused: id, reason: "layoutsFull", minRecordLength: minLength(fields) });
+      ops.push({ refused: id, reason: "layoutsFull", minRecordLength: minRecordLength(fields) });
     }
   }
   return { ops, room };

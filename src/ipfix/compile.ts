@@ -387,6 +387,22 @@ function badTemplate(t: TemplateRecord, i: number, f: FieldSpecifier, why: strin
   );
 }
 
+/**
+ * The fewest bytes a field of template length `length` takes in a record: the length, or 1 for
+ * a variable-length field (an empty value's length prefix). A record's smallest length is the
+ * sum over its fields.
+ */
+export function minFieldLength(length: number): number {
+  return length === VARIABLE_LENGTH ? 1 : length;
+}
+
+/** The smallest record of a field list (see {@linkcode minFieldLength}). */
+export function minRecordLength(fields: readonly FieldSpecifier[]): number {
+  let n = 0;
+  for (const f of fields) n += minFieldLength(f.length);
+  return n;
+}
+
 function makePlan(t: TemplateRecord, maxStr: number): Plan {
   const n = t.fields.length;
   const names: string[] = [];
@@ -419,7 +435,7 @@ function makePlan(t: TemplateRecord, maxStr: number): Plan {
     }
   }
   const restMin: number[] = new Array(n + 1).fill(0);
-  for (let i = n - 1; i >= 0; i--) restMin[i] = restMin[i + 1] + (variable[i] ? 1 : lengths[i]);
+  for (let i = n - 1; i >= 0; i--) restMin[i] = restMin[i + 1] + minFieldLength(lengths[i]);
   return { id: t.id, names, types, lengths, variable, restMin, keep, maxStr };
 }
 

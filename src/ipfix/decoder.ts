@@ -14,10 +14,11 @@ import { type DecodeErrorReason, IpfixDecodeError } from "./errors.ts";
 import {
   type CompiledTemplate,
   fieldKey,
+  minFieldLength,
+  minRecordLength,
   type PendingTemplates,
   stringsTruncatedTotal,
 } from "./compile.ts";
-import { VARIABLE_LENGTH } from "./types.ts";
 import { REFUSALS_REMEMBERED, type TemplateRefusal, type TemplateStore } from "./template_store.ts";
 
 export { type DecodeErrorReason, IpfixDecodeError } from "./errors.ts";
@@ -168,7 +169,7 @@ function scanFields(
     if (p > at.end) {
       throw new IpfixDecodeError("badTemplate", `template ${at.id}: field ${i} PEN overruns set`);
     }
-    min += length === VARIABLE_LENGTH ? 1 : length;
+    min += minFieldLength(length);
     if (at.keyed) {
       spec.id = raw & 0x7fff;
       spec.enterprise = raw & 0x8000 ? u32(b, p - 4) : 0;
@@ -177,13 +178,6 @@ function scanFields(
     }
   }
   return { p, minRecordLength: min, key };
-}
-
-/** The smallest record of a field list: fixed lengths + 1 byte per variable-length field. */
-function minLength(fields: readonly FieldSpecifier[]): number {
-  let n = 0;
-  for (const f of fields) n += f.length === VARIABLE_LENGTH ? 1 : f.length;
-  return n;
 }
 
 function parseTemplateSet(
@@ -277,7 +271,7 @@ function parseTemplateSet(
     if (ct !== undefined) ops.push({ t: ct });
     else {
       pending.templates = promised; // admitted by wouldRefuse, but it will not be stored
-      ops.push({ refused: id, reason: "layoutsFull", minRecordLength: minLength(fields) });
+      ops.push({ refused: id, reason: "layoutsFull", minRecordLength: minRecordLength(fields) });
     }
   }
   return { ops, room };
@@ -315,35 +309,26 @@ function refused(
 }
 
 /**
- * Decodes the records of one data set into `records`. A record that fails drops only itself
- * when the template is fixed-length (decoding resumes at the next record boundary), else the
- * rest of the set (also reported as a set error, which ends a TCP/TLS session); either way the
- * records decoded before it are kept and the loss is reported in `recordsDropped`.
+ * Accounts for a record of data set `setId` that failed to decode (`e`; anything but an
+ * IpfixDecodeError is rethrown): it drops only itself when the template is fixed-length, and the
+ * offset of the next record is returned (the bad one started where the `decoded` records from
+ * `from` ended); otherwise the rest of the set goes (also reported as a set error, which ends a
+ * TCP/TLS session) and -1 is returned. Called only on the error path: the data set loop itself
+ * allocates nothing beyond its records.
  */
-function decodeDataSet(
+function recordFailed(
   msg: DecodedMessage,
-  set: { ct: CompiledTemplate; setId: number; buf: Uint8Array; start: number; end: number },
-  records: DataRecord[],
-): void {
-  const { ct, setId, buf, end } = set;
-  let p = set.start;
-  for (;;) {
-    const before = records.length;
-    try {
-      ct.decodeRecords(buf, p, end, records);
-      return;
-    } catch (e) {
-      if (!(e instanceof IpfixDecodeError)) throw e;
-      dropRecords(msg, { setId, reason: e.reason }, 1);
-      const step = ct.fixedRecordLength;
-      if (step === 0) {
-        setError(msg, setId, e.reason);
-        return;
-      }
-      // The bad record starts where the last good one ended: skip exactly it.
-      p += (records.length - before + 1) * step;
-    }
+  e: unknown,
+  at: { ct: CompiledTemplate; setId: number; from: number; decoded: number },
+): number {
+  if (!(e instanceof IpfixDecodeError)) throw e;
+  dropRecords(msg, { setId: at.setId, reason: e.reason }, 1);
+  const step = at.ct.fixedRecordLength;
+  if (step === 0) {
+    setError(msg, at.setId, e.reason);
+    return -1;
   }
+  return at.from + (at.decoded + 1) * step;
 }
 
 /**
@@ -407,7 +392,17 @@ export function decodeMessage(buf: Uint8Array, store: TemplateStore): DecodedMes
         continue;
       }
       const records: DataRecord[] = [];
-      decodeDataSet(msg, { ct, setId, buf, start, end }, records);
+      // A bad record drops only itself when the next record boundary is known, else the rest of
+      // the set; the records decoded before it are kept either way.
+      for (let p = start; p >= 0;) {
+        const before = records.length;
+        try {
+          ct.decodeRecords(buf, p, end, records);
+          break;
+        } catch (e) {
+          p = recordFailed(msg, e, { ct, setId, from: p, decoded: records.length - before });
+        }
+      }
       if (records.length > 0) {
         msg.dataSets.push({
           templateId: setId,

@@ -24,6 +24,7 @@ import { systemClock } from "../clock.ts";
 import {
   type CompiledTemplate,
   type CompileOptions,
+  minRecordLength,
   type PendingTemplates,
   sameTemplate,
   TemplateLayouts,
@@ -184,8 +185,8 @@ export class TemplateStore {
 
   /**
    * Stores (or replaces, or refreshes) a compiled template; returns why it was refused, or
-   * undefined when it is stored. A refused template is remembered as by {@linkcode refuse}
-   * and any previous definition of (domain, id) is left in place.
+   * undefined when it is stored. A refused template is remembered and any previous definition
+   * of (domain, id) removed, as by {@linkcode refuse}.
    */
   add(domain: number, compiled: CompiledTemplate): TemplateRefusal | undefined {
     const t = compiled.template;
@@ -243,8 +244,8 @@ export class TemplateStore {
   /**
    * Registers (or replaces, or refreshes) a template and returns its compiled form. Re-announcing
    * an identical template only pushes its expiry forward. Throws IpfixDecodeError("badTemplate")
-   * for a template that cannot be compiled or is refused (see {@linkcode add}); the previous
-   * definition is then left untouched.
+   * for a template that cannot be compiled (the previous definition is then left untouched) or
+   * is refused (see {@linkcode add}).
    */
   set(domain: number, t: TemplateRecord): CompiledTemplate {
     const prev = this.#entries.get(key(domain, t.id));
@@ -253,6 +254,7 @@ export class TemplateStore {
       return prev.compiled;
     }
     const ct = this.compile(t);
+    if (ct === undefined) this.refuse(domain, t.id, minRecordLength(t.fields));
     const refusal = ct === undefined ? "layoutsFull" : this.add(domain, ct);
     if (refusal !== undefined) {
       throw new IpfixDecodeError("badTemplate", `template ${t.id} refused: ${refusal}`);

@@ -4,7 +4,7 @@
  * Deterministic (seeded PRNG) so a failure is reproducible from the printed seed and index.
  */
 import assert from "node:assert/strict";
-import { decoderTiers } from "../../src/ipfix/compile.ts";
+import { decoderTiers, stringsTruncatedTotal } from "../../src/ipfix/compile.ts";
 import {
   type DataRecord,
   decodeMessage,
@@ -192,9 +192,15 @@ Deno.test("differential: generated and interpreting decoders agree on random tem
   });
   choices.push(...fieldsFor(AGENT_IPV6_FIELDS));
   let agreedRecords = 0;
+  const truncatedBefore = stringsTruncatedTotal();
   for (let t = 0; t < 300; t++) {
     const fields = Array.from({ length: 1 + pick(12) }, () => choices[pick(choices.length)]);
-    const { generic, generated } = decoderTiers({ id: 300, fields, scopeFieldCount: 0 });
+    // Every other template with a small string bound, so truncation is compared too.
+    const maxStringBytes = t % 2 === 0 ? 1 + pick(6) : undefined;
+    const { generic, generated } = decoderTiers(
+      { id: 300, fields, scopeFieldCount: 0 },
+      { maxStringBytes },
+    );
     for (let k = 0; k < 40; k++) {
       const bytes = new Uint8Array(pick(120)).map(() =>
         rnd() < 0.3 ? 0 : rnd() < 0.1 ? 255 : pick(256)
@@ -215,4 +221,6 @@ Deno.test("differential: generated and interpreting decoders agree on random tem
     }
   }
   assert.ok(agreedRecords > 500, `only ${agreedRecords} records compared`);
+  const truncated = stringsTruncatedTotal() - truncatedBefore;
+  assert.ok(truncated > 100, `only ${truncated} truncated strings compared`);
 });

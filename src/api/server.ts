@@ -97,10 +97,12 @@ export async function startApiServer(
     });
   }
   const handler = apiHandler(source, { token, version: opts.version });
+  const abort = new AbortController();
   const serve = (hostname: string) =>
     Deno.serve({
       hostname,
       port: opts.port,
+      signal: abort.signal,
       cert: cert.chainPem,
       key: cert.keyPem,
       onListen: () => {},
@@ -130,9 +132,15 @@ export async function startApiServer(
     token,
     caPem: cert.caPem,
     close: async () => {
-      // Live views stream forever: end them first, or the shutdown would wait for them.
+      // Live views stream forever: end them first, or the shutdown would wait for them; a
+      // client that still holds a connection after 2 s is cut.
       source.live?.close();
-      await server.shutdown();
+      const cut = setTimeout(() => abort.abort(), 2000);
+      try {
+        await Promise.race([server.shutdown(), server.finished]);
+      } finally {
+        clearTimeout(cut);
+      }
     },
   };
 }

@@ -8,6 +8,7 @@
 
 import assert from "node:assert/strict";
 import {
+  apiArgs,
   DENO_JSON,
   FaProcess,
   flowLogConfig,
@@ -120,10 +121,18 @@ Deno.test("log files: the stock config and upstream's klog args run on exactly t
     // Upstream's Deployment args, the config and log directory moved under the test's dir.
     const args = UPSTREAM_DEPLOYMENT_ARGS.map((a) =>
       a.replace("/etc/flow-aggregator", `${dir}/config`).replace("/var/log/antrea", `${dir}/logs`)
-    ).concat(["--listen", "127.0.0.1:0", "--log-flush-frequency=100ms"]);
+    ).concat([
+      "--listen",
+      "127.0.0.1:0",
+      "--log-flush-frequency=100ms",
+      "--state-dir",
+      dir,
+      ...apiArgs(`${dir}/api`),
+    ]);
     const flags = await printedPermissions(args);
     const logDir = `${dir}/logs/flow-aggregator`;
-    assert.ok(flags.includes(`--allow-write=${logDir}`), flags.join(" "));
+    const write = flags.find((f) => f.startsWith("--allow-write="))?.slice(14).split(",") ?? [];
+    assert.ok(write.includes(logDir), flags.join(" "));
 
     fa = FaProcess.start({
       denoFlags: [...flags, "--config", DENO_JSON],

@@ -4,7 +4,7 @@
  * `bench/latest.json` with one number per key (null when a part is not implemented yet or could
  * not run, with the reason in `notes`) plus the raw trials under `details`.
  *
- * Flags: --quick, --only=udp,decode,aggregate,e2e,heap,podstore,rss (comma list), --out=<path>,
+ * Flags: --quick, --only=udp,decode,aggregate,e2e,heap,podstore,rss,api (comma list), --out=<path>,
  * --baseline=<rev>, --baseline-rounds=<n>.
  *
  * `--baseline=REV` (any git revision: `HEAD~1`, a tag, a hash) measures that revision in the same
@@ -36,7 +36,7 @@ import {
   type SearchResult,
 } from "./bench/udp.ts";
 import { benchAggregateRate, benchDecodeRates } from "./bench/core.ts";
-import { benchE2eTcp as runE2e } from "./bench/e2e.ts";
+import { benchE2eTcp as runE2e, type E2eTrial, runE2eTrial } from "./bench/e2e.ts";
 import { benchHeapPerFlow } from "./bench/memory.ts";
 import { benchPodStore } from "./bench/podstore.ts";
 import { benchRssIdle as measureRssIdle } from "./bench/process.ts";
@@ -90,6 +90,13 @@ export interface BenchResults {
   podstore_bytes_per_pod: number | null;
   /** Pod store lookups per second (by IP and flow start time) at 100k Pods. */
   podstore_lookups_per_s: number | null;
+  /**
+   * e2e TCP records/s achieved while `/flowrecords` is queried 5 times a second, over the same
+   * without queries, same offered rate, same run (goal: at least 0.9).
+   */
+  api_query_ingest_ratio: number | null;
+  /** The aggregator's CPU per record with those queries over without (all threads). */
+  api_query_cpu_ratio: number | null;
 }
 
 /** A benchmark run's full output. */
@@ -148,6 +155,8 @@ export function emptyResults(): BenchResults {
     rss_bytes_idle: null,
     podstore_bytes_per_pod: null,
     podstore_lookups_per_s: null,
+    api_query_ingest_ratio: null,
+    api_query_cpu_ratio: null,
   };
 }
 
@@ -310,6 +319,33 @@ export async function benchRssIdle(ctx: BenchContext): Promise<void> {
   ctx.details.rss = r.detail;
 }
 
+/**
+ * Measures api_query_ingest_ratio and api_query_cpu_ratio: e2e TCP trials at one offered rate,
+ * alternately without and with a client querying `/flowrecords` (up to 10,000 records) every
+ * 200 ms; the medians of each side compared.
+ */
+export async function benchApiQueries(ctx: BenchContext): Promise<void> {
+  progress("api: e2e ingest with and without /flowrecords queries");
+  const rate = ctx.quick ? 5_000 : 60_000;
+  const rounds = ctx.quick ? 1 : 3;
+  const opts = { durationSec: ctx.quick ? 3 : 15, flows: ctx.quick ? 1_000 : 10_000 };
+  const sides: Record<"plain" | "queried", E2eTrial[]> = { plain: [], queried: [] };
+  for (let i = 0; i < rounds; i++) {
+    sides.plain.push(await runE2eTrial(rate, opts));
+    sides.queried.push(await runE2eTrial(rate, { ...opts, queryEveryMs: 200 }));
+  }
+  const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+  const achieved = (ts: E2eTrial[]) => med(ts.map((t) => t.achievedRatio));
+  const cpu = (ts: E2eTrial[]) => med(ts.map((t) => t.aggregatorCpuUsPerRecord));
+  ctx.results.api_query_ingest_ratio = achieved(sides.queried) / achieved(sides.plain);
+  ctx.results.api_query_cpu_ratio = cpu(sides.queried) / cpu(sides.plain);
+  const q = sides.queried.map((t) => t.queries);
+  ctx.notes.api_query_ingest_ratio = `${ctx.quick ? "quick: " : ""}${rate} records/s offered, ` +
+    `${rounds} trial(s) per side; queries per trial: ${q.map((x) => x?.queries).join(",")}, ` +
+    `slowest ${Math.max(...q.map((x) => x?.maxMs ?? 0)).toFixed(0)} ms`;
+  ctx.details.api = sides;
+}
+
 // ---------------------------------------------------------------------------------------------
 
 const PARTS: Record<string, (ctx: BenchContext) => Promise<void>> = {
@@ -319,6 +355,7 @@ const PARTS: Record<string, (ctx: BenchContext) => Promise<void>> = {
   heap: benchHeap,
   podstore: benchPodStoreMemory,
   rss: benchRssIdle,
+  api: benchApiQueries,
   // Last: its rate search takes whatever is left of the budget.
   e2e: benchE2eTcp,
 };
@@ -338,6 +375,8 @@ const UNITS: Record<keyof BenchResults, string> = {
   rss_bytes_idle: "bytes",
   podstore_bytes_per_pod: "bytes",
   podstore_lookups_per_s: "lookups/s",
+  api_query_ingest_ratio: "ratio",
+  api_query_cpu_ratio: "ratio",
 };
 
 function progress(msg: string): void {

@@ -107,6 +107,8 @@ const WORKER_ZERO_FIELDS = [
 export interface E2eTrial {
   /** Where the process ran its sinks. */
   mode: E2eMode;
+  /** With `queryEveryMs`: the `/flowrecords` queries made during the trial. */
+  queries?: { queries: number; bytes: number; maxMs: number };
   /** Target records/s. */
   targetRate: number;
   /** Passed every check. */
@@ -322,6 +324,51 @@ export interface E2eTrialOptions {
   mode?: E2eMode;
   /** Write a V8 CPU profile of the aggregator into this directory. */
   cpuProfDir?: string;
+  /**
+   * Query the API's `/flowrecords` (the default limit) every this many ms while flowgen sends
+   * (the `api` part: ingest with and without queries); the queries made land in the trial.
+   */
+  queryEveryMs?: number;
+}
+
+/** Polls `/flowrecords` of the process's API until stopped; resolves with the queries made. */
+function pollFlowRecords(
+  fa: FaProcess,
+  tokenFile: string,
+  everyMs: number,
+): { stop(): Promise<{ queries: number; bytes: number; maxMs: number }> } {
+  let running = true;
+  const done = (async () => {
+    const e = await fa.waitFor((x) => x.msg === "API server listening", 30_000);
+    const token = (await Deno.readTextFile(tokenFile)).trim();
+    const ca = await Deno.readTextFile(tokenFile.replace(/[^/]*$/, "api-ca.crt"));
+    const client = Deno.createHttpClient({ caCerts: [ca] });
+    let queries = 0;
+    let bytes = 0;
+    let maxMs = 0;
+    try {
+      while (running) {
+        const t = performance.now();
+        const res = await fetch(`https://127.0.0.1:${e.port}/flowrecords`, {
+          headers: { authorization: `Bearer ${token}` },
+          client,
+        });
+        bytes += (await res.arrayBuffer()).byteLength;
+        queries++;
+        maxMs = Math.max(maxMs, performance.now() - t);
+        await new Promise((r) => setTimeout(r, everyMs));
+      }
+    } finally {
+      client.close();
+    }
+    return { queries, bytes, maxMs };
+  })();
+  return {
+    stop: () => {
+      running = false;
+      return done;
+    },
+  };
 }
 
 /** Runs one trial: a fresh process, flowgen at `targetRate` for `durationSec`, SIGTERM. */
@@ -352,8 +399,17 @@ export async function runE2eTrial(
     denoFlags: opts.cpuProfDir !== undefined
       ? ["--cpu-prof", `--cpu-prof-dir=${opts.cpuProfDir}`]
       : [],
-    args: mode === "inprocess" ? ["--exporters-in-process"] : [],
+    args: [
+      ...(mode === "inprocess" ? ["--exporters-in-process"] : []),
+      "--api-listen",
+      "127.0.0.1:0",
+      "--api-token-file",
+      `${dir}/api/token`,
+    ],
   });
+  const poller = opts.queryEveryMs === undefined
+    ? undefined
+    : pollFlowRecords(fa, `${dir}/api/token`, opts.queryEveryMs);
   try {
     const from = fa.events.length;
     const cpu0 = await cpuSeconds(fa.pid);
@@ -366,6 +422,7 @@ export async function runE2eTrial(
     } catch (e) {
       trial.failures.push(`flowgen: ${e instanceof Error ? e.message : e}`);
     }
+    if (poller !== undefined) trial.queries = await poller.stop();
     // Every Agent connection closed by flowgen is "session closed" once the process has read,
     // decoded and aggregated every byte before its EOF: only then are the counters final.
     const t0 = performance.now();

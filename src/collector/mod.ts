@@ -5,11 +5,7 @@
  * @module
  */
 
-export {
-  Collector,
-  type CollectorOptions,
-  DEFAULT_TEMPLATE_TTL_MS,
-} from "./collector.ts";
+export { Collector, type CollectorOptions, DEFAULT_TEMPLATE_TTL_MS } from "./collector.ts";
 export { type RecordContext, type RecordSink } from "./session.ts";
 export {
   type CollectorStats,

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what the tests and benchmarks need on a Debian machine: the Debian peers (softflowd,
-# nfdump, tshark, gcc), Deno 2.9.6 from the npm registry and the project's npm packages.
+# nfdump, tshark, gcc, clickhouse-server and clickhouse-client: scripts/clickhouse.ts starts its
+# own server), Deno 2.9.6 from the npm registry and the project's npm packages.
 # Idempotent; run as root (CI) or skip the apt part with SKIP_APT=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PKGS="softflowd nfdump tshark gcc iproute2"
+PKGS="softflowd nfdump tshark gcc iproute2 clickhouse-server clickhouse-client"
 missing=""
 for p in $PKGS; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

@@ -66,11 +66,11 @@ export interface SpoolStats {
   recovered: number;
   /** Records consumed (acknowledged). */
   consumed: number;
-  /** Records lost: oldest segments removed when full, batches larger than the bound. */
+  /** Records lost: oldest segments removed when full, batches larger than the bound, corrupt frames read after the scan. */
   dropped: number;
   /** Of `dropped`, records that were {@linkcode recovered}. */
   droppedRecovered: number;
-  /** Records lost in corrupt or torn frames whose count is known (later frames of a segment). */
+  /** Of `dropped`, records of frames found corrupt when read (after the scan at open). */
   corruptRecords: number;
   /** Torn or corrupt frames detected (each ends its segment). */
   corruptFrames: number;
@@ -194,7 +194,8 @@ export class Spool {
   #writer: Deno.FsFile | undefined;
   #nextSeq = 1;
   #writerSeq = 0;
-  #inflightAtOpen: Cursor | undefined;
+  /** The frame whose last delivery had an unknown outcome (in this process or the last one). */
+  #uncertain: { seq: number; offset: number } | undefined;
   /** The entry handed out by the last peek and not yet acknowledged or released. */
   #lease: SpoolLease | undefined;
   /** The lease being delivered whose segment was dropped meanwhile (its records are nowhere). */
@@ -303,7 +304,7 @@ export class Spool {
         await Deno.remove(path).catch(() => {});
         continue;
       }
-      if (cursor?.inflight && seq === cursor.seq) this.#inflightAtOpen = cursor;
+      if (cursor?.inflight && seq === cursor.seq) this.#uncertain = cursor;
       this.#segments.push(seg);
       this.#s.records += seg.records - seg.consumed;
       this.#s.recovered += seg.records - seg.consumed;
@@ -400,7 +401,7 @@ export class Spool {
     if (seg.recovered) this.#s.droppedRecovered += lost;
     this.#s.records -= lost;
     this.#s.bytes -= seg.size;
-    if (this.#inflightAtOpen?.seq === seg.seq) this.#inflightAtOpen = undefined;
+    if (this.#uncertain?.seq === seg.seq) this.#uncertain = undefined;
     this.#orphanLeasesOf(seg.seq);
     await Deno.remove(`${this.#dir}/${segName(seg.seq)}`).catch(() => {});
   }
@@ -433,8 +434,8 @@ export class Spool {
         if (options.markInflight) {
           await this.#writeCursor({ seq: seg.seq, offset: seg.readOffset, inflight: true });
         }
-        const unknown = this.#inflightAtOpen?.seq === seg.seq &&
-          this.#inflightAtOpen.offset === seg.readOffset;
+        const unknown = this.#uncertain?.seq === seg.seq &&
+          this.#uncertain.offset === seg.readOffset;
         const lease: SpoolLease = {
           id: frame.id,
           records: frame.records,
@@ -480,6 +481,8 @@ export class Spool {
     this.#s.truncatedBytes += seg.size - seg.readOffset;
     const lost = seg.records - seg.consumed;
     this.#s.corruptRecords += lost;
+    this.#s.dropped += lost;
+    if (seg.recovered) this.#s.droppedRecovered += lost;
     this.#s.records -= lost;
     seg.consumed = seg.records;
     seg.readOffset = seg.size;
@@ -515,16 +518,21 @@ export class Spool {
       seg.consumed += lease.records;
       this.#s.records -= lease.records;
       this.#s.consumed += lease.records;
-      if (this.#inflightAtOpen?.seq === lease.seq) this.#inflightAtOpen = undefined;
+      if (this.#uncertain?.seq === lease.seq) this.#uncertain = undefined;
       if (seg.readOffset >= seg.size && !this.#isWriter(seg)) await this.#retire();
       else await this.#writeCursor({ seq: seg.seq, offset: seg.readOffset, inflight: false });
     });
   }
 
-  /** The delivery of `lease` failed: it stays first in the spool (unless dropped meanwhile). */
-  release(lease: SpoolLease): void {
+  /**
+   * The delivery of `lease` failed: it stays first in the spool (unless dropped meanwhile).
+   * With `outcomeUnknown` (it may have landed), the next peek flags it
+   * {@linkcode FLAG_OUTCOME_UNKNOWN}.
+   */
+  release(lease: SpoolLease, outcomeUnknown = false): void {
     this.#lease = undefined;
     this.#orphans.delete(`${lease.seq}:${lease.offset}`);
+    if (outcomeUnknown) this.#uncertain = { seq: lease.seq, offset: lease.offset };
   }
 
   /** Closes the files and lets go of the lock. */

@@ -5,6 +5,7 @@
  */
 
 import { ClickHouseServer } from "../../scripts/clickhouse.ts";
+import { type ClickHouseConfig, flowsSchemaSql } from "../../src/exporters/clickhouse/mod.ts";
 
 export { ClickHouseServer };
 
@@ -35,4 +36,39 @@ export async function selectRows(
 /** `CH_USERNAME` / `CH_PASSWORD` for the sink, from the server's config. */
 export function credentials(server: ClickHouseServer): { username: string; password: string } {
   return { username: server.username, password: server.password };
+}
+
+/** A database of its own with the v1.13 `flows` table (no TTL: 18.16 has none); its name. */
+export async function freshDatabase(server: ClickHouseServer, name: string): Promise<string> {
+  await server.query(`DROP DATABASE IF EXISTS ${name}`);
+  await server.query(`CREATE DATABASE ${name}`);
+  const [table] = flowsSchemaSql({ ttl: false });
+  await server.query(
+    table.replace("CREATE TABLE IF NOT EXISTS flows", `CREATE TABLE ${name}.flows`),
+  );
+  return name;
+}
+
+/** An enabled `clickHouse` section for `server` (HTTP URL), spool in `spoolDir`. */
+export function sinkConfig(
+  server: ClickHouseServer,
+  options: { database: string; spoolDir: string; url?: string; maxBytes?: number },
+): ClickHouseConfig {
+  return {
+    enable: true,
+    database: options.database,
+    databaseURL: options.url ?? server.url,
+    debug: false,
+    compress: true,
+    commitInterval: "1s",
+    commitIntervalMs: 1000,
+    tls: { insecureSkipVerify: false, caCert: false },
+    spool: { dir: options.spoolDir, maxBytes: options.maxBytes ?? 1 << 30 },
+  };
+}
+
+/** The env reader the sink gets: the server's user and password as CH_USERNAME / CH_PASSWORD. */
+export function sinkEnv(server: ClickHouseServer): (name: string) => string | undefined {
+  return (name) =>
+    name === "CH_USERNAME" ? server.username : name === "CH_PASSWORD" ? server.password : undefined;
 }

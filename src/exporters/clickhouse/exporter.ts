@@ -459,7 +459,8 @@ export class ClickHouseExporter implements Exporter {
    */
   get state(): ClickHouseState {
     if (this.#connected) return "connected";
-    return (this.#spool?.stats().records ?? 0) > 0 ? "spooling" : "retrying";
+    const spooled = (this.#spool?.stats().records ?? 0) + this.#spoolAppends;
+    return spooled > 0 ? "spooling" : "retrying";
   }
 
   #setConnected(connected: boolean, why: Record<string, unknown> = {}): void {

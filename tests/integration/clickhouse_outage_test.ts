@@ -1,0 +1,116 @@
+/**
+ * End to end with a real ClickHouse: the flow-aggregator process (its ClickHouse sink in its
+ * permission-scoped worker, the flow log beside it) receives flowgen's Agents over TCP while
+ * ClickHouse is killed for 5 s and started again. Every flow the process exported reaches the
+ * `flows` table exactly once: the multiset of rows equals the flow log's lines (key and end
+ * time), the process never stopped collecting, and the sink's counters tell the outage.
+ */
+
+import assert from "node:assert/strict";
+import { DENO_JSON, FaProcess, runDeno } from "../_helpers/process.ts";
+import { clickHouse, closeClickHouse, freshDatabase, selectRows } from "../_helpers/clickhouse.ts";
+import { readFlowLog } from "./helpers/flow_log.ts";
+
+const FLOWGEN = new URL("../../scripts/flowgen.ts", import.meta.url).pathname;
+
+Deno.test("ClickHouse killed for 5 s while flowgen sends: every exported flow lands once", async () => {
+  const server = await clickHouse();
+  const db = await freshDatabase(server, `e2e${Deno.pid}`);
+  const dir = await Deno.makeTempDir({ prefix: "fa-ch-e2e-" });
+  const config = `activeFlowRecordTimeout: 1s
+inactiveFlowRecordTimeout: 2s
+aggregatorTransportProtocol: TCP
+clickHouse:
+  enable: true
+  database: ${db}
+  databaseURL: ${server.url}
+  commitInterval: 1s
+  spool:
+    dir: ${dir}/spool
+flowLogger:
+  enable: true
+  path: ${dir}/flows.log
+  prettyPrint: false
+`;
+  const fa = await FaProcess.startWithConfig(dir, config, {
+    env: { CH_USERNAME: server.username, CH_PASSWORD: server.password },
+  });
+  try {
+    const port = await fa.collectorPort();
+    await fa.waitFor({ msg: "ClickHouse ready" }, 20_000);
+    const gen = runDeno([
+      "run",
+      "--allow-net",
+      "--allow-read",
+      "--config",
+      DENO_JSON,
+      FLOWGEN,
+      "--target",
+      `127.0.0.1:${port}`,
+      "--proto",
+      "tcp",
+      "--agents",
+      "2",
+      "--flows",
+      "200",
+      "--rate",
+      "1000",
+      "--duration",
+      "10",
+      "--seed",
+      "7",
+      "--json",
+    ]);
+    await new Promise((r) => setTimeout(r, 2000));
+    await server.stop("SIGKILL");
+    await fa.waitFor({ msg: "ClickHouse sink state", to: "spooling" }, 10_000);
+    await new Promise((r) => setTimeout(r, 5000));
+    await server.resume();
+    const out = await gen;
+    assert.equal(out.code, 0, out.stderr);
+    const sent = JSON.parse(out.stdout).records as number;
+    await fa.waitFor({ msg: "ClickHouse sink state", to: "connected" }, 40_000);
+    const status = await fa.stop("SIGTERM", 30_000);
+    assert.equal(status.code, 0, fa.stderr.slice(-3000));
+    const metrics = fa.find({ msg: "record metrics" }).at(-1)!.fields;
+    assert.equal(Number(metrics.numRecordsReceived), sent, "collection never stopped");
+    const received = Number(metrics["clickHouse.received"]);
+    assert.ok(received > 0);
+    assert.equal(Number(metrics["clickHouse.exported"]), received, "nothing lost");
+    assert.equal(Number(metrics["clickHouse.dropped"]), 0);
+    assert.ok(Number(metrics["clickHouse.sink.insertErrors"]) >= 1, "the outage is counted");
+    assert.ok(Number(metrics["clickHouse.sink.retries"]) >= 1);
+    assert.equal(Number(metrics["clickHouse.sink.possiblyDuplicated"] ?? 0), 0);
+    // The same multiset of flows in the table as in the flow log: each exactly once.
+    const key = (r: Record<string, unknown>) =>
+      [r.sourceIP, r.destinationIP, r.sourceTransportPort, r.destinationTransportPort, r.fe]
+        .join("|");
+    const rows = await selectRows(
+      server,
+      `SELECT sourceIP, destinationIP, sourceTransportPort, destinationTransportPort, ` +
+        `toUnixTimestamp(flowEndSeconds) AS fe FROM ${db}.flows`,
+    );
+    const lines = await readFlowLog(`${dir}/flows.log`);
+    assert.equal(rows.length, received);
+    assert.equal(lines.length, received);
+    const fromLog = lines.map((l) =>
+      [
+        l.sourceIP,
+        l.destinationIP,
+        l.sourceTransportPort,
+        l.destinationTransportPort,
+        l.flowEndSeconds,
+      ].join("|")
+    ).sort();
+    assert.deepEqual(rows.map(key).sort(), fromLog);
+  } finally {
+    await fa.dispose();
+    if (!server.running) await server.resume();
+    await server.query(`DROP DATABASE IF EXISTS ${db}`);
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+  }
+});
+
+Deno.test("close the file's ClickHouse server", async () => {
+  await closeClickHouse();
+});

@@ -23,6 +23,7 @@ import {
 } from "./src/collector/mod.ts";
 import { FlowAggregator } from "./src/flow_aggregator.ts";
 import { isLogLevel, logger, type LogLevel, setLogFormat, setLogLevel } from "./src/log.ts";
+import { runClickHouseCommand } from "./src/exporters/clickhouse/schema_cli.ts";
 import type { GeneratedCertificates } from "./src/pki/mod.ts";
 
 const log = logger("main");
@@ -36,6 +37,8 @@ Usage: deno task start [flags]
        deno task permissions [--config FILE] [flags]   print the deno run permission flags
                        this configuration needs (narrowest set), then exit; with --per-sink,
                        a table of the permissions each sink's worker runs with
+       main.ts clickhouse schema [--apply [--config FILE]] [--no-ttl]
+                       print (or create) the v1.13 ClickHouse flows table and its views
 
 Flags:
   --config FILE        configuration file (Antrea v1.13 flow-aggregator.conf format); watched
@@ -370,6 +373,18 @@ async function run(opts: CliOptions): Promise<number> {
   for (const [s, h] of handlers) Deno.removeSignalListener(s, h);
   log.info("flow aggregator stopped");
   return 0;
+}
+
+if (import.meta.main && Deno.args[0] === "clickhouse") {
+  const r = await runClickHouseCommand(
+    Deno.args.slice(1),
+    async (path) =>
+      parseConfig(path === undefined ? EMBEDDED_DEFAULT_CONFIG : await Deno.readTextFile(path))
+        .clickHouse,
+  );
+  if (r.stdout !== "") console.log(r.stdout);
+  if (r.stderr !== "") console.error(r.stderr);
+  Deno.exit(r.code);
 }
 
 if (import.meta.main) {

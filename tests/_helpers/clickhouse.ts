@@ -72,3 +72,105 @@ export function sinkEnv(server: ClickHouseServer): (name: string) => string | un
   return (name) =>
     name === "CH_USERNAME" ? server.username : name === "CH_PASSWORD" ? server.password : undefined;
 }
+
+/**
+ * A TCP proxy in front of the server that loses the answers of the first `cut` INSERT
+ * requests: the request reaches the server (which inserts), then the client's connection is
+ * closed without the response (`mode: "cut"`), or held open without an answer (`mode: "hold"`,
+ * the client times out). Later requests pass through.
+ */
+export class LossyProxy {
+  readonly #listener: Deno.TcpListener;
+  readonly #conns = new Set<Deno.Conn>();
+  /** INSERT requests seen (each attempt). */
+  inserts = 0;
+  /** Request lines of the INSERTs seen, in order. */
+  readonly requestLines: string[] = [];
+  #cut: number;
+
+  constructor(
+    readonly server: ClickHouseServer,
+    options: { cut: number; mode: "cut" | "hold" },
+  ) {
+    this.#cut = options.cut;
+    this.#listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    void this.#accept(options.mode);
+  }
+
+  /** `http://127.0.0.1:<port>` of the proxy. */
+  get url(): string {
+    return `http://127.0.0.1:${(this.#listener.addr as Deno.NetAddr).port}`;
+  }
+
+  async #accept(mode: "cut" | "hold"): Promise<void> {
+    for await (const client of this.#listener) {
+      this.#conns.add(client);
+      void this.#serve(client, mode).catch(() => {}).finally(() => {
+        this.#conns.delete(client);
+        try {
+          client.close();
+        } catch {
+          // closed already
+        }
+      });
+    }
+  }
+
+  async #serve(client: Deno.Conn, mode: "cut" | "hold"): Promise<void> {
+    const upstream = await Deno.connect({ hostname: "127.0.0.1", port: this.server.httpPort });
+    this.#conns.add(upstream);
+    let losing = false;
+    const down = (async () => {
+      const buf = new Uint8Array(65536);
+      for (;;) {
+        const n = await upstream.read(buf);
+        if (n === null) return;
+        if (losing) {
+          if (mode === "cut") {
+            client.close(); // the answer is dropped and the client cut off
+            return;
+          }
+          continue; // hold: swallow it, keep the client waiting
+        }
+        await writeAll(client, buf.subarray(0, n));
+      }
+    })().catch(() => {});
+    const buf = new Uint8Array(65536);
+    const dec = new TextDecoder();
+    for (;;) {
+      const n = await client.read(buf);
+      if (n === null) break;
+      const head = dec.decode(buf.subarray(0, Math.min(n, 2048)));
+      const line = /^POST [^\r\n]*query=INSERT[^\r\n]*/i.exec(head)?.[0];
+      if (line !== undefined) {
+        this.inserts++;
+        this.requestLines.push(line);
+        if (this.#cut > 0) {
+          this.#cut--;
+          losing = true;
+        }
+      }
+      await writeAll(upstream, buf.subarray(0, n));
+    }
+    await down;
+    this.#conns.delete(upstream);
+    upstream.close();
+  }
+
+  /** Closes the listener and every connection. */
+  close(): void {
+    this.#listener.close();
+    for (const c of this.#conns) {
+      try {
+        c.close();
+      } catch {
+        // closed already
+      }
+    }
+  }
+}
+
+async function writeAll(conn: Deno.Conn, bytes: Uint8Array): Promise<void> {
+  let off = 0;
+  while (off < bytes.length) off += await conn.write(bytes.subarray(off));
+}

@@ -21,6 +21,7 @@ import {
   type ClickHouseServer,
   closeClickHouse,
   freshDatabase,
+  LossyProxy,
   selectRows,
   sinkConfig,
   sinkEnv,
@@ -459,6 +460,39 @@ for (const exact of [true, false]) {
     // 18.16's MergeTree has no dedup: the rows are really there twice, as counted.
     assert.equal(await count(r), 14);
     await cleanup(r);
+  });
+}
+
+for (const mode of ["cut", "hold"] as const) {
+  Deno.test(`a server whose answer is lost (${mode}) after the insert: the retry is counted possiblyDuplicated on 18.16`, async () => {
+    const server = await clickHouse();
+    if (!server.running) await server.resume();
+    const proxy = new LossyProxy(server, { cut: 1, mode });
+    const r = await rig({ url: proxy.url, requestTimeoutMs: 1000 });
+    try {
+      await r.sink.start();
+      for (let i = 0; i < 9; i++) r.sink.addRecord(flow(i));
+      await r.sink.flush();
+      const failed = r.sink.stats();
+      assert.equal(failed.exported, 0);
+      assert.equal(failed.spooling, true);
+      await waitFor(async () => {
+        r.clock.advance(1000);
+        await r.sink.flush();
+        return r.sink.stats().exported === 9;
+      }, { what: "the retry", timeoutMs: 15_000 });
+      const s = r.sink.stats();
+      // 18.16 has no insert_deduplication_token: the rows landed twice, and that is counted.
+      assert.equal(s.dedupToken, false);
+      assert.equal(s.possiblyDuplicated, 9);
+      assert.equal(proxy.inserts, 2);
+      assert.ok(proxy.requestLines.every((l) => !l.includes("insert_deduplication_token")));
+      assert.equal(await count(r), 18);
+      assertLedger(s);
+    } finally {
+      proxy.close();
+      await cleanup(r);
+    }
   });
 }
 

@@ -21,7 +21,15 @@ const REPO = new URL("../..", import.meta.url).pathname.replace(/\/$/, "");
 
 Deno.test("benchPartsOf: reads the PARTS table of this revision's bench.ts", async () => {
   const src = await Deno.readTextFile(`${REPO}/scripts/bench.ts`);
-  assert.deepEqual(benchPartsOf(src), ["decode", "aggregate", "udp", "heap", "rss", "e2e"]);
+  assert.deepEqual(benchPartsOf(src), [
+    "decode",
+    "aggregate",
+    "udp",
+    "heap",
+    "rss",
+    "clickhouse",
+    "e2e",
+  ]);
 });
 
 Deno.test("benchPartsOf: null for a bench.ts without --only/--out or without PARTS", () => {

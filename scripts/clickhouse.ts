@@ -23,6 +23,8 @@ export interface ClickHouseServerOptions {
   password?: string;
   /** How long to wait until it answers. Default 30 s. */
   readyTimeoutMs?: number;
+  /** Also serve HTTPS with this certificate and key (PEM) on {@linkcode ClickHouseServer.httpsPort}. */
+  tls?: { certPem: string; keyPem: string };
 }
 
 /** A free TCP port on 127.0.0.1 (closed again: a race with other processes is possible). */
@@ -33,13 +35,26 @@ export function freePort(): number {
   return port;
 }
 
-function configXml(dir: string, http: number, tcp: number, user: string, pass: string): string {
+function configXml(
+  dir: string,
+  ports: { http: number; tcp: number; https?: number },
+  user: string,
+  pass: string,
+): string {
   const esc = (s: string) =>
     s.replaceAll("&", "&amp;").replaceAll("<", "&lt;").replaceAll(">", "&gt;");
+  const https = ports.https === undefined ? "" : `<https_port>${ports.https}</https_port>
+  <openSSL><server>
+    <certificateFile>${dir}/server.crt</certificateFile>
+    <privateKeyFile>${dir}/server.key</privateKeyFile>
+    <verificationMode>none</verificationMode>
+    <loadDefaultCAFile>false</loadDefaultCAFile>
+  </server></openSSL>`;
+  const { http, tcp } = ports;
   return `<?xml version="1.0"?>
 <yandex>
   <logger><level>warning</level><console>1</console></logger>
-  <http_port>${http}</http_port>
+  <http_port>${http}</http_port>${https}
   <tcp_port>${tcp}</tcp_port>
   <listen_host>127.0.0.1</listen_host>
   <path>${dir}/data/</path>
@@ -70,6 +85,8 @@ export class ClickHouseServer {
   readonly httpPort: number;
   /** Native protocol port (what `clickhouse-client` uses). */
   readonly tcpPort: number;
+  /** HTTPS port when started with `tls` (else 0). */
+  readonly httpsPort: number;
   /** Temporary directory holding the config and the data. */
   readonly dir: string;
   /** The user of the server's config. */
@@ -87,9 +104,23 @@ export class ClickHouseServer {
     this.username = options.username ?? "flow_aggregator";
     this.password = options.password ?? "flow_aggregator_password";
     this.#readyTimeoutMs = options.readyTimeoutMs ?? 30_000;
+    this.httpsPort = options.tls === undefined ? 0 : freePort();
+    if (options.tls !== undefined) {
+      Deno.writeTextFileSync(`${dir}/server.crt`, options.tls.certPem);
+      Deno.writeTextFileSync(`${dir}/server.key`, options.tls.keyPem);
+    }
     Deno.writeTextFileSync(
       `${dir}/config.xml`,
-      configXml(dir, this.httpPort, this.tcpPort, this.username, this.password),
+      configXml(
+        dir,
+        {
+          http: this.httpPort,
+          tcp: this.tcpPort,
+          https: options.tls === undefined ? undefined : this.httpsPort,
+        },
+        this.username,
+        this.password,
+      ),
     );
   }
 

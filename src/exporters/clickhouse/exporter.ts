@@ -484,7 +484,11 @@ export class ClickHouseExporter implements Exporter {
       return;
     }
     if (this.#retryTimer !== undefined) return;
-    this.#pump = this.#run().finally(() => {
+    this.#pump = this.#run().catch((err) => {
+      // A bug, not an I/O failure (those are outcomes): logged, and the sink keeps going.
+      log.error("ClickHouse sink pump failed", { err });
+      this.#failed();
+    }).finally(() => {
       this.#pump = undefined;
       if (this.#again && this.#retryTimer === undefined) {
         this.#again = false;
@@ -515,6 +519,11 @@ export class ClickHouseExporter implements Exporter {
       if (spool === undefined || this.#stopping) break;
       const lease = await spool.peek({ markInflight: true });
       if (lease === undefined) break;
+      if (this.#server === undefined) {
+        // A reload replaced the connection meanwhile: prepare the new one first.
+        spool.release(lease);
+        continue;
+      }
       const batch: Batch = {
         id: lease.id,
         records: lease.records,

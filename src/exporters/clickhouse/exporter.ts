@@ -206,6 +206,15 @@ export class ClickHouseExporter implements Exporter {
         url: url.httpUrl,
       });
     }
+    // `debug` is only logged, as upstream (it never reached the driver).
+    log.info("ClickHouse sink configured", {
+      url: url.httpUrl,
+      database: config.database,
+      compress: config.compress,
+      commitInterval: config.commitInterval,
+      debug: config.debug,
+      spoolDir: config.spool.dir,
+    });
     this.#config = config;
     this.#clusterUuid = clusterUuid;
     this.#clock = options.clock ?? systemClock;

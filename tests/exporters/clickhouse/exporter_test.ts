@@ -29,6 +29,7 @@ import {
   sinkEnv,
 } from "../../_helpers/clickhouse.ts";
 import { waitFor } from "../../_helpers/wait.ts";
+import { freePort } from "../../../scripts/clickhouse.ts";
 import { fixtureFlow } from "../fixtures.ts";
 
 const UUID = "5f3b4a3e-2c9a-4b0c-9d57-8a4e3c0f1b2a";
@@ -497,6 +498,32 @@ Deno.test("C7/C9 reload: commitInterval live; a connection setting reconnects on
   assert.equal(Number((await r.server.query(`SELECT count() FROM ${db2}.flows`)).trim()), 1);
   await r.server.query(`DROP DATABASE ${db2}`);
   await cleanup(r);
+});
+
+Deno.test("a rebuilt sink (URL change) waits for the old one's spool and replays it: each row once", async () => {
+  const old = await rig({ url: `http://127.0.0.1:${freePort()}`, maxBatchRows: 10 });
+  await old.sink.start();
+  for (let i = 0; i < 40; i++) old.sink.addRecord(flow(i));
+  await old.sink.flush();
+  assert.equal(old.sink.stats().spoolRecords, 40, "unreachable: spooled");
+  // The new sink (the new URL reaches the server) shares the spool directory.
+  const next = new ClickHouseExporter({ ...old.config, databaseURL: old.server.url }, UUID, {
+    env: sinkEnv(old.server),
+    clock: old.clock,
+  });
+  await next.start(); // does not wait for the spool's lock
+  for (let i = 40; i < 50; i++) next.addRecord(flow(i));
+  await old.sink.stop(); // hands the spool over
+  await settle(next, (s) => s.exported === 10 && s.recoveredInserted === 40, {
+    what: "the new sink's rows and the old sink's spool",
+  });
+  const [sum] = await selectRows(
+    old.server,
+    `SELECT count() AS n, uniqExact(flowStartSeconds) AS u FROM ${old.db}.flows`,
+  );
+  assert.deepEqual([Number(sum.n), Number(sum.u)], [50, 50]);
+  await next.stop();
+  await cleanup(old);
 });
 
 Deno.test("credentials are required, as upstream", async () => {

@@ -111,6 +111,80 @@ flowLogger:
   }
 });
 
+Deno.test("the process SIGKILLed while spooling: the next process replays its spool", async () => {
+  const server = await clickHouse();
+  const db = await freshDatabase(server, `kill${Deno.pid}`);
+  const dir = await Deno.makeTempDir({ prefix: "fa-ch-kill-" });
+  const env = { CH_USERNAME: server.username, CH_PASSWORD: server.password };
+  const config = (url: string) =>
+    `activeFlowRecordTimeout: 1s
+inactiveFlowRecordTimeout: 2s
+aggregatorTransportProtocol: TCP
+clickHouse:
+  enable: true
+  database: ${db}
+  databaseURL: ${url}
+  commitInterval: 1s
+  spool:
+    dir: ${dir}/spool
+`;
+  let fa: FaProcess | undefined;
+  try {
+    await server.stop("SIGKILL");
+    fa = await FaProcess.startWithConfig(dir, config(server.url), { env });
+    const port = await fa.collectorPort();
+    const gen = runDeno([
+      "run",
+      "--allow-net",
+      "--allow-read",
+      "--config",
+      DENO_JSON,
+      FLOWGEN,
+      "--target",
+      `127.0.0.1:${port}`,
+      "--proto",
+      "tcp",
+      "--agents",
+      "2",
+      "--flows",
+      "100",
+      "--rate",
+      "500",
+      "--duration",
+      "4",
+      "--json",
+    ]);
+    assert.equal((await gen).code, 0);
+    // Wait until batches are on disk, then kill it mid-flight.
+    await fa.waitFor({ msg: "ClickHouse sink state", to: "spooling" }, 15_000);
+    await new Promise((r) => setTimeout(r, 2500));
+    fa.kill("SIGKILL");
+    await fa.waitExit();
+    await server.resume();
+    fa = await FaProcess.startWithConfig(dir, config(server.url), { env });
+    const opened = await fa.waitFor({ msg: "ClickHouse spool opened" }, 20_000);
+    const recovered = Number(opened.fields.recovered);
+    assert.ok(recovered > 0, "the killed process left records in its spool");
+    const status = await (async () => {
+      await fa!.waitFor(
+        (e) => e.fields.msg === "ClickHouse sink state" && e.fields.to === "connected",
+        20_000,
+      );
+      return await fa!.stop("SIGTERM", 30_000);
+    })();
+    assert.equal(status.code, 0);
+    const m = fa.find({ msg: "record metrics" }).at(-1)!.fields;
+    assert.equal(Number(m["clickHouse.sink.recoveredInserted"]), recovered);
+    const rows = Number((await server.query(`SELECT count() FROM ${db}.flows`)).trim());
+    assert.equal(rows, recovered + Number(m["clickHouse.exported"]));
+  } finally {
+    await fa?.dispose();
+    if (!server.running) await server.resume();
+    await server.query(`DROP DATABASE IF EXISTS ${db}`);
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+  }
+});
+
 Deno.test("close the file's ClickHouse server", async () => {
   await closeClickHouse();
 });

@@ -164,6 +164,7 @@ export class ClickHouseExporter implements Exporter {
   #server: ServerInfo | undefined;
   /** The last attempt succeeded (the state is derived: see {@linkcode state}). */
   #connected = false;
+  #loggedState: ClickHouseState | undefined;
   #pump: Promise<void> | undefined;
   #again = false;
   #commitTimer: ClockTimer | undefined;
@@ -447,6 +448,7 @@ export class ClickHouseExporter implements Exporter {
       } finally {
         this.#spoolAppends--;
       }
+      this.#noteState();
       // Connected and idle: what was just spooled goes out now.
       if (this.#connected && !this.#stopping) this.#kick();
     });
@@ -473,11 +475,17 @@ export class ClickHouseExporter implements Exporter {
   }
 
   #setConnected(connected: boolean, why: Record<string, unknown> = {}): void {
-    if (connected === this.#connected) return;
-    const from = this.state;
     this.#connected = connected;
-    const fields = { from, to: this.state, ...why, ...this.#ledger() };
-    if (connected) log.info("ClickHouse sink state", fields);
+    this.#noteState(why);
+  }
+
+  /** Logs the state when it changed since the last time it was logged (start included). */
+  #noteState(why: Record<string, unknown> = {}): void {
+    const to = this.state;
+    if (to === this.#loggedState) return;
+    const fields = { from: this.#loggedState ?? "starting", to, ...why, ...this.#ledger() };
+    this.#loggedState = to;
+    if (to === "connected") log.info("ClickHouse sink state", fields);
     else log.warn("ClickHouse sink state", fields);
   }
 

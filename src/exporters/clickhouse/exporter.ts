@@ -298,8 +298,14 @@ export class ClickHouseExporter implements Exporter {
       log.info("ClickHouse commit interval updated", { commitInterval: next.commitInterval });
     }
     if (settingsKey(next) !== settingsKey(prev)) {
-      // The next attempt builds a new client; the old one is closed once idle.
+      // The next attempt builds a new client (the old one is closed then), at once: the new
+      // settings may be what fixes a failing connection, so a pending backoff is cut short.
       this.#server = undefined;
+      this.#backoffMs = this.#opts.backoffInitialMs;
+      if (this.#retryTimer !== undefined && !this.#stopping) {
+        this.#retryTimer.cancel();
+        this.#retryTimer = undefined;
+      }
       this.#kick();
     }
     return Promise.resolve();

@@ -38,7 +38,7 @@ export interface ClickHouseBench {
 }
 
 /** A record like the export loop hands over; `i` makes each one distinct. */
-function benchFlow(i: number): ExportedFlow {
+export function benchFlow(i: number): ExportedFlow {
   const ip = `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`;
   return {
     key: {

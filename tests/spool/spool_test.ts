@@ -120,6 +120,24 @@ Deno.test("a batch being delivered when the process died comes back flagged outc
   });
 });
 
+Deno.test("a batch released with an unknown outcome comes back flagged, in the same process", async () => {
+  await withDir(async (dir) => {
+    const spool = await Spool.open(dir, { maxBytes: 1 << 20 });
+    await spool.append(batch("a"));
+    const first = (await spool.peek({ markInflight: true }))!;
+    spool.release(first); // known failure: not flagged
+    const second = (await spool.peek({ markInflight: true }))!;
+    assert.equal(second.flags & FLAG_OUTCOME_UNKNOWN, 0);
+    spool.release(second, true); // the answer was lost
+    const third = (await spool.peek())!;
+    assert.equal(third.id, first.id);
+    assert.equal(third.flags & FLAG_OUTCOME_UNKNOWN, FLAG_OUTCOME_UNKNOWN);
+    await spool.ack(third);
+    assert.equal(spool.empty, true);
+    await spool.close();
+  });
+});
+
 Deno.test("a segment truncated mid-frame is cut at its last good frame, counted, and the rest replays", async () => {
   await withDir(async (dir) => {
     const a = await Spool.open(dir, { maxBytes: 1 << 20, segmentBytes: 4096 });

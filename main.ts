@@ -37,8 +37,6 @@ Usage: deno task start [flags]
        deno task permissions [--config FILE] [flags]   print the deno run permission flags
                        this configuration needs (narrowest set), then exit; with --per-sink,
                        a table of the permissions each sink's worker runs with
-       main.ts clickhouse schema [--apply [--config FILE]] [--no-ttl]
-                       print (or create) the v1.13 ClickHouse flows table and its views
 
 Flags:
   --config FILE        configuration file (Antrea v1.13 flow-aggregator.conf format); watched
@@ -63,6 +61,9 @@ klog flags (--logtostderr, --alsologtostderr, --log_dir, --log_file, --log_file_
 --log_file_max_num, --log-flush-frequency, --vmodule, --stderrthreshold, --add_dir_header,
 --skip_headers, --skip_log_headers, --one_output, --log_backtrace_at) are accepted and ignored:
 logs always go to stderr, one structured event per line.
+
+Subcommand: clickhouse schema [--apply [--config FILE]] [--no-ttl]   print (or create on the
+configured server) the v1.13 ClickHouse flows table and its views.
 `;
 
 /** Parsed command line. */
@@ -288,6 +289,19 @@ async function printPermissions(opts: CliOptions): Promise<number> {
   return 0;
 }
 
+// The `clickhouse` subcommand needs none of the process set-up below (exporters.md §3.3 DDL).
+if (import.meta.main && Deno.args[0] === "clickhouse") {
+  const r = await runClickHouseCommand(
+    Deno.args.slice(1),
+    async (path) =>
+      parseConfig(path === undefined ? EMBEDDED_DEFAULT_CONFIG : await Deno.readTextFile(path))
+        .clickHouse,
+  );
+  if (r.stdout !== "") console.log(r.stdout);
+  if (r.stderr !== "") console.error(r.stderr);
+  Deno.exit(r.code);
+}
+
 async function run(opts: CliOptions): Promise<number> {
   setLogLevel(opts.logLevel);
   setLogFormat(opts.logFormat);
@@ -373,18 +387,6 @@ async function run(opts: CliOptions): Promise<number> {
   for (const [s, h] of handlers) Deno.removeSignalListener(s, h);
   log.info("flow aggregator stopped");
   return 0;
-}
-
-if (import.meta.main && Deno.args[0] === "clickhouse") {
-  const r = await runClickHouseCommand(
-    Deno.args.slice(1),
-    async (path) =>
-      parseConfig(path === undefined ? EMBEDDED_DEFAULT_CONFIG : await Deno.readTextFile(path))
-        .clickHouse,
-  );
-  if (r.stdout !== "") console.log(r.stdout);
-  if (r.stderr !== "") console.error(r.stderr);
-  Deno.exit(r.code);
 }
 
 if (import.meta.main) {

@@ -526,6 +526,36 @@ Deno.test("a rebuilt sink (URL change) waits for the old one's spool and replays
   await cleanup(old);
 });
 
+Deno.test("C1: without a usable spool, a full memory queue drops its oldest batch, counted", async () => {
+  const r = await rig({ maxBatchRows: 10, maxMemoryRecords: 30 });
+  await r.server.stop("SIGKILL");
+  // The spool directory cannot be created (a file is in the way): memory only, logged.
+  const blocker = await Deno.makeTempFile();
+  const sink = new ClickHouseExporter(
+    { ...r.config, spool: { dir: `${blocker}/spool`, maxBytes: 1 << 20 } },
+    UUID,
+    { env: sinkEnv(r.server), clock: r.clock, maxBatchRows: 10, maxMemoryRecords: 30 },
+  );
+  await sink.start();
+  for (let i = 0; i < 100; i++) sink.addRecord(flow(i));
+  await sink.flush();
+  const s = sink.stats();
+  assert.equal(s.retrying, true, "no spool: retrying, not spooling");
+  assert.equal(s.memoryRecords, 30, "the newest three batches are kept");
+  assert.equal(s.memoryDropped, 70);
+  assertLedger(s);
+  await r.server.resume();
+  await settle(sink, (t) => t.exported === 30, { what: "the kept batches", clock: r.clock });
+  const [row] = await selectRows(
+    r.server,
+    `SELECT toUnixTimestamp(min(flowStartSeconds)) AS m FROM ${r.db}.flows`,
+  );
+  assert.equal(row.m, 1_600_000_070, "the oldest kept is record 70");
+  await sink.stop();
+  await Deno.remove(blocker);
+  await cleanup(r);
+});
+
 Deno.test("credentials are required, as upstream", async () => {
   const server = await clickHouse();
   const config = sinkConfig(server, { database: "default", spoolDir: "/nonexistent" });

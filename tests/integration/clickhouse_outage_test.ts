@@ -13,6 +13,23 @@ import { readFlowLog } from "./helpers/flow_log.ts";
 
 const FLOWGEN = new URL("../../scripts/flowgen.ts", import.meta.url).pathname;
 
+/** flowgen (2 Agents over TCP, seed 7) to the collector at `port`, with its --json report. */
+function flowgen(
+  port: number,
+  o: { flows: number; rate: number; duration: number },
+): ReturnType<typeof runDeno> {
+  return runDeno([
+    "run",
+    "--allow-net",
+    "--allow-read",
+    "--config",
+    DENO_JSON,
+    FLOWGEN,
+    ...["--target", `127.0.0.1:${port}`, "--proto", "tcp", "--agents", "2", "--seed", "7"],
+    ...["--flows", `${o.flows}`, "--rate", `${o.rate}`, "--duration", `${o.duration}`, "--json"],
+  ]);
+}
+
 Deno.test("ClickHouse killed for 5 s while flowgen sends: every exported flow lands once", async () => {
   const server = await clickHouse();
   const db = await freshDatabase(server, `e2e${Deno.pid}`);
@@ -38,29 +55,7 @@ flowLogger:
   try {
     const port = await fa.collectorPort();
     await fa.waitFor({ msg: "ClickHouse ready" }, 20_000);
-    const gen = runDeno([
-      "run",
-      "--allow-net",
-      "--allow-read",
-      "--config",
-      DENO_JSON,
-      FLOWGEN,
-      "--target",
-      `127.0.0.1:${port}`,
-      "--proto",
-      "tcp",
-      "--agents",
-      "2",
-      "--flows",
-      "200",
-      "--rate",
-      "1000",
-      "--duration",
-      "10",
-      "--seed",
-      "7",
-      "--json",
-    ]);
+    const gen = flowgen(port, { flows: 200, rate: 1000, duration: 10 });
     await new Promise((r) => setTimeout(r, 2000));
     await server.stop("SIGKILL");
     await fa.waitFor({ msg: "ClickHouse sink state", to: "spooling" }, 10_000);
@@ -133,27 +128,7 @@ clickHouse:
     await server.stop("SIGKILL");
     fa = await FaProcess.startWithConfig(dir, config(server.url), { env });
     const port = await fa.collectorPort();
-    const gen = runDeno([
-      "run",
-      "--allow-net",
-      "--allow-read",
-      "--config",
-      DENO_JSON,
-      FLOWGEN,
-      "--target",
-      `127.0.0.1:${port}`,
-      "--proto",
-      "tcp",
-      "--agents",
-      "2",
-      "--flows",
-      "100",
-      "--rate",
-      "500",
-      "--duration",
-      "4",
-      "--json",
-    ]);
+    const gen = flowgen(port, { flows: 100, rate: 500, duration: 4 });
     assert.equal((await gen).code, 0);
     // Wait until batches are on disk, then kill it mid-flight.
     await fa.waitFor({ msg: "ClickHouse sink state", to: "spooling" }, 15_000);

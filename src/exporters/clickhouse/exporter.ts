@@ -106,6 +106,8 @@ export interface ClickHouseStats extends ExporterStats {
   spoolRecords: number;
   /** Gauge: bytes of the spool's segments. */
   spoolBytes: number;
+  /** The spool is open (false while it waits for its lock, or when it could not be opened). */
+  spoolOpen: boolean;
   /** State flags: exactly one is true. */
   connected: boolean;
   /** See {@linkcode ClickHouseState}. */
@@ -394,6 +396,7 @@ export class ClickHouseExporter implements Exporter {
       memoryRecords: this.#memoryRecords + this.#rows.length,
       spoolRecords: sp?.records ?? 0,
       spoolBytes: sp?.bytes ?? 0,
+      spoolOpen: sp !== undefined,
       connected: this.state === "connected",
       retrying: this.state === "retrying",
       spooling: this.state === "spooling",
@@ -529,11 +532,16 @@ export class ClickHouseExporter implements Exporter {
     this.#again = false;
     for (;;) {
       if (this.#server === undefined && !(await this.#prepare())) return this.#failed();
-      // Oldest first: memory batches are older than anything spooled by this process.
-      const b = this.#memory[0];
+      // Oldest first: memory batches are older than anything spooled by this process. The
+      // batch being sent leaves the queue meanwhile, so a spill (the spool opening) cannot
+      // copy it into the spool too; on failure it goes back first.
+      const b = this.#memory.shift();
       if (b !== undefined) {
-        if (!(await this.#send(b, false))) return this.#failed();
-        this.#memory.shift();
+        const ok = await this.#send(b, false);
+        if (!ok) {
+          this.#memory.unshift(b);
+          return this.#failed();
+        }
         this.#memoryRecords -= b.records;
         continue;
       }

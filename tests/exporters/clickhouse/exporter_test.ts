@@ -30,6 +30,7 @@ import {
 } from "../../_helpers/clickhouse.ts";
 import { waitFor } from "../../_helpers/wait.ts";
 import { freePort } from "../../../scripts/clickhouse.ts";
+import { Spool } from "../../../src/spool/mod.ts";
 import { fixtureFlow } from "../fixtures.ts";
 
 const UUID = "5f3b4a3e-2c9a-4b0c-9d57-8a4e3c0f1b2a";
@@ -553,6 +554,44 @@ Deno.test("C1: without a usable spool, a full memory queue drops its oldest batc
   assert.equal(row.m, 1_600_000_070, "the oldest kept is record 70");
   await sink.stop();
   await Deno.remove(blocker);
+  await cleanup(r);
+});
+
+Deno.test("the spool opening while a batch is being inserted does not copy that batch", async () => {
+  const r = await rig();
+  const holder = await Spool.open(r.dir, { maxBytes: 1 << 20 }); // the sink's spool waits
+  const gate = Promise.withResolvers<void>();
+  const inFlight = Promise.withResolvers<void>();
+  const sink = new ClickHouseExporter(r.config, UUID, {
+    env: sinkEnv(r.server),
+    clock: r.clock,
+    maxBatchRows: 10,
+    connect: (settings) => {
+      const c = new ClientConnection(settings);
+      return {
+        prepare: () => c.prepare(),
+        insert: async (body, o) => {
+          inFlight.resolve();
+          await gate.promise;
+          return await c.insert(body, o);
+        },
+        close: () => c.close(),
+      };
+    },
+  });
+  await sink.start();
+  for (let i = 0; i < 10; i++) sink.addRecord(flow(i)); // sealed and sent at the 10th
+  await inFlight.promise;
+  await holder.close();
+  await waitFor(() => sink.stats().spoolOpen, { what: "the sink's spool open" });
+  gate.resolve();
+  await sink.flush();
+  const s = sink.stats();
+  assert.equal(s.batchesInserted, 1);
+  assert.equal(s.exported, 10);
+  assert.equal(await count(r), 10, "inserted once");
+  assertLedger(s);
+  await sink.stop();
   await cleanup(r);
 });
 

@@ -2,8 +2,10 @@
  * End to end with a real ClickHouse: the flow-aggregator process (its ClickHouse sink in its
  * permission-scoped worker, the flow log beside it) receives flowgen's Agents over TCP while
  * ClickHouse is killed for 5 s and started again. Every flow the process exported reaches the
- * `flows` table exactly once: the multiset of rows equals the flow log's lines (key and end
- * time), the process never stopped collecting, and the sink's counters tell the outage.
+ * `flows` table, compared with the flow log's lines (key and end time): exactly once, except
+ * the rows of an insert the kill cut (outcome unknown), whose retry is counted
+ * `possiblyDuplicated` (18.16 has no dedup token); the process never stopped collecting, and
+ * the sink's counters tell the outage.
  */
 
 import assert from "node:assert/strict";
@@ -30,7 +32,7 @@ function flowgen(
   ]);
 }
 
-Deno.test("ClickHouse killed for 5 s while flowgen sends: every exported flow lands once", async () => {
+Deno.test("ClickHouse killed for 5 s while flowgen sends: every exported flow lands, once unless counted", async () => {
   const server = await clickHouse();
   const db = await freshDatabase(server, `e2e${Deno.pid}`);
   const dir = await Deno.makeTempDir({ prefix: "fa-ch-e2e-" });
@@ -75,8 +77,10 @@ flowLogger:
     assert.equal(Number(metrics["clickHouse.dropped"]), 0);
     assert.ok(Number(metrics["clickHouse.sink.insertErrors"]) >= 1, "the outage is counted");
     assert.ok(Number(metrics["clickHouse.sink.retries"]) >= 1);
-    assert.equal(Number(metrics["clickHouse.sink.possiblyDuplicated"] ?? 0), 0);
-    // The same multiset of flows in the table as in the flow log: each exactly once.
+    // An insert cut by the kill has an unknown outcome: its retry is counted (18.16 has no
+    // dedup token), and only those rows may be in the table twice.
+    const possiblyDuplicated = Number(metrics["clickHouse.sink.possiblyDuplicated"] ?? 0);
+    // Every flow of the flow log is in the table: exactly once, except counted retries.
     const key = (r: Record<string, unknown>) =>
       [r.sourceIP, r.destinationIP, r.sourceTransportPort, r.destinationTransportPort, r.fe]
         .join("|");
@@ -86,8 +90,12 @@ flowLogger:
         `toUnixTimestamp(flowEndSeconds) AS fe FROM ${db}.flows`,
     );
     const lines = await readFlowLog(`${dir}/flows.log`);
-    assert.equal(rows.length, received);
     assert.equal(lines.length, received);
+    const extra = rows.length - received;
+    assert.ok(
+      extra >= 0 && extra <= possiblyDuplicated,
+      `${extra} extra rows, ${possiblyDuplicated} counted`,
+    );
     const fromLog = lines.map((l) =>
       [
         l.sourceIP,
@@ -97,7 +105,13 @@ flowLogger:
         l.flowEndSeconds,
       ].join("|")
     ).sort();
-    assert.deepEqual(rows.map(key).sort(), fromLog);
+    const inTable = new Map<string, number>();
+    for (const r of rows) inTable.set(key(r), (inTable.get(key(r)) ?? 0) + 1);
+    const inLog = new Map<string, number>();
+    for (const k of fromLog) inLog.set(k, (inLog.get(k) ?? 0) + 1);
+    for (const [k, n] of inLog) assert.ok((inTable.get(k) ?? 0) >= n, `missing ${k}`);
+    assert.equal(inTable.size, inLog.size, "no row that the process did not export");
+    if (possiblyDuplicated === 0) assert.deepEqual(rows.map(key).sort(), fromLog);
   } finally {
     await fa.dispose();
     if (!server.running) await server.resume();

@@ -58,6 +58,7 @@ import {
   prepareCertificates,
   resolveKubeTarget,
 } from "./src/k8s/mod.ts";
+import { runClickHouseCommand } from "./src/exporters/clickhouse/schema_cli.ts";
 
 const log = logger("main");
 
@@ -114,6 +115,9 @@ klog's flags, as the upstream Deployment passes them:
   --log-flush-frequency D how often buffered lines reach the files (default 5s).
 --log_file (not supported: warned, --log_dir is used), --vmodule, --add_dir_header,
 --skip_headers, --skip_log_headers, --one_output, --log_backtrace_at are accepted.
+
+Subcommand: clickhouse schema [--apply [--config FILE]] [--no-ttl]   print (or create on the
+configured server) the v1.13 ClickHouse flows table and its views.
 `;
 
 /** Parsed command line. */
@@ -344,6 +348,19 @@ async function printPermissions(opts: CliOptions): Promise<number> {
   }));
   console.log(flags.join(" "));
   return 0;
+}
+
+// The `clickhouse` subcommand needs none of the process set-up below (exporters.md §3.3 DDL).
+if (import.meta.main && Deno.args[0] === "clickhouse") {
+  const r = await runClickHouseCommand(
+    Deno.args.slice(1),
+    async (path) =>
+      parseConfig(path === undefined ? EMBEDDED_DEFAULT_CONFIG : await Deno.readTextFile(path))
+        .clickHouse,
+  );
+  if (r.stdout !== "") console.log(r.stdout);
+  if (r.stderr !== "") console.error(r.stderr);
+  Deno.exit(r.code);
 }
 
 async function run(opts: CliOptions): Promise<number> {

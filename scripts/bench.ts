@@ -4,7 +4,8 @@
  * `bench/latest.json` with one number per key (null when a part is not implemented yet or could
  * not run, with the reason in `notes`) plus the raw trials under `details`.
  *
- * Flags: --quick, --only=udp,decode,aggregate,e2e,heap,podstore,rss,api (comma list), --out=<path>,
+ * Flags: --quick, --only=udp,decode,aggregate,e2e,heap,podstore,rss,clickhouse,api (comma list),
+ * --out=<path>,
  * --baseline=<rev>, --baseline-rounds=<n>.
  *
  * `--baseline=REV` (any git revision: `HEAD~1`, a tag, a hash) measures that revision in the same
@@ -39,6 +40,7 @@ import { benchAggregateRate, benchDecodeRates } from "./bench/core.ts";
 import { benchE2eTcp as runE2e, type E2eTrial, runE2eTrial } from "./bench/e2e.ts";
 import { benchHeapPerFlow } from "./bench/memory.ts";
 import { benchPodStore } from "./bench/podstore.ts";
+import { benchClickHouse } from "./bench/clickhouse.ts";
 import { benchRssIdle as measureRssIdle } from "./bench/process.ts";
 import {
   addWorktree,
@@ -97,6 +99,16 @@ export interface BenchResults {
   api_query_ingest_ratio: number | null;
   /** The aggregator's CPU per record with those queries over without (all threads). */
   api_query_cpu_ratio: number | null;
+  /** Rows/s the ClickHouse sink inserts into a local server from a burst. */
+  clickhouse_rows_per_s: number | null;
+  /** Rows/s of `clickhouse-client` inserting the same rows, same run. */
+  clickhouse_client_rows_per_s: number | null;
+  /** clickhouse_rows_per_s / clickhouse_client_rows_per_s (goal ≥ 0.5). */
+  clickhouse_vs_client_ratio: number | null;
+  /** MB/s of batches appended to the spool. */
+  spool_write_mb_per_s: number | null;
+  /** Rows/s read back and acknowledged from the spool. */
+  spool_replay_rows_per_s: number | null;
 }
 
 /** A benchmark run's full output. */
@@ -157,6 +169,11 @@ export function emptyResults(): BenchResults {
     podstore_lookups_per_s: null,
     api_query_ingest_ratio: null,
     api_query_cpu_ratio: null,
+    clickhouse_rows_per_s: null,
+    clickhouse_client_rows_per_s: null,
+    clickhouse_vs_client_ratio: null,
+    spool_write_mb_per_s: null,
+    spool_replay_rows_per_s: null,
   };
 }
 
@@ -346,6 +363,24 @@ export async function benchApiQueries(ctx: BenchContext): Promise<void> {
   ctx.details.api = sides;
 }
 
+/** Measures the ClickHouse sink against clickhouse-client, and the spool (scripts/bench/clickhouse.ts). */
+export async function benchClickHouseSink(ctx: BenchContext): Promise<void> {
+  progress("clickhouse: sink vs clickhouse-client, spool");
+  const r = await benchClickHouse({ quick: ctx.quick });
+  ctx.results.clickhouse_rows_per_s = r.clickhouse_rows_per_s;
+  ctx.results.clickhouse_client_rows_per_s = r.clickhouse_client_rows_per_s;
+  ctx.results.clickhouse_vs_client_ratio = r.clickhouse_vs_client_ratio;
+  ctx.results.spool_write_mb_per_s = r.spool_write_mb_per_s;
+  ctx.results.spool_replay_rows_per_s = r.spool_replay_rows_per_s;
+  const rows = `${r.detail.rows} rows, Debian clickhouse-server ${r.detail.server}`;
+  ctx.notes.clickhouse_rows_per_s = `sink in process over HTTP (gzip, 20k-row inserts), ${rows}`;
+  ctx.notes.clickhouse_client_rows_per_s = `clickhouse-client, native protocol, same rows, ${rows}`;
+  ctx.notes.clickhouse_vs_client_ratio = "goal >= 0.5";
+  ctx.notes.spool_write_mb_per_s = "1,000-row frames appended (no fsync)";
+  ctx.notes.spool_replay_rows_per_s = "peek + ack with the in-flight mark, no insert";
+  ctx.details.clickhouse = r.detail;
+}
+
 // ---------------------------------------------------------------------------------------------
 
 const PARTS: Record<string, (ctx: BenchContext) => Promise<void>> = {
@@ -356,6 +391,7 @@ const PARTS: Record<string, (ctx: BenchContext) => Promise<void>> = {
   podstore: benchPodStoreMemory,
   rss: benchRssIdle,
   api: benchApiQueries,
+  clickhouse: benchClickHouseSink,
   // Last: its rate search takes whatever is left of the budget.
   e2e: benchE2eTcp,
 };
@@ -377,6 +413,11 @@ const UNITS: Record<keyof BenchResults, string> = {
   podstore_lookups_per_s: "lookups/s",
   api_query_ingest_ratio: "ratio",
   api_query_cpu_ratio: "ratio",
+  clickhouse_rows_per_s: "rows/s",
+  clickhouse_client_rows_per_s: "rows/s",
+  clickhouse_vs_client_ratio: "ratio",
+  spool_write_mb_per_s: "MB/s",
+  spool_replay_rows_per_s: "rows/s",
 };
 
 function progress(msg: string): void {

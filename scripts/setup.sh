@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Installs what the tests and benchmarks need on a Debian machine: the Debian peers (softflowd,
-# nfdump, tshark, gcc, kubectl from kubernetes-client), Deno 2.9.6 from the npm registry and the project's npm packages.
+# nfdump, tshark, gcc, kubectl from kubernetes-client, clickhouse-server and clickhouse-client:
+# scripts/clickhouse.ts starts its own server), Deno 2.9.6 from the npm registry and the project's npm packages.
 # Idempotent; run as root (CI) or skip the apt part with SKIP_APT=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS="softflowd nfdump tshark gcc iproute2 buildah ca-certificates procps chromium kubernetes-client"
 missing=""
+# The ClickHouse sink's tests and bench start their own server (scripts/clickhouse.ts).
+PKGS="$PKGS clickhouse-server clickhouse-client"
 for p in $PKGS; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
 done

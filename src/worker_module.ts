@@ -22,6 +22,7 @@ export const WORKER_ENTRIES: Readonly<Record<string, string>> = {
   udp_fast: "collector/udp_fast_worker.ts",
   ipfix: "exporters/ipfix/worker.ts",
   flow_log: "exporters/flow_log/worker.ts",
+  clickhouse: "exporters/clickhouse/worker.ts",
 };
 
 /**

@@ -80,22 +80,22 @@ Deno.test("permissions: a flow log on stdout writes nowhere; sinks in process re
   ]);
 });
 
-Deno.test("permissions: a sink this build does not have adds nothing to the process", () => {
-  const p = processPermissions(
-    cfg(`aggregatorTransportProtocol: TCP
+Deno.test("permissions: the ClickHouse sink reaches the mapped HTTP port and owns its spool", () => {
+  const conf = `aggregatorTransportProtocol: TCP
 clickHouse:
   enable: true
   databaseURL: tcp://ch.example:9000
-`),
-  );
-  assert.deepEqual(p.net, [API, "[::]:4739"]);
-  // Its worker permissions are still known (native port 9000 maps to the HTTP port 8123).
+  spool:
+    dir: /var/spool/fa-ch
+`;
+  const p = processPermissions(cfg(conf));
+  // The native port 9000 maps to the HTTP port 8123.
+  assert.ok(p.net.includes("ch.example:8123"), p.net.join(","));
+  assert.ok(!p.net.includes("ch.example:9000"));
+  assert.ok(p.write.includes("/var/spool/fa-ch"));
   assert.match(
-    sinkPermissionTable(cfg(`clickHouse:
-  enable: true
-  databaseURL: tcp://ch.example:9000
-`)),
-    /\| clickhouse \(`clickHouse`\) \| `ch\.example:8123` \| — \| — \| `CH_USERNAME`, `CH_PASSWORD` \|/,
+    sinkPermissionTable(cfg(conf)),
+    /\| clickhouse \(`clickHouse`\) \| `ch\.example:8123` \| `\/var\/spool\/fa-ch` \| `\/var\/spool\/fa-ch` \| `CH_USERNAME`, `CH_PASSWORD` \|/,
   );
 });
 

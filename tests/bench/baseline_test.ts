@@ -28,6 +28,7 @@ Deno.test("benchPartsOf: reads the PARTS table of this revision's bench.ts", asy
     "heap",
     "podstore",
     "rss",
+    "clickhouse",
     "api",
     "e2e",
   ]);

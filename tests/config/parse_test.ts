@@ -78,6 +78,7 @@ Deno.test("every key gets its v1.13 default", () => {
       commitInterval: "8s",
       commitIntervalMs: 8000,
       tls: { insecureSkipVerify: false, caCert: false },
+      spool: { dir: "/tmp/x/flow-aggregator-spool/clickhouse", maxBytes: 1_073_741_824 },
     },
     s3Uploader: {
       enable: false,

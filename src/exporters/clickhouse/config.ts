@@ -5,8 +5,17 @@
  * @module
  */
 
-import { bool, durationOrDefault, minOneSecond, type Raw, str, sub } from "../../config/schema.ts";
-import type { ConfigSection } from "../../config/section.ts";
+import {
+  bool,
+  durationOrDefault,
+  intOr,
+  minOneSecond,
+  nonNegative,
+  type Raw,
+  str,
+  sub,
+} from "../../config/schema.ts";
+import type { BuildContext, ConfigSection } from "../../config/section.ts";
 
 /** `clickHouse.tls` subsection. */
 export interface ClickHouseTlsConfig {
@@ -20,6 +29,24 @@ export interface ClickHouseTlsConfig {
    * @default {false}
    */
   caCert: boolean;
+}
+
+/**
+ * `clickHouse.spool` subsection (ours, not upstream): where batches wait on disk while
+ * ClickHouse is slow or down, and across restarts.
+ */
+export interface ClickHouseSpoolConfig {
+  /**
+   * Directory of the segment files (created; mount a volume there to keep them across Pod
+   * restarts).
+   * @default {"$TMPDIR/flow-aggregator-spool/clickhouse"}
+   */
+  dir: string;
+  /**
+   * Bound of the segment files in bytes; beyond it the oldest segment is dropped (counted).
+   * @default {1073741824}
+   */
+  maxBytes: number;
 }
 
 /** `clickHouse` section. */
@@ -61,6 +88,8 @@ export interface ClickHouseConfig {
   commitIntervalMs: number;
   /** TLS options. */
   tls: ClickHouseTlsConfig;
+  /** The durable spool. */
+  spool: ClickHouseSpoolConfig;
 }
 
 /** Defaults of the section (Antrea v1.13 `default.go`). */
@@ -69,6 +98,8 @@ export const CLICKHOUSE_DEFAULTS = {
   databaseURL: "tcp://clickhouse-clickhouse.flow-visibility.svc:9000",
   commitInterval: "8s",
   compress: true,
+  spoolDir: "flow-aggregator-spool/clickhouse",
+  spoolMaxBytes: 1 << 30,
 } as const;
 
 /** The `clickHouse` configuration section. */
@@ -82,9 +113,11 @@ export const clickHouseSection: ConfigSection<"clickHouse", ClickHouseConfig> = 
     compress: "bool",
     commitInterval: "str",
     tls: { insecureSkipVerify: "bool", caCert: "bool" },
+    spool: { dir: "str", maxBytes: "int" },
   },
-  build(raw: Raw): ClickHouseConfig {
+  build(raw: Raw, ctx: BuildContext): ClickHouseConfig {
     const tls = sub(raw, "tls");
+    const spool = sub(raw, "spool");
     const commitInterval = str(raw, "commitInterval", CLICKHOUSE_DEFAULTS.commitInterval);
     return {
       enable: bool(raw, "enable", false),
@@ -98,6 +131,10 @@ export const clickHouseSection: ConfigSection<"clickHouse", ClickHouseConfig> = 
         insecureSkipVerify: bool(tls, "insecureSkipVerify", false),
         caCert: bool(tls, "caCert", false),
       },
+      spool: {
+        dir: str(spool, "dir", `${ctx.tmpDir}/${CLICKHOUSE_DEFAULTS.spoolDir}`),
+        maxBytes: intOr(spool, "maxBytes", CLICKHOUSE_DEFAULTS.spoolMaxBytes),
+      },
     };
   },
   validate(c): void {
@@ -107,6 +144,14 @@ export const clickHouseSection: ConfigSection<"clickHouse", ClickHouseConfig> = 
       "commitInterval",
       c.commitInterval,
     );
+    nonNegative("clickHouse.spool.maxBytes", c.spool.maxBytes);
   },
-  reload: { live: [], dependsOn: ["clusterID"] },
+  // The URL and the CA change the worker's permissions and the spool its files: those rebuild
+  // the sink (the old one hands its queue to the spool, the new one replays it). The rest is
+  // applied in place: a changed connection setting replaces the client, the interval the timer.
+  reload: {
+    live: ["commitInterval", "database", "debug", "compress", "tls.insecureSkipVerify"],
+    // The clusterUUID column.
+    dependsOn: ["clusterID"],
+  },
 };

@@ -1,48 +1,52 @@
 /**
- * The ClickHouse exporter component (exporters.md §3). This build owns the `clickHouse`
- * section (defaults, validation, reload rule) and the sink's permissions, but has no sink yet:
- * enabling it is reported as an error and records are counted, not sent.
+ * The ClickHouse exporter component (exporters.md §3): the `clickHouse` section, the sink's
+ * permissions, its factory and its worker entry.
  *
- * Permissions (for the sink): `net` to the database URL's host and HTTP port (the native
- * `tcp://h:9000` of Theia installs maps to `http://h:8123`, `tls://h:9440` to `https://h:8443`),
- * `env` `CH_USERNAME` and `CH_PASSWORD`, `read` of the custom CA when `tls.caCert` is set.
+ * Permissions: `net` to the database URL's host and HTTP port (the native `tcp://h:9000` of
+ * Theia installs maps to `http://h:8123`, `tls://h:9440` to `https://h:8443`), `env`
+ * `CH_USERNAME` and `CH_PASSWORD`, `read` and `write` of the spool directory, `read` of the
+ * custom CA when `tls.caCert` is set.
  *
  * @module
  */
 
+import { resolve } from "node:path";
 import type { ExporterComponent } from "../component.ts";
 import { type ClickHouseConfig, clickHouseSection } from "./config.ts";
+import { CLICKHOUSE_CA_PATH, ClickHouseExporter } from "./exporter.ts";
+import { parseDatabaseUrl } from "./url.ts";
+import { workerModule } from "../../worker_module.ts";
 
 export * from "./config.ts";
-
-/** Where the custom ClickHouse CA is mounted (upstream path). */
-export const CLICKHOUSE_CA_PATH = "/etc/flow-aggregator/certs/ca.crt";
+export * from "./exporter.ts";
+export * from "./table.ts";
+export * from "./url.ts";
 
 /** The `host:port` the HTTP client reaches for a `databaseURL` (native ports mapped). */
 export function clickHouseHttpHostPort(databaseURL: string): string {
-  let url: URL;
   try {
-    url = new URL(databaseURL);
+    return parseDatabaseUrl(databaseURL).httpHostPort;
   } catch {
     return "";
   }
-  const secure = url.protocol === "tls:" || url.protocol === "https:";
-  const native = url.protocol === "tcp:" || url.protocol === "tls:";
-  const port = native || url.port === "" ? (secure ? "8443" : "8123") : url.port;
-  return `${url.hostname}:${port}`;
 }
 
-/** The ClickHouse exporter component (configuration and permissions only in this build). */
+/** The ClickHouse exporter component. */
 export const clickHouseComponent: ExporterComponent<"clickHouse", ClickHouseConfig> = {
   name: "clickhouse",
   section: clickHouseSection,
   permissions(config) {
     const hostPort = clickHouseHttpHostPort(config.databaseURL);
+    const spool = resolve(config.spool.dir);
     return {
       net: hostPort === "" ? [] : [hostPort],
-      read: config.tls.caCert ? [CLICKHOUSE_CA_PATH] : [],
-      write: [],
+      read: config.tls.caCert ? [spool, CLICKHOUSE_CA_PATH] : [spool],
+      write: [spool],
       env: ["CH_USERNAME", "CH_PASSWORD"],
     };
   },
+  create(config, ctx) {
+    return new ClickHouseExporter(config, ctx.clusterUuid);
+  },
+  workerModule: workerModule("clickhouse"),
 };

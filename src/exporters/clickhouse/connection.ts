@@ -1,0 +1,198 @@
+/**
+ * One connection to ClickHouse over HTTP(S) through `@clickhouse/client`: what the sink needs
+ * and nothing more. `prepare` checks the server (ping, version, the `flows` table's columns
+ * and engine) before inserts, so a missing table or column is an error that names it (upstream
+ * "error when preparing insert statement"); `insert` sends one pre-rendered JSONEachRow body.
+ *
+ * Works with ClickHouse 18.16 (no query parameters, no async insert): the client sends no
+ * setting the old server rejects unless asked, and `insert_deduplication_token` is only sent
+ * where the server has it (≥ 22.2).
+ *
+ * @module
+ */
+
+import { Buffer } from "node:buffer";
+import https from "node:https";
+import { type ClickHouseClient, ClickHouseLogLevel, createClient } from "@clickhouse/client";
+import { EGRESS_NODE_NAME_COLUMN, INSERT_COLUMNS, serverHasDedupToken } from "./table.ts";
+
+/** Settings that identify a connection: a change of any of them means a new client. */
+export interface ConnectionSettings {
+  /** HTTP(S) URL (native URLs already mapped). */
+  url: string;
+  /** Session default database. */
+  database: string;
+  /** `CH_USERNAME`. */
+  username: string;
+  /** `CH_PASSWORD`. */
+  password: string;
+  /** gzip request bodies. */
+  compress: boolean;
+  /** Skip server certificate verification (https). */
+  insecureSkipVerify: boolean;
+  /** PEM of a custom CA (https), read by the caller. */
+  caPem?: string;
+  /** Per-request timeout. */
+  requestTimeoutMs: number;
+}
+
+/** What `prepare` learned about the server and the table. */
+export interface ServerInfo {
+  /** `SELECT version()`. */
+  version: string;
+  /** Columns to insert: the 50, plus `egressNodeName` when the table has it. */
+  columns: string[];
+  /** The server knows `insert_deduplication_token` (≥ 22.2): retries carry the batch id. */
+  dedupToken: boolean;
+  /**
+   * Retries of a batch are deduplicated exactly: the token is supported and the table
+   * deduplicates inserts (a Replicated*MergeTree, or a MergeTree with
+   * `non_replicated_deduplication_window` > 0).
+   */
+  dedupExact: boolean;
+  /** The `flows` table's engine. */
+  engine: string;
+}
+
+/** How an insert ended. */
+export type InsertOutcome =
+  | { ok: true }
+  /** Not inserted: the server answered with an error, or the connection was never made. */
+  | { ok: false; unknown: false; error: string }
+  /** Maybe inserted: the request may have reached the server (timeout, reset). */
+  | { ok: false; unknown: true; error: string };
+
+/** A connection as the sink uses it (the real one, or a test double). */
+export interface Connection {
+  /** Checks the server and the table; throws naming what is wrong. */
+  prepare(): Promise<ServerInfo>;
+  /** Inserts one JSONEachRow body (rows separated by newlines). Never throws. */
+  insert(
+    body: string,
+    options: { columns: readonly string[]; token?: string; signal?: AbortSignal },
+  ): Promise<InsertOutcome>;
+  /** Closes the client's sockets. */
+  close(): Promise<void>;
+}
+
+/** Error codes of a connection that was never made: the request did not leave. */
+const NOT_SENT = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH"]);
+
+function errorText(err: unknown): string {
+  const e = err as { message?: string; code?: string };
+  return `${e?.message ?? String(err)}${
+    e?.code && !String(e.message).includes(e.code) ? ` (${e.code})` : ""
+  }`;
+}
+
+/** Outcome of a failed request: did it certainly not insert anything? */
+export function classifyFailure(err: unknown): InsertOutcome {
+  const e = err as { code?: unknown; cause?: { code?: unknown }; name?: string };
+  const error = errorText(err);
+  // An answer from the server (ClickHouseError has a numeric code as text): nothing inserted.
+  if (e?.name === "ClickHouseError" || /^\d+$/.test(String(e?.code ?? ""))) {
+    return { ok: false, unknown: false, error };
+  }
+  const code = String(e?.code ?? e?.cause?.code ?? "");
+  if (NOT_SENT.has(code) || /connection refused/i.test(error)) {
+    return { ok: false, unknown: false, error };
+  }
+  return { ok: false, unknown: true, error };
+}
+
+/** The real connection over `@clickhouse/client`. */
+export class ClientConnection implements Connection {
+  readonly #client: ClickHouseClient;
+
+  /** Creates the client (no I/O yet). */
+  constructor(s: ConnectionSettings) {
+    const secure = s.url.startsWith("https:");
+    const ca = s.caPem === undefined ? undefined : Buffer.from(s.caPem);
+    this.#client = createClient({
+      url: s.url,
+      username: s.username,
+      password: s.password,
+      database: s.database,
+      request_timeout: s.requestTimeoutMs,
+      compression: { request: s.compress, response: false },
+      log: { level: ClickHouseLogLevel.OFF },
+      // Bodies are rendered by the sink (table.ts): a string value is sent as it is.
+      json: {
+        parse: JSON.parse,
+        stringify: (v: unknown) => typeof v === "string" ? v : JSON.stringify(v),
+      },
+      ...(secure && s.insecureSkipVerify
+        ? {
+          http_agent: new https.Agent({ keepAlive: true, rejectUnauthorized: false, ca }),
+          set_basic_auth_header: true,
+        }
+        : secure && ca !== undefined
+        ? { tls: { ca_cert: ca } }
+        : {}),
+    });
+  }
+
+  async #select(query: string): Promise<Record<string, unknown>[]> {
+    const rs = await this.#client.query({ query, format: "JSONEachRow" });
+    return await rs.json<Record<string, unknown>>();
+  }
+
+  async prepare(): Promise<ServerInfo> {
+    const ping = await this.#client.ping();
+    if (!ping.success) throw new Error(`failed to ping ClickHouse: ${errorText(ping.error)}`);
+    const version = String((await this.#select("SELECT version() AS v"))[0]?.v ?? "");
+    let names: Set<string>;
+    let create = "";
+    try {
+      names = new Set((await this.#select("DESCRIBE TABLE flows")).map((r) => String(r.name)));
+      create = String((await this.#select("SHOW CREATE TABLE flows"))[0]?.statement ?? "");
+    } catch (err) {
+      throw new Error(`error when preparing insert statement, ${errorText(err)}`);
+    }
+    const missing = INSERT_COLUMNS.filter((c) => !names.has(c));
+    if (missing.length > 0) {
+      throw new Error(
+        `error when preparing insert statement, table flows has no column ${missing.join(", ")}`,
+      );
+    }
+    const engine = /ENGINE = (\w+)/.exec(create)?.[1] ?? "";
+    const dedupToken = serverHasDedupToken(version);
+    const dedupExact = dedupToken &&
+      (/^Replicated\w*MergeTree$/.test(engine) ||
+        /non_replicated_deduplication_window\s*=\s*[1-9]/.test(create));
+    return {
+      version,
+      columns: names.has(EGRESS_NODE_NAME_COLUMN)
+        ? [...INSERT_COLUMNS, EGRESS_NODE_NAME_COLUMN]
+        : [...INSERT_COLUMNS],
+      dedupToken,
+      dedupExact,
+      engine,
+    };
+  }
+
+  async insert(
+    body: string,
+    options: { columns: readonly string[]; token?: string; signal?: AbortSignal },
+  ): Promise<InsertOutcome> {
+    try {
+      await this.#client.insert({
+        table: "flows",
+        format: "JSONEachRow",
+        values: [body],
+        columns: options.columns as [string, ...string[]],
+        abort_signal: options.signal,
+        clickhouse_settings: options.token === undefined
+          ? {}
+          : { insert_deduplication_token: options.token },
+      });
+      return { ok: true };
+    } catch (err) {
+      return classifyFailure(err);
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.#client.close();
+  }
+}

@@ -1,0 +1,669 @@
+/**
+ * The ClickHouse sink (exporters.md §3): flows become JSONEachRow rows at once (`addRecord`
+ * never blocks), rows are sealed into batches every `commitInterval` or when a batch is full,
+ * and batches are inserted one at a time with an explicit column list.
+ *
+ * Never fatal, never blocking: the server being down at start or later only changes the
+ * sink's state. `connected`: inserts go straight from memory. `retrying`: an attempt failed;
+ * the next one waits an exponential backoff (1 s doubling to 30 s, from an injected clock).
+ * `spooling`: batches wait in the durable spool (`src/spool/`), which is replayed in order,
+ * oldest first, once the server answers again, and after a restart.
+ *
+ * Every batch has a stable id (kept in the spool). A batch whose insert ended with an unknown
+ * outcome (timeout, reset after the request left) is retried with the same id as
+ * `insert_deduplication_token` where the server has it; where the server cannot make that
+ * exact (see {@linkcode ServerInfo.dedupExact}) the retried rows are counted as
+ * `possiblyDuplicated`.
+ *
+ * The ledger: received = exported + dropped + buffered (memory + spool + in flight); records
+ * found in the spool at start are counted apart (`recovered` = `recoveredInserted` +
+ * `recoveredDropped` + what still waits).
+ *
+ * @module
+ */
+
+import type { ExportedFlow } from "../../aggregation/record.ts";
+import { type Clock, type ClockTimer, systemClock } from "../../clock.ts";
+import { logger, RateLimitedLog } from "../../log.ts";
+import { FLAG_OUTCOME_UNKNOWN, newBatchId, Spool } from "../../spool/mod.ts";
+import type { Exporter, ExporterStats } from "../exporter.ts";
+import { toFlatRecord } from "../flat_record.ts";
+import type { ClickHouseConfig } from "./config.ts";
+import {
+  ClientConnection,
+  type Connection,
+  type ConnectionSettings,
+  type ServerInfo,
+} from "./connection.ts";
+import { rowJson } from "./table.ts";
+import { parseDatabaseUrl } from "./url.ts";
+
+const log = logger("clickhouse");
+
+/** Where the custom ClickHouse CA is mounted (upstream path). */
+export const CLICKHOUSE_CA_PATH = "/etc/flow-aggregator/certs/ca.crt";
+
+/** Tuning and seams of {@linkcode ClickHouseExporter}. */
+export interface ClickHouseExporterOptions {
+  /** Time source of the commit timer and the backoff. Default the system clock. */
+  clock?: Clock;
+  /** Reads `CH_USERNAME` / `CH_PASSWORD`. Default `Deno.env.get`. */
+  env?: (name: string) => string | undefined;
+  /** Builds a connection (tests may wrap the real one). Default {@linkcode ClientConnection}. */
+  connect?: (settings: ConnectionSettings) => Connection;
+  /** Reads the custom CA file. Default `Deno.readTextFile` of {@linkcode CLICKHOUSE_CA_PATH}. */
+  readCa?: () => Promise<string>;
+  /** Rows per insert at most (the size trigger). Default 20,000. */
+  maxBatchRows?: number;
+  /** Records held in memory beyond which new batches go to the spool (or, without one, the oldest are dropped). Default 524,288. */
+  maxMemoryRecords?: number;
+  /** First retry delay; doubles up to {@linkcode backoffMaxMs}. Default 1000. */
+  backoffInitialMs?: number;
+  /** Retry delay cap. Default 30,000. */
+  backoffMaxMs?: number;
+  /** Timeout of one request. Default 30,000. */
+  requestTimeoutMs?: number;
+  /** Deadline of the final insert at stop (upstream 10 s). */
+  stopTimeoutMs?: number;
+}
+
+/** The sink's state, in logs and counters. */
+export type ClickHouseState = "connected" | "retrying" | "spooling";
+
+/** Counters of the sink (the worker reports every field). */
+export interface ClickHouseStats extends ExporterStats {
+  /** Rows inserted, recovered ones included. */
+  inserted: number;
+  /** INSERT statements that succeeded. */
+  batchesInserted: number;
+  /** Failed inserts and preparations. */
+  insertErrors: number;
+  /** Attempts after a failure. */
+  retries: number;
+  /** New clients (first connection, reload of a connection setting). */
+  reconnects: number;
+  /** Rows retried after an unknown outcome where the server cannot deduplicate exactly. */
+  possiblyDuplicated: number;
+  /** Rows retried after an unknown outcome with a dedup token the table honours. */
+  retriedDeduplicated: number;
+  /** Records found in the spool at start (an earlier process). */
+  recovered: number;
+  /** Of them, inserted. */
+  recoveredInserted: number;
+  /** Of them, dropped (spool full or corrupt). */
+  recoveredDropped: number;
+  /** Records lost from memory (no spool and memory full). */
+  memoryDropped: number;
+  /** Records lost in the spool (oldest segment dropped when full, corrupt frames). */
+  spoolDropped: number;
+  /** Torn or corrupt spool frames detected. */
+  spoolCorrupt: number;
+  /** Bytes cut off spool segments at torn or corrupt frames. */
+  spoolTruncatedBytes: number;
+  /** Gauge: records waiting in memory (open batch and sealed batches). */
+  memoryRecords: number;
+  /** Gauge: records waiting in the spool. */
+  spoolRecords: number;
+  /** Gauge: bytes of the spool's segments. */
+  spoolBytes: number;
+  /** The spool is open (false while it waits for its lock, or when it could not be opened). */
+  spoolOpen: boolean;
+  /** State flags: exactly one is true. */
+  connected: boolean;
+  /** See {@linkcode ClickHouseState}. */
+  retrying: boolean;
+  /** See {@linkcode ClickHouseState}. */
+  spooling: boolean;
+  /** The server takes `insert_deduplication_token`. */
+  dedupToken: boolean;
+}
+
+interface Batch {
+  readonly id: string;
+  readonly records: number;
+  flags: number;
+  readonly body: string;
+}
+
+const enc = new TextEncoder();
+const dec = new TextDecoder();
+
+function settingsKey(c: ClickHouseConfig): string {
+  return JSON.stringify([c.databaseURL, c.database, c.compress, c.tls.insecureSkipVerify]);
+}
+
+/** The ClickHouse sink. */
+export class ClickHouseExporter implements Exporter {
+  /** Name in logs and metrics. */
+  readonly name = "clickhouse";
+  #config: ClickHouseConfig;
+  readonly #clusterUuid: string;
+  readonly #clock: Clock;
+  readonly #connect: (s: ConnectionSettings) => Connection;
+  readonly #readCa: () => Promise<string>;
+  readonly #opts: {
+    maxBatchRows: number;
+    maxMemoryRecords: number;
+    backoffInitialMs: number;
+    backoffMaxMs: number;
+    requestTimeoutMs: number;
+    stopTimeoutMs: number;
+  };
+  readonly #username: string;
+  readonly #password: string;
+  readonly #errLog = new RateLimitedLog(10_000);
+
+  #rows: string[] = [];
+  readonly #memory: Batch[] = [];
+  #memoryRecords = 0;
+  #spool: Spool | undefined;
+  #spoolOpening: Promise<void> | undefined;
+  /** Spool appends issued and not finished (the spool then holds, or will hold, work). */
+  #spoolAppends = 0;
+  #appendChain: Promise<void> = Promise.resolve();
+  #conn: Connection | undefined;
+  #connKey = "";
+  #server: ServerInfo | undefined;
+  /** The last attempt succeeded (the state is derived: see {@linkcode state}). */
+  #connected = false;
+  #loggedState: ClickHouseState | undefined;
+  #pump: Promise<void> | undefined;
+  #again = false;
+  #commitTimer: ClockTimer | undefined;
+  #retryTimer: ClockTimer | undefined;
+  #backoffMs: number;
+  #inflight: AbortController | undefined;
+  #started = false;
+  #stopping = false;
+
+  #received = 0;
+  #inserted = 0;
+  #batchesInserted = 0;
+  #insertErrors = 0;
+  #retries = 0;
+  #reconnects = 0;
+  #possiblyDuplicated = 0;
+  #retriedDeduplicated = 0;
+  #recoveredInserted = 0;
+  #memoryDropped = 0;
+
+  /**
+   * Validates the URL and the credentials (upstream's errors; the caller reports them) and
+   * prepares the sink. No I/O: the connection and the spool open in the background.
+   */
+  constructor(
+    config: ClickHouseConfig,
+    clusterUuid: string,
+    options: ClickHouseExporterOptions = {},
+  ) {
+    const env = options.env ?? ((n: string) => Deno.env.get(n));
+    this.#username = env("CH_USERNAME") ?? "";
+    this.#password = env("CH_PASSWORD") ?? "";
+    if (config.databaseURL === "" || this.#username === "" || this.#password === "") {
+      throw new Error("DatabaseURL, Username or Password missing in ClickHouse config");
+    }
+    const url = parseDatabaseUrl(config.databaseURL);
+    if (url.native) {
+      log.info("ClickHouse native URL mapped to its HTTP interface", {
+        databaseURL: config.databaseURL,
+        url: url.httpUrl,
+      });
+    }
+    // `debug` is only logged, as upstream (it never reached the driver).
+    log.info("ClickHouse sink configured", {
+      url: url.httpUrl,
+      database: config.database,
+      compress: config.compress,
+      commitInterval: config.commitInterval,
+      debug: config.debug,
+      spoolDir: config.spool.dir,
+    });
+    this.#config = config;
+    this.#clusterUuid = clusterUuid;
+    this.#clock = options.clock ?? systemClock;
+    this.#connect = options.connect ?? ((s) => new ClientConnection(s));
+    this.#readCa = options.readCa ?? (() => Deno.readTextFile(CLICKHOUSE_CA_PATH));
+    this.#opts = {
+      maxBatchRows: options.maxBatchRows ?? 20_000,
+      maxMemoryRecords: options.maxMemoryRecords ?? 524_288,
+      backoffInitialMs: options.backoffInitialMs ?? 1000,
+      backoffMaxMs: options.backoffMaxMs ?? 30_000,
+      requestTimeoutMs: options.requestTimeoutMs ?? 30_000,
+      stopTimeoutMs: options.stopTimeoutMs ?? 10_000,
+    };
+    this.#backoffMs = this.#opts.backoffInitialMs;
+  }
+
+  /** Starts the commit timer; the spool and the connection open in the background. */
+  start(): Promise<void> {
+    if (this.#started) return Promise.resolve();
+    this.#started = true;
+    this.#spoolOpening = this.#openSpool();
+    this.#armCommit();
+    this.#kick();
+    return Promise.resolve();
+  }
+
+  async #openSpool(): Promise<void> {
+    const { dir, maxBytes } = this.#config.spool;
+    try {
+      const spool = await Spool.open(dir, { maxBytes });
+      this.#spool = spool;
+      const s = spool.stats();
+      log.info("ClickHouse spool opened", {
+        dir,
+        maxBytes,
+        recovered: s.recovered,
+        corruptFrames: s.corruptFrames,
+        truncatedBytes: s.truncatedBytes,
+      });
+      if (s.corruptFrames > 0) {
+        log.warn("ClickHouse spool had torn or corrupt frames; cut at the last good frame", {
+          dir,
+          corruptFrames: s.corruptFrames,
+          truncatedBytes: s.truncatedBytes,
+        });
+      }
+      if (!this.#connected) this.#spillMemory();
+      this.#kick();
+    } catch (err) {
+      log.error("cannot open the ClickHouse spool: batches wait in memory only", { dir, err });
+    }
+  }
+
+  /** Converts the flow to its row at once (the live record changes after this returns). */
+  addRecord(flow: ExportedFlow): void {
+    this.#received++;
+    this.#rows.push(rowJson(toFlatRecord(flow, this.#clusterUuid)));
+    if (this.#rows.length >= this.#opts.maxBatchRows) {
+      this.#seal();
+      this.#kick();
+    }
+  }
+
+  /** Seals the open batch and inserts or spools what waits; resolves when the pump is idle. */
+  async flush(): Promise<void> {
+    await this.#spoolOpening;
+    this.#seal();
+    this.#kick();
+    await this.#idle();
+  }
+
+  /** Applies the live keys: the interval at once, a changed connection setting reconnects. */
+  update(config: unknown): Promise<void> {
+    const next = config as ClickHouseConfig;
+    const prev = this.#config;
+    this.#config = next;
+    if (next.commitIntervalMs !== prev.commitIntervalMs) {
+      this.#commitTimer?.cancel();
+      this.#armCommit();
+      log.info("ClickHouse commit interval updated", { commitInterval: next.commitInterval });
+    }
+    if (settingsKey(next) !== settingsKey(prev)) {
+      // The next attempt builds a new client (the old one is closed then), at once: the new
+      // settings may be what fixes a failing connection, so a pending backoff is cut short.
+      this.#server = undefined;
+      this.#backoffMs = this.#opts.backoffInitialMs;
+      if (this.#retryTimer !== undefined && !this.#stopping) {
+        this.#retryTimer.cancel();
+        this.#retryTimer = undefined;
+      }
+      this.#kick();
+    }
+    return Promise.resolve();
+  }
+
+  /**
+   * Stops the timers, inserts what is in memory (within `stopTimeoutMs`), keeps what could not
+   * be inserted in the spool for the next start, and closes the client and the spool.
+   */
+  async stop(): Promise<void> {
+    if (this.#stopping) return;
+    this.#stopping = true;
+    this.#commitTimer?.cancel();
+    this.#retryTimer?.cancel();
+    this.#retryTimer = undefined;
+    this.#seal();
+    const deadline = this.#clock.setTimer(this.#opts.stopTimeoutMs, () => {
+      this.#inflight?.abort(new Error("stop deadline"));
+    });
+    if (this.#connected || this.#pump !== undefined) {
+      this.#kick();
+      await this.#idle();
+    }
+    deadline.cancel();
+    if (this.#spool === undefined) {
+      // The spool may still wait for its lock (a sink replaced by a reload): bounded.
+      const waited = Promise.withResolvers<void>();
+      const t = this.#clock.setTimer(this.#opts.stopTimeoutMs, () => waited.resolve());
+      await Promise.race([this.#spoolOpening, waited.promise]);
+      t.cancel();
+    }
+    this.#spillMemory();
+    await this.#appendChain;
+    if (this.#memoryRecords > 0) {
+      log.error("ClickHouse: records not inserted at stop and no spool to keep them", {
+        records: this.#memoryRecords,
+      });
+      this.#memoryDropped += this.#memoryRecords;
+      this.#memory.length = 0;
+      this.#memoryRecords = 0;
+    }
+    await this.#spool?.close();
+    await this.#conn?.close().catch(() => {});
+    this.#conn = undefined;
+    log.info("ClickHouse sink stopped", this.#ledger());
+  }
+
+  #ledger(): Record<string, number | boolean> {
+    const s = this.stats();
+    return {
+      received: s.received,
+      exported: s.exported,
+      dropped: s.dropped,
+      memoryRecords: s.memoryRecords,
+      spoolRecords: s.spoolRecords,
+      recovered: s.recovered,
+      recoveredInserted: s.recoveredInserted,
+      possiblyDuplicated: s.possiblyDuplicated,
+    };
+  }
+
+  /** Counters; `exported` and `dropped` count this process's records only. */
+  stats(): ClickHouseStats {
+    const sp = this.#spool?.stats();
+    const spoolDropped = sp?.dropped ?? 0;
+    const recoveredDropped = sp?.droppedRecovered ?? 0;
+    return {
+      received: this.#received,
+      exported: this.#inserted - this.#recoveredInserted,
+      dropped: this.#memoryDropped + spoolDropped - recoveredDropped,
+      errors: this.#insertErrors,
+      inserted: this.#inserted,
+      batchesInserted: this.#batchesInserted,
+      insertErrors: this.#insertErrors,
+      retries: this.#retries,
+      reconnects: this.#reconnects,
+      possiblyDuplicated: this.#possiblyDuplicated,
+      retriedDeduplicated: this.#retriedDeduplicated,
+      recovered: sp?.recovered ?? 0,
+      recoveredInserted: this.#recoveredInserted,
+      recoveredDropped,
+      memoryDropped: this.#memoryDropped,
+      spoolDropped,
+      spoolCorrupt: sp?.corruptFrames ?? 0,
+      spoolTruncatedBytes: sp?.truncatedBytes ?? 0,
+      memoryRecords: this.#memoryRecords + this.#rows.length,
+      spoolRecords: sp?.records ?? 0,
+      spoolBytes: sp?.bytes ?? 0,
+      spoolOpen: sp !== undefined,
+      connected: this.state === "connected",
+      retrying: this.state === "retrying",
+      spooling: this.state === "spooling",
+      dedupToken: this.#server?.dedupToken ?? false,
+    };
+  }
+
+  #armCommit(): void {
+    if (this.#stopping) return;
+    this.#commitTimer = this.#clock.setTimer(this.#config.commitIntervalMs, () => {
+      this.#seal();
+      this.#kick();
+      this.#armCommit();
+    }, { unref: true });
+  }
+
+  /** Turns the open rows into a batch: into memory while inserts flow, else into the spool. */
+  #seal(): void {
+    if (this.#rows.length === 0) return;
+    const batch: Batch = {
+      id: newBatchId(),
+      records: this.#rows.length,
+      flags: 0,
+      body: this.#rows.join("\n"),
+    };
+    this.#rows = [];
+    const toSpool = this.#spool !== undefined &&
+      (!this.#connected || this.#spoolAppends > 0 || !this.#spool.empty ||
+        this.#memoryRecords + batch.records > this.#opts.maxMemoryRecords);
+    if (toSpool) this.#toSpool(batch);
+    else this.#toMemory(batch);
+  }
+
+  #toMemory(batch: Batch): void {
+    this.#memory.push(batch);
+    this.#memoryRecords += batch.records;
+    while (this.#memoryRecords > this.#opts.maxMemoryRecords && this.#memory.length > 1) {
+      const old = this.#memory.shift()!;
+      this.#memoryRecords -= old.records;
+      this.#memoryDropped += old.records;
+      this.#warn("memory-full", "ClickHouse queue full without a spool: oldest batch dropped", {
+        records: old.records,
+      });
+    }
+  }
+
+  #toSpool(batch: Batch): void {
+    const spool = this.#spool!;
+    this.#spoolAppends++;
+    const payload = enc.encode(batch.body);
+    this.#appendChain = this.#appendChain.then(async () => {
+      try {
+        await spool.append({ id: batch.id, records: batch.records, flags: batch.flags, payload });
+      } catch (err) {
+        // The disk failed: the batch stays in memory (bounded) rather than being lost.
+        this.#warn("spool-write", "ClickHouse spool write failed; batch kept in memory", { err });
+        this.#toMemory(batch);
+      } finally {
+        this.#spoolAppends--;
+      }
+      this.#noteState();
+      // Connected and idle: what was just spooled goes out now.
+      if (this.#connected && !this.#stopping) this.#kick();
+    });
+  }
+
+  /** Moves every memory batch to the spool (in order), when there is one. */
+  #spillMemory(): void {
+    if (this.#spool === undefined) return;
+    while (this.#memory.length > 0) {
+      const b = this.#memory.shift()!;
+      this.#memoryRecords -= b.records;
+      this.#toSpool(b);
+    }
+  }
+
+  /**
+   * `connected` after a successful attempt; else `spooling` while records wait in the spool,
+   * `retrying` otherwise.
+   */
+  get state(): ClickHouseState {
+    if (this.#connected) return "connected";
+    const spooled = (this.#spool?.stats().records ?? 0) + this.#spoolAppends;
+    return spooled > 0 ? "spooling" : "retrying";
+  }
+
+  #setConnected(connected: boolean, why: Record<string, unknown> = {}): void {
+    this.#connected = connected;
+    this.#noteState(why);
+  }
+
+  /** Logs the state when it changed since the last time it was logged (start included). */
+  #noteState(why: Record<string, unknown> = {}): void {
+    const to = this.state;
+    if (to === this.#loggedState) return;
+    const fields = { from: this.#loggedState ?? "starting", to, ...why, ...this.#ledger() };
+    this.#loggedState = to;
+    if (to === "connected") log.info("ClickHouse sink state", fields);
+    else log.warn("ClickHouse sink state", fields);
+  }
+
+  #warn(key: string, msg: string, fields: Record<string, unknown>): void {
+    const suppressed = this.#errLog.allow(key);
+    if (suppressed >= 0) log.warn(msg, { ...fields, suppressed });
+  }
+
+  /** Runs the pump unless it runs or a retry is scheduled. */
+  #kick(): void {
+    if (this.#pump !== undefined) {
+      this.#again = true;
+      return;
+    }
+    if (this.#retryTimer !== undefined) return;
+    this.#pump = this.#run().catch((err) => {
+      // A bug, not an I/O failure (those are outcomes): logged, and the sink keeps going.
+      log.error("ClickHouse sink pump failed", { err });
+      this.#failed();
+    }).finally(() => {
+      this.#pump = undefined;
+      if (this.#again && this.#retryTimer === undefined) {
+        this.#again = false;
+        this.#kick();
+      }
+    });
+  }
+
+  async #idle(): Promise<void> {
+    while (this.#pump !== undefined) await this.#pump;
+    await this.#appendChain;
+  }
+
+  async #run(): Promise<void> {
+    this.#again = false;
+    for (;;) {
+      if (this.#server === undefined && !(await this.#prepare())) return this.#failed();
+      // Oldest first: memory batches are older than anything spooled by this process. The
+      // batch being sent leaves the queue meanwhile, so a spill (the spool opening) cannot
+      // copy it into the spool too; on failure it goes back first.
+      const b = this.#memory.shift();
+      if (b !== undefined) {
+        const ok = await this.#send(b, false);
+        if (!ok) {
+          this.#memory.unshift(b);
+          return this.#failed();
+        }
+        this.#memoryRecords -= b.records;
+        continue;
+      }
+      await this.#appendChain;
+      const spool = this.#spool;
+      if (spool === undefined || this.#stopping) break;
+      const lease = await spool.peek({ markInflight: true });
+      if (lease === undefined) break;
+      if (this.#server === undefined) {
+        // A reload replaced the connection meanwhile: prepare the new one first.
+        spool.release(lease);
+        continue;
+      }
+      const batch: Batch = {
+        id: lease.id,
+        records: lease.records,
+        flags: lease.flags,
+        body: dec.decode(lease.payload),
+      };
+      if (!(await this.#send(batch, lease.recovered))) {
+        spool.release(lease, (batch.flags & FLAG_OUTCOME_UNKNOWN) !== 0);
+        return this.#failed();
+      }
+      await spool.ack(lease);
+    }
+    this.#backoffMs = this.#opts.backoffInitialMs;
+    this.#setConnected(true);
+  }
+
+  /** One insert; on an unknown outcome the batch is flagged for its retries. */
+  async #send(b: Batch, recovered: boolean): Promise<boolean> {
+    const server = this.#server!;
+    const ctl = new AbortController();
+    this.#inflight = ctl;
+    const r = await this.#conn!.insert(b.body, {
+      columns: server.columns,
+      token: server.dedupToken ? b.id : undefined,
+      signal: ctl.signal,
+    });
+    this.#inflight = undefined;
+    if (r.ok) {
+      this.#inserted += b.records;
+      this.#batchesInserted++;
+      if (recovered) this.#recoveredInserted += b.records;
+      if (b.flags & FLAG_OUTCOME_UNKNOWN) {
+        if (server.dedupExact) this.#retriedDeduplicated += b.records;
+        else this.#possiblyDuplicated += b.records;
+      }
+      return true;
+    }
+    this.#insertErrors++;
+    if (r.unknown) b.flags |= FLAG_OUTCOME_UNKNOWN;
+    this.#server = undefined; // prepare again before the next attempt
+    this.#warn("insert", "ClickHouse insert failed", {
+      err: r.error,
+      records: b.records,
+      outcomeUnknown: r.unknown,
+    });
+    return false;
+  }
+
+  /** (Re)connects when needed and checks the server; false when it is not usable. */
+  async #prepare(): Promise<boolean> {
+    const key = settingsKey(this.#config);
+    try {
+      if (this.#conn === undefined || key !== this.#connKey) {
+        const old = this.#conn;
+        this.#conn = undefined;
+        await old?.close().catch(() => {});
+        const c = this.#config;
+        this.#conn = this.#connect({
+          url: parseDatabaseUrl(c.databaseURL).httpUrl,
+          database: c.database,
+          username: this.#username,
+          password: this.#password,
+          compress: c.compress,
+          insecureSkipVerify: c.tls.insecureSkipVerify,
+          // Re-read on every new client (so a reload sees a rotated CA), never blocking.
+          caPem: c.tls.caCert ? await this.#readCaText() : undefined,
+          requestTimeoutMs: this.#opts.requestTimeoutMs,
+        });
+        this.#connKey = key;
+        this.#reconnects++;
+      }
+      this.#server = await this.#conn.prepare();
+      log.info("ClickHouse ready", {
+        version: this.#server.version,
+        engine: this.#server.engine,
+        columns: this.#server.columns.length,
+        dedupToken: this.#server.dedupToken,
+        dedupExact: this.#server.dedupExact,
+      });
+      return true;
+    } catch (err) {
+      this.#insertErrors++;
+      this.#warn("prepare", "ClickHouse not reachable or not ready", {
+        err,
+        url: parseDatabaseUrl(this.#config.databaseURL).httpUrl,
+      });
+      return false;
+    }
+  }
+
+  async #readCaText(): Promise<string> {
+    try {
+      return await this.#readCa();
+    } catch (err) {
+      throw new Error(`error when reading custom CA certificate: ${(err as Error).message}`);
+    }
+  }
+
+  /** After a failure: state, backoff, next attempt. */
+  #failed(): void {
+    this.#spillMemory();
+    this.#setConnected(false, { retryInMs: this.#backoffMs });
+    if (this.#stopping) return;
+    const delay = this.#backoffMs;
+    this.#backoffMs = Math.min(this.#backoffMs * 2, this.#opts.backoffMaxMs);
+    this.#retryTimer = this.#clock.setTimer(delay, () => {
+      this.#retryTimer = undefined;
+      this.#retries++;
+      this.#kick();
+    }, { unref: true });
+  }
+}

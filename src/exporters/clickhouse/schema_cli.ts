@@ -1,0 +1,124 @@
+/**
+ * `flow-aggregator clickhouse schema [--apply] [--config FILE] [--no-ttl]`: prints the v1.13
+ * `flows` table (52 columns) and its three views as SQL, or creates them (`--apply`) on the
+ * server of the configuration's `clickHouse` section, with `CH_USERNAME` / `CH_PASSWORD` from
+ * the environment, for standalone users without Theia. Every statement is `IF NOT EXISTS`, so
+ * applying twice is harmless. With `--apply` the table TTL is used only when the server has
+ * it (≥ 19.6); printed SQL has it unless `--no-ttl`.
+ *
+ * @module
+ */
+
+import { ClickHouseLogLevel, createClient } from "@clickhouse/client";
+import { flowsSchemaSql, serverHasTtl } from "./table.ts";
+import { parseDatabaseUrl } from "./url.ts";
+import type { ClickHouseConfig } from "./config.ts";
+
+/** Usage of the subcommand. */
+export const CLICKHOUSE_USAGE =
+  `Usage: flow-aggregator clickhouse schema [--no-ttl]      print the flows table and views
+       flow-aggregator clickhouse schema --apply [--config FILE] [--no-ttl]
+                       create them on the clickHouse section's server (CH_USERNAME,
+                       CH_PASSWORD from the environment); TTL only where the server has it`;
+
+/** Parsed arguments of the subcommand. */
+export interface ClickHouseCommand {
+  /** Create on the server instead of printing. */
+  apply: boolean;
+  /** Configuration file (default: the caller's embedded one). */
+  config?: string;
+  /** Leave the TTL out (servers before 19.6). */
+  noTtl: boolean;
+}
+
+/** Parses `clickhouse …` arguments (after `clickhouse`); throws naming a bad one. */
+export function parseClickHouseArgs(args: readonly string[]): ClickHouseCommand {
+  if (args[0] !== "schema") throw new Error(`clickhouse: unknown command "${args[0] ?? ""}"`);
+  const out: ClickHouseCommand = { apply: false, noTtl: false };
+  for (let i = 1; i < args.length; i++) {
+    const a = args[i];
+    if (a === "--apply") out.apply = true;
+    else if (a === "--no-ttl") out.noTtl = true;
+    else if (a === "--config") out.config = args[++i];
+    else if (a.startsWith("--config=")) out.config = a.slice("--config=".length);
+    else throw new Error(`clickhouse schema: unexpected argument "${a}"`);
+  }
+  if (out.config === undefined && args.includes("--config")) {
+    throw new Error("clickhouse schema: --config needs a value");
+  }
+  return out;
+}
+
+/** The SQL text printed by `clickhouse schema` (statements separated by `;`). */
+export function schemaText(options: { ttl: boolean }): string {
+  return flowsSchemaSql(options).map((s) => `${s};\n`).join("\n");
+}
+
+/**
+ * Creates the table and views on the server of `config` (the `clickHouse` section); returns
+ * what it did, one line per statement.
+ */
+export async function applySchema(
+  config: ClickHouseConfig,
+  options: { noTtl: boolean; env?: (name: string) => string | undefined },
+): Promise<string[]> {
+  const env = options.env ?? ((n: string) => Deno.env.get(n));
+  const username = env("CH_USERNAME") ?? "";
+  const password = env("CH_PASSWORD") ?? "";
+  if (username === "" || password === "") {
+    throw new Error("DatabaseURL, Username or Password missing in ClickHouse config");
+  }
+  const client = createClient({
+    url: parseDatabaseUrl(config.databaseURL).httpUrl,
+    database: config.database,
+    username,
+    password,
+    log: { level: ClickHouseLogLevel.OFF },
+  });
+  try {
+    const rs = await client.query({ query: "SELECT version() AS v", format: "JSONEachRow" });
+    const version = String((await rs.json<{ v: string }>())[0]?.v ?? "");
+    const ttl = !options.noTtl && serverHasTtl(version);
+    const done = [`server ${version}: ${ttl ? "with" : "without"} TTL`];
+    for (const sql of flowsSchemaSql({ ttl })) {
+      await client.command({ query: sql });
+      done.push(sql.split("\n")[0].replace(/ \($/, ""));
+    }
+    return done;
+  } finally {
+    await client.close();
+  }
+}
+
+/** What the subcommand prints and its exit code (main.ts does the printing). */
+export interface CommandResult {
+  /** Exit code. */
+  code: number;
+  /** Text for standard output. */
+  stdout: string;
+  /** Text for standard error. */
+  stderr: string;
+}
+
+/**
+ * Runs the subcommand; `loadConfig` reads the configuration file (or the embedded default)
+ * and returns its `clickHouse` section.
+ */
+export async function runClickHouseCommand(
+  args: readonly string[],
+  loadConfig: (path?: string) => Promise<ClickHouseConfig>,
+): Promise<CommandResult> {
+  let cmd: ClickHouseCommand;
+  try {
+    cmd = parseClickHouseArgs(args);
+  } catch (err) {
+    return { code: 1, stdout: "", stderr: `${(err as Error).message}\n\n${CLICKHOUSE_USAGE}` };
+  }
+  if (!cmd.apply) return { code: 0, stdout: schemaText({ ttl: !cmd.noTtl }), stderr: "" };
+  try {
+    const done = await applySchema(await loadConfig(cmd.config), cmd);
+    return { code: 0, stdout: done.join("\n"), stderr: "" };
+  } catch (err) {
+    return { code: 1, stdout: "", stderr: `clickhouse schema --apply: ${(err as Error).message}` };
+  }
+}

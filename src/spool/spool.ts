@@ -1,0 +1,564 @@
+/**
+ * A durable, bounded FIFO of batches on disk for a network sink whose peer is slow or down:
+ * append-only segment files in one directory, each batch one checksummed frame, consumed in
+ * order and across process restarts. It knows nothing of what a batch holds (the ClickHouse
+ * sink stores the exact insert body): only its id, its record count and a flag.
+ *
+ * Layout of `dir`: `LOCK` (held with an exclusive `flock` while open, so a sink replaced by a
+ * reload waits for the old one to let go), `<16-digit seq>.seg` segments, and `cursor` (the
+ * next frame to consume, replaced atomically by rename after every consumed batch).
+ *
+ * Frame: magic `FASP` (u32), body length (u32), CRC-32 of the body (u32), then the body:
+ * flags (u8), three zero bytes, record count (u32), the batch id (16 bytes), the payload. All
+ * big-endian.
+ *
+ * Bounds and losses, all counted: a segment is closed at `segmentBytes`; when the segments
+ * would exceed `maxBytes` the oldest is removed and its unconsumed records are counted as
+ * dropped. On open every segment is scanned; a torn or corrupt frame (crash mid-write, a bad
+ * disk block) ends its segment there: the file is truncated at the last good frame, the event
+ * and the bytes cut are counted, and the following segments still replay. A frame whose body
+ * no longer matches its checksum when read later ends its segment the same way.
+ *
+ * Durability: frames are written with `write(2)` and survive the process being killed; they
+ * are not `fsync`ed per batch (a host crash may cut the tail, which the checksums catch).
+ *
+ * @module
+ */
+
+import { crc32 } from "./crc32.ts";
+
+const MAGIC = 0x46415350; // "FASP"
+const HEADER_BYTES = 12;
+const BODY_FIXED_BYTES = 24;
+/** Largest body accepted when scanning: a length beyond it is corruption, not a frame. */
+const MAX_BODY_BYTES = 1 << 30;
+
+/** Flag of an entry: an earlier attempt to deliver it may have landed (outcome unknown). */
+export const FLAG_OUTCOME_UNKNOWN = 1;
+
+/** One batch in the spool. */
+export interface SpoolEntry {
+  /** Stable batch id (16 bytes, hex): the same on every retry and after a restart. */
+  readonly id: string;
+  /** Records in the batch (for the ledger). */
+  readonly records: number;
+  /** {@linkcode FLAG_OUTCOME_UNKNOWN} and sink-defined bits. */
+  readonly flags: number;
+  /** The batch as the sink serialised it. */
+  readonly payload: Uint8Array;
+  /** The entry was in the spool when it was opened (written by an earlier process). */
+  readonly recovered: boolean;
+}
+
+/** Bounds of a spool. */
+export interface SpoolOptions {
+  /** Total size of the segment files beyond which the oldest segment is dropped. */
+  maxBytes: number;
+  /** Size at which a segment is closed and a new one started. Default `maxBytes / 8`. */
+  segmentBytes?: number;
+}
+
+/** Counters of a spool (monotonic except the gauges `records`, `bytes`, `segments`). */
+export interface SpoolStats {
+  /** Records appended by this process. */
+  appended: number;
+  /** Records found in the spool when it was opened (earlier process). */
+  recovered: number;
+  /** Records consumed (acknowledged). */
+  consumed: number;
+  /** Records lost: oldest segments removed when full, batches larger than the bound, corrupt frames read after the scan. */
+  dropped: number;
+  /** Of `dropped`, records that were {@linkcode recovered}. */
+  droppedRecovered: number;
+  /** Of `dropped`, records of frames found corrupt when read (after the scan at open). */
+  corruptRecords: number;
+  /** Torn or corrupt frames detected (each ends its segment). */
+  corruptFrames: number;
+  /** Bytes cut off segment files at a torn or corrupt frame. */
+  truncatedBytes: number;
+  /** Gauge: records in the spool. */
+  records: number;
+  /** Gauge: bytes of the segment files. */
+  bytes: number;
+  /** Gauge: segment files. */
+  segments: number;
+}
+
+interface Segment {
+  readonly seq: number;
+  size: number;
+  /** Records of every frame in the file (consumed or not). */
+  records: number;
+  /** Records of the frames before `readOffset` (consumed), for the oldest segment. */
+  consumed: number;
+  /** Offset of the next frame to read (oldest segment only). */
+  readOffset: number;
+  /** Written by an earlier process. */
+  readonly recovered: boolean;
+}
+
+/** An entry handed out by {@linkcode Spool.peek}, with where it lives. */
+export interface SpoolLease extends SpoolEntry {
+  /** Segment and offset of the frame; the lease is void once its segment was dropped. */
+  readonly seq: number;
+  /** Offset of the frame in its segment. */
+  readonly offset: number;
+  /** Bytes of the frame. */
+  readonly frameBytes: number;
+}
+
+function segName(seq: number): string {
+  return `${String(seq).padStart(16, "0")}.seg`;
+}
+
+function hex(bytes: Uint8Array): string {
+  let s = "";
+  for (const b of bytes) s += b.toString(16).padStart(2, "0");
+  return s;
+}
+
+function unhex(id: string): Uint8Array {
+  const out = new Uint8Array(16);
+  for (let i = 0; i < 16 && i * 2 + 2 <= id.length; i++) {
+    out[i] = parseInt(id.slice(i * 2, i * 2 + 2), 16) || 0;
+  }
+  return out;
+}
+
+/** A new random batch id (16 bytes, hex). */
+export function newBatchId(): string {
+  return hex(crypto.getRandomValues(new Uint8Array(16)));
+}
+
+/** Encodes one frame. */
+export function encodeFrame(entry: Omit<SpoolEntry, "recovered">): Uint8Array {
+  const bodyLen = BODY_FIXED_BYTES + entry.payload.length;
+  const frame = new Uint8Array(HEADER_BYTES + bodyLen);
+  const v = new DataView(frame.buffer);
+  v.setUint32(0, MAGIC);
+  v.setUint32(4, bodyLen);
+  frame[HEADER_BYTES] = entry.flags & 0xff;
+  v.setUint32(HEADER_BYTES + 4, entry.records);
+  frame.set(unhex(entry.id), HEADER_BYTES + 8);
+  frame.set(entry.payload, HEADER_BYTES + BODY_FIXED_BYTES);
+  v.setUint32(8, crc32(frame.subarray(HEADER_BYTES)));
+  return frame;
+}
+
+/** Result of decoding the frame at the start of `bytes`. */
+type Decoded =
+  | {
+    ok: true;
+    frameBytes: number;
+    flags: number;
+    records: number;
+    id: string;
+    payload: Uint8Array;
+  }
+  | { ok: false; why: "torn" | "corrupt" };
+
+/** Decodes the frame at the start of `bytes` (a torn frame: `bytes` ends inside it). */
+export function decodeFrame(bytes: Uint8Array): Decoded {
+  if (bytes.length < HEADER_BYTES) return { ok: false, why: "torn" };
+  const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  if (v.getUint32(0) !== MAGIC) return { ok: false, why: "corrupt" };
+  const bodyLen = v.getUint32(4);
+  if (bodyLen < BODY_FIXED_BYTES || bodyLen > MAX_BODY_BYTES) return { ok: false, why: "corrupt" };
+  if (bytes.length < HEADER_BYTES + bodyLen) return { ok: false, why: "torn" };
+  const body = bytes.subarray(HEADER_BYTES, HEADER_BYTES + bodyLen);
+  if (crc32(body) !== v.getUint32(8)) return { ok: false, why: "corrupt" };
+  return {
+    ok: true,
+    frameBytes: HEADER_BYTES + bodyLen,
+    flags: body[0],
+    records: v.getUint32(HEADER_BYTES + 4),
+    id: hex(body.subarray(8, 24)),
+    payload: body.slice(BODY_FIXED_BYTES),
+  };
+}
+
+interface Cursor {
+  seq: number;
+  offset: number;
+  /** A delivery of the frame at the cursor was started (its outcome is unknown after a crash). */
+  inflight: boolean;
+}
+
+/** A durable FIFO of batches in one directory (see the module doc). */
+export class Spool {
+  readonly #dir: string;
+  readonly #maxBytes: number;
+  readonly #segmentBytes: number;
+  readonly #segments: Segment[] = [];
+  #lock: Deno.FsFile | undefined;
+  #writer: Deno.FsFile | undefined;
+  #nextSeq = 1;
+  #writerSeq = 0;
+  /** The frame whose last delivery had an unknown outcome (in this process or the last one). */
+  #uncertain: { seq: number; offset: number } | undefined;
+  /** The entry handed out by the last peek and not yet acknowledged or released. */
+  #lease: SpoolLease | undefined;
+  /** The lease being delivered whose segment was dropped meanwhile (its records are nowhere). */
+  readonly #orphans = new Set<string>();
+  #busy: Promise<unknown> = Promise.resolve();
+  readonly #s: SpoolStats = {
+    appended: 0,
+    recovered: 0,
+    consumed: 0,
+    dropped: 0,
+    droppedRecovered: 0,
+    corruptRecords: 0,
+    corruptFrames: 0,
+    truncatedBytes: 0,
+    records: 0,
+    bytes: 0,
+    segments: 0,
+  };
+
+  private constructor(dir: string, options: SpoolOptions) {
+    this.#dir = dir;
+    this.#maxBytes = options.maxBytes;
+    this.#segmentBytes = Math.max(
+      4096,
+      Math.min(options.segmentBytes ?? Math.floor(options.maxBytes / 8), options.maxBytes),
+    );
+  }
+
+  /**
+   * Opens (creating) the spool in `dir`: waits for its lock (another sink of this process or
+   * another process may still hold it), then scans the segments, truncating torn or corrupt
+   * tails. Rejects only when the directory cannot be used.
+   */
+  static async open(dir: string, options: SpoolOptions): Promise<Spool> {
+    if (!(options.maxBytes > 0)) throw new Error(`spool ${dir}: maxBytes must be positive`);
+    await Deno.mkdir(dir, { recursive: true });
+    const spool = new Spool(dir, options);
+    const lock = await Deno.open(`${dir}/LOCK`, { read: true, write: true, create: true });
+    try {
+      await lock.lock(true);
+      spool.#lock = lock;
+      await spool.#scan();
+    } catch (err) {
+      lock.close();
+      throw err;
+    }
+    return spool;
+  }
+
+  /** The directory. */
+  get dir(): string {
+    return this.#dir;
+  }
+
+  /** True when no record waits in the spool. */
+  get empty(): boolean {
+    return this.#s.records === 0;
+  }
+
+  /** Counters and gauges. */
+  stats(): SpoolStats {
+    return { ...this.#s, segments: this.#segments.length };
+  }
+
+  async #scan(): Promise<void> {
+    const cursor = await this.#readCursor();
+    const seqs: number[] = [];
+    for await (const e of Deno.readDir(this.#dir)) {
+      const m = /^(\d{16})\.seg$/.exec(e.name);
+      if (e.isFile && m) seqs.push(Number(m[1]));
+    }
+    seqs.sort((a, b) => a - b);
+    for (const seq of seqs) {
+      this.#nextSeq = Math.max(this.#nextSeq, seq + 1);
+      const path = `${this.#dir}/${segName(seq)}`;
+      if (cursor !== undefined && seq < cursor.seq) {
+        await Deno.remove(path).catch(() => {});
+        continue;
+      }
+      const bytes = await Deno.readFile(path);
+      const seg: Segment = {
+        seq,
+        size: 0,
+        records: 0,
+        consumed: 0,
+        readOffset: 0,
+        recovered: true,
+      };
+      const start = cursor !== undefined && seq === cursor.seq ? cursor.offset : 0;
+      let off = 0;
+      while (off < bytes.length) {
+        const d = decodeFrame(bytes.subarray(off));
+        if (!d.ok) {
+          this.#s.corruptFrames++;
+          this.#s.truncatedBytes += bytes.length - off;
+          await Deno.truncate(path, off);
+          break;
+        }
+        seg.records += d.records;
+        if (off < start) seg.consumed += d.records;
+        off += d.frameBytes;
+      }
+      seg.size = off;
+      seg.readOffset = Math.min(start, off);
+      if (seg.readOffset >= seg.size) {
+        await Deno.remove(path).catch(() => {});
+        continue;
+      }
+      if (cursor?.inflight && seq === cursor.seq) this.#uncertain = cursor;
+      this.#segments.push(seg);
+      this.#s.records += seg.records - seg.consumed;
+      this.#s.recovered += seg.records - seg.consumed;
+      this.#s.bytes += seg.size;
+    }
+  }
+
+  async #readCursor(): Promise<Cursor | undefined> {
+    try {
+      const c = JSON.parse(await Deno.readTextFile(`${this.#dir}/cursor`)) as Cursor;
+      if (typeof c.seq === "number" && typeof c.offset === "number") return c;
+    } catch {
+      // absent or unreadable: start from the oldest segment
+    }
+    return undefined;
+  }
+
+  async #writeCursor(c: Cursor): Promise<void> {
+    const tmp = `${this.#dir}/cursor.tmp`;
+    await Deno.writeTextFile(tmp, JSON.stringify(c));
+    await Deno.rename(tmp, `${this.#dir}/cursor`);
+  }
+
+  /** Runs `f` after every earlier operation (the spool's file state is not reentrant). */
+  #serial<T>(f: () => Promise<T>): Promise<T> {
+    const run = this.#busy.then(f, f);
+    this.#busy = run.catch(() => {});
+    return run;
+  }
+
+  /**
+   * Appends one batch. Drops the oldest segments (counted) to stay within `maxBytes`; a batch
+   * larger than the whole bound is itself dropped and counted. Resolves `false` then.
+   * Rejects on an I/O error (the batch is not in the spool; the caller counts it).
+   */
+  append(entry: Omit<SpoolEntry, "recovered">): Promise<boolean> {
+    return this.#serial(async () => {
+      const frame = encodeFrame(entry);
+      if (frame.length > this.#maxBytes) {
+        this.#s.dropped += entry.records;
+        return false;
+      }
+      while (this.#s.bytes + frame.length > this.#maxBytes && this.#segments.length > 0) {
+        // Never remove the open segment while it is the only one: start a new one first.
+        if (this.#segments.length === 1 && this.#isWriter(this.#segments[0])) await this.#roll();
+        await this.#dropOldest();
+      }
+      let last = this.#segments.at(-1);
+      if (
+        last === undefined || !this.#isWriter(last) ||
+        (last.size > 0 && last.size + frame.length > this.#segmentBytes)
+      ) {
+        await this.#roll();
+        last = this.#segments.at(-1)!;
+      }
+      await writeAll(this.#writer!, frame);
+      last.size += frame.length;
+      last.records += entry.records;
+      this.#s.bytes += frame.length;
+      this.#s.records += entry.records;
+      this.#s.appended += entry.records;
+      return true;
+    });
+  }
+
+  #isWriter(seg: Segment): boolean {
+    return this.#writer !== undefined && seg.seq === this.#writerSeq;
+  }
+
+  async #roll(): Promise<void> {
+    this.#writer?.close();
+    this.#writer = undefined;
+    const seq = this.#nextSeq++;
+    this.#writerSeq = seq;
+    this.#writer = await Deno.open(`${this.#dir}/${segName(seq)}`, {
+      write: true,
+      create: true,
+      truncate: true,
+    });
+    this.#segments.push({
+      seq,
+      size: 0,
+      records: 0,
+      consumed: 0,
+      readOffset: 0,
+      recovered: false,
+    });
+  }
+
+  async #dropOldest(): Promise<void> {
+    const seg = this.#segments.shift()!;
+    const lost = seg.records - seg.consumed;
+    this.#s.dropped += lost;
+    if (seg.recovered) this.#s.droppedRecovered += lost;
+    this.#s.records -= lost;
+    this.#s.bytes -= seg.size;
+    if (this.#uncertain?.seq === seg.seq) this.#uncertain = undefined;
+    this.#orphanLeasesOf(seg.seq);
+    await Deno.remove(`${this.#dir}/${segName(seg.seq)}`).catch(() => {});
+  }
+
+  /** The lease handed out of a dropped segment: its records were counted as dropped. */
+  #orphanLeasesOf(seq: number): void {
+    if (this.#lease !== undefined && this.#lease.seq === seq) {
+      this.#orphans.add(`${this.#lease.seq}:${this.#lease.offset}`);
+    }
+  }
+
+  /**
+   * The oldest batch, without consuming it (`undefined` when empty). Pass it to
+   * {@linkcode ack} once delivered, or to {@linkcode release} when the delivery failed.
+   * `markInflight` records on disk that a delivery starts (so after a crash the batch comes
+   * back flagged {@linkcode FLAG_OUTCOME_UNKNOWN}).
+   */
+  peek(options: { markInflight?: boolean } = {}): Promise<SpoolLease | undefined> {
+    return this.#serial(async () => {
+      for (;;) {
+        const seg = this.#segments[0];
+        if (seg === undefined) return undefined;
+        if (seg.readOffset >= seg.size) {
+          if (this.#isWriter(seg)) return undefined;
+          await this.#retire();
+          continue;
+        }
+        const frame = await this.#readFrame(seg);
+        if (frame === undefined) continue; // corrupt: the segment was ended, try the next
+        if (options.markInflight) {
+          await this.#writeCursor({ seq: seg.seq, offset: seg.readOffset, inflight: true });
+        }
+        const unknown = this.#uncertain?.seq === seg.seq &&
+          this.#uncertain.offset === seg.readOffset;
+        const lease: SpoolLease = {
+          id: frame.id,
+          records: frame.records,
+          flags: frame.flags | (unknown ? FLAG_OUTCOME_UNKNOWN : 0),
+          payload: frame.payload,
+          recovered: seg.recovered,
+          seq: seg.seq,
+          offset: seg.readOffset,
+          frameBytes: frame.frameBytes,
+        };
+        this.#lease = lease;
+        return lease;
+      }
+    });
+  }
+
+  async #readFrame(
+    seg: Segment,
+  ): Promise<Extract<Decoded, { ok: true }> | undefined> {
+    const path = `${this.#dir}/${segName(seg.seq)}`;
+    const f = await Deno.open(path, { read: true });
+    try {
+      await f.seek(seg.readOffset, Deno.SeekMode.Start);
+      const header = await readExactly(f, HEADER_BYTES);
+      let d: Decoded = { ok: false, why: "torn" };
+      if (header !== undefined) {
+        const bodyLen = new DataView(header.buffer).getUint32(4);
+        const fits = bodyLen >= BODY_FIXED_BYTES && bodyLen <= seg.size - seg.readOffset;
+        const body = fits ? await readExactly(f, bodyLen) : undefined;
+        if (body !== undefined) {
+          const all = new Uint8Array(HEADER_BYTES + bodyLen);
+          all.set(header);
+          all.set(body, HEADER_BYTES);
+          d = decodeFrame(all);
+        } else d = { ok: false, why: "corrupt" };
+      }
+      if (d.ok) return d;
+    } finally {
+      f.close();
+    }
+    // The frame went bad after the scan: the rest of this segment is lost, counted.
+    this.#s.corruptFrames++;
+    this.#s.truncatedBytes += seg.size - seg.readOffset;
+    const lost = seg.records - seg.consumed;
+    this.#s.corruptRecords += lost;
+    this.#s.dropped += lost;
+    if (seg.recovered) this.#s.droppedRecovered += lost;
+    this.#s.records -= lost;
+    seg.consumed = seg.records;
+    seg.readOffset = seg.size;
+    if (this.#isWriter(seg)) await this.#roll();
+    return undefined;
+  }
+
+  /** Removes the oldest segment, fully consumed. */
+  async #retire(): Promise<void> {
+    const seg = this.#segments.shift()!;
+    this.#s.bytes -= seg.size;
+    await Deno.remove(`${this.#dir}/${segName(seg.seq)}`).catch(() => {});
+    const next = this.#segments[0];
+    if (next !== undefined) {
+      await this.#writeCursor({ seq: next.seq, offset: next.readOffset, inflight: false });
+    }
+  }
+
+  /** The batch of `lease` was delivered: it leaves the spool (durably: the cursor moves). */
+  ack(lease: SpoolLease): Promise<void> {
+    return this.#serial(async () => {
+      this.#lease = undefined;
+      if (this.#orphans.delete(`${lease.seq}:${lease.offset}`)) {
+        // Its segment was dropped while it was delivered: counted dropped then, but delivered.
+        this.#s.dropped -= lease.records;
+        if (lease.recovered) this.#s.droppedRecovered -= lease.records;
+        this.#s.consumed += lease.records;
+        return;
+      }
+      const seg = this.#segments[0];
+      if (seg === undefined || seg.seq !== lease.seq || seg.readOffset !== lease.offset) return;
+      seg.readOffset += lease.frameBytes;
+      seg.consumed += lease.records;
+      this.#s.records -= lease.records;
+      this.#s.consumed += lease.records;
+      if (this.#uncertain?.seq === lease.seq) this.#uncertain = undefined;
+      if (seg.readOffset >= seg.size && !this.#isWriter(seg)) await this.#retire();
+      else await this.#writeCursor({ seq: seg.seq, offset: seg.readOffset, inflight: false });
+    });
+  }
+
+  /**
+   * The delivery of `lease` failed: it stays first in the spool (unless dropped meanwhile).
+   * With `outcomeUnknown` (it may have landed), the next peek flags it
+   * {@linkcode FLAG_OUTCOME_UNKNOWN}.
+   */
+  release(lease: SpoolLease, outcomeUnknown = false): void {
+    this.#lease = undefined;
+    this.#orphans.delete(`${lease.seq}:${lease.offset}`);
+    if (outcomeUnknown) this.#uncertain = { seq: lease.seq, offset: lease.offset };
+  }
+
+  /** Closes the files and lets go of the lock. */
+  close(): Promise<void> {
+    return this.#serial(() => {
+      this.#writer?.close();
+      this.#writer = undefined;
+      this.#lock?.close();
+      this.#lock = undefined;
+      return Promise.resolve();
+    });
+  }
+}
+
+async function writeAll(f: Deno.FsFile, bytes: Uint8Array): Promise<void> {
+  let off = 0;
+  while (off < bytes.length) off += await f.write(bytes.subarray(off));
+}
+
+async function readExactly(f: Deno.FsFile, n: number): Promise<Uint8Array | undefined> {
+  const out = new Uint8Array(n);
+  let off = 0;
+  while (off < n) {
+    const got = await f.read(out.subarray(off));
+    if (got === null) return undefined;
+    off += got;
+  }
+  return out;
+}

@@ -28,8 +28,8 @@ Deno.test("benchPartsOf: reads the PARTS table of this revision's bench.ts", asy
     "heap",
     "podstore",
     "rss",
-    "clickhouse",
     "api",
+    "clickhouse",
     "e2e",
   ]);
 });

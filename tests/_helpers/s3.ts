@@ -13,6 +13,7 @@ import {
 } from "@aws-sdk/client-s3";
 import { gunzipSync } from "node:zlib";
 import { DENO_JSON, REPO } from "./process.ts";
+import { type S3UploaderConfig, s3UploaderSection } from "../../src/exporters/s3/config.ts";
 
 /** exporters.md §8.3 S1 (the fixture record's CSV line, no newline), spelled out as the spec writes it. */
 export function s1Line(clusterUuid: string, timeInserted: number): string {
@@ -195,4 +196,26 @@ function assertLines(text: string, key: string): void {
   if (text !== "" && !text.endsWith("\n")) {
     throw new Error(`object ${key}: last CSV line is not newline-terminated`);
   }
+}
+
+/** An environment reader with s3rver's credentials (and nothing else). */
+export function s3rverEnv(
+  extra: Record<string, string> = {},
+): (name: string) => string | undefined {
+  const env: Record<string, string> = {
+    AWS_ACCESS_KEY_ID: S3RVER_CREDENTIALS.accessKeyId,
+    AWS_SECRET_ACCESS_KEY: S3RVER_CREDENTIALS.secretAccessKey,
+    ...extra,
+  };
+  return (name) => env[name];
+}
+
+/** A validated, enabled `s3Uploader` section with `fields` over the defaults. */
+export function s3UploaderConfig(
+  fields: Record<string, string | number | boolean>,
+): S3UploaderConfig {
+  const c = s3UploaderSection.build({ enable: true, ...fields }, { tmpDir: "/tmp" });
+  s3UploaderSection.required?.(c);
+  s3UploaderSection.validate?.(c);
+  return c;
 }

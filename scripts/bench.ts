@@ -4,7 +4,7 @@
  * `bench/latest.json` with one number per key (null when a part is not implemented yet or could
  * not run, with the reason in `notes`) plus the raw trials under `details`.
  *
- * Flags: --quick, --only=udp,decode,aggregate,e2e,heap,rss (comma list), --out=<path>,
+ * Flags: --quick, --only=udp,decode,aggregate,e2e,heap,rss,s3 (comma list), --out=<path>,
  * --baseline=<rev>, --baseline-rounds=<n>.
  *
  * `--baseline=REV` (any git revision: `HEAD~1`, a tag, a hash) measures that revision in the same
@@ -39,6 +39,7 @@ import { benchAggregateRate, benchDecodeRates } from "./bench/core.ts";
 import { benchE2eTcp as runE2e } from "./bench/e2e.ts";
 import { benchHeapPerFlow } from "./bench/memory.ts";
 import { benchRssIdle as measureRssIdle } from "./bench/process.ts";
+import { benchS3 as measureS3 } from "./bench/s3.ts";
 import {
   addWorktree,
   alternationOrder,
@@ -85,6 +86,10 @@ export interface BenchResults {
   heap_bytes_per_flow_1m: number | null;
   /** Resident set size of the idle process. */
   rss_bytes_idle: number | null;
+  /** Records/s the S3 sink alone formats as CSV and gzips into finished objects (one core). */
+  s3_records_per_s: number | null;
+  /** MiB/s of gzip objects uploaded by the S3 sink's client to a local s3rver. */
+  s3_upload_mib_per_s: number | null;
 }
 
 /** A benchmark run's full output. */
@@ -141,6 +146,8 @@ export function emptyResults(): BenchResults {
     heap_bytes_per_flow_100k: null,
     heap_bytes_per_flow_1m: null,
     rss_bytes_idle: null,
+    s3_records_per_s: null,
+    s3_upload_mib_per_s: null,
   };
 }
 
@@ -293,6 +300,21 @@ export async function benchRssIdle(ctx: BenchContext): Promise<void> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// S3 sink (owner: s3). See scripts/bench/s3.ts.
+
+/** Measures s3_records_per_s and s3_upload_mib_per_s. */
+export async function benchS3(ctx: BenchContext): Promise<void> {
+  const r = await measureS3(ctx.quick ? 0.5 : 5);
+  ctx.results.s3_records_per_s = r.recordsPerS;
+  ctx.results.s3_upload_mib_per_s = r.uploadMiBPerS;
+  ctx.notes.s3_records_per_s = `CSV + gzip level 6, 100k-record objects; gzip/CSV bytes ${
+    r.compressionRatio.toFixed(3)
+  }`;
+  ctx.notes.s3_upload_mib_per_s = "PutObject/multipart to s3rver in this process";
+  ctx.details.s3 = r;
+}
+
+// ---------------------------------------------------------------------------------------------
 
 const PARTS: Record<string, (ctx: BenchContext) => Promise<void>> = {
   decode: benchDecode,
@@ -300,6 +322,7 @@ const PARTS: Record<string, (ctx: BenchContext) => Promise<void>> = {
   udp: benchUdp,
   heap: benchHeap,
   rss: benchRssIdle,
+  s3: benchS3,
   // Last: its rate search takes whatever is left of the budget.
   e2e: benchE2eTcp,
 };
@@ -317,6 +340,8 @@ const UNITS: Record<keyof BenchResults, string> = {
   heap_bytes_per_flow_100k: "bytes",
   heap_bytes_per_flow_1m: "bytes",
   rss_bytes_idle: "bytes",
+  s3_records_per_s: "records/s",
+  s3_upload_mib_per_s: "MiB/s",
 };
 
 function progress(msg: string): void {

@@ -21,7 +21,7 @@ const REPO = new URL("../..", import.meta.url).pathname.replace(/\/$/, "");
 
 Deno.test("benchPartsOf: reads the PARTS table of this revision's bench.ts", async () => {
   const src = await Deno.readTextFile(`${REPO}/scripts/bench.ts`);
-  assert.deepEqual(benchPartsOf(src), ["decode", "aggregate", "udp", "heap", "rss", "e2e"]);
+  assert.deepEqual(benchPartsOf(src), ["decode", "aggregate", "udp", "heap", "rss", "s3", "e2e"]);
 });
 
 Deno.test("benchPartsOf: null for a bench.ts without --only/--out or without PARTS", () => {
@@ -35,7 +35,7 @@ Deno.test("benchPartsOf: null for a bench.ts without --only/--out or without PAR
 });
 
 Deno.test("sharedParts: the selected comparable parts the baseline also has, in order", () => {
-  const all = ["decode", "aggregate", "udp", "heap", "rss", "e2e"];
+  const all = ["decode", "aggregate", "udp", "heap", "rss", "s3", "e2e"];
   assert.deepEqual(sharedParts(all, all), ["decode", "aggregate", "e2e"]);
   assert.deepEqual(sharedParts(all, ["decode", "udp"]), ["decode"]);
   assert.deepEqual(sharedParts(["e2e", "decode"], all), ["e2e", "decode"]);

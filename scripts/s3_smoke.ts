@@ -7,7 +7,6 @@
  * @module
  */
 
-import S3rver from "s3rver";
 import {
   GetObjectCommand,
   HeadBucketCommand,
@@ -15,16 +14,11 @@ import {
   PutObjectCommand,
   S3Client,
 } from "@aws-sdk/client-s3";
+import { startS3rver } from "./s3rver.ts";
 
 const dir = await Deno.makeTempDir({ prefix: "s3smoke" });
-const server = new S3rver({
-  address: "127.0.0.1",
-  port: 0,
-  directory: dir,
-  silent: true,
-  configureBuckets: [{ name: "smoke", configs: [] }],
-});
-const { port } = await server.run() as { port: number };
+const server = await startS3rver({ dir, buckets: ["smoke"] });
+const port = server.port;
 const client = new S3Client({
   endpoint: `http://127.0.0.1:${port}`,
   forcePathStyle: true,

@@ -5,12 +5,12 @@
  * finished objects to a local S3 API server (npm:s3rver, in this process, on a temp dir).
  */
 
-import S3rver from "s3rver";
 import type { ExportedFlow } from "../../src/aggregation/record.ts";
 import { formatCsvLine } from "../../src/exporters/s3/csv.ts";
 import { ObjectWriter } from "../../src/exporters/s3/object.ts";
 import { SdkObjectStore } from "../../src/exporters/s3/store.ts";
 import { fixtureFlow } from "../../tests/exporters/fixtures.ts";
+import { startS3rver } from "../s3rver.ts";
 
 /** What {@linkcode benchS3} measured. */
 export interface S3BenchResult {
@@ -73,14 +73,8 @@ export async function benchS3(seconds: number): Promise<S3BenchResult> {
 
 async function uploadRate(bodies: Uint8Array[], seconds: number): Promise<number> {
   const dir = await Deno.makeTempDir({ prefix: "bench-s3rver-" });
-  const server = new S3rver({
-    address: "127.0.0.1",
-    port: 0,
-    directory: dir,
-    silent: true,
-    configureBuckets: [{ name: "bench", configs: [] }],
-  });
-  const { port } = await server.run() as { port: number };
+  const server = await startS3rver({ dir, buckets: ["bench"] });
+  const port = server.port;
   const env: Record<string, string> = {
     AWS_ACCESS_KEY_ID: "S3RVER",
     AWS_SECRET_ACCESS_KEY: "S3RVER",

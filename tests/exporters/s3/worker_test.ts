@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { WorkerExporter } from "../../../src/exporters/worker_exporter.ts";
+import { missingPermissions, WorkerExporter } from "../../../src/exporters/worker_exporter.ts";
 import { AWS_ENV, s3Component } from "../../../src/exporters/s3/mod.ts";
 import { fixtureFlow } from "../fixtures.ts";
 import { S3RVER_CREDENTIALS, S3Server, s3UploaderConfig } from "../../_helpers/s3.ts";
@@ -69,4 +69,10 @@ Deno.test("the S3 sink uploads from its permission-narrowed worker (SDK env read
     Deno.env.delete("AWS_ACCESS_KEY_ID");
     Deno.env.delete("AWS_SECRET_ACCESS_KEY");
   }
+});
+
+Deno.test("the AWS wildcard host is checked against the process's own grant, not refused", () => {
+  const p = s3Component.permissions(s3UploaderConfig({ bucketName: "b", endpoint: "" }));
+  // Under --allow-all every host is granted: nothing is missing, and the wildcard does not throw.
+  assert.deepEqual(missingPermissions({ ...p, net: ["*.amazonaws.com:443"] }), []);
 });

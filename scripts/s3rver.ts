@@ -1,7 +1,7 @@
 /**
  * Starts `npm:s3rver`, a local S3 API server, for the S3 sink's tests, smoke check and
  * benchmark. As a script it prints one line `s3rver listening on http://127.0.0.1:<port>` once it
- * accepts connections and stops on SIGTERM or SIGINT; {@linkcode startS3rver} runs one in the
+ * accepts connections, then `request <METHOD> <URL>` per request, and stops on SIGTERM or SIGINT; {@linkcode startS3rver} runs one in the
  * calling process. Objects live under the directory (kept across restarts on the same
  * directory, which the outage tests rely on). Credentials: `S3RVER` / `S3RVER` (signatures are
  * checked, so wrong credentials are refused as by AWS).
@@ -24,7 +24,13 @@ export interface RunningS3rver {
 
 /** Starts s3rver on 127.0.0.1 (`port` 0: a free one), with `buckets` created. */
 export async function startS3rver(
-  options: { dir: string; port?: number; buckets?: readonly string[] },
+  options: {
+    dir: string;
+    port?: number;
+    buckets?: readonly string[];
+    /** Called with the method and URL of every request, before s3rver handles it. */
+    onRequest?: (method: string, url: string) => void;
+  },
 ): Promise<RunningS3rver> {
   const server = new S3rver({
     address: "127.0.0.1",
@@ -33,6 +39,16 @@ export async function startS3rver(
     silent: true,
     configureBuckets: (options.buckets ?? []).map((name) => ({ name, configs: [] })),
   });
+  const onRequest = options.onRequest;
+  if (onRequest !== undefined) {
+    // s3rver is a Koa application: a middleware placed first sees every request.
+    (server as unknown as { middleware: unknown[] }).middleware.unshift(
+      async (ctx: { method: string; url: string }, next: () => Promise<void>) => {
+        onRequest(ctx.method, ctx.url);
+        await next();
+      },
+    );
+  }
   const { port } = await server.run() as { port: number };
   return { port, close: () => server.close() };
 }
@@ -54,6 +70,7 @@ if (import.meta.main) {
     dir: values.dir,
     port: Number(values.port),
     buckets: values.bucket,
+    onRequest: (method, url) => console.log(`request ${method} ${url}`),
   });
   console.log(`s3rver listening on http://127.0.0.1:${server.port}`);
   let closing = false;

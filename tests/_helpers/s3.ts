@@ -44,6 +44,8 @@ export class S3Server {
   #port = 0;
   #child: Deno.ChildProcess | undefined;
   #client: S3Client | undefined;
+  /** `METHOD URL` of every request the server received, in order (across restarts). */
+  readonly requests: string[] = [];
 
   private constructor(dir: string, buckets: readonly string[]) {
     this.#dir = dir;
@@ -107,10 +109,22 @@ export class S3Server {
         break;
       }
     }
-    // Keep draining stdout so the child never blocks on a full pipe.
+    // Keep reading stdout (the child never blocks on a full pipe): one line per request.
+    let rest = text.slice(text.indexOf("\n") + 1);
+    const record = (chunk: string) => {
+      rest += chunk;
+      const lines = rest.split("\n");
+      rest = lines.pop()!;
+      for (const l of lines) if (l.startsWith("request ")) this.requests.push(l.slice(8));
+    };
+    record("");
     void (async () => {
       try {
-        while (!(await reader.read()).done) { /* drain */ }
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          record(value);
+        }
       } catch { /* closed */ }
     })();
     this.#child = child;

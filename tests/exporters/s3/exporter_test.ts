@@ -173,6 +173,10 @@ Deno.test("a large object uploads as multipart and arrives whole", async () => {
     assert.ok(bytes.byteLength > 5 * 1024 * 1024, `${bytes.byteLength} bytes`);
     const { ports } = await uploadedPorts(f.server);
     assert.deepEqual(ports, range(n));
+    const upload = (r: string) => r.startsWith(`POST /${BUCKET}/${key}?uploads`);
+    const parts = (r: string) => r.startsWith(`PUT /${BUCKET}/${key}?`) && /partNumber=/.test(r);
+    assert.equal(f.server.requests.filter(upload).length, 1, f.server.requests.join("\n"));
+    assert.equal(f.server.requests.filter(parts).length, 2, "two parts");
   }, { store: { multipartBytes: 5 * 1024 * 1024, partBytes: 5 * 1024 * 1024 } });
 });
 

@@ -14,14 +14,27 @@
  * `AWS_ENDPOINT_URL_S3`, else `AWS_ENDPOINT_URL`) switches to path-style addressing; a store
  * that sends no region header keeps the hint (or `us-east-1`).
  *
- * The SDK's own user-agent probe reads the OS release (`--allow-sys`), which a sink's worker is
+ * The SDK is imported on first use (see {@linkcode loadSdk}). Its own user-agent probe reads the OS release (`--allow-sys`), which a sink's worker is
  * not given: the user agent is set here instead.
  *
  * @module
  */
 
-import { HeadBucketCommand, PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
-import { Upload } from "@aws-sdk/lib-storage";
+import type { S3Client } from "@aws-sdk/client-s3";
+
+/**
+ * The SDK, loaded on first use: it reads environment variables as it loads, which a process
+ * with no S3 sink enabled (the main thread, which imports every component) may not read.
+ */
+let sdk:
+  | Promise<[typeof import("@aws-sdk/client-s3"), typeof import("@aws-sdk/lib-storage")]>
+  | undefined;
+function loadSdk(): Promise<
+  [typeof import("@aws-sdk/client-s3"), typeof import("@aws-sdk/lib-storage")]
+> {
+  sdk ??= Promise.all([import("@aws-sdk/client-s3"), import("@aws-sdk/lib-storage")]);
+  return sdk;
+}
 
 /** Reads one environment variable (injectable: tests pass a map, the sink `Deno.env`). */
 export type EnvReader = (name: string) => string | undefined;
@@ -107,7 +120,8 @@ export class SdkObjectStore implements ObjectStore {
   readonly #env: EnvReader;
   readonly #endpoint: string;
   #region: string;
-  #client: S3Client;
+  /** The client for {@linkcode #region}, built on first use. */
+  #client: Promise<S3Client> | undefined;
 
   /** A store for `target`; no request is sent until a call. */
   constructor(target: ObjectStoreTarget, options: ObjectStoreOptions = {}) {
@@ -123,7 +137,6 @@ export class SdkObjectStore implements ObjectStore {
     this.#region = this.#endpoint !== "" && target.region === ""
       ? ENDPOINT_REGION
       : resolveRegionHint(target.region, this.#env);
-    this.#client = this.#makeClient(this.#region);
   }
 
   /** The region the client is built for. */
@@ -149,8 +162,13 @@ export class SdkObjectStore implements ObjectStore {
     };
   }
 
-  #makeClient(region: string): S3Client {
-    return new S3Client({
+  #clientFor(): Promise<S3Client> {
+    this.#client ??= loadSdk().then(([{ S3Client }]) => this.#makeClient(S3Client, this.#region));
+    return this.#client;
+  }
+
+  #makeClient(Client: typeof S3Client, region: string): S3Client {
+    return new Client({
       region,
       ...(this.#endpoint === "" ? {} : { endpoint: this.#endpoint, forcePathStyle: true }),
       credentials: this.#credentials(),
@@ -172,10 +190,12 @@ export class SdkObjectStore implements ObjectStore {
    * with upstream's message.
    */
   async discoverRegion(signal?: AbortSignal): Promise<string> {
+    const [{ HeadBucketCommand }] = await loadSdk();
+    const client = await this.#clientFor();
     let region: string | undefined;
     let failure: unknown;
     try {
-      const out = await this.#client.send(new HeadBucketCommand({ Bucket: this.#target.bucket }), {
+      const out = await client.send(new HeadBucketCommand({ Bucket: this.#target.bucket }), {
         abortSignal: signal,
       });
       region = out.BucketRegion;
@@ -192,22 +212,24 @@ export class SdkObjectStore implements ObjectStore {
       );
     }
     if (region !== this.#region) {
-      this.#client.destroy();
+      client.destroy();
       this.#region = region;
-      this.#client = this.#makeClient(region);
+      this.#client = undefined;
     }
     return region;
   }
 
   /** Uploads one object (multipart above the threshold); rejects with the SDK's error. */
   async put(key: string, body: Uint8Array, signal?: AbortSignal): Promise<void> {
+    const [{ PutObjectCommand }, { Upload }] = await loadSdk();
+    const client = await this.#clientFor();
     const params = { Bucket: this.#target.bucket, Key: key, Body: body };
     if (body.byteLength <= this.#opts.multipartBytes) {
-      await this.#client.send(new PutObjectCommand(params), { abortSignal: signal });
+      await client.send(new PutObjectCommand(params), { abortSignal: signal });
       return;
     }
     const upload = new Upload({
-      client: this.#client,
+      client,
       params,
       partSize: this.#opts.partBytes,
       queueSize: 2,
@@ -223,6 +245,7 @@ export class SdkObjectStore implements ObjectStore {
 
   /** Closes the client's connections. */
   destroy(): void {
-    this.#client.destroy();
+    void this.#client?.then((c) => c.destroy());
+    this.#client = undefined;
   }
 }

@@ -1,6 +1,6 @@
 /**
- * End to end: the real process with the S3 sink (in its worker) and the flow log enabled,
- * uploading to s3rver. With timeouts of one hour nothing expires on its own and the upload
+ * End to end: the real process, on exactly the flags `permissions` prints, with the S3 sink (in
+ * its worker) and the flow log enabled, uploading to s3rver. With timeouts of one hour nothing expires on its own and the upload
  * interval is an hour, so every object after SIGTERM comes from the shutdown: the flows held
  * are exported, the S3 sink finishes its current object and uploads it before the process exits.
  */
@@ -10,7 +10,7 @@ import { S3_COLUMNS } from "../../../src/record/schema.ts";
 import { SimAgent } from "../../integration/helpers/agent.ts";
 import { byKey, readFlowLog } from "../../integration/helpers/flow_log.ts";
 import { NODES, scenarioFlows } from "../../integration/helpers/scenarios.ts";
-import { FaProcess, flowLogConfig } from "../../_helpers/process.ts";
+import { DENO_JSON, FaProcess, flowLogConfig, MAIN_TS, runDeno } from "../../_helpers/process.ts";
 import { S3RVER_CREDENTIALS, S3Server } from "../../_helpers/s3.ts";
 
 const BUCKET = "flows";
@@ -42,7 +42,24 @@ Deno.test("e2e S3: flows held at SIGTERM are in S3 objects once each, as in the 
   endpoint: ${server.endpoint}
   uploadInterval: 1h
 `;
+    // The process runs on exactly the flags `permissions` prints for this configuration: the
+    // S3 sink's worker (and the AWS SDK in it) gets the endpoint's host and the AWS variables.
+    await Deno.writeTextFile(`${dir}/fa.conf`, config);
+    const printed = await runDeno([
+      "run",
+      "--allow-read",
+      "--allow-env",
+      "--config",
+      DENO_JSON,
+      MAIN_TS,
+      "permissions",
+      ...["--config", `${dir}/fa.conf`, "--listen", "127.0.0.1:0"],
+    ]);
+    assert.equal(printed.code, 0, printed.stderr);
+    const flags = printed.stdout.trim().split(" ");
+    assert.ok(flags.includes(`--allow-net=127.0.0.1:0,${server.hostPort}`), flags.join(" "));
     fa = await FaProcess.startWithConfig(dir, config, {
+      denoFlags: [...flags, "--config", DENO_JSON],
       args: ["--log-level", "debug"],
       env: {
         AWS_ACCESS_KEY_ID: S3RVER_CREDENTIALS.accessKeyId,

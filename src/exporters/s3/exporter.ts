@@ -13,7 +13,8 @@
  * - the ledger `received = exported + dropped + buffered` holds at every moment (`buffered`
  *   counts the records of the current object, of objects being finished and of waiting ones);
  * - `stop()` finishes the current object and uploads everything waiting, retrying until a
- *   deadline (60 s); what is left then is counted (`stopDropped`) and logged.
+ *   deadline (8 s, inside the export loop's 10 s per sink); what is left then is counted
+ *   (`stopDropped`) and logged.
  *
  * Reload: bucket, prefix, region and interval are live (as upstream), and so are `compress` and
  * `maxRecordsPerFile`, from the next object on. A new bucket or region re-discovers the bucket's
@@ -63,7 +64,11 @@ export interface S3ExporterOptions {
   clusterUuid?: string;
   /** Bytes of finished objects waiting for upload beyond which the oldest is dropped. 256 MiB. */
   maxPendingBytes?: number;
-  /** How long `stop()` keeps uploading. Default 60 s (upstream's flush deadline). */
+  /**
+   * How long `stop()` keeps uploading. Default 8 s: the export loop gives a sink 10 s to stop
+   * before it gives up on it, and the sink must count what it could not upload before then
+   * (upstream waited 1 min).
+   */
   stopDeadlineMs?: number;
   /** Pause between two upload attempts during `stop()`. Default 1 s. */
   stopRetryMs?: number;
@@ -166,7 +171,7 @@ export class S3Exporter implements Exporter {
     this.#clock = options.clock ?? systemClock;
     this.#clusterUuid = options.clusterUuid ?? "";
     this.#maxPendingBytes = options.maxPendingBytes ?? 256 * MIB;
-    this.#stopDeadlineMs = options.stopDeadlineMs ?? 60_000;
+    this.#stopDeadlineMs = options.stopDeadlineMs ?? 8_000;
     this.#stopRetryMs = options.stopRetryMs ?? 1000;
     this.#gzipLevel = options.gzipLevel ?? 6;
     this.#storeOptions = options.store ?? {};

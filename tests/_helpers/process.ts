@@ -336,3 +336,22 @@ export async function runDeno(
   const td = new TextDecoder();
   return { code: out.code, stdout: td.decode(out.stdout), stderr: td.decode(out.stderr) };
 }
+
+/**
+ * The `deno run` flags `flow-aggregator permissions` prints for the given `main.ts` arguments
+ * (`--config FILE --listen ADDR`); throws with its stderr when it fails.
+ */
+export async function printedPermissionFlags(args: readonly string[]): Promise<string[]> {
+  const printed = await runDeno([
+    "run",
+    "--allow-read",
+    "--allow-env",
+    "--config",
+    DENO_JSON,
+    MAIN_TS,
+    "permissions",
+    ...args,
+  ]);
+  if (printed.code !== 0) throw new Error(`permissions exited ${printed.code}: ${printed.stderr}`);
+  return printed.stdout.trim().split(" ");
+}

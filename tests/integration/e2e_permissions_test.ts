@@ -6,7 +6,12 @@
  */
 
 import assert from "node:assert/strict";
-import { DENO_JSON, FaProcess, flowLogConfig, MAIN_TS, runDeno } from "../_helpers/process.ts";
+import {
+  DENO_JSON,
+  FaProcess,
+  flowLogConfig,
+  printedPermissionFlags,
+} from "../_helpers/process.ts";
 import { SimAgent } from "./helpers/agent.ts";
 import { readFlowLog } from "./helpers/flow_log.ts";
 import { intraNodeRecord } from "./helpers/scenarios.ts";
@@ -22,18 +27,7 @@ Deno.test("e2e permissions: the process runs on exactly the printed flags, its f
     const conf = `${dir}/config/flow-aggregator.conf`;
     await Deno.writeTextFile(conf, flowLogConfig(`${dir}/logs/flows.log`));
     const args = ["--config", conf, "--listen", "127.0.0.1:0"];
-    const printed = await runDeno([
-      "run",
-      "--allow-read",
-      "--allow-env",
-      "--config",
-      DENO_JSON,
-      MAIN_TS,
-      "permissions",
-      ...args,
-    ]);
-    assert.equal(printed.code, 0, printed.stderr);
-    const flags = printed.stdout.trim().split(" ");
+    const flags = await printedPermissionFlags(args);
     assert.deepEqual(flags, [
       "--allow-net=127.0.0.1:0",
       // Each list is sorted, so where the checkout lies decides the order.

@@ -10,7 +10,12 @@ import { S3_COLUMNS } from "../../../src/record/schema.ts";
 import { SimAgent } from "../../integration/helpers/agent.ts";
 import { byKey, readFlowLog } from "../../integration/helpers/flow_log.ts";
 import { NODES, scenarioFlows } from "../../integration/helpers/scenarios.ts";
-import { DENO_JSON, FaProcess, flowLogConfig, MAIN_TS, runDeno } from "../../_helpers/process.ts";
+import {
+  DENO_JSON,
+  FaProcess,
+  flowLogConfig,
+  printedPermissionFlags,
+} from "../../_helpers/process.ts";
 import { S3RVER_CREDENTIALS, S3Server } from "../../_helpers/s3.ts";
 
 const BUCKET = "flows";
@@ -45,18 +50,9 @@ Deno.test("e2e S3: flows held at SIGTERM are in S3 objects once each, as in the 
     // The process runs on exactly the flags `permissions` prints for this configuration: the
     // S3 sink's worker (and the AWS SDK in it) gets the endpoint's host and the AWS variables.
     await Deno.writeTextFile(`${dir}/fa.conf`, config);
-    const printed = await runDeno([
-      "run",
-      "--allow-read",
-      "--allow-env",
-      "--config",
-      DENO_JSON,
-      MAIN_TS,
-      "permissions",
+    const flags = await printedPermissionFlags([
       ...["--config", `${dir}/fa.conf`, "--listen", "127.0.0.1:0"],
     ]);
-    assert.equal(printed.code, 0, printed.stderr);
-    const flags = printed.stdout.trim().split(" ");
     assert.ok(flags.includes(`--allow-net=127.0.0.1:0,${server.hostPort}`), flags.join(" "));
     fa = await FaProcess.startWithConfig(dir, config, {
       denoFlags: [...flags, "--config", DENO_JSON],

@@ -4,8 +4,8 @@
  * `bench/latest.json` with one number per key (null when a part is not implemented yet or could
  * not run, with the reason in `notes`) plus the raw trials under `details`.
  *
- * Flags: --quick, --only=udp,decode,aggregate,e2e,heap,podstore,rss,clickhouse,api (comma list),
- * --out=<path>,
+ * Flags: --quick, --only=udp,decode,aggregate,e2e,heap,podstore,rss,clickhouse,s3,api (comma
+ * list), --out=<path>,
  * --baseline=<rev>, --baseline-rounds=<n>.
  *
  * `--baseline=REV` (any git revision: `HEAD~1`, a tag, a hash) measures that revision in the same
@@ -42,6 +42,7 @@ import { benchHeapPerFlow } from "./bench/memory.ts";
 import { benchPodStore } from "./bench/podstore.ts";
 import { benchClickHouse } from "./bench/clickhouse.ts";
 import { benchRssIdle as measureRssIdle } from "./bench/process.ts";
+import { benchS3 as measureS3 } from "./bench/s3.ts";
 import {
   addWorktree,
   alternationOrder,
@@ -109,6 +110,10 @@ export interface BenchResults {
   spool_write_mb_per_s: number | null;
   /** Rows/s read back and acknowledged from the spool. */
   spool_replay_rows_per_s: number | null;
+  /** Records/s the S3 sink alone formats as CSV and gzips into finished objects (one core). */
+  s3_records_per_s: number | null;
+  /** MiB/s of gzip objects uploaded by the S3 sink's client to a local s3rver. */
+  s3_upload_mib_per_s: number | null;
 }
 
 /** A benchmark run's full output. */
@@ -174,6 +179,8 @@ export function emptyResults(): BenchResults {
     clickhouse_vs_client_ratio: null,
     spool_write_mb_per_s: null,
     spool_replay_rows_per_s: null,
+    s3_records_per_s: null,
+    s3_upload_mib_per_s: null,
   };
 }
 
@@ -382,6 +389,21 @@ export async function benchClickHouseSink(ctx: BenchContext): Promise<void> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// S3 sink (owner: s3). See scripts/bench/s3.ts.
+
+/** Measures s3_records_per_s and s3_upload_mib_per_s. */
+export async function benchS3(ctx: BenchContext): Promise<void> {
+  const r = await measureS3(ctx.quick ? 0.5 : 5);
+  ctx.results.s3_records_per_s = r.recordsPerS;
+  ctx.results.s3_upload_mib_per_s = r.uploadMiBPerS;
+  ctx.notes.s3_records_per_s = `CSV + gzip level 6, 100k-record objects; gzip/CSV bytes ${
+    r.compressionRatio.toFixed(3)
+  }`;
+  ctx.notes.s3_upload_mib_per_s = "PutObject/multipart to s3rver in this process";
+  ctx.details.s3 = r;
+}
+
+// ---------------------------------------------------------------------------------------------
 
 const PARTS: Record<string, (ctx: BenchContext) => Promise<void>> = {
   decode: benchDecode,
@@ -392,6 +414,7 @@ const PARTS: Record<string, (ctx: BenchContext) => Promise<void>> = {
   rss: benchRssIdle,
   api: benchApiQueries,
   clickhouse: benchClickHouseSink,
+  s3: benchS3,
   // Last: its rate search takes whatever is left of the budget.
   e2e: benchE2eTcp,
 };
@@ -418,6 +441,8 @@ const UNITS: Record<keyof BenchResults, string> = {
   clickhouse_vs_client_ratio: "ratio",
   spool_write_mb_per_s: "MB/s",
   spool_replay_rows_per_s: "rows/s",
+  s3_records_per_s: "records/s",
+  s3_upload_mib_per_s: "MiB/s",
 };
 
 function progress(msg: string): void {

@@ -113,7 +113,11 @@ export function missingPermissions(p: ExporterPermissions): string[] {
   const check = (d: Deno.PermissionDescriptor, flag: string) => {
     if (Deno.permissions.querySync(d).state !== "granted") missing.push(flag);
   };
-  for (const host of p.net) check({ name: "net", host }, `--allow-net=${host}`);
+  // A wildcard host (`*.amazonaws.com:443`) cannot be queried itself; the process holds it when
+  // it holds one of its subdomains through the same grant.
+  for (const host of p.net) {
+    check({ name: "net", host: host.replace(/^\*\./, "wildcard-probe.") }, `--allow-net=${host}`);
+  }
   for (const path of p.read) check({ name: "read", path }, `--allow-read=${path}`);
   for (const path of p.write) check({ name: "write", path }, `--allow-write=${path}`);
   for (const variable of p.env) check({ name: "env", variable }, `--allow-env=${variable}`);

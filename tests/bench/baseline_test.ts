@@ -30,6 +30,7 @@ Deno.test("benchPartsOf: reads the PARTS table of this revision's bench.ts", asy
     "rss",
     "api",
     "clickhouse",
+    "s3",
     "e2e",
   ]);
 });
@@ -45,7 +46,7 @@ Deno.test("benchPartsOf: null for a bench.ts without --only/--out or without PAR
 });
 
 Deno.test("sharedParts: the selected comparable parts the baseline also has, in order", () => {
-  const all = ["decode", "aggregate", "udp", "heap", "rss", "e2e"];
+  const all = ["decode", "aggregate", "udp", "heap", "rss", "s3", "e2e"];
   assert.deepEqual(sharedParts(all, all), ["decode", "aggregate", "e2e"]);
   assert.deepEqual(sharedParts(all, ["decode", "udp"]), ["decode"]);
   assert.deepEqual(sharedParts(["e2e", "decode"], all), ["e2e", "decode"]);

@@ -85,6 +85,7 @@ Deno.test("every key gets its v1.13 default", () => {
       bucketName: "",
       bucketPrefix: "",
       region: "",
+      endpoint: "",
       recordFormat: "CSV",
       compress: true,
       maxRecordsPerFile: 1_000_000,

@@ -29,8 +29,17 @@ export interface S3UploaderConfig {
   bucketName: string;
   /** Object key prefix. */
   bucketPrefix: string;
-  /** Region hint; "" = `AWS_REGION`, then `us-west-2` (resolved by the exporter). */
+  /**
+   * Region hint; "" = `AWS_REGION`, then `us-west-2` (resolved by the exporter). The bucket's
+   * real region is discovered from it (HeadBucket), at start and after a reload.
+   */
   region: string;
+  /**
+   * Endpoint URL of an S3-compatible store (MinIO, Ceph RGW), e.g. `http://minio:9000`, used
+   * with path-style addressing; "" = `AWS_ENDPOINT_URL_S3`, else AWS. Our extension.
+   * @default {""}
+   */
+  endpoint: string;
   /**
    * Only `CSV` (validated only when enabled).
    * @default {"CSV"}
@@ -55,8 +64,26 @@ export interface S3UploaderConfig {
   uploadIntervalMs: number;
 }
 
+/**
+ * The `host:port` of an endpoint URL (the port defaults by scheme); throws a ConfigError naming
+ * `s3Uploader.endpoint` when it is not an http(s) URL.
+ */
+export function endpointHostPort(endpoint: string): string {
+  let url: URL;
+  try {
+    url = new URL(endpoint);
+  } catch {
+    fail("s3Uploader.endpoint", `${JSON.stringify(endpoint)} is not a URL`);
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") {
+    fail("s3Uploader.endpoint", `${JSON.stringify(endpoint)}: only http and https are supported`);
+  }
+  return `${url.hostname}:${url.port || (url.protocol === "https:" ? "443" : "80")}`;
+}
+
 /** Defaults of the section (Antrea v1.13 `default.go`). */
 export const S3_DEFAULTS = {
+  endpoint: "",
   recordFormat: "CSV",
   compress: true,
   maxRecordsPerFile: 1_000_000,
@@ -71,6 +98,7 @@ export const s3UploaderSection: ConfigSection<"s3Uploader", S3UploaderConfig> = 
     bucketName: "str",
     bucketPrefix: "str",
     region: "str",
+    endpoint: "str",
     recordFormat: "str",
     compress: "bool",
     maxRecordsPerFile: "i32",
@@ -83,6 +111,7 @@ export const s3UploaderSection: ConfigSection<"s3Uploader", S3UploaderConfig> = 
       bucketName: str(raw, "bucketName"),
       bucketPrefix: str(raw, "bucketPrefix"),
       region: str(raw, "region"),
+      endpoint: str(raw, "endpoint", S3_DEFAULTS.endpoint),
       recordFormat: str(raw, "recordFormat", S3_DEFAULTS.recordFormat),
       compress: bool(raw, "compress", S3_DEFAULTS.compress),
       maxRecordsPerFile: intOr(raw, "maxRecordsPerFile", S3_DEFAULTS.maxRecordsPerFile),
@@ -104,8 +133,23 @@ export const s3UploaderSection: ConfigSection<"s3Uploader", S3UploaderConfig> = 
         c.uploadInterval,
       );
     }
-    // Our addition (upstream accepts a negative count and misbehaves later).
+    // Our additions (upstream accepts a negative count and misbehaves later).
     nonNegative("s3Uploader.maxRecordsPerFile", c.maxRecordsPerFile);
+    if (c.endpoint !== "") endpointHostPort(c.endpoint);
   },
-  reload: { live: [], dependsOn: ["clusterID"] },
+  // Bucket, prefix, region and interval live as upstream; compress and maxRecordsPerFile from
+  // the next object on (upstream ignored them). A new endpoint changes the sink's `net`
+  // permission: that rebuilds it.
+  reload: {
+    live: [
+      "bucketName",
+      "bucketPrefix",
+      "region",
+      "compress",
+      "maxRecordsPerFile",
+      "uploadInterval",
+    ],
+    // The clusterUUID column.
+    dependsOn: ["clusterID"],
+  },
 };

@@ -1,0 +1,251 @@
+/**
+ * The S3 side of the sink: a client of `npm:@aws-sdk/client-s3` for one bucket, the bucket's
+ * region discovery (exporters.md §4.1) and object uploads (a single PutObject, or a multipart
+ * upload through `npm:@aws-sdk/lib-storage` above the multipart threshold).
+ *
+ * Credentials and region follow upstream: the AWS SDK default chain, with the static keys of
+ * the environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`; an empty
+ * session token is unset) read here so they work in a permission-narrowed worker; without them
+ * the SDK's chain runs (web identity, instance role). The configured region is a hint: a
+ * HeadBucket is sent to it and the bucket's real region is taken from the `x-amz-bucket-region`
+ * header, which S3 sends on success and on the 301/403 answers alike.
+ *
+ * S3-compatible stores (MinIO, Ceph RGW, s3rver): an endpoint (`s3Uploader.endpoint`, else
+ * `AWS_ENDPOINT_URL_S3`, else `AWS_ENDPOINT_URL`) switches to path-style addressing; a store
+ * that sends no region header keeps the hint (or `us-east-1`).
+ *
+ * The SDK is imported on first use (see {@linkcode loadSdk}). Its own user-agent probe reads the OS release (`--allow-sys`), which a sink's worker is
+ * not given: the user agent is set here instead.
+ *
+ * @module
+ */
+
+import type { S3Client } from "@aws-sdk/client-s3";
+
+/**
+ * The SDK, loaded on first use: it reads environment variables as it loads, which a process
+ * with no S3 sink enabled (the main thread, which imports every component) may not read.
+ */
+let sdk:
+  | Promise<[typeof import("@aws-sdk/client-s3"), typeof import("@aws-sdk/lib-storage")]>
+  | undefined;
+function loadSdk(): Promise<
+  [typeof import("@aws-sdk/client-s3"), typeof import("@aws-sdk/lib-storage")]
+> {
+  sdk ??= Promise.all([import("@aws-sdk/client-s3"), import("@aws-sdk/lib-storage")]);
+  return sdk;
+}
+
+/** Reads one environment variable (injectable: tests pass a map, the sink `Deno.env`). */
+export type EnvReader = (name: string) => string | undefined;
+
+/** Where objects go and how. */
+export interface ObjectStoreTarget {
+  /** Bucket name. */
+  bucket: string;
+  /** Region hint ("" = `AWS_REGION`, then `us-west-2`). */
+  region: string;
+  /** Endpoint URL of an S3-compatible store; "" = the environment's, else AWS. */
+  endpoint: string;
+}
+
+/** Tuning of {@linkcode SdkObjectStore}. */
+export interface ObjectStoreOptions {
+  /** Bodies above this many bytes upload as multipart. Default 16 MiB. */
+  multipartBytes?: number;
+  /** Part size of a multipart upload (S3's minimum is 5 MiB). Default 8 MiB. */
+  partBytes?: number;
+  /** Attempts of one request inside the SDK (its own quick retries). Default 3. */
+  maxAttempts?: number;
+  /** A request that has not completed after this long fails. Default 60 s. */
+  requestTimeoutMs?: number;
+  /** Environment reader; default `Deno.env.get` (a denied variable reads as unset). */
+  env?: EnvReader;
+}
+
+/** The operations the sink needs from S3; one implementation per bucket and endpoint. */
+export interface ObjectStore {
+  /** The bucket's region (discovered), or the hint when the store does not say. */
+  discoverRegion(signal?: AbortSignal): Promise<string>;
+  /** Uploads `body` under `key` (an existing object of that key is overwritten). */
+  put(key: string, body: Uint8Array, signal?: AbortSignal): Promise<void>;
+  /** Releases the client's connections. */
+  destroy(): void;
+}
+
+const USER_AGENT: [string, string][] = [["flow-aggregator", "s3-sink"]];
+const DEFAULT_REGION = "us-west-2";
+const ENDPOINT_REGION = "us-east-1";
+
+/** `Deno.env.get`, reading a variable the process may not read as unset. */
+export function denoEnv(name: string): string | undefined {
+  try {
+    return Deno.env.get(name);
+  } catch {
+    return undefined;
+  }
+}
+
+/** The endpoint in force: the configured one, else `AWS_ENDPOINT_URL_S3`, else `AWS_ENDPOINT_URL`. */
+export function resolveEndpoint(configured: string, env: EnvReader = denoEnv): string {
+  return configured || env("AWS_ENDPOINT_URL_S3") || env("AWS_ENDPOINT_URL") || "";
+}
+
+/** The region hint in force: the configured one, else `AWS_REGION`, else `us-west-2`. */
+export function resolveRegionHint(configured: string, env: EnvReader = denoEnv): string {
+  return configured || env("AWS_REGION") || DEFAULT_REGION;
+}
+
+function headerRegion(err: unknown): string | undefined {
+  const e = err as {
+    BucketRegion?: string;
+    $response?: { headers?: Record<string, string | undefined> };
+  };
+  return e?.BucketRegion ?? e?.$response?.headers?.["x-amz-bucket-region"] ?? undefined;
+}
+
+/** A short description of an SDK error: code, HTTP status and message. */
+export function describeS3Error(err: unknown): string {
+  const e = err as { name?: string; message?: string; $metadata?: { httpStatusCode?: number } };
+  const status = e?.$metadata?.httpStatusCode;
+  const name = e?.name ?? "Error";
+  const msg = e?.message || (status === undefined ? String(err) : "");
+  return `${name}${status === undefined ? "" : ` (HTTP ${status})`}${msg ? `: ${msg}` : ""}`;
+}
+
+/** An {@linkcode ObjectStore} on the AWS SDK. */
+export class SdkObjectStore implements ObjectStore {
+  readonly #target: ObjectStoreTarget;
+  readonly #opts: Required<Omit<ObjectStoreOptions, "env">>;
+  readonly #env: EnvReader;
+  readonly #endpoint: string;
+  #region: string;
+  /** The client for {@linkcode #region}, built on first use. */
+  #client: Promise<S3Client> | undefined;
+
+  /** A store for `target`; no request is sent until a call. */
+  constructor(target: ObjectStoreTarget, options: ObjectStoreOptions = {}) {
+    this.#target = { ...target };
+    this.#env = options.env ?? denoEnv;
+    this.#opts = {
+      multipartBytes: options.multipartBytes ?? 16 * 1024 * 1024,
+      partBytes: options.partBytes ?? 8 * 1024 * 1024,
+      maxAttempts: options.maxAttempts ?? 3,
+      requestTimeoutMs: options.requestTimeoutMs ?? 60_000,
+    };
+    this.#endpoint = resolveEndpoint(target.endpoint, this.#env);
+    this.#region = this.#endpoint !== "" && target.region === ""
+      ? ENDPOINT_REGION
+      : resolveRegionHint(target.region, this.#env);
+  }
+
+  /** The region the client is built for. */
+  get region(): string {
+    return this.#region;
+  }
+
+  /** The endpoint in use ("" = AWS). */
+  get endpoint(): string {
+    return this.#endpoint;
+  }
+
+  #credentials():
+    | { accessKeyId: string; secretAccessKey: string; sessionToken?: string }
+    | undefined {
+    const id = this.#env("AWS_ACCESS_KEY_ID");
+    const secret = this.#env("AWS_SECRET_ACCESS_KEY");
+    if (!id || !secret) return undefined; // the SDK's default chain
+    const token = this.#env("AWS_SESSION_TOKEN");
+    return token ? { accessKeyId: id, secretAccessKey: secret, sessionToken: token } : {
+      accessKeyId: id,
+      secretAccessKey: secret,
+    };
+  }
+
+  #clientFor(): Promise<S3Client> {
+    this.#client ??= loadSdk().then(([{ S3Client }]) => this.#makeClient(S3Client, this.#region));
+    return this.#client;
+  }
+
+  #makeClient(Client: typeof S3Client, region: string): S3Client {
+    return new Client({
+      region,
+      ...(this.#endpoint === "" ? {} : { endpoint: this.#endpoint, forcePathStyle: true }),
+      credentials: this.#credentials(),
+      maxAttempts: this.#opts.maxAttempts,
+      requestHandler: {
+        requestTimeout: this.#opts.requestTimeoutMs,
+        connectionTimeout: Math.min(this.#opts.requestTimeoutMs, 10_000),
+      },
+      // Checksums only where S3 requires them: S3-compatible stores differ in their support.
+      requestChecksumCalculation: "WHEN_REQUIRED",
+      responseChecksumValidation: "WHEN_REQUIRED",
+      defaultUserAgentProvider: () => Promise.resolve(USER_AGENT),
+    });
+  }
+
+  /**
+   * Sends HeadBucket to the hint's region and rebuilds the client for the region the answer
+   * names. Without a region in the answer: an S3-compatible store keeps the hint; AWS fails
+   * with upstream's message.
+   */
+  async discoverRegion(signal?: AbortSignal): Promise<string> {
+    const [{ HeadBucketCommand }] = await loadSdk();
+    const client = await this.#clientFor();
+    let region: string | undefined;
+    let failure: unknown;
+    try {
+      const out = await client.send(new HeadBucketCommand({ Bucket: this.#target.bucket }), {
+        abortSignal: signal,
+      });
+      region = out.BucketRegion;
+    } catch (err) {
+      if (signal?.aborted) throw err;
+      region = headerRegion(err);
+      failure = err;
+    }
+    if (region === undefined || region === "") {
+      if (this.#endpoint !== "") return this.#region;
+      throw new Error(
+        `unable to determine region for bucket '${this.#target.bucket}', make sure the bucket ` +
+          `exists and set the region parameter appropriately: ${describeS3Error(failure)}`,
+      );
+    }
+    if (region !== this.#region) {
+      client.destroy();
+      this.#region = region;
+      this.#client = undefined;
+    }
+    return region;
+  }
+
+  /** Uploads one object (multipart above the threshold); rejects with the SDK's error. */
+  async put(key: string, body: Uint8Array, signal?: AbortSignal): Promise<void> {
+    const [{ PutObjectCommand }, { Upload }] = await loadSdk();
+    const client = await this.#clientFor();
+    const params = { Bucket: this.#target.bucket, Key: key, Body: body };
+    if (body.byteLength <= this.#opts.multipartBytes) {
+      await client.send(new PutObjectCommand(params), { abortSignal: signal });
+      return;
+    }
+    const upload = new Upload({
+      client,
+      params,
+      partSize: this.#opts.partBytes,
+      queueSize: 2,
+    });
+    const abort = () => void upload.abort();
+    signal?.addEventListener("abort", abort, { once: true });
+    try {
+      await upload.done();
+    } finally {
+      signal?.removeEventListener("abort", abort);
+    }
+  }
+
+  /** Closes the client's connections. */
+  destroy(): void {
+    void this.#client?.then((c) => c.destroy());
+    this.#client = undefined;
+  }
+}

@@ -1,0 +1,99 @@
+/**
+ * End to end: the real process, on exactly the flags `permissions` prints, with the S3 sink (in
+ * its worker) and the flow log enabled, uploading to s3rver. With timeouts of one hour nothing expires on its own and the upload
+ * interval is an hour, so every object after SIGTERM comes from the shutdown: the flows held
+ * are exported, the S3 sink finishes its current object and uploads it before the process exits.
+ */
+
+import assert from "node:assert/strict";
+import { S3_COLUMNS } from "../../../src/record/schema.ts";
+import { SimAgent } from "../../integration/helpers/agent.ts";
+import { byKey, readFlowLog } from "../../integration/helpers/flow_log.ts";
+import { NODES, scenarioFlows } from "../../integration/helpers/scenarios.ts";
+import {
+  apiArgs,
+  DENO_JSON,
+  FaProcess,
+  flowLogConfig,
+  printedPermissions,
+} from "../../_helpers/process.ts";
+import { S3RVER_CREDENTIALS, S3Server } from "../../_helpers/s3.ts";
+
+const BUCKET = "flows";
+
+/** The flow log's 5-tuple key of an S3 CSV line. */
+function csvKey(line: string): string {
+  const c = line.split(",");
+  const at = (name: string) => c[S3_COLUMNS.indexOf(name as typeof S3_COLUMNS[number])];
+  return `${at("sourceIP")}:${at("sourceTransportPort")}->${at("destinationIP")}:${
+    at("destinationTransportPort")
+  }/${at("protocolIdentifier")}`;
+}
+
+Deno.test("e2e S3: flows held at SIGTERM are in S3 objects once each, as in the flow log", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-e2e-s3-" });
+  const server = await S3Server.start({ buckets: [BUCKET] });
+  let fa: FaProcess | undefined;
+  try {
+    const logPath = `${dir}/flows.log`;
+    const config = flowLogConfig(logPath, {
+      activeTimeout: "1h",
+      inactiveTimeout: "1h",
+      prettyPrint: false,
+    }) +
+      `s3Uploader:
+  enable: true
+  bucketName: ${BUCKET}
+  bucketPrefix: e2e
+  endpoint: ${server.endpoint}
+  uploadInterval: 1h
+`;
+    // The process runs on exactly the flags `permissions` prints for this configuration: the
+    // S3 sink's worker (and the AWS SDK in it) gets the endpoint's host and the AWS variables.
+    await Deno.writeTextFile(`${dir}/fa.conf`, config);
+    // Its API token and cluster UUID state under the test's directory, on both sides.
+    const extra = ["--state-dir", dir, ...apiArgs(`${dir}/api`)];
+    const flags = await printedPermissions([
+      ...["--config", `${dir}/fa.conf`, "--listen", "127.0.0.1:0", ...extra],
+    ]);
+    assert.ok(flags.includes(`--allow-net=127.0.0.1:0,${server.hostPort}`), flags.join(" "));
+    fa = await FaProcess.startWithConfig(dir, config, {
+      denoFlags: [...flags, "--config", DENO_JSON],
+      args: ["--log-level", "debug", ...extra],
+      env: {
+        AWS_ACCESS_KEY_ID: S3RVER_CREDENTIALS.accessKeyId,
+        AWS_SECRET_ACCESS_KEY: S3RVER_CREDENTIALS.secretAccessKey,
+      },
+    });
+    const port = await fa.collectorPort();
+    const agents = [
+      await SimAgent.connect(NODES[0], port, "tcp"),
+      await SimAgent.connect(NODES[1], port, "tcp"),
+    ];
+    for (const a of agents) await a.sendTemplates();
+    const flows = scenarioFlows(47_000);
+    for (const f of flows) for (const s of f.sends) await agents[s.node].sendRecord(s.record);
+    for (const a of agents) a.close();
+    await fa.waitFor(() => fa!.find({ msg: "session closed" }).length >= 2, 20_000);
+    assert.deepEqual(await server.keys(BUCKET), [], "nothing uploaded before the signal");
+
+    const status = await fa.stop("SIGTERM");
+    assert.equal(status.code, 0, fa.stderr);
+    const objects = await server.objects(BUCKET);
+    assert.equal(objects.size, 1, "the one current object, finished at stop");
+    const [key] = objects.keys();
+    assert.match(key, /^e2e\/records-[a-z0-9]{12}\.csv\.gz$/);
+    const lines = [...objects.values()].flat();
+    const logKeys = [...byKey(await readFlowLog(logPath)).keys()].sort();
+    assert.equal(lines.length, flows.length);
+    assert.deepEqual(lines.map(csvKey).sort(), logKeys, "each flow once, as in the flow log");
+    const stopped = fa.find({ msg: "S3 uploader stopped" });
+    assert.equal(stopped.length, 1, fa.stderr);
+    assert.equal(Number(stopped[0].fields.exported), flows.length);
+    assert.equal(Number(stopped[0].fields.dropped), 0);
+  } finally {
+    await fa?.dispose();
+    await server.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});

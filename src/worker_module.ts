@@ -23,6 +23,7 @@ export const WORKER_ENTRIES: Readonly<Record<string, string>> = {
   ipfix: "exporters/ipfix/worker.ts",
   flow_log: "exporters/flow_log/worker.ts",
   clickhouse: "exporters/clickhouse/worker.ts",
+  s3: "exporters/s3/worker.ts",
 };
 
 /**

@@ -18,6 +18,7 @@ import type { ExporterComponent } from "../component.ts";
 import { endpointHostPort, type S3UploaderConfig, s3UploaderSection } from "./config.ts";
 import { S3Exporter } from "./exporter.ts";
 import { denoEnv, resolveEndpoint } from "./store.ts";
+import { workerModule } from "../../worker_module.ts";
 
 export * from "./config.ts";
 export * from "./exporter.ts";
@@ -79,5 +80,5 @@ export const s3Component: ExporterComponent<"s3Uploader", S3UploaderConfig> = {
   create(config, ctx) {
     return new S3Exporter(config, { clusterUuid: ctx.clusterUuid });
   },
-  workerModule: new URL("./worker.ts", import.meta.url),
+  workerModule: workerModule("s3"),
 };

@@ -17,7 +17,7 @@ const REPO = fileURLToPath(new URL("..", import.meta.url)).replace(/\/$/, "");
 
 async function bundle(entry: string, output: string): Promise<void> {
   const out = await new Deno.Command(Deno.execPath(), {
-    args: ["bundle", "--quiet", "--output", output, entry],
+    args: ["bundle", "--quiet", "--minify", "--output", output, entry],
     cwd: REPO,
     stdout: "inherit",
     stderr: "piped",

@@ -31,6 +31,9 @@ import {
 
 const log = logger("pod-store");
 
+/** Longest wait at stop for the informer's loop to end (an abort-ignoring call is left). */
+const STOP_WAIT_MS = 5_000;
+
 /** How long a deleted Pod stays findable (upstream: 5 minutes). */
 export const DELETED_POD_RETENTION_MS = 5 * 60_000;
 
@@ -229,7 +232,16 @@ export class PodStore {
   async stop(): Promise<void> {
     this.#abort?.abort();
     this.#watch?.abort();
-    await this.#running;
+    // A Kubernetes call that ignores the abort must not hold the process's stop.
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const gaveUp = await Promise.race([
+      Promise.resolve(this.#running).then(() => false),
+      new Promise<boolean>((resolve) => timer = setTimeout(() => resolve(true), STOP_WAIT_MS)),
+    ]);
+    clearTimeout(timer);
+    if (gaveUp) {
+      log.warn("a Kubernetes call did not end at stop; not waited for", { waitMs: STOP_WAIT_MS });
+    }
     this.#removalTimer?.cancel();
   }
 

@@ -174,10 +174,17 @@ export class FakeKubeApiServer {
     this.dropWatches();
     const server = this.#server;
     if (server === undefined) return;
-    await new Promise((resolve) => {
-      server.close(resolve);
-      server.closeAllConnections();
-    });
+    // Node's close() waits for every connection to end, and under Deno a streaming watch
+    // response cut by closeAllConnections() does not always count as ended: bounded.
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([
+      new Promise((resolve) => {
+        server.close(resolve);
+        server.closeAllConnections();
+      }),
+      new Promise((resolve) => timer = setTimeout(resolve, 2_000)),
+    ]);
+    clearTimeout(timer);
   }
 
   /** A kubeconfig (YAML is a superset of JSON) pointing at this server. */

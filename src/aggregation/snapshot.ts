@@ -44,13 +44,21 @@ export function addressText(s: CoreState, slot: number, at: number): string {
   return formatIPv6Words(u[b + at], u[b + at + 1], u[b + at + 2], u[b + at + 3]);
 }
 
-/** The flow key of a slot, with canonical address text. */
-export function flowKeyOf(s: CoreState, slot: number): FlowKey {
+/**
+ * The flow key of a slot, with canonical address text; a caller that already formatted the
+ * addresses (a snapshot) passes them instead of formatting them again.
+ */
+export function flowKeyOf(
+  s: CoreState,
+  slot: number,
+  src: string = addressText(s, slot, U32.SRC),
+  dst: string = addressText(s, slot, U32.DST),
+): FlowKey {
   const u = s.store.u32(slot);
   const b = u32Base(slot);
   return {
-    sourceAddress: addressText(s, slot, U32.SRC),
-    destinationAddress: addressText(s, slot, U32.DST),
+    sourceAddress: src,
+    destinationAddress: dst,
     protocol: u[b + U32.PROTO],
     sourcePort: u[b + U32.SPORT],
     destinationPort: u[b + U32.DPORT],
@@ -99,24 +107,20 @@ export function emitOne(
   const updated = (flow.flags & FL_UPDATED) !== 0;
   flow.flags &= ~FL_UPDATED;
   // The key's addresses are the text the snapshot just formatted (not formatted twice).
-  const u = s.store.u32(flow.slot);
-  const b = u32Base(flow.slot);
   const v4 = (flow.flags & FL_IPV4) !== 0;
-  const key: FlowKey = {
-    sourceAddress: (v4 ? record.sourceIPv4Address : record.sourceIPv6Address) as string,
-    destinationAddress:
-      (v4 ? record.destinationIPv4Address : record.destinationIPv6Address) as string,
-    protocol: u[b + U32.PROTO],
-    sourcePort: u[b + U32.SPORT],
-    destinationPort: u[b + U32.DPORT],
-  };
+  const key = flowKeyOf(
+    s,
+    flow.slot,
+    (v4 ? record.sourceIPv4Address : record.sourceIPv6Address) as string,
+    (v4 ? record.destinationIPv4Address : record.destinationIPv6Address) as string,
+  );
   const ev: ExportedFlow = {
     key,
     record,
-    isIPv6: (flow.flags & FL_IPV4) === 0,
+    isIPv6: !v4,
     uncorrelated: opts.uncorrelated,
-    addressWords: u,
-    addressAt: b + U32.SRC,
+    addressWords: s.store.u32(flow.slot),
+    addressAt: u32Base(flow.slot) + U32.SRC,
   };
   try {
     emit(ev);

@@ -811,6 +811,22 @@ export function rejectedTotal(stats: FlowAggregatorStats): number {
   return sumOf(stats.aggregation.recordsRejected);
 }
 
+/**
+ * The loss ledger's stages: every record received is aggregated, rejected by the core, not a
+ * flow record, or an options record (`received = aggregated + rejected + nonFlow + options`).
+ */
+export function ledgerStages(
+  stats: FlowAggregatorStats,
+): { received: number; aggregated: number; rejected: number; nonFlow: number; options: number } {
+  return {
+    received: stats.numRecordsReceived,
+    aggregated: stats.aggregation.recordsAccepted,
+    rejected: rejectedTotal(stats),
+    nonFlow: stats.nonFlowRecords,
+    options: stats.optionsRecordsIgnored,
+  };
+}
+
 function sumOf(counts: Readonly<Record<string, number>>): number {
   let n = 0;
   for (const v of Object.values(counts)) n += v;

@@ -26,6 +26,7 @@ import {
   type RecordMetricsLine,
   startFlowAggregator,
 } from "./process.ts";
+import { caFileOf } from "../../src/api/server.ts";
 
 /**
  * Where the process runs its sinks: `worker` is the default (each sink in its permission-scoped
@@ -341,7 +342,7 @@ function pollFlowRecords(
   const done = (async () => {
     const e = await fa.waitFor((x) => x.msg === "API server listening", 30_000);
     const token = (await Deno.readTextFile(tokenFile)).trim();
-    const ca = await Deno.readTextFile(tokenFile.replace(/[^/]*$/, "api-ca.crt"));
+    const ca = await Deno.readTextFile(caFileOf(tokenFile));
     const client = Deno.createHttpClient({ caCerts: [ca] });
     let queries = 0;
     let bytes = 0;

@@ -16,6 +16,7 @@
  */
 
 import { stringify } from "yaml";
+import { stringifyExact } from "./handler.ts";
 import { caFileOf, DEFAULT_TOKEN_FILE } from "./server.ts";
 
 /** The subcommands this module serves (main.ts dispatches on them). */
@@ -65,11 +66,6 @@ function parseExact(text: string): unknown {
         ? BigInt(ctx.source)
         : v) as (k: string, v: unknown) => unknown,
   );
-}
-
-function jsonExact(v: unknown): string {
-  const raw = (JSON as unknown as { rawJSON(s: string): unknown }).rawJSON;
-  return JSON.stringify(v, (_k, x) => typeof x === "bigint" ? raw(x.toString()) : x, 2);
 }
 
 function table(header: string[], rows: string[][]): string {
@@ -145,7 +141,7 @@ function metricsTable(m: Rec): string {
 }
 
 function render(value: unknown, format: string, asTable: (v: never) => string): string {
-  if (format === "json") return jsonExact(value);
+  if (format === "json") return stringifyExact(value, 2);
   if (format === "yaml") return stringify(value).trimEnd();
   return asTable(value as never);
 }

@@ -99,12 +99,13 @@ function parseUint(s: string, bits: 8 | 16): { value: number } | { error: string
  * integers (digits, not a float or a string).
  */
 export function recordsJson(records: readonly AggregatedRecord[]): string {
-  if (records.length === 0) return "null";
+  return records.length === 0 ? "null" : stringifyExact(records);
+}
+
+/** `JSON.stringify` with BigInt values written as exact integer digits. */
+export function stringifyExact(value: unknown, space?: number): string {
   const raw = (JSON as unknown as { rawJSON(s: string): unknown }).rawJSON;
-  return JSON.stringify(
-    records,
-    (_k, v) => typeof v === "bigint" ? raw(v.toString()) : v,
-  );
+  return JSON.stringify(value, (_k, v) => typeof v === "bigint" ? raw(v.toString()) : v, space);
 }
 
 function flowRecords(url: URL, source: ApiSource, maxLimit: number): Response {

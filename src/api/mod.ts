@@ -5,11 +5,7 @@
  * @module
  */
 
-import {
-  type FlowAggregator,
-  type FlowAggregatorStats,
-  rejectedTotal,
-} from "../flow_aggregator.ts";
+import { type FlowAggregator, type FlowAggregatorStats, ledgerStages } from "../flow_aggregator.ts";
 import { LiveHub, LiveView } from "./live.ts";
 import { type ApiServer, startApiServer } from "./server.ts";
 
@@ -21,11 +17,12 @@ export { runCli } from "./cli.ts";
 
 /** The loss ledger as the live view shows it. */
 export function ledgerOf(s: FlowAggregatorStats): Record<string, number> {
+  const { received, aggregated, rejected, nonFlow } = ledgerStages(s);
   const out: Record<string, number> = {
-    received: s.numRecordsReceived,
-    aggregated: s.aggregation.recordsAccepted,
-    rejected: rejectedTotal(s),
-    nonFlow: s.nonFlowRecords,
+    received,
+    aggregated,
+    rejected,
+    nonFlow,
     exported: s.numRecordsExported,
     flowsHeld: s.numFlows,
   };

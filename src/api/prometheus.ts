@@ -13,7 +13,7 @@
  * @module
  */
 
-import { type FlowAggregatorStats, rejectedTotal, statsFields } from "../flow_aggregator.ts";
+import { type FlowAggregatorStats, ledgerStages, statsFields } from "../flow_aggregator.ts";
 import { EXPORTER_SECTIONS } from "../components.ts";
 
 function snake(s: string): string {
@@ -59,18 +59,11 @@ function sampleOf(key: string, v: unknown): Sample | undefined {
 }
 
 function ledger(s: FlowAggregatorStats): Sample[] {
-  const stage = (name: string, value: number): Sample => ({
+  return Object.entries(ledgerStages(s)).map(([stage, value]) => ({
     name: "flow_aggregator_ledger_records",
-    labels: { stage: name },
+    labels: { stage: snake(stage) },
     value,
-  });
-  return [
-    stage("received", s.numRecordsReceived),
-    stage("aggregated", s.aggregation.recordsAccepted),
-    stage("rejected", rejectedTotal(s)),
-    stage("non_flow", s.nonFlowRecords),
-    stage("options", s.optionsRecordsIgnored),
-  ];
+  }));
 }
 
 /** The Prometheus text of a stats snapshot. */

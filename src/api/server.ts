@@ -97,12 +97,10 @@ export async function startApiServer(
     });
   }
   const handler = apiHandler(source, { token, version: opts.version });
-  const abort = new AbortController();
   const serve = (hostname: string) =>
     Deno.serve({
       hostname,
       port: opts.port,
-      signal: abort.signal,
       cert: cert.chainPem,
       key: cert.keyPem,
       onListen: () => {},
@@ -132,15 +130,16 @@ export async function startApiServer(
     token,
     caPem: cert.caPem,
     close: async () => {
-      // Live views stream forever: end them first, or the shutdown would wait for them; a
-      // client that still holds a connection after 2 s is cut.
+      // Live views stream forever: end them first, or the shutdown would wait for them; the
+      // stop does not wait more than 2 s for a client that still holds a connection (aborting
+      // the server's signal at that point throws BadResource inside Deno: not used).
       source.live?.close();
-      const cut = setTimeout(() => abort.abort(), 2000);
-      try {
-        await Promise.race([server.shutdown(), server.finished]);
-      } finally {
-        clearTimeout(cut);
-      }
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      await Promise.race([
+        server.shutdown(),
+        new Promise((resolve) => timer = setTimeout(resolve, 2000)),
+      ]);
+      clearTimeout(timer);
     },
   };
 }

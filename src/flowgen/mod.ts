@@ -10,5 +10,6 @@
 // modules' own declarations) instead of a second one here to keep in step.
 export * from "./model.ts";
 export * from "./sender.ts";
+export * from "./replay.ts";
 export * from "./capture.ts";
 export * from "./aggregate.ts";

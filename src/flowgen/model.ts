@@ -124,6 +124,12 @@ export interface FlowModelOptions {
    * delta wraps to a value close to 2^64 (ipfix.md §6.3 edge case). Default 0.
    */
   wrapProbability?: number;
+  /**
+   * Share of Pods (0..1) that get a name of their own (`frontend-1x2y3`); the others take one of
+   * 16 names per app, shared with other flows, so the collector sees the same strings again.
+   * Default 1: every flow its own Pod names (the PRNG sequence of earlier versions).
+   */
+  uniqueNames?: number;
 }
 
 /** Returns the observation domain id an Agent on `nodeName` uses. */
@@ -199,6 +205,7 @@ export class FlowModel {
   readonly #mixTotal: number;
   readonly #start: number;
   readonly #wrap: number;
+  readonly #uniqueNames: number;
   #cursor = 0;
   #portSeq = 0;
 
@@ -213,6 +220,10 @@ export class FlowModel {
     this.#rand = prng(options.seed ?? 1);
     this.#start = options.startSeconds ?? 1_700_000_000;
     this.#wrap = options.wrapProbability ?? 0;
+    this.#uniqueNames = options.uniqueNames ?? 1;
+    if (!(this.#uniqueNames >= 0 && this.#uniqueNames <= 1)) {
+      throw new RangeError(`flowgen: uniqueNames must be in [0, 1], got ${options.uniqueNames}`);
+    }
     const mix = { ...DEFAULT_MIX, ...options.mix };
     this.#mix = SCENARIOS.map((s) => [s, Math.max(0, mix[s] ?? 0)]);
     this.#mixTotal = this.#mix.reduce((a, [, w]) => a + w, 0);
@@ -270,6 +281,12 @@ export class FlowModel {
     return this.#mix[this.#mix.length - 1][0];
   }
 
+  #podName(app: string): string {
+    // With the default ratio of 1 no extra PRNG draw: the seeded sequence stays what it was.
+    const unique = this.#uniqueNames >= 1 || this.#rand() < this.#uniqueNames;
+    return `${app}-${this.#int(0, unique ? 0xfffff : 15).toString(36)}`;
+  }
+
   #podIp(agent: number, host: number, ipv6: boolean): string {
     // Per-Node Pod CIDRs as Antrea allocates them: 10.10.<node>.0/24 and fd00:10:<node>::/64.
     return ipv6
@@ -321,8 +338,8 @@ export class FlowModel {
       srcPort,
       dstPort,
       proto,
-      srcPod: `${srcApp}-${this.#int(0, 0xfffff).toString(36)}`,
-      dstPod: scenario === "toExternal" ? "" : `${dstApp}-${this.#int(0, 0xfffff).toString(36)}`,
+      srcPod: this.#podName(srcApp),
+      dstPod: scenario === "toExternal" ? "" : this.#podName(dstApp),
       srcNs,
       dstNs,
       clusterIp: service ? `10.96.${this.#int(0, 255)}.${this.#int(1, 254)}` : "",

@@ -156,6 +156,16 @@ function layoutOf(enc: RecordEncoder): Layout {
 
 const LAYOUTS = ENCODERS.map(layoutOf);
 
+/**
+ * Offsets, from the start of an Agent data record of `templateId`, of the fields an update
+ * changes, in the order of `AGENT_UPDATE_FIELDS` (src/record/schema.ts): flowEndSeconds,
+ * flowEndReason, then the eight counters in template order. They are the same in every record
+ * of the template (all sit before its first variable-length field).
+ */
+export function agentUpdateOffsets(templateId: 256 | 257): readonly number[] {
+  return LAYOUTS[templateId - 256].at;
+}
+
 /** A flow side's encoded record as first sent, with where its tcpState value sits. */
 interface CachedRecord {
   /** The record bytes. */
@@ -276,7 +286,8 @@ export class AgentMessageEncoder {
   }
 }
 
-function splitHostPort(target: string): { host: string; port: number } {
+/** Splits a `host:port` target (IPv6 host in brackets); throws naming what is wrong. */
+export function splitHostPort(target: string): { host: string; port: number } {
   const m = /^\[([^\]]+)\]:(\d+)$/.exec(target) ?? /^([^:]+):(\d+)$/.exec(target);
   if (m === null) throw new Error(`flowgen: target "${target}" is not host:port`);
   const port = Number(m[2]);

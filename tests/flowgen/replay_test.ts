@@ -1,0 +1,193 @@
+import assert from "node:assert/strict";
+import {
+  agentDataMessage,
+  type AgentUpdate,
+  agentUpdateOffsets,
+  FlowModel,
+  ReplayStream,
+  runReplay,
+} from "../../src/flowgen/mod.ts";
+import { Collector } from "../../src/collector/mod.ts";
+import { type DataRecord, decodeMessage, TemplateStore } from "../../src/ipfix/mod.ts";
+import { setLogWriter } from "../../src/log.ts";
+import { waitFor } from "../_helpers/wait.ts";
+
+setLogWriter(() => {});
+
+const OPTS = { agents: 4, flows: 400, seed: 5, uniqueNames: 0.3 };
+const TOTALS = [
+  ["packetTotalCount", "packetDeltaCount"],
+  ["octetTotalCount", "octetDeltaCount"],
+  ["reversePacketTotalCount", "reversePacketDeltaCount"],
+  ["reverseOctetTotalCount", "reverseOctetDeltaCount"],
+] as const;
+
+function hex(b: Uint8Array): string {
+  return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+}
+
+/** The model's updates of one round (one export per flow), per Agent, in the stream's order. */
+function roundUpdates(): { model: FlowModel; updates: AgentUpdate[][] } {
+  const model = new FlowModel(OPTS);
+  const updates: AgentUpdate[][] = model.agents.map(() => []);
+  for (let f = 0; f < OPTS.flows; f++) {
+    for (const u of model.nextUpdates()) updates[u.agent].push(u);
+  }
+  return { model, updates };
+}
+
+Deno.test("replay: a patched round is byte for byte the codec's encoding of that round's records", () => {
+  const stream = new ReplayStream(OPTS);
+  const { model, updates } = roundUpdates();
+  for (const round of [0, 3]) {
+    const exportTime = 1_800_000_000 + round;
+    stream.rounds.forEach((ar, a) => {
+      ar.patch(0, ar.messages, round, exportTime);
+      assert.equal(ar.messages, updates[a].length);
+      for (let i = 0; i < ar.messages; i++) {
+        const u = updates[a][i];
+        const rec = model.recordOf({
+          ...u,
+          last: false,
+          flowEndReason: 2,
+          tcpState: u.tcpState === "" ? "" : "ESTABLISHED",
+        });
+        rec.flowEndSeconds = exportTime;
+        for (const [t, d] of TOTALS) {
+          rec[t] = (rec[t] as bigint) + BigInt(round) * (rec[d] as bigint);
+        }
+        const odid = ar.agent.observationDomainId;
+        const want = agentDataMessage(
+          u.templateId,
+          rec,
+          odid,
+          exportTime,
+          round * ar.messages + i + 1,
+        );
+        assert.equal(hex(ar.views[i]), hex(want), `agent ${a} message ${i} round ${round}`);
+      }
+    });
+  }
+});
+
+Deno.test("replay: only the header's time and sequence, flowEndSeconds and the totals change", () => {
+  const stream = new ReplayStream(OPTS);
+  for (const ar of stream.rounds) {
+    ar.patch(0, ar.messages, 0, 1_800_000_000);
+    const before = ar.bytes.slice();
+    ar.patch(0, ar.messages, 7, 1_800_000_099);
+    const allowed = new Set<number>();
+    for (let i = 0; i < ar.messages; i++) {
+      const m = ar.starts[i];
+      for (let k = 4; k < 12; k++) allowed.add(m + k); // export time, sequence number
+      const templateId = (ar.bytes[m + 16] << 8) | ar.bytes[m + 17];
+      const at = agentUpdateOffsets(templateId as 256 | 257);
+      // flowEndSeconds (4 bytes) and the four totals (8 bytes each), by schema position.
+      const fields: [number, number][] = [[at[0], 4], [at[2], 8], [at[3], 8], [at[6], 8], [
+        at[7],
+        8,
+      ]];
+      for (const [off, len] of fields) for (let k = 0; k < len; k++) allowed.add(m + 20 + off + k);
+    }
+    let changed = 0;
+    for (let p = 0; p < before.length; p++) {
+      if (before[p] !== ar.bytes[p]) {
+        assert.ok(allowed.has(p), `byte ${p} changed outside the patched fields`);
+        changed++;
+      }
+    }
+    assert.ok(changed >= ar.messages * 3, `${changed} bytes changed`);
+  }
+});
+
+Deno.test("replay: rounds decode to the stream's records, sequences consecutive, counters growing", () => {
+  const stream = new ReplayStream(OPTS);
+  const expected = roundUpdates().updates;
+  const podNames = new Set<string>();
+  let podRefs = 0;
+  stream.rounds.forEach((ar, a) => {
+    const store = new TemplateStore();
+    for (const t of stream.templateMessages(a, 1_800_000_000)) decodeMessage(t, store);
+    let prev: DataRecord[] = [];
+    let seq = 0;
+    for (let round = 0; round < 3; round++) {
+      ar.patch(0, ar.messages, round, 1_800_000_000 + round);
+      const got: DataRecord[] = [];
+      for (const v of ar.views) {
+        const m = decodeMessage(v, store);
+        assert.equal(m.header.observationDomainId, ar.agent.observationDomainId);
+        assert.equal(m.header.sequenceNumber, ++seq, "records sent including this one");
+        assert.equal(m.dataSets.length, 1);
+        got.push(...m.dataSets[0].records);
+      }
+      assert.equal(got.length, expected[a].length);
+      got.forEach((r, i) => {
+        const u = expected[a][i];
+        assert.equal(r.flowEndSeconds, 1_800_000_000 + round);
+        assert.equal(r.flowEndReason, 2, "kept alive: active timeout");
+        assert.ok(r.tcpState === "" || r.tcpState === "ESTABLISHED");
+        assert.equal(r.packetDeltaCount, u.packetDeltaCount);
+        if (round > 0) {
+          for (const [t, d] of TOTALS) {
+            assert.equal(r[t], (prev[i][t] as bigint) + (r[d] as bigint), `${t} grows by ${d}`);
+          }
+          for (const k of ["sourceTransportPort", "sourcePodName", "destinationPodName"]) {
+            assert.equal(r[k], prev[i][k]);
+          }
+        } else {
+          assert.equal(r.packetTotalCount, u.packetTotalCount);
+          for (const k of ["sourcePodName", "destinationPodName"] as const) {
+            if (r[k] !== "") {
+              podNames.add(r[k] as string);
+              podRefs++;
+            }
+          }
+        }
+      });
+      prev = got;
+    }
+  });
+  // A unique-name ratio of 0.3: Pod names repeat across flows.
+  assert.ok(podNames.size < podRefs * 0.6, `${podNames.size} names for ${podRefs} Pod fields`);
+  assert.equal(stream.recordsPerRound, expected.flat().length);
+  assert.ok(stream.clusterIpRecords > 0 && (stream.perScenario.interNode ?? 0) > 0);
+});
+
+async function collect(proto: "tcp" | "udp") {
+  const domains = new Map<number, number>();
+  let records = 0;
+  const c = new Collector({ address: "127.0.0.1:0", protocol: proto }, (recs, ctx) => {
+    records += recs.length;
+    domains.set(ctx.observationDomainId, (domains.get(ctx.observationDomainId) ?? 0) + recs.length);
+  });
+  await c.start();
+  return { c, domains, records: () => records };
+}
+
+for (const proto of ["tcp", "udp"] as const) {
+  Deno.test(`replay over ${proto}: two rounds reach the Collector, one domain per Agent`, async () => {
+    const { c, domains, records } = await collect(proto);
+    try {
+      const r = await runReplay({
+        ...OPTS,
+        target: `127.0.0.1:${c.port}`,
+        proto,
+        rounds: 2,
+        rate: proto === "udp" ? 20_000 : 0,
+      });
+      assert.equal(r.records, 2 * r.recordsPerRound);
+      assert.equal(r.errors, 0);
+      await waitFor(() => records() >= r.records, { timeoutMs: 10_000, what: "the records" });
+      assert.equal(records(), r.records);
+      const perRound = new ReplayStream(OPTS).rounds;
+      assert.deepEqual(
+        [...domains].sort((a, b) => a[0] - b[0]),
+        perRound.map((ar) => [ar.agent.observationDomainId, 2 * ar.messages])
+          .sort((a, b) => a[0] - b[0]),
+      );
+      assert.equal(c.stats().decodeErrorsTotal, 0);
+    } finally {
+      await c.stop();
+    }
+  });
+}

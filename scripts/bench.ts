@@ -36,8 +36,14 @@ import {
   searchLosslessRate,
   type SearchResult,
 } from "./bench/udp.ts";
-import { benchAggregateRate, benchDecodeRates } from "./bench/core.ts";
+import {
+  benchAggregateRate,
+  benchDecodeRates,
+  benchDecodeRealistic,
+  REPLAY_UNIQUE_NAMES,
+} from "./bench/core.ts";
 import { benchE2eTcp as runE2e, type E2eTrial, runE2eTrial } from "./bench/e2e.ts";
+import { benchE2eReplay } from "./bench/e2e_replay.ts";
 import { benchHeapPerFlow } from "./bench/memory.ts";
 import { benchPodStore } from "./bench/podstore.ts";
 import { benchClickHouse } from "./bench/clickhouse.ts";
@@ -66,6 +72,11 @@ export interface BenchResults {
   decode_records_per_s: number | null;
   /** Records per second decoded from multi-record messages. */
   decode_batch_records_per_s: number | null;
+  /**
+   * Records per second decoded from the replay sender's realistic stream (4 Agents' sessions,
+   * every message a different flow, the default scenario mix), one record per message.
+   */
+  decode_realistic_records_per_s: number | null;
   /** Decoded records aggregated (correlated) per second by the core. */
   aggregate_records_per_s: number | null;
   /**
@@ -77,6 +88,19 @@ export interface BenchResults {
   e2e_tcp_inprocess_records_per_s: number | null;
   /** e2e_tcp_records_per_s / e2e_tcp_inprocess_records_per_s. */
   e2e_worker_vs_inprocess_ratio: number | null;
+  /**
+   * Records per second through the real process over TCP (4 connections, flow log on) fed by the
+   * replay sender as fast as the process reads: received / (send time + drain).
+   */
+  e2e_replay_tcp_records_per_s: number | null;
+  /** The process's CPU (all threads, /proc utime + stime) per record in that trial, µs. */
+  e2e_replay_cpu_us_per_record: number | null;
+  /** The process's CPU seconds per wall second in that trial: cores used. */
+  e2e_replay_cores: number | null;
+  /** The process's peak resident memory (VmHWM) in that trial. */
+  e2e_replay_peak_rss_bytes: number | null;
+  /** The replay sender's own CPU per record sent (whole run, start-up included), µs. */
+  replay_sender_cpu_us_per_record: number | null;
   /** Highest lossless UDP rate of src/collector/udp_fast.ts (default settings). */
   udp_lossless_records_per_s: number | null;
   /** Highest lossless rate of the C recv() baseline in the same run, same socket buffer. */
@@ -160,10 +184,16 @@ export function emptyResults(): BenchResults {
   return {
     decode_records_per_s: null,
     decode_batch_records_per_s: null,
+    decode_realistic_records_per_s: null,
     aggregate_records_per_s: null,
     e2e_tcp_records_per_s: null,
     e2e_tcp_inprocess_records_per_s: null,
     e2e_worker_vs_inprocess_ratio: null,
+    e2e_replay_tcp_records_per_s: null,
+    e2e_replay_cpu_us_per_record: null,
+    e2e_replay_cores: null,
+    e2e_replay_peak_rss_bytes: null,
+    replay_sender_cpu_us_per_record: null,
     udp_lossless_records_per_s: null,
     udp_c_baseline_per_s: null,
     udp_nfcapd_per_s: null,
@@ -260,14 +290,24 @@ export async function benchUdp(ctx: BenchContext): Promise<void> {
 // ---------------------------------------------------------------------------------------------
 // Codec, aggregation, end to end, memory: owned by their modules' authors.
 
-/** Measures decode_records_per_s and decode_batch_records_per_s (codec, one core). */
+/**
+ * Measures decode_records_per_s, decode_batch_records_per_s (one golden message in a loop) and
+ * decode_realistic_records_per_s (the replay sender's stream) (codec, one core).
+ */
 export function benchDecode(ctx: BenchContext): Promise<void> {
   progress("decode");
-  const r = benchDecodeRates(ctx.quick ? 0.2 : 2);
+  const seconds = ctx.quick ? 0.2 : 2;
+  const r = benchDecodeRates(seconds);
   ctx.results.decode_records_per_s = r.single;
   ctx.results.decode_batch_records_per_s = r.batch;
   ctx.notes.decode_records_per_s = "decodeMessage, golden 1-record Agent message (39 IEs)";
   ctx.notes.decode_batch_records_per_s = "decodeMessage, 50 golden records per message";
+  const flows = ctx.quick ? 2_000 : 20_000;
+  const real = benchDecodeRealistic(seconds, { flows });
+  ctx.results.decode_realistic_records_per_s = real.recordsPerSec;
+  ctx.notes.decode_realistic_records_per_s = `decodeMessage, replay stream: 4 Agents, ${flows} ` +
+    `flows (${real.messages} one-record messages per round, default mix), ` +
+    `${REPLAY_UNIQUE_NAMES * 100} % unique Pod names`;
   return Promise.resolve();
 }
 
@@ -307,6 +347,32 @@ export async function benchE2eTcp(ctx: BenchContext): Promise<void> {
   ctx.notes.e2e_worker_vs_inprocess_ratio =
     `best passing rates of the search grid (steps of 12-25 %)${cpuRatio}`;
   ctx.details.e2e = r.detail;
+}
+
+/**
+ * Measures the e2e_replay_* keys and replay_sender_cpu_us_per_record: the real process over TCP
+ * fed by the replay sender as fast as it reads (scripts/bench/e2e_replay.ts).
+ */
+export async function benchReplay(ctx: BenchContext): Promise<void> {
+  progress("e2e replay: TCP, 4 connections, flow log on, unpaced replay sender");
+  const r = await benchE2eReplay({ quick: ctx.quick });
+  const d = r.detail;
+  for (const k of Object.keys(r) as (keyof typeof r)[]) {
+    if (k !== "detail") ctx.results[k] = r[k];
+  }
+  const q = ctx.quick ? "quick mode: one 2 s trial, 1k flows; " : "";
+  const large = d.large === undefined ? "" : `; ${d.large.pass ? "" : "FAILED "}` +
+    `${d.large.recordsPerSec?.toFixed(0)}/s at 100k flows (` +
+    `${d.large.aggregatorCpuUsPerRecord.toFixed(2)} µs, ${d.large.coresUsed?.toFixed(2)} cores, ` +
+    `peak ${(d.large.aggregatorPeakRssBytes / 2 ** 20).toFixed(0)} MiB)`;
+  const failed = d.trials.filter((t) => !t.pass).map((t) => t.failures.join("; "));
+  ctx.notes.e2e_replay_tcp_records_per_s = `${q}best of ${d.trials.length} trial(s) of ` +
+    `${d.durationSec} s, ${d.flows} flows, ${d.uniqueNames * 100} % unique Pod names, active 5 s` +
+    `${large}${failed.length ? `; failed: ${failed.join(" | ")}` : ""}`;
+  ctx.notes.e2e_replay_cpu_us_per_record = "utime + stime of every thread of the process";
+  ctx.notes.e2e_replay_cores = "CPU seconds / (send time + drain)";
+  ctx.notes.replay_sender_cpu_us_per_record = "the sender process's CPU, start-up included";
+  ctx.details.e2e_replay = d;
 }
 
 /** Measures heap_bytes_per_flow_100k / _1m (scripts/bench/memory.ts). */
@@ -415,6 +481,7 @@ const PARTS: Record<string, (ctx: BenchContext) => Promise<void>> = {
   api: benchApiQueries,
   clickhouse: benchClickHouseSink,
   s3: benchS3,
+  replay: benchReplay,
   // Last: its rate search takes whatever is left of the budget.
   e2e: benchE2eTcp,
 };
@@ -422,10 +489,16 @@ const PARTS: Record<string, (ctx: BenchContext) => Promise<void>> = {
 const UNITS: Record<keyof BenchResults, string> = {
   decode_records_per_s: "records/s",
   decode_batch_records_per_s: "records/s",
+  decode_realistic_records_per_s: "records/s",
   aggregate_records_per_s: "records/s",
   e2e_tcp_records_per_s: "records/s",
   e2e_tcp_inprocess_records_per_s: "records/s",
   e2e_worker_vs_inprocess_ratio: "ratio",
+  e2e_replay_tcp_records_per_s: "records/s",
+  e2e_replay_cpu_us_per_record: "µs",
+  e2e_replay_cores: "cores",
+  e2e_replay_peak_rss_bytes: "bytes",
+  replay_sender_cpu_us_per_record: "µs",
   udp_lossless_records_per_s: "datagrams/s",
   udp_c_baseline_per_s: "datagrams/s",
   udp_nfcapd_per_s: "records/s",
@@ -449,10 +522,15 @@ function progress(msg: string): void {
   console.error(`[bench ${new Date().toISOString().slice(11, 19)}] ${msg}`);
 }
 
-/** A figure for the table: ratios with 3 decimals, others rounded with thousands separators. */
+/**
+ * A figure for the table: ratios with 3 decimals, µs and cores with 2, others rounded with
+ * thousands separators.
+ */
 export function formatValue(v: number | null | undefined, unit: string): string {
   if (v === null || v === undefined || !Number.isFinite(v)) return "-";
-  return unit === "ratio" ? v.toFixed(3) : Math.round(v).toLocaleString("en-US");
+  if (unit === "ratio") return v.toFixed(3);
+  if (unit === "µs" || unit === "cores") return v.toFixed(2);
+  return Math.round(v).toLocaleString("en-US");
 }
 
 /**
@@ -490,7 +568,7 @@ export function formatTable(report: BenchReport): string {
 
 /** The keys each part comparable with a baseline fills. */
 const PART_KEYS: Record<string, readonly (keyof BenchResults)[]> = {
-  decode: ["decode_records_per_s", "decode_batch_records_per_s"],
+  decode: ["decode_records_per_s", "decode_batch_records_per_s", "decode_realistic_records_per_s"],
   aggregate: ["aggregate_records_per_s"],
   e2e: [
     "e2e_tcp_records_per_s",
@@ -641,6 +719,40 @@ export async function runBench(
   return report;
 }
 
+/** One line of `bench/history.jsonl`: a run's figures and the commit they were measured on. */
+export interface HistoryEntry {
+  /** `git rev-parse HEAD`, with `+dirty` when the checkout had uncommitted changes. */
+  commit: string;
+  /** ISO time of the run. */
+  date: string;
+  /** The parts run, when not all of them (`--only`). */
+  only?: string[];
+  /** The run's figures (the keys of bench/latest.json's `results`). */
+  results: BenchResults;
+}
+
+/** The history line of `report`, measured on `commit`. */
+export function historyEntry(report: BenchReport, commit: string, only?: string[]): HistoryEntry {
+  return { commit, date: report.time, ...(only ? { only } : {}), results: report.results };
+}
+
+/** HEAD of this checkout, `+dirty` when it has uncommitted changes ("unknown" without git). */
+async function headCommit(): Promise<string> {
+  const git = async (...args: string[]): Promise<string> => {
+    const o = await new Deno.Command("git", { args, cwd: REPO_ROOT, stderr: "null" }).output();
+    if (!o.success) throw new Error(`git ${args[0]} failed`);
+    return new TextDecoder().decode(o.stdout).trim();
+  };
+  try {
+    const head = await git("rev-parse", "HEAD");
+    return (await git("status", "--porcelain", "--untracked-files=no")) === ""
+      ? head
+      : `${head}+dirty`;
+  } catch {
+    return "unknown";
+  }
+}
+
 /** Reads `--name=value` from the command line. */
 function arg(name: string): string | undefined {
   return Deno.args.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
@@ -696,4 +808,16 @@ if (import.meta.main) {
   console.log(formatTable(report));
   await Deno.writeTextFile(out, JSON.stringify(report, null, 2) + "\n");
   console.error(`wrote ${out instanceof URL ? out.pathname : out}`);
+  // The history keeps real measurements only: not the CI smoke run (--quick), nor a part run
+  // into another file (--out, as --baseline does for each part process).
+  if (!quick && outArg === undefined) {
+    const entry = historyEntry(
+      report,
+      await headCommit(),
+      onlyArg !== undefined ? only : undefined,
+    );
+    const history = new URL("../bench/history.jsonl", import.meta.url);
+    await Deno.writeTextFile(history, JSON.stringify(entry) + "\n", { append: true });
+    console.error(`appended to ${history.pathname}`);
+  }
 }

@@ -9,6 +9,14 @@ import { decodeMessage, TemplateStore, type TemplateStore as Store } from "../..
 import { AggregationCore, type FlowInput } from "../../src/aggregation/mod.ts";
 import { ManualClock } from "../../src/clock.ts";
 import { GOLDEN_DATA_HEX, GOLDEN_TEMPLATE_HEX, hexToBytes } from "./udp.ts";
+import { ReplayStream } from "../../src/flowgen/mod.ts";
+
+/**
+ * Share of Pods with a name of their own in the replay benchmarks' streams (decode and e2e):
+ * the rest share 16 names per app, so most flows' Pod names were seen before, as in a cluster
+ * where each Pod has many flows.
+ */
+export const REPLAY_UNIQUE_NAMES = 0.2;
 
 /** Runs `step` (which does `perStep` operations) for `seconds` after a warm-up; ops/s. */
 export function timeLoop(step: () => void, perStep: number, seconds: number): number {
@@ -75,6 +83,62 @@ export function benchDecodeRates(seconds: number): { single: number; batch: numb
   );
   if (sink <= 0) throw new Error("unreachable");
   return { single: s, batch: b };
+}
+
+/**
+ * Records/s decoding the replay sender's realistic stream (src/flowgen/replay.ts): 4 Agents,
+ * each with its own template store (one session each), `flows` flows exported once per round by
+ * one or both Nodes (the default scenario mix: intra/inter-node, Service ClusterIP, external,
+ * denied, IPv6), messages taken from the Agents in turn as they would arrive. One record per
+ * message, as Agents send them; every message is a different flow.
+ */
+export function benchDecodeRealistic(
+  seconds: number,
+  opts: { flows: number; uniqueNames?: number },
+): { recordsPerSec: number; messages: number } {
+  const stream = new ReplayStream({
+    agents: 4,
+    flows: opts.flows,
+    seed: 1,
+    uniqueNames: opts.uniqueNames ?? REPLAY_UNIQUE_NAMES,
+  });
+  const now = Math.floor(Date.now() / 1000);
+  const stores = stream.rounds.map((ar, a) => {
+    const store = new TemplateStore();
+    for (const t of stream.templateMessages(a, now)) decodeMessage(t, store);
+    ar.patch(0, ar.messages, 0, now);
+    return store;
+  });
+  // Interleave the Agents' messages as they would arrive at the collector.
+  const msgs: Uint8Array[] = [];
+  const msgStores: Store[] = [];
+  const longest = Math.max(...stream.rounds.map((ar) => ar.messages));
+  for (let i = 0; i < longest; i++) {
+    stream.rounds.forEach((ar, a) => {
+      if (i >= ar.messages) return;
+      msgs.push(ar.views[i]);
+      msgStores.push(stores[a]);
+    });
+  }
+  let decoded = 0;
+  for (let i = 0; i < msgs.length; i++) {
+    decoded += decodeMessage(msgs[i], msgStores[i]).dataSets[0]?.records.length ?? 0;
+  }
+  if (decoded !== msgs.length) throw new Error(`realistic stream: ${decoded} of ${msgs.length}`);
+  let at = 0;
+  let sink = 0;
+  const rate = timeLoop(
+    () => {
+      for (let k = 0; k < 1000; k++) {
+        sink += decodeMessage(msgs[at], msgStores[at]).dataSets.length;
+        if (++at === msgs.length) at = 0;
+      }
+    },
+    1000,
+    seconds,
+  );
+  if (sink <= 0) throw new Error("unreachable");
+  return { recordsPerSec: rate, messages: msgs.length };
 }
 
 /** The golden record decoded, as the collector would hand it to the core. */

@@ -24,8 +24,10 @@ import {
   type FaProcess,
   FLOWGEN_TS,
   type RecordMetricsLine,
+  REPLAY_TS,
   startFlowAggregator,
 } from "./process.ts";
+import { REPLAY_UNIQUE_NAMES } from "./core.ts";
 import { caFileOf } from "../../src/api/server.ts";
 
 /**
@@ -55,7 +57,7 @@ export interface E2eOptions {
   cpuProfDir?: string;
 }
 
-/** What flowgen's `--json` report says (the fields used here). */
+/** What the sender's (flowgen's or replay's) `--json` report says (the fields used here). */
 export interface FlowgenSummary {
   /** Data records sent. */
   records: number;
@@ -108,15 +110,17 @@ const WORKER_ZERO_FIELDS = [
 export interface E2eTrial {
   /** Where the process ran its sinks. */
   mode: E2eMode;
+  /** Load generator: flowgen (default) or the replay sender. */
+  sender?: E2eSender;
   /** With `queryEveryMs`: the `/flowrecords` queries made during the trial. */
   queries?: { queries: number; bytes: number; maxMs: number };
-  /** Target records/s. */
+  /** Target records/s; 0 = the sender sends as fast as the process reads. */
   targetRate: number;
   /** Passed every check. */
   pass: boolean;
   /** Why it failed (each failed check), empty when it passed. */
   failures: string[];
-  /** flowgen's report (undefined if flowgen failed to run). */
+  /** The sender's report, flowgen's or replay's (undefined if it failed to run). */
   flowgen?: FlowgenSummary;
   /** achieved / target. */
   achievedRatio: number;
@@ -137,6 +141,12 @@ export interface E2eTrial {
   aggregatorPeakRssBytes: number;
   /** Milliseconds from flowgen's exit until every session was read to its end. */
   drainMs: number;
+  /** Seconds of the sender's data phase plus the drain: the wall time the records took. */
+  wallSec?: number;
+  /** Records received by the process / {@linkcode E2eTrial.wallSec}. */
+  recordsPerSec?: number;
+  /** Aggregator CPU seconds (all threads) / {@linkcode E2eTrial.wallSec}: cores used. */
+  coresUsed?: number;
   /** Flows the shutdown flush exported (held, not yet expired, at SIGTERM). */
   flushedAtShutdown?: number;
   /** Error lines the process logged (rate-limited by the process; the first few kept). */
@@ -260,11 +270,17 @@ async function peakRss(pid: number): Promise<number> {
   }
 }
 
-async function runFlowgenProcess(
+/** The load generator of a trial. */
+export type E2eSender = "flowgen" | "replay";
+
+/**
+ * Runs a sender CLI (flowgen or replay) over TCP to `port` from `AGENTS` Agents and returns its
+ * `--json` report; `extra` are its own flags.
+ */
+async function runSenderProcess(
+  sender: E2eSender,
   port: number,
-  rate: number,
-  durationSec: number,
-  flows: number,
+  opts: { rate: number; durationSec: number; flows: number; extra?: string[] },
 ): Promise<FlowgenSummary> {
   const out = await new Deno.Command(Deno.execPath(), {
     args: [
@@ -273,7 +289,7 @@ async function runFlowgenProcess(
       "--allow-read",
       "--config",
       DENO_JSON,
-      FLOWGEN_TS,
+      sender === "replay" ? REPLAY_TS : FLOWGEN_TS,
       "--target",
       `127.0.0.1:${port}`,
       "--proto",
@@ -281,11 +297,12 @@ async function runFlowgenProcess(
       "--agents",
       String(AGENTS),
       "--flows",
-      String(flows),
+      String(opts.flows),
       "--rate",
-      String(rate),
+      String(opts.rate),
       "--duration",
-      String(durationSec),
+      String(opts.durationSec),
+      ...(opts.extra ?? []),
       "--json",
     ],
     env: { NO_COLOR: "1" },
@@ -296,7 +313,7 @@ async function runFlowgenProcess(
   const text = new TextDecoder().decode(out.stdout).trim();
   if (!out.success || text === "") {
     throw new Error(
-      `flowgen exited ${out.code}: ${new TextDecoder().decode(out.stderr).slice(-500)}`,
+      `${sender} exited ${out.code}: ${new TextDecoder().decode(out.stderr).slice(-500)}`,
     );
   }
   const r = JSON.parse(text.slice(text.lastIndexOf("\n") + 1)) as FlowgenSummary;
@@ -323,6 +340,10 @@ export interface E2eTrialOptions {
   flows: number;
   /** Where the process runs its sinks; default `worker`. */
   mode?: E2eMode;
+  /** Load generator; default flowgen. The replay sender takes a target rate of 0 (unpaced). */
+  sender?: E2eSender;
+  /** Replay only: share of Pods with a name of their own (default REPLAY_UNIQUE_NAMES). */
+  uniqueNames?: number;
   /** Write a V8 CPU profile of the aggregator into this directory. */
   cpuProfDir?: string;
   /**
@@ -381,8 +402,10 @@ export async function runE2eTrial(
   const dir = await Deno.makeTempDir({ prefix: "fa-bench-e2e-" });
   const confPath = `${dir}/fa.conf`;
   await Deno.writeTextFile(confPath, benchConfig(`${dir}/flows.log`));
+  const sender = opts.sender ?? "flowgen";
   const trial: E2eTrial = {
     mode,
+    sender,
     targetRate,
     pass: false,
     failures: [],
@@ -417,11 +440,18 @@ export async function runE2eTrial(
     // flowgen is the only child waited for meanwhile: its CPU lands in our cutime/cstime.
     const gen0 = await cpuSeconds("self", true);
     try {
-      trial.flowgen = await runFlowgenProcess(fa.port, targetRate, opts.durationSec, opts.flows);
+      trial.flowgen = await runSenderProcess(sender, fa.port, {
+        rate: targetRate,
+        durationSec: opts.durationSec,
+        flows: opts.flows,
+        extra: sender === "replay"
+          ? ["--unique-names", String(opts.uniqueNames ?? REPLAY_UNIQUE_NAMES)]
+          : [],
+      });
       trial.flowgenCpuUsPerRecord = ((await cpuSeconds("self", true)) - gen0) * 1e6 /
         trial.flowgen.records;
     } catch (e) {
-      trial.failures.push(`flowgen: ${e instanceof Error ? e.message : e}`);
+      trial.failures.push(`${sender}: ${e instanceof Error ? e.message : e}`);
     }
     if (poller !== undefined) trial.queries = await poller.stop();
     // Every Agent connection closed by flowgen is "session closed" once the process has read,
@@ -434,11 +464,18 @@ export async function runE2eTrial(
     }
     trial.drainMs = performance.now() - t0;
     trial.aggregatorCpuSec = (await cpuSeconds(fa.pid)) - cpu0;
+    if (trial.flowgen !== undefined) {
+      trial.wallSec = trial.flowgen.elapsedSec + trial.drainMs / 1000;
+      trial.coresUsed = trial.aggregatorCpuSec / trial.wallSec;
+    }
     trial.aggregatorPeakRssBytes = await peakRss(fa.pid);
   } finally {
     trial.exit = await fa.stop();
   }
   trial.metrics = fa.lastMetrics();
+  if (trial.metrics !== undefined && trial.wallSec !== undefined) {
+    trial.recordsPerSec = trial.metrics.numRecordsReceived / trial.wallSec;
+  }
   const stopped = fa.events.findLast((e) =>
     e.msg === "exporter stopped" && e.section === "flowLogger"
   );
@@ -474,7 +511,8 @@ export function judgeTrial(t: E2eTrial): void {
   const g = t.flowgen;
   const m = t.metrics;
   if (g !== undefined) {
-    t.achievedRatio = g.rate / t.targetRate;
+    // Unpaced (target 0): nothing to fall short of.
+    t.achievedRatio = t.targetRate > 0 ? g.rate / t.targetRate : 1;
     if (t.achievedRatio < 0.95) {
       f.push(`flowgen achieved ${g.rate.toFixed(0)}/s < 95% of ${t.targetRate}/s`);
     }

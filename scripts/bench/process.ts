@@ -13,6 +13,8 @@ export const MAIN_TS: string = `${REPO}main.ts`;
 export const DENO_JSON: string = `${REPO}deno.json`;
 /** The flow generator CLI. */
 export const FLOWGEN_TS: string = `${REPO}scripts/flowgen.ts`;
+/** The replay sender CLI (pre-encoded Agent stream, patched headers). */
+export const REPLAY_TS: string = `${REPO}scripts/replay.ts`;
 
 /** One JSON log event of the process (fields as written; numbers may come as strings). */
 export type LogEvent = Readonly<Record<string, unknown>>;

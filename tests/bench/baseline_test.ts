@@ -15,7 +15,13 @@ import {
   median,
   sharedParts,
 } from "../../scripts/bench/baseline.ts";
-import { type BenchReport, emptyResults, formatTable, formatValue } from "../../scripts/bench.ts";
+import {
+  type BenchReport,
+  emptyResults,
+  formatTable,
+  formatValue,
+  historyEntry,
+} from "../../scripts/bench.ts";
 
 const REPO = new URL("../..", import.meta.url).pathname.replace(/\/$/, "");
 
@@ -31,6 +37,7 @@ Deno.test("benchPartsOf: reads the PARTS table of this revision's bench.ts", asy
     "api",
     "clickhouse",
     "s3",
+    "replay",
     "e2e",
   ]);
 });
@@ -225,4 +232,18 @@ Deno.test("descendantPids: finds a child's own children from /proc", async () =>
     } catch { /* exited */ }
     await child.status;
   }
+});
+
+Deno.test("formatValue: µs and cores keep two decimals", () => {
+  assert.equal(formatValue(1.234, "µs"), "1.23");
+  assert.equal(formatValue(0.987, "cores"), "0.99");
+});
+
+Deno.test("historyEntry: commit, date and every result key, the parts only when partial", () => {
+  const r = { ...report(), time: "2026-12-03T13:00:00.000Z" };
+  const full = historyEntry(r, "abc123");
+  assert.deepEqual(Object.keys(full), ["commit", "date", "results"]);
+  assert.equal(full.date, r.time);
+  assert.deepEqual(Object.keys(full.results), Object.keys(emptyResults()));
+  assert.deepEqual(historyEntry(r, "abc123+dirty", ["decode"]).only, ["decode"]);
 });

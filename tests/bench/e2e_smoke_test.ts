@@ -99,6 +99,15 @@ Deno.test("e2e trial: in process, the flow log without worker fields passes", ()
   assert.deepEqual(t.failures, []);
 });
 
+Deno.test("e2e trial: an unpaced trial (target 0, the replay sender) has no shortfall to fail", () => {
+  const t = goodTrial();
+  t.targetRate = 0;
+  t.flowgen!.rate = 123_456;
+  judgeTrial(t);
+  assert.deepEqual(t.failures, []);
+  assert.equal(t.achievedRatio, 1);
+});
+
 Deno.test("exporter stopped line: worker fields kept only when logged", () => {
   const worker = parseFlowLogStats({
     msg: "exporter stopped",

@@ -1,0 +1,118 @@
+/**
+ * End-to-end TCP on the real process driven by the replay sender (issue 15): main.ts with the
+ * flow log on (the e2e part's configuration), 4 Agent connections from scripts/replay.ts sending
+ * a pre-encoded realistic stream as fast as the process reads it (no pacing: TCP back-pressure
+ * sets the rate). The replay sender costs a fraction of what flowgen does per record, so the
+ * process, not the generator, is what saturates. Each trial is judged like the e2e part's
+ * (every record received, aggregated and accounted for by the flow log sink, exit 0) and
+ * reports records/s (received / (send time + drain)), the process's CPU per record over all its
+ * threads (/proc/<pid>/stat utime + stime), the cores it used (CPU seconds / wall seconds) and
+ * its peak RSS (VmHWM).
+ *
+ *   deno run --allow-all scripts/bench/e2e_replay.ts [--quick] [--flows N] [--duration S]
+ */
+
+import { type E2eTrial, runE2eTrial } from "./e2e.ts";
+import { REPLAY_UNIQUE_NAMES } from "./core.ts";
+
+/** Options of {@linkcode benchE2eReplay}. */
+export interface E2eReplayOptions {
+  /** Smoke version: one 2 s trial with 1,000 flows. */
+  quick: boolean;
+  /** Flows of the headline trials; default 20,000 (quick: 1,000). */
+  flows?: number;
+  /** Seconds of sending per trial; default 20 (quick: 2). */
+  durationSec?: number;
+  /** Trials at `flows` (the best passing one is the figure); default 2 (quick: 1). */
+  trials?: number;
+  /** Flows of one extra trial reported in the details only; default 100,000 (quick: none). */
+  largeFlows?: number;
+}
+
+/** Result of {@linkcode benchE2eReplay}: the figures of the best passing trial. */
+export interface E2eReplayResult {
+  /** Records/s received, send time plus drain. */
+  e2e_replay_tcp_records_per_s: number | null;
+  /** Aggregator CPU (all threads) per received record, microseconds. */
+  e2e_replay_cpu_us_per_record: number | null;
+  /** Aggregator CPU seconds per wall second. */
+  e2e_replay_cores: number | null;
+  /** Peak resident memory (VmHWM) of the aggregator, bytes. */
+  e2e_replay_peak_rss_bytes: number | null;
+  /** The replay sender's CPU per record sent (its whole run), microseconds. */
+  replay_sender_cpu_us_per_record: number | null;
+  /** Every trial and the parameters. */
+  detail: {
+    flows: number;
+    durationSec: number;
+    uniqueNames: number;
+    trials: E2eTrial[];
+    large?: E2eTrial;
+  };
+}
+
+/** The best passing trial (highest records/s), or undefined. */
+export function bestTrial(trials: readonly E2eTrial[]): E2eTrial | undefined {
+  return trials.filter((t) => t.pass && t.recordsPerSec !== undefined)
+    .sort((a, b) => b.recordsPerSec! - a.recordsPerSec!)[0];
+}
+
+function progress(t: E2eTrial, flows: number): void {
+  console.error(
+    `e2e replay ${flows} flows: ${t.pass ? "pass" : "FAIL"} ${
+      (t.recordsPerSec ?? NaN).toFixed(0)
+    } records/s, ${t.aggregatorCpuUsPerRecord.toFixed(2)} us/record, ${
+      (t.coresUsed ?? NaN).toFixed(2)
+    } cores, peak RSS ${(t.aggregatorPeakRssBytes / 2 ** 20).toFixed(0)} MiB, sender ${
+      t.flowgenCpuUsPerRecord.toFixed(3)
+    } us/record${t.failures.length ? ` (${t.failures.join("; ")})` : ""}`,
+  );
+}
+
+/** Runs the trials and returns the figures of the best passing one (nulls if none passed). */
+export async function benchE2eReplay(opts: E2eReplayOptions): Promise<E2eReplayResult> {
+  const flows = opts.flows ?? (opts.quick ? 1_000 : 20_000);
+  const durationSec = opts.durationSec ?? (opts.quick ? 2 : 20);
+  const n = opts.trials ?? (opts.quick ? 1 : 2);
+  const trialOpts = { durationSec, sender: "replay" as const, uniqueNames: REPLAY_UNIQUE_NAMES };
+  const trials: E2eTrial[] = [];
+  for (let i = 0; i < n; i++) {
+    const t = await runE2eTrial(0, { ...trialOpts, flows });
+    progress(t, flows);
+    trials.push(t);
+  }
+  const largeFlows = opts.largeFlows ?? (opts.quick ? 0 : 100_000);
+  let large: E2eTrial | undefined;
+  if (largeFlows > 0) {
+    large = await runE2eTrial(0, { ...trialOpts, flows: largeFlows });
+    progress(large, largeFlows);
+  }
+  const best = bestTrial(trials);
+  return {
+    e2e_replay_tcp_records_per_s: best?.recordsPerSec ?? null,
+    e2e_replay_cpu_us_per_record: best?.aggregatorCpuUsPerRecord ?? null,
+    e2e_replay_cores: best?.coresUsed ?? null,
+    e2e_replay_peak_rss_bytes: best?.aggregatorPeakRssBytes ?? null,
+    replay_sender_cpu_us_per_record: best?.flowgenCpuUsPerRecord ?? null,
+    detail: { flows, durationSec, uniqueNames: REPLAY_UNIQUE_NAMES, trials, large },
+  };
+}
+
+/** Reads `--name value` or `--name=value` from the command line. */
+function flag(name: string): number | undefined {
+  const i = Deno.args.findIndex((a) => a === `--${name}` || a.startsWith(`--${name}=`));
+  if (i < 0) return undefined;
+  const a = Deno.args[i];
+  return Number(a.includes("=") ? a.slice(a.indexOf("=") + 1) : Deno.args[i + 1]);
+}
+
+if (import.meta.main) {
+  const r = await benchE2eReplay({
+    quick: Deno.args.includes("--quick"),
+    flows: flag("flows"),
+    durationSec: flag("duration"),
+    trials: flag("trials"),
+    largeFlows: flag("large-flows"),
+  });
+  console.log(JSON.stringify(r, null, 2));
+}

@@ -29,20 +29,14 @@ import {
 
 /** Where each patched value sits in {@linkcode AGENT_UPDATE_FIELDS}. */
 const FLOW_END = AGENT_UPDATE_FIELDS.indexOf("flowEndSeconds");
-const TOTALS = [
-  "packetTotalCount",
-  "octetTotalCount",
-  "reversePacketTotalCount",
-  "reverseOctetTotalCount",
-].map((n) => AGENT_UPDATE_FIELDS.indexOf(n));
-/** The delta matching each of {@linkcode TOTALS}, same order. */
-const DELTAS = [
-  "packetDeltaCount",
-  "octetDeltaCount",
-  "reversePacketDeltaCount",
-  "reverseOctetDeltaCount",
-].map((n) => AGENT_UPDATE_FIELDS.indexOf(n));
-if ([FLOW_END, ...TOTALS, ...DELTAS].some((i) => i < 0)) {
+/** Each total counter and the delta it grows by per round: their indices in the fields. */
+const COUNTERS: readonly (readonly [number, number])[] = [
+  ["packetTotalCount", "packetDeltaCount"],
+  ["octetTotalCount", "octetDeltaCount"],
+  ["reversePacketTotalCount", "reversePacketDeltaCount"],
+  ["reverseOctetTotalCount", "reverseOctetDeltaCount"],
+].map(([t, d]) => [AGENT_UPDATE_FIELDS.indexOf(t), AGENT_UPDATE_FIELDS.indexOf(d)] as const);
+if ([FLOW_END, ...COUNTERS.flat()].some((i) => i < 0)) {
   throw new Error("replay: AGENT_UPDATE_FIELDS lacks flowEndSeconds or a counter");
 }
 const TWO_32 = 4294967296;
@@ -93,11 +87,11 @@ export class AgentRound {
       const at = agentUpdateOffsets(templateIds[i] as 256 | 257);
       const r = starts[i] + RECORD_AT;
       this.#flowEndAt[i] = r + at[FLOW_END];
-      for (let c = 0; c < 4; c++) {
-        this.#totalAt[4 * i + c] = r + at[TOTALS[c]];
-        this.#base[4 * i + c] = u64(this.#view, r + at[TOTALS[c]]);
-        this.#delta[4 * i + c] = u64(this.#view, r + at[DELTAS[c]]);
-      }
+      COUNTERS.forEach(([total, delta], c) => {
+        this.#totalAt[4 * i + c] = r + at[total];
+        this.#base[4 * i + c] = u64(this.#view, r + at[total]);
+        this.#delta[4 * i + c] = u64(this.#view, r + at[delta]);
+      });
     }
   }
 
@@ -242,7 +236,7 @@ export interface ReplayReport {
   rate: number;
   /** Requested records per second (0 = unlimited). */
   targetRate: number;
-  /** Send errors (the run stops at the first one). */
+  /** Send errors: always 0 in a report (the run throws at the first one), as in flowgen's. */
   errors: number;
   /** Transport used. */
   proto: string;
@@ -303,25 +297,13 @@ async function sendAgent(
  * rounds (paced at its share of `rate`, or as fast as the transport takes them), and reports.
  */
 export async function runReplay(options: ReplayOptions): Promise<ReplayReport> {
-  const { host, port } = splitHostPort(options.target);
   const rate = options.rate ?? 0;
   const t0 = performance.now();
   const stream = new ReplayStream(options);
   const buildMs = performance.now() - t0;
-  const report: ReplayReport = {
-    records: 0,
-    bytes: 0,
-    elapsedSec: 0,
-    rate: 0,
-    targetRate: rate,
-    errors: 0,
-    proto: options.proto,
-    agents: stream.rounds.length,
-    recordsPerRound: stream.recordsPerRound,
-    buildMs,
-  };
   const transports: Transport[] = [];
   try {
+    const { host, port } = splitHostPort(options.target);
     for (const _ of stream.rounds) {
       transports.push(
         await openTransport({ host, port, kind: options.proto, connectTimeoutMs: 5000 }),
@@ -343,15 +325,23 @@ export async function runReplay(options: ReplayOptions): Promise<ReplayReport> {
         signal: options.signal,
       }, counted)
     ));
-    report.elapsedSec = (performance.now() - start) / 1000;
-    report.records = sent.reduce((a, b) => a + b, 0);
-    report.bytes = counted.bytes;
-    report.rate = report.elapsedSec > 0 ? report.records / report.elapsedSec : 0;
+    const elapsedSec = (performance.now() - start) / 1000;
+    const records = sent.reduce((a, b) => a + b, 0);
+    return {
+      records,
+      bytes: counted.bytes,
+      elapsedSec,
+      rate: elapsedSec > 0 ? records / elapsedSec : 0,
+      targetRate: rate,
+      errors: 0,
+      proto: options.proto,
+      agents: stream.rounds.length,
+      recordsPerRound: stream.recordsPerRound,
+      buildMs,
+    };
   } catch (e) {
-    report.errors++;
-    throw new Error(`replay: ${e instanceof Error ? e.message : String(e)}`);
+    throw new Error(`replay: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
   } finally {
     for (const t of transports) t.close();
   }
-  return report;
 }

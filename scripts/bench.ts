@@ -4,9 +4,12 @@
  * `bench/latest.json` with one number per key (null when a part is not implemented yet or could
  * not run, with the reason in `notes`) plus the raw trials under `details`.
  *
- * Flags: --quick, --only=udp,decode,aggregate,e2e,heap,podstore,rss,clickhouse,s3,api (comma
- * list), --out=<path>,
- * --baseline=<rev>, --baseline-rounds=<n>.
+ * Flags: --quick, --only=udp,decode,aggregate,e2e,replay,heap,podstore,rss,clickhouse,s3,api
+ * (comma list), --out=<path>, --baseline=<rev>, --baseline-rounds=<n>.
+ *
+ * A run without --quick and without --out (full, or partial with --only) also appends one line
+ * `{commit, date, only?, results}` to `bench/history.jsonl`: the smoke run's figures are not
+ * measurements, and --out is how the --baseline part processes write theirs.
  *
  * `--baseline=REV` (any git revision: `HEAD~1`, a tag, a hash) measures that revision in the same
  * run: it is checked out into a temporary git worktree (removed at the end, also on failure or
@@ -775,6 +778,7 @@ if (import.meta.main) {
   const onInt = onSignal("SIGINT", 130);
   const onTerm = onSignal("SIGTERM", 143);
   let report: BenchReport;
+  let commit = "unknown";
   try {
     let baseline: BaselineCheckout | undefined;
     if (rev !== undefined) {
@@ -797,6 +801,8 @@ if (import.meta.main) {
     if (baselineRounds !== undefined && !(Number.isInteger(baselineRounds) && baselineRounds > 0)) {
       throw new Error(`bench: --baseline-rounds=${roundsArg}: want a positive integer`);
     }
+    // The code measured is the code at the start: a checkout edited during the run stays clean.
+    if (!quick && outArg === undefined) commit = await headCommit();
     report = await runBench(quick, only, { baseline, baselineRounds });
   } finally {
     await wt?.remove();
@@ -813,7 +819,7 @@ if (import.meta.main) {
   if (!quick && outArg === undefined) {
     const entry = historyEntry(
       report,
-      await headCommit(),
+      commit,
       onlyArg !== undefined ? only : undefined,
     );
     const history = new URL("../bench/history.jsonl", import.meta.url);

@@ -118,6 +118,11 @@ export class ConnectionTable {
     this.#sweepMs = Math.max(SWEEP_MIN_MS, Math.min(SWEEP_MAX_MS, shortest / 4));
   }
 
+  /** Connections open (admitted and not yet removed). */
+  get size(): number {
+    return this.#conns.size;
+  }
+
   /** Arms the periodic sweep on the session clock; warns if the fd limit undercuts the cap. */
   start(): void {
     checkOpenFilesLimit(this.#limits.maxConnections, this.#env.log);

@@ -4,11 +4,13 @@
  * 64 KiB while busy). Unlike upstream, accept errors are retried with backoff instead of
  * ending the accept loop, a connection is closed as soon as the peer is gone (ipfix.md §2.13),
  * and the caps and timeouts of the `limits:` section apply ({@linkcode ConnectionTable}).
+ * Connections are read fairly: each yields after a bounded turn (`fairness.ts`).
  */
 
 import { bindDualStack, closeQuietly, exporterAddress, type ListenAddress } from "./address.ts";
 import { type ConnectionLimits, ConnectionTable, countUnfinished } from "./connections.ts";
 import type { DrainOptions } from "./drain.ts";
+import { FairTurn, ReadClock } from "./fairness.ts";
 import { Session, type SessionEnv } from "./session.ts";
 import { StreamSession } from "./stream.ts";
 
@@ -30,6 +32,7 @@ export class TcpListener {
   readonly #table: ConnectionTable;
   readonly #drain: DrainOptions;
   readonly #handlers = new Set<Promise<void>>();
+  readonly #reads = new ReadClock();
   #acceptLoop: Promise<void> | undefined;
   #closing = false;
   #wake: (() => void) | undefined;
@@ -138,6 +141,7 @@ export class TcpListener {
     conn: Deno.TcpConn,
     stream: StreamSession,
   ): Promise<{ reason: string; onError: boolean }> {
+    const turn = new FairTurn(this.#reads);
     try {
       for (;;) {
         const space = stream.readSpace();
@@ -150,6 +154,8 @@ export class TcpListener {
         if (!r.ok) return { reason: r.reason, onError: true };
         // Caught up with the peer: wait for its next bytes in the idle-sized buffer.
         if (n < space.length) stream.release();
+        // Fairness: after a turn's worth of bytes, let the other connections read.
+        if (turn.spend(n) && this.#table.size > 1) await turn.pause();
       }
     } catch (e) {
       return {

@@ -104,6 +104,8 @@ export interface BenchResults {
   e2e_replay_peak_rss_bytes: number | null;
   /** The replay sender's own CPU per record sent (whole run, start-up included), µs. */
   replay_sender_cpu_us_per_record: number | null;
+  /** Fairness: records of the slowest of the 4 Agent connections / of the fastest (goal ≥ 0.5). */
+  e2e_replay_agent_spread: number | null;
   /** Highest lossless UDP rate of src/collector/udp_fast.ts (default settings). */
   udp_lossless_records_per_s: number | null;
   /** Highest lossless rate of the C recv() baseline in the same run, same socket buffer. */
@@ -197,6 +199,7 @@ export function emptyResults(): BenchResults {
     e2e_replay_cores: null,
     e2e_replay_peak_rss_bytes: null,
     replay_sender_cpu_us_per_record: null,
+    e2e_replay_agent_spread: null,
     udp_lossless_records_per_s: null,
     udp_c_baseline_per_s: null,
     udp_nfcapd_per_s: null,
@@ -375,6 +378,8 @@ export async function benchReplay(ctx: BenchContext): Promise<void> {
   ctx.notes.e2e_replay_cpu_us_per_record = "utime + stime of every thread of the process";
   ctx.notes.e2e_replay_cores = "CPU seconds / (send time + drain)";
   ctx.notes.replay_sender_cpu_us_per_record = "the sender process's CPU, start-up included";
+  ctx.notes.e2e_replay_agent_spread = "slowest / fastest Agent connection's records, all flat " +
+    "out; one sender process for the four, so its own scheduling counts too";
   ctx.details.e2e_replay = d;
 }
 
@@ -502,6 +507,7 @@ const UNITS: Record<keyof BenchResults, string> = {
   e2e_replay_cores: "cores",
   e2e_replay_peak_rss_bytes: "bytes",
   replay_sender_cpu_us_per_record: "µs",
+  e2e_replay_agent_spread: "ratio",
   udp_lossless_records_per_s: "datagrams/s",
   udp_c_baseline_per_s: "datagrams/s",
   udp_nfcapd_per_s: "records/s",

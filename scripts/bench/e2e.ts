@@ -69,6 +69,8 @@ export interface FlowgenSummary {
   errors: number;
   /** Bytes of IPFIX messages sent. */
   bytes: number;
+  /** Records sent per Agent connection (the replay sender only). */
+  perAgent?: number[];
 }
 
 /** Flow log exporter counters from its `exporter stopped` line. */
@@ -323,6 +325,7 @@ async function runSenderProcess(
     elapsedSec: r.elapsedSec,
     errors: r.errors,
     bytes: r.bytes,
+    ...(r.perAgent !== undefined ? { perAgent: r.perAgent } : {}),
   };
 }
 

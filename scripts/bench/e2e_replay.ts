@@ -41,6 +41,8 @@ export interface E2eReplayResult {
   e2e_replay_peak_rss_bytes: number | null;
   /** The replay sender's CPU per record sent (its whole run), microseconds. */
   replay_sender_cpu_us_per_record: number | null;
+  /** Records of the slowest Agent connection / of the fastest (fairness; goal ≥ 0.5). */
+  e2e_replay_agent_spread: number | null;
   /** Every trial and the parameters. */
   detail: {
     flows: number;
@@ -49,6 +51,17 @@ export interface E2eReplayResult {
     trials: E2eTrial[];
     large?: E2eTrial;
   };
+}
+
+/**
+ * Slowest / fastest of the records each Agent connection got through in a trial (all send flat
+ * out, so TCP back-pressure makes what was sent what the collector read, give or take the
+ * socket buffers); null without per-Agent figures.
+ */
+export function agentSpread(perAgent: readonly number[] | undefined): number | null {
+  if (perAgent === undefined || perAgent.length === 0) return null;
+  const max = Math.max(...perAgent);
+  return max > 0 ? Math.min(...perAgent) / max : null;
 }
 
 /** The best passing trial (highest records/s), or undefined. */
@@ -63,9 +76,11 @@ function progress(t: E2eTrial, flows: number): void {
       (t.recordsPerSec ?? NaN).toFixed(0)
     } records/s, ${t.aggregatorCpuUsPerRecord.toFixed(2)} us/record, ${
       (t.coresUsed ?? NaN).toFixed(2)
-    } cores, peak RSS ${(t.aggregatorPeakRssBytes / 2 ** 20).toFixed(0)} MiB, sender ${
-      t.flowgenCpuUsPerRecord.toFixed(3)
-    } us/record${t.failures.length ? ` (${t.failures.join("; ")})` : ""}`,
+    } cores, per Agent ${t.flowgen?.perAgent?.join("/") ?? "?"}, peak RSS ${
+      (t.aggregatorPeakRssBytes / 2 ** 20).toFixed(0)
+    } MiB, sender ${t.flowgenCpuUsPerRecord.toFixed(3)} us/record${
+      t.failures.length ? ` (${t.failures.join("; ")})` : ""
+    }`,
   );
 }
 
@@ -94,6 +109,7 @@ export async function benchE2eReplay(opts: E2eReplayOptions): Promise<E2eReplayR
     e2e_replay_cores: best?.coresUsed ?? null,
     e2e_replay_peak_rss_bytes: best?.aggregatorPeakRssBytes ?? null,
     replay_sender_cpu_us_per_record: best?.flowgenCpuUsPerRecord ?? null,
+    e2e_replay_agent_spread: agentSpread(best?.flowgen?.perAgent),
     detail: { flows, durationSec, uniqueNames: REPLAY_UNIQUE_NAMES, trials, large },
   };
 }

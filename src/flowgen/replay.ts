@@ -246,6 +246,8 @@ export interface ReplayReport {
   recordsPerRound: number;
   /** Milliseconds spent encoding the round before sending. */
   buildMs: number;
+  /** Data records sent per Agent (connection or socket), in Agent order. */
+  perAgent: number[];
 }
 
 /** Sends one Agent's rounds over its transport until the end condition; resolves with records sent. */
@@ -338,6 +340,7 @@ export async function runReplay(options: ReplayOptions): Promise<ReplayReport> {
       agents: stream.rounds.length,
       recordsPerRound: stream.recordsPerRound,
       buildMs,
+      perAgent: sent,
     };
   } catch (e) {
     throw new Error(`replay: ${e instanceof Error ? e.message : String(e)}`, { cause: e });

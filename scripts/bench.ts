@@ -116,6 +116,10 @@ export interface BenchResults {
   heap_bytes_per_flow_100k: number | null;
   /** Heap bytes per aggregated flow with 1M flows. */
   heap_bytes_per_flow_1m: number | null;
+  /** JS heap + external (typed arrays) bytes per live flow at 1M flows (issue 15 goal ≤ 400). */
+  memory_bytes_per_flow_1m: number | null;
+  /** Resident set growth per live flow at 1M flows (allocator slack included). */
+  rss_bytes_per_flow_1m: number | null;
   /** Resident set size of the idle process. */
   rss_bytes_idle: number | null;
   /** JS heap bytes per Pod held by the Pod store at 100k Pods (goal: at most 1 KB). */
@@ -205,6 +209,8 @@ export function emptyResults(): BenchResults {
     udp_nfcapd_per_s: null,
     heap_bytes_per_flow_100k: null,
     heap_bytes_per_flow_1m: null,
+    memory_bytes_per_flow_1m: null,
+    rss_bytes_per_flow_1m: null,
     rss_bytes_idle: null,
     podstore_bytes_per_pod: null,
     podstore_lookups_per_s: null,
@@ -389,11 +395,15 @@ export async function benchHeap(ctx: BenchContext): Promise<void> {
   const r = await benchHeapPerFlow({ quick: ctx.quick });
   ctx.results.heap_bytes_per_flow_100k = r.heap_bytes_per_flow_100k;
   ctx.results.heap_bytes_per_flow_1m = r.heap_bytes_per_flow_1m;
+  ctx.results.memory_bytes_per_flow_1m = r.detail.at1m.totalBytesPerFlow;
+  ctx.results.rss_bytes_per_flow_1m = r.detail.at1m.rssBytesPerFlow;
   const q = ctx.quick ? "quick mode: 10k/20k flows; " : "";
   ctx.notes.heap_bytes_per_flow_100k = `${q}JS heap only; heap+external ` +
     `${Math.round(r.detail.at100k.totalBytesPerFlow)} B (details.heap)`;
   ctx.notes.heap_bytes_per_flow_1m = `${q}JS heap only; heap+external ` +
     `${Math.round(r.detail.at1m.totalBytesPerFlow)} B (details.heap)`;
+  ctx.notes.memory_bytes_per_flow_1m = `${q}JS heap + external growth after GC, per live flow`;
+  ctx.notes.rss_bytes_per_flow_1m = `${q}VmRSS growth per live flow (pages touched, slack)`;
   ctx.details.heap = r.detail;
 }
 
@@ -513,6 +523,8 @@ const UNITS: Record<keyof BenchResults, string> = {
   udp_nfcapd_per_s: "records/s",
   heap_bytes_per_flow_100k: "bytes",
   heap_bytes_per_flow_1m: "bytes",
+  memory_bytes_per_flow_1m: "bytes",
+  rss_bytes_per_flow_1m: "bytes",
   rss_bytes_idle: "bytes",
   podstore_bytes_per_pod: "bytes",
   podstore_lookups_per_s: "lookups/s",

@@ -11,7 +11,7 @@
 
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { DEFAULT_LISTEN_ADDRESS, UDP_FAST_WORKER_MODULE } from "./collector/mod.ts";
+import { DEFAULT_LISTEN_ADDRESS, libcPath, UDP_FAST_WORKER_MODULE } from "./collector/mod.ts";
 import { COMPONENTS, type FlowAggregatorConfig } from "./components.ts";
 import { apiAddress, DEFAULT_TOKEN_FILE } from "./api/mod.ts";
 import type { ExporterPermissions } from "./exporters/component.ts";
@@ -70,8 +70,11 @@ export interface PermissionInputs {
 
 /** The process's permissions: allow-lists per kind, and the booleans. */
 export interface ProcessPermissions extends ExporterPermissions {
-  /** `--allow-ffi` (UDP fast path). */
-  ffi: boolean;
+  /**
+   * `--allow-ffi` (UDP fast path): the C library's path when found (the grant is scoped to it),
+   * true for the bare flag when it is not, false for none.
+   */
+  ffi: string | boolean;
 }
 
 /** Per enabled sink: its name and permissions (what its worker gets). */
@@ -144,9 +147,10 @@ export function processPermissions(
   // No --allow-read for /proc/net/udp (the socket path's kernel drops) or
   // /proc/sys/net/core/rmem_*: Deno checks every path under /proc against --allow-all, so such
   // a flag would grant nothing. The fast path (--allow-ffi) counts kernel drops itself.
-  const ffi = config.aggregatorTransportProtocol === "UDP" &&
+  const fast = config.aggregatorTransportProtocol === "UDP" &&
     (inputs.udpReceiver ?? "auto") !== "socket" && Deno.build.os === "linux";
-  if (ffi && UDP_FAST_WORKER_MODULE.protocol === "file:") read.push(moduleDir);
+  const ffi = fast ? (libcPath() ?? true) : false;
+  if (fast && UDP_FAST_WORKER_MODULE.protocol === "file:") read.push(moduleDir);
   return { net: uniq(net), read: uniq(read), write: uniq(write), env: uniq(env), ffi };
 }
 
@@ -160,7 +164,7 @@ export function permissionFlags(p: ProcessPermissions): string[] {
   list("read", p.read);
   list("write", p.write);
   list("env", p.env);
-  if (p.ffi) flags.push("--allow-ffi");
+  if (p.ffi !== false) flags.push(p.ffi === true ? "--allow-ffi" : `--allow-ffi=${p.ffi}`);
   flags.push("--unstable-net", "--unstable-worker-options");
   return flags;
 }

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { parseConfig } from "../src/components.ts";
+import { LIBC_PATHS, libcPath } from "../src/collector/udp_fast_ffi.ts";
 import {
   permissionFlags,
   PROCESS_ENV,
@@ -40,7 +41,13 @@ flowLogger:
 
 Deno.test("permissions: --allow-ffi only for the UDP fast path", () => {
   const udp = cfg("aggregatorTransportProtocol: UDP\nflowLogger:\n  enable: true\n  path: '-'\n");
-  assert.equal(processPermissions(udp).ffi, Deno.build.os === "linux");
+  // Scoped to the C library found here (a path string), never the bare flag on Linux.
+  const ffi = processPermissions(udp).ffi;
+  if (Deno.build.os === "linux") {
+    assert.equal(typeof ffi, "string");
+    assert.ok(LIBC_PATHS.includes(ffi as string), String(ffi));
+    assert.ok(permissionFlags(processPermissions(udp)).includes(`--allow-ffi=${ffi}`));
+  } else assert.equal(ffi, false);
   assert.equal(processPermissions(udp, { udpReceiver: "socket" }).ffi, false);
   const tcp = cfg("aggregatorTransportProtocol: TCP\nflowLogger:\n  enable: true\n  path: '-'\n");
   assert.equal(processPermissions(tcp).ffi, false);
@@ -57,7 +64,7 @@ Deno.test("permissions: UDP adds --allow-ffi and the worker modules, never /proc
     read: linux ? [SRC] : [],
     write: [TOKEN_DIR],
     env: [...PROCESS_ENV].sort(),
-    ffi: linux,
+    ffi: linux ? libcPath() : false,
   });
   const socket = processPermissions(udp, { exportersInProcess: true, udpReceiver: "socket" });
   assert.deepEqual(socket.read, []);

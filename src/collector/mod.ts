@@ -28,7 +28,7 @@ export {
   type UdpTableDrops,
   udpTableDrops,
 } from "./udp.ts";
-export { ffiAvailable } from "./udp_fast_ffi.ts";
+export { ffiAvailable, libcPath } from "./udp_fast_ffi.ts";
 export { UDP_FAST_WORKER_MODULE } from "./udp_fast.ts";
 export { DEFAULT_LISTEN_ADDRESS, exporterAddress, parseListenAddress } from "./address.ts";
 export { BUSY_BUFFER_BYTES, type FrameResult, IDLE_BUFFER_BYTES, StreamFramer } from "./framing.ts";

@@ -3,7 +3,10 @@
  * receive timeout) and `recvmmsg(2)`, which moves up to a whole batch of datagrams per system
  * call instead of one datagram per promise as `Deno.listenDatagram` does. Linux only (the
  * constants and struct layouts below are the LP64 Linux ABI shared by x86_64 and aarch64).
- * Needs `--allow-ffi`. Used by `udp_fast.ts` (socket setup, main thread) and
+ * Needs `--allow-ffi`, which may be scoped to the C library alone (`--allow-ffi=<libc path>`,
+ * see {@linkcode libcPath}): no pointer API is used (Deno grants `Deno.UnsafePointer` only with
+ * the bare flag), buffer addresses and `errno` are read through libc's own `memcpy` instead.
+ * Used by `udp_fast.ts` (socket setup, main thread) and
  * `udp_fast_worker.ts` (the blocking receive loop, one worker thread per socket).
  */
 
@@ -50,7 +53,43 @@ const SYMBOLS = {
   recvmmsg: { parameters: ["i32", "buffer", "u32", "i32", "pointer"], result: "i32" },
   close: { parameters: ["i32"], result: "i32" },
   __errno_location: { parameters: [], result: "pointer" },
+  // memcpy(b, b, 0) returns b: the address of a buffer, without Deno.UnsafePointer.
+  addressOf: { name: "memcpy", parameters: ["buffer", "buffer", "usize"], result: "usize" },
+  // memcpy(out, p, n): reads n bytes at a pointer libc returned (errno), without a pointer view.
+  load: { name: "memcpy", parameters: ["buffer", "pointer", "usize"], result: "pointer" },
 } as const;
+
+/**
+ * Where the C library is looked for, by absolute path: a scoped `--allow-ffi=PATH` grants
+ * exactly the path string given (Deno does not resolve `/lib` → `/usr/lib`), so the
+ * `permissions` subcommand and {@linkcode openLibc} must agree on it. Debian/Ubuntu multiarch
+ * first, then the usual others.
+ */
+export const LIBC_PATHS: readonly string[] = [
+  "/lib/x86_64-linux-gnu/libc.so.6",
+  "/usr/lib/x86_64-linux-gnu/libc.so.6",
+  "/lib/aarch64-linux-gnu/libc.so.6",
+  "/usr/lib/aarch64-linux-gnu/libc.so.6",
+  "/lib64/libc.so.6",
+  "/usr/lib64/libc.so.6",
+  "/lib/libc.so.6",
+  "/usr/lib/libc.so.6",
+];
+
+/**
+ * The first of {@linkcode LIBC_PATHS} that exists here (needs read permission to look; the
+ * `permissions` subcommand has it), or undefined.
+ */
+export function libcPath(): string | undefined {
+  for (const p of LIBC_PATHS) {
+    try {
+      if (Deno.statSync(p).isFile) return p;
+    } catch {
+      // absent or not readable: the next one
+    }
+  }
+  return undefined;
+}
 
 /** The opened libc symbols. */
 export type LibC = Deno.DynamicLibrary<typeof SYMBOLS>["symbols"];
@@ -61,7 +100,8 @@ let cached: Deno.DynamicLibrary<typeof SYMBOLS> | undefined;
 export function openLibc(): LibC {
   if (cached === undefined) {
     let lastError: unknown;
-    for (const name of ["libc.so.6", "libc.so"]) {
+    // Scoped grants name a path; the bare flag also lets the loader search by name.
+    for (const name of [...LIBC_PATHS, "libc.so.6", "libc.so"]) {
       try {
         cached = Deno.dlopen(name, SYMBOLS);
         break;
@@ -79,7 +119,17 @@ export function openLibc(): LibC {
 /** Returns the calling thread's `errno` (valid right after a failed libc call). */
 export function errno(libc: LibC): number {
   const p = libc.__errno_location();
-  return p === null ? 0 : new Deno.UnsafePointerView(p).getInt32();
+  if (p === null) return 0;
+  libc.load(errnoBytes, p, 4n);
+  return errnoWord[0];
+}
+
+const errnoWord = new Int32Array(1);
+const errnoBytes = new Uint8Array(errnoWord.buffer);
+
+/** The address of `a`'s first byte (for the structs `recvmmsg` reads). */
+export function addressOf(libc: LibC, a: Uint8Array): bigint {
+  return BigInt(libc.addressOf(a, a, 0n));
 }
 
 /** Returns true when this platform can use the FFI path (Linux, 64-bit, FFI permitted). */
@@ -87,7 +137,10 @@ export function ffiAvailable(): boolean {
   if (Deno.build.os !== "linux") return false;
   if (Deno.build.arch !== "x86_64" && Deno.build.arch !== "aarch64") return false;
   try {
-    return Deno.permissions.querySync({ name: "ffi" }).state === "granted";
+    if (Deno.permissions.querySync({ name: "ffi" }).state === "granted") return true;
+    return LIBC_PATHS.some((path) =>
+      Deno.permissions.querySync({ name: "ffi", path }).state === "granted"
+    );
   } catch {
     return false;
   }

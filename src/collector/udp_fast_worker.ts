@@ -12,6 +12,7 @@
  */
 
 import {
+  addressOf,
   CMSG_SLOT,
   errno,
   IOVEC_SIZE,
@@ -66,7 +67,7 @@ function runLoop(cfg: WorkerStart): void {
   keepAlive.push(recvBuf, names, iovs, msgs, cmsgs);
   const msgView = new DataView(msgs.buffer);
   const iovView = new DataView(iovs.buffer);
-  const ptr = (a: Uint8Array): bigint => BigInt(Deno.UnsafePointer.value(Deno.UnsafePointer.of(a)));
+  const ptr = (a: Uint8Array): bigint => addressOf(libc, a);
   const recvPtr = ptr(recvBuf);
   const namesPtr = ptr(names);
   const iovsPtr = ptr(iovs);

@@ -17,6 +17,7 @@ import { SimAgent } from "./helpers/agent.ts";
 import { readFlowLog } from "./helpers/flow_log.ts";
 import { intraNodeRecord } from "./helpers/scenarios.ts";
 import { waitFor } from "../_helpers/wait.ts";
+import { libcPath } from "../../src/collector/udp_fast_ffi.ts";
 
 const SRC = new URL("../../src", import.meta.url).pathname;
 
@@ -87,7 +88,7 @@ Deno.test("e2e permissions: the process runs on exactly the printed flags, its f
   }
 });
 
-Deno.test("e2e permissions: UDP on the printed flags takes the fast path (--allow-ffi)", async () => {
+Deno.test("e2e permissions: UDP on the printed flags takes the fast path (--allow-ffi=<libc>)", async () => {
   const dir = await Deno.makeTempDir({ prefix: "fa-e2e-perm-udp-" });
   let fa: FaProcess | undefined;
   try {
@@ -95,10 +96,11 @@ Deno.test("e2e permissions: UDP on the printed flags takes the fast path (--allo
     await Deno.writeTextFile(conf, flowLogConfig(`${dir}/flows.log`, { transport: "UDP" }));
     const args = ["--config", conf, "--listen", "127.0.0.1:0", ...apiArgs(`${dir}/api`)];
     const flags = await printedPermissions(args);
-    // Unscoped: Deno 2.9.6 grants pointer operations (Deno.UnsafePointer.of, which the receive
-    // loop uses) only with the bare flag; a flag scoped to libc's path opens libc but then
-    // fails in the receive worker with NotCapable.
-    assert.deepEqual(flags.filter((f) => f.startsWith("--allow-ffi")), ["--allow-ffi"]);
+    // Scoped to the C library: the receive loop uses no pointer API (which Deno grants only
+    // with the bare flag), so libc's path is all it needs.
+    assert.deepEqual(flags.filter((f) => f.startsWith("--allow-ffi")), [
+      `--allow-ffi=${libcPath()}`,
+    ]);
     fa = FaProcess.start({ denoFlags: [...flags, "--config", DENO_JSON], args, cwd: dir });
     const port = await fa.collectorPort();
     await fa.waitFor({ msg: "udp receiver listening", mode: "ffi" }, 15_000);

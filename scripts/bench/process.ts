@@ -136,6 +136,11 @@ export async function startFlowAggregator(opts: StartOptions = {}): Promise<FaPr
     "json",
     "--log-level",
     opts.logLevel ?? "debug",
+    // The API on a free port unless the caller picks one: two bench processes (or a bench and
+    // a running collector) must not collide on the default 10348.
+    ...(opts.args?.some((a) => a.startsWith("--api-listen"))
+      ? []
+      : ["--api-listen", "127.0.0.1:0"]),
     ...(opts.args ?? []),
   ];
   const child = new Deno.Command(Deno.execPath(), {

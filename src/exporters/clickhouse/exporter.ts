@@ -1,7 +1,11 @@
 /**
- * The ClickHouse sink (exporters.md §3): flows become JSONEachRow rows at once (`addRecord`
+ * The ClickHouse sink (exporters.md §3): flows become RowBinary rows at once (`addRecord`
  * never blocks), rows are sealed into batches every `commitInterval` or when a batch is full,
  * and batches are inserted one at a time with an explicit column list.
+ *
+ * A batch's body is spooled as it is sent, so its format is part of the spool entry: batches
+ * carry {@linkcode FLAG_ROW_BINARY}; a spooled batch without it was written by a version that
+ * rendered JSONEachRow, and is inserted as such.
  *
  * Never fatal, never blocking: the server being down at start or later only changes the
  * sink's state. `connected`: inserts go straight from memory. `retrying`: an attempt failed;
@@ -35,7 +39,7 @@ import {
   type ConnectionSettings,
   type ServerInfo,
 } from "./connection.ts";
-import { rowJson } from "./table.ts";
+import { INSERT_COLUMNS, type InsertFormat, RowBinaryWriter } from "./table.ts";
 import { parseDatabaseUrl } from "./url.ts";
 
 const log = logger("clickhouse");
@@ -66,6 +70,12 @@ export interface ClickHouseExporterOptions {
   /** Deadline of the final insert at stop (upstream 10 s). */
   stopTimeoutMs?: number;
 }
+
+/**
+ * Spool entry flag (a sink-defined bit): the payload is RowBinary of the 50 insert columns.
+ * Without it the payload is JSONEachRow (entries spooled before the sink rendered RowBinary).
+ */
+export const FLAG_ROW_BINARY = 2;
 
 /** The sink's state, in logs and counters. */
 export type ClickHouseState = "connected" | "retrying" | "spooling";
@@ -122,11 +132,8 @@ interface Batch {
   readonly id: string;
   readonly records: number;
   flags: number;
-  readonly body: string;
+  readonly body: Uint8Array;
 }
-
-const enc = new TextEncoder();
-const dec = new TextDecoder();
 
 function settingsKey(c: ClickHouseConfig): string {
   return JSON.stringify([c.databaseURL, c.database, c.compress, c.tls.insecureSkipVerify]);
@@ -153,7 +160,7 @@ export class ClickHouseExporter implements Exporter {
   readonly #password: string;
   readonly #errLog = new RateLimitedLog(10_000);
 
-  #rows: string[] = [];
+  readonly #rows = new RowBinaryWriter();
   readonly #memory: Batch[] = [];
   #memoryRecords = 0;
   #spool: Spool | undefined;
@@ -274,8 +281,8 @@ export class ClickHouseExporter implements Exporter {
   /** Converts the flow to its row at once (the live record changes after this returns). */
   addRecord(flow: ExportedFlow): void {
     this.#received++;
-    this.#rows.push(rowJson(toFlatRecord(flow, this.#clusterUuid)));
-    if (this.#rows.length >= this.#opts.maxBatchRows) {
+    this.#rows.add(toFlatRecord(flow, this.#clusterUuid));
+    if (this.#rows.rows >= this.#opts.maxBatchRows) {
       this.#seal();
       this.#kick();
     }
@@ -393,7 +400,7 @@ export class ClickHouseExporter implements Exporter {
       spoolDropped,
       spoolCorrupt: sp?.corruptFrames ?? 0,
       spoolTruncatedBytes: sp?.truncatedBytes ?? 0,
-      memoryRecords: this.#memoryRecords + this.#rows.length,
+      memoryRecords: this.#memoryRecords + this.#rows.rows,
       spoolRecords: sp?.records ?? 0,
       spoolBytes: sp?.bytes ?? 0,
       spoolOpen: sp !== undefined,
@@ -415,14 +422,13 @@ export class ClickHouseExporter implements Exporter {
 
   /** Turns the open rows into a batch: into memory while inserts flow, else into the spool. */
   #seal(): void {
-    if (this.#rows.length === 0) return;
+    if (this.#rows.rows === 0) return;
     const batch: Batch = {
       id: newBatchId(),
-      records: this.#rows.length,
-      flags: 0,
-      body: this.#rows.join("\n"),
+      records: this.#rows.rows,
+      flags: FLAG_ROW_BINARY,
+      body: this.#rows.take(),
     };
-    this.#rows = [];
     const toSpool = this.#spool !== undefined &&
       (!this.#connected || this.#spoolAppends > 0 || !this.#spool.empty ||
         this.#memoryRecords + batch.records > this.#opts.maxMemoryRecords);
@@ -446,7 +452,7 @@ export class ClickHouseExporter implements Exporter {
   #toSpool(batch: Batch): void {
     const spool = this.#spool!;
     this.#spoolAppends++;
-    const payload = enc.encode(batch.body);
+    const payload = batch.body;
     this.#appendChain = this.#appendChain.then(async () => {
       try {
         await spool.append({ id: batch.id, records: batch.records, flags: batch.flags, payload });
@@ -559,7 +565,7 @@ export class ClickHouseExporter implements Exporter {
         id: lease.id,
         records: lease.records,
         flags: lease.flags,
-        body: dec.decode(lease.payload),
+        body: lease.payload,
       };
       if (!(await this.#send(batch, lease.recovered))) {
         spool.release(lease, (batch.flags & FLAG_OUTCOME_UNKNOWN) !== 0);
@@ -576,8 +582,12 @@ export class ClickHouseExporter implements Exporter {
     const server = this.#server!;
     const ctl = new AbortController();
     this.#inflight = ctl;
+    // RowBinary rows hold the 50 columns: a table's `egressNodeName` then takes its default by
+    // being left out of the list, as the JSON rows of older spooled batches left it out.
+    const format: InsertFormat = b.flags & FLAG_ROW_BINARY ? "RowBinary" : "JSONEachRow";
     const r = await this.#conn!.insert(b.body, {
-      columns: server.columns,
+      format,
+      columns: format === "RowBinary" ? INSERT_COLUMNS : server.columns,
       token: server.dedupToken ? b.id : undefined,
       signal: ctl.signal,
     });

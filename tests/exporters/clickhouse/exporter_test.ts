@@ -611,6 +611,55 @@ Deno.test("C1: without a usable spool, a full memory queue drops its oldest batc
   await cleanup(r);
 });
 
+Deno.test("two batches in flight: the one that fails is retried, the other counted once", async () => {
+  let calls = 0;
+  let inFlight = 0;
+  let maxInFlight = 0;
+  const r = await rig({
+    maxBatchRows: 10,
+    connect: (settings) => {
+      const c = new ClientConnection(settings);
+      return {
+        prepare: () => c.prepare(),
+        insert: async (body, o) => {
+          inFlight++;
+          maxInFlight = Math.max(maxInFlight, inFlight);
+          // Both requests are out before either answers.
+          await new Promise((res) => setTimeout(res, 50));
+          try {
+            if (++calls === 1) return { ok: false, unknown: false, error: "refused" } as const;
+            return await c.insert(body, o);
+          } finally {
+            inFlight--;
+          }
+        },
+        close: () => c.close(),
+      };
+    },
+  });
+  await r.sink.start();
+  await r.sink.flush(); // connected: batches go to memory
+  for (let i = 0; i < 20; i++) r.sink.addRecord(flow(i)); // two batches of 10
+  await settle(r.sink, (s) => s.exported === 20, {
+    what: "both batches inserted",
+    clock: r.clock,
+    advanceMs: 1000,
+  });
+  const s = r.sink.stats();
+  assert.equal(maxInFlight, 2);
+  assert.equal(s.batchesInserted, 2);
+  assert.equal(s.insertErrors, 1);
+  assert.equal(s.possiblyDuplicated, 0);
+  assertLedger(s);
+  const [sum] = await selectRows(
+    r.server,
+    `SELECT count() AS n, uniqExact(flowStartSeconds) AS u FROM ${r.db}.flows`,
+  );
+  assert.equal(Number(sum.n), 20);
+  assert.equal(Number(sum.u), 20);
+  await cleanup(r);
+});
+
 Deno.test("the spool opening while a batch is being inserted does not copy that batch", async () => {
   const r = await rig();
   const holder = await Spool.open(r.dir, { maxBytes: 1 << 20 }); // the sink's spool waits

@@ -117,7 +117,9 @@ function putU64(d: DataView, p: number, v: bigint | number): number {
   return p + 8;
 }
 
-/** The room one row needs at most, and the writer of one row at `p`, as straight-line code. */
+// The room one row needs at most (a string: 5 bytes of length, at most 3 bytes per UTF-16
+// unit), and the writer of one row at `p`, generated from the column list as straight-line
+// code, as the JSON line is.
 const STRING_COLUMNS = INSERT_COLUMNS.filter((c) => columnType(c) === "String");
 const ROW_FIXED_BYTES = INSERT_COLUMNS.reduce((n, c) => n + (FIXED_BYTES[columnType(c)] ?? 5), 0);
 const rowRoom = new Function(

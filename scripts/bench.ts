@@ -464,10 +464,11 @@ export async function benchClickHouseSink(ctx: BenchContext): Promise<void> {
   ctx.results.spool_write_mb_per_s = r.spool_write_mb_per_s;
   ctx.results.spool_replay_rows_per_s = r.spool_replay_rows_per_s;
   const rows = `${r.detail.rows} rows, Debian clickhouse-server ${r.detail.server}`;
-  ctx.notes.clickhouse_rows_per_s = `sink in process over HTTP (gzip, 20k-row inserts), ${rows}`;
+  ctx.notes.clickhouse_rows_per_s =
+    `sink in process over HTTP (RowBinary, gzip level 1, 20k-row inserts), ${rows}`;
   ctx.notes.clickhouse_client_rows_per_s = `clickhouse-client, native protocol, same rows, ${rows}`;
   ctx.notes.clickhouse_vs_client_ratio = "goal >= 0.5";
-  ctx.notes.spool_write_mb_per_s = "1,000-row frames appended (no fsync)";
+  ctx.notes.spool_write_mb_per_s = "1,000-row RowBinary frames appended (no fsync)";
   ctx.notes.spool_replay_rows_per_s = "peek + ack with the in-flight mark, no insert";
   ctx.details.clickhouse = r.detail;
 }

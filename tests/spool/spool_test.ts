@@ -120,6 +120,22 @@ Deno.test("a batch being delivered when the process died comes back flagged outc
   });
 });
 
+Deno.test("sink-defined flag bits survive a restart, beside the outcome-unknown flag", async () => {
+  await withDir(async (dir) => {
+    const a = await Spool.open(dir, { maxBytes: 1 << 20 });
+    await a.append({ ...batch("marked"), flags: 2 | 0x80 });
+    await a.append(batch("plain"));
+    await a.peek({ markInflight: true });
+    await a.close(); // died during the delivery of "marked"
+    const b = await Spool.open(dir, { maxBytes: 1 << 20 });
+    const marked = (await b.peek())!;
+    assert.equal(marked.flags, 2 | 0x80 | FLAG_OUTCOME_UNKNOWN);
+    await b.ack(marked);
+    assert.equal((await b.peek())!.flags, 0);
+    await b.close();
+  });
+});
+
 Deno.test("a batch released with an unknown outcome comes back flagged, in the same process", async () => {
   await withDir(async (dir) => {
     const spool = await Spool.open(dir, { maxBytes: 1 << 20 });

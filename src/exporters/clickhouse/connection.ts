@@ -2,7 +2,9 @@
  * One connection to ClickHouse over HTTP(S) through `@clickhouse/client`: what the sink needs
  * and nothing more. `prepare` checks the server (ping, version, the `flows` table's columns
  * and engine) before inserts, so a missing table or column is an error that names it (upstream
- * "error when preparing insert statement"); `insert` sends one pre-rendered JSONEachRow body.
+ * "error when preparing insert statement"); `insert` sends one pre-rendered body as bytes
+ * (`INSERT INTO flows (<columns>) FORMAT <RowBinary|JSONEachRow>` through the client's `exec`,
+ * so its auth, TLS, gzip request compression and settings apply as to any other query).
  *
  * Works with ClickHouse 18.16 (no query parameters, no async insert): the client sends no
  * setting the old server rejects unless asked, and `insert_deduplication_token` is only sent
@@ -13,8 +15,14 @@
 
 import { Buffer } from "node:buffer";
 import https from "node:https";
+import { Readable } from "node:stream";
 import { type ClickHouseClient, ClickHouseLogLevel, createClient } from "@clickhouse/client";
-import { EGRESS_NODE_NAME_COLUMN, INSERT_COLUMNS, serverHasDedupToken } from "./table.ts";
+import {
+  EGRESS_NODE_NAME_COLUMN,
+  INSERT_COLUMNS,
+  type InsertFormat,
+  serverHasDedupToken,
+} from "./table.ts";
 
 /** Settings that identify a connection: a change of any of them means a new client. */
 export interface ConnectionSettings {
@@ -26,7 +34,7 @@ export interface ConnectionSettings {
   username: string;
   /** `CH_PASSWORD`. */
   password: string;
-  /** gzip request bodies. */
+  /** gzip request bodies (level 1: the cheap end, as upstream's LZ4 is). */
   compress: boolean;
   /** Skip server certificate verification (https). */
   insecureSkipVerify: boolean;
@@ -62,15 +70,24 @@ export type InsertOutcome =
   /** Maybe inserted: the request may have reached the server (timeout, reset). */
   | { ok: false; unknown: true; error: string };
 
+/** What an insert needs besides its body. */
+export interface InsertOptions {
+  /** How the body is encoded. */
+  format: InsertFormat;
+  /** The columns the body's rows hold, in order. */
+  columns: readonly string[];
+  /** `insert_deduplication_token` (only where the server has it). */
+  token?: string;
+  /** Aborts the request. */
+  signal?: AbortSignal;
+}
+
 /** A connection as the sink uses it (the real one, or a test double). */
 export interface Connection {
   /** Checks the server and the table; throws naming what is wrong. */
   prepare(): Promise<ServerInfo>;
-  /** Inserts one JSONEachRow body (rows separated by newlines). Never throws. */
-  insert(
-    body: string,
-    options: { columns: readonly string[]; token?: string; signal?: AbortSignal },
-  ): Promise<InsertOutcome>;
+  /** Inserts one body of rows in `options.format`. Never throws. */
+  insert(body: Uint8Array, options: InsertOptions): Promise<InsertOutcome>;
   /** Closes the client's sockets. */
   close(): Promise<void>;
 }
@@ -114,13 +131,8 @@ export class ClientConnection implements Connection {
       password: s.password,
       database: s.database,
       request_timeout: s.requestTimeoutMs,
-      compression: { request: s.compress, response: false },
+      compression: { request: s.compress ? { codec: "gzip", level: 1 } : false, response: false },
       log: { level: ClickHouseLogLevel.OFF },
-      // Bodies are rendered by the sink (table.ts): a string value is sent as it is.
-      json: {
-        parse: JSON.parse,
-        stringify: (v: unknown) => typeof v === "string" ? v : JSON.stringify(v),
-      },
       ...(secure && s.insecureSkipVerify
         ? {
           http_agent: new https.Agent({ keepAlive: true, rejectUnauthorized: false, ca }),
@@ -171,21 +183,18 @@ export class ClientConnection implements Connection {
     };
   }
 
-  async insert(
-    body: string,
-    options: { columns: readonly string[]; token?: string; signal?: AbortSignal },
-  ): Promise<InsertOutcome> {
+  async insert(body: Uint8Array, options: InsertOptions): Promise<InsertOutcome> {
     try {
-      await this.#client.insert({
-        table: "flows",
-        format: "JSONEachRow",
-        values: [body],
-        columns: options.columns as [string, ...string[]],
+      const r = await this.#client.exec({
+        query: `INSERT INTO flows (${options.columns.join(", ")}) FORMAT ${options.format}`,
+        values: Readable.from([Buffer.from(body.buffer, body.byteOffset, body.byteLength)]),
         abort_signal: options.signal,
         clickhouse_settings: options.token === undefined
           ? {}
           : { insert_deduplication_token: options.token },
       });
+      // The answer of an insert is empty; reading it to the end frees the socket.
+      for await (const _ of r.stream) { /* drained */ }
       return { ok: true };
     } catch (err) {
       return classifyFailure(err);

@@ -1,7 +1,12 @@
 /**
- * The ClickHouse sink (exporters.md §3): flows become JSONEachRow rows at once (`addRecord`
+ * The ClickHouse sink (exporters.md §3): flows become RowBinary rows at once (`addRecord`
  * never blocks), rows are sealed into batches every `commitInterval` or when a batch is full,
- * and batches are inserted one at a time with an explicit column list.
+ * and batches are inserted with an explicit column list, two in flight at a time from memory
+ * (one at a time from the spool, which hands out one batch at a time).
+ *
+ * A batch's body is spooled as it is sent, so its format is part of the spool entry: batches
+ * carry {@linkcode FLAG_ROW_BINARY}; a spooled batch without it was written by a version that
+ * rendered JSONEachRow, and is inserted as such.
  *
  * Never fatal, never blocking: the server being down at start or later only changes the
  * sink's state. `connected`: inserts go straight from memory. `retrying`: an attempt failed;
@@ -35,7 +40,7 @@ import {
   type ConnectionSettings,
   type ServerInfo,
 } from "./connection.ts";
-import { rowJson } from "./table.ts";
+import { INSERT_COLUMNS, type InsertFormat, RowBinaryWriter } from "./table.ts";
 import { parseDatabaseUrl } from "./url.ts";
 
 const log = logger("clickhouse");
@@ -53,6 +58,8 @@ export interface ClickHouseExporterOptions {
   connect?: (settings: ConnectionSettings) => Connection;
   /** Reads the custom CA file. Default `Deno.readTextFile` of {@linkcode CLICKHOUSE_CA_PATH}. */
   readCa?: () => Promise<string>;
+  /** Inserts of memory batches in flight at once. Default 2. */
+  maxInFlight?: number;
   /** Rows per insert at most (the size trigger). Default 20,000. */
   maxBatchRows?: number;
   /** Records held in memory beyond which new batches go to the spool (or, without one, the oldest are dropped). Default 524,288. */
@@ -66,6 +73,12 @@ export interface ClickHouseExporterOptions {
   /** Deadline of the final insert at stop (upstream 10 s). */
   stopTimeoutMs?: number;
 }
+
+/**
+ * Spool entry flag (a sink-defined bit): the payload is RowBinary of the 50 insert columns.
+ * Without it the payload is JSONEachRow (entries spooled before the sink rendered RowBinary).
+ */
+export const FLAG_ROW_BINARY = 2;
 
 /** The sink's state, in logs and counters. */
 export type ClickHouseState = "connected" | "retrying" | "spooling";
@@ -122,11 +135,8 @@ interface Batch {
   readonly id: string;
   readonly records: number;
   flags: number;
-  readonly body: string;
+  readonly body: Uint8Array;
 }
-
-const enc = new TextEncoder();
-const dec = new TextDecoder();
 
 function settingsKey(c: ClickHouseConfig): string {
   return JSON.stringify([c.databaseURL, c.database, c.compress, c.tls.insecureSkipVerify]);
@@ -142,6 +152,7 @@ export class ClickHouseExporter implements Exporter {
   readonly #connect: (s: ConnectionSettings) => Connection;
   readonly #readCa: () => Promise<string>;
   readonly #opts: {
+    maxInFlight: number;
     maxBatchRows: number;
     maxMemoryRecords: number;
     backoffInitialMs: number;
@@ -153,7 +164,7 @@ export class ClickHouseExporter implements Exporter {
   readonly #password: string;
   readonly #errLog = new RateLimitedLog(10_000);
 
-  #rows: string[] = [];
+  readonly #rows = new RowBinaryWriter();
   readonly #memory: Batch[] = [];
   #memoryRecords = 0;
   #spool: Spool | undefined;
@@ -168,11 +179,13 @@ export class ClickHouseExporter implements Exporter {
   #connected = false;
   #loggedState: ClickHouseState | undefined;
   #pump: Promise<void> | undefined;
+  /** Wakes the pump's wait for an insert to end, when a slot for another insert is free. */
+  #wake: (() => void) | undefined;
   #again = false;
   #commitTimer: ClockTimer | undefined;
   #retryTimer: ClockTimer | undefined;
   #backoffMs: number;
-  #inflight: AbortController | undefined;
+  readonly #inflight = new Set<AbortController>();
   #started = false;
   #stopping = false;
 
@@ -224,6 +237,7 @@ export class ClickHouseExporter implements Exporter {
     this.#connect = options.connect ?? ((s) => new ClientConnection(s));
     this.#readCa = options.readCa ?? (() => Deno.readTextFile(CLICKHOUSE_CA_PATH));
     this.#opts = {
+      maxInFlight: Math.max(1, options.maxInFlight ?? 2),
       maxBatchRows: options.maxBatchRows ?? 20_000,
       maxMemoryRecords: options.maxMemoryRecords ?? 524_288,
       backoffInitialMs: options.backoffInitialMs ?? 1000,
@@ -274,8 +288,8 @@ export class ClickHouseExporter implements Exporter {
   /** Converts the flow to its row at once (the live record changes after this returns). */
   addRecord(flow: ExportedFlow): void {
     this.#received++;
-    this.#rows.push(rowJson(toFlatRecord(flow, this.#clusterUuid)));
-    if (this.#rows.length >= this.#opts.maxBatchRows) {
+    this.#rows.add(toFlatRecord(flow, this.#clusterUuid));
+    if (this.#rows.rows >= this.#opts.maxBatchRows) {
       this.#seal();
       this.#kick();
     }
@@ -325,7 +339,7 @@ export class ClickHouseExporter implements Exporter {
     this.#retryTimer = undefined;
     this.#seal();
     const deadline = this.#clock.setTimer(this.#opts.stopTimeoutMs, () => {
-      this.#inflight?.abort(new Error("stop deadline"));
+      for (const ctl of this.#inflight) ctl.abort(new Error("stop deadline"));
     });
     if (this.#connected || this.#pump !== undefined) {
       this.#kick();
@@ -393,7 +407,7 @@ export class ClickHouseExporter implements Exporter {
       spoolDropped,
       spoolCorrupt: sp?.corruptFrames ?? 0,
       spoolTruncatedBytes: sp?.truncatedBytes ?? 0,
-      memoryRecords: this.#memoryRecords + this.#rows.length,
+      memoryRecords: this.#memoryRecords + this.#rows.rows,
       spoolRecords: sp?.records ?? 0,
       spoolBytes: sp?.bytes ?? 0,
       spoolOpen: sp !== undefined,
@@ -415,14 +429,13 @@ export class ClickHouseExporter implements Exporter {
 
   /** Turns the open rows into a batch: into memory while inserts flow, else into the spool. */
   #seal(): void {
-    if (this.#rows.length === 0) return;
+    if (this.#rows.rows === 0) return;
     const batch: Batch = {
       id: newBatchId(),
-      records: this.#rows.length,
-      flags: 0,
-      body: this.#rows.join("\n"),
+      records: this.#rows.rows,
+      flags: FLAG_ROW_BINARY,
+      body: this.#rows.take(),
     };
-    this.#rows = [];
     const toSpool = this.#spool !== undefined &&
       (!this.#connected || this.#spoolAppends > 0 || !this.#spool.empty ||
         this.#memoryRecords + batch.records > this.#opts.maxMemoryRecords);
@@ -446,7 +459,7 @@ export class ClickHouseExporter implements Exporter {
   #toSpool(batch: Batch): void {
     const spool = this.#spool!;
     this.#spoolAppends++;
-    const payload = enc.encode(batch.body);
+    const payload = batch.body;
     this.#appendChain = this.#appendChain.then(async () => {
       try {
         await spool.append({ id: batch.id, records: batch.records, flags: batch.flags, payload });
@@ -507,6 +520,7 @@ export class ClickHouseExporter implements Exporter {
   #kick(): void {
     if (this.#pump !== undefined) {
       this.#again = true;
+      this.#wake?.();
       return;
     }
     if (this.#retryTimer !== undefined) return;
@@ -532,17 +546,9 @@ export class ClickHouseExporter implements Exporter {
     this.#again = false;
     for (;;) {
       if (this.#server === undefined && !(await this.#prepare())) return this.#failed();
-      // Oldest first: memory batches are older than anything spooled by this process. The
-      // batch being sent leaves the queue meanwhile, so a spill (the spool opening) cannot
-      // copy it into the spool too; on failure it goes back first.
-      const b = this.#memory.shift();
-      if (b !== undefined) {
-        const ok = await this.#send(b, false);
-        if (!ok) {
-          this.#memory.unshift(b);
-          return this.#failed();
-        }
-        this.#memoryRecords -= b.records;
+      // Oldest first: memory batches are older than anything spooled by this process.
+      if (this.#memory.length > 0) {
+        if (!(await this.#sendMemory())) return this.#failed();
         continue;
       }
       await this.#appendChain;
@@ -559,7 +565,7 @@ export class ClickHouseExporter implements Exporter {
         id: lease.id,
         records: lease.records,
         flags: lease.flags,
-        body: dec.decode(lease.payload),
+        body: lease.payload,
       };
       if (!(await this.#send(batch, lease.recovered))) {
         spool.release(lease, (batch.flags & FLAG_OUTCOME_UNKNOWN) !== 0);
@@ -571,17 +577,59 @@ export class ClickHouseExporter implements Exporter {
     this.#setConnected(true);
   }
 
+  /**
+   * Sends the memory batches, keeping up to `maxInFlight` (2) inserts in flight, so the round
+   * trip and commit of one overlap the next one's transfer and parsing; a batch may then land
+   * before an older one, as a retried batch lands after newer ones. Batches being sent leave
+   * the queue, so a spill (the spool opening) cannot copy them into the spool too. After a
+   * failure nothing new starts; once the other insert has ended, the failed batches go back to
+   * the front in their order. False when one failed.
+   */
+  async #sendMemory(): Promise<boolean> {
+    const flying = new Map<number, Promise<[number, Batch, boolean]>>();
+    const failed: [number, Batch][] = [];
+    let seq = 0;
+    for (;;) {
+      while (
+        failed.length === 0 && flying.size < this.#opts.maxInFlight && this.#memory.length > 0 &&
+        this.#server !== undefined // (a reload may have dropped it: prepare first)
+      ) {
+        const b = this.#memory.shift()!;
+        const n = seq++;
+        flying.set(n, this.#send(b, false).then((ok): [number, Batch, boolean] => [n, b, ok]));
+      }
+      if (flying.size === 0) break;
+      // With a free slot, a batch sealed meanwhile (its #kick wakes this) starts at once.
+      const woken = flying.size < this.#opts.maxInFlight && failed.length === 0
+        ? new Promise<undefined>((res) => this.#wake = () => res(undefined))
+        : undefined;
+      const done = await Promise.race(woken ? [...flying.values(), woken] : flying.values());
+      this.#wake = undefined;
+      if (done === undefined) continue;
+      const [n, b, ok] = done;
+      flying.delete(n);
+      if (ok) this.#memoryRecords -= b.records;
+      else failed.push([n, b]);
+    }
+    this.#memory.unshift(...failed.sort((x, y) => x[0] - y[0]).map(([, b]) => b));
+    return failed.length === 0;
+  }
+
   /** One insert; on an unknown outcome the batch is flagged for its retries. */
   async #send(b: Batch, recovered: boolean): Promise<boolean> {
     const server = this.#server!;
     const ctl = new AbortController();
-    this.#inflight = ctl;
+    this.#inflight.add(ctl);
+    // RowBinary rows hold the 50 columns: a table's `egressNodeName` then takes its default by
+    // being left out of the list, as the JSON rows of older spooled batches left it out.
+    const format: InsertFormat = b.flags & FLAG_ROW_BINARY ? "RowBinary" : "JSONEachRow";
     const r = await this.#conn!.insert(b.body, {
-      columns: server.columns,
+      format,
+      columns: format === "RowBinary" ? INSERT_COLUMNS : server.columns,
       token: server.dedupToken ? b.id : undefined,
       signal: ctl.signal,
     });
-    this.#inflight = undefined;
+    this.#inflight.delete(ctl);
     if (r.ok) {
       this.#inserted += b.records;
       this.#batchesInserted++;

@@ -10,12 +10,15 @@ import {
   ClickHouseExporter,
   type ClickHouseExporterOptions,
   type ClickHouseStats,
+  FLAG_ROW_BINARY,
   FLOWS_TABLE_COLUMNS,
   flowsSchemaSql,
   INSERT_COLUMNS,
+  rowBinary,
+  rowJson,
 } from "../../../src/exporters/clickhouse/mod.ts";
 import { toFlatRecord } from "../../../src/exporters/flat_record.ts";
-import type { Connection } from "../../../src/exporters/clickhouse/connection.ts";
+import type { Connection, InsertOptions } from "../../../src/exporters/clickhouse/connection.ts";
 import { ClientConnection } from "../../../src/exporters/clickhouse/connection.ts";
 import type { ClickHouseConfig } from "../../../src/exporters/clickhouse/config.ts";
 import {
@@ -30,7 +33,7 @@ import {
 } from "../../_helpers/clickhouse.ts";
 import { waitFor } from "../../_helpers/wait.ts";
 import { freePort } from "../../../scripts/clickhouse.ts";
-import { Spool } from "../../../src/spool/mod.ts";
+import { newBatchId, Spool } from "../../../src/spool/mod.ts";
 import { fixtureFlow } from "../fixtures.ts";
 
 const UUID = "5f3b4a3e-2c9a-4b0c-9d57-8a4e3c0f1b2a";
@@ -145,6 +148,57 @@ Deno.test("C2: the row read back matches fixture F field by field (IPv4 and IPv6
   assert.equal(s.exported, 2);
   assert.equal(s.connected, true);
   assertLedger(s);
+  await cleanup(r);
+});
+
+/** The inserted columns of every row, DateTime as unix seconds, ordered by flowStartSeconds. */
+async function readBack(r: Rig): Promise<Record<string, unknown>[]> {
+  const select = INSERT_COLUMNS.map((c) =>
+    Object.fromEntries(FLOWS_TABLE_COLUMNS)[c] === "DateTime" ? `toUnixTimestamp(${c}) AS ${c}` : c
+  ).join(", ");
+  return await selectRows(
+    r.server,
+    `SELECT ${select} FROM ${r.db}.flows ORDER BY flowStartSeconds`,
+  );
+}
+
+Deno.test("a spool from an older version (JSONEachRow frames, no format bit) replays as JSON, beside RowBinary frames", async () => {
+  const r = await rig();
+  // Frames as the JSON-rendering version wrote them (flags 0), then one RowBinary frame; the
+  // labels are long (a two-byte length) and not ASCII, the counters above 2^53.
+  const labels = JSON.stringify({ app: "ünïcødé-✓-🚀", pad: "x".repeat(300) });
+  const flats = [0, 1, 2].map((i) =>
+    toFlatRecord(
+      fixtureFlow(i === 1, {
+        flowStartSeconds: 1_600_000_000 + i,
+        octetTotalCount: 2n ** 64n - 1n - BigInt(i),
+        throughput: 2n ** 53n + 1n,
+        sourcePodLabels: labels,
+        tcpState: i === 2 ? "" : "TIME_WAIT",
+      }),
+      UUID,
+    )
+  );
+  const spool = await Spool.open(r.dir, { maxBytes: 1 << 20 });
+  const json = new TextEncoder().encode(flats.slice(0, 2).map(rowJson).join("\n"));
+  await spool.append({ id: newBatchId(), records: 2, flags: 0, payload: json });
+  const bin = rowBinary(flats.slice(2));
+  await spool.append({ id: newBatchId(), records: 1, flags: FLAG_ROW_BINARY, payload: bin });
+  await spool.close();
+  await r.sink.start();
+  await settle(r.sink, (s) => s.recoveredInserted === 3, { what: "the old spool replayed" });
+  const rows = await readBack(r);
+  assert.equal(rows.length, 3);
+  rows.forEach((row, i) => {
+    for (const c of INSERT_COLUMNS) {
+      assert.equal(String(row[c]), String(flats[i][c as keyof (typeof flats)[0]]), `${i} ${c}`);
+    }
+  });
+  assert.equal(rows[0].octetTotalCount, "18446744073709551615");
+  assert.equal(rows[1].sourceIP, "2001:0:3238:dfe1:63::fefb");
+  assert.equal(rows[2].sourcePodLabels, labels);
+  assert.equal(rows[2].tcpState, "");
+  assertLedger(r.sink.stats());
   await cleanup(r);
 });
 
@@ -398,9 +452,9 @@ class LosingConnection implements Connection {
     // Present the server as one with tokens (22.2+); 18.16 itself cannot take them.
     return { ...info, dedupToken: true, dedupExact: this.exact };
   }
-  async insert(body: string, o: { columns: readonly string[]; token?: string }) {
+  async insert(body: Uint8Array, o: InsertOptions) {
     this.tokens.push(o.token);
-    const r = await this.inner.insert(body, { columns: o.columns });
+    const r = await this.inner.insert(body, { format: o.format, columns: o.columns });
     if (r.ok && !this.#lost) {
       this.#lost = true;
       return { ok: false as const, unknown: true as const, error: "socket hang up" };
@@ -554,6 +608,55 @@ Deno.test("C1: without a usable spool, a full memory queue drops its oldest batc
   assert.equal(row.m, 1_600_000_070, "the oldest kept is record 70");
   await sink.stop();
   await Deno.remove(blocker);
+  await cleanup(r);
+});
+
+Deno.test("two batches in flight: the one that fails is retried, the other counted once", async () => {
+  let calls = 0;
+  let inFlight = 0;
+  let maxInFlight = 0;
+  const r = await rig({
+    maxBatchRows: 10,
+    connect: (settings) => {
+      const c = new ClientConnection(settings);
+      return {
+        prepare: () => c.prepare(),
+        insert: async (body, o) => {
+          inFlight++;
+          maxInFlight = Math.max(maxInFlight, inFlight);
+          // Both requests are out before either answers.
+          await new Promise((res) => setTimeout(res, 50));
+          try {
+            if (++calls === 1) return { ok: false, unknown: false, error: "refused" } as const;
+            return await c.insert(body, o);
+          } finally {
+            inFlight--;
+          }
+        },
+        close: () => c.close(),
+      };
+    },
+  });
+  await r.sink.start();
+  await r.sink.flush(); // connected: batches go to memory
+  for (let i = 0; i < 20; i++) r.sink.addRecord(flow(i)); // two batches of 10
+  await settle(r.sink, (s) => s.exported === 20, {
+    what: "both batches inserted",
+    clock: r.clock,
+    advanceMs: 1000,
+  });
+  const s = r.sink.stats();
+  assert.equal(maxInFlight, 2);
+  assert.equal(s.batchesInserted, 2);
+  assert.equal(s.insertErrors, 1);
+  assert.equal(s.possiblyDuplicated, 0);
+  assertLedger(s);
+  const [sum] = await selectRows(
+    r.server,
+    `SELECT count() AS n, uniqExact(flowStartSeconds) AS u FROM ${r.db}.flows`,
+  );
+  assert.equal(Number(sum.n), 20);
+  assert.equal(Number(sum.u), 20);
   await cleanup(r);
 });
 

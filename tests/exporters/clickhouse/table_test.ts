@@ -3,6 +3,8 @@ import {
   FLOWS_TABLE_COLUMNS,
   flowsSchemaSql,
   INSERT_COLUMNS,
+  rowBinary,
+  RowBinaryWriter,
   rowJson,
   serverHasDedupToken,
   serverHasTtl,
@@ -32,6 +34,88 @@ Deno.test("C2: a row carries the 50 values in order, 64-bit counters exact", () 
   assert.equal(parsed.sourceIP, "10.10.0.79");
   assert.equal(parsed.clusterUUID, "U");
   assert.equal(parsed.sourcePodLabels, '{"antrea-e2e":"perftest-a","app":"iperf"}');
+});
+
+/** Reads RowBinary rows of the 50 insert columns back into values (strings as text). */
+function readRowBinary(bytes: Uint8Array): Record<string, unknown>[] {
+  const d = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const types = Object.fromEntries(FLOWS_TABLE_COLUMNS);
+  const rows: Record<string, unknown>[] = [];
+  let p = 0;
+  while (p < bytes.length) {
+    const row: Record<string, unknown> = {};
+    for (const c of INSERT_COLUMNS) {
+      switch (types[c]) {
+        case "UInt8":
+          row[c] = d.getUint8(p++);
+          break;
+        case "UInt16":
+          row[c] = d.getUint16(p, true);
+          p += 2;
+          break;
+        case "DateTime":
+          row[c] = d.getUint32(p, true);
+          p += 4;
+          break;
+        case "UInt64":
+          row[c] = d.getBigUint64(p, true);
+          p += 8;
+          break;
+        default: {
+          let len = 0;
+          for (let shift = 0;; shift += 7) {
+            const b = bytes[p++];
+            len |= (b & 0x7f) << shift;
+            if (b < 0x80) break;
+          }
+          row[c] = new TextDecoder().decode(bytes.subarray(p, p + len));
+          p += len;
+        }
+      }
+    }
+    rows.push(row);
+  }
+  return rows;
+}
+
+Deno.test("RowBinary: every column type, u64 up to 2^64-1, UTF-8 and long strings, empty strings", () => {
+  const labels = JSON.stringify({ app: "ünïcødé-✓-🚀", pad: "y".repeat(200) });
+  const records = [
+    toFlatRecord(fixtureFlow(false), "U"),
+    toFlatRecord(
+      fixtureFlow(true, {
+        octetTotalCount: 2n ** 64n - 1n,
+        throughput: 2n ** 53n + 1n,
+        sourcePodLabels: labels,
+        tcpState: "",
+      }),
+      "5f3b4a3e-2c9a-4b0c-9d57-8a4e3c0f1b2a",
+    ),
+  ];
+  const rows = readRowBinary(rowBinary(records));
+  assert.equal(rows.length, 2);
+  rows.forEach((row, i) => {
+    for (const c of INSERT_COLUMNS) {
+      assert.equal(row[c], records[i][c as keyof (typeof records)[0]], `${i} ${c}`);
+    }
+  });
+  assert.equal(rows[0].flowStartSeconds, 1637706961);
+  assert.equal(rows[1].octetTotalCount, 2n ** 64n - 1n);
+  assert.equal(rows[1].sourcePodLabels, labels);
+  assert.equal(rows[1].sourceIP, "2001:0:3238:dfe1:63::fefb");
+});
+
+Deno.test("RowBinaryWriter: grows past its first buffer, take() starts a new batch", () => {
+  const w = new RowBinaryWriter(16);
+  const rec = toFlatRecord(fixtureFlow(false), "U");
+  for (let i = 0; i < 100; i++) w.add(rec);
+  assert.equal(w.rows, 100);
+  const first = w.take();
+  assert.equal(w.rows, 0);
+  w.add(rec);
+  const second = w.take();
+  assert.equal(first.length, second.length * 100);
+  assert.deepEqual(readRowBinary(first).at(-1), readRowBinary(second)[0]);
 });
 
 Deno.test("the DDL has TTL only when asked, and the three views", () => {

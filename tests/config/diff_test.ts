@@ -71,6 +71,8 @@ Deno.test("every configuration key has the reload rule of the one table", () => 
     "s3Uploader.compress": "live",
     "s3Uploader.maxRecordsPerFile": "live",
     "s3Uploader.uploadInterval": "live",
+    "s3Uploader.spool.dir": "rebuild",
+    "s3Uploader.spool.maxBytes": "rebuild",
     "flowLogger.enable": "toggle",
     "flowLogger.path": "rebuild",
     "flowLogger.maxSize": "live",

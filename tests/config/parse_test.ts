@@ -91,6 +91,7 @@ Deno.test("every key gets its v1.13 default", () => {
       maxRecordsPerFile: 1_000_000,
       uploadInterval: "60s",
       uploadIntervalMs: 60_000,
+      spool: { dir: "/tmp/x/flow-aggregator-spool/s3", maxBytes: 1_073_741_824 },
     },
     // MIN enables the logger; every other key at its §5.1 default, the path in tmpDir.
     flowLogger: enabledFlowLogger("/tmp/x/antrea-flows.log"),

@@ -16,7 +16,13 @@ import {
   type Raw,
   str,
 } from "../../config/schema.ts";
-import type { ConfigSection } from "../../config/section.ts";
+import type { BuildContext, ConfigSection } from "../../config/section.ts";
+import {
+  buildSpoolConfig,
+  SPOOL_SCHEMA,
+  type SpoolConfig,
+  validateSpoolConfig,
+} from "../spool_config.ts";
 
 /** `s3Uploader` section. */
 export interface S3UploaderConfig {
@@ -62,6 +68,12 @@ export interface S3UploaderConfig {
   uploadInterval: string;
   /** Parsed upload interval in ms (default 60000 when disabled and unparsable). */
   uploadIntervalMs: number;
+  /**
+   * The durable spool of objects that do not fit in memory or could not be uploaded by the stop
+   * deadline (ours, not upstream; `../spool_config.ts`). The directory defaults to
+   * `$TMPDIR/flow-aggregator-spool/s3`.
+   */
+  spool: SpoolConfig;
 }
 
 /**
@@ -103,8 +115,9 @@ export const s3UploaderSection: ConfigSection<"s3Uploader", S3UploaderConfig> = 
     compress: "bool",
     maxRecordsPerFile: "i32",
     uploadInterval: "str",
+    spool: SPOOL_SCHEMA,
   },
-  build(raw: Raw): S3UploaderConfig {
+  build(raw: Raw, ctx: BuildContext): S3UploaderConfig {
     const uploadInterval = str(raw, "uploadInterval", S3_DEFAULTS.uploadInterval);
     return {
       enable: bool(raw, "enable", false),
@@ -117,6 +130,7 @@ export const s3UploaderSection: ConfigSection<"s3Uploader", S3UploaderConfig> = 
       maxRecordsPerFile: intOr(raw, "maxRecordsPerFile", S3_DEFAULTS.maxRecordsPerFile),
       uploadInterval,
       uploadIntervalMs: durationOrDefault(uploadInterval, S3_DEFAULTS.uploadInterval),
+      spool: buildSpoolConfig(raw, ctx, "s3"),
     };
   },
   required(c): void {
@@ -132,6 +146,7 @@ export const s3UploaderSection: ConfigSection<"s3Uploader", S3UploaderConfig> = 
         "uploadInterval",
         c.uploadInterval,
       );
+      validateSpoolConfig("s3Uploader", c.spool);
     }
     // Our additions (upstream accepts a negative count and misbehaves later).
     nonNegative("s3Uploader.maxRecordsPerFile", c.maxRecordsPerFile);
@@ -139,7 +154,8 @@ export const s3UploaderSection: ConfigSection<"s3Uploader", S3UploaderConfig> = 
   },
   // Bucket, prefix, region and interval live as upstream; compress and maxRecordsPerFile from
   // the next object on (upstream ignored them). A new endpoint changes the sink's `net`
-  // permission: that rebuilds it.
+  // permission and `spool.*` its files: those rebuild it (the old sink keeps what it holds in
+  // the spool, the new one waits for the spool's lock and replays it).
   reload: {
     live: [
       "bucketName",

@@ -6,15 +6,21 @@
  *
  * Unlike upstream, nothing is lost silently (§9.1):
  * - finished objects wait in memory bounded by bytes (`maxPendingBytes`); beyond it the oldest
- *   waiting object is offered to the {@linkcode PendingOverflow} seam (the durable spool plugs
- *   in there) and, when refused, dropped and counted (`pendingDropped`), with a logged error;
+ *   waiting object goes to the durable spool (`s3Uploader.spool`, see `spool.ts`) with its
+ *   key, and only when the spool is not usable is it dropped and counted (`pendingDropped`),
+ *   with a logged error; a full spool drops its oldest segment, counted (`spoolDropped`);
+ * - every upload pass sends the spool first (oldest first, under the stored keys), then the
+ *   objects in memory; a spool left by an earlier process is replayed the same way, its records
+ *   counted apart (`recovered` = `recoveredUploaded` + `recoveredDropped` + what still waits);
  * - a failed upload keeps the object and its name: the retry at the next tick overwrites the
  *   same key, so an upload that failed after landing leaves no duplicate;
  * - the ledger `received = exported + dropped + buffered` holds at every moment (`buffered`
- *   counts the records of the current object, of objects being finished and of waiting ones);
+ *   counts the records of the current object, of objects being finished, of waiting ones and of
+ *   this process's records in the spool);
  * - `stop()` finishes the current object and uploads everything waiting, retrying until a
- *   deadline (8 s, inside the export loop's 10 s per sink); what is left then is counted
- *   (`stopDropped`) and logged.
+ *   deadline (8 s, inside the export loop's 10 s per sink); what is left then goes to the spool
+ *   (for the next start), and only without a usable spool is it counted (`stopDropped`) and
+ *   logged.
  *
  * Reload: bucket, prefix, region and interval are live (as upstream), and so are `compress` and
  * `maxRecordsPerFile`, from the next object on. A new bucket or region re-discovers the bucket's
@@ -32,6 +38,8 @@ import type { Exporter, ExporterStats } from "../exporter.ts";
 import type { S3UploaderConfig } from "./config.ts";
 import { formatCsvLine } from "./csv.ts";
 import { type FinishedObject, ObjectWriter } from "./object.ts";
+import { ObjectSpool } from "./spool.ts";
+import { logSpoolOpened } from "../spool_config.ts";
 import {
   describeS3Error,
   type ObjectStore,
@@ -42,19 +50,6 @@ import {
 
 const log = logger("s3-exporter");
 const MIB = 1024 * 1024;
-
-/**
- * Where a finished object goes when the pending-bytes bound has no room for it: the seam of the
- * durable spool. An object it takes is its responsibility from then on (counted `spooled`, part
- * of `buffered`); an object it refuses is dropped and counted.
- */
-export interface PendingOverflow {
-  /** Takes `object`, or returns false when it cannot. */
-  offer(object: FinishedObject): boolean;
-}
-
-/** No spool: every overflowing object is refused (dropped and counted). */
-export const NO_OVERFLOW: PendingOverflow = { offer: () => false };
 
 /** Tuning of {@linkcode S3Exporter}, mostly for tests. */
 export interface S3ExporterOptions {
@@ -78,8 +73,11 @@ export interface S3ExporterOptions {
   store?: ObjectStoreOptions;
   /** Builds the store of a target (a test seam, e.g. to inject faults). Default: the SDK's. */
   makeStore?: (target: ObjectStoreTarget, options: ObjectStoreOptions) => ObjectStore;
-  /** Where objects beyond `maxPendingBytes` go. Default: none (dropped and counted). */
-  overflow?: PendingOverflow;
+  /**
+   * Use the durable spool of `config.spool`. Default true; false keeps objects in memory only
+   * (beyond `maxPendingBytes`, and at the stop deadline, they are dropped and counted).
+   */
+  spool?: boolean;
 }
 
 /** Counters of the S3 exporter. */
@@ -98,10 +96,30 @@ export interface S3ExporterStats extends ExporterStats {
   pendingBytes: number;
   /** Records dropped because waiting objects exceeded `maxPendingBytes`. */
   pendingDropped: number;
-  /** Records still waiting when the stop deadline passed, dropped. */
+  /** Records still waiting when the stop deadline passed and not spooled, dropped. */
   stopDropped: number;
-  /** Records handed to the overflow spool. */
+  /** Records handed to the spool (memory bound exceeded, or left at the stop deadline). */
   spooled: number;
+  /** Records dropped because the spool could not write them (an I/O error). */
+  spoolWriteDropped: number;
+  /** Records lost in the spool (oldest segment dropped when full, corrupt frames). */
+  spoolDropped: number;
+  /** Torn or corrupt spool frames detected. */
+  spoolCorrupt: number;
+  /** Bytes cut off spool segments at torn or corrupt frames. */
+  spoolTruncatedBytes: number;
+  /** Gauge: records waiting in the spool (recovered ones included). */
+  spoolRecords: number;
+  /** Gauge: bytes of the spool's segments. */
+  spoolBytes: number;
+  /** The spool is open (false while it waits for its lock, when disabled or unusable). */
+  spoolOpen: boolean;
+  /** Records found in the spool at start (an earlier process). */
+  recovered: number;
+  /** Of them, uploaded. */
+  recoveredUploaded: number;
+  /** Of them, dropped (spool full or corrupt). */
+  recoveredDropped: number;
   /** Bucket region discoveries that succeeded. */
   regionDiscoveries: number;
   /** Region discoveries that failed (retried at the next tick). */
@@ -132,7 +150,8 @@ export class S3Exporter implements Exporter {
   readonly #gzipLevel: number;
   readonly #storeOptions: ObjectStoreOptions;
   readonly #makeStore: (target: ObjectStoreTarget, options: ObjectStoreOptions) => ObjectStore;
-  readonly #overflow: PendingOverflow;
+  readonly #spool: ObjectSpool | undefined;
+  #spoolOpening: Promise<void> = Promise.resolve();
   readonly #errLog: RateLimitedLog;
   #config: S3UploaderConfig;
   #store: ObjectStore;
@@ -162,6 +181,8 @@ export class S3Exporter implements Exporter {
     pendingDropped: 0,
     stopDropped: 0,
     spooled: 0,
+    spoolWriteDropped: 0,
+    recoveredUploaded: 0,
     regionDiscoveries: 0,
     regionFailures: 0,
   };
@@ -176,7 +197,7 @@ export class S3Exporter implements Exporter {
     this.#gzipLevel = options.gzipLevel ?? 6;
     this.#storeOptions = options.store ?? {};
     this.#makeStore = options.makeStore ?? ((t, o) => new SdkObjectStore(t, o));
-    this.#overflow = options.overflow ?? NO_OVERFLOW;
+    this.#spool = options.spool === false ? undefined : new ObjectSpool(config.spool);
     this.#errLog = new RateLimitedLog(10_000, () => this.#clock.nowMs());
     this.#config = structuredClone(config);
     this.#store = this.#makeStore(targetOf(config), this.#storeOptions);
@@ -199,9 +220,27 @@ export class S3Exporter implements Exporter {
       bucket: this.#config.bucketName,
       prefix: this.#config.bucketPrefix,
       interval: this.#config.uploadInterval,
+      spoolDir: this.#spool?.config.dir ?? "",
     });
+    this.#spoolOpening = this.#openSpool();
     void this.#kick();
     return Promise.resolve();
+  }
+
+  /** Opens the spool in the background (it may wait for a rebuilt sink's lock), then replays it. */
+  async #openSpool(): Promise<void> {
+    const spool = this.#spool;
+    if (spool === undefined) return;
+    try {
+      const s = await spool.open();
+      logSpoolOpened(log, "S3", { config: spool.config, stats: s });
+      if (this.#running && s.records > 0) void this.#kick();
+    } catch (err) {
+      log.error("cannot open the S3 spool: objects wait in memory only", {
+        dir: spool.config.dir,
+        err,
+      });
+    }
   }
 
   /** Formats one flow into the current object. Never throws, never blocks. */
@@ -233,9 +272,13 @@ export class S3Exporter implements Exporter {
     }
   }
 
-  /** Resolves once every object finished so far is compressed and waiting for upload. */
-  flush(): Promise<void> {
-    return this.#finishing;
+  /**
+   * Resolves once every object finished so far is compressed and waiting for upload (in memory
+   * or written to the spool).
+   */
+  async flush(): Promise<void> {
+    await this.#finishing;
+    await this.#spool?.settled();
   }
 
   /**
@@ -291,6 +334,7 @@ export class S3Exporter implements Exporter {
       await this.#pause(this.#stopRetryMs, abort.signal);
     }
     deadline.cancel();
+    if (this.#pending.length > 0) await this.#spoolAtStop();
     if (this.#pending.length > 0) {
       const records = this.#pendingRecords;
       const objects = this.#pending.length;
@@ -299,24 +343,89 @@ export class S3Exporter implements Exporter {
       this.#pendingRecords = 0;
       this.#stats.dropped += records;
       this.#stats.stopDropped += records;
-      log.error("S3 uploads not done by the stop deadline, records dropped", {
+      log.error("S3 uploads not done by the stop deadline and no spool, records dropped", {
         records,
         objects,
         deadlineMs: this.#stopDeadlineMs,
       });
     }
+    await this.#spool?.close();
     this.#store.destroy();
     log.info("S3 uploader stopped", { ...this.stats() });
   }
 
-  /** The counters; `received = exported + dropped + buffered` at every moment. */
+  /** Moves the objects still waiting to the spool (waiting, bounded, for it to open). */
+  async #spoolAtStop(): Promise<void> {
+    const spool = this.#spool;
+    if (spool === undefined) return;
+    if (!spool.isOpen) {
+      // The spool may still wait for its lock (a sink replaced by a reload): bounded.
+      const waited = Promise.withResolvers<void>();
+      const t = this.#clock.setTimer(this.#stopDeadlineMs, () => waited.resolve());
+      await Promise.race([this.#spoolOpening, waited.promise]);
+      t.cancel();
+    }
+    const records = this.#pendingRecords;
+    while (this.#pending.length > 0) {
+      if (!this.#toSpool(this.#pending[0])) break;
+      const o = this.#pending.shift()!;
+      this.#pendingBytes -= o.body.byteLength;
+      this.#pendingRecords -= o.records;
+    }
+    await spool.settled();
+    if (records > this.#pendingRecords) {
+      log.warn("S3 uploads not done by the stop deadline; objects kept in the spool", {
+        records: records - this.#pendingRecords,
+        dir: spool.config.dir,
+      });
+    }
+  }
+
+  /**
+   * Hands `o` to the spool under its key (the prefix in force now); false when there is no
+   * usable spool. The caller removes it from memory in the same synchronous step.
+   */
+  #toSpool(o: FinishedObject): boolean {
+    const spool = this.#spool;
+    if (spool === undefined) return false;
+    const key = objectKey(this.#config.bucketPrefix, o.name);
+    const taken = spool.offer({ key, body: o.body, records: o.records }, (err) => {
+      this.#stats.errors++;
+      this.#drop(o.records, "spoolWriteDropped", "S3 spool write failed, records dropped", err, {
+        key,
+      });
+    });
+    if (taken) this.#stats.spooled += o.records;
+    return taken;
+  }
+
+  /**
+   * The counters; `received = exported + dropped + buffered` at every moment, where `exported`
+   * and `dropped` count this process's records and `buffered` holds the records in memory and
+   * this process's records in the spool (recovered ones are counted apart).
+   */
   stats(): S3ExporterStats {
+    const sp = this.#spool?.stats();
+    const spoolDropped = sp?.dropped ?? 0;
+    const recovered = sp?.recovered ?? 0;
+    const recoveredDropped = sp?.droppedRecovered ?? 0;
+    const recoveredWaiting = recovered - this.#stats.recoveredUploaded - recoveredDropped;
+    const spoolRecords = sp?.records ?? 0;
     return {
       ...this.#stats,
+      dropped: this.#stats.dropped + spoolDropped - recoveredDropped,
       buffered: (this.#current?.records ?? 0) + this.#finishingRecords + this.#pendingRecords +
-        this.#stats.spooled,
+        (this.#spool?.appending ?? 0) + spoolRecords - recoveredWaiting,
       pendingObjects: this.#pending.length,
       pendingBytes: this.#pendingBytes,
+      spoolDropped,
+      spoolCorrupt: sp?.corruptFrames ?? 0,
+      spoolTruncatedBytes: sp?.truncatedBytes ?? 0,
+      spoolRecords,
+      spoolBytes: sp?.bytes ?? 0,
+      spoolOpen: sp !== undefined,
+      recovered,
+      recoveredDropped,
     };
   }
 
@@ -374,10 +483,7 @@ export class S3Exporter implements Exporter {
       const [evicted] = this.#pending.splice(i, 1);
       this.#pendingBytes -= evicted.body.byteLength;
       this.#pendingRecords -= evicted.records;
-      if (this.#overflow.offer(evicted)) {
-        this.#stats.spooled += evicted.records;
-        continue;
-      }
+      if (this.#toSpool(evicted)) continue;
       this.#drop(
         evicted.records,
         "pendingDropped",
@@ -427,6 +533,7 @@ export class S3Exporter implements Exporter {
         return false;
       }
     }
+    if (!(await this.#uploadSpool(store, signal))) return false;
     while (this.#pending.length > 0) {
       const object = this.#pending[0];
       const key = objectKey(this.#config.bucketPrefix, object.name);
@@ -457,9 +564,37 @@ export class S3Exporter implements Exporter {
     return true;
   }
 
+  /** Uploads the spool's objects oldest first under their stored keys; stops at a failure. */
+  async #uploadSpool(store: ObjectStore, signal?: AbortSignal): Promise<boolean> {
+    const spool = this.#spool;
+    if (spool === undefined) return true;
+    for (;;) {
+      const o = await spool.oldest();
+      if (o === undefined) return true;
+      try {
+        await store.put(o.key, o.body, signal);
+      } catch (err) {
+        spool.release(o);
+        this.#stats.uploadFailures++;
+        this.#stats.errors++;
+        this.#logError(
+          "error when uploading file to S3; kept in the spool and retried under the same key",
+          err,
+          { bucket: this.#config.bucketName, key: o.key, records: o.records },
+        );
+        return false;
+      }
+      await spool.ack(o, () => {
+        if (o.recovered) this.#stats.recoveredUploaded += o.records;
+        else this.#stats.exported += o.records;
+        this.#stats.objectsUploaded++;
+      });
+    }
+  }
+
   #drop(
     records: number,
-    counter: "pendingDropped" | "stopDropped" | undefined,
+    counter: "pendingDropped" | "stopDropped" | "spoolWriteDropped" | undefined,
     msg: string,
     err?: unknown,
     fields: Record<string, unknown> = {},

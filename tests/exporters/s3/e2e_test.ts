@@ -47,6 +47,8 @@ Deno.test("e2e S3: flows held at SIGTERM are in S3 objects once each, as in the 
   bucketPrefix: e2e
   endpoint: ${server.endpoint}
   uploadInterval: 1h
+  spool:
+    dir: ${dir}/s3-spool
 `;
     // The process runs on exactly the flags `permissions` prints for this configuration: the
     // S3 sink's worker (and the AWS SDK in it) gets the endpoint's host and the AWS variables.

@@ -69,6 +69,7 @@ Deno.test("every configuration key has the reload rule of the one table", () => 
     "s3Uploader.endpoint": "rebuild",
     "s3Uploader.recordFormat": "rebuild",
     "s3Uploader.compress": "live",
+    "s3Uploader.gzipLevel": "live",
     "s3Uploader.maxRecordsPerFile": "live",
     "s3Uploader.uploadInterval": "live",
     "s3Uploader.spool.dir": "rebuild",

@@ -22,8 +22,8 @@
  *   (for the next start), and only without a usable spool is it counted (`stopDropped`) and
  *   logged.
  *
- * Reload: bucket, prefix, region and interval are live (as upstream), and so are `compress` and
- * `maxRecordsPerFile`, from the next object on. A new bucket or region re-discovers the bucket's
+ * Reload: bucket, prefix, region and interval are live (as upstream), and so are `compress`,
+ * `gzipLevel` and `maxRecordsPerFile`, from the next object on. A new bucket or region re-discovers the bucket's
  * region (upstream kept comparing with the hint and used the wrong region).
  *
  * Permissions: see `mod.ts`.
@@ -36,7 +36,7 @@ import { type Clock, type ClockTimer, systemClock } from "../../clock.ts";
 import { logger, RateLimitedLog } from "../../log.ts";
 import type { Exporter, ExporterStats } from "../exporter.ts";
 import type { S3UploaderConfig } from "./config.ts";
-import { formatCsvLine } from "./csv.ts";
+import { CsvWriter } from "./csv.ts";
 import { type FinishedObject, ObjectWriter } from "./object.ts";
 import { ObjectSpool } from "./spool.ts";
 import { logSpoolOpened } from "../spool_config.ts";
@@ -67,8 +67,6 @@ export interface S3ExporterOptions {
   stopDeadlineMs?: number;
   /** Pause between two upload attempts during `stop()`. Default 1 s. */
   stopRetryMs?: number;
-  /** gzip level (1 fastest … 9 smallest). Default 6 (Go's default, as upstream). */
-  gzipLevel?: number;
   /** Options of the S3 client. */
   store?: ObjectStoreOptions;
   /** Builds the store of a target (a test seam, e.g. to inject faults). Default: the SDK's. */
@@ -143,11 +141,10 @@ export class S3Exporter implements Exporter {
   /** Exporter name in logs and metrics. */
   readonly name = "s3";
   readonly #clock: Clock;
-  readonly #clusterUuid: string;
+  readonly #csv: CsvWriter;
   readonly #maxPendingBytes: number;
   readonly #stopDeadlineMs: number;
   readonly #stopRetryMs: number;
-  readonly #gzipLevel: number;
   readonly #storeOptions: ObjectStoreOptions;
   readonly #makeStore: (target: ObjectStoreTarget, options: ObjectStoreOptions) => ObjectStore;
   readonly #spool: ObjectSpool | undefined;
@@ -190,11 +187,10 @@ export class S3Exporter implements Exporter {
   /** Builds the exporter from the `s3Uploader` section; no request is sent before `start()`. */
   constructor(config: S3UploaderConfig, options: S3ExporterOptions = {}) {
     this.#clock = options.clock ?? systemClock;
-    this.#clusterUuid = options.clusterUuid ?? "";
+    this.#csv = new CsvWriter(options.clusterUuid ?? "");
     this.#maxPendingBytes = options.maxPendingBytes ?? 256 * MIB;
     this.#stopDeadlineMs = options.stopDeadlineMs ?? 8_000;
     this.#stopRetryMs = options.stopRetryMs ?? 1000;
-    this.#gzipLevel = options.gzipLevel ?? 6;
     this.#storeOptions = options.store ?? {};
     this.#makeStore = options.makeStore ?? ((t, o) => new SdkObjectStore(t, o));
     this.#spool = options.spool === false ? undefined : new ObjectSpool(config.spool);
@@ -250,22 +246,17 @@ export class S3Exporter implements Exporter {
       this.#drop(1, "stopDropped", "S3 uploader stopped, record dropped");
       return;
     }
-    let line: string;
+    const w = this.#current ??= new ObjectWriter({
+      compress: this.#config.compress,
+      gzipLevel: this.#config.gzipLevel,
+    });
     try {
-      line = formatCsvLine(flow, {
-        clusterUuid: this.#clusterUuid,
-        timeInsertedSeconds: Math.floor(this.#clock.wallMs() / 1000),
-      });
+      w.addFlow(this.#csv, flow, Math.floor(this.#clock.wallMs() / 1000));
     } catch (err) {
       this.#stats.errors++;
       this.#drop(1, undefined, "Cannot format flow record for S3, dropped", err);
       return;
     }
-    const w = this.#current ??= new ObjectWriter({
-      compress: this.#config.compress,
-      gzipLevel: this.#gzipLevel,
-    });
-    w.add(line);
     if (w.records >= this.#config.maxRecordsPerFile) {
       this.#finishCurrent();
       void this.#finishing.then(() => this.#kick());
@@ -284,8 +275,8 @@ export class S3Exporter implements Exporter {
   /**
    * Applies a reloaded section. Bucket and region: the running upload ends first, then the
    * client is rebuilt and the region re-discovered; objects waiting go to the new bucket and
-   * prefix. Interval: the tick is re-armed. `compress` and `maxRecordsPerFile`: from the next
-   * object on.
+   * prefix. Interval: the tick is re-armed. `compress`, `gzipLevel` and `maxRecordsPerFile`:
+   * from the next object on.
    */
   async update(config: unknown): Promise<void> {
     const next = structuredClone(config as S3UploaderConfig);

@@ -269,7 +269,8 @@ export class S3Exporter implements Exporter {
    */
   async flush(): Promise<void> {
     await this.#finishing;
-    await this.#spool?.settled();
+    // Not while the spool waits for its lock: those objects stay counted as buffered.
+    if (this.#spool?.isOpen) await this.#spool.settled();
   }
 
   /**
@@ -355,6 +356,8 @@ export class S3Exporter implements Exporter {
       const t = this.#clock.setTimer(this.#stopDeadlineMs, () => waited.resolve());
       await Promise.race([this.#spoolOpening, waited.promise]);
       t.cancel();
+      // Still not open: what waits is counted below (stopDropped), not held up by the lock.
+      if (!spool.isOpen) return;
     }
     const records = this.#pendingRecords;
     while (this.#pending.length > 0) {
@@ -491,6 +494,8 @@ export class S3Exporter implements Exporter {
    */
   #kick(signal?: AbortSignal): Promise<boolean> {
     if (this.#pass !== undefined) {
+      // The stop's passes do not join one started before it (that one ends at its next object).
+      if (signal !== undefined) return this.#pass.then(() => this.#kick(signal));
       this.#again = true;
       return this.#pass;
     }
@@ -526,6 +531,7 @@ export class S3Exporter implements Exporter {
     }
     if (!(await this.#uploadSpool(store, signal))) return false;
     while (this.#pending.length > 0) {
+      if (this.#superseded(signal)) return false;
       const object = this.#pending[0];
       const key = objectKey(this.#config.bucketPrefix, object.name);
       this.#inFlight = object;
@@ -555,11 +561,20 @@ export class S3Exporter implements Exporter {
     return true;
   }
 
+  /**
+   * A pass started before `stop()` (it has no stop signal) ends at the next object, so the stop
+   * is not held up by a long replay; the stop's own passes carry its deadline's signal.
+   */
+  #superseded(signal: AbortSignal | undefined): boolean {
+    return this.#stopped && signal === undefined;
+  }
+
   /** Uploads the spool's objects oldest first under their stored keys; stops at a failure. */
   async #uploadSpool(store: ObjectStore, signal?: AbortSignal): Promise<boolean> {
     const spool = this.#spool;
     if (spool === undefined) return true;
     for (;;) {
+      if (this.#superseded(signal)) return false;
       const o = await spool.oldest();
       if (o === undefined) return true;
       try {

@@ -55,17 +55,26 @@ export function decodeSpooledObject(payload: Uint8Array): { key: string; body: U
   return { key: dec.decode(payload.subarray(2, 2 + n)), body: payload.subarray(2 + n) };
 }
 
-/** The spool of one S3 sink. Opened in the background; refuses objects until it is open. */
+/**
+ * The spool of one S3 sink. Opened in the background (it may wait for the lock of a sink being
+ * replaced); objects offered meanwhile are written once it is open, and refused only after it
+ * could not be opened.
+ */
 export class ObjectSpool {
   readonly #config: SpoolConfig;
   #spool: Spool | undefined;
+  #opening: Promise<Spool> | undefined;
+  #openFailed = false;
   #chain: Promise<void> = Promise.resolve();
+  /** Rejected by a close before the spool opened: the offers waiting for it fail (counted). */
+  readonly #abandoned = Promise.withResolvers<never>();
   #appending = 0;
   #writeFailed = 0;
 
   /** A spool in `config.dir`, not opened yet. */
   constructor(config: SpoolConfig) {
     this.#config = structuredClone(config);
+    this.#abandoned.promise.catch(() => {});
   }
 
   /** The directory and bound. */
@@ -75,9 +84,14 @@ export class ObjectSpool {
 
   /** Opens the directory (waits for its lock); rejects when it cannot be used. */
   async open(): Promise<SpoolStats> {
-    const spool = await Spool.open(this.#config.dir, { maxBytes: this.#config.maxBytes });
-    this.#spool = spool;
-    return spool.stats();
+    this.#opening ??= Spool.open(this.#config.dir, { maxBytes: this.#config.maxBytes });
+    try {
+      this.#spool = await this.#opening;
+    } catch (err) {
+      this.#openFailed = true;
+      throw err;
+    }
+    return this.#spool.stats();
   }
 
   /** True once opened. */
@@ -101,13 +115,14 @@ export class ObjectSpool {
   }
 
   /**
-   * Takes `o` (appended in order after the earlier offers) and returns true, or returns false
-   * when the spool is not open. When the write fails, `onFailed` is called with the error (the
-   * caller counts the records dropped in that same step).
+   * Takes `o` (appended in order after the earlier offers, once the spool is open) and returns
+   * true, or returns false when the spool was never asked to open or could not be opened. When
+   * the write fails (or the opening does), `onFailed` is called with the error (the caller
+   * counts the records dropped in that same step).
    */
   offer(o: SpooledObject, onFailed: (err: unknown) => void): boolean {
-    const spool = this.#spool;
-    if (spool === undefined) return false;
+    const opening = this.#opening;
+    if (opening === undefined || this.#openFailed) return false;
     let payload: Uint8Array;
     try {
       payload = encodeSpooledObject(o);
@@ -119,6 +134,7 @@ export class ObjectSpool {
     this.#chain = this.#chain.then(async () => {
       let applied = false;
       try {
+        const spool = await Promise.race([opening, this.#abandoned.promise]);
         await spool.append(
           { id: newBatchId(), records: o.records, flags: 0, payload },
           () => {
@@ -142,7 +158,10 @@ export class ObjectSpool {
     return this.#chain;
   }
 
-  /** The oldest object (after the offers so far), or undefined when none waits. */
+  /**
+   * The oldest object (after the offers so far), or undefined when none waits or the spool is
+   * not open yet (an upload pass does not wait for the lock).
+   */
   async oldest(): Promise<SpoolObjectLease | undefined> {
     const spool = this.#spool;
     if (spool === undefined) return undefined;
@@ -163,8 +182,17 @@ export class ObjectSpool {
     this.#spool?.release(o.lease);
   }
 
-  /** Waits for pending offers, then closes the files and lets go of the lock. */
+  /**
+   * Waits for pending offers, then closes the files and lets go of the lock. When the spool is
+   * not open yet (its lock still held elsewhere), the offers waiting for it fail (their
+   * `onFailed` runs) and a late opening is closed at once.
+   */
   async close(): Promise<void> {
+    if (this.#spool === undefined && this.#opening !== undefined && !this.#openFailed) {
+      this.#openFailed = true;
+      this.#abandoned.reject(new Error(`spool ${this.#config.dir} not open by the stop`));
+      this.#opening.then((s) => s.close(), () => {});
+    }
     await this.#chain;
     await this.#spool?.close();
   }

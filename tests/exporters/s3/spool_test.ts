@@ -3,6 +3,7 @@ import { ManualClock, systemClock } from "../../../src/clock.ts";
 import { S3Exporter, type S3ExporterStats } from "../../../src/exporters/s3/exporter.ts";
 import { decodeSpooledObject, encodeSpooledObject } from "../../../src/exporters/s3/spool.ts";
 import { SdkObjectStore } from "../../../src/exporters/s3/store.ts";
+import { Spool } from "../../../src/spool/mod.ts";
 import { s3rverEnv, S3Server, s3UploaderConfig } from "../../_helpers/s3.ts";
 import {
   assertLedger,
@@ -374,6 +375,108 @@ Deno.test("the server stopped under steady load, then back: every record once, n
     assert.deepEqual(ports, range(next - 1), "exactly once");
     assert.equal(objects.size, s.objectsUploaded, "no duplicate object");
   } finally {
+    await server.close();
+    await Deno.remove(spoolDir, { recursive: true });
+  }
+});
+
+Deno.test("objects spilled before the spool is open wait for it; stop then a new start: each record once", async () => {
+  const gate = Promise.withResolvers<void>();
+  await withExporter(
+    { uploadInterval: "1s", compress: false, maxRecordsPerFile: 10 },
+    async (f) => {
+      try {
+        // Uploads hang until the gate opens; objects beyond the memory bound spill into the
+        // spool, written once it is open (it opens in the background): none is dropped.
+        for (const n of range(30, 10)) f.exporter.addRecord(flowN(n));
+        await waitFor(() => f.exporter.stats().spoolRecords === 20, { timeoutMs: 20_000 });
+        assert.equal(f.exporter.stats().dropped, 0);
+        assertLedger(f.exporter.stats());
+      } finally {
+        queueMicrotask(() => gate.resolve());
+      }
+      await f.exporter.stop();
+      let s = f.exporter.stats();
+      assert.equal(s.dropped, 0);
+      assert.equal(s.exported + s.spoolRecords, 30);
+      assertLedger(s);
+      const next = new S3Exporter(
+        s3UploaderConfig({
+          bucketName: BUCKET,
+          endpoint: f.server.endpoint,
+          spool: { dir: f.spoolDir },
+        }),
+        { clock: new ManualClock(), clusterUuid: U, store: { env: s3rverEnv(), maxAttempts: 1 } },
+      );
+      await next.start();
+      await waitFor(() => next.stats().spoolRecords === 0 && next.stats().spoolOpen, {
+        timeoutMs: 20_000,
+      });
+      await next.stop();
+      s = next.stats();
+      assert.equal(s.recoveredUploaded, s.recovered);
+      assertLedger(s);
+      const { ports, objects } = await uploadedPorts(f.server);
+      assert.deepEqual(ports, range(30, 10), "every record exactly once");
+      assert.equal(objects.size, 3);
+    },
+    {
+      maxPendingBytes: 1.5 * OBJECT_BYTES,
+      makeStore: (t, o) => {
+        const store = new SdkObjectStore(t, o);
+        return {
+          discoverRegion: (signal) => store.discoverRegion(signal),
+          put: async (key, body, signal) => {
+            await gate.promise;
+            await store.put(key, body, signal);
+          },
+          destroy: () => store.destroy(),
+        };
+      },
+    },
+  );
+});
+
+Deno.test("a spool whose lock stays held elsewhere: the stop does not hang, what waited is counted dropped", async () => {
+  const server = await S3Server.start({ buckets: [BUCKET] });
+  const spoolDir = await tempSpoolDir();
+  const holder = await Spool.open(spoolDir, { maxBytes: 1 << 20 });
+  try {
+    await server.stop();
+    const exporter = new S3Exporter(
+      s3UploaderConfig({
+        bucketName: BUCKET,
+        endpoint: server.endpoint,
+        compress: false,
+        maxRecordsPerFile: 10,
+        spool: { dir: spoolDir },
+      }),
+      {
+        clock: systemClock,
+        clusterUuid: U,
+        maxPendingBytes: 1.5 * OBJECT_BYTES,
+        stopDeadlineMs: 300,
+        store: { env: s3rverEnv(), maxAttempts: 1 },
+      },
+    );
+    await exporter.start();
+    for (const n of range(30)) exporter.addRecord(flowN(n));
+    await exporter.flush();
+    assert.equal(exporter.stats().spoolOpen, false);
+    assertLedger(exporter.stats());
+    await exporter.stop();
+    const s = exporter.stats();
+    assert.equal(s.exported, 0);
+    assert.equal(s.dropped, 30, JSON.stringify(s));
+    assert.equal(s.spoolWriteDropped + s.stopDropped, 30);
+    assert.equal(s.buffered, 0);
+    assertLedger(s);
+    // The abandoned opening lets go of the lock as soon as it gets it.
+    await holder.close();
+    const again = await Spool.open(spoolDir, { maxBytes: 1 << 20 });
+    await again.close();
+  } finally {
+    await holder.close();
     await server.close();
     await Deno.remove(spoolDir, { recursive: true });
   }

@@ -481,3 +481,48 @@ Deno.test("a spool whose lock stays held elsewhere: the stop does not hang, what
     await Deno.remove(spoolDir, { recursive: true });
   }
 });
+
+Deno.test("a rebuilt sink waits for the old one's spool lock, then replays what the old one kept: each record once", async () => {
+  const server = await S3Server.start({ buckets: [BUCKET] });
+  const spoolDir = await tempSpoolDir();
+  const config = s3UploaderConfig({
+    bucketName: BUCKET,
+    endpoint: server.endpoint,
+    maxRecordsPerFile: 10,
+    spool: { dir: spoolDir },
+  });
+  const options = {
+    clusterUuid: U,
+    stopDeadlineMs: 0,
+    store: { env: s3rverEnv(), maxAttempts: 1 },
+  };
+  try {
+    const old = new S3Exporter(config, { ...options, clock: new ManualClock() });
+    await old.start();
+    await waitFor(() => old.stats().spoolOpen, { timeoutMs: 20_000 });
+    await server.stop();
+    for (const n of range(25)) old.addRecord(flowN(n));
+    // The new sink starts while the old one still holds the spool.
+    const rebuilt = new S3Exporter(config, { ...options, clock: new ManualClock() });
+    await rebuilt.start();
+    for (const n of range(5, 26)) rebuilt.addRecord(flowN(n));
+    assert.equal(rebuilt.stats().spoolOpen, false, "waits for the lock");
+    await server.restart();
+    await old.stop();
+    assert.equal(old.stats().exported + old.stats().spoolRecords, 25, JSON.stringify(old.stats()));
+    assertLedger(old.stats());
+    await waitFor(() => rebuilt.stats().spoolOpen && rebuilt.stats().spoolRecords === 0, {
+      timeoutMs: 20_000,
+      what: "the rebuilt sink replayed the spool",
+    });
+    await rebuilt.stop();
+    const s = rebuilt.stats();
+    assert.equal(s.exported, 5);
+    assert.equal(s.recoveredUploaded, s.recovered);
+    assertLedger(s);
+    assert.deepEqual((await uploadedPorts(server)).ports, range(30), "every record exactly once");
+  } finally {
+    await server.close();
+    await Deno.remove(spoolDir, { recursive: true });
+  }
+});

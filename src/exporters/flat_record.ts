@@ -18,17 +18,30 @@ import {
 
 export { FLAT_RECORD_FIELDS, type FlatRecord };
 
+/** IPv6 texts already made canonical, so a flow's addresses are parsed once, not per export. */
+const canonicalV6 = new Map<string, string>();
+const CANONICAL_V6_MAX = 4096;
+
 /**
  * Address text as Go prints it (RFC 5952 for IPv6, an IPv4-mapped address as its dotted quad),
  * so every sink agrees with the flow key. The codec already produces canonical text; this
- * guards other producers, and leaves dotted quads and unparsable text as they are.
+ * guards other producers, and leaves dotted quads and unparsable text as they are. IPv4 text
+ * is returned as is; IPv6 text goes through a bounded cache.
  */
-function ipText(v: string | undefined): string {
+export function ipText(v: string | undefined): string {
   if (v === undefined) return "";
-  return v.includes(":") ? canonicalIP(v) ?? v : v;
+  if (v.indexOf(":") < 0) return v;
+  let c = canonicalV6.get(v);
+  if (c === undefined) {
+    c = canonicalIP(v) ?? v;
+    if (canonicalV6.size >= CANONICAL_V6_MAX) canonicalV6.clear();
+    canonicalV6.set(v, c);
+  }
+  return c;
 }
 
-function labels(v: string | undefined): string {
+/** Pod label JSON as the sinks write it (`null`, upstream's nil map, becomes `{}`). */
+export function labels(v: string | undefined): string {
   // Upstream serialised a nil label map as `null`; latest Antrea writes `{}` (exporters.md §1.4).
   if (v === undefined) return "";
   return v === "null" ? "{}" : v;

@@ -339,12 +339,17 @@ export class Spool {
    * Appends one batch. Drops the oldest segments (counted) to stay within `maxBytes`; a batch
    * larger than the whole bound is itself dropped and counted. Resolves `false` then.
    * Rejects on an I/O error (the batch is not in the spool; the caller counts it).
+   *
+   * `applied` is called in the same synchronous step in which the batch's records enter the
+   * counters (`records`, or `dropped` when it is too large), so a caller that counts them as
+   * "being appended" until then keeps an exact ledger at every moment.
    */
-  append(entry: Omit<SpoolEntry, "recovered">): Promise<boolean> {
+  append(entry: Omit<SpoolEntry, "recovered">, applied?: () => void): Promise<boolean> {
     return this.#serial(async () => {
       const frame = encodeFrame(entry);
       if (frame.length > this.#maxBytes) {
         this.#s.dropped += entry.records;
+        applied?.();
         return false;
       }
       while (this.#s.bytes + frame.length > this.#maxBytes && this.#segments.length > 0) {
@@ -366,6 +371,7 @@ export class Spool {
       this.#s.bytes += frame.length;
       this.#s.records += entry.records;
       this.#s.appended += entry.records;
+      applied?.();
       return true;
     });
   }
@@ -501,8 +507,13 @@ export class Spool {
     }
   }
 
-  /** The batch of `lease` was delivered: it leaves the spool (durably: the cursor moves). */
-  ack(lease: SpoolLease): Promise<void> {
+  /**
+   * The batch of `lease` was delivered: it leaves the spool (durably: the cursor moves).
+   * `applied` is called in the same synchronous step in which its records leave the counters
+   * (`records`, or `dropped` when its segment was dropped during the delivery), so the caller
+   * can count them delivered at that exact moment.
+   */
+  ack(lease: SpoolLease, applied?: () => void): Promise<void> {
     return this.#serial(async () => {
       this.#lease = undefined;
       if (this.#orphans.delete(`${lease.seq}:${lease.offset}`)) {
@@ -510,14 +521,19 @@ export class Spool {
         this.#s.dropped -= lease.records;
         if (lease.recovered) this.#s.droppedRecovered -= lease.records;
         this.#s.consumed += lease.records;
+        applied?.();
         return;
       }
       const seg = this.#segments[0];
-      if (seg === undefined || seg.seq !== lease.seq || seg.readOffset !== lease.offset) return;
+      if (seg === undefined || seg.seq !== lease.seq || seg.readOffset !== lease.offset) {
+        applied?.();
+        return;
+      }
       seg.readOffset += lease.frameBytes;
       seg.consumed += lease.records;
       this.#s.records -= lease.records;
       this.#s.consumed += lease.records;
+      applied?.();
       if (this.#uncertain?.seq === lease.seq) this.#uncertain = undefined;
       if (seg.readOffset >= seg.size && !this.#isWriter(seg)) await this.#retire();
       else await this.#writeCursor({ seq: seg.seq, offset: seg.readOffset, inflight: false });

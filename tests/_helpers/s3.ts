@@ -224,9 +224,12 @@ export function s3rverEnv(
   return (name) => env[name];
 }
 
-/** A validated, enabled `s3Uploader` section with `fields` over the defaults. */
+/**
+ * A validated, enabled `s3Uploader` section with `fields` over the defaults (give tests their
+ * own `spool: { dir }`: the default directory under `/tmp` is shared).
+ */
 export function s3UploaderConfig(
-  fields: Record<string, string | number | boolean>,
+  fields: Record<string, string | number | boolean | Record<string, string | number>>,
 ): S3UploaderConfig {
   const c = s3UploaderSection.build({ enable: true, ...fields }, { tmpDir: "/tmp" });
   s3UploaderSection.required?.(c);

@@ -88,9 +88,11 @@ Deno.test("every key gets its v1.13 default", () => {
       endpoint: "",
       recordFormat: "CSV",
       compress: true,
+      gzipLevel: 3,
       maxRecordsPerFile: 1_000_000,
       uploadInterval: "60s",
       uploadIntervalMs: 60_000,
+      spool: { dir: "/tmp/x/flow-aggregator-spool/s3", maxBytes: 1_073_741_824 },
     },
     // MIN enables the logger; every other key at its §5.1 default, the path in tmpDir.
     flowLogger: enabledFlowLogger("/tmp/x/antrea-flows.log"),
@@ -516,4 +518,17 @@ Deno.test("limits: keys override their defaults; 0 means the default; bad values
   assert.deepEqual(warningsOf(MIN + "limits:\n  maxFlow: 1\n"), [
     "config: line 4: limits.maxFlow: unknown key, ignored",
   ]);
+});
+
+Deno.test("s3Uploader.gzipLevel: 1 to 9, 0 or absent the default, anything else named", () => {
+  assert.equal(parse(MIN).s3Uploader.gzipLevel, 3);
+  assert.equal(parse(`${MIN}s3Uploader:\n  gzipLevel: 0\n`).s3Uploader.gzipLevel, 3);
+  assert.equal(parse(`${MIN}s3Uploader:\n  gzipLevel: 1\n`).s3Uploader.gzipLevel, 1);
+  for (const bad of ["10", "-1"]) {
+    assertError(
+      `${MIN}s3Uploader:\n  gzipLevel: ${bad}\n`,
+      /must be 1 to 9/,
+      "s3Uploader.gzipLevel",
+    );
+  }
 });

@@ -261,3 +261,31 @@ Deno.test("a second opener waits until the first closes the spool", async () => 
     await b.close();
   });
 });
+
+Deno.test("append and ack call `applied` in the step their records enter and leave the counters", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const spool = await Spool.open(dir, { maxBytes: 1 << 20 });
+    const seen: number[] = [];
+    const appended = spool.append(batch("a", 5), () => seen.push(spool.stats().records));
+    assert.equal(spool.stats().records, 0, "not yet counted");
+    assert.equal(await appended, true);
+    assert.deepEqual(seen, [5]);
+    const lease = (await spool.peek())!;
+    const acked = spool.ack(lease, () => seen.push(spool.stats().records));
+    assert.equal(spool.stats().records, 5, "still counted until the ack runs");
+    await acked;
+    assert.deepEqual(seen, [5, 0]);
+    let tooBig = -1;
+    const small = await Spool.open(`${dir}/small`, { maxBytes: 4096 });
+    assert.equal(
+      await small.append(batch("big", 3, 5000), () => tooBig = small.stats().dropped),
+      false,
+    );
+    assert.equal(tooBig, 3, "a batch too large is applied as dropped");
+    await small.close();
+    await spool.close();
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

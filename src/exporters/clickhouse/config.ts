@@ -5,17 +5,14 @@
  * @module
  */
 
-import {
-  bool,
-  durationOrDefault,
-  intOr,
-  minOneSecond,
-  nonNegative,
-  type Raw,
-  str,
-  sub,
-} from "../../config/schema.ts";
+import { bool, durationOrDefault, minOneSecond, type Raw, str, sub } from "../../config/schema.ts";
 import type { BuildContext, ConfigSection } from "../../config/section.ts";
+import {
+  buildSpoolConfig,
+  SPOOL_SCHEMA,
+  type SpoolConfig,
+  validateSpoolConfig,
+} from "../spool_config.ts";
 
 /** `clickHouse.tls` subsection. */
 export interface ClickHouseTlsConfig {
@@ -33,21 +30,10 @@ export interface ClickHouseTlsConfig {
 
 /**
  * `clickHouse.spool` subsection (ours, not upstream): where batches wait on disk while
- * ClickHouse is slow or down, and across restarts.
+ * ClickHouse is slow or down, and across restarts. Shared with the S3 sink
+ * (`../spool_config.ts`); the directory defaults to `$TMPDIR/flow-aggregator-spool/clickhouse`.
  */
-export interface ClickHouseSpoolConfig {
-  /**
-   * Directory of the segment files (created; mount a volume there to keep them across Pod
-   * restarts).
-   * @default {"$TMPDIR/flow-aggregator-spool/clickhouse"}
-   */
-  dir: string;
-  /**
-   * Bound of the segment files in bytes; beyond it the oldest segment is dropped (counted).
-   * @default {1073741824}
-   */
-  maxBytes: number;
-}
+export type ClickHouseSpoolConfig = SpoolConfig;
 
 /** `clickHouse` section. */
 export interface ClickHouseConfig {
@@ -98,8 +84,6 @@ export const CLICKHOUSE_DEFAULTS = {
   databaseURL: "tcp://clickhouse-clickhouse.flow-visibility.svc:9000",
   commitInterval: "8s",
   compress: true,
-  spoolDir: "flow-aggregator-spool/clickhouse",
-  spoolMaxBytes: 1 << 30,
 } as const;
 
 /** The `clickHouse` configuration section. */
@@ -113,11 +97,10 @@ export const clickHouseSection: ConfigSection<"clickHouse", ClickHouseConfig> = 
     compress: "bool",
     commitInterval: "str",
     tls: { insecureSkipVerify: "bool", caCert: "bool" },
-    spool: { dir: "str", maxBytes: "int" },
+    spool: SPOOL_SCHEMA,
   },
   build(raw: Raw, ctx: BuildContext): ClickHouseConfig {
     const tls = sub(raw, "tls");
-    const spool = sub(raw, "spool");
     const commitInterval = str(raw, "commitInterval", CLICKHOUSE_DEFAULTS.commitInterval);
     return {
       enable: bool(raw, "enable", false),
@@ -131,10 +114,7 @@ export const clickHouseSection: ConfigSection<"clickHouse", ClickHouseConfig> = 
         insecureSkipVerify: bool(tls, "insecureSkipVerify", false),
         caCert: bool(tls, "caCert", false),
       },
-      spool: {
-        dir: str(spool, "dir", `${ctx.tmpDir}/${CLICKHOUSE_DEFAULTS.spoolDir}`),
-        maxBytes: intOr(spool, "maxBytes", CLICKHOUSE_DEFAULTS.spoolMaxBytes),
-      },
+      spool: buildSpoolConfig(raw, ctx, "clickhouse"),
     };
   },
   validate(c): void {
@@ -144,7 +124,7 @@ export const clickHouseSection: ConfigSection<"clickHouse", ClickHouseConfig> = 
       "commitInterval",
       c.commitInterval,
     );
-    nonNegative("clickHouse.spool.maxBytes", c.spool.maxBytes);
+    validateSpoolConfig("clickHouse", c.spool);
   },
   // The URL and the CA change the worker's permissions and the spool its files: those rebuild
   // the sink (the old one hands its queue to the spool, the new one replays it). The rest is

@@ -33,6 +33,7 @@ import { logger, RateLimitedLog } from "../../log.ts";
 import { FLAG_OUTCOME_UNKNOWN, newBatchId, Spool } from "../../spool/mod.ts";
 import type { Exporter, ExporterStats } from "../exporter.ts";
 import { toFlatRecord } from "../flat_record.ts";
+import { logSpoolOpened } from "../spool_config.ts";
 import type { ClickHouseConfig } from "./config.ts";
 import {
   ClientConnection,
@@ -263,21 +264,7 @@ export class ClickHouseExporter implements Exporter {
     try {
       const spool = await Spool.open(dir, { maxBytes });
       this.#spool = spool;
-      const s = spool.stats();
-      log.info("ClickHouse spool opened", {
-        dir,
-        maxBytes,
-        recovered: s.recovered,
-        corruptFrames: s.corruptFrames,
-        truncatedBytes: s.truncatedBytes,
-      });
-      if (s.corruptFrames > 0) {
-        log.warn("ClickHouse spool had torn or corrupt frames; cut at the last good frame", {
-          dir,
-          corruptFrames: s.corruptFrames,
-          truncatedBytes: s.truncatedBytes,
-        });
-      }
+      logSpoolOpened(log, "ClickHouse", { config: this.#config.spool, stats: spool.stats() });
       if (!this.#connected) this.#spillMemory();
       this.#kick();
     } catch (err) {

@@ -10,12 +10,12 @@
  * @module
  */
 
-import { resolve } from "node:path";
 import type { ExporterComponent } from "../component.ts";
 import { type ClickHouseConfig, clickHouseSection } from "./config.ts";
 import { CLICKHOUSE_CA_PATH, ClickHouseExporter } from "./exporter.ts";
 import { parseDatabaseUrl } from "./url.ts";
 import { workerModule } from "../../worker_module.ts";
+import { spoolPermissionPath } from "../spool_config.ts";
 
 export * from "./config.ts";
 export * from "./exporter.ts";
@@ -37,7 +37,7 @@ export const clickHouseComponent: ExporterComponent<"clickHouse", ClickHouseConf
   section: clickHouseSection,
   permissions(config) {
     const hostPort = clickHouseHttpHostPort(config.databaseURL);
-    const spool = resolve(config.spool.dir);
+    const spool = spoolPermissionPath(config.spool);
     return {
       net: hostPort === "" ? [] : [hostPort],
       read: config.tls.caCert ? [spool, CLICKHOUSE_CA_PATH] : [spool],

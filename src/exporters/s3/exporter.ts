@@ -6,18 +6,24 @@
  *
  * Unlike upstream, nothing is lost silently (§9.1):
  * - finished objects wait in memory bounded by bytes (`maxPendingBytes`); beyond it the oldest
- *   waiting object is offered to the {@linkcode PendingOverflow} seam (the durable spool plugs
- *   in there) and, when refused, dropped and counted (`pendingDropped`), with a logged error;
+ *   waiting object goes to the durable spool (`s3Uploader.spool`, see `spool.ts`) with its
+ *   key, and only when the spool is not usable is it dropped and counted (`pendingDropped`),
+ *   with a logged error; a full spool drops its oldest segment, counted (`spoolDropped`);
+ * - every upload pass sends the spool first (oldest first, under the stored keys), then the
+ *   objects in memory; a spool left by an earlier process is replayed the same way, its records
+ *   counted apart (`recovered` = `recoveredUploaded` + `recoveredDropped` + what still waits);
  * - a failed upload keeps the object and its name: the retry at the next tick overwrites the
  *   same key, so an upload that failed after landing leaves no duplicate;
  * - the ledger `received = exported + dropped + buffered` holds at every moment (`buffered`
- *   counts the records of the current object, of objects being finished and of waiting ones);
+ *   counts the records of the current object, of objects being finished, of waiting ones and of
+ *   this process's records in the spool);
  * - `stop()` finishes the current object and uploads everything waiting, retrying until a
- *   deadline (8 s, inside the export loop's 10 s per sink); what is left then is counted
- *   (`stopDropped`) and logged.
+ *   deadline (8 s, inside the export loop's 10 s per sink); what is left then goes to the spool
+ *   (for the next start), and only without a usable spool is it counted (`stopDropped`) and
+ *   logged.
  *
- * Reload: bucket, prefix, region and interval are live (as upstream), and so are `compress` and
- * `maxRecordsPerFile`, from the next object on. A new bucket or region re-discovers the bucket's
+ * Reload: bucket, prefix, region and interval are live (as upstream), and so are `compress`,
+ * `gzipLevel` and `maxRecordsPerFile`, from the next object on. A new bucket or region re-discovers the bucket's
  * region (upstream kept comparing with the hint and used the wrong region).
  *
  * Permissions: see `mod.ts`.
@@ -30,8 +36,10 @@ import { type Clock, type ClockTimer, systemClock } from "../../clock.ts";
 import { logger, RateLimitedLog } from "../../log.ts";
 import type { Exporter, ExporterStats } from "../exporter.ts";
 import type { S3UploaderConfig } from "./config.ts";
-import { formatCsvLine } from "./csv.ts";
+import { CsvWriter } from "./csv.ts";
 import { type FinishedObject, ObjectWriter } from "./object.ts";
+import { ObjectSpool } from "./spool.ts";
+import { logSpoolOpened } from "../spool_config.ts";
 import {
   describeS3Error,
   type ObjectStore,
@@ -42,19 +50,6 @@ import {
 
 const log = logger("s3-exporter");
 const MIB = 1024 * 1024;
-
-/**
- * Where a finished object goes when the pending-bytes bound has no room for it: the seam of the
- * durable spool. An object it takes is its responsibility from then on (counted `spooled`, part
- * of `buffered`); an object it refuses is dropped and counted.
- */
-export interface PendingOverflow {
-  /** Takes `object`, or returns false when it cannot. */
-  offer(object: FinishedObject): boolean;
-}
-
-/** No spool: every overflowing object is refused (dropped and counted). */
-export const NO_OVERFLOW: PendingOverflow = { offer: () => false };
 
 /** Tuning of {@linkcode S3Exporter}, mostly for tests. */
 export interface S3ExporterOptions {
@@ -72,14 +67,15 @@ export interface S3ExporterOptions {
   stopDeadlineMs?: number;
   /** Pause between two upload attempts during `stop()`. Default 1 s. */
   stopRetryMs?: number;
-  /** gzip level (1 fastest … 9 smallest). Default 6 (Go's default, as upstream). */
-  gzipLevel?: number;
   /** Options of the S3 client. */
   store?: ObjectStoreOptions;
   /** Builds the store of a target (a test seam, e.g. to inject faults). Default: the SDK's. */
   makeStore?: (target: ObjectStoreTarget, options: ObjectStoreOptions) => ObjectStore;
-  /** Where objects beyond `maxPendingBytes` go. Default: none (dropped and counted). */
-  overflow?: PendingOverflow;
+  /**
+   * Use the durable spool of `config.spool`. Default true; false keeps objects in memory only
+   * (beyond `maxPendingBytes`, and at the stop deadline, they are dropped and counted).
+   */
+  spool?: boolean;
 }
 
 /** Counters of the S3 exporter. */
@@ -98,10 +94,30 @@ export interface S3ExporterStats extends ExporterStats {
   pendingBytes: number;
   /** Records dropped because waiting objects exceeded `maxPendingBytes`. */
   pendingDropped: number;
-  /** Records still waiting when the stop deadline passed, dropped. */
+  /** Records still waiting when the stop deadline passed and not spooled, dropped. */
   stopDropped: number;
-  /** Records handed to the overflow spool. */
+  /** Records handed to the spool (memory bound exceeded, or left at the stop deadline). */
   spooled: number;
+  /** Records dropped because the spool could not write them (an I/O error). */
+  spoolWriteDropped: number;
+  /** Records lost in the spool (oldest segment dropped when full, corrupt frames). */
+  spoolDropped: number;
+  /** Torn or corrupt spool frames detected. */
+  spoolCorrupt: number;
+  /** Bytes cut off spool segments at torn or corrupt frames. */
+  spoolTruncatedBytes: number;
+  /** Gauge: records waiting in the spool (recovered ones included). */
+  spoolRecords: number;
+  /** Gauge: bytes of the spool's segments. */
+  spoolBytes: number;
+  /** The spool is open (false while it waits for its lock, when disabled or unusable). */
+  spoolOpen: boolean;
+  /** Records found in the spool at start (an earlier process). */
+  recovered: number;
+  /** Of them, uploaded. */
+  recoveredUploaded: number;
+  /** Of them, dropped (spool full or corrupt). */
+  recoveredDropped: number;
   /** Bucket region discoveries that succeeded. */
   regionDiscoveries: number;
   /** Region discoveries that failed (retried at the next tick). */
@@ -125,14 +141,14 @@ export class S3Exporter implements Exporter {
   /** Exporter name in logs and metrics. */
   readonly name = "s3";
   readonly #clock: Clock;
-  readonly #clusterUuid: string;
+  readonly #csv: CsvWriter;
   readonly #maxPendingBytes: number;
   readonly #stopDeadlineMs: number;
   readonly #stopRetryMs: number;
-  readonly #gzipLevel: number;
   readonly #storeOptions: ObjectStoreOptions;
   readonly #makeStore: (target: ObjectStoreTarget, options: ObjectStoreOptions) => ObjectStore;
-  readonly #overflow: PendingOverflow;
+  readonly #spool: ObjectSpool | undefined;
+  #spoolOpening: Promise<void> = Promise.resolve();
   readonly #errLog: RateLimitedLog;
   #config: S3UploaderConfig;
   #store: ObjectStore;
@@ -162,6 +178,8 @@ export class S3Exporter implements Exporter {
     pendingDropped: 0,
     stopDropped: 0,
     spooled: 0,
+    spoolWriteDropped: 0,
+    recoveredUploaded: 0,
     regionDiscoveries: 0,
     regionFailures: 0,
   };
@@ -169,14 +187,13 @@ export class S3Exporter implements Exporter {
   /** Builds the exporter from the `s3Uploader` section; no request is sent before `start()`. */
   constructor(config: S3UploaderConfig, options: S3ExporterOptions = {}) {
     this.#clock = options.clock ?? systemClock;
-    this.#clusterUuid = options.clusterUuid ?? "";
+    this.#csv = new CsvWriter(options.clusterUuid ?? "");
     this.#maxPendingBytes = options.maxPendingBytes ?? 256 * MIB;
     this.#stopDeadlineMs = options.stopDeadlineMs ?? 8_000;
     this.#stopRetryMs = options.stopRetryMs ?? 1000;
-    this.#gzipLevel = options.gzipLevel ?? 6;
     this.#storeOptions = options.store ?? {};
     this.#makeStore = options.makeStore ?? ((t, o) => new SdkObjectStore(t, o));
-    this.#overflow = options.overflow ?? NO_OVERFLOW;
+    this.#spool = options.spool === false ? undefined : new ObjectSpool(config.spool);
     this.#errLog = new RateLimitedLog(10_000, () => this.#clock.nowMs());
     this.#config = structuredClone(config);
     this.#store = this.#makeStore(targetOf(config), this.#storeOptions);
@@ -199,9 +216,27 @@ export class S3Exporter implements Exporter {
       bucket: this.#config.bucketName,
       prefix: this.#config.bucketPrefix,
       interval: this.#config.uploadInterval,
+      spoolDir: this.#spool?.config.dir ?? "",
     });
+    this.#spoolOpening = this.#openSpool();
     void this.#kick();
     return Promise.resolve();
+  }
+
+  /** Opens the spool in the background (it may wait for a rebuilt sink's lock), then replays it. */
+  async #openSpool(): Promise<void> {
+    const spool = this.#spool;
+    if (spool === undefined) return;
+    try {
+      const s = await spool.open();
+      logSpoolOpened(log, "S3", { config: spool.config, stats: s });
+      if (this.#running && s.records > 0) void this.#kick();
+    } catch (err) {
+      log.error("cannot open the S3 spool: objects wait in memory only", {
+        dir: spool.config.dir,
+        err,
+      });
+    }
   }
 
   /** Formats one flow into the current object. Never throws, never blocks. */
@@ -211,38 +246,38 @@ export class S3Exporter implements Exporter {
       this.#drop(1, "stopDropped", "S3 uploader stopped, record dropped");
       return;
     }
-    let line: string;
+    const w = this.#current ??= new ObjectWriter({
+      compress: this.#config.compress,
+      gzipLevel: this.#config.gzipLevel,
+    });
     try {
-      line = formatCsvLine(flow, {
-        clusterUuid: this.#clusterUuid,
-        timeInsertedSeconds: Math.floor(this.#clock.wallMs() / 1000),
-      });
+      w.addFlow(this.#csv, flow, Math.floor(this.#clock.wallMs() / 1000));
     } catch (err) {
       this.#stats.errors++;
       this.#drop(1, undefined, "Cannot format flow record for S3, dropped", err);
       return;
     }
-    const w = this.#current ??= new ObjectWriter({
-      compress: this.#config.compress,
-      gzipLevel: this.#gzipLevel,
-    });
-    w.add(line);
     if (w.records >= this.#config.maxRecordsPerFile) {
       this.#finishCurrent();
       void this.#finishing.then(() => this.#kick());
     }
   }
 
-  /** Resolves once every object finished so far is compressed and waiting for upload. */
-  flush(): Promise<void> {
-    return this.#finishing;
+  /**
+   * Resolves once every object finished so far is compressed and waiting for upload (in memory
+   * or written to the spool).
+   */
+  async flush(): Promise<void> {
+    await this.#finishing;
+    // Not while the spool waits for its lock: those objects stay counted as buffered.
+    if (this.#spool?.isOpen) await this.#spool.settled();
   }
 
   /**
    * Applies a reloaded section. Bucket and region: the running upload ends first, then the
    * client is rebuilt and the region re-discovered; objects waiting go to the new bucket and
-   * prefix. Interval: the tick is re-armed. `compress` and `maxRecordsPerFile`: from the next
-   * object on.
+   * prefix. Interval: the tick is re-armed. `compress`, `gzipLevel` and `maxRecordsPerFile`:
+   * from the next object on.
    */
   async update(config: unknown): Promise<void> {
     const next = structuredClone(config as S3UploaderConfig);
@@ -291,6 +326,7 @@ export class S3Exporter implements Exporter {
       await this.#pause(this.#stopRetryMs, abort.signal);
     }
     deadline.cancel();
+    if (this.#pending.length > 0) await this.#spoolAtStop();
     if (this.#pending.length > 0) {
       const records = this.#pendingRecords;
       const objects = this.#pending.length;
@@ -299,24 +335,91 @@ export class S3Exporter implements Exporter {
       this.#pendingRecords = 0;
       this.#stats.dropped += records;
       this.#stats.stopDropped += records;
-      log.error("S3 uploads not done by the stop deadline, records dropped", {
+      log.error("S3 uploads not done by the stop deadline and no spool, records dropped", {
         records,
         objects,
         deadlineMs: this.#stopDeadlineMs,
       });
     }
+    await this.#spool?.close();
     this.#store.destroy();
     log.info("S3 uploader stopped", { ...this.stats() });
   }
 
-  /** The counters; `received = exported + dropped + buffered` at every moment. */
+  /** Moves the objects still waiting to the spool (waiting, bounded, for it to open). */
+  async #spoolAtStop(): Promise<void> {
+    const spool = this.#spool;
+    if (spool === undefined) return;
+    if (!spool.isOpen) {
+      // The spool may still wait for its lock (a sink replaced by a reload): bounded.
+      const waited = Promise.withResolvers<void>();
+      const t = this.#clock.setTimer(this.#stopDeadlineMs, () => waited.resolve());
+      await Promise.race([this.#spoolOpening, waited.promise]);
+      t.cancel();
+      // Still not open: what waits is counted below (stopDropped), not held up by the lock.
+      if (!spool.isOpen) return;
+    }
+    const records = this.#pendingRecords;
+    while (this.#pending.length > 0) {
+      if (!this.#toSpool(this.#pending[0])) break;
+      const o = this.#pending.shift()!;
+      this.#pendingBytes -= o.body.byteLength;
+      this.#pendingRecords -= o.records;
+    }
+    await spool.settled();
+    if (records > this.#pendingRecords) {
+      log.warn("S3 uploads not done by the stop deadline; objects kept in the spool", {
+        records: records - this.#pendingRecords,
+        dir: spool.config.dir,
+      });
+    }
+  }
+
+  /**
+   * Hands `o` to the spool under its key (the prefix in force now); false when there is no
+   * usable spool. The caller removes it from memory in the same synchronous step.
+   */
+  #toSpool(o: FinishedObject): boolean {
+    const spool = this.#spool;
+    if (spool === undefined) return false;
+    const key = objectKey(this.#config.bucketPrefix, o.name);
+    const taken = spool.offer({ key, body: o.body, records: o.records }, (err) => {
+      this.#stats.errors++;
+      this.#drop(o.records, "spoolWriteDropped", "S3 spool write failed, records dropped", err, {
+        key,
+      });
+    });
+    if (taken) this.#stats.spooled += o.records;
+    return taken;
+  }
+
+  /**
+   * The counters; `received = exported + dropped + buffered` at every moment, where `exported`
+   * and `dropped` count this process's records and `buffered` holds the records in memory and
+   * this process's records in the spool (recovered ones are counted apart).
+   */
   stats(): S3ExporterStats {
+    const sp = this.#spool?.stats();
+    const spoolDropped = sp?.dropped ?? 0;
+    const recovered = sp?.recovered ?? 0;
+    const recoveredDropped = sp?.droppedRecovered ?? 0;
+    const recoveredWaiting = recovered - this.#stats.recoveredUploaded - recoveredDropped;
+    const spoolRecords = sp?.records ?? 0;
     return {
       ...this.#stats,
+      dropped: this.#stats.dropped + spoolDropped - recoveredDropped,
       buffered: (this.#current?.records ?? 0) + this.#finishingRecords + this.#pendingRecords +
-        this.#stats.spooled,
+        (this.#spool?.appending ?? 0) + spoolRecords - recoveredWaiting,
       pendingObjects: this.#pending.length,
       pendingBytes: this.#pendingBytes,
+      spoolDropped,
+      spoolCorrupt: sp?.corruptFrames ?? 0,
+      spoolTruncatedBytes: sp?.truncatedBytes ?? 0,
+      spoolRecords,
+      spoolBytes: sp?.bytes ?? 0,
+      spoolOpen: sp !== undefined,
+      recovered,
+      recoveredDropped,
     };
   }
 
@@ -374,10 +477,7 @@ export class S3Exporter implements Exporter {
       const [evicted] = this.#pending.splice(i, 1);
       this.#pendingBytes -= evicted.body.byteLength;
       this.#pendingRecords -= evicted.records;
-      if (this.#overflow.offer(evicted)) {
-        this.#stats.spooled += evicted.records;
-        continue;
-      }
+      if (this.#toSpool(evicted)) continue;
       this.#drop(
         evicted.records,
         "pendingDropped",
@@ -394,6 +494,8 @@ export class S3Exporter implements Exporter {
    */
   #kick(signal?: AbortSignal): Promise<boolean> {
     if (this.#pass !== undefined) {
+      // The stop's passes do not join one started before it (that one ends at its next object).
+      if (signal !== undefined) return this.#pass.then(() => this.#kick(signal));
       this.#again = true;
       return this.#pass;
     }
@@ -427,7 +529,9 @@ export class S3Exporter implements Exporter {
         return false;
       }
     }
+    if (!(await this.#uploadSpool(store, signal))) return false;
     while (this.#pending.length > 0) {
+      if (this.#superseded(signal)) return false;
       const object = this.#pending[0];
       const key = objectKey(this.#config.bucketPrefix, object.name);
       this.#inFlight = object;
@@ -457,9 +561,46 @@ export class S3Exporter implements Exporter {
     return true;
   }
 
+  /**
+   * A pass started before `stop()` (it has no stop signal) ends at the next object, so the stop
+   * is not held up by a long replay; the stop's own passes carry its deadline's signal.
+   */
+  #superseded(signal: AbortSignal | undefined): boolean {
+    return this.#stopped && signal === undefined;
+  }
+
+  /** Uploads the spool's objects oldest first under their stored keys; stops at a failure. */
+  async #uploadSpool(store: ObjectStore, signal?: AbortSignal): Promise<boolean> {
+    const spool = this.#spool;
+    if (spool === undefined) return true;
+    for (;;) {
+      if (this.#superseded(signal)) return false;
+      const o = await spool.oldest();
+      if (o === undefined) return true;
+      try {
+        await store.put(o.key, o.body, signal);
+      } catch (err) {
+        spool.release(o);
+        this.#stats.uploadFailures++;
+        this.#stats.errors++;
+        this.#logError(
+          "error when uploading file to S3; kept in the spool and retried under the same key",
+          err,
+          { bucket: this.#config.bucketName, key: o.key, records: o.records },
+        );
+        return false;
+      }
+      await spool.ack(o, () => {
+        if (o.recovered) this.#stats.recoveredUploaded += o.records;
+        else this.#stats.exported += o.records;
+        this.#stats.objectsUploaded++;
+      });
+    }
+  }
+
   #drop(
     records: number,
-    counter: "pendingDropped" | "stopDropped" | undefined,
+    counter: "pendingDropped" | "stopDropped" | "spoolWriteDropped" | undefined,
     msg: string,
     err?: unknown,
     fields: Record<string, unknown> = {},

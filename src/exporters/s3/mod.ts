@@ -9,7 +9,8 @@
  *   metadata service `169.254.169.254:80` (instance-role credentials);
  * - `env`: {@linkcode AWS_ENV}, the variables the AWS SDK reads (found by running it in a worker
  *   narrowed to them: an unlisted read throws `NotCapable`, counted as `permissionDenied`);
- * - no `read`, `write`, `sys`, `run` or `ffi`.
+ * - `read` and `write` of the spool directory (`s3Uploader.spool.dir`);
+ * - no other file access, no `sys`, `run` or `ffi`.
  *
  * @module
  */
@@ -19,6 +20,7 @@ import { endpointHostPort, type S3UploaderConfig, s3UploaderSection } from "./co
 import { S3Exporter } from "./exporter.ts";
 import { denoEnv, resolveEndpoint } from "./store.ts";
 import { workerModule } from "../../worker_module.ts";
+import { spoolPermissionPath } from "../spool_config.ts";
 
 export * from "./config.ts";
 export * from "./exporter.ts";
@@ -70,10 +72,11 @@ export const s3Component: ExporterComponent<"s3Uploader", S3UploaderConfig> = {
   section: s3UploaderSection,
   permissions(config) {
     const endpoint = resolveEndpoint(config.endpoint, denoEnv);
+    const spool = spoolPermissionPath(config.spool);
     return {
       net: endpoint === "" ? ["*.amazonaws.com:443", IMDS] : [endpointHostPort(endpoint)],
-      read: [],
-      write: [],
+      read: [spool],
+      write: [spool],
       env: AWS_ENV,
     };
   },

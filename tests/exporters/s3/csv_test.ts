@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
-import { formatCsvLine } from "../../../src/exporters/s3/csv.ts";
+import type { ExportedFlow } from "../../../src/aggregation/record.ts";
+import { CsvWriter, formatCsvLine } from "../../../src/exporters/s3/csv.ts";
+import { ObjectWriter } from "../../../src/exporters/s3/object.ts";
 import { S3_COLUMNS } from "../../../src/record/schema.ts";
 import { fixtureFlow } from "../fixtures.ts";
 import { s1Line } from "../../_helpers/s3.ts";
@@ -35,4 +37,64 @@ Deno.test("absent labels are written as two single quotes, u64 above 2^53 exactl
   assert.equal(cols[S3_COLUMNS.indexOf("sourcePodLabels")], "''");
   assert.equal(cols[S3_COLUMNS.indexOf("destinationPodLabels")], "''");
   assert.equal(cols[S3_COLUMNS.indexOf("octetTotalCount")], "18446744073709551615");
+});
+
+/** The line `CsvWriter` writes for `flow`, through a buffer of `room` bytes. */
+function written(flow: ExportedFlow, room = 1 << 16): string {
+  const out = new Uint8Array(room);
+  const end = new CsvWriter(U).write(flow, T, out, 0);
+  assert.ok(end <= out.length, "the line fits");
+  return new TextDecoder().decode(out.subarray(0, end));
+}
+
+Deno.test("the byte writer writes the same line as the string formatter, byte for byte", () => {
+  const cases: ExportedFlow[] = [
+    fixtureFlow(),
+    fixtureFlow(true),
+    fixtureFlow(false, {
+      octetTotalCount: 2n ** 64n - 1n,
+      packetTotalCount: 2n ** 53n,
+      reverseOctetTotalCount: 2n ** 53n - 1n,
+      packetDeltaCount: 0n,
+      flowStartSeconds: 0,
+      sourceTransportPort: 9,
+      destinationTransportPort: 10,
+      sourcePodName: "pöd-ünïcode-名前",
+      sourcePodLabels: '{"app":"ω"}',
+      destinationPodLabels: "null",
+    }),
+    // Address text a producer did not make canonical (upper case, zeros, v4-mapped).
+    fixtureFlow(true, {
+      sourceIPv6Address: "2001:0DB8:0000:0000:0000:0000:0000:0001",
+      destinationIPv6Address: "::ffff:10.1.2.3",
+    }),
+  ];
+  const absent = fixtureFlow(false);
+  for (const k of ["sourcePodLabels", "egressName", "tcpState", "throughput", "flowType"]) {
+    delete (absent.record as Record<string, unknown>)[k];
+  }
+  cases.push(absent);
+  for (const flow of cases) {
+    assert.equal(written(flow), formatCsvLine(flow, { clusterUuid: U, timeInsertedSeconds: T }));
+  }
+});
+
+Deno.test("a line that does not fit reports an end beyond the buffer; the object writer retries it", async () => {
+  const line = formatCsvLine(fixtureFlow(), { clusterUuid: U, timeInsertedSeconds: T });
+  for (const room of [0, 10, line.length - 1]) {
+    const out = new Uint8Array(room);
+    assert.ok(new CsvWriter(U).write(fixtureFlow(), T, out, 0) > room, `room ${room}`);
+  }
+  const wide = fixtureFlow(false, { sourcePodLabels: `{"k":"${"é".repeat(600_000)}"}` });
+  const w = new ObjectWriter({ compress: false, gzipLevel: 6 });
+  const csv = new CsvWriter(U);
+  for (let i = 0; i < 3000; i++) w.addFlow(csv, i === 1500 ? wide : fixtureFlow(), T);
+  const o = await w.finish();
+  const lines = new TextDecoder().decode(o.body).split("\n");
+  assert.equal(lines.pop(), "");
+  assert.equal(lines.length, 3000);
+  assert.equal(o.records, 3000);
+  assert.equal(lines[0] + "\n", line);
+  assert.equal(lines[2999] + "\n", line);
+  assert.equal(lines[1500] + "\n", formatCsvLine(wide, { clusterUuid: U, timeInsertedSeconds: T }));
 });

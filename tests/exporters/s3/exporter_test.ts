@@ -1,83 +1,23 @@
 import assert from "node:assert/strict";
 import { ManualClock } from "../../../src/clock.ts";
 import { setLogWriter } from "../../../src/log.ts";
-import {
-  S3Exporter,
-  type S3ExporterOptions,
-  type S3ExporterStats,
-} from "../../../src/exporters/s3/exporter.ts";
-import { formatCsvLine } from "../../../src/exporters/s3/csv.ts";
+import { S3Exporter } from "../../../src/exporters/s3/exporter.ts";
 import { OBJECT_NAME_PATTERN } from "../../../src/exporters/s3/object.ts";
-import type { ObjectStore } from "../../../src/exporters/s3/store.ts";
 import { fixtureFlow } from "../fixtures.ts";
 import { s1Line, s3rverEnv, S3Server, s3UploaderConfig } from "../../_helpers/s3.ts";
+import {
+  assertLedger,
+  BUCKET,
+  flowN,
+  landThenFail,
+  OBJECT_BYTES,
+  range,
+  tick,
+  U,
+  uploadedPorts,
+  withExporter,
+} from "../../_helpers/s3_exporter.ts";
 import { pollUntil, waitFor } from "../../_helpers/wait.ts";
-
-const U = "11111111-2222-3333-4444-555555555555";
-const BUCKET = "flows";
-
-/** The ledger of the issue: every record taken is uploaded, dropped or buffered. */
-function assertLedger(s: S3ExporterStats): void {
-  assert.equal(s.received, s.exported + s.dropped + s.buffered, JSON.stringify(s));
-}
-
-/** The fixture flow with a distinct source port, so each record can be found once. */
-function flowN(n: number) {
-  return fixtureFlow(false, { sourceTransportPort: n });
-}
-
-/** Source ports of every line of every object, and the objects. */
-async function uploadedPorts(
-  server: S3Server,
-  bucket = BUCKET,
-): Promise<{ ports: number[]; objects: Map<string, string[]> }> {
-  const objects = await server.objects(bucket);
-  const ports = [...objects.values()].flat().map((l) => Number(l.split(",")[7]));
-  return { ports: ports.sort((a, b) => a - b), objects };
-}
-
-function range(n: number, from = 1): number[] {
-  return Array.from({ length: n }, (_, i) => from + i);
-}
-
-interface Fixture {
-  server: S3Server;
-  clock: ManualClock;
-  exporter: S3Exporter;
-}
-
-async function withExporter(
-  fields: Record<string, string | number | boolean>,
-  fn: (f: Fixture) => Promise<void>,
-  options: S3ExporterOptions & { buckets?: string[]; env?: Record<string, string> } = {},
-): Promise<void> {
-  const server = await S3Server.start({ buckets: options.buckets ?? [BUCKET] });
-  const clock = new ManualClock();
-  const exporter = new S3Exporter(
-    s3UploaderConfig({ bucketName: BUCKET, endpoint: server.endpoint, ...fields }),
-    {
-      clock,
-      clusterUuid: U,
-      // One upload attempt at stop: the manual clock never reaches a retry pause.
-      stopDeadlineMs: 0,
-      ...options,
-      store: { env: s3rverEnv(options.env), maxAttempts: 1, ...options.store },
-    },
-  );
-  try {
-    await exporter.start();
-    await fn({ server, clock, exporter });
-  } finally {
-    await exporter.stop();
-    await server.close();
-  }
-}
-
-/** Advances to the next upload tick and waits until the pass it starts is over. */
-async function tick(f: Fixture, ms: number, until: (s: S3ExporterStats) => boolean) {
-  f.clock.advance(ms);
-  await waitFor(() => until(f.exporter.stats()), { what: "upload pass", timeoutMs: 20_000 });
-}
 
 Deno.test("S3/S6: one record, one upload tick: one gzip object, the S1 line byte-exact", async () => {
   await withExporter({ bucketPrefix: "flows/x", uploadInterval: "10s" }, async (f) => {
@@ -145,7 +85,12 @@ Deno.test("S7: stop finishes the current object and uploads it", async () => {
   try {
     const exporter = new S3Exporter(
       s3UploaderConfig({ bucketName: BUCKET, endpoint: server.endpoint, uploadInterval: "100s" }),
-      { clock: new ManualClock(), clusterUuid: U, store: { env: s3rverEnv(), maxAttempts: 1 } },
+      {
+        clock: new ManualClock(),
+        clusterUuid: U,
+        store: { env: s3rverEnv(), maxAttempts: 1 },
+        spool: false,
+      },
     );
     await exporter.start();
     for (const n of range(4)) exporter.addRecord(flowN(n));
@@ -213,18 +158,6 @@ Deno.test("server down under steady load, then back: every record once, no dupli
   });
 });
 
-/** A store whose `put` lands the object and then reports a failure, `failures` times. */
-function landThenFail(failures: number): (store: ObjectStore) => ObjectStore {
-  return (store) => ({
-    discoverRegion: (signal) => store.discoverRegion(signal),
-    async put(key, body, signal) {
-      await store.put(key, body, signal);
-      if (failures-- > 0) throw new Error("connection reset after upload");
-    },
-    destroy: () => store.destroy(),
-  });
-}
-
 Deno.test("a retry after an ambiguous failure overwrites the same key (no duplicate)", async () => {
   const server = await S3Server.start({ buckets: [BUCKET] });
   const clock = new ManualClock();
@@ -237,6 +170,7 @@ Deno.test("a retry after an ambiguous failure overwrites the same key (no duplic
         clusterUuid: U,
         store: { env: s3rverEnv(), maxAttempts: 1 },
         makeStore: (t, o) => landThenFail(1)(new SdkObjectStore(t, o)),
+        spool: false,
       },
     );
     await exporter.start();
@@ -254,14 +188,7 @@ Deno.test("a retry after an ambiguous failure overwrites the same key (no duplic
   }
 });
 
-/** Bytes of an uncompressed object of 10 records of {@linkcode flowN} (ports 10..99). */
-const OBJECT_BYTES = 10 *
-  formatCsvLine(flowN(10), {
-    clusterUuid: U,
-    timeInsertedSeconds: new ManualClock().wallMs() / 1000,
-  }).length;
-
-Deno.test("pending objects are bounded by bytes: the oldest is dropped and counted", async () => {
+Deno.test("without a spool, pending objects are bounded by bytes: the oldest is dropped and counted", async () => {
   await withExporter(
     { uploadInterval: "1s", compress: false, maxRecordsPerFile: 10 },
     async (f) => {
@@ -284,7 +211,7 @@ Deno.test("pending objects are bounded by bytes: the oldest is dropped and count
       assert.ok(ports.every((p) => p >= 10 && p < 50));
       assert.deepEqual([...objects.values()].map((l) => l.length), [10, 10]);
     },
-    { maxPendingBytes: 2.5 * OBJECT_BYTES },
+    { maxPendingBytes: 2.5 * OBJECT_BYTES, spool: false },
   );
 });
 
@@ -300,7 +227,7 @@ async function captureLog(fn: () => Promise<void>): Promise<string[]> {
   return lines;
 }
 
-Deno.test("a bucket that does not exist: clear error, records counted, none lost silently", async () => {
+Deno.test("without a spool, a bucket that does not exist: clear error, records counted, none lost silently", async () => {
   const lines = await captureLog(async () => {
     const server = await S3Server.start({ buckets: [BUCKET] });
     const clock = new ManualClock();
@@ -312,6 +239,7 @@ Deno.test("a bucket that does not exist: clear error, records counted, none lost
           clusterUuid: U,
           stopDeadlineMs: 3000,
           store: { env: s3rverEnv(), maxAttempts: 1 },
+          spool: false,
         },
       );
       await exporter.start();

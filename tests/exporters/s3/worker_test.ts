@@ -7,16 +7,22 @@ import { S3RVER_CREDENTIALS, S3Server, s3UploaderConfig } from "../../_helpers/s
 const CTX = { podLabels: true, clusterUuid: "2a1c5d0e-3c8f-4b5e-9d4f-0123456789ab" };
 const BUCKET = "flows";
 
-Deno.test("permissions: an endpoint's host:port, or AWS's hosts; the SDK's env; no files", () => {
+Deno.test("permissions: an endpoint's host:port, or AWS's hosts; the SDK's env; the spool dir", () => {
   const withEndpoint = s3Component.permissions(
-    s3UploaderConfig({ bucketName: "b", endpoint: "http://minio.example:9000" }),
+    s3UploaderConfig({
+      bucketName: "b",
+      endpoint: "http://minio.example:9000",
+      spool: { dir: "/var/spool/fa-s3" },
+    }),
   );
   assert.deepEqual(withEndpoint, {
     net: ["minio.example:9000"],
-    read: [],
-    write: [],
+    read: ["/var/spool/fa-s3"],
+    write: ["/var/spool/fa-s3"],
     env: AWS_ENV,
   });
+  const byDefault = s3Component.permissions(s3UploaderConfig({ bucketName: "b" }));
+  assert.deepEqual(byDefault.write, ["/tmp/flow-aggregator-spool/s3"]);
   const https = s3Component.permissions(
     s3UploaderConfig({ bucketName: "b", endpoint: "https://s3.internal" }),
   );
@@ -35,11 +41,13 @@ Deno.test("the S3 sink uploads from its permission-narrowed worker (SDK env read
   Deno.env.set("AWS_ACCESS_KEY_ID", S3RVER_CREDENTIALS.accessKeyId);
   Deno.env.set("AWS_SECRET_ACCESS_KEY", S3RVER_CREDENTIALS.secretAccessKey);
   const server = await S3Server.start({ buckets: [BUCKET] });
+  const spoolDir = await Deno.makeTempDir({ prefix: "s3-spool-" });
   const config = s3UploaderConfig({
     bucketName: BUCKET,
     bucketPrefix: "w",
     endpoint: server.endpoint,
     maxRecordsPerFile: 40,
+    spool: { dir: spoolDir },
   });
   // Under `deno test` the worker module (and the AWS SDK under it) is type-checked as it loads.
   const e = new WorkerExporter(s3Component, config, CTX, { heartbeatTimeoutMs: 90_000 });
@@ -66,6 +74,7 @@ Deno.test("the S3 sink uploads from its permission-narrowed worker (SDK env read
   } finally {
     await e.stop();
     await server.close();
+    await Deno.remove(spoolDir, { recursive: true });
     Deno.env.delete("AWS_ACCESS_KEY_ID");
     Deno.env.delete("AWS_SECRET_ACCESS_KEY");
   }

@@ -9,7 +9,7 @@
  * @module
  */
 
-import { ClickHouseLogLevel, createClient } from "@clickhouse/client";
+import { clickHouseLibrary } from "./connection.ts";
 import { flowsSchemaSql, serverHasTtl } from "./table.ts";
 import { parseDatabaseUrl } from "./url.ts";
 import type { ClickHouseConfig } from "./config.ts";
@@ -68,12 +68,13 @@ export async function applySchema(
   if (username === "" || password === "") {
     throw new Error("DatabaseURL, Username or Password missing in ClickHouse config");
   }
-  const client = createClient({
+  const lib = await clickHouseLibrary();
+  const client = lib.createClient({
     url: parseDatabaseUrl(config.databaseURL).httpUrl,
     database: config.database,
     username,
     password,
-    log: { level: ClickHouseLogLevel.OFF },
+    log: { level: lib.ClickHouseLogLevel.OFF },
   });
   try {
     const rs = await client.query({ query: "SELECT version() AS v", format: "JSONEachRow" });

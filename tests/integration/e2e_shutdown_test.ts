@@ -6,10 +6,10 @@
  */
 
 import assert from "node:assert/strict";
-import { SimAgent } from "./helpers/agent.ts";
+import { sendScenarioFlows } from "./helpers/agent.ts";
 import { byKey, type FlowLogLine, readFlowLog } from "./helpers/flow_log.ts";
 import { FaProcess, flowLogConfig } from "../_helpers/process.ts";
-import { NODES, scenarioFlows, unmatchedSourceHalf } from "./helpers/scenarios.ts";
+import { unmatchedSourceHalf } from "./helpers/scenarios.ts";
 
 /** Starts the process, sends every scenario plus a lone inter-node half, waits until ingested. */
 async function startAndFeed(
@@ -24,13 +24,7 @@ async function startAndFeed(
     { args: ["--log-level", "debug"] },
   );
   const port = await fa.collectorPort();
-  const agents = [
-    await SimAgent.connect(NODES[0], port, "tcp"),
-    await SimAgent.connect(NODES[1], port, "tcp"),
-  ];
-  for (const a of agents) await a.sendTemplates();
-  const flows = scenarioFlows(portBase);
-  for (const f of flows) for (const s of f.sends) await agents[s.node].sendRecord(s.record);
+  const { agents, flows } = await sendScenarioFlows(port, portBase);
   // An inter-node source half whose destination half never comes: held (not ready) until the
   // shutdown, then exported un-correlated rather than lost.
   const lone = unmatchedSourceHalf("lonely", {

@@ -9,9 +9,9 @@
 
 import assert from "node:assert/strict";
 import { S3_COLUMNS } from "../../../src/record/schema.ts";
-import { SimAgent } from "../../integration/helpers/agent.ts";
+import { sendScenarioFlows } from "../../integration/helpers/agent.ts";
 import { byKey, readFlowLog } from "../../integration/helpers/flow_log.ts";
-import { NODES, scenarioFlows } from "../../integration/helpers/scenarios.ts";
+
 import {
   apiArgs,
   DENO_JSON,
@@ -74,13 +74,7 @@ async function startFa(dir: string, server: S3Server): Promise<FaProcess> {
 /** Sends the scenario flows from two Agents over TCP and waits until both sessions closed. */
 async function sendFlows(fa: FaProcess, portBase: number): Promise<number> {
   const port = await fa.collectorPort();
-  const agents = [
-    await SimAgent.connect(NODES[0], port, "tcp"),
-    await SimAgent.connect(NODES[1], port, "tcp"),
-  ];
-  for (const a of agents) await a.sendTemplates();
-  const flows = scenarioFlows(portBase);
-  for (const f of flows) for (const s of f.sends) await agents[s.node].sendRecord(s.record);
+  const { agents, flows } = await sendScenarioFlows(port, portBase);
   for (const a of agents) a.close();
   await fa.waitFor(() => fa.find({ msg: "session closed" }).length >= 2, 20_000);
   return flows.length;

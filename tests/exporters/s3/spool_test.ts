@@ -8,6 +8,7 @@ import { s3rverEnv, S3Server, s3UploaderConfig } from "../../_helpers/s3.ts";
 import {
   assertLedger,
   BUCKET,
+  type Fixture,
   flowN,
   landThenFail,
   OBJECT_BYTES,
@@ -23,6 +24,40 @@ import { pollUntil, waitFor } from "../../_helpers/wait.ts";
 /** Records in the spool written by this process (buffered, not in memory). */
 function inSpool(s: S3ExporterStats): number {
   return s.spoolRecords - (s.recovered - s.recoveredUploaded - s.recoveredDropped);
+}
+
+/**
+ * Once the bucket's region is known, stops the server and adds ten records from `first` on
+ * (the ledger checked after each), then flushes: what the outage leaves in memory and spool.
+ */
+async function fillDuringOutage(f: Fixture, first: number): Promise<void> {
+  await tick(f, 1000, (s) => s.regionDiscoveries === 1);
+  await f.server.stop();
+  for (const n of range(first, 10)) {
+    f.exporter.addRecord(flowN(n));
+    assertLedger(f.exporter.stats());
+  }
+  await f.exporter.flush();
+}
+
+/**
+ * A sink's config against `server` with its own spool directory and `extra` keys, and the
+ * exporter options of these tests (one attempt per upload, no stop deadline).
+ */
+async function spooledSink(server: S3Server, extra: Record<string, unknown>) {
+  const spoolDir = await tempSpoolDir();
+  const config = s3UploaderConfig({
+    bucketName: BUCKET,
+    endpoint: server.endpoint,
+    ...extra,
+    spool: { dir: spoolDir },
+  });
+  const options = {
+    clusterUuid: U,
+    stopDeadlineMs: 0,
+    store: { env: s3rverEnv(), maxAttempts: 1 },
+  };
+  return { spoolDir, config, options };
 }
 
 /** Keys of every request that wrote an object (PUT of a whole object or a multipart start). */
@@ -44,13 +79,7 @@ Deno.test("server down: objects beyond the memory bound go to the spool, none lo
   await withExporter(
     { uploadInterval: "1s", compress: false, maxRecordsPerFile: 10, bucketPrefix: "p" },
     async (f) => {
-      await tick(f, 1000, (s) => s.regionDiscoveries === 1);
-      await f.server.stop();
-      for (const n of range(60, 10)) {
-        f.exporter.addRecord(flowN(n));
-        assertLedger(f.exporter.stats());
-      }
-      await f.exporter.flush();
+      await fillDuringOutage(f, 60);
       let s = f.exporter.stats();
       assert.equal(s.dropped, 0);
       assert.equal(s.pendingDropped, 0);
@@ -113,19 +142,10 @@ Deno.test("a spooled object whose upload landed but failed is retried under the 
 
 Deno.test("stop with the server down keeps the objects in the spool; the next process replays them once", async () => {
   const server = await S3Server.start({ buckets: [BUCKET] });
-  const spoolDir = await tempSpoolDir();
-  const config = s3UploaderConfig({
-    bucketName: BUCKET,
-    endpoint: server.endpoint,
+  const { spoolDir, config, options } = await spooledSink(server, {
     uploadInterval: "1s",
     maxRecordsPerFile: 25,
-    spool: { dir: spoolDir },
   });
-  const options = {
-    clusterUuid: U,
-    stopDeadlineMs: 0,
-    store: { env: s3rverEnv(), maxAttempts: 1 },
-  };
   try {
     const first = new S3Exporter(config, { ...options, clock: new ManualClock() });
     await first.start();
@@ -222,13 +242,7 @@ Deno.test("a full spool drops its oldest objects and counts them; the ledger is 
   await withExporter(
     { uploadInterval: "1s", compress: false, maxRecordsPerFile: 10 },
     async (f) => {
-      await tick(f, 1000, (s) => s.regionDiscoveries === 1);
-      await f.server.stop();
-      for (const n of range(100, 10)) {
-        f.exporter.addRecord(flowN(n));
-        assertLedger(f.exporter.stats());
-      }
-      await f.exporter.flush();
+      await fillDuringOutage(f, 100);
       let s = f.exporter.stats();
       assert.equal(s.pendingObjects, 1);
       assert.equal(s.spooled, 90);
@@ -484,18 +498,7 @@ Deno.test("a spool whose lock stays held elsewhere: the stop does not hang, what
 
 Deno.test("a rebuilt sink waits for the old one's spool lock, then replays what the old one kept: each record once", async () => {
   const server = await S3Server.start({ buckets: [BUCKET] });
-  const spoolDir = await tempSpoolDir();
-  const config = s3UploaderConfig({
-    bucketName: BUCKET,
-    endpoint: server.endpoint,
-    maxRecordsPerFile: 10,
-    spool: { dir: spoolDir },
-  });
-  const options = {
-    clusterUuid: U,
-    stopDeadlineMs: 0,
-    store: { env: s3rverEnv(), maxAttempts: 1 },
-  };
+  const { spoolDir, config, options } = await spooledSink(server, { maxRecordsPerFile: 10 });
   try {
     const old = new S3Exporter(config, { ...options, clock: new ManualClock() });
     await old.start();

@@ -11,6 +11,7 @@ import { agentDataMessage, agentTemplateMessage } from "../../../src/flowgen/mod
 import { fnv1_32 } from "../../../src/ipfix/mod.ts";
 import type { DataRecord } from "../../../src/ipfix/mod.ts";
 import type { FaProcess } from "../../_helpers/process.ts";
+import { NODES, type ScenarioFlow, scenarioFlows } from "./scenarios.ts";
 
 /** Transport of a simulated Agent. */
 export type AgentTransport = "udp" | "tcp" | "tls";
@@ -229,4 +230,22 @@ export async function sendThenStop(
   agent.close();
   await fa.waitFor({ msg: "session closed" }, 10_000);
   return await fa.stop("SIGTERM");
+}
+
+/**
+ * Connects one TCP Agent per Node of {@linkcode NODES} to `port`, announces their templates
+ * and sends every record of {@linkcode scenarioFlows}`(portBase)`; the Agents stay open.
+ */
+export async function sendScenarioFlows(
+  port: number,
+  portBase: number,
+): Promise<{ agents: SimAgent[]; flows: ScenarioFlow[] }> {
+  const agents = [
+    await SimAgent.connect(NODES[0], port, "tcp"),
+    await SimAgent.connect(NODES[1], port, "tcp"),
+  ];
+  for (const a of agents) await a.sendTemplates();
+  const flows = scenarioFlows(portBase);
+  for (const f of flows) for (const s of f.sends) await agents[s.node].sendRecord(s.record);
+  return { agents, flows };
 }

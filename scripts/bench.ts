@@ -320,13 +320,13 @@ export async function benchUdp(ctx: BenchContext): Promise<void> {
 }
 
 /**
- * Measures the udp_e2e_* keys: UDP on the real process (decode, aggregation, flow log on) fed by
- * the paced replay sender, beside the C recv() loop on the same stream, at the kernel's default
+ * Measures the udp_e2e_* keys: UDP on the real process (decode, aggregation, flow log on) fed the
+ * replay stream by udp_send.c (paced), beside the C recv() loop on the same stream, at the default
  * receive buffer and at 4 MiB, loss counted by the process and by the kernel
  * (scripts/bench/udp_e2e.ts).
  */
 export async function benchUdpOnProcess(ctx: BenchContext): Promise<void> {
-  progress("udp e2e: real process over UDP (flow log on) and the C loop, paced replay sender");
+  progress("udp e2e: real process over UDP (flow log on) and the C loop, the replay stream");
   const r = await benchUdpE2e({ quick: ctx.quick }, progress);
   const s = r.searches;
   const fig = (x: UdpE2eSearch | undefined): number | null => x?.lossless ?? null;
@@ -353,7 +353,13 @@ export async function benchUdpOnProcess(ctx: BenchContext): Promise<void> {
     "fast path, rmem_default buffer, flow log on, < 0.1 % of records lost",
     s.c_recv_defbuf,
   );
-  n.udp_e2e_c_baseline_per_s = note(s.c_recv_defbuf, "C recv() loop, rmem_default, same stream");
+  n.udp_e2e_c_baseline_per_s = note(
+    s.c_recv_defbuf,
+    `C recv() loop, rmem_default, same stream (${r.search.flows} flows, 4 Agents, sent by ` +
+      `${
+        r.search.sender === "c" ? "udp_send.c" : "scripts/replay.ts"
+      }), ${r.search.seconds} s trials`,
+  );
   n.udp_e2e_4mib_lossless_records_per_s = note(
     s.fast_4mib,
     "fast path, --udp-recv-buffer 4194304 (SO_RCVBUFFORCE)",

@@ -173,11 +173,22 @@ export interface SendResult {
   rate: number;
 }
 
-/** Runs udp_send against 127.0.0.1:port. */
+/**
+ * A recorded stream for udp_send's stream mode: length-prefixed message files (2-byte big-endian
+ * length, then the message); data message i goes out of source socket i % sources.
+ */
+export interface SendStream {
+  /** The data messages. */
+  messages: string;
+  /** Template messages, sent first from every source. */
+  templates: string;
+}
+
+/** Runs udp_send against 127.0.0.1:port: the golden message, or `opts.stream`. */
 export async function blast(
   tools: UdpTools,
   port: number,
-  opts: { count: number; rate: number; sources: number; ipfix?: boolean },
+  opts: { count: number; rate: number; sources: number; ipfix?: boolean; stream?: SendStream },
 ): Promise<SendResult> {
   const args = [
     "-h",
@@ -188,8 +199,9 @@ export async function blast(
     String(opts.count),
     "-r",
     String(opts.rate),
-    "-f",
-    tools.dataFile,
+    ...(opts.stream
+      ? ["-m", opts.stream.messages, "-T", opts.stream.templates]
+      : ["-f", tools.dataFile]),
     "-s",
     String(opts.sources),
   ];

@@ -1,13 +1,16 @@
 /**
  * UDP on the real process (issue 15): main.ts with a UDP collector and the flow log on (the e2e
- * part's configuration, {@linkcode benchConfig}), fed by the replay sender (scripts/replay.ts,
- * 4 Agents, one record per datagram, paced) — every datagram is decoded and aggregated, not just
- * counted as udp.ts's receivers do. A rate search ({@linkcode searchLosslessRate}, shared with
- * udp.ts) finds the highest paced rate with < 0.1 % of the records lost, at the kernel's default
- * receive buffer (net.core.rmem_default) and at 4 MiB, on the fast path (recvmmsg over FFI) and
- * on the plain socket path (default buffer only: a Deno socket cannot set its own). Side by side
- * in the same run, udp_recv.c (compiled by udp.ts) counts the datagrams of the same replay
- * stream at the same buffer sizes.
+ * part's configuration, {@linkcode benchConfig}), every datagram decoded and aggregated, not
+ * just counted as udp.ts's receivers do. The load is the replay sender's realistic 4-Agent
+ * stream (src/flowgen/replay.ts, one record per datagram): one round of it, encoded here, sent
+ * paced by udp_send.c in stream mode (sendmmsg, one socket per Agent; the Deno replay sender
+ * tops out below what the process takes), or with `--sender=replay` by scripts/replay.ts. A
+ * rate search ({@linkcode searchLosslessRate}, shared with udp.ts) finds the highest paced
+ * rate with < 0.1 % of the records lost, at the kernel's default receive buffer
+ * (net.core.rmem_default) and at 4 MiB, on the fast path (recvmmsg over FFI) and on the plain
+ * socket path (default buffer only: a Deno socket cannot set its own). Side by side in the same
+ * run, udp_recv.c (compiled by udp.ts) counts the datagrams of the same stream from the same
+ * sender at the same buffer sizes.
  *
  * Loss is counted two ways in every trial: by the receiver (records sent by the sender minus
  * records the process received and aggregated, from its `/metrics` before and after the trial;
@@ -17,19 +20,23 @@
  * stopped with SIGTERM at the end and its final counters checked (no decode error, template
  * miss or rejected record, exit 0).
  *
- *   deno run --allow-all scripts/bench/udp_e2e.ts [--quick]
+ *   deno run --allow-all scripts/bench/udp_e2e.ts [--quick] [--only=fast_4mib,...]
+ *     [--sender=replay]
  */
 
-import { AGENTS, benchConfig, type FlowgenSummary, runSenderProcess } from "./e2e.ts";
+import { AGENTS, benchConfig, runSenderProcess } from "./e2e.ts";
+import { ReplayStream } from "../../src/flowgen/replay.ts";
 import { startFlowAggregator } from "./process.ts";
 import { caFileOf } from "../../src/api/server.ts";
 import {
   BIG_RCVBUF,
+  blast,
   buildUdpTools,
   cpuSeconds,
   searchLosslessRate,
   type SearchOptions,
   type SearchResult,
+  type SendStream,
   settledCount,
   spawnReceiver,
   type Trial,
@@ -138,22 +145,91 @@ export const UDP_E2E_RECEIVERS: readonly UdpE2eReceiver[] = [
   { name: "fast_4mib", kind: "fast", recvBuffer: BIG_RCVBUF },
 ];
 
-/** Options of one trial. */
-interface TrialOptions {
-  /** Seconds of sending. */
-  seconds: number;
-  /** Flows of the replay stream. */
-  flows: number;
+/** What a sender sent in one trial. */
+interface Sent {
+  /** Data records (= datagrams). */
+  records: number;
+  /** Achieved records/s. */
+  rate: number;
+  /** Template datagrams sent before the data (the C loop counts them too). */
+  templateDatagrams: number;
 }
 
-function replay(port: number, rate: number, o: TrialOptions): Promise<FlowgenSummary> {
-  return runSenderProcess("replay", port, {
-    rate,
-    durationSec: o.seconds,
-    flows: o.flows,
-    proto: "udp",
-    extra: ["--unique-names", String(REPLAY_UNIQUE_NAMES)],
+/** Sends the stream to `port` at `rate` records/s for `seconds`. */
+type Sender = (port: number, rate: number, seconds: number) => Promise<Sent>;
+
+/** The load generator: the replay stream sent by udp_send.c (`c`) or by scripts/replay.ts. */
+export type UdpE2eSenderKind = "c" | "replay";
+
+/** The replay sender CLI (one Deno process, one `send` per datagram, 4 sockets). */
+function replaySender(flows: number): Sender {
+  return async (port, rate, seconds) => {
+    const g = await runSenderProcess("replay", port, {
+      rate,
+      durationSec: seconds,
+      flows,
+      proto: "udp",
+      extra: ["--unique-names", String(REPLAY_UNIQUE_NAMES)],
+    });
+    return { records: g.records, rate: g.rate, templateDatagrams: 2 * AGENTS };
+  };
+}
+
+/**
+ * The Agents' messages as one length-prefixed file for udp_send's stream mode: message i is
+ * Agent i % agents's (so each sender socket carries one Agent), each Agent cut to the shortest
+ * Agent's count so the rotation stays aligned.
+ */
+export function interleaveMessages(perAgent: readonly (readonly Uint8Array[])[]): Uint8Array {
+  const n = Math.min(...perAgent.map((m) => m.length));
+  let size = 0;
+  for (const msgs of perAgent) for (let i = 0; i < n; i++) size += 2 + msgs[i].length;
+  const out = new Uint8Array(size);
+  const v = new DataView(out.buffer);
+  let at = 0;
+  for (let i = 0; i < n; i++) {
+    for (const msgs of perAgent) {
+      const m = msgs[i];
+      if (m.length > 0xffff) throw new Error(`message of ${m.length} bytes: too long`);
+      v.setUint16(at, m.length);
+      out.set(m, at + 2);
+      at += 2 + m.length;
+    }
+  }
+  return out;
+}
+
+/**
+ * udp_send.c in stream mode over one round of the replay stream (built here, as the replay
+ * sender builds it, export time now), one socket per Agent, sendmmsg: the round is sent again
+ * and again unpatched, so from the second round on its records repeat the first's counters and
+ * times (the same flows, updated with the same values).
+ */
+async function cStreamSender(tools: UdpTools, flows: number): Promise<Sender> {
+  const now = Math.floor(Date.now() / 1000);
+  const stream = new ReplayStream({
+    agents: AGENTS,
+    flows,
+    uniqueNames: REPLAY_UNIQUE_NAMES,
+    seed: 1,
+    startSeconds: now - 3600,
   });
+  const perAgent = stream.rounds.map((r) => {
+    r.patch(0, r.messages, 0, now);
+    return r.views;
+  });
+  const templates = stream.rounds.flatMap((_, i) => stream.templateMessages(i, now));
+  const files: SendStream = {
+    messages: `${tools.dir}/stream.bin`,
+    templates: `${tools.dir}/stream_templates.bin`,
+  };
+  await Deno.writeFile(files.messages, interleaveMessages(perAgent));
+  await Deno.writeFile(files.templates, interleaveMessages(templates.map((m) => [m])));
+  return async (port, rate, seconds) => {
+    const count = Math.max(1, Math.round(rate * seconds));
+    const s = await blast(tools, port, { count, rate, sources: AGENTS, stream: files });
+    return { records: s.sent, rate: s.rate, templateDatagrams: templates.length * AGENTS };
+  };
 }
 
 /** Flat `name value` samples (no labels) of a Prometheus text. */
@@ -277,13 +353,13 @@ async function startProcessReceiver(r: UdpE2eReceiver): Promise<ProcessReceiver>
 async function streamTrial(
   rx: CountingReceiver,
   rate: number,
-  o: TrialOptions & { countsTemplates: boolean },
+  o: { send: Sender; seconds: number; countsTemplates: boolean },
 ): Promise<UdpE2eTrial> {
   const before = await rx.query();
   const k0 = await rcvbufErrors();
   const c0 = await cpuSeconds(rx.pid);
-  const g = await replay(rx.port, rate, o);
-  const sent = g.records + (o.countsTemplates ? 2 * AGENTS : 0);
+  const g = await o.send(rx.port, rate, o.seconds);
+  const sent = g.records + (o.countsTemplates ? g.templateDatagrams : 0);
   const received = await settledCount(rx, before.count, sent);
   const cpu = (await cpuSeconds(rx.pid)) - c0;
   const after = await rx.query();
@@ -307,6 +383,8 @@ export interface UdpE2eOptions {
   seconds?: number;
   /** Receivers to measure (names of {@linkcode UDP_E2E_RECEIVERS}); default all. */
   only?: readonly string[];
+  /** Load generator; default `c` (udp_send.c replaying the stream's first round). */
+  sender?: UdpE2eSenderKind;
 }
 
 /** One receiver's search. */
@@ -327,8 +405,8 @@ export interface UdpE2eResult {
   processAgreement: LossAgreement;
   /** Both loss counts over every trial of the C loop's searches. */
   cAgreement: LossAgreement;
-  /** Search parameters. */
-  search: SearchOptions & { seconds: number; flows: number };
+  /** Search parameters and the sender. */
+  search: SearchOptions & { seconds: number; flows: number; sender: UdpE2eSenderKind };
 }
 
 /** Runs every receiver's rate search, in {@linkcode UDP_E2E_RECEIVERS} order. */
@@ -341,18 +419,18 @@ export async function benchUdpE2e(
   const search: SearchOptions = opts.quick
     ? { start: 5_000, max: 5_000, min: 5_000, refine: 0 }
     : { start: 10_000, max: 320_000, min: 2_500, refine: 2 };
-  const o = { seconds, flows };
   const receivers = UDP_E2E_RECEIVERS.filter((r) => opts.only?.includes(r.name) ?? true);
-  let tools: UdpTools | undefined;
+  const senderKind = opts.sender ?? "c";
+  const tools = await buildUdpTools();
   const searches: Record<string, UdpE2eSearch> = {};
   try {
+    const send = senderKind === "c" ? await cStreamSender(tools, flows) : replaySender(flows);
     for (const r of receivers) {
       progress(`udp e2e: rate search ${r.name}`);
       let rx: CountingReceiver;
       let finish: () => Promise<string[]>;
       let recvBufferBytes: number | undefined;
       if (r.kind === "c") {
-        tools ??= await buildUdpTools();
         const c = await spawnReceiver(tools.recv, ["-p", "0", "-b", String(r.recvBuffer)]);
         rx = { port: c.port, pid: c.pid, query: async () => ({ count: (await c.query()).count }) };
         finish = async () => (await c.stop(), []);
@@ -365,7 +443,7 @@ export async function benchUdpE2e(
       let res: SearchResult<UdpE2eTrial>;
       let problems: string[] = [];
       try {
-        const to = { ...o, countsTemplates: r.kind === "c" };
+        const to = { send, seconds, countsTemplates: r.kind === "c" };
         // Warm-up (JIT, worker start), not counted: a burst at the first rate of the search.
         await streamTrial(rx, search.start, { ...to, seconds: Math.min(1, seconds) });
         res = await searchLosslessRate((rate) => streamTrial(rx, rate, to), search);
@@ -381,7 +459,7 @@ export async function benchUdpE2e(
       );
     }
   } finally {
-    if (tools !== undefined) await Deno.remove(tools.dir, { recursive: true }).catch(() => {});
+    await Deno.remove(tools.dir, { recursive: true }).catch(() => {});
   }
   const all = (c: boolean): UdpE2eTrial[] =>
     Object.values(searches).filter((s) => (s.receiver.kind === "c") === c).flatMap((s) => s.trials);
@@ -389,7 +467,7 @@ export async function benchUdpE2e(
     searches,
     processAgreement: lossAgreement(all(false)),
     cAgreement: lossAgreement(all(true)),
-    search: { ...search, seconds, flows },
+    search: { ...search, seconds, flows, sender: senderKind },
   };
 }
 
@@ -405,6 +483,7 @@ export function describeTrial(t: UdpE2eTrial): string {
 
 if (import.meta.main) {
   const only = Deno.args.find((a) => a.startsWith("--only="))?.slice(7).split(",");
-  const r = await benchUdpE2e({ quick: Deno.args.includes("--quick"), only });
+  const sender = Deno.args.includes("--sender=replay") ? "replay" : "c";
+  const r = await benchUdpE2e({ quick: Deno.args.includes("--quick"), only, sender });
   console.log(JSON.stringify(r, null, 2));
 }

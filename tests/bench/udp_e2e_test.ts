@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import {
   accountLoss,
+  interleaveMessages,
   lossAgreement,
   parseSnmpUdp,
   prometheusSamples,
@@ -133,4 +134,15 @@ Deno.test("udp e2e: the search stops as sender-limited when the replay sender fa
   assert.equal(r.senderLimited, true);
   assert.equal(r.lossless, 80_000);
   assert.deepEqual(r.trials.map((t) => t.requested), [10_000, 20_000, 40_000, 80_000, 160_000]);
+});
+
+Deno.test("udp e2e: interleaveMessages alternates the Agents, length-prefixed, cut to the shortest", () => {
+  const a = [Uint8Array.of(1), Uint8Array.of(2, 2), Uint8Array.of(3)];
+  const b = [Uint8Array.of(9, 9, 9), Uint8Array.of(8)];
+  assert.deepEqual(
+    [...interleaveMessages([a, b])],
+    [0, 1, 1, 0, 3, 9, 9, 9, 0, 2, 2, 2, 0, 1, 8],
+  );
+  assert.deepEqual([...interleaveMessages([[Uint8Array.of(7)]])], [0, 1, 7]);
+  assert.throws(() => interleaveMessages([[new Uint8Array(0x10000)]]), /too long/);
 });

@@ -87,6 +87,8 @@ Flags:
   --udp-receiver MODE  UDP receive path: auto (default: the fast recvmmsg path when started
                        with --allow-ffi on Linux, else one Deno socket), fast, or socket.
   --udp-workers N      fast path: sockets/threads sharing the port (SO_REUSEPORT), default 1.
+  --udp-recv-buffer B  fast path: kernel receive buffer to ask for, in bytes (default 4194304;
+                       0 = net.core.rmem_default). The socket path always has rmem_default.
   --cert-dir DIR       with aggregatorTransportProtocol TLS: also write the CA (ca.crt) and Agent
                        client certificate (tls.crt, tls.key) here (without a cluster, the only
                        way the Agents get them).
@@ -133,6 +135,8 @@ export interface CliOptions {
   stateDir?: string;
   udpReceiver: "auto" | "fast" | "socket";
   udpWorkers: number;
+  /** `--udp-recv-buffer`: the fast path's SO_RCVBUF request; absent = its default (4 MiB). */
+  udpRecvBuffer?: number;
   exportersInProcess: boolean;
   /** `permissions` subcommand: print the permission flags and exit. */
   permissions: boolean;
@@ -216,6 +220,14 @@ export function parseArgs(args: readonly string[]): CliOptions {
           throw new Error(`--udp-workers needs an integer from 1 to 64`);
         }
         opts.udpWorkers = v;
+        break;
+      }
+      case "udp-recv-buffer": {
+        const v = Number(value());
+        if (!Number.isInteger(v) || v < 0 || v > 0x3fffffff) {
+          throw new Error(`--udp-recv-buffer needs a byte count from 0 to 1073741823`);
+        }
+        opts.udpRecvBuffer = v;
         break;
       }
       case "log-level": {
@@ -309,7 +321,11 @@ function udpReceiverFor(opts: CliOptions): UdpReceiverFactory | undefined {
     );
   }
   if (opts.udpReceiver === "auto" && !ffiAvailable()) return undefined;
-  const fast = fastUdpReceiverFactory({ mode: "ffi", workers: opts.udpWorkers });
+  const fast = fastUdpReceiverFactory({
+    mode: "ffi",
+    workers: opts.udpWorkers,
+    recvBufferBytes: opts.udpRecvBuffer,
+  });
   if (opts.udpReceiver === "fast") return fast;
   // auto: a build without the receive worker module (the `deno bundle` file) cannot start the
   // fast path even with --allow-ffi; that must not make UDP collection fatal.

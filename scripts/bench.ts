@@ -1,10 +1,11 @@
 /**
- * Benchmark harness: `deno task bench` runs the full suite (under 10 minutes on 2 cores),
+ * Benchmark harness: `deno task bench` runs the full suite (about 15 minutes on 2 cores),
  * `deno task bench --quick` a smoke version in seconds for CI. Prints a table and writes
  * `bench/latest.json` with one number per key (null when a part is not implemented yet or could
  * not run, with the reason in `notes`) plus the raw trials under `details`.
  *
- * Flags: --quick, --only=udp,decode,aggregate,e2e,replay,heap,podstore,rss,clickhouse,s3,api
+ * Flags: --quick,
+ * --only=udp,decode,aggregate,e2e,replay,heap,podstore,rss,clickhouse,s3,api,udp_e2e
  * (comma list), --out=<path>, --baseline=<rev>, --baseline-rounds=<n>.
  *
  * A run without --quick and without --out (full, or partial with --only) also appends one line
@@ -47,6 +48,7 @@ import {
 } from "./bench/core.ts";
 import { benchE2eTcp as runE2e, type E2eTrial, runE2eTrial } from "./bench/e2e.ts";
 import { benchE2eReplay } from "./bench/e2e_replay.ts";
+import { benchUdpE2e, type UdpE2eSearch } from "./bench/udp_e2e.ts";
 import { benchHeapPerFlow } from "./bench/memory.ts";
 import { benchPodStore } from "./bench/podstore.ts";
 import { benchClickHouse } from "./bench/clickhouse.ts";
@@ -113,6 +115,24 @@ export interface BenchResults {
   udp_c_baseline_per_s: number | null;
   /** Highest lossless rate of Debian nfcapd (records stored) in the same run. */
   udp_nfcapd_per_s: number | null;
+  /**
+   * UDP on the real process (decode, aggregation, flow log on), fast path, kernel default receive
+   * buffer: highest paced rate of the replay sender with < 0.1 % of the records lost.
+   */
+  udp_e2e_lossless_records_per_s: number | null;
+  /** The C recv() loop counting the same replay stream's datagrams, same buffer, same run. */
+  udp_e2e_c_baseline_per_s: number | null;
+  /** udp_e2e_lossless_records_per_s with a 4 MiB receive buffer. */
+  udp_e2e_4mib_lossless_records_per_s: number | null;
+  /** udp_e2e_c_baseline_per_s with a 4 MiB receive buffer. */
+  udp_e2e_4mib_c_baseline_per_s: number | null;
+  /** udp_e2e_lossless_records_per_s on the plain socket path (no --allow-ffi). */
+  udp_e2e_socket_lossless_records_per_s: number | null;
+  /**
+   * Σ |records lost as the process counts them − Udp RcvbufErrors of /proc/net/snmp| over every
+   * process trial of the udp_e2e searches: 0 when the two loss counts agree.
+   */
+  udp_e2e_loss_count_difference: number | null;
   /** Heap bytes per aggregated flow with 100k flows. */
   heap_bytes_per_flow_100k: number | null;
   /** Heap bytes per aggregated flow with 1M flows. */
@@ -208,6 +228,12 @@ export function emptyResults(): BenchResults {
     udp_lossless_records_per_s: null,
     udp_c_baseline_per_s: null,
     udp_nfcapd_per_s: null,
+    udp_e2e_lossless_records_per_s: null,
+    udp_e2e_c_baseline_per_s: null,
+    udp_e2e_4mib_lossless_records_per_s: null,
+    udp_e2e_4mib_c_baseline_per_s: null,
+    udp_e2e_socket_lossless_records_per_s: null,
+    udp_e2e_loss_count_difference: null,
     heap_bytes_per_flow_100k: null,
     heap_bytes_per_flow_1m: null,
     memory_bytes_per_flow_1m: null,
@@ -298,6 +324,67 @@ export async function benchUdp(ctx: BenchContext): Promise<void> {
   } finally {
     await Deno.remove(tools.dir, { recursive: true }).catch(() => {});
   }
+}
+
+/**
+ * Measures the udp_e2e_* keys: UDP on the real process (decode, aggregation, flow log on) fed the
+ * replay stream by udp_send.c (paced), beside the C recv() loop on the same stream, at the default
+ * receive buffer and at 4 MiB, loss counted by the process and by the kernel
+ * (scripts/bench/udp_e2e.ts).
+ */
+export async function benchUdpOnProcess(ctx: BenchContext): Promise<void> {
+  progress("udp e2e: real process over UDP (flow log on) and the C loop, the replay stream");
+  const r = await benchUdpE2e({ quick: ctx.quick }, progress);
+  const s = r.searches;
+  const fig = (x: UdpE2eSearch | undefined): number | null => x?.lossless ?? null;
+  const res = ctx.results;
+  res.udp_e2e_lossless_records_per_s = fig(s.fast_defbuf);
+  res.udp_e2e_c_baseline_per_s = fig(s.c_recv_defbuf);
+  res.udp_e2e_4mib_lossless_records_per_s = fig(s.fast_4mib);
+  res.udp_e2e_4mib_c_baseline_per_s = fig(s.c_recv_4mib);
+  res.udp_e2e_socket_lossless_records_per_s = fig(s.socket_defbuf);
+  res.udp_e2e_loss_count_difference = r.processAgreement.absDifference;
+  const q = ctx.quick ? "quick mode: one 1 s trial at 5k/s, smoke only; " : "";
+  const note = (x: UdpE2eSearch | undefined, what: string, c?: UdpE2eSearch): string => {
+    const pct = c !== undefined && x !== undefined && c.lossless > 0
+      ? `; ${(100 * x.lossless / c.lossless).toFixed(0)} % of the C loop of this run`
+      : "";
+    const rcvbuf = x?.recvBufferBytes;
+    const problems = x?.problems.length ? `; PROBLEMS: ${x.problems.join(", ")}` : "";
+    return `${q}${what}${x?.senderLimited ? " >= (sender-limited)" : ""}` +
+      `${rcvbuf !== undefined ? `, SO_RCVBUF reads ${rcvbuf}` : ""}${pct}${problems}`;
+  };
+  const n = ctx.notes;
+  n.udp_e2e_lossless_records_per_s = note(
+    s.fast_defbuf,
+    "fast path, rmem_default buffer, flow log on, < 0.1 % of records lost",
+    s.c_recv_defbuf,
+  );
+  n.udp_e2e_c_baseline_per_s = note(
+    s.c_recv_defbuf,
+    `C recv() loop, rmem_default, same stream (${r.search.flows} flows, 4 Agents, sent by ` +
+      `${
+        r.search.sender === "c" ? "udp_send.c" : "scripts/replay.ts"
+      }), ${r.search.seconds} s trials`,
+  );
+  n.udp_e2e_4mib_lossless_records_per_s = note(
+    s.fast_4mib,
+    "fast path, --udp-recv-buffer 4194304 (SO_RCVBUFFORCE)",
+    s.c_recv_4mib,
+  );
+  n.udp_e2e_4mib_c_baseline_per_s = note(s.c_recv_4mib, "C recv() loop, SO_RCVBUF 4 MiB");
+  n.udp_e2e_socket_lossless_records_per_s = note(
+    s.socket_defbuf,
+    "plain Deno socket (--udp-receiver socket), rmem_default",
+    s.c_recv_defbuf,
+  );
+  const a = r.processAgreement;
+  const c = r.cAgreement;
+  n.udp_e2e_loss_count_difference = `process trials: ${a.processLoss} lost by the process's ` +
+    `count, ${a.kernelDrops} by RcvbufErrors (system-wide), ${a.disagreeing} of ${a.trials} ` +
+    `trials differ; C loop: ${c.processLoss} vs ${c.kernelDrops}, ${c.disagreeing} of ` +
+    `${c.trials} differ`;
+  ctx.details.udp_e2e = r;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -510,8 +597,10 @@ const PARTS: Record<string, (ctx: BenchContext) => Promise<void>> = {
   clickhouse: benchClickHouseSink,
   s3: benchS3,
   replay: benchReplay,
-  // Last: its rate search takes whatever is left of the budget.
+  // Its rate search takes whatever is left of the budget.
   e2e: benchE2eTcp,
+  // After e2e so as not to shorten its search: adds ~5 minutes to a full run.
+  udp_e2e: benchUdpOnProcess,
 };
 
 const UNITS: Record<keyof BenchResults, string> = {
@@ -531,6 +620,12 @@ const UNITS: Record<keyof BenchResults, string> = {
   udp_lossless_records_per_s: "datagrams/s",
   udp_c_baseline_per_s: "datagrams/s",
   udp_nfcapd_per_s: "records/s",
+  udp_e2e_lossless_records_per_s: "records/s",
+  udp_e2e_c_baseline_per_s: "datagrams/s",
+  udp_e2e_4mib_lossless_records_per_s: "records/s",
+  udp_e2e_4mib_c_baseline_per_s: "datagrams/s",
+  udp_e2e_socket_lossless_records_per_s: "records/s",
+  udp_e2e_loss_count_difference: "records",
   heap_bytes_per_flow_100k: "bytes",
   heap_bytes_per_flow_1m: "bytes",
   memory_bytes_per_flow_1m: "bytes",

@@ -52,6 +52,13 @@ Deno.test("main: --flag value, --flag=value and single-dash forms are accepted",
   assert.equal(parseArgs(["--config=a=b"]).config, "a=b", "only the first = splits");
 });
 
+Deno.test("main: --udp-recv-buffer takes a byte count, 0 for the kernel default", () => {
+  assert.equal(parseArgs(["--udp-recv-buffer", "0"]).udpRecvBuffer, 0);
+  assert.equal(parseArgs(["--udp-recv-buffer=4194304"]).udpRecvBuffer, 4194304);
+  assert.throws(() => parseArgs(["--udp-recv-buffer", "-1"]), /--udp-recv-buffer needs/);
+  assert.throws(() => parseArgs(["--udp-recv-buffer", "4M"]), /--udp-recv-buffer needs/);
+});
+
 Deno.test("main: log level, format and klog verbosity", () => {
   assert.equal(parseArgs(["--log-level", "debug"]).logLevel, "debug");
   assert.equal(parseArgs(["--log-format=json"]).logFormat, "json");

@@ -219,16 +219,21 @@ export interface E2eResult {
   };
 }
 
-const AGENTS = 4;
+/** Simulated Agents (connections or UDP sockets) of a sender. */
+export const AGENTS = 4;
 const ACTIVE = "5s";
 const INACTIVE = "10s";
 
-function benchConfig(logPath: string): string {
+/**
+ * The benchmark configuration of the real process: the given collector transport (default
+ * TCP), the flow log on (writing `logPath`), every other sink off.
+ */
+export function benchConfig(logPath: string, transport: "TCP" | "UDP" = "TCP"): string {
   // The flow log is never rotated or compressed during a trial: gzip of rotated files is not
   // the ingest path being measured and would make the figure depend on the disk budget.
   return `activeFlowRecordTimeout: ${ACTIVE}
 inactiveFlowRecordTimeout: ${INACTIVE}
-aggregatorTransportProtocol: TCP
+aggregatorTransportProtocol: ${transport}
 flowCollector:
   enable: false
 clickHouse:
@@ -276,13 +281,19 @@ async function peakRss(pid: number): Promise<number> {
 export type E2eSender = "flowgen" | "replay";
 
 /**
- * Runs a sender CLI (flowgen or replay) over TCP to `port` from `AGENTS` Agents and returns its
- * `--json` report; `extra` are its own flags.
+ * Runs a sender CLI (flowgen or replay) over TCP (or `opts.proto`) to `port` from `AGENTS`
+ * Agents and returns its `--json` report; `extra` are its own flags.
  */
-async function runSenderProcess(
+export async function runSenderProcess(
   sender: E2eSender,
   port: number,
-  opts: { rate: number; durationSec: number; flows: number; extra?: string[] },
+  opts: {
+    rate: number;
+    durationSec: number;
+    flows: number;
+    extra?: string[];
+    proto?: "tcp" | "udp";
+  },
 ): Promise<FlowgenSummary> {
   const out = await new Deno.Command(Deno.execPath(), {
     args: [
@@ -295,7 +306,7 @@ async function runSenderProcess(
       "--target",
       `127.0.0.1:${port}`,
       "--proto",
-      "tcp",
+      opts.proto ?? "tcp",
       "--agents",
       String(AGENTS),
       "--flows",

@@ -33,6 +33,11 @@ export interface StartOptions {
   args?: readonly string[];
   /** How long to wait for the collector to listen; default 30 s. */
   startTimeoutMs?: number;
+  /**
+   * The configuration's collector is UDP: readiness is its `collector listening` log line
+   * (nothing to connect to), and there is no probe session to wait for.
+   */
+  udp?: boolean;
 }
 
 /** How the process ended. */
@@ -239,23 +244,33 @@ export async function startFlowAggregator(opts: StartOptions = {}): Promise<FaPr
     return stopped;
   };
 
-  // Poll the port rather than wait for a log line: it is the readiness that matters.
-  const deadline = Date.now() + (opts.startTimeoutMs ?? 30_000);
-  for (;;) {
+  const timeoutMs = opts.startTimeoutMs ?? 30_000;
+  if (opts.udp) {
     try {
-      (await Deno.connect({ hostname: "127.0.0.1", port })).close();
-      break;
-    } catch {
-      if (exited || Date.now() > deadline) {
-        await stop(1000);
-        throw new Error(`flow-aggregator did not listen on ${port}:\n${tail()}`);
-      }
-      await sleep(50);
+      await waitFor((e) => e.msg === "collector listening", timeoutMs);
+    } catch (e) {
+      await stop(1000);
+      throw new Error(`flow-aggregator did not listen on UDP ${port}: ${(e as Error).message}`);
     }
-  }
-  // The readiness probe itself is a session; let it close before anyone counts sessions.
-  if ((opts.logLevel ?? "debug") === "debug") {
-    await waitFor((e) => e.msg === "session closed", 5000).catch(() => {});
+  } else {
+    // Poll the port rather than wait for a log line: it is the readiness that matters.
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      try {
+        (await Deno.connect({ hostname: "127.0.0.1", port })).close();
+        break;
+      } catch {
+        if (exited || Date.now() > deadline) {
+          await stop(1000);
+          throw new Error(`flow-aggregator did not listen on ${port}:\n${tail()}`);
+        }
+        await sleep(50);
+      }
+    }
+    // The readiness probe itself is a session; let it close before anyone counts sessions.
+    if ((opts.logLevel ?? "debug") === "debug") {
+      await waitFor((e) => e.msg === "session closed", 5000).catch(() => {});
+    }
   }
   return {
     pid: child.pid,

@@ -173,11 +173,22 @@ export interface SendResult {
   rate: number;
 }
 
-/** Runs udp_send against 127.0.0.1:port. */
+/**
+ * A recorded stream for udp_send's stream mode: length-prefixed message files (2-byte big-endian
+ * length, then the message); data message i goes out of source socket i % sources.
+ */
+export interface SendStream {
+  /** The data messages. */
+  messages: string;
+  /** Template messages, sent first from every source. */
+  templates: string;
+}
+
+/** Runs udp_send against 127.0.0.1:port: the golden message, or `opts.stream`. */
 export async function blast(
   tools: UdpTools,
   port: number,
-  opts: { count: number; rate: number; sources: number; ipfix?: boolean },
+  opts: { count: number; rate: number; sources: number; ipfix?: boolean; stream?: SendStream },
 ): Promise<SendResult> {
   const args = [
     "-h",
@@ -188,8 +199,9 @@ export async function blast(
     String(opts.count),
     "-r",
     String(opts.rate),
-    "-f",
-    tools.dataFile,
+    ...(opts.stream
+      ? ["-m", opts.stream.messages, "-T", opts.stream.templates]
+      : ["-f", tools.dataFile]),
     "-s",
     String(opts.sources),
   ];
@@ -217,6 +229,26 @@ export interface Trial {
 /** Loss below which a trial counts as lossless. */
 export const LOSSLESS = 0.001;
 
+/**
+ * What a receiver counted since `before` once it is done: a receiver may still be working
+ * through its socket buffer or queue, so this waits until its count reaches `before + expected`
+ * or stops moving for 200 ms (5 s at most).
+ */
+export async function settledCount(
+  rx: { query(): Promise<{ count: number }> },
+  before: number,
+  expected: number,
+): Promise<number> {
+  let last = -1, now = (await rx.query()).count;
+  const deadline = Date.now() + 5000;
+  while (now - before < expected && now !== last && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 200));
+    last = now;
+    now = (await rx.query()).count;
+  }
+  return now - before;
+}
+
 /** Runs one trial against a running receiver: send, wait for it to drain, compare counts. */
 export async function trialAgainst(
   rx: ReceiverProc,
@@ -228,16 +260,7 @@ export async function trialAgainst(
   const before = (await rx.query()).count;
   const count = Math.max(1, Math.round(rate * seconds));
   const s = await blast(tools, rx.port, { count, rate, sources });
-  // A receiver may still be working through its socket buffer or queue: wait until its
-  // count stops moving (or reaches what was sent).
-  let last = -1, now = (await rx.query()).count;
-  const deadline = Date.now() + 5000;
-  while (now - before < s.sent && now !== last && Date.now() < deadline) {
-    await new Promise((r) => setTimeout(r, 200));
-    last = now;
-    now = (await rx.query()).count;
-  }
-  const received = now - before;
+  const received = await settledCount(rx, before, s.sent);
   return {
     requested: rate,
     achieved: Math.min(rate, s.rate),
@@ -255,8 +278,8 @@ export async function cpuSeconds(pid: number): Promise<number> {
   return (Number(f[11]) + Number(f[12])) / 100; // USER_HZ is 100 on Linux
 }
 
-/** Result of a rate search. */
-export interface SearchResult {
+/** Result of a rate search (`T`: what one trial measured). */
+export interface SearchResult<T extends Trial = Trial> {
   /** Highest lossless achieved rate (0 when even the lowest rate lost). */
   lossless: number;
   /**
@@ -265,7 +288,7 @@ export interface SearchResult {
    */
   senderLimited: boolean;
   /** Every trial, in order. */
-  trials: Trial[];
+  trials: T[];
 }
 
 /** Options for {@linkcode searchLosslessRate}. */
@@ -284,14 +307,14 @@ export interface SearchOptions {
  * Doubles the rate from `start` until a trial loses (or `max`), then bisects between the last
  * lossless and the first lossy rate. Goes down by halves when `start` already loses.
  */
-export async function searchLosslessRate(
-  run: (rate: number) => Promise<Trial>,
+export async function searchLosslessRate<T extends Trial = Trial>(
+  run: (rate: number) => Promise<T>,
   opts: SearchOptions,
-): Promise<SearchResult> {
-  const trials: Trial[] = [];
+): Promise<SearchResult<T>> {
+  const trials: T[] = [];
   // A rate fails only when two trials in a row lose: on a shared 2-core machine a single
   // scheduling hiccup of another process can overflow any socket buffer once.
-  const attempt = async (rate: number): Promise<Trial> => {
+  const attempt = async (rate: number): Promise<T> => {
     let t = await run(rate);
     trials.push(t);
     if (t.loss >= LOSSLESS) {

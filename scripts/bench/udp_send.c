@@ -5,6 +5,11 @@
  * Optionally sends a template file first from every source and patches the IPFIX sequence
  * number (bytes 8..11) so IPFIX collectors such as nfcapd see a well-formed stream.
  * Only ever sends to the address given with -h (the bench passes 127.0.0.1).
+ * Stream mode (-m FILE, with -T FILE for its templates): instead of one payload, a file of
+ * messages, each a 2-byte big-endian length then the message; message i belongs to source
+ * i % NSRC (the bench writes one Agent's messages per source), and each source sends its own
+ * in order, round after round, unpatched. Every message of the -T file goes first from every
+ * source.
  * Prints one JSON line: {"sent":N,"seconds":S,"rate":R}.
  */
 #define _GNU_SOURCE
@@ -36,12 +41,40 @@ static unsigned char *read_file(const char *path, size_t *len) {
   return buf;
 }
 
+/* A length-prefixed message file (2-byte big-endian length, then the bytes), read whole. */
+typedef struct { unsigned char *p; size_t len; } msg_t;
+
+static msg_t *read_msgs(const char *path, int *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) { perror(path); exit(2); }
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *buf = malloc(size > 0 ? (size_t)size : 1);
+  if (fread(buf, 1, (size_t)size, f) != (size_t)size) { perror(path); exit(2); }
+  fclose(f);
+  int cap = 1024, k = 0;
+  msg_t *m = malloc(sizeof *m * cap);
+  for (long at = 0; at + 2 <= size;) {
+    size_t len = ((size_t)buf[at] << 8) | buf[at + 1];
+    if (at + 2 + (long)len > size) { fprintf(stderr, "%s: truncated message\n", path); exit(2); }
+    if (k == cap) m = realloc(m, sizeof *m * (cap *= 2));
+    m[k].p = buf + at + 2;
+    m[k].len = len;
+    k++;
+    at += 2 + (long)len;
+  }
+  *n = k;
+  return m;
+}
+
 int main(int argc, char **argv) {
   const char *host = "127.0.0.1", *payload_path = NULL, *template_path = NULL;
+  const char *stream_path = NULL, *stream_tmpl_path = NULL;
   int port = 0, nsrc = 1, patch_seq = 0, opt;
   long long count = 1000;
   double rate = 0;
-  while ((opt = getopt(argc, argv, "h:p:n:r:f:t:s:q")) != -1) {
+  while ((opt = getopt(argc, argv, "h:p:n:r:f:t:s:qm:T:")) != -1) {
     switch (opt) {
       case 'h': host = optarg; break;
       case 'p': port = atoi(optarg); break;
@@ -51,12 +84,37 @@ int main(int argc, char **argv) {
       case 't': template_path = optarg; break;
       case 's': nsrc = atoi(optarg); break;
       case 'q': patch_seq = 1; break;
-      default: fprintf(stderr, "usage: udp_send -h ip -p port -n count -r rate -f payload [-t template] [-s nsrc] [-q]\n"); return 2;
+      case 'm': stream_path = optarg; break;
+      case 'T': stream_tmpl_path = optarg; break;
+      default: fprintf(stderr, "usage: udp_send -h ip -p port -n count -r rate (-f payload [-t template] [-q] | -m stream [-T templates]) [-s nsrc]\n"); return 2;
     }
   }
-  if (!payload_path || port <= 0 || nsrc < 1 || nsrc > MAXSRC) { fprintf(stderr, "bad arguments\n"); return 2; }
-  size_t plen, tlen = 0;
-  unsigned char *payload = read_file(payload_path, &plen);
+  if ((!payload_path == !stream_path) || (stream_path && patch_seq) || port <= 0 || nsrc < 1 ||
+      nsrc > MAXSRC) {
+    fprintf(stderr, "bad arguments\n");
+    return 2;
+  }
+  size_t plen = 0, tlen = 0;
+  unsigned char *payload = payload_path ? read_file(payload_path, &plen) : NULL;
+  /* Stream mode: each source's messages and where it is in them. */
+  msg_t *smsg[MAXSRC];
+  int scount[MAXSRC], scur[MAXSRC];
+  int nstmpl = 0;
+  msg_t *stmpl = NULL;
+  if (stream_path) {
+    int n;
+    msg_t *all = read_msgs(stream_path, &n);
+    for (int k = 0; k < nsrc; k++) {
+      smsg[k] = malloc(sizeof(msg_t) * (size_t)(n / nsrc + 1));
+      scount[k] = 0;
+      scur[k] = 0;
+    }
+    for (int i = 0; i < n; i++) smsg[i % nsrc][scount[i % nsrc]++] = all[i];
+    for (int k = 0; k < nsrc; k++) {
+      if (scount[k] == 0) { fprintf(stderr, "%s: no message for source %d\n", stream_path, k); return 2; }
+    }
+    if (stream_tmpl_path) stmpl = read_msgs(stream_tmpl_path, &nstmpl);
+  }
   unsigned char *tmpl = template_path ? read_file(template_path, &tlen) : NULL;
 
   struct sockaddr_storage dst;
@@ -80,15 +138,16 @@ int main(int argc, char **argv) {
     if (connect(fds[i], (struct sockaddr *)&dst, dlen) != 0) { perror("connect"); return 1; }
     seq[i] = 0;
     if (tmpl) send(fds[i], tmpl, tlen, 0);
+    for (int t = 0; t < nstmpl; t++) send(fds[i], stmpl[t].p, stmpl[t].len, 0);
   }
-  if (tmpl) usleep(100000); /* let the collector install the template before data */
+  if (tmpl || nstmpl) usleep(100000); /* let the collector install the template before data */
 
   /* one buffer per batch slot so sequence patching does not alias */
-  unsigned char *bufs = malloc((size_t)BATCH * plen);
+  unsigned char *bufs = malloc((size_t)BATCH * (plen > 0 ? plen : 1));
   struct mmsghdr msgs[BATCH];
   struct iovec iov[BATCH];
   for (int i = 0; i < BATCH; i++) {
-    memcpy(bufs + (size_t)i * plen, payload, plen);
+    if (payload) memcpy(bufs + (size_t)i * plen, payload, plen);
     iov[i].iov_base = bufs + (size_t)i * plen;
     iov[i].iov_len = plen;
     memset(&msgs[i], 0, sizeof msgs[i]);
@@ -120,6 +179,13 @@ int main(int argc, char **argv) {
         memcpy(bufs + (size_t)i * plen + 8, &s, 4);
       }
     }
+    if (stream_path) {
+      for (int i = 0; i < n; i++) {
+        msg_t *m = &smsg[src][(scur[src] + i) % scount[src]];
+        iov[i].iov_base = m->p;
+        iov[i].iov_len = m->len;
+      }
+    }
     int r = sendmmsg(fds[src], msgs, (unsigned)n, 0);
     if (r < 0) {
       if (errno != EAGAIN && errno != ENOBUFS && errno != EINTR && errno != ECONNREFUSED) { perror("sendmmsg"); return 1; }
@@ -128,6 +194,7 @@ int main(int argc, char **argv) {
       continue;
     }
     if (patch_seq && r < n) seq[src] -= (uint32_t)(n - r);
+    if (stream_path) scur[src] = (scur[src] + r) % scount[src];
     sent += r;
     src = (src + 1) % nsrc;
   }

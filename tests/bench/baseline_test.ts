@@ -39,6 +39,7 @@ Deno.test("benchPartsOf: reads the PARTS table of this revision's bench.ts", asy
     "s3",
     "replay",
     "e2e",
+    "udp_e2e",
   ]);
 });
 

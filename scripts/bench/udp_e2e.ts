@@ -1,0 +1,489 @@
+/**
+ * UDP on the real process (issue 15): main.ts with a UDP collector and the flow log on (the e2e
+ * part's configuration, {@linkcode benchConfig}), every datagram decoded and aggregated, not
+ * just counted as udp.ts's receivers do. The load is the replay sender's realistic 4-Agent
+ * stream (src/flowgen/replay.ts, one record per datagram): one round of it, encoded here, sent
+ * paced by udp_send.c in stream mode (sendmmsg, one socket per Agent; the Deno replay sender
+ * tops out below what the process takes), or with `--sender=replay` by scripts/replay.ts. A
+ * rate search ({@linkcode searchLosslessRate}, shared with udp.ts) finds the highest paced
+ * rate with < 0.1 % of the records lost, at the kernel's default receive buffer
+ * (net.core.rmem_default) and at 4 MiB, on the fast path (recvmmsg over FFI) and on the plain
+ * socket path (default buffer only: a Deno socket cannot set its own). Side by side in the same
+ * run, udp_recv.c (compiled by udp.ts) counts the datagrams of the same stream from the same
+ * sender at the same buffer sizes.
+ *
+ * Loss is counted two ways in every trial: by the receiver (records sent by the sender minus
+ * records the process received and aggregated, from its `/metrics` before and after the trial;
+ * datagrams for the C loop) and by the kernel (`/proc/net/snmp` Udp RcvbufErrors over the
+ * trial: system-wide, so another process's UDP drops in the same seconds land in it too). One
+ * process serves a whole search (warmed up by an uncounted first burst), like the C loop; it is
+ * stopped with SIGTERM at the end and its final counters checked (no decode error, template
+ * miss or rejected record, exit 0).
+ *
+ *   deno run --allow-all scripts/bench/udp_e2e.ts [--quick] [--only=fast_4mib,...]
+ *     [--sender=replay]
+ */
+
+import { AGENTS, benchConfig, runSenderProcess } from "./e2e.ts";
+import { ReplayStream } from "../../src/flowgen/replay.ts";
+import { startFlowAggregator } from "./process.ts";
+import { caFileOf } from "../../src/api/server.ts";
+import {
+  BIG_RCVBUF,
+  blast,
+  buildUdpTools,
+  cpuSeconds,
+  searchLosslessRate,
+  type SearchOptions,
+  type SearchResult,
+  type SendStream,
+  settledCount,
+  spawnReceiver,
+  type Trial,
+  type UdpTools,
+} from "./udp.ts";
+import { REPLAY_UNIQUE_NAMES } from "./core.ts";
+
+/** One trial of the udp_e2e part: udp.ts's {@linkcode Trial} plus both loss counts. */
+export interface UdpE2eTrial extends Trial {
+  /** Lost as the receiving side counts it: sent − received (≥ 0). */
+  processLoss: number;
+  /** Udp RcvbufErrors of /proc/net/snmp, after − before the trial (system-wide). */
+  kernelDrops: number;
+  /** processLoss − kernelDrops: 0 when the two counts agree. */
+  lossDifference: number;
+  /** The process's own count of its socket's kernel drops (`udpKernelDrops`), process only. */
+  socketKernelDrops?: number;
+  /** Datagrams the fast path dropped between its worker and the main thread, process only. */
+  queueDrops?: number;
+  /** The receiver's CPU (all threads) during the trial per datagram received, µs. */
+  cpuUsPerRecord?: number;
+}
+
+/** What both loss counts of a trial say, from the raw counts. */
+export function accountLoss(
+  c: { requested: number; achieved: number; sent: number; received: number },
+  kernelDrops: number,
+): UdpE2eTrial {
+  const processLoss = Math.max(0, c.sent - c.received);
+  return {
+    requested: c.requested,
+    achieved: Math.min(c.requested, c.achieved),
+    sent: c.sent,
+    received: c.received,
+    loss: c.sent > 0 ? processLoss / c.sent : 0,
+    processLoss,
+    kernelDrops,
+    lossDifference: processLoss - kernelDrops,
+  };
+}
+
+/** The `Udp:` counters of a /proc/net/snmp text (header line, then value line). */
+export function parseSnmpUdp(text: string): Record<string, number> {
+  const rows = text.split("\n").filter((l) => l.startsWith("Udp: "));
+  if (rows.length < 2) throw new Error("/proc/net/snmp: no Udp lines");
+  const names = rows[0].slice(5).trim().split(/\s+/);
+  const values = rows[1].slice(5).trim().split(/\s+/).map(Number);
+  return Object.fromEntries(names.map((n, i) => [n, values[i]]));
+}
+
+/** Udp RcvbufErrors now (datagrams dropped because a socket's buffer was full, all sockets). */
+export async function rcvbufErrors(): Promise<number> {
+  const v = parseSnmpUdp(await Deno.readTextFile("/proc/net/snmp")).RcvbufErrors;
+  if (!Number.isFinite(v)) throw new Error("/proc/net/snmp: no Udp RcvbufErrors");
+  return v;
+}
+
+/** The two loss counts summed over trials, and how far apart they were. */
+export interface LossAgreement {
+  /** Trials. */
+  trials: number;
+  /** Σ processLoss. */
+  processLoss: number;
+  /** Σ kernelDrops. */
+  kernelDrops: number;
+  /** Σ |processLoss − kernelDrops|: records counted lost one way and not the other. */
+  absDifference: number;
+  /** Trials where the two counts differ. */
+  disagreeing: number;
+}
+
+/** Sums up how well the process's and the kernel's loss counts agreed over `trials`. */
+export function lossAgreement(trials: readonly UdpE2eTrial[]): LossAgreement {
+  const a: LossAgreement = {
+    trials: trials.length,
+    processLoss: 0,
+    kernelDrops: 0,
+    absDifference: 0,
+    disagreeing: 0,
+  };
+  for (const t of trials) {
+    a.processLoss += t.processLoss;
+    a.kernelDrops += t.kernelDrops;
+    a.absDifference += Math.abs(t.lossDifference);
+    if (t.lossDifference !== 0) a.disagreeing++;
+  }
+  return a;
+}
+
+/** A receiver measured by the part. */
+export interface UdpE2eReceiver {
+  /** Short name (details, progress). */
+  name: string;
+  /** The real process (fast or socket path) or the C recv loop. */
+  kind: "fast" | "socket" | "c";
+  /** SO_RCVBUF request in bytes; 0 = net.core.rmem_default. */
+  recvBuffer: number;
+}
+
+/** The receivers, in the order they are searched: each C loop next to the process at its size. */
+export const UDP_E2E_RECEIVERS: readonly UdpE2eReceiver[] = [
+  { name: "c_recv_defbuf", kind: "c", recvBuffer: 0 },
+  { name: "fast_defbuf", kind: "fast", recvBuffer: 0 },
+  { name: "socket_defbuf", kind: "socket", recvBuffer: 0 },
+  { name: "c_recv_4mib", kind: "c", recvBuffer: BIG_RCVBUF },
+  { name: "fast_4mib", kind: "fast", recvBuffer: BIG_RCVBUF },
+];
+
+/** What a sender sent in one trial. */
+interface Sent {
+  /** Data records (= datagrams). */
+  records: number;
+  /** Achieved records/s. */
+  rate: number;
+  /** Template datagrams sent before the data (the C loop counts them too). */
+  templateDatagrams: number;
+}
+
+/** Sends the stream to `port` at `rate` records/s for `seconds`. */
+type Sender = (port: number, rate: number, seconds: number) => Promise<Sent>;
+
+/** The load generator: the replay stream sent by udp_send.c (`c`) or by scripts/replay.ts. */
+export type UdpE2eSenderKind = "c" | "replay";
+
+/** The replay sender CLI (one Deno process, one `send` per datagram, 4 sockets). */
+function replaySender(flows: number): Sender {
+  return async (port, rate, seconds) => {
+    const g = await runSenderProcess("replay", port, {
+      rate,
+      durationSec: seconds,
+      flows,
+      proto: "udp",
+      extra: ["--unique-names", String(REPLAY_UNIQUE_NAMES)],
+    });
+    return { records: g.records, rate: g.rate, templateDatagrams: 2 * AGENTS };
+  };
+}
+
+/**
+ * The Agents' messages as one length-prefixed file for udp_send's stream mode: message i is
+ * Agent i % agents's (so each sender socket carries one Agent), each Agent cut to the shortest
+ * Agent's count so the rotation stays aligned.
+ */
+export function interleaveMessages(perAgent: readonly (readonly Uint8Array[])[]): Uint8Array {
+  const n = Math.min(...perAgent.map((m) => m.length));
+  let size = 0;
+  for (const msgs of perAgent) for (let i = 0; i < n; i++) size += 2 + msgs[i].length;
+  const out = new Uint8Array(size);
+  const v = new DataView(out.buffer);
+  let at = 0;
+  for (let i = 0; i < n; i++) {
+    for (const msgs of perAgent) {
+      const m = msgs[i];
+      if (m.length > 0xffff) throw new Error(`message of ${m.length} bytes: too long`);
+      v.setUint16(at, m.length);
+      out.set(m, at + 2);
+      at += 2 + m.length;
+    }
+  }
+  return out;
+}
+
+/**
+ * udp_send.c in stream mode over one round of the replay stream (built here, as the replay
+ * sender builds it, export time now), one socket per Agent, sendmmsg: the round is sent again
+ * and again unpatched, so from the second round on its records repeat the first's counters and
+ * times (the same flows, updated with the same values).
+ */
+async function cStreamSender(tools: UdpTools, flows: number): Promise<Sender> {
+  const now = Math.floor(Date.now() / 1000);
+  const stream = new ReplayStream({
+    agents: AGENTS,
+    flows,
+    uniqueNames: REPLAY_UNIQUE_NAMES,
+    seed: 1,
+    startSeconds: now - 3600,
+  });
+  const perAgent = stream.rounds.map((r) => {
+    r.patch(0, r.messages, 0, now);
+    return r.views;
+  });
+  const templates = stream.rounds.flatMap((_, i) => stream.templateMessages(i, now));
+  const files: SendStream = {
+    messages: `${tools.dir}/stream.bin`,
+    templates: `${tools.dir}/stream_templates.bin`,
+  };
+  await Deno.writeFile(files.messages, interleaveMessages(perAgent));
+  await Deno.writeFile(files.templates, interleaveMessages(templates.map((m) => [m])));
+  return async (port, rate, seconds) => {
+    const count = Math.max(1, Math.round(rate * seconds));
+    const s = await blast(tools, port, { count, rate, sources: AGENTS, stream: files });
+    return { records: s.sent, rate: s.rate, templateDatagrams: templates.length * AGENTS };
+  };
+}
+
+/** Flat `name value` samples (no labels) of a Prometheus text. */
+export function prometheusSamples(text: string): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const line of text.split("\n")) {
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*) (\S+)$/.exec(line);
+    if (m !== null) out[m[1]] = Number(m[2]);
+  }
+  return out;
+}
+
+/**
+ * The counters a receiver is asked for before and after each trial: `count` is what it received
+ * (datagrams for the C loop, records received and aggregated for the process).
+ */
+type Counts = {
+  /** Datagrams (C loop) or records received and aggregated (process). */
+  count: number;
+  /** The process's own count of its socket's kernel drops (`udpKernelDrops`). */
+  kernelDrops?: number;
+  /** The fast path's drops between its worker and the main thread (`udpQueueDrops`). */
+  queueDrops?: number;
+};
+
+/** A running receiver as a trial sees it. */
+interface CountingReceiver {
+  /** Bound UDP port. */
+  port: number;
+  /** Process id (CPU accounting). */
+  pid: number;
+  /** Its counters now. */
+  query(): Promise<Counts>;
+}
+
+/** The real process as a receiver that serves every trial of a search. */
+interface ProcessReceiver extends CountingReceiver {
+  /** SO_RCVBUF as the process read it back (fast path), else undefined. */
+  recvBufferBytes?: number;
+  /** SIGTERM; what was wrong over the whole search (exit code, decode errors...). */
+  finish(): Promise<string[]>;
+}
+
+/**
+ * Starts main.ts with a UDP collector (the e2e configuration, flow log on) on the given receive
+ * path and buffer, with its API on 127.0.0.1: its counters are read from `/metrics` between
+ * trials, so one warm process serves a whole search.
+ */
+async function startProcessReceiver(r: UdpE2eReceiver): Promise<ProcessReceiver> {
+  const dir = await Deno.makeTempDir({ prefix: "fa-bench-udp-e2e-" });
+  await Deno.writeTextFile(`${dir}/fa.conf`, benchConfig(`${dir}/flows.log`, "UDP"));
+  const tokenFile = `${dir}/api/token`;
+  const fa = await startFlowAggregator({
+    config: `${dir}/fa.conf`,
+    cwd: dir,
+    logLevel: "info",
+    udp: true,
+    args: [
+      ...(r.kind === "fast"
+        ? ["--udp-receiver", "fast", "--udp-recv-buffer", String(r.recvBuffer)]
+        : ["--udp-receiver", "socket"]),
+      "--api-listen",
+      "127.0.0.1:0",
+      "--api-token-file",
+      tokenFile,
+    ],
+  });
+  let client: Deno.HttpClient | undefined;
+  try {
+    const api = await fa.waitFor((e) => e.msg === "API server listening", 30_000);
+    const token = (await Deno.readTextFile(tokenFile)).trim();
+    client = Deno.createHttpClient({ caCerts: [await Deno.readTextFile(caFileOf(tokenFile))] });
+    const c = client;
+    const path = fa.events.find((e) => e.msg === "UDP receive path");
+    return {
+      port: fa.port,
+      pid: fa.pid,
+      recvBufferBytes: r.kind === "fast" ? Number(path?.recvBufferBytes) : undefined,
+      async query(): Promise<Counts> {
+        const res = await fetch(`https://127.0.0.1:${api.port}/metrics`, {
+          headers: { authorization: `Bearer ${token}` },
+          client: c,
+        });
+        const m = prometheusSamples(await res.text());
+        const p = "flow_aggregator_";
+        return {
+          count: Math.min(m[`${p}num_records_received`], m[`${p}records_aggregated`]),
+          kernelDrops: m[`${p}udp_kernel_drops`],
+          queueDrops: m[`${p}udp_queue_drops`],
+        };
+      },
+      async finish(): Promise<string[]> {
+        c.close();
+        const exit = await fa.stop(30_000);
+        const problems: string[] = [];
+        const m = fa.lastMetrics();
+        if (m === undefined) problems.push("no final record metrics line");
+        else {
+          if (m.decodeErrors !== 0) problems.push(`decodeErrors ${m.decodeErrors}`);
+          if (m.templateMisses !== 0) problems.push(`templateMisses ${m.templateMisses}`);
+          if (m.rejected !== 0) problems.push(`rejected ${m.rejected}`);
+        }
+        if (exit.code !== 0 || exit.killed) problems.push(`exit code ${exit.code}`);
+        await Deno.remove(dir, { recursive: true }).catch(() => {});
+        return problems;
+      },
+    };
+  } catch (e) {
+    client?.close();
+    await fa.stop(5000);
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+    throw e;
+  }
+}
+
+/**
+ * One trial against a running receiver: its counters, the replay stream at `rate`, its counters
+ * once settled. The C loop counts every datagram (each Agent's 2 template messages, then one
+ * per record); the process counts records.
+ */
+async function streamTrial(
+  rx: CountingReceiver,
+  rate: number,
+  o: { send: Sender; seconds: number; countsTemplates: boolean },
+): Promise<UdpE2eTrial> {
+  const before = await rx.query();
+  const k0 = await rcvbufErrors();
+  const c0 = await cpuSeconds(rx.pid);
+  const g = await o.send(rx.port, rate, o.seconds);
+  const sent = g.records + (o.countsTemplates ? g.templateDatagrams : 0);
+  const received = await settledCount(rx, before.count, sent);
+  const cpu = (await cpuSeconds(rx.pid)) - c0;
+  const after = await rx.query();
+  const k1 = await rcvbufErrors();
+  const t = accountLoss({ requested: rate, achieved: g.rate, sent, received }, k1 - k0);
+  if (before.kernelDrops !== undefined && after.kernelDrops !== undefined) {
+    t.socketKernelDrops = after.kernelDrops - before.kernelDrops;
+  }
+  if (before.queueDrops !== undefined && after.queueDrops !== undefined) {
+    t.queueDrops = after.queueDrops - before.queueDrops;
+  }
+  if (received > 0) t.cpuUsPerRecord = Math.round(cpu / received * 1e8) / 100;
+  return t;
+}
+
+/** Options of {@linkcode benchUdpE2e}. */
+export interface UdpE2eOptions {
+  /** Smoke version: one 1 s trial at 5,000 records/s per receiver, 1,000 flows. */
+  quick: boolean;
+  /** Seconds per trial; default 4 (quick: 1). */
+  seconds?: number;
+  /** Receivers to measure (names of {@linkcode UDP_E2E_RECEIVERS}); default all. */
+  only?: readonly string[];
+  /** Load generator; default `c` (udp_send.c replaying the stream's first round). */
+  sender?: UdpE2eSenderKind;
+}
+
+/** One receiver's search. */
+export type UdpE2eSearch = SearchResult<UdpE2eTrial> & {
+  /** What was measured. */
+  receiver: UdpE2eReceiver;
+  /** The process only: what was wrong over the search (exit code, decode errors...). */
+  problems: string[];
+  /** The process's fast path only: its socket buffer as getsockopt(SO_RCVBUF) reads it. */
+  recvBufferBytes?: number;
+};
+
+/** Result of {@linkcode benchUdpE2e}. */
+export interface UdpE2eResult {
+  /** Per receiver name. */
+  searches: Record<string, UdpE2eSearch>;
+  /** Both loss counts over every trial of the process's searches. */
+  processAgreement: LossAgreement;
+  /** Both loss counts over every trial of the C loop's searches. */
+  cAgreement: LossAgreement;
+  /** Search parameters and the sender. */
+  search: SearchOptions & { seconds: number; flows: number; sender: UdpE2eSenderKind };
+}
+
+/** Runs every receiver's rate search, in {@linkcode UDP_E2E_RECEIVERS} order. */
+export async function benchUdpE2e(
+  opts: UdpE2eOptions,
+  progress: (msg: string) => void = (m) => console.error(m),
+): Promise<UdpE2eResult> {
+  const seconds = opts.seconds ?? (opts.quick ? 1 : 4);
+  const flows = opts.quick ? 1_000 : 20_000;
+  const search: SearchOptions = opts.quick
+    ? { start: 5_000, max: 5_000, min: 5_000, refine: 0 }
+    : { start: 10_000, max: 320_000, min: 2_500, refine: 2 };
+  const receivers = UDP_E2E_RECEIVERS.filter((r) => opts.only?.includes(r.name) ?? true);
+  const senderKind = opts.sender ?? "c";
+  const tools = await buildUdpTools();
+  const searches: Record<string, UdpE2eSearch> = {};
+  try {
+    const send = senderKind === "c" ? await cStreamSender(tools, flows) : replaySender(flows);
+    for (const r of receivers) {
+      progress(`udp e2e: rate search ${r.name}`);
+      let rx: CountingReceiver;
+      let finish: () => Promise<string[]>;
+      let recvBufferBytes: number | undefined;
+      if (r.kind === "c") {
+        const c = await spawnReceiver(tools.recv, ["-p", "0", "-b", String(r.recvBuffer)]);
+        rx = { port: c.port, pid: c.pid, query: async () => ({ count: (await c.query()).count }) };
+        finish = async () => (await c.stop(), []);
+      } else {
+        const p = await startProcessReceiver(r);
+        rx = p;
+        finish = () => p.finish();
+        recvBufferBytes = p.recvBufferBytes;
+      }
+      let res: SearchResult<UdpE2eTrial>;
+      let problems: string[] = [];
+      try {
+        const to = { send, seconds, countsTemplates: r.kind === "c" };
+        // Warm-up (JIT, worker start), not counted: a burst at the first rate of the search.
+        await streamTrial(rx, search.start, { ...to, seconds: Math.min(1, seconds) });
+        res = await searchLosslessRate((rate) => streamTrial(rx, rate, to), search);
+      } finally {
+        problems = await finish();
+      }
+      searches[r.name] = { ...res, receiver: r, problems, recvBufferBytes };
+      for (const t of res.trials) progress(`udp e2e: ${r.name} ${describeTrial(t)}`);
+      progress(
+        `udp e2e: ${r.name} lossless ${res.lossless}/s${
+          res.senderLimited ? " (sender-limited)" : ""
+        }`,
+      );
+    }
+  } finally {
+    await Deno.remove(tools.dir, { recursive: true }).catch(() => {});
+  }
+  const all = (c: boolean): UdpE2eTrial[] =>
+    Object.values(searches).filter((s) => (s.receiver.kind === "c") === c).flatMap((s) => s.trials);
+  return {
+    searches,
+    processAgreement: lossAgreement(all(false)),
+    cAgreement: lossAgreement(all(true)),
+    search: { ...search, seconds, flows, sender: senderKind },
+  };
+}
+
+/** One line per trial for the progress log. */
+export function describeTrial(t: UdpE2eTrial): string {
+  return `${t.requested}/s: achieved ${t.achieved.toFixed(0)}/s, sent ${t.sent}, received ` +
+    `${t.received}, lost ${t.processLoss} (${(100 * t.loss).toFixed(3)} %), kernel ` +
+    `RcvbufErrors +${t.kernelDrops}` +
+    (t.socketKernelDrops !== undefined ? `, udpKernelDrops ${t.socketKernelDrops}` : "") +
+    (t.queueDrops !== undefined ? `, udpQueueDrops ${t.queueDrops}` : "") +
+    (t.cpuUsPerRecord !== undefined ? `, ${t.cpuUsPerRecord} µs/record` : "");
+}
+
+if (import.meta.main) {
+  const only = Deno.args.find((a) => a.startsWith("--only="))?.slice(7).split(",");
+  const sender = Deno.args.includes("--sender=replay") ? "replay" : "c";
+  const r = await benchUdpE2e({ quick: Deno.args.includes("--quick"), only, sender });
+  console.log(JSON.stringify(r, null, 2));
+}

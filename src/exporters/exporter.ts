@@ -6,6 +6,7 @@
  */
 
 import type { ExportedFlow } from "../aggregation/record.ts";
+import type { FlowBatch } from "./batch.ts";
 
 /** Counters every exporter exposes (all monotonic). */
 export interface ExporterStats {
@@ -35,6 +36,13 @@ export interface Exporter {
   stop(): Promise<void>;
   /** Takes one record; synchronous, never throws for I/O reasons. */
   addRecord(flow: ExportedFlow): void;
+  /**
+   * Optional, for a sink run in a worker: takes every row of a received batch, in order, as
+   * `addRecord` would take each flow, reading the rows in place instead of as decoded record
+   * objects. It counts each row in `received` as it takes it and never throws for a row it
+   * cannot take (that row is counted as dropped).
+   */
+  addBatch?(batch: FlowBatch): void;
   /**
    * Optional: resolves once the records taken so far have left the exporter's bounded memory
    * buffer (written, or handed to the transport). The export loop awaits it between slices of

@@ -28,7 +28,8 @@ function ipText(v: string | undefined): string {
   return v.includes(":") ? canonicalIP(v) ?? v : v;
 }
 
-function labels(v: string | undefined): string {
+/** Label map text as sinks write it: absent is "", and a nil map (`null`) is `{}`. */
+export function labels(v: string | undefined): string {
   // Upstream serialised a nil label map as `null`; latest Antrea writes `{}` (exporters.md §1.4).
   if (v === undefined) return "";
   return v === "null" ? "{}" : v;

@@ -351,7 +351,17 @@ export class FlowAggregator {
       // exporter buffer (the flow log's 16 MiB) takes in one synchronous burst.
       const held: ExportedFlow[] = [];
       const collect = (flow: ExportedFlow): void => {
-        held.push(flow);
+        // Held past the synchronous call: the core's address words it points into are zeroed
+        // when the sweep deletes the flow, so it keeps its own copy of its 8 words.
+        const at = flow.addressAt ?? 0;
+        held.push({
+          key: flow.key,
+          record: flow.record,
+          isIPv6: flow.isIPv6,
+          uncorrelated: flow.uncorrelated,
+          addressWords: flow.addressWords?.slice(at, at + 8),
+          addressAt: 0,
+        });
       };
       this.#core.expire(collect, this.#opts.hooks);
       const n = this.#core.flushAll(collect, this.#opts.hooks);

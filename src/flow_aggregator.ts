@@ -428,7 +428,17 @@ export class FlowAggregator {
 
   /** Runs one expiry sweep now; returns the number of flows exported. */
   sweep(): number {
-    return this.#core.expire(this.#emit, this.#opts.hooks);
+    return this.#core.expire(this.#emit, { ...this.#opts.hooks, addressText: this.#addressText() });
+  }
+
+  /**
+   * Whether a sweep's flows need address text: not when every sink reads the core's address
+   * words (sinks in workers) and the only other reader, the live view, formats the few it shows
+   * itself (`exportedAddress`). The shutdown's held flows always get text.
+   */
+  #addressText(): boolean {
+    for (const e of this.#exporters.values()) if (e.addressWordsOnly !== true) return true;
+    return false;
   }
 
   /**
@@ -709,7 +719,9 @@ export class FlowAggregator {
 
   /**
    * Sees every exported flow, synchronously, before the sinks (the API's live view). It must be
-   * cheap, must not throw, and keeps no reference to `addressWords` (the core's storage).
+   * cheap, must not throw, and keeps no reference to `addressWords` (the core's storage). It
+   * reads addresses through `exportedAddress`: when all sinks run in workers, the flows carry no
+   * address text.
    */
   exportObserver: ((flow: ExportedFlow) => void) | undefined;
 
@@ -744,7 +756,11 @@ export class FlowAggregator {
   /** One timer tick: a sweep of at most {@linkcode SWEEP_SLICE} due flows. */
   async #tick(): Promise<void> {
     try {
-      this.#core.expire(this.#emit, { ...this.#opts.hooks, limit: SWEEP_SLICE });
+      this.#core.expire(this.#emit, {
+        ...this.#opts.hooks,
+        limit: SWEEP_SLICE,
+        addressText: this.#addressText(),
+      });
     } catch (err) {
       log.error("Error when sending expired flow records", { err });
     }

@@ -30,6 +30,12 @@ export interface ExporterStats {
 export interface Exporter {
   /** Short name used in logs and metrics: `ipfix`, `clickhouse`, `s3`, `log`. */
   readonly name: string;
+  /**
+   * True when the exporter reads a flow's key addresses only from `addressWords` (a worker's
+   * proxy, which writes them into the batch in binary): when every exporter does, the core
+   * skips formatting address text for the export.
+   */
+  readonly addressWordsOnly?: boolean;
   /** Begins background work. */
   start(): Promise<void>;
   /** Flushes everything buffered and stops; resolves when done. */

@@ -350,18 +350,28 @@ export class FlowAggregator {
       // exporters flushed in between: after a flood ~100k flows can be held, more than a bounded
       // exporter buffer (the flow log's 16 MiB) takes in one synchronous burst.
       const held: ExportedFlow[] = [];
+      // Held past the synchronous call: the core's address words a flow points into are zeroed
+      // when the sweep deletes it, so each keeps a copy of its 8 words, in shared chunks (a
+      // typed array per flow costs more than the copy).
+      let words = new Uint32Array(0);
+      let used = 0;
       const collect = (flow: ExportedFlow): void => {
-        // Held past the synchronous call: the core's address words it points into are zeroed
-        // when the sweep deletes the flow, so it keeps its own copy of its 8 words.
+        const w = flow.addressWords;
         const at = flow.addressAt ?? 0;
+        if (w !== undefined && used + 8 > words.length) {
+          words = new Uint32Array(8 * 4096);
+          used = 0;
+        }
+        if (w !== undefined) { for (let i = 0; i < 8; i++) words[used + i] = w[at + i]; }
         held.push({
           key: flow.key,
           record: flow.record,
           isIPv6: flow.isIPv6,
           uncorrelated: flow.uncorrelated,
-          addressWords: flow.addressWords?.slice(at, at + 8),
-          addressAt: 0,
+          addressWords: w === undefined ? undefined : words,
+          addressAt: used,
         });
+        if (w !== undefined) used += 8;
       };
       this.#core.expire(collect, this.#opts.hooks);
       const n = this.#core.flushAll(collect, this.#opts.hooks);

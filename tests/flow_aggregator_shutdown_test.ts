@@ -165,9 +165,14 @@ flowLogger:
     },
   );
   await fa.start();
-  for (let port = 1; port <= 3; port++) fa.ingest([intraNodeRecord(port)]);
+  // More flows than one chunk of the copied words (4,096 flows), each with its own address.
+  const n = 5000;
+  for (let port = 1; port <= n; port++) {
+    fa.ingest([{ ...intraNodeRecord(port), sourceIPv4Address: `10.1.${port >> 8}.${port & 255}` }]);
+  }
   clock.advance(20_000); // inactive: the stop's sweep exports and deletes them
   await fa.stop();
-  assert.equal(seen.length, 3);
+  assert.equal(seen.length, n);
   for (const s of seen) assert.equal(s.words, s.text);
+  assert.equal(new Set(seen.map((s) => s.words)).size, n);
 });

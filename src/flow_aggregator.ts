@@ -350,8 +350,28 @@ export class FlowAggregator {
       // exporters flushed in between: after a flood ~100k flows can be held, more than a bounded
       // exporter buffer (the flow log's 16 MiB) takes in one synchronous burst.
       const held: ExportedFlow[] = [];
+      // Held past the synchronous call: the core's address words a flow points into are zeroed
+      // when the sweep deletes it, so each keeps a copy of its 8 words, in shared chunks (a
+      // typed array per flow costs more than the copy).
+      let words = new Uint32Array(0);
+      let used = 0;
       const collect = (flow: ExportedFlow): void => {
-        held.push(flow);
+        const w = flow.addressWords;
+        const at = flow.addressAt ?? 0;
+        if (w !== undefined && used + 8 > words.length) {
+          words = new Uint32Array(8 * 4096);
+          used = 0;
+        }
+        if (w !== undefined) { for (let i = 0; i < 8; i++) words[used + i] = w[at + i]; }
+        held.push({
+          key: flow.key,
+          record: flow.record,
+          isIPv6: flow.isIPv6,
+          uncorrelated: flow.uncorrelated,
+          addressWords: w === undefined ? undefined : words,
+          addressAt: used,
+        });
+        if (w !== undefined) used += 8;
       };
       this.#core.expire(collect, this.#opts.hooks);
       const n = this.#core.flushAll(collect, this.#opts.hooks);
@@ -418,7 +438,17 @@ export class FlowAggregator {
 
   /** Runs one expiry sweep now; returns the number of flows exported. */
   sweep(): number {
-    return this.#core.expire(this.#emit, this.#opts.hooks);
+    return this.#core.expire(this.#emit, { ...this.#opts.hooks, addressText: this.#addressText() });
+  }
+
+  /**
+   * Whether a sweep's flows need address text: not when every sink reads the core's address
+   * words (sinks in workers) and the only other reader, the live view, formats the few it shows
+   * itself (`exportedAddress`). The shutdown's held flows always get text.
+   */
+  #addressText(): boolean {
+    for (const e of this.#exporters.values()) if (e.addressWordsOnly !== true) return true;
+    return false;
   }
 
   /**
@@ -699,7 +729,9 @@ export class FlowAggregator {
 
   /**
    * Sees every exported flow, synchronously, before the sinks (the API's live view). It must be
-   * cheap, must not throw, and keeps no reference to `addressWords` (the core's storage).
+   * cheap, must not throw, and keeps no reference to `addressWords` (the core's storage). It
+   * reads addresses through `exportedAddress`: when all sinks run in workers, the flows carry no
+   * address text.
    */
   exportObserver: ((flow: ExportedFlow) => void) | undefined;
 
@@ -734,7 +766,11 @@ export class FlowAggregator {
   /** One timer tick: a sweep of at most {@linkcode SWEEP_SLICE} due flows. */
   async #tick(): Promise<void> {
     try {
-      this.#core.expire(this.#emit, { ...this.#opts.hooks, limit: SWEEP_SLICE });
+      this.#core.expire(this.#emit, {
+        ...this.#opts.hooks,
+        limit: SWEEP_SLICE,
+        addressText: this.#addressText(),
+      });
     } catch (err) {
       log.error("Error when sending expired flow records", { err });
     }

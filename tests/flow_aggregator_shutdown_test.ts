@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import type { ExportedFlow } from "../src/aggregation/record.ts";
 import { ManualClock } from "../src/clock.ts";
 import { parseConfig } from "../src/components.ts";
+import { BatchWriter, readBatch } from "../src/exporters/batch.ts";
 import type { Exporter, ExporterStats } from "../src/exporters/exporter.ts";
 import { FlowAggregator } from "../src/flow_aggregator.ts";
 import { setLogWriter } from "../src/log.ts";
@@ -126,4 +127,52 @@ Deno.test("periodic sweep: a burst of due flows larger than an exporter buffers 
   } finally {
     await fa.stop();
   }
+});
+
+Deno.test("shutdown: flows the final sweep deletes reach a binary sink with their addresses", async () => {
+  // A sink reading addresses from the core's words (as the worker batch does): they must still
+  // be the flow's when the held flows are handed over, after the sweep freed their slots.
+  const seen: { text: string; words: string }[] = [];
+  const sink: Exporter = {
+    name: "binary",
+    start: () => Promise.resolve(),
+    stop: () => Promise.resolve(),
+    addRecord(flow) {
+      const w = new BatchWriter(1);
+      w.add(flow);
+      seen.push({
+        text: flow.key.sourceAddress,
+        words: readBatch(w.finish())[0].key.sourceAddress,
+      });
+    },
+    stats: () => ({ received: 0, exported: 0, dropped: 0, errors: 0 }),
+  };
+  const clock = new ManualClock();
+  const fa = new FlowAggregator(
+    parseConfig(`activeFlowRecordTimeout: 5s
+inactiveFlowRecordTimeout: 10s
+aggregatorTransportProtocol: TCP
+flowLogger:
+  enable: true
+  path: /dev/null
+`),
+    {
+      clock,
+      manualSweep: true,
+      listenAddress: "127.0.0.1:0",
+      exporterFactory: (section) => section === "flowLogger" ? sink : undefined,
+      metricsLogIntervalMs: 0,
+    },
+  );
+  await fa.start();
+  // More flows than one chunk of the copied words (4,096 flows), each with its own address.
+  const n = 5000;
+  for (let port = 1; port <= n; port++) {
+    fa.ingest([{ ...intraNodeRecord(port), sourceIPv4Address: `10.1.${port >> 8}.${port & 255}` }]);
+  }
+  clock.advance(20_000); // inactive: the stop's sweep exports and deletes them
+  await fa.stop();
+  assert.equal(seen.length, n);
+  for (const s of seen) assert.equal(s.words, s.text);
+  assert.equal(new Set(seen.map((s) => s.words)).size, n);
 });

@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { fieldsFor } from "../src/ipfix/mod.ts";
 import { AGENT_IPV4_FIELDS } from "../src/record/schema.ts";
 import type { ExportedFlow } from "../src/aggregation/record.ts";
+import { exportedAddress } from "../src/aggregation/flow_key.ts";
 import { ManualClock } from "../src/clock.ts";
 import { diffConfig, type FlowAggregatorConfig, parseConfig } from "../src/components.ts";
 import type { Exporter, ExporterStats } from "../src/exporters/exporter.ts";
@@ -32,6 +33,9 @@ class FakeExporter implements Exporter {
   readonly section: ExporterSection;
   readonly config: FlowAggregatorConfig;
   readonly records: ExportedFlow[] = [];
+  /** Addresses of each record as `exportedAddress` gives them during `addRecord`. */
+  readonly addresses: string[] = [];
+  addressWordsOnly = false;
   throwOnAdd = false;
   failStart = false;
   starts = 0;
@@ -58,6 +62,7 @@ class FakeExporter implements Exporter {
     this.#journal.push(`add ${this.section} ${flow.key.sourcePort}`);
     if (this.throwOnAdd) throw new Error(`${this.section} is broken`);
     this.records.push(flow);
+    this.addresses.push(`${exportedAddress(flow, false)}>${exportedAddress(flow, true)}`);
   }
   stats(): ExporterStats {
     return { received: this.records.length, exported: 0, dropped: 0, errors: 0 };
@@ -152,6 +157,31 @@ Deno.test("flow aggregator: a throwing exporter does not cost the other exporter
     assert.ok(logLines.some((l) => l.includes("exporter rejected a record")));
   } finally {
     await h.fa.stop();
+  }
+});
+
+Deno.test("flow aggregator: address text is formatted only when a sink reads it", async () => {
+  for (const wordsOnly of [["flowLogger"], ["flowLogger", "flowCollector"]]) {
+    const h = await harness(config({ collector: true }), (e) => {
+      e.addressWordsOnly = wordsOnly.includes(e.section);
+    });
+    const observed: string[] = [];
+    h.fa.exportObserver = (f) => observed.push(exportedAddress(f, false));
+    try {
+      h.fa.ingest([intraNodeRecord(1003)]);
+      h.clock.advance(10_000);
+      assert.equal(h.fa.sweep(), 1);
+      const text = wordsOnly.length === 1 ? "10.10.0.100" : "";
+      for (const s of ["flowLogger", "flowCollector"] as const) {
+        const e = h.latest(s);
+        assert.equal(e.records[0].key.sourceAddress, text, `${wordsOnly}: ${s}`);
+        assert.equal(e.records[0].record.sourceIPv4Address, text);
+        assert.deepEqual(e.addresses, ["10.10.0.100>10.10.0.101"]);
+      }
+      assert.deepEqual(observed, ["10.10.0.100"]);
+    } finally {
+      await h.fa.stop();
+    }
   }
 });
 

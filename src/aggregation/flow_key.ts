@@ -16,7 +16,7 @@ import {
   parseIPv6,
   parseIPv6Words,
 } from "../ipfix/ip.ts";
-import type { FlowKey } from "./record.ts";
+import type { ExportedFlow, FlowKey } from "./record.ts";
 
 // The word forms of addresses live with the codec's text forms (one implementation of the
 // address rules); re-exported here, where the core's callers have always found them.
@@ -29,6 +29,21 @@ export function formatFlowKey(k: FlowKey): string {
   return `${a(k.sourceAddress, k.sourcePort)}->${
     a(k.destinationAddress, k.destinationPort)
   }/${k.protocol}`;
+}
+
+/**
+ * The source (or, with `destination`, the destination) address of an exported flow as canonical
+ * text: the key's, or formatted from the core's words when the export loop asked for no text
+ * (its sinks all read the words, see `ExportHooks.addressText`). Call it during the export.
+ */
+export function exportedAddress(flow: ExportedFlow, destination: boolean): string {
+  const text = destination ? flow.key.destinationAddress : flow.key.sourceAddress;
+  const w = flow.addressWords;
+  if (text !== "" || w === undefined) return text;
+  const at = (flow.addressAt ?? 0) + (destination ? 4 : 0);
+  return flow.isIPv6
+    ? formatIPv6Words(w[at], w[at + 1], w[at + 2], w[at + 3])
+    : formatIPv4Word(w[at]);
 }
 
 // Canonicalising IPv6 text is costly; flows repeat the same addresses, so remember results.

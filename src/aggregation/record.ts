@@ -12,7 +12,11 @@ import type { AggregatedRecord } from "../record/schema.ts";
 
 export type { AggregatedRecord, FlowInput } from "../record/schema.ts";
 
-/** The 5-tuple that identifies a flow (directional). Addresses are canonical text. */
+/**
+ * The 5-tuple that identifies a flow (directional). Addresses are canonical text, except in an
+ * exported flow whose export loop asked for none (`ExportHooks.addressText`): `""` there, and
+ * `exportedAddress` (flow_key.ts) gives the text.
+ */
 export interface FlowKey {
   readonly sourceAddress: string;
   readonly destinationAddress: string;
@@ -35,7 +39,8 @@ export interface ExportedFlow {
    * The key's addresses as the core stores them, for binary consumers (the worker batch), so
    * they need not parse the text back: `addressWords[addressAt..+3]` the source and
    * `[addressAt + 4..+7]` the destination, u32 words in network order (IPv4 in the first).
-   * The core's own storage: valid only during the synchronous `addRecord` call.
+   * The core's own storage: valid only during the synchronous `addRecord` call. Always set by
+   * the core, which may then leave the address text empty (`ExportHooks.addressText`).
    */
   readonly addressWords?: Uint32Array;
   /** See {@linkcode addressWords}. */

@@ -32,6 +32,12 @@ export interface ExportHooks {
    * each named Pod (§6.6). Without this hook nothing is filled and the flags stay unset.
    */
   lookupPod?(ip: string, startTimeSec: number): PodInfo | undefined;
+  /**
+   * False when no consumer of the exported flows reads address text (every sink reads the
+   * core's `addressWords`, see {@linkcode ExportedFlow}): the snapshot then skips formatting
+   * it, and the key's and the record's address fields are `""`. Default true.
+   */
+  addressText?: boolean;
 }
 
 type Lookup = (ip: string, t: number) => PodInfo | undefined;
@@ -68,12 +74,15 @@ export function flowKeyOf(
 // Scratch argument of the generated snapshot (synchronous, never re-entered).
 const addrs = { v4: true, src: "", dst: "" };
 
-/** Builds an own copy of the flow as exporters and the query API see it. */
-export function snapshot(s: CoreState, f: Flow): AggregatedRecord {
+/**
+ * Builds an own copy of the flow as exporters and the query API see it; without `text`, its
+ * key address fields are `""` (see {@linkcode ExportHooks.addressText}).
+ */
+export function snapshot(s: CoreState, f: Flow, text = true): AggregatedRecord {
   const slot = f.slot;
   addrs.v4 = (f.flags & FL_IPV4) !== 0;
-  addrs.src = addressText(s, slot, U32.SRC);
-  addrs.dst = addressText(s, slot, U32.DST);
+  addrs.src = text ? addressText(s, slot, U32.SRC) : "";
+  addrs.dst = text ? addressText(s, slot, U32.DST) : "";
   return FIELD_CODE.snapshot(
     f,
     s.store.u32(slot),
@@ -103,7 +112,7 @@ export function emitOne(
   opts: EmitOptions,
 ): boolean {
   fill(s, flow, opts.hooks);
-  const record = snapshot(s, flow);
+  const record = snapshot(s, flow, opts.hooks?.addressText !== false);
   const updated = (flow.flags & FL_UPDATED) !== 0;
   flow.flags &= ~FL_UPDATED;
   // The key's addresses are the text the snapshot just formatted (not formatted twice).

@@ -11,6 +11,7 @@
  */
 
 import type { ExportedFlow } from "../aggregation/record.ts";
+import { exportedAddress } from "../aggregation/flow_key.ts";
 
 /** Rows of recent flows a page receives per second at most. */
 export const ROWS_PER_SECOND = 50;
@@ -148,8 +149,8 @@ export class LiveView {
     if (!sampled && deniedBy === 0) return;
     const row: LiveRow = {
       t: now,
-      src: flow.key.sourceAddress,
-      dst: flow.key.destinationAddress,
+      src: exportedAddress(flow, false),
+      dst: exportedAddress(flow, true),
       sport: flow.key.sourcePort,
       dport: flow.key.destinationPort,
       proto: flow.key.protocol,

@@ -329,8 +329,61 @@ export function batchCount(buf: ArrayBuffer): number {
   return new DataView(buf).getUint32(4, true);
 }
 
-/** Decodes a batch into flows, in order. Throws on a buffer that is not a batch. */
-export function readBatch(buf: ArrayBuffer): ExportedFlow[] {
+/**
+ * A received batch opened for reading in place: a sink that reads its fields straight from the
+ * rows (the flow log, see {@linkcode batchField}) skips building a record object per flow.
+ */
+export interface FlowBatch {
+  /** Rows in the batch. */
+  readonly count: number;
+  /** The whole batch buffer. */
+  readonly view: DataView;
+  /** The same buffer as bytes. */
+  readonly bytes: Uint8Array;
+  /** The batch's string table: a string slot holds an index into it (never 0). */
+  readonly strings: readonly (string | undefined)[];
+}
+
+/** Where one field sits in a row, for code that reads rows in place (offsets from the row). */
+export interface BatchField {
+  /** How the value is stored: f64, u64, u32 string-table index, or a binary address. */
+  readonly kind: "number" | "bigint" | "string" | "ipv4" | "ipv6";
+  /** Byte offset of the value. */
+  readonly offset: number;
+  /** Byte offset of the presence bitmap byte holding the field's bit. */
+  readonly presentByte: number;
+  /** Mask of the field's bit in that byte (a clear bit: the field is absent). */
+  readonly presentMask: number;
+}
+
+const KIND_OF: Readonly<Record<Slot, BatchField["kind"]>> = {
+  0: "number",
+  1: "bigint",
+  2: "string",
+  3: "ipv4",
+  4: "ipv6",
+};
+
+/** The row layout of IE `name`; undefined when batches do not carry it. */
+export function batchField(name: string): BatchField | undefined {
+  const i = FIELDS.findIndex((f) => f.name === name);
+  if (i < 0) return undefined;
+  const f = FIELDS[i];
+  return {
+    kind: KIND_OF[f.slot],
+    offset: f.offset,
+    presentByte: KEY_BYTES + (i >> 3),
+    presentMask: 1 << (i & 7),
+  };
+}
+
+/** Byte offset of row `r` in a batch buffer. */
+export function batchRowBase(r: number): number {
+  return HEADER_BYTES + r * ROW_BYTES;
+}
+
+/** Opens a batch for reading in place. Throws on a buffer that is not a batch. */
+export function openBatch(buf: ArrayBuffer): FlowBatch {
   const v = new DataView(buf);
   const bytes = new Uint8Array(buf);
   if (buf.byteLength < HEADER_BYTES || v.getUint32(0, true) !== MAGIC) {
@@ -345,6 +398,17 @@ export function readBatch(buf: ArrayBuffer): ExportedFlow[] {
     strings.push(decoder.decode(bytes.subarray(at + 4, at + 4 + len)));
     at += 4 + len;
   }
+  return { count, view: v, bytes, strings };
+}
+
+/** Decodes a batch into flows, in order. Throws on a buffer that is not a batch. */
+export function readBatch(buf: ArrayBuffer): ExportedFlow[] {
+  return readFlows(openBatch(buf));
+}
+
+/** The flows of an opened batch, in order. */
+export function readFlows(batch: FlowBatch): ExportedFlow[] {
+  const { count, view: v, bytes, strings } = batch;
   const out: ExportedFlow[] = new Array(count);
   for (let r = 0; r < count; r++) {
     const base = HEADER_BYTES + r * ROW_BYTES;

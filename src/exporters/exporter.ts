@@ -6,6 +6,7 @@
  */
 
 import type { ExportedFlow } from "../aggregation/record.ts";
+import type { FlowBatch } from "./batch.ts";
 
 /** Counters every exporter exposes (all monotonic). */
 export interface ExporterStats {
@@ -29,12 +30,25 @@ export interface ExporterStats {
 export interface Exporter {
   /** Short name used in logs and metrics: `ipfix`, `clickhouse`, `s3`, `log`. */
   readonly name: string;
+  /**
+   * True when the exporter reads a flow's key addresses only from `addressWords` (a worker's
+   * proxy, which writes them into the batch in binary): when every exporter does, the core
+   * skips formatting address text for the export.
+   */
+  readonly addressWordsOnly?: boolean;
   /** Begins background work. */
   start(): Promise<void>;
   /** Flushes everything buffered and stops; resolves when done. */
   stop(): Promise<void>;
   /** Takes one record; synchronous, never throws for I/O reasons. */
   addRecord(flow: ExportedFlow): void;
+  /**
+   * Optional, for a sink run in a worker: takes every row of a received batch, in order, as
+   * `addRecord` would take each flow, reading the rows in place instead of as decoded record
+   * objects. It counts each row in `received` as it takes it and never throws for a row it
+   * cannot take (that row is counted as dropped).
+   */
+  addBatch?(batch: FlowBatch): void;
   /**
    * Optional: resolves once the records taken so far have left the exporter's bounded memory
    * buffer (written, or handed to the transport). The export loop awaits it between slices of

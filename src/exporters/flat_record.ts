@@ -40,7 +40,7 @@ export function ipText(v: string | undefined): string {
   return c;
 }
 
-/** Pod label JSON as the sinks write it (`null`, upstream's nil map, becomes `{}`). */
+/** Pod label JSON as the sinks write it: absent is "", and a nil map (`null`) is `{}`. */
 export function labels(v: string | undefined): string {
   // Upstream serialised a nil label map as `null`; latest Antrea writes `{}` (exporters.md §1.4).
   if (v === undefined) return "";

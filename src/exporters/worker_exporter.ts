@@ -130,6 +130,8 @@ type Waiter = (stats: WorkerStats | undefined) => void;
 export class WorkerExporter<C extends SectionConfig = SectionConfig> implements Exporter {
   /** Exporter name in logs and metrics (the component's). */
   readonly name: string;
+  /** The batch takes the key's addresses from the core's words, never from their text. */
+  readonly addressWordsOnly = true;
   readonly #component: ExporterComponent<string, C>;
   #config: C;
   readonly #ctx: ExporterContext;

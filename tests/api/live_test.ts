@@ -49,6 +49,31 @@ Deno.test("live view: denied flows are kept (newest first) even beyond the row s
   v.observe({ key: undefined } as unknown as ExportedFlow);
 });
 
+Deno.test("live view: a flow exported without address text shows the addresses of its words", () => {
+  const v = new LiveView(() => 7_000);
+  const words = new Uint32Array([9, 9, 0x0a000001, 0, 0, 0, 0x0a090807, 0, 0, 0]);
+  const f = flow(1);
+  v.observe({
+    ...f,
+    key: { ...f.key, sourceAddress: "", destinationAddress: "" },
+    addressWords: words,
+    addressAt: 2,
+  });
+  const six = new Uint32Array([0x20010db8, 0, 0, 1, 0, 0, 0xffff, 0x0a000002]);
+  v.observe({
+    ...f,
+    key: { ...f.key, sourceAddress: "", destinationAddress: "" },
+    isIPv6: true,
+    addressWords: six,
+    addressAt: 0,
+  });
+  const rows = v.summary({}).rows;
+  assert.deepEqual(rows.map((r) => [r.src, r.dst]), [
+    ["10.0.0.1", "10.9.8.7"],
+    ["2001:db8::1", "10.0.0.2"],
+  ]);
+});
+
 Deno.test("live hub: one summary per period to every page; at most MAX_STREAMS pages", async () => {
   const v = new LiveView();
   v.observe(flow(1));

@@ -20,7 +20,8 @@ import type { FlowLoggerConfig } from "./config.ts";
 import { logger, RateLimitedLog } from "../../log.ts";
 import type { Exporter, ExporterStats } from "../exporter.ts";
 import { toFlatRecord } from "../flat_record.ts";
-import { formatLogLine, LogFilter } from "./format.ts";
+import { BatchLines, formatLogLine, LogFilter } from "./format.ts";
+import type { FlowBatch } from "../batch.ts";
 import { type LineSink, RotatingFile, type RotatingFileOptions, StdoutSink } from "./rotate.ts";
 
 const log = logger("log-exporter");
@@ -143,11 +144,44 @@ export class LogExporter implements Exporter {
       line = formatLogLine(flat, this.#config.prettyPrint);
     } catch (e) {
       // A malformed record must not break the export loop.
-      this.#stats.errors++;
-      this.#stats.dropped++;
-      this.#logError("Cannot format flow record", e);
+      this.#formatFailed(e);
       return;
     }
+    this.#queue(line);
+  }
+
+  /**
+   * Formats, filters and queues every row of a batch received in the worker, reading the rows
+   * in place (no record objects): the same lines as {@linkcode addRecord}. Never throws.
+   */
+  addBatch(batch: FlowBatch): void {
+    const lines = new BatchLines(batch, { prettyPrint: this.#config.prettyPrint });
+    const filter = this.#filter;
+    for (let r = 0; r < lines.count; r++) {
+      this.#stats.received++;
+      let line: string;
+      try {
+        if (!lines.matches(filter, r)) {
+          this.#stats.filtered++;
+          continue;
+        }
+        line = lines.line(r);
+      } catch (e) {
+        this.#formatFailed(e);
+        continue;
+      }
+      this.#queue(line);
+    }
+  }
+
+  #formatFailed(e: unknown): void {
+    this.#stats.errors++;
+    this.#stats.dropped++;
+    this.#logError("Cannot format flow record", e);
+  }
+
+  /** Queues one formatted line, or drops it when the buffer is full. */
+  #queue(line: string): void {
     if (this.#pendingBytes + line.length > this.#opts.maxPendingBytes) {
       this.#stats.dropped++;
       this.#logError("Flow log buffer full, record dropped", undefined);

@@ -1,7 +1,9 @@
 /**
  * End to end with a real ClickHouse: the flow-aggregator process (its ClickHouse sink in its
  * permission-scoped worker, the flow log beside it) receives flowgen's Agents over TCP while
- * ClickHouse is killed for 5 s and started again. Every flow the process exported reaches the
+ * ClickHouse is killed for `CH_OUTAGE_SECONDS` (default 5; the issue's figure is 30:
+ * `CH_OUTAGE_SECONDS=30 deno test -A tests/integration/clickhouse_outage_test.ts`) and started
+ * again. Every flow the process exported reaches the
  * `flows` table, compared with the flow log's lines (key and end time): exactly once, except
  * the rows of an insert the kill cut (outcome unknown), whose retry is counted
  * `possiblyDuplicated` (18.16 has no dedup token); the process never stopped collecting, and
@@ -32,7 +34,9 @@ function flowgen(
   ]);
 }
 
-Deno.test("ClickHouse killed for 5 s while flowgen sends: every exported flow lands, once unless counted", async () => {
+const OUTAGE_SECONDS = Number(Deno.env.get("CH_OUTAGE_SECONDS") ?? "5");
+
+Deno.test(`ClickHouse killed for ${OUTAGE_SECONDS} s while flowgen sends: every exported flow lands, once unless counted`, async () => {
   const server = await clickHouse();
   const db = await freshDatabase(server, `e2e${Deno.pid}`);
   const dir = await Deno.makeTempDir({ prefix: "fa-ch-e2e-" });
@@ -57,11 +61,11 @@ flowLogger:
   try {
     const port = await fa.collectorPort();
     await fa.waitFor({ msg: "ClickHouse ready" }, 20_000);
-    const gen = flowgen(port, { flows: 200, rate: 1000, duration: 10 });
+    const gen = flowgen(port, { flows: 200, rate: 1000, duration: OUTAGE_SECONDS + 5 });
     await new Promise((r) => setTimeout(r, 2000));
     await server.stop("SIGKILL");
     await fa.waitFor({ msg: "ClickHouse sink state", to: "spooling" }, 10_000);
-    await new Promise((r) => setTimeout(r, 5000));
+    await new Promise((r) => setTimeout(r, OUTAGE_SECONDS * 1000));
     await server.resume();
     const out = await gen;
     assert.equal(out.code, 0, out.stderr);

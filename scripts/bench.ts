@@ -47,7 +47,7 @@ import {
   REPLAY_UNIQUE_NAMES,
 } from "./bench/core.ts";
 import { benchE2eTcp as runE2e, type E2eTrial, runE2eTrial } from "./bench/e2e.ts";
-import { benchE2eReplay } from "./bench/e2e_replay.ts";
+import { benchE2eReplay, type E2eReplayResult } from "./bench/e2e_replay.ts";
 import { benchUdpE2e, type UdpE2eSearch } from "./bench/udp_e2e.ts";
 import { benchHeapPerFlow } from "./bench/memory.ts";
 import { benchPodStore } from "./bench/podstore.ts";
@@ -72,8 +72,11 @@ import {
 /** Root of this checkout (no trailing slash). */
 const REPO_ROOT: string = new URL("..", import.meta.url).pathname.replace(/\/$/, "");
 
-/** Keys of bench/latest.json; null = not measured (see notes). */
-export interface BenchResults {
+/**
+ * Keys of bench/latest.json; null = not measured (see notes). The replay e2e keys are those of
+ * {@linkcode E2eReplayResult} (documented there).
+ */
+export interface BenchResults extends Omit<E2eReplayResult, "detail"> {
   /** Single-record messages decoded per second (codec, template known). */
   decode_records_per_s: number | null;
   /** Records per second decoded from multi-record messages. */
@@ -94,21 +97,6 @@ export interface BenchResults {
   e2e_tcp_inprocess_records_per_s: number | null;
   /** e2e_tcp_records_per_s / e2e_tcp_inprocess_records_per_s. */
   e2e_worker_vs_inprocess_ratio: number | null;
-  /**
-   * Records per second through the real process over TCP (4 connections, flow log on) fed by the
-   * replay sender as fast as the process reads: received / (send time + drain).
-   */
-  e2e_replay_tcp_records_per_s: number | null;
-  /** The process's CPU (all threads, /proc utime + stime) per record in that trial, µs. */
-  e2e_replay_cpu_us_per_record: number | null;
-  /** The process's CPU seconds per wall second in that trial: cores used. */
-  e2e_replay_cores: number | null;
-  /** The process's peak resident memory (VmHWM) in that trial. */
-  e2e_replay_peak_rss_bytes: number | null;
-  /** The replay sender's own CPU per record sent (whole run, start-up included), µs. */
-  replay_sender_cpu_us_per_record: number | null;
-  /** Fairness: records of the slowest of the 4 Agent connections / of the fastest (goal ≥ 0.5). */
-  e2e_replay_agent_spread: number | null;
   /** Highest lossless UDP rate of src/collector/udp_fast.ts (default settings). */
   udp_lossless_records_per_s: number | null;
   /** Highest lossless rate of the C recv() baseline in the same run, same socket buffer. */

@@ -18,7 +18,11 @@ import {
   rowJson,
 } from "../../../src/exporters/clickhouse/mod.ts";
 import { toFlatRecord } from "../../../src/exporters/flat_record.ts";
-import type { Connection, InsertOptions } from "../../../src/exporters/clickhouse/connection.ts";
+import type {
+  Connection,
+  InsertOptions,
+  InsertOutcome,
+} from "../../../src/exporters/clickhouse/connection.ts";
 import { ClientConnection } from "../../../src/exporters/clickhouse/connection.ts";
 import type { ClickHouseConfig } from "../../../src/exporters/clickhouse/config.ts";
 import {
@@ -611,31 +615,41 @@ Deno.test("C1: without a usable spool, a full memory queue drops its oldest batc
   await cleanup(r);
 });
 
+/**
+ * The real connection, its inserts going through `around`, which decides when (and whether)
+ * to call the real insert.
+ */
+function realWithInsert(
+  settings: ConstructorParameters<typeof ClientConnection>[0],
+  around: (insert: () => Promise<InsertOutcome>) => Promise<InsertOutcome>,
+): Connection {
+  const c = new ClientConnection(settings);
+  return {
+    prepare: () => c.prepare(),
+    insert: (body: Uint8Array, o: InsertOptions) => around(() => c.insert(body, o)),
+    close: () => c.close(),
+  };
+}
+
 Deno.test("two batches in flight: the one that fails is retried, the other counted once", async () => {
   let calls = 0;
   let inFlight = 0;
   let maxInFlight = 0;
   const r = await rig({
     maxBatchRows: 10,
-    connect: (settings) => {
-      const c = new ClientConnection(settings);
-      return {
-        prepare: () => c.prepare(),
-        insert: async (body, o) => {
-          inFlight++;
-          maxInFlight = Math.max(maxInFlight, inFlight);
-          // Both requests are out before either answers.
-          await new Promise((res) => setTimeout(res, 50));
-          try {
-            if (++calls === 1) return { ok: false, unknown: false, error: "refused" } as const;
-            return await c.insert(body, o);
-          } finally {
-            inFlight--;
-          }
-        },
-        close: () => c.close(),
-      };
-    },
+    connect: (settings) =>
+      realWithInsert(settings, async (insert) => {
+        inFlight++;
+        maxInFlight = Math.max(maxInFlight, inFlight);
+        // Both requests are out before either answers.
+        await new Promise((res) => setTimeout(res, 50));
+        try {
+          if (++calls === 1) return { ok: false, unknown: false, error: "refused" } as const;
+          return await insert();
+        } finally {
+          inFlight--;
+        }
+      }),
   });
   await r.sink.start();
   await r.sink.flush(); // connected: batches go to memory
@@ -669,18 +683,12 @@ Deno.test("the spool opening while a batch is being inserted does not copy that 
     env: sinkEnv(r.server),
     clock: r.clock,
     maxBatchRows: 10,
-    connect: (settings) => {
-      const c = new ClientConnection(settings);
-      return {
-        prepare: () => c.prepare(),
-        insert: async (body, o) => {
-          inFlight.resolve();
-          await gate.promise;
-          return await c.insert(body, o);
-        },
-        close: () => c.close(),
-      };
-    },
+    connect: (settings) =>
+      realWithInsert(settings, async (insert) => {
+        inFlight.resolve();
+        await gate.promise;
+        return await insert();
+      }),
   });
   await sink.start();
   for (let i = 0; i < 10; i++) sink.addRecord(flow(i)); // sealed and sent at the 10th

@@ -13,7 +13,7 @@ import {
   flatLineFormat,
   formatLogLine,
 } from "../../../src/exporters/flow_log/format.ts";
-import { FLAT_RECORD_FIELDS, LOG_LINE_FIELDS } from "../../../src/record/schema.ts";
+import { FLAT_RECORD_FIELDS, LOG_LINE_FIELDS, RECORD_SCHEMA } from "../../../src/record/schema.ts";
 import { enabledFlowLogger } from "../../_helpers/flow_logger_config.ts";
 import { prng } from "../../_helpers/prng.ts";
 import { fixtureFlow } from "../fixtures.ts";
@@ -46,26 +46,10 @@ const V6 = [
   "::ffff:10.0.0.2", // IPv4-mapped: prints as a dotted quad
 ];
 
-const STRING_FIELDS = [
-  "sourcePodName",
-  "sourcePodNamespace",
-  "sourceNodeName",
-  "destinationPodName",
-  "destinationPodNamespace",
-  "destinationNodeName",
-  "destinationServicePortName",
-  "ingressNetworkPolicyName",
-  "ingressNetworkPolicyNamespace",
-  "ingressNetworkPolicyRuleName",
-  "egressNetworkPolicyName",
-  "egressNetworkPolicyNamespace",
-  "egressNetworkPolicyRuleName",
-  "tcpState",
-  "egressName",
-  "egressIP",
-  "sourcePodLabels",
-  "destinationPodLabels",
-] as const;
+/** Every string field of the aggregated record (the sinks' own clusterUUID aside), from the schema. */
+const STRING_FIELDS = RECORD_SCHEMA.filter((r) => r[1] === "string" && r[2] !== "sink").map((r) =>
+  r[0]
+);
 
 const CODE_FIELDS = [
   "protocolIdentifier",

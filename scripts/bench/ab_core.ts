@@ -1,0 +1,72 @@
+/**
+ * Decode or aggregation rate of two checkouts measured in **one process**, alternated many times
+ * (A B, B A, A B, ...), medians reported: on these shared 2-core machines, separate processes
+ * differ by ±30 % from one another, alternated in-process runs by about ±10 %. Run it in both
+ * orders (import order matters to V8) and compare the geometric mean.
+ *
+ *   deno run -A scripts/bench/ab_core.ts A_ROOT B_ROOT decode|aggregate [--records=ROOT]
+ *
+ * `aggregate` feeds each checkout's own `flowRecords()` input by default; `--records=ROOT` feeds
+ * both cores the records built by ROOT's `scripts/bench/core.ts`, so a difference in the input
+ * objects (their V8 maps) is told apart from one in the core. A root is a checkout, e.g. a
+ * `git worktree add --detach /tmp/base REV` (its node_modules linked to this one's).
+ *
+ * @module
+ */
+
+type CoreModule = typeof import("./core.ts");
+
+const [aRoot, bRoot, part] = Deno.args;
+const recordsRoot = Deno.args.find((a) => a.startsWith("--records="))?.slice(10);
+if (aRoot === undefined || bRoot === undefined || (part !== "decode" && part !== "aggregate")) {
+  console.error("usage: ab_core.ts A_ROOT B_ROOT decode|aggregate [--records=ROOT]");
+  Deno.exit(2);
+}
+
+/** Records/s of one checkout for one ~0.5 s measurement. */
+async function runner(root: string): Promise<() => number> {
+  const m = await import(`${root}/scripts/bench/core.ts`) as CoreModule;
+  if (part === "decode") return () => m.benchDecodeRates(0.4).batch;
+  if (recordsRoot === undefined) return () => m.benchAggregateRate(10_000, 5, 0.5);
+  const recs = (await import(`${recordsRoot}/scripts/bench/core.ts`) as CoreModule)
+    .flowRecords(10_000, 5);
+  const { AggregationCore } = await import(`${root}/src/aggregation/core.ts`);
+  const { ManualClock } = await import(`${root}/src/clock.ts`);
+  const clock = new ManualClock();
+  return () => {
+    const t0 = performance.now();
+    let n = 0;
+    while (performance.now() - t0 < 500) {
+      const core = new AggregationCore({
+        activeTimeoutMs: 3_600_000,
+        inactiveTimeoutMs: 3_600_000,
+        clock,
+      });
+      for (let i = 0; i < recs.length; i++) core.addRecord(recs[i]);
+      n += recs.length;
+    }
+    return n / (performance.now() - t0) * 1000;
+  };
+}
+
+const a = await runner(aRoot);
+const b = await runner(bRoot);
+const ra: number[] = [];
+const rb: number[] = [];
+for (let i = 0; i < 20; i++) {
+  if (i % 2 === 0) {
+    ra.push(a());
+    rb.push(b());
+  } else {
+    rb.push(b());
+    ra.push(a());
+  }
+}
+const median = (x: number[]) => [...x].sort((p, q) => p - q)[x.length >> 1];
+console.log(JSON.stringify({
+  part,
+  records: recordsRoot ?? "own",
+  a: Math.round(median(ra)),
+  b: Math.round(median(rb)),
+  bOverA: Number((median(rb) / median(ra)).toFixed(3)),
+}));

@@ -386,6 +386,29 @@ export async function runDeno(
   return { code: out.code, stdout: td.decode(out.stdout), stderr: td.decode(out.stderr) };
 }
 
+const FLOWGEN_TS = new URL("../../scripts/flowgen.ts", import.meta.url).pathname;
+
+/**
+ * Runs scripts/flowgen.ts with `args` in its own process (as in real use), asserts it exited 0
+ * and returns its `--json` report.
+ */
+export async function flowgenCli<T = Record<string, unknown>>(
+  args: readonly string[],
+): Promise<T> {
+  const out = await runDeno([
+    "run",
+    "--allow-net",
+    "--allow-read",
+    "--config",
+    DENO_JSON,
+    FLOWGEN_TS,
+    ...args,
+    "--json",
+  ]);
+  if (out.code !== 0) throw new Error(`flowgen exited with ${out.code}:\n${out.stderr}`);
+  return JSON.parse(out.stdout);
+}
+
 /** `deno run` arguments of the `permissions` subcommand (it reads the config file and env). */
 const PERMISSIONS = ["run", "--allow-read", "--allow-env", "--config", DENO_JSON, MAIN_TS];
 

@@ -26,15 +26,16 @@ export const SMALL_FIELDS: FieldSpecifier[] = fieldsFor([
   "packetTotalCount",
 ]);
 
-/** A template message. */
+/** A template message announcing template `id` (or each of several ids) with `fields`. */
 export function templateMessage(
   domain: number,
-  id: number,
+  id: number | readonly number[],
   fields: FieldSpecifier[],
 ): Uint8Array {
+  const ids = typeof id === "number" ? [id] : id;
   return encodeMessage(
     { exportTime: 1_700_000_000, sequenceNumber: 0, observationDomainId: domain },
-    [encodeTemplateSet([{ id, fields, scopeFieldCount: 0 }])],
+    [encodeTemplateSet(ids.map((id) => ({ id, fields, scopeFieldCount: 0 })))],
   );
 }
 

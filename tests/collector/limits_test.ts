@@ -3,7 +3,6 @@ import { setLogLevel } from "../../src/log.ts";
 import {
   encodeDataSet,
   encodeMessage,
-  encodeTemplateSet,
   fieldsFor,
   type FieldSpecifier,
 } from "../../src/ipfix/mod.ts";
@@ -33,14 +32,6 @@ const LIMITS: CollectorOptions["limits"] = {
   maxTemplates: 6,
   maxStringBytes: 16,
 };
-
-/** One message announcing templates `ids` (all {@linkcode SMALL_FIELDS}) in domain `domain`. */
-function templatesMessage(domain: number, ids: number[], fields = SMALL_FIELDS): Uint8Array {
-  return encodeMessage(
-    { exportTime: 1_700_000_000, sequenceNumber: 0, observationDomainId: domain },
-    [encodeTemplateSet(ids.map((id) => ({ id, fields, scopeFieldCount: 0 })))],
-  );
-}
 
 /** What a test body gets: the collector, what its sink received, and a TCP connector. */
 interface Harness {
@@ -117,10 +108,10 @@ Deno.test("tcp: template bounds per session and in total, freed when a session c
   withCollector({ protocol: "tcp", limits: LIMITS }, async ({ c, received, connect }) => {
     const a = await connect();
     const b = await connect();
-    await writeAll(a, templatesMessage(1, range(256, 10)));
+    await writeAll(a, templateMessage(1, range(256, 10), SMALL_FIELDS));
     await waitFor(() => c.stats().templatesHeld === 4, { what: "4 templates of a" });
     assert.deepEqual(c.stats().templatesRefused, { sessionFull: 6 });
-    await writeAll(b, templatesMessage(1, range(256, 3)));
+    await writeAll(b, templateMessage(1, range(256, 3), SMALL_FIELDS));
     await waitFor(() => c.stats().templatesHeld === 6, { what: "2 templates of b" });
     assert.deepEqual(c.stats().templatesRefused, { sessionFull: 6, totalFull: 1 });
     // Data for a refused template is counted, not delivered; a's held templates still work.
@@ -131,7 +122,7 @@ Deno.test("tcp: template bounds per session and in total, freed when a session c
     // Closing a gives its 4 back: b's third template now fits.
     a.close();
     await waitFor(() => c.stats().templatesHeld === 2, { what: "a's templates released" });
-    await writeAll(b, templatesMessage(1, [258]));
+    await writeAll(b, templateMessage(1, [258], SMALL_FIELDS));
     await waitFor(() => c.stats().templatesHeld === 3, { what: "b's third template" });
     await writeAll(b, dataMessage(1, 258, SMALL_FIELDS, [smallRecord(4)]));
     await waitFor(() => received.length === 2, { what: "b's data" });
@@ -142,7 +133,7 @@ Deno.test("tcp: a too-wide template is refused and a long string truncated, both
   withCollector({ protocol: "tcp", limits: LIMITS }, async ({ c, received, connect }) => {
     const conn = await connect();
     const wide: FieldSpecifier[] = range(1, 9).map((id) => ({ id, enterprise: 4242, length: 2 }));
-    await writeAll(conn, templatesMessage(1, [400], wide));
+    await writeAll(conn, templateMessage(1, [400], wide));
     await writeAll(conn, templateMessage(1, 300, NAMED));
     const long = { sourceTransportPort: 1, sourcePodName: "p".repeat(100), protocolIdentifier: 6 };
     await writeAll(conn, dataMessage(1, 300, NAMED, [long]));
@@ -160,13 +151,28 @@ Deno.test("udp: sessions share the total template budget; an evicted session fre
   withCollector({ protocol: "udp", limits: { ...LIMITS, maxUdpSessions: 2 } }, async ({ c }) => {
     const clients = [udpClient("127.0.0.1"), udpClient("127.0.0.1"), udpClient("127.0.0.1")];
     try {
-      await udpSend(clients[0], "127.0.0.1", c.port, templatesMessage(1, range(256, 4)));
-      await udpSend(clients[1], "127.0.0.1", c.port, templatesMessage(1, range(256, 4)));
+      await udpSend(
+        clients[0],
+        "127.0.0.1",
+        c.port,
+        templateMessage(1, range(256, 4), SMALL_FIELDS),
+      );
+      await udpSend(
+        clients[1],
+        "127.0.0.1",
+        c.port,
+        templateMessage(1, range(256, 4), SMALL_FIELDS),
+      );
       await waitFor(() => c.stats().messages === 2, { what: "two template messages" });
       assert.equal(c.stats().templatesHeld, 6);
       assert.deepEqual(c.stats().templatesRefused, { totalFull: 2 });
       // A third source evicts the first session (maxUdpSessions 2), giving its 4 back.
-      await udpSend(clients[2], "127.0.0.1", c.port, templatesMessage(1, range(256, 4)));
+      await udpSend(
+        clients[2],
+        "127.0.0.1",
+        c.port,
+        templateMessage(1, range(256, 4), SMALL_FIELDS),
+      );
       await waitFor(() => c.stats().messages === 3, { what: "third message" });
       const s = c.stats();
       assert.equal(s.sessionsEvicted, 1);

@@ -17,7 +17,7 @@ import { setLogWriter } from "../../src/log.ts";
 import { DATA_MSG, DATA_RECORD, TEMPLATE_MSG } from "../ipfix/golden.ts";
 import { clientTls, collectorTls } from "../_helpers/tls.ts";
 import { waitFor } from "../_helpers/wait.ts";
-import { DENO_JSON, runDeno } from "../_helpers/process.ts";
+import { DENO_JSON, flowgenCli as runFlowgenCli, runDeno } from "../_helpers/process.ts";
 
 setLogWriter(() => {});
 
@@ -171,21 +171,8 @@ async function collect(proto: "udp" | "tcp" | "tls", tls?: TlsMaterial) {
   return { c, state };
 }
 
-/** Runs scripts/flowgen.ts in its own process (as in real use) and returns its --json report. */
-async function flowgenCli(args: string[]): Promise<Record<string, unknown> & FlowgenReport> {
-  const out = await runDeno([
-    "run",
-    "--allow-net",
-    "--allow-read",
-    "--config",
-    DENO_JSON,
-    FLOWGEN,
-    ...args,
-    "--json",
-  ]);
-  assert.equal(out.code, 0, out.stderr);
-  return JSON.parse(out.stdout);
-}
+/** flowgen's CLI report, typed as the library's. */
+const flowgenCli = (args: string[]) => runFlowgenCli<Record<string, unknown> & FlowgenReport>(args);
 
 Deno.test("flowgen: 100,000 records at 20,000/s over TCP, within 5 %, counts match the Collector", async () => {
   const { c, state } = await collect("tcp");

@@ -7,7 +7,12 @@
 
 import assert from "node:assert/strict";
 import { Collector } from "../../src/collector/mod.ts";
-import { TURN_BYTES } from "../../src/collector/fairness.ts";
+import {
+  FairTurn,
+  MAX_TURNS_BETWEEN_PAUSES,
+  ReadClock,
+  TURN_BYTES,
+} from "../../src/collector/fairness.ts";
 import { agentDataMessage, agentTemplateMessage } from "../../src/flowgen/sender.ts";
 import { FlowModel } from "../../src/flowgen/model.ts";
 import { setLogLevel } from "../../src/log.ts";
@@ -152,3 +157,29 @@ async function pemFiles(dir: string): Promise<string[]> {
   for (const [path, pem] of files) await Deno.writeTextFile(path, pem);
   return files.map(([path]) => path);
 }
+
+Deno.test("fair turns: a pause nobody else used doubles the turns to the next, up to the bound; another's read resets it", async () => {
+  const clock = new ReadClock();
+  const turn = new FairTurn(clock);
+  /** Reads whole turns until `spend` asks for a pause; returns the turns it took. */
+  const turnsToPause = (): number => {
+    for (let turns = 1;; turns++) {
+      for (let b = 0; b < TURN_BYTES - 65_536; b += 65_536) assert.equal(turn.spend(65_536), false);
+      if (turn.spend(65_536)) return turns;
+    }
+  };
+  const seen: number[] = [];
+  for (let i = 0; i < 9; i++) {
+    seen.push(turnsToPause());
+    await turn.pause(); // nobody else reads meanwhile
+  }
+  assert.deepEqual(seen, [1, 2, 4, 8, 16, 32, 64, 64, 64]);
+  assert.equal(turn.turnsBetweenPauses, MAX_TURNS_BETWEEN_PAUSES);
+  assert.equal(turnsToPause(), 64);
+  const other = new FairTurn(clock);
+  const paused = turn.pause();
+  other.spend(1); // another connection reads during the pause
+  await paused;
+  assert.equal(turn.turnsBetweenPauses, 1);
+  assert.equal(turnsToPause(), 1);
+});

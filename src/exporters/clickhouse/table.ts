@@ -82,15 +82,9 @@ const utf8 = new TextEncoder();
 /** Writes `s` at `p` of `b` (room checked by the caller: 5 + 3 × length); returns the end. */
 function putString(b: Uint8Array, p: number, s: string): number {
   const n = s.length;
-  let q = p;
   // The length in UTF-16 units is the byte length when every unit is ASCII (the usual case:
   // names, addresses, states); on the first other unit start over with the encoder.
-  let len = n;
-  while (len >= 0x80) {
-    b[q++] = (len & 0x7f) | 0x80;
-    len >>>= 7;
-  }
-  b[q++] = len;
+  let q = putLength(b, p, n);
   for (let i = 0; i < n; i++) {
     const c = s.charCodeAt(i);
     if (c >= 0x80) return putUtf8(b, p, s);
@@ -101,14 +95,19 @@ function putString(b: Uint8Array, p: number, s: string): number {
 
 function putUtf8(b: Uint8Array, p: number, s: string): number {
   const bytes = utf8.encode(s);
-  let len = bytes.length;
+  p = putLength(b, p, bytes.length);
+  b.set(bytes, p);
+  return p + bytes.length;
+}
+
+/** A String's byte length as RowBinary's LEB128 prefix at `p`; returns the end. */
+function putLength(b: Uint8Array, p: number, len: number): number {
   while (len >= 0x80) {
     b[p++] = (len & 0x7f) | 0x80;
     len >>>= 7;
   }
   b[p++] = len;
-  b.set(bytes, p);
-  return p + bytes.length;
+  return p;
 }
 
 function putU64(d: DataView, p: number, v: bigint | number): number {

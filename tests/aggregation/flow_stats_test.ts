@@ -1,10 +1,17 @@
 import assert from "node:assert/strict";
 import { aggregate, initStats, resetDeltas } from "../../src/aggregation/flow_stats.ts";
 import { FIELD_CODE } from "../../src/aggregation/field_code.ts";
+import type { FlowInput } from "../../src/aggregation/record.ts";
 import {
   D_OFF,
   OCT_D,
   OCT_T,
+  PKT_D,
+  ROCT_D,
+  RPKT_D,
+  RTHR,
+  RTHR_D,
+  RTHR_S,
   S_OFF,
   SIDE_D,
   SIDE_S,
@@ -14,6 +21,7 @@ import {
 } from "../../src/aggregation/layout.ts";
 import { U32, u32Base, u64Base } from "../../src/aggregation/slot_store.ts";
 import { counters, newState, s1 } from "./fixtures.ts";
+import { prng } from "../_helpers/prng.ts";
 
 Deno.test("initStats: common values and the copies of the record's side only", () => {
   const u = new BigUint64Array(30);
@@ -31,6 +39,20 @@ Deno.test("initStats: no throughput when the record's end is not after its start
   initStats(u, 0, { ...s1(), flowStartSeconds: 5, flowEndSeconds: 5 }, SIDE_S | SIDE_D);
   assert.equal(u[THR], 0n);
   assert.equal(u[D_OFF + OCT_T], 1000n);
+});
+
+Deno.test("initStats: throughput of an octet total above 2^53 is exact", () => {
+  const u = new BigUint64Array(30);
+  const oct = 2n ** 60n + 12_345n;
+  initStats(
+    u,
+    0,
+    { ...s1(), octetTotalCount: oct, flowStartSeconds: 0, flowEndSeconds: 3 },
+    SIDE_D,
+  );
+  assert.equal(u[THR], oct * 8n / 3n);
+  assert.equal(u[THR_D], oct * 8n / 3n);
+  assert.equal(u[THR_S], 0n);
 });
 
 Deno.test("resetDeltas zeroes deltas and throughputs, keeps totals", () => {
@@ -70,4 +92,103 @@ Deno.test("aggregate: a total that went down gives throughput 0 and is counted (
   assert.equal(u[b + THR_S], 0n);
   assert.equal(u[b + S_OFF + OCT_T], 100n);
   assert.equal(u[b + S_OFF + OCT_D], 100n);
+});
+
+/**
+ * Reference model of §3.3 steps A-D on BigInts only (the counters' arithmetic before the
+ * double fast path): what `aggregate` must leave in the slot's u64 words for any values.
+ */
+function modelAggregate(
+  u: BigUint64Array,
+  b: number,
+  ends: { end: number; endS: number; endD: number; start: number },
+  r: FlowInput,
+  sides: number,
+): void {
+  const inEnd = r.flowEndSeconds!;
+  const isLatest = inEnd >= ends.end;
+  let prev = 0;
+  if (sides & SIDE_S) prev = ends.endS === 0 ? ends.start : ends.endS;
+  if (sides & SIDE_D) prev = ends.endD === 0 ? ends.start : ends.endD;
+  if (inEnd <= prev) return;
+  const pair = (at: number, delta: bigint, total: bigint): bigint => {
+    let diff = 0n;
+    for (const [side, off] of [[SIDE_S, S_OFF], [SIDE_D, D_OFF]]) {
+      if ((sides & side) === 0) continue;
+      u[b + off + at] += delta;
+      diff = total - u[b + off + at + 1];
+      u[b + off + at + 1] = total;
+    }
+    if (isLatest) {
+      u[b + at] = u[b + ((sides & SIDE_D) ? D_OFF : S_OFF) + at];
+      if (u[b + at + 1] < total) u[b + at + 1] = total;
+    }
+    return diff;
+  };
+  const diff = pair(OCT_D, r.octetDeltaCount!, r.octetTotalCount!);
+  pair(PKT_D, r.packetDeltaCount!, r.packetTotalCount!);
+  const rdiff = pair(ROCT_D, r.reverseOctetDeltaCount!, r.reverseOctetTotalCount!);
+  pair(RPKT_D, r.reversePacketDeltaCount!, r.reversePacketTotalCount!);
+  const dt = BigInt(inEnd - prev);
+  const thr = (diff < 0n ? 0n : diff) * 8n / dt;
+  const rthr = (rdiff < 0n ? 0n : rdiff) * 8n / dt;
+  u[b + THR] = thr;
+  u[b + RTHR] = rthr;
+  if (sides & SIDE_S) [u[b + THR_S], u[b + RTHR_S]] = [thr, rthr];
+  if (sides & SIDE_D) [u[b + THR_D], u[b + RTHR_D]] = [thr, rthr];
+}
+
+Deno.test("aggregate: u64 counters equal the BigInt model on both sides of 2^53 and 2^64", () => {
+  // Values around the fast path's edges: small, just below/above 2^53, near 2^64 (u64 wrap).
+  const edges = [
+    0n,
+    1n,
+    1500n,
+    2n ** 32n - 1n,
+    2n ** 32n,
+    2n ** 50n,
+    2n ** 53n - 2n,
+    2n ** 53n,
+    2n ** 53n + 7n,
+    2n ** 63n,
+    2n ** 64n - 1n,
+  ];
+  for (let seed = 1; seed <= 300; seed++) {
+    const rnd = prng(seed);
+    const pick = (): bigint =>
+      rnd() < 0.5 ? edges[Math.floor(rnd() * edges.length)] : BigInt(Math.floor(rnd() * 1e6));
+    const { s, flow, u, b } = flowWith(0);
+    const model = new BigUint64Array(u.length);
+    const u32 = s.store.u32(flow.slot);
+    const ub = u32Base(flow.slot);
+    u32[ub + U32.START] = 100;
+    for (let step = 0; step < 8; step++) {
+      const sides = [SIDE_S, SIDE_D, SIDE_S | SIDE_D][Math.floor(rnd() * 3)];
+      const r: FlowInput = {
+        ...s1(),
+        flowStartSeconds: 100,
+        flowEndSeconds: 100 + Math.floor(rnd() * 40),
+        octetDeltaCount: pick(),
+        octetTotalCount: pick(),
+        packetDeltaCount: pick(),
+        packetTotalCount: pick(),
+        reverseOctetDeltaCount: pick(),
+        reverseOctetTotalCount: pick(),
+        reversePacketDeltaCount: pick(),
+        reversePacketTotalCount: pick(),
+      };
+      const ends = {
+        end: u32[ub + U32.END],
+        endS: u32[ub + U32.END_S],
+        endD: u32[ub + U32.END_D],
+        start: 100,
+      };
+      model.set(u);
+      modelAggregate(model, b, ends, r, sides);
+      aggregate(s, flow, r, sides);
+      for (let i = b; i < b + 30; i++) {
+        assert.equal(u[i], model[i], `seed ${seed} step ${step} u64[${i - b}]`);
+      }
+    }
+  }
 });

@@ -172,6 +172,8 @@ export interface BenchReport {
   notes: Record<string, string>;
   /** Raw measurements (trials per receiver...). */
   details: Record<string, unknown>;
+  /** The commit measured (`+dirty` with uncommitted changes); absent in smoke and part runs. */
+  commit?: string;
   /** With `--baseline`: the revision measured in the same run. */
   baselineRev?: { rev: string; commit: string };
   /** With `--baseline`: the baseline revision's figure per compared key. */
@@ -591,7 +593,7 @@ const PARTS: Record<string, (ctx: BenchContext) => Promise<void>> = {
   udp_e2e: benchUdpOnProcess,
 };
 
-const UNITS: Record<keyof BenchResults, string> = {
+export const UNITS: Record<keyof BenchResults, string> = {
   decode_records_per_s: "records/s",
   decode_batch_records_per_s: "records/s",
   decode_realistic_records_per_s: "records/s",
@@ -922,6 +924,7 @@ if (import.meta.main) {
       Deno.removeSignalListener("SIGTERM", onTerm);
     }
   }
+  if (commit !== "unknown") report.commit = commit;
   console.log(formatTable(report));
   await Deno.writeTextFile(out, JSON.stringify(report, null, 2) + "\n");
   console.error(`wrote ${out instanceof URL ? out.pathname : out}`);

@@ -1,0 +1,254 @@
+/**
+ * The README's benchmark table, generated from `bench/latest.json` (issue 15: "the README's
+ * performance table is regenerated from bench/latest.json, with the references"). Each row is a
+ * key of the report next to its reference **measured in the same run**: the `--baseline`
+ * revision's figure when the run had one for that key, otherwise the row's reference key (a C
+ * loop, a peer tool, the flowgen-driven figure...), with the ratio, and the goal it is judged
+ * against. The rows are listed once, in {@linkcode README_ROWS}; units and number formatting
+ * come from scripts/bench.ts.
+ *
+ *   deno task bench:readme          # rewrite the README between the bench-table markers
+ *   deno task bench:readme --check  # exit 1 when the README is not the table of latest.json
+ *
+ * @module
+ */
+
+import { type BenchReport, type BenchResults, formatValue, UNITS } from "../bench.ts";
+
+type Key = keyof BenchResults;
+
+/** One row of the README table. */
+export interface ReadmeRow {
+  /** The report key measured. */
+  readonly key: Key;
+  /** What it is, for a reader. */
+  readonly label: string;
+  /** The same run's reference when the run had no baseline for `key`. */
+  readonly ref?: Key;
+  /** What the reference is. */
+  readonly refLabel?: string;
+  /** The goal or target the figure is judged against. */
+  readonly goal?: string;
+}
+
+/** The rows, in the README's order. */
+export const README_ROWS: readonly ReadmeRow[] = [
+  {
+    key: "decode_records_per_s",
+    label: "decode, golden Agent record, 1 per message",
+    goal: "≥ 1M/s",
+  },
+  { key: "decode_batch_records_per_s", label: "decode, golden record, 50 per message" },
+  {
+    key: "decode_realistic_records_per_s",
+    label: "decode, realistic replay stream",
+    ref: "decode_records_per_s",
+    refLabel: "golden record looped",
+    goal: "≥ 2M/s per core (#15)",
+  },
+  { key: "aggregate_records_per_s", label: "aggregate, half inter-node pairs", goal: "≥ 500k/s" },
+  {
+    key: "e2e_tcp_records_per_s",
+    label: "e2e TCP, flowgen, flow log sink in its worker",
+    ref: "e2e_tcp_inprocess_records_per_s",
+    refLabel: "sink in process",
+    goal: "≥ 150k/s; worker / in process ≥ 0.9",
+  },
+  {
+    key: "e2e_replay_tcp_records_per_s",
+    label: "e2e TCP, replay sender, 4 connections, 20k flows",
+    ref: "e2e_tcp_records_per_s",
+    refLabel: "flowgen-driven e2e",
+    goal: "≥ 1M/s (#15)",
+  },
+  {
+    key: "e2e_replay_cpu_us_per_record",
+    label: "collector CPU per record, all threads",
+    goal: "≤ 1.0 µs (#15)",
+  },
+  { key: "e2e_replay_cores", label: "cores used by the collector", goal: "both (#15)" },
+  { key: "e2e_replay_peak_rss_bytes", label: "collector peak RSS in the replay trial" },
+  { key: "e2e_replay_agent_spread", label: "slowest / fastest Agent connection", goal: "≥ 0.5" },
+  { key: "replay_sender_cpu_us_per_record", label: "replay sender CPU per record" },
+  {
+    key: "udp_lossless_records_per_s",
+    label: "UDP receive only, lossless",
+    ref: "udp_c_baseline_per_s",
+    refLabel: "C `recv()` loop",
+    goal: "≥ 50 % of C",
+  },
+  { key: "udp_nfcapd_per_s", label: "UDP, Debian nfcapd (peer tool)" },
+  {
+    key: "udp_e2e_lossless_records_per_s",
+    label: "UDP e2e (decode, aggregate, flow log), default buffer, < 0.1 % loss",
+    ref: "udp_e2e_c_baseline_per_s",
+    refLabel: "C `recv()` loop, same buffer",
+    goal: "≥ C (#15)",
+  },
+  {
+    key: "udp_e2e_4mib_lossless_records_per_s",
+    label: "UDP e2e, 4 MiB buffer",
+    ref: "udp_e2e_4mib_c_baseline_per_s",
+    refLabel: "C `recv()` loop, same buffer",
+    goal: "≥ 300k/s (#15)",
+  },
+  {
+    key: "udp_e2e_socket_lossless_records_per_s",
+    label: "UDP e2e, plain socket path (no `--allow-ffi`)",
+    ref: "udp_e2e_c_baseline_per_s",
+    refLabel: "C `recv()` loop",
+  },
+  {
+    key: "udp_e2e_loss_count_difference",
+    label: "process vs kernel loss counts, difference",
+    goal: "0",
+  },
+  { key: "heap_bytes_per_flow_100k", label: "JS heap per live flow, 100k flows" },
+  { key: "heap_bytes_per_flow_1m", label: "JS heap per live flow, 1M flows" },
+  {
+    key: "memory_bytes_per_flow_1m",
+    label: "heap + typed arrays per live flow, 1M flows",
+    goal: "≤ 400 B (#15)",
+  },
+  { key: "rss_bytes_per_flow_1m", label: "RSS growth per live flow, 1M flows" },
+  { key: "rss_bytes_idle", label: "idle RSS, embedded default config", goal: "≤ 40 MB (#15)" },
+  { key: "podstore_bytes_per_pod", label: "Pod store heap per Pod, 100k Pods", goal: "≤ 1 KB" },
+  { key: "podstore_lookups_per_s", label: "Pod store lookups, 100k Pods" },
+  {
+    key: "api_query_ingest_ratio",
+    label: "e2e with `/flowrecords` polled / without",
+    goal: "≥ 0.9",
+  },
+  { key: "api_query_cpu_ratio", label: "CPU per record, polled / without" },
+  {
+    key: "clickhouse_rows_per_s",
+    label: "ClickHouse sink inserts",
+    ref: "clickhouse_client_rows_per_s",
+    refLabel: "`clickhouse-client`",
+    goal: "≥ 0.5 of the client",
+  },
+  { key: "spool_write_mb_per_s", label: "spool writes" },
+  { key: "spool_replay_rows_per_s", label: "spool replay" },
+  { key: "s3_records_per_s", label: "S3 sink CSV + gzip, one core" },
+  { key: "s3_upload_mib_per_s", label: "S3 uploads to s3rver" },
+];
+
+/**
+ * Report keys that are the ratio of a row to its reference: the table's ratio column shows them
+ * (computed from the two figures), so they have no row of their own.
+ */
+export const RATIO_KEYS: Readonly<Partial<Record<Key, Key>>> = {
+  e2e_worker_vs_inprocess_ratio: "e2e_tcp_records_per_s",
+  clickhouse_vs_client_ratio: "clickhouse_rows_per_s",
+};
+
+/** First and last line of the generated part of the README. */
+export const TABLE_START = "<!-- bench-table:start (deno task bench:readme) -->";
+/** See {@linkcode TABLE_START}. */
+export const TABLE_END = "<!-- bench-table:end -->";
+
+/** A value with its unit for a reader: bytes as B, or MB above 10 MB. */
+function show(v: number | null | undefined, key: Key): string {
+  const unit = UNITS[key];
+  const s = formatValue(v, unit);
+  if (s === "-") return "—";
+  if (unit === "bytes") return v! >= 1e7 ? `${(v! / 1e6).toFixed(1)} MB` : `${s} B`;
+  if (unit === "ratio" || unit === "records" || unit === "cores") return s;
+  if (unit === "µs") return `${s} µs`;
+  if (unit.endsWith("/s")) return `${s} ${unit}`;
+  return `${s} ${unit}`;
+}
+
+/** The markdown table of `report` (one line per row of {@linkcode README_ROWS}). */
+export function markdownTable(report: BenchReport, rows = README_ROWS): string {
+  const base = report.baseline ?? {};
+  const rev = report.baselineRev?.rev;
+  const lines = [
+    "| figure (`bench/latest.json` key) | measured | reference, same run | ratio | goal |",
+    "| --- | ---: | ---: | ---: | --- |",
+  ];
+  for (const row of rows) {
+    const v = report.results[row.key];
+    let ref = "—";
+    let ratio = "—";
+    const b = base[row.key];
+    if (b !== undefined && b !== null) {
+      ref = `${show(b, row.key)} (\`${rev}\`)`;
+      ratio = formatValue(report.ratio?.[row.key], "ratio");
+    } else if (row.ref !== undefined) {
+      const r = report.results[row.ref];
+      ref = `${show(r, row.ref)} (${row.refLabel ?? row.ref})`;
+      if (typeof v === "number" && typeof r === "number" && r > 0) {
+        ratio = formatValue(v / r, "ratio");
+      }
+    }
+    lines.push(
+      `| ${row.label} (\`${row.key}\`) | ${show(v, row.key)} | ${ref} | ${
+        ratio === "-" ? "—" : ratio
+      } | ${row.goal ?? "—"} |`,
+    );
+  }
+  return lines.join("\n");
+}
+
+/** The header line above the table: when, which commit, which machine. */
+export function tableCaption(report: BenchReport): string {
+  const env = report.env as { cpus?: number; loadavg?: number[]; deno?: string };
+  const load = env.loadavg?.map((x) => x.toFixed(1)).join(" / ") ?? "?";
+  const commit = report.commit === undefined ? "" : `, commit \`${report.commit.slice(0, 7)}\``;
+  const kind = report.quick ? "smoke run (`--quick`: not measurements)" : "run";
+  return `Generated from \`bench/latest.json\`: ${kind} of ${report.time}${commit}, Deno ${
+    env.deno ?? "?"
+  }, ${env.cpus ?? "?"} cores, load average at the end ${load}.` +
+    (report.baselineRev === undefined
+      ? ""
+      : ` Baseline \`${report.baselineRev.rev}\` (${
+        report.baselineRev.commit.slice(0, 7)
+      }) measured in the same run, alternating with the current code.`);
+}
+
+/**
+ * `readme` with the text between {@linkcode TABLE_START} and {@linkcode TABLE_END] replaced by
+ * the caption and table of `report`. Throws when the markers are missing or out of order.
+ */
+export function updateReadme(readme: string, report: BenchReport): string {
+  const a = readme.indexOf(TABLE_START);
+  const b = readme.indexOf(TABLE_END);
+  if (a < 0 || b < a) {
+    throw new Error(`README: the markers ${TABLE_START} ... ${TABLE_END} are missing`);
+  }
+  return readme.slice(0, a + TABLE_START.length) + "\n\n" + tableCaption(report) + "\n\n" +
+    markdownTable(report) + "\n\n" + readme.slice(b);
+}
+
+if (import.meta.main) {
+  const root = new URL("../../", import.meta.url);
+  const report = JSON.parse(
+    await Deno.readTextFile(new URL("bench/latest.json", root)),
+  ) as BenchReport;
+  const readmeUrl = new URL("README.md", root);
+  const before = await Deno.readTextFile(readmeUrl);
+  // Written through deno fmt, as the check task compares formatted text.
+  const tmp = await Deno.makeTempFile({ suffix: ".md" });
+  try {
+    await Deno.writeTextFile(tmp, updateReadme(before, report));
+    const fmt = await new Deno.Command(Deno.execPath(), {
+      args: ["fmt", "--config", new URL("deno.json", root).pathname, tmp],
+      stdout: "null",
+      stderr: "inherit",
+    }).output();
+    if (!fmt.success) throw new Error("deno fmt failed on the generated README");
+    const after = await Deno.readTextFile(tmp);
+    if (Deno.args.includes("--check")) {
+      if (after !== before) {
+        console.error("README: the benchmark table is not the one of bench/latest.json");
+        Deno.exit(1);
+      }
+    } else {
+      await Deno.writeTextFile(readmeUrl, after);
+      console.error(after === before ? "README: table unchanged" : "README: table rewritten");
+    }
+  } finally {
+    await Deno.remove(tmp);
+  }
+}

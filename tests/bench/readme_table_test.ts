@@ -1,0 +1,90 @@
+/**
+ * The README benchmark table generated from a report (scripts/bench/readme_table.ts): every key
+ * of the report has a row, references come from the baseline when the run had one and from the
+ * row's reference key otherwise, and the README's generated part is replaced between its
+ * markers only. No timing.
+ */
+
+import assert from "node:assert/strict";
+import { type BenchReport, emptyResults } from "../../scripts/bench.ts";
+import {
+  markdownTable,
+  RATIO_KEYS,
+  README_ROWS,
+  TABLE_END,
+  TABLE_START,
+  updateReadme,
+} from "../../scripts/bench/readme_table.ts";
+
+function report(extra: Partial<BenchReport> = {}): BenchReport {
+  return {
+    time: "2026-12-03T16:00:00.000Z",
+    quick: false,
+    env: { deno: "2.9.6", cpus: 2, loadavg: [0.5, 0.6, 0.7] },
+    results: {
+      ...emptyResults(),
+      decode_records_per_s: 2_000_000,
+      udp_e2e_lossless_records_per_s: 60_000,
+      udp_e2e_c_baseline_per_s: 75_000,
+      rss_bytes_idle: 52_400_000,
+      memory_bytes_per_flow_1m: 512.4,
+    },
+    notes: {},
+    details: {},
+    commit: "0123456789abcdef",
+    ...extra,
+  };
+}
+
+function rowOf(table: string, key: string): string {
+  const line = table.split("\n").find((l) => l.includes(`(\`${key}\`)`));
+  assert.ok(line !== undefined, `no row for ${key}`);
+  return line;
+}
+
+Deno.test("README_ROWS: every report key is a row, a row's reference or a row's ratio", () => {
+  const keys = README_ROWS.map((r) => r.key);
+  assert.equal(new Set(keys).size, keys.length, "a key listed twice");
+  const shown = new Set<string>(keys);
+  for (const r of README_ROWS) if (r.ref !== undefined) shown.add(r.ref);
+  for (const [ratio, row] of Object.entries(RATIO_KEYS)) {
+    const withRef = README_ROWS.find((r) => r.key === row);
+    assert.ok(withRef?.ref !== undefined, `${ratio}: row ${row} has no reference`);
+    shown.add(ratio);
+  }
+  assert.deepEqual([...shown].sort(), Object.keys(emptyResults()).sort());
+});
+
+Deno.test("markdownTable: a row's reference key gives the reference and the ratio", () => {
+  const t = markdownTable(report());
+  const udp = rowOf(t, "udp_e2e_lossless_records_per_s");
+  assert.match(udp, /60,000 records\/s/);
+  assert.match(udp, /75,000 datagrams\/s \(C `recv\(\)` loop, same buffer\)/);
+  assert.match(udp, /\| 0\.800 \|/);
+  assert.match(rowOf(t, "rss_bytes_idle"), /52\.4 MB/);
+  assert.match(rowOf(t, "memory_bytes_per_flow_1m"), /512 B .*≤ 400 B/);
+  // Not measured: a dash, never a zero.
+  assert.match(rowOf(t, "aggregate_records_per_s"), /\| — \| — \| — \|/);
+});
+
+Deno.test("markdownTable: the baseline's figure wins over the row's reference key", () => {
+  const t = markdownTable(report({
+    baselineRev: { rev: "ba8743a", commit: "ba8743a000" },
+    baseline: { decode_records_per_s: 2_500_000 },
+    ratio: { decode_records_per_s: 0.8 },
+  }));
+  assert.match(rowOf(t, "decode_records_per_s"), /2,500,000 records\/s \(`ba8743a`\) \| 0\.800 \|/);
+  // decode_realistic has no baseline figure: its own reference (null here) is shown.
+  assert.match(rowOf(t, "decode_realistic_records_per_s"), /golden record looped/);
+});
+
+Deno.test("updateReadme: replaces only the text between the markers", () => {
+  const before = `# Title\n\nintro\n\n${TABLE_START}\nold table\n${TABLE_END}\n\nafter\n`;
+  const after = updateReadme(before, report());
+  assert.ok(after.startsWith(`# Title\n\nintro\n\n${TABLE_START}\n`));
+  assert.ok(after.endsWith(`${TABLE_END}\n\nafter\n`));
+  assert.ok(!after.includes("old table"));
+  assert.match(after, /commit `0123456`/);
+  assert.match(after, /decode_records_per_s/);
+  assert.throws(() => updateReadme("# no markers\n", report()), /markers/);
+});

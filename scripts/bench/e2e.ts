@@ -19,6 +19,7 @@
  */
 
 import {
+  acceptsApiFlags,
   DENO_JSON,
   type ExitInfo,
   type FaProcess,
@@ -365,6 +366,12 @@ export interface E2eTrialOptions {
    * (the `api` part: ingest with and without queries); the queries made land in the trial.
    */
   queryEveryMs?: number;
+  /**
+   * Checkout whose `main.ts` the trial runs (with its own `deno.json`), for an A/B of two
+   * revisions (scripts/bench/ab_e2e.ts); default this repository. The sender, the
+   * configuration and the judging stay this checkout's.
+   */
+  root?: string;
 }
 
 /** Polls `/flowrecords` of the process's API until stopped; resolves with the queries made. */
@@ -413,6 +420,13 @@ export async function runE2eTrial(
   opts: E2eTrialOptions,
 ): Promise<E2eTrial> {
   const mode = opts.mode ?? "worker";
+  // A checkout older than the HTTPS API (ba8743a) exits on the API flags as unknown: it gets
+  // none (it has no API port to collide on), so there is nothing to query either. The bench
+  // configuration itself is accepted as is by ba8743a's main.ts.
+  const api = await acceptsApiFlags(opts.root);
+  if (!api && opts.queryEveryMs !== undefined) {
+    throw new Error(`queryEveryMs: ${opts.root}/main.ts has no API to query`);
+  }
   const dir = await Deno.makeTempDir({ prefix: "fa-bench-e2e-" });
   const confPath = `${dir}/fa.conf`;
   await Deno.writeTextFile(confPath, benchConfig(`${dir}/flows.log`));
@@ -432,6 +446,7 @@ export async function runE2eTrial(
     errorLines: [],
   };
   const fa = await startFlowAggregator({
+    root: opts.root,
     config: confPath,
     cwd: dir,
     denoFlags: opts.cpuProfDir !== undefined
@@ -439,10 +454,7 @@ export async function runE2eTrial(
       : [],
     args: [
       ...(mode === "inprocess" ? ["--exporters-in-process"] : []),
-      "--api-listen",
-      "127.0.0.1:0",
-      "--api-token-file",
-      `${dir}/api/token`,
+      ...(api ? ["--api-listen", "127.0.0.1:0", "--api-token-file", `${dir}/api/token`] : []),
     ],
   });
   const poller = opts.queryEveryMs === undefined

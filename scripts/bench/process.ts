@@ -19,8 +19,23 @@ export const REPLAY_TS: string = `${REPO}scripts/replay.ts`;
 /** One JSON log event of the process (fields as written; numbers may come as strings). */
 export type LogEvent = Readonly<Record<string, unknown>>;
 
+/**
+ * Whether the `main.ts` of the checkout at `root` takes the API flags (`--api-listen`,
+ * `--api-token-file`): a checkout older than the HTTPS API (e.g. `ba8743a`) rejects them as
+ * unknown flags and exits, and has no API port to keep apart. Its usage text is the test.
+ */
+export async function acceptsApiFlags(root: string = REPO): Promise<boolean> {
+  return (await Deno.readTextFile(`${root}/main.ts`)).includes("--api-listen");
+}
+
 /** Options of {@linkcode startFlowAggregator}. */
 export interface StartOptions {
+  /**
+   * Checkout whose `main.ts` runs, with its own `deno.json` (another revision, e.g. a
+   * `git worktree add --detach /tmp/base REV` with its node_modules linked to this one's);
+   * default this repository. Everything else (config file, cwd, flags) is the caller's.
+   */
+  root?: string;
   /** Configuration file (`--config`); absent = the embedded default configuration. */
   config?: string;
   /** Working directory; default: a fresh temporary directory, removed by `stop()`. */
@@ -125,15 +140,19 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
  */
 export async function startFlowAggregator(opts: StartOptions = {}): Promise<FaProcess> {
   const scratch = opts.cwd === undefined;
+  // Absolute: the process runs in `cwd`, not in ours.
+  const root = opts.root === undefined ? undefined : await Deno.realPath(opts.root);
+  // A checkout without the API (see acceptsApiFlags) gets no default --api-listen.
+  const api = root === undefined || await acceptsApiFlags(root);
   const cwd = opts.cwd ?? await Deno.makeTempDir({ prefix: "fa-bench-proc-" });
   const port = freeTcpPort();
   const args = [
     "run",
     "--allow-all",
     "--config",
-    DENO_JSON,
+    root === undefined ? DENO_JSON : `${root}/deno.json`,
     ...(opts.denoFlags ?? []),
-    MAIN_TS,
+    root === undefined ? MAIN_TS : `${root}/main.ts`,
     ...(opts.config !== undefined ? ["--config", opts.config] : []),
     "--listen",
     `127.0.0.1:${port}`,
@@ -143,7 +162,7 @@ export async function startFlowAggregator(opts: StartOptions = {}): Promise<FaPr
     opts.logLevel ?? "debug",
     // The API on a free port unless the caller picks one: two bench processes (or a bench and
     // a running collector) must not collide on the default 10348.
-    ...(opts.args?.some((a) => a.startsWith("--api-listen"))
+    ...(!api || opts.args?.some((a) => a.startsWith("--api-listen"))
       ? []
       : ["--api-listen", "127.0.0.1:0"]),
     ...(opts.args ?? []),

@@ -361,6 +361,8 @@ export interface E2eTrialOptions {
   uniqueNames?: number;
   /** Write a V8 CPU profile of the aggregator into this directory. */
   cpuProfDir?: string;
+  /** More `deno run` flags for the aggregator, e.g. `--v8-flags=--perf-basic-prof` for perf. */
+  denoFlags?: readonly string[];
   /**
    * Query the API's `/flowrecords` (the default limit) every this many ms while flowgen sends
    * (the `api` part: ingest with and without queries); the queries made land in the trial.
@@ -449,9 +451,10 @@ export async function runE2eTrial(
     root: opts.root,
     config: confPath,
     cwd: dir,
-    denoFlags: opts.cpuProfDir !== undefined
-      ? ["--cpu-prof", `--cpu-prof-dir=${opts.cpuProfDir}`]
-      : [],
+    denoFlags: [
+      ...(opts.cpuProfDir !== undefined ? ["--cpu-prof", `--cpu-prof-dir=${opts.cpuProfDir}`] : []),
+      ...(opts.denoFlags ?? []),
+    ],
     args: [
       ...(mode === "inprocess" ? ["--exporters-in-process"] : []),
       ...(api ? ["--api-listen", "127.0.0.1:0", "--api-token-file", `${dir}/api/token`] : []),

@@ -716,6 +716,9 @@ export class FlowAggregator {
         clock: this.#collectorClock,
         udpReceiver: this.#opts.udpReceiver,
         limits: cfg.limits,
+        // The core takes counters and IPv4 addresses as numbers: no BigInt per counter, no
+        // address text formatted by the decoder and parsed back by the core.
+        wireNumbers: true,
       },
       (records, ctx) => this.ingest(records, ctx),
     );

@@ -12,11 +12,13 @@ import {
   formatIPv4Word,
   formatIPv6,
   formatIPv6Words,
+  ipv4Text,
   parseIPv4Word,
   parseIPv6,
   parseIPv6Words,
 } from "../ipfix/ip.ts";
 import type { ExportedFlow, FlowKey } from "./record.ts";
+import { isUint } from "./values.ts";
 
 // The word forms of addresses live with the codec's text forms (one implementation of the
 // address rules); re-exported here, where the core's callers have always found them.
@@ -52,10 +54,13 @@ const V6_CACHE_MAX = 65_536;
 const v6Cache = new Map<string, string>();
 
 /**
- * Returns the canonical text of an address given as text, or undefined when it is not a valid
- * address of the given family. `v4` selects the IE family the text came from.
+ * Returns the canonical text of an address given as text (or, for IPv4, as its u32), or
+ * undefined when it is not a valid address of the given family. `v4` selects the IE family the
+ * value came from.
  */
-export function canonicalAddress(text: string, v4: boolean): string | undefined {
+export function canonicalAddress(text: string | number, v4: boolean): string | undefined {
+  // An IPv4 IE in wire-number mode is its u32.
+  if (v4 && typeof text === "number") return isUint(text, 0xffffffff) ? ipv4Text(text) : undefined;
   if (typeof text !== "string") return undefined;
   if (v4) {
     const w = parseIPv4Word(text);

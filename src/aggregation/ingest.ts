@@ -9,7 +9,7 @@ import type { FlowInput } from "./record.ts";
 import { correlationRequired, FlowType, isFromDestination, isFromSource } from "./correlation.ts";
 import { FIELD_CODE } from "./field_code.ts";
 import { maxStringBytes } from "./intern.ts";
-import { canonicalAddress, parseIPv4Word, parseIPv6Words } from "./flow_key.ts";
+import { canonicalAddress, parseIPv6Words } from "./flow_key.ts";
 import { hashKey } from "./flow_table.ts";
 import {
   FL_CORR_FILLED,
@@ -28,7 +28,7 @@ import { U32, u32Base, u64Base } from "./slot_store.ts";
 import { type CoreState, log } from "./state.ts";
 import { aggregate, initStats } from "./flow_stats.ts";
 import { scheduleNew, touch } from "./expiry.ts";
-import { isUint, okBig } from "./values.ts";
+import { ipv4Word, isUint, okCounter } from "./values.ts";
 
 /**
  * Ingests one record synchronously (spec §2.2). Returns false, counting and logging the
@@ -77,8 +77,9 @@ function ingest(s: CoreState, r: FlowInput): boolean {
   }
   const k = s.key;
   if (srcV4) {
-    const a = typeof srcText === "string" ? parseIPv4Word(srcText) : -1;
-    const b = typeof dstText === "string" ? parseIPv4Word(dstText) : -1;
+    // A u32 in wire-number mode (the collector's records), dotted-quad text otherwise.
+    const a = ipv4Word(srcText);
+    const b = ipv4Word(dstText);
     if (a < 0 || b < 0) return s.reject("badAddress", "record with an invalid address");
     k[0] = a;
     k[1] = k[2] = k[3] = 0;
@@ -86,8 +87,9 @@ function ingest(s: CoreState, r: FlowInput): boolean {
     k[5] = k[6] = k[7] = 0;
     k[11] = 4;
   } else {
-    const a = parseIPv6Words(srcText);
-    const b = parseIPv6Words(dstText);
+    // IPv6 IEs are text in both decoder modes (a non-string reads as invalid).
+    const a = parseIPv6Words(srcText as string);
+    const b = parseIPv6Words(dstText as string);
     if (a === undefined || b === undefined) {
       return s.reject("badAddress", "record with an invalid address");
     }
@@ -144,7 +146,7 @@ function create(
     return s.reject("badFieldType", "record with an invalid flowStart/EndSeconds");
   }
   if (!countersValid(r, false)) {
-    return s.reject("badFieldType", "record with a non-bigint counter");
+    return s.reject("badFieldType", "record with an invalid counter");
   }
   if (s.table.size >= s.maxFlows) {
     return s.reject("maxFlows", "maxFlows reached, record for a new flow dropped");
@@ -178,7 +180,7 @@ function create(
   u32[ub + U32.TYPE] = flowType;
   if (sides & SIDE_S) u32[ub + U32.END_S] = end;
   if (sides & SIDE_D) u32[ub + U32.END_D] = end;
-  initStats(store.u64(slot), u64Base(slot), r, sides);
+  initStats(store.u64(slot), store.u64Words(slot), u64Base(slot), r, sides);
   scheduleNew(s, flow);
   s.table.insert(slot, s.key, h);
   s.bySlot[slot] = flow;
@@ -188,10 +190,12 @@ function create(
 }
 
 function countersValid(r: FlowInput, required: boolean): boolean {
-  return okBig(r.octetDeltaCount, required) && okBig(r.octetTotalCount, required) &&
-    okBig(r.packetDeltaCount, required) && okBig(r.packetTotalCount, required) &&
-    okBig(r.reverseOctetDeltaCount, required) && okBig(r.reverseOctetTotalCount, required) &&
-    okBig(r.reversePacketDeltaCount, required) && okBig(r.reversePacketTotalCount, required);
+  return okCounter(r.octetDeltaCount, required) && okCounter(r.octetTotalCount, required) &&
+    okCounter(r.packetDeltaCount, required) && okCounter(r.packetTotalCount, required) &&
+    okCounter(r.reverseOctetDeltaCount, required) &&
+    okCounter(r.reverseOctetTotalCount, required) &&
+    okCounter(r.reversePacketDeltaCount, required) &&
+    okCounter(r.reversePacketTotalCount, required);
 }
 
 /** §3.3: a record for a known flow; correlates a waiting InterNode half first (§1.5). */

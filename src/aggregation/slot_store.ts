@@ -53,6 +53,7 @@ export const SLOT_BYTES: number = U64_PER_SLOT * 8 + U32_PER_SLOT * 4 + F64_PER_
 /** Chunked slot allocator with typed-array backing. */
 export class SlotStore {
   #u64: BigUint64Array[] = [];
+  #u64w: Uint32Array[] = [];
   #u32: Uint32Array[] = [];
   #f64: Float64Array[] = [];
   #free: number[] = [];
@@ -77,7 +78,9 @@ export class SlotStore {
     if (f !== undefined) return f;
     const s = this.#next++;
     if ((s >>> CHUNK_BITS) >= this.#u64.length) {
-      this.#u64.push(new BigUint64Array(CHUNK_SLOTS * U64_PER_SLOT));
+      const u64 = new BigUint64Array(CHUNK_SLOTS * U64_PER_SLOT);
+      this.#u64.push(u64);
+      this.#u64w.push(new Uint32Array(u64.buffer));
       this.#u32.push(new Uint32Array(CHUNK_SLOTS * U32_PER_SLOT));
       this.#f64.push(new Float64Array(CHUNK_SLOTS * F64_PER_SLOT));
     }
@@ -98,6 +101,7 @@ export class SlotStore {
   /** Releases every slot and the memory behind them. */
   clear(): void {
     this.#u64 = [];
+    this.#u64w = [];
     this.#u32 = [];
     this.#f64 = [];
     this.#free = [];
@@ -110,6 +114,15 @@ export class SlotStore {
     return this.#u64[slot >>> CHUNK_BITS];
   }
 
+  /**
+   * The u64 chunk holding `slot` seen as u32 words (the same memory), for arithmetic on
+   * doubles while values stay below 2^53: word 2·i + {@linkcode U64_LO} is the low half of u64
+   * index i, 2·i + {@linkcode U64_HI} its high half.
+   */
+  u64Words(slot: number): Uint32Array {
+    return this.#u64w[slot >>> CHUNK_BITS];
+  }
+
   /** The u32 chunk holding `slot`; index it from {@linkcode u32Base}. */
   u32(slot: number): Uint32Array {
     return this.#u32[slot >>> CHUNK_BITS];
@@ -120,6 +133,11 @@ export class SlotStore {
     return this.#f64[slot >>> CHUNK_BITS];
   }
 }
+
+/** Typed arrays use the platform's byte order: which u32 word of a u64 holds its low half. */
+export const U64_LO: number = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1 ? 0 : 1;
+/** The u32 word of a u64 holding its high half (see {@linkcode U64_LO}). */
+export const U64_HI: number = 1 - U64_LO;
 
 /** First u64 index of `slot` inside its chunk. */
 export function u64Base(slot: number): number {

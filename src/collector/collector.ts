@@ -38,6 +38,11 @@ export interface CollectorOptions {
    * TCP/TLS templates live as long as their connection.
    */
   readonly templateTtlMs?: number;
+  /**
+   * Hand the sink records in wire-number mode (`CompileOptions.wireNumbers`: u64 counters below
+   * 2^53 and IPv4 addresses as numbers), as the aggregation core takes them. Default false.
+   */
+  readonly wireNumbers?: boolean;
   /** Time source for template and session expiry (tests inject a ManualClock). */
   readonly clock?: Clock;
   /** UDP receive path (default: one `Deno.listenDatagram` socket). */
@@ -87,6 +92,7 @@ export class Collector {
       maxTemplates: limits.maxTemplates,
       maxLayoutFields: limits.maxTemplateLayoutFields,
       maxStringBytes: limits.maxStringBytes,
+      wireNumbers: options.wireNumbers,
     });
     this.#counters = new Counters(options.protocol, budget);
     const clock = options.clock ?? systemClock;

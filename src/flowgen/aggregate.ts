@@ -33,8 +33,8 @@ export function syntheticAggregate(r: DataRecord, seq: number): ExportedFlow {
   rec.destinationPodLabels = `{"app":"dst-${seq}"}`;
   return {
     key: {
-      sourceAddress: (g.sourceIPv4Address ?? g.sourceIPv6Address)!,
-      destinationAddress: (g.destinationIPv4Address ?? g.destinationIPv6Address)!,
+      sourceAddress: String(g.sourceIPv4Address ?? g.sourceIPv6Address),
+      destinationAddress: String(g.destinationIPv4Address ?? g.destinationIPv6Address),
       protocol: g.protocolIdentifier!,
       sourcePort: g.sourceTransportPort!,
       destinationPort: g.destinationTransportPort!,

@@ -17,7 +17,7 @@
 import type { DataRecord, DataType, FieldSpecifier, FieldValue, TemplateRecord } from "./types.ts";
 import { VARIABLE_LENGTH } from "./types.ts";
 import { lookupElement, registryGeneration } from "./registry.ts";
-import { formatIPv4Bytes, formatIPv6 } from "./ip.ts";
+import { formatIPv4Bytes, formatIPv6, ipv4Text } from "./ip.ts";
 import { type DecodeErrorReason, IpfixDecodeError } from "./errors.ts";
 
 /**
@@ -136,20 +136,8 @@ function u32(bytes: Uint8Array, o: number): number {
   return bytes[o] * 16777216 + ((bytes[o + 1] << 16) | (bytes[o + 2] << 8) | bytes[o + 3]);
 }
 
-// Flow addresses repeat (pods, nodes, 0.0.0.0), so formatted IPv4 text is cached by value in a
-// direct-mapped table: a hit costs one multiply and a compare instead of building a string.
-const IP4_SLOTS_LOG2 = 12;
-const ip4Keys = new Float64Array(1 << IP4_SLOTS_LOG2).fill(-1); // -1 is never a u32
-const ip4Text: string[] = new Array<string>(1 << IP4_SLOTS_LOG2).fill("");
-
 function ip4(bytes: Uint8Array, o: number): string {
-  const v = u32(bytes, o);
-  const slot = Math.imul(v, 0x9e3779b1) >>> (32 - IP4_SLOTS_LOG2);
-  if (ip4Keys[slot] === v) return ip4Text[slot];
-  const s = formatIPv4Bytes(bytes, o);
-  ip4Keys[slot] = v;
-  ip4Text[slot] = s;
-  return s;
+  return ipv4Text(u32(bytes, o));
 }
 
 // IPv6 flows repeat their addresses as well: the same direct-mapped cache by value, so a hit
@@ -206,6 +194,18 @@ function u64(bytes: Uint8Array, o: number): bigint {
   return (BigInt(hi) << 32n) | BigInt(lo);
 }
 
+/**
+ * An unsigned64 value in wire-number mode ({@linkcode CompileOptions.wireNumbers}): a number
+ * below 2^53 (exact, no allocation under 2^31), a bigint at or above it.
+ */
+function u64n(bytes: Uint8Array, o: number, n: number): number | bigint {
+  if (n <= 6) return uNum(bytes, o, n);
+  const hi = uNum(bytes, o, n - 4);
+  const lo = u32(bytes, o + n - 4);
+  if (hi < 0x200000) return hi * 4294967296 + lo;
+  return (BigInt(hi) << 32n) | BigInt(lo);
+}
+
 function uBig(bytes: Uint8Array, o: number, n: number): bigint {
   if (n <= 6) return BigInt(uNum(bytes, o, n));
   return (BigInt(uNum(bytes, o, n - 4)) << 32n) | BigInt(u32(bytes, o + n - 4));
@@ -243,6 +243,7 @@ const HELPERS = {
   strCut,
   u32,
   u64,
+  u64n,
   uBig,
   sInt,
   sBig,
@@ -301,7 +302,13 @@ function isVariableType(type: DataType | undefined): boolean {
  * JS expression reading a fixed-length value of `type` at expression `o` of `bytes`; a string
  * longer than `maxStr` is cut.
  */
-function fixedExpr(type: DataType | undefined, n: number, o: string, maxStr: number): string {
+function fixedExpr(
+  type: DataType | undefined,
+  n: number,
+  o: string,
+  plan: { maxStr: number; wire: boolean },
+): string {
+  const maxStr = plan.maxStr;
   const b = (k: number): string => k === 0 ? `bytes[${o}]` : `bytes[${o} + ${k}]`;
   switch (type) {
     case "unsigned8":
@@ -314,6 +321,8 @@ function fixedExpr(type: DataType | undefined, n: number, o: string, maxStr: num
       if (n === 3) return `((${b(0)} << 16) | (${b(1)} << 8) | ${b(2)})`;
       return `u32(bytes, ${o})`;
     case "unsigned64":
+      if (plan.wire) return `u64n(bytes, ${o}, ${n})`;
+      return n === 8 ? `u64(bytes, ${o})` : `uBig(bytes, ${o}, ${n})`;
     case "dateTimeMilliseconds":
     case "dateTimeMicroseconds":
     case "dateTimeNanoseconds":
@@ -336,7 +345,7 @@ function fixedExpr(type: DataType | undefined, n: number, o: string, maxStr: num
       // upstream does) rather than failing the record.
       return `(${b(0)} === 1)`;
     case "ipv4Address":
-      return `ip4(bytes, ${o})`;
+      return plan.wire ? `u32(bytes, ${o})` : `ip4(bytes, ${o})`;
     case "ipv6Address":
       return `ip6(bytes, ${o})`;
     case "string":
@@ -378,6 +387,8 @@ interface Plan {
   readonly keep: readonly boolean[];
   /** Bytes kept of a string value; longer ones are cut on a UTF-8 boundary. */
   readonly maxStr: number;
+  /** Wire-number mode ({@linkcode CompileOptions.wireNumbers}). */
+  readonly wire: boolean;
 }
 
 function badTemplate(t: TemplateRecord, i: number, f: FieldSpecifier, why: string): never {
@@ -403,7 +414,7 @@ export function minRecordLength(fields: readonly FieldSpecifier[]): number {
   return n;
 }
 
-function makePlan(t: TemplateRecord, maxStr: number): Plan {
+function makePlan(t: TemplateRecord, maxStr: number, wire: boolean): Plan {
   const n = t.fields.length;
   const names: string[] = [];
   const types: (DataType | undefined)[] = [];
@@ -436,7 +447,7 @@ function makePlan(t: TemplateRecord, maxStr: number): Plan {
   }
   const restMin: number[] = new Array(n + 1).fill(0);
   for (let i = n - 1; i >= 0; i--) restMin[i] = restMin[i + 1] + minFieldLength(lengths[i]);
-  return { id: t.id, names, types, lengths, variable, restMin, keep, maxStr };
+  return { id: t.id, names, types, lengths, variable, restMin, keep, maxStr, wire };
 }
 
 /** Reads a fixed-length value (generic tier; same semantics as {@linkcode fixedExpr}). */
@@ -450,6 +461,7 @@ function readFixed(plan: Plan, i: number, b: Uint8Array, o: number): FieldValue 
     case "dateTimeSeconds":
       return uNum(b, o, n);
     case "unsigned64":
+      return plan.wire ? u64n(b, o, n) : uBig(b, o, n);
     case "dateTimeMilliseconds":
     case "dateTimeMicroseconds":
     case "dateTimeNanoseconds":
@@ -467,7 +479,7 @@ function readFixed(plan: Plan, i: number, b: Uint8Array, o: number): FieldValue 
     case "boolean":
       return b[o] === 1;
     case "ipv4Address":
-      return formatIPv4Bytes(b, o);
+      return plan.wire ? u32(b, o) : formatIPv4Bytes(b, o);
     case "ipv6Address":
       return ip6(b, o);
     case "string":
@@ -536,7 +548,7 @@ function generatedDecoder(plan: Plan): RecordsDecoder {
     const o = rel === 0 ? "off" : `off + ${rel}`;
     if (!plan.variable[i]) {
       if (keep) {
-        body += `    const v${i} = ${fixedExpr(plan.types[i], plan.lengths[i], o, plan.maxStr)};\n`;
+        body += `    const v${i} = ${fixedExpr(plan.types[i], plan.lengths[i], o, plan)};\n`;
       }
       rel += plan.lengths[i];
       continue;
@@ -564,7 +576,7 @@ function generatedDecoder(plan: Plan): RecordsDecoder {
   }
   if (rel > 0) body += `    off += ${rel};\n`;
   const src = `"use strict";
-const { str, strCut, u32, u64, uBig, sInt, sBig, f32, f64, ip4, ip6, fail } = H;
+const { str, strCut, u32, u64, u64n, uBig, sInt, sBig, f32, f64, ip4, ip6, fail } = H;
 return function decodeRecords(bytes, off, end, out, max) {
   let p = 0, L = 0, count = 0;
   const limit = max === undefined ? Infinity : max;
@@ -601,8 +613,12 @@ interface GeneratedSlots {
 
 const UNLIMITED_SLOTS: GeneratedSlots = { take: () => true, give: () => {} };
 
-function buildCodec(t: TemplateRecord, maxStr: number, slots: GeneratedSlots): Codec {
-  const plan = makePlan(t, maxStr);
+function buildCodec(
+  t: TemplateRecord,
+  mode: DecodeMode,
+  slots: GeneratedSlots,
+): Codec {
+  const plan = makePlan(t, mode.maxStr, mode.wire);
   const generic = genericDecoder(plan);
   const width = t.fields.length;
   let fast: RecordsDecoder | undefined;
@@ -633,7 +649,7 @@ function buildCodec(t: TemplateRecord, maxStr: number, slots: GeneratedSlots): C
     width,
     retire,
     fields: t.fields,
-    signature: signature(t, maxStr),
+    signature: signature(t, mode),
     holders: 0,
   };
   codecOf.set(decodeRecords, codec);
@@ -648,7 +664,8 @@ export function decoderTiers(
   t: TemplateRecord,
   options: CompileOptions = {},
 ): { generic: RecordsDecoder; generated: RecordsDecoder } {
-  const plan = makePlan(t, options.maxStringBytes ?? Infinity);
+  const mode = decodeMode(options);
+  const plan = makePlan(t, mode.maxStr, mode.wire);
   return { generic: genericDecoder(plan), generated: generatedDecoder(plan) };
 }
 
@@ -660,6 +677,23 @@ export interface CompileOptions {
    * unbounded.
    */
   readonly maxStringBytes?: number;
+  /**
+   * Wire-number mode, for records that go straight into the aggregation core: `unsigned64`
+   * values below 2^53 decode as numbers (bigint at or above it) and `ipv4Address` values as
+   * their u32 (no text), so the core neither allocates a BigInt per counter nor formats and
+   * parses addresses back. Default false: bigint counters and dotted-quad text.
+   */
+  readonly wireNumbers?: boolean;
+}
+
+/** What a decoder depends on besides its fields and the registry. */
+interface DecodeMode {
+  readonly maxStr: number;
+  readonly wire: boolean;
+}
+
+function decodeMode(options: CompileOptions): DecodeMode {
+  return { maxStr: options.maxStringBytes ?? Infinity, wire: options.wireNumbers === true };
 }
 
 const codecOf = new WeakMap<RecordsDecoder, Codec>();
@@ -682,15 +716,18 @@ export function fieldKey(f: FieldSpecifier): string {
   return `,${f.enterprise}/${f.id}/${f.length}`;
 }
 
-function signature(t: TemplateRecord, maxStr: number): string {
+function signature(t: TemplateRecord, mode: DecodeMode): string {
   let key = "";
   for (const f of t.fields) key += fieldKey(f);
-  return keyPrefix(maxStr) + key;
+  return keyPrefix(mode) + key;
 }
 
-/** What a layout's decoder depends on besides its fields: the registry and the string bound. */
-function keyPrefix(maxStr: number): string {
-  return `${registryGeneration()}|${maxStr}`;
+/**
+ * What a layout's decoder depends on besides its fields: the registry, the string bound and
+ * the number mode.
+ */
+function keyPrefix(mode: DecodeMode): string {
+  return `${registryGeneration()}|${mode.maxStr}|${mode.wire ? "w" : ""}`;
 }
 
 function checkTemplate(t: TemplateRecord): void {
@@ -730,7 +767,7 @@ export function compileTemplate(
   options: CompileOptions = {},
 ): CompiledTemplate {
   checkTemplate(t);
-  return compiled(t, buildCodec(t, options.maxStringBytes ?? Infinity, UNLIMITED_SLOTS));
+  return compiled(t, buildCodec(t, decodeMode(options), UNLIMITED_SLOTS));
 }
 
 /**
@@ -786,7 +823,7 @@ export class TemplateLayouts {
    * plus {@linkcode LAYOUT_OVERHEAD_FIELDS}.
    */
   readonly maxFields: number;
-  readonly #maxStr: number;
+  readonly #mode: DecodeMode;
   readonly #live = new Map<string, Codec>();
   readonly #slots: GeneratedSlots;
   #fields = 0;
@@ -794,7 +831,7 @@ export class TemplateLayouts {
   /** An empty set of layouts. */
   constructor(options: TemplateLayoutsOptions = {}) {
     this.maxFields = options.maxFields ?? Infinity;
-    this.#maxStr = options.maxStringBytes ?? Infinity;
+    this.#mode = decodeMode(options);
     const maxGenerated = options.maxGenerated ?? MAX_GENERATED_LAYOUTS;
     let generated = 0;
     this.#slots = {
@@ -822,7 +859,7 @@ export class TemplateLayouts {
    */
   compile(t: TemplateRecord, pending?: PendingTemplates): CompiledTemplate | undefined {
     checkTemplate(t);
-    const codec = this.#live.get(signature(t, this.#maxStr));
+    const codec = this.#live.get(signature(t, this.#mode));
     if (codec !== undefined) {
       return compiled(
         { id: t.id, fields: codec.fields, scopeFieldCount: t.scopeFieldCount },
@@ -831,7 +868,7 @@ export class TemplateLayouts {
     }
     if (!this.fits(t.fields.length, pending)) return undefined;
     if (pending !== undefined) pending.layoutFields += layoutWeight(t.fields.length);
-    return compiled(t, buildCodec(t, this.#maxStr, this.#slots));
+    return compiled(t, buildCodec(t, this.#mode, this.#slots));
   }
 
   /**
@@ -843,7 +880,7 @@ export class TemplateLayouts {
     t: { id: number; scopeFieldCount: number },
     fields: string,
   ): CompiledTemplate | undefined {
-    const codec = this.#live.get(keyPrefix(this.#maxStr) + fields);
+    const codec = this.#live.get(keyPrefix(this.#mode) + fields);
     if (codec === undefined) return undefined;
     return compiled({ id: t.id, fields: codec.fields, scopeFieldCount: t.scopeFieldCount }, codec);
   }

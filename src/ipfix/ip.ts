@@ -169,6 +169,23 @@ export function formatIPv4Word(w: number): string {
   return `${w >>> 24}.${(w >>> 16) & 255}.${(w >>> 8) & 255}.${w & 255}`;
 }
 
+// Flow addresses repeat (pods, nodes, 0.0.0.0), so formatted IPv4 text is cached by value in a
+// direct-mapped table: a hit costs one multiply and a compare instead of building a string, and
+// every caller gets the same string object for the same address.
+const IP4_SLOTS_LOG2 = 12;
+const ip4Keys = new Float64Array(1 << IP4_SLOTS_LOG2).fill(-1); // -1 is never a u32
+const ip4Text: string[] = new Array<string>(1 << IP4_SLOTS_LOG2).fill("");
+
+/** {@linkcode formatIPv4Word} through a bounded cache by value (the decoder's and the core's). */
+export function ipv4Text(w: number): string {
+  const slot = Math.imul(w, 0x9e3779b1) >>> (32 - IP4_SLOTS_LOG2);
+  if (ip4Keys[slot] === w) return ip4Text[slot];
+  const s = formatIPv4Word(w);
+  ip4Keys[slot] = w;
+  ip4Text[slot] = s;
+  return s;
+}
+
 const V6_WORDS_MAX = 65_536;
 const v6Words = new Map<string, Uint32Array>();
 

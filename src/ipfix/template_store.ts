@@ -66,6 +66,7 @@ export class TemplateBudget {
     this.layouts = new TemplateLayouts({
       maxFields: options.maxLayoutFields,
       maxStringBytes: options.maxStringBytes,
+      wireNumbers: options.wireNumbers,
     });
   }
 
@@ -141,7 +142,8 @@ export class TemplateStore {
     this.#clock = opts.clock ?? systemClock;
     this.#maxFields = opts.maxFieldsPerTemplate ?? Infinity;
     this.#maxTemplates = opts.maxTemplates ?? Infinity;
-    this.#budget = opts.budget ?? new TemplateBudget({ maxStringBytes: opts.maxStringBytes });
+    this.#budget = opts.budget ??
+      new TemplateBudget({ maxStringBytes: opts.maxStringBytes, wireNumbers: opts.wireNumbers });
   }
 
   /** The layouts this store's templates use (shared with the stores of its budget). */

@@ -154,10 +154,24 @@ type AddressIEs<R> = R extends { 5: { v4: infer A extends string; v6: infer B ex
   : never;
 type Flatten<T> = { [K in keyof T]: T[K] };
 
-/** Fields of an Antrea Agent record (Agent template, 39 IEs). Absent IEs are `undefined`. */
+/**
+ * A field value as the decoder hands it in either mode: in wire-number mode
+ * (`CompileOptions.wireNumbers`, what the collector gives the core) a u64 below 2^53 is a
+ * number, and an IPv4 address its u32.
+ */
+export type WireValueOf<T extends FieldType> = T extends "unsigned64" ? bigint | number
+  : ValueOf<T>;
+type AddressV4IEs<R> = R extends { 5: { v4: infer A extends string } } ? A : never;
+type AddressV6IEs<R> = R extends { 5: { v6: infer B extends string } } ? B : never;
+
+/**
+ * Fields of an Antrea Agent record (Agent template, 39 IEs), as decoded in either mode (see
+ * {@linkcode WireValueOf}). Absent IEs are `undefined`.
+ */
 export type FlowInput = Flatten<
-  & { [R in Plain<WithRole<Row, "agent">> as R[0]]?: ValueOf<R[1]> }
-  & { [N in AddressIEs<WithRole<Row, "agent">>]?: string }
+  & { [R in Plain<WithRole<Row, "agent">> as R[0]]?: WireValueOf<R[1]> }
+  & { [N in AddressV4IEs<WithRole<Row, "agent">>]?: string | number }
+  & { [N in AddressV6IEs<WithRole<Row, "agent">>]?: string }
 >;
 
 /**

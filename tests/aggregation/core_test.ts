@@ -49,7 +49,8 @@ Deno.test("bad input is rejected and counted, never thrown", () => {
   delete noEnd.flowEndSeconds;
   assert.equal(core.addRecord(noEnd), false);
   assert.equal(
-    core.addRecord(intra({ octetTotalCount: 5 as unknown as bigint })),
+    // A counter is a bigint or, in wire-number mode, a safe non-negative integer.
+    core.addRecord(intra({ octetTotalCount: 5.5 })),
     false,
   );
   assert.equal(core.addRecord(intra()), true);
@@ -180,7 +181,8 @@ Deno.test("wrongly typed fields never throw: rejected or read as 0, all counted"
   assert.equal(core.addRecord(intra({ sourceTransportPort: 70_000 })), false);
   assert.equal(core.addRecord(intra({ protocolIdentifier: -1 })), false);
   assert.equal(core.addRecord(intra({ flowEndSeconds: asAny(5n) as unknown as number })), false);
-  assert.equal(core.addRecord(asAny({ ...intra(), sourceIPv4Address: 42 })), false);
+  // An IPv4 IE is dotted-quad text or, in wire-number mode, a u32.
+  assert.equal(core.addRecord(asAny({ ...intra(), sourceIPv4Address: 2 ** 32 })), false);
   assert.equal(
     core.addRecord(asAny({ ...intra(), flowEndReason: 3n, destinationServicePort: "80" })),
     true,

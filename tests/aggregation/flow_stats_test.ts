@@ -25,7 +25,13 @@ import { prng } from "../_helpers/prng.ts";
 
 Deno.test("initStats: common values and the copies of the record's side only", () => {
   const u = new BigUint64Array(30);
-  initStats(u, 0, { ...s1(), flowStartSeconds: 0, flowEndSeconds: 4 }, SIDE_S);
+  initStats(
+    u,
+    new Uint32Array(u.buffer),
+    0,
+    { ...s1(), flowStartSeconds: 0, flowEndSeconds: 4 },
+    SIDE_S,
+  );
   assert.equal(u[OCT_T], 1000n);
   assert.equal(u[S_OFF + OCT_T], 1000n);
   assert.equal(u[D_OFF + OCT_T], 0n);
@@ -36,7 +42,13 @@ Deno.test("initStats: common values and the copies of the record's side only", (
 
 Deno.test("initStats: no throughput when the record's end is not after its start", () => {
   const u = new BigUint64Array(30);
-  initStats(u, 0, { ...s1(), flowStartSeconds: 5, flowEndSeconds: 5 }, SIDE_S | SIDE_D);
+  initStats(
+    u,
+    new Uint32Array(u.buffer),
+    0,
+    { ...s1(), flowStartSeconds: 5, flowEndSeconds: 5 },
+    SIDE_S | SIDE_D,
+  );
   assert.equal(u[THR], 0n);
   assert.equal(u[D_OFF + OCT_T], 1000n);
 });
@@ -44,15 +56,26 @@ Deno.test("initStats: no throughput when the record's end is not after its start
 Deno.test("initStats: throughput of an octet total above 2^53 is exact", () => {
   const u = new BigUint64Array(30);
   const oct = 2n ** 60n + 12_345n;
-  initStats(
-    u,
-    0,
-    { ...s1(), octetTotalCount: oct, flowStartSeconds: 0, flowEndSeconds: 3 },
-    SIDE_D,
-  );
+  const r = { ...s1(), octetTotalCount: oct, flowStartSeconds: 0, flowEndSeconds: 3 };
+  initStats(u, new Uint32Array(u.buffer), 0, r, SIDE_D);
   assert.equal(u[THR], oct * 8n / 3n);
   assert.equal(u[THR_D], oct * 8n / 3n);
   assert.equal(u[THR_S], 0n);
+});
+
+Deno.test("initStats: counters as numbers (wire-number mode) store what bigints store", () => {
+  const a = new BigUint64Array(30);
+  const b = new BigUint64Array(30);
+  const r = { ...s1(), flowStartSeconds: 0, flowEndSeconds: 7 };
+  initStats(a, new Uint32Array(a.buffer), 0, r, SIDE_S);
+  const asNumbers = { ...r };
+  for (const k of Object.keys(asNumbers) as (keyof typeof asNumbers)[]) {
+    const v = asNumbers[k];
+    if (typeof v === "bigint") (asNumbers as Record<string, unknown>)[k] = Number(v);
+  }
+  initStats(b, new Uint32Array(b.buffer), 0, asNumbers, SIDE_S);
+  assert.deepEqual([...b], [...a]);
+  assert.ok(a[THR] > 0n);
 });
 
 Deno.test("resetDeltas zeroes deltas and throughputs, keeps totals", () => {
@@ -125,10 +148,11 @@ function modelAggregate(
     }
     return diff;
   };
-  const diff = pair(OCT_D, r.octetDeltaCount!, r.octetTotalCount!);
-  pair(PKT_D, r.packetDeltaCount!, r.packetTotalCount!);
-  const rdiff = pair(ROCT_D, r.reverseOctetDeltaCount!, r.reverseOctetTotalCount!);
-  pair(RPKT_D, r.reversePacketDeltaCount!, r.reversePacketTotalCount!);
+  const B = (v: bigint | number | undefined): bigint => BigInt(v!);
+  const diff = pair(OCT_D, B(r.octetDeltaCount), B(r.octetTotalCount));
+  pair(PKT_D, B(r.packetDeltaCount), B(r.packetTotalCount));
+  const rdiff = pair(ROCT_D, B(r.reverseOctetDeltaCount), B(r.reverseOctetTotalCount));
+  pair(RPKT_D, B(r.reversePacketDeltaCount), B(r.reversePacketTotalCount));
   const dt = BigInt(inEnd - prev);
   const thr = (diff < 0n ? 0n : diff) * 8n / dt;
   const rthr = (rdiff < 0n ? 0n : rdiff) * 8n / dt;
@@ -138,7 +162,7 @@ function modelAggregate(
   if (sides & SIDE_D) [u[b + THR_D], u[b + RTHR_D]] = [thr, rthr];
 }
 
-Deno.test("aggregate: u64 counters equal the BigInt model on both sides of 2^53 and 2^64", () => {
+Deno.test("aggregate: u64 counters, as numbers or bigints, equal the BigInt model across 2^53 and 2^64", () => {
   // Values around the fast path's edges: small, just below/above 2^53, near 2^64 (u64 wrap).
   const edges = [
     0n,
@@ -155,8 +179,13 @@ Deno.test("aggregate: u64 counters equal the BigInt model on both sides of 2^53 
   ];
   for (let seed = 1; seed <= 300; seed++) {
     const rnd = prng(seed);
-    const pick = (): bigint =>
-      rnd() < 0.5 ? edges[Math.floor(rnd() * edges.length)] : BigInt(Math.floor(rnd() * 1e6));
+    // A value below 2^53 comes as a number half of the time (the decoder's wire-number mode).
+    const pick = (): bigint | number => {
+      const v = rnd() < 0.5
+        ? edges[Math.floor(rnd() * edges.length)]
+        : BigInt(Math.floor(rnd() * 1e6));
+      return v < 2n ** 53n && rnd() < 0.5 ? Number(v) : v;
+    };
     const { s, flow, u, b } = flowWith(0);
     const model = new BigUint64Array(u.length);
     const u32 = s.store.u32(flow.slot);

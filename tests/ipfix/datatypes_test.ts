@@ -127,3 +127,39 @@ Deno.test("encoder rejects an IPv6 value for an ipv4Address field and strings ov
     IpfixEncodeError,
   );
 });
+
+Deno.test("wire-number mode: u64 below 2^53 and IPv4 as numbers, the rest as by default", () => {
+  const cases: [number, bigint][] = [
+    [8, 0n],
+    [8, 2n ** 53n - 1n],
+    [8, 2n ** 53n],
+    [8, 2n ** 64n - 1n],
+    [4, 2n ** 32n - 1n],
+    [6, 2n ** 48n - 1n],
+    [7, 2n ** 53n - 1n],
+    [7, 2n ** 56n - 1n],
+  ];
+  for (const [length, v] of cases) {
+    const t = tmpl(300, [
+      spec("unsigned64", length),
+      spec("ipv4Address"),
+      spec("dateTimeMilliseconds"),
+      spec("ipv6Address"),
+    ]);
+    const msg = templateAndData(t, [{
+      test_unsigned64: v,
+      test_ipv4Address: "10.244.1.7",
+      test_dateTimeMilliseconds: 1700000000123n,
+      test_ipv6Address: "2001:db8::1",
+    }]);
+    const wire = decodeMessage(msg, new TemplateStore({ wireNumbers: true })).dataSets[0]
+      .records[0];
+    const plain = decodeMessage(msg, new TemplateStore()).dataSets[0].records[0];
+    assert.equal(plain.test_unsigned64, v);
+    assert.equal(wire.test_unsigned64, v < 2n ** 53n ? Number(v) : v, `length ${length}: ${v}`);
+    assert.equal(plain.test_ipv4Address, "10.244.1.7");
+    assert.equal(wire.test_ipv4Address, 0x0af40107);
+    assert.equal(wire.test_dateTimeMilliseconds, 1700000000123n);
+    assert.equal(wire.test_ipv6Address, "2001:db8::1");
+  }
+});

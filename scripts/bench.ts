@@ -44,6 +44,7 @@ import {
   benchAggregateRate,
   benchDecodeRates,
   benchDecodeRealistic,
+  benchPipelineRealistic,
   REPLAY_UNIQUE_NAMES,
 } from "./bench/core.ts";
 import { benchE2eTcp as runE2e, type E2eTrial, runE2eTrial } from "./bench/e2e.ts";
@@ -86,6 +87,13 @@ export interface BenchResults extends Omit<E2eReplayResult, "detail"> {
    * every message a different flow, the default scenario mix), one record per message.
    */
   decode_realistic_records_per_s: number | null;
+  /**
+   * Records per second decoded (wire-number mode, as the collector does) and aggregated on one
+   * thread from the replay stream, 20k flows, 3 rounds.
+   */
+  pipeline_realistic_records_per_s: number | null;
+  /** The same with the decoder's default mode (text addresses, bigint counters), same run. */
+  pipeline_realistic_text_records_per_s: number | null;
   /** Decoded records aggregated (correlated) per second by the core. */
   aggregate_records_per_s: number | null;
   /**
@@ -205,6 +213,8 @@ export function emptyResults(): BenchResults {
     decode_records_per_s: null,
     decode_batch_records_per_s: null,
     decode_realistic_records_per_s: null,
+    pipeline_realistic_records_per_s: null,
+    pipeline_realistic_text_records_per_s: null,
     aggregate_records_per_s: null,
     e2e_tcp_records_per_s: null,
     e2e_tcp_inprocess_records_per_s: null,
@@ -401,7 +411,10 @@ export function benchDecode(ctx: BenchContext): Promise<void> {
   return Promise.resolve();
 }
 
-/** Measures aggregate_records_per_s (aggregation core, one core). */
+/**
+ * Measures aggregate_records_per_s (aggregation core, one core) and the decode + aggregate
+ * pipeline on the replay stream in both decoder modes (pipeline_realistic_*).
+ */
 export function benchAggregate(ctx: BenchContext): Promise<void> {
   progress("aggregate");
   const flows = ctx.quick ? 1_000 : 10_000;
@@ -409,6 +422,13 @@ export function benchAggregate(ctx: BenchContext): Promise<void> {
   ctx.results.aggregate_records_per_s = benchAggregateRate(flows, rounds, ctx.quick ? 0.2 : 2);
   ctx.notes.aggregate_records_per_s = `addRecord, ${flows} InterNode flows x 2 halves x ` +
     `${rounds} rounds (create, correlate, update; expiry not included)`;
+  const pFlows = ctx.quick ? 2_000 : 20_000;
+  const p = benchPipelineRealistic({ flows: pFlows, pairs: ctx.quick ? 2 : 10 });
+  ctx.results.pipeline_realistic_records_per_s = p.wire;
+  ctx.results.pipeline_realistic_text_records_per_s = p.text;
+  ctx.notes.pipeline_realistic_records_per_s = `decodeMessage (wire-number mode) + addRecord, ` +
+    `replay stream: 4 Agents, ${pFlows} flows, 3 rounds, one thread; median of ` +
+    `${ctx.quick ? 2 : 10} runs alternated with the default decoder mode (the _text_ key)`;
   return Promise.resolve();
 }
 
@@ -597,6 +617,8 @@ export const UNITS: Record<keyof BenchResults, string> = {
   decode_records_per_s: "records/s",
   decode_batch_records_per_s: "records/s",
   decode_realistic_records_per_s: "records/s",
+  pipeline_realistic_records_per_s: "records/s",
+  pipeline_realistic_text_records_per_s: "records/s",
   aggregate_records_per_s: "records/s",
   e2e_tcp_records_per_s: "records/s",
   e2e_tcp_inprocess_records_per_s: "records/s",
@@ -685,7 +707,7 @@ export function formatTable(report: BenchReport): string {
 /** The keys each part comparable with a baseline fills. */
 const PART_KEYS: Record<string, readonly (keyof BenchResults)[]> = {
   decode: ["decode_records_per_s", "decode_batch_records_per_s", "decode_realistic_records_per_s"],
-  aggregate: ["aggregate_records_per_s"],
+  aggregate: ["aggregate_records_per_s", "pipeline_realistic_records_per_s"],
   e2e: [
     "e2e_tcp_records_per_s",
     "e2e_tcp_inprocess_records_per_s",

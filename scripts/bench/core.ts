@@ -10,6 +10,7 @@ import { AggregationCore, type FlowInput } from "../../src/aggregation/mod.ts";
 import { ManualClock } from "../../src/clock.ts";
 import { GOLDEN_DATA_HEX, GOLDEN_TEMPLATE_HEX, hexToBytes } from "./udp.ts";
 import { ReplayStream } from "../../src/flowgen/mod.ts";
+import { median } from "./baseline.ts";
 
 /**
  * Share of Pods with a name of their own in the replay benchmarks' streams (decode and e2e):
@@ -212,4 +213,86 @@ export function benchAggregateRate(flows: number, rounds: number, seconds: numbe
   );
   if (accepted === 0) throw new Error("aggregation accepted no record");
   return rate;
+}
+
+/** Result of {@linkcode benchPipelineRealistic}. */
+export interface PipelineRates {
+  /** Records/s decoded in wire-number mode (as the collector does) and aggregated. */
+  wire: number;
+  /** The same with the decoder's default mode (text addresses, bigint counters), same run. */
+  text: number;
+}
+
+/**
+ * Decode + aggregate of the replay stream on one thread (what the collector's main thread does
+ * per record, sockets and export aside): `rounds` export rounds of `flows` flows from 4 Agents,
+ * decoded in wire-number mode into one core, against the decoder's default mode into another,
+ * alternated `pairs` times in this process (medians), so the reference is measured in the same
+ * run under the same load.
+ */
+export function benchPipelineRealistic(
+  opts: { flows: number; rounds?: number; pairs?: number; uniqueNames?: number },
+): PipelineRates {
+  const stream = new ReplayStream({
+    agents: 4,
+    flows: opts.flows,
+    seed: 1,
+    uniqueNames: opts.uniqueNames ?? REPLAY_UNIQUE_NAMES,
+  });
+  const t0 = 1_700_000_000;
+  const storesFor = (wireNumbers: boolean): Store[] =>
+    stream.rounds.map((_, a) => {
+      const store = new TemplateStore({ wireNumbers });
+      for (const m of stream.templateMessages(a, t0)) decodeMessage(m, store);
+      return store;
+    });
+  // Each round's messages, copied once patched, interleaved as the Agents' would arrive.
+  const rounds: { msg: Uint8Array; agent: number }[][] = [];
+  for (let r = 0; r < (opts.rounds ?? 3); r++) {
+    const copies = stream.rounds.map((ar) => {
+      ar.patch(0, ar.messages, r, t0 + 10 * r);
+      return ar.views.map((v) => v.slice());
+    });
+    const order: { msg: Uint8Array; agent: number }[] = [];
+    const longest = Math.max(...copies.map((c) => c.length));
+    for (let i = 0; i < longest; i++) {
+      copies.forEach((c, agent) => {
+        if (i < c.length) order.push({ msg: c[i], agent });
+      });
+    }
+    rounds.push(order);
+  }
+  const once = (stores: Store[]): number => {
+    const core = new AggregationCore({
+      activeTimeoutMs: 3_600_000,
+      inactiveTimeoutMs: 3_600_000,
+      clock: new ManualClock(),
+    });
+    const start = performance.now();
+    let n = 0;
+    for (const order of rounds) {
+      for (const { msg, agent } of order) {
+        for (const ds of decodeMessage(msg, stores[agent]).dataSets) {
+          for (const r of ds.records) if (core.addRecord(r as unknown as FlowInput)) n++;
+        }
+      }
+    }
+    if (n === 0) throw new Error("pipeline: no record aggregated");
+    return n / (performance.now() - start) * 1000;
+  };
+  const wireStores = storesFor(true);
+  const textStores = storesFor(false);
+  const wire: number[] = [];
+  const text: number[] = [];
+  const pairs = opts.pairs ?? 10;
+  for (let i = 0; i < pairs; i++) {
+    if (i % 2 === 0) {
+      wire.push(once(wireStores));
+      text.push(once(textStores));
+    } else {
+      text.push(once(textStores));
+      wire.push(once(wireStores));
+    }
+  }
+  return { wire: median(wire)!, text: median(text)! };
 }

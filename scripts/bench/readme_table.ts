@@ -48,6 +48,12 @@ export const README_ROWS: readonly ReadmeRow[] = [
   },
   { key: "aggregate_records_per_s", label: "aggregate, half inter-node pairs", goal: "≥ 500k/s" },
   {
+    key: "pipeline_realistic_records_per_s",
+    label: "decode + aggregate, replay stream, one thread (wire-number mode)",
+    ref: "pipeline_realistic_text_records_per_s",
+    refLabel: "default decoder mode: text, bigint",
+  },
+  {
     key: "e2e_tcp_records_per_s",
     label: "e2e TCP, flowgen, flow log sink in its worker",
     ref: "e2e_tcp_inprocess_records_per_s",

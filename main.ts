@@ -43,7 +43,8 @@ import {
   parseKlogFlag,
   startLogOutput,
 } from "./src/log/mod.ts";
-import { DEFAULT_NAMESPACE, type GeneratedCertificates } from "./src/pki/mod.ts";
+import { DEFAULT_NAMESPACE } from "./src/pki/common.ts";
+import type { GeneratedCertificates } from "./src/pki/certificates.ts";
 import { apiAddress, DEFAULT_TOKEN_FILE, runCli, startApi } from "./src/api/mod.ts";
 import { CLI_COMMANDS } from "./src/api/cli.ts";
 import { systemClock } from "./src/clock.ts";

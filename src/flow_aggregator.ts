@@ -30,13 +30,17 @@ import {
   workerModuleMissing,
 } from "./exporters/worker_exporter.ts";
 import { type LogFields, logger } from "./log.ts";
-import {
-  generateCertificates,
-  type GeneratedCertificates,
-  reissueServerCertificate,
-} from "./pki/mod.ts";
+import type { GeneratedCertificates } from "./pki/certificates.ts";
 
 const log = logger("flow-aggregator");
+
+/**
+ * The collector certificates' module (node-forge, `node:crypto`), imported when a TLS collector
+ * first needs it: a process collecting over TCP or UDP never loads it (several MB of RSS).
+ */
+function certificateLibrary(): Promise<typeof import("./pki/certificates.ts")> {
+  return import("./pki/certificates.ts");
+}
 
 export type { ExporterSection };
 
@@ -559,6 +563,7 @@ export class FlowAggregator {
         this.#certs !== undefined && prev.flowAggregatorAddress !== next.flowAggregatorAddress
       ) {
         // A new SAN for the server certificate, from the same CA: Agents keep trusting it.
+        const { reissueServerCertificate } = await certificateLibrary();
         this.#certs = reissueServerCertificate(this.#certs, {
           namespace: this.#opts.namespace,
           address: next.flowAggregatorAddress,
@@ -697,7 +702,7 @@ export class FlowAggregator {
     }
     let tls;
     if (protocol === "tls") {
-      this.#certs ??= this.#opts.certificates ?? generateCertificates({
+      this.#certs ??= this.#opts.certificates ?? (await certificateLibrary()).generateCertificates({
         namespace: this.#opts.namespace,
         address: cfg.flowAggregatorAddress,
       });

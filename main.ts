@@ -59,7 +59,6 @@ import {
   prepareCertificates,
   resolveKubeTarget,
 } from "./src/k8s/mod.ts";
-import { runClickHouseCommand } from "./src/exporters/clickhouse/schema_cli.ts";
 
 const log = logger("main");
 
@@ -368,7 +367,9 @@ async function printPermissions(opts: CliOptions): Promise<number> {
 }
 
 // The `clickhouse` subcommand needs none of the process set-up below (exporters.md §3.3 DDL).
+// Imported here only: the collector itself never loads the ClickHouse schema and connection code.
 if (import.meta.main && Deno.args[0] === "clickhouse") {
+  const { runClickHouseCommand } = await import("./src/exporters/clickhouse/schema_cli.ts");
   const r = await runClickHouseCommand(
     Deno.args.slice(1),
     async (path) =>

@@ -59,11 +59,14 @@ const CLUSTER_UUID_SECTIONS = configReloadTable().clusterID.rebuilds as Exporter
 /** Upper bound of the expiry timer, so newly created flows are never swept late by more. */
 const MAX_TIMER_MS = 1000;
 
-/** Builds the exporter for one enabled section; tests inject fakes. */
+/**
+ * Builds the exporter for one enabled section (a promise when the sink's module is imported
+ * first); tests inject fakes.
+ */
 export type ExporterFactory = (
   section: ExporterSection,
   config: FlowAggregatorConfig,
-) => Exporter | undefined;
+) => Exporter | undefined | Promise<Exporter | undefined>;
 
 /** Options of {@linkcode FlowAggregator}. */
 export interface FlowAggregatorOptions {
@@ -201,7 +204,10 @@ export function componentExporterFactory(options: ComponentFactoryOptions = {}):
       });
     }
     if (options.inProcess || component.workerModule === undefined || missing) {
-      return (component.create as (c: typeof sectionConfig, x: typeof ctx) => Exporter)(
+      return (component.create as (
+        c: typeof sectionConfig,
+        x: typeof ctx,
+      ) => Exporter | Promise<Exporter>)(
         sectionConfig,
         ctx,
       );
@@ -632,7 +638,7 @@ export class FlowAggregator {
   async #createExporter(section: ExporterSection): Promise<void> {
     let exporter: Exporter | undefined;
     try {
-      exporter = this.#factory(section, this.#config);
+      exporter = await this.#factory(section, this.#config);
       if (exporter === undefined) return;
       await exporter.start();
     } catch (err) {

@@ -48,17 +48,11 @@ import type { GeneratedCertificates } from "./src/pki/certificates.ts";
 import { apiAddress, DEFAULT_TOKEN_FILE, runCli, startApi } from "./src/api/mod.ts";
 import { CLI_COMMANDS } from "./src/api/cli.ts";
 import { systemClock } from "./src/clock.ts";
-import {
-  CertificatePublisher,
-  CLUSTER_UUID_FILE,
-  ClusterIdentity,
-  connectKube,
-  type KubeApi,
-  type KubeTarget,
-  PodStore,
-  prepareCertificates,
-  resolveKubeTarget,
-} from "./src/k8s/mod.ts";
+import { connectKube, type KubeApi, type KubeTarget, resolveKubeTarget } from "./src/k8s/client.ts";
+import { CLUSTER_UUID_FILE, ClusterIdentity } from "./src/k8s/cluster_uuid.ts";
+// The Pod store and the certificate publisher are imported (below) only with a cluster.
+import type { CertificatePublisher } from "./src/k8s/certificates.ts";
+import type { PodStore } from "./src/k8s/pod_store.ts";
 
 const log = logger("main");
 
@@ -441,6 +435,10 @@ async function run(opts: CliOptions): Promise<number> {
   let publisher: CertificatePublisher | undefined;
   let certificates: GeneratedCertificates | undefined;
   if (api !== undefined) {
+    const [{ PodStore }, { CertificatePublisher, prepareCertificates }] = await Promise.all([
+      import("./src/k8s/pod_store.ts"),
+      import("./src/k8s/certificates.ts"),
+    ]);
     podStore = new PodStore({ clock });
     podStore.start(api);
     publisher = new CertificatePublisher({ api, namespace, clock });

@@ -43,22 +43,16 @@ import {
   parseKlogFlag,
   startLogOutput,
 } from "./src/log/mod.ts";
-import { DEFAULT_NAMESPACE, type GeneratedCertificates } from "./src/pki/mod.ts";
+import { DEFAULT_NAMESPACE } from "./src/pki/common.ts";
+import type { GeneratedCertificates } from "./src/pki/certificates.ts";
 import { apiAddress, DEFAULT_TOKEN_FILE, runCli, startApi } from "./src/api/mod.ts";
 import { CLI_COMMANDS } from "./src/api/cli.ts";
 import { systemClock } from "./src/clock.ts";
-import {
-  CertificatePublisher,
-  CLUSTER_UUID_FILE,
-  ClusterIdentity,
-  connectKube,
-  type KubeApi,
-  type KubeTarget,
-  PodStore,
-  prepareCertificates,
-  resolveKubeTarget,
-} from "./src/k8s/mod.ts";
-import { runClickHouseCommand } from "./src/exporters/clickhouse/schema_cli.ts";
+import { connectKube, type KubeApi, type KubeTarget, resolveKubeTarget } from "./src/k8s/client.ts";
+import { CLUSTER_UUID_FILE, ClusterIdentity } from "./src/k8s/cluster_uuid.ts";
+// The Pod store and the certificate publisher are imported (below) only with a cluster.
+import type { CertificatePublisher } from "./src/k8s/certificates.ts";
+import type { PodStore } from "./src/k8s/pod_store.ts";
 
 const log = logger("main");
 
@@ -367,7 +361,9 @@ async function printPermissions(opts: CliOptions): Promise<number> {
 }
 
 // The `clickhouse` subcommand needs none of the process set-up below (exporters.md §3.3 DDL).
+// Imported here only: the collector itself never loads the ClickHouse schema and connection code.
 if (import.meta.main && Deno.args[0] === "clickhouse") {
+  const { runClickHouseCommand } = await import("./src/exporters/clickhouse/schema_cli.ts");
   const r = await runClickHouseCommand(
     Deno.args.slice(1),
     async (path) =>
@@ -439,6 +435,10 @@ async function run(opts: CliOptions): Promise<number> {
   let publisher: CertificatePublisher | undefined;
   let certificates: GeneratedCertificates | undefined;
   if (api !== undefined) {
+    const [{ PodStore }, { CertificatePublisher, prepareCertificates }] = await Promise.all([
+      import("./src/k8s/pod_store.ts"),
+      import("./src/k8s/certificates.ts"),
+    ]);
     podStore = new PodStore({ clock });
     podStore.start(api);
     publisher = new CertificatePublisher({ api, namespace, clock });

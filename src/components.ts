@@ -20,10 +20,10 @@ import {
   type SectionConfig,
 } from "./config/mod.ts";
 import type { ExporterComponent } from "./exporters/component.ts";
-import { clickHouseComponent } from "./exporters/clickhouse/mod.ts";
-import { flowLogComponent } from "./exporters/flow_log/mod.ts";
-import { ipfixComponent } from "./exporters/ipfix/mod.ts";
-import { s3Component } from "./exporters/s3/mod.ts";
+import { clickHouseComponent } from "./exporters/clickhouse/component.ts";
+import { flowLogComponent } from "./exporters/flow_log/component.ts";
+import { ipfixComponent } from "./exporters/ipfix/component.ts";
+import { s3Component } from "./exporters/s3/component.ts";
 
 /** Every sink, in export order. */
 export const COMPONENTS = [

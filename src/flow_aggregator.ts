@@ -30,13 +30,17 @@ import {
   workerModuleMissing,
 } from "./exporters/worker_exporter.ts";
 import { type LogFields, logger } from "./log.ts";
-import {
-  generateCertificates,
-  type GeneratedCertificates,
-  reissueServerCertificate,
-} from "./pki/mod.ts";
+import type { GeneratedCertificates } from "./pki/certificates.ts";
 
 const log = logger("flow-aggregator");
+
+/**
+ * The collector certificates' module (node-forge, `node:crypto`), imported when a TLS collector
+ * first needs it: a process collecting over TCP or UDP never loads it (several MB of RSS).
+ */
+function certificateLibrary(): Promise<typeof import("./pki/certificates.ts")> {
+  return import("./pki/certificates.ts");
+}
 
 export type { ExporterSection };
 
@@ -55,11 +59,14 @@ const CLUSTER_UUID_SECTIONS = configReloadTable().clusterID.rebuilds as Exporter
 /** Upper bound of the expiry timer, so newly created flows are never swept late by more. */
 const MAX_TIMER_MS = 1000;
 
-/** Builds the exporter for one enabled section; tests inject fakes. */
+/**
+ * Builds the exporter for one enabled section (a promise when the sink's module is imported
+ * first); tests inject fakes.
+ */
 export type ExporterFactory = (
   section: ExporterSection,
   config: FlowAggregatorConfig,
-) => Exporter | undefined;
+) => Exporter | undefined | Promise<Exporter | undefined>;
 
 /** Options of {@linkcode FlowAggregator}. */
 export interface FlowAggregatorOptions {
@@ -197,7 +204,10 @@ export function componentExporterFactory(options: ComponentFactoryOptions = {}):
       });
     }
     if (options.inProcess || component.workerModule === undefined || missing) {
-      return (component.create as (c: typeof sectionConfig, x: typeof ctx) => Exporter)(
+      return (component.create as (
+        c: typeof sectionConfig,
+        x: typeof ctx,
+      ) => Exporter | Promise<Exporter>)(
         sectionConfig,
         ctx,
       );
@@ -559,6 +569,7 @@ export class FlowAggregator {
         this.#certs !== undefined && prev.flowAggregatorAddress !== next.flowAggregatorAddress
       ) {
         // A new SAN for the server certificate, from the same CA: Agents keep trusting it.
+        const { reissueServerCertificate } = await certificateLibrary();
         this.#certs = reissueServerCertificate(this.#certs, {
           namespace: this.#opts.namespace,
           address: next.flowAggregatorAddress,
@@ -627,7 +638,7 @@ export class FlowAggregator {
   async #createExporter(section: ExporterSection): Promise<void> {
     let exporter: Exporter | undefined;
     try {
-      exporter = this.#factory(section, this.#config);
+      exporter = await this.#factory(section, this.#config);
       if (exporter === undefined) return;
       await exporter.start();
     } catch (err) {
@@ -697,7 +708,7 @@ export class FlowAggregator {
     }
     let tls;
     if (protocol === "tls") {
-      this.#certs ??= this.#opts.certificates ?? generateCertificates({
+      this.#certs ??= this.#opts.certificates ?? (await certificateLibrary()).generateCertificates({
         namespace: this.#opts.namespace,
         address: cfg.flowAggregatorAddress,
       });

@@ -690,11 +690,11 @@ Deno.test("flow aggregator: stop() waits for an exporter replaced by a reload to
   assert.equal(await stopped, true, "stop() resolved only after the replaced exporter's stop");
 });
 
-Deno.test("default IPFIX exporter: without a cluster UUID the observation domain id is stable per process", () => {
+Deno.test("default IPFIX exporter: without a cluster UUID the observation domain id is stable per process", async () => {
   const cfg = config({ collector: true });
   const factory = componentExporterFactory({ inProcess: true });
-  const a = factory("flowCollector", cfg) as IpfixExporter;
-  const b = factory("flowCollector", cfg) as IpfixExporter;
+  const a = await factory("flowCollector", cfg) as IpfixExporter;
+  const b = await factory("flowCollector", cfg) as IpfixExporter;
   assert.ok(a instanceof IpfixExporter);
   // A reload that rebuilds the exporter must not change the id the external collector sees.
   assert.equal(a.observationDomainId, b.observationDomainId);

@@ -13,7 +13,7 @@
  */
 
 import { dirname } from "node:path";
-import { generateApiCertificate } from "../pki/mod.ts";
+import { generateApiCertificate } from "../pki/api_certificate.ts";
 import { logger } from "../log.ts";
 import { apiHandler, type ApiSource } from "./handler.ts";
 import { knownMinVersion, parseCipherSuites, TLS_MIN_VERSIONS } from "./tls_settings.ts";

@@ -14,7 +14,7 @@ import { type RecordSink, Session, type SessionEnv } from "./session.ts";
 import { DEFAULT_DRAIN, type DrainOptions } from "./drain.ts";
 import { type CollectorStats, Counters, type Transport } from "./stats.ts";
 import { type StreamListenerOptions, TcpListener } from "./tcp.ts";
-import { TlsListener, type TlsMaterial } from "./tls.ts";
+import type { TlsListener, TlsMaterial } from "./tls.ts";
 import { openDenoUdpReceiver, type UdpReceiver, type UdpReceiverFactory } from "./udp.ts";
 
 /**
@@ -128,7 +128,9 @@ export class Collector {
         this.#tcp = new TcpListener(address, this.#env, this.#streamOptions());
         this.#tcp.start();
         break;
-      case "tls":
+      case "tls": {
+        // `node:tls` only for a TLS collector: a TCP or UDP process never loads it.
+        const { TlsListener } = await import("./tls.ts");
         this.#tls = new TlsListener(
           address,
           this.#options.tls!,
@@ -137,6 +139,7 @@ export class Collector {
         );
         await this.#tls.start();
         break;
+      }
     }
     this.#state = "running";
     this.#env.log.info("collector listening", {

@@ -14,7 +14,7 @@ export {
   OTHER_EXPORTERS,
   type Transport,
 } from "./stats.ts";
-export { type TlsMaterial } from "./tls.ts";
+export type { TlsMaterial } from "./tls.ts";
 export {
   type DatagramHandler,
   DenoUdpReceiver,

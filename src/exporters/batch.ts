@@ -18,13 +18,10 @@
  */
 
 import type { AggregatedRecord, ExportedFlow, FlowKey } from "../aggregation/record.ts";
-import {
-  elementByName,
-  formatIPv4Bytes,
-  formatIPv6,
-  parseIPv4Word,
-  parseIPv6Words,
-} from "../ipfix/mod.ts";
+// The two modules, not ipfix/mod.ts: a sink's worker imports this one, and has no use for the
+// decoder's tables (the IPFIX sink's worker imports them with its encoder).
+import { formatIPv4Bytes, formatIPv6, parseIPv4Word, parseIPv6Words } from "../ipfix/ip.ts";
+import { elementByName } from "../ipfix/registry.ts";
 import {
   AGGREGATED_IPV4_FIELDS,
   AGGREGATED_IPV6_FIELDS,

@@ -47,9 +47,11 @@ export interface ExporterComponent<
   permissions(config: C): ExporterPermissions;
   /**
    * Builds the sink. Absent: this build has no such sink yet; enabling the section is reported
-   * as an error and its records are counted as exported without a sink.
+   * as an error and its records are counted as exported without a sink. A sink whose module (or
+   * library) is heavy imports it here, so a process or worker that never builds it never loads
+   * it; the result is then a promise.
    */
-  readonly create?: (config: C, ctx: ExporterContext) => Exporter;
+  readonly create?: (config: C, ctx: ExporterContext) => Exporter | Promise<Exporter>;
   /** Module that runs the sink in a permission-scoped worker (`worker.ts` in the folder). */
   readonly workerModule?: URL;
 }

@@ -126,7 +126,7 @@ export function runExporterWorker<C extends SectionConfig>(
         setLogWriter((line, level) => scope.postMessage({ t: "log", line, level }));
         try {
           if (component.create === undefined) throw new Error(`${component.name}: no sink`);
-          sink = component.create(m.config as C, m.ctx);
+          sink = await component.create(m.config as C, m.ctx);
           await sink.start();
         } catch (err) {
           scope.postMessage({ t: "initError", message: (err as Error)?.message ?? String(err) });

@@ -16,14 +16,11 @@
 import type * as k8s from "@kubernetes/client-node";
 import type { Clock } from "../clock.ts";
 import { logger } from "../log.ts";
-import {
-  type CertificatePair,
-  generateCertificates,
-  type GenerateCertificatesOptions,
-  type GeneratedCertificates,
-  issueServerCertificate,
-  reuseProblem,
-} from "../pki/mod.ts";
+import type {
+  CertificatePair,
+  GenerateCertificatesOptions,
+  GeneratedCertificates,
+} from "../pki/certificates.ts";
 import type { KubeApi } from "./client.ts";
 import { type Backoff, describe, RetryAborted, retrying, statusOf, withTimeout } from "./retry.ts";
 
@@ -83,6 +80,10 @@ function pairOf(secret: k8s.V1Secret | undefined): CertificatePair | undefined {
  */
 export async function prepareCertificates(options: PrepareOptions): Promise<GeneratedCertificates> {
   const { api, namespace, clock } = options;
+  // node-forge only for a TLS collector: not loaded by a process that never needs it.
+  const { generateCertificates, issueServerCertificate, reuseProblem } = await import(
+    "../pki/certificates.ts"
+  );
   const gen = { namespace, address: options.address, ...options.generate };
   const abort = new AbortController();
   const read = retrying(

@@ -11,8 +11,6 @@
  */
 
 import type * as k8s from "@kubernetes/client-node";
-import { isIPv6 } from "node:net";
-import process from "node:process";
 import { statusOf } from "./retry.ts";
 
 /** Where the service account's files are mounted in a Pod. */
@@ -81,6 +79,8 @@ export async function resolveKubeTarget(
   const host = env("KUBERNETES_SERVICE_HOST");
   if (options.kubeconfig === undefined && host && isFile(`${dir}/token`)) {
     const port = env("KUBERNETES_SERVICE_PORT") || "443";
+    // Node.js modules only in a cluster: a standalone process does not load them.
+    const { isIPv6 } = await import("node:net");
     const h = isIPv6(host) ? `[${host}]` : host;
     return { mode: "in-cluster", server: `https://${h}:${port}`, source: dir };
   }
@@ -166,6 +166,7 @@ async function loadClientNode(
   keep: readonly string[],
 ): Promise<typeof import("@kubernetes/client-node")> {
   if (Deno.permissions.querySync({ name: "env" }).state !== "granted") {
+    const { default: process } = await import("node:process");
     const copy: Record<string, string> = {};
     for (const name of keep) {
       const v = processEnv(name);

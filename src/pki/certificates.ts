@@ -11,6 +11,7 @@
 import { generateKeyPairSync } from "node:crypto";
 import { isIP } from "node:net";
 import forge from "node-forge";
+import { DAY_MS, DEFAULT_NAMESPACE, HOUR_MS } from "./common.ts";
 
 /** A certificate and its private key, both PEM. */
 export interface CertificatePair {
@@ -45,11 +46,7 @@ export interface GenerateCertificatesOptions {
   readonly modulusLength?: number;
 }
 
-/** Namespace used when none is configured (control-plane.md §4.2). */
-export const DEFAULT_NAMESPACE = "flow-aggregator";
-
-const HOUR_MS = 3_600_000;
-const DAY_MS = 24 * HOUR_MS;
+export { DEFAULT_NAMESPACE };
 
 interface KeyMaterial {
   readonly privateKey: forge.pki.rsa.PrivateKey;
@@ -227,163 +224,6 @@ export function reissueServerCertificate(
   options: GenerateCertificatesOptions = {},
 ): GeneratedCertificates {
   return { ...certs, server: issueServerCertificate(certs.ca, options) };
-}
-
-/** The API server's certificate: a chain (leaf then CA) and the leaf's key. */
-export interface ApiCertificate {
-  /** Leaf + CA, PEM, as served. */
-  readonly chainPem: string;
-  /** The leaf's private key, PEM. */
-  readonly keyPem: string;
-  /** The CA alone (what a client trusts). */
-  readonly caPem: string;
-}
-
-/**
- * The API server's self-signed material (control-plane.md §5.1), generated at every start: a
- * CA `localhost-ca@<unix>` signing a serving certificate `localhost@<unix>` (serverAuth) for DNS
- * `localhost` and IPs `127.0.0.1`, `::1`, valid from `now − 1h` for a year.
- */
-export async function generateApiCertificate(now: Date = new Date()): Promise<ApiCertificate> {
-  const unix = Math.floor(now.getTime() / 1000);
-  const notBefore = new Date(now.getTime() - HOUR_MS);
-  const notAfter = new Date(notBefore.getTime() + 365 * DAY_MS);
-  // ECDSA P-256 (WebCrypto): generated at once, where two RSA-2048 keys took 1-3 s of CPU at
-  // every start. The API's clients (antctl, the CLI) do not care about the key type.
-  const params = { name: "ECDSA", namedCurve: "P-256" };
-  const [ca, leaf] = await Promise.all([
-    crypto.subtle.generateKey(params, true, ["sign", "verify"]) as Promise<CryptoKeyPair>,
-    crypto.subtle.generateKey(params, true, ["sign", "verify"]) as Promise<CryptoKeyPair>,
-  ]);
-  const caName = `localhost-ca@${unix}`;
-  const caPem = await ecdsaCertificate({
-    serial: "01",
-    subject: caName,
-    issuer: caName,
-    publicKey: ca.publicKey,
-    signingKey: ca.privateKey,
-    notBefore,
-    notAfter,
-    extensions: [
-      { name: "basicConstraints", cA: true, critical: true },
-      { name: "keyUsage", digitalSignature: true, keyCertSign: true, critical: true },
-    ],
-  });
-  const leafPem = await ecdsaCertificate({
-    serial: "02",
-    subject: `localhost@${unix}`,
-    issuer: caName,
-    publicKey: leaf.publicKey,
-    signingKey: ca.privateKey,
-    notBefore,
-    notAfter,
-    extensions: [
-      { name: "keyUsage", digitalSignature: true, critical: true },
-      { name: "extKeyUsage", serverAuth: true },
-      {
-        name: "subjectAltName",
-        altNames: [{ type: 2, value: "localhost" }, { type: 7, ip: "127.0.0.1" }, {
-          type: 7,
-          ip: "::1",
-        }],
-      },
-    ],
-  });
-  const keyDer = new Uint8Array(await crypto.subtle.exportKey("pkcs8", leaf.privateKey));
-  return { chainPem: leafPem + caPem, keyPem: pem("PRIVATE KEY", keyDer), caPem };
-}
-
-function pem(label: string, der: Uint8Array): string {
-  let bin = "";
-  for (const b of der) bin += String.fromCharCode(b);
-  const b64 = btoa(bin).replace(/(.{64})/g, "$1\n").replace(/\n$/, "");
-  return `-----BEGIN ${label}-----\n${b64}\n-----END ${label}-----\n`;
-}
-
-/** What {@linkcode ecdsaCertificate} signs. */
-interface EcdsaCertSpec {
-  serial: string;
-  subject: string;
-  issuer: string;
-  publicKey: CryptoKey;
-  signingKey: CryptoKey;
-  notBefore: Date;
-  notAfter: Date;
-  extensions: Record<string, unknown>[];
-}
-
-/**
- * An X.509 v3 certificate with an ECDSA P-256 key, signed ecdsa-with-SHA256 by WebCrypto:
- * node-forge builds the names and extensions (it signs RSA only), the rest is plain DER.
- */
-async function ecdsaCertificate(spec: EcdsaCertSpec): Promise<string> {
-  const asn1 = forge.asn1;
-  const seq = (value: forge.asn1.Asn1[]) =>
-    asn1.create(asn1.Class.UNIVERSAL, asn1.Type.SEQUENCE, true, value);
-  const int = (bytes: string) => asn1.create(asn1.Class.UNIVERSAL, asn1.Type.INTEGER, false, bytes);
-  const fromBytes = (b: Uint8Array) => {
-    let s = "";
-    for (const x of b) s += String.fromCharCode(x);
-    return s;
-  };
-  // forge fills the names' and extensions' encodings on a certificate object.
-  const tmp = forge.pki.createCertificate();
-  tmp.setSubject(cnAttributes(spec.subject));
-  tmp.setIssuer(cnAttributes(spec.issuer));
-  tmp.setExtensions(spec.extensions as never[]);
-  const sigAlg = seq([asn1.create(
-    asn1.Class.UNIVERSAL,
-    asn1.Type.OID,
-    false,
-    asn1.oidToDer("1.2.840.10045.4.3.2").getBytes(),
-  )]);
-  const pki = forge.pki as unknown as {
-    distinguishedNameToAsn1(dn: unknown): forge.asn1.Asn1;
-    certificateExtensionsToAsn1(exts: unknown): forge.asn1.Asn1;
-  };
-  const spki = new Uint8Array(await crypto.subtle.exportKey("spki", spec.publicKey));
-  const tbs = seq([
-    asn1.create(asn1.Class.CONTEXT_SPECIFIC, 0, true, [int(String.fromCharCode(2))]),
-    int(forge.util.hexToBytes(spec.serial)),
-    sigAlg,
-    pki.distinguishedNameToAsn1(tmp.issuer),
-    seq([
-      asn1.create(
-        asn1.Class.UNIVERSAL,
-        asn1.Type.UTCTIME,
-        false,
-        asn1.dateToUtcTime(spec.notBefore),
-      ),
-      asn1.create(
-        asn1.Class.UNIVERSAL,
-        asn1.Type.UTCTIME,
-        false,
-        asn1.dateToUtcTime(spec.notAfter),
-      ),
-    ]),
-    pki.distinguishedNameToAsn1(tmp.subject),
-    asn1.fromDer(fromBytes(spki)),
-    pki.certificateExtensionsToAsn1(tmp.extensions),
-  ]);
-  const tbsDer = asn1.toDer(tbs).getBytes();
-  const tbsBytes = Uint8Array.from(tbsDer, (c) => c.charCodeAt(0));
-  const raw = new Uint8Array(
-    await crypto.subtle.sign({ name: "ECDSA", hash: "SHA-256" }, spec.signingKey, tbsBytes),
-  );
-  // WebCrypto gives r || s; X.509 wants ECDSA-Sig-Value ::= SEQUENCE { r INTEGER, s INTEGER }.
-  const derInt = (b: Uint8Array) => {
-    let i = 0;
-    while (i < b.length - 1 && b[i] === 0) i++;
-    const v = b.subarray(i);
-    return int((v[0] & 0x80 ? "\x00" : "") + fromBytes(v));
-  };
-  const sig = asn1.toDer(seq([derInt(raw.subarray(0, 32)), derInt(raw.subarray(32))])).getBytes();
-  const cert = seq([
-    tbs,
-    sigAlg,
-    asn1.create(asn1.Class.UNIVERSAL, asn1.Type.BITSTRING, false, "\x00" + sig),
-  ]);
-  return pem("CERTIFICATE", Uint8Array.from(asn1.toDer(cert).getBytes(), (c) => c.charCodeAt(0)));
 }
 
 /**

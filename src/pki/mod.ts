@@ -3,14 +3,17 @@
  * certificate for the collector and one client certificate shared by all Agents; and the API
  * server's self-signed localhost certificate (§5.1).
  *
+ * This module loads node-forge. The process itself imports the parts it needs: the API
+ * certificate (`api_certificate.ts`, WebCrypto only) and `DEFAULT_NAMESPACE` (`common.ts`) at
+ * start, `certificates.ts` with `import()` only when a TLS collector needs its certificates.
+ *
  * @module
  */
 
+export { type ApiCertificate, generateApiCertificate } from "./api_certificate.ts";
+export { DEFAULT_NAMESPACE } from "./common.ts";
 export {
-  type ApiCertificate,
   type CertificatePair,
-  DEFAULT_NAMESPACE,
-  generateApiCertificate,
   generateCertificates,
   type GenerateCertificatesOptions,
   type GeneratedCertificates,

@@ -153,7 +153,7 @@ Deno.test("the flow log in its worker writes the same lines as in process and ap
   try {
     const cfg = (name: string, extra = "") =>
       parseConfig(`flowLogger:\n  enable: true\n  path: ${dir}/${name}\n${extra}`).flowLogger;
-    const inProc = flowLogComponent.create!(cfg("a.log"), CTX);
+    const inProc = await flowLogComponent.create!(cfg("a.log"), CTX);
     const inWorker = new WorkerExporter(flowLogComponent, cfg("b.log"), CTX);
     await inProc.start();
     await inWorker.start();

@@ -14,6 +14,9 @@ import {
   validateSpoolConfig,
 } from "../spool_config.ts";
 
+/** Where the custom ClickHouse CA is mounted (upstream path). */
+export const CLICKHOUSE_CA_PATH = "/etc/flow-aggregator/certs/ca.crt";
+
 /** `clickHouse.tls` subsection. */
 export interface ClickHouseTlsConfig {
   /**

@@ -13,9 +13,6 @@
  * @module
  */
 
-import { Buffer } from "node:buffer";
-import https from "node:https";
-import { Readable } from "node:stream";
 import type { ClickHouseClient } from "@clickhouse/client";
 import {
   EGRESS_NODE_NAME_COLUMN,
@@ -128,18 +125,50 @@ export function clickHouseLibrary(): Promise<ClientLibrary> {
   return library ??= import("@clickhouse/client");
 }
 
+/** The Node.js modules a connection uses, imported with the client (not by an idle process). */
+interface NodeModules {
+  Buffer: typeof import("node:buffer").Buffer;
+  HttpsAgent: typeof import("node:https").Agent;
+  Readable: typeof import("node:stream").Readable;
+}
+let nodeModules: Promise<NodeModules> | undefined;
+
+function nodeLibrary(): Promise<NodeModules> {
+  return nodeModules ??= Promise.all([
+    import("node:buffer"),
+    import("node:https"),
+    import("node:stream"),
+  ]).then(([buffer, https, stream]) => ({
+    Buffer: buffer.Buffer,
+    HttpsAgent: https.Agent,
+    Readable: stream.Readable,
+  }));
+}
+
+/** The client and the Node.js modules, once both are loaded. */
+interface Connected {
+  client: ClickHouseClient;
+  node: NodeModules;
+}
+
 /** The real connection over `@clickhouse/client` (loaded by the first request). */
 export class ClientConnection implements Connection {
   readonly #settings: ConnectionSettings;
-  #client: Promise<ClickHouseClient> | undefined;
+  #client: Promise<Connected> | undefined;
 
   /** Keeps the settings; the library and the client come with the first request. */
   constructor(s: ConnectionSettings) {
     this.#settings = s;
   }
 
-  #connect(): Promise<ClickHouseClient> {
-    return this.#client ??= clickHouseLibrary().then((lib) => newClient(lib, this.#settings));
+  #connected(): Promise<Connected> {
+    return this.#client ??= Promise.all([clickHouseLibrary(), nodeLibrary()]).then((
+      [lib, node],
+    ) => ({ client: newClient(lib, node, this.#settings), node }));
+  }
+
+  async #connect(): Promise<ClickHouseClient> {
+    return (await this.#connected()).client;
   }
 
   async #select(query: string): Promise<Record<string, unknown>[]> {
@@ -183,7 +212,8 @@ export class ClientConnection implements Connection {
 
   async insert(body: Uint8Array, options: InsertOptions): Promise<InsertOutcome> {
     try {
-      const r = await (await this.#connect()).exec({
+      const { client, node: { Buffer, Readable } } = await this.#connected();
+      const r = await client.exec({
         query: `INSERT INTO flows (${options.columns.join(", ")}) FORMAT ${options.format}`,
         values: Readable.from([Buffer.from(body.buffer, body.byteOffset, body.byteLength)]),
         abort_signal: options.signal,
@@ -202,11 +232,15 @@ export class ClientConnection implements Connection {
   async close(): Promise<void> {
     const client = this.#client;
     this.#client = undefined;
-    if (client !== undefined) await (await client.catch(() => undefined))?.close();
+    if (client !== undefined) await (await client.catch(() => undefined))?.client.close();
   }
 }
 
-function newClient(lib: ClientLibrary, s: ConnectionSettings): ClickHouseClient {
+function newClient(
+  lib: ClientLibrary,
+  { Buffer, HttpsAgent }: NodeModules,
+  s: ConnectionSettings,
+): ClickHouseClient {
   const secure = s.url.startsWith("https:");
   const ca = s.caPem === undefined ? undefined : Buffer.from(s.caPem);
   return lib.createClient({
@@ -218,7 +252,7 @@ function newClient(lib: ClientLibrary, s: ConnectionSettings): ClickHouseClient 
     compression: { request: s.compress ? { codec: "gzip", level: 1 } : false, response: false },
     ...(secure && s.insecureSkipVerify
       ? {
-        http_agent: new https.Agent({ keepAlive: true, rejectUnauthorized: false, ca }),
+        http_agent: new HttpsAgent({ keepAlive: true, rejectUnauthorized: false, ca }),
         set_basic_auth_header: true,
       }
       : secure && ca !== undefined

@@ -34,7 +34,7 @@ import { FLAG_OUTCOME_UNKNOWN, newBatchId, Spool } from "../../spool/mod.ts";
 import type { Exporter, ExporterStats } from "../exporter.ts";
 import { toFlatRecord } from "../flat_record.ts";
 import { logSpoolOpened } from "../spool_config.ts";
-import type { ClickHouseConfig } from "./config.ts";
+import { CLICKHOUSE_CA_PATH, type ClickHouseConfig } from "./config.ts";
 import {
   ClientConnection,
   type Connection,
@@ -46,8 +46,7 @@ import { parseDatabaseUrl } from "./url.ts";
 
 const log = logger("clickhouse");
 
-/** Where the custom ClickHouse CA is mounted (upstream path). */
-export const CLICKHOUSE_CA_PATH = "/etc/flow-aggregator/certs/ca.crt";
+export { CLICKHOUSE_CA_PATH };
 
 /** Tuning and seams of {@linkcode ClickHouseExporter}. */
 export interface ClickHouseExporterOptions {

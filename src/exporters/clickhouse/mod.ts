@@ -1,52 +1,12 @@
 /**
- * The ClickHouse exporter component (exporters.md §3): the `clickHouse` section, the sink's
- * permissions, its factory and its worker entry.
- *
- * Permissions: `net` to the database URL's host and HTTP port (the native `tcp://h:9000` of
- * Theia installs maps to `http://h:8123`, `tls://h:9440` to `https://h:8443`), `env`
- * `CH_USERNAME` and `CH_PASSWORD`, `read` and `write` of the spool directory, `read` of the
- * custom CA when `tls.caCert` is set.
+ * The ClickHouse exporter: its configuration section, the sink and its component (see
+ * `component.ts`, which the registry imports without the sink).
  *
  * @module
  */
-
-import type { ExporterComponent } from "../component.ts";
-import { type ClickHouseConfig, clickHouseSection } from "./config.ts";
-import { CLICKHOUSE_CA_PATH, ClickHouseExporter } from "./exporter.ts";
-import { parseDatabaseUrl } from "./url.ts";
-import { workerModule } from "../../worker_module.ts";
-import { spoolPermissionPath } from "../spool_config.ts";
 
 export * from "./config.ts";
 export * from "./exporter.ts";
 export * from "./table.ts";
 export * from "./url.ts";
-
-/** The `host:port` the HTTP client reaches for a `databaseURL` (native ports mapped). */
-export function clickHouseHttpHostPort(databaseURL: string): string {
-  try {
-    return parseDatabaseUrl(databaseURL).httpHostPort;
-  } catch {
-    return "";
-  }
-}
-
-/** The ClickHouse exporter component. */
-export const clickHouseComponent: ExporterComponent<"clickHouse", ClickHouseConfig> = {
-  name: "clickhouse",
-  section: clickHouseSection,
-  permissions(config) {
-    const hostPort = clickHouseHttpHostPort(config.databaseURL);
-    const spool = spoolPermissionPath(config.spool);
-    return {
-      net: hostPort === "" ? [] : [hostPort],
-      read: config.tls.caCert ? [spool, CLICKHOUSE_CA_PATH] : [spool],
-      write: [spool],
-      env: ["CH_USERNAME", "CH_PASSWORD"],
-    };
-  },
-  create(config, ctx) {
-    return new ClickHouseExporter(config, ctx.clusterUuid);
-  },
-  workerModule: workerModule("clickhouse"),
-};
+export * from "./component.ts";

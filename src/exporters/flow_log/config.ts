@@ -63,6 +63,11 @@ export interface FlowLoggerConfig {
   prettyPrint: boolean;
 }
 
+/** True when a flow log path means standard output. */
+export function isStdoutPath(path: string): boolean {
+  return path === "-" || path === "/dev/stdout";
+}
+
 /** Defaults of the section (Antrea v1.13 `default.go`). */
 export const FLOW_LOGGER_DEFAULTS = {
   fileName: "antrea-flows.log",

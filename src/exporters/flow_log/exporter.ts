@@ -16,7 +16,7 @@
 
 import type { ExportedFlow } from "../../aggregation/record.ts";
 import { type Clock, systemClock } from "../../clock.ts";
-import type { FlowLoggerConfig } from "./config.ts";
+import { type FlowLoggerConfig, isStdoutPath } from "./config.ts";
 import { logger, RateLimitedLog } from "../../log.ts";
 import type { Exporter, ExporterStats } from "../exporter.ts";
 import { toFlatRecord } from "../flat_record.ts";
@@ -51,10 +51,7 @@ export interface LogExporterStats extends ExporterStats {
   rotations: number;
 }
 
-/** True when a flow log path means standard output. */
-export function isStdoutPath(path: string): boolean {
-  return path === "-" || path === "/dev/stdout";
-}
+export { isStdoutPath };
 
 /** Writes exported flows to a rotating log file. */
 export class LogExporter implements Exporter {

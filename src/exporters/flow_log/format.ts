@@ -12,7 +12,7 @@
 import type { FlowLoggerFilter } from "./config.ts";
 import { type FlatRecord, labels } from "../flat_record.ts";
 import { type BatchField, batchField, batchRowBase, type FlowBatch } from "../batch.ts";
-import { formatIPv4Bytes, formatIPv6 } from "../../ipfix/mod.ts";
+import { formatIPv4Bytes, formatIPv6 } from "../../ipfix/ip.ts";
 import {
   type FlatField,
   ieName,

@@ -1,0 +1,33 @@
+/**
+ * The flow log exporter component (exporters.md §5): one line per flow in a size-rotated file.
+ *
+ * Permissions: `read` and `write` on the log file's directory (rotation lists, renames,
+ * compresses and removes backups there); none for standard output (`-`, `/dev/stdout`).
+ *
+ * The sink itself (`exporter.ts`) is imported by `create`: the main thread of a process whose
+ * flow log runs in its worker never loads it. The registry (src/components.ts) imports this
+ * file, not `mod.ts`.
+ *
+ * @module
+ */
+
+import { dirname, resolve } from "node:path";
+import { type ExporterComponent, noPermissions } from "../component.ts";
+import { type FlowLoggerConfig, flowLoggerSection, isStdoutPath } from "./config.ts";
+import { workerModule } from "../../worker_module.ts";
+
+/** The flow log exporter component. */
+export const flowLogComponent: ExporterComponent<"flowLogger", FlowLoggerConfig> = {
+  name: "log",
+  section: flowLoggerSection,
+  permissions(config) {
+    if (isStdoutPath(config.path)) return noPermissions();
+    const dir = dirname(resolve(config.path));
+    return { net: [], read: [dir], write: [dir], env: [] };
+  },
+  async create(config) {
+    const { LogExporter } = await import("./exporter.ts");
+    return new LogExporter(config);
+  },
+  workerModule: workerModule("flow_log"),
+};

@@ -181,15 +181,25 @@ function uNum(bytes: Uint8Array, o: number, n: number): number {
 }
 
 // BigInts are immutable, so small values can be shared: packet counters (and short flows'
-// octet counters) are mostly below 16384, and each record carries eight u64 counters.
-const SMALL_BIGINTS: readonly bigint[] = Array.from({ length: 16384 }, (_, i) => BigInt(i));
+// octet counters) are mostly below 16384, and each record carries eight u64 counters. Made on
+// first use (the collector's wire-number mode never needs them).
+const SMALL_BIGINTS: (bigint | undefined)[] = new Array<bigint | undefined>(16384).fill(undefined);
+
+function smallBigInt(v: number): bigint {
+  let b = SMALL_BIGINTS[v];
+  if (b === undefined) {
+    b = BigInt(v);
+    SMALL_BIGINTS[v] = b;
+  }
+  return b;
+}
 
 // Counters mostly fit in 32 bits: one BigInt allocation instead of DataView.getBigUint64 (and no
 // DataView per message at all).
 function u64(bytes: Uint8Array, o: number): bigint {
   const hi = u32(bytes, o);
   const lo = u32(bytes, o + 4);
-  if (hi === 0) return lo < 16384 ? SMALL_BIGINTS[lo] : BigInt(lo);
+  if (hi === 0) return lo < 16384 ? smallBigInt(lo) : BigInt(lo);
   if (hi < 0x200000) return BigInt(hi * 4294967296 + lo); // < 2^53: exact as a double
   return (BigInt(hi) << 32n) | BigInt(lo);
 }

@@ -7,7 +7,18 @@
 
 // Decimal text of every byte value, so dotted quads are four lookups and three concatenations.
 const DEC: readonly string[] = Array.from({ length: 256 }, (_, i) => String(i));
-const HEX: readonly string[] = Array.from({ length: 65536 }, (_, i) => i.toString(16));
+// Hex text of 16-bit groups, made on first use: a table of all 65,536 built at import cost
+// several MB of resident memory in every isolate that imports this module.
+const HEX: (string | undefined)[] = new Array<string | undefined>(65536).fill(undefined);
+
+function hex(v: number): string {
+  let s = HEX[v];
+  if (s === undefined) {
+    s = v.toString(16);
+    HEX[v] = s;
+  }
+  return s;
+}
 
 /** Dotted-quad text of the 4 bytes at `off`. */
 export function formatIPv4(view: DataView, off: number): string {
@@ -51,7 +62,7 @@ export function formatIPv6(bytes: Uint8Array, off: number): string {
       continue;
     }
     if (s.length > 0 && !s.endsWith(":")) s += ":";
-    s += HEX[(bytes[off + 2 * g] << 8) | bytes[off + 2 * g + 1]];
+    s += hex((bytes[off + 2 * g] << 8) | bytes[off + 2 * g + 1]);
   }
   return s;
 }

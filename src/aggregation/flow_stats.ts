@@ -44,7 +44,6 @@ type Counter = bigint | number;
 
 const EXACT = 2 ** 53;
 const TWO32 = 2 ** 32;
-const EXACT_BIG = BigInt(EXACT);
 /** The exact result of the last BigInt fallback (addPair NaN, rate -1); read right after. */
 let spill = 0n;
 
@@ -100,10 +99,9 @@ export function initStats(
   }
 }
 
-/** A counter as {@linkcode addPair} returns a difference: a double, or NaN with the bigint in spill. */
+/** A counter as {@linkcode addPair} returns a difference: a number as is, a bigint as NaN with it in spill. */
 function diffOf(v: Counter): number {
   if (typeof v === "number") return v;
-  if (v < EXACT_BIG) return Number(v);
   spill = v;
   return NaN;
 }
@@ -271,8 +269,9 @@ function initStat(
 /**
  * §3.3 step C for the delta counter at u64 index `at` and its total at `at + 1`: the sides'
  * deltas add up, their totals are replaced, and the common pair follows the latest record.
- * Returns the total's `v − old` of the last side (may be negative), or NaN with the exact
- * value in {@linkcode spill} when it is not exact as a double.
+ * Returns the total's `v − old` of the last side (may be negative) as a double, or NaN with
+ * the exact value in {@linkcode spill} when the BigInt path ran (bigint inputs, or a value
+ * at or above 2^53).
  */
 function addPair(
   u: BigUint64Array,
@@ -322,9 +321,9 @@ function addPair(
       return diff;
     }
   }
-  const diff = addPairBig(u, at, big(delta), big(total), sides, isLatest);
-  if (diff > -EXACT_BIG && diff < EXACT_BIG) return Number(diff);
-  spill = diff;
+  // Bigint inputs stay bigints: converting the difference back to a double would cost two
+  // BigInt comparisons and a Number() call, more than the BigInt arithmetic it saves.
+  spill = addPairBig(u, at, big(delta), big(total), sides, isLatest);
   return NaN;
 }
 

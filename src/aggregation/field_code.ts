@@ -1,49 +1,37 @@
 /**
  * Code compiled from the field table ({@linkcode FIELDS}): creating a flow, copying the correlate
- * fields of the other half (§1.5) and taking a snapshot. Why generated (`new Function`, once at
- * load, as the IPFIX decoder compiler does): a loop over the table would read and write
- * properties by computed name, which V8 cannot optimise (megamorphic keyed access) on the
- * per-record path; the generated functions are the straight-line code that used to be written
- * by hand four times, with every property name and slot index a constant.
+ * fields of the other half (§1.5), taking a snapshot and releasing a flow's strings. Why
+ * generated (`new Function`, once at load, as the IPFIX decoder compiler does): a loop over the
+ * table would read the record's properties by computed name, which V8 cannot optimise
+ * (megamorphic keyed access) on the per-record path; the generated functions are straight-line
+ * code with every property name and slot index a constant.
  *
- * A flow is built by a generated class's constructor, not returned as an object literal: V8
- * tracks the objects of a literal through its allocation site and, since every flow outlives
- * several scavenges, soon pretenures that site (allocates flows straight in the old generation).
- * Survivors of the young generation then drop, V8 stops growing it, and the same garbage
- * (records, snapshots, BigInts) costs ~20-35 % more scavenges end to end. `new` has no
- * allocation site, as the hand-written `new Flow(...)` of the pre-split core had none.
+ * A flow has no object of its own: its strings are intern ids in u32 words of its slot
+ * (`str` rows), so the generated code reads and writes slot words only.
  */
 
 import type { AggregatedRecord, FlowInput } from "./record.ts";
-import { type FieldRow, FIELDS, type Flow } from "./layout.ts";
+import { type FieldRow, FIELDS } from "./layout.ts";
 import { type Interner, maxStringBytes } from "./intern.ts";
+import { U32 } from "./slot_store.ts";
 import { num } from "./values.ts";
 
 /**
- * Builds the {@linkcode Flow} of a new slot: its `str` fields interned from `r`, the others
- * empty, and writes the `num` fields into the slot's u32 words from `ub`. Positional
- * arguments: this runs once per new flow and is called from one place.
+ * Fills the words of a new slot from `r`: the `str` fields' intern ids (references taken) and
+ * the `num` fields, at `u32[ub + at]`. Positional arguments: this runs once per new flow.
  */
-export type CreateFlow = (
-  r: FlowInput,
-  intern: Interner,
-  u32: Uint32Array,
-  ub: number,
-  slot: number,
-  flags: number,
-) => Flow;
+export type CreateFlow = (r: FlowInput, intern: Interner, u32: Uint32Array, ub: number) => void;
 
-/** §1.5: copies every correlate field of `r` that is set (non-empty, non-zero) into the flow. */
+/** §1.5: copies every correlate field of `r` that is set (non-empty, non-zero) into the slot. */
 export type CorrelateFlow = (
-  flow: Flow,
   r: FlowInput,
   intern: Interner,
   u32: Uint32Array,
   ub: number,
 ) => void;
 
-/** Gives back the flow's references to its `str` fields' interned strings (flow deleted). */
-export type ReleaseFlow = (flow: Flow, intern: Interner) => void;
+/** Gives back the slot's references to its `str` fields' interned strings (flow deleted). */
+export type ReleaseFlow = (intern: Interner, u32: Uint32Array, ub: number) => void;
 
 /**
  * An upper bound of the bytes the `str` fields of `r` can add to the intern table (see
@@ -59,7 +47,7 @@ export type StringBound = (r: FlowInput) => number;
  * the optional fields made them megamorphic: several microseconds per flow).
  */
 export type SnapshotFlow = (
-  flow: Flow,
+  intern: Interner,
   u32: Uint32Array,
   ub: number,
   u64: BigUint64Array,
@@ -97,7 +85,6 @@ export function compileFieldCode(fields: readonly FieldRow[]): FieldCode {
     if (!IDENT.test(f.ie)) throw new Error(`aggregation: field name ${f.ie}: not an identifier`);
     if (seen.has(f.ie)) throw new Error(`aggregation: field ${f.ie} listed twice`);
     seen.add(f.ie);
-    if (f.kind === "str") continue;
     if (!Number.isInteger(f.at) || f.at < 0) {
       throw new Error(`aggregation: field ${f.ie}: bad slot word ${f.at}`);
     }
@@ -106,7 +93,6 @@ export function compileFieldCode(fields: readonly FieldRow[]): FieldCode {
     seen.add(where);
   }
   const create: string[] = [];
-  const props: string[] = [];
   const correlate: string[] = [];
   const snap: string[] = [];
   const release: string[] = [];
@@ -116,13 +102,13 @@ export function compileFieldCode(fields: readonly FieldRow[]): FieldCode {
     const from = `r.${f.ie}`;
     switch (f.kind) {
       case "str":
-        props.push(`this.${f.ie} = I.ref(${from});`);
+        create.push(`u32[ub + ${f.at}] = I.ref(${from});`);
         if (f.correlate) {
-          correlate.push(`if (${from}) f.${f.ie} = I.replace(f.${f.ie}, ${from});`);
+          correlate.push(`if (${from}) u32[ub + ${f.at}] = I.replace(u32[ub + ${f.at}], ${from});`);
           correlateBytes.push(`B(${from})`);
         }
-        snap.push(`${f.ie}: f.${f.ie},`);
-        release.push(`I.unref(f.${f.ie});`);
+        snap.push(`${f.ie}: I.text(u32[ub + ${f.at}]),`);
+        release.push(`I.unref(u32[ub + ${f.at}]);`);
         createBytes.push(`B(${from})`);
         break;
       case "num":
@@ -140,23 +126,14 @@ export function compileFieldCode(fields: readonly FieldRow[]): FieldCode {
   }
   const source = [
     `"use strict";`,
-    `class Flow {`,
-    `constructor(r, I, slot, flags) {`,
-    `this.heapIndex = -1; this.flags = flags; this.retries = 0; this.slot = slot;`,
-    ...props,
-    `this.clusterV4 = undefined; this.clusterV6 = undefined;`,
-    `this.srcLabels = undefined; this.dstLabels = undefined;`,
-    `}`,
-    `}`,
-    `function create(r, I, u32, ub, slot, flags) {`,
+    `function create(r, I, u32, ub) {`,
     ...create,
-    `return new Flow(r, I, slot, flags);`,
     `}`,
-    `function correlate(f, r, I, u32, ub) {`,
+    `function correlate(r, I, u32, ub) {`,
     `let v = 0;`,
     ...correlate,
     `}`,
-    `function snapshot(f, u32, ub, u, b, a) {`,
+    `function snapshot(I, u32, ub, u, b, a) {`,
     `const v4 = a.v4;`,
     `return {`,
     ...snap,
@@ -164,13 +141,13 @@ export function compileFieldCode(fields: readonly FieldRow[]): FieldCode {
     `destinationIPv4Address: v4 ? a.dst : undefined,`,
     `sourceIPv6Address: v4 ? undefined : a.src,`,
     `destinationIPv6Address: v4 ? undefined : a.dst,`,
-    `destinationClusterIPv4: f.clusterV4,`,
-    `destinationClusterIPv6: f.clusterV6,`,
-    `sourcePodLabels: f.srcLabels,`,
-    `destinationPodLabels: f.dstLabels,`,
+    `destinationClusterIPv4: I.text(u32[ub + ${U32.CLUSTER_V4}]),`,
+    `destinationClusterIPv6: I.text(u32[ub + ${U32.CLUSTER_V6}]),`,
+    `sourcePodLabels: I.text(u32[ub + ${U32.SRC_LABELS}]),`,
+    `destinationPodLabels: I.text(u32[ub + ${U32.DST_LABELS}]),`,
     `};`,
     `}`,
-    `function release(f, I) {`,
+    `function release(I, u32, ub) {`,
     ...release,
     `}`,
     `function createBytes(r) {`,

@@ -1,7 +1,8 @@
 /**
- * Slot layout of a live flow and the field table of the aggregated record. A flow's numbers live
- * in its {@linkcode SlotStore} slot (u64 counters and throughputs, u32 times/ports/enums, f64
- * expiry times); its strings live on a small {@linkcode Flow} object. {@linkcode FIELDS} says,
+ * Slot layout of a live flow and the field table of the aggregated record. A flow is its
+ * {@linkcode SlotStore} slot (u64 counters and throughputs, u32 times/ports/enums/flags, f64
+ * expiry times); its strings are interned and the slot keeps their ids (u32 words, see
+ * intern.ts). {@linkcode FIELDS} says,
  * once, where each field of the {@linkcode AggregatedRecord} is kept and how ingestion sets it;
  * `field_code.ts` compiles create/correlate/snapshot code from it, so adding a plain field is
  * one row here. Fields with rules of their own (addresses, cluster IPs, labels, times and the
@@ -11,7 +12,6 @@
  * that the table covers exactly the schema's exported fields; the storage columns stay here.
  */
 
-import type { HeapItem } from "./expiry_heap.ts";
 import type { AggregatedRecord, FlowInput } from "./record.ts";
 import { SLOT_BYTES, U32 } from "./slot_store.ts";
 
@@ -88,14 +88,14 @@ type InBoth = keyof AggregatedRecord & keyof FlowInput;
 
 /**
  * One field of the aggregated record and where it is kept:
- * - `str`: a property of the {@linkcode Flow} named like the IE, interned; set from the record
+ * - `str`: u32 slot word `at` holds the intern id of the text (intern.ts); set from the record
  *   at creation, and by correlation (§1.5) when `correlate` and the record's value is not empty.
  * - `num`: u32 slot word `at`, set from the record at creation (absent reads 0), and by
  *   correlation when `correlate` and the record's value is not 0.
  * - `u32` / `u64`: slot word `at`, written by ingestion or the statistics; only read here.
  */
 export type FieldRow =
-  | { readonly ie: InBoth; readonly kind: "str"; readonly correlate: boolean }
+  | { readonly ie: InBoth; readonly kind: "str"; readonly at: number; readonly correlate: boolean }
   | { readonly ie: InBoth; readonly kind: "num"; readonly at: number; readonly correlate: boolean }
   | { readonly ie: keyof AggregatedRecord; readonly kind: "u32" | "u64"; readonly at: number };
 
@@ -113,23 +113,36 @@ const COUNTER_ROWS = [
 
 type Counter = (typeof COUNTER_ROWS)[number]["ie"];
 
-/** Pod name, namespace and Node of one end of the flow (correlate fields, §1.5). */
-function podRows<E extends "source" | "destination">(end: E) {
-  return (["PodName", "PodNamespace", "NodeName"] as const).map((f) => ({
+/**
+ * Pod name, namespace and Node of one end of the flow (correlate fields, §1.5), in the u32
+ * words `at`, `at + 1`, `at + 2`.
+ */
+function podRows<E extends "source" | "destination">(end: E, at: number) {
+  return (["PodName", "PodNamespace", "NodeName"] as const).map((f, i) => ({
     ie: `${end}${f}` as const,
     kind: "str" as const,
+    at: at + i,
     correlate: true,
   }));
 }
 
-/** The 5 fields of the ingress or egress network policy (correlate fields, §1.5). */
-function policyRows<D extends "ingress" | "egress">(dir: D, typeAt: number, actionAt: number) {
+/**
+ * The 5 fields of the ingress or egress network policy (correlate fields, §1.5): the type and
+ * action in u32 words `typeAt` and `actionAt`, the name, namespace and rule name's ids in
+ * `strAt`, `strAt + 1`, `strAt + 2`.
+ */
+function policyRows<D extends "ingress" | "egress">(
+  dir: D,
+  typeAt: number,
+  actionAt: number,
+  strAt: number,
+) {
   const p = `${dir}NetworkPolicy` as const;
   return [
-    { ie: `${p}Name`, kind: "str", correlate: true },
-    { ie: `${p}Namespace`, kind: "str", correlate: true },
+    { ie: `${p}Name`, kind: "str", at: strAt, correlate: true },
+    { ie: `${p}Namespace`, kind: "str", at: strAt + 1, correlate: true },
     { ie: `${p}Type`, kind: "num", at: typeAt, correlate: true },
-    { ie: `${p}RuleName`, kind: "str", correlate: true },
+    { ie: `${p}RuleName`, kind: "str", at: strAt + 2, correlate: true },
     { ie: `${p}RuleAction`, kind: "num", at: actionAt, correlate: true },
   ] as const;
 }
@@ -175,56 +188,28 @@ export const FIELDS = [
   { ie: "destinationTransportPort", kind: "u32", at: U32.DPORT },
   { ie: "protocolIdentifier", kind: "u32", at: U32.PROTO },
   ...COUNTER_ROWS,
-  ...podRows("source"),
-  ...podRows("destination"),
+  ...podRows("source", U32.SRC_POD),
+  ...podRows("destination", U32.DST_POD),
   { ie: "destinationServicePort", kind: "num", at: U32.SVC_PORT, correlate: true },
-  { ie: "destinationServicePortName", kind: "str", correlate: true },
-  ...policyRows("ingress", U32.ING_TYPE, U32.ING_ACT),
-  ...policyRows("egress", U32.EG_TYPE, U32.EG_ACT),
-  { ie: "tcpState", kind: "str", correlate: false },
+  { ie: "destinationServicePortName", kind: "str", at: U32.SVC_PORT_NAME, correlate: true },
+  ...policyRows("ingress", U32.ING_TYPE, U32.ING_ACT, U32.ING_NAME),
+  ...policyRows("egress", U32.EG_TYPE, U32.EG_ACT, U32.EG_NAME),
+  { ie: "tcpState", kind: "str", at: U32.TCP_STATE, correlate: false },
   { ie: "flowType", kind: "u32", at: U32.TYPE },
-  { ie: "egressName", kind: "str", correlate: false },
-  { ie: "egressIP", kind: "str", correlate: false },
+  { ie: "egressName", kind: "str", at: U32.EGRESS_NAME, correlate: false },
+  { ie: "egressIP", kind: "str", at: U32.EGRESS_IP, correlate: false },
   ...perSideCounterRows(),
   { ie: "flowEndSecondsFromSourceNode", kind: "u32", at: U32.END_S },
   { ie: "flowEndSecondsFromDestinationNode", kind: "u32", at: U32.END_D },
   ...throughputRows(),
 ] as const satisfies readonly FieldRow[];
 
-/** Properties of a {@linkcode Flow} besides its `str` fields (bookkeeping, cluster IPs, labels). */
-const OTHER_FLOW_PROPERTIES = 8;
-
 /**
  * Bytes charged for each held flow apart from its strings (`limits.maxFlowBytes`): its slot's
- * typed-array words, its {@linkcode Flow} object (a 3-word header and one 8-byte word per
- * property) and its share of the index structures (flow table at a load of 1/4 or more, heap
- * item and priority, `bySlot` entry, chunk slack: 64 bytes). Derived from the layout, so adding
- * a field updates it. Checked against `scripts/bench/memory.ts`: 632 charged, 627 measured
- * (heap + external after GC, 100k correlated flows).
+ * typed-array words and its share of the index structures (flow table at a load of 1/4 or
+ * more, expiry heap item, priority and position, chunk slack, the intern table's fixed arrays
+ * spread: 56 bytes). Derived from the layout, so adding a field updates it. Checked against
+ * `scripts/bench/memory.ts`: 496 charged, 496 measured (heap + external after GC, 100k
+ * correlated flows).
  */
-export const FLOW_FIXED_BYTES: number = SLOT_BYTES +
-  8 * (3 + OTHER_FLOW_PROPERTIES + FIELDS.filter((f) => f.kind === "str").length) + 64;
-
-/** IE names of the string fields, which are properties of {@linkcode Flow}. */
-export type StringField = Extract<(typeof FIELDS)[number], { kind: "str" }>["ie"];
-
-/** The string fields of a flow, one property per `str` row of {@linkcode FIELDS}. */
-export type FlowStrings = { -readonly [K in StringField]: string };
-
-/** One live flow: strings and small integers only; its numbers are in its slot. */
-export interface Flow extends HeapItem, FlowStrings {
-  /** `FL_*` bits. */
-  flags: number;
-  /** Not-ready expiries so far. */
-  retries: number;
-  /** Its slot in the store. */
-  readonly slot: number;
-  /** destinationClusterIPv4, canonical; undefined when the Agent did not send the IE. */
-  clusterV4: string | undefined;
-  /** destinationClusterIPv6, canonical; undefined when the Agent did not send the IE. */
-  clusterV6: string | undefined;
-  /** sourcePodLabels JSON once filled (labels enabled). */
-  srcLabels: string | undefined;
-  /** destinationPodLabels JSON once filled (labels enabled). */
-  dstLabels: string | undefined;
-}
+export const FLOW_FIXED_BYTES: number = SLOT_BYTES + 56;

@@ -1,8 +1,10 @@
 /**
- * Compact numeric storage for live flows. Each flow owns one slot: 30 u64 counters, 16 u32
- * fields and 2 f64 expiry times, kept in chunked typed arrays instead of per-flow objects.
+ * Compact storage for live flows. Each flow owns one slot: 30 u64 counters, 46 u32 words (times,
+ * ports, enums, key, flags, and the intern ids of its strings) and 2 f64 expiry times, kept in
+ * chunked typed arrays; a flow has no JS object of its own, the slot number is its handle.
  * Why: a million flows with 30 bigint properties each would cost several KB per flow on the JS
- * heap; here a slot costs 240 + 96 + 16 bytes and no GC tracing. Chunks are never moved
+ * heap, and even a small object with one property per string costs 8 bytes a property plus
+ * its header; here a slot costs 240 + 184 + 16 bytes and no GC tracing. Chunks are never moved
  * (no copy on growth); freed slots are zeroed and reused.
  */
 
@@ -15,11 +17,13 @@ const CHUNK_MASK = CHUNK_SLOTS - 1;
 /** u64 values per slot. */
 export const U64_PER_SLOT = 30;
 /** u32 values per slot. */
-export const U32_PER_SLOT = 24;
+export const U32_PER_SLOT = 46;
 
 /**
  * Fixed u32 positions shared by the core and the flow table. 0-13 are the core's numeric
- * fields; the flow key lives in 5-7 (protocol, ports), 15 (family) and 16-23 (addresses).
+ * fields; the flow key lives in 5-7 (protocol, ports), 15 (family) and 16-23 (addresses);
+ * 24-29 are the flow's bookkeeping and optional strings, 30-45 its string fields (intern ids,
+ * see intern.ts; the field table in layout.ts says which IE each one holds).
  */
 export const U32 = {
   START: 0,
@@ -44,6 +48,35 @@ export const U32 = {
   SRC: 16,
   /** Destination address, same encoding. */
   DST: 20,
+  /** `FL_*` bits (layout.ts). */
+  FLAGS: 24,
+  /** Not-ready expiries so far. */
+  RETRIES: 25,
+  /** Intern id of destinationClusterIPv4, canonical; NO_TEXT when the Agent did not send it. */
+  CLUSTER_V4: 26,
+  /** Intern id of destinationClusterIPv6, same rule. */
+  CLUSTER_V6: 27,
+  /** Intern id of the sourcePodLabels JSON once filled (labels enabled); NO_TEXT before. */
+  SRC_LABELS: 28,
+  /** Intern id of the destinationPodLabels JSON, same rule. */
+  DST_LABELS: 29,
+  /** Intern ids of the string fields (layout.ts FIELDS rows of kind `str`). */
+  SRC_POD: 30,
+  SRC_NS: 31,
+  SRC_NODE: 32,
+  DST_POD: 33,
+  DST_NS: 34,
+  DST_NODE: 35,
+  SVC_PORT_NAME: 36,
+  ING_NAME: 37,
+  ING_NS: 38,
+  ING_RULE: 39,
+  EG_NAME: 40,
+  EG_NS: 41,
+  EG_RULE: 42,
+  TCP_STATE: 43,
+  EGRESS_NAME: 44,
+  EGRESS_IP: 45,
 } as const;
 /** f64 values per slot. */
 export const F64_PER_SLOT = 2;
@@ -64,10 +97,14 @@ export class SlotStore {
     return this.#used;
   }
 
+  /** One past the highest slot ever handed out (since the last clear): live slots are below. */
+  get end(): number {
+    return this.#next;
+  }
+
   /** Bytes of typed-array memory reserved (outside the JS heap). */
   get reservedBytes(): number {
-    return this.#u64.length * CHUNK_SLOTS *
-      (U64_PER_SLOT * 8 + U32_PER_SLOT * 4 + F64_PER_SLOT * 8);
+    return this.#u64.length * CHUNK_SLOTS * SLOT_BYTES;
   }
 
   /** Allocates a zeroed slot. */

@@ -8,7 +8,7 @@ import type { AggregatedRecord, ExportedFlow, FlowKey } from "./record.ts";
 import { encodePodLabels } from "./correlation.ts";
 import { FIELD_CODE } from "./field_code.ts";
 import { formatIPv4Word, formatIPv6Words } from "./flow_key.ts";
-import { FL_CORR_FILLED, FL_EXT_FILLED, FL_IPV4, FL_UPDATED, type Flow } from "./layout.ts";
+import { FL_CORR_FILLED, FL_EXT_FILLED, FL_IPV4, FL_UPDATED } from "./layout.ts";
 import { U32, u32Base, u64Base } from "./slot_store.ts";
 import { type CoreState, log } from "./state.ts";
 
@@ -78,15 +78,16 @@ const addrs = { v4: true, src: "", dst: "" };
  * Builds an own copy of the flow as exporters and the query API see it; without `text`, its
  * key address fields are `""` (see {@linkcode ExportHooks.addressText}).
  */
-export function snapshot(s: CoreState, f: Flow, text = true): AggregatedRecord {
-  const slot = f.slot;
-  addrs.v4 = (f.flags & FL_IPV4) !== 0;
+export function snapshot(s: CoreState, slot: number, text = true): AggregatedRecord {
+  const u32 = s.store.u32(slot);
+  const ub = u32Base(slot);
+  addrs.v4 = (u32[ub + U32.FLAGS] & FL_IPV4) !== 0;
   addrs.src = text ? addressText(s, slot, U32.SRC) : "";
   addrs.dst = text ? addressText(s, slot, U32.DST) : "";
   return FIELD_CODE.snapshot(
-    f,
-    s.store.u32(slot),
-    u32Base(slot),
+    s.intern,
+    u32,
+    ub,
     s.store.u64(slot),
     u64Base(slot),
     addrs,
@@ -107,19 +108,22 @@ export interface EmitOptions {
  */
 export function emitOne(
   s: CoreState,
-  flow: Flow,
+  slot: number,
   emit: (f: ExportedFlow) => void,
   opts: EmitOptions,
 ): boolean {
-  fill(s, flow, opts.hooks);
-  const record = snapshot(s, flow, opts.hooks?.addressText !== false);
-  const updated = (flow.flags & FL_UPDATED) !== 0;
-  flow.flags &= ~FL_UPDATED;
+  fill(s, slot, opts.hooks);
+  const record = snapshot(s, slot, opts.hooks?.addressText !== false);
+  const u32 = s.store.u32(slot);
+  const ub = u32Base(slot);
+  const flags = u32[ub + U32.FLAGS];
+  const updated = (flags & FL_UPDATED) !== 0;
+  u32[ub + U32.FLAGS] = flags & ~FL_UPDATED;
   // The key's addresses are the text the snapshot just formatted (not formatted twice).
-  const v4 = (flow.flags & FL_IPV4) !== 0;
+  const v4 = (flags & FL_IPV4) !== 0;
   const key = flowKeyOf(
     s,
-    flow.slot,
+    slot,
     (v4 ? record.sourceIPv4Address : record.sourceIPv6Address) as string,
     (v4 ? record.destinationIPv4Address : record.destinationIPv6Address) as string,
   );
@@ -128,8 +132,8 @@ export function emitOne(
     record,
     isIPv6: !v4,
     uncorrelated: opts.uncorrelated,
-    addressWords: s.store.u32(flow.slot),
-    addressAt: u32Base(flow.slot) + U32.SRC,
+    addressWords: u32,
+    addressAt: ub + U32.SRC,
   };
   try {
     emit(ev);
@@ -147,43 +151,50 @@ export function emitOne(
 }
 
 /** §6.5/§6.6: fills Pod metadata and labels once per flow, through the hooks. */
-function fill(s: CoreState, flow: Flow, hooks: ExportHooks | undefined): void {
+function fill(s: CoreState, slot: number, hooks: ExportHooks | undefined): void {
   const lookup = hooks?.lookupPod;
   if (lookup === undefined) return;
-  const start = s.store.u32(flow.slot)[u32Base(flow.slot) + U32.START];
+  const u = s.store.u32(slot);
+  const b = u32Base(slot);
+  const start = u[b + U32.START];
   const I = s.intern;
-  if ((flow.flags & FL_CORR_FILLED) === 0) {
+  /** Replaces the string whose id is in word `at` by `text`. */
+  const set = (at: number, text: string): void => {
+    u[b + at] = I.replace(u[b + at], text);
+  };
+  const empty = (at: number): boolean => I.text(u[b + at]) === "";
+  if ((u[b + U32.FLAGS] & FL_CORR_FILLED) === 0) {
     // Strings from the Pod store are charged like the others (held bytes) but never refused:
     // they come from the cluster, not the wire, and one Pod's are shared by its flows.
-    const src = flow.sourcePodName === "" ? podAt(s, lookup, flow.slot, U32.SRC) : undefined;
+    const src = empty(U32.SRC_POD) ? podAt(s, lookup, slot, U32.SRC) : undefined;
     if (src !== undefined) {
-      flow.sourcePodName = I.replace(flow.sourcePodName, src.name);
-      flow.sourcePodNamespace = I.replace(flow.sourcePodNamespace, src.namespace);
-      flow.sourceNodeName = I.replace(flow.sourceNodeName, src.nodeName);
+      set(U32.SRC_POD, src.name);
+      set(U32.SRC_NS, src.namespace);
+      set(U32.SRC_NODE, src.nodeName);
     }
-    const dst = flow.destinationPodName === "" ? podAt(s, lookup, flow.slot, U32.DST) : undefined;
+    const dst = empty(U32.DST_POD) ? podAt(s, lookup, slot, U32.DST) : undefined;
     if (dst !== undefined) {
-      flow.destinationPodName = I.replace(flow.destinationPodName, dst.name);
-      flow.destinationPodNamespace = I.replace(flow.destinationPodNamespace, dst.namespace);
-      flow.destinationNodeName = I.replace(flow.destinationNodeName, dst.nodeName);
+      set(U32.DST_POD, dst.name);
+      set(U32.DST_NS, dst.namespace);
+      set(U32.DST_NODE, dst.nodeName);
     }
     // Set even after a miss, as v1.13 does (L16 kept): the flag means "tried".
-    flow.flags |= FL_CORR_FILLED;
+    u[b + U32.FLAGS] |= FL_CORR_FILLED;
   }
-  if (s.includePodLabels && (flow.flags & FL_EXT_FILLED) === 0) {
-    flow.srcLabels = I.replace(
-      flow.srcLabels,
-      flow.sourcePodName !== "" && flow.sourcePodNamespace !== ""
-        ? labels(s, lookup, addressText(s, flow.slot, U32.SRC), start)
+  if (s.includePodLabels && (u[b + U32.FLAGS] & FL_EXT_FILLED) === 0) {
+    set(
+      U32.SRC_LABELS,
+      !empty(U32.SRC_POD) && !empty(U32.SRC_NS)
+        ? labels(s, lookup, addressText(s, slot, U32.SRC), start)
         : "",
     );
-    flow.dstLabels = I.replace(
-      flow.dstLabels,
-      flow.destinationPodName !== "" && flow.destinationPodNamespace !== ""
-        ? labels(s, lookup, addressText(s, flow.slot, U32.DST), start)
+    set(
+      U32.DST_LABELS,
+      !empty(U32.DST_POD) && !empty(U32.DST_NS)
+        ? labels(s, lookup, addressText(s, slot, U32.DST), start)
         : "",
     );
-    flow.flags |= FL_EXT_FILLED;
+    u[b + U32.FLAGS] |= FL_EXT_FILLED;
   }
 }
 

@@ -1,18 +1,18 @@
 /**
  * The state of one aggregation core, shared by the modules that act on it (ingest, statistics,
- * expiry, snapshot, query): options, the slot store, the flow table, the flow object of each
- * slot, the expiry queue, the intern table and the counters. Internal: `AggregationCore`
+ * expiry, snapshot, query): options, the slot store (a flow is its slot), the flow table, the
+ * expiry queue, the intern table and the counters. Internal: `AggregationCore`
  * (core.ts) owns one and is the public face; nothing here is exported from `mod.ts`.
  */
 
 import type { Clock } from "../clock.ts";
 import { type Logger, logger, RateLimitedLog } from "../log.ts";
 import { CoreCounters, type RejectReason } from "./counters.ts";
-import { ExpiryHeap } from "./expiry_heap.ts";
+import { IndexHeap } from "./expiry_heap.ts";
 import { FlowTable, KEY_WORDS } from "./flow_table.ts";
 import { Interner } from "./intern.ts";
-import { type Flow, FLOW_FIXED_BYTES } from "./layout.ts";
-import { SlotStore } from "./slot_store.ts";
+import { FLOW_FIXED_BYTES } from "./layout.ts";
+import { SlotStore, U32, u32Base } from "./slot_store.ts";
 
 /** The aggregation logger. */
 export const log: Logger = logger("aggregation");
@@ -70,12 +70,10 @@ export class CoreState {
   readonly store: SlotStore = new SlotStore();
   /** 5-tuple → slot. */
   readonly table: FlowTable = new FlowTable(this.store);
-  /** Flow object of each slot (undefined for free slots). */
-  bySlot: (Flow | undefined)[] = [];
   /** Probe key scratch, reused by every record. */
   readonly key: Uint32Array = new Uint32Array(KEY_WORDS);
-  /** Expiry queue of every live flow. */
-  readonly heap: ExpiryHeap<Flow> = new ExpiryHeap<Flow>();
+  /** Expiry queue of every live flow's slot. */
+  readonly heap: IndexHeap = new IndexHeap();
   /** Shared copies of the flows' strings. */
   readonly intern: Interner = new Interner();
   /** Rate limit of the per-record warnings. */
@@ -104,6 +102,11 @@ export class CoreState {
    */
   heldBytes(): number {
     return this.table.size * FLOW_FIXED_BYTES + this.intern.bytes;
+  }
+
+  /** True when `slot` holds a live flow (its key's family word is set; free slots are zeroed). */
+  live(slot: number): boolean {
+    return this.store.u32(slot)[u32Base(slot) + U32.FAMILY] !== 0;
   }
 
   /** True when adding `bytes` to the held flows would exceed `maxFlowBytes`. */

@@ -7,24 +7,30 @@ import {
   touch,
 } from "../../src/aggregation/expiry.ts";
 import { FIELD_CODE } from "../../src/aggregation/field_code.ts";
+import { hashKey, KEY_WORDS } from "../../src/aggregation/flow_table.ts";
 import { FL_READY, T_ACTIVE, T_INACTIVE } from "../../src/aggregation/layout.ts";
-import { f64Base, u32Base } from "../../src/aggregation/slot_store.ts";
+import { f64Base, U32, u32Base } from "../../src/aggregation/slot_store.ts";
 import { collector, newState, s1 } from "./fixtures.ts";
 
-function addFlow(s: ReturnType<typeof newState>["s"], flags: number) {
+/** A flow of key 10.0.0.1 -> 10.0.0.2 with `flags`, queued; returns its slot. */
+function addFlow(s: ReturnType<typeof newState>["s"], flags: number): number {
   const slot = s.store.alloc();
-  const flow = FIELD_CODE.create(s1(), s.intern, s.store.u32(slot), u32Base(slot), slot, flags);
-  s.bySlot[slot] = flow;
-  scheduleNew(s, flow);
-  return flow;
+  const u32 = s.store.u32(slot);
+  FIELD_CODE.create(s1(), s.intern, u32, u32Base(slot));
+  u32[u32Base(slot) + U32.FLAGS] = flags;
+  const k = new Uint32Array(KEY_WORDS);
+  k.set([0x0a000001, 0, 0, 0, 0x0a000002, 0, 0, 0, 6, 1234, 5678, 4]);
+  s.table.insert(slot, k, hashKey(k));
+  scheduleNew(s, slot);
+  return slot;
 }
 
 Deno.test("scheduleNew sets both expiry times from now; touch moves only the inactive one", () => {
   const { s, clock } = newState();
   clock.advance(1000);
   const flow = addFlow(s, FL_READY);
-  const f64 = s.store.f64(flow.slot);
-  const fb = f64Base(flow.slot);
+  const f64 = s.store.f64(flow);
+  const fb = f64Base(flow);
   assert.deepEqual([f64[fb + T_ACTIVE], f64[fb + T_INACTIVE]], [61_000, 91_000]);
   clock.advance(5000);
   touch(s, flow);

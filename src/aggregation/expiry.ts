@@ -7,7 +7,7 @@
 
 import type { ExportedFlow } from "./record.ts";
 import { FIELD_CODE } from "./field_code.ts";
-import { FL_READY, T_ACTIVE, T_INACTIVE } from "./layout.ts";
+import { FL_READY, MAX_RETRIES, RETRY_SHIFT, T_ACTIVE, T_INACTIVE } from "./layout.ts";
 import { f64Base, U32, u32Base, u64Base } from "./slot_store.ts";
 import type { CoreState } from "./state.ts";
 import { resetDeltas } from "./flow_stats.ts";
@@ -56,8 +56,11 @@ export function expire(
     const fb = f64Base(slot);
     const u32 = s.store.u32(slot);
     const ub = u32Base(slot);
-    if ((u32[ub + U32.FLAGS] & FL_READY) === 0) {
-      const retries = ++u32[ub + U32.RETRIES];
+    const flags = u32[ub + U32.FLAGS];
+    if ((flags & FL_READY) === 0) {
+      const retries = (flags >>> RETRY_SHIFT) + 1;
+      // Saturates (far beyond any useful maxRetries) rather than overflowing into the flags.
+      if (retries <= MAX_RETRIES) u32[ub + U32.FLAGS] = flags + (1 << RETRY_SHIFT);
       if (retries > s.maxRetries) {
         if (s.dropUncorrelated) {
           s.counters.uncorrelatedDropped++;

@@ -75,22 +75,36 @@ export interface FieldCode {
 
 const IDENT = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
 
+/** The bits of its word a row uses: all 32 unless a `u32` row names `shift` and `bits`. */
+function rowBits(f: FieldRow): number {
+  if (f.kind !== "u32" || f.bits === undefined) return 0xffffffff;
+  const shift = f.shift ?? 0;
+  if (!Number.isInteger(shift) || !Number.isInteger(f.bits) || shift < 0 || f.bits < 1) return 0;
+  if (shift + f.bits > 32) return 0;
+  return (f.bits === 32 ? 0xffffffff : ((1 << f.bits) - 1) << shift) >>> 0;
+}
+
 /**
  * Compiles the create/correlate/snapshot functions of `fields`. Throws when a name is not a
- * plain identifier, a slot word is not a non-negative integer or two rows share a slot word.
+ * plain identifier, a slot word or bit range is not valid or two rows share slot bits.
  */
 export function compileFieldCode(fields: readonly FieldRow[]): FieldCode {
   const seen = new Set<string>();
+  const used = new Map<string, number>();
   for (const f of fields) {
     if (!IDENT.test(f.ie)) throw new Error(`aggregation: field name ${f.ie}: not an identifier`);
     if (seen.has(f.ie)) throw new Error(`aggregation: field ${f.ie} listed twice`);
     seen.add(f.ie);
-    if (!Number.isInteger(f.at) || f.at < 0) {
+    const bits = rowBits(f);
+    if (!Number.isInteger(f.at) || f.at < 0 || bits === 0) {
       throw new Error(`aggregation: field ${f.ie}: bad slot word ${f.at}`);
     }
     const where = `${f.kind === "u64" ? "u64" : "u32"}[${f.at}]`;
-    if (seen.has(where)) throw new Error(`aggregation: field ${f.ie}: ${where} already used`);
-    seen.add(where);
+    const had = used.get(where) ?? 0;
+    if ((had & bits) !== 0) {
+      throw new Error(`aggregation: field ${f.ie}: ${where} already used`);
+    }
+    used.set(where, (had | bits) >>> 0);
   }
   const create: string[] = [];
   const correlate: string[] = [];
@@ -117,7 +131,11 @@ export function compileFieldCode(fields: readonly FieldRow[]): FieldCode {
         snap.push(`${f.ie}: u32[ub + ${f.at}],`);
         break;
       case "u32":
-        snap.push(`${f.ie}: u32[ub + ${f.at}],`);
+        snap.push(
+          f.bits === undefined || f.bits === 32
+            ? `${f.ie}: u32[ub + ${f.at}],`
+            : `${f.ie}: (u32[ub + ${f.at}] >>> ${f.shift ?? 0}) & ${2 ** f.bits - 1},`,
+        );
         break;
       case "u64":
         snap.push(`${f.ie}: u[b + ${f.at}],`);

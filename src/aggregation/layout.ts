@@ -13,7 +13,7 @@
  */
 
 import type { AggregatedRecord, FlowInput } from "./record.ts";
-import { SLOT_BYTES, U32 } from "./slot_store.ts";
+import { SLOT_BYTES, SPORT_SHIFT, U32 } from "./slot_store.ts";
 
 // u64 layout of a slot. The 8 common Stats counters in the spec's list order, then the same 8
 // FromSourceNode, the same 8 FromDestinationNode, then the 6 throughputs.
@@ -81,6 +81,17 @@ export const FL_FIRST_S = 64;
 /** Flow flag: the flow's first record came from the destination Node (§1.4 `fromDestination`). */
 export const FL_FIRST_D = 128;
 
+/**
+ * Shift of the not-ready expiry count in the flags word ({@linkcode U32}.FLAGS): the `FL_*`
+ * bits use 0-7.
+ */
+export const RETRY_SHIFT = 8;
+/**
+ * Most not-ready expiries counted; the count then stays there. A `maxRetries` at or above it
+ * never gives up (2^24 expiries of the active timeout: years).
+ */
+export const MAX_RETRIES: number = 2 ** (32 - RETRY_SHIFT) - 1;
+
 /** flowEndReason value of an ended flow (kept once seen). */
 export const END_OF_FLOW = 3;
 
@@ -92,12 +103,20 @@ type InBoth = keyof AggregatedRecord & keyof FlowInput;
  *   at creation, and by correlation (§1.5) when `correlate` and the record's value is not empty.
  * - `num`: u32 slot word `at`, set from the record at creation (absent reads 0), and by
  *   correlation when `correlate` and the record's value is not 0.
- * - `u32` / `u64`: slot word `at`, written by ingestion or the statistics; only read here.
+ * - `u32` / `u64`: slot word `at`, written by ingestion or the statistics; only read here. A
+ *   `u32` row with `bits` reads that many bits from bit `shift` of a word it shares.
  */
 export type FieldRow =
   | { readonly ie: InBoth; readonly kind: "str"; readonly at: number; readonly correlate: boolean }
   | { readonly ie: InBoth; readonly kind: "num"; readonly at: number; readonly correlate: boolean }
-  | { readonly ie: keyof AggregatedRecord; readonly kind: "u32" | "u64"; readonly at: number };
+  | {
+    readonly ie: keyof AggregatedRecord;
+    readonly kind: "u32";
+    readonly at: number;
+    readonly shift?: number;
+    readonly bits?: number;
+  }
+  | { readonly ie: keyof AggregatedRecord; readonly kind: "u64"; readonly at: number };
 
 /** The 8 Stats counters (§3.2), in the export template's order. */
 const COUNTER_ROWS = [
@@ -184,9 +203,9 @@ export const FIELDS = [
   { ie: "flowStartSeconds", kind: "u32", at: U32.START },
   { ie: "flowEndSeconds", kind: "u32", at: U32.END },
   { ie: "flowEndReason", kind: "num", at: U32.REASON, correlate: false },
-  { ie: "sourceTransportPort", kind: "u32", at: U32.SPORT },
-  { ie: "destinationTransportPort", kind: "u32", at: U32.DPORT },
-  { ie: "protocolIdentifier", kind: "u32", at: U32.PROTO },
+  { ie: "sourceTransportPort", kind: "u32", at: U32.PORTS, shift: SPORT_SHIFT, bits: 16 },
+  { ie: "destinationTransportPort", kind: "u32", at: U32.PORTS, shift: 0, bits: 16 },
+  { ie: "protocolIdentifier", kind: "u32", at: U32.PROTO, shift: 0, bits: 8 },
   ...COUNTER_ROWS,
   ...podRows("source", U32.SRC_POD),
   ...podRows("destination", U32.DST_POD),
@@ -209,7 +228,7 @@ export const FIELDS = [
  * typed-array words and its share of the index structures (flow table at a load of 1/4 or
  * more, expiry heap item, priority and position, chunk slack, the intern table's fixed arrays
  * spread: 56 bytes). Derived from the layout, so adding a field updates it. Checked against
- * `scripts/bench/memory.ts`: 496 charged, 496 measured (heap + external after GC, 100k
+ * `scripts/bench/memory.ts`: 480 charged, 480 measured (heap + external after GC, 100k
  * correlated flows).
  */
 export const FLOW_FIXED_BYTES: number = SLOT_BYTES + 56;

@@ -12,10 +12,11 @@ import {
   FL_EXT_FILLED,
   FL_IPV4,
   FL_READY,
+  RETRY_SHIFT,
   T_ACTIVE,
   T_INACTIVE,
 } from "./layout.ts";
-import { f64Base, U32, u32Base } from "./slot_store.ts";
+import { f64Base, SPORT_SHIFT, U32, u32Base } from "./slot_store.ts";
 import { addressText, snapshot } from "./snapshot.ts";
 import type { CoreState } from "./state.ts";
 import { isUint } from "./values.ts";
@@ -73,9 +74,9 @@ export function query(
     if (!s.live(slot)) continue;
     const u32 = s.store.u32(slot);
     const ub = u32Base(slot);
-    if (proto !== 0 && u32[ub + U32.PROTO] !== proto) continue;
-    if (sport !== 0 && u32[ub + U32.SPORT] !== sport) continue;
-    if (dport !== 0 && u32[ub + U32.DPORT] !== dport) continue;
+    if (proto !== 0 && (u32[ub + U32.PROTO] & 0xff) !== proto) continue;
+    if (sport !== 0 && u32[ub + U32.PORTS] >>> SPORT_SHIFT !== sport) continue;
+    if (dport !== 0 && (u32[ub + U32.PORTS] & 0xffff) !== dport) continue;
     if (src !== "" && addressText(s, slot, U32.SRC) !== src) continue;
     if (dst !== "" && addressText(s, slot, U32.DST) !== dst) continue;
     out.push(snapshot(s, slot));
@@ -103,7 +104,7 @@ export function entryState(s: CoreState, key: FlowKey): FlowEntryState | undefin
   const flags = u32[u32Base(f) + U32.FLAGS];
   return {
     readyToSend: (flags & FL_READY) !== 0,
-    retries: u32[u32Base(f) + U32.RETRIES],
+    retries: flags >>> RETRY_SHIFT,
     correlatedFieldsFilled: (flags & FL_CORR_FILLED) !== 0,
     externalFieldsFilled: (flags & FL_EXT_FILLED) !== 0,
     isIPv4: (flags & FL_IPV4) !== 0,

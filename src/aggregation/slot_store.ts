@@ -1,10 +1,10 @@
 /**
- * Compact storage for live flows. Each flow owns one slot: 30 u64 counters, 46 u32 words (times,
+ * Compact storage for live flows. Each flow owns one slot: 30 u64 counters, 42 u32 words (times,
  * ports, enums, key, flags, and the intern ids of its strings) and 2 f64 expiry times, kept in
  * chunked typed arrays; a flow has no JS object of its own, the slot number is its handle.
  * Why: a million flows with 30 bigint properties each would cost several KB per flow on the JS
  * heap, and even a small object with one property per string costs 8 bytes a property plus
- * its header; here a slot costs 240 + 184 + 16 bytes and no GC tracing. Chunks are never moved
+ * its header; here a slot costs 240 + 168 + 16 bytes and no GC tracing. Chunks are never moved
  * (no copy on growth); freed slots are zeroed and reused.
  */
 
@@ -17,13 +17,15 @@ const CHUNK_MASK = CHUNK_SLOTS - 1;
 /** u64 values per slot. */
 export const U64_PER_SLOT = 30;
 /** u32 values per slot. */
-export const U32_PER_SLOT = 46;
+export const U32_PER_SLOT = 42;
 
 /**
- * Fixed u32 positions shared by the core and the flow table. 0-13 are the core's numeric
- * fields; the flow key lives in 5-7 (protocol, ports), 15 (family) and 16-23 (addresses);
- * 24-29 are the flow's bookkeeping and optional strings, 30-45 its string fields (intern ids,
- * see intern.ts; the field table in layout.ts says which IE each one holds).
+ * Fixed u32 positions shared by the core and the flow table. 0-12 are the core's numeric
+ * fields and flags; the flow key lives in 5 (protocol and family), 6 (ports) and 14-21
+ * (addresses); 22-25 are the flow's optional strings and 26-41 its string fields (intern ids,
+ * see intern.ts; the field table in layout.ts says which IE each one holds). Small values
+ * share a word (see the `*_SHIFT` constants), which the u32 rows of the field table read
+ * through their `shift`/`bits`.
  */
 export const U32 = {
   START: 0,
@@ -31,53 +33,52 @@ export const U32 = {
   END_S: 2,
   END_D: 3,
   REASON: 4,
+  /** protocolIdentifier in bits 0-7, the key's family (4 or 6) from {@linkcode FAMILY_SHIFT}. */
   PROTO: 5,
-  SPORT: 6,
-  DPORT: 7,
-  TYPE: 8,
-  SVC_PORT: 9,
-  ING_TYPE: 10,
-  ING_ACT: 11,
-  EG_TYPE: 12,
-  EG_ACT: 13,
-  /** Hash of the key, so the table can relocate entries without recomputing it. */
-  HASH: 14,
-  /** 4 or 6: which address IEs the key came from. */
-  FAMILY: 15,
+  /** sourceTransportPort from {@linkcode SPORT_SHIFT}, destinationTransportPort in bits 0-15. */
+  PORTS: 6,
+  TYPE: 7,
+  SVC_PORT: 8,
+  ING_TYPE: 9,
+  ING_ACT: 10,
+  EG_TYPE: 11,
+  EG_ACT: 12,
+  /** `FL_*` bits (layout.ts) in bits 0-7, the not-ready expiries so far from `RETRY_SHIFT`. */
+  FLAGS: 13,
   /** Source address: 1 word for IPv4, 4 words (big-endian) for IPv6. */
-  SRC: 16,
+  SRC: 14,
   /** Destination address, same encoding. */
-  DST: 20,
-  /** `FL_*` bits (layout.ts). */
-  FLAGS: 24,
-  /** Not-ready expiries so far. */
-  RETRIES: 25,
+  DST: 18,
   /** Intern id of destinationClusterIPv4, canonical; NO_TEXT when the Agent did not send it. */
-  CLUSTER_V4: 26,
+  CLUSTER_V4: 22,
   /** Intern id of destinationClusterIPv6, same rule. */
-  CLUSTER_V6: 27,
+  CLUSTER_V6: 23,
   /** Intern id of the sourcePodLabels JSON once filled (labels enabled); NO_TEXT before. */
-  SRC_LABELS: 28,
+  SRC_LABELS: 24,
   /** Intern id of the destinationPodLabels JSON, same rule. */
-  DST_LABELS: 29,
+  DST_LABELS: 25,
   /** Intern ids of the string fields (layout.ts FIELDS rows of kind `str`). */
-  SRC_POD: 30,
-  SRC_NS: 31,
-  SRC_NODE: 32,
-  DST_POD: 33,
-  DST_NS: 34,
-  DST_NODE: 35,
-  SVC_PORT_NAME: 36,
-  ING_NAME: 37,
-  ING_NS: 38,
-  ING_RULE: 39,
-  EG_NAME: 40,
-  EG_NS: 41,
-  EG_RULE: 42,
-  TCP_STATE: 43,
-  EGRESS_NAME: 44,
-  EGRESS_IP: 45,
+  SRC_POD: 26,
+  SRC_NS: 27,
+  SRC_NODE: 28,
+  DST_POD: 29,
+  DST_NS: 30,
+  DST_NODE: 31,
+  SVC_PORT_NAME: 32,
+  ING_NAME: 33,
+  ING_NS: 34,
+  ING_RULE: 35,
+  EG_NAME: 36,
+  EG_NS: 37,
+  EG_RULE: 38,
+  TCP_STATE: 39,
+  EGRESS_NAME: 40,
+  EGRESS_IP: 41,
 } as const;
+/** Shift of the key's family (4 or 6) in the {@linkcode U32}.PROTO word; 0 for a free slot. */
+export const FAMILY_SHIFT = 8;
+/** Shift of the source port in the {@linkcode U32}.PORTS word. */
+export const SPORT_SHIFT = 16;
 /** f64 values per slot. */
 export const F64_PER_SLOT = 2;
 /** Bytes of one slot's typed-array words. */

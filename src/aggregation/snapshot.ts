@@ -9,7 +9,7 @@ import { encodePodLabels } from "./correlation.ts";
 import { FIELD_CODE } from "./field_code.ts";
 import { formatIPv4Word, formatIPv6Words } from "./flow_key.ts";
 import { FL_CORR_FILLED, FL_EXT_FILLED, FL_IPV4, FL_UPDATED } from "./layout.ts";
-import { U32, u32Base, u64Base } from "./slot_store.ts";
+import { FAMILY_SHIFT, SPORT_SHIFT, U32, u32Base, u64Base } from "./slot_store.ts";
 import { type CoreState, log } from "./state.ts";
 
 /** Pod metadata returned by the export loop's Pod store. */
@@ -46,7 +46,7 @@ type Lookup = (ip: string, t: number) => PodInfo | undefined;
 export function addressText(s: CoreState, slot: number, at: number): string {
   const u = s.store.u32(slot);
   const b = u32Base(slot);
-  if (u[b + U32.FAMILY] === 4) return formatIPv4Word(u[b + at]);
+  if (u[b + U32.PROTO] >>> FAMILY_SHIFT === 4) return formatIPv4Word(u[b + at]);
   return formatIPv6Words(u[b + at], u[b + at + 1], u[b + at + 2], u[b + at + 3]);
 }
 
@@ -65,9 +65,9 @@ export function flowKeyOf(
   return {
     sourceAddress: src,
     destinationAddress: dst,
-    protocol: u[b + U32.PROTO],
-    sourcePort: u[b + U32.SPORT],
-    destinationPort: u[b + U32.DPORT],
+    protocol: u[b + U32.PROTO] & 0xff,
+    sourcePort: u[b + U32.PORTS] >>> SPORT_SHIFT,
+    destinationPort: u[b + U32.PORTS] & 0xffff,
   };
 }
 

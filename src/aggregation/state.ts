@@ -12,7 +12,7 @@ import { IndexHeap } from "./expiry_heap.ts";
 import { FlowTable, KEY_WORDS } from "./flow_table.ts";
 import { Interner } from "./intern.ts";
 import { FLOW_FIXED_BYTES } from "./layout.ts";
-import { SlotStore, U32, u32Base } from "./slot_store.ts";
+import { FAMILY_SHIFT, SlotStore, U32, u32Base } from "./slot_store.ts";
 
 /** The aggregation logger. */
 export const log: Logger = logger("aggregation");
@@ -104,9 +104,9 @@ export class CoreState {
     return this.table.size * FLOW_FIXED_BYTES + this.intern.bytes;
   }
 
-  /** True when `slot` holds a live flow (its key's family word is set; free slots are zeroed). */
+  /** True when `slot` holds a live flow (its key's family is set; free slots are zeroed). */
   live(slot: number): boolean {
-    return this.store.u32(slot)[u32Base(slot) + U32.FAMILY] !== 0;
+    return this.store.u32(slot)[u32Base(slot) + U32.PROTO] >>> FAMILY_SHIFT !== 0;
   }
 
   /** True when adding `bytes` to the held flows would exceed `maxFlowBytes`. */

@@ -8,7 +8,14 @@ import {
 } from "../../src/aggregation/expiry.ts";
 import { FIELD_CODE } from "../../src/aggregation/field_code.ts";
 import { hashKey, KEY_WORDS } from "../../src/aggregation/flow_table.ts";
-import { FL_READY, T_ACTIVE, T_INACTIVE } from "../../src/aggregation/layout.ts";
+import {
+  FL_IPV4,
+  FL_READY,
+  MAX_RETRIES,
+  RETRY_SHIFT,
+  T_ACTIVE,
+  T_INACTIVE,
+} from "../../src/aggregation/layout.ts";
 import { f64Base, U32, u32Base } from "../../src/aggregation/slot_store.ts";
 import { collector, newState, s1 } from "./fixtures.ts";
 
@@ -61,4 +68,22 @@ Deno.test("a not-ready flow is re-queued, not exported, until it runs out of ret
   assert.equal(out[0].uncorrelated, true);
   assert.equal(s.heap.size, 0);
   assert.equal(s.counters.flowsDeleted, 1);
+});
+
+Deno.test("the not-ready count shares the flags word: counted above the flags, saturated", () => {
+  const { s, clock } = newState({ maxRetries: Infinity });
+  const slot = addFlow(s, FL_IPV4);
+  const flags = () => s.store.u32(slot)[u32Base(slot) + U32.FLAGS];
+  const { emit } = collector();
+  clock.advance(60_000);
+  expire(s, emit);
+  assert.equal(flags(), FL_IPV4 | (1 << RETRY_SHIFT));
+  s.store.u32(slot)[u32Base(slot) + U32.FLAGS] = FL_IPV4 | ((MAX_RETRIES - 1) << RETRY_SHIFT);
+  for (let i = 0; i < 3; i++) {
+    clock.advance(60_000);
+    expire(s, emit);
+  }
+  assert.equal(flags() >>> RETRY_SHIFT, MAX_RETRIES);
+  assert.equal(flags() & 0xff, FL_IPV4);
+  assert.equal(s.heap.size, 1);
 });

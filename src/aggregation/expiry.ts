@@ -111,6 +111,7 @@ export function flushAll(
   s.table.clear();
   s.heap.clear();
   s.store.clear();
+  for (const g of s.groups) g.clear();
   s.intern.clear();
   return n;
 }
@@ -135,7 +136,7 @@ function deleteFlow(s: CoreState, slot: number): void {
   const I = s.intern;
   const u32 = s.store.u32(slot);
   const ub = u32Base(slot);
-  FIELD_CODE.release(I, u32, ub);
+  FIELD_CODE.release(I, s.groups, u32, ub);
   I.unref(u32[ub + U32.CLUSTER_V4]);
   I.unref(u32[ub + U32.CLUSTER_V6]);
   I.unref(u32[ub + U32.SRC_LABELS]);

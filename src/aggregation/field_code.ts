@@ -7,35 +7,51 @@
  * code with every property name and slot index a constant.
  *
  * A flow has no object of its own: its strings are intern ids in u32 words of its slot
- * (`str` rows), so the generated code reads and writes slot words only.
+ * (`str` rows), and grouped fields are words of an interned tuple (tuples.ts) whose id is a
+ * slot word, so the generated code reads and writes slot and tuple words only.
  */
 
 import type { AggregatedRecord, FlowInput } from "./record.ts";
-import { type FieldRow, FIELDS } from "./layout.ts";
+import { type FieldGroup, type FieldRow, FIELDS, GROUPS } from "./layout.ts";
 import { type Interner, maxStringBytes } from "./intern.ts";
+import { tupleBytes, TupleTable } from "./tuples.ts";
 import { U32 } from "./slot_store.ts";
 import { num } from "./values.ts";
 
 /**
- * Fills the words of a new slot from `r`: the `str` fields' intern ids (references taken) and
- * the `num` fields, at `u32[ub + at]`. Positional arguments: this runs once per new flow.
+ * Fills the words of a new slot from `r`: the `str` fields' intern ids (references taken), the
+ * `num` fields, at `u32[ub + at]`, and each group's tuple id (a reference taken; `groups` are
+ * the tables of {@linkcode FieldCode.newGroupTables}). Positional arguments: this runs once per
+ * new flow.
  */
-export type CreateFlow = (r: FlowInput, intern: Interner, u32: Uint32Array, ub: number) => void;
+export type CreateFlow = (
+  r: FlowInput,
+  intern: Interner,
+  groups: readonly TupleTable[],
+  u32: Uint32Array,
+  ub: number,
+) => void;
 
 /** §1.5: copies every correlate field of `r` that is set (non-empty, non-zero) into the slot. */
 export type CorrelateFlow = (
   r: FlowInput,
   intern: Interner,
+  groups: readonly TupleTable[],
   u32: Uint32Array,
   ub: number,
 ) => void;
 
-/** Gives back the slot's references to its `str` fields' interned strings (flow deleted). */
-export type ReleaseFlow = (intern: Interner, u32: Uint32Array, ub: number) => void;
+/** Gives back the slot's references to its strings and tuples (flow deleted). */
+export type ReleaseFlow = (
+  intern: Interner,
+  groups: readonly TupleTable[],
+  u32: Uint32Array,
+  ub: number,
+) => void;
 
 /**
- * An upper bound of the bytes the `str` fields of `r` can add to the intern table (see
- * `maxStringBytes`): over every `str` field (a new flow) or the correlate ones (§1.5).
+ * An upper bound of the bytes the fields of `r` can add to the intern and tuple tables (see
+ * `maxStringBytes`, `tupleBytes`): over every field (a new flow) or the correlate ones (§1.5).
  */
 export type StringBound = (r: FlowInput) => number;
 
@@ -48,6 +64,7 @@ export type StringBound = (r: FlowInput) => number;
  */
 export type SnapshotFlow = (
   intern: Interner,
+  groups: readonly TupleTable[],
   u32: Uint32Array,
   ub: number,
   u64: BigUint64Array,
@@ -65,6 +82,8 @@ export interface FieldCode {
   readonly snapshot: SnapshotFlow;
   /** See {@linkcode ReleaseFlow}. */
   readonly release: ReleaseFlow;
+  /** One empty tuple table per group, over `intern` (a core's, see {@linkcode CreateFlow}). */
+  readonly newGroupTables: (intern: Interner) => TupleTable[];
   /** {@linkcode StringBound} over every `str` field: what creating a flow from `r` can add. */
   readonly createBytes: StringBound;
   /** {@linkcode StringBound} over the correlate `str` fields: what correlating `r` can add. */
@@ -84,13 +103,35 @@ function rowBits(f: FieldRow): number {
   return (f.bits === 32 ? 0xffffffff : ((1 << f.bits) - 1) << shift) >>> 0;
 }
 
+/** The group index of a row, or undefined. */
+function groupOf(f: FieldRow): number | undefined {
+  return f.kind === "str" || f.kind === "num" ? f.group : undefined;
+}
+
 /**
- * Compiles the create/correlate/snapshot functions of `fields`. Throws when a name is not a
- * plain identifier, a slot word or bit range is not valid or two rows share slot bits.
+ * Compiles the create/correlate/snapshot functions of `fields` over the field groups `groups`.
+ * Throws when a name is not a plain identifier, a slot word, bit range, group or group position
+ * is not valid, or two rows (or a row and a group's id word) share slot bits.
  */
-export function compileFieldCode(fields: readonly FieldRow[]): FieldCode {
+export function compileFieldCode(
+  fields: readonly FieldRow[],
+  groups: readonly FieldGroup[] = [],
+): FieldCode {
   const seen = new Set<string>();
   const used = new Map<string, number>();
+  const claim = (ie: string, where: string, bits: number): void => {
+    const had = used.get(where) ?? 0;
+    if ((had & bits) !== 0) throw new Error(`aggregation: field ${ie}: ${where} already used`);
+    used.set(where, (had | bits) >>> 0);
+  };
+  for (const g of groups) {
+    if (!Number.isInteger(g.at) || g.at < 0) {
+      throw new Error(`aggregation: group ${g.name}: bad slot word ${g.at}`);
+    }
+    claim(`group ${g.name}`, `u32[${g.at}]`, 0xffffffff);
+  }
+  const width = groups.map(() => 0);
+  const strs: number[][] = groups.map(() => []);
   for (const f of fields) {
     if (!IDENT.test(f.ie)) throw new Error(`aggregation: field name ${f.ie}: not an identifier`);
     if (seen.has(f.ie)) throw new Error(`aggregation: field ${f.ie} listed twice`);
@@ -99,20 +140,27 @@ export function compileFieldCode(fields: readonly FieldRow[]): FieldCode {
     if (!Number.isInteger(f.at) || f.at < 0 || bits === 0) {
       throw new Error(`aggregation: field ${f.ie}: bad slot word ${f.at}`);
     }
-    const where = `${f.kind === "u64" ? "u64" : "u32"}[${f.at}]`;
-    const had = used.get(where) ?? 0;
-    if ((had & bits) !== 0) {
-      throw new Error(`aggregation: field ${f.ie}: ${where} already used`);
+    const g = groupOf(f);
+    if (g !== undefined) {
+      if (!Number.isInteger(g) || g < 0 || g >= groups.length) {
+        throw new Error(`aggregation: field ${f.ie}: no group ${g}`);
+      }
+      claim(f.ie, `${groups[g].name}[${f.at}]`, 0xffffffff);
+      width[g] = Math.max(width[g], f.at + 1);
+      if (f.kind === "str") strs[g].push(f.at);
+      continue;
     }
-    used.set(where, (had | bits) >>> 0);
+    claim(f.ie, `${f.kind === "u64" ? "u64" : "u32"}[${f.at}]`, bits);
   }
   const create: string[] = [];
   const correlate: string[] = [];
+  const snapTmp: string[] = [];
   const snap: string[] = [];
   const release: string[] = [];
   const createBytes: string[] = [];
   const correlateBytes: string[] = [];
   for (const f of fields) {
+    if (groupOf(f) !== undefined) continue;
     const from = `r.${f.ie}`;
     switch (f.kind) {
       case "str":
@@ -142,16 +190,69 @@ export function compileFieldCode(fields: readonly FieldRow[]): FieldCode {
         break;
     }
   }
+  // Each group: its rows fill the group's scratch tuple, whose interned id goes to the slot.
+  groups.forEach((g, gi) => {
+    const rows = fields.filter((f) => groupOf(f) === gi) as Extract<
+      FieldRow,
+      { correlate: boolean }
+    >[];
+    if (rows.length === 0) return;
+    const T = `G${gi}`;
+    const id = `u32[ub + ${g.at}]`;
+    create.push(`W = ${T}.w;`);
+    for (const f of rows) {
+      create.push(`W[${f.at}] = ${f.kind === "str" ? "I.ref" : "num"}(r.${f.ie});`);
+      if (f.kind === "str") createBytes.push(`B(r.${f.ie})`);
+    }
+    create.push(`${id} = ${T}.make();`);
+    const any = rows.map((f) => f.kind === "str" ? `r.${f.ie}` : `num(r.${f.ie}) !== 0`);
+    const TB = tupleBytes(width[gi]);
+    createBytes.push(`(${any.join(" || ")} ? ${TB} : 0)`);
+    const corr = rows.filter((f) => f.correlate);
+    if (corr.length > 0) {
+      const anyCorr = corr.map((f) => f.kind === "str" ? `r.${f.ie}` : `num(r.${f.ie}) !== 0`);
+      correlate.push(`if (${anyCorr.join(" || ")}) {`);
+      correlate.push(`o = ${id}; ${T}.load(o); W = ${T}.w;`);
+      for (const f of corr) {
+        if (f.kind === "str") correlateBytes.push(`B(r.${f.ie})`);
+        correlate.push(
+          f.kind === "str"
+            ? `if (r.${f.ie}) W[${f.at}] = I.replace(W[${f.at}], r.${f.ie});`
+            : `v = num(r.${f.ie}); if (v !== 0) W[${f.at}] = v;`,
+        );
+      }
+      correlate.push(`${id} = ${T}.make(); ${T}.unref(o);`);
+      correlate.push(`}`);
+      correlateBytes.push(`(${anyCorr.join(" || ")} ? ${TB} : 0)`);
+    }
+    snapTmp.push(`const t${gi} = ${id};`);
+    for (const f of rows) {
+      const w = `${T}.word(t${gi}, ${f.at})`;
+      snap.push(`${f.ie}: ${f.kind === "str" ? `I.text(${w})` : w},`);
+    }
+    release.push(`${T}.unref(${id});`);
+  });
+  // Groups are bound once per call: `G0 = G[0]` and so on.
+  const bind = groups.map((_, gi) => `const G${gi} = G[${gi}];`).join(" ");
+  // Snapshot fields keep the table's order: grouped rows were pushed after the others.
+  const order = new Map(fields.map((f, i) => [f.ie as string, i]));
+  const keyOf = (line: string) => order.get(line.slice(0, line.indexOf(":"))) ?? 0;
+  snap.sort((x, y) => keyOf(x) - keyOf(y));
   const source = [
     `"use strict";`,
-    `function create(r, I, u32, ub) {`,
+    `function create(r, I, G, u32, ub) {`,
+    bind,
+    `let W = undefined;`,
     ...create,
     `}`,
-    `function correlate(r, I, u32, ub) {`,
-    `let v = 0;`,
+    `function correlate(r, I, G, u32, ub) {`,
+    bind,
+    `let v = 0; let o = 0; let W = undefined;`,
     ...correlate,
     `}`,
-    `function snapshot(I, u32, ub, u, b, a) {`,
+    `function snapshot(I, G, u32, ub, u, b, a) {`,
+    bind,
+    ...snapTmp,
     `const v4 = a.v4;`,
     `return {`,
     ...snap,
@@ -165,7 +266,8 @@ export function compileFieldCode(fields: readonly FieldRow[]): FieldCode {
     `destinationPodLabels: I.text(u32[ub + ${U32.DST_LABELS}]),`,
     `};`,
     `}`,
-    `function release(I, u32, ub) {`,
+    `function release(I, G, u32, ub) {`,
+    bind,
     ...release,
     `}`,
     `function createBytes(r) {`,
@@ -176,9 +278,14 @@ export function compileFieldCode(fields: readonly FieldRow[]): FieldCode {
     `}`,
     `return { create, correlate, snapshot, release, createBytes, correlateBytes };`,
   ].join("\n");
-  const made = new Function("num", "B", source)(num, maxStringBytes) as Omit<FieldCode, "source">;
-  return { ...made, source };
+  const made = new Function("num", "B", source)(num, maxStringBytes) as Omit<
+    FieldCode,
+    "source" | "newGroupTables"
+  >;
+  const newGroupTables = (intern: Interner): TupleTable[] =>
+    groups.map((_, gi) => new TupleTable(intern, width[gi], strs[gi]));
+  return { ...made, newGroupTables, source };
 }
 
 /** The code of {@linkcode FIELDS}, compiled once. */
-export const FIELD_CODE: FieldCode = compileFieldCode(FIELDS);
+export const FIELD_CODE: FieldCode = compileFieldCode(FIELDS, GROUPS);

@@ -165,7 +165,7 @@ function create(
   const slot = store.alloc();
   const u32 = store.u32(slot);
   const ub = u32Base(slot);
-  FIELD_CODE.create(r, I, u32, ub);
+  FIELD_CODE.create(r, I, s.groups, u32, ub);
   u32[ub + U32.FLAGS] = flags;
   if (r.destinationClusterIPv4 !== undefined) {
     u32[ub + U32.CLUSTER_V4] = I.ref(canonicalAddress(r.destinationClusterIPv4, true) ?? "0.0.0.0");
@@ -253,7 +253,7 @@ function sameNode(r: FlowInput, flags: number): boolean {
 /** §1.5: copies every set correlate field of `r` into the stored flow (words at `ub`). */
 function correlate(s: CoreState, u32: Uint32Array, ub: number, r: FlowInput): void {
   const I = s.intern;
-  FIELD_CODE.correlate(r, I, u32, ub);
+  FIELD_CODE.correlate(r, I, s.groups, u32, ub);
   // A stored record without the IE is skipped (upstream dereferences nil: L14).
   const c4 = u32[ub + U32.CLUSTER_V4];
   if (c4 !== NO_TEXT && r.destinationClusterIPv4 !== undefined) {

@@ -135,6 +135,21 @@ export class Interner {
   }
 
   /**
+   * Takes one more reference to the text of `id` (held: from {@linkcode ref}); returns `id`.
+   * Nothing for {@linkcode NO_TEXT} and {@linkcode EMPTY_TEXT}.
+   */
+  retain(id: number): number {
+    if (id < FIXED_IDS) return id;
+    const slot = id - FIXED_IDS;
+    if (slot < INTERN_SLOTS) {
+      this.#refs[slot]++;
+    } else {
+      this.#over.get(this.#text[id]!)!.refs++;
+    }
+    return id;
+  }
+
+  /**
    * The id of the shared copy of `next`, giving back the reference `prev`. The new reference is
    * taken first, so text equal to `prev`'s stays held.
    */

@@ -1,10 +1,11 @@
 /**
- * Compact storage for live flows. Each flow owns one slot: 30 u64 counters, 42 u32 words (times,
- * ports, enums, key, flags, and the intern ids of its strings) and 2 f64 expiry times, kept in
- * chunked typed arrays; a flow has no JS object of its own, the slot number is its handle.
+ * Compact storage for live flows. Each flow owns one slot: 30 u64 counters, 30 u32 words (times,
+ * ports, enums, key, flags, the intern ids of its strings and the tuple ids of its field
+ * groups) and 2 f64 expiry times, kept in chunked typed arrays; a flow has no JS object of its
+ * own, the slot number is its handle.
  * Why: a million flows with 30 bigint properties each would cost several KB per flow on the JS
  * heap, and even a small object with one property per string costs 8 bytes a property plus
- * its header; here a slot costs 240 + 168 + 16 bytes and no GC tracing. Chunks are never moved
+ * its header; here a slot costs 240 + 120 + 16 bytes and no GC tracing. Chunks are never moved
  * (no copy on growth); freed slots are zeroed and reused.
  */
 
@@ -17,15 +18,15 @@ const CHUNK_MASK = CHUNK_SLOTS - 1;
 /** u64 values per slot. */
 export const U64_PER_SLOT = 30;
 /** u32 values per slot. */
-export const U32_PER_SLOT = 42;
+export const U32_PER_SLOT = 30;
 
 /**
- * Fixed u32 positions shared by the core and the flow table. 0-12 are the core's numeric
- * fields and flags; the flow key lives in 5 (protocol and family), 6 (ports) and 14-21
- * (addresses); 22-25 are the flow's optional strings and 26-41 its string fields (intern ids,
- * see intern.ts; the field table in layout.ts says which IE each one holds). Small values
- * share a word (see the `*_SHIFT` constants), which the u32 rows of the field table read
- * through their `shift`/`bits`.
+ * Fixed u32 positions shared by the core and the flow table. 0-9 are the core's numeric
+ * fields and flags; the flow key lives in 5 (protocol and family), 6 (ports) and 10-17
+ * (addresses); 18-21 are the flow's optional strings, 22-25 the ids of its field groups
+ * (tuples.ts) and 26-29 its other string fields (intern ids, see intern.ts; the field table in
+ * layout.ts says which IE each word or group position holds). Small values share a word (see
+ * the `*_SHIFT` constants), which the u32 rows of the field table read through `shift`/`bits`.
  */
 export const U32 = {
   START: 0,
@@ -39,41 +40,33 @@ export const U32 = {
   PORTS: 6,
   TYPE: 7,
   SVC_PORT: 8,
-  ING_TYPE: 9,
-  ING_ACT: 10,
-  EG_TYPE: 11,
-  EG_ACT: 12,
   /** `FL_*` bits (layout.ts) in bits 0-7, the not-ready expiries so far from `RETRY_SHIFT`. */
-  FLAGS: 13,
+  FLAGS: 9,
   /** Source address: 1 word for IPv4, 4 words (big-endian) for IPv6. */
-  SRC: 14,
+  SRC: 10,
   /** Destination address, same encoding. */
-  DST: 18,
+  DST: 14,
   /** Intern id of destinationClusterIPv4, canonical; NO_TEXT when the Agent did not send it. */
-  CLUSTER_V4: 22,
+  CLUSTER_V4: 18,
   /** Intern id of destinationClusterIPv6, same rule. */
-  CLUSTER_V6: 23,
+  CLUSTER_V6: 19,
   /** Intern id of the sourcePodLabels JSON once filled (labels enabled); NO_TEXT before. */
-  SRC_LABELS: 24,
+  SRC_LABELS: 20,
   /** Intern id of the destinationPodLabels JSON, same rule. */
-  DST_LABELS: 25,
-  /** Intern ids of the string fields (layout.ts FIELDS rows of kind `str`). */
-  SRC_POD: 26,
-  SRC_NS: 27,
-  SRC_NODE: 28,
-  DST_POD: 29,
-  DST_NS: 30,
-  DST_NODE: 31,
-  SVC_PORT_NAME: 32,
-  ING_NAME: 33,
-  ING_NS: 34,
-  ING_RULE: 35,
-  EG_NAME: 36,
-  EG_NS: 37,
-  EG_RULE: 38,
-  TCP_STATE: 39,
-  EGRESS_NAME: 40,
-  EGRESS_IP: 41,
+  DST_LABELS: 21,
+  /** Tuple id of the source Pod's name, namespace and Node (layout.ts GROUPS). */
+  SRC_POD: 22,
+  /** Tuple id of the destination Pod's name, namespace and Node. */
+  DST_POD: 23,
+  /** Tuple id of the ingress network policy's 5 fields. */
+  ING: 24,
+  /** Tuple id of the egress network policy's 5 fields. */
+  EG: 25,
+  /** Intern ids of the other string fields (layout.ts FIELDS rows of kind `str`). */
+  SVC_PORT_NAME: 26,
+  TCP_STATE: 27,
+  EGRESS_NAME: 28,
+  EGRESS_IP: 29,
 } as const;
 /** Shift of the key's family (4 or 6) in the {@linkcode U32}.PROTO word; 0 for a free slot. */
 export const FAMILY_SHIFT = 8;

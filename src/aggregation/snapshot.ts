@@ -8,7 +8,19 @@ import type { AggregatedRecord, ExportedFlow, FlowKey } from "./record.ts";
 import { encodePodLabels } from "./correlation.ts";
 import { FIELD_CODE } from "./field_code.ts";
 import { formatIPv4Word, formatIPv6Words } from "./flow_key.ts";
-import { FL_CORR_FILLED, FL_EXT_FILLED, FL_IPV4, FL_UPDATED } from "./layout.ts";
+import {
+  FL_CORR_FILLED,
+  FL_EXT_FILLED,
+  FL_IPV4,
+  FL_UPDATED,
+  G_DST_POD,
+  G_SRC_POD,
+  GROUPS,
+  POD_NAME,
+  POD_NODE,
+  POD_NS,
+} from "./layout.ts";
+import type { TupleTable } from "./tuples.ts";
 import { FAMILY_SHIFT, SPORT_SHIFT, U32, u32Base, u64Base } from "./slot_store.ts";
 import { type CoreState, log } from "./state.ts";
 
@@ -86,6 +98,7 @@ export function snapshot(s: CoreState, slot: number, text = true): AggregatedRec
   addrs.dst = text ? addressText(s, slot, U32.DST) : "";
   return FIELD_CODE.snapshot(
     s.intern,
+    s.groups,
     u32,
     ub,
     s.store.u64(slot),
@@ -158,44 +171,51 @@ function fill(s: CoreState, slot: number, hooks: ExportHooks | undefined): void 
   const b = u32Base(slot);
   const start = u[b + U32.START];
   const I = s.intern;
-  /** Replaces the string whose id is in word `at` by `text`. */
-  const set = (at: number, text: string): void => {
-    u[b + at] = I.replace(u[b + at], text);
+  const srcPod = s.groups[G_SRC_POD];
+  const dstPod = s.groups[G_DST_POD];
+  /** Word `i` of the source (`src`) or destination Pod group of the flow is `""`. */
+  const empty = (src: boolean, i: number): boolean => {
+    const g = src ? srcPod : dstPod;
+    return I.text(g.word(u[b + GROUPS[src ? G_SRC_POD : G_DST_POD].at], i)) === "";
   };
-  const empty = (at: number): boolean => I.text(u[b + at]) === "";
   if ((u[b + U32.FLAGS] & FL_CORR_FILLED) === 0) {
     // Strings from the Pod store are charged like the others (held bytes) but never refused:
     // they come from the cluster, not the wire, and one Pod's are shared by its flows.
-    const src = empty(U32.SRC_POD) ? podAt(s, lookup, slot, U32.SRC) : undefined;
-    if (src !== undefined) {
-      set(U32.SRC_POD, src.name);
-      set(U32.SRC_NS, src.namespace);
-      set(U32.SRC_NODE, src.nodeName);
-    }
-    const dst = empty(U32.DST_POD) ? podAt(s, lookup, slot, U32.DST) : undefined;
-    if (dst !== undefined) {
-      set(U32.DST_POD, dst.name);
-      set(U32.DST_NS, dst.namespace);
-      set(U32.DST_NODE, dst.nodeName);
-    }
+    const src = empty(true, POD_NAME) ? podAt(s, lookup, slot, U32.SRC) : undefined;
+    if (src !== undefined) setPod(s, srcPod, u, b + GROUPS[G_SRC_POD].at, src);
+    const dst = empty(false, POD_NAME) ? podAt(s, lookup, slot, U32.DST) : undefined;
+    if (dst !== undefined) setPod(s, dstPod, u, b + GROUPS[G_DST_POD].at, dst);
     // Set even after a miss, as v1.13 does (L16 kept): the flag means "tried".
     u[b + U32.FLAGS] |= FL_CORR_FILLED;
   }
   if (s.includePodLabels && (u[b + U32.FLAGS] & FL_EXT_FILLED) === 0) {
-    set(
-      U32.SRC_LABELS,
-      !empty(U32.SRC_POD) && !empty(U32.SRC_NS)
+    u[b + U32.SRC_LABELS] = I.replace(
+      u[b + U32.SRC_LABELS],
+      !empty(true, POD_NAME) && !empty(true, POD_NS)
         ? labels(s, lookup, addressText(s, slot, U32.SRC), start)
         : "",
     );
-    set(
-      U32.DST_LABELS,
-      !empty(U32.DST_POD) && !empty(U32.DST_NS)
+    u[b + U32.DST_LABELS] = I.replace(
+      u[b + U32.DST_LABELS],
+      !empty(false, POD_NAME) && !empty(false, POD_NS)
         ? labels(s, lookup, addressText(s, slot, U32.DST), start)
         : "",
     );
     u[b + U32.FLAGS] |= FL_EXT_FILLED;
   }
+}
+
+/** Sets the Pod group whose tuple id is in `u[at]` to Pod `p`'s name, namespace and Node. */
+function setPod(s: CoreState, g: TupleTable, u: Uint32Array, at: number, p: PodInfo): void {
+  const I = s.intern;
+  const old = u[at];
+  g.load(old);
+  const w = g.w;
+  w[POD_NAME] = I.replace(w[POD_NAME], p.name);
+  w[POD_NS] = I.replace(w[POD_NS], p.namespace);
+  w[POD_NODE] = I.replace(w[POD_NODE], p.nodeName);
+  u[at] = g.make();
+  g.unref(old);
 }
 
 /** The Pod of the address at `at` (U32.SRC or U32.DST) of a slot; undefined on a miss. */

@@ -11,6 +11,8 @@ import { CoreCounters, type RejectReason } from "./counters.ts";
 import { IndexHeap } from "./expiry_heap.ts";
 import { FlowTable, KEY_WORDS } from "./flow_table.ts";
 import { Interner } from "./intern.ts";
+import { FIELD_CODE } from "./field_code.ts";
+import type { TupleTable } from "./tuples.ts";
 import { FLOW_FIXED_BYTES } from "./layout.ts";
 import { FAMILY_SHIFT, SlotStore, U32, u32Base } from "./slot_store.ts";
 
@@ -76,6 +78,8 @@ export class CoreState {
   readonly heap: IndexHeap = new IndexHeap();
   /** Shared copies of the flows' strings. */
   readonly intern: Interner = new Interner();
+  /** Shared tuples of the flows' field groups (layout.ts GROUPS), one table per group. */
+  readonly groups: TupleTable[] = FIELD_CODE.newGroupTables(this.intern);
   /** Rate limit of the per-record warnings. */
   readonly rl: RateLimitedLog;
   /** The counters. */
@@ -98,10 +102,13 @@ export class CoreState {
 
   /**
    * Bytes of the held flows: a fixed cost per flow ({@linkcode FLOW_FIXED_BYTES}) plus every
-   * string the flows reference, each distinct string charged once (intern.ts).
+   * string and field-group tuple the flows reference, each distinct one charged once
+   * (intern.ts, tuples.ts).
    */
   heldBytes(): number {
-    return this.table.size * FLOW_FIXED_BYTES + this.intern.bytes;
+    let tuples = 0;
+    for (const g of this.groups) tuples += g.bytes;
+    return this.table.size * FLOW_FIXED_BYTES + this.intern.bytes + tuples;
   }
 
   /** True when `slot` holds a live flow (its key's family is set; free slots are zeroed). */

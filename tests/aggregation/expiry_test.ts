@@ -23,7 +23,7 @@ import { collector, newState, s1 } from "./fixtures.ts";
 function addFlow(s: ReturnType<typeof newState>["s"], flags: number): number {
   const slot = s.store.alloc();
   const u32 = s.store.u32(slot);
-  FIELD_CODE.create(s1(), s.intern, u32, u32Base(slot));
+  FIELD_CODE.create(s1(), s.intern, s.groups, u32, u32Base(slot));
   u32[u32Base(slot) + U32.FLAGS] = flags;
   const k = new Uint32Array(KEY_WORDS);
   k.set([0x0a000001, 0, 0, 0, 0x0a000002, 0, 0, 0, 6, 1234, 5678, 4]);

@@ -15,6 +15,7 @@ import {
 import { unsetMetadata } from "../_helpers/agent_record.ts";
 import { CoreState } from "../../src/aggregation/state.ts";
 import { U32, u32Base } from "../../src/aggregation/slot_store.ts";
+import { GROUPS } from "../../src/aggregation/layout.ts";
 
 /** K4 of §9. */
 export const K4: FlowKey = {
@@ -191,6 +192,11 @@ export function word(s: CoreState, slot: number, at: number): number {
 /** The text of the string whose intern id is in word `at` of `slot`. */
 export function text(s: CoreState, slot: number, at: number): string | undefined {
   return s.intern.text(word(s, slot, at));
+}
+
+/** The text of string position `i` of field group `g` (layout.ts GROUPS) of `slot`. */
+export function groupText(s: CoreState, slot: number, g: number, i: number): string | undefined {
+  return s.intern.text(s.groups[g].word(word(s, slot, GROUPS[g].at), i));
 }
 
 /** The `FL_*` flags of `slot`. */

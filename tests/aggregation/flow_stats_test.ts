@@ -71,7 +71,7 @@ function flowWith(end: number) {
   const slot = s.store.alloc();
   const u32 = s.store.u32(slot);
   const ub = u32Base(slot);
-  FIELD_CODE.create(s1(), s.intern, u32, ub);
+  FIELD_CODE.create(s1(), s.intern, s.groups, u32, ub);
   u32[ub + U32.END] = end;
   u32[ub + U32.END_S] = end;
   return { s, flow: slot, u: s.store.u64(slot), b: u64Base(slot) };

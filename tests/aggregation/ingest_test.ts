@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import { addRecord } from "../../src/aggregation/ingest.ts";
-import { FL_READY } from "../../src/aggregation/layout.ts";
+import { FL_READY, G_DST_POD, G_SRC_POD, POD_NAME } from "../../src/aggregation/layout.ts";
 import type { FlowInput } from "../../src/aggregation/mod.ts";
 import { U32 } from "../../src/aggregation/slot_store.ts";
-import { d1, flagsOf, liveSlots, newState, s1, text } from "./fixtures.ts";
+import { d1, flagsOf, groupText, liveSlots, newState, s1, text } from "./fixtures.ts";
 
 Deno.test("addRecord rejects a non-object without throwing", () => {
   const { s } = newState();
@@ -19,8 +19,8 @@ Deno.test("addRecord: the second InterNode half correlates the stored one", () =
   assert.equal(flagsOf(s, slot) & FL_READY, 0);
   assert.equal(addRecord(s, d1()), true);
   assert.equal(flagsOf(s, slot) & FL_READY, FL_READY);
-  assert.equal(text(s, slot, U32.SRC_POD), "pod1");
-  assert.equal(text(s, slot, U32.DST_POD), "pod2");
+  assert.equal(groupText(s, slot, G_SRC_POD, POD_NAME), "pod1");
+  assert.equal(groupText(s, slot, G_DST_POD, POD_NAME), "pod2");
   assert.equal(text(s, slot, U32.CLUSTER_V4), "192.168.0.1");
   assert.equal(s.counters.correlated, 1);
   assert.equal(s.table.size, 1);

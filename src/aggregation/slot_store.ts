@@ -1,11 +1,11 @@
 /**
- * Compact storage for live flows. Each flow owns one slot: 30 u64 counters, 30 u32 words (times,
+ * Compact storage for live flows. Each flow owns one slot: 30 u64 counters, 28 u32 words (times,
  * ports, enums, key, flags, the intern ids of its strings and the tuple ids of its field
  * groups) and 2 f64 expiry times, kept in chunked typed arrays; a flow has no JS object of its
  * own, the slot number is its handle.
  * Why: a million flows with 30 bigint properties each would cost several KB per flow on the JS
  * heap, and even a small object with one property per string costs 8 bytes a property plus
- * its header; here a slot costs 240 + 120 + 16 bytes and no GC tracing. Chunks are never moved
+ * its header; here a slot costs 240 + 112 + 16 bytes and no GC tracing. Chunks are never moved
  * (no copy on growth); freed slots are zeroed and reused.
  */
 
@@ -18,15 +18,15 @@ const CHUNK_MASK = CHUNK_SLOTS - 1;
 /** u64 values per slot. */
 export const U64_PER_SLOT = 30;
 /** u32 values per slot. */
-export const U32_PER_SLOT = 30;
+export const U32_PER_SLOT = 28;
 
 /**
- * Fixed u32 positions shared by the core and the flow table. 0-9 are the core's numeric
- * fields and flags; the flow key lives in 5 (protocol and family), 6 (ports) and 10-17
- * (addresses); 18-21 are the flow's optional strings, 22-25 the ids of its field groups
- * (tuples.ts) and 26-29 its other string fields (intern ids, see intern.ts; the field table in
- * layout.ts says which IE each word or group position holds). Small values share a word (see
- * the `*_SHIFT` constants), which the u32 rows of the field table read through `shift`/`bits`.
+ * Fixed u32 positions shared by the core and the flow table. 0-8 are the core's numeric
+ * fields and flags; the flow key lives in 5 (protocol and family), 6 (ports) and 9-16
+ * (addresses); 17-20 are the flow's optional strings, 21-26 the ids of its field groups
+ * (tuples.ts) and 27 its tcpState (an intern id, see intern.ts; the field table in layout.ts
+ * says which IE each word or group position holds). Small values share a word (see the
+ * `*_SHIFT` constants), which the u32 rows of the field table read through `shift`/`bits`.
  */
 export const U32 = {
   START: 0,
@@ -39,34 +39,34 @@ export const U32 = {
   /** sourceTransportPort from {@linkcode SPORT_SHIFT}, destinationTransportPort in bits 0-15. */
   PORTS: 6,
   TYPE: 7,
-  SVC_PORT: 8,
   /** `FL_*` bits (layout.ts) in bits 0-7, the not-ready expiries so far from `RETRY_SHIFT`. */
-  FLAGS: 9,
+  FLAGS: 8,
   /** Source address: 1 word for IPv4, 4 words (big-endian) for IPv6. */
-  SRC: 10,
+  SRC: 9,
   /** Destination address, same encoding. */
-  DST: 14,
+  DST: 13,
   /** Intern id of destinationClusterIPv4, canonical; NO_TEXT when the Agent did not send it. */
-  CLUSTER_V4: 18,
+  CLUSTER_V4: 17,
   /** Intern id of destinationClusterIPv6, same rule. */
-  CLUSTER_V6: 19,
+  CLUSTER_V6: 18,
   /** Intern id of the sourcePodLabels JSON once filled (labels enabled); NO_TEXT before. */
-  SRC_LABELS: 20,
+  SRC_LABELS: 19,
   /** Intern id of the destinationPodLabels JSON, same rule. */
-  DST_LABELS: 21,
+  DST_LABELS: 20,
   /** Tuple id of the source Pod's name, namespace and Node (layout.ts GROUPS). */
-  SRC_POD: 22,
+  SRC_POD: 21,
   /** Tuple id of the destination Pod's name, namespace and Node. */
-  DST_POD: 23,
+  DST_POD: 22,
   /** Tuple id of the ingress network policy's 5 fields. */
-  ING: 24,
+  ING: 23,
   /** Tuple id of the egress network policy's 5 fields. */
-  EG: 25,
-  /** Intern ids of the other string fields (layout.ts FIELDS rows of kind `str`). */
-  SVC_PORT_NAME: 26,
+  EG: 24,
+  /** Tuple id of the destination Service's port and port name. */
+  SVC: 25,
+  /** Tuple id of the Egress (SNAT) name and IP. */
+  EGRESS: 26,
+  /** Intern id of tcpState (layout.ts FIELDS, kind `str`). */
   TCP_STATE: 27,
-  EGRESS_NAME: 28,
-  EGRESS_IP: 29,
 } as const;
 /** Shift of the key's family (4 or 6) in the {@linkcode U32}.PROTO word; 0 for a free slot. */
 export const FAMILY_SHIFT = 8;

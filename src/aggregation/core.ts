@@ -7,8 +7,9 @@
  *
  * Storage is compact on purpose (target <= 1 KB per live flow at 1M flows): numbers and the key
  * words live in a chunked `SlotStore`, the flow map is a numeric open-addressing `FlowTable` (no
- * key strings), a flow object holds only strings and a few small integers, and repeated strings
- * (Pod, namespace, Node, policy names, tcpState) are interned.
+ * key strings), a flow has no JS object (its slot is its handle, its flags are slot words), and
+ * its strings (Pod, namespace, Node, policy names, tcpState) are interned and kept as ids in
+ * its slot.
  *
  * This class is the public face; the work is split by verb over the modules of this folder,
  * which share one `CoreState` (state.ts): slot layout and field table (layout.ts, compiled by
@@ -101,7 +102,7 @@ export class AggregationCore {
   }
 
   /**
-   * Bytes of the held flows: a fixed cost per flow (slot, flow object, index entries) plus the
+   * Bytes of the held flows: a fixed cost per flow (slot, index entries) plus the
    * strings they reference, each distinct string charged once while any flow references it.
    */
   get flowBytes(): number {

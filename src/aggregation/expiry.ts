@@ -7,8 +7,8 @@
 
 import type { ExportedFlow } from "./record.ts";
 import { FIELD_CODE } from "./field_code.ts";
-import { FL_READY, type Flow, T_ACTIVE, T_INACTIVE } from "./layout.ts";
-import { f64Base, u64Base } from "./slot_store.ts";
+import { FL_READY, MAX_RETRIES, RETRY_SHIFT, T_ACTIVE, T_INACTIVE } from "./layout.ts";
+import { f64Base, U32, u32Base, u64Base } from "./slot_store.ts";
 import type { CoreState } from "./state.ts";
 import { resetDeltas } from "./flow_stats.ts";
 import { emitOne, type ExportHooks } from "./snapshot.ts";
@@ -20,22 +20,22 @@ export interface ExpireOptions extends ExportHooks {
 }
 
 /** Sets both expiry times of a new flow from now and queues it. */
-export function scheduleNew(s: CoreState, flow: Flow): void {
+export function scheduleNew(s: CoreState, slot: number): void {
   const t = s.clock.nowMs();
-  const f64 = s.store.f64(flow.slot);
-  const fb = f64Base(flow.slot);
+  const f64 = s.store.f64(slot);
+  const fb = f64Base(slot);
   f64[fb + T_ACTIVE] = t + s.active;
   f64[fb + T_INACTIVE] = t + s.inactive;
-  s.heap.push(flow, Math.min(f64[fb + T_ACTIVE], f64[fb + T_INACTIVE]));
+  s.heap.push(slot, Math.min(f64[fb + T_ACTIVE], f64[fb + T_INACTIVE]));
 }
 
 /** A record arrived: the inactive expiry moves to now + I. */
-export function touch(s: CoreState, flow: Flow): void {
+export function touch(s: CoreState, slot: number): void {
   const t = s.clock.nowMs();
-  const f64 = s.store.f64(flow.slot);
-  const fb = f64Base(flow.slot);
+  const f64 = s.store.f64(slot);
+  const fb = f64Base(slot);
   f64[fb + T_INACTIVE] = t + s.inactive;
-  s.heap.update(flow, Math.min(f64[fb + T_ACTIVE], f64[fb + T_INACTIVE]));
+  s.heap.update(slot, Math.min(f64[fb + T_ACTIVE], f64[fb + T_INACTIVE]));
 }
 
 /** See {@linkcode AggregationCore.expire}. */
@@ -51,34 +51,39 @@ export function expire(
   let n = 0;
   let popped = 0;
   while (heap.size > 0 && popped++ < limit && heap.peekPriority() <= T) {
-    const flow = heap.pop()!;
-    const f64 = s.store.f64(flow.slot);
-    const fb = f64Base(flow.slot);
-    if ((flow.flags & FL_READY) === 0) {
-      flow.retries++;
-      if (flow.retries > s.maxRetries) {
+    const slot = heap.pop();
+    const f64 = s.store.f64(slot);
+    const fb = f64Base(slot);
+    const u32 = s.store.u32(slot);
+    const ub = u32Base(slot);
+    const flags = u32[ub + U32.FLAGS];
+    if ((flags & FL_READY) === 0) {
+      const retries = (flags >>> RETRY_SHIFT) + 1;
+      // Saturates (far beyond any useful maxRetries) rather than overflowing into the flags.
+      if (retries <= MAX_RETRIES) u32[ub + U32.FLAGS] = flags + (1 << RETRY_SHIFT);
+      if (retries > s.maxRetries) {
         if (s.dropUncorrelated) {
           s.counters.uncorrelatedDropped++;
-        } else if (emitOne(s, flow, emit, { hooks, uncorrelated: true })) {
+        } else if (emitOne(s, slot, emit, { hooks, uncorrelated: true })) {
           n++;
         }
-        deleteFlow(s, flow);
+        deleteFlow(s, slot);
         continue;
       }
       s.counters.notReadyRetries++;
       f64[fb + T_ACTIVE] = T + s.active;
       f64[fb + T_INACTIVE] = T + s.inactive;
-      heap.push(flow, Math.min(f64[fb + T_ACTIVE], f64[fb + T_INACTIVE]));
+      heap.push(slot, Math.min(f64[fb + T_ACTIVE], f64[fb + T_INACTIVE]));
       continue;
     }
-    if (emitOne(s, flow, emit, { hooks, uncorrelated: false })) n++;
-    resetDeltas(s.store.u64(flow.slot), u64Base(flow.slot));
+    if (emitOne(s, slot, emit, { hooks, uncorrelated: false })) n++;
+    resetDeltas(s.store.u64(slot), u64Base(slot));
     // `<=` (L2): an item expired by exact equality is deleted or re-queued, never orphaned.
     if (f64[fb + T_INACTIVE] <= T) {
-      deleteFlow(s, flow);
+      deleteFlow(s, slot);
     } else {
       f64[fb + T_ACTIVE] = T + s.active;
-      heap.push(flow, Math.min(f64[fb + T_ACTIVE], f64[fb + T_INACTIVE]));
+      heap.push(slot, Math.min(f64[fb + T_ACTIVE], f64[fb + T_INACTIVE]));
     }
   }
   return n;
@@ -96,16 +101,17 @@ export function flushAll(
   hooks?: ExportHooks,
 ): number {
   let n = 0;
-  for (const flow of s.bySlot) {
-    if (flow === undefined) continue;
-    const uncorrelated = (flow.flags & FL_READY) === 0;
-    if (emitOne(s, flow, emit, { hooks, uncorrelated })) n++;
+  const store = s.store;
+  for (let slot = 0; slot < store.end; slot++) {
+    if (!s.live(slot)) continue;
+    const uncorrelated = (store.u32(slot)[u32Base(slot) + U32.FLAGS] & FL_READY) === 0;
+    if (emitOne(s, slot, emit, { hooks, uncorrelated })) n++;
     s.counters.flowsDeleted++;
   }
   s.table.clear();
-  s.bySlot = [];
   s.heap.clear();
   s.store.clear();
+  for (const g of s.groups) g.clear();
   s.intern.clear();
   return n;
 }
@@ -121,18 +127,20 @@ export function nextExpiryDelayMs(s: CoreState): number {
 }
 
 /** Removes a flow from the table, the heap and the store, and counts it. */
-function deleteFlow(s: CoreState, flow: Flow): void {
+function deleteFlow(s: CoreState, slot: number): void {
   // The table finds the slot through its key words: remove before the slot is zeroed.
-  s.table.remove(flow.slot);
-  s.bySlot[flow.slot] = undefined;
-  s.heap.remove(flow);
-  s.store.free(flow.slot);
-  // Give back the flow's string references: the last one releases a string's bytes.
+  s.table.remove(slot);
+  s.heap.remove(slot);
+  // Give back the flow's string references (the last one releases a string's bytes), before
+  // the slot's words, their ids, are zeroed.
   const I = s.intern;
-  FIELD_CODE.release(flow, I);
-  I.unref(flow.clusterV4);
-  I.unref(flow.clusterV6);
-  I.unref(flow.srcLabels);
-  I.unref(flow.dstLabels);
+  const u32 = s.store.u32(slot);
+  const ub = u32Base(slot);
+  FIELD_CODE.release(I, s.groups, u32, ub);
+  I.unref(u32[ub + U32.CLUSTER_V4]);
+  I.unref(u32[ub + U32.CLUSTER_V6]);
+  I.unref(u32[ub + U32.SRC_LABELS]);
+  I.unref(u32[ub + U32.DST_LABELS]);
+  s.store.free(slot);
   s.counters.flowsDeleted++;
 }

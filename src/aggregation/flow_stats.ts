@@ -10,7 +10,6 @@ import {
   D_OFF,
   END_OF_FLOW,
   FL_UPDATED,
-  type Flow,
   OCT_D,
   OCT_T,
   PKT_D,
@@ -106,12 +105,11 @@ function diffOf(v: Counter): number {
   return NaN;
 }
 
-/** §3.3: aggregates `r` into `flow` for `sides`. Fields were validated by the caller. */
-export function aggregate(s: CoreState, flow: Flow, r: FlowInput, sides: number): void {
-  flow.flags |= FL_UPDATED;
-  const slot = flow.slot;
+/** §3.3: aggregates `r` into the flow of `slot` for `sides`. Fields were validated by the caller. */
+export function aggregate(s: CoreState, slot: number, r: FlowInput, sides: number): void {
   const u32 = s.store.u32(slot);
   const ub = u32Base(slot);
+  u32[ub + U32.FLAGS] |= FL_UPDATED;
   const inEnd = r.flowEndSeconds!;
   // Step A.
   let isLatest = false;
@@ -144,8 +142,10 @@ export function aggregate(s: CoreState, flow: Flow, r: FlowInput, sides: number)
   // Step B.
   if (u32[ub + U32.REASON] !== END_OF_FLOW) u32[ub + U32.REASON] = num(r.flowEndReason);
   // Usually unchanged (and the decoder's interned string): skip the intern lookup then.
-  if (isLatest && r.tcpState !== flow.tcpState) {
-    flow.tcpState = s.intern.replace(flow.tcpState, r.tcpState);
+  if (isLatest) {
+    const I = s.intern;
+    const t = u32[ub + U32.TCP_STATE];
+    if (r.tcpState !== I.text(t)) u32[ub + U32.TCP_STATE] = I.replace(t, r.tcpState);
   }
   // Step C.
   const u = s.store.u64(slot);

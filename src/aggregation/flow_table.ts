@@ -4,10 +4,11 @@
  * hashing it cost more than the whole aggregation (measured ~0.7M/s for key+Map alone against
  * ~5M/s for this table), and the key string plus Map entry took ~130 heap bytes per flow. Here
  * the key words live in the slot itself and the table is one Int32Array (linear probing,
- * backward-shift deletion, load factor <= 1/2).
+ * backward-shift deletion, load factor <= 1/2). The hash is not stored: moving an entry
+ * (deletion, growth) recomputes it from the slot's key words.
  */
 
-import { type SlotStore, U32, u32Base } from "./slot_store.ts";
+import { FAMILY_SHIFT, type SlotStore, SPORT_SHIFT, U32, u32Base } from "./slot_store.ts";
 
 /**
  * Scratch layout of a probe key: words 0-3 source address, 4-7 destination address (IPv4
@@ -27,7 +28,7 @@ function mix(h: number): number {
 /** Hash of a probe key (see {@linkcode KEY_WORDS}). */
 export function hashKey(k: Uint32Array): number {
   let h = mix(k[11] * 0x9e3779b1 + k[8]);
-  h = mix(h ^ ((k[9] << 16) | k[10]));
+  h = mix(h ^ ((k[9] << SPORT_SHIFT) | k[10]));
   h = mix(h ^ k[0]);
   h = mix(h ^ k[4]);
   if (k[11] === 6) {
@@ -37,6 +38,25 @@ export function hashKey(k: Uint32Array): number {
     h = mix(h ^ k[5]);
     h = mix(h ^ k[6]);
     h = mix(h ^ k[7]);
+  }
+  return h;
+}
+
+/** {@linkcode hashKey} of the key stored in the u32 words of a slot (from `b`). */
+function hashSlot(u: Uint32Array, b: number): number {
+  const pf = u[b + U32.PROTO];
+  const fam = pf >>> FAMILY_SHIFT;
+  let h = mix(fam * 0x9e3779b1 + (pf & 0xff));
+  h = mix(h ^ u[b + U32.PORTS]);
+  h = mix(h ^ u[b + U32.SRC]);
+  h = mix(h ^ u[b + U32.DST]);
+  if (fam === 6) {
+    h = mix(h ^ u[b + U32.SRC + 1]);
+    h = mix(h ^ u[b + U32.SRC + 2]);
+    h = mix(h ^ u[b + U32.SRC + 3]);
+    h = mix(h ^ u[b + U32.DST + 1]);
+    h = mix(h ^ u[b + U32.DST + 2]);
+    h = mix(h ^ u[b + U32.DST + 3]);
   }
   return h;
 }
@@ -64,6 +84,8 @@ export class FlowTable {
     const tbl = this.#tbl;
     const mask = this.#mask;
     const store = this.#store;
+    const ports = ((k[9] << SPORT_SHIFT) | k[10]) >>> 0;
+    const pf = k[8] | (k[11] << FAMILY_SHIFT);
     for (let i = h & mask;; i = (i + 1) & mask) {
       const e = tbl[i];
       if (e === 0) return -1;
@@ -71,9 +93,8 @@ export class FlowTable {
       const u = store.u32(slot);
       const b = u32Base(slot);
       if (
-        u[b + U32.HASH] === h && u[b + U32.SRC] === k[0] && u[b + U32.DST] === k[4] &&
-        u[b + U32.SPORT] === k[9] && u[b + U32.DPORT] === k[10] && u[b + U32.PROTO] === k[8] &&
-        u[b + U32.FAMILY] === k[11] &&
+        u[b + U32.SRC] === k[0] && u[b + U32.DST] === k[4] && u[b + U32.PORTS] === ports &&
+        u[b + U32.PROTO] === pf &&
         (k[11] !== 6 || (
           u[b + U32.SRC + 1] === k[1] && u[b + U32.SRC + 2] === k[2] &&
           u[b + U32.SRC + 3] === k[3] && u[b + U32.DST + 1] === k[5] &&
@@ -83,7 +104,7 @@ export class FlowTable {
     }
   }
 
-  /** Writes key `k` and hash `h` into `slot` and adds it (the key must not be present). */
+  /** Writes key `k` into `slot` and adds it under hash `h` (the key must not be present). */
   insert(slot: number, k: Uint32Array, h: number): void {
     const u = this.#store.u32(slot);
     const b = u32Base(slot);
@@ -91,11 +112,8 @@ export class FlowTable {
       u[b + U32.SRC + j] = k[j];
       u[b + U32.DST + j] = k[4 + j];
     }
-    u[b + U32.PROTO] = k[8];
-    u[b + U32.SPORT] = k[9];
-    u[b + U32.DPORT] = k[10];
-    u[b + U32.FAMILY] = k[11];
-    u[b + U32.HASH] = h;
+    u[b + U32.PROTO] = k[8] | (k[11] << FAMILY_SHIFT);
+    u[b + U32.PORTS] = (k[9] << SPORT_SHIFT) | k[10];
     if ((this.#size + 1) * 2 > this.#tbl.length) this.#grow();
     this.#place(slot, h);
     this.#size++;
@@ -105,7 +123,7 @@ export class FlowTable {
   remove(slot: number): boolean {
     const tbl = this.#tbl;
     const mask = this.#mask;
-    const h = this.#store.u32(slot)[u32Base(slot) + U32.HASH];
+    const h = hashSlot(this.#store.u32(slot), u32Base(slot));
     let i = h & mask;
     for (;; i = (i + 1) & mask) {
       const e = tbl[i];
@@ -119,7 +137,7 @@ export class FlowTable {
       const e = tbl[j];
       if (e === 0) break;
       const s = e - 1;
-      const home = this.#store.u32(s)[u32Base(s) + U32.HASH] & mask;
+      const home = hashSlot(this.#store.u32(s), u32Base(s)) & mask;
       // Move e into the hole at i unless its home lies cyclically in (i, j].
       const stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
       if (!stays) {
@@ -155,7 +173,7 @@ export class FlowTable {
       const e = old[i];
       if (e !== 0) {
         const s = e - 1;
-        this.#place(s, this.#store.u32(s)[u32Base(s) + U32.HASH]);
+        this.#place(s, hashSlot(this.#store.u32(s), u32Base(s)));
       }
     }
   }

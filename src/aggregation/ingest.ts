@@ -8,7 +8,7 @@
 import type { FlowInput } from "./record.ts";
 import { correlationRequired, FlowType, isFromDestination, isFromSource } from "./correlation.ts";
 import { FIELD_CODE } from "./field_code.ts";
-import { maxStringBytes } from "./intern.ts";
+import { maxStringBytes, NO_TEXT } from "./intern.ts";
 import { canonicalAddress, parseIPv6Words } from "./flow_key.ts";
 import { hashKey } from "./flow_table.ts";
 import {
@@ -19,7 +19,6 @@ import {
   FL_MERGED,
   FL_READY,
   FL_UPDATED,
-  type Flow,
   FLOW_FIXED_BYTES,
   SIDE_D,
   SIDE_S,
@@ -111,7 +110,7 @@ function ingest(s: CoreState, r: FlowInput): boolean {
   const corr = correlationRequired(r, flowType);
   const slot = s.table.find(k, h);
   if (slot < 0) return create(s, r, h, srcV4, flowType, corr);
-  return update(s, s.bySlot[slot]!, r, corr);
+  return update(s, slot, r, corr);
 }
 
 function warnBothFamilies(s: CoreState, side: string): void {
@@ -168,12 +167,13 @@ function create(
   const slot = store.alloc();
   const u32 = store.u32(slot);
   const ub = u32Base(slot);
-  const flow = FIELD_CODE.create(r, I, u32, ub, slot, flags);
+  FIELD_CODE.create(r, I, s.groups, u32, ub);
+  u32[ub + U32.FLAGS] = flags;
   if (r.destinationClusterIPv4 !== undefined) {
-    flow.clusterV4 = I.ref(canonicalAddress(r.destinationClusterIPv4, true) ?? "0.0.0.0");
+    u32[ub + U32.CLUSTER_V4] = I.ref(canonicalAddress(r.destinationClusterIPv4, true) ?? "0.0.0.0");
   }
   if (r.destinationClusterIPv6 !== undefined) {
-    flow.clusterV6 = I.ref(canonicalAddress(r.destinationClusterIPv6, false) ?? "::");
+    u32[ub + U32.CLUSTER_V6] = I.ref(canonicalAddress(r.destinationClusterIPv6, false) ?? "::");
   }
   u32[ub + U32.START] = start;
   u32[ub + U32.END] = end;
@@ -181,9 +181,8 @@ function create(
   if (sides & SIDE_S) u32[ub + U32.END_S] = end;
   if (sides & SIDE_D) u32[ub + U32.END_D] = end;
   initStats(store.u64(slot), store.u64Words(slot), u64Base(slot), r, sides);
-  scheduleNew(s, flow);
+  scheduleNew(s, slot);
   s.table.insert(slot, s.key, h);
-  s.bySlot[slot] = flow;
   s.counters.flowsCreated++;
   s.counters.recordsAccepted++;
   return true;
@@ -199,7 +198,7 @@ function countersValid(r: FlowInput, required: boolean): boolean {
 }
 
 /** §3.3: a record for a known flow; correlates a waiting InterNode half first (§1.5). */
-function update(s: CoreState, flow: Flow, r: FlowInput, corr: boolean): boolean {
+function update(s: CoreState, slot: number, r: FlowInput, corr: boolean): boolean {
   // §3.3: an update needs the NonStats IEs and all 8 Stats IEs (upstream fails otherwise).
   if (
     r.flowEndSeconds === undefined || r.flowEndReason === undefined || r.tcpState === undefined
@@ -215,28 +214,32 @@ function update(s: CoreState, flow: Flow, r: FlowInput, corr: boolean): boolean 
   const sides = corr
     ? (isFromSource(r.sourcePodName, r.destinationPodName) ? SIDE_S : SIDE_D)
     : SIDE_S | SIDE_D;
-  const flags = flow.flags;
+  const u32 = s.store.u32(slot);
+  const ub = u32Base(slot);
+  const flags = u32[ub + U32.FLAGS];
   const merge = (flags & FL_MERGED) === 0 && !sameNode(r, flags);
   // Strings this record may add: checked before anything changes, so a rejected record has
   // no effect. A tcpState usually is the held one (no cost, no look-up).
   let added = merge ? FIELD_CODE.correlateBytes(r) + CLUSTER_IPS_BYTES : 0;
-  if (r.tcpState !== flow.tcpState) added += s.intern.addedBytes(r.tcpState);
+  if (r.tcpState !== s.intern.text(u32[ub + U32.TCP_STATE])) {
+    added += s.intern.addedBytes(r.tcpState);
+  }
   if (added > 0 && s.overBytes(added)) {
     return s.reject("maxFlowBytes", "maxFlowBytes reached, record adding strings dropped");
   }
   if (merge) {
     // Refined E2 (L4): the other Node's first record correlates, whether or not it needs
     // correlation itself and whether or not a same-Node deny record already made the flow ready.
-    correlate(s, flow, r);
-    flow.flags = flags | FL_READY | FL_CORR_FILLED | FL_MERGED;
+    correlate(s, u32, ub, r);
+    u32[ub + U32.FLAGS] = flags | FL_READY | FL_CORR_FILLED | FL_MERGED;
     s.counters.correlated++;
   } else if (!corr && (flags & FL_READY) === 0) {
     // E2 fix (L4): without it the flow would never be exported; metadata stays to be filled.
-    flow.flags = flags | FL_READY;
+    u32[ub + U32.FLAGS] = flags | FL_READY;
     s.counters.readyWithoutCorrelation++;
   }
-  aggregate(s, flow, r, sides);
-  touch(s, flow);
+  aggregate(s, slot, r, sides);
+  touch(s, slot);
   s.counters.recordsAccepted++;
   return true;
 }
@@ -251,18 +254,20 @@ function sameNode(r: FlowInput, flags: number): boolean {
     ((flags & FL_FIRST_D) !== 0 && isFromDestination(r.sourcePodName, r.destinationPodName));
 }
 
-/** §1.5: copies every set correlate field of `r` into the stored flow. */
-function correlate(s: CoreState, flow: Flow, r: FlowInput): void {
+/** §1.5: copies every set correlate field of `r` into the stored flow (words at `ub`). */
+function correlate(s: CoreState, u32: Uint32Array, ub: number, r: FlowInput): void {
   const I = s.intern;
-  FIELD_CODE.correlate(flow, r, I, s.store.u32(flow.slot), u32Base(flow.slot));
+  FIELD_CODE.correlate(r, I, s.groups, u32, ub);
   // A stored record without the IE is skipped (upstream dereferences nil: L14).
-  if (flow.clusterV4 !== undefined && r.destinationClusterIPv4 !== undefined) {
+  const c4 = u32[ub + U32.CLUSTER_V4];
+  if (c4 !== NO_TEXT && r.destinationClusterIPv4 !== undefined) {
     const v = canonicalAddress(r.destinationClusterIPv4, true);
-    if (v !== undefined && v !== "0.0.0.0") flow.clusterV4 = I.replace(flow.clusterV4, v);
+    if (v !== undefined && v !== "0.0.0.0") u32[ub + U32.CLUSTER_V4] = I.replace(c4, v);
   }
-  if (flow.clusterV6 !== undefined && r.destinationClusterIPv6 !== undefined) {
+  const c6 = u32[ub + U32.CLUSTER_V6];
+  if (c6 !== NO_TEXT && r.destinationClusterIPv6 !== undefined) {
     const v = canonicalAddress(r.destinationClusterIPv6, false);
-    if (v !== undefined && v !== "::") flow.clusterV6 = I.replace(flow.clusterV6, v);
+    if (v !== undefined && v !== "::") u32[ub + U32.CLUSTER_V6] = I.replace(c6, v);
   }
 }
 

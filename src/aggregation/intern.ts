@@ -1,15 +1,27 @@
 /**
- * String interning for the flow objects, with reference counts so that the bytes of held
- * strings are known (`limits.maxFlowBytes`). Many flows share Pod, namespace, Node and policy
- * names and tcpState, so each flow points at one shared copy, and a shared string is charged
- * **once**: when its first reference is taken, and released with its last reference. A string
- * no flow references any more is forgotten, so the table never keeps memory alive on its own.
+ * String interning for the flows, with reference counts so that the bytes of held strings are
+ * known (`limits.maxFlowBytes`). Many flows share Pod, namespace, Node and policy names and
+ * tcpState, so each flow holds the small integer **id** of one shared copy (a u32 word of its
+ * slot, not a property of a per-flow object), and a shared string is charged **once**: when its
+ * first reference is taken, and released with its last reference. A string no flow references
+ * any more is forgotten, so the table never keeps memory alive on its own.
  *
  * A direct-mapped table (slot from the length and a few sampled characters; a hit compares the
  * whole string) instead of a Map on the hit path: no full-string hash per record. A text whose
  * slot holds another live text goes to an overflow Map. Invariant: a text is held in its slot
  * or in the overflow, never both, so `unref` finds the entry `ref` charged.
+ *
+ * Ids: {@linkcode NO_TEXT} (0) stands for no value (`undefined`), {@linkcode EMPTY_TEXT} (1)
+ * for `""` (neither counted), direct slot `k` is id `k + 2`, overflow entries take the ids
+ * above the direct slots (reused once released). {@linkcode Interner.text} reads an id back.
  */
+
+/** Id of no value: {@linkcode Interner.text} gives `undefined`. A zeroed slot word reads so. */
+export const NO_TEXT = 0;
+/** Id of the empty string (absent or empty text given to {@linkcode Interner.ref}). */
+export const EMPTY_TEXT = 1;
+/** Ids below the direct slots' (0 and 1). */
+const FIXED_IDS = 2;
 
 const INTERN_SLOTS = 1 << 16;
 
@@ -42,20 +54,27 @@ export function maxStringBytes(v: string | undefined): number {
 
 interface OverflowEntry {
   readonly text: string;
+  /** Its id, above the direct slots' ids. */
+  readonly id: number;
   refs: number;
   readonly bytes: number;
 }
 
-/** A reference-counted intern table: {@linkcode Interner.ref} returns a shared copy. */
+/** A reference-counted intern table: {@linkcode Interner.ref} returns the id of a shared copy. */
 export class Interner {
+  /** Text of each id: 0 and 1 fixed, then the direct slots, then the overflow ids. */
   #text: (string | undefined)[] = Interner.#empty();
   #refs = new Int32Array(INTERN_SLOTS);
   #cost = new Int32Array(INTERN_SLOTS);
   #over = new Map<string, OverflowEntry>();
+  /** Released overflow ids, reused first. */
+  #freeIds: number[] = [];
   #bytes = 0;
 
   static #empty(): (string | undefined)[] {
-    return new Array<string | undefined>(INTERN_SLOTS).fill(undefined);
+    const t = new Array<string | undefined>(FIXED_IDS + INTERN_SLOTS).fill(undefined);
+    t[EMPTY_TEXT] = "";
+    return t;
   }
 
   /** Bytes of the strings held (each charged once, see {@linkcode stringBytes}). */
@@ -64,70 +83,102 @@ export class Interner {
   }
 
   /**
-   * The shared copy of `s`, counting one more reference to it (charged when it is the first).
-   * Absent and empty text give `""`, which is not counted; a non-string value (bad input) its
-   * `String()` text. Every reference taken must be given back with {@linkcode unref}.
+   * The text of id `id` (from {@linkcode ref}): `undefined` for {@linkcode NO_TEXT}, `""` for
+   * {@linkcode EMPTY_TEXT}. Valid while a reference to it is held.
    */
-  ref(s: string | undefined): string {
-    if (s === undefined || s === "") return "";
-    if (typeof s !== "string") s = String(s);
-    const slot = internSlot(s);
-    const k = this.#text[slot];
-    if (k === s) { // equal text: the shared copy (the hot path, kept small for inlining)
-      this.#refs[slot]++;
-      return k;
-    }
-    return this.#refMiss(s, slot, k);
+  text(id: number): string | undefined {
+    return this.#text[id];
   }
 
-  #refMiss(s: string, slot: number, k: string | undefined): string {
-    if (k === undefined) {
+  /**
+   * The id of the shared copy of `s`, counting one more reference to it (charged when it is
+   * the first). Absent and empty text give {@linkcode EMPTY_TEXT}, which is not counted; a
+   * non-string value (bad input) its `String()` text. Every reference taken must be given back
+   * with {@linkcode unref}.
+   */
+  ref(s: string | undefined): number {
+    if (s === undefined || s === "") return EMPTY_TEXT;
+    if (typeof s !== "string") s = String(s);
+    const slot = internSlot(s);
+    if (this.#text[slot + FIXED_IDS] === s) { // equal text: the shared copy (the hot path)
+      this.#refs[slot]++;
+      return slot + FIXED_IDS;
+    }
+    return this.#refMiss(s, slot);
+  }
+
+  #refMiss(s: string, slot: number): number {
+    const id = slot + FIXED_IDS;
+    if (this.#text[id] === undefined) {
       const e = this.#over.size > 0 ? this.#over.get(s) : undefined;
       if (e !== undefined) {
         e.refs++;
-        return e.text;
+        return e.id;
       }
       const c = stringBytes(s);
-      this.#text[slot] = s;
+      this.#text[id] = s;
       this.#refs[slot] = 1;
       this.#cost[slot] = c;
       this.#bytes += c;
-      return s;
+      return id;
     }
     let e = this.#over.get(s);
     if (e === undefined) {
-      e = { text: s, refs: 0, bytes: stringBytes(s) + OVERFLOW_ENTRY_BYTES };
+      const oid = this.#freeIds.pop() ?? this.#text.length;
+      e = { text: s, id: oid, refs: 0, bytes: stringBytes(s) + OVERFLOW_ENTRY_BYTES };
+      this.#text[oid] = s;
       this.#over.set(s, e);
       this.#bytes += e.bytes;
     }
     e.refs++;
-    return e.text;
+    return e.id;
   }
 
   /**
-   * The shared copy of `next`, giving back the reference to `prev`. The new reference is taken
-   * first, so text equal to `prev` stays held.
+   * Takes one more reference to the text of `id` (held: from {@linkcode ref}); returns `id`.
+   * Nothing for {@linkcode NO_TEXT} and {@linkcode EMPTY_TEXT}.
    */
-  replace(prev: string | undefined, next: string | undefined): string {
+  retain(id: number): number {
+    if (id < FIXED_IDS) return id;
+    const slot = id - FIXED_IDS;
+    if (slot < INTERN_SLOTS) {
+      this.#refs[slot]++;
+    } else {
+      this.#over.get(this.#text[id]!)!.refs++;
+    }
+    return id;
+  }
+
+  /**
+   * The id of the shared copy of `next`, giving back the reference `prev`. The new reference is
+   * taken first, so text equal to `prev`'s stays held.
+   */
+  replace(prev: number, next: string | undefined): number {
     const v = this.ref(next);
     this.unref(prev);
     return v;
   }
 
-  /** Gives back one reference taken by {@linkcode ref}; the last one releases the string. */
-  unref(s: string | undefined): void {
-    if (s === undefined || s === "") return;
-    const slot = internSlot(s);
-    if (this.#text[slot] === s) {
+  /**
+   * Gives back one reference taken by {@linkcode ref} (nothing for {@linkcode NO_TEXT} and
+   * {@linkcode EMPTY_TEXT}); the last one releases the string.
+   */
+  unref(id: number): void {
+    if (id < FIXED_IDS) return;
+    const slot = id - FIXED_IDS;
+    if (slot < INTERN_SLOTS) {
       if (--this.#refs[slot] === 0) {
-        this.#text[slot] = undefined;
+        this.#text[id] = undefined;
         this.#bytes -= this.#cost[slot];
       }
       return;
     }
-    const e = this.#over.get(s);
+    const s = this.#text[id];
+    const e = s === undefined ? undefined : this.#over.get(s);
     if (e !== undefined && --e.refs === 0) {
-      this.#over.delete(s);
+      this.#over.delete(e.text);
+      this.#text[id] = undefined;
+      this.#freeIds.push(id);
       this.#bytes -= e.bytes;
     }
   }
@@ -139,7 +190,7 @@ export class Interner {
   addedBytes(s: string | undefined): number {
     if (s === undefined || s === "") return 0;
     if (typeof s !== "string") s = String(s);
-    const k = this.#text[internSlot(s)];
+    const k = this.#text[internSlot(s) + FIXED_IDS];
     if (k === s || (this.#over.size > 0 && this.#over.has(s))) return 0;
     return stringBytes(s) + (k === undefined ? 0 : OVERFLOW_ENTRY_BYTES);
   }
@@ -150,6 +201,7 @@ export class Interner {
     this.#refs.fill(0);
     this.#cost.fill(0);
     this.#over.clear();
+    this.#freeIds = [];
     this.#bytes = 0;
   }
 }

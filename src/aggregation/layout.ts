@@ -1,7 +1,10 @@
 /**
- * Slot layout of a live flow and the field table of the aggregated record. A flow's numbers live
- * in its {@linkcode SlotStore} slot (u64 counters and throughputs, u32 times/ports/enums, f64
- * expiry times); its strings live on a small {@linkcode Flow} object. {@linkcode FIELDS} says,
+ * Slot layout of a live flow and the field table of the aggregated record. A flow is its
+ * {@linkcode SlotStore} slot (u64 counters and throughputs, u32 times/ports/enums/flags, f64
+ * expiry times); its strings are interned and the slot keeps their ids (u32 words, see
+ * intern.ts), and fields that vary together (a Pod's name, namespace and Node; a policy's five
+ * fields) are one interned tuple whose id the slot keeps ({@linkcode GROUPS}, tuples.ts).
+ * {@linkcode FIELDS} says,
  * once, where each field of the {@linkcode AggregatedRecord} is kept and how ingestion sets it;
  * `field_code.ts` compiles create/correlate/snapshot code from it, so adding a plain field is
  * one row here. Fields with rules of their own (addresses, cluster IPs, labels, times and the
@@ -11,9 +14,8 @@
  * that the table covers exactly the schema's exported fields; the storage columns stay here.
  */
 
-import type { HeapItem } from "./expiry_heap.ts";
 import type { AggregatedRecord, FlowInput } from "./record.ts";
-import { SLOT_BYTES, U32 } from "./slot_store.ts";
+import { SLOT_BYTES, SPORT_SHIFT, U32 } from "./slot_store.ts";
 
 // u64 layout of a slot. The 8 common Stats counters in the spec's list order, then the same 8
 // FromSourceNode, the same 8 FromDestinationNode, then the 6 throughputs.
@@ -81,6 +83,17 @@ export const FL_FIRST_S = 64;
 /** Flow flag: the flow's first record came from the destination Node (§1.4 `fromDestination`). */
 export const FL_FIRST_D = 128;
 
+/**
+ * Shift of the not-ready expiry count in the flags word ({@linkcode U32}.FLAGS): the `FL_*`
+ * bits use 0-7.
+ */
+export const RETRY_SHIFT = 8;
+/**
+ * Most not-ready expiries counted; the count then stays there. A `maxRetries` at or above it
+ * never gives up (2^24 expiries of the active timeout: years).
+ */
+export const MAX_RETRIES: number = 2 ** (32 - RETRY_SHIFT) - 1;
+
 /** flowEndReason value of an ended flow (kept once seen). */
 export const END_OF_FLOW = 3;
 
@@ -88,16 +101,73 @@ type InBoth = keyof AggregatedRecord & keyof FlowInput;
 
 /**
  * One field of the aggregated record and where it is kept:
- * - `str`: a property of the {@linkcode Flow} named like the IE, interned; set from the record
+ * - `str`: u32 slot word `at` holds the intern id of the text (intern.ts); set from the record
  *   at creation, and by correlation (§1.5) when `correlate` and the record's value is not empty.
  * - `num`: u32 slot word `at`, set from the record at creation (absent reads 0), and by
  *   correlation when `correlate` and the record's value is not 0.
- * - `u32` / `u64`: slot word `at`, written by ingestion or the statistics; only read here.
+ * - `str` and `num` rows with a `group` (an index of {@linkcode GROUPS}) are word `at` of that
+ *   group's tuple instead, whose id is in the group's slot word; same rules.
+ * - `u32` / `u64`: slot word `at`, written by ingestion or the statistics; only read here. A
+ *   `u32` row with `bits` reads that many bits from bit `shift` of a word it shares.
  */
 export type FieldRow =
-  | { readonly ie: InBoth; readonly kind: "str"; readonly correlate: boolean }
-  | { readonly ie: InBoth; readonly kind: "num"; readonly at: number; readonly correlate: boolean }
-  | { readonly ie: keyof AggregatedRecord; readonly kind: "u32" | "u64"; readonly at: number };
+  | {
+    readonly ie: InBoth;
+    readonly kind: "str" | "num";
+    readonly at: number;
+    readonly correlate: boolean;
+    readonly group?: number;
+  }
+  | {
+    readonly ie: keyof AggregatedRecord;
+    readonly kind: "u32";
+    readonly at: number;
+    readonly shift?: number;
+    readonly bits?: number;
+  }
+  | { readonly ie: keyof AggregatedRecord; readonly kind: "u64"; readonly at: number };
+
+/** A group of fields kept as one interned tuple (tuples.ts): the slot word of its id. */
+export interface FieldGroup {
+  /** For messages and debugging. */
+  readonly name: string;
+  /** u32 slot word holding the tuple id. */
+  readonly at: number;
+}
+
+/** Index in {@linkcode GROUPS}: the source Pod's name, namespace and Node. */
+export const G_SRC_POD = 0;
+/** Index in {@linkcode GROUPS}: the destination Pod's name, namespace and Node. */
+export const G_DST_POD = 1;
+/** Index in {@linkcode GROUPS}: the ingress network policy. */
+export const G_INGRESS = 2;
+/** Index in {@linkcode GROUPS}: the egress network policy. */
+export const G_EGRESS = 3;
+/** Index in {@linkcode GROUPS}: the destination Service's port and port name. */
+export const G_SERVICE = 4;
+/** Index in {@linkcode GROUPS}: the Egress (SNAT) name and IP. */
+export const G_SNAT = 5;
+
+/**
+ * The field groups, by index ({@linkcode FieldRow} `group`). Why: a flow has two Pods, two
+ * policies, a Service and an Egress whose fields travel together and are shared by many flows;
+ * one id per group instead of one word per field saves 14 words (56 bytes) a flow.
+ */
+export const GROUPS: readonly FieldGroup[] = [
+  { name: "sourcePod", at: U32.SRC_POD },
+  { name: "destinationPod", at: U32.DST_POD },
+  { name: "ingressNetworkPolicy", at: U32.ING },
+  { name: "egressNetworkPolicy", at: U32.EG },
+  { name: "service", at: U32.SVC },
+  { name: "egress", at: U32.EGRESS },
+];
+
+/** Position of the Pod name in a Pod group's tuple. */
+export const POD_NAME = 0;
+/** Position of the Pod namespace in a Pod group's tuple. */
+export const POD_NS = 1;
+/** Position of the Node name in a Pod group's tuple. */
+export const POD_NODE = 2;
 
 /** The 8 Stats counters (§3.2), in the export template's order. */
 const COUNTER_ROWS = [
@@ -113,24 +183,29 @@ const COUNTER_ROWS = [
 
 type Counter = (typeof COUNTER_ROWS)[number]["ie"];
 
-/** Pod name, namespace and Node of one end of the flow (correlate fields, §1.5). */
-function podRows<E extends "source" | "destination">(end: E) {
-  return (["PodName", "PodNamespace", "NodeName"] as const).map((f) => ({
+/**
+ * Pod name, namespace and Node of one end of the flow (correlate fields, §1.5): positions
+ * {@linkcode POD_NAME}, {@linkcode POD_NS}, {@linkcode POD_NODE} of group `group`.
+ */
+function podRows<E extends "source" | "destination">(end: E, group: number) {
+  return (["PodName", "PodNamespace", "NodeName"] as const).map((f, i) => ({
     ie: `${end}${f}` as const,
     kind: "str" as const,
+    at: [POD_NAME, POD_NS, POD_NODE][i],
     correlate: true,
+    group,
   }));
 }
 
-/** The 5 fields of the ingress or egress network policy (correlate fields, §1.5). */
-function policyRows<D extends "ingress" | "egress">(dir: D, typeAt: number, actionAt: number) {
+/** The 5 fields of the ingress or egress network policy (correlate fields, §1.5): group `group`. */
+function policyRows<D extends "ingress" | "egress">(dir: D, group: number) {
   const p = `${dir}NetworkPolicy` as const;
   return [
-    { ie: `${p}Name`, kind: "str", correlate: true },
-    { ie: `${p}Namespace`, kind: "str", correlate: true },
-    { ie: `${p}Type`, kind: "num", at: typeAt, correlate: true },
-    { ie: `${p}RuleName`, kind: "str", correlate: true },
-    { ie: `${p}RuleAction`, kind: "num", at: actionAt, correlate: true },
+    { ie: `${p}Name`, kind: "str", at: 0, correlate: true, group },
+    { ie: `${p}Namespace`, kind: "str", at: 1, correlate: true, group },
+    { ie: `${p}Type`, kind: "num", at: 2, correlate: true, group },
+    { ie: `${p}RuleName`, kind: "str", at: 3, correlate: true, group },
+    { ie: `${p}RuleAction`, kind: "num", at: 4, correlate: true, group },
   ] as const;
 }
 
@@ -171,60 +246,32 @@ export const FIELDS = [
   { ie: "flowStartSeconds", kind: "u32", at: U32.START },
   { ie: "flowEndSeconds", kind: "u32", at: U32.END },
   { ie: "flowEndReason", kind: "num", at: U32.REASON, correlate: false },
-  { ie: "sourceTransportPort", kind: "u32", at: U32.SPORT },
-  { ie: "destinationTransportPort", kind: "u32", at: U32.DPORT },
-  { ie: "protocolIdentifier", kind: "u32", at: U32.PROTO },
+  { ie: "sourceTransportPort", kind: "u32", at: U32.PORTS, shift: SPORT_SHIFT, bits: 16 },
+  { ie: "destinationTransportPort", kind: "u32", at: U32.PORTS, shift: 0, bits: 16 },
+  { ie: "protocolIdentifier", kind: "u32", at: U32.PROTO, shift: 0, bits: 8 },
   ...COUNTER_ROWS,
-  ...podRows("source"),
-  ...podRows("destination"),
-  { ie: "destinationServicePort", kind: "num", at: U32.SVC_PORT, correlate: true },
-  { ie: "destinationServicePortName", kind: "str", correlate: true },
-  ...policyRows("ingress", U32.ING_TYPE, U32.ING_ACT),
-  ...policyRows("egress", U32.EG_TYPE, U32.EG_ACT),
-  { ie: "tcpState", kind: "str", correlate: false },
+  ...podRows("source", G_SRC_POD),
+  ...podRows("destination", G_DST_POD),
+  { ie: "destinationServicePort", kind: "num", at: 0, correlate: true, group: G_SERVICE },
+  { ie: "destinationServicePortName", kind: "str", at: 1, correlate: true, group: G_SERVICE },
+  ...policyRows("ingress", G_INGRESS),
+  ...policyRows("egress", G_EGRESS),
+  { ie: "tcpState", kind: "str", at: U32.TCP_STATE, correlate: false },
   { ie: "flowType", kind: "u32", at: U32.TYPE },
-  { ie: "egressName", kind: "str", correlate: false },
-  { ie: "egressIP", kind: "str", correlate: false },
+  { ie: "egressName", kind: "str", at: 0, correlate: false, group: G_SNAT },
+  { ie: "egressIP", kind: "str", at: 1, correlate: false, group: G_SNAT },
   ...perSideCounterRows(),
   { ie: "flowEndSecondsFromSourceNode", kind: "u32", at: U32.END_S },
   { ie: "flowEndSecondsFromDestinationNode", kind: "u32", at: U32.END_D },
   ...throughputRows(),
 ] as const satisfies readonly FieldRow[];
 
-/** Properties of a {@linkcode Flow} besides its `str` fields (bookkeeping, cluster IPs, labels). */
-const OTHER_FLOW_PROPERTIES = 8;
-
 /**
  * Bytes charged for each held flow apart from its strings (`limits.maxFlowBytes`): its slot's
- * typed-array words, its {@linkcode Flow} object (a 3-word header and one 8-byte word per
- * property) and its share of the index structures (flow table at a load of 1/4 or more, heap
- * item and priority, `bySlot` entry, chunk slack: 64 bytes). Derived from the layout, so adding
- * a field updates it. Checked against `scripts/bench/memory.ts`: 632 charged, 627 measured
- * (heap + external after GC, 100k correlated flows).
+ * typed-array words and its share of the index structures (flow table at a load of 1/4 or
+ * more, expiry heap item, priority and position, chunk slack, the intern table's fixed arrays
+ * spread: 56 bytes). Derived from the layout, so adding a field updates it. Checked against
+ * `scripts/bench/memory.ts`: 424 charged, 423 measured (heap + external after GC, 100k
+ * correlated flows).
  */
-export const FLOW_FIXED_BYTES: number = SLOT_BYTES +
-  8 * (3 + OTHER_FLOW_PROPERTIES + FIELDS.filter((f) => f.kind === "str").length) + 64;
-
-/** IE names of the string fields, which are properties of {@linkcode Flow}. */
-export type StringField = Extract<(typeof FIELDS)[number], { kind: "str" }>["ie"];
-
-/** The string fields of a flow, one property per `str` row of {@linkcode FIELDS}. */
-export type FlowStrings = { -readonly [K in StringField]: string };
-
-/** One live flow: strings and small integers only; its numbers are in its slot. */
-export interface Flow extends HeapItem, FlowStrings {
-  /** `FL_*` bits. */
-  flags: number;
-  /** Not-ready expiries so far. */
-  retries: number;
-  /** Its slot in the store. */
-  readonly slot: number;
-  /** destinationClusterIPv4, canonical; undefined when the Agent did not send the IE. */
-  clusterV4: string | undefined;
-  /** destinationClusterIPv6, canonical; undefined when the Agent did not send the IE. */
-  clusterV6: string | undefined;
-  /** sourcePodLabels JSON once filled (labels enabled). */
-  srcLabels: string | undefined;
-  /** destinationPodLabels JSON once filled (labels enabled). */
-  dstLabels: string | undefined;
-}
+export const FLOW_FIXED_BYTES: number = SLOT_BYTES + 56;

@@ -12,11 +12,11 @@ import {
   FL_EXT_FILLED,
   FL_IPV4,
   FL_READY,
-  type Flow,
+  RETRY_SHIFT,
   T_ACTIVE,
   T_INACTIVE,
 } from "./layout.ts";
-import { f64Base, U32, u32Base } from "./slot_store.ts";
+import { f64Base, SPORT_SHIFT, U32, u32Base } from "./slot_store.ts";
 import { addressText, snapshot } from "./snapshot.ts";
 import type { CoreState } from "./state.ts";
 import { isUint } from "./values.ts";
@@ -48,9 +48,9 @@ export function query(
   const out: AggregatedRecord[] = [];
   if (limit <= 0) return out;
   if (filter === undefined || filter === null) {
-    for (const f of s.bySlot) {
-      if (f === undefined) continue;
-      out.push(snapshot(s, f));
+    for (let slot = 0; slot < s.store.end; slot++) {
+      if (!s.live(slot)) continue;
+      out.push(snapshot(s, slot));
       if (out.length >= limit) break;
     }
     return out;
@@ -70,16 +70,16 @@ export function query(
     }
     return out;
   }
-  for (const f of s.bySlot) {
-    if (f === undefined) continue;
-    const u32 = s.store.u32(f.slot);
-    const ub = u32Base(f.slot);
-    if (proto !== 0 && u32[ub + U32.PROTO] !== proto) continue;
-    if (sport !== 0 && u32[ub + U32.SPORT] !== sport) continue;
-    if (dport !== 0 && u32[ub + U32.DPORT] !== dport) continue;
-    if (src !== "" && addressText(s, f.slot, U32.SRC) !== src) continue;
-    if (dst !== "" && addressText(s, f.slot, U32.DST) !== dst) continue;
-    out.push(snapshot(s, f));
+  for (let slot = 0; slot < s.store.end; slot++) {
+    if (!s.live(slot)) continue;
+    const u32 = s.store.u32(slot);
+    const ub = u32Base(slot);
+    if (proto !== 0 && (u32[ub + U32.PROTO] & 0xff) !== proto) continue;
+    if (sport !== 0 && u32[ub + U32.PORTS] >>> SPORT_SHIFT !== sport) continue;
+    if (dport !== 0 && (u32[ub + U32.PORTS] & 0xffff) !== dport) continue;
+    if (src !== "" && addressText(s, slot, U32.SRC) !== src) continue;
+    if (dst !== "" && addressText(s, slot, U32.DST) !== dst) continue;
+    out.push(snapshot(s, slot));
     if (out.length >= limit) break;
   }
   return out;
@@ -98,14 +98,16 @@ export function entryState(s: CoreState, key: FlowKey): FlowEntryState | undefin
     dport: key.destinationPort,
   })[0];
   if (f === undefined) return undefined;
-  const f64 = s.store.f64(f.slot);
-  const fb = f64Base(f.slot);
+  const f64 = s.store.f64(f);
+  const fb = f64Base(f);
+  const u32 = s.store.u32(f);
+  const flags = u32[u32Base(f) + U32.FLAGS];
   return {
-    readyToSend: (f.flags & FL_READY) !== 0,
-    retries: f.retries,
-    correlatedFieldsFilled: (f.flags & FL_CORR_FILLED) !== 0,
-    externalFieldsFilled: (f.flags & FL_EXT_FILLED) !== 0,
-    isIPv4: (f.flags & FL_IPV4) !== 0,
+    readyToSend: (flags & FL_READY) !== 0,
+    retries: flags >>> RETRY_SHIFT,
+    correlatedFieldsFilled: (flags & FL_CORR_FILLED) !== 0,
+    externalFieldsFilled: (flags & FL_EXT_FILLED) !== 0,
+    isIPv4: (flags & FL_IPV4) !== 0,
     activeExpireMs: f64[fb + T_ACTIVE],
     inactiveExpireMs: f64[fb + T_INACTIVE],
   };
@@ -121,12 +123,12 @@ interface TextKey {
 }
 
 /**
- * Flows whose key prints as the given canonical text. Usually 0 or 1; an IPv4 key and an
- * IPv4-mapped IPv6 key print the same (Go quirk) but are distinct flows here.
+ * Slots of the flows whose key prints as the given canonical text. Usually 0 or 1; an IPv4 key
+ * and an IPv4-mapped IPv6 key print the same (Go quirk) but are distinct flows here.
  */
-function findByKey(s: CoreState, key: TextKey): Flow[] {
+function findByKey(s: CoreState, key: TextKey): number[] {
   const { src, dst, proto, sport, dport } = key;
-  const found: Flow[] = [];
+  const found: number[] = [];
   if (!isUint(proto, 0xff) || !isUint(sport, 0xffff) || !isUint(dport, 0xffff)) return found;
   const k = new Uint32Array(KEY_WORDS);
   k[8] = proto;
@@ -134,7 +136,7 @@ function findByKey(s: CoreState, key: TextKey): Flow[] {
   k[10] = dport;
   const probe = (): void => {
     const slot = s.table.find(k, hashKey(k));
-    if (slot >= 0) found.push(s.bySlot[slot]!);
+    if (slot >= 0) found.push(slot);
   };
   const a4 = src.includes(":") ? -1 : parseIPv4Word(src);
   const b4 = dst.includes(":") ? -1 : parseIPv4Word(dst);

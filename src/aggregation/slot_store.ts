@@ -1,8 +1,11 @@
 /**
- * Compact numeric storage for live flows. Each flow owns one slot: 30 u64 counters, 16 u32
- * fields and 2 f64 expiry times, kept in chunked typed arrays instead of per-flow objects.
+ * Compact storage for live flows. Each flow owns one slot: 30 u64 counters, 28 u32 words (times,
+ * ports, enums, key, flags, the intern ids of its strings and the tuple ids of its field
+ * groups) and 2 f64 expiry times, kept in chunked typed arrays; a flow has no JS object of its
+ * own, the slot number is its handle.
  * Why: a million flows with 30 bigint properties each would cost several KB per flow on the JS
- * heap; here a slot costs 240 + 96 + 16 bytes and no GC tracing. Chunks are never moved
+ * heap, and even a small object with one property per string costs 8 bytes a property plus
+ * its header; here a slot costs 240 + 112 + 16 bytes and no GC tracing. Chunks are never moved
  * (no copy on growth); freed slots are zeroed and reused.
  */
 
@@ -15,11 +18,15 @@ const CHUNK_MASK = CHUNK_SLOTS - 1;
 /** u64 values per slot. */
 export const U64_PER_SLOT = 30;
 /** u32 values per slot. */
-export const U32_PER_SLOT = 24;
+export const U32_PER_SLOT = 28;
 
 /**
- * Fixed u32 positions shared by the core and the flow table. 0-13 are the core's numeric
- * fields; the flow key lives in 5-7 (protocol, ports), 15 (family) and 16-23 (addresses).
+ * Fixed u32 positions shared by the core and the flow table. 0-8 are the core's numeric
+ * fields and flags; the flow key lives in 5 (protocol and family), 6 (ports) and 9-16
+ * (addresses); 17-20 are the flow's optional strings, 21-26 the ids of its field groups
+ * (tuples.ts) and 27 its tcpState (an intern id, see intern.ts; the field table in layout.ts
+ * says which IE each word or group position holds). Small values share a word (see the
+ * `*_SHIFT` constants), which the u32 rows of the field table read through `shift`/`bits`.
  */
 export const U32 = {
   START: 0,
@@ -27,24 +34,44 @@ export const U32 = {
   END_S: 2,
   END_D: 3,
   REASON: 4,
+  /** protocolIdentifier in bits 0-7, the key's family (4 or 6) from {@linkcode FAMILY_SHIFT}. */
   PROTO: 5,
-  SPORT: 6,
-  DPORT: 7,
-  TYPE: 8,
-  SVC_PORT: 9,
-  ING_TYPE: 10,
-  ING_ACT: 11,
-  EG_TYPE: 12,
-  EG_ACT: 13,
-  /** Hash of the key, so the table can relocate entries without recomputing it. */
-  HASH: 14,
-  /** 4 or 6: which address IEs the key came from. */
-  FAMILY: 15,
+  /** sourceTransportPort from {@linkcode SPORT_SHIFT}, destinationTransportPort in bits 0-15. */
+  PORTS: 6,
+  TYPE: 7,
+  /** `FL_*` bits (layout.ts) in bits 0-7, the not-ready expiries so far from `RETRY_SHIFT`. */
+  FLAGS: 8,
   /** Source address: 1 word for IPv4, 4 words (big-endian) for IPv6. */
-  SRC: 16,
+  SRC: 9,
   /** Destination address, same encoding. */
-  DST: 20,
+  DST: 13,
+  /** Intern id of destinationClusterIPv4, canonical; NO_TEXT when the Agent did not send it. */
+  CLUSTER_V4: 17,
+  /** Intern id of destinationClusterIPv6, same rule. */
+  CLUSTER_V6: 18,
+  /** Intern id of the sourcePodLabels JSON once filled (labels enabled); NO_TEXT before. */
+  SRC_LABELS: 19,
+  /** Intern id of the destinationPodLabels JSON, same rule. */
+  DST_LABELS: 20,
+  /** Tuple id of the source Pod's name, namespace and Node (layout.ts GROUPS). */
+  SRC_POD: 21,
+  /** Tuple id of the destination Pod's name, namespace and Node. */
+  DST_POD: 22,
+  /** Tuple id of the ingress network policy's 5 fields. */
+  ING: 23,
+  /** Tuple id of the egress network policy's 5 fields. */
+  EG: 24,
+  /** Tuple id of the destination Service's port and port name. */
+  SVC: 25,
+  /** Tuple id of the Egress (SNAT) name and IP. */
+  EGRESS: 26,
+  /** Intern id of tcpState (layout.ts FIELDS, kind `str`). */
+  TCP_STATE: 27,
 } as const;
+/** Shift of the key's family (4 or 6) in the {@linkcode U32}.PROTO word; 0 for a free slot. */
+export const FAMILY_SHIFT = 8;
+/** Shift of the source port in the {@linkcode U32}.PORTS word. */
+export const SPORT_SHIFT = 16;
 /** f64 values per slot. */
 export const F64_PER_SLOT = 2;
 /** Bytes of one slot's typed-array words. */
@@ -65,10 +92,14 @@ export class SlotStore {
     return this.#used;
   }
 
+  /** One past the highest slot ever handed out (since the last clear): live slots are below. */
+  get end(): number {
+    return this.#next;
+  }
+
   /** Bytes of typed-array memory reserved (outside the JS heap). */
   get reservedBytes(): number {
-    return this.#u64.length * CHUNK_SLOTS *
-      (U64_PER_SLOT * 8 + U32_PER_SLOT * 4 + F64_PER_SLOT * 8);
+    return this.#u64.length * CHUNK_SLOTS * SLOT_BYTES;
   }
 
   /** Allocates a zeroed slot. */

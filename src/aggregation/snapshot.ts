@@ -8,8 +8,20 @@ import type { AggregatedRecord, ExportedFlow, FlowKey } from "./record.ts";
 import { encodePodLabels } from "./correlation.ts";
 import { FIELD_CODE } from "./field_code.ts";
 import { formatIPv4Word, formatIPv6Words } from "./flow_key.ts";
-import { FL_CORR_FILLED, FL_EXT_FILLED, FL_IPV4, FL_UPDATED, type Flow } from "./layout.ts";
-import { U32, u32Base, u64Base } from "./slot_store.ts";
+import {
+  FL_CORR_FILLED,
+  FL_EXT_FILLED,
+  FL_IPV4,
+  FL_UPDATED,
+  G_DST_POD,
+  G_SRC_POD,
+  GROUPS,
+  POD_NAME,
+  POD_NODE,
+  POD_NS,
+} from "./layout.ts";
+import type { TupleTable } from "./tuples.ts";
+import { FAMILY_SHIFT, SPORT_SHIFT, U32, u32Base, u64Base } from "./slot_store.ts";
 import { type CoreState, log } from "./state.ts";
 
 /** Pod metadata returned by the export loop's Pod store. */
@@ -46,7 +58,7 @@ type Lookup = (ip: string, t: number) => PodInfo | undefined;
 export function addressText(s: CoreState, slot: number, at: number): string {
   const u = s.store.u32(slot);
   const b = u32Base(slot);
-  if (u[b + U32.FAMILY] === 4) return formatIPv4Word(u[b + at]);
+  if (u[b + U32.PROTO] >>> FAMILY_SHIFT === 4) return formatIPv4Word(u[b + at]);
   return formatIPv6Words(u[b + at], u[b + at + 1], u[b + at + 2], u[b + at + 3]);
 }
 
@@ -65,9 +77,9 @@ export function flowKeyOf(
   return {
     sourceAddress: src,
     destinationAddress: dst,
-    protocol: u[b + U32.PROTO],
-    sourcePort: u[b + U32.SPORT],
-    destinationPort: u[b + U32.DPORT],
+    protocol: u[b + U32.PROTO] & 0xff,
+    sourcePort: u[b + U32.PORTS] >>> SPORT_SHIFT,
+    destinationPort: u[b + U32.PORTS] & 0xffff,
   };
 }
 
@@ -78,15 +90,17 @@ const addrs = { v4: true, src: "", dst: "" };
  * Builds an own copy of the flow as exporters and the query API see it; without `text`, its
  * key address fields are `""` (see {@linkcode ExportHooks.addressText}).
  */
-export function snapshot(s: CoreState, f: Flow, text = true): AggregatedRecord {
-  const slot = f.slot;
-  addrs.v4 = (f.flags & FL_IPV4) !== 0;
+export function snapshot(s: CoreState, slot: number, text = true): AggregatedRecord {
+  const u32 = s.store.u32(slot);
+  const ub = u32Base(slot);
+  addrs.v4 = (u32[ub + U32.FLAGS] & FL_IPV4) !== 0;
   addrs.src = text ? addressText(s, slot, U32.SRC) : "";
   addrs.dst = text ? addressText(s, slot, U32.DST) : "";
   return FIELD_CODE.snapshot(
-    f,
-    s.store.u32(slot),
-    u32Base(slot),
+    s.intern,
+    s.groups,
+    u32,
+    ub,
     s.store.u64(slot),
     u64Base(slot),
     addrs,
@@ -107,19 +121,22 @@ export interface EmitOptions {
  */
 export function emitOne(
   s: CoreState,
-  flow: Flow,
+  slot: number,
   emit: (f: ExportedFlow) => void,
   opts: EmitOptions,
 ): boolean {
-  fill(s, flow, opts.hooks);
-  const record = snapshot(s, flow, opts.hooks?.addressText !== false);
-  const updated = (flow.flags & FL_UPDATED) !== 0;
-  flow.flags &= ~FL_UPDATED;
+  fill(s, slot, opts.hooks);
+  const record = snapshot(s, slot, opts.hooks?.addressText !== false);
+  const u32 = s.store.u32(slot);
+  const ub = u32Base(slot);
+  const flags = u32[ub + U32.FLAGS];
+  const updated = (flags & FL_UPDATED) !== 0;
+  u32[ub + U32.FLAGS] = flags & ~FL_UPDATED;
   // The key's addresses are the text the snapshot just formatted (not formatted twice).
-  const v4 = (flow.flags & FL_IPV4) !== 0;
+  const v4 = (flags & FL_IPV4) !== 0;
   const key = flowKeyOf(
     s,
-    flow.slot,
+    slot,
     (v4 ? record.sourceIPv4Address : record.sourceIPv6Address) as string,
     (v4 ? record.destinationIPv4Address : record.destinationIPv6Address) as string,
   );
@@ -128,8 +145,8 @@ export function emitOne(
     record,
     isIPv6: !v4,
     uncorrelated: opts.uncorrelated,
-    addressWords: s.store.u32(flow.slot),
-    addressAt: u32Base(flow.slot) + U32.SRC,
+    addressWords: u32,
+    addressAt: ub + U32.SRC,
   };
   try {
     emit(ev);
@@ -147,44 +164,58 @@ export function emitOne(
 }
 
 /** §6.5/§6.6: fills Pod metadata and labels once per flow, through the hooks. */
-function fill(s: CoreState, flow: Flow, hooks: ExportHooks | undefined): void {
+function fill(s: CoreState, slot: number, hooks: ExportHooks | undefined): void {
   const lookup = hooks?.lookupPod;
   if (lookup === undefined) return;
-  const start = s.store.u32(flow.slot)[u32Base(flow.slot) + U32.START];
+  const u = s.store.u32(slot);
+  const b = u32Base(slot);
+  const start = u[b + U32.START];
   const I = s.intern;
-  if ((flow.flags & FL_CORR_FILLED) === 0) {
+  const srcPod = s.groups[G_SRC_POD];
+  const dstPod = s.groups[G_DST_POD];
+  /** Word `i` of the source (`src`) or destination Pod group of the flow is `""`. */
+  const empty = (src: boolean, i: number): boolean => {
+    const g = src ? srcPod : dstPod;
+    return I.text(g.word(u[b + GROUPS[src ? G_SRC_POD : G_DST_POD].at], i)) === "";
+  };
+  if ((u[b + U32.FLAGS] & FL_CORR_FILLED) === 0) {
     // Strings from the Pod store are charged like the others (held bytes) but never refused:
     // they come from the cluster, not the wire, and one Pod's are shared by its flows.
-    const src = flow.sourcePodName === "" ? podAt(s, lookup, flow.slot, U32.SRC) : undefined;
-    if (src !== undefined) {
-      flow.sourcePodName = I.replace(flow.sourcePodName, src.name);
-      flow.sourcePodNamespace = I.replace(flow.sourcePodNamespace, src.namespace);
-      flow.sourceNodeName = I.replace(flow.sourceNodeName, src.nodeName);
-    }
-    const dst = flow.destinationPodName === "" ? podAt(s, lookup, flow.slot, U32.DST) : undefined;
-    if (dst !== undefined) {
-      flow.destinationPodName = I.replace(flow.destinationPodName, dst.name);
-      flow.destinationPodNamespace = I.replace(flow.destinationPodNamespace, dst.namespace);
-      flow.destinationNodeName = I.replace(flow.destinationNodeName, dst.nodeName);
-    }
+    const src = empty(true, POD_NAME) ? podAt(s, lookup, slot, U32.SRC) : undefined;
+    if (src !== undefined) setPod(s, srcPod, u, b + GROUPS[G_SRC_POD].at, src);
+    const dst = empty(false, POD_NAME) ? podAt(s, lookup, slot, U32.DST) : undefined;
+    if (dst !== undefined) setPod(s, dstPod, u, b + GROUPS[G_DST_POD].at, dst);
     // Set even after a miss, as v1.13 does (L16 kept): the flag means "tried".
-    flow.flags |= FL_CORR_FILLED;
+    u[b + U32.FLAGS] |= FL_CORR_FILLED;
   }
-  if (s.includePodLabels && (flow.flags & FL_EXT_FILLED) === 0) {
-    flow.srcLabels = I.replace(
-      flow.srcLabels,
-      flow.sourcePodName !== "" && flow.sourcePodNamespace !== ""
-        ? labels(s, lookup, addressText(s, flow.slot, U32.SRC), start)
+  if (s.includePodLabels && (u[b + U32.FLAGS] & FL_EXT_FILLED) === 0) {
+    u[b + U32.SRC_LABELS] = I.replace(
+      u[b + U32.SRC_LABELS],
+      !empty(true, POD_NAME) && !empty(true, POD_NS)
+        ? labels(s, lookup, addressText(s, slot, U32.SRC), start)
         : "",
     );
-    flow.dstLabels = I.replace(
-      flow.dstLabels,
-      flow.destinationPodName !== "" && flow.destinationPodNamespace !== ""
-        ? labels(s, lookup, addressText(s, flow.slot, U32.DST), start)
+    u[b + U32.DST_LABELS] = I.replace(
+      u[b + U32.DST_LABELS],
+      !empty(false, POD_NAME) && !empty(false, POD_NS)
+        ? labels(s, lookup, addressText(s, slot, U32.DST), start)
         : "",
     );
-    flow.flags |= FL_EXT_FILLED;
+    u[b + U32.FLAGS] |= FL_EXT_FILLED;
   }
+}
+
+/** Sets the Pod group whose tuple id is in `u[at]` to Pod `p`'s name, namespace and Node. */
+function setPod(s: CoreState, g: TupleTable, u: Uint32Array, at: number, p: PodInfo): void {
+  const I = s.intern;
+  const old = u[at];
+  g.load(old);
+  const w = g.w;
+  w[POD_NAME] = I.replace(w[POD_NAME], p.name);
+  w[POD_NS] = I.replace(w[POD_NS], p.namespace);
+  w[POD_NODE] = I.replace(w[POD_NODE], p.nodeName);
+  u[at] = g.make();
+  g.unref(old);
 }
 
 /** The Pod of the address at `at` (U32.SRC or U32.DST) of a slot; undefined on a miss. */

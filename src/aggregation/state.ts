@@ -1,18 +1,20 @@
 /**
  * The state of one aggregation core, shared by the modules that act on it (ingest, statistics,
- * expiry, snapshot, query): options, the slot store, the flow table, the flow object of each
- * slot, the expiry queue, the intern table and the counters. Internal: `AggregationCore`
+ * expiry, snapshot, query): options, the slot store (a flow is its slot), the flow table, the
+ * expiry queue, the intern table and the counters. Internal: `AggregationCore`
  * (core.ts) owns one and is the public face; nothing here is exported from `mod.ts`.
  */
 
 import type { Clock } from "../clock.ts";
 import { type Logger, logger, RateLimitedLog } from "../log.ts";
 import { CoreCounters, type RejectReason } from "./counters.ts";
-import { ExpiryHeap } from "./expiry_heap.ts";
+import { IndexHeap } from "./expiry_heap.ts";
 import { FlowTable, KEY_WORDS } from "./flow_table.ts";
 import { Interner } from "./intern.ts";
-import { type Flow, FLOW_FIXED_BYTES } from "./layout.ts";
-import { SlotStore } from "./slot_store.ts";
+import { FIELD_CODE } from "./field_code.ts";
+import type { TupleTable } from "./tuples.ts";
+import { FLOW_FIXED_BYTES } from "./layout.ts";
+import { FAMILY_SHIFT, SlotStore, U32, u32Base } from "./slot_store.ts";
 
 /** The aggregation logger. */
 export const log: Logger = logger("aggregation");
@@ -70,14 +72,14 @@ export class CoreState {
   readonly store: SlotStore = new SlotStore();
   /** 5-tuple → slot. */
   readonly table: FlowTable = new FlowTable(this.store);
-  /** Flow object of each slot (undefined for free slots). */
-  bySlot: (Flow | undefined)[] = [];
   /** Probe key scratch, reused by every record. */
   readonly key: Uint32Array = new Uint32Array(KEY_WORDS);
-  /** Expiry queue of every live flow. */
-  readonly heap: ExpiryHeap<Flow> = new ExpiryHeap<Flow>();
+  /** Expiry queue of every live flow's slot. */
+  readonly heap: IndexHeap = new IndexHeap();
   /** Shared copies of the flows' strings. */
   readonly intern: Interner = new Interner();
+  /** Shared tuples of the flows' field groups (layout.ts GROUPS), one table per group. */
+  readonly groups: TupleTable[] = FIELD_CODE.newGroupTables(this.intern);
   /** Rate limit of the per-record warnings. */
   readonly rl: RateLimitedLog;
   /** The counters. */
@@ -100,10 +102,18 @@ export class CoreState {
 
   /**
    * Bytes of the held flows: a fixed cost per flow ({@linkcode FLOW_FIXED_BYTES}) plus every
-   * string the flows reference, each distinct string charged once (intern.ts).
+   * string and field-group tuple the flows reference, each distinct one charged once
+   * (intern.ts, tuples.ts).
    */
   heldBytes(): number {
-    return this.table.size * FLOW_FIXED_BYTES + this.intern.bytes;
+    let tuples = 0;
+    for (const g of this.groups) tuples += g.bytes;
+    return this.table.size * FLOW_FIXED_BYTES + this.intern.bytes + tuples;
+  }
+
+  /** True when `slot` holds a live flow (its key's family is set; free slots are zeroed). */
+  live(slot: number): boolean {
+    return this.store.u32(slot)[u32Base(slot) + U32.PROTO] >>> FAMILY_SHIFT !== 0;
   }
 
   /** True when adding `bytes` to the held flows would exceed `maxFlowBytes`. */

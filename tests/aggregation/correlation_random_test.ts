@@ -19,7 +19,8 @@ import type {
   PodInfo,
 } from "../../src/aggregation/mod.ts";
 import { OVERFLOW_ENTRY_BYTES, stringBytes } from "../../src/aggregation/intern.ts";
-import { FLOW_FIXED_BYTES } from "../../src/aggregation/layout.ts";
+import { FIELDS, FLOW_FIXED_BYTES, GROUPS } from "../../src/aggregation/layout.ts";
+import { tupleBytes } from "../../src/aggregation/tuples.ts";
 import { agentRecord } from "../_helpers/agent_record.ts";
 import { prng } from "../_helpers/prng.ts";
 import { at, newCore } from "./fixtures.ts";
@@ -240,21 +241,37 @@ const ADDRESS_FIELDS = new Set([
   "destinationIPv6Address",
 ]);
 
+/** The fields of each field group (layout.ts GROUPS), in tuple order. */
+const GROUP_FIELDS = GROUPS.map((_, g) =>
+  FIELDS.filter((f) => "group" in f && f.group === g).sort((x, y) => x.at - y.at).map((f) => f.ie)
+);
+
 /**
- * The byte books match what the live flows hold: each flow's fixed cost plus every distinct
- * string they reference, each once (the upper side allows for overflow entries of the intern
- * table). A leaked reference or one given back too often breaks one side.
+ * The byte books match what the live flows hold: each flow's fixed cost, every distinct
+ * field-group tuple and every distinct string they reference, each once (the upper side allows
+ * for overflow entries of the intern table). A leaked reference or one given back too often
+ * breaks one side.
  */
 function checkBooks(core: AggregationCore, where: string): void {
   const held = new Set<string>();
+  const tuples = new Set<string>();
+  let tupleSum = 0;
   for (const rec of core.query()) {
     for (const [k, v] of Object.entries(rec)) {
       if (typeof v === "string" && v !== "" && !ADDRESS_FIELDS.has(k)) held.add(v);
     }
+    GROUP_FIELDS.forEach((fields, g) => {
+      const v = fields.map((f) => rec[f]);
+      const key = `${g}:${JSON.stringify(v)}`;
+      if (v.some((x) => x !== "" && x !== 0) && !tuples.has(key)) {
+        tuples.add(key);
+        tupleSum += tupleBytes(fields.length);
+      }
+    });
   }
   let min = 0;
   for (const v of held) min += stringBytes(v);
-  const strings = core.flowBytes - core.flowCount * FLOW_FIXED_BYTES;
+  const strings = core.flowBytes - core.flowCount * FLOW_FIXED_BYTES - tupleSum;
   assert.ok(strings >= min, `${where}: ${strings} bytes of strings < ${min} held`);
   assert.ok(
     strings <= min + held.size * OVERFLOW_ENTRY_BYTES,

@@ -7,24 +7,37 @@ import {
   touch,
 } from "../../src/aggregation/expiry.ts";
 import { FIELD_CODE } from "../../src/aggregation/field_code.ts";
-import { FL_READY, T_ACTIVE, T_INACTIVE } from "../../src/aggregation/layout.ts";
-import { f64Base, u32Base } from "../../src/aggregation/slot_store.ts";
+import { hashKey, KEY_WORDS } from "../../src/aggregation/flow_table.ts";
+import {
+  FL_IPV4,
+  FL_READY,
+  MAX_RETRIES,
+  RETRY_SHIFT,
+  T_ACTIVE,
+  T_INACTIVE,
+} from "../../src/aggregation/layout.ts";
+import { f64Base, U32, u32Base } from "../../src/aggregation/slot_store.ts";
 import { collector, newState, s1 } from "./fixtures.ts";
 
-function addFlow(s: ReturnType<typeof newState>["s"], flags: number) {
+/** A flow of key 10.0.0.1 -> 10.0.0.2 with `flags`, queued; returns its slot. */
+function addFlow(s: ReturnType<typeof newState>["s"], flags: number): number {
   const slot = s.store.alloc();
-  const flow = FIELD_CODE.create(s1(), s.intern, s.store.u32(slot), u32Base(slot), slot, flags);
-  s.bySlot[slot] = flow;
-  scheduleNew(s, flow);
-  return flow;
+  const u32 = s.store.u32(slot);
+  FIELD_CODE.create(s1(), s.intern, s.groups, u32, u32Base(slot));
+  u32[u32Base(slot) + U32.FLAGS] = flags;
+  const k = new Uint32Array(KEY_WORDS);
+  k.set([0x0a000001, 0, 0, 0, 0x0a000002, 0, 0, 0, 6, 1234, 5678, 4]);
+  s.table.insert(slot, k, hashKey(k));
+  scheduleNew(s, slot);
+  return slot;
 }
 
 Deno.test("scheduleNew sets both expiry times from now; touch moves only the inactive one", () => {
   const { s, clock } = newState();
   clock.advance(1000);
   const flow = addFlow(s, FL_READY);
-  const f64 = s.store.f64(flow.slot);
-  const fb = f64Base(flow.slot);
+  const f64 = s.store.f64(flow);
+  const fb = f64Base(flow);
   assert.deepEqual([f64[fb + T_ACTIVE], f64[fb + T_INACTIVE]], [61_000, 91_000]);
   clock.advance(5000);
   touch(s, flow);
@@ -55,4 +68,22 @@ Deno.test("a not-ready flow is re-queued, not exported, until it runs out of ret
   assert.equal(out[0].uncorrelated, true);
   assert.equal(s.heap.size, 0);
   assert.equal(s.counters.flowsDeleted, 1);
+});
+
+Deno.test("the not-ready count shares the flags word: counted above the flags, saturated", () => {
+  const { s, clock } = newState({ maxRetries: Infinity });
+  const slot = addFlow(s, FL_IPV4);
+  const flags = () => s.store.u32(slot)[u32Base(slot) + U32.FLAGS];
+  const { emit } = collector();
+  clock.advance(60_000);
+  expire(s, emit);
+  assert.equal(flags(), FL_IPV4 | (1 << RETRY_SHIFT));
+  s.store.u32(slot)[u32Base(slot) + U32.FLAGS] = FL_IPV4 | ((MAX_RETRIES - 1) << RETRY_SHIFT);
+  for (let i = 0; i < 3; i++) {
+    clock.advance(60_000);
+    expire(s, emit);
+  }
+  assert.equal(flags() >>> RETRY_SHIFT, MAX_RETRIES);
+  assert.equal(flags() & 0xff, FL_IPV4);
+  assert.equal(s.heap.size, 1);
 });

@@ -14,6 +14,8 @@ import {
 } from "../../src/aggregation/mod.ts";
 import { unsetMetadata } from "../_helpers/agent_record.ts";
 import { CoreState } from "../../src/aggregation/state.ts";
+import { U32, u32Base } from "../../src/aggregation/slot_store.ts";
+import { GROUPS } from "../../src/aggregation/layout.ts";
 
 /** K4 of §9. */
 export const K4: FlowKey = {
@@ -173,6 +175,33 @@ export function collector(
       out.push(f);
     },
   };
+}
+
+/** The slots of the live flows of `s`, in slot order. */
+export function liveSlots(s: CoreState): number[] {
+  const out: number[] = [];
+  for (let slot = 0; slot < s.store.end; slot++) if (s.live(slot)) out.push(slot);
+  return out;
+}
+
+/** Word `at` (a `U32` position) of `slot`. */
+export function word(s: CoreState, slot: number, at: number): number {
+  return s.store.u32(slot)[u32Base(slot) + at];
+}
+
+/** The text of the string whose intern id is in word `at` of `slot`. */
+export function text(s: CoreState, slot: number, at: number): string | undefined {
+  return s.intern.text(word(s, slot, at));
+}
+
+/** The text of string position `i` of field group `g` (layout.ts GROUPS) of `slot`. */
+export function groupText(s: CoreState, slot: number, g: number, i: number): string | undefined {
+  return s.intern.text(s.groups[g].word(word(s, slot, GROUPS[g].at), i));
+}
+
+/** The `FL_*` flags of `slot`. */
+export function flagsOf(s: CoreState, slot: number): number {
+  return word(s, slot, U32.FLAGS);
 }
 
 /** The internal state of a core with the §9 defaults, for tests of the verb modules. */

@@ -94,10 +94,10 @@ function flowWith(end: number) {
   const slot = s.store.alloc();
   const u32 = s.store.u32(slot);
   const ub = u32Base(slot);
-  const flow = FIELD_CODE.create(s1(), s.intern, u32, ub, slot, 0);
+  FIELD_CODE.create(s1(), s.intern, s.groups, u32, ub);
   u32[ub + U32.END] = end;
   u32[ub + U32.END_S] = end;
-  return { s, flow, u: s.store.u64(slot), b: u64Base(slot) };
+  return { s, flow: slot, u: s.store.u64(slot), b: u64Base(slot) };
 }
 
 Deno.test("aggregate: a record not after the side's last end is stale and changes no counter", () => {
@@ -188,8 +188,8 @@ Deno.test("aggregate: u64 counters, as numbers or bigints, equal the BigInt mode
     };
     const { s, flow, u, b } = flowWith(0);
     const model = new BigUint64Array(u.length);
-    const u32 = s.store.u32(flow.slot);
-    const ub = u32Base(flow.slot);
+    const u32 = s.store.u32(flow);
+    const ub = u32Base(flow);
     u32[ub + U32.START] = 100;
     for (let step = 0; step < 8; step++) {
       const sides = [SIDE_S, SIDE_D, SIDE_S | SIDE_D][Math.floor(rnd() * 3)];

@@ -1,8 +1,9 @@
 import assert from "node:assert/strict";
 import { addRecord } from "../../src/aggregation/ingest.ts";
-import { FL_READY } from "../../src/aggregation/layout.ts";
+import { FL_READY, G_DST_POD, G_SRC_POD, POD_NAME } from "../../src/aggregation/layout.ts";
 import type { FlowInput } from "../../src/aggregation/mod.ts";
-import { d1, newState, s1 } from "./fixtures.ts";
+import { U32 } from "../../src/aggregation/slot_store.ts";
+import { d1, flagsOf, groupText, liveSlots, newState, s1, text } from "./fixtures.ts";
 
 Deno.test("addRecord rejects a non-object without throwing", () => {
   const { s } = newState();
@@ -14,13 +15,13 @@ Deno.test("addRecord rejects a non-object without throwing", () => {
 Deno.test("addRecord: the second InterNode half correlates the stored one", () => {
   const { s } = newState();
   assert.equal(addRecord(s, s1()), true);
-  const flow = s.bySlot.find((f) => f !== undefined)!;
-  assert.equal(flow.flags & FL_READY, 0);
+  const [slot] = liveSlots(s);
+  assert.equal(flagsOf(s, slot) & FL_READY, 0);
   assert.equal(addRecord(s, d1()), true);
-  assert.equal(flow.flags & FL_READY, FL_READY);
-  assert.equal(flow.sourcePodName, "pod1");
-  assert.equal(flow.destinationPodName, "pod2");
-  assert.equal(flow.clusterV4, "192.168.0.1");
+  assert.equal(flagsOf(s, slot) & FL_READY, FL_READY);
+  assert.equal(groupText(s, slot, G_SRC_POD, POD_NAME), "pod1");
+  assert.equal(groupText(s, slot, G_DST_POD, POD_NAME), "pod2");
+  assert.equal(text(s, slot, U32.CLUSTER_V4), "192.168.0.1");
   assert.equal(s.counters.correlated, 1);
   assert.equal(s.table.size, 1);
 });

@@ -5,7 +5,7 @@ import { FL_UPDATED } from "../../src/aggregation/layout.ts";
 import { U32 } from "../../src/aggregation/slot_store.ts";
 import { exportedAddress } from "../../src/aggregation/flow_key.ts";
 import { BatchWriter } from "../../src/exporters/batch.ts";
-import { collector, newState, s1 } from "./fixtures.ts";
+import { collector, flagsOf, liveSlots, newState, s1 } from "./fixtures.ts";
 
 Deno.test("snapshot names the address IEs by family and is an own copy", () => {
   const { s } = newState();
@@ -13,7 +13,7 @@ Deno.test("snapshot names the address IEs by family and is an own copy", () => {
   delete r.sourceIPv4Address;
   delete r.destinationIPv4Address;
   assert.equal(addRecord(s, r), true);
-  const flow = s.bySlot.find((f) => f !== undefined)!;
+  const [flow] = liveSlots(s);
   const rec = snapshot(s, flow);
   assert.equal(rec.sourceIPv6Address, "2001:db8::1");
   assert.equal(rec.destinationIPv6Address, "10.0.0.2");
@@ -22,8 +22,8 @@ Deno.test("snapshot names the address IEs by family and is an own copy", () => {
   assert.equal(rec.sourcePodLabels, undefined);
   rec.sourcePodName = "changed";
   assert.equal(snapshot(s, flow).sourcePodName, "pod1");
-  assert.equal(addressText(s, flow.slot, U32.SRC), "2001:db8::1");
-  assert.deepEqual(flowKeyOf(s, flow.slot), {
+  assert.equal(addressText(s, flow, U32.SRC), "2001:db8::1");
+  assert.deepEqual(flowKeyOf(s, flow), {
     sourceAddress: "2001:db8::1",
     destinationAddress: "10.0.0.2",
     protocol: 6,
@@ -35,7 +35,7 @@ Deno.test("snapshot names the address IEs by family and is an own copy", () => {
 Deno.test("emitOne fills a missing Pod through the hook and clears the updated flag", () => {
   const { s } = newState();
   assert.equal(addRecord(s, s1({ flowType: 1 })), true);
-  const flow = s.bySlot.find((f) => f !== undefined)!;
+  const [flow] = liveSlots(s);
   const { out, emit } = collector();
   const hooks = {
     lookupPod: (ip: string) =>
@@ -44,7 +44,7 @@ Deno.test("emitOne fills a missing Pod through the hook and clears the updated f
   // flowType 1 (IntraNode) is filled at creation: no look-up.
   assert.equal(emitOne(s, flow, emit, { hooks, uncorrelated: false }), true);
   assert.equal(out[0].record.destinationPodName, "");
-  assert.equal(flow.flags & FL_UPDATED, 0);
+  assert.equal(flagsOf(s, flow) & FL_UPDATED, 0);
   assert.equal(s.counters.exportedWithoutNewData, 0);
   assert.equal(emitOne(s, flow, emit, { hooks, uncorrelated: false }), true);
   assert.equal(s.counters.exportedWithoutNewData, 1);
@@ -57,7 +57,7 @@ Deno.test("emitOne without address text: empty text, the words give the same add
   delete v6.destinationIPv4Address;
   const inputs = [s1({ sourceIPv4Address: "10.0.0.1", destinationIPv4Address: "10.9.8.7" }), v6];
   for (const r of inputs) assert.equal(addRecord(s, r), true);
-  for (const flow of s.bySlot.filter((f) => f !== undefined)) {
+  for (const flow of liveSlots(s)) {
     const withText = collector();
     const without = collector();
     emitOne(s, flow, withText.emit, { hooks: undefined, uncorrelated: false });

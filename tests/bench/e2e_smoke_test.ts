@@ -163,7 +163,12 @@ Deno.test("e2e quick: the real process takes every record flowgen sent over TCP,
 Deno.test("memory quick: heap and external bytes per live flow are measured apart", async () => {
   const r = await benchHeapPerFlow({ quick: true });
   for (const s of [r.detail.at100k, r.detail.at1m]) {
-    assert.ok(s.heapBytesPerFlow > 50 && s.heapBytesPerFlow < 5_000, `heap ${s.heapBytesPerFlow}`);
+    // A flow has no JS object (slot words and intern ids): what remains on the heap is fixed
+    // costs spread over the flows, so only an upper bound.
+    assert.ok(
+      Number.isFinite(s.heapBytesPerFlow) && s.heapBytesPerFlow < 1_000,
+      `heap ${s.heapBytesPerFlow}`,
+    );
     // Counters live in typed arrays: a core without external growth would mean they moved.
     assert.ok(s.externalBytesPerFlow > 100, `external ${s.externalBytesPerFlow}`);
     assert.equal(s.totalBytesPerFlow, s.heapBytesPerFlow + s.externalBytesPerFlow);

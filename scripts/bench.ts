@@ -421,7 +421,8 @@ export function benchAggregate(ctx: BenchContext): Promise<void> {
   const rounds = ctx.quick ? 3 : 5;
   ctx.results.aggregate_records_per_s = benchAggregateRate(flows, rounds, ctx.quick ? 0.2 : 2);
   ctx.notes.aggregate_records_per_s = `addRecord, ${flows} InterNode flows x 2 halves x ` +
-    `${rounds} rounds (create, correlate, update; expiry not included)`;
+    `${rounds} rounds (create, correlate, update; expiry not included), records in ` +
+    `wire-number mode as the collector hands them (numbers for counters and IPv4)`;
   const pFlows = ctx.quick ? 2_000 : 20_000;
   const p = benchPipelineRealistic({ flows: pFlows, pairs: ctx.quick ? 2 : 10 });
   ctx.results.pipeline_realistic_records_per_s = p.wire;

@@ -708,7 +708,11 @@ export function formatTable(report: BenchReport): string {
 /** The keys each part comparable with a baseline fills. */
 const PART_KEYS: Record<string, readonly (keyof BenchResults)[]> = {
   decode: ["decode_records_per_s", "decode_batch_records_per_s", "decode_realistic_records_per_s"],
-  aggregate: ["aggregate_records_per_s", "pipeline_realistic_records_per_s"],
+  aggregate: [
+    "aggregate_records_per_s",
+    "pipeline_realistic_records_per_s",
+    "pipeline_realistic_text_records_per_s",
+  ],
   e2e: [
     "e2e_tcp_records_per_s",
     "e2e_tcp_inprocess_records_per_s",

@@ -16,7 +16,8 @@ import { FAMILY_SHIFT, type SlotStore, SPORT_SHIFT, U32, u32Base } from "./slot_
  */
 export const KEY_WORDS = 12;
 
-function mix(h: number): number {
+/** A 32-bit finaliser (murmur3's fmix32): spreads every input bit over the result. */
+export function mix(h: number): number {
   h ^= h >>> 16;
   h = Math.imul(h, 0x85ebca6b);
   h ^= h >>> 13;

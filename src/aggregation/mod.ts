@@ -8,4 +8,3 @@ export * from "./record.ts";
 export * from "./core.ts";
 export * from "./flow_key.ts";
 export * from "./correlation.ts";
-export { ExpiryHeap, type HeapItem } from "./expiry_heap.ts";

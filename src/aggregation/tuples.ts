@@ -12,6 +12,7 @@
  */
 
 import { EMPTY_TEXT, type Interner } from "./intern.ts";
+import { mix } from "./flow_table.ts";
 
 /**
  * Bytes charged for one live tuple of `width` words (`limits.maxFlowBytes`): its words and
@@ -22,15 +23,6 @@ export function tupleBytes(width: number): number {
 }
 
 const INITIAL = 64;
-
-function mix(h: number): number {
-  h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b);
-  h ^= h >>> 13;
-  h = Math.imul(h, 0xc2b2ae35);
-  h ^= h >>> 16;
-  return h >>> 0;
-}
 
 /** A reference-counted intern table of fixed-width tuples of u32 words. */
 export class TupleTable {

@@ -15,6 +15,8 @@
  * Needs `--allow-net` (and `--allow-read` only if the caller reads PEM files).
  */
 
+import { concatBytes } from "../bytes.ts";
+
 /** Transport kinds (the `:proto` suffix of a collector address). */
 export type TransportKind = "tcp" | "udp" | "tls";
 
@@ -124,16 +126,7 @@ function withTimeout<T extends { close(): void }>(
 }
 
 function concat(messages: readonly Uint8Array[]): Uint8Array {
-  if (messages.length === 1) return messages[0];
-  let n = 0;
-  for (const m of messages) n += m.length;
-  const out = new Uint8Array(n);
-  let off = 0;
-  for (const m of messages) {
-    out.set(m, off);
-    off += m.length;
-  }
-  return out;
+  return messages.length === 1 ? messages[0] : concatBytes(messages);
 }
 
 /** What the stream and datagram transports share: the open flag, `closed` and `close()`. */

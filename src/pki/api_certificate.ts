@@ -9,6 +9,7 @@
  */
 
 import { DAY_MS, HOUR_MS, pem } from "./common.ts";
+import { concatBytes } from "../bytes.ts";
 
 /** The API server's certificate: a chain (leaf then CA) and the leaf's key. */
 export interface ApiCertificate {
@@ -118,7 +119,7 @@ async function ecdsaCertificate(spec: EcdsaCertSpec): Promise<string> {
   );
   // WebCrypto gives r || s; X.509 wants ECDSA-Sig-Value ::= SEQUENCE { r INTEGER, s INTEGER }.
   const sig = seq(unsignedInt(raw.subarray(0, 32)), unsignedInt(raw.subarray(32)));
-  return pem("CERTIFICATE", seq(tbs, sigAlg, tlv(0x03, concat([bytes(0), sig]))));
+  return pem("CERTIFICATE", seq(tbs, sigAlg, tlv(0x03, concatBytes([bytes(0), sig]))));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -128,18 +129,6 @@ const BOOLEAN_TRUE = bytes(0x01, 0x01, 0xff);
 
 function bytes(...values: number[]): Uint8Array {
   return Uint8Array.from(values);
-}
-
-function concat(parts: readonly Uint8Array[]): Uint8Array<ArrayBuffer> {
-  let n = 0;
-  for (const p of parts) n += p.length;
-  const out = new Uint8Array(n);
-  let o = 0;
-  for (const p of parts) {
-    out.set(p, o);
-    o += p.length;
-  }
-  return out;
 }
 
 /** Tag, definite length (short or long form), content. */
@@ -153,11 +142,11 @@ function tlv(tag: number, content: Uint8Array): Uint8Array<ArrayBuffer> {
     for (let v = n; v > 0; v = Math.floor(v / 256)) len.unshift(v & 0xff);
     head = [tag, 0x80 | len.length, ...len];
   }
-  return concat([Uint8Array.from(head), content]);
+  return concatBytes([Uint8Array.from(head), content]);
 }
 
 function seq(...items: Uint8Array[]): Uint8Array<ArrayBuffer> {
-  return tlv(0x30, concat(items));
+  return tlv(0x30, concatBytes(items));
 }
 
 function int(content: Uint8Array): Uint8Array {
@@ -169,7 +158,7 @@ function unsignedInt(magnitude: Uint8Array): Uint8Array {
   let i = 0;
   while (i < magnitude.length - 1 && magnitude[i] === 0) i++;
   const v = magnitude.subarray(i);
-  return int(v[0] & 0x80 ? concat([bytes(0), v]) : v);
+  return int(v[0] & 0x80 ? concatBytes([bytes(0), v]) : v);
 }
 
 function oid(dotted: string): Uint8Array {

@@ -1,12 +1,13 @@
 import assert from "node:assert/strict";
-import { ExpiryHeap, type HeapItem, IndexHeap } from "../../src/aggregation/expiry_heap.ts";
+import { IndexHeap } from "../../src/aggregation/expiry_heap.ts";
+import { ExpiryHeap, type HeapItem } from "../_helpers/object_heap.ts";
 import { prng } from "../_helpers/prng.ts";
 
 interface Item extends HeapItem {
   id: number;
 }
 
-Deno.test("heap pops in priority order", () => {
+Deno.test("reference heap pops in priority order", () => {
   const h = new ExpiryHeap<Item>();
   const prios = [5, 3, 9, 1, 7, 3, 0, 8];
   prios.forEach((p, id) => h.push({ id, heapIndex: -1 }, p));
@@ -20,7 +21,7 @@ Deno.test("heap pops in priority order", () => {
   assert.equal(h.peekPriority(), Infinity);
 });
 
-Deno.test("heap: random push/update/remove/pop keeps invariant and matches a reference", () => {
+Deno.test("reference heap: random push/update/remove/pop keeps invariant and matches a Map", () => {
   const r = prng(42);
   const h = new ExpiryHeap<Item>();
   const ref = new Map<Item, number>();
@@ -61,7 +62,7 @@ Deno.test("heap: random push/update/remove/pop keeps invariant and matches a ref
   for (const it of live) assert.equal(h.priorityOf(it), ref.get(it));
 });
 
-Deno.test("heap: update in place moves an item both ways; grows past the initial capacity", () => {
+Deno.test("reference heap: update in place moves an item both ways; grows past the initial capacity", () => {
   const h = new ExpiryHeap<Item>();
   const items = Array.from({ length: 3000 }, (_, id) => ({ id, heapIndex: -1 }));
   items.forEach((it) => h.push(it, 1000 + it.id));

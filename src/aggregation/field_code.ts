@@ -32,14 +32,11 @@ export type CreateFlow = (
   ub: number,
 ) => void;
 
-/** §1.5: copies every correlate field of `r` that is set (non-empty, non-zero) into the slot. */
-export type CorrelateFlow = (
-  r: FlowInput,
-  intern: Interner,
-  groups: readonly TupleTable[],
-  u32: Uint32Array,
-  ub: number,
-) => void;
+/**
+ * §1.5: copies every correlate field of `r` that is set (non-empty, non-zero) into the slot
+ * (same arguments as {@linkcode CreateFlow}).
+ */
+export type CorrelateFlow = CreateFlow;
 
 /** Gives back the slot's references to its strings and tuples (flow deleted). */
 export type ReleaseFlow = (

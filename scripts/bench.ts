@@ -14,11 +14,11 @@
  *
  * `--baseline=REV` (any git revision: `HEAD~1`, a tag, a hash) measures that revision in the same
  * run: it is checked out into a temporary git worktree (removed at the end, also on failure or
- * Ctrl-C), and for each selected part both revisions have among decode, aggregate and e2e, the
+ * Ctrl-C), and for each selected part both revisions have among decode, aggregate, e2e and replay, the
  * current and the baseline `scripts/bench.ts --only=<part>` run alternately, each as a fresh
  * process (current decode, baseline decode, baseline decode, current decode, ... current e2e,
  * baseline e2e): decode and aggregate `--baseline-rounds` times each (default 3; each side's
- * figure is the median of its runs), e2e once. `--quick` is passed on. For every key both report, the JSON gets
+ * figure is the median of its runs), e2e and replay once. `--quick` is passed on. For every key both report, the JSON gets
  * `baseline.<key>` and `ratio.<key>` (current / baseline) and the table two more columns. The
  * other parts run as usual, unpaired. A full run with a baseline adds the baseline's own
  * decode, aggregate and e2e (about 5 more minutes); `--only=decode,aggregate,e2e` skips the rest.
@@ -718,6 +718,15 @@ const PART_KEYS: Record<string, readonly (keyof BenchResults)[]> = {
     "e2e_tcp_inprocess_records_per_s",
     "e2e_worker_vs_inprocess_ratio",
   ],
+  // The product's end-to-end figures (the replay sender takes flowgen's CPU out of the way).
+  replay: [
+    "e2e_replay_tcp_records_per_s",
+    "e2e_replay_cpu_us_per_record",
+    "e2e_replay_cores",
+    "e2e_replay_peak_rss_bytes",
+    "e2e_replay_agent_spread",
+    "replay_sender_cpu_us_per_record",
+  ],
 };
 
 /** A checked-out baseline revision for {@linkcode runBench}. */
@@ -777,7 +786,10 @@ export async function runBench(
     progress(`baseline ${base.rev}: no part to compare among ${only.join(",")}`);
   }
   const rounds = Math.max(1, Math.floor(opts.baselineRounds ?? 3));
-  const order = alternationOrder(shared, { rounds: (p) => p === "e2e" ? 1 : rounds });
+  // The process-level parts run once per side: each already alternates or repeats its trials.
+  const order = alternationOrder(shared, {
+    rounds: (p) => p === "e2e" || p === "replay" ? 1 : rounds,
+  });
   // Every run's figure per key and side; each side's result is the median of its runs.
   const runs: Record<Side, Record<string, unknown[]>> = { current: {}, baseline: {} };
   const baseReports: Record<string, unknown> = {};
@@ -794,6 +806,13 @@ export async function runBench(
       }
       if (side === "current") {
         for (const k of PART_KEYS[name]) {
+          if (r.notes?.[k] !== undefined) ctx.notes[k] = r.notes[k];
+        }
+        // Keys of the part that are not compared are kept as the current side measured them
+        // (the last run's), so a key missing from PART_KEYS is not lost from the report.
+        for (const [k, v] of Object.entries(r.results) as [keyof BenchResults, number | null][]) {
+          if (v === null || PART_KEYS[name].includes(k)) continue;
+          ctx.results[k] = v;
           if (r.notes?.[k] !== undefined) ctx.notes[k] = r.notes[k];
         }
         Object.assign(ctx.details, r.details ?? {});

@@ -11,7 +11,7 @@
  */
 
 /** Parts whose figures are compared with a baseline revision. */
-export const COMPARABLE_PARTS: readonly string[] = ["decode", "aggregate", "e2e"];
+export const COMPARABLE_PARTS: readonly string[] = ["decode", "aggregate", "e2e", "replay"];
 
 /** Which revision a step of the alternation measures. */
 export type Side = "current" | "baseline";

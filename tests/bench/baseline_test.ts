@@ -56,6 +56,9 @@ Deno.test("benchPartsOf: null for a bench.ts without --only/--out or without PAR
 Deno.test("sharedParts: the selected comparable parts the baseline also has, in order", () => {
   const all = ["decode", "aggregate", "udp", "heap", "rss", "s3", "e2e"];
   assert.deepEqual(sharedParts(all, all), ["decode", "aggregate", "e2e"]);
+  // The replay e2e is compared when the baseline has it too (ba8743a does not).
+  assert.deepEqual(sharedParts(["decode", "replay"], ["decode", "replay"]), ["decode", "replay"]);
+  assert.deepEqual(sharedParts(["decode", "replay"], ["decode", "e2e"]), ["decode"]);
   assert.deepEqual(sharedParts(all, ["decode", "udp"]), ["decode"]);
   assert.deepEqual(sharedParts(["e2e", "decode"], all), ["e2e", "decode"]);
   assert.deepEqual(sharedParts(["udp", "rss"], all), []);

@@ -18,7 +18,7 @@ import {
   parseIPv6Words,
 } from "../ipfix/ip.ts";
 import type { ExportedFlow, FlowKey } from "./record.ts";
-import { isUint } from "./values.ts";
+import { ipv4Word } from "./values.ts";
 
 // The word forms of addresses live with the codec's text forms (one implementation of the
 // address rules); re-exported here, where the core's callers have always found them.
@@ -59,15 +59,15 @@ const v6Cache = new Map<string, string>();
  * value came from.
  */
 export function canonicalAddress(text: string | number, v4: boolean): string | undefined {
-  // An IPv4 IE in wire-number mode is its u32.
-  if (v4 && typeof text === "number") return isUint(text, 0xffffffff) ? ipv4Text(text) : undefined;
-  if (typeof text !== "string") return undefined;
   if (v4) {
-    const w = parseIPv4Word(text);
+    const w = ipv4Word(text);
     if (w < 0) return undefined;
-    // Canonical text (the usual case) is returned as is: no new string per record.
+    // An IPv4 IE in wire-number mode is its u32; canonical text (the usual case) is returned as
+    // is: no new string per record.
+    if (typeof text === "number") return ipv4Text(w);
     return hasLeadingZero(text) ? formatIPv4Word(w) : text;
   }
+  if (typeof text !== "string") return undefined;
   const hit = v6Cache.get(text);
   if (hit !== undefined) return hit;
   const b = parseIPv6(text);

@@ -316,9 +316,9 @@ function fixedExpr(
   type: DataType | undefined,
   n: number,
   o: string,
-  plan: { maxStr: number; wire: boolean },
+  mode: DecodeMode,
 ): string {
-  const maxStr = plan.maxStr;
+  const maxStr = mode.maxStr;
   const b = (k: number): string => k === 0 ? `bytes[${o}]` : `bytes[${o} + ${k}]`;
   switch (type) {
     case "unsigned8":
@@ -331,7 +331,7 @@ function fixedExpr(
       if (n === 3) return `((${b(0)} << 16) | (${b(1)} << 8) | ${b(2)})`;
       return `u32(bytes, ${o})`;
     case "unsigned64":
-      if (plan.wire) return `u64n(bytes, ${o}, ${n})`;
+      if (mode.wire) return `u64n(bytes, ${o}, ${n})`;
       return n === 8 ? `u64(bytes, ${o})` : `uBig(bytes, ${o}, ${n})`;
     case "dateTimeMilliseconds":
     case "dateTimeMicroseconds":
@@ -355,7 +355,7 @@ function fixedExpr(
       // upstream does) rather than failing the record.
       return `(${b(0)} === 1)`;
     case "ipv4Address":
-      return plan.wire ? `u32(bytes, ${o})` : `ip4(bytes, ${o})`;
+      return mode.wire ? `u32(bytes, ${o})` : `ip4(bytes, ${o})`;
     case "ipv6Address":
       return `ip6(bytes, ${o})`;
     case "string":
@@ -385,7 +385,7 @@ interface Codec {
 }
 
 /** A validated template layout, shared by both decoder tiers. */
-interface Plan {
+interface Plan extends DecodeMode {
   readonly id: number;
   readonly names: readonly string[];
   readonly types: readonly (DataType | undefined)[];
@@ -395,10 +395,6 @@ interface Plan {
   readonly restMin: readonly number[];
   /** Whether field i is the first occurrence of its key (duplicates: first one wins). */
   readonly keep: readonly boolean[];
-  /** Bytes kept of a string value; longer ones are cut on a UTF-8 boundary. */
-  readonly maxStr: number;
-  /** Wire-number mode ({@linkcode CompileOptions.wireNumbers}). */
-  readonly wire: boolean;
 }
 
 function badTemplate(t: TemplateRecord, i: number, f: FieldSpecifier, why: string): never {
@@ -424,7 +420,7 @@ export function minRecordLength(fields: readonly FieldSpecifier[]): number {
   return n;
 }
 
-function makePlan(t: TemplateRecord, maxStr: number, wire: boolean): Plan {
+function makePlan(t: TemplateRecord, mode: DecodeMode): Plan {
   const n = t.fields.length;
   const names: string[] = [];
   const types: (DataType | undefined)[] = [];
@@ -457,7 +453,7 @@ function makePlan(t: TemplateRecord, maxStr: number, wire: boolean): Plan {
   }
   const restMin: number[] = new Array(n + 1).fill(0);
   for (let i = n - 1; i >= 0; i--) restMin[i] = restMin[i + 1] + minFieldLength(lengths[i]);
-  return { id: t.id, names, types, lengths, variable, restMin, keep, maxStr, wire };
+  return { id: t.id, names, types, lengths, variable, restMin, keep, ...mode };
 }
 
 /** Reads a fixed-length value (generic tier; same semantics as {@linkcode fixedExpr}). */
@@ -628,7 +624,7 @@ function buildCodec(
   mode: DecodeMode,
   slots: GeneratedSlots,
 ): Codec {
-  const plan = makePlan(t, mode.maxStr, mode.wire);
+  const plan = makePlan(t, mode);
   const generic = genericDecoder(plan);
   const width = t.fields.length;
   let fast: RecordsDecoder | undefined;
@@ -675,7 +671,7 @@ export function decoderTiers(
   options: CompileOptions = {},
 ): { generic: RecordsDecoder; generated: RecordsDecoder } {
   const mode = decodeMode(options);
-  const plan = makePlan(t, mode.maxStr, mode.wire);
+  const plan = makePlan(t, mode);
   return { generic: genericDecoder(plan), generated: generatedDecoder(plan) };
 }
 
@@ -698,7 +694,9 @@ export interface CompileOptions {
 
 /** What a decoder depends on besides its fields and the registry. */
 interface DecodeMode {
+  /** Bytes kept of a string value; longer ones are cut on a UTF-8 boundary. */
   readonly maxStr: number;
+  /** Wire-number mode ({@linkcode CompileOptions.wireNumbers}). */
   readonly wire: boolean;
 }
 

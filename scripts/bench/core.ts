@@ -97,30 +97,12 @@ export function benchDecodeRealistic(
   seconds: number,
   opts: { flows: number; uniqueNames?: number },
 ): { recordsPerSec: number; messages: number } {
-  const stream = new ReplayStream({
-    agents: 4,
-    flows: opts.flows,
-    seed: 1,
-    uniqueNames: opts.uniqueNames ?? REPLAY_UNIQUE_NAMES,
-  });
+  const stream = replayStream(opts.flows, opts.uniqueNames);
   const now = Math.floor(Date.now() / 1000);
-  const stores = stream.rounds.map((ar, a) => {
-    const store = new TemplateStore();
-    for (const t of stream.templateMessages(a, now)) decodeMessage(t, store);
-    ar.patch(0, ar.messages, 0, now);
-    return store;
-  });
-  // Interleave the Agents' messages as they would arrive at the collector.
-  const msgs: Uint8Array[] = [];
-  const msgStores: Store[] = [];
-  const longest = Math.max(...stream.rounds.map((ar) => ar.messages));
-  for (let i = 0; i < longest; i++) {
-    stream.rounds.forEach((ar, a) => {
-      if (i >= ar.messages) return;
-      msgs.push(ar.views[i]);
-      msgStores.push(stores[a]);
-    });
-  }
+  const stores = agentStores(stream, now, false);
+  const order = arrivalOrder(stream, 0, now);
+  const msgs = order.map((m) => m.msg);
+  const msgStores = order.map((m) => stores[m.agent]);
   let decoded = 0;
   for (let i = 0; i < msgs.length; i++) {
     decoded += decodeMessage(msgs[i], msgStores[i]).dataSets[0]?.records.length ?? 0;
@@ -238,35 +220,12 @@ export interface PipelineRates {
 export function benchPipelineRealistic(
   opts: { flows: number; rounds?: number; pairs?: number; uniqueNames?: number },
 ): PipelineRates {
-  const stream = new ReplayStream({
-    agents: 4,
-    flows: opts.flows,
-    seed: 1,
-    uniqueNames: opts.uniqueNames ?? REPLAY_UNIQUE_NAMES,
-  });
+  const stream = replayStream(opts.flows, opts.uniqueNames);
   const t0 = 1_700_000_000;
-  const storesFor = (wireNumbers: boolean): Store[] =>
-    stream.rounds.map((_, a) => {
-      const store = new TemplateStore({ wireNumbers });
-      for (const m of stream.templateMessages(a, t0)) decodeMessage(m, store);
-      return store;
-    });
-  // Each round's messages, copied once patched, interleaved as the Agents' would arrive.
-  const rounds: { msg: Uint8Array; agent: number }[][] = [];
-  for (let r = 0; r < (opts.rounds ?? 3); r++) {
-    const copies = stream.rounds.map((ar) => {
-      ar.patch(0, ar.messages, r, t0 + 10 * r);
-      return ar.views.map((v) => v.slice());
-    });
-    const order: { msg: Uint8Array; agent: number }[] = [];
-    const longest = Math.max(...copies.map((c) => c.length));
-    for (let i = 0; i < longest; i++) {
-      copies.forEach((c, agent) => {
-        if (i < c.length) order.push({ msg: c[i], agent });
-      });
-    }
-    rounds.push(order);
-  }
+  const rounds = Array.from(
+    { length: opts.rounds ?? 3 },
+    (_, r) => arrivalOrder(stream, r, t0 + 10 * r),
+  );
   const once = (stores: Store[]): number => {
     const core = new AggregationCore({
       activeTimeoutMs: 3_600_000,
@@ -285,8 +244,8 @@ export function benchPipelineRealistic(
     if (n === 0) throw new Error("pipeline: no record aggregated");
     return n / (performance.now() - start) * 1000;
   };
-  const wireStores = storesFor(true);
-  const textStores = storesFor(false);
+  const wireStores = agentStores(stream, t0, true);
+  const textStores = agentStores(stream, t0, false);
   const wire: number[] = [];
   const text: number[] = [];
   const pairs = opts.pairs ?? 10;
@@ -300,4 +259,41 @@ export function benchPipelineRealistic(
     }
   }
   return { wire: median(wire)!, text: median(text)! };
+}
+
+/** The replay benchmarks' stream: 4 Agents, seed 1, `flows` flows. */
+function replayStream(flows: number, uniqueNames = REPLAY_UNIQUE_NAMES): ReplayStream {
+  return new ReplayStream({ agents: 4, flows, seed: 1, uniqueNames });
+}
+
+/** One template store per Agent of `stream`, holding that Agent's templates. */
+function agentStores(stream: ReplayStream, exportTime: number, wireNumbers: boolean): Store[] {
+  return stream.rounds.map((_, a) => {
+    const store = new TemplateStore({ wireNumbers });
+    for (const m of stream.templateMessages(a, exportTime)) decodeMessage(m, store);
+    return store;
+  });
+}
+
+/**
+ * Round `round` of the Agents' messages (copies, patched for `exportTime`) in the order they would
+ * reach the collector: the Agents taken in turn.
+ */
+function arrivalOrder(
+  stream: ReplayStream,
+  round: number,
+  exportTime: number,
+): { msg: Uint8Array; agent: number }[] {
+  const copies = stream.rounds.map((ar) => {
+    ar.patch(0, ar.messages, round, exportTime);
+    return ar.views.map((v) => v.slice());
+  });
+  const order: { msg: Uint8Array; agent: number }[] = [];
+  const longest = Math.max(...copies.map((c) => c.length));
+  for (let i = 0; i < longest; i++) {
+    copies.forEach((c, agent) => {
+      if (i < c.length) order.push({ msg: c[i], agent });
+    });
+  }
+  return order;
 }

@@ -541,9 +541,8 @@ export async function benchApiQueries(ctx: BenchContext): Promise<void> {
     sides.plain.push(await runE2eTrial(rate, opts));
     sides.queried.push(await runE2eTrial(rate, { ...opts, queryEveryMs: 200 }));
   }
-  const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-  const achieved = (ts: E2eTrial[]) => med(ts.map((t) => t.achievedRatio));
-  const cpu = (ts: E2eTrial[]) => med(ts.map((t) => t.aggregatorCpuUsPerRecord));
+  const achieved = (ts: E2eTrial[]) => median(ts.map((t) => t.achievedRatio)) ?? NaN;
+  const cpu = (ts: E2eTrial[]) => median(ts.map((t) => t.aggregatorCpuUsPerRecord)) ?? NaN;
   ctx.results.api_query_ingest_ratio = achieved(sides.queried) / achieved(sides.plain);
   ctx.results.api_query_cpu_ratio = cpu(sides.queried) / cpu(sides.plain);
   const q = sides.queried.map((t) => t.queries);

@@ -14,6 +14,8 @@
  * @module
  */
 
+import { alternate, median } from "./baseline.ts";
+
 type CoreModule = typeof import("./core.ts");
 
 const [aRoot, bRoot, part] = Deno.args;
@@ -51,22 +53,13 @@ async function runner(root: string): Promise<() => number> {
 
 const a = await runner(aRoot);
 const b = await runner(bRoot);
-const ra: number[] = [];
-const rb: number[] = [];
-for (let i = 0; i < 20; i++) {
-  if (i % 2 === 0) {
-    ra.push(a());
-    rb.push(b());
-  } else {
-    rb.push(b());
-    ra.push(a());
-  }
-}
-const median = (x: number[]) => [...x].sort((p, q) => p - q)[x.length >> 1];
+const runs = alternate(20, a, b);
+const ma = median(runs.a)!;
+const mb = median(runs.b)!;
 console.log(JSON.stringify({
   part,
   records: recordsRoot ?? "own",
-  a: Math.round(median(ra)),
-  b: Math.round(median(rb)),
-  bOverA: Number((median(rb) / median(ra)).toFixed(3)),
+  a: Math.round(ma),
+  b: Math.round(mb),
+  bOverA: Number((mb / ma).toFixed(3)),
 }));

@@ -77,6 +77,24 @@ export function alternationOrder(
   return steps;
 }
 
+/**
+ * Runs `a` and `b` `pairs` times each, alternating which goes first (A B, B A, A B, ...) so a
+ * drift of the machine's speed spreads over both, and returns each one's results in order.
+ */
+export function alternate<T>(pairs: number, a: () => T, b: () => T): { a: T[]; b: T[] } {
+  const out = { a: [] as T[], b: [] as T[] };
+  for (let i = 0; i < pairs; i++) {
+    if (i % 2 === 0) {
+      out.a.push(a());
+      out.b.push(b());
+    } else {
+      out.b.push(b());
+      out.a.push(a());
+    }
+  }
+  return out;
+}
+
 /** Median of the finite numbers among `values` (null when there is none). */
 export function median(values: readonly unknown[]): number | null {
   const v = values.filter((x): x is number => typeof x === "number" && Number.isFinite(x))

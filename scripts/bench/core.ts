@@ -10,7 +10,7 @@ import { AggregationCore, type FlowInput } from "../../src/aggregation/mod.ts";
 import { ManualClock } from "../../src/clock.ts";
 import { GOLDEN_DATA_HEX, GOLDEN_TEMPLATE_HEX, hexToBytes } from "./udp.ts";
 import { ReplayStream } from "../../src/flowgen/mod.ts";
-import { median } from "./baseline.ts";
+import { alternate, median } from "./baseline.ts";
 
 /**
  * Share of Pods with a name of their own in the replay benchmarks' streams (decode and e2e):
@@ -246,19 +246,8 @@ export function benchPipelineRealistic(
   };
   const wireStores = agentStores(stream, t0, true);
   const textStores = agentStores(stream, t0, false);
-  const wire: number[] = [];
-  const text: number[] = [];
-  const pairs = opts.pairs ?? 10;
-  for (let i = 0; i < pairs; i++) {
-    if (i % 2 === 0) {
-      wire.push(once(wireStores));
-      text.push(once(textStores));
-    } else {
-      text.push(once(textStores));
-      wire.push(once(wireStores));
-    }
-  }
-  return { wire: median(wire)!, text: median(text)! };
+  const r = alternate(opts.pairs ?? 10, () => once(wireStores), () => once(textStores));
+  return { wire: median(r.a)!, text: median(r.b)! };
 }
 
 /** The replay benchmarks' stream: 4 Agents, seed 1, `flows` flows. */

@@ -8,6 +8,7 @@
 import assert from "node:assert/strict";
 import {
   addWorktree,
+  alternate,
   alternationOrder,
   benchPartsOf,
   compareResults,
@@ -250,4 +251,12 @@ Deno.test("historyEntry: commit, date and every result key, the parts only when 
   assert.equal(full.date, r.time);
   assert.deepEqual(Object.keys(full.results), Object.keys(emptyResults()));
   assert.deepEqual(historyEntry(r, "abc123+dirty", ["decode"]).only, ["decode"]);
+});
+
+Deno.test("alternate: each side runs the given times, the first one swapping every pair", () => {
+  const calls: string[] = [];
+  let n = 0;
+  const r = alternate(3, () => (calls.push("a"), n++), () => (calls.push("b"), n++));
+  assert.deepEqual(calls, ["a", "b", "b", "a", "a", "b"]);
+  assert.deepEqual(r, { a: [0, 3, 4], b: [1, 2, 5] });
 });

@@ -153,15 +153,18 @@ export const TABLE_START = "<!-- bench-table:start (deno task bench:readme) -->"
 /** See {@linkcode TABLE_START}. */
 export const TABLE_END = "<!-- bench-table:end -->";
 
-/** A value with its unit for a reader: bytes as B, or MB above 10 MB. */
+/** A figure formatted by `formatValue`, with its "not measured" dash as the table's. */
+function cell(s: string): string {
+  return s === "-" ? "—" : s;
+}
+
+/** A value with its unit for a reader: bytes as B, or MB above 10 MB; counts bare. */
 function show(v: number | null | undefined, key: Key): string {
   const unit = UNITS[key];
   const s = formatValue(v, unit);
-  if (s === "-") return "—";
+  if (s === "-") return cell(s);
   if (unit === "bytes") return v! >= 1e7 ? `${(v! / 1e6).toFixed(1)} MB` : `${s} B`;
   if (unit === "ratio" || unit === "records" || unit === "cores") return s;
-  if (unit === "µs") return `${s} µs`;
-  if (unit.endsWith("/s")) return `${s} ${unit}`;
   return `${s} ${unit}`;
 }
 
@@ -189,9 +192,9 @@ export function markdownTable(report: BenchReport, rows = README_ROWS): string {
       }
     }
     lines.push(
-      `| ${row.label} (\`${row.key}\`) | ${show(v, row.key)} | ${ref} | ${
-        ratio === "-" ? "—" : ratio
-      } | ${row.goal ?? "—"} |`,
+      `| ${row.label} (\`${row.key}\`) | ${show(v, row.key)} | ${ref} | ${cell(ratio)} | ${
+        row.goal ?? "—"
+      } |`,
     );
   }
   return lines.join("\n");

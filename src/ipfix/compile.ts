@@ -17,7 +17,7 @@
 import type { DataRecord, DataType, FieldSpecifier, FieldValue, TemplateRecord } from "./types.ts";
 import { VARIABLE_LENGTH } from "./types.ts";
 import { lookupElement, registryGeneration } from "./registry.ts";
-import { formatIPv4Bytes, formatIPv6, ipv4Text } from "./ip.ts";
+import { formatIPv6, ipv4Text } from "./ip.ts";
 import { type DecodeErrorReason, IpfixDecodeError } from "./errors.ts";
 
 /**
@@ -485,7 +485,7 @@ function readFixed(plan: Plan, i: number, b: Uint8Array, o: number): FieldValue 
     case "boolean":
       return b[o] === 1;
     case "ipv4Address":
-      return plan.wire ? u32(b, o) : formatIPv4Bytes(b, o);
+      return plan.wire ? u32(b, o) : ip4(b, o);
     case "ipv6Address":
       return ip6(b, o);
     case "string":

@@ -17,12 +17,67 @@ import {
   parseIPv6,
   parseIPv6Words,
 } from "../ipfix/ip.ts";
-import type { ExportedFlow, FlowKey } from "./record.ts";
-import { ipv4Word } from "./values.ts";
+import type { RejectReason } from "./counters.ts";
+import type { ExportedFlow, FlowInput, FlowKey } from "./record.ts";
+import { ipv4Word, isUint } from "./values.ts";
 
 // The word forms of addresses live with the codec's text forms (one implementation of the
 // address rules); re-exported here, where the core's callers have always found them.
 export { formatIPv4Word, formatIPv6Words, parseIPv4Word, parseIPv6Words };
+
+/** Why a record has no valid flow key: the core's reject reason and its log text. */
+export type KeyProblem = readonly [RejectReason, string];
+
+const NO_PORTS: KeyProblem = ["missingKeyField", "record without protocol or ports"];
+const BAD_PORTS: KeyProblem = ["badFieldType", "record with an out-of-range protocol or port"];
+const NO_ADDRESS: KeyProblem = ["missingKeyField", "record without source or destination address"];
+const MIXED: KeyProblem = ["mixedAddressFamily", "record mixes IPv4 and IPv6 addresses"];
+const BAD_ADDRESS: KeyProblem = ["badAddress", "record with an invalid address"];
+
+/**
+ * Reads the flow key of a record into the probe words `k` (the layout of `flow_table.ts`:
+ * source words 0-3, destination 4-7, protocol 8, ports 9 and 10, family 11). The IPv4 IE wins
+ * when a record carries both families. Returns why the record has no valid key, or undefined
+ * when `k` holds it. The one reading of a key, for the core's ingest and the shard router.
+ */
+export function readFlowKey(k: Uint32Array, r: FlowInput): KeyProblem | undefined {
+  const sport = r.sourceTransportPort;
+  const dport = r.destinationTransportPort;
+  const proto = r.protocolIdentifier;
+  if (sport === undefined || dport === undefined || proto === undefined) return NO_PORTS;
+  if (!isUint(sport, 0xffff) || !isUint(dport, 0xffff) || !isUint(proto, 0xff)) return BAD_PORTS;
+  const src4 = r.sourceIPv4Address;
+  const dst4 = r.destinationIPv4Address;
+  const srcV4 = src4 !== undefined;
+  const dstV4 = dst4 !== undefined;
+  const src = srcV4 ? src4 : r.sourceIPv6Address;
+  const dst = dstV4 ? dst4 : r.destinationIPv6Address;
+  if (src === undefined || dst === undefined) return NO_ADDRESS;
+  if (srcV4 !== dstV4) return MIXED;
+  if (srcV4) {
+    // A u32 in wire-number mode (the collector's records), dotted-quad text otherwise.
+    const a = ipv4Word(src);
+    const b = ipv4Word(dst);
+    if (a < 0 || b < 0) return BAD_ADDRESS;
+    k[0] = a;
+    k[1] = k[2] = k[3] = 0;
+    k[4] = b;
+    k[5] = k[6] = k[7] = 0;
+    k[11] = 4;
+  } else {
+    // IPv6 IEs are text in both decoder modes (a non-string reads as invalid).
+    const a = parseIPv6Words(src as string);
+    const b = parseIPv6Words(dst as string);
+    if (a === undefined || b === undefined) return BAD_ADDRESS;
+    k.set(a, 0);
+    k.set(b, 4);
+    k[11] = 6;
+  }
+  k[8] = proto;
+  k[9] = sport;
+  k[10] = dport;
+  return undefined;
+}
 
 /** Human-readable key text for logs: `10.0.0.1:1234->10.0.0.2:5678/6`, IPv6 in brackets. */
 export function formatFlowKey(k: FlowKey): string {

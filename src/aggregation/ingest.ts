@@ -9,7 +9,7 @@ import type { FlowInput } from "./record.ts";
 import { correlationRequired, FlowType, isFromDestination, isFromSource } from "./correlation.ts";
 import { FIELD_CODE } from "./field_code.ts";
 import { maxStringBytes, NO_TEXT } from "./intern.ts";
-import { canonicalAddress, parseIPv6Words } from "./flow_key.ts";
+import { canonicalAddress, readFlowKey } from "./flow_key.ts";
 import { hashKey } from "./flow_table.ts";
 import {
   FL_CORR_FILLED,
@@ -27,7 +27,7 @@ import { U32, u32Base, u64Base } from "./slot_store.ts";
 import { type CoreState, log } from "./state.ts";
 import { aggregate, initStats } from "./flow_stats.ts";
 import { scheduleNew, touch } from "./expiry.ts";
-import { ipv4Word, isUint, okCounter } from "./values.ts";
+import { isUint, okCounter } from "./values.ts";
 
 /**
  * Ingests one record synchronously (spec §2.2). Returns false, counting and logging the
@@ -48,57 +48,17 @@ function ingest(s: CoreState, r: FlowInput): boolean {
   if (r === null || typeof r !== "object") {
     return s.reject("invalidRecord", "record is not an object");
   }
-  const sport = r.sourceTransportPort;
-  const dport = r.destinationTransportPort;
-  const proto = r.protocolIdentifier;
-  if (sport === undefined || dport === undefined || proto === undefined) {
-    return s.reject("missingKeyField", "record without protocol or ports");
-  }
-  if (!isUint(sport, 0xffff) || !isUint(dport, 0xffff) || !isUint(proto, 0xff)) {
-    return s.reject("badFieldType", "record with an out-of-range protocol or port");
-  }
   // The IPv4 IE wins when a record carries both families (a warning, not a rejection).
-  const src4 = r.sourceIPv4Address;
-  const dst4 = r.destinationIPv4Address;
-  if (src4 !== undefined && r.sourceIPv6Address !== undefined) warnBothFamilies(s, "source");
-  if (dst4 !== undefined && r.destinationIPv6Address !== undefined) {
+  if (r.sourceIPv4Address !== undefined && r.sourceIPv6Address !== undefined) {
+    warnBothFamilies(s, "source");
+  }
+  if (r.destinationIPv4Address !== undefined && r.destinationIPv6Address !== undefined) {
     warnBothFamilies(s, "destination");
   }
-  const srcV4 = src4 !== undefined;
-  const dstV4 = dst4 !== undefined;
-  const srcText = srcV4 ? src4 : r.sourceIPv6Address;
-  const dstText = dstV4 ? dst4 : r.destinationIPv6Address;
-  if (srcText === undefined || dstText === undefined) {
-    return s.reject("missingKeyField", "record without source or destination address");
-  }
-  if (srcV4 !== dstV4) {
-    return s.reject("mixedAddressFamily", "record mixes IPv4 and IPv6 addresses");
-  }
   const k = s.key;
-  if (srcV4) {
-    // A u32 in wire-number mode (the collector's records), dotted-quad text otherwise.
-    const a = ipv4Word(srcText);
-    const b = ipv4Word(dstText);
-    if (a < 0 || b < 0) return s.reject("badAddress", "record with an invalid address");
-    k[0] = a;
-    k[1] = k[2] = k[3] = 0;
-    k[4] = b;
-    k[5] = k[6] = k[7] = 0;
-    k[11] = 4;
-  } else {
-    // IPv6 IEs are text in both decoder modes (a non-string reads as invalid).
-    const a = parseIPv6Words(srcText as string);
-    const b = parseIPv6Words(dstText as string);
-    if (a === undefined || b === undefined) {
-      return s.reject("badAddress", "record with an invalid address");
-    }
-    k.set(a, 0);
-    k.set(b, 4);
-    k[11] = 6;
-  }
-  k[8] = proto;
-  k[9] = sport;
-  k[10] = dport;
+  const problem = readFlowKey(k, r);
+  if (problem !== undefined) return s.reject(problem[0], problem[1]);
+  const srcV4 = k[11] === 4;
   const h = hashKey(k);
   let flowType = r.flowType;
   if (typeof flowType !== "number") {
@@ -147,7 +107,7 @@ function create(
   if (!countersValid(r, false)) {
     return s.reject("badFieldType", "record with an invalid counter");
   }
-  if (s.table.size >= s.maxFlows) {
+  if (s.atMaxFlows()) {
     return s.reject("maxFlows", "maxFlows reached, record for a new flow dropped");
   }
   if (s.overBytes(FLOW_FIXED_BYTES + FIELD_CODE.createBytes(r) + CLUSTER_IPS_BYTES)) {

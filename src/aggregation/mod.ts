@@ -8,3 +8,4 @@ export * from "./record.ts";
 export * from "./core.ts";
 export * from "./flow_key.ts";
 export * from "./correlation.ts";
+export * from "./sharded.ts";

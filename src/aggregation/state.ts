@@ -46,6 +46,19 @@ export interface AggregationOptions {
   minExpiryMs?: number;
   /** Upstream L3: delete an un-correlated half silently instead of exporting it (default false). */
   dropUncorrelated?: boolean;
+  /**
+   * What the other shards of a sharded process hold: `maxFlows` and `maxFlowBytes` bound the
+   * process, so a shard checks its own usage plus theirs. Absent: this core is the only one.
+   */
+  peers?: PeerUsage;
+}
+
+/** Flows and bytes held by the other shards (see {@linkcode AggregationOptions.peers}). */
+export interface PeerUsage {
+  /** Live flows of the other shards. */
+  flows(): number;
+  /** Held bytes of the other shards (see {@linkcode CoreState.heldBytes}). */
+  bytes(): number;
 }
 
 /** Everything one core holds. Fields are shared by the verb modules of this folder. */
@@ -68,6 +81,8 @@ export class CoreState {
   readonly dropUncorrelated: boolean;
   /** See {@linkcode AggregationOptions.includePodLabels}. */
   includePodLabels: boolean;
+  /** See {@linkcode AggregationOptions.peers}. */
+  readonly peers: PeerUsage | undefined;
   /** Numbers and key words of every flow. */
   readonly store: SlotStore = new SlotStore();
   /** 5-tuple → slot. */
@@ -97,6 +112,7 @@ export class CoreState {
     this.minExpiryMs = opts.minExpiryMs ?? 100;
     this.dropUncorrelated = opts.dropUncorrelated ?? false;
     this.includePodLabels = opts.includePodLabels ?? false;
+    this.peers = opts.peers;
     this.rl = new RateLimitedLog(10_000, () => this.clock.nowMs());
   }
 
@@ -116,9 +132,17 @@ export class CoreState {
     return this.store.u32(slot)[u32Base(slot) + U32.PROTO] >>> FAMILY_SHIFT !== 0;
   }
 
-  /** True when adding `bytes` to the held flows would exceed `maxFlowBytes`. */
+  /** True when one more flow would exceed `maxFlows` (the other shards' flows included). */
+  atMaxFlows(): boolean {
+    return this.table.size + (this.peers?.flows() ?? 0) >= this.maxFlows;
+  }
+
+  /**
+   * True when adding `bytes` to the held flows would exceed `maxFlowBytes` (the other shards'
+   * bytes included).
+   */
   overBytes(bytes: number): boolean {
-    return this.heldBytes() + bytes > this.maxFlowBytes;
+    return this.heldBytes() + (this.peers?.bytes() ?? 0) + bytes > this.maxFlowBytes;
   }
 
   /** Counts and logs (rate-limited) a rejected record; returns false for `return reject(...)`. */

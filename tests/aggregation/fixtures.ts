@@ -8,9 +8,11 @@ import {
   type AggregatedRecord,
   AggregationCore,
   type AggregationOptions,
+  type CoreApi,
   type ExportedFlow,
   type FlowInput,
   type FlowKey,
+  ShardedCore,
 } from "../../src/aggregation/mod.ts";
 import { unsetMetadata } from "../_helpers/agent_record.ts";
 import { CoreState } from "../../src/aggregation/state.ts";
@@ -132,15 +134,41 @@ export function d2(over: Partial<FlowInput> = {}): FlowInput {
 /** A core with the §9 defaults (A = 60s, I = 90s) on a fresh ManualClock. */
 export function newCore(
   opts: Partial<AggregationOptions> = {},
-): { core: AggregationCore; clock: ManualClock } {
+): { core: CoreApi; clock: ManualClock } {
   const clock = new ManualClock();
-  const core = new AggregationCore({
+  const o: AggregationOptions = {
     activeTimeoutMs: 60_000,
     inactiveTimeoutMs: 90_000,
     clock,
     ...opts,
-  });
+  };
+  const core = shardCount === 1 ? new AggregationCore(o) : new ShardedCore(o, shardCount);
   return { core, clock };
+}
+
+/** {@linkcode newCore} always unsharded, for the tests that look inside the core's state. */
+export function newSingleCore(
+  opts: Partial<AggregationOptions> = {},
+): { core: AggregationCore; clock: ManualClock } {
+  const { core, clock } = newCore(opts);
+  if (!(core instanceof AggregationCore)) throw new Error("newSingleCore inside withShards");
+  return { core, clock };
+}
+
+/** Shards of the cores {@linkcode newCore} makes (see {@linkcode withShards}). */
+let shardCount = 1;
+
+/**
+ * Runs `fn` with {@linkcode newCore} making cores of `n` shards (`ShardedCore`), then back to
+ * one; a test suite runs its scenarios both ways to show sharding changes no result.
+ */
+export async function withShards(n: number, fn: () => void | Promise<void>): Promise<void> {
+  shardCount = n;
+  try {
+    await fn();
+  } finally {
+    shardCount = 1;
+  }
 }
 
 /** Moves the clock to absolute monotonic time `ms` (never backwards). */
@@ -151,7 +179,7 @@ export function at(clock: ManualClock, ms: number): void {
 }
 
 /** The one stored flow of `key` (throws if not exactly one). */
-export function one(core: AggregationCore, key: FlowKey = K4): AggregatedRecord {
+export function one(core: CoreApi, key: FlowKey = K4): AggregatedRecord {
   const r = core.query(key);
   if (r.length !== 1) throw new Error(`expected 1 flow, got ${r.length}`);
   return r[0];

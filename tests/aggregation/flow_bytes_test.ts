@@ -10,7 +10,18 @@ import type { AggregationCore, ExportHooks, FlowInput } from "../../src/aggregat
 import { FLOW_FIXED_BYTES } from "../../src/aggregation/layout.ts";
 import { DENO_JSON, runDeno } from "../_helpers/process.ts";
 import { interNodeHalf } from "../../scripts/bench/memory.ts";
-import { at, collector, counters, d1, d2, intraNode, newCore, s1, s2 } from "./fixtures.ts";
+import {
+  at,
+  collector,
+  counters,
+  d1,
+  d2,
+  intraNode,
+  newCore,
+  newSingleCore,
+  s1,
+  s2,
+} from "./fixtures.ts";
 
 const BIG = 60_000;
 
@@ -153,7 +164,7 @@ function measure(bound: number): { big: MemorySample; typical: MemorySample } {
   };
   const sample = (fill: (core: AggregationCore) => void, opts: { maxFlowBytes?: number }) => {
     const before = settle();
-    const { core } = newCore(opts);
+    const { core } = newSingleCore(opts);
     fill(core);
     const grown = settle() - before;
     const s = core.stats();

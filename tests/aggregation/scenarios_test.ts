@@ -8,6 +8,7 @@
 import assert from "node:assert/strict";
 import {
   AggregationCore,
+  type CoreApi,
   encodePodLabels,
   type ExportHooks,
   type FlowInput,
@@ -29,7 +30,18 @@ import {
   one,
   s1,
   s2,
+  withShards,
 } from "./fixtures.ts";
+
+/** Shard counts every scenario runs with: one core, and cores sharded by flow key. */
+const SHARDS = [1, 3];
+
+/** Registers a scenario once per shard count: sharding must not change any result. */
+function scenario(name: string, fn: () => void | Promise<void>): void {
+  for (const n of SHARDS) {
+    Deno.test(n === 1 ? name : `${name} [${n} shards]`, () => withShards(n, fn));
+  }
+}
 
 const V6_KEY: FlowKey = {
   sourceAddress: "2001:0:3238:dfe1:63::fefb",
@@ -77,7 +89,7 @@ function podStore(pods: Record<string, PodInfo>): ExportHooks & { calls: [string
   };
 }
 
-Deno.test("SC-01 inter-node IPv4, source record first: correlated and ready", () => {
+scenario("SC-01 inter-node IPv4, source record first: correlated and ready", () => {
   const { core, clock } = newCore();
   assert.equal(core.addRecord(s1()), true);
   at(clock, 1000);
@@ -110,7 +122,7 @@ Deno.test("SC-01 inter-node IPv4, source record first: correlated and ready", ()
   assert.equal(core.stats().correlated, 1);
 });
 
-Deno.test("SC-02 destination record first: same fields, common throughput from S1 (8000)", () => {
+scenario("SC-02 destination record first: same fields, common throughput from S1 (8000)", () => {
   const { core } = newCore();
   core.addRecord(d1());
   core.addRecord(s1());
@@ -127,7 +139,7 @@ Deno.test("SC-02 destination record first: same fields, common throughput from S
   assert.deepEqual(csd(r, "reverseThroughput"), [8000n, 8000n, 8160n]);
 });
 
-Deno.test("SC-03 inter-node IPv6, both orders: canonical key and cluster IP, isIPv6 export", () => {
+scenario("SC-03 inter-node IPv6, both orders: canonical key and cluster IP, isIPv6 export", () => {
   for (const order of ["SD", "DS"]) {
     const { core, clock } = newCore();
     const S6 = v6(s1(), "2001:0:3238:BBBB:63::AAAA");
@@ -149,7 +161,7 @@ Deno.test("SC-03 inter-node IPv6, both orders: canonical key and cluster IP, isI
   }
 });
 
-function sc04(): { core: AggregationCore; clock: ManualClock } {
+function sc04(): { core: CoreApi; clock: ManualClock } {
   const { core, clock } = newCore();
   core.addRecord(s1());
   at(clock, 1000);
@@ -161,7 +173,7 @@ function sc04(): { core: AggregationCore; clock: ManualClock } {
   return { core, clock };
 }
 
-Deno.test("SC-04 stats over four records equal the §3.7 table's last row", () => {
+scenario("SC-04 stats over four records equal the §3.7 table's last row", () => {
   const { core } = sc04();
   const r = one(core);
   assert.deepEqual(csd(r, "flowEndSeconds"), [10, 10, 10]);
@@ -182,7 +194,7 @@ Deno.test("SC-04 stats over four records equal the §3.7 table's last row", () =
   assert.equal(st.inactiveExpireMs, 96_000);
 });
 
-Deno.test("SC-05 export then reset; inactive export with zero deltas deletes the flow", () => {
+scenario("SC-05 export then reset; inactive export with zero deltas deletes the flow", () => {
   const { core, clock } = sc04();
   assert.equal(core.nextExpiryDelayMs(), 100 + 60_000 - 6000);
   at(clock, 60_100);
@@ -220,7 +232,7 @@ Deno.test("SC-05 export then reset; inactive export with zero deltas deletes the
   assert.equal(core.queueLength, 0);
 });
 
-Deno.test("SC-06 intra-node single record: ready, both sides filled, throughput 8000", () => {
+scenario("SC-06 intra-node single record: ready, both sides filled, throughput 8000", () => {
   const { core, clock } = newCore();
   at(clock, 5000);
   core.addRecord(intraNode({}));
@@ -262,7 +274,7 @@ const R1 = rIntra(105, [5000n, 5000n, 50n, 50n], [2500n, 2500n, 25n, 25n], 2, "E
 const R2 = rIntra(110, [8000n, 3000n, 80n, 30n], [4000n, 1500n, 40n, 15n], 2, "ESTABLISHED");
 const R3 = rIntra(115, [9000n, 1000n, 90n, 10n], [4500n, 500n, 45n, 5n], 3, "TIME_WAIT");
 
-function sc07(): { core: AggregationCore; clock: ManualClock } {
+function sc07(): { core: CoreApi; clock: ManualClock } {
   const { core, clock } = newCore();
   core.addRecord(R1);
   let r = one(core);
@@ -289,7 +301,7 @@ function sc07(): { core: AggregationCore; clock: ManualClock } {
   return { core, clock };
 }
 
-Deno.test("SC-07 intra-node updates, export and reset (4800/2400 then 1600/800)", () => {
+scenario("SC-07 intra-node updates, export and reset (4800/2400 then 1600/800)", () => {
   const { core } = sc07();
   const r = one(core);
   assert.deepEqual(csd(r, "octetDeltaCount"), [1000n, 1000n, 1000n]);
@@ -302,7 +314,7 @@ Deno.test("SC-07 intra-node updates, export and reset (4800/2400 then 1600/800)"
   assert.equal(r.tcpState, "TIME_WAIT");
 });
 
-Deno.test("SC-08 upstream: same-second record ignored except the inactive refresh (L6)", () => {
+scenario("SC-08 upstream: same-second record ignored except the inactive refresh (L6)", () => {
   const { core, clock } = sc07();
   at(clock, 70_000);
   const R4 = rIntra(115, [9100n, 100n, 91n, 1n], [4500n, 0n, 45n, 0n], 2, "ESTABLISHED");
@@ -317,7 +329,7 @@ Deno.test("SC-08 upstream: same-second record ignored except the inactive refres
   assert.equal(core.stats().recordsStale, 1);
 });
 
-Deno.test("SC-09 upstream: older record rewinds the per-side end; next dt = 8 (L7)", () => {
+scenario("SC-09 upstream: older record rewinds the per-side end; next dt = 8 (L7)", () => {
   const { core } = sc07();
   const R2b = rIntra(112, [8500n, 500n, 85n, 5n], [4250n, 250n, 42n, 2n], 2, "ESTABLISHED");
   core.addRecord(R2b);
@@ -335,7 +347,7 @@ Deno.test("SC-09 upstream: older record rewinds the per-side end; next dt = 8 (L
   assert.deepEqual(csd(r, "flowEndSeconds"), [120, 120, 120]);
 });
 
-Deno.test("SC-10 upstream: lagging D3 sets reason and common throughput, not tcpState (L5)", () => {
+scenario("SC-10 upstream: lagging D3 sets reason and common throughput, not tcpState (L5)", () => {
   const { core } = newCore();
   core.addRecord(s1());
   core.addRecord(d1());
@@ -364,7 +376,7 @@ Deno.test("SC-10 upstream: lagging D3 sets reason and common throughput, not tcp
   assert.equal(r.throughputFromSourceNode, 888n);
 });
 
-Deno.test("SC-11 to-external flow: ready, D copies of S, no Pod-store look-up", () => {
+scenario("SC-11 to-external flow: ready, D copies of S, no Pod-store look-up", () => {
   const { core, clock } = newCore();
   core.addRecord({
     ...baseRecord(),
@@ -395,7 +407,7 @@ Deno.test("SC-11 to-external flow: ready, D copies of S, no Pod-store look-up", 
   assert.equal(c.out[0].record.destinationPodName, "");
 });
 
-Deno.test("SC-12 inter-node egress deny: ready, metadata filled once from the Pod store", () => {
+scenario("SC-12 inter-node egress deny: ready, metadata filled once from the Pod store", () => {
   for (const found of [true, false]) {
     const { core, clock } = newCore();
     core.addRecord(s1({ egressNetworkPolicyRuleAction: 2, flowStartSeconds: 1700000000 }));
@@ -427,7 +439,7 @@ Deno.test("SC-12 inter-node egress deny: ready, metadata filled once from the Po
   }
 });
 
-Deno.test("SC-13a ingress reject, D alone: ready, source Pod filled at export", () => {
+scenario("SC-13a ingress reject, D alone: ready, source Pod filled at export", () => {
   const { core, clock } = newCore();
   core.addRecord(d1({ ingressNetworkPolicyRuleAction: 3 }));
   assert.equal(core.entryState(K4)!.readyToSend, true);
@@ -443,7 +455,7 @@ Deno.test("SC-13a ingress reject, D alone: ready, source Pod filled at export", 
   assert.equal(c.out[0].record.destinationPodName, "pod2");
 });
 
-Deno.test("SC-13b improved: S1 then D1(reject) correlates, becomes ready and exports (L4)", () => {
+scenario("SC-13b improved: S1 then D1(reject) correlates, becomes ready and exports (L4)", () => {
   const { core, clock } = newCore();
   core.addRecord(s1());
   at(clock, 1000);
@@ -470,7 +482,7 @@ Deno.test("SC-13b improved: S1 then D1(reject) correlates, becomes ready and exp
   assert.equal(c.out[0].record.ingressNetworkPolicyRuleAction, 3);
 });
 
-Deno.test("SC-13c improved: D1(reject) then S1 correlates S1's fields; S1's stats stale", () => {
+scenario("SC-13c improved: D1(reject) then S1 correlates S1's fields; S1's stats stale", () => {
   const { core } = newCore();
   core.addRecord(d1({ ingressNetworkPolicyRuleAction: 3 }));
   assert.equal(core.entryState(K4)!.correlatedFieldsFilled, false);
@@ -493,7 +505,7 @@ Deno.test("SC-13c improved: D1(reject) then S1 correlates S1's fields; S1's stat
   assert.equal(core.stats().recordsStale, 1);
 });
 
-Deno.test("SC-13d improved: S1 then D1(reject with Pod and rule) exports both sides' fields", () => {
+scenario("SC-13d improved: S1 then D1(reject with Pod and rule) exports both sides' fields", () => {
   const { core, clock } = newCore();
   core.addRecord(s1({ sourcePodNamespace: "default", sourceNodeName: "node-a" }));
   at(clock, 1000);
@@ -530,7 +542,7 @@ Deno.test("SC-13d improved: S1 then D1(reject with Pod and rule) exports both si
   assert.equal(ex.egressNetworkPolicyRuleAction, 0);
 });
 
-Deno.test("SC-14 ingress drop still correlates", () => {
+scenario("SC-14 ingress drop still correlates", () => {
   const { core } = newCore();
   core.addRecord(s1());
   core.addRecord(d1({ ingressNetworkPolicyRuleAction: 2 }));
@@ -540,7 +552,7 @@ Deno.test("SC-14 ingress drop still correlates", () => {
   assert.equal(one(core).ingressNetworkPolicyRuleAction, 2);
 });
 
-Deno.test("SC-15 repeated half (E1): not ready, only S side aggregated", () => {
+scenario("SC-15 repeated half (E1): not ready, only S side aggregated", () => {
   const { core } = newCore();
   core.addRecord(s1());
   core.addRecord(s2());
@@ -558,7 +570,7 @@ Deno.test("SC-15 repeated half (E1): not ready, only S side aggregated", () => {
   assert.equal(r.flowEndSecondsFromDestinationNode, 0);
 });
 
-Deno.test("SC-16 improved: un-correlated half exported as uncorrelated after retries (L3)", () => {
+scenario("SC-16 improved: un-correlated half exported as uncorrelated after retries (L3)", () => {
   const { core, clock } = newCore();
   core.addRecord(s1());
   const c = collector();
@@ -580,7 +592,7 @@ Deno.test("SC-16 improved: un-correlated half exported as uncorrelated after ret
   assert.equal(core.stats().uncorrelatedExported, 1);
 });
 
-Deno.test("SC-16 upstream variant (dropUncorrelated, MaxRetries 1, A=100ms, I=150ms)", () => {
+scenario("SC-16 upstream variant (dropUncorrelated, MaxRetries 1, A=100ms, I=150ms)", () => {
   const { core, clock } = newCore({
     activeTimeoutMs: 100,
     inactiveTimeoutMs: 150,
@@ -600,7 +612,7 @@ Deno.test("SC-16 upstream variant (dropUncorrelated, MaxRetries 1, A=100ms, I=15
   assert.equal(core.stats().uncorrelatedDropped, 1);
 });
 
-Deno.test("SC-17 active/inactive timeline: exports at 60.1, 120.2, 130.1 then delete", () => {
+scenario("SC-17 active/inactive timeline: exports at 60.1, 120.2, 130.1 then delete", () => {
   for (const reason of [2, 3]) {
     const { core, clock } = newCore();
     core.addRecord(intraNode({ flowEndSeconds: 1 }));
@@ -621,7 +633,7 @@ Deno.test("SC-17 active/inactive timeline: exports at 60.1, 120.2, 130.1 then de
   }
 });
 
-Deno.test("SC-18 selective expiry and re-push (A=100ms, I=150ms)", () => {
+scenario("SC-18 selective expiry and re-push (A=100ms, I=150ms)", () => {
   const { core, clock } = newCore({ activeTimeoutMs: 100, inactiveTimeoutMs: 150 });
   const F6 = v6(intraNode({}), "::");
   const k6 = { ...V6_KEY };
@@ -646,7 +658,7 @@ Deno.test("SC-18 selective expiry and re-push (A=100ms, I=150ms)", () => {
   assert.equal(core.queueLength, 1);
 });
 
-Deno.test("SC-18 improved: expiry at exact equality re-pushes (L2, no orphan)", () => {
+scenario("SC-18 improved: expiry at exact equality re-pushes (L2, no orphan)", () => {
   const { core, clock } = newCore({ activeTimeoutMs: 100, inactiveTimeoutMs: 150 });
   core.addRecord(intraNode({}));
   at(clock, 50);
@@ -659,7 +671,7 @@ Deno.test("SC-18 improved: expiry at exact equality re-pushes (L2, no orphan)", 
   assert.equal(core.flowCount, 2);
 });
 
-Deno.test("SC-18 nextExpiryDelayMs (GetExpiry) values", () => {
+scenario("SC-18 nextExpiryDelayMs (GetExpiry) values", () => {
   let { core, clock } = newCore();
   assert.equal(core.nextExpiryDelayMs(), 60_000);
   ({ core, clock } = newCore({ activeTimeoutMs: 90_000, inactiveTimeoutMs: 60_000 }));
@@ -675,7 +687,7 @@ Deno.test("SC-18 nextExpiryDelayMs (GetExpiry) values", () => {
   assert.equal(core.nextExpiryDelayMs(), 100);
 });
 
-Deno.test("SC-19 improved: emit error is counted; flow re-queued, sweep continues (L1)", () => {
+scenario("SC-19 improved: emit error is counted; flow re-queued, sweep continues (L1)", () => {
   const { core, clock } = newCore();
   const keyOf = (port: number): FlowKey => ({ ...K4, sourcePort: port });
   for (const [i, port] of [1, 2, 3].entries()) {
@@ -705,7 +717,7 @@ Deno.test("SC-19 improved: emit error is counted; flow re-queued, sweep continue
   assert.equal(core.queueLength, 0);
 });
 
-Deno.test("SC-20 message-level: bad record skipped alone, empty set ok, missing flowType", () => {
+scenario("SC-20 message-level: bad record skipped alone, empty set ok, missing flowType", () => {
   const { core } = newCore();
   // (a)/(c): no data records: nothing stored, nothing thrown.
   assert.equal(core.addRecords([]), 0);
@@ -731,7 +743,7 @@ Deno.test("SC-20 message-level: bad record skipped alone, empty set ok, missing 
   assert.equal(core.stats().missingFlowType, 1);
 });
 
-Deno.test("SC-21 export order: 2 look-ups, flags, empty labels; labels off adds none", () => {
+scenario("SC-21 export order: 2 look-ups, flags, empty labels; labels off adds none", () => {
   for (const labels of [true, false]) {
     const { core, clock } = newCore({ includePodLabels: labels });
     // Ready IPv6 InterNode deny flow, both Pod names empty: correlatedFieldsFilled = false.
@@ -754,20 +766,23 @@ Deno.test("SC-21 export order: 2 look-ups, flags, empty labels; labels off adds 
   }
 });
 
-Deno.test("SC-21 fetchPodLabels: sorted JSON, unknown IP '', unlabelled Pod {} (improved L17)", () => {
-  assert.equal(encodePodLabels({ test: "ut" }), '{"test":"ut"}');
-  assert.equal(encodePodLabels({ b: "2", a: "1" }), '{"a":"1","b":"2"}');
-  assert.equal(encodePodLabels(undefined), "{}");
-  const { core, clock } = newCore({ includePodLabels: true });
-  core.addRecord(intraNode({ sourcePodNamespace: "ns", destinationPodNamespace: "ns" }));
-  at(clock, 60_100);
-  const c = collector();
-  core.expire(c.emit, podStore({ "10.0.0.1": { name: "pod1", namespace: "ns", nodeName: "n" } }));
-  assert.equal(c.out[0].record.sourcePodLabels, "{}");
-  assert.equal(c.out[0].record.destinationPodLabels, ""); // 10.0.0.2 unknown
-});
+scenario(
+  "SC-21 fetchPodLabels: sorted JSON, unknown IP '', unlabelled Pod {} (improved L17)",
+  () => {
+    assert.equal(encodePodLabels({ test: "ut" }), '{"test":"ut"}');
+    assert.equal(encodePodLabels({ b: "2", a: "1" }), '{"a":"1","b":"2"}');
+    assert.equal(encodePodLabels(undefined), "{}");
+    const { core, clock } = newCore({ includePodLabels: true });
+    core.addRecord(intraNode({ sourcePodNamespace: "ns", destinationPodNamespace: "ns" }));
+    at(clock, 60_100);
+    const c = collector();
+    core.expire(c.emit, podStore({ "10.0.0.1": { name: "pod1", namespace: "ns", nodeName: "n" } }));
+    assert.equal(c.out[0].record.sourcePodLabels, "{}");
+    assert.equal(c.out[0].record.destinationPodLabels, ""); // 10.0.0.2 unknown
+  },
+);
 
-Deno.test("SC-22 (core side) look-up gets canonical IP and flowStartSeconds; throwing store", () => {
+scenario("SC-22 (core side) look-up gets canonical IP and flowStartSeconds; throwing store", () => {
   const { core, clock } = newCore();
   core.addRecord(
     v6({
@@ -790,7 +805,7 @@ Deno.test("SC-22 (core side) look-up gets canonical IP and flowStartSeconds; thr
   assert.equal(core.stats().podLookupMisses, 1);
 });
 
-Deno.test("SC-23 (core side) labels are computed once per flow, at its first export", () => {
+scenario("SC-23 (core side) labels are computed once per flow, at its first export", () => {
   const { core, clock } = newCore({ includePodLabels: true });
   core.addRecord(intraNode({ sourcePodNamespace: "ns", destinationPodNamespace: "ns" }));
   const pods: Record<string, PodInfo> = {
@@ -810,7 +825,7 @@ Deno.test("SC-23 (core side) labels are computed once per flow, at its first exp
   assert.equal(store.calls.length, 2);
 });
 
-Deno.test("SC-24 (core side) querier: null, complete key, partial key, no match", () => {
+scenario("SC-24 (core side) querier: null, complete key, partial key, no match", () => {
   const { core } = newCore();
   core.addRecord(intraNode({}));
   core.addRecord(v6(intraNode({}), "::"));
@@ -828,7 +843,7 @@ Deno.test("SC-24 (core side) querier: null, complete key, partial key, no match"
   assert.equal(core.query(undefined, 1).length, 1);
 });
 
-Deno.test("SC-25 (core side) updateTimeouts changes only schedules computed afterwards", () => {
+scenario("SC-25 (core side) updateTimeouts changes only schedules computed afterwards", () => {
   const { core, clock } = newCore();
   core.addRecord(intraNode({}));
   core.updateTimeouts(30_000, 45_000);
@@ -894,7 +909,7 @@ function assertSc26Export(ex: FlowInput): void {
   assert.deepEqual(policyOf(ex, "ingress"), ["allow-in", "default", 1, "in-rule", 1]);
 }
 
-Deno.test("SC-26 improved: a same-Node deny makes the entry ready; D1 still correlates", () => {
+scenario("SC-26 improved: a same-Node deny makes the entry ready; D1 still correlates", () => {
   const { core, clock } = newCore();
   core.addRecord(SC26.s1);
   assert.equal(core.entryState(K4)!.readyToSend, false);
@@ -926,7 +941,7 @@ Deno.test("SC-26 improved: a same-Node deny makes the entry ready; D1 still corr
   }
 });
 
-Deno.test("SC-26 improved: an export before D1 (Pod-store fill) does not stop the merge", () => {
+scenario("SC-26 improved: an export before D1 (Pod-store fill) does not stop the merge", () => {
   for (const found of [true, false]) {
     // A = 2 s, so the entry made ready by S2 is exported before D1 arrives.
     const { core, clock } = newCore({ activeTimeoutMs: 2000 });

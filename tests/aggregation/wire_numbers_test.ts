@@ -9,44 +9,27 @@
 import assert from "node:assert/strict";
 import { AggregationCore, type ExportedFlow } from "../../src/aggregation/mod.ts";
 import { ManualClock } from "../../src/clock.ts";
-import { ReplayStream } from "../../src/flowgen/replay.ts";
-import { decodeMessage, TemplateStore } from "../../src/ipfix/mod.ts";
-import type { FlowInput } from "../../src/aggregation/record.ts";
+import { replayRecords } from "./replay_records.ts";
 
 function exported(wireNumbers: boolean, seed: number): { flows: ExportedFlow[]; in: number } {
-  const stream = new ReplayStream({ agents: 4, flows: 1_500, seed, uniqueNames: 0.5 });
   const core = new AggregationCore({
     activeTimeoutMs: 3_600_000,
     inactiveTimeoutMs: 3_600_000,
     clock: new ManualClock(),
   });
-  const t0 = 1_700_000_000;
-  const stores = stream.rounds.map((_, a) => {
-    const store = new TemplateStore({ wireNumbers });
-    for (const m of stream.templateMessages(a, t0)) decodeMessage(m, store);
-    return store;
-  });
   let records = 0;
-  for (let round = 0; round < 3; round++) {
-    stream.rounds.forEach((ar, a) => {
-      ar.patch(0, ar.messages, round, t0 + 10 * round);
-      for (const m of ar.views) {
-        for (const ds of decodeMessage(m, stores[a]).dataSets) {
-          for (const r of ds.records) {
-            records++;
-            if (wireNumbers) {
-              // The mode is on: counters and IPv4 addresses really come as numbers.
-              const f = r as unknown as FlowInput;
-              assert.equal(typeof f.octetTotalCount, "number");
-              if (f.sourceIPv4Address !== undefined) {
-                assert.equal(typeof f.sourceIPv4Address, "number");
-              }
-            }
-            core.addRecord(r as unknown as FlowInput);
-          }
+  for (const round of replayRecords({ seed, wireNumbers })) {
+    for (const f of round) {
+      records++;
+      if (wireNumbers) {
+        // The mode is on: counters and IPv4 addresses really come as numbers.
+        assert.equal(typeof f.octetTotalCount, "number");
+        if (f.sourceIPv4Address !== undefined) {
+          assert.equal(typeof f.sourceIPv4Address, "number");
         }
       }
-    });
+      core.addRecord(f);
+    }
   }
   const flows: ExportedFlow[] = [];
   core.flushAll((f) => flows.push(f));

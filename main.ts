@@ -80,6 +80,10 @@ Flags:
                        it) is written; default /var/run/antrea/apiserver/loopback-client-token.
   --udp-receiver MODE  UDP receive path: auto (default: the fast recvmmsg path when started
                        with --allow-ffi on Linux, else one Deno socket), fast, or socket.
+  --workers N          aggregation shards: worker threads each owning the flows whose key
+                       hashes to it, the main thread decoding and routing (default 1: the
+                       core runs in the main thread). Standalone only for now: with a
+                       cluster (Pod store) the process runs one shard and says so.
   --udp-workers N      fast path: sockets/threads sharing the port (SO_REUSEPORT), default 1.
   --udp-recv-buffer B  fast path: kernel receive buffer to ask for, in bytes (default 4194304;
                        0 = net.core.rmem_default). The socket path always has rmem_default.
@@ -129,6 +133,8 @@ export interface CliOptions {
   stateDir?: string;
   udpReceiver: "auto" | "fast" | "socket";
   udpWorkers: number;
+  /** `--workers`: aggregation shards. */
+  workers: number;
   /** `--udp-recv-buffer`: the fast path's SO_RCVBUF request; absent = its default (4 MiB). */
   udpRecvBuffer?: number;
   exportersInProcess: boolean;
@@ -154,6 +160,7 @@ export function parseArgs(args: readonly string[]): CliOptions {
     help: false,
     udpReceiver: "auto",
     udpWorkers: 1,
+    workers: 1,
     exportersInProcess: false,
     permissions: false,
     perSink: false,
@@ -206,6 +213,14 @@ export function parseArgs(args: readonly string[]): CliOptions {
           throw new Error(`--udp-receiver "${v}": use auto, fast or socket`);
         }
         opts.udpReceiver = v;
+        break;
+      }
+      case "workers": {
+        const v = Number(value());
+        if (!Number.isInteger(v) || v < 1 || v > 64) {
+          throw new Error(`--workers needs an integer from 1 to 64`);
+        }
+        opts.workers = v;
         break;
       }
       case "udp-workers": {
@@ -307,6 +322,21 @@ async function writeCertificates(dir: string, certs: GeneratedCertificates): Pro
  * docs/udp-ingest.md) needs `--allow-ffi`, so it is used only when that permission was granted:
  * the process never asks for more than the operator gave it.
  */
+/**
+ * The aggregation shards to run: `--workers`, except with a cluster, whose Pod store the shards
+ * cannot reach yet: one shard then, said in the log.
+ */
+export function aggregationShards(workers: number, cluster: boolean): number {
+  if (workers > 1 && cluster) {
+    log.warn(
+      "--workers: the Pod store is not available to aggregation shards yet; running one shard",
+      { workers },
+    );
+    return 1;
+  }
+  return workers;
+}
+
 function udpReceiverFor(opts: CliOptions): UdpReceiverFactory | undefined {
   if (opts.udpReceiver === "socket") return undefined;
   if (opts.udpReceiver === "fast" && !ffiAvailable()) {
@@ -462,6 +492,7 @@ async function run(opts: CliOptions): Promise<number> {
     certificates,
     clusterUuid: () => identity.current(),
     hooks: store === undefined ? undefined : { lookupPod: (ip, t) => store.lookup(ip, t) },
+    shards: aggregationShards(opts.workers, store !== undefined),
     onCertificates: async (certs) => {
       // In the background: the collector never waits for the API server.
       publisher?.publish(certs);

@@ -9,7 +9,7 @@
  */
 
 import { AggregationCore, type ExportHooks } from "./aggregation/mod.ts";
-import type { ExportedFlow, FlowInput } from "./aggregation/record.ts";
+import type { AggregatedRecord, ExportedFlow, FlowInput, FlowKey } from "./aggregation/record.ts";
 import { type Clock, TaskCachedClock } from "./clock.ts";
 import { Collector, type CollectorStats, type UdpReceiverFactory } from "./collector/mod.ts";
 import type { RecordContext } from "./collector/session.ts";
@@ -30,6 +30,8 @@ import {
   workerModuleMissing,
 } from "./exporters/worker_exporter.ts";
 import { type LogFields, logger } from "./log.ts";
+import type { ShardPool, ShardPoolStats } from "./shard/pool.ts";
+import type { ShardSettings } from "./shard/protocol.ts";
 import type { GeneratedCertificates } from "./pki/certificates.ts";
 
 const log = logger("flow-aggregator");
@@ -113,6 +115,14 @@ export interface FlowAggregatorOptions {
    * sink (hung disk or peer) cannot hang a shutdown or a reload forever. Default 10 s.
    */
   exporterStopTimeoutMs?: number;
+  /**
+   * Aggregation shards, each a worker thread owning the flows whose key hashes to it
+   * (`src/shard/`); default 1: the core runs in the main thread. With more, the main thread
+   * decodes and routes, and each shard expires and hands back its own flows. Not with `hooks`
+   * (the Pod store is not in the shards yet), an injected `clock` or `manualSweep`: the
+   * constructor throws.
+   */
+  shards?: number;
 }
 
 /** What `GET /recordmetrics` reports, plus our own counters. */
@@ -143,6 +153,8 @@ export interface FlowAggregatorStats extends RecordMetrics, Partial<ConfigWatche
   collector?: CollectorStats;
   /** Per enabled exporter. */
   exporters: Record<string, ExporterStats>;
+  /** The shard workers' own counters (with more than one shard). */
+  shards?: ShardPoolStats;
 }
 
 function transportOf(p: TransportProtocol): "udp" | "tcp" | "tls" {
@@ -245,6 +257,10 @@ export class FlowAggregator {
   /** The collector's clock: the cached system clock, unless a test injected the core's clock. */
   readonly #collectorClock: Clock | undefined;
   readonly #core: AggregationCore;
+  /** The shard workers (with `shards` > 1, from start on). */
+  #pool: ShardPool | undefined;
+  /** During stop: where the shards' last flows are collected. */
+  #held: ExportedFlow[] | undefined;
   readonly #factory: ExporterFactory;
   readonly #exporters = new Map<ExporterSection, Exporter>();
   #collector: Collector | undefined;
@@ -283,6 +299,16 @@ export class FlowAggregator {
         workerOptions: opts.workerOptions,
         clusterUuid: opts.clusterUuid,
       });
+    const shards = opts.shards ?? 1;
+    if (!Number.isInteger(shards) || shards < 1) {
+      throw new RangeError(`flow aggregator: shards ${shards}: must be an integer >= 1`);
+    }
+    if (shards > 1 && (opts.hooks !== undefined || opts.clock !== undefined || opts.manualSweep)) {
+      throw new Error(
+        "flow aggregator: more than one shard cannot run with the Pod store (hooks), an " +
+          "injected clock or manual sweeps yet",
+      );
+    }
     this.#core = new AggregationCore({
       activeTimeoutMs: config.activeFlowRecordTimeoutMs,
       inactiveTimeoutMs: config.inactiveFlowRecordTimeoutMs,
@@ -293,9 +319,34 @@ export class FlowAggregator {
     });
   }
 
-  /** The aggregation core (query API, tests). */
+  /** The aggregation core of a one-shard process (tests); with shards, see {@linkcode query}. */
   get core(): AggregationCore {
+    if (this.#shardCount > 1) throw new Error("flow aggregator: sharded, no core in this thread");
     return this.#core;
+  }
+
+  get #shardCount(): number {
+    return this.#opts.shards ?? 1;
+  }
+
+  /** Held flows matching `filter` (the API's `/flowrecords`), from every shard. */
+  query(
+    filter: Partial<FlowKey> | null,
+    limit: number,
+  ): AggregatedRecord[] | Promise<AggregatedRecord[]> {
+    if (this.#pool !== undefined) return this.#pool.query(filter, limit);
+    return this.#core.query(filter, limit);
+  }
+
+  /** The core settings of a configuration. */
+  #shardSettings(c: FlowAggregatorConfig): ShardSettings {
+    return {
+      activeTimeoutMs: c.activeFlowRecordTimeoutMs,
+      inactiveTimeoutMs: c.inactiveFlowRecordTimeoutMs,
+      maxFlows: c.limits.maxFlows,
+      maxFlowBytes: c.limits.maxFlowBytes,
+      includePodLabels: c.recordContents.podLabels,
+    };
   }
 
   /** The bound collector port (0 before start). */
@@ -331,8 +382,24 @@ export class FlowAggregator {
     if (this.#exporters.size === 0) {
       log.warn("no exporter is running: aggregated records are counted and discarded");
     }
+    if (this.#shardCount > 1) {
+      const { ShardPool } = await import("./shard/pool.ts");
+      const pool = new ShardPool({
+        shards: this.#shardCount,
+        settings: this.#shardSettings(this.#config),
+        onFlows: (flows) => {
+          const held = this.#held;
+          if (held !== undefined) { for (const f of flows) held.push(f); }
+          else for (const f of flows) this.#export(f);
+        },
+      });
+      this.#pool = pool;
+      await pool.ready();
+      log.info("aggregation sharded over worker threads", { shards: pool.size });
+    }
     await this.#startCollector();
-    if (!this.#opts.manualSweep) this.#arm();
+    // Shards run their own expiry timers.
+    if (!this.#opts.manualSweep && this.#pool === undefined) this.#arm();
     const every = this.#opts.metricsLogIntervalMs ?? 60_000;
     // stop() may have run during the awaits above; it cleared the timers before they existed.
     if (every > 0 && this.#state === "running") {
@@ -360,6 +427,13 @@ export class FlowAggregator {
       // exporters flushed in between: after a flood ~100k flows can be held, more than a bounded
       // exporter buffer (the flow log's 16 MiB) takes in one synchronous burst.
       const held: ExportedFlow[] = [];
+      if (this.#pool !== undefined) {
+        // Each shard exports its due flows, then everything it holds; collected here (their
+        // address text is set: no words to copy).
+        this.#held = held;
+        await this.#pool.stop();
+        this.#held = undefined;
+      }
       // Held past the synchronous call: the core's address words a flow points into are zeroed
       // when the sweep deletes it, so each keeps a copy of its 8 words, in shared chunks (a
       // typed array per flow costs more than the copy).
@@ -383,9 +457,13 @@ export class FlowAggregator {
         });
         if (w !== undefined) used += 8;
       };
-      this.#core.expire(collect, this.#opts.hooks);
-      const n = this.#core.flushAll(collect, this.#opts.hooks);
-      log.info("flushed flows held at shutdown", { flows: n });
+      if (this.#pool === undefined) {
+        this.#core.expire(collect, this.#opts.hooks);
+        const n = this.#core.flushAll(collect, this.#opts.hooks);
+        log.info("flushed flows held at shutdown", { flows: n });
+      } else {
+        log.info("flushed flows held at shutdown", { flows: held.length });
+      }
       let flushing = true;
       for (let i = 0; i < held.length; i += SHUTDOWN_SLICE) {
         const end = Math.min(held.length, i + SHUTDOWN_SLICE);
@@ -443,10 +521,11 @@ export class FlowAggregator {
       }
     }
     // Checked above (per template) or validated by the core per record.
-    for (const r of records) this.#core.addRecord(r as FlowInput);
+    if (this.#pool !== undefined) this.#pool.ingest(records as unknown as FlowInput[]);
+    else for (const r of records) this.#core.addRecord(r as FlowInput);
   }
 
-  /** Runs one expiry sweep now; returns the number of flows exported. */
+  /** Runs one expiry sweep now; returns the number of flows exported (one shard only). */
   sweep(): number {
     return this.#core.expire(this.#emit, { ...this.#opts.hooks, addressText: this.#addressText() });
   }
@@ -515,16 +594,17 @@ export class FlowAggregator {
     return {
       numRecordsExported: this.#exported,
       numRecordsReceived: this.#receivedByEarlierCollectors + (collector?.dataRecords ?? 0),
-      numFlows: this.#core.flowCount,
+      numFlows: this.#pool?.flowCount ?? this.#core.flowCount,
       numConnToCollector: collector?.sessionsActive ?? 0,
       optionsRecordsIgnored: this.#optionsIgnored,
       nonFlowRecords: this.#nonFlowRecords,
       exporterErrors: this.#exporterErrors,
       exportedWithoutSink: this.#exportedWithoutSink,
       ...this.#opts.configCounters?.(),
-      aggregation: this.#core.stats(),
+      aggregation: this.#pool?.stats() ?? this.#core.stats(),
       collector,
       exporters,
+      ...(this.#pool === undefined ? {} : { shards: this.#pool.counters() }),
     };
   }
 
@@ -607,6 +687,7 @@ export class FlowAggregator {
 
   /** Applies the aggregation-core settings (timeouts, Pod labels) that changed. */
   #applyCore(prev: FlowAggregatorConfig, next: FlowAggregatorConfig): void {
+    this.#pool?.update(this.#shardSettings(next));
     if (
       prev.activeFlowRecordTimeoutMs !== next.activeFlowRecordTimeoutMs ||
       prev.inactiveFlowRecordTimeoutMs !== next.inactiveFlowRecordTimeoutMs

@@ -16,10 +16,11 @@ export const BUNDLED: boolean = !HERE.endsWith("/src/worker_module.ts");
 
 /**
  * Every worker entry module of the product by name, as a path relative to `src/`: the UDP fast
- * path's receiver and each sink's worker. The bundle script builds each as `workers/<name>.js`.
+ * path's receiver, the aggregation shard and each sink's worker. The bundle script builds each as `workers/<name>.js`.
  */
 export const WORKER_ENTRIES: Readonly<Record<string, string>> = {
   udp_fast: "collector/udp_fast_worker.ts",
+  shard: "shard/worker.ts",
   ipfix: "exporters/ipfix/worker.ts",
   flow_log: "exporters/flow_log/worker.ts",
   clickhouse: "exporters/clickhouse/worker.ts",

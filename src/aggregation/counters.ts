@@ -14,7 +14,9 @@ export type RejectReason =
   | "badFieldType"
   | "maxFlows"
   | "maxFlowBytes"
-  | "invalidRecord";
+  | "invalidRecord"
+  /** Routed to a shard worker that had died (`src/shard/pool.ts`). */
+  | "shardFailed";
 
 const REJECT_REASONS: readonly RejectReason[] = [
   "invalidRecord",
@@ -25,6 +27,7 @@ const REJECT_REASONS: readonly RejectReason[] = [
   "badFieldType",
   "maxFlows",
   "maxFlowBytes",
+  "shardFailed",
 ];
 
 /** Counters of the core (all monotonic except `flows`). */

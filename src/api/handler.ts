@@ -19,8 +19,14 @@ const log = logger("api");
 
 /** What the routes read from the running process. */
 export interface ApiSource {
-  /** Held records matching `filter` (canonical address text), at most `limit`. */
-  query(filter: Partial<FlowKey>, limit: number): AggregatedRecord[];
+  /**
+   * Held records matching `filter` (canonical address text), at most `limit`; a promise when
+   * the flows are held by shard workers.
+   */
+  query(
+    filter: Partial<FlowKey>,
+    limit: number,
+  ): AggregatedRecord[] | Promise<AggregatedRecord[]>;
   /** Every counter. */
   stats(): FlowAggregatorStats;
   /** True once the collector listens and no sink is in a fatal state. */
@@ -108,7 +114,11 @@ export function stringifyExact(value: unknown, space?: number): string {
   return JSON.stringify(value, (_k, v) => typeof v === "bigint" ? raw(v.toString()) : v, space);
 }
 
-function flowRecords(url: URL, source: ApiSource, maxLimit: number): Response {
+function flowRecords(
+  url: URL,
+  source: ApiSource,
+  maxLimit: number,
+): Response | Promise<Response> {
   const p = url.searchParams;
   const filter: { -readonly [K in keyof FlowKey]?: FlowKey[K] } = {};
   const src = p.get("srcip") ?? "";
@@ -135,7 +145,10 @@ function flowRecords(url: URL, source: ApiSource, maxLimit: number): Response {
     if (!Number.isInteger(n) || n < 1) return text(400, `limit must be a positive integer`);
     limit = Math.min(n, maxLimit);
   }
-  return json(recordsJson(source.query(filter, limit)));
+  const got = source.query(filter, limit);
+  return got instanceof Promise
+    ? got.then((records) => json(recordsJson(records)))
+    : json(recordsJson(got));
 }
 
 /**
@@ -198,9 +211,9 @@ function version(v: string): Response {
 export function apiHandler(
   source: ApiSource,
   options: ApiHandlerOptions,
-): (req: Request) => Response {
+): (req: Request) => Response | Promise<Response> {
   const maxLimit = options.recordLimit ?? DEFAULT_RECORD_LIMIT;
-  return (req: Request): Response => {
+  return (req: Request): Response | Promise<Response> => {
     const url = new URL(req.url);
     const path = url.pathname;
     // The page holds no data (the token stays in the URL fragment): its data needs the token.

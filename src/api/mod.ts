@@ -57,7 +57,7 @@ export function startApi(
   fa.exportObserver = (flow) => view.observe(flow);
   const live = new LiveHub(view, () => ledgerOf(fa.stats()));
   return startApiServer({
-    query: (filter, limit) => fa.core.query(filter, limit),
+    query: (filter, limit) => fa.query(filter, limit),
     stats: () => fa.stats(),
     ready: () => fa.collectorPort > 0,
     live,

@@ -72,6 +72,8 @@ interface RunOptions {
   listen?: string;
   /** Address each Agent dials (index = node); default 127.0.0.1 for both. */
   hosts?: readonly [string, string];
+  /** `--workers`: aggregation shards; default 1. */
+  workers?: number;
 }
 
 async function runScenarios(
@@ -84,7 +86,7 @@ async function runScenarios(
   const fa = await FaProcess.startWithConfig(
     dir,
     flowLogConfig(logPath, { transport: transport === "udp" ? "UDP" : "TCP", prettyPrint: true }),
-    { listen: opts.listen },
+    { listen: opts.listen, args: ["--workers", String(opts.workers ?? 1)] },
   );
   const agents: SimAgent[] = [];
   try {
@@ -145,6 +147,8 @@ async function runScenarios(
     assert.equal(Number(metrics.fields.templateMisses), 1);
     assert.equal(Number(metrics.fields.numFlows), 0, "nothing held after the shutdown flush");
     assert.ok(fa.find({ msg: "flow aggregator stopped" }).length === 1);
+    const sharded = fa.find({ msg: "aggregation sharded over worker threads" });
+    assert.equal(sharded.length, (opts.workers ?? 1) > 1 ? 1 : 0);
   } finally {
     for (const a of agents) a.close();
     await fa.dispose();
@@ -162,4 +166,12 @@ Deno.test("e2e: two Agents over TCP, all scenarios and malformed streams, flow l
 
 Deno.test("e2e: dual-stack listener [::]:0, one Agent over IPv4 and one over IPv6 (UDP)", async () => {
   await runScenarios("udp", 49000, { listen: "[::]:0", hosts: ["127.0.0.1", "::1"] });
+});
+
+Deno.test("e2e: the TCP scenarios with the core sharded over 2 worker threads (--workers 2)", async () => {
+  await runScenarios("tcp", 43000, { workers: 2 });
+});
+
+Deno.test("e2e: the UDP scenarios with the core sharded over 3 worker threads (--workers 3)", async () => {
+  await runScenarios("udp", 44000, { workers: 3 });
 });

@@ -1,0 +1,338 @@
+/**
+ * The aggregation core sharded over worker threads (issue #15, item 2): `n` shard workers
+ * (`worker.ts`), each owning the flows whose key hashes to it (`aggregation/sharded.ts`, whose
+ * in-thread `ShardedCore` is the reference these workers are tested against). The main thread
+ * decodes and routes: {@linkcode ShardPool.ingest} sends each record to its shard in batches,
+ * and every shard runs its own expiry and posts its expired flows back in binary batches, which
+ * the pool hands to `onFlows` (the export loop).
+ *
+ * Bounds and failures:
+ * - at most {@linkcode ShardPoolOptions.maxBatchesInFlight} record batches wait for a shard;
+ *   beyond that, ingest waits for the shard (`Atomics.wait` on the shared counter it bumps per
+ *   batch), so a slow shard slows reading (TCP back-pressure) instead of growing a queue;
+ * - a shard worker that dies is reported (logged, `shardsFailed`); the flows it held are counted
+ *   lost (`flowsLostWithShard`), and the records its last report did not account for and those
+ *   routed to it afterwards are counted dropped (`recordsDroppedNoShard`, rejected as
+ *   `shardFailed` in the core counters), so the loss ledger still balances.
+ *
+ * @module
+ */
+
+import type { AggregatedRecord, ExportedFlow, FlowInput, FlowKey } from "../aggregation/record.ts";
+import { type AggregationStats, CoreCounters } from "../aggregation/counters.ts";
+import { shardOf, sumStats } from "../aggregation/sharded.ts";
+import { KEY_WORDS } from "../aggregation/flow_table.ts";
+import { readBatch } from "../exporters/batch.ts";
+import { logger, logSettings, writeLogLine } from "../log.ts";
+import { workerModule } from "../worker_module.ts";
+import {
+  CONTROL_WORDS,
+  type FromShard,
+  type ShardSettings,
+  type ToShard,
+  USAGE_WORDS,
+} from "./protocol.ts";
+
+const log = logger("shard-pool");
+
+/** Options of {@linkcode ShardPool}. */
+export interface ShardPoolOptions {
+  /** Number of shard workers (>= 1). */
+  shards: number;
+  /** The cores' settings. */
+  settings: ShardSettings;
+  /** Receives every expired flow of every shard, in each shard's export order. */
+  onFlows: (flows: ExportedFlow[]) => void;
+  /** Records per batch sent to a shard (default 512). */
+  batchRecords?: number;
+  /** Batches per shard sent and not yet ingested before ingest waits (default 64). */
+  maxBatchesInFlight?: number;
+  /** The shard worker's module (tests); default the product's (`worker.ts`). */
+  workerModule?: URL;
+}
+
+/** Counters of the pool itself (the shards' own are in {@linkcode ShardPool.stats}). */
+export interface ShardPoolStats {
+  /** Shard workers that died. */
+  shardsFailed: number;
+  /** Flows a dead shard held when it died (their deltas are lost). */
+  flowsLostWithShard: number;
+  /** Records routed to a dead shard, dropped. */
+  recordsDroppedNoShard: number;
+  /** Times ingest waited for a shard behind by `maxBatchesInFlight` batches. */
+  ingestWaits: number;
+}
+
+interface Shard {
+  readonly worker: Worker;
+  readonly index: number;
+  pending: FlowInput[];
+  /** Batches sent (compared with the shard's count of batches ingested). */
+  sent: number;
+  /** Records sent. */
+  sentRecords: number;
+  stats: AggregationStats | undefined;
+  dead: boolean;
+  ready: PromiseWithResolvers<void>;
+}
+
+/** See the module doc. */
+export class ShardPool {
+  readonly #opts: ShardPoolOptions;
+  readonly #shards: Shard[] = [];
+  readonly #usage: Float64Array;
+  readonly #control: Int32Array;
+  readonly #scratch = new Uint32Array(KEY_WORDS);
+  readonly #batchRecords: number;
+  readonly #maxInFlight: number;
+  readonly #queries = new Map<
+    number,
+    { left: number; records: AggregatedRecord[][]; done: () => void }
+  >();
+  readonly #stops = new Map<number, () => void>();
+  #nextId = 1;
+  #flushQueued = false;
+  readonly #counters: ShardPoolStats = {
+    shardsFailed: 0,
+    flowsLostWithShard: 0,
+    recordsDroppedNoShard: 0,
+    ingestWaits: 0,
+  };
+
+  /** Starts the shard workers; await {@linkcode ready} before the first records. */
+  constructor(opts: ShardPoolOptions) {
+    const n = opts.shards;
+    if (!Number.isInteger(n) || n < 1) throw new RangeError(`shards: ${n}: must be >= 1`);
+    this.#opts = opts;
+    this.#batchRecords = opts.batchRecords ?? 512;
+    this.#maxInFlight = opts.maxBatchesInFlight ?? 64;
+    const usage = new SharedArrayBuffer(n * USAGE_WORDS * 8);
+    const control = new SharedArrayBuffer(n * CONTROL_WORDS * 4);
+    this.#usage = new Float64Array(usage);
+    this.#control = new Int32Array(control);
+    const url = opts.workerModule ?? workerModule("shard");
+    for (let index = 0; index < n; index++) {
+      const worker = new Worker(url.href, {
+        type: "module",
+        name: `shard-${index}`,
+        deno: { permissions: "none" },
+      } as WorkerOptions);
+      const shard: Shard = {
+        worker,
+        index,
+        pending: [],
+        sent: 0,
+        sentRecords: 0,
+        stats: undefined,
+        dead: false,
+        ready: Promise.withResolvers<void>(),
+      };
+      worker.onmessage = (e: MessageEvent<FromShard>) => this.#onMessage(shard, e.data);
+      worker.onerror = (e: ErrorEvent) => {
+        e.preventDefault();
+        this.#died(shard, e.message);
+      };
+      worker.postMessage(
+        {
+          t: "init",
+          index,
+          shards: n,
+          settings: opts.settings,
+          usage,
+          control,
+          log: logSettings(),
+        } satisfies ToShard,
+      );
+      this.#shards.push(shard);
+    }
+  }
+
+  /** Number of shards. */
+  get size(): number {
+    return this.#shards.length;
+  }
+
+  /** Resolves once every shard worker has started (rejects if one died first). */
+  async ready(): Promise<void> {
+    await Promise.all(this.#shards.map((s) => s.ready.promise));
+  }
+
+  #onMessage(shard: Shard, m: FromShard): void {
+    switch (m.t) {
+      case "log":
+        writeLogLine(m.line, m.level);
+        return;
+      case "ready":
+        shard.ready.resolve();
+        return;
+      case "flows":
+        shard.stats = m.stats;
+        this.#opts.onFlows(readBatch(m.buf));
+        return;
+      case "stats":
+        shard.stats = m.stats;
+        return;
+      case "query": {
+        const q = this.#queries.get(m.id);
+        if (q === undefined) return;
+        q.records[shard.index] = m.records;
+        if (--q.left === 0) q.done();
+        return;
+      }
+      case "stopped": {
+        shard.stats = m.stats;
+        this.#stops.get(m.id)?.();
+        return;
+      }
+    }
+  }
+
+  #died(shard: Shard, message: string): void {
+    if (shard.dead) return;
+    shard.dead = true;
+    const flows = this.#usage[shard.index * USAGE_WORDS];
+    this.#counters.shardsFailed++;
+    this.#counters.flowsLostWithShard += flows;
+    // Records sent that its last report does not account for, and those not sent yet.
+    const unreported = shard.sentRecords - (shard.stats?.recordsIn ?? 0);
+    this.#counters.recordsDroppedNoShard += unreported + shard.pending.length;
+    shard.pending = [];
+    log.error("shard worker died: the flows it held are lost, its records are dropped", {
+      shard: shard.index,
+      flows,
+      error: message,
+    });
+    shard.worker.terminate();
+    shard.ready.reject(new Error(`shard ${shard.index} died: ${message}`));
+    // Whoever waits on this shard (a query, the stop) must not wait forever.
+    for (const [, q] of this.#queries) {
+      if (q.records[shard.index] === undefined) {
+        q.records[shard.index] = [];
+        if (--q.left === 0) q.done();
+      }
+    }
+    for (const [, done] of this.#stops) done();
+  }
+
+  /** Routes records to their shards (sent in batches; see the module doc for the bound). */
+  ingest(records: readonly FlowInput[]): void {
+    const shards = this.#shards;
+    const n = shards.length;
+    for (const r of records) {
+      const shard = shards[shardOf(r, n, this.#scratch)];
+      if (shard.dead) {
+        this.#counters.recordsDroppedNoShard++;
+        continue;
+      }
+      shard.pending.push(r);
+      if (shard.pending.length >= this.#batchRecords) this.#send(shard);
+    }
+    // What is left goes at the end of this task, so small data sets still travel in batches.
+    if (!this.#flushQueued) {
+      this.#flushQueued = true;
+      queueMicrotask(() => this.flush());
+    }
+  }
+
+  /** Sends every shard's pending records now. */
+  flush(): void {
+    this.#flushQueued = false;
+    for (const s of this.#shards) if (s.pending.length > 0 && !s.dead) this.#send(s);
+  }
+
+  #send(shard: Shard): void {
+    const at = shard.index * CONTROL_WORDS;
+    // Bounded in flight: wait for the shard to catch up (back-pressure to the readers).
+    while (!shard.dead && shard.sent - Atomics.load(this.#control, at) >= this.#maxInFlight) {
+      this.#counters.ingestWaits++;
+      const seen = Atomics.load(this.#control, at);
+      Atomics.wait(this.#control, at, seen, 100);
+    }
+    if (shard.dead) {
+      this.#counters.recordsDroppedNoShard += shard.pending.length;
+      shard.pending = [];
+      return;
+    }
+    shard.worker.postMessage({ t: "records", records: shard.pending } satisfies ToShard);
+    shard.sent++;
+    shard.sentRecords += shard.pending.length;
+    shard.pending = [];
+  }
+
+  /** Applies new core settings to every shard. */
+  update(settings: ShardSettings): void {
+    for (const s of this.#shards) {
+      if (!s.dead) s.worker.postMessage({ t: "settings", settings } satisfies ToShard);
+    }
+  }
+
+  /** Held flows matching `filter` over every shard, at most `limit`. */
+  query(filter: Partial<FlowKey> | null, limit: number): Promise<AggregatedRecord[]> {
+    this.flush();
+    const id = this.#nextId++;
+    const live = this.#shards.filter((s) => !s.dead);
+    if (live.length === 0) return Promise.resolve([]);
+    return new Promise((resolve) => {
+      const records: AggregatedRecord[][] = new Array(this.#shards.length);
+      for (const s of this.#shards) if (s.dead) records[s.index] = [];
+      this.#queries.set(id, {
+        left: live.length,
+        records,
+        done: () => {
+          this.#queries.delete(id);
+          resolve(records.flat().slice(0, limit));
+        },
+      });
+      for (const s of live) {
+        s.worker.postMessage({ t: "query", id, filter, limit } satisfies ToShard);
+      }
+    });
+  }
+
+  /** Live flows over every shard (each shard's count as of its last report). */
+  get flowCount(): number {
+    let n = 0;
+    for (const s of this.#shards) if (!s.dead) n += this.#usage[s.index * USAGE_WORDS];
+    return n;
+  }
+
+  /**
+   * The shards' counters summed, each as of its last report (at most a batch of exports or
+   * half a second old); records routed to a dead shard are rejected as `shardFailed`.
+   */
+  stats(): AggregationStats {
+    const sum = sumStats(this.#shards.map((s) => s.stats ?? NO_STATS));
+    sum.recordsRejected.shardFailed += this.#counters.recordsDroppedNoShard;
+    sum.recordsIn += this.#counters.recordsDroppedNoShard;
+    sum.flows = this.flowCount;
+    return sum;
+  }
+
+  /** The pool's own counters. */
+  counters(): ShardPoolStats {
+    return { ...this.#counters };
+  }
+
+  /**
+   * Stops every shard: each exports its due flows, then every flow it still holds (through
+   * `onFlows`), then its worker ends. Resolves when all are done.
+   */
+  async stop(): Promise<void> {
+    this.flush();
+    await Promise.all(this.#shards.map((s) => {
+      if (s.dead) return Promise.resolve();
+      const id = this.#nextId++;
+      return new Promise<void>((resolve) => {
+        this.#stops.set(id, () => {
+          this.#stops.delete(id);
+          resolve();
+        });
+        s.worker.postMessage({ t: "stop", id } satisfies ToShard);
+      });
+    }));
+    for (const s of this.#shards) s.worker.terminate();
+  }
+}
+
+/** Counters of a shard that has not reported yet. */
+const NO_STATS: AggregationStats = new CoreCounters().snapshot(0, 0);

@@ -1,0 +1,154 @@
+/**
+ * A shard worker: one aggregation core owning the flows whose key hashes to this shard
+ * (`aggregation/sharded.ts` routes). It ingests the record batches the main thread routes to it,
+ * runs its own expiry timer, and posts the expired flows to the main thread as the exporters'
+ * binary batches together with its counters. Its live flows and held bytes are published in the
+ * shared usage array, so every shard applies `maxFlows` and `maxFlowBytes` to the whole process.
+ * It needs no permission: the pool starts it with none.
+ *
+ * @module
+ */
+
+import { AggregationCore } from "../aggregation/core.ts";
+import type { ExportedFlow } from "../aggregation/record.ts";
+import { TaskCachedClock } from "../clock.ts";
+import { BatchWriter } from "../exporters/batch.ts";
+import { logger, setLogFormat, setLogLevel, setLogWriter } from "../log.ts";
+import { CONTROL_WORDS, type FromShard, type ToShard, USAGE_WORDS } from "./protocol.ts";
+
+/** Flows per batch posted to the main thread. */
+const BATCH_FLOWS = 1024;
+
+/** Most due flows one timer tick exports, so a large sweep does not hold up ingest. */
+const SWEEP_SLICE = 10_000;
+
+/** Upper bound of the expiry timer (new flows are never swept late by more). */
+const MAX_TIMER_MS = 1000;
+
+/** How often the counters are posted when no flow is exported. */
+const STATS_EVERY_MS = 500;
+
+// deno-lint-ignore no-explicit-any
+const scope = self as any;
+const post = (m: FromShard, transfer: Transferable[] = []): void => scope.postMessage(m, transfer);
+
+let core: AggregationCore | undefined;
+let usage: Float64Array;
+let control: Int32Array;
+let index = 0;
+let timer: ReturnType<typeof setTimeout> | undefined;
+let statsTimer: ReturnType<typeof setInterval> | undefined;
+const clock = new TaskCachedClock();
+const batch = new BatchWriter(BATCH_FLOWS);
+const log = logger("shard");
+
+function publishUsage(c: AggregationCore): void {
+  usage[index * USAGE_WORDS] = c.flowCount;
+  usage[index * USAGE_WORDS + 1] = c.flowBytes;
+}
+
+function flushBatch(c: AggregationCore): void {
+  if (batch.count === 0) return;
+  const buf = batch.finish();
+  post({ t: "flows", buf, stats: c.stats() }, [buf]);
+}
+
+function emitTo(c: AggregationCore): (f: ExportedFlow) => void {
+  return (f) => {
+    batch.add(f);
+    if (batch.full) flushBatch(c);
+  };
+}
+
+function arm(c: AggregationCore, delayMs?: number): void {
+  if (timer !== undefined) clearTimeout(timer);
+  const delay = delayMs ?? Math.min(Math.max(c.nextExpiryDelayMs(), 0), MAX_TIMER_MS);
+  timer = setTimeout(() => sweep(c), delay);
+}
+
+function sweep(c: AggregationCore): void {
+  timer = undefined;
+  // Address text is needed: the main thread's sinks may be in process.
+  c.expire(emitTo(c), { limit: SWEEP_SLICE });
+  flushBatch(c);
+  publishUsage(c);
+  arm(c, c.hasExpired() ? 0 : undefined);
+}
+
+function settingsOf(m: Extract<ToShard, { t: "init" | "settings" }>["settings"]) {
+  return {
+    activeTimeoutMs: m.activeTimeoutMs,
+    inactiveTimeoutMs: m.inactiveTimeoutMs,
+    maxFlows: m.maxFlows,
+    maxFlowBytes: m.maxFlowBytes,
+    includePodLabels: m.includePodLabels,
+  };
+}
+
+scope.onmessage = (e: MessageEvent<ToShard>): void => {
+  const m = e.data;
+  switch (m.t) {
+    case "init": {
+      setLogLevel(m.log.level);
+      setLogFormat(m.log.format);
+      setLogWriter((line, level) => post({ t: "log", line, level }));
+      index = m.index;
+      usage = new Float64Array(m.usage);
+      control = new Int32Array(m.control);
+      const shards = m.shards;
+      const others = (word: number) => (): number => {
+        let sum = 0;
+        for (let j = 0; j < shards; j++) if (j !== index) sum += usage[j * USAGE_WORDS + word];
+        return sum;
+      };
+      const c = new AggregationCore({
+        ...settingsOf(m.settings),
+        clock,
+        peers: { flows: others(0), bytes: others(1) },
+      });
+      core = c;
+      arm(c);
+      statsTimer = setInterval(() => post({ t: "stats", stats: c.stats() }), STATS_EVERY_MS);
+      post({ t: "ready" });
+      return;
+    }
+    case "records": {
+      const c = core!;
+      for (const r of m.records) c.addRecord(r);
+      publishUsage(c);
+      Atomics.add(control, index * CONTROL_WORDS, 1);
+      Atomics.notify(control, index * CONTROL_WORDS);
+      // A first flow arms the timer for its expiry (the timer may be at its idle maximum).
+      if (timer === undefined) arm(c);
+      return;
+    }
+    case "settings": {
+      const c = core!;
+      const s = m.settings;
+      c.updateTimeouts(s.activeTimeoutMs, s.inactiveTimeoutMs);
+      c.setMaxFlows(s.maxFlows);
+      c.setMaxFlowBytes(s.maxFlowBytes);
+      c.setIncludePodLabels(s.includePodLabels);
+      arm(c);
+      return;
+    }
+    case "query": {
+      post({ t: "query", id: m.id, records: core!.query(m.filter, m.limit) });
+      return;
+    }
+    case "stop": {
+      const c = core!;
+      if (timer !== undefined) clearTimeout(timer);
+      if (statsTimer !== undefined) clearInterval(statsTimer);
+      // Expired flows first (normal export semantics), then every flow still held.
+      const emit = emitTo(c);
+      c.expire(emit);
+      const n = c.flushAll(emit);
+      flushBatch(c);
+      publishUsage(c);
+      log.debug("shard flushed the flows it held", { shard: index, flows: n });
+      post({ t: "stopped", id: m.id, stats: c.stats() });
+      return;
+    }
+  }
+};

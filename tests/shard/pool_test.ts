@@ -1,0 +1,151 @@
+/**
+ * The core sharded over worker threads (`ShardPool`): on the replay sender's realistic stream it
+ * exports exactly what one core exports, expires flows on its own, answers queries over every
+ * shard, bounds flows for the whole process, and reports a dying shard instead of losing its
+ * records silently.
+ */
+
+import assert from "node:assert/strict";
+import { AggregationCore, type ExportedFlow } from "../../src/aggregation/mod.ts";
+import { ManualClock } from "../../src/clock.ts";
+import { BatchWriter, readBatch } from "../../src/exporters/batch.ts";
+import { ShardPool } from "../../src/shard/pool.ts";
+import type { ShardSettings } from "../../src/shard/protocol.ts";
+import { replayRecords } from "../aggregation/replay_records.ts";
+import { intraNode } from "../aggregation/fixtures.ts";
+import { waitFor } from "../_helpers/wait.ts";
+
+const HOUR: ShardSettings = {
+  activeTimeoutMs: 3_600_000,
+  inactiveTimeoutMs: 3_600_000,
+  maxFlows: Infinity,
+  maxFlowBytes: Infinity,
+  includePodLabels: false,
+};
+
+function keyText(f: ExportedFlow): string {
+  const k = f.key;
+  return `${k.sourceAddress}|${k.destinationAddress}|${k.protocol}|${k.sourcePort}|${k.destinationPort}`;
+}
+
+/** Flows as the pool hands them over: through one binary batch. */
+function viaBatch(flows: ExportedFlow[]): ExportedFlow[] {
+  const out: ExportedFlow[] = [];
+  for (let i = 0; i < flows.length; i += 1000) {
+    const w = new BatchWriter(1000);
+    for (const f of flows.slice(i, i + 1000)) w.add(f);
+    out.push(...readBatch(w.finish()));
+  }
+  return out;
+}
+
+Deno.test("shard pool: 2 shard workers export exactly what one core does", async () => {
+  const rounds = replayRecords({ seed: 7, wireNumbers: true, rounds: 3 });
+  const core = new AggregationCore({
+    activeTimeoutMs: HOUR.activeTimeoutMs,
+    inactiveTimeoutMs: HOUR.inactiveTimeoutMs,
+    clock: new ManualClock(),
+  });
+  for (const round of rounds) for (const r of round) core.addRecord(r);
+  const expected: ExportedFlow[] = [];
+  core.flushAll((f) => expected.push(f));
+
+  const got: ExportedFlow[] = [];
+  const pool = new ShardPool({
+    shards: 2,
+    settings: HOUR,
+    onFlows: (flows) => got.push(...flows),
+    batchRecords: 100,
+  });
+  await pool.ready();
+  for (const round of rounds) {
+    // A data set at a time, as the collector hands them over.
+    for (let i = 0; i < round.length; i += 37) pool.ingest(round.slice(i, i + 37));
+  }
+  pool.flush();
+  const all = await pool.query(null, Infinity);
+  assert.equal(all.length, expected.length);
+  await pool.stop();
+
+  assert.ok(expected.length > 1_000, `${expected.length} flows`);
+  assert.equal(got.length, expected.length);
+  const want = new Map(viaBatch(expected).map((f) => [keyText(f), f]));
+  for (const f of got) {
+    const e = want.get(keyText(f));
+    assert.ok(e !== undefined, `unexpected flow ${keyText(f)}`);
+    assert.deepEqual(f, e, keyText(f));
+    want.delete(keyText(f));
+  }
+  assert.equal(want.size, 0);
+  const s = pool.stats();
+  const c = core.stats();
+  assert.equal(s.recordsIn, c.recordsIn);
+  assert.equal(s.recordsAccepted, c.recordsAccepted);
+  assert.equal(s.correlated, c.correlated);
+  assert.equal(s.exported, c.exported);
+  assert.equal(s.flows, 0);
+  assert.equal(pool.counters().shardsFailed, 0);
+});
+
+Deno.test("shard pool: shards expire on their own timers, queries span every shard", async () => {
+  const got: ExportedFlow[] = [];
+  const pool = new ShardPool({
+    shards: 3,
+    settings: { ...HOUR, activeTimeoutMs: 300, inactiveTimeoutMs: 300 },
+    onFlows: (flows) => got.push(...flows),
+  });
+  await pool.ready();
+  const records = Array.from({ length: 60 }, (_, i) => intraNode({ sourceTransportPort: 1 + i }));
+  pool.ingest(records);
+  pool.flush();
+  assert.equal((await pool.query({ destinationPort: 5678 }, Infinity)).length, 60);
+  assert.equal((await pool.query(null, 10)).length, 10);
+  await waitFor(() => got.length >= 60, { what: "the shards" });
+  assert.equal(new Set(got.map(keyText)).size, 60);
+  await waitFor(() => pool.stats().flows === 0, { what: "the shards" });
+  await pool.stop();
+  assert.equal(pool.stats().exported, 60);
+});
+
+Deno.test("shard pool: maxFlows bounds the shards together", async () => {
+  const pool = new ShardPool({
+    shards: 2,
+    settings: { ...HOUR, maxFlows: 50 },
+    onFlows: () => {},
+    batchRecords: 1,
+  });
+  await pool.ready();
+  // One record at a time, each ingested before the next (a query is answered after the records
+  // sent before it), so the shared counts are current.
+  for (let i = 0; i < 200; i++) {
+    pool.ingest([intraNode({ sourceTransportPort: 1 + i })]);
+    await pool.query(null, 0);
+  }
+  assert.equal(pool.flowCount, 50);
+  await pool.stop();
+  const s = pool.stats();
+  assert.equal(s.recordsIn, 200);
+  assert.equal(s.flowsCreated, 50);
+  assert.equal(s.recordsRejected.maxFlows, 150);
+});
+
+Deno.test("shard pool: a dying shard is reported and its records are counted dropped", async () => {
+  const pool = new ShardPool({
+    shards: 2,
+    settings: HOUR,
+    onFlows: () => {},
+    workerModule: new URL("./crashing_shard.ts", import.meta.url),
+  });
+  await pool.ready();
+  const records = Array.from({ length: 40 }, (_, i) => intraNode({ sourceTransportPort: 1 + i }));
+  pool.ingest(records);
+  pool.flush();
+  await waitFor(() => pool.counters().shardsFailed === 2, { what: "the shards" });
+  pool.ingest(records);
+  // The first 40 died with their shards (never reported), the next 40 found no shard.
+  assert.equal(pool.counters().recordsDroppedNoShard, 80);
+  assert.equal(pool.stats().recordsRejected.shardFailed, 80);
+  assert.equal(pool.stats().recordsIn, 80);
+  assert.deepEqual(await pool.query(null, 10), []);
+  await pool.stop();
+});

@@ -10,7 +10,10 @@
  * to read.
  *
  *   deno run -A scripts/bench/ab_e2e.ts A_ROOT B_ROOT [--rounds=N] [--duration=S] [--flows=N]
- *     [--rate=R]
+ *     [--rate=R] [--a-args="ARGS"] [--b-args="ARGS"]
+ *
+ * `--a-args`/`--b-args` add arguments to that side's process (split on spaces), so one checkout
+ * can be compared with itself under other flags: `. . --b-args="--workers 2"`.
  *
  * A root is a checkout, e.g. `git worktree add --detach /tmp/base REV` with its node_modules
  * linked to this one's (`ln -s $PWD/node_modules /tmp/base/node_modules`). Defaults: 10 rounds
@@ -150,6 +153,12 @@ function trialLine(t: AbTrial, root: string): string {
   } MiB${x.failures.length ? ` (${x.failures.join("; ")})` : ""}`;
 }
 
+/** Reads `--name=value` from the command line as process arguments (split on spaces). */
+function argsFlag(name: string): string[] {
+  const a = Deno.args.find((x) => x.startsWith(`--${name}=`));
+  return a === undefined ? [] : a.slice(name.length + 3).split(" ").filter((x) => x !== "");
+}
+
 /** Reads `--name=value` or `--name value` from the command line as a number. */
 function flag(name: string): number | undefined {
   const i = Deno.args.findIndex((a) => a === `--${name}` || a.startsWith(`--${name}=`));
@@ -171,12 +180,17 @@ if (import.meta.main) {
     Deno.exit(2);
   }
   const roots: Record<AbSide, string> = { A: aRoot, B: bRoot };
+  const sideArgs: Record<AbSide, string[]> = { A: argsFlag("a-args"), B: argsFlag("b-args") };
   const rounds = flag("rounds") ?? 10;
   const durationSec = flag("duration") ?? 5;
   const flows = flag("flows") ?? 20_000;
   const rate = flag("rate") ?? 200_000;
   const params = { rounds, durationSec, flows, rate, uniqueNames: REPLAY_UNIQUE_NAMES };
-  console.error(`ab_e2e: A=${aRoot} B=${bRoot} ${JSON.stringify(params)}`);
+  console.error(
+    `ab_e2e: A=${aRoot} ${sideArgs.A.join(" ")} B=${bRoot} ${sideArgs.B.join(" ")} ${
+      JSON.stringify(params)
+    }`,
+  );
   const trials: AbTrial[] = [];
   for (let round = 0; round < rounds; round++) {
     const order: AbSide[] = round % 2 === 0 ? ["A", "B"] : ["B", "A"];
@@ -189,6 +203,7 @@ if (import.meta.main) {
           sender: "replay",
           uniqueNames: REPLAY_UNIQUE_NAMES,
           root: roots[side],
+          args: sideArgs[side],
         });
       } catch (e) {
         // The process did not start (or the trial could not run at all): a failed trial too.

@@ -374,6 +374,8 @@ export interface E2eTrialOptions {
    * configuration and the judging stay this checkout's.
    */
   root?: string;
+  /** More arguments of the aggregator (`main.ts`), e.g. `--workers 2`. */
+  args?: readonly string[];
 }
 
 /** Polls `/flowrecords` of the process's API until stopped; resolves with the queries made. */
@@ -458,6 +460,7 @@ export async function runE2eTrial(
     args: [
       ...(mode === "inprocess" ? ["--exporters-in-process"] : []),
       ...(api ? ["--api-listen", "127.0.0.1:0", "--api-token-file", `${dir}/api/token`] : []),
+      ...(opts.args ?? []),
     ],
   });
   const poller = opts.queryEveryMs === undefined

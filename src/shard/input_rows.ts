@@ -26,6 +26,31 @@
  * takes either form (bigint or number counters, IPv4 text or u32). Records are written and read
  * by code generated once from the field list (as `src/exporters/batch.ts` does for its rows).
  *
+ * Records wait in the pending frame until it is full: the producer calls `flush()` at the end of
+ * each input batch (e.g. each socket read), or its last records wait for the next ones.
+ *
+ * ```ts
+ * // Main thread, per shard: records in, frames out, waiting when the ring is full.
+ * const sab = createRing(1 << 20); // postMessage(sab) to the shard worker
+ * const ring = new RingWriter(sab);
+ * const rows = new InputRowWriter(ring);
+ * while (!rows.add(record)) await ring.waitForSpaceAsync(rows.pendingBytes, 1000);
+ * while (!rows.flush()) await ring.waitForSpaceAsync(rows.pendingBytes, 1000);
+ *
+ * // Shard worker: frames in, records out.
+ * const reader = new RingReader(sab);
+ * const records = new InputRowReader();
+ * for (;;) {
+ *   const frame = reader.next();
+ *   if (frame === undefined) {
+ *     if (reader.waitForData(100) === "closed") break;
+ *     continue;
+ *   }
+ *   records.read(frame, (r) => core.addRecord(r));
+ *   reader.release();
+ * }
+ * ```
+ *
  * @module
  */
 

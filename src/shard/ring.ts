@@ -25,7 +25,9 @@
  * async variants, built on `Atomics.waitAsync` (supported by Deno 2.9.6). A pending
  * `Atomics.waitAsync` does not keep Deno's event loop alive by itself (a script awaiting only
  * it exits with "top-level await promise never resolved"), so the async variants race it with
- * a timer for their timeout.
+ * a timer for their timeout. A worker blocked in `Atomics.wait` runs no event loop: it handles
+ * no `postMessage` until the wait ends, so a worker that also takes messages waits with short
+ * timeouts (or the async variant).
  *
  * @module
  */
@@ -301,7 +303,7 @@ export class RingReader {
   /** True when the producer closed the ring and every frame has been read and released. */
   get done(): boolean {
     const w = Atomics.load(this.#h, W_WRITE);
-    return (w & CLOSED_BIT) !== 0 && (w & POSITION_MASK) === this.#read && this.#held === 0;
+    return (w & CLOSED_BIT) !== 0 && this.#held === 0 && !this.#available(w);
   }
 
   /**
@@ -310,21 +312,28 @@ export class RingReader {
    */
   next(): Uint8Array | undefined {
     if (this.#held !== 0) throw new Error("ring: next() before release() of the previous frame");
-    const cap = this.#cap;
-    for (;;) {
-      const w = Atomics.load(this.#h, W_WRITE) & POSITION_MASK;
-      if (w === this.#read) return undefined;
-      const p = this.#read & (cap - 1);
-      const len = this.#dv.getInt32(p, true);
-      if (len === SKIP) {
-        // Frames never wrap: the rest of the area was skipped, the next frame starts at 0.
-        this.#read = (this.#read + cap - p) | 0;
-        Atomics.store(this.#h, W_READ, this.#read);
-        continue;
-      }
-      this.#held = align8(FRAME_HEADER + len);
-      return this.#data.subarray(p + FRAME_HEADER, p + FRAME_HEADER + len);
-    }
+    if (!this.#available(Atomics.load(this.#h, W_WRITE))) return undefined;
+    const p = this.#read & (this.#cap - 1);
+    const len = this.#dv.getInt32(p, true);
+    this.#held = align8(FRAME_HEADER + len);
+    return this.#data.subarray(p + FRAME_HEADER, p + FRAME_HEADER + len);
+  }
+
+  /**
+   * True when a frame is published at the read position, given the write counter `w`. Moves
+   * past a skip marker there first (frames never wrap: the next one starts at offset 0), and
+   * wakes the writer, which may be waiting for exactly that space.
+   */
+  #available(w: number): boolean {
+    const end = w & POSITION_MASK;
+    if (end === this.#read) return false;
+    const p = this.#read & (this.#cap - 1);
+    if (this.#dv.getInt32(p, true) !== SKIP) return true;
+    this.#read = (this.#read + this.#cap - p) | 0;
+    Atomics.store(this.#h, W_READ, this.#read);
+    Atomics.notify(this.#h, W_READ);
+    // A skip marker is published before its frame: the frame may not be there yet.
+    return end !== this.#read;
   }
 
   /** Frees the frame returned by {@linkcode next} for the writer, and wakes a waiting writer. */
@@ -338,7 +347,7 @@ export class RingReader {
 
   /** "ready" when a frame is published (or held), "closed" when done, else undefined. */
   #state(w: number): RingWait | undefined {
-    if (this.#held !== 0 || (w & POSITION_MASK) !== this.#read) return "ready";
+    if (this.#held !== 0 || this.#available(w)) return "ready";
     return (w & CLOSED_BIT) !== 0 ? "closed" : undefined;
   }
 

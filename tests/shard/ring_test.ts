@@ -173,6 +173,38 @@ Deno.test("ring: a writer's wait reports space once the reader releases", async 
   assert.ok(w.write(bytesOf(8, 9)));
 });
 
+Deno.test("ring: a reader passing a skip marker wakes the writer waiting for that space", async () => {
+  const { w, r } = pair(256);
+  w.write(bytesOf(8, 1));
+  r.next();
+  r.release();
+  // The largest frame does not fit before the end: a skip marker is published, nothing else.
+  assert.equal(w.reserve(248), null);
+  const t0 = performance.now();
+  const waiting = w.waitForSpaceAsync(248, 5000);
+  setTimeout(() => assert.equal(r.next(), undefined), 10);
+  assert.equal(await waiting, "ready");
+  assert.ok(performance.now() - t0 < 2000, "woken by the reader, not by the timeout");
+  w.write(bytesOf(248, 2));
+  w.close();
+  assert.equal(r.waitForData(0), "ready");
+  assert.equal(r.next()!.length, 248);
+  r.release();
+  assert.ok(r.done);
+});
+
+Deno.test("ring: a skip marker alone is not data; with a closed ring it is done", () => {
+  const { w, r } = pair(256);
+  w.write(bytesOf(8, 1));
+  r.next();
+  r.release();
+  assert.equal(w.reserve(248), null); // publishes only a skip marker
+  assert.equal(r.waitForData(1), "timeout");
+  w.close();
+  assert.ok(r.done);
+  assert.equal(r.waitForData(1000), "closed");
+});
+
 function startPeer(m: PeerStart): Promise<PeerResult> {
   const worker = new Worker(new URL("./ring_peer_worker.ts", import.meta.url).href, {
     type: "module",

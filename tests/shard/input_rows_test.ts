@@ -15,6 +15,7 @@ import {
   type SchemaRow,
 } from "../../src/record/schema.ts";
 import { decodeStream, realisticStream } from "../../scripts/bench/shard_rows.ts";
+import type { PeerStart } from "./ring_peer_worker.ts";
 
 /** Encodes `records` (each frame copied out) and decodes them with one reader. */
 function roundTrip(
@@ -365,4 +366,41 @@ Deno.test("input_rows: a ring sink bounds the frame size", () => {
   for (let i = 0; i < 100; i++) w.add({ sourcePodName: `pod-${i}`, octetDeltaCount: i });
   w.flush();
   assert.ok(w.stats.frames > 1, "frames of at most a quarter of the ring");
+});
+
+Deno.test("input_rows: a Worker decodes the realistic stream from a ring equal to the input", async () => {
+  const records = decodeStream(realisticStream(2_000, 2));
+  const sab = createRing(1 << 16);
+  const worker = new Worker(new URL("./ring_peer_worker.ts", import.meta.url).href, {
+    type: "module",
+  });
+  const got = new Promise<FlowInput[]>((resolve, reject) => {
+    worker.onmessage = (e: MessageEvent<{ records?: FlowInput[]; error?: string }>) => {
+      if (e.data.records !== undefined) resolve(e.data.records);
+      else reject(new Error(`worker: ${e.data.error}`));
+    };
+    worker.onerror = (e) => {
+      e.preventDefault();
+      reject(new Error(`worker: ${e.message}`));
+    };
+  });
+  try {
+    const start: PeerStart = { role: "records", sab };
+    worker.postMessage(start);
+    const ring = new RingWriter(sab);
+    const rows = new InputRowWriter(ring, { maxRecords: 64 });
+    let waits = 0;
+    for (const r of records) {
+      while (!rows.add(r)) {
+        waits++;
+        assert.equal(await ring.waitForSpaceAsync(rows.pendingBytes, 10_000), "ready");
+      }
+    }
+    while (!rows.flush()) await ring.waitForSpaceAsync(rows.pendingBytes, 10_000);
+    ring.close();
+    assert.deepEqual(await got, records);
+    assert.ok(waits > 0, "the ring never filled");
+  } finally {
+    worker.terminate();
+  }
 });

@@ -1,15 +1,18 @@
 /**
- * The other end of a ring for tests/shard/ring_test.ts, in a real Worker: `consume` reads
+ * The other end of a ring for the tests of tests/shard/, in a real Worker: `consume` reads
  * frames (blocking waits) until the producer closes the ring and reports their count, bytes and
- * checksum; `produce` writes the frames {@linkcode frameBytes} describes, then closes.
+ * checksum; `produce` writes the frames `frameContent` describes, then closes; `records` decodes
+ * input rows frames until the ring is closed and sends the records back.
  */
 
+import type { FlowInput } from "../../src/aggregation/record.ts";
+import { InputRowReader } from "../../src/shard/input_rows.ts";
 import { RingReader, RingWriter } from "../../src/shard/ring.ts";
 import { frameChecksum, frameContent } from "./ring_frames.ts";
 
 /** What the test sends to start the worker. */
 export interface PeerStart {
-  readonly role: "consume" | "produce";
+  readonly role: "consume" | "produce" | "records";
   readonly sab: SharedArrayBuffer;
   /** Frames to produce. */
   readonly frames?: number;
@@ -71,9 +74,28 @@ function produce(sab: SharedArrayBuffer, n: number, seed: number): PeerResult {
   return { frames: n, bytes, checksum, waits };
 }
 
+function records(sab: SharedArrayBuffer): FlowInput[] {
+  const reader = new RingReader(sab);
+  const rows = new InputRowReader();
+  const out: FlowInput[] = [];
+  for (;;) {
+    const f = reader.next();
+    if (f === undefined) {
+      if (reader.waitForData(10_000) === "closed") return out;
+      continue;
+    }
+    rows.read(f, (r) => out.push(r));
+    reader.release();
+  }
+}
+
 scope.onmessage = (ev: MessageEvent<PeerStart>): void => {
   const m = ev.data;
   try {
+    if (m.role === "records") {
+      scope.postMessage({ records: records(m.sab) });
+      return;
+    }
     const r = m.role === "consume" ? consume(m.sab) : produce(m.sab, m.frames ?? 0, m.seed ?? 1);
     scope.postMessage(r);
   } catch (e) {

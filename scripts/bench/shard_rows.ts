@@ -3,7 +3,8 @@
  * encoding the replay sender's realistic stream into frames, decoding those frames back, and
  * both through a ring (write, read, decode on the same thread), next to the IPFIX decode of the
  * same stream in wire-number mode (what the main thread does before encoding). Each figure is
- * the median of 5 timed passes over the whole stream, after a warm-up pass.
+ * the median of 5 timed passes over the whole stream, after a warm-up pass; the four passes are
+ * interleaved (the machine is shared, so their ratios are the steadier figures).
  *
  *     deno run -A scripts/bench/shard_rows.ts [--flows=20000] [--rounds=3]
  */
@@ -63,16 +64,22 @@ export function decodeStream(s: RealisticStream): FlowInput[] {
   return out;
 }
 
-/** Median records/s of `pass` (which handles `n` records) over 5 timed passes after a warm-up. */
-function rate(n: number, pass: () => void): number {
-  pass();
-  const rates: number[] = [];
-  for (let i = 0; i < 5; i++) {
-    const t0 = performance.now();
-    pass();
-    rates.push(n / ((performance.now() - t0) / 1000));
+/**
+ * Median records/s of each pass (each handles `n` records) over `runs` rounds after a warm-up
+ * round; a round runs every pass once, so a change of the machine's load (it is shared) spreads
+ * over all of them and their ratios hold.
+ */
+function rates(n: number, runs: number, passes: readonly (() => void)[]): number[] {
+  for (const pass of passes) pass();
+  const out: number[][] = passes.map(() => []);
+  for (let i = 0; i < runs; i++) {
+    passes.forEach((pass, k) => {
+      const t0 = performance.now();
+      pass();
+      out[k].push(n / ((performance.now() - t0) / 1000));
+    });
   }
-  return median(rates)!;
+  return out.map((r) => median(r)!);
 }
 
 /** Results of {@linkcode benchShardRows} (records/s unless said otherwise). */
@@ -90,13 +97,12 @@ export interface ShardRowsRates {
 export function benchShardRows(flows: number, rounds: number): ShardRowsRates {
   const stream = realisticStream(flows, rounds);
   const records = decodeStream(stream);
-  const n = records.length;
   let sink = 0;
-  const ipfixDecode = rate(n, () => {
+  const ipfixDecode = (): void => {
     for (const { msg, agent } of stream.messages) {
       sink += decodeMessage(msg, stream.stores[agent]).dataSets.length;
     }
-  });
+  };
 
   // Encode: one writer for all passes (the dictionary is warm after the first, as on a ring).
   let bytes = 0;
@@ -104,12 +110,11 @@ export function benchShardRows(flows: number, rounds: number): ShardRowsRates {
     bytes += f.length;
     return true;
   });
-  const encode = rate(n, () => {
+  const encode = (): void => {
     bytes = 0;
     for (const r of records) writer.add(r);
     writer.flush();
-  });
-  const bytesPerRecord = bytes / n;
+  };
 
   // Decode: the frames of a fresh writer (its first frames define the strings), a fresh reader
   // per pass.
@@ -120,10 +125,10 @@ export function benchShardRows(flows: number, rounds: number): ShardRowsRates {
   });
   for (const r of records) w2.add(r);
   w2.flush();
-  const decode = rate(n, () => {
+  const decode = (): void => {
     const reader = new InputRowReader();
     for (const f of frames) reader.read(f, () => sink++);
-  });
+  };
 
   // Through a ring on one thread: each frame is read back and decoded as soon as it is written.
   const sab = createRing(1 << 20);
@@ -140,12 +145,20 @@ export function benchShardRows(flows: number, rounds: number): ShardRowsRates {
     ringReader.release();
     return true;
   });
-  const ringRoundTrip = rate(n, () => {
+  const ringRoundTrip = (): void => {
     for (const r of records) w3.add(r);
     w3.flush();
-  });
+  };
+  const [a, b, c, d] = rates(records.length, 5, [ipfixDecode, encode, decode, ringRoundTrip]);
   if (sink <= 0) throw new Error("unreachable");
-  return { records: n, ipfixDecode, encode, decode, ringRoundTrip, bytesPerRecord };
+  return {
+    records: records.length,
+    ipfixDecode: a,
+    encode: b,
+    decode: c,
+    ringRoundTrip: d,
+    bytesPerRecord: bytes / records.length,
+  };
 }
 
 function flag(name: string, fallback: number): number {

@@ -12,7 +12,10 @@
  *   the whole range), an IPv4 address as its u32, an IPv6 address as its 16 bytes (network
  *   order), a string as the u32 id of a dictionary entry;
  * - string: a new dictionary entry: its u32 id (the next one), u32 byte length, UTF-8 bytes;
- * - reset: the dictionary is emptied (ids start again at 0).
+ * - reset: the dictionary is emptied (ids start again at 1).
+ *
+ * Id 0 is the empty string, predefined (and kept by a reset): many fields are empty (no policy,
+ * no egress, a remote Pod), and the writer tells them without a dictionary lookup.
  *
  * The string dictionary lives as long as the ring, not a frame: Pod names, namespaces, Nodes and
  * policies repeat across the stream, so each crosses once and then costs 4 bytes. It is bounded:
@@ -251,7 +254,8 @@ function compileWriter(): RecordWriter {
     const name = JSON.stringify(f.name);
     strings.push(
       `let s${i} = rec[${name}]; let i${i} = 0; if (s${i} !== undefined) { ` +
-        `if (s${i} === last[${k}]) i${i} = lastId[${k}]; else i${i} = W.ref(s${i}, ${k}, ${name}); }`,
+        `if (s${i} === last[${k}]) i${i} = lastId[${k}]; ` +
+        `else if (s${i} !== "") i${i} = W.ref(s${i}, ${k}, ${name}); }`,
     );
     k++;
   });
@@ -396,7 +400,10 @@ export interface InputRowWriterOptions {
    * `maxBytes` plus one record.
    */
   readonly maxBytes?: number;
-  /** Dictionary entries before a reset (at least the record's string field count). Default 65536. */
+  /**
+   * Dictionary entries before a reset (more than the record's string field count; the empty
+   * string is one). Default 65536.
+   */
   readonly maxStrings?: number;
   /** Dictionary UTF-8 bytes before a reset. Default 4 MiB. */
   readonly maxStringBytes?: number;
@@ -432,10 +439,10 @@ export class InputRowWriter {
   readonly #maxStringBytes: number;
   readonly #w: WriteState;
   #count = 0;
-  readonly #ids = new Map<string, number>();
+  readonly #ids = new Map<string, number>([["", 0]]);
   /** Dictionary strings by id, and their UTF-8 byte lengths (for a rollback). */
-  readonly #list: string[] = [];
-  readonly #lens: number[] = [];
+  readonly #list: string[] = [""];
+  readonly #lens: number[] = [0];
   #dictBytes = 0;
   #needReset = false;
   #frames = 0;
@@ -461,9 +468,10 @@ export class InputRowWriter {
     }
     this.#maxStrings = positive("maxStrings", options.maxStrings ?? 65_536);
     this.#maxStringBytes = positive("maxStringBytes", options.maxStringBytes ?? 4 << 20);
-    if (this.#maxStrings < STRING_FIELDS) {
+    if (this.#maxStrings <= STRING_FIELDS) {
       throw new RangeError(
-        `input_rows: maxStrings ${this.#maxStrings}: a record may need ${STRING_FIELDS}`,
+        `input_rows: maxStrings ${this.#maxStrings}: a record may need ${STRING_FIELDS} and ` +
+          `the empty string`,
       );
     }
     const b = new Uint8Array(this.#maxBytes + 2 * MAX_RECORD_BYTES + FRAME_HEADER);
@@ -537,8 +545,9 @@ export class InputRowWriter {
     this.#room(1);
     this.#w.b[this.#w.at++] = TAG_RESET;
     this.#ids.clear();
-    this.#list.length = 0;
-    this.#lens.length = 0;
+    this.#ids.set("", 0);
+    this.#list.length = 1;
+    this.#lens.length = 1;
     this.#dictBytes = 0;
     this.#w.last.fill(undefined);
     this.#needReset = false;
@@ -557,7 +566,7 @@ export class InputRowWriter {
     const w = this.#w;
     if (
       this.#needReset ||
-      (this.#list.length > 0 &&
+      (this.#list.length > 1 &&
         (this.#list.length + STRING_FIELDS > this.#maxStrings ||
           this.#dictBytes > this.#maxStringBytes))
     ) {
@@ -628,10 +637,10 @@ function positive(name: string, n: number): number {
  * in wire-number form (see the module doc); strings are the same objects for the same id.
  */
 export class InputRowReader {
-  readonly #strings: string[] = [];
+  readonly #strings: string[] = [""];
   readonly #cursor: Cursor = { at: 0 };
 
-  /** Entries in the string dictionary. */
+  /** Entries in the string dictionary (the predefined empty string included). */
   get dictionarySize(): number {
     return this.#strings.length;
   }
@@ -673,7 +682,7 @@ export class InputRowReader {
         S.push(utf8Decoder.decode(frame.subarray(at + 9, at + 9 + len)));
         at += 9 + len;
       } else if (tag === TAG_RESET) {
-        S.length = 0;
+        S.length = 1;
         at++;
       } else {
         throw new Error(`input_rows: unknown item tag ${tag} at byte ${at}`);

@@ -214,10 +214,17 @@ Deno.test("input_rows: a string crosses once per ring, then as its id; the reade
   const { out, frames, writer, reader } = roundTrip([a, b, { ...a }], { maxRecords: 1 });
   assert.deepEqual(out, [a, b, a]);
   assert.equal(writer.stats.strings, 2);
-  assert.equal(reader.dictionarySize, 2);
+  assert.equal(reader.dictionarySize, 3, "the two strings and the predefined empty one");
   assert.equal(frames.length, 3);
   assert.ok(frames[2].length < frames[0].length, "the second use of a string carries no bytes");
   assert.equal(frames[1].length, frames[2].length + 4, "b is a and one more id");
+});
+
+Deno.test("input_rows: the empty string is predefined: it never crosses as a definition", () => {
+  const r: FlowInput = { sourcePodName: "", tcpState: "", egressIP: "" };
+  const { out, writer } = roundTrip([r, r]);
+  assert.deepEqual(out, [r, r]);
+  assert.equal(writer.stats.strings, 0);
 });
 
 Deno.test("input_rows: a full dictionary is reset and the stream still round-trips", () => {
@@ -226,7 +233,7 @@ Deno.test("input_rows: a full dictionary is reset and the stream still round-tri
   for (let i = 0; i < 200; i++) {
     const r: Record<string, unknown> = { protocolIdentifier: i & 255 };
     // Most fields take one of a few values, one field a new value per record.
-    strings.forEach((n, k) => r[n] = k === 0 ? `unique-${i}` : `v${(i + k) % 3}`);
+    strings.forEach((n, k) => r[n] = k === 0 ? `unique-${i}` : k === 1 ? "" : `v${(i + k) % 3}`);
     records.push(r as FlowInput);
   }
   const small = roundTrip(records, { maxStrings: strings.length + 4, maxRecords: 7 });
@@ -238,7 +245,7 @@ Deno.test("input_rows: a full dictionary is reset and the stream still round-tri
   assert.ok(bytes.writer.stats.resets > 5, `resets ${bytes.writer.stats.resets}`);
   const big = roundTrip(records);
   assert.equal(big.writer.stats.resets, 0);
-  assert.equal(big.reader.dictionarySize, 200 + 3);
+  assert.equal(big.reader.dictionarySize, 1 + 200 + 3);
   assert.throws(() => new InputRowWriter(() => true, { maxStrings: 3 }), /maxStrings 3/);
 });
 
@@ -304,9 +311,9 @@ Deno.test("input_rows: a lost frame is detected, not decoded into wrong strings"
   }], { maxRecords: 1 });
   const reader = new InputRowReader();
   reader.read(frames[0], () => {});
-  assert.throws(() => reader.read(frames[2], () => {}), /string id 1 was never defined/);
+  assert.throws(() => reader.read(frames[2], () => {}), /string id 2 was never defined/);
   const other = new InputRowReader();
-  assert.throws(() => other.read(frames[1], () => {}), /string id 1 out of order \(expected 0\)/);
+  assert.throws(() => other.read(frames[1], () => {}), /string id 2 out of order \(expected 1\)/);
   assert.throws(() => other.read(new Uint8Array(16), () => {}), /not an input rows frame/);
 });
 

@@ -15,6 +15,7 @@ import {
   type SchemaRow,
 } from "../../src/record/schema.ts";
 import { decodeStream, realisticStream } from "../../scripts/bench/shard_rows.ts";
+import { prng } from "../_helpers/prng.ts";
 import type { PeerStart } from "./ring_peer_worker.ts";
 
 /** Encodes `records` (each frame copied out) and decodes them with one reader. */
@@ -410,4 +411,34 @@ Deno.test("input_rows: a Worker decodes the realistic stream from a ring equal t
   } finally {
     worker.terminate();
   }
+});
+
+Deno.test("input_rows: records of hundreds of shapes (any subset of fields) round-trip", () => {
+  const rand = prng(9);
+  const value = (kind: string, i: number): unknown => {
+    switch (kind) {
+      case "u8":
+        return i & 255;
+      case "u16":
+        return i & 65535;
+      case "u32":
+        return 1_700_000_000 + i;
+      case "u64":
+        return i % 3 === 0 ? 2n ** 60n + BigInt(i) : i * 1000;
+      case "ipv4":
+        return (0x0a000000 + i) >>> 0;
+      case "ipv6":
+        return `fd00::${(i + 1).toString(16)}`;
+      default:
+        return i % 4 === 0 ? "" : `s${i % 50}`;
+    }
+  };
+  const records: FlowInput[] = [];
+  for (let i = 0; i < 600; i++) {
+    const r: Record<string, unknown> = {};
+    for (const f of INPUT_FIELDS) if (rand() < 0.5) r[f.name] = value(f.kind, i);
+    records.push(r as FlowInput);
+  }
+  const { out } = roundTrip(records);
+  assert.deepEqual(out, records);
 });

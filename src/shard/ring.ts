@@ -20,7 +20,7 @@
  * the caller waits for space or counts a drop. A frame larger than the data area less its
  * header can never fit and throws.
  *
- * Blocking: `Atomics.wait` is allowed on Deno's main thread as well as in workers (measured on
+ * Blocking: `Atomics.wait` is allowed on Deno's main thread as well as in workers (checked on
  * Deno 2.9.6, unlike browsers), but it blocks the event loop, so the main thread should use the
  * async variants, built on `Atomics.waitAsync` (supported by Deno 2.9.6). A pending
  * `Atomics.waitAsync` does not keep Deno's event loop alive by itself (a script awaiting only
@@ -44,9 +44,9 @@ const SKIP = -1;
 const CLOSED_BIT = 1;
 const POSITION_MASK = ~7;
 
-/** Smallest and largest data area {@linkcode createRing} accepts (bytes). */
+/** Smallest data area (bytes): {@linkcode createRing} rounds a smaller capacity up to it. */
 export const RING_MIN_CAPACITY = 64;
-/** See {@linkcode RING_MIN_CAPACITY}; counters compare as Int32, so at most 2^30. */
+/** Largest data area (bytes): counters compare as Int32, so at most 2^30. */
 export const RING_MAX_CAPACITY = 1 << 30;
 
 /** Outcome of a wait: a frame (or space) is there, the producer closed an empty ring, or not yet. */

@@ -2,14 +2,17 @@
  * The aggregation core sharded over worker threads (issue #15, item 2): `n` shard workers
  * (`worker.ts`), each owning the flows whose key hashes to it (`aggregation/sharded.ts`, whose
  * in-thread `ShardedCore` is the reference these workers are tested against). The main thread
- * decodes and routes: {@linkcode ShardPool.ingest} sends each record to its shard in batches,
- * and every shard runs its own expiry and posts its expired flows back in binary batches, which
- * the pool hands to `onFlows` (the export loop).
+ * decodes and routes: {@linkcode ShardPool.ingest} writes each record as a binary row
+ * (`input_rows.ts`) into its shard's ring (`ring.ts`, shared memory), frames sent when full and
+ * at the end of the task; every shard runs its own expiry and posts its expired flows back in
+ * binary batches, which the pool hands to `onFlows` (the export loop).
  *
  * Bounds and failures:
- * - at most {@linkcode ShardPoolOptions.maxBatchesInFlight} record batches wait for a shard;
- *   beyond that, ingest waits for the shard (`Atomics.wait` on the shared counter it bumps per
- *   batch), so a slow shard slows reading (TCP back-pressure) instead of growing a queue;
+ * - a shard's ring holds at most {@linkcode ShardPoolOptions.ringBytes}; when it is full, ingest
+ *   waits for the shard (`Atomics.wait`), so a slow shard slows reading (TCP back-pressure)
+ *   instead of growing a queue. A shard that makes no progress for {@linkcode STALL_MS} with its
+ *   ring full is marked stalled: its records are dropped and counted (`recordsDroppedNoShard`)
+ *   until its ring has room again, so the main thread never hangs on it;
  * - a shard worker that dies is reported (logged, `shardsFailed`); the flows it held are counted
  *   lost (`flowsLostWithShard`), and the records its last report did not account for and those
  *   routed to it afterwards are counted dropped (`recordsDroppedNoShard`, rejected as
@@ -25,15 +28,14 @@ import { KEY_WORDS } from "../aggregation/flow_table.ts";
 import { readBatch } from "../exporters/batch.ts";
 import { logger, logSettings, writeLogLine } from "../log.ts";
 import { workerModule } from "../worker_module.ts";
-import {
-  CONTROL_WORDS,
-  type FromShard,
-  type ShardSettings,
-  type ToShard,
-  USAGE_WORDS,
-} from "./protocol.ts";
+import { InputRowWriter } from "./input_rows.ts";
+import { type FromShard, type ShardSettings, type ToShard, USAGE_WORDS } from "./protocol.ts";
+import { createRing, RingWriter } from "./ring.ts";
 
 const log = logger("shard-pool");
+
+/** A shard whose full ring has not moved for this long is stalled (see the module doc). */
+export const STALL_MS = 1000;
 
 /** Options of {@linkcode ShardPool}. */
 export interface ShardPoolOptions {
@@ -43,10 +45,10 @@ export interface ShardPoolOptions {
   settings: ShardSettings;
   /** Receives every expired flow of every shard, in each shard's export order. */
   onFlows: (flows: ExportedFlow[]) => void;
-  /** Records per batch sent to a shard (default 512). */
-  batchRecords?: number;
-  /** Batches per shard sent and not yet ingested before ingest waits (default 64). */
-  maxBatchesInFlight?: number;
+  /** Records per frame sent to a shard (default 256). */
+  frameRecords?: number;
+  /** Bytes of each shard's ring (default 4 MiB: about 24k records). */
+  ringBytes?: number;
   /** The shard worker's module (tests); default the product's (`worker.ts`). */
   workerModule?: URL;
 }
@@ -57,20 +59,23 @@ export interface ShardPoolStats {
   shardsFailed: number;
   /** Flows a dead shard held when it died (their deltas are lost). */
   flowsLostWithShard: number;
-  /** Records routed to a dead shard, dropped. */
+  /** Records routed to a dead or stalled shard (or lost with a dead one), dropped. */
   recordsDroppedNoShard: number;
-  /** Times ingest waited for a shard behind by `maxBatchesInFlight` batches. */
+  /** Times ingest waited for a shard whose ring was full. */
   ingestWaits: number;
+  /** Times a shard was marked stalled. */
+  shardStalls: number;
 }
 
 interface Shard {
   readonly worker: Worker;
   readonly index: number;
-  pending: FlowInput[];
-  /** Batches sent (compared with the shard's count of batches ingested). */
-  sent: number;
-  /** Records sent. */
+  readonly ring: RingWriter;
+  readonly rows: InputRowWriter;
+  /** Records written to its ring (or pending in its frame). */
   sentRecords: number;
+  /** See the module doc. */
+  stalled: boolean;
   stats: AggregationStats | undefined;
   dead: boolean;
   ready: PromiseWithResolvers<void>;
@@ -81,10 +86,7 @@ export class ShardPool {
   readonly #opts: ShardPoolOptions;
   readonly #shards: Shard[] = [];
   readonly #usage: Float64Array;
-  readonly #control: Int32Array;
   readonly #scratch = new Uint32Array(KEY_WORDS);
-  readonly #batchRecords: number;
-  readonly #maxInFlight: number;
   readonly #queries = new Map<
     number,
     { left: number; records: AggregatedRecord[][]; done: () => void }
@@ -97,6 +99,7 @@ export class ShardPool {
     flowsLostWithShard: 0,
     recordsDroppedNoShard: 0,
     ingestWaits: 0,
+    shardStalls: 0,
   };
 
   /** Starts the shard workers; await {@linkcode ready} before the first records. */
@@ -104,12 +107,8 @@ export class ShardPool {
     const n = opts.shards;
     if (!Number.isInteger(n) || n < 1) throw new RangeError(`shards: ${n}: must be >= 1`);
     this.#opts = opts;
-    this.#batchRecords = opts.batchRecords ?? 512;
-    this.#maxInFlight = opts.maxBatchesInFlight ?? 64;
     const usage = new SharedArrayBuffer(n * USAGE_WORDS * 8);
-    const control = new SharedArrayBuffer(n * CONTROL_WORDS * 4);
     this.#usage = new Float64Array(usage);
-    this.#control = new Int32Array(control);
     const url = opts.workerModule ?? workerModule("shard");
     for (let index = 0; index < n; index++) {
       const worker = new Worker(url.href, {
@@ -117,12 +116,15 @@ export class ShardPool {
         name: `shard-${index}`,
         deno: { permissions: "none" },
       } as WorkerOptions);
+      const sab = createRing(opts.ringBytes ?? 4 << 20);
+      const ring = new RingWriter(sab);
       const shard: Shard = {
         worker,
         index,
-        pending: [],
-        sent: 0,
+        ring,
+        rows: new InputRowWriter(ring, { maxRecords: opts.frameRecords ?? 256 }),
         sentRecords: 0,
+        stalled: false,
         stats: undefined,
         dead: false,
         ready: Promise.withResolvers<void>(),
@@ -139,7 +141,7 @@ export class ShardPool {
           shards: n,
           settings: opts.settings,
           usage,
-          control,
+          ring: sab,
           log: logSettings(),
         } satisfies ToShard,
       );
@@ -193,10 +195,9 @@ export class ShardPool {
     const flows = this.#usage[shard.index * USAGE_WORDS];
     this.#counters.shardsFailed++;
     this.#counters.flowsLostWithShard += flows;
-    // Records sent that its last report does not account for, and those not sent yet.
-    const unreported = shard.sentRecords - (shard.stats?.recordsIn ?? 0);
-    this.#counters.recordsDroppedNoShard += unreported + shard.pending.length;
-    shard.pending = [];
+    // Records sent (or pending) that its last report does not account for.
+    shard.rows.discard();
+    this.#counters.recordsDroppedNoShard += shard.sentRecords - (shard.stats?.recordsIn ?? 0);
     log.error("shard worker died: the flows it held are lost, its records are dropped", {
       shard: shard.index,
       flows,
@@ -214,49 +215,78 @@ export class ShardPool {
     for (const [, done] of this.#stops) done();
   }
 
-  /** Routes records to their shards (sent in batches; see the module doc for the bound). */
+  /** Routes records to their shards (see the module doc for the bound). */
   ingest(records: readonly FlowInput[]): void {
     const shards = this.#shards;
     const n = shards.length;
     for (const r of records) {
       const shard = shards[shardOf(r, n, this.#scratch)];
-      if (shard.dead) {
+      if (shard.dead || (shard.stalled && !this.#recovered(shard))) {
         this.#counters.recordsDroppedNoShard++;
         continue;
       }
-      shard.pending.push(r);
-      if (shard.pending.length >= this.#batchRecords) this.#send(shard);
+      if (!shard.rows.add(r) && !(this.#waitForRing(shard) && shard.rows.add(r))) {
+        this.#counters.recordsDroppedNoShard++;
+        continue;
+      }
+      shard.sentRecords++;
     }
-    // What is left goes at the end of this task, so small data sets still travel in batches.
+    // What is left goes at the end of this task, so small data sets still travel in frames.
     if (!this.#flushQueued) {
       this.#flushQueued = true;
       queueMicrotask(() => this.flush());
     }
   }
 
-  /** Sends every shard's pending records now. */
+  /** Sends every shard's pending frame now. */
   flush(): void {
     this.#flushQueued = false;
-    for (const s of this.#shards) if (s.pending.length > 0 && !s.dead) this.#send(s);
+    for (const s of this.#shards) {
+      if (s.dead || s.rows.pendingRecords === 0) continue;
+      if (!s.rows.flush() && !(this.#waitForRing(s) && s.rows.flush())) continue;
+    }
   }
 
-  #send(shard: Shard): void {
-    const at = shard.index * CONTROL_WORDS;
-    // Bounded in flight: wait for the shard to catch up (back-pressure to the readers).
-    while (!shard.dead && shard.sent - Atomics.load(this.#control, at) >= this.#maxInFlight) {
-      this.#counters.ingestWaits++;
-      const seen = Atomics.load(this.#control, at);
-      Atomics.wait(this.#control, at, seen, 100);
+  /**
+   * Waits until the shard's ring takes its pending frame (back-pressure). False, with the frame
+   * dropped and counted, when the shard is dead or made no progress for {@linkcode STALL_MS}.
+   */
+  #waitForRing(shard: Shard): boolean {
+    this.#counters.ingestWaits++;
+    let used = shard.ring.usedBytes;
+    let since = performance.now();
+    while (!shard.dead) {
+      if (shard.ring.waitForSpace(shard.rows.pendingBytes, 100) === "ready") return true;
+      const now = performance.now();
+      const u = shard.ring.usedBytes;
+      if (u < used) {
+        used = u;
+        since = now;
+      } else if (now - since >= STALL_MS) {
+        shard.stalled = true;
+        this.#counters.shardStalls++;
+        log.error(
+          "shard made no progress with its ring full: its records are dropped until it does",
+          {
+            shard: shard.index,
+            waitedMs: Math.round(now - since),
+          },
+        );
+        break;
+      }
     }
-    if (shard.dead) {
-      this.#counters.recordsDroppedNoShard += shard.pending.length;
-      shard.pending = [];
-      return;
-    }
-    shard.worker.postMessage({ t: "records", records: shard.pending } satisfies ToShard);
-    shard.sent++;
-    shard.sentRecords += shard.pending.length;
-    shard.pending = [];
+    const lost = shard.rows.discard();
+    shard.sentRecords -= lost;
+    this.#counters.recordsDroppedNoShard += lost;
+    return false;
+  }
+
+  /** True (no longer stalled) once a stalled shard's ring has half its room again. */
+  #recovered(shard: Shard): boolean {
+    if (shard.ring.usedBytes > shard.ring.capacity / 2) return false;
+    shard.stalled = false;
+    log.info("stalled shard is taking records again", { shard: shard.index });
+    return true;
   }
 
   /** Applies new core settings to every shard. */
@@ -266,7 +296,7 @@ export class ShardPool {
     }
   }
 
-  /** Held flows matching `filter` over every shard, at most `limit`. */
+  /** Held flows matching `filter` over every shard, at most `limit` (records sent so far). */
   query(filter: Partial<FlowKey> | null, limit: number): Promise<AggregatedRecord[]> {
     this.flush();
     const id = this.#nextId++;
@@ -314,23 +344,30 @@ export class ShardPool {
   }
 
   /**
-   * Stops every shard: each exports its due flows, then every flow it still holds (through
-   * `onFlows`), then its worker ends. Resolves when all are done.
+   * Stops every shard: each ingests what its ring holds, exports its due flows, then every flow
+   * it still holds (through `onFlows`), then its worker ends. Resolves when all are done; a
+   * shard that has not finished within `timeoutMs` is given up on as dead (its flows counted
+   * lost), so a stuck shard cannot hang the shutdown.
    */
-  async stop(): Promise<void> {
+  async stop(timeoutMs = 10_000): Promise<void> {
     this.flush();
     await Promise.all(this.#shards.map((s) => {
       if (s.dead) return Promise.resolve();
       const id = this.#nextId++;
       return new Promise<void>((resolve) => {
+        const timer = setTimeout(() => this.#died(s, "did not stop in time"), timeoutMs);
         this.#stops.set(id, () => {
+          clearTimeout(timer);
           this.#stops.delete(id);
           resolve();
         });
         s.worker.postMessage({ t: "stop", id } satisfies ToShard);
       });
     }));
-    for (const s of this.#shards) s.worker.terminate();
+    for (const s of this.#shards) {
+      s.ring.close();
+      s.worker.terminate();
+    }
   }
 }
 

@@ -1,14 +1,16 @@
 /**
- * Messages between the main thread's {@linkcode ShardPool} and a shard worker (`worker.ts`),
- * and the shared counters they both read. Records travel main → shard in batches (never one
- * message per record); expired flows travel shard → main as the exporters' binary batches
- * (`exporters/batch.ts`), each with the shard's counters, so the main thread's view of every
- * shard is at most one batch old.
+ * Messages between the main thread's `ShardPool` and a shard worker (`worker.ts`), and the
+ * shared counters they both read. Records travel main → shard as frames of binary rows over the
+ * shard's ring (`ring.ts`, `input_rows.ts`), never as messages; expired flows travel
+ * shard → main as the exporters' binary batches (`exporters/batch.ts`), each with the shard's
+ * counters, so the main thread's view of every shard is at most one batch (or half a second)
+ * old. A message that must see every record sent before it (a query, new settings, the stop)
+ * is handled after the shard drained its ring.
  *
  * @module
  */
 
-import type { AggregatedRecord, FlowInput, FlowKey } from "../aggregation/record.ts";
+import type { AggregatedRecord, FlowKey } from "../aggregation/record.ts";
 import type { AggregationStats } from "../aggregation/counters.ts";
 import type { LogFormat, LogLevel } from "../log.ts";
 
@@ -27,12 +29,6 @@ export interface ShardSettings {
  */
 export const USAGE_WORDS = 2;
 
-/**
- * Words of the shared control array per shard (`Int32Array`): batches of records the shard has
- * finished ingesting (the main thread bounds the batches in flight with it, and waits on it).
- */
-export const CONTROL_WORDS = 1;
-
 /** Main thread → shard worker. */
 export type ToShard =
   | {
@@ -41,10 +37,9 @@ export type ToShard =
     shards: number;
     settings: ShardSettings;
     usage: SharedArrayBuffer;
-    control: SharedArrayBuffer;
+    ring: SharedArrayBuffer;
     log: { level: LogLevel; format: LogFormat };
   }
-  | { t: "records"; records: FlowInput[] }
   | { t: "settings"; settings: ShardSettings }
   | { t: "query"; id: number; filter: Partial<FlowKey> | null; limit: number }
   | { t: "stop"; id: number };

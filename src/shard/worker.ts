@@ -1,7 +1,8 @@
 /**
  * A shard worker: one aggregation core owning the flows whose key hashes to this shard
- * (`aggregation/sharded.ts` routes). It ingests the record batches the main thread routes to it,
- * runs its own expiry timer, and posts the expired flows to the main thread as the exporters'
+ * (`aggregation/sharded.ts` routes). It ingests the record frames the main thread writes to its
+ * ring (draining it in slices of at most {@linkcode SLICE_MS}, so its timers and messages get
+ * their turn), runs its own expiry timer, and posts the expired flows to the main thread as the exporters'
  * binary batches together with its counters. Its live flows and held bytes are published in the
  * shared usage array, so every shard applies `maxFlows` and `maxFlowBytes` to the whole process.
  * It needs no permission: the pool starts it with none.
@@ -14,7 +15,9 @@ import type { ExportedFlow } from "../aggregation/record.ts";
 import { TaskCachedClock } from "../clock.ts";
 import { BatchWriter } from "../exporters/batch.ts";
 import { logger, setLogFormat, setLogLevel, setLogWriter } from "../log.ts";
-import { CONTROL_WORDS, type FromShard, type ToShard, USAGE_WORDS } from "./protocol.ts";
+import { InputRowReader } from "./input_rows.ts";
+import { type FromShard, type ToShard, USAGE_WORDS } from "./protocol.ts";
+import { RingReader } from "./ring.ts";
 
 /** Flows per batch posted to the main thread. */
 const BATCH_FLOWS = 1024;
@@ -28,19 +31,61 @@ const MAX_TIMER_MS = 1000;
 /** How often the counters are posted when no flow is exported. */
 const STATS_EVERY_MS = 500;
 
+/** Longest stretch of ring draining before timers and messages get a turn. */
+const SLICE_MS = 5;
+
+/** Longest wait for ring data in one go (the wait is re-armed; a close ends it at once). */
+const IDLE_WAIT_MS = 1000;
+
 // deno-lint-ignore no-explicit-any
 const scope = self as any;
 const post = (m: FromShard, transfer: Transferable[] = []): void => scope.postMessage(m, transfer);
 
 let core: AggregationCore | undefined;
 let usage: Float64Array;
-let control: Int32Array;
+let ring: RingReader;
+const rows = new InputRowReader();
 let index = 0;
 let timer: ReturnType<typeof setTimeout> | undefined;
 let statsTimer: ReturnType<typeof setInterval> | undefined;
 const clock = new TaskCachedClock();
 const batch = new BatchWriter(BATCH_FLOWS);
 const log = logger("shard");
+
+/**
+ * Ingests the frames in the ring: all of them, or (with `sliceMs`) until that much time has
+ * passed. Returns the frames read.
+ */
+function drain(c: AggregationCore, sliceMs = Infinity): number {
+  const add = (r: Parameters<AggregationCore["addRecord"]>[0]): void => {
+    c.addRecord(r);
+  };
+  const end = performance.now() + sliceMs;
+  let n = 0;
+  for (let f = ring.next(); f !== undefined; f = ring.next()) {
+    rows.read(f, add);
+    ring.release();
+    n++;
+    if ((n & 7) === 0 && performance.now() >= end) break;
+  }
+  if (n > 0) {
+    publishUsage(c);
+    // A first flow arms the timer for its expiry (the timer may be at its idle maximum).
+    if (timer === undefined) arm(c);
+  }
+  return n;
+}
+
+/** Drains the ring as frames arrive, yielding to timers and messages between slices. */
+async function pump(c: AggregationCore): Promise<void> {
+  for (;;) {
+    if (drain(c, SLICE_MS) > 0) {
+      await new Promise((r) => setTimeout(r, 0));
+      continue;
+    }
+    if (await ring.waitForDataAsync(IDLE_WAIT_MS) === "closed" && ring.done) return;
+  }
+}
 
 function publishUsage(c: AggregationCore): void {
   usage[index * USAGE_WORDS] = c.flowCount;
@@ -94,7 +139,7 @@ scope.onmessage = (e: MessageEvent<ToShard>): void => {
       setLogWriter((line, level) => post({ t: "log", line, level }));
       index = m.index;
       usage = new Float64Array(m.usage);
-      control = new Int32Array(m.control);
+      ring = new RingReader(m.ring);
       const shards = m.shards;
       const others = (word: number) => (): number => {
         let sum = 0;
@@ -109,21 +154,13 @@ scope.onmessage = (e: MessageEvent<ToShard>): void => {
       core = c;
       arm(c);
       statsTimer = setInterval(() => post({ t: "stats", stats: c.stats() }), STATS_EVERY_MS);
+      void pump(c);
       post({ t: "ready" });
-      return;
-    }
-    case "records": {
-      const c = core!;
-      for (const r of m.records) c.addRecord(r);
-      publishUsage(c);
-      Atomics.add(control, index * CONTROL_WORDS, 1);
-      Atomics.notify(control, index * CONTROL_WORDS);
-      // A first flow arms the timer for its expiry (the timer may be at its idle maximum).
-      if (timer === undefined) arm(c);
       return;
     }
     case "settings": {
       const c = core!;
+      drain(c);
       const s = m.settings;
       c.updateTimeouts(s.activeTimeoutMs, s.inactiveTimeoutMs);
       c.setMaxFlows(s.maxFlows);
@@ -133,6 +170,7 @@ scope.onmessage = (e: MessageEvent<ToShard>): void => {
       return;
     }
     case "query": {
+      drain(core!);
       post({ t: "query", id: m.id, records: core!.query(m.filter, m.limit) });
       return;
     }
@@ -140,7 +178,8 @@ scope.onmessage = (e: MessageEvent<ToShard>): void => {
       const c = core!;
       if (timer !== undefined) clearTimeout(timer);
       if (statsTimer !== undefined) clearInterval(statsTimer);
-      // Expired flows first (normal export semantics), then every flow still held.
+      // Every record sent before the stop, then the expired flows first (normal export semantics), then every flow still held.
+      drain(c);
       const emit = emitTo(c);
       c.expire(emit);
       const n = c.flushAll(emit);

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { AggregationCore, type ExportedFlow } from "../../src/aggregation/mod.ts";
 import { ManualClock } from "../../src/clock.ts";
 import { BatchWriter, readBatch } from "../../src/exporters/batch.ts";
-import { ShardPool } from "../../src/shard/pool.ts";
+import { ShardPool, STALL_MS } from "../../src/shard/pool.ts";
 import type { ShardSettings } from "../../src/shard/protocol.ts";
 import { replayRecords } from "../aggregation/replay_records.ts";
 import { intraNode } from "../aggregation/fixtures.ts";
@@ -55,7 +55,7 @@ Deno.test("shard pool: 2 shard workers export exactly what one core does", async
     shards: 2,
     settings: HOUR,
     onFlows: (flows) => got.push(...flows),
-    batchRecords: 100,
+    frameRecords: 100,
   });
   await pool.ready();
   for (const round of rounds) {
@@ -112,7 +112,7 @@ Deno.test("shard pool: maxFlows bounds the shards together", async () => {
     shards: 2,
     settings: { ...HOUR, maxFlows: 50 },
     onFlows: () => {},
-    batchRecords: 1,
+    frameRecords: 1,
   });
   await pool.ready();
   // One record at a time, each ingested before the next (a query is answered after the records
@@ -148,4 +148,35 @@ Deno.test("shard pool: a dying shard is reported and its records are counted dro
   assert.equal(pool.stats().recordsIn, 80);
   assert.deepEqual(await pool.query(null, 10), []);
   await pool.stop();
+});
+
+Deno.test("shard pool: a shard that stops reading stalls ingest for a bounded time, then its records are counted dropped", async () => {
+  const pool = new ShardPool({
+    shards: 1,
+    settings: HOUR,
+    onFlows: () => {},
+    ringBytes: 4096,
+    frameRecords: 4,
+    workerModule: new URL("./idle_shard.ts", import.meta.url),
+  });
+  await pool.ready();
+  const records = Array.from({ length: 300 }, (_, i) => intraNode({ sourceTransportPort: 1 + i }));
+  const t0 = performance.now();
+  pool.ingest(records);
+  pool.flush();
+  const waited = performance.now() - t0;
+  const c = pool.counters();
+  assert.equal(c.shardStalls, 1);
+  assert.ok(c.recordsDroppedNoShard > 0 && c.recordsDroppedNoShard < 300, JSON.stringify(c));
+  assert.ok(waited >= STALL_MS && waited < STALL_MS + 2_000, `ingest waited ${waited} ms`);
+  // Nothing is silently lost: what the ring took is accounted to the shard, the rest dropped.
+  const stats = pool.stats();
+  assert.equal(stats.recordsRejected.shardFailed, c.recordsDroppedNoShard);
+  // Further records for the stalled shard are dropped without waiting.
+  const t1 = performance.now();
+  pool.ingest(records.slice(0, 10));
+  assert.ok(performance.now() - t1 < 100);
+  assert.equal(pool.counters().recordsDroppedNoShard, c.recordsDroppedNoShard + 10);
+  await pool.stop(200);
+  assert.equal(pool.counters().shardsFailed, 1, "a shard that never stops is given up on");
 });

@@ -22,6 +22,7 @@ import {
 } from "./components.ts";
 import type { ConfigDiff, ConfigWatcherStats, TransportProtocol } from "./config/mod.ts";
 import type { DataRecord, TemplateRecord } from "./ipfix/types.ts";
+import type { RawRecords } from "./ipfix/decoder.ts";
 import { flowTemplateProblem } from "./record/flow_input.ts";
 import type { Exporter, ExporterStats } from "./exporters/exporter.ts";
 import {
@@ -346,6 +347,7 @@ export class FlowAggregator {
       maxFlows: c.limits.maxFlows,
       maxFlowBytes: c.limits.maxFlowBytes,
       includePodLabels: c.recordContents.podLabels,
+      maxStringBytes: c.limits.maxStringBytes,
     };
   }
 
@@ -497,9 +499,11 @@ export class FlowAggregator {
     ctx?:
       & Pick<RecordContext, "options">
       & Partial<Pick<RecordContext, "template" | "exporterAddress">>,
+    raw?: RawRecords,
   ): void {
+    const count = raw === undefined ? records.length : raw.spans.length / 2;
     if (ctx?.options) {
-      this.#optionsIgnored += records.length;
+      this.#optionsIgnored += count;
       return;
     }
     if (ctx?.template !== undefined) {
@@ -516,9 +520,14 @@ export class FlowAggregator {
         }
       }
       if (problem !== "") {
-        this.#nonFlowRecords += records.length;
+        this.#nonFlowRecords += count;
         return;
       }
+    }
+    if (raw !== undefined) {
+      // Only a sharded process asks the collector for raw records.
+      this.#pool!.ingestRaw(raw);
+      return;
     }
     // Checked above (per template) or validated by the core per record.
     if (this.#pool !== undefined) this.#pool.ingest(records as unknown as FlowInput[]);
@@ -811,8 +820,10 @@ export class FlowAggregator {
         // The core takes counters and IPv4 addresses as numbers: no BigInt per counter, no
         // address text formatted by the decoder and parsed back by the core.
         wireNumbers: true,
+        // Shards decode the records they own: the main thread only walks them to route them.
+        raw: this.#pool !== undefined,
       },
-      (records, ctx) => this.ingest(records, ctx),
+      (records, ctx, raw) => this.ingest(records, ctx, raw),
     );
     await collector.start();
     this.#collector = collector;

@@ -130,6 +130,16 @@ export class AggregationCore {
   }
 
   /**
+   * Counts a record that reached this core but could not be decoded (a shard decodes the
+   * records the main thread routed to it undecoded): offered and rejected as `invalidRecord`,
+   * so the loss ledger balances.
+   */
+  countUndecodable(why: string): void {
+    this.#s.counters.recordsIn++;
+    this.#s.reject("invalidRecord", `record could not be decoded: ${why}`);
+  }
+
+  /**
    * Exports every expired flow (spec §4.3 with the §10 fixes). For each: fills metadata and
    * labels through `hooks`, calls `emit` once with an own snapshot taken before the reset,
    * then resets deltas/throughput (§3.6) and re-queues or deletes it. Not-ready flows are

@@ -156,6 +156,11 @@ export class ShardedCore implements CoreApi {
     return n;
   }
 
+  /** See {@linkcode AggregationCore.countUndecodable} (counted by shard 0). */
+  countUndecodable(why: string): void {
+    this.#shards[0].countUndecodable(why);
+  }
+
   /** See {@linkcode AggregationCore.addRecord}: the record goes to the shard of its key. */
   addRecord(r: FlowInput): boolean {
     return this.#shards[shardOf(r, this.#shards.length, this.#scratch)].addRecord(r);

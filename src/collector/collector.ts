@@ -43,6 +43,11 @@ export interface CollectorOptions {
    * 2^53 and IPv4 addresses as numbers), as the aggregation core takes them. Default false.
    */
   readonly wireNumbers?: boolean;
+  /**
+   * Hand the sink data records undecoded, as their spans in the message (`RecordSink`'s `raw`),
+   * for a sink that decodes them in another thread (the aggregation shards). Default false.
+   */
+  readonly raw?: boolean;
   /** Time source for template and session expiry (tests inject a ManualClock). */
   readonly clock?: Clock;
   /** UDP receive path (default: one `Deno.listenDatagram` socket). */
@@ -102,6 +107,7 @@ export class Collector {
       log: logger("collector"),
       rateLog: new RateLimitedLog(10_000, () => clock.nowMs()),
       clock,
+      raw: options.raw,
       templates: {
         maxFieldsPerTemplate: limits.maxFieldsPerTemplate,
         maxTemplates: limits.maxTemplatesPerSession,

@@ -4,7 +4,13 @@
  * and dropped with it. Shared by every transport so they count and log identically.
  */
 
-import { type DecodedMessage, decodeMessage, IpfixDecodeError } from "../ipfix/mod.ts";
+import {
+  type DecodedMessage,
+  decodeMessage,
+  IpfixDecodeError,
+  type RawRecords,
+  recordCount,
+} from "../ipfix/mod.ts";
 import { TemplateStore, type TemplateStoreOptions } from "../ipfix/mod.ts";
 import type { DataRecord, TemplateRecord } from "../ipfix/mod.ts";
 import type { Clock } from "../clock.ts";
@@ -35,9 +41,10 @@ export interface RecordContext {
 /**
  * Receives every decoded data set, in arrival order per session. It runs synchronously inside
  * the receive path, so a slow sink slows reading: TCP peers get back-pressure through the TCP
- * window instead of the collector buffering without bound.
+ * window instead of the collector buffering without bound. With {@linkcode SessionEnv.raw}, the
+ * records come undecoded (`records` empty, `raw` their spans) for a sink that decodes elsewhere.
  */
-export type RecordSink = (records: DataRecord[], ctx: RecordContext) => void;
+export type RecordSink = (records: DataRecord[], ctx: RecordContext, raw?: RawRecords) => void;
 
 /** Outcome of {@linkcode Session.handleMessage}. */
 export type MessageOutcome =
@@ -59,6 +66,8 @@ export interface SessionEnv {
    * absent: unbounded.
    */
   readonly templates?: Omit<TemplateStoreOptions, "ttlMs" | "clock">;
+  /** Hand data records to the sink undecoded (see {@linkcode RecordSink}). */
+  readonly raw?: boolean;
 }
 
 /** The `limits:` key behind each template refusal, named in the log. */
@@ -138,7 +147,7 @@ export class Session {
     const env = this.#env;
     let msg: DecodedMessage;
     try {
-      msg = decodeMessage(buf, this.store);
+      msg = decodeMessage(buf, this.store, env.raw);
     } catch (e) {
       if (e instanceof IpfixDecodeError) return this.reject(e.reason, e.message);
       // A codec bug must not take the collector down; count it so it gets noticed.
@@ -196,13 +205,15 @@ export class Session {
       });
     }
     for (const ds of msg.dataSets) {
+      const n = recordCount(ds);
       c.dataSets++;
-      c.dataRecords += ds.records.length;
-      ex.dataRecords += ds.records.length;
+      c.dataRecords += n;
+      ex.dataRecords += n;
       try {
         env.sink(
           ds.records,
           this.#context(domain, ds.template, ds.options, msg.header.exportTime),
+          ds.raw,
         );
       } catch (e) {
         c.sinkErrors++;

@@ -20,6 +20,7 @@ import {
   stringsTruncatedTotal,
 } from "./compile.ts";
 import { REFUSALS_REMEMBERED, type TemplateRefusal, type TemplateStore } from "./template_store.ts";
+import { skimOf, walkRecords } from "./skim.ts";
 
 export { type DecodeErrorReason, IpfixDecodeError } from "./errors.ts";
 
@@ -38,6 +39,26 @@ export interface DecodedDataSet {
   options: boolean;
   /** The template the records were decoded with (one object per template definition). */
   template: TemplateRecord;
+  /**
+   * Raw mode (see {@linkcode decodeMessage}): the records not decoded (`records` is empty), as
+   * their spans in the message.
+   */
+  raw?: RawRecords;
+}
+
+/** The records of a data set left undecoded: byte spans in the message (see `skim.ts`). */
+export interface RawRecords {
+  /** The message. */
+  readonly bytes: Uint8Array;
+  /** Start and end offset of each record, in pairs. */
+  readonly spans: number[];
+  /** The template's decoder, for a consumer that needs a value now (a key not at fixed offsets). */
+  readonly compiled: CompiledTemplate;
+}
+
+/** Records of a data set in either mode. */
+export function recordCount(ds: DecodedDataSet): number {
+  return ds.raw === undefined ? ds.records.length : ds.raw.spans.length / 2;
 }
 
 /**
@@ -331,12 +352,50 @@ function recordFailed(
   return at.from + (at.decoded + 1) * step;
 }
 
+/** Raw mode: the spans of a data set's records, failures dropped and counted as when decoding. */
+function rawDataSet(
+  msg: DecodedMessage,
+  buf: Uint8Array,
+  set: { ct: CompiledTemplate; setId: number; start: number; end: number },
+): void {
+  const { ct, setId, end } = set;
+  const skim = skimOf(ct.template);
+  const spans: number[] = [];
+  for (let p = set.start; p >= 0;) {
+    const before = spans.length;
+    try {
+      walkRecords(skim, buf, p, end, spans);
+      break;
+    } catch (e) {
+      p = recordFailed(msg, e, { ct, setId, from: p, decoded: (spans.length - before) / 2 });
+    }
+  }
+  if (spans.length > 0) {
+    msg.dataSets.push({
+      templateId: setId,
+      records: NO_RECORDS,
+      options: ct.options,
+      template: ct.template,
+      raw: { bytes: buf, spans, compiled: ct },
+    });
+  }
+}
+
+/** The empty records of a raw data set (never written). */
+const NO_RECORDS: DataRecord[] = Object.freeze([]) as unknown as DataRecord[];
+
 /**
  * Decodes one whole message (`buf.length` must equal the header length, else badLength).
  * Registers templates in `store` as they appear, so a data set later in the same message can use
- * them. Message-level problems throw IpfixDecodeError; set-level ones go to `setErrors`.
+ * them. Message-level problems throw IpfixDecodeError; set-level ones go to `setErrors`. With
+ * `raw`, data records are not decoded: each data set carries their spans (`raw`), walked and
+ * checked like the decoders do, for a consumer that decodes them elsewhere.
  */
-export function decodeMessage(buf: Uint8Array, store: TemplateStore): DecodedMessage {
+export function decodeMessage(
+  buf: Uint8Array,
+  store: TemplateStore,
+  raw = false,
+): DecodedMessage {
   const header = decodeHeader(buf);
   if (header.length < MESSAGE_HEADER_LENGTH || header.length !== buf.length) {
     throw new IpfixDecodeError(
@@ -389,6 +448,10 @@ export function decodeMessage(buf: Uint8Array, store: TemplateStore): DecodedMes
         }
         if (msg.templateMisses === NO_MISSES) msg.templateMisses = [];
         msg.templateMisses.push(setId);
+        continue;
+      }
+      if (raw) {
+        rawDataSet(msg, buf, { ct, setId, start, end });
         continue;
       }
       const records: DataRecord[] = [];

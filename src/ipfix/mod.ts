@@ -42,7 +42,9 @@ export {
   decodeMessage,
   IpfixDecodeError,
   MESSAGE_HEADER_LENGTH,
+  type RawRecords,
   readMessageLength,
+  recordCount,
   type RecordDropReason,
   SET_HEADER_LENGTH,
 } from "./decoder.ts";

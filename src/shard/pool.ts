@@ -23,12 +23,17 @@
 
 import type { AggregatedRecord, ExportedFlow, FlowInput, FlowKey } from "../aggregation/record.ts";
 import { type AggregationStats, CoreCounters } from "../aggregation/counters.ts";
-import { shardOf, sumStats } from "../aggregation/sharded.ts";
+import { shardIndex, shardOf, sumStats } from "../aggregation/sharded.ts";
 import { KEY_WORDS } from "../aggregation/flow_table.ts";
 import { readBatch } from "../exporters/batch.ts";
 import { logger, logSettings, writeLogLine } from "../log.ts";
 import { workerModule } from "../worker_module.ts";
 import { InputRowWriter } from "./input_rows.ts";
+import { RawRowWriter, RawTemplateIds } from "./raw_rows.ts";
+import type { RawRecords } from "../ipfix/decoder.ts";
+import type { DataRecord } from "../ipfix/types.ts";
+import { type KeyOffsets, skimOf } from "../ipfix/skim.ts";
+import { hashKey } from "../aggregation/flow_table.ts";
 import { type FromShard, type ShardSettings, type ToShard, USAGE_WORDS } from "./protocol.ts";
 import { createRing, RingWriter } from "./ring.ts";
 
@@ -71,7 +76,10 @@ interface Shard {
   readonly worker: Worker;
   readonly index: number;
   readonly ring: RingWriter;
+  /** Decoded records (in-process feeds, tests). */
   readonly rows: InputRowWriter;
+  /** Undecoded records (the collector's, see {@linkcode ShardPool.ingestRaw}). */
+  readonly raw: RawRowWriter;
   /** Records written to its ring (or pending in its frame). */
   sentRecords: number;
   /** See the module doc. */
@@ -87,6 +95,8 @@ export class ShardPool {
   readonly #shards: Shard[] = [];
   readonly #usage: Float64Array;
   readonly #scratch = new Uint32Array(KEY_WORDS);
+  readonly #tids = new RawTemplateIds();
+  readonly #decoded: DataRecord[] = [];
   readonly #queries = new Map<
     number,
     { left: number; records: AggregatedRecord[][]; done: () => void }
@@ -123,6 +133,7 @@ export class ShardPool {
         index,
         ring,
         rows: new InputRowWriter(ring, { maxRecords: opts.frameRecords ?? 256 }),
+        raw: new RawRowWriter(ring, this.#tids),
         sentRecords: 0,
         stalled: false,
         stats: undefined,
@@ -197,6 +208,7 @@ export class ShardPool {
     this.#counters.flowsLostWithShard += flows;
     // Records sent (or pending) that its last report does not account for.
     shard.rows.discard();
+    shard.raw.discard();
     this.#counters.recordsDroppedNoShard += shard.sentRecords - (shard.stats?.recordsIn ?? 0);
     log.error("shard worker died: the flows it held are lost, its records are dropped", {
       shard: shard.index,
@@ -225,7 +237,12 @@ export class ShardPool {
         this.#counters.recordsDroppedNoShard++;
         continue;
       }
-      if (!shard.rows.add(r) && !(this.#waitForRing(shard) && shard.rows.add(r))) {
+      // One writer's frame at a time on a ring, so records keep their order.
+      if (shard.raw.pendingRecords > 0 && !this.#send(shard, shard.raw)) {
+        this.#counters.recordsDroppedNoShard++;
+        continue;
+      }
+      if (!shard.rows.add(r) && !(this.#waitForRing(shard, shard.rows) && shard.rows.add(r))) {
         this.#counters.recordsDroppedNoShard++;
         continue;
       }
@@ -238,25 +255,117 @@ export class ShardPool {
     }
   }
 
-  /** Sends every shard's pending frame now. */
-  flush(): void {
-    this.#flushQueued = false;
-    for (const s of this.#shards) {
-      if (s.dead || s.rows.pendingRecords === 0) continue;
-      if (!s.rows.flush() && !(this.#waitForRing(s) && s.rows.flush())) continue;
+  /**
+   * Routes undecoded records (a data set's spans, `ipfix/skim.ts`) to their shards, which
+   * decode them: the flow key is read straight from the bytes when the template has it at fixed
+   * offsets (the Agents' templates), else the record is decoded here to find it.
+   */
+  ingestRaw(raw: RawRecords): void {
+    const shards = this.#shards;
+    const n = shards.length;
+    const t = raw.compiled.template;
+    const key = skimOf(t).key;
+    const { bytes, spans } = raw;
+    for (let i = 0; i < spans.length; i += 2) {
+      const start = spans[i];
+      const end = spans[i + 1];
+      const shard = shards[
+        n === 1
+          ? 0
+          : key !== undefined
+          ? this.#shardOfKey(bytes, start, key, n)
+          : this.#shardOfDecoded(raw, start, end, n)
+      ];
+      if (shard.dead || (shard.stalled && !this.#recovered(shard))) {
+        this.#counters.recordsDroppedNoShard++;
+        continue;
+      }
+      if (shard.rows.pendingRecords > 0 && !this.#send(shard, shard.rows)) {
+        this.#counters.recordsDroppedNoShard++;
+        continue;
+      }
+      const w = shard.raw;
+      if (
+        !w.add(t, bytes, start, end) &&
+        !(this.#waitForRing(shard, w) && w.add(t, bytes, start, end))
+      ) {
+        this.#counters.recordsDroppedNoShard++;
+        continue;
+      }
+      shard.sentRecords++;
+    }
+    if (!this.#flushQueued) {
+      this.#flushQueued = true;
+      queueMicrotask(() => this.flush());
     }
   }
 
+  /** The shard of the key at fixed offsets of the record at `start` (as `shardOf` reads it). */
+  #shardOfKey(b: Uint8Array, start: number, key: KeyOffsets, n: number): number {
+    const k = this.#scratch;
+    const word = (o: number): number =>
+      ((b[o] << 24) | (b[o + 1] << 16) | (b[o + 2] << 8) | b[o + 3]) >>> 0;
+    const src = start + key.source;
+    const dst = start + key.destination;
+    if (key.family === 4) {
+      k[0] = word(src);
+      k[1] = k[2] = k[3] = 0;
+      k[4] = word(dst);
+      k[5] = k[6] = k[7] = 0;
+      k[11] = 4;
+    } else {
+      for (let j = 0; j < 4; j++) {
+        k[j] = word(src + 4 * j);
+        k[4 + j] = word(dst + 4 * j);
+      }
+      k[11] = 6;
+    }
+    k[8] = b[start + key.protocol];
+    k[9] = (b[start + key.sourcePort] << 8) | b[start + key.sourcePort + 1];
+    k[10] = (b[start + key.destinationPort] << 8) | b[start + key.destinationPort + 1];
+    return shardIndex(hashKey(k), n);
+  }
+
+  /** The shard of a record whose key is not at fixed offsets: decoded here to read it. */
+  #shardOfDecoded(raw: RawRecords, start: number, end: number, n: number): number {
+    const out = this.#decoded;
+    out.length = 0;
+    try {
+      raw.compiled.decodeRecords(raw.bytes, start, end, out, 1);
+    } catch {
+      return 0; // shard 0 decodes it again and counts it
+    }
+    const r = out[0] as unknown as FlowInput;
+    out.length = 0;
+    return shardOf(r, n, this.#scratch);
+  }
+
+  /** Sends every shard's pending frames now. */
+  flush(): void {
+    this.#flushQueued = false;
+    for (const s of this.#shards) {
+      if (s.dead) continue;
+      if (s.rows.pendingRecords > 0) this.#send(s, s.rows);
+      if (s.raw.pendingRecords > 0) this.#send(s, s.raw);
+    }
+  }
+
+  /** Sends a writer's pending frame, waiting for room; false when it was dropped instead. */
+  #send(shard: Shard, w: FrameWriter): boolean {
+    return w.flush() || (this.#waitForRing(shard, w) && w.flush());
+  }
+
   /**
-   * Waits until the shard's ring takes its pending frame (back-pressure). False, with the frame
-   * dropped and counted, when the shard is dead or made no progress for {@linkcode STALL_MS}.
+   * Waits until the shard's ring takes the writer's pending frame (back-pressure). False, with
+   * the frame dropped and counted, when the shard is dead or made no progress for
+   * {@linkcode STALL_MS}.
    */
-  #waitForRing(shard: Shard): boolean {
+  #waitForRing(shard: Shard, w: FrameWriter): boolean {
     this.#counters.ingestWaits++;
     let used = shard.ring.usedBytes;
     let since = performance.now();
     while (!shard.dead) {
-      if (shard.ring.waitForSpace(shard.rows.pendingBytes, 100) === "ready") return true;
+      if (shard.ring.waitForSpace(w.pendingBytes, 100) === "ready") return true;
       const now = performance.now();
       const u = shard.ring.usedBytes;
       if (u < used) {
@@ -275,7 +384,7 @@ export class ShardPool {
         break;
       }
     }
-    const lost = shard.rows.discard();
+    const lost = w.discard();
     shard.sentRecords -= lost;
     this.#counters.recordsDroppedNoShard += lost;
     return false;
@@ -369,6 +478,14 @@ export class ShardPool {
       s.worker.terminate();
     }
   }
+}
+
+/** What the pool needs of a ring's frame writer (decoded or raw rows). */
+interface FrameWriter {
+  readonly pendingBytes: number;
+  readonly pendingRecords: number;
+  flush(): boolean;
+  discard(): number;
 }
 
 /** Counters of a shard that has not reported yet. */

@@ -21,6 +21,8 @@ export interface ShardSettings {
   maxFlows: number;
   maxFlowBytes: number;
   includePodLabels: boolean;
+  /** `limits.maxStringBytes`, for the decoders of records routed undecoded. */
+  maxStringBytes?: number;
 }
 
 /**

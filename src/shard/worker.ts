@@ -16,6 +16,7 @@ import { TaskCachedClock } from "../clock.ts";
 import { BatchWriter } from "../exporters/batch.ts";
 import { logger, setLogFormat, setLogLevel, setLogWriter } from "../log.ts";
 import { InputRowReader } from "./input_rows.ts";
+import { RAW_MAGIC, RawRowReader } from "./raw_rows.ts";
 import { type FromShard, type ToShard, USAGE_WORDS } from "./protocol.ts";
 import { RingReader } from "./ring.ts";
 
@@ -45,6 +46,7 @@ let core: AggregationCore | undefined;
 let usage: Float64Array;
 let ring: RingReader;
 const rows = new InputRowReader();
+let raw = new RawRowReader();
 let index = 0;
 let timer: ReturnType<typeof setTimeout> | undefined;
 let statsTimer: ReturnType<typeof setInterval> | undefined;
@@ -60,10 +62,19 @@ function drain(c: AggregationCore, sliceMs = Infinity): number {
   const add = (r: Parameters<AggregationCore["addRecord"]>[0]): void => {
     c.addRecord(r);
   };
+  const invalid = (why: string): void => c.countUndecodable(why);
   const end = performance.now() + sliceMs;
   let n = 0;
   for (let f = ring.next(); f !== undefined; f = ring.next()) {
-    rows.read(f, add);
+    // Undecoded records (the collector's) or decoded rows: told apart by the frame's magic.
+    if (
+      f[0] === (RAW_MAGIC & 0xff) &&
+      new DataView(f.buffer, f.byteOffset).getUint32(0, true) === RAW_MAGIC
+    ) {
+      raw.read(f, add, invalid);
+    } else {
+      rows.read(f, add);
+    }
     ring.release();
     n++;
     if ((n & 7) === 0 && performance.now() >= end) break;
@@ -140,6 +151,7 @@ scope.onmessage = (e: MessageEvent<ToShard>): void => {
       index = m.index;
       usage = new Float64Array(m.usage);
       ring = new RingReader(m.ring);
+      raw = new RawRowReader({ maxStringBytes: m.settings.maxStringBytes });
       const shards = m.shards;
       const others = (word: number) => (): number => {
         let sum = 0;

@@ -23,17 +23,16 @@
 
 import type { AggregatedRecord, ExportedFlow, FlowInput, FlowKey } from "../aggregation/record.ts";
 import { type AggregationStats, CoreCounters } from "../aggregation/counters.ts";
-import { shardIndex, shardOf, sumStats } from "../aggregation/sharded.ts";
+import { shardOf, sumStats } from "../aggregation/sharded.ts";
 import { KEY_WORDS } from "../aggregation/flow_table.ts";
 import { readBatch } from "../exporters/batch.ts";
 import { logger, logSettings, writeLogLine } from "../log.ts";
 import { workerModule } from "../worker_module.ts";
 import { InputRowWriter } from "./input_rows.ts";
-import { RawRowWriter, RawTemplateIds } from "./raw_rows.ts";
+import { RawRowWriter, rawShardOf, RawTemplateIds } from "./raw_rows.ts";
 import type { RawRecords } from "../ipfix/decoder.ts";
 import type { DataRecord } from "../ipfix/types.ts";
-import { type KeyOffsets, skimOf } from "../ipfix/skim.ts";
-import { hashKey } from "../aggregation/flow_table.ts";
+import { skimOf } from "../ipfix/skim.ts";
 import { type FromShard, type ShardSettings, type ToShard, USAGE_WORDS } from "./protocol.ts";
 import { createRing, RingWriter } from "./ring.ts";
 
@@ -273,7 +272,7 @@ export class ShardPool {
         n === 1
           ? 0
           : key !== undefined
-          ? this.#shardOfKey(bytes, start, key, n)
+          ? rawShardOf(bytes, start, key, n, this.#scratch)
           : this.#shardOfDecoded(raw, start, end, n)
       ];
       if (shard.dead || (shard.stalled && !this.#recovered(shard))) {
@@ -298,32 +297,6 @@ export class ShardPool {
       this.#flushQueued = true;
       queueMicrotask(() => this.flush());
     }
-  }
-
-  /** The shard of the key at fixed offsets of the record at `start` (as `shardOf` reads it). */
-  #shardOfKey(b: Uint8Array, start: number, key: KeyOffsets, n: number): number {
-    const k = this.#scratch;
-    const word = (o: number): number =>
-      ((b[o] << 24) | (b[o + 1] << 16) | (b[o + 2] << 8) | b[o + 3]) >>> 0;
-    const src = start + key.source;
-    const dst = start + key.destination;
-    if (key.family === 4) {
-      k[0] = word(src);
-      k[1] = k[2] = k[3] = 0;
-      k[4] = word(dst);
-      k[5] = k[6] = k[7] = 0;
-      k[11] = 4;
-    } else {
-      for (let j = 0; j < 4; j++) {
-        k[j] = word(src + 4 * j);
-        k[4 + j] = word(dst + 4 * j);
-      }
-      k[11] = 6;
-    }
-    k[8] = b[start + key.protocol];
-    k[9] = (b[start + key.sourcePort] << 8) | b[start + key.sourcePort + 1];
-    k[10] = (b[start + key.destinationPort] << 8) | b[start + key.destinationPort + 1];
-    return shardIndex(hashKey(k), n);
   }
 
   /** The shard of a record whose key is not at fixed offsets: decoded here to read it. */

@@ -23,7 +23,9 @@
 import type { FlowInput } from "../aggregation/record.ts";
 import { type CompiledTemplate, compileTemplate } from "../ipfix/compile.ts";
 import { fieldKey } from "../ipfix/compile.ts";
-import { skimOf, walkRecords } from "../ipfix/skim.ts";
+import { type KeyOffsets, skimOf, walkRecords } from "../ipfix/skim.ts";
+import { hashKey } from "../aggregation/flow_table.ts";
+import { shardIndex } from "../aggregation/sharded.ts";
 import type { DataRecord, FieldSpecifier, TemplateRecord } from "../ipfix/types.ts";
 import type { RingWriter } from "./ring.ts";
 
@@ -38,6 +40,42 @@ const TAG_RESET = 3;
 export const MAX_RAW_TEMPLATES = 4096;
 
 /**
+ * The shard (of `n`) of the record at `start` whose flow key sits at the fixed offsets `key`:
+ * the words `readFlowKey` would read from its decoded values, hashed as `shardOf` does, so a
+ * record lands where its decoded form would (`scratch`: `KEY_WORDS` words, reused).
+ */
+export function rawShardOf(
+  b: Uint8Array,
+  start: number,
+  key: KeyOffsets,
+  n: number,
+  scratch: Uint32Array,
+): number {
+  const k = scratch;
+  const word = (o: number): number =>
+    ((b[o] << 24) | (b[o + 1] << 16) | (b[o + 2] << 8) | b[o + 3]) >>> 0;
+  const src = start + key.source;
+  const dst = start + key.destination;
+  if (key.family === 4) {
+    k[0] = word(src);
+    k[1] = k[2] = k[3] = 0;
+    k[4] = word(dst);
+    k[5] = k[6] = k[7] = 0;
+    k[11] = 4;
+  } else {
+    for (let j = 0; j < 4; j++) {
+      k[j] = word(src + 4 * j);
+      k[4 + j] = word(dst + 4 * j);
+    }
+    k[11] = 6;
+  }
+  k[8] = b[start + key.protocol];
+  k[9] = (b[start + key.sourcePort] << 8) | b[start + key.sourcePort + 1];
+  k[10] = (b[start + key.destinationPort] << 8) | b[start + key.destinationPort + 1];
+  return shardIndex(hashKey(k), n);
+}
+
+/**
  * The tids of field lists, shared by the writers of every ring of a process (so one template
  * object maps to one tid everywhere). Bounded: when full it starts over and its generation
  * changes, which tells each writer to send a reset.
@@ -45,9 +83,15 @@ export const MAX_RAW_TEMPLATES = 4096;
 export class RawTemplateIds {
   #byTemplate = new WeakMap<TemplateRecord, number>();
   readonly #bySignature = new Map<string, number>();
+  readonly #max: number;
   #next = 1;
   /** Bumped each time the table starts over. */
   generation = 0;
+
+  /** A table of at most `max` field lists (default {@linkcode MAX_RAW_TEMPLATES}). */
+  constructor(max = MAX_RAW_TEMPLATES) {
+    this.#max = max;
+  }
 
   /** The tid of a template's field list. */
   of(t: TemplateRecord): number {
@@ -57,7 +101,7 @@ export class RawTemplateIds {
     for (const f of t.fields) sig += fieldKey(f);
     tid = this.#bySignature.get(sig);
     if (tid === undefined) {
-      if (this.#bySignature.size >= MAX_RAW_TEMPLATES) {
+      if (this.#bySignature.size >= this.#max) {
         this.#bySignature.clear();
         this.#byTemplate = new WeakMap();
         this.generation++;

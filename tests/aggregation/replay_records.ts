@@ -20,8 +20,16 @@ export interface ReplayRecordsOptions {
   flows?: number;
 }
 
-/** The decoded records of each round, every Agent's messages in turn. */
-export function replayRecords(o: ReplayRecordsOptions): FlowInput[][] {
+/** One message of the stream: the Agent (0-3) that sends it and a copy of its bytes. */
+export interface ReplayMessage {
+  agent: number;
+  bytes: Uint8Array;
+}
+
+/** The stream's messages: each Agent's templates, then each round's data messages. */
+export function replayMessages(
+  o: Omit<ReplayRecordsOptions, "wireNumbers">,
+): { templates: ReplayMessage[]; rounds: ReplayMessage[][] } {
   const stream = new ReplayStream({
     agents: 4,
     flows: o.flows ?? 1_500,
@@ -29,23 +37,31 @@ export function replayRecords(o: ReplayRecordsOptions): FlowInput[][] {
     uniqueNames: 0.5,
   });
   const t0 = 1_700_000_000;
-  const stores = stream.rounds.map((_, a) => {
-    const store = new TemplateStore({ wireNumbers: o.wireNumbers });
-    for (const m of stream.templateMessages(a, t0)) decodeMessage(m, store);
-    return store;
-  });
-  const out: FlowInput[][] = [];
+  const templates = stream.rounds.flatMap((_, agent) =>
+    stream.templateMessages(agent, t0).map((m) => ({ agent, bytes: m.slice() }))
+  );
+  const rounds: ReplayMessage[][] = [];
   for (let round = 0; round < (o.rounds ?? 3); round++) {
-    const records: FlowInput[] = [];
-    stream.rounds.forEach((ar, a) => {
+    const messages: ReplayMessage[] = [];
+    stream.rounds.forEach((ar, agent) => {
       ar.patch(0, ar.messages, round, t0 + 10 * round);
-      for (const m of ar.views) {
-        for (const ds of decodeMessage(m, stores[a]).dataSets) {
-          for (const r of ds.records) records.push(r as unknown as FlowInput);
-        }
-      }
+      for (const m of ar.views) messages.push({ agent, bytes: m.slice() });
     });
-    out.push(records);
+    rounds.push(messages);
   }
-  return out;
+  return { templates, rounds };
+}
+
+/** The decoded records of each round, every Agent's messages in turn. */
+export function replayRecords(o: ReplayRecordsOptions): FlowInput[][] {
+  const { templates, rounds } = replayMessages(o);
+  const stores = [0, 1, 2, 3].map(() => new TemplateStore({ wireNumbers: o.wireNumbers }));
+  for (const m of templates) decodeMessage(m.bytes, stores[m.agent]);
+  return rounds.map((messages) =>
+    messages.flatMap((m) =>
+      decodeMessage(m.bytes, stores[m.agent]).dataSets.flatMap((ds) =>
+        ds.records as unknown as FlowInput[]
+      )
+    )
+  );
 }

@@ -226,3 +226,56 @@ Deno.test("differential: generated and interpreting decoders agree on random tem
   const truncated = stringsTruncatedTotal() - truncatedBefore;
   assert.ok(truncated > 100, `only ${truncated} truncated strings compared`);
 });
+
+Deno.test("fuzz: raw mode walks, keeps and drops exactly the records the decoders do", () => {
+  const SEED = 0x5a11;
+  const N = 40_000;
+  const rnd = prng(SEED);
+  const seeds = corpus();
+  let decoding = new TemplateStore();
+  let raw = new TemplateStore();
+  let compared = 0;
+  let withRecords = 0;
+  for (let i = 0; i < N; i++) {
+    if (i % 2000 === 0) {
+      decoding = new TemplateStore();
+      raw = new TemplateStore();
+      for (const s of [TEMPLATE_MSG, seeds[3]]) {
+        decodeMessage(s, decoding);
+        decodeMessage(s, raw, true);
+      }
+    }
+    const input = mutate(seeds[Math.floor(rnd() * seeds.length)], rnd);
+    const outcome = (store: TemplateStore, mode: boolean) => {
+      try {
+        return decodeMessage(input, store, mode);
+      } catch (e) {
+        if (!(e instanceof IpfixDecodeError)) throw e;
+        return e.reason;
+      }
+    };
+    const a = outcome(decoding, false);
+    const b = outcome(raw, true);
+    const where = `seed ${SEED} input ${i}`;
+    if (typeof a === "string" || typeof b === "string") {
+      assert.equal(b, a, where);
+      continue;
+    }
+    compared++;
+    assert.deepEqual(b.recordsDropped, a.recordsDropped, where);
+    assert.deepEqual(b.setErrors, a.setErrors, where);
+    assert.equal(b.dataSets.length, a.dataSets.length, where);
+    for (let d = 0; d < a.dataSets.length; d++) {
+      const rawSet = b.dataSets[d].raw!;
+      assert.equal(b.dataSets[d].records.length, 0);
+      // Decoding each span gives exactly the records the decoding mode gave.
+      const records: DataRecord[] = [];
+      for (let s = 0; s < rawSet.spans.length; s += 2) {
+        rawSet.compiled.decodeRecords(input, rawSet.spans[s], rawSet.spans[s + 1], records, 1);
+      }
+      assert.deepEqual(records, a.dataSets[d].records, where);
+      if (records.length > 0) withRecords++;
+    }
+  }
+  assert.ok(compared > N / 3 && withRecords > 1000, `${compared} compared, ${withRecords} sets`);
+});

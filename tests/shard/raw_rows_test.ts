@@ -1,0 +1,153 @@
+/**
+ * Undecoded records routed to shards (`raw_rows.ts`, the collector's raw mode): a record read
+ * from its bytes lands in the shard its decoded form would, and a shard decodes exactly the
+ * records the main thread would have; field lists cross once per ring, again after a lost frame
+ * or a full tid table.
+ */
+
+import assert from "node:assert/strict";
+import type { FlowInput } from "../../src/aggregation/record.ts";
+import { shardOf } from "../../src/aggregation/sharded.ts";
+import { KEY_WORDS } from "../../src/aggregation/flow_table.ts";
+import { decodeMessage, type RawRecords, TemplateStore } from "../../src/ipfix/mod.ts";
+import { skimOf } from "../../src/ipfix/skim.ts";
+import type { TemplateRecord } from "../../src/ipfix/types.ts";
+import {
+  RawRowReader,
+  RawRowWriter,
+  rawShardOf,
+  RawTemplateIds,
+} from "../../src/shard/raw_rows.ts";
+import { createRing, RingReader, RingWriter } from "../../src/shard/ring.ts";
+import { replayMessages } from "../aggregation/replay_records.ts";
+
+/** The stream's data sets in raw mode and the same decoded, per Agent session. */
+function both(seed: number): { raw: RawRecords[]; decoded: FlowInput[] } {
+  const { templates, rounds } = replayMessages({ seed, rounds: 2 });
+  const rawStores = [0, 1, 2, 3].map(() => new TemplateStore({ wireNumbers: true }));
+  const stores = [0, 1, 2, 3].map(() => new TemplateStore({ wireNumbers: true }));
+  for (const m of templates) {
+    decodeMessage(m.bytes, rawStores[m.agent], true);
+    decodeMessage(m.bytes, stores[m.agent]);
+  }
+  const raw: RawRecords[] = [];
+  const decoded: FlowInput[] = [];
+  for (const m of rounds.flat()) {
+    for (const ds of decodeMessage(m.bytes, rawStores[m.agent], true).dataSets) raw.push(ds.raw!);
+    for (const ds of decodeMessage(m.bytes, stores[m.agent]).dataSets) {
+      decoded.push(...(ds.records as unknown as FlowInput[]));
+    }
+  }
+  return { raw, decoded };
+}
+
+Deno.test("raw routing: the key read from the bytes picks the shard of the decoded record", () => {
+  const { raw, decoded } = both(3);
+  const scratch = new Uint32Array(KEY_WORDS);
+  let i = 0;
+  let v6 = 0;
+  for (const r of raw) {
+    const key = skimOf(r.compiled.template).key;
+    assert.ok(key !== undefined, "the Agents' templates have the key at fixed offsets");
+    if (key.family === 6) v6++;
+    for (let s = 0; s < r.spans.length; s += 2, i++) {
+      for (const n of [2, 3, 7]) {
+        assert.equal(
+          rawShardOf(r.bytes, r.spans[s], key, n, scratch),
+          shardOf(decoded[i], n, scratch),
+          `record ${i}, ${n} shards`,
+        );
+      }
+    }
+  }
+  assert.equal(i, decoded.length);
+  assert.ok(i > 4_000 && v6 > 0, `${i} records, ${v6} IPv6 data sets`);
+});
+
+/** Writes every raw record through a ring and reads it back in the same thread. */
+function throughRing(
+  raw: RawRecords[],
+  writer: (ring: RingWriter) => RawRowWriter,
+  between?: (w: RawRowWriter, index: number) => void,
+): { records: FlowInput[]; reader: RawRowReader; frames: number } {
+  const sab = createRing(1 << 20);
+  const ring = new RingWriter(sab);
+  const out = new RingReader(sab);
+  const reader = new RawRowReader();
+  const w = writer(ring);
+  const records: FlowInput[] = [];
+  let frames = 0;
+  const drain = (): void => {
+    for (let f = out.next(); f !== undefined; f = out.next()) {
+      reader.read(f, (r) => records.push(r), (why) => assert.fail(why));
+      out.release();
+      frames++;
+    }
+  };
+  raw.forEach((r, i) => {
+    for (let s = 0; s < r.spans.length; s += 2) {
+      if (!w.add(r.compiled.template, r.bytes, r.spans[s], r.spans[s + 1])) {
+        drain();
+        assert.ok(w.add(r.compiled.template, r.bytes, r.spans[s], r.spans[s + 1]));
+      }
+    }
+    between?.(w, i);
+  });
+  assert.ok(w.flush());
+  drain();
+  return { records, reader, frames };
+}
+
+Deno.test("raw rows: a shard decodes exactly what the main thread would have", () => {
+  const { raw, decoded } = both(5);
+  const { records, reader, frames } = throughRing(
+    raw,
+    (ring) => new RawRowWriter(ring, new RawTemplateIds(), { maxBytes: 16_384 }),
+  );
+  assert.equal(records.length, decoded.length);
+  assert.deepEqual(records, decoded);
+  assert.ok(frames > 10, `${frames} frames`);
+  // Four Agent sessions, two field lists (IPv4 and IPv6): two tids, compiled once each.
+  assert.equal(reader.templates, 2);
+});
+
+Deno.test("raw rows: a discarded frame's templates are sent again; a full tid table resets", () => {
+  const { raw, decoded } = both(6);
+  // Every 50th data set, the pending frame is dropped (as for a stalled shard): its records are
+  // lost, and the next frame must define its templates again or the reader could not decode.
+  let lost = 0;
+  const dropped = new Set<number>();
+  const a = throughRing(
+    raw,
+    (ring) => new RawRowWriter(ring, new RawTemplateIds(), { maxBytes: 1 << 20 }),
+    (w, i) => {
+      if (i % 50 === 0) {
+        const n = w.discard();
+        lost += n;
+        if (n > 0) dropped.add(i);
+      } else if (i % 50 === 1) {
+        assert.ok(w.flush());
+      }
+    },
+  );
+  assert.ok(lost > 0 && dropped.size > 5);
+  assert.equal(a.records.length, decoded.length - lost);
+
+  // A table of one field list: IPv4 and IPv6 data sets alternate, so it starts over again and
+  // again, and the reader follows every reset.
+  const ids = new RawTemplateIds(1);
+  const b = throughRing(raw, (ring) => new RawRowWriter(ring, ids, { maxBytes: 4096 }));
+  assert.deepEqual(b.records, decoded);
+  assert.ok(ids.generation > 10, `${ids.generation} resets`);
+  assert.equal(b.reader.templates, 1);
+});
+
+Deno.test("raw rows: one tid per field list, whichever session's template object names it", () => {
+  const ids = new RawTemplateIds();
+  const fields = [{ id: 8, enterprise: 0, length: 4 }, { id: 12, enterprise: 0, length: 4 }];
+  const a: TemplateRecord = { id: 256, fields, scopeFieldCount: 0 };
+  const b: TemplateRecord = { id: 256, fields: fields.map((f) => ({ ...f })), scopeFieldCount: 0 };
+  const c: TemplateRecord = { id: 257, fields, scopeFieldCount: 0 };
+  assert.equal(ids.of(a), ids.of(b));
+  assert.notEqual(ids.of(a), ids.of(c));
+});

@@ -82,8 +82,8 @@ Flags:
                        with --allow-ffi on Linux, else one Deno socket), fast, or socket.
   --workers N          aggregation shards: worker threads each owning the flows whose key
                        hashes to it, the main thread decoding and routing (default 1: the
-                       core runs in the main thread). Standalone only for now: with a
-                       cluster (Pod store) the process runs one shard and says so.
+                       core runs in the main thread). With a cluster, each shard holds a
+                       copy of the Pod store.
   --udp-workers N      fast path: sockets/threads sharing the port (SO_REUSEPORT), default 1.
   --udp-recv-buffer B  fast path: kernel receive buffer to ask for, in bytes (default 4194304;
                        0 = net.core.rmem_default). The socket path always has rmem_default.
@@ -322,21 +322,6 @@ async function writeCertificates(dir: string, certs: GeneratedCertificates): Pro
  * docs/udp-ingest.md) needs `--allow-ffi`, so it is used only when that permission was granted:
  * the process never asks for more than the operator gave it.
  */
-/**
- * The aggregation shards to run: `--workers`, except with a cluster, whose Pod store the shards
- * cannot reach yet: one shard then, said in the log.
- */
-export function aggregationShards(workers: number, cluster: boolean): number {
-  if (workers > 1 && cluster) {
-    log.warn(
-      "--workers: the Pod store is not available to aggregation shards yet; running one shard",
-      { workers },
-    );
-    return 1;
-  }
-  return workers;
-}
-
 function udpReceiverFor(opts: CliOptions): UdpReceiverFactory | undefined {
   if (opts.udpReceiver === "socket") return undefined;
   if (opts.udpReceiver === "fast" && !ffiAvailable()) {
@@ -492,7 +477,8 @@ async function run(opts: CliOptions): Promise<number> {
     certificates,
     clusterUuid: () => identity.current(),
     hooks: store === undefined ? undefined : { lookupPod: (ip, t) => store.lookup(ip, t) },
-    shards: aggregationShards(opts.workers, store !== undefined),
+    shards: opts.workers,
+    podStore: store,
     onCertificates: async (certs) => {
       // In the background: the collector never waits for the API server.
       publisher?.publish(certs);

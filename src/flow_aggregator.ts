@@ -32,6 +32,7 @@ import {
 } from "./exporters/worker_exporter.ts";
 import { type LogFields, logger } from "./log.ts";
 import type { ShardPool, ShardPoolStats } from "./shard/pool.ts";
+import type { PodReplicaSource } from "./k8s/pod_store.ts";
 import type { ShardSettings } from "./shard/protocol.ts";
 import type { GeneratedCertificates } from "./pki/certificates.ts";
 
@@ -119,11 +120,13 @@ export interface FlowAggregatorOptions {
   /**
    * Aggregation shards, each a worker thread owning the flows whose key hashes to it
    * (`src/shard/`); default 1: the core runs in the main thread. With more, the main thread
-   * decodes and routes, and each shard expires and hands back its own flows. Not with `hooks`
-   * (the Pod store is not in the shards yet), an injected `clock` or `manualSweep`: the
-   * constructor throws.
+   * walks and routes the records, and each shard decodes, aggregates, expires and hands back
+   * its own flows. Not with an injected `clock` or `manualSweep`, nor with `hooks` but no
+   * {@linkcode podStore}: the constructor throws.
    */
   shards?: number;
+  /** With `hooks` from a Pod store and `shards` > 1: the store, replicated into the shards. */
+  podStore?: PodReplicaSource;
 }
 
 /** What `GET /recordmetrics` reports, plus our own counters. */
@@ -304,10 +307,14 @@ export class FlowAggregator {
     if (!Number.isInteger(shards) || shards < 1) {
       throw new RangeError(`flow aggregator: shards ${shards}: must be an integer >= 1`);
     }
-    if (shards > 1 && (opts.hooks !== undefined || opts.clock !== undefined || opts.manualSweep)) {
+    if (
+      shards > 1 &&
+      ((opts.hooks !== undefined && opts.podStore === undefined) || opts.clock !== undefined ||
+        opts.manualSweep)
+    ) {
       throw new Error(
-        "flow aggregator: more than one shard cannot run with the Pod store (hooks), an " +
-          "injected clock or manual sweeps yet",
+        "flow aggregator: more than one shard needs the Pod store itself (not only its hooks), " +
+          "and cannot run with an injected clock or manual sweeps",
       );
     }
     this.#core = new AggregationCore({
@@ -389,6 +396,7 @@ export class FlowAggregator {
       const pool = new ShardPool({
         shards: this.#shardCount,
         settings: this.#shardSettings(this.#config),
+        pods: this.#opts.hooks === undefined ? undefined : this.#opts.podStore,
         onFlows: (flows) => {
           const held = this.#held;
           if (held !== undefined) { for (const f of flows) held.push(f); }

@@ -5,7 +5,7 @@
 
 import assert from "node:assert/strict";
 import denoJson from "../deno.json" with { type: "json" };
-import { aggregationShards, parseArgs, VERSION } from "../main.ts";
+import { parseArgs, VERSION } from "../main.ts";
 import { KLOG_DEFAULTS } from "../src/log/mod.ts";
 import { FaProcess } from "./_helpers/process.ts";
 import {
@@ -36,14 +36,11 @@ Deno.test("main: no flags gives the defaults", () => {
   });
 });
 
-Deno.test("main: --workers takes 1 to 64 shards; with a cluster the process runs one", () => {
+Deno.test("main: --workers takes 1 to 64 shards", () => {
   assert.equal(parseArgs(["--workers", "4"]).workers, 4);
   assert.equal(parseArgs(["--workers=2"]).workers, 2);
   assert.throws(() => parseArgs(["--workers", "0"]), /--workers needs an integer from 1 to 64/);
   assert.throws(() => parseArgs(["--workers", "1.5"]), /--workers needs an integer/);
-  assert.equal(aggregationShards(4, false), 4);
-  assert.equal(aggregationShards(4, true), 1);
-  assert.equal(aggregationShards(1, true), 1);
 });
 
 Deno.test("main: the permissions subcommand and --exporters-in-process are parsed", () => {

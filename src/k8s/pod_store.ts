@@ -54,6 +54,28 @@ export interface PodObject {
   status?: { phase?: string; podIP?: string; podIPs?: { ip?: string }[] | null };
 }
 
+/**
+ * A change of the store's index, for a replica (an aggregation shard's copy, fed by
+ * {@linkcode PodStore.replicate} and {@linkcode PodStore.applyChange}): an entry as it is now,
+ * or its removal at the end of its retention.
+ */
+export type PodChange =
+  | {
+    readonly t: "put";
+    readonly uid: string;
+    readonly info: PodInfo;
+    readonly ips: readonly string[];
+    readonly created: number;
+    readonly deleted: number;
+  }
+  | { readonly t: "remove"; readonly uid: string };
+
+/** What a sharded process needs of the Pod store: its index, as changes. */
+export interface PodReplicaSource {
+  /** See {@linkcode PodStore.replicate}. */
+  replicate(listener: (c: PodChange) => void): PodChange[];
+}
+
 interface PodEntry {
   readonly uid: string;
   info: PodInfo;
@@ -94,6 +116,10 @@ export interface PodStoreOptions extends Backoff {
 
 const TERMINATED = new Set(["Succeeded", "Failed"]);
 
+function putOf(e: PodEntry): PodChange {
+  return { t: "put", uid: e.uid, info: e.info, ips: e.ips, created: e.created, deleted: e.deleted };
+}
+
 function podIps(pod: PodObject): string[] {
   const ips: string[] = [];
   for (const p of pod.status?.podIPs ?? []) if (p.ip) ips.push(p.ip);
@@ -117,6 +143,7 @@ export class PodStore {
   #running: Promise<void> = Promise.resolve();
   readonly #synced = Promise.withResolvers<void>();
   #isSynced = false;
+  readonly #listeners: ((c: PodChange) => void)[] = [];
   readonly #stats = {
     lists: 0,
     relistsGone: 0,
@@ -147,6 +174,47 @@ export class PodStore {
       if (best === undefined || p.created > best.created) best = p;
     }
     return best?.info;
+  }
+
+  /**
+   * Sends every change of the index to `listener` from now on, and returns the entries held
+   * now as changes, to seed a replica: seed plus changes keep the replica's look-ups the same.
+   */
+  replicate(listener: (c: PodChange) => void): PodChange[] {
+    this.#listeners.push(listener);
+    return [...this.#byUid.values()].map(putOf);
+  }
+
+  /**
+   * Applies a change made by the store being replicated (see {@linkcode replicate}). A replica
+   * runs no informer and no retention timer: removals come as changes.
+   */
+  applyChange(c: PodChange): void {
+    const old = this.#byUid.get(c.uid);
+    if (old !== undefined) {
+      this.#unindex(old);
+      this.#byUid.delete(c.uid);
+    }
+    if (c.t === "remove") return;
+    const entry: PodEntry = {
+      uid: c.uid,
+      info: {
+        ...c.info,
+        namespace: this.#name(c.info.namespace),
+        nodeName: this.#name(c.info.nodeName),
+      },
+      ips: c.ips,
+      created: c.created,
+      deleted: c.deleted,
+    };
+    this.#byUid.set(c.uid, entry);
+    this.#index(entry);
+  }
+
+  #changed(e: PodEntry): void {
+    if (this.#listeners.length === 0) return;
+    const c = putOf(e);
+    for (const l of this.#listeners) l(c);
   }
 
   /** Counters and sizes. */
@@ -191,6 +259,7 @@ export class PodStore {
         existing.ips = ips;
         this.#index(existing);
       }
+      this.#changed(existing);
       return;
     }
     const nowSec = Math.floor(this.#clock.wallMs() / 1000);
@@ -202,6 +271,7 @@ export class PodStore {
     const entry: PodEntry = { uid, info, ips, created, deleted: 0 };
     this.#byUid.set(uid, entry);
     this.#index(entry);
+    this.#changed(entry);
   }
 
   /**
@@ -290,6 +360,7 @@ export class PodStore {
     const e = this.#byUid.get(uid);
     if (e === undefined || e.deleted !== 0) return;
     e.deleted = Math.floor(this.#clock.wallMs() / 1000);
+    this.#changed(e);
     const dueMs = this.#clock.nowMs() + (this.#opts.retentionMs ?? DELETED_POD_RETENTION_MS);
     this.#removals.push({ entry: e, dueMs });
     if (this.#removalTimer === undefined) this.#armRemoval();
@@ -315,6 +386,7 @@ export class PodStore {
       const { entry } = this.#removals[n++];
       this.#unindex(entry);
       this.#byUid.delete(entry.uid);
+      for (const l of this.#listeners) l({ t: "remove", uid: entry.uid });
     }
     this.#removals = this.#removals.slice(n);
     this.#armRemoval();

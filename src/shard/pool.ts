@@ -28,6 +28,7 @@ import { KEY_WORDS } from "../aggregation/flow_table.ts";
 import { readBatch } from "../exporters/batch.ts";
 import { logger, logSettings, writeLogLine } from "../log.ts";
 import { workerModule } from "../worker_module.ts";
+import type { PodChange, PodReplicaSource } from "../k8s/pod_store.ts";
 import { InputRowWriter } from "./input_rows.ts";
 import { RawRowWriter, rawShardOf, RawTemplateIds } from "./raw_rows.ts";
 import type { RawRecords } from "../ipfix/decoder.ts";
@@ -53,6 +54,11 @@ export interface ShardPoolOptions {
   frameRecords?: number;
   /** Bytes of each shard's ring (default 4 MiB: about 24k records). */
   ringBytes?: number;
+  /**
+   * With a cluster: the Pod store, replicated into every shard (which fill Pod metadata and
+   * labels at export from their copy).
+   */
+  pods?: PodReplicaSource;
   /** The shard worker's module (tests); default the product's (`worker.ts`). */
   workerModule?: URL;
 }
@@ -118,6 +124,20 @@ export class ShardPool {
     this.#opts = opts;
     const usage = new SharedArrayBuffer(n * USAGE_WORDS * 8);
     this.#usage = new Float64Array(usage);
+    // The Pod store's changes go to every shard once per task, after the seed in its init.
+    let changes: PodChange[] = [];
+    const seed = opts.pods?.replicate((c) => {
+      if (changes.length === 0) {
+        queueMicrotask(() => {
+          const batch = changes;
+          changes = [];
+          for (const s of this.#shards) {
+            if (!s.dead) s.worker.postMessage({ t: "pods", changes: batch } satisfies ToShard);
+          }
+        });
+      }
+      changes.push(c);
+    });
     const url = opts.workerModule ?? workerModule("shard");
     for (let index = 0; index < n; index++) {
       const worker = new Worker(url.href, {
@@ -153,6 +173,7 @@ export class ShardPool {
           usage,
           ring: sab,
           log: logSettings(),
+          pods: seed,
         } satisfies ToShard,
       );
       this.#shards.push(shard);

@@ -13,6 +13,7 @@
 import type { AggregatedRecord, FlowKey } from "../aggregation/record.ts";
 import type { AggregationStats } from "../aggregation/counters.ts";
 import type { LogFormat, LogLevel } from "../log.ts";
+import type { PodChange } from "../k8s/pod_store.ts";
 
 /** The core's settings a shard takes at start and on a reload (all serialisable). */
 export interface ShardSettings {
@@ -41,7 +42,10 @@ export type ToShard =
     usage: SharedArrayBuffer;
     ring: SharedArrayBuffer;
     log: { level: LogLevel; format: LogFormat };
+    /** With a cluster: the Pod store's entries, to seed the shard's replica (then `pods`). */
+    pods?: PodChange[];
   }
+  | { t: "pods"; changes: PodChange[] }
   | { t: "settings"; settings: ShardSettings }
   | { t: "query"; id: number; filter: Partial<FlowKey> | null; limit: number }
   | { t: "stop"; id: number };

@@ -5,14 +5,18 @@
  * their turn), runs its own expiry timer, and posts the expired flows to the main thread as the exporters'
  * binary batches together with its counters. Its live flows and held bytes are published in the
  * shared usage array, so every shard applies `maxFlows` and `maxFlowBytes` to the whole process.
- * It needs no permission: the pool starts it with none.
+ * With a cluster it holds a replica of the Pod store (fed by the main thread's store) and fills
+ * the Pod metadata and labels of the flows it exports, as the one-shard core does. It needs no
+ * permission: the pool starts it with none.
  *
  * @module
  */
 
 import { AggregationCore } from "../aggregation/core.ts";
 import type { ExportedFlow } from "../aggregation/record.ts";
-import { TaskCachedClock } from "../clock.ts";
+import { systemClock, TaskCachedClock } from "../clock.ts";
+import type { ExportHooks } from "../aggregation/snapshot.ts";
+import { PodStore } from "../k8s/pod_store.ts";
 import { BatchWriter } from "../exporters/batch.ts";
 import { logger, setLogFormat, setLogLevel, setLogWriter } from "../log.ts";
 import { InputRowReader } from "./input_rows.ts";
@@ -45,6 +49,9 @@ const post = (m: FromShard, transfer: Transferable[] = []): void => scope.postMe
 let core: AggregationCore | undefined;
 let usage: Float64Array;
 let ring: RingReader;
+/** The Pod store's replica and the export hooks reading it (with a cluster). */
+let pods: PodStore | undefined;
+let hooks: ExportHooks | undefined;
 const rows = new InputRowReader();
 let raw = new RawRowReader();
 let index = 0;
@@ -125,7 +132,7 @@ function arm(c: AggregationCore, delayMs?: number): void {
 function sweep(c: AggregationCore): void {
   timer = undefined;
   // Address text is needed: the main thread's sinks may be in process.
-  c.expire(emitTo(c), { limit: SWEEP_SLICE });
+  c.expire(emitTo(c), { ...hooks, limit: SWEEP_SLICE });
   flushBatch(c);
   publishUsage(c);
   arm(c, c.hasExpired() ? 0 : undefined);
@@ -151,6 +158,12 @@ scope.onmessage = (e: MessageEvent<ToShard>): void => {
       index = m.index;
       usage = new Float64Array(m.usage);
       ring = new RingReader(m.ring);
+      if (m.pods !== undefined) {
+        const store = new PodStore({ clock: systemClock });
+        for (const c of m.pods) store.applyChange(c);
+        pods = store;
+        hooks = { lookupPod: (ip, t) => store.lookup(ip, t) };
+      }
       raw = new RawRowReader({ maxStringBytes: m.settings.maxStringBytes });
       const shards = m.shards;
       const others = (word: number) => (): number => {
@@ -168,6 +181,10 @@ scope.onmessage = (e: MessageEvent<ToShard>): void => {
       statsTimer = setInterval(() => post({ t: "stats", stats: c.stats() }), STATS_EVERY_MS);
       void pump(c);
       post({ t: "ready" });
+      return;
+    }
+    case "pods": {
+      for (const c of m.changes) pods?.applyChange(c);
       return;
     }
     case "settings": {
@@ -193,8 +210,8 @@ scope.onmessage = (e: MessageEvent<ToShard>): void => {
       // Every record sent before the stop, then the expired flows first (normal export semantics), then every flow still held.
       drain(c);
       const emit = emitTo(c);
-      c.expire(emit);
-      const n = c.flushAll(emit);
+      c.expire(emit, hooks);
+      const n = c.flushAll(emit, hooks);
       flushBatch(c);
       publishUsage(c);
       log.debug("shard flushed the flows it held", { shard: index, flows: n });

@@ -24,7 +24,7 @@ import { intraNodeRecord } from "./helpers/scenarios.ts";
 const NS = "flow-aggregator";
 const UUID = "7b3b5b8e-1c6f-4f4e-9d2a-6c1e5f0a9b21";
 
-Deno.test("e2e k8s: certificates published, Agent connects over TLS, deny flow filled from the Pod store", async () => {
+async function tlsDenyFlow(workers: number): Promise<void> {
   const server = await new FakeKubeApiServer().start();
   const { kubeconfig, cleanup } = await connectTestApi(server);
   const dir = await Deno.makeTempDir({ prefix: "fa-e2e-k8s-" });
@@ -64,6 +64,8 @@ Deno.test("e2e k8s: certificates published, Agent connects over TLS, deny flow f
       "--kubeconfig",
       kubeconfig,
       ...apiArgs(`${dir}/api`),
+      "--workers",
+      String(workers),
     ];
     const flags = await printedPermissions(args);
     assert.ok(flags[0].includes(new URL(server.url).host), `API server in ${flags[0]}`);
@@ -123,6 +125,10 @@ Deno.test("e2e k8s: certificates published, Agent connects over TLS, deny flow f
     assert.equal(metrics.fields["certificates.published"], "1");
     assert.equal(metrics.fields.clusterUuidSource, "cluster");
     assert.ok(server.requests.some((r) => r.url.startsWith("/api/v1/pods?watch=true")));
+    assert.equal(
+      fa.find({ msg: "aggregation sharded over worker threads" }).length,
+      workers > 1 ? 1 : 0,
+    );
   } finally {
     fa?.kill("SIGKILL");
     await fa?.status;
@@ -130,6 +136,14 @@ Deno.test("e2e k8s: certificates published, Agent connects over TLS, deny flow f
     await cleanup();
     await Deno.remove(dir, { recursive: true });
   }
+}
+
+Deno.test("e2e k8s: certificates published, Agent connects over TLS, deny flow filled from the Pod store", async () => {
+  await tlsDenyFlow(1);
+});
+
+Deno.test("e2e k8s: the same with the core sharded over 2 worker threads, each with a copy of the Pod store", async () => {
+  await tlsDenyFlow(2);
 });
 
 Deno.test("e2e k8s: an unreachable API server never stops collection", async () => {

@@ -15,6 +15,7 @@ import { type PodObject, PodStore } from "../../src/k8s/pod_store.ts";
 import { agentRecord } from "../_helpers/agent_record.ts";
 import { connectTestApi, FakeKubeApiServer, type KubeObject } from "../_helpers/k8s_server.ts";
 import { pollUntil, settleDriving, waitFor } from "../_helpers/wait.ts";
+import { prng } from "../_helpers/prng.ts";
 
 const T0 = 1_700_000_000; // ManualClock's default wall time, in seconds
 
@@ -59,6 +60,59 @@ Deno.test("pod store: IP reuse picks the Pod that owned the IP when the flow sta
   clock.advance(5 * 60_000);
   assert.equal(store.stats().pods, 1);
   assert.equal(store.lookup("10.0.0.5", deletedAt - 30)?.name, "b");
+});
+
+Deno.test("pod store: a replica fed by replicate() answers every look-up as the store does", () => {
+  const rand = prng(42);
+  const clock = new ManualClock();
+  const store = new PodStore({ clock });
+  const ips = Array.from({ length: 12 }, (_, i) => `10.0.1.${i}`);
+  // Half the history before the replica starts (its seed), half after (its changes).
+  const step = (i: number): void => {
+    const name = `p${Math.floor(rand() * 30)}`;
+    const r = rand();
+    if (r < 0.5) {
+      store.apply(
+        "ADDED",
+        pod(name, ips[Math.floor(rand() * ips.length)], {
+          created: T0 - 600 + i,
+          labels: rand() < 0.5 ? { app: name } : undefined,
+          node: `node-${i % 3}`,
+        }),
+      );
+    } else if (r < 0.7) {
+      store.apply("MODIFIED", pod(name, ips[Math.floor(rand() * ips.length)], { created: T0 }));
+    } else if (r < 0.9) {
+      store.apply("DELETED", pod(name, "0.0.0.0"));
+    } else {
+      store.apply("MODIFIED", pod(name, ips[0], { phase: "Succeeded" }));
+    }
+    clock.advance(Math.floor(rand() * 20_000));
+  };
+  for (let i = 0; i < 200; i++) step(i);
+  const replica = new PodStore({ clock: new ManualClock() });
+  let changes = 0;
+  for (
+    const c of store.replicate((c) => {
+      changes++;
+      replica.applyChange(c);
+    })
+  ) replica.applyChange(c);
+  const same = (where: string): void => {
+    for (const ip of ips) {
+      for (let t = T0 - 700; t < T0 + 3000; t += 37) {
+        assert.deepEqual(replica.lookup(ip, t), store.lookup(ip, t), `${where}: ${ip} at ${t}`);
+      }
+    }
+    assert.deepEqual(replica.stats().pods, store.stats().pods, where);
+  };
+  same("after the seed");
+  for (let i = 200; i < 400; i++) step(i);
+  same("after the changes");
+  // Past every retention: the removals reach the replica too.
+  clock.advance(10 * 60_000);
+  same("after the retention");
+  assert.ok(changes > 100, `${changes} changes`);
 });
 
 Deno.test("pod store: a deleted Pod stays findable for 5 minutes, then is forgotten", () => {

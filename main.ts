@@ -81,9 +81,10 @@ Flags:
   --udp-receiver MODE  UDP receive path: auto (default: the fast recvmmsg path when started
                        with --allow-ffi on Linux, else one Deno socket), fast, or socket.
   --workers N          aggregation shards: worker threads each owning the flows whose key
-                       hashes to it, the main thread decoding and routing (default 1: the
-                       core runs in the main thread). With a cluster, each shard holds a
-                       copy of the Pod store.
+                       hashes to it; the main thread reads and routes, the shards decode,
+                       aggregate and expire (default: one per available core, at most 8;
+                       1 runs the core in the main thread). With a cluster, each shard
+                       holds a copy of the Pod store.
   --udp-workers N      fast path: sockets/threads sharing the port (SO_REUSEPORT), default 1.
   --udp-recv-buffer B  fast path: kernel receive buffer to ask for, in bytes (default 4194304;
                        0 = net.core.rmem_default). The socket path always has rmem_default.
@@ -150,6 +151,9 @@ export interface CliOptions {
   help: boolean;
 }
 
+/** Default of `--workers`: one aggregation shard per available core, at most 8. */
+export const DEFAULT_WORKERS: number = Math.max(1, Math.min(8, navigator.hardwareConcurrency ?? 1));
+
 /** Parses `args`; throws an Error naming the bad flag. */
 export function parseArgs(args: readonly string[]): CliOptions {
   const opts: CliOptions = {
@@ -160,7 +164,7 @@ export function parseArgs(args: readonly string[]): CliOptions {
     help: false,
     udpReceiver: "auto",
     udpWorkers: 1,
-    workers: 1,
+    workers: DEFAULT_WORKERS,
     exportersInProcess: false,
     permissions: false,
     perSink: false,
@@ -365,6 +369,7 @@ async function printPermissions(opts: CliOptions): Promise<number> {
     certDir: opts.certDir,
     udpReceiver: opts.udpReceiver,
     exportersInProcess: opts.exportersInProcess,
+    workers: opts.workers,
     apiListen: opts.apiListen,
     apiTokenFile: opts.apiTokenFile,
     logDir: klogFileDir(opts.klog),

@@ -12,6 +12,10 @@
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { DEFAULT_LISTEN_ADDRESS, libcPath, UDP_FAST_WORKER_MODULE } from "./collector/mod.ts";
+import { workerModule } from "./worker_module.ts";
+
+/** The aggregation shards' worker module (`src/shard/worker.ts`). */
+const SHARD_WORKER_MODULE: URL = workerModule("shard");
 import { COMPONENTS, type FlowAggregatorConfig } from "./components.ts";
 import { apiAddress, DEFAULT_TOKEN_FILE } from "./api/mod.ts";
 import type { ExporterPermissions } from "./exporters/component.ts";
@@ -48,6 +52,12 @@ export interface PermissionInputs {
   udpReceiver?: "auto" | "fast" | "socket";
   /** Sinks run in process (no worker modules to read). */
   exportersInProcess?: boolean;
+  /**
+   * `--workers`: aggregation shards, worker threads whose module is read from `moduleDir` when
+   * more than one. Default: unknown (the image's, which runs with its host's core count), so
+   * the module directory is readable.
+   */
+  workers?: number;
   /**
    * Directory the worker modules are read from where the process will run (the image's
    * `/app`); default the directory of the running program's own modules.
@@ -151,6 +161,7 @@ export function processPermissions(
     (inputs.udpReceiver ?? "auto") !== "socket" && Deno.build.os === "linux";
   const ffi = fast ? (libcPath() ?? true) : false;
   if (fast && UDP_FAST_WORKER_MODULE.protocol === "file:") read.push(moduleDir);
+  if ((inputs.workers ?? 2) > 1 && SHARD_WORKER_MODULE.protocol === "file:") read.push(moduleDir);
   return { net: uniq(net), read: uniq(read), write: uniq(write), env: uniq(env), ffi };
 }
 

@@ -5,7 +5,7 @@
 
 import assert from "node:assert/strict";
 import denoJson from "../deno.json" with { type: "json" };
-import { parseArgs, VERSION } from "../main.ts";
+import { DEFAULT_WORKERS, parseArgs, VERSION } from "../main.ts";
 import { KLOG_DEFAULTS } from "../src/log/mod.ts";
 import { FaProcess } from "./_helpers/process.ts";
 import {
@@ -29,7 +29,7 @@ Deno.test("main: no flags gives the defaults", () => {
     help: false,
     udpReceiver: "auto",
     udpWorkers: 1,
-    workers: 1,
+    workers: DEFAULT_WORKERS,
     exportersInProcess: false,
     permissions: false,
     perSink: false,
@@ -37,6 +37,7 @@ Deno.test("main: no flags gives the defaults", () => {
 });
 
 Deno.test("main: --workers takes 1 to 64 shards", () => {
+  assert.equal(DEFAULT_WORKERS, Math.min(8, navigator.hardwareConcurrency));
   assert.equal(parseArgs(["--workers", "4"]).workers, 4);
   assert.equal(parseArgs(["--workers=2"]).workers, 2);
   assert.throws(() => parseArgs(["--workers", "0"]), /--workers needs an integer from 1 to 64/);

@@ -18,8 +18,16 @@ function cfg(text: string) {
   return parseConfig(text, { tmpDir: "/tmp" });
 }
 
+/** The permissions of a one-shard process (the shards' module read is tested on its own). */
+function perms(
+  config: Parameters<typeof processPermissions>[0],
+  inputs: Parameters<typeof processPermissions>[1] = {},
+): ReturnType<typeof processPermissions> {
+  return processPermissions(config, { workers: 1, ...inputs });
+}
+
 Deno.test("permissions: the collector port, each sink's own permissions, the config directory", () => {
-  const p = processPermissions(
+  const p = perms(
     cfg(`aggregatorTransportProtocol: TCP
 flowCollector:
   enable: true
@@ -42,22 +50,22 @@ flowLogger:
 Deno.test("permissions: --allow-ffi only for the UDP fast path", () => {
   const udp = cfg("aggregatorTransportProtocol: UDP\nflowLogger:\n  enable: true\n  path: '-'\n");
   // Scoped to the C library found here (a path string), never the bare flag on Linux.
-  const ffi = processPermissions(udp).ffi;
+  const ffi = perms(udp).ffi;
   if (Deno.build.os === "linux") {
     assert.equal(typeof ffi, "string");
     assert.ok(LIBC_PATHS.includes(ffi as string), String(ffi));
-    assert.ok(permissionFlags(processPermissions(udp)).includes(`--allow-ffi=${ffi}`));
+    assert.ok(permissionFlags(perms(udp)).includes(`--allow-ffi=${ffi}`));
   } else assert.equal(ffi, false);
-  assert.equal(processPermissions(udp, { udpReceiver: "socket" }).ffi, false);
+  assert.equal(perms(udp, { udpReceiver: "socket" }).ffi, false);
   const tcp = cfg("aggregatorTransportProtocol: TCP\nflowLogger:\n  enable: true\n  path: '-'\n");
-  assert.equal(processPermissions(tcp).ffi, false);
-  assert.ok(!permissionFlags(processPermissions(tcp)).includes("--allow-ffi"));
+  assert.equal(perms(tcp).ffi, false);
+  assert.ok(!permissionFlags(perms(tcp)).includes("--allow-ffi"));
 });
 
 Deno.test("permissions: UDP adds --allow-ffi and the worker modules, never /proc", () => {
   const udp = cfg("aggregatorTransportProtocol: UDP\nflowLogger:\n  enable: true\n  path: '-'\n");
   const linux = Deno.build.os === "linux";
-  assert.deepEqual(processPermissions(udp, { exportersInProcess: true }), {
+  assert.deepEqual(perms(udp, { exportersInProcess: true }), {
     net: [API, "[::]:4739"],
     // The fast path's receive worker module; kernel drops and buffer sizes under /proc are not
     // asked for: Deno reads /proc only with --allow-all, whatever --allow-read lists.
@@ -66,13 +74,13 @@ Deno.test("permissions: UDP adds --allow-ffi and the worker modules, never /proc
     env: [...PROCESS_ENV].sort(),
     ffi: linux ? libcPath() : false,
   });
-  const socket = processPermissions(udp, { exportersInProcess: true, udpReceiver: "socket" });
+  const socket = perms(udp, { exportersInProcess: true, udpReceiver: "socket" });
   assert.deepEqual(socket.read, []);
   assert.equal(socket.ffi, false);
 });
 
 Deno.test("permissions: a flow log on stdout writes nowhere; sinks in process read no worker modules", () => {
-  const p = processPermissions(
+  const p = perms(
     cfg("aggregatorTransportProtocol: TCP\nflowLogger:\n  enable: true\n  path: '-'\n"),
     { exportersInProcess: true },
   );
@@ -95,7 +103,7 @@ clickHouse:
   spool:
     dir: /var/spool/fa-ch
 `;
-  const p = processPermissions(cfg(conf));
+  const p = perms(cfg(conf));
   // The native port 9000 maps to the HTTP port 8123.
   assert.ok(p.net.includes("ch.example:8123"), p.net.join(","));
   assert.ok(!p.net.includes("ch.example:9000"));
@@ -108,8 +116,8 @@ clickHouse:
 
 Deno.test("permissions: the API's address and token directory follow its flags and apiPort", () => {
   const c = cfg("apiServer:\n  apiPort: 10400\nflowLogger:\n  enable: true\n  path: '-'\n");
-  assert.ok(processPermissions(c).net.includes("[::]:10400"));
-  const p = processPermissions(c, { apiListen: "127.0.0.1:0", apiTokenFile: "/run/fa/token" });
+  assert.ok(perms(c).net.includes("[::]:10400"));
+  const p = perms(c, { apiListen: "127.0.0.1:0", apiTokenFile: "/run/fa/token" });
   assert.ok(p.net.includes("127.0.0.1:0") && !p.net.includes("[::]:10400"));
   assert.deepEqual(p.write, ["/run/fa"]);
 });
@@ -118,7 +126,7 @@ Deno.test("permissions: klog's --log_dir is read (pruning) and written; host and
   const config = cfg(
     "aggregatorTransportProtocol: TCP\nflowLogger:\n  enable: true\n  path: '-'\n",
   );
-  const p = processPermissions(config, {
+  const p = perms(config, {
     exportersInProcess: true,
     logDir: "/var/log/antrea/flow-aggregator",
   });
@@ -137,7 +145,7 @@ Deno.test("permissions: with Kubernetes, the API server and the service account;
   const config = cfg(
     "aggregatorTransportProtocol: TCP\nflowLogger:\n  enable: true\n  path: '-'\n",
   );
-  const inCluster = processPermissions(config, {
+  const inCluster = perms(config, {
     exportersInProcess: true,
     kube: {
       mode: "in-cluster",
@@ -148,16 +156,25 @@ Deno.test("permissions: with Kubernetes, the API server and the service account;
   assert.deepEqual(inCluster.net, ["10.96.0.1:443", API, "[::]:4739"]);
   assert.deepEqual(inCluster.read, ["/var/run/secrets/kubernetes.io/serviceaccount"]);
   assert.deepEqual(inCluster.write, [TOKEN_DIR]);
-  const v6 = processPermissions(config, {
+  const v6 = perms(config, {
     exportersInProcess: true,
     kube: { mode: "kubeconfig", server: "https://[fd00::1]", source: "/home/u/kc" },
   });
   assert.deepEqual(v6.net, [API, "[::]:4739", "[fd00::1]:443"]);
   assert.deepEqual(v6.read, ["/home/u/kc"]);
-  const standalone = processPermissions(config, {
+  const standalone = perms(config, {
     exportersInProcess: true,
     stateFile: "/var/lib/fa/cluster-uuid",
   });
   assert.deepEqual(standalone.read, ["/var/lib/fa/cluster-uuid"]);
   assert.deepEqual(standalone.write, ["/var/lib/fa/cluster-uuid", TOKEN_DIR]);
+});
+
+Deno.test("permissions: aggregation shards read their worker module; one shard does not", () => {
+  const tcp = cfg("aggregatorTransportProtocol: TCP\nflowLogger:\n  enable: false\n");
+  const src = new URL("../src", import.meta.url).pathname;
+  assert.deepEqual(processPermissions(tcp, { workers: 1 }).read, []);
+  assert.deepEqual(processPermissions(tcp, { workers: 2 }).read, [src]);
+  // Unknown (the image, whose host decides the default): readable.
+  assert.deepEqual(processPermissions(tcp).read, [src]);
 });

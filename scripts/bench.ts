@@ -225,6 +225,8 @@ export function emptyResults(): BenchResults {
     e2e_replay_peak_rss_bytes: null,
     replay_sender_cpu_us_per_record: null,
     e2e_replay_agent_spread: null,
+    e2e_replay_one_shard_records_per_s: null,
+    e2e_replay_one_shard_cpu_us_per_record: null,
     udp_lossless_records_per_s: null,
     udp_c_baseline_per_s: null,
     udp_nfcapd_per_s: null,
@@ -477,8 +479,12 @@ export async function benchReplay(ctx: BenchContext): Promise<void> {
     `${d.large.aggregatorCpuUsPerRecord.toFixed(2)} µs, ${d.large.coresUsed?.toFixed(2)} cores, ` +
     `peak ${(d.large.aggregatorPeakRssBytes / 2 ** 20).toFixed(0)} MiB)`;
   const failed = d.trials.filter((t) => !t.pass).map((t) => t.failures.join("; "));
+  ctx.notes.e2e_replay_one_shard_records_per_s = `the same process with --workers 1 (the ` +
+    `core in the main thread), trials alternated with the shipped default's ${d.shards} shards`;
   ctx.notes.e2e_replay_tcp_records_per_s = `${q}best of ${d.trials.length} trial(s) of ` +
-    `${d.durationSec} s, ${d.flows} flows, ${d.uniqueNames * 100} % unique Pod names, active 5 s` +
+    `${d.durationSec} s, ${d.shards} aggregation shards (--workers default), ${d.flows} flows, ${
+      d.uniqueNames * 100
+    } % unique Pod names, active 5 s` +
     `${large}${failed.length ? `; failed: ${failed.join(" | ")}` : ""}`;
   ctx.notes.e2e_replay_cpu_us_per_record = "utime + stime of every thread of the process";
   ctx.notes.e2e_replay_cores = "CPU seconds / (send time + drain)";
@@ -629,6 +635,8 @@ export const UNITS: Record<keyof BenchResults, string> = {
   e2e_replay_peak_rss_bytes: "bytes",
   replay_sender_cpu_us_per_record: "µs",
   e2e_replay_agent_spread: "ratio",
+  e2e_replay_one_shard_records_per_s: "records/s",
+  e2e_replay_one_shard_cpu_us_per_record: "µs",
   udp_lossless_records_per_s: "datagrams/s",
   udp_c_baseline_per_s: "datagrams/s",
   udp_nfcapd_per_s: "records/s",
@@ -725,6 +733,8 @@ const PART_KEYS: Record<string, readonly (keyof BenchResults)[]> = {
     "e2e_replay_peak_rss_bytes",
     "e2e_replay_agent_spread",
     "replay_sender_cpu_us_per_record",
+    "e2e_replay_one_shard_records_per_s",
+    "e2e_replay_one_shard_cpu_us_per_record",
   ],
 };
 

@@ -9,6 +9,10 @@
  * threads (/proc/<pid>/stat utime + stime), the cores it used (CPU seconds / wall seconds) and
  * its peak RSS (VmHWM).
  *
+ * The process runs as shipped (`--workers` at its default: one aggregation shard per core); its
+ * same-run reference is the same process with `--workers 1` (the core in the main thread),
+ * trials of the two alternated.
+ *
  *   deno run --allow-all scripts/bench/e2e_replay.ts [--quick] [--flows N] [--duration S]
  */
 
@@ -43,12 +47,19 @@ export interface E2eReplayResult {
   replay_sender_cpu_us_per_record: number | null;
   /** Records of the slowest Agent connection / of the fastest (fairness; goal ≥ 0.5). */
   e2e_replay_agent_spread: number | null;
+  /** The reference: records/s of the same process with `--workers 1`. */
+  e2e_replay_one_shard_records_per_s: number | null;
+  /** The reference: CPU per record with `--workers 1`, microseconds. */
+  e2e_replay_one_shard_cpu_us_per_record: number | null;
   /** Every trial and the parameters. */
   detail: {
     flows: number;
     durationSec: number;
     uniqueNames: number;
+    /** Aggregation shards of the process as shipped (its `--workers` default). */
+    shards: number;
     trials: E2eTrial[];
+    oneShardTrials: E2eTrial[];
     large?: E2eTrial;
   };
 }
@@ -70,7 +81,7 @@ export function bestTrial(trials: readonly E2eTrial[]): E2eTrial | undefined {
     .sort((a, b) => b.recordsPerSec! - a.recordsPerSec!)[0];
 }
 
-function progress(t: E2eTrial, flows: number): void {
+function progress(t: E2eTrial, flows: string): void {
   console.error(
     `e2e replay ${flows} flows: ${t.pass ? "pass" : "FAIL"} ${
       (t.recordsPerSec ?? NaN).toFixed(0)
@@ -91,18 +102,24 @@ export async function benchE2eReplay(opts: E2eReplayOptions): Promise<E2eReplayR
   const n = opts.trials ?? (opts.quick ? 1 : 2);
   const trialOpts = { durationSec, sender: "replay" as const, uniqueNames: REPLAY_UNIQUE_NAMES };
   const trials: E2eTrial[] = [];
+  const oneShardTrials: E2eTrial[] = [];
+  const one = { ...trialOpts, flows, args: ["--workers", "1"] };
   for (let i = 0; i < n; i++) {
-    const t = await runE2eTrial(0, { ...trialOpts, flows });
-    progress(t, flows);
-    trials.push(t);
+    // Alternated, the order swapped every round: a neighbour's burst hits both alike.
+    for (const shipped of i % 2 === 0 ? [true, false] : [false, true]) {
+      const t = await runE2eTrial(0, shipped ? { ...trialOpts, flows } : one);
+      progress(t, shipped ? `${flows}` : `${flows}, one shard`);
+      (shipped ? trials : oneShardTrials).push(t);
+    }
   }
   const largeFlows = opts.largeFlows ?? (opts.quick ? 0 : 100_000);
   let large: E2eTrial | undefined;
   if (largeFlows > 0) {
     large = await runE2eTrial(0, { ...trialOpts, flows: largeFlows });
-    progress(large, largeFlows);
+    progress(large, `${largeFlows}`);
   }
   const best = bestTrial(trials);
+  const bestOne = bestTrial(oneShardTrials);
   return {
     e2e_replay_tcp_records_per_s: best?.recordsPerSec ?? null,
     e2e_replay_cpu_us_per_record: best?.aggregatorCpuUsPerRecord ?? null,
@@ -110,7 +127,17 @@ export async function benchE2eReplay(opts: E2eReplayOptions): Promise<E2eReplayR
     e2e_replay_peak_rss_bytes: best?.aggregatorPeakRssBytes ?? null,
     replay_sender_cpu_us_per_record: best?.flowgenCpuUsPerRecord ?? null,
     e2e_replay_agent_spread: agentSpread(best?.flowgen?.perAgent),
-    detail: { flows, durationSec, uniqueNames: REPLAY_UNIQUE_NAMES, trials, large },
+    e2e_replay_one_shard_records_per_s: bestOne?.recordsPerSec ?? null,
+    e2e_replay_one_shard_cpu_us_per_record: bestOne?.aggregatorCpuUsPerRecord ?? null,
+    detail: {
+      flows,
+      durationSec,
+      uniqueNames: REPLAY_UNIQUE_NAMES,
+      shards: Math.min(8, navigator.hardwareConcurrency),
+      trials,
+      oneShardTrials,
+      large,
+    },
   };
 }
 

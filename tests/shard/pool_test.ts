@@ -180,3 +180,29 @@ Deno.test("shard pool: a shard that stops reading stalls ingest for a bounded ti
   await pool.stop(200);
   assert.equal(pool.counters().shardsFailed, 1, "a shard that never stops is given up on");
 });
+
+Deno.test("shard pool: a shard busy draining its ring still runs its expiry timer", async () => {
+  const got: ExportedFlow[] = [];
+  const pool = new ShardPool({
+    shards: 2,
+    settings: { ...HOUR, activeTimeoutMs: 200, inactiveTimeoutMs: 200 },
+    onFlows: (flows) => got.push(...flows),
+  });
+  await pool.ready();
+  // 1.5 s of records without a pause: exports must come out while they flow, not after.
+  const t0 = performance.now();
+  let port = 0;
+  let firstExportAt = -1;
+  while (performance.now() - t0 < 1_500) {
+    const batch = Array.from(
+      { length: 500 },
+      () => intraNode({ sourceTransportPort: 1 + (port++ % 60_000) }),
+    );
+    pool.ingest(batch);
+    pool.flush();
+    await new Promise((r) => setTimeout(r, 0));
+    if (firstExportAt < 0 && got.length > 0) firstExportAt = performance.now() - t0;
+  }
+  await pool.stop();
+  assert.ok(firstExportAt > 0 && firstExportAt < 1_200, `first export at ${firstExportAt} ms`);
+});

@@ -253,26 +253,38 @@ export class ShardPool {
     const n = shards.length;
     for (const r of records) {
       const shard = shards[shardOf(r, n, this.#scratch)];
-      if (shard.dead || (shard.stalled && !this.#recovered(shard))) {
-        this.#counters.recordsDroppedNoShard++;
-        continue;
-      }
-      // One writer's frame at a time on a ring, so records keep their order.
-      if (shard.raw.pendingRecords > 0 && !this.#send(shard, shard.raw)) {
-        this.#counters.recordsDroppedNoShard++;
-        continue;
-      }
+      if (!this.#open(shard, shard.raw)) continue;
       if (!shard.rows.add(r) && !(this.#waitForRing(shard, shard.rows) && shard.rows.add(r))) {
         this.#counters.recordsDroppedNoShard++;
         continue;
       }
       shard.sentRecords++;
     }
-    // What is left goes at the end of this task, so small data sets still travel in frames.
+    this.#flushLater();
+  }
+
+  /** What is left goes at the end of this task, so small data sets still travel in frames. */
+  #flushLater(): void {
     if (!this.#flushQueued) {
       this.#flushQueued = true;
       queueMicrotask(() => this.flush());
     }
+  }
+
+  /**
+   * True when `shard` can take a record now: alive, not stalled, and the other writer's pending
+   * frame sent first (one writer's frame at a time on a ring, so records keep their order).
+   * Otherwise the record is counted dropped.
+   */
+  #open(shard: Shard, other: FrameWriter): boolean {
+    if (
+      shard.dead || (shard.stalled && !this.#recovered(shard)) ||
+      (other.pendingRecords > 0 && !this.#send(shard, other))
+    ) {
+      this.#counters.recordsDroppedNoShard++;
+      return false;
+    }
+    return true;
   }
 
   /**
@@ -296,14 +308,7 @@ export class ShardPool {
           ? rawShardOf(bytes, start, key, n, this.#scratch)
           : this.#shardOfDecoded(raw, start, end, n)
       ];
-      if (shard.dead || (shard.stalled && !this.#recovered(shard))) {
-        this.#counters.recordsDroppedNoShard++;
-        continue;
-      }
-      if (shard.rows.pendingRecords > 0 && !this.#send(shard, shard.rows)) {
-        this.#counters.recordsDroppedNoShard++;
-        continue;
-      }
+      if (!this.#open(shard, shard.rows)) continue;
       const w = shard.raw;
       if (
         !w.add(t, bytes, start, end) &&
@@ -314,10 +319,7 @@ export class ShardPool {
       }
       shard.sentRecords++;
     }
-    if (!this.#flushQueued) {
-      this.#flushQueued = true;
-      queueMicrotask(() => this.flush());
-    }
+    this.#flushLater();
   }
 
   /** The shard of a record whose key is not at fixed offsets: decoded here to read it. */

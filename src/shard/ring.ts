@@ -113,12 +113,29 @@ async function waitWordAsync(
   }
 }
 
+/** What both ends of a ring hold: its header words, its data area and its capacity. */
+abstract class RingEnd {
+  protected readonly h: Int32Array;
+  protected readonly data: Uint8Array;
+  protected readonly dv: DataView;
+  protected readonly cap: number;
+
+  constructor(sab: SharedArrayBuffer) {
+    const { h, data, cap } = open(sab);
+    this.h = h;
+    this.data = data;
+    this.dv = new DataView(sab, HEADER_BYTES, cap);
+    this.cap = cap;
+  }
+
+  /** Bytes of the data area. */
+  get capacity(): number {
+    return this.cap;
+  }
+}
+
 /** The producer side of a ring (one per ring, on one thread). */
-export class RingWriter {
-  readonly #h: Int32Array;
-  readonly #data: Uint8Array;
-  readonly #dv: DataView;
-  readonly #cap: number;
+export class RingWriter extends RingEnd {
   #write: number;
   /** Data offset of the reserved frame's header, or -1 when none is reserved. */
   #reserved = -1;
@@ -126,22 +143,13 @@ export class RingWriter {
 
   /** Wraps a buffer made by {@linkcode createRing}. */
   constructor(sab: SharedArrayBuffer) {
-    const { h, data, cap } = open(sab);
-    this.#h = h;
-    this.#data = data;
-    this.#dv = new DataView(sab, HEADER_BYTES, cap);
-    this.#cap = cap;
-    this.#write = Atomics.load(h, W_WRITE);
-  }
-
-  /** Bytes of the data area. */
-  get capacity(): number {
-    return this.#cap;
+    super(sab);
+    this.#write = Atomics.load(this.h, W_WRITE);
   }
 
   /** Largest payload a frame can have (the data area less the frame header). */
   get maxFrameBytes(): number {
-    return this.#cap - FRAME_HEADER;
+    return this.cap - FRAME_HEADER;
   }
 
   /** True once {@linkcode close} was called. */
@@ -151,7 +159,7 @@ export class RingWriter {
 
   /** Bytes published and not yet released by the reader (frame headers and padding included). */
   get usedBytes(): number {
-    return (this.#write - Atomics.load(this.#h, W_READ)) & POSITION_MASK;
+    return (this.#write - Atomics.load(this.h, W_READ)) & POSITION_MASK;
   }
 
   /**
@@ -160,15 +168,15 @@ export class RingWriter {
    * free (publishing it, so the reader moves past it). False when it does not fit yet.
    */
   #prepare(need: number): boolean {
-    const cap = this.#cap;
-    let free = cap - ((this.#write - Atomics.load(this.#h, W_READ)) | 0);
+    const cap = this.cap;
+    let free = cap - ((this.#write - Atomics.load(this.h, W_READ)) | 0);
     const p = this.#write & (cap - 1);
     if (cap - p < need) {
       const tail = cap - p;
       if (free < tail) return false;
-      this.#dv.setInt32(p, SKIP, true);
+      this.dv.setInt32(p, SKIP, true);
       this.#write = (this.#write + tail) | 0;
-      Atomics.store(this.#h, W_WRITE, this.#write);
+      Atomics.store(this.h, W_WRITE, this.#write);
       free -= tail;
     }
     return free >= need;
@@ -180,10 +188,10 @@ export class RingWriter {
     if (!Number.isInteger(bytes) || bytes < 0) {
       throw new RangeError(`ring: frame of ${bytes} bytes`);
     }
-    if (bytes > this.#cap - FRAME_HEADER) {
+    if (bytes > this.cap - FRAME_HEADER) {
       throw new RangeError(
         `ring: frame of ${bytes} bytes is larger than the ring allows (${
-          this.#cap - FRAME_HEADER
+          this.cap - FRAME_HEADER
         } bytes)`,
       );
     }
@@ -199,10 +207,10 @@ export class RingWriter {
     this.#check(bytes);
     const need = align8(FRAME_HEADER + bytes);
     if (!this.#prepare(need)) return null;
-    const p = this.#write & (this.#cap - 1);
+    const p = this.#write & (this.cap - 1);
     this.#reserved = p;
     this.#reservedBytes = bytes;
-    return this.#data.subarray(p + FRAME_HEADER, p + FRAME_HEADER + bytes);
+    return this.data.subarray(p + FRAME_HEADER, p + FRAME_HEADER + bytes);
   }
 
   /**
@@ -215,11 +223,11 @@ export class RingWriter {
     if (!Number.isInteger(bytes) || bytes < 0 || bytes > this.#reservedBytes) {
       throw new RangeError(`ring: commit of ${bytes} bytes, ${this.#reservedBytes} reserved`);
     }
-    this.#dv.setInt32(p, bytes, true);
+    this.dv.setInt32(p, bytes, true);
     this.#reserved = -1;
     this.#write = (this.#write + align8(FRAME_HEADER + bytes)) | 0;
-    Atomics.store(this.#h, W_WRITE, this.#write);
-    Atomics.notify(this.#h, W_WRITE);
+    Atomics.store(this.h, W_WRITE, this.#write);
+    Atomics.notify(this.h, W_WRITE);
   }
 
   /** Copies `frame` into the ring as one frame; false (nothing written) when it does not fit now. */
@@ -240,11 +248,11 @@ export class RingWriter {
     const need = align8(FRAME_HEADER + bytes);
     const end = performance.now() + timeoutMs;
     for (;;) {
-      const read = Atomics.load(this.#h, W_READ);
+      const read = Atomics.load(this.h, W_READ);
       if (this.#prepare(need)) return "ready";
       const left = end - performance.now();
       if (left <= 0) return "timeout";
-      Atomics.wait(this.#h, W_READ, read, left);
+      Atomics.wait(this.h, W_READ, read, left);
     }
   }
 
@@ -254,11 +262,11 @@ export class RingWriter {
     const need = align8(FRAME_HEADER + bytes);
     const end = performance.now() + timeoutMs;
     for (;;) {
-      const read = Atomics.load(this.#h, W_READ);
+      const read = Atomics.load(this.h, W_READ);
       if (this.#prepare(need)) return "ready";
       const left = end - performance.now();
       if (left <= 0) return "timeout";
-      await waitWordAsync(this.#h, W_READ, read, left);
+      await waitWordAsync(this.h, W_READ, read, left);
     }
   }
 
@@ -270,39 +278,26 @@ export class RingWriter {
     if (this.closed) return;
     this.#reserved = -1;
     this.#write |= CLOSED_BIT;
-    Atomics.store(this.#h, W_WRITE, this.#write);
-    Atomics.notify(this.#h, W_WRITE);
+    Atomics.store(this.h, W_WRITE, this.#write);
+    Atomics.notify(this.h, W_WRITE);
   }
 }
 
 /** The consumer side of a ring (one per ring, on one thread). */
-export class RingReader {
-  readonly #h: Int32Array;
-  readonly #data: Uint8Array;
-  readonly #dv: DataView;
-  readonly #cap: number;
+export class RingReader extends RingEnd {
   #read: number;
   /** Bytes the held frame takes (header and padding), or 0 when no frame is held. */
   #held = 0;
 
   /** Wraps a buffer made by {@linkcode createRing} (the one its writer wraps). */
   constructor(sab: SharedArrayBuffer) {
-    const { h, data, cap } = open(sab);
-    this.#h = h;
-    this.#data = data;
-    this.#dv = new DataView(sab, HEADER_BYTES, cap);
-    this.#cap = cap;
-    this.#read = Atomics.load(h, W_READ);
-  }
-
-  /** Bytes of the data area. */
-  get capacity(): number {
-    return this.#cap;
+    super(sab);
+    this.#read = Atomics.load(this.h, W_READ);
   }
 
   /** True when the producer closed the ring and every frame has been read and released. */
   get done(): boolean {
-    const w = Atomics.load(this.#h, W_WRITE);
+    const w = Atomics.load(this.h, W_WRITE);
     return (w & CLOSED_BIT) !== 0 && this.#held === 0 && !this.#available(w);
   }
 
@@ -312,11 +307,11 @@ export class RingReader {
    */
   next(): Uint8Array | undefined {
     if (this.#held !== 0) throw new Error("ring: next() before release() of the previous frame");
-    if (!this.#available(Atomics.load(this.#h, W_WRITE))) return undefined;
-    const p = this.#read & (this.#cap - 1);
-    const len = this.#dv.getInt32(p, true);
+    if (!this.#available(Atomics.load(this.h, W_WRITE))) return undefined;
+    const p = this.#read & (this.cap - 1);
+    const len = this.dv.getInt32(p, true);
     this.#held = align8(FRAME_HEADER + len);
-    return this.#data.subarray(p + FRAME_HEADER, p + FRAME_HEADER + len);
+    return this.data.subarray(p + FRAME_HEADER, p + FRAME_HEADER + len);
   }
 
   /**
@@ -327,11 +322,11 @@ export class RingReader {
   #available(w: number): boolean {
     const end = w & POSITION_MASK;
     if (end === this.#read) return false;
-    const p = this.#read & (this.#cap - 1);
-    if (this.#dv.getInt32(p, true) !== SKIP) return true;
-    this.#read = (this.#read + this.#cap - p) | 0;
-    Atomics.store(this.#h, W_READ, this.#read);
-    Atomics.notify(this.#h, W_READ);
+    const p = this.#read & (this.cap - 1);
+    if (this.dv.getInt32(p, true) !== SKIP) return true;
+    this.#read = (this.#read + this.cap - p) | 0;
+    Atomics.store(this.h, W_READ, this.#read);
+    Atomics.notify(this.h, W_READ);
     // A skip marker is published before its frame: the frame may not be there yet.
     return end !== this.#read;
   }
@@ -341,8 +336,8 @@ export class RingReader {
     if (this.#held === 0) throw new Error("ring: release() without a frame from next()");
     this.#read = (this.#read + this.#held) | 0;
     this.#held = 0;
-    Atomics.store(this.#h, W_READ, this.#read);
-    Atomics.notify(this.#h, W_READ);
+    Atomics.store(this.h, W_READ, this.#read);
+    Atomics.notify(this.h, W_READ);
   }
 
   /** "ready" when a frame is published (or held), "closed" when done, else undefined. */
@@ -359,12 +354,12 @@ export class RingReader {
   waitForData(timeoutMs: number): RingWait {
     const end = performance.now() + timeoutMs;
     for (;;) {
-      const w = Atomics.load(this.#h, W_WRITE);
+      const w = Atomics.load(this.h, W_WRITE);
       const s = this.#state(w);
       if (s !== undefined) return s;
       const left = end - performance.now();
       if (left <= 0) return "timeout";
-      Atomics.wait(this.#h, W_WRITE, w, left);
+      Atomics.wait(this.h, W_WRITE, w, left);
     }
   }
 
@@ -372,12 +367,12 @@ export class RingReader {
   async waitForDataAsync(timeoutMs: number): Promise<RingWait> {
     const end = performance.now() + timeoutMs;
     for (;;) {
-      const w = Atomics.load(this.#h, W_WRITE);
+      const w = Atomics.load(this.h, W_WRITE);
       const s = this.#state(w);
       if (s !== undefined) return s;
       const left = end - performance.now();
       if (left <= 0) return "timeout";
-      await waitWordAsync(this.#h, W_WRITE, w, left);
+      await waitWordAsync(this.h, W_WRITE, w, left);
     }
   }
 }

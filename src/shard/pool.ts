@@ -75,6 +75,11 @@ export interface ShardPoolStats {
   ingestWaits: number;
   /** Times a shard was marked stalled. */
   shardStalls: number;
+  /**
+   * String values the shards' decoders cut to `limits.maxStringBytes` (the collector counts
+   * none of them: in a sharded process it does not decode).
+   */
+  stringsTruncated: number;
 }
 
 interface Shard {
@@ -90,6 +95,8 @@ interface Shard {
   /** See the module doc. */
   stalled: boolean;
   stats: AggregationStats | undefined;
+  /** Its decoders' truncated strings, as of its last report. */
+  stringsTruncated: number;
   dead: boolean;
   ready: PromiseWithResolvers<void>;
 }
@@ -109,7 +116,7 @@ export class ShardPool {
   readonly #stops = new Map<number, () => void>();
   #nextId = 1;
   #flushQueued = false;
-  readonly #counters: ShardPoolStats = {
+  readonly #counters: Omit<ShardPoolStats, "stringsTruncated"> = {
     shardsFailed: 0,
     flowsLostWithShard: 0,
     recordsDroppedNoShard: 0,
@@ -156,6 +163,7 @@ export class ShardPool {
         sentRecords: 0,
         stalled: false,
         stats: undefined,
+        stringsTruncated: 0,
         dead: false,
         ready: Promise.withResolvers<void>(),
       };
@@ -200,10 +208,12 @@ export class ShardPool {
         return;
       case "flows":
         shard.stats = m.stats;
+        shard.stringsTruncated = m.stringsTruncated;
         this.#opts.onFlows(readBatch(m.buf));
         return;
       case "stats":
         shard.stats = m.stats;
+        shard.stringsTruncated = m.stringsTruncated;
         return;
       case "query": {
         const q = this.#queries.get(m.id);
@@ -214,6 +224,7 @@ export class ShardPool {
       }
       case "stopped": {
         shard.stats = m.stats;
+        shard.stringsTruncated = m.stringsTruncated;
         this.#stops.get(m.id)?.();
         return;
       }
@@ -443,9 +454,11 @@ export class ShardPool {
     return sum;
   }
 
-  /** The pool's own counters. */
+  /** The pool's own counters, and the shards' truncated strings. */
   counters(): ShardPoolStats {
-    return { ...this.#counters };
+    let stringsTruncated = 0;
+    for (const s of this.#shards) stringsTruncated += s.stringsTruncated;
+    return { ...this.#counters, stringsTruncated };
   }
 
   /**

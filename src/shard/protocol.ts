@@ -53,6 +53,8 @@ export type ToShard =
 /** What a shard reports with every message: its counters. */
 export interface ShardReport {
   stats: AggregationStats;
+  /** String values cut to `limits.maxStringBytes` by the shard's decoders (monotonic). */
+  stringsTruncated: number;
 }
 
 /** Shard worker → main thread. */

@@ -271,13 +271,21 @@ export interface RawRowReaderOptions {
 
 /** Reads one ring's raw frames: compiles each template once and decodes the records. */
 export class RawRowReader {
-  readonly #templates = new Map<number, CompiledTemplate>();
-  readonly #maxStringBytes: number | undefined;
+  /** Each tid's field list, and its decoder once compiled (under the current string bound). */
+  readonly #templates = new Map<number, { t: TemplateRecord; ct?: CompiledTemplate }>();
+  #maxStringBytes: number | undefined;
   readonly #out: DataRecord[] = [];
 
   /** A reader with the decoders' string bound. */
   constructor(options: RawRowReaderOptions = {}) {
     this.#maxStringBytes = options.maxStringBytes;
+  }
+
+  /** Changes the decoders' string bound (a reload): each field list is compiled again. */
+  setMaxStringBytes(n: number | undefined): void {
+    if (n === this.#maxStringBytes) return;
+    this.#maxStringBytes = n;
+    for (const e of this.#templates.values()) e.ct = undefined;
   }
 
   /** Field lists known. */
@@ -304,8 +312,12 @@ export class RawRowReader {
       if (tag === TAG_RECORDS) {
         const tid = v.getUint32(at + 1, true);
         const n = v.getUint32(at + 5, true);
-        const ct = this.#templates.get(tid);
-        if (ct === undefined) throw new Error(`raw rows: records of undefined template ${tid}`);
+        const e = this.#templates.get(tid);
+        if (e === undefined) throw new Error(`raw rows: records of undefined template ${tid}`);
+        const ct = e.ct ??= compileTemplate(e.t, {
+          wireNumbers: true,
+          maxStringBytes: this.#maxStringBytes,
+        });
         at += 9;
         this.#decode(ct, frame, at, at + n, onRecord, onInvalid);
         at += n;
@@ -323,13 +335,7 @@ export class RawRowReader {
             length: v.getUint16(at + 6, true),
           });
         }
-        this.#templates.set(
-          tid,
-          compileTemplate({ id, fields, scopeFieldCount: scope }, {
-            wireNumbers: true,
-            maxStringBytes: this.#maxStringBytes,
-          }),
-        );
+        this.#templates.set(tid, { t: { id, fields, scopeFieldCount: scope } });
       } else if (tag === TAG_RESET) {
         this.#templates.clear();
         at += 1;

@@ -21,7 +21,8 @@ import { BatchWriter } from "../exporters/batch.ts";
 import { logger, setLogFormat, setLogLevel, setLogWriter } from "../log.ts";
 import { InputRowReader } from "./input_rows.ts";
 import { RAW_MAGIC, RawRowReader } from "./raw_rows.ts";
-import { type FromShard, type ToShard, USAGE_WORDS } from "./protocol.ts";
+import { type FromShard, type ShardReport, type ToShard, USAGE_WORDS } from "./protocol.ts";
+import { stringsTruncatedTotal } from "../ipfix/compile.ts";
 import { RingReader } from "./ring.ts";
 
 /** Flows per batch posted to the main thread. */
@@ -128,6 +129,11 @@ async function pump(c: AggregationCore): Promise<void> {
   }
 }
 
+/** What every message to the main thread carries: the counters. */
+function report(c: AggregationCore): ShardReport {
+  return { stats: c.stats(), stringsTruncated: stringsTruncatedTotal() };
+}
+
 function publishUsage(c: AggregationCore): void {
   usage[index * USAGE_WORDS] = c.flowCount;
   usage[index * USAGE_WORDS + 1] = c.flowBytes;
@@ -136,7 +142,7 @@ function publishUsage(c: AggregationCore): void {
 function flushBatch(c: AggregationCore): void {
   if (batch.count === 0) return;
   const buf = batch.finish();
-  post({ t: "flows", buf, stats: c.stats() }, [buf]);
+  post({ t: "flows", buf, ...report(c) }, [buf]);
 }
 
 function emitTo(c: AggregationCore): (f: ExportedFlow) => void {
@@ -201,7 +207,7 @@ scope.onmessage = (e: MessageEvent<ToShard>): void => {
       });
       core = c;
       arm(c);
-      statsTimer = setInterval(() => post({ t: "stats", stats: c.stats() }), STATS_EVERY_MS);
+      statsTimer = setInterval(() => post({ t: "stats", ...report(c) }), STATS_EVERY_MS);
       void pump(c);
       post({ t: "ready" });
       return;
@@ -218,6 +224,7 @@ scope.onmessage = (e: MessageEvent<ToShard>): void => {
       c.setMaxFlows(s.maxFlows);
       c.setMaxFlowBytes(s.maxFlowBytes);
       c.setIncludePodLabels(s.includePodLabels);
+      raw.setMaxStringBytes(s.maxStringBytes);
       arm(c);
       return;
     }
@@ -238,7 +245,7 @@ scope.onmessage = (e: MessageEvent<ToShard>): void => {
       flushBatch(c);
       publishUsage(c);
       log.debug("shard flushed the flows it held", { shard: index, flows: n });
-      post({ t: "stopped", id: m.id, stats: c.stats() });
+      post({ t: "stopped", id: m.id, ...report(c) });
       return;
     }
   }

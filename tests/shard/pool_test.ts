@@ -14,6 +14,8 @@ import type { ShardSettings } from "../../src/shard/protocol.ts";
 import { replayRecords } from "../aggregation/replay_records.ts";
 import { intraNode } from "../aggregation/fixtures.ts";
 import { waitFor } from "../_helpers/wait.ts";
+import { replayMessages } from "../aggregation/replay_records.ts";
+import { decodeMessage, TemplateStore } from "../../src/ipfix/mod.ts";
 
 const HOUR: ShardSettings = {
   activeTimeoutMs: 3_600_000,
@@ -205,4 +207,30 @@ Deno.test("shard pool: a shard busy draining its ring still runs its expiry time
   }
   await pool.stop();
   assert.ok(firstExportAt > 0 && firstExportAt < 1_200, `first export at ${firstExportAt} ms`);
+});
+
+Deno.test("shard pool: undecoded records are decoded by their shards; cut strings are counted", async () => {
+  const { templates, rounds } = replayMessages({ seed: 9, rounds: 1 });
+  const stores = [0, 1, 2, 3].map(() => new TemplateStore({ wireNumbers: true }));
+  for (const m of templates) decodeMessage(m.bytes, stores[m.agent], true);
+  const pool = new ShardPool({
+    shards: 2,
+    settings: { ...HOUR, maxStringBytes: 3 },
+    onFlows: () => {},
+  });
+  await pool.ready();
+  let records = 0;
+  for (const m of rounds[0]) {
+    for (const ds of decodeMessage(m.bytes, stores[m.agent], true).dataSets) {
+      pool.ingestRaw(ds.raw!);
+      records += ds.raw!.spans.length / 2;
+    }
+  }
+  pool.flush();
+  const held = await pool.query(null, Infinity);
+  assert.ok(held.length > 500, `${held.length} flows`);
+  for (const r of held) assert.ok(r.sourcePodName.length <= 3, r.sourcePodName);
+  await pool.stop();
+  assert.equal(pool.stats().recordsIn, records);
+  assert.ok(pool.counters().stringsTruncated > 0);
 });

@@ -151,3 +151,32 @@ Deno.test("raw rows: one tid per field list, whichever session's template object
   assert.equal(ids.of(a), ids.of(b));
   assert.notEqual(ids.of(a), ids.of(c));
 });
+
+Deno.test("raw rows: a new string bound (a reload) recompiles every field list", () => {
+  const { raw, decoded } = both(8);
+  const sab = createRing(1 << 22);
+  const ring = new RingWriter(sab);
+  const out = new RingReader(sab);
+  const reader = new RawRowReader({ maxStringBytes: 3 });
+  const w = new RawRowWriter(ring, new RawTemplateIds());
+  const readAll = (): FlowInput[] => {
+    const records: FlowInput[] = [];
+    for (const r of raw.slice(0, 200)) {
+      for (let s = 0; s < r.spans.length; s += 2) {
+        assert.ok(w.add(r.compiled.template, r.bytes, r.spans[s], r.spans[s + 1]));
+      }
+    }
+    assert.ok(w.flush());
+    for (let f = out.next(); f !== undefined; f = out.next()) {
+      reader.read(f, (r) => records.push(r), (why) => assert.fail(why));
+      out.release();
+    }
+    return records;
+  };
+  const cut = readAll();
+  const full = decoded.slice(0, cut.length);
+  assert.ok(full.some((r) => (r.sourcePodName ?? "").length > 3), "names longer than the bound");
+  for (const r of cut) assert.ok((r.sourcePodName ?? "").length <= 3, r.sourcePodName);
+  reader.setMaxStringBytes(undefined);
+  assert.deepEqual(readAll(), full);
+});

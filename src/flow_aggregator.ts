@@ -908,13 +908,14 @@ export class FlowAggregator {
 /**
  * Every counter of a stats snapshot as flat `key = value` fields (the metrics log line and the
  * API's Prometheus text): the process's own, the collector's (unprefixed), the core's
- * (`aggregation.*`), the UDP receive path's (`udp*`) and each sink's (`<section>.*`, its
+ * (`aggregation.*`), the aggregation shards' (`shards.*`), the UDP receive path's (`udp*`) and each sink's (`<section>.*`, its
  * worker's own counters under `<section>.sink.*`).
  */
 export function statsFields(stats: FlowAggregatorStats): LogFields {
-  const { aggregation, collector, exporters, ...own } = stats;
+  const { aggregation, collector, exporters, shards, ...own } = stats;
   const fields: LogFields = {};
   counterFields(own, "", fields);
+  if (shards !== undefined) counterFields(shards, "shards.", fields);
   fields.recordsAggregated = aggregation.recordsAccepted;
   fields.rejected = rejectedTotal(stats);
   counterFields(aggregation, "aggregation.", fields);

@@ -149,6 +149,12 @@ async function runScenarios(
     assert.ok(fa.find({ msg: "flow aggregator stopped" }).length === 1);
     const sharded = fa.find({ msg: "aggregation sharded over worker threads" });
     assert.equal(sharded.length, (opts.workers ?? 1) > 1 ? 1 : 0);
+    if ((opts.workers ?? 1) > 1) {
+      // The shards' own counters are in the metrics line, one field each.
+      assert.equal(metrics.fields["shards.shardsFailed"], "0");
+      assert.equal(metrics.fields["shards.recordsDroppedNoShard"], "0");
+      assert.equal(metrics.fields["shards.stringsTruncated"], "0");
+    }
   } finally {
     for (const a of agents) a.close();
     await fa.dispose();

@@ -45,6 +45,7 @@ import {
   benchDecodeRates,
   benchDecodeRealistic,
   benchPipelineRealistic,
+  benchRouteRealistic,
   REPLAY_UNIQUE_NAMES,
 } from "./bench/core.ts";
 import { benchE2eTcp as runE2e, type E2eTrial, runE2eTrial } from "./bench/e2e.ts";
@@ -87,6 +88,11 @@ export interface BenchResults extends Omit<E2eReplayResult, "detail"> {
    * every message a different flow, the default scenario mix), one record per message.
    */
   decode_realistic_records_per_s: number | null;
+  /**
+   * Records per second of the main thread's share of a sharded process on the same stream
+   * (walked undecoded, routed by key, copied to a shard ring).
+   */
+  route_realistic_records_per_s: number | null;
   /**
    * Records per second decoded (wire-number mode, as the collector does) and aggregated on one
    * thread from the replay stream, 20k flows, 3 rounds.
@@ -213,6 +219,7 @@ export function emptyResults(): BenchResults {
     decode_records_per_s: null,
     decode_batch_records_per_s: null,
     decode_realistic_records_per_s: null,
+    route_realistic_records_per_s: null,
     pipeline_realistic_records_per_s: null,
     pipeline_realistic_text_records_per_s: null,
     aggregate_records_per_s: null,
@@ -410,6 +417,10 @@ export function benchDecode(ctx: BenchContext): Promise<void> {
   ctx.notes.decode_realistic_records_per_s = `decodeMessage, replay stream: 4 Agents, ${flows} ` +
     `flows (${real.messages} one-record messages per round, default mix), ` +
     `${REPLAY_UNIQUE_NAMES * 100} % unique Pod names`;
+  ctx.results.route_realistic_records_per_s = benchRouteRealistic(seconds, { flows, shards: 2 });
+  ctx.notes.route_realistic_records_per_s = "the main thread's share of a sharded process, same " +
+    "messages: walked undecoded (raw mode), key read from the bytes, record copied to one of 2 " +
+    "shard rings (released in the same thread)";
   return Promise.resolve();
 }
 
@@ -623,6 +634,7 @@ export const UNITS: Record<keyof BenchResults, string> = {
   decode_records_per_s: "records/s",
   decode_batch_records_per_s: "records/s",
   decode_realistic_records_per_s: "records/s",
+  route_realistic_records_per_s: "records/s",
   pipeline_realistic_records_per_s: "records/s",
   pipeline_realistic_text_records_per_s: "records/s",
   aggregate_records_per_s: "records/s",
@@ -714,7 +726,12 @@ export function formatTable(report: BenchReport): string {
 
 /** The keys each part comparable with a baseline fills. */
 const PART_KEYS: Record<string, readonly (keyof BenchResults)[]> = {
-  decode: ["decode_records_per_s", "decode_batch_records_per_s", "decode_realistic_records_per_s"],
+  decode: [
+    "decode_records_per_s",
+    "decode_batch_records_per_s",
+    "decode_realistic_records_per_s",
+    "route_realistic_records_per_s",
+  ],
   aggregate: [
     "aggregate_records_per_s",
     "pipeline_realistic_records_per_s",

@@ -11,6 +11,10 @@ import { ManualClock } from "../../src/clock.ts";
 import { GOLDEN_DATA_HEX, GOLDEN_TEMPLATE_HEX, hexToBytes } from "./udp.ts";
 import { ReplayStream } from "../../src/flowgen/mod.ts";
 import { alternate, median } from "./baseline.ts";
+import { KEY_WORDS } from "../../src/aggregation/flow_table.ts";
+import { skimOf } from "../../src/ipfix/skim.ts";
+import { RawRowWriter, rawShardOf, RawTemplateIds } from "../../src/shard/raw_rows.ts";
+import { createRing, RingReader, RingWriter } from "../../src/shard/ring.ts";
 
 /**
  * Share of Pods with a name of their own in the replay benchmarks' streams (decode and e2e):
@@ -122,6 +126,65 @@ export function benchDecodeRealistic(
   );
   if (sink <= 0) throw new Error("unreachable");
   return { recordsPerSec: rate, messages: msgs.length };
+}
+
+/**
+ * Records/s of the main thread's share of a sharded process on the realistic stream (the same
+ * messages as {@linkcode benchDecodeRealistic}): each message walked without decoding (the
+ * collector's raw mode), each record's key read from its bytes and the record copied into the
+ * ring of its shard (`shards` rings; the frames are released in the same thread, standing in
+ * for the shards). What the main thread does per record instead of decoding and aggregating.
+ */
+export function benchRouteRealistic(
+  seconds: number,
+  opts: { flows: number; shards: number; uniqueNames?: number },
+): number {
+  const stream = replayStream(opts.flows, opts.uniqueNames);
+  const now = Math.floor(Date.now() / 1000);
+  const stores = agentStores(stream, now, true);
+  const order = arrivalOrder(stream, 0, now);
+  const msgs = order.map((m) => m.msg);
+  const msgStores = order.map((m) => stores[m.agent]);
+  const ids = new RawTemplateIds();
+  const rings = Array.from({ length: opts.shards }, () => createRing(4 << 20));
+  const writers = rings.map((r) => new RawRowWriter(new RingWriter(r), ids));
+  const readers = rings.map((r) => new RingReader(r));
+  const scratch = new Uint32Array(KEY_WORDS);
+  const drain = (): void => {
+    for (const r of readers) {
+      while (r.next() !== undefined) r.release();
+    }
+  };
+  let routed = 0;
+  const route = (i: number): void => {
+    for (const ds of decodeMessage(msgs[i], msgStores[i], true).dataSets) {
+      const raw = ds.raw!;
+      const t = raw.compiled.template;
+      const key = skimOf(t).key!;
+      for (let s = 0; s < raw.spans.length; s += 2) {
+        const w = writers[rawShardOf(raw.bytes, raw.spans[s], key, opts.shards, scratch)];
+        if (!w.add(t, raw.bytes, raw.spans[s], raw.spans[s + 1])) {
+          drain();
+          w.add(t, raw.bytes, raw.spans[s], raw.spans[s + 1]);
+        }
+        routed++;
+      }
+    }
+  };
+  for (let i = 0; i < msgs.length; i++) route(i);
+  if (routed !== msgs.length) throw new Error(`realistic stream: ${routed} of ${msgs.length}`);
+  let at = 0;
+  return timeLoop(
+    () => {
+      for (let k = 0; k < 1000; k++) {
+        route(at);
+        if (++at === msgs.length) at = 0;
+      }
+      for (const w of writers) if (!w.flush()) drain();
+    },
+    1000,
+    seconds,
+  );
 }
 
 /**

@@ -46,6 +46,12 @@ export const README_ROWS: readonly ReadmeRow[] = [
     refLabel: "golden record looped",
     goal: "≥ 2M/s per core (#15)",
   },
+  {
+    key: "route_realistic_records_per_s",
+    label: "main thread's share with shards: walk, route, copy to a ring (replay stream)",
+    ref: "decode_realistic_records_per_s",
+    refLabel: "decoding the same stream",
+  },
   { key: "aggregate_records_per_s", label: "aggregate, half inter-node pairs", goal: "≥ 500k/s" },
   {
     key: "pipeline_realistic_records_per_s",

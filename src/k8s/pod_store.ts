@@ -74,6 +74,8 @@ export type PodChange =
 export interface PodReplicaSource {
   /** See {@linkcode PodStore.replicate}. */
   replicate(listener: (c: PodChange) => void): PodChange[];
+  /** See {@linkcode PodStore.snapshot}. */
+  snapshot(): PodChange[];
 }
 
 interface PodEntry {
@@ -182,6 +184,11 @@ export class PodStore {
    */
   replicate(listener: (c: PodChange) => void): PodChange[] {
     this.#listeners.push(listener);
+    return this.snapshot();
+  }
+
+  /** The entries held now, as changes (the seed of a replica that starts later). */
+  snapshot(): PodChange[] {
     return [...this.#byUid.values()].map(putOf);
   }
 

@@ -15,8 +15,9 @@
  *   until its ring has room again, so the main thread never hangs on it;
  * - a shard worker that dies is reported (logged, `shardsFailed`); the flows it held are counted
  *   lost (`flowsLostWithShard`), and the records its last report did not account for and those
- *   routed to it afterwards are counted dropped (`recordsDroppedNoShard`, rejected as
- *   `shardFailed` in the core counters), so the loss ledger still balances.
+ *   routed to it until it is back are counted dropped (`recordsDroppedNoShard`, rejected as
+ *   `shardFailed` in the core counters), so the loss ledger still balances. It is started again
+ *   after a backoff (1 s doubling to 30 s; `shardRestarts`), empty, with a fresh ring.
  *
  * @module
  */
@@ -61,6 +62,8 @@ export interface ShardPoolOptions {
   pods?: PodReplicaSource;
   /** The shard worker's module (tests); default the product's (`worker.ts`). */
   workerModule?: URL;
+  /** First wait before a dead shard is started again (default 1 s; doubles up to 30 s). */
+  restartBackoffMs?: number;
 }
 
 /** Counters of the pool itself (the shards' own are in {@linkcode ShardPool.stats}). */
@@ -75,6 +78,8 @@ export interface ShardPoolStats {
   ingestWaits: number;
   /** Times a shard was marked stalled. */
   shardStalls: number;
+  /** Shard workers started again after dying. */
+  shardRestarts: number;
   /**
    * String values the shards' decoders cut to `limits.maxStringBytes` (the collector counts
    * none of them: in a sharded process it does not decode).
@@ -82,14 +87,22 @@ export interface ShardPoolStats {
   stringsTruncated: number;
 }
 
+/** One shard; its worker, ring and writers are replaced when it is started again. */
 interface Shard {
-  readonly worker: Worker;
   readonly index: number;
-  readonly ring: RingWriter;
+  worker: Worker;
+  ring: RingWriter;
   /** Decoded records (in-process feeds, tests). */
-  readonly rows: InputRowWriter;
+  rows: InputRowWriter;
   /** Undecoded records (the collector's, see {@linkcode ShardPool.ingestRaw}). */
-  readonly raw: RawRowWriter;
+  raw: RawRowWriter;
+  /** Workers started for this shard before the current one. */
+  generation: number;
+  /** Monotonic ms when the current worker started. */
+  startedMs: number;
+  /** Wait before the next start after a death. */
+  backoffMs: number;
+  restartTimer: ReturnType<typeof setTimeout> | undefined;
   /** Records written to its ring (or pending in its frame). */
   sentRecords: number;
   /** See the module doc. */
@@ -116,12 +129,20 @@ export class ShardPool {
   readonly #stops = new Map<number, () => void>();
   #nextId = 1;
   #flushQueued = false;
+  #stopping = false;
+  /** The core settings in force (a restarted shard starts with them). */
+  #settings: ShardSettings;
+  readonly #usageSab: SharedArrayBuffer;
+  /** Last counters of the shard workers that died (their totals stay in the sums). */
+  readonly #retired: AggregationStats[] = [];
+  #retiredTruncated = 0;
   readonly #counters: Omit<ShardPoolStats, "stringsTruncated"> = {
     shardsFailed: 0,
     flowsLostWithShard: 0,
     recordsDroppedNoShard: 0,
     ingestWaits: 0,
     shardStalls: 0,
+    shardRestarts: 0,
   };
 
   /** Starts the shard workers; await {@linkcode ready} before the first records. */
@@ -129,6 +150,7 @@ export class ShardPool {
     const n = opts.shards;
     if (!Number.isInteger(n) || n < 1) throw new RangeError(`shards: ${n}: must be >= 1`);
     this.#opts = opts;
+    this.#settings = opts.settings;
     const usage = new SharedArrayBuffer(n * USAGE_WORDS * 8);
     this.#usage = new Float64Array(usage);
     // The Pod store's changes go to every shard once per task, after the seed in its init.
@@ -145,47 +167,61 @@ export class ShardPool {
       }
       changes.push(c);
     });
-    const url = opts.workerModule ?? workerModule("shard");
+    this.#usageSab = usage;
     for (let index = 0; index < n; index++) {
-      const worker = new Worker(url.href, {
-        type: "module",
-        name: `shard-${index}`,
-        deno: { permissions: "none" },
-      } as WorkerOptions);
-      const sab = createRing(opts.ringBytes ?? 4 << 20);
-      const ring = new RingWriter(sab);
-      const shard: Shard = {
-        worker,
-        index,
-        ring,
-        rows: new InputRowWriter(ring, { maxRecords: opts.frameRecords ?? 256 }),
-        raw: new RawRowWriter(ring, this.#tids),
-        sentRecords: 0,
-        stalled: false,
-        stats: undefined,
-        stringsTruncated: 0,
-        dead: false,
-        ready: Promise.withResolvers<void>(),
-      };
-      worker.onmessage = (e: MessageEvent<FromShard>) => this.#onMessage(shard, e.data);
-      worker.onerror = (e: ErrorEvent) => {
-        e.preventDefault();
-        this.#died(shard, e.message);
-      };
-      worker.postMessage(
-        {
-          t: "init",
-          index,
-          shards: n,
-          settings: opts.settings,
-          usage,
-          ring: sab,
-          log: logSettings(),
-          pods: seed,
-        } satisfies ToShard,
-      );
+      const shard = { index, generation: -1, backoffMs: opts.restartBackoffMs ?? 1000 } as Shard;
+      this.#start(shard, seed);
       this.#shards.push(shard);
     }
+  }
+
+  /** Starts (again) the worker of a shard, with a fresh ring and writers. */
+  #start(shard: Shard, pods: PodChange[] | undefined): void {
+    const opts = this.#opts;
+    const worker = new Worker((opts.workerModule ?? workerModule("shard")).href, {
+      type: "module",
+      name: `shard-${shard.index}`,
+      deno: { permissions: "none" },
+    } as WorkerOptions);
+    const sab = createRing(opts.ringBytes ?? 4 << 20);
+    const ring = new RingWriter(sab);
+    Object.assign(shard, {
+      worker,
+      ring,
+      rows: new InputRowWriter(ring, { maxRecords: opts.frameRecords ?? 256 }),
+      raw: new RawRowWriter(ring, this.#tids),
+      generation: shard.generation + 1,
+      startedMs: performance.now(),
+      restartTimer: undefined,
+      sentRecords: 0,
+      stalled: false,
+      stats: undefined,
+      stringsTruncated: 0,
+      dead: false,
+      ready: Promise.withResolvers<void>(),
+    });
+    // A first start's failure is the caller's (ready() rejects); later ones are logged.
+    if (shard.generation > 0) shard.ready.promise.catch(() => {});
+    worker.onmessage = (e: MessageEvent<FromShard>) => {
+      if (shard.worker === worker) this.#onMessage(shard, e.data);
+    };
+    worker.onerror = (e: ErrorEvent) => {
+      e.preventDefault();
+      if (shard.worker === worker) this.#died(shard, e.message);
+    };
+    worker.postMessage(
+      {
+        t: "init",
+        index: shard.index,
+        shards: opts.shards,
+        generation: shard.generation,
+        settings: this.#settings,
+        usage: this.#usageSab,
+        ring: sab,
+        log: logSettings(),
+        pods,
+      } satisfies ToShard,
+    );
   }
 
   /** Number of shards. */
@@ -234,20 +270,44 @@ export class ShardPool {
   #died(shard: Shard, message: string): void {
     if (shard.dead) return;
     shard.dead = true;
-    const flows = this.#usage[shard.index * USAGE_WORDS];
+    const at = shard.index * USAGE_WORDS;
+    const flows = this.#usage[at];
+    // The other shards' limits no longer count what it held.
+    this.#usage[at] = this.#usage[at + 1] = 0;
     this.#counters.shardsFailed++;
     this.#counters.flowsLostWithShard += flows;
     // Records sent (or pending) that its last report does not account for.
     shard.rows.discard();
     shard.raw.discard();
     this.#counters.recordsDroppedNoShard += shard.sentRecords - (shard.stats?.recordsIn ?? 0);
+    if (shard.stats !== undefined) this.#retired.push({ ...shard.stats, flows: 0, flowBytes: 0 });
+    this.#retiredTruncated += shard.stringsTruncated;
+    shard.stats = undefined;
+    shard.stringsTruncated = 0;
+    shard.sentRecords = 0;
+    // A worker that lived a minute starts again after the first backoff.
+    const initial = this.#opts.restartBackoffMs ?? 1000;
+    if (performance.now() - shard.startedMs > 60_000) shard.backoffMs = initial;
     log.error("shard worker died: the flows it held are lost, its records are dropped", {
       shard: shard.index,
       flows,
       error: message,
+      restartInMs: this.#stopping ? undefined : shard.backoffMs,
     });
     shard.worker.terminate();
     shard.ready.reject(new Error(`shard ${shard.index} died: ${message}`));
+    if (!this.#stopping) {
+      shard.restartTimer = setTimeout(() => {
+        if (this.#stopping) return;
+        this.#counters.shardRestarts++;
+        this.#start(shard, this.#opts.pods?.snapshot());
+        log.info("shard worker started again", {
+          shard: shard.index,
+          generation: shard.generation,
+        });
+      }, shard.backoffMs);
+      shard.backoffMs = Math.min(shard.backoffMs * 2, 30_000);
+    }
     // Whoever waits on this shard (a query, the stop) must not wait forever.
     for (const [, q] of this.#queries) {
       if (q.records[shard.index] === undefined) {
@@ -405,15 +465,24 @@ export class ShardPool {
     return true;
   }
 
-  /** Applies new core settings to every shard. */
+  /** Applies new core settings to every shard (and to those started later). */
   update(settings: ShardSettings): void {
+    this.#settings = settings;
     for (const s of this.#shards) {
       if (!s.dead) s.worker.postMessage({ t: "settings", settings } satisfies ToShard);
     }
   }
 
-  /** Held flows matching `filter` over every shard, at most `limit` (records sent so far). */
-  query(filter: Partial<FlowKey> | null, limit: number): Promise<AggregatedRecord[]> {
+  /**
+   * Held flows matching `filter` over every shard, at most `limit` (records sent so far). A
+   * shard that has not answered within `timeoutMs` is left out (logged), so a stuck shard
+   * cannot hang an API request.
+   */
+  query(
+    filter: Partial<FlowKey> | null,
+    limit: number,
+    timeoutMs = 10_000,
+  ): Promise<AggregatedRecord[]> {
     this.flush();
     const id = this.#nextId++;
     const live = this.#shards.filter((s) => !s.dead);
@@ -421,14 +490,21 @@ export class ShardPool {
     return new Promise((resolve) => {
       const records: AggregatedRecord[][] = new Array(this.#shards.length);
       for (const s of this.#shards) if (s.dead) records[s.index] = [];
-      this.#queries.set(id, {
-        left: live.length,
-        records,
-        done: () => {
-          this.#queries.delete(id);
-          resolve(records.flat().slice(0, limit));
-        },
-      });
+      const timer = setTimeout(() => {
+        const late = this.#shards.filter((s) => records[s.index] === undefined);
+        log.error("shards did not answer a query in time: their flows are left out", {
+          shards: late.map((s) => s.index).join(","),
+          timeoutMs,
+        });
+        for (const s of late) records[s.index] = [];
+        done();
+      }, timeoutMs);
+      const done = (): void => {
+        clearTimeout(timer);
+        this.#queries.delete(id);
+        resolve(records.flat().slice(0, limit));
+      };
+      this.#queries.set(id, { left: live.length, records, done });
       for (const s of live) {
         s.worker.postMessage({ t: "query", id, filter, limit } satisfies ToShard);
       }
@@ -447,7 +523,7 @@ export class ShardPool {
    * half a second old); records routed to a dead shard are rejected as `shardFailed`.
    */
   stats(): AggregationStats {
-    const sum = sumStats(this.#shards.map((s) => s.stats ?? NO_STATS));
+    const sum = sumStats([...this.#shards.map((s) => s.stats ?? NO_STATS), ...this.#retired]);
     sum.recordsRejected.shardFailed += this.#counters.recordsDroppedNoShard;
     sum.recordsIn += this.#counters.recordsDroppedNoShard;
     sum.flows = this.flowCount;
@@ -456,7 +532,7 @@ export class ShardPool {
 
   /** The pool's own counters, and the shards' truncated strings. */
   counters(): ShardPoolStats {
-    let stringsTruncated = 0;
+    let stringsTruncated = this.#retiredTruncated;
     for (const s of this.#shards) stringsTruncated += s.stringsTruncated;
     return { ...this.#counters, stringsTruncated };
   }
@@ -468,6 +544,8 @@ export class ShardPool {
    * lost), so a stuck shard cannot hang the shutdown.
    */
   async stop(timeoutMs = 10_000): Promise<void> {
+    this.#stopping = true;
+    for (const s of this.#shards) clearTimeout(s.restartTimer);
     this.flush();
     await Promise.all(this.#shards.map((s) => {
       if (s.dead) return Promise.resolve();

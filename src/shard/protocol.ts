@@ -38,6 +38,8 @@ export type ToShard =
     t: "init";
     index: number;
     shards: number;
+    /** Workers started for this shard before this one (0: the first). */
+    generation: number;
     settings: ShardSettings;
     usage: SharedArrayBuffer;
     ring: SharedArrayBuffer;

@@ -234,3 +234,47 @@ Deno.test("shard pool: undecoded records are decoded by their shards; cut string
   assert.equal(pool.stats().recordsIn, records);
   assert.ok(pool.counters().stringsTruncated > 0);
 });
+
+Deno.test("shard pool: a dead shard is started again, empty, and takes its records again", async () => {
+  const pool = new ShardPool({
+    shards: 2,
+    settings: HOUR,
+    onFlows: () => {},
+    workerModule: new URL("./crash_once_shard.ts", import.meta.url),
+    restartBackoffMs: 50,
+  });
+  await pool.ready();
+  const batch = (from: number) =>
+    Array.from({ length: 40 }, (_, i) => intraNode({ sourceTransportPort: from + i }));
+  pool.ingest(batch(1));
+  pool.flush();
+  await waitFor(() => pool.counters().shardRestarts === 2, { what: "both shards restarted" });
+  pool.ingest(batch(101));
+  pool.flush();
+  await waitFor(async () => (await pool.query(null, Infinity)).length === 40, {
+    what: "the second batch aggregated",
+  });
+  await pool.stop();
+  const c = pool.counters();
+  assert.equal(c.shardsFailed, 2);
+  assert.equal(c.recordsDroppedNoShard, 40);
+  const s = pool.stats();
+  // Every record is accounted for: 40 lost with the first workers, 40 aggregated by the second.
+  assert.equal(s.recordsIn, 80);
+  assert.equal(s.recordsAccepted, 40);
+  assert.equal(s.recordsRejected.shardFailed, 40);
+});
+
+Deno.test("shard pool: a query leaves out a shard that does not answer in time", async () => {
+  const pool = new ShardPool({
+    shards: 1,
+    settings: HOUR,
+    onFlows: () => {},
+    workerModule: new URL("./idle_shard.ts", import.meta.url),
+  });
+  await pool.ready();
+  const t0 = performance.now();
+  assert.deepEqual(await pool.query(null, 10, 200), []);
+  assert.ok(performance.now() - t0 >= 200);
+  await pool.stop(100);
+});

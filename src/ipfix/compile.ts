@@ -81,33 +81,48 @@ function str(bytes: Uint8Array, o: number, n: number): string {
   return String.fromCharCode.apply(null, a);
 }
 
-// Each string field of a decoder remembers the bytes and the string of its last value: a value
-// whose bytes equal them is that string again (the same object), after comparing the length and
-// bytes that are in cache, bytes against bytes (twice as fast per character as against the
-// string's code units, and exact for any bytes, invalid UTF-8 included). Only values of at most
-// LAST_MAX_LEN bytes are remembered, and only by generated decoders (the generic tier builds
-// every value), so whatever peers send this holds at most MAX_GENERATED_LAYOUTS layouts x
-// GENERATED_MAX_FIELDS string fields x (LAST_MAX_LEN bytes + one string of as many
-// characters), about 1.2 MB per set of layouts, where the shared intern table it replaces held
-// 65,536 strings.
+// Each string field of a decoder remembers the bytes and the string of its last values, one per
+// way (4, picked by the length and the first and last bytes, so a field's few alternating
+// values, such as the namespaces or Nodes of flows from several Agents sharing one layout, each
+// keep theirs): a value whose bytes equal its way's is that string again (the same object),
+// after comparing the length and bytes that are in cache, bytes against bytes (twice as fast per
+// character as against the string's code units, and exact for any bytes, invalid UTF-8
+// included). Only values of at most LAST_MAX_LEN bytes are remembered, and only by generated
+// decoders (the generic tier builds every value), so whatever peers send this holds at most
+// MAX_GENERATED_LAYOUTS layouts x GENERATED_MAX_FIELDS string fields x 4 ways x (LAST_MAX_LEN
+// bytes + one string of as many characters), about 5 MB per set of layouts (an Agent's layout:
+// 15 string fields, under 10 KB), about what the shared intern table it replaces could hold (65,536
+// strings of up to 32 characters).
 const LAST_MAX_LEN = 64;
+/** Values remembered per string field: 1 << LAST_WAYS_LOG2. */
+const LAST_WAYS_LOG2 = 2;
+const LAST_WAY_MASK = (1 << LAST_WAYS_LOG2) - 1;
 
-/** The last value of each string field of one decoder (see LAST_MAX_LEN). */
+/**
+ * The last values of the string fields of one decoder (see LAST_MAX_LEN), slot
+ * `j = (field << LAST_WAYS_LOG2) | way`.
+ */
 interface LastStrings {
-  /** Field j's last bytes at `j * LAST_MAX_LEN`. */
+  /** Slot j's bytes at `j * LAST_MAX_LEN`. */
   readonly bytes: Uint8Array;
-  /** Field j's last length; 0 while it has none (an empty value never gets here). */
+  /** Slot j's length; 0 while it has none (an empty value never gets here). */
   readonly lens: Uint8Array;
-  /** Field j's last string. */
+  /** Slot j's string. */
   readonly strs: string[];
 }
 
 function lastStrings(fields: number): LastStrings {
+  const slots = fields << LAST_WAYS_LOG2;
   return {
-    bytes: new Uint8Array(fields * LAST_MAX_LEN),
-    lens: new Uint8Array(fields),
-    strs: new Array<string>(fields).fill(""),
+    bytes: new Uint8Array(slots * LAST_MAX_LEN),
+    lens: new Uint8Array(slots),
+    strs: new Array<string>(slots).fill(""),
   };
+}
+
+/** The way of `n` (>= 1) bytes at `o` among their field's last values (lastExpr inlines it). */
+function lastWay(bytes: Uint8Array, o: number, n: number): number {
+  return (n + bytes[o] + 3 * bytes[o + n - 1]) & LAST_WAY_MASK;
 }
 
 /** Whether `a[ao..ao+n)` and `b[bo..bo+n)` hold the same bytes. */
@@ -117,10 +132,12 @@ function eq(a: Uint8Array, ao: number, b: Uint8Array, bo: number, n: number): bo
 }
 
 /**
- * The `n` (>= 1) bytes at `o` as a string, through field `j`'s last value: the remembered string
- * when the bytes are the same, else {@linkcode str}'s, remembered when short enough.
+ * The `n` (>= 1) bytes at `o` as a string, through string field `f`'s last values: the
+ * remembered string when the bytes are the same as their way's, else {@linkcode str}'s,
+ * remembered in that way when short enough.
  */
-function strLast(bytes: Uint8Array, o: number, n: number, last: LastStrings, j: number): string {
+function strLast(bytes: Uint8Array, o: number, n: number, last: LastStrings, f: number): string {
+  const j = (f << LAST_WAYS_LOG2) | lastWay(bytes, o, n);
   const at = j * LAST_MAX_LEN;
   if (n === last.lens[j] && eq(bytes, o, last.bytes, at, n)) return last.strs[j];
   const s = str(bytes, o, n);
@@ -577,13 +594,15 @@ function genericDecoder(plan: Plan): RecordsDecoder {
 }
 
 /**
- * Expression for string field `j`'s value of `len` (>= 1) bytes at `o`: its last value when the
- * bytes are the same (compared inline: the common case costs no call), else through strLast.
+ * Expression for string field `f`'s value of `len` (>= 1) bytes at `o`: its way's last value
+ * when the bytes are the same (way and compare inline: the common case costs no call to
+ * strLast), else through strLast.
  */
-function lastExpr(j: number, o: string, len: string): string {
-  const at = j * LAST_MAX_LEN;
-  return `${len} === lastLens[${j}] && eq(bytes, ${o}, lastBytes, ${at}, ${len}) ? lastStrs[${j}] : ` +
-    `strLast(bytes, ${o}, ${len}, last, ${j})`;
+function lastExpr(f: number, o: string, len: string): string {
+  const way = `(${len} + bytes[${o}] + 3 * bytes[${o} + ${len} - 1]) & ${LAST_WAY_MASK}`;
+  return `(j = ${f << LAST_WAYS_LOG2} | (${way}), ${len} === lastLens[j] && ` +
+    `eq(bytes, ${o}, lastBytes, j * ${LAST_MAX_LEN}, ${len})) ? lastStrs[j] : ` +
+    `strLast(bytes, ${o}, ${len}, last, ${f})`;
 }
 
 /** Generates the straight-line decoder of a plan. */
@@ -632,7 +651,7 @@ function generatedDecoder(plan: Plan): RecordsDecoder {
 const { str, strLast, eq, strCut, u32, u64, u64n, uBig, sInt, sBig, f32, f64, ip4, ip6, fail } = H;
 const lastBytes = last.bytes, lastLens = last.lens, lastStrs = last.strs;
 return function decodeRecords(bytes, off, end, out, max) {
-  let p = 0, L = 0, count = 0;
+  let p = 0, L = 0, j = 0, count = 0;
   const limit = max === undefined ? Infinity : max;
   while (count < limit && end - off >= ${plan.restMin[0]}) {
 ${body}    out.push({ ${props.join(", ")} });

@@ -77,10 +77,19 @@ function randomValue(rnd: () => number, n?: number): Uint8Array {
   return out;
 }
 
-/** The next value of a field: mostly the last one again, else other bytes (same length too). */
-function nextValue(rnd: () => number, prev: Uint8Array, fixed?: number): Uint8Array {
+/**
+ * The next value of a field: mostly the last one again or one of a few recurring ones (as
+ * namespaces alternate), else other bytes (same length too).
+ */
+function nextValue(
+  rnd: () => number,
+  prev: Uint8Array,
+  pool: readonly Uint8Array[],
+  fixed?: number,
+): Uint8Array {
   const r = rnd();
-  if (r < 0.5) return prev;
+  if (r < 0.35) return prev;
+  if (r < 0.55) return pool[Math.floor(rnd() * pool.length)];
   if (r < 0.75 && prev.length > 0) {
     // Same length, one byte different: the length check alone must not decide.
     const v = prev.slice();
@@ -100,8 +109,11 @@ function stream(seed: number, count: number): { bytes: Uint8Array; values: Uint8
   const parts: number[] = [];
   const values: Uint8Array[][] = [];
   let last = STRING_FIELDS.map((f) => randomValue(rnd, f.fixed));
+  const pools = STRING_FIELDS.map((f) =>
+    Array.from({ length: 6 }, () => randomValue(rnd, f.fixed))
+  );
   for (let r = 0; r < count; r++) {
-    last = STRING_FIELDS.map((f, i) => nextValue(rnd, last[i], f.fixed));
+    last = STRING_FIELDS.map((f, i) => nextValue(rnd, last[i], pools[i], f.fixed));
     values.push(last);
     const varField = (v: Uint8Array) => {
       if (v.length >= 255 || rnd() < 0.1) parts.push(255, v.length >> 8, v.length & 0xff);

@@ -120,11 +120,6 @@ function lastStrings(fields: number): LastStrings {
   };
 }
 
-/** The way of `n` (>= 1) bytes at `o` among their field's last values (lastExpr inlines it). */
-function lastWay(bytes: Uint8Array, o: number, n: number): number {
-  return (n + bytes[o] + 3 * bytes[o + n - 1]) & LAST_WAY_MASK;
-}
-
 /** Whether `a[ao..ao+n)` and `b[bo..bo+n)` hold the same bytes. */
 function eq(a: Uint8Array, ao: number, b: Uint8Array, bo: number, n: number): boolean {
   for (let i = 0; i < n; i++) if (a[ao + i] !== b[bo + i]) return false;
@@ -132,16 +127,13 @@ function eq(a: Uint8Array, ao: number, b: Uint8Array, bo: number, n: number): bo
 }
 
 /**
- * The `n` (>= 1) bytes at `o` as a string, through string field `f`'s last values: the
- * remembered string when the bytes are the same as their way's, else {@linkcode str}'s,
- * remembered in that way when short enough.
+ * The `n` (>= 1) bytes at `o` as a string when they are not slot `j`'s (lastExpr compared them):
+ * {@linkcode str}'s, remembered in slot `j` when short enough.
  */
-function strLast(bytes: Uint8Array, o: number, n: number, last: LastStrings, f: number): string {
-  const j = (f << LAST_WAYS_LOG2) | lastWay(bytes, o, n);
-  const at = j * LAST_MAX_LEN;
-  if (n === last.lens[j] && eq(bytes, o, last.bytes, at, n)) return last.strs[j];
+function strMiss(bytes: Uint8Array, o: number, n: number, last: LastStrings, j: number): string {
   const s = str(bytes, o, n);
   if (n <= LAST_MAX_LEN) {
+    const at = j * LAST_MAX_LEN;
     const kept = last.bytes;
     for (let i = 0; i < n; i++) kept[at + i] = bytes[o + i]; // no subarray: an allocation
     last.lens[j] = n;
@@ -293,7 +285,7 @@ function fail(reason: DecodeErrorReason, message: string): IpfixDecodeError {
 
 const HELPERS = {
   str,
-  strLast,
+  strMiss,
   eq,
   strCut,
   u32,
@@ -594,15 +586,15 @@ function genericDecoder(plan: Plan): RecordsDecoder {
 }
 
 /**
- * Expression for string field `f`'s value of `len` (>= 1) bytes at `o`: its way's last value
- * when the bytes are the same (way and compare inline: the common case costs no call to
- * strLast), else through strLast.
+ * Expression for string field `f`'s value of `len` (>= 1) bytes at `o`: the last value of its
+ * way (from the length and the first and last bytes) when the bytes are the same, else built
+ * and remembered there by strMiss. Written out so that a repeated value costs no call but eq's.
  */
 function lastExpr(f: number, o: string, len: string): string {
   const way = `(${len} + bytes[${o}] + 3 * bytes[${o} + ${len} - 1]) & ${LAST_WAY_MASK}`;
   return `(j = ${f << LAST_WAYS_LOG2} | (${way}), ${len} === lastLens[j] && ` +
     `eq(bytes, ${o}, lastBytes, j * ${LAST_MAX_LEN}, ${len})) ? lastStrs[j] : ` +
-    `strLast(bytes, ${o}, ${len}, last, ${f})`;
+    `strMiss(bytes, ${o}, ${len}, last, j)`;
 }
 
 /** Generates the straight-line decoder of a plan. */
@@ -648,7 +640,7 @@ function generatedDecoder(plan: Plan): RecordsDecoder {
   }
   if (rel > 0) body += `    off += ${rel};\n`;
   const src = `"use strict";
-const { str, strLast, eq, strCut, u32, u64, u64n, uBig, sInt, sBig, f32, f64, ip4, ip6, fail } = H;
+const { str, strMiss, eq, strCut, u32, u64, u64n, uBig, sInt, sBig, f32, f64, ip4, ip6, fail } = H;
 const lastBytes = last.bytes, lastLens = last.lens, lastStrs = last.strs;
 return function decodeRecords(bytes, off, end, out, max) {
   let p = 0, L = 0, j = 0, count = 0;

@@ -4,8 +4,12 @@
  * differ by ±30 % from one another, alternated in-process runs by about ±10 %. Run it in both
  * orders (import order matters to V8) and compare the geometric mean.
  *
- *   deno run -A scripts/bench/ab_core.ts A_ROOT B_ROOT decode|aggregate [--records=ROOT]
+ *   deno run -A scripts/bench/ab_core.ts A_ROOT B_ROOT PART [--records=ROOT]
  *
+ * PART is decode, realistic, pipeline or aggregate:
+ * `decode` is the golden 50-record message (decode_batch_records_per_s), `realistic` the replay
+ * stream (decode_realistic_records_per_s, 20,000 flows), `pipeline` its decode in wire-number
+ * mode and aggregation (pipeline_realistic_records_per_s, one run per measurement).
  * `aggregate` feeds each checkout's own `flowRecords()` input by default; `--records=ROOT` feeds
  * both cores the records built by ROOT's `scripts/bench/core.ts`, so a difference in the input
  * objects (their V8 maps) is told apart from one in the core. A root is a checkout, e.g. a
@@ -20,15 +24,26 @@ type CoreModule = typeof import("./core.ts");
 
 const [aRoot, bRoot, part] = Deno.args;
 const recordsRoot = Deno.args.find((a) => a.startsWith("--records="))?.slice(10);
-if (aRoot === undefined || bRoot === undefined || (part !== "decode" && part !== "aggregate")) {
-  console.error("usage: ab_core.ts A_ROOT B_ROOT decode|aggregate [--records=ROOT]");
+if (
+  aRoot === undefined || bRoot === undefined ||
+  !["decode", "realistic", "pipeline", "aggregate"].includes(part)
+) {
+  console.error(
+    "usage: ab_core.ts A_ROOT B_ROOT decode|realistic|pipeline|aggregate [--records=ROOT]",
+  );
   Deno.exit(2);
 }
 
 /** Records/s of one checkout for one ~0.5 s measurement. */
-async function runner(root: string): Promise<() => number> {
+async function runner(rootArg: string): Promise<() => number> {
+  // Absolute: a relative root would resolve against this module, not the working directory.
+  const root = await Deno.realPath(rootArg);
   const m = await import(`${root}/scripts/bench/core.ts`) as CoreModule;
   if (part === "decode") return () => m.benchDecodeRates(0.4).batch;
+  if (part === "realistic") {
+    return () => m.benchDecodeRealistic(0.5, { flows: 20_000 }).recordsPerSec;
+  }
+  if (part === "pipeline") return () => m.benchPipelineRealistic({ flows: 20_000, pairs: 1 }).wire;
   if (recordsRoot === undefined) return () => m.benchAggregateRate(10_000, 5, 0.5);
   const recs = (await import(`${recordsRoot}/scripts/bench/core.ts`) as CoreModule)
     .flowRecords(10_000, 5);

@@ -141,7 +141,8 @@ export function aggregate(s: CoreState, slot: number, r: FlowInput, sides: numbe
   const dt = inEnd - prev;
   // Step B.
   if (u32[ub + U32.REASON] !== END_OF_FLOW) u32[ub + U32.REASON] = num(r.flowEndReason);
-  // Usually unchanged (and the decoder's interned string): skip the intern lookup then.
+  // Usually unchanged (and the same string object: the decoder's remembered last value): skip
+  // the intern lookup then.
   if (isLatest) {
     const I = s.intern;
     const t = u32[ub + U32.TCP_STATE];

@@ -55,55 +55,90 @@ export interface CompiledTemplate {
 
 const utf8 = new TextDecoder("utf-8", { fatal: false });
 
-// Strings in Antrea records are short ASCII names repeated across millions of records (pod,
-// namespace, node, tcpState). A small direct-mapped intern table returns the same string object
-// for the same bytes without allocating; misses build the string from a reused code-unit array,
-// which is several times cheaper than TextDecoder or char-by-char concatenation for short values.
-const INTERN_MAX_LEN = 32;
-const INTERN_SLOTS = 65536; // power of two: ~20k Pod names live at 10k flows, 4096 thrashed
-const internTable: (string | undefined)[] = new Array(INTERN_SLOTS).fill(undefined);
+// Strings are decoded without a shared intern table. A table of every distinct value (65,536
+// slots) made each lookup of a Pod name, one of tens of thousands, two dependent cache misses
+// (slot, then the string to compare with): a third of the realistic decode's time. Instead each
+// string field of a decoder remembers its last value (below), which is the value of most
+// records for most fields (tcpState, namespaces, Node and policy names), and any other value is
+// built afresh: short ASCII from a reused code-unit array, several times cheaper than
+// TextDecoder, the rest by TextDecoder.
+const ASCII_MAX_LEN = 64;
 const codeUnits: number[][] = Array.from(
-  { length: INTERN_MAX_LEN + 1 },
+  { length: ASCII_MAX_LEN + 1 },
   (_, n) => new Array<number>(n).fill(0),
 );
 
+/** The `n` bytes at `o` decoded as UTF-8 (invalid sequences as U+FFFD). */
 function str(bytes: Uint8Array, o: number, n: number): string {
   if (n === 0) return "";
-  if (n > INTERN_MAX_LEN) return utf8.decode(bytes.subarray(o, o + n));
-  // The slot hashes the length and at most 8 bytes (the first 4, the middle, the last 4): the
-  // compare below checks every byte anyway, so a weaker hash costs at worst a miss, while a
-  // full-length hash was a second pass over every string of every record. Names that differ
-  // only in the middle of equal-length values are rare (Pod suffixes sit at the end).
-  const e = o + n;
-  let h = Math.imul(2166136261 ^ n, 16777619);
-  h = Math.imul(h ^ bytes[o], 16777619);
-  h = Math.imul(h ^ bytes[e - 1], 16777619);
-  if (n > 2) {
-    h = Math.imul(h ^ bytes[o + 1], 16777619);
-    h = Math.imul(h ^ bytes[e - 2], 16777619);
-    h = Math.imul(h ^ bytes[o + (n >> 1)], 16777619);
-    if (n > 5) {
-      h = Math.imul(h ^ bytes[o + 2], 16777619);
-      h = Math.imul(h ^ bytes[e - 3], 16777619);
-      h = Math.imul(h ^ bytes[e - 4], 16777619);
-    }
-  }
-  h ^= h >>> 15;
-  const slot = h & (INTERN_SLOTS - 1);
-  const k = internTable[slot];
-  if (k !== undefined && k.length === n) {
-    let i = 0;
-    while (i < n && k.charCodeAt(i) === bytes[o + i]) i++;
-    if (i === n) return k;
-  }
+  if (n > ASCII_MAX_LEN) return utf8.decode(bytes.subarray(o, o + n));
   const a = codeUnits[n];
   for (let i = 0; i < n; i++) {
     const c = bytes[o + i];
-    if (c > 0x7f) return utf8.decode(bytes.subarray(o, e)); // non-ASCII: real UTF-8 decode
+    if (c > 0x7f) return utf8.decode(bytes.subarray(o, o + n)); // non-ASCII: real UTF-8 decode
     a[i] = c;
   }
-  const s = String.fromCharCode.apply(null, a);
-  internTable[slot] = s;
+  return String.fromCharCode.apply(null, a);
+}
+
+// Each string field of a decoder remembers the bytes and the string of its last values, one per
+// way (4, picked by the length and the first and last bytes, so a field's few alternating
+// values, such as the namespaces or Nodes of flows from several Agents sharing one layout, each
+// keep theirs): a value whose bytes equal its way's is that string again (the same object),
+// after comparing the length and bytes that are in cache, bytes against bytes (twice as fast per
+// character as against the string's code units, and exact for any bytes, invalid UTF-8
+// included). Only values of at most LAST_MAX_LEN bytes are remembered, and only by generated
+// decoders (the generic tier builds every value), so whatever peers send this holds at most
+// MAX_GENERATED_LAYOUTS layouts x GENERATED_MAX_FIELDS string fields x 4 ways x (LAST_MAX_LEN
+// bytes + one string of as many characters), about 5 MB per set of layouts (an Agent's layout:
+// 15 string fields, under 10 KB), about what the shared intern table it replaces could hold (65,536
+// strings of up to 32 characters).
+const LAST_MAX_LEN = 64;
+/** Values remembered per string field: 1 << LAST_WAYS_LOG2. */
+const LAST_WAYS_LOG2 = 2;
+const LAST_WAY_MASK = (1 << LAST_WAYS_LOG2) - 1;
+
+/**
+ * The last values of the string fields of one decoder (see LAST_MAX_LEN), slot
+ * `j = (field << LAST_WAYS_LOG2) | way`.
+ */
+interface LastStrings {
+  /** Slot j's bytes at `j * LAST_MAX_LEN`. */
+  readonly bytes: Uint8Array;
+  /** Slot j's length; 0 while it has none (an empty value never gets here). */
+  readonly lens: Uint8Array;
+  /** Slot j's string. */
+  readonly strs: string[];
+}
+
+function lastStrings(fields: number): LastStrings {
+  const slots = fields << LAST_WAYS_LOG2;
+  return {
+    bytes: new Uint8Array(slots * LAST_MAX_LEN),
+    lens: new Uint8Array(slots),
+    strs: new Array<string>(slots).fill(""),
+  };
+}
+
+/** Whether `a[ao..ao+n)` and `b[bo..bo+n)` hold the same bytes. */
+function eq(a: Uint8Array, ao: number, b: Uint8Array, bo: number, n: number): boolean {
+  for (let i = 0; i < n; i++) if (a[ao + i] !== b[bo + i]) return false;
+  return true;
+}
+
+/**
+ * The `n` (>= 1) bytes at `o` as a string when they are not slot `j`'s (lastExpr compared them):
+ * {@linkcode str}'s, remembered in slot `j` when short enough.
+ */
+function strMiss(bytes: Uint8Array, o: number, n: number, last: LastStrings, j: number): string {
+  const s = str(bytes, o, n);
+  if (n <= LAST_MAX_LEN) {
+    const at = j * LAST_MAX_LEN;
+    const kept = last.bytes;
+    for (let i = 0; i < n; i++) kept[at + i] = bytes[o + i]; // no subarray: an allocation
+    last.lens[j] = n;
+    last.strs[j] = s;
+  }
   return s;
 }
 
@@ -250,6 +285,8 @@ function fail(reason: DecodeErrorReason, message: string): IpfixDecodeError {
 
 const HELPERS = {
   str,
+  strMiss,
+  eq,
   strCut,
   u32,
   u64,
@@ -395,6 +432,10 @@ interface Plan extends DecodeMode {
   readonly restMin: readonly number[];
   /** Whether field i is the first occurrence of its key (duplicates: first one wins). */
   readonly keep: readonly boolean[];
+  /** Index of field i among the string fields (its last value's), -1 for other types. */
+  readonly stringSlot: readonly number[];
+  /** String fields of the template. */
+  readonly strings: number;
 }
 
 function badTemplate(t: TemplateRecord, i: number, f: FieldSpecifier, why: string): never {
@@ -453,7 +494,9 @@ function makePlan(t: TemplateRecord, mode: DecodeMode): Plan {
   }
   const restMin: number[] = new Array(n + 1).fill(0);
   for (let i = n - 1; i >= 0; i--) restMin[i] = restMin[i + 1] + minFieldLength(lengths[i]);
-  return { id: t.id, names, types, lengths, variable, restMin, keep, ...mode };
+  let strings = 0;
+  const stringSlot = types.map((type) => type === "string" ? strings++ : -1);
+  return { id: t.id, names, types, lengths, variable, restMin, keep, stringSlot, strings, ...mode };
 }
 
 /** Reads a fixed-length value (generic tier; same semantics as {@linkcode fixedExpr}). */
@@ -542,6 +585,18 @@ function genericDecoder(plan: Plan): RecordsDecoder {
   };
 }
 
+/**
+ * Expression for string field `f`'s value of `len` (>= 1) bytes at `o`: the last value of its
+ * way (from the length and the first and last bytes) when the bytes are the same, else built
+ * and remembered there by strMiss. Written out so that a repeated value costs no call but eq's.
+ */
+function lastExpr(f: number, o: string, len: string): string {
+  const way = `(${len} + bytes[${o}] + 3 * bytes[${o} + ${len} - 1]) & ${LAST_WAY_MASK}`;
+  return `(j = ${f << LAST_WAYS_LOG2} | (${way}), ${len} === lastLens[j] && ` +
+    `eq(bytes, ${o}, lastBytes, j * ${LAST_MAX_LEN}, ${len})) ? lastStrs[j] : ` +
+    `strMiss(bytes, ${o}, ${len}, last, j)`;
+}
+
 /** Generates the straight-line decoder of a plan. */
 function generatedDecoder(plan: Plan): RecordsDecoder {
   const n = plan.names.length;
@@ -552,9 +607,12 @@ function generatedDecoder(plan: Plan): RecordsDecoder {
     const keep = plan.keep[i];
     if (keep) props.push(`${JSON.stringify(plan.names[i])}: v${i}`);
     const o = rel === 0 ? "off" : `off + ${rel}`;
+    const len = plan.lengths[i];
     if (!plan.variable[i]) {
-      if (keep) {
-        body += `    const v${i} = ${fixedExpr(plan.types[i], plan.lengths[i], o, plan)};\n`;
+      if (keep && plan.types[i] === "string" && len <= plan.maxStr) {
+        body += `    const v${i} = ${lastExpr(plan.stringSlot[i], o, String(len))};\n`;
+      } else if (keep) {
+        body += `    const v${i} = ${fixedExpr(plan.types[i], len, o, plan)};\n`;
       }
       rel += plan.lengths[i];
       continue;
@@ -569,7 +627,7 @@ function generatedDecoder(plan: Plan): RecordsDecoder {
       const expr = plan.types[i] === "string"
         ? (Number.isFinite(plan.maxStr)
           ? `L === 0 ? "" : L > ${plan.maxStr} ? strCut(bytes, p, ${plan.maxStr}) : `
-          : `L === 0 ? "" : `) + "str(bytes, p, L)"
+          : `L === 0 ? "" : `) + lastExpr(plan.stringSlot[i], "p", "L")
         : "bytes.slice(p, p + L)";
       body += `    const v${i} = ${expr};\n`;
     }
@@ -582,9 +640,10 @@ function generatedDecoder(plan: Plan): RecordsDecoder {
   }
   if (rel > 0) body += `    off += ${rel};\n`;
   const src = `"use strict";
-const { str, strCut, u32, u64, u64n, uBig, sInt, sBig, f32, f64, ip4, ip6, fail } = H;
+const { str, strMiss, eq, strCut, u32, u64, u64n, uBig, sInt, sBig, f32, f64, ip4, ip6, fail } = H;
+const lastBytes = last.bytes, lastLens = last.lens, lastStrs = last.strs;
 return function decodeRecords(bytes, off, end, out, max) {
-  let p = 0, L = 0, count = 0;
+  let p = 0, L = 0, j = 0, count = 0;
   const limit = max === undefined ? Infinity : max;
   while (count < limit && end - off >= ${plan.restMin[0]}) {
 ${body}    out.push({ ${props.join(", ")} });
@@ -592,7 +651,9 @@ ${body}    out.push({ ${props.join(", ")} });
   }
   return off;
 };`;
-  return new Function("H", src)(HELPERS) as RecordsDecoder;
+  // The last values live with the generated code (dropped with it when the layout retires):
+  // at most MAX_GENERATED_LAYOUTS layouts of GENERATED_MAX_FIELDS fields have them at once.
+  return new Function("H", "last", src)(HELPERS, lastStrings(plan.strings)) as RecordsDecoder;
 }
 
 /**

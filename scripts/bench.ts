@@ -373,8 +373,12 @@ export async function benchUdpOnProcess(ctx: BenchContext): Promise<void> {
     s.c_recv_defbuf,
     `C recv() loop, rmem_default, same stream (${r.search.flows} flows, 4 Agents, sent by ` +
       `${
-        r.search.sender === "c" ? "udp_send.c" : "scripts/replay.ts"
-      }), ${r.search.seconds} s trials`,
+        r.search.sender === "c"
+          ? `udp_send.c, catch-up after a stall ${
+            r.search.catchup > 0 ? `<= ${r.search.catchup}x the rate` : "back to back"
+          }`
+          : "scripts/replay.ts"
+      }), ${r.search.seconds} s trials interleaved with the process's`,
   );
   n.udp_e2e_4mib_lossless_records_per_s = note(
     s.fast_4mib,

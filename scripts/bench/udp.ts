@@ -171,6 +171,11 @@ export interface SendResult {
   seconds: number;
   /** Achieved rate. */
   rate: number;
+  /**
+   * Most datagrams the sender was behind its schedule at once (descheduled): sent back to
+   * back as one catch-up burst, which a small socket buffer must absorb.
+   */
+  max_behind?: number;
 }
 
 /**
@@ -188,7 +193,15 @@ export interface SendStream {
 export async function blast(
   tools: UdpTools,
   port: number,
-  opts: { count: number; rate: number; sources: number; ipfix?: boolean; stream?: SendStream },
+  opts: {
+    count: number;
+    rate: number;
+    sources: number;
+    ipfix?: boolean;
+    stream?: SendStream;
+    /** Catch-up after a stall capped at this multiple of `rate` (default: back to back). */
+    catchup?: number;
+  },
 ): Promise<SendResult> {
   const args = [
     "-h",
@@ -206,6 +219,7 @@ export async function blast(
     String(opts.sources),
   ];
   if (opts.ipfix) args.push("-t", tools.templateFile, "-q");
+  if (opts.catchup !== undefined) args.push("-c", String(opts.catchup));
   const r = await new Deno.Command(tools.send, { args, stdout: "piped", stderr: "piped" })
     .output();
   if (!r.success) throw new Error(`udp_send failed: ${new TextDecoder().decode(r.stderr)}`);

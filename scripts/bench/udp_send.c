@@ -10,7 +10,10 @@
  * i % NSRC (the bench writes one Agent's messages per source), and each source sends its own
  * in order, round after round, unpatched. Every message of the -T file goes first from every
  * source.
- * Prints one JSON line: {"sent":N,"seconds":S,"rate":R}.
+ * -c FACTOR caps the catch-up after a stall at FACTOR x RATE (0, the default: back to back).
+ * Prints one JSON line: {"sent":N,"seconds":S,"rate":R,"send_errors":E,"max_behind":B}, B being
+ * the most datagrams the sender was ever behind its schedule (it was descheduled): it sends
+ * them back to back, a burst no receiver is woken in time for.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -73,8 +76,8 @@ int main(int argc, char **argv) {
   const char *stream_path = NULL, *stream_tmpl_path = NULL;
   int port = 0, nsrc = 1, patch_seq = 0, opt;
   long long count = 1000;
-  double rate = 0;
-  while ((opt = getopt(argc, argv, "h:p:n:r:f:t:s:qm:T:")) != -1) {
+  double rate = 0, catchup = 0;
+  while ((opt = getopt(argc, argv, "h:p:n:r:f:t:s:qm:T:c:")) != -1) {
     switch (opt) {
       case 'h': host = optarg; break;
       case 'p': port = atoi(optarg); break;
@@ -86,7 +89,8 @@ int main(int argc, char **argv) {
       case 'q': patch_seq = 1; break;
       case 'm': stream_path = optarg; break;
       case 'T': stream_tmpl_path = optarg; break;
-      default: fprintf(stderr, "usage: udp_send -h ip -p port -n count -r rate (-f payload [-t template] [-q] | -m stream [-T templates]) [-s nsrc]\n"); return 2;
+      case 'c': catchup = atof(optarg); break;
+      default: fprintf(stderr, "usage: udp_send -h ip -p port -n count -r rate [-c factor] (-f payload [-t template] [-q] | -m stream [-T templates]) [-s nsrc]\n"); return 2;
     }
   }
   if ((!payload_path == !stream_path) || (stream_path && patch_seq) || port <= 0 || nsrc < 1 ||
@@ -155,16 +159,19 @@ int main(int argc, char **argv) {
     msgs[i].msg_hdr.msg_iovlen = 1;
   }
 
-  long long sent = 0, errors = 0;
+  long long sent = 0, errors = 0, max_behind = 0;
   int src = 0;
-  double t0 = now_s();
+  double t0 = now_s(), next_send = 0;
   while (sent < count) {
     long long due = count;
+    double t = now_s();
     if (rate > 0) {
-      due = (long long)((now_s() - t0) * rate) + 1;
+      due = (long long)((t - t0) * rate) + 1;
       if (due > count) due = count;
     }
     long long n = due - sent;
+    if (n > max_behind) max_behind = n;
+    if (n > 0 && t < next_send) n = 0; /* behind, but catching up no faster than -c allows */
     if (n <= 0) {
       /* Sleep rather than spin: on a 2-core box a spinning sender steals the receiver's CPU.
        * The schedule is absolute (due from t0), so oversleeping only makes a small burst. */
@@ -173,6 +180,7 @@ int main(int argc, char **argv) {
       continue;
     }
     if (n > BATCH) n = BATCH;
+    if (catchup > 0 && rate > 0) next_send = t + (double)n / (catchup * rate);
     if (patch_seq && plen >= 12) {
       for (int i = 0; i < n; i++) {
         uint32_t s = htonl(++seq[src]);
@@ -199,7 +207,7 @@ int main(int argc, char **argv) {
     src = (src + 1) % nsrc;
   }
   double secs = now_s() - t0;
-  printf("{\"sent\":%lld,\"seconds\":%.6f,\"rate\":%.1f,\"send_errors\":%lld}\n", sent, secs,
-         secs > 0 ? sent / secs : 0.0, errors);
+  printf("{\"sent\":%lld,\"seconds\":%.6f,\"rate\":%.1f,\"send_errors\":%lld,\"max_behind\":%lld}\n",
+         sent, secs, secs > 0 ? sent / secs : 0.0, errors, max_behind);
   return 0;
 }

@@ -27,15 +27,30 @@ import { workerModule } from "../worker_module.ts";
 
 const log = logger("collector.udp_fast");
 
+/** The receive worker's module (the process needs read access to it to start the fast path). */
+export const UDP_FAST_WORKER_MODULE: URL = workerModule("udp_fast");
+
 /**
  * Default kernel receive buffer request: 4 MiB holds ~3,000 Agent datagrams, i.e. 10-20 ms at
  * 150-300k/s, enough to ride out a GC pause or a scheduling hiccup (the 208 KiB kernel default
  * holds ~150). Granted in full as root (SO_RCVBUFFORCE), else capped at net.core.rmem_max.
  */
-/** The receive worker's module (the process needs read access to it to start the fast path). */
-export const UDP_FAST_WORKER_MODULE: URL = workerModule("udp_fast");
-
 export const DEFAULT_RECV_BUFFER = 4 << 20;
+
+/**
+ * Default memory bound of the batches waiting for the main thread: 64 MiB is ~200,000 Agent
+ * datagrams, over a second at 150k/s.
+ */
+export const DEFAULT_MAX_QUEUED_BYTES = 64 << 20;
+
+/**
+ * Default scheduling slice of a receive thread: the kernel's minimum. The thread runs ~1 µs
+ * per datagram and sleeps in between, so a short slice costs it nothing, and it lets the
+ * thread preempt whatever runs on its CPU as soon as the socket wakes it: the 208 KiB default
+ * buffer holds ~160 Agent datagrams, 2 ms at 80k/s, less than other threads' slices (1.5 ms
+ * each on 2 CPUs, several when several are runnable). docs/udp-ingest.md has the measurements.
+ */
+export const DEFAULT_THREAD_SLICE_MICROS = 100;
 
 /**
  * Socket buffer (as reported, i.e. doubled) from which the worker naps instead of blocking:
@@ -91,8 +106,24 @@ export interface UdpFastOptions {
    * 0 = `net.core.rmem_default`). The granted size is in {@linkcode UdpReceiverStats}.
    */
   recvBufferBytes?: number;
-  /** Batches queued to the main thread above which new ones are dropped (default 1024). */
+  /**
+   * Batches queued to the main thread above which new ones are dropped and counted (default
+   * 1024). The worker never waits for the main thread: while the main thread is busy (GC, a
+   * sweep, a slow exporter) the worker keeps reading the socket into this queue, so the
+   * kernel buffer only has to cover the worker's own scheduling delays.
+   */
   maxQueuedBatches?: number;
+  /**
+   * Bytes of queued batches above which new ones are dropped and counted (default
+   * {@linkcode DEFAULT_MAX_QUEUED_BYTES}): the memory bound of that queue.
+   */
+  maxQueuedBytes?: number;
+  /**
+   * Scheduling slice asked for each receive thread, in µs (ffi only; default
+   * {@linkcode DEFAULT_THREAD_SLICE_MICROS}; 0 keeps the kernel's default). See
+   * `setThreadSlice` in udp_fast_ffi.ts.
+   */
+  threadSliceMicros?: number;
   /** Called for every batch, in arrival order per socket. Exceptions are counted and logged. */
   onDatagrams(batch: UdpBatch): void;
 }
@@ -130,6 +161,12 @@ export interface UdpReceiverStats {
   recvBufferBytes: number;
   /** Datagrams received per socket/worker (SO_REUSEPORT spreads senders by 4-tuple hash). */
   perWorker: number[];
+  /** Batches posted by the workers and not yet delivered (the main thread's backlog). */
+  queuedBatches: number;
+  /** Bytes of those batches. */
+  queuedBytes: number;
+  /** Scheduling slice the receive threads run with, in µs (0: the kernel's default). */
+  threadSliceMicros: number;
 }
 
 /** A running receiver. */
@@ -216,6 +253,7 @@ async function startFfi(options: UdpFastOptions): Promise<UdpReceiver> {
     throw e;
   }
 
+  const sliceMicros = Math.max(0, options.threadSliceMicros ?? DEFAULT_THREAD_SLICE_MICROS);
   const control = new SharedArrayBuffer(wire.CONTROL.size * 4);
   const ctl = new Int32Array(control);
   const counterBufs: Float64Array[] = [];
@@ -225,6 +263,23 @@ async function startFfi(options: UdpFastOptions): Promise<UdpReceiver> {
   const stopped: Promise<void>[] = [];
   const ready: Promise<void>[] = [];
   let closed = false;
+
+  // Queue drops are counted by the workers; the main thread (the one that fell behind) logs
+  // them when it catches up, at most every 10 s.
+  let queueDropsLogged = 0;
+  let sliceGranted = 0;
+  const noteQueueDrops = (): void => {
+    let dropped = 0;
+    for (const c of counterBufs) dropped += c[wire.COUNTER.dropped];
+    if (dropped === queueDropsLogged) return;
+    const suppressed = callbackLog.allow("queue");
+    if (suppressed < 0) return;
+    log.warn("udp datagrams dropped: the main thread fell behind the receive queue", {
+      dropped: dropped - queueDropsLogged,
+      total: dropped,
+    });
+    queueDropsLogged = dropped;
+  };
 
   for (const fd of fds) {
     const counters = new SharedArrayBuffer(wire.COUNTER.size * 8);
@@ -242,15 +297,24 @@ async function startFfi(options: UdpFastOptions): Promise<UdpReceiver> {
     );
     stopped.push(new Promise<void>((res) => (onStop = res)));
     w.onmessage = (ev: MessageEvent): void => {
-      const m = ev.data as wire.WorkerBatch | { type: "ready" } | { type: "stopped" } | {
+      const m = ev.data as wire.WorkerBatch | wire.WorkerReady | { type: "stopped" } | {
         type: "error";
         message: string;
       };
       if (m.type === "batch") {
         Atomics.sub(ctl, wire.CONTROL.inflight, 1);
+        Atomics.sub(ctl, wire.CONTROL.inflightBytes, m.buffer.byteLength);
+        noteQueueDrops();
         if (closed) return;
         deliver(options, unpackBatch(m, peerCache), counts);
       } else if (m.type === "ready") {
+        if (m.sliceErrno === 0) sliceGranted++;
+        else if (m.sliceErrno > 0) {
+          log.info("receive thread keeps the default scheduling slice", {
+            fd,
+            errno: m.sliceErrno,
+          });
+        }
         onReady();
       } else if (m.type === "stopped") {
         onStop();
@@ -278,6 +342,9 @@ async function startFfi(options: UdpFastOptions): Promise<UdpReceiver> {
       control,
       counters,
       maxQueuedBatches: Math.max(1, options.maxQueuedBatches ?? 1024),
+      // Int32 in the shared control array; 1 GiB leaves room for several workers' racing adds.
+      maxQueuedBytes: clampInt(options.maxQueuedBytes ?? DEFAULT_MAX_QUEUED_BYTES, 1, 1 << 30),
+      sliceMicros,
     };
     w.postMessage(start);
   }
@@ -312,6 +379,9 @@ async function startFfi(options: UdpFastOptions): Promise<UdpReceiver> {
     stats(): UdpReceiverStats {
       const s = zeroStats("ffi", workers, recvBufferBytes);
       s.callbackErrors = counts.callbackErrors;
+      s.queuedBatches = Atomics.load(ctl, wire.CONTROL.inflight);
+      s.queuedBytes = Atomics.load(ctl, wire.CONTROL.inflightBytes);
+      s.threadSliceMicros = sliceGranted === workers ? sliceMicros : 0;
       s.perWorker = counterBufs.map((c) => c[wire.COUNTER.datagrams]);
       for (const c of counterBufs) {
         s.datagrams += c[wire.COUNTER.datagrams];
@@ -347,6 +417,9 @@ function zeroStats(
     callbackErrors: 0,
     recvBufferBytes,
     perWorker: new Array(workers).fill(0),
+    queuedBatches: 0,
+    queuedBytes: 0,
+    threadSliceMicros: 0,
   };
 }
 

@@ -33,6 +33,10 @@ export const LINUX = {
   EAGAIN: 11,
   EINTR: 4,
   EBADF: 9,
+  ENOSYS: 38,
+  EPERM: 1,
+  SCHED_OTHER: 0,
+  SCHED_BATCH: 3,
 } as const;
 
 /** Size of `struct mmsghdr` on LP64 Linux (msghdr 56 + msg_len 4 + padding 4). */
@@ -52,6 +56,9 @@ const SYMBOLS = {
   getsockname: { parameters: ["i32", "buffer", "buffer"], result: "i32" },
   recvmmsg: { parameters: ["i32", "buffer", "u32", "i32", "pointer"], result: "i32" },
   close: { parameters: ["i32"], result: "i32" },
+  // syscall(2) for sched_setattr, which glibc < 2.41 does not wrap. Declared with fixed integer
+  // arguments: on x86_64 and aarch64 Linux that is how the variadic function takes them.
+  syscall: { parameters: ["i64", "i64", "buffer", "i64", "i64"], result: "i64" },
   __errno_location: { parameters: [], result: "pointer" },
   // memcpy(b, b, 0) returns b: the address of a buffer, without Deno.UnsafePointer.
   addressOf: { name: "memcpy", parameters: ["buffer", "buffer", "usize"], result: "usize" },
@@ -114,6 +121,40 @@ export function openLibc(): LibC {
     }
   }
   return cached.symbols;
+}
+
+/** sched_getattr(2) and sched_setattr(2) system call numbers. */
+const SYS_SCHED: Record<string, { get: bigint; set: bigint }> = {
+  x86_64: { get: 315n, set: 314n },
+  aarch64: { get: 275n, set: 274n },
+};
+
+/** Bytes of `struct sched_attr` up to `sched_period` (SCHED_ATTR_SIZE_VER0). */
+const SCHED_ATTR_SIZE = 48;
+
+/**
+ * Asks the kernel for a short scheduling slice for the calling thread
+ * (`sched_attr.sched_runtime` of a SCHED_OTHER/BATCH thread: Linux >= 6.12 honours it and
+ * clamps it to 0.1-100 ms; older kernels accept and ignore it). The thread's CPU share is
+ * unchanged, but a thread with a shorter slice gets an earlier deadline when it wakes, so it
+ * preempts the thread running on its CPU instead of waiting for that thread's slice to end.
+ * Needs no privilege (unlike a lower nice value or a real-time policy); the policy and nice
+ * value are read first and kept. Returns 0, or an errno (ENOSYS: not on this platform;
+ * EPERM: the thread has a real-time policy, left alone).
+ */
+export function setThreadSlice(libc: LibC, micros: number): number {
+  const nr = SYS_SCHED[Deno.build.arch];
+  if (nr === undefined) return LINUX.ENOSYS;
+  const attr = new Uint8Array(SCHED_ATTR_SIZE);
+  const v = new DataView(attr.buffer);
+  // pid 0: the calling thread (a worker thread is a task of its own).
+  if (libc.syscall(nr.get, 0n, attr, BigInt(SCHED_ATTR_SIZE), 0n) !== 0n) return errno(libc);
+  const policy = v.getUint32(4, true);
+  if (policy !== LINUX.SCHED_OTHER && policy !== LINUX.SCHED_BATCH) return LINUX.EPERM;
+  v.setUint32(0, SCHED_ATTR_SIZE, true);
+  v.setBigUint64(8, 0n, true); // sched_flags
+  v.setBigUint64(24, BigInt(Math.round(micros * 1000)), true); // sched_runtime, ns
+  return libc.syscall(nr.set, 0n, attr, 0n, 0n) === 0n ? 0 : errno(libc);
 }
 
 /** Returns the calling thread's `errno` (valid right after a failed libc call). */

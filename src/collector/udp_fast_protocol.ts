@@ -28,6 +28,18 @@ export interface WorkerStart {
   counters: SharedArrayBuffer;
   /** Posted batches above which new batches are dropped (and counted) instead of queued. */
   maxQueuedBatches: number;
+  /** Bytes of posted, unconsumed batches above which new batches are dropped (and counted). */
+  maxQueuedBytes: number;
+  /** Scheduling slice to ask for the receive thread, in µs; 0 keeps the kernel's default. */
+  sliceMicros: number;
+}
+
+/** The worker's first message: bound and receiving. */
+export interface WorkerReady {
+  /** Discriminator. */
+  type: "ready";
+  /** 0: the slice was granted; an errno when refused; -1 when not asked for. */
+  sliceErrno: number;
 }
 
 /** Slots of the shared control array (Int32). */
@@ -36,7 +48,9 @@ export const CONTROL = {
   stop: 0,
   /** Batches posted by all workers and not yet consumed by the main thread. */
   inflight: 1,
-  size: 2,
+  /** Bytes of those batches (their buffers). */
+  inflightBytes: 2,
+  size: 3,
 } as const;
 
 /**

@@ -19,6 +19,7 @@ import {
   LINUX,
   MMSGHDR_SIZE,
   openLibc,
+  setThreadSlice,
   SOCKADDR_SLOT,
 } from "./udp_fast_ffi.ts";
 import {
@@ -54,21 +55,30 @@ scope.onmessage = (ev: MessageEvent<WorkerStart>): void => {
 
 function runLoop(cfg: WorkerStart): void {
   const libc = openLibc();
+  // Measured on a busy 2-core VM (docs/udp-ingest.md): with a small socket buffer, datagrams are
+  // lost while this thread waits for a CPU after the socket woke it, not while it works.
+  const sliceErrno = cfg.sliceMicros > 0 ? setThreadSlice(libc, cfg.sliceMicros) : -1;
   const control = new Int32Array(cfg.control);
   const counters = new Float64Array(cfg.counters);
   const n = cfg.recvSlots;
   const slot = cfg.maxDatagramSize;
-  const recvBuf = new Uint8Array(n * slot);
+  // The receive slots and the staging area share one buffer, so staging a datagram is one
+  // copyWithin (a native memmove) with no view allocated per datagram: while the kernel queue
+  // holds a burst, the worker drains it at the rate of a C recv() loop only if it does almost
+  // nothing per datagram.
+  const maxCount = cfg.maxBatchDatagrams;
+  const stageAt = n * slot;
+  const arena = new Uint8Array(stageAt + cfg.maxBatchBytes + slot);
   const names = new Uint8Array(n * SOCKADDR_SLOT);
   const iovs = new Uint8Array(n * IOVEC_SIZE);
   const msgs = new Uint8Array(n * MMSGHDR_SIZE);
   const cmsgs = new Uint8Array(n * CMSG_SLOT);
   const cmsgView = new DataView(cmsgs.buffer);
-  keepAlive.push(recvBuf, names, iovs, msgs, cmsgs);
+  keepAlive.push(arena, names, iovs, msgs, cmsgs);
   const msgView = new DataView(msgs.buffer);
   const iovView = new DataView(iovs.buffer);
   const ptr = (a: Uint8Array): bigint => addressOf(libc, a);
-  const recvPtr = ptr(recvBuf);
+  const recvPtr = ptr(arena);
   const namesPtr = ptr(names);
   const iovsPtr = ptr(iovs);
   const cmsgsPtr = ptr(cmsgs);
@@ -86,8 +96,6 @@ function runLoop(cfg: WorkerStart): void {
   // its oldest datagram has waited maxDelayMs. Posting one batch costs a thread wake-up and a
   // message-event turn on the main thread (~20-100 us on a busy VM); at low rates posting per
   // datagram would cost more CPU than the datagrams themselves.
-  const maxCount = cfg.maxBatchDatagrams;
-  const stageData = new Uint8Array(cfg.maxBatchBytes + slot);
   const stageOff = new Uint32Array(maxCount);
   const stageLen = new Uint32Array(maxCount);
   const stagePeers = new Uint8Array(maxCount * PEER_SIZE);
@@ -97,19 +105,24 @@ function runLoop(cfg: WorkerStart): void {
   let kernelDrops = 0;
 
   const flush = (): void => {
-    if (Atomics.load(control, CONTROL.inflight) >= cfg.maxQueuedBatches) {
+    const L = batchLayout(count);
+    const size = L.data + used;
+    if (
+      Atomics.load(control, CONTROL.inflight) >= cfg.maxQueuedBatches ||
+      Atomics.load(control, CONTROL.inflightBytes) + size > cfg.maxQueuedBytes
+    ) {
       // The consumer is behind; dropping here is counted, unlike a silent kernel drop.
       dropped += count;
     } else {
-      const L = batchLayout(count);
-      const buffer = new ArrayBuffer(L.data + used);
+      const buffer = new ArrayBuffer(size);
       new Uint32Array(buffer, L.offsets, count).set(stageOff.subarray(0, count));
       new Uint32Array(buffer, L.lengths, count).set(stageLen.subarray(0, count));
       new Uint8Array(buffer, L.peers, count * PEER_SIZE).set(
         stagePeers.subarray(0, count * PEER_SIZE),
       );
-      new Uint8Array(buffer, L.data, used).set(stageData.subarray(0, used));
+      new Uint8Array(buffer, L.data, used).set(arena.subarray(stageAt, stageAt + used));
       Atomics.add(control, CONTROL.inflight, 1);
+      Atomics.add(control, CONTROL.inflightBytes, size);
       const batch: WorkerBatch = { type: "batch", count, buffer };
       scope.postMessage(batch, [buffer]);
       datagrams += count;
@@ -125,8 +138,9 @@ function runLoop(cfg: WorkerStart): void {
     counters[COUNTER.truncated] = truncated;
   };
 
-  scope.postMessage({ type: "ready" });
-  // Stages the `got` datagrams of one recvmmsg call.
+  scope.postMessage({ type: "ready", sliceErrno });
+  // Stages the `got` datagrams of one recvmmsg call, and restores the header fields the
+  // kernel rewrote (msg_namelen, msg_controllen) in the slots it used, for the next call.
   const take = (got: number): void => {
     for (let i = 0; i < got; i++) {
       const m = i * MMSGHDR_SIZE;
@@ -145,14 +159,17 @@ function runLoop(cfg: WorkerStart): void {
           }
         }
       }
-      if ((msgView.getInt32(m + 48, true) & LINUX.MSG_TRUNC) !== 0) {
+      const flags = msgView.getInt32(m + 48, true);
+      const len = msgView.getUint32(m + 56, true);
+      msgView.setUint32(m + 8, 28, true);
+      msgView.setUint32(m + 40, CMSG_SLOT, true); // msg_controllen (u64; high half stays 0)
+      if ((flags & LINUX.MSG_TRUNC) !== 0) {
         truncated++;
         continue;
       }
-      const len = msgView.getUint32(m + 56, true);
       if (count > 0 && used + len > cfg.maxBatchBytes) flush();
       if (count === 0) firstAt = performance.now();
-      stageData.set(recvBuf.subarray(i * slot, i * slot + len), used);
+      arena.copyWithin(stageAt + used, i * slot, i * slot + len);
       stageOff[count] = used;
       stageLen[count] = len;
       encodePeer(names, i * SOCKADDR_SLOT, stagePeers, count * PEER_SIZE);
@@ -162,16 +179,11 @@ function runLoop(cfg: WorkerStart): void {
     }
   };
 
-  // The kernel rewrites msg_namelen and msg_controllen; restore them before every call.
-  const resetHeaders = (): void => {
-    for (let i = 0; i < n; i++) {
-      msgView.setUint32(i * MMSGHDR_SIZE + 8, 28, true);
-      msgView.setBigUint64(i * MMSGHDR_SIZE + 40, BigInt(CMSG_SLOT), true);
-    }
-  };
-
+  for (let i = 0; i < n; i++) {
+    msgView.setUint32(i * MMSGHDR_SIZE + 8, 28, true);
+    msgView.setBigUint64(i * MMSGHDR_SIZE + 40, BigInt(CMSG_SLOT), true);
+  }
   while (Atomics.load(control, CONTROL.stop) === 0) {
-    resetHeaders();
     // Nothing staged, or no nap allowed: block until a datagram is queued or the socket's
     // receive timeout (maxDelayMs) expires; waking on arrival keeps a small socket buffer
     // from overflowing. Staging with a big buffer: take only what is queued, then nap below,
@@ -202,7 +214,6 @@ function runLoop(cfg: WorkerStart): void {
   // Stop requested: drain what the kernel already holds for us (bounded), so a graceful stop
   // loses nothing that reached the socket before it.
   for (let k = 0; k < 4096; k++) {
-    resetHeaders();
     const got = libc.recvmmsg(cfg.fd, msgs, n, LINUX.MSG_DONTWAIT, null);
     if (got <= 0) break;
     take(got);
@@ -214,13 +225,14 @@ function runLoop(cfg: WorkerStart): void {
 /** Copies a sockaddr_in/in6 into the 18-byte peer form (IPv4 as ::ffff:a.b.c.d). */
 function encodePeer(names: Uint8Array, at: number, out: Uint8Array, to: number): void {
   const family = names[at] | (names[at + 1] << 8);
+  // Byte by byte: a subarray per datagram would allocate on the drain path.
   if (family === LINUX.AF_INET) {
-    out.fill(0, to, to + 10);
+    for (let k = 0; k < 10; k++) out[to + k] = 0;
     out[to + 10] = 0xff;
     out[to + 11] = 0xff;
-    out.set(names.subarray(at + 4, at + 8), to + 12);
+    for (let k = 0; k < 4; k++) out[to + 12 + k] = names[at + 4 + k];
   } else {
-    out.set(names.subarray(at + 8, at + 24), to);
+    for (let k = 0; k < 16; k++) out[to + k] = names[at + 8 + k];
   }
   out[to + 16] = names[at + 2];
   out[to + 17] = names[at + 3];

@@ -7,8 +7,10 @@
 import assert from "node:assert/strict";
 import {
   accountLoss,
+  byBuffer,
   interleaveMessages,
   lossAgreement,
+  oneAtATime,
   parseSnmpUdp,
   prometheusSamples,
   UDP_E2E_RECEIVERS,
@@ -105,6 +107,45 @@ Deno.test("udp e2e: every process receiver has a C loop at its buffer size measu
   });
   const names = UDP_E2E_RECEIVERS.map((r) => r.name);
   assert.equal(new Set(names).size, names.length);
+});
+
+Deno.test("udp e2e: the receivers at one buffer size form one group, C loop first", () => {
+  const groups = byBuffer(UDP_E2E_RECEIVERS);
+  assert.equal(groups.length, 2);
+  for (const g of groups) {
+    assert.equal(g[0].kind, "c");
+    assert.ok(g.some((r) => r.kind === "fast"));
+    assert.ok(g.every((r) => r.recvBuffer === g[0].recvBuffer));
+  }
+});
+
+Deno.test("udp e2e: two searches sharing oneAtATime alternate their trials, never overlapping", async () => {
+  const turn = oneAtATime();
+  const log: string[] = [];
+  let running = 0, overlap = false;
+  // C holds 40k/s, the process 20k/s: their searches take different paths and lengths.
+  const receiver = (name: string, limit: number) => (rate: number): Promise<UdpE2eTrial> =>
+    turn(async () => {
+      if (running++ > 0) overlap = true;
+      log.push(name);
+      await new Promise((r) => setTimeout(r, 1));
+      running--;
+      const sent = rate * 4;
+      const lost = rate > limit ? sent / 50 : 0;
+      return accountLoss({ requested: rate, achieved: rate, sent, received: sent - lost }, lost);
+    });
+  const opts = { start: 10_000, max: 320_000, min: 2_500, refine: 2 };
+  const [c, p] = await Promise.all([
+    searchLosslessRate(receiver("c", 40_000), opts),
+    searchLosslessRate(receiver("p", 20_000), opts),
+  ]);
+  assert.equal(overlap, false);
+  assert.ok(c.lossless >= 35_000 && c.lossless <= 40_000, `c ${c.lossless}`);
+  assert.ok(p.lossless >= 15_000 && p.lossless <= 20_000, `p ${p.lossless}`);
+  // Alternating while both run: the shorter search's trials are all within the first 2n.
+  const shorter = Math.min(c.trials.length, p.trials.length);
+  for (let i = 0; i < 2 * shorter; i++) assert.equal(log[i], i % 2 === 0 ? "c" : "p");
+  assert.equal(log.length, c.trials.length + p.trials.length);
 });
 
 Deno.test("udp e2e: the rate search keeps both loss counts of every trial it ran", async () => {

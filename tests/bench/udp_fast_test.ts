@@ -345,3 +345,138 @@ Deno.test("udp_fast: bind host parsing accepts IP literals only", () => {
   assert.deepEqual(splitPeer("[::1]:4739"), { hostname: "::1", port: 4739 });
   assert.deepEqual(splitPeer("10.0.0.1:55"), { hostname: "10.0.0.1", port: 55 });
 });
+
+/** Spins (never yielding to the event loop, so no batch can be delivered) until `done()`. */
+function blockMainThread(done: () => boolean, maxMs: number): number {
+  const start = performance.now();
+  while (!done() && performance.now() - start < maxMs) { /* the main thread is stuck */ }
+  return performance.now() - start;
+}
+
+Deno.test("udp_fast ffi: a blocked main thread loses nothing that fits the worker's queue", async () => {
+  // The kernel's default buffer (~100-200 datagrams) and a main thread stuck for the whole
+  // send: the worker keeps reading into its queue, so the socket never overflows.
+  const total = 1500;
+  let delivered = 0;
+  let first!: () => void;
+  const started = new Promise<void>((res) => (first = res));
+  const rx = await startUdpReceiver({
+    hostname: "127.0.0.1",
+    port: 0,
+    mode: "ffi",
+    recvBufferBytes: 0, // net.core.rmem_default
+    onDatagrams(batch: UdpBatch): void {
+      delivered += batch.count;
+      first();
+    },
+  });
+  // One datagram, a pause (the main thread sees it and blocks), then ~1,000/s for ~1.5 s.
+  const code = `
+    const s = Deno.listenDatagram({ transport: "udp", hostname: "127.0.0.1", port: 0 });
+    const to = { transport: "udp", hostname: "127.0.0.1", port: ${rx.addr.port} };
+    const msg = new Uint8Array(300);
+    await s.send(msg, to);
+    await new Promise((r) => setTimeout(r, 300));
+    for (let i = 1; i < ${total}; i++) {
+      await s.send(msg, to);
+      if (i % 5 === 0) await new Promise((r) => setTimeout(r, 5));
+    }
+    s.close();`;
+  try {
+    const sender = sendFromProcess(code);
+    await started;
+    const before = delivered;
+    const blockedMs = blockMainThread(() => rx.stats().datagrams >= total, 20_000);
+    const duringBlock = rx.stats().datagrams - before;
+    assert.equal(delivered, before, "nothing is delivered while the main thread is blocked");
+    await sender;
+    await waitFor(() => delivered >= total, { timeoutMs: 3000, intervalMs: 20, what: "delivery" });
+    const st = rx.stats();
+    assert.ok(duringBlock >= 1000, `received ${duringBlock} while blocked ${blockedMs} ms`);
+    assert.equal(st.kernelDrops, 0);
+    assert.equal(st.dropped, 0);
+    assert.equal(st.datagrams, total);
+    assert.equal(delivered, total);
+    assert.equal(st.queuedBatches, 0);
+    assert.equal(st.queuedBytes, 0);
+  } finally {
+    await rx.close();
+  }
+});
+
+Deno.test("udp_fast ffi: the queue's byte bound drops and counts what does not fit", async () => {
+  const total = 60;
+  let calls = 0, delivered = 0;
+  const rx = await startUdpReceiver({
+    hostname: "127.0.0.1",
+    port: 0,
+    mode: "ffi",
+    maxDelayMs: 0, // one batch per recvmmsg call
+    maxQueuedBytes: 1000, // a few 100-byte batches (each has 26 bytes of header)
+    onDatagrams(batch: UdpBatch): void {
+      delivered += batch.count;
+      if (calls++ === 0) blockMainThread(() => false, 600);
+    },
+  });
+  const code = `
+    const s = Deno.listenDatagram({ transport: "udp", hostname: "127.0.0.1", port: 0 });
+    const to = { transport: "udp", hostname: "127.0.0.1", port: ${rx.addr.port} };
+    for (let i = 0; i < ${total}; i++) {
+      await s.send(new Uint8Array(100), to);
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    s.close();`;
+  try {
+    await sendFromProcess(code);
+    await waitFor(() => rx.stats().datagrams + rx.stats().dropped >= total, {
+      timeoutMs: 3000,
+      intervalMs: 20,
+      what: `${total} datagrams delivered or dropped`,
+    });
+    await waitFor(() => delivered >= rx.stats().datagrams, {
+      timeoutMs: 3000,
+      intervalMs: 20,
+      what: "posted batches delivered",
+    });
+    const st = rx.stats();
+    assert.ok(st.dropped > 0, `expected drops while stalled, stats ${JSON.stringify(st)}`);
+    assert.ok(st.dropped < total - 5, `the bound let a few batches through: ${st.dropped}`);
+    assert.equal(st.datagrams + st.dropped, total);
+    assert.equal(delivered, st.datagrams);
+    assert.equal(st.queuedBytes, 0);
+  } finally {
+    await rx.close();
+  }
+});
+
+Deno.test("udp_fast ffi: the receive thread runs with the short scheduling slice asked for", async () => {
+  const rx = await startUdpReceiver({
+    hostname: "127.0.0.1",
+    port: 0,
+    mode: "ffi",
+    threadSliceMicros: 250,
+    onDatagrams() {},
+  });
+  try {
+    assert.equal(rx.stats().threadSliceMicros, 250);
+    // Kernels with custom slices (6.12+) show them in the thread's sched file.
+    const slices: number[] = [];
+    for (const t of Deno.readDirSync("/proc/self/task")) {
+      const sched = Deno.readTextFileSync(`/proc/self/task/${t.name}/sched`);
+      const m = /^se\.slice\s+:\s+(\d+)/m.exec(sched);
+      if (m !== null) slices.push(Number(m[1]));
+    }
+    if (slices.length > 0) assert.ok(slices.includes(250_000), `slices ${slices}`);
+  } finally {
+    await rx.close();
+  }
+  const off = await startUdpReceiver({
+    hostname: "127.0.0.1",
+    port: 0,
+    mode: "ffi",
+    threadSliceMicros: 0,
+    onDatagrams() {},
+  });
+  assert.equal(off.stats().threadSliceMicros, 0);
+  await off.close();
+});

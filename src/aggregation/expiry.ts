@@ -108,6 +108,7 @@ export function flushAll(
     if (emitOne(s, slot, emit, { hooks, uncorrelated })) n++;
     s.counters.flowsDeleted++;
   }
+  s.flowsGone(s.table.size);
   s.table.clear();
   s.heap.clear();
   s.store.clear();
@@ -143,4 +144,5 @@ function deleteFlow(s: CoreState, slot: number): void {
   I.unref(u32[ub + U32.DST_LABELS]);
   s.store.free(slot);
   s.counters.flowsDeleted++;
+  s.flowsGone(1);
 }

@@ -107,10 +107,11 @@ function create(
   if (!countersValid(r, false)) {
     return s.reject("badFieldType", "record with an invalid counter");
   }
-  if (s.atMaxFlows()) {
+  if (!s.takeFlow()) {
     return s.reject("maxFlows", "maxFlows reached, record for a new flow dropped");
   }
   if (s.overBytes(FLOW_FIXED_BYTES + FIELD_CODE.createBytes(r) + CLUSTER_IPS_BYTES)) {
+    s.flowsGone(1);
     return s.reject("maxFlowBytes", "maxFlowBytes reached, record for a new flow dropped");
   }
   const fromS = isFromSource(r.sourcePodName, r.destinationPodName);

@@ -88,18 +88,15 @@ export class ShardedCore implements CoreApi {
   constructor(opts: AggregationOptions, n: number) {
     if (!Number.isInteger(n) || n < 1) throw new RangeError(`shards: ${n}: must be >= 1`);
     const shards = this.#shards;
+    let flows = 0;
+    const addFlows = (k: number): number => flows += k;
     for (let i = 0; i < n; i++) {
-      const others = (f: (c: AggregationCore) => number) => (): number => {
+      const bytes = (): number => {
         let sum = 0;
-        for (let j = 0; j < shards.length; j++) if (j !== i) sum += f(shards[j]);
+        for (let j = 0; j < shards.length; j++) if (j !== i) sum += shards[j].flowBytes;
         return sum;
       };
-      shards.push(
-        new AggregationCore({
-          ...opts,
-          peers: { flows: others((c) => c.flowCount), bytes: others((c) => c.flowBytes) },
-        }),
-      );
+      shards.push(new AggregationCore({ ...opts, peers: { addFlows, bytes } }));
     }
   }
 

@@ -47,17 +47,24 @@ export interface AggregationOptions {
   /** Upstream L3: delete an un-correlated half silently instead of exporting it (default false). */
   dropUncorrelated?: boolean;
   /**
-   * What the other shards of a sharded process hold: `maxFlows` and `maxFlowBytes` bound the
-   * process, so a shard checks its own usage plus theirs. Absent: this core is the only one.
+   * The usage shared with the other shards of a sharded process: `maxFlows` and `maxFlowBytes`
+   * bound the process. Absent: this core is the only one.
    */
   peers?: PeerUsage;
 }
 
-/** Flows and bytes held by the other shards (see {@linkcode AggregationOptions.peers}). */
+/** Usage shared by the shards of a process (see {@linkcode AggregationOptions.peers}). */
 export interface PeerUsage {
-  /** Live flows of the other shards. */
-  flows(): number;
-  /** Held bytes of the other shards (see {@linkcode CoreState.heldBytes}). */
+  /**
+   * Adds `n` (+1 for a flow created, -k for k deleted) to the live flows of the whole process
+   * and returns the new total: one atomic count, so `maxFlows` holds exactly however the
+   * shards race.
+   */
+  addFlows(n: number): number;
+  /**
+   * Held bytes of the other shards (see {@linkcode CoreState.heldBytes}), as they last
+   * published them (a shard's own bytes change with every string: not counted atomically).
+   */
   bytes(): number;
 }
 
@@ -132,9 +139,21 @@ export class CoreState {
     return this.store.u32(slot)[u32Base(slot) + U32.PROTO] >>> FAMILY_SHIFT !== 0;
   }
 
-  /** True when one more flow would exceed `maxFlows` (the other shards' flows included). */
-  atMaxFlows(): boolean {
-    return this.table.size + (this.peers?.flows() ?? 0) >= this.maxFlows;
+  /**
+   * Counts one more flow unless that would exceed `maxFlows` (the other shards' flows included);
+   * false, counting nothing, when it would. Undone by {@linkcode flowsGone}.
+   */
+  takeFlow(): boolean {
+    const p = this.peers;
+    if (p === undefined) return this.table.size < this.maxFlows;
+    if (p.addFlows(1) <= this.maxFlows) return true;
+    p.addFlows(-1);
+    return false;
+  }
+
+  /** `n` flows were deleted (or a taken one was not created after all). */
+  flowsGone(n: number): void {
+    this.peers?.addFlows(-n);
   }
 
   /**

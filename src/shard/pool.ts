@@ -133,6 +133,8 @@ export class ShardPool {
   /** The core settings in force (a restarted shard starts with them). */
   #settings: ShardSettings;
   readonly #usageSab: SharedArrayBuffer;
+  /** The process's live flows, counted atomically by the shards (`maxFlows`). */
+  readonly #flowsSab = new SharedArrayBuffer(4);
   /** Last counters of the shard workers that died (their totals stay in the sums). */
   readonly #retired: AggregationStats[] = [];
   #retiredTruncated = 0;
@@ -217,6 +219,7 @@ export class ShardPool {
         generation: shard.generation,
         settings: this.#settings,
         usage: this.#usageSab,
+        flows: this.#flowsSab,
         ring: sab,
         log: logSettings(),
         pods,
@@ -273,6 +276,7 @@ export class ShardPool {
     const at = shard.index * USAGE_WORDS;
     const flows = this.#usage[at];
     // The other shards' limits no longer count what it held.
+    Atomics.sub(new Int32Array(this.#flowsSab), 0, flows);
     this.#usage[at] = this.#usage[at + 1] = 0;
     this.#counters.shardsFailed++;
     this.#counters.flowsLostWithShard += flows;

@@ -28,7 +28,8 @@ export interface ShardSettings {
 
 /**
  * Words of the shared usage array per shard (`Float64Array` over a `SharedArrayBuffer`): the
- * shard's live flows and held bytes, for the process-wide limits of every other shard.
+ * shard's live flows (exact, written as they change) and held bytes (published after each
+ * slice of ingest), for the process-wide limits and the pool's counts.
  */
 export const USAGE_WORDS = 2;
 
@@ -42,6 +43,8 @@ export type ToShard =
     generation: number;
     settings: ShardSettings;
     usage: SharedArrayBuffer;
+    /** The process's live flows: one `Int32Array` word, counted atomically by every shard. */
+    flows: SharedArrayBuffer;
     ring: SharedArrayBuffer;
     log: { level: LogLevel; format: LogFormat };
     /** With a cluster: the Pod store's entries, to seed the shard's replica (then `pods`). */

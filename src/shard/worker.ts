@@ -134,8 +134,8 @@ function report(c: AggregationCore): ShardReport {
   return { stats: c.stats(), stringsTruncated: stringsTruncatedTotal() };
 }
 
+/** Publishes the bytes this shard holds (its flows are counted as they change). */
 function publishUsage(c: AggregationCore): void {
-  usage[index * USAGE_WORDS] = c.flowCount;
   usage[index * USAGE_WORDS + 1] = c.flowBytes;
 }
 
@@ -195,15 +195,24 @@ scope.onmessage = (e: MessageEvent<ToShard>): void => {
       }
       raw = new RawRowReader({ maxStringBytes: m.settings.maxStringBytes });
       const shards = m.shards;
-      const others = (word: number) => (): number => {
-        let sum = 0;
-        for (let j = 0; j < shards; j++) if (j !== index) sum += usage[j * USAGE_WORDS + word];
-        return sum;
-      };
+      const total = new Int32Array(m.flows);
+      const at = index * USAGE_WORDS;
       const c = new AggregationCore({
         ...settingsOf(m.settings),
         clock,
-        peers: { flows: others(0), bytes: others(1) },
+        peers: {
+          // The process's flows, one atomic count; this shard's own in its usage word (exact,
+          // so the pool can take them out of the total if this shard dies).
+          addFlows: (n) => {
+            usage[at] += n;
+            return Atomics.add(total, 0, n) + n;
+          },
+          bytes: () => {
+            let sum = 0;
+            for (let j = 0; j < shards; j++) if (j !== index) sum += usage[j * USAGE_WORDS + 1];
+            return sum;
+          },
+        },
       });
       core = c;
       arm(c);

@@ -524,7 +524,7 @@ export class ShardPool {
 
   /**
    * The shards' counters summed, each as of its last report (at most a batch of exports or
-   * half a second old); records routed to a dead shard are rejected as `shardFailed`.
+   * about 50 ms behind its records); records routed to a dead shard are rejected as `shardFailed`.
    */
   stats(): AggregationStats {
     const sum = sumStats([...this.#shards.map((s) => s.stats ?? NO_STATS), ...this.#retired]);

@@ -3,9 +3,9 @@
  * shared counters they both read. Records travel main → shard as frames of binary rows over the
  * shard's ring (`ring.ts`, `input_rows.ts`), never as messages; expired flows travel
  * shard → main as the exporters' binary batches (`exporters/batch.ts`), each with the shard's
- * counters, so the main thread's view of every shard is at most one batch (or half a second)
- * old. A message that must see every record sent before it (a query, new settings, the stop)
- * is handled after the shard drained its ring.
+ * counters, and at least every 50 ms while records flow (500 ms at idle), so the main thread's
+ * view of every shard is about 50 ms old at most. A message that must see every record sent
+ * before it (a query, new settings, the stop) is handled after the shard drained its ring.
  *
  * @module
  */

@@ -37,6 +37,15 @@ const MAX_TIMER_MS = 1000;
 /** How often the counters are posted when no flow is exported. */
 const STATS_EVERY_MS = 500;
 
+/**
+ * While records flow, the counters are posted at least this often (the main thread's sums, the
+ * API and `/metrics`, are then at most this old; at idle the 500 ms report covers it).
+ */
+const STATS_BUSY_MS = 50;
+let lastReportMs = 0;
+/** A report due for records ingested since the last one. */
+let trailingReport: ReturnType<typeof setTimeout> | undefined;
+
 /** Longest stretch of ring draining before messages (and, every TIMER_TURN_MS, timers) get a turn. */
 const SLICE_MS = 5;
 
@@ -114,8 +123,19 @@ function drain(c: AggregationCore, sliceMs = Infinity): number {
     publishUsage(c);
     // A first flow arms the timer for its expiry (the timer may be at its idle maximum).
     if (timer === undefined) arm(c);
+    const now = performance.now();
+    if (now - lastReportMs >= STATS_BUSY_MS) postStats(c, now);
+    else trailingReport ??= setTimeout(() => postStats(c), STATS_BUSY_MS);
   }
   return n;
+}
+
+/** Posts the counters now (and cancels a trailing report). */
+function postStats(c: AggregationCore, now = performance.now()): void {
+  clearTimeout(trailingReport);
+  trailingReport = undefined;
+  lastReportMs = now;
+  post({ t: "stats", ...report(c) });
 }
 
 /** Drains the ring as frames arrive, yielding to timers and messages between slices. */
@@ -216,7 +236,7 @@ scope.onmessage = (e: MessageEvent<ToShard>): void => {
       });
       core = c;
       arm(c);
-      statsTimer = setInterval(() => post({ t: "stats", ...report(c) }), STATS_EVERY_MS);
+      statsTimer = setInterval(() => postStats(c), STATS_EVERY_MS);
       void pump(c);
       post({ t: "ready" });
       return;
@@ -246,6 +266,7 @@ scope.onmessage = (e: MessageEvent<ToShard>): void => {
       const c = core!;
       if (timer !== undefined) clearTimeout(timer);
       if (statsTimer !== undefined) clearInterval(statsTimer);
+      clearTimeout(trailingReport);
       // Every record sent before the stop, then the expired flows first (normal export semantics), then every flow still held.
       drain(c);
       const emit = emitTo(c);

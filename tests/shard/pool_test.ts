@@ -278,3 +278,16 @@ Deno.test("shard pool: a query leaves out a shard that does not answer in time",
   assert.ok(performance.now() - t0 >= 200);
   await pool.stop(100);
 });
+
+Deno.test("shard pool: the counters follow the records within about 50 ms, no query needed", async () => {
+  const pool = new ShardPool({ shards: 2, settings: HOUR, onFlows: () => {} });
+  await pool.ready();
+  // Past the first report, so the idle 500 ms one cannot be what brings the count.
+  await new Promise((r) => setTimeout(r, 100));
+  pool.ingest(Array.from({ length: 100 }, (_, i) => intraNode({ sourceTransportPort: 1 + i })));
+  pool.flush();
+  const t0 = performance.now();
+  await waitFor(() => pool.stats().recordsIn === 100, { timeoutMs: 300, what: "fresh counters" });
+  assert.ok(performance.now() - t0 < 300);
+  await pool.stop();
+});

@@ -18,6 +18,18 @@ import { runDeno } from "../_helpers/process.ts";
 import { waitFor } from "../_helpers/wait.ts";
 
 /** Runs `code` (a UDP sender) in a process of its own, so a stalled main thread here cannot slow it. */
+/** Sends `total` 100-byte datagrams to `port` from another process, 5 ms apart. */
+function sendPaced(port: number, total: number): Promise<void> {
+  return sendFromProcess(`
+    const s = Deno.listenDatagram({ transport: "udp", hostname: "127.0.0.1", port: 0 });
+    const to = { transport: "udp", hostname: "127.0.0.1", port: ${port} };
+    for (let i = 0; i < ${total}; i++) {
+      await s.send(new Uint8Array(100), to);
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    s.close();`);
+}
+
 async function sendFromProcess(code: string): Promise<void> {
   const r = await runDeno(["eval", "--unstable-net", code]);
   assert.equal(r.code, 0, `sender process failed: ${r.stderr}`);
@@ -208,16 +220,8 @@ Deno.test("udp_fast ffi: a stalled consumer makes the worker drop and count, nev
       }
     },
   });
-  const code = `
-    const s = Deno.listenDatagram({ transport: "udp", hostname: "127.0.0.1", port: 0 });
-    const to = { transport: "udp", hostname: "127.0.0.1", port: ${rx.addr.port} };
-    for (let i = 0; i < ${total}; i++) {
-      await s.send(new Uint8Array(100), to);
-      await new Promise((r) => setTimeout(r, 5));
-    }
-    s.close();`;
   try {
-    await sendFromProcess(code);
+    await sendPaced(rx.addr.port, total);
     // Let the worker hand over what it holds, then check the books balance.
     await waitFor(() => rx.stats().datagrams + rx.stats().dropped >= total, {
       timeoutMs: 3000,
@@ -418,16 +422,8 @@ Deno.test("udp_fast ffi: the queue's byte bound drops and counts what does not f
       if (calls++ === 0) blockMainThread(() => false, 600);
     },
   });
-  const code = `
-    const s = Deno.listenDatagram({ transport: "udp", hostname: "127.0.0.1", port: 0 });
-    const to = { transport: "udp", hostname: "127.0.0.1", port: ${rx.addr.port} };
-    for (let i = 0; i < ${total}; i++) {
-      await s.send(new Uint8Array(100), to);
-      await new Promise((r) => setTimeout(r, 5));
-    }
-    s.close();`;
   try {
-    await sendFromProcess(code);
+    await sendPaced(rx.addr.port, total);
     await waitFor(() => rx.stats().datagrams + rx.stats().dropped >= total, {
       timeoutMs: 3000,
       intervalMs: 20,

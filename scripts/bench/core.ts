@@ -91,6 +91,22 @@ export function benchDecodeRates(seconds: number): { single: number; batch: numb
 }
 
 /**
+ * One round of the replay stream's messages in arrival order, each with its Agent's template
+ * store (templates announced, in the given decoder mode): the input of the realistic benches.
+ */
+function realisticMessages(
+  flows: number,
+  uniqueNames: number | undefined,
+  wireNumbers: boolean,
+): { msgs: Uint8Array[]; msgStores: Store[] } {
+  const stream = replayStream(flows, uniqueNames);
+  const now = Math.floor(Date.now() / 1000);
+  const stores = agentStores(stream, now, wireNumbers);
+  const order = arrivalOrder(stream, 0, now);
+  return { msgs: order.map((m) => m.msg), msgStores: order.map((m) => stores[m.agent]) };
+}
+
+/**
  * Records/s decoding the replay sender's realistic stream (src/flowgen/replay.ts): 4 Agents,
  * each with its own template store (one session each), `flows` flows exported once per round by
  * one or both Nodes (the default scenario mix: intra/inter-node, Service ClusterIP, external,
@@ -101,12 +117,7 @@ export function benchDecodeRealistic(
   seconds: number,
   opts: { flows: number; uniqueNames?: number },
 ): { recordsPerSec: number; messages: number } {
-  const stream = replayStream(opts.flows, opts.uniqueNames);
-  const now = Math.floor(Date.now() / 1000);
-  const stores = agentStores(stream, now, false);
-  const order = arrivalOrder(stream, 0, now);
-  const msgs = order.map((m) => m.msg);
-  const msgStores = order.map((m) => stores[m.agent]);
+  const { msgs, msgStores } = realisticMessages(opts.flows, opts.uniqueNames, false);
   let decoded = 0;
   for (let i = 0; i < msgs.length; i++) {
     decoded += decodeMessage(msgs[i], msgStores[i]).dataSets[0]?.records.length ?? 0;
@@ -139,12 +150,7 @@ export function benchRouteRealistic(
   seconds: number,
   opts: { flows: number; shards: number; uniqueNames?: number },
 ): number {
-  const stream = replayStream(opts.flows, opts.uniqueNames);
-  const now = Math.floor(Date.now() / 1000);
-  const stores = agentStores(stream, now, true);
-  const order = arrivalOrder(stream, 0, now);
-  const msgs = order.map((m) => m.msg);
-  const msgStores = order.map((m) => stores[m.agent]);
+  const { msgs, msgStores } = realisticMessages(opts.flows, opts.uniqueNames, true);
   const ids = new RawTemplateIds();
   const rings = Array.from({ length: opts.shards }, () => createRing(4 << 20));
   const writers = rings.map((r) => new RawRowWriter(new RingWriter(r), ids));

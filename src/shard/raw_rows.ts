@@ -85,6 +85,8 @@ export class RawTemplateIds {
   readonly #bySignature = new Map<string, number>();
   readonly #max: number;
   #next = 1;
+  #lastTemplate: TemplateRecord | undefined;
+  #lastTid = 0;
   /** Bumped each time the table starts over. */
   generation = 0;
 
@@ -95,11 +97,20 @@ export class RawTemplateIds {
 
   /** The tid of a template's field list. */
   of(t: TemplateRecord): number {
+    // Records come in runs of one template (one session's data sets): skip the map for those.
+    if (t === this.#lastTemplate) return this.#lastTid;
     let tid = this.#byTemplate.get(t);
-    if (tid !== undefined) return tid;
+    if (tid === undefined) tid = this.#name(t);
+    this.#lastTemplate = t;
+    this.#lastTid = tid;
+    return tid;
+  }
+
+  /** Names a template not seen before: the tid of its field list, a new one if need be. */
+  #name(t: TemplateRecord): number {
     let sig = `${t.id}|${t.scopeFieldCount}`;
     for (const f of t.fields) sig += fieldKey(f);
-    tid = this.#bySignature.get(sig);
+    let tid = this.#bySignature.get(sig);
     if (tid === undefined) {
       if (this.#bySignature.size >= this.#max) {
         this.#bySignature.clear();

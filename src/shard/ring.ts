@@ -241,7 +241,8 @@ export class RingWriter extends RingEnd {
 
   /**
    * Blocks (`Atomics.wait`) until a frame of `bytes` payload bytes fits, at most `timeoutMs`:
-   * "ready" or "timeout". For a worker; on the main thread prefer {@linkcode waitForSpaceAsync}.
+   * "ready" or "timeout". It blocks the thread's event loop: on the main thread only where that
+   * is the point (the shard pool's back-pressure on ingest); else {@linkcode waitForSpaceAsync}.
    */
   waitForSpace(bytes: number, timeoutMs: number): RingWait {
     this.#check(bytes);

@@ -2,9 +2,10 @@
  * A shard worker: one aggregation core owning the flows whose key hashes to this shard
  * (`aggregation/sharded.ts` routes). It ingests the record frames the main thread writes to its
  * ring (draining it in slices of at most {@linkcode SLICE_MS}, so its timers and messages get
- * their turn), runs its own expiry timer, and posts the expired flows to the main thread as the exporters'
- * binary batches together with its counters. Its live flows and held bytes are published in the
- * shared usage array, so every shard applies `maxFlows` and `maxFlowBytes` to the whole process.
+ * their turn), runs its own expiry timer, and posts the expired flows to the main thread as the
+ * exporters' binary batches together with its counters. It counts the process's flows in one
+ * shared atomic word and publishes its held bytes in the shared usage array, so every shard
+ * applies `maxFlows` and `maxFlowBytes` to the whole process.
  * With a cluster it holds a replica of the Pod store (fed by the main thread's store) and fills
  * the Pod metadata and labels of the flows it exports, as the one-shard core does. It needs no
  * permission: the pool starts it with none.

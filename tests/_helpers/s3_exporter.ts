@@ -98,6 +98,10 @@ export async function withExporter(
   );
   try {
     await exporter.start();
+    // The spool opens in the background: tests that count spooled records start once it is.
+    if (options.spool !== false) {
+      await waitFor(() => exporter.stats().spoolOpen, { what: "spool open", timeoutMs: 20_000 });
+    }
     await fn({ server, clock, exporter, spoolDir });
   } finally {
     await exporter.stop();

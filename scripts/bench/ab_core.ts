@@ -9,7 +9,8 @@
  * PART is decode, realistic, pipeline or aggregate:
  * `decode` is the golden 50-record message (decode_batch_records_per_s), `realistic` the replay
  * stream (decode_realistic_records_per_s, 20,000 flows), `pipeline` its decode in wire-number
- * mode and aggregation (pipeline_realistic_records_per_s, one run per measurement).
+ * mode and aggregation (pipeline_realistic_records_per_s, one run per measurement), `route`
+ * the main thread's share with 2 shards on that stream (route_realistic_records_per_s).
  * `aggregate` feeds each checkout's own `flowRecords()` input by default; `--records=ROOT` feeds
  * both cores the records built by ROOT's `scripts/bench/core.ts`, so a difference in the input
  * objects (their V8 maps) is told apart from one in the core. A root is a checkout, e.g. a
@@ -26,10 +27,10 @@ const [aRoot, bRoot, part] = Deno.args;
 const recordsRoot = Deno.args.find((a) => a.startsWith("--records="))?.slice(10);
 if (
   aRoot === undefined || bRoot === undefined ||
-  !["decode", "realistic", "pipeline", "aggregate"].includes(part)
+  !["decode", "realistic", "pipeline", "route", "aggregate"].includes(part)
 ) {
   console.error(
-    "usage: ab_core.ts A_ROOT B_ROOT decode|realistic|pipeline|aggregate [--records=ROOT]",
+    "usage: ab_core.ts A_ROOT B_ROOT decode|realistic|pipeline|route|aggregate [--records=ROOT]",
   );
   Deno.exit(2);
 }
@@ -43,6 +44,7 @@ async function runner(rootArg: string): Promise<() => number> {
   if (part === "realistic") {
     return () => m.benchDecodeRealistic(0.5, { flows: 20_000 }).recordsPerSec;
   }
+  if (part === "route") return () => m.benchRouteRealistic(0.5, { flows: 20_000, shards: 2 });
   if (part === "pipeline") return () => m.benchPipelineRealistic({ flows: 20_000, pairs: 1 }).wire;
   if (recordsRoot === undefined) return () => m.benchAggregateRate(10_000, 5, 0.5);
   const recs = (await import(`${recordsRoot}/scripts/bench/core.ts`) as CoreModule)

@@ -30,10 +30,17 @@ export interface KeyOffsets {
 
 /** What the walk needs of a template, built once per template definition. */
 export interface Skim {
-  /** Field lengths in template order, -1 for a variable-length field. */
-  readonly lengths: Int32Array;
-  /** Smallest length of the fields from `i` on (`restMin[n]` = 0). */
-  readonly restMin: Int32Array;
+  /**
+   * One step per variable-length field, 3 words each: the bytes of the fixed-length fields
+   * before it (since the previous variable-length field), the smallest length of the fields
+   * after it, and its index in the template (for errors). The walk jumps over runs of fixed
+   * fields in one addition instead of visiting each field.
+   */
+  readonly steps: Int32Array;
+  /** Bytes of the fixed-length fields after the last variable-length one (or all of them). */
+  readonly tail: number;
+  /** Smallest length of a record. */
+  readonly minLength: number;
   /** The flow key's fixed offsets, or undefined when they are not fixed. */
   readonly key: KeyOffsets | undefined;
 }
@@ -52,14 +59,19 @@ export function skimOf(t: TemplateRecord): Skim {
 
 function buildSkim(t: TemplateRecord): Skim {
   const n = t.fields.length;
-  const lengths = new Int32Array(n);
   const restMin = new Int32Array(n + 1);
-  for (let i = n - 1; i >= 0; i--) {
-    const len = t.fields[i].length;
-    lengths[i] = len === VARIABLE_LENGTH ? -1 : len;
-    restMin[i] = restMin[i + 1] + minFieldLength(len);
-  }
-  return { lengths, restMin, key: keyOffsets(t) };
+  for (let i = n - 1; i >= 0; i--) restMin[i] = restMin[i + 1] + minFieldLength(t.fields[i].length);
+  const steps: number[] = [];
+  let fixed = 0;
+  t.fields.forEach((f, i) => {
+    if (f.length !== VARIABLE_LENGTH) {
+      fixed += f.length;
+      return;
+    }
+    steps.push(fixed, restMin[i + 1], i);
+    fixed = 0;
+  });
+  return { steps: Int32Array.from(steps), tail: fixed, minLength: restMin[0], key: keyOffsets(t) };
 }
 
 /** Offsets of the named fields at fixed positions with the given length (before any variable). */
@@ -106,35 +118,39 @@ export function walkRecords(
   end: number,
   spans: number[],
 ): number {
-  const lengths = s.lengths;
-  const restMin = s.restMin;
-  const n = lengths.length;
-  const minLen = restMin[0];
+  const steps = s.steps;
+  const n = steps.length;
+  const minLen = s.minLength;
   while (end - off >= minLen) {
     const start = off;
-    for (let i = 0; i < n; i++) {
-      const len = lengths[i];
-      if (len >= 0) {
-        off += len;
-        continue;
-      }
+    // Each variable-length field's prefix is in the set: the smallest length of the rest of
+    // the record (checked before the record, then after each such field) counts its byte.
+    for (let j = 0; j < n; j += 3) {
+      off += steps[j];
       let p = off + 1;
       let L = bytes[off];
       if (L === 255) {
         if (end - p < 2) {
-          throw new IpfixDecodeError("badVarLength", `field ${i}: 3-byte length prefix cut`);
+          throw new IpfixDecodeError(
+            "badVarLength",
+            `field ${steps[j + 2]}: 3-byte length prefix cut`,
+          );
         }
         L = (bytes[p] << 8) | bytes[p + 1];
         p += 2;
       }
       if (end - p < L) {
-        throw new IpfixDecodeError("badVarLength", `field ${i}: length ${L} exceeds set`);
+        throw new IpfixDecodeError(
+          "badVarLength",
+          `field ${steps[j + 2]}: length ${L} exceeds set`,
+        );
       }
       off = p + L;
-      if (end - off < restMin[i + 1]) {
-        throw new IpfixDecodeError("badRecord", `record overruns set after field ${i}`);
+      if (end - off < steps[j + 1]) {
+        throw new IpfixDecodeError("badRecord", `record overruns set after field ${steps[j + 2]}`);
       }
     }
+    off += s.tail;
     spans.push(start, off);
   }
   return off;

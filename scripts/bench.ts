@@ -89,6 +89,11 @@ export interface BenchResults extends Omit<E2eReplayResult, "detail"> {
    */
   decode_realistic_records_per_s: number | null;
   /**
+   * The same in wire-number mode, the collector's (u64 counters below 2^53 and IPv4 addresses
+   * as numbers): what a shard decodes per record.
+   */
+  decode_realistic_wire_records_per_s: number | null;
+  /**
    * Records per second of the main thread's share of a sharded process on the same stream
    * (walked undecoded, routed by key, copied to a shard ring).
    */
@@ -219,6 +224,7 @@ export function emptyResults(): BenchResults {
     decode_records_per_s: null,
     decode_batch_records_per_s: null,
     decode_realistic_records_per_s: null,
+    decode_realistic_wire_records_per_s: null,
     route_realistic_records_per_s: null,
     pipeline_realistic_records_per_s: null,
     pipeline_realistic_text_records_per_s: null,
@@ -405,7 +411,8 @@ export async function benchUdpOnProcess(ctx: BenchContext): Promise<void> {
 
 /**
  * Measures decode_records_per_s, decode_batch_records_per_s (one golden message in a loop) and
- * decode_realistic_records_per_s (the replay sender's stream) (codec, one core).
+ * decode_realistic_records_per_s (the replay sender's stream), in the default mode and in the
+ * collector's wire-number mode (codec, one core).
  */
 export function benchDecode(ctx: BenchContext): Promise<void> {
   progress("decode");
@@ -421,6 +428,10 @@ export function benchDecode(ctx: BenchContext): Promise<void> {
   ctx.notes.decode_realistic_records_per_s = `decodeMessage, replay stream: 4 Agents, ${flows} ` +
     `flows (${real.messages} one-record messages per round, default mix), ` +
     `${REPLAY_UNIQUE_NAMES * 100} % unique Pod names`;
+  const wire = benchDecodeRealistic(seconds, { flows, wireNumbers: true });
+  ctx.results.decode_realistic_wire_records_per_s = wire.recordsPerSec;
+  ctx.notes.decode_realistic_wire_records_per_s = "the same messages in wire-number mode (the " +
+    "collector's: u64 below 2^53 and IPv4 as numbers), what a shard decodes";
   ctx.results.route_realistic_records_per_s = benchRouteRealistic(seconds, { flows, shards: 2 });
   ctx.notes.route_realistic_records_per_s = "the main thread's share of a sharded process, same " +
     "messages: walked undecoded (raw mode), key read from the bytes, record copied to one of 2 " +
@@ -638,6 +649,7 @@ export const UNITS: Record<keyof BenchResults, string> = {
   decode_records_per_s: "records/s",
   decode_batch_records_per_s: "records/s",
   decode_realistic_records_per_s: "records/s",
+  decode_realistic_wire_records_per_s: "records/s",
   route_realistic_records_per_s: "records/s",
   pipeline_realistic_records_per_s: "records/s",
   pipeline_realistic_text_records_per_s: "records/s",
@@ -734,6 +746,7 @@ const PART_KEYS: Record<string, readonly (keyof BenchResults)[]> = {
     "decode_records_per_s",
     "decode_batch_records_per_s",
     "decode_realistic_records_per_s",
+    "decode_realistic_wire_records_per_s",
     "route_realistic_records_per_s",
   ],
   aggregate: [

@@ -8,7 +8,8 @@
  *
  * PART is decode, realistic, pipeline or aggregate:
  * `decode` is the golden 50-record message (decode_batch_records_per_s), `realistic` the replay
- * stream (decode_realistic_records_per_s, 20,000 flows), `pipeline` its decode in wire-number
+ * stream (decode_realistic_records_per_s, 20,000 flows), `wire` the same in wire-number mode
+ * (decode_realistic_wire_records_per_s), `pipeline` its decode in wire-number
  * mode and aggregation (pipeline_realistic_records_per_s, one run per measurement), `route`
  * the main thread's share with 2 shards on that stream (route_realistic_records_per_s).
  * `aggregate` feeds each checkout's own `flowRecords()` input by default; `--records=ROOT` feeds
@@ -27,10 +28,10 @@ const [aRoot, bRoot, part] = Deno.args;
 const recordsRoot = Deno.args.find((a) => a.startsWith("--records="))?.slice(10);
 if (
   aRoot === undefined || bRoot === undefined ||
-  !["decode", "realistic", "pipeline", "route", "aggregate"].includes(part)
+  !["decode", "realistic", "wire", "pipeline", "route", "aggregate"].includes(part)
 ) {
   console.error(
-    "usage: ab_core.ts A_ROOT B_ROOT decode|realistic|pipeline|route|aggregate [--records=ROOT]",
+    "usage: ab_core.ts A_ROOT B_ROOT decode|realistic|wire|pipeline|route|aggregate [--records=ROOT]",
   );
   Deno.exit(2);
 }
@@ -43,6 +44,9 @@ async function runner(rootArg: string): Promise<() => number> {
   if (part === "decode") return () => m.benchDecodeRates(0.4).batch;
   if (part === "realistic") {
     return () => m.benchDecodeRealistic(0.5, { flows: 20_000 }).recordsPerSec;
+  }
+  if (part === "wire") {
+    return () => m.benchDecodeRealistic(0.5, { flows: 20_000, wireNumbers: true }).recordsPerSec;
   }
   if (part === "route") return () => m.benchRouteRealistic(0.5, { flows: 20_000, shards: 2 });
   if (part === "pipeline") return () => m.benchPipelineRealistic({ flows: 20_000, pairs: 1 }).wire;

@@ -111,13 +111,18 @@ function realisticMessages(
  * each with its own template store (one session each), `flows` flows exported once per round by
  * one or both Nodes (the default scenario mix: intra/inter-node, Service ClusterIP, external,
  * denied, IPv6), messages taken from the Agents in turn as they would arrive. One record per
- * message, as Agents send them; every message is a different flow.
+ * message, as Agents send them; every message is a different flow. In the codec's default mode
+ * unless `wireNumbers` (the collector's mode).
  */
 export function benchDecodeRealistic(
   seconds: number,
-  opts: { flows: number; uniqueNames?: number },
+  opts: { flows: number; uniqueNames?: number; wireNumbers?: boolean },
 ): { recordsPerSec: number; messages: number } {
-  const { msgs, msgStores } = realisticMessages(opts.flows, opts.uniqueNames, false);
+  const { msgs, msgStores } = realisticMessages(
+    opts.flows,
+    opts.uniqueNames,
+    opts.wireNumbers ?? false,
+  );
   let decoded = 0;
   for (let i = 0; i < msgs.length; i++) {
     decoded += decodeMessage(msgs[i], msgStores[i]).dataSets[0]?.records.length ?? 0;

@@ -44,6 +44,12 @@ export const README_ROWS: readonly ReadmeRow[] = [
     label: "decode, realistic replay stream",
     ref: "decode_records_per_s",
     refLabel: "golden record looped",
+  },
+  {
+    key: "decode_realistic_wire_records_per_s",
+    label: "decode, realistic replay stream, wire-number mode (the collector's)",
+    ref: "decode_realistic_records_per_s",
+    refLabel: "default mode: text, bigint",
     goal: "≥ 2M/s per core (#15)",
   },
   {

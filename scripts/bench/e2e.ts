@@ -142,6 +142,10 @@ export interface E2eTrial {
   flowgenCpuUsPerRecord: number;
   /** Peak resident memory of the aggregator (VmHWM) before shutdown. */
   aggregatorPeakRssBytes: number;
+  /** {@linkcode E2eTrial.aggregatorCpuSec} by thread (see {@linkcode ThreadCpu}), seconds. */
+  aggregatorThreadsCpuSec?: ThreadCpu;
+  /** The same per received record, microseconds. */
+  aggregatorThreadsUsPerRecord?: ThreadCpu;
   /** Milliseconds from flowgen's exit until every session was read to its end. */
   drainMs: number;
   /** Seconds of the sender's data phase plus the drain: the wall time the records took. */
@@ -249,6 +253,58 @@ flowLogger:
   compress: false
   prettyPrint: true
 `;
+}
+
+/**
+ * CPU of a process's threads by kind: `main` (the JS main thread: sockets, decode or routing),
+ * `workers` (each JS worker thread that used CPU: aggregation shards and sinks, heaviest
+ * first), `v8` (V8's helper threads: parallel and concurrent GC, background compilation) and
+ * `other` (Deno's I/O threads). Threads that ended in between are left out.
+ */
+export interface ThreadCpu {
+  main: number;
+  workers: number[];
+  v8: number;
+  other: number;
+}
+
+/** CPU seconds of each thread of `pid`, by thread id, with the thread's name. */
+async function threadCpuSeconds(pid: number): Promise<Map<number, { name: string; sec: number }>> {
+  const out = new Map<number, { name: string; sec: number }>();
+  try {
+    for await (const e of Deno.readDir(`/proc/${pid}/task`)) {
+      try {
+        const stat = await Deno.readTextFile(`/proc/${pid}/task/${e.name}/stat`);
+        const name = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
+        const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+        out.set(Number(e.name), { name, sec: (Number(rest[11]) + Number(rest[12])) / 100 });
+      } catch {
+        // The thread ended between the listing and the read.
+      }
+    }
+  } catch {
+    // The process is gone: no breakdown.
+  }
+  return out;
+}
+
+/** The CPU seconds each thread of `pid` used between two samples, by kind. */
+function threadBreakdown(
+  pid: number,
+  before: Map<number, { name: string; sec: number }>,
+  after: Map<number, { name: string; sec: number }>,
+): ThreadCpu {
+  const t: ThreadCpu = { main: 0, workers: [], v8: 0, other: 0 };
+  for (const [tid, a] of after) {
+    const sec = a.sec - (before.get(tid)?.sec ?? 0);
+    if (tid === pid) t.main += sec;
+    else if (/^worker-\d+$/.test(a.name)) {
+      if (sec > 0) t.workers.push(sec);
+    } else if (a.name.startsWith("V8 ")) t.v8 += sec;
+    else t.other += sec;
+  }
+  t.workers.sort((x, y) => y - x);
+  return t;
 }
 
 /**
@@ -469,6 +525,7 @@ export async function runE2eTrial(
   try {
     const from = fa.events.length;
     const cpu0 = await cpuSeconds(fa.pid);
+    const threads0 = await threadCpuSeconds(fa.pid);
     // flowgen is the only child waited for meanwhile: its CPU lands in our cutime/cstime.
     const gen0 = await cpuSeconds("self", true);
     try {
@@ -496,6 +553,11 @@ export async function runE2eTrial(
     }
     trial.drainMs = performance.now() - t0;
     trial.aggregatorCpuSec = (await cpuSeconds(fa.pid)) - cpu0;
+    trial.aggregatorThreadsCpuSec = threadBreakdown(
+      fa.pid,
+      threads0,
+      await threadCpuSeconds(fa.pid),
+    );
     if (trial.flowgen !== undefined) {
       trial.wallSec = trial.flowgen.elapsedSec + trial.drainMs / 1000;
       trial.coresUsed = trial.aggregatorCpuSec / trial.wallSec;
@@ -591,6 +653,16 @@ export function judgeTrial(t: E2eTrial): void {
     }
     if (m.numRecordsReceived > 0) {
       t.aggregatorCpuUsPerRecord = (t.aggregatorCpuSec * 1e6) / m.numRecordsReceived;
+      const th = t.aggregatorThreadsCpuSec;
+      if (th !== undefined) {
+        const us = (sec: number): number => Number((sec * 1e6 / m.numRecordsReceived).toFixed(3));
+        t.aggregatorThreadsUsPerRecord = {
+          main: us(th.main),
+          workers: th.workers.map(us),
+          v8: us(th.v8),
+          other: us(th.other),
+        };
+      }
     }
   }
   if (t.exit !== undefined && (t.exit.code !== 0 || t.exit.killed)) {

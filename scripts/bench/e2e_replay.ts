@@ -89,9 +89,9 @@ function progress(t: E2eTrial, flows: string): void {
       (t.coresUsed ?? NaN).toFixed(2)
     } cores, per Agent ${t.flowgen?.perAgent?.join("/") ?? "?"}, peak RSS ${
       (t.aggregatorPeakRssBytes / 2 ** 20).toFixed(0)
-    } MiB, sender ${t.flowgenCpuUsPerRecord.toFixed(3)} us/record${
-      t.failures.length ? ` (${t.failures.join("; ")})` : ""
-    }`,
+    } MiB, sender ${t.flowgenCpuUsPerRecord.toFixed(3)} us/record, threads us/record ${
+      JSON.stringify(t.aggregatorThreadsUsPerRecord ?? null)
+    }${t.failures.length ? ` (${t.failures.join("; ")})` : ""}`,
   );
 }
 

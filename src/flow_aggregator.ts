@@ -33,7 +33,7 @@ import {
 import { type LogFields, logger } from "./log.ts";
 import type { ShardPool, ShardPoolStats } from "./shard/pool.ts";
 import type { PodReplicaSource } from "./k8s/pod_store.ts";
-import type { ShardSettings } from "./shard/protocol.ts";
+import { applyCoreSettings, type ShardSettings } from "./shard/protocol.ts";
 import type { GeneratedCertificates } from "./pki/certificates.ts";
 
 const log = logger("flow-aggregator");
@@ -252,6 +252,19 @@ async function within(work: Promise<unknown>, limitMs: number): Promise<"done" |
     clearTimeout(timer);
   }
 }
+
+/** How a reloaded core setting is shown in its log line: the key and the value as configured. */
+const LOGGED_SETTING: Record<
+  keyof ShardSettings,
+  (c: FlowAggregatorConfig) => [string, string | number | boolean | undefined]
+> = {
+  activeTimeoutMs: (c) => ["active", c.activeFlowRecordTimeout],
+  inactiveTimeoutMs: (c) => ["inactive", c.inactiveFlowRecordTimeout],
+  includePodLabels: (c) => ["podLabels", c.recordContents.podLabels],
+  maxFlows: (c) => ["maxFlows", c.limits.maxFlows],
+  maxFlowBytes: (c) => ["maxFlowBytes", c.limits.maxFlowBytes],
+  maxStringBytes: (c) => ["maxStringBytes", c.limits.maxStringBytes],
+};
 
 /** The running Flow Aggregator. */
 export class FlowAggregator {
@@ -704,28 +717,11 @@ export class FlowAggregator {
 
   /** Applies the aggregation-core settings (timeouts, Pod labels) that changed. */
   #applyCore(prev: FlowAggregatorConfig, next: FlowAggregatorConfig): void {
-    this.#pool?.update(this.#shardSettings(next));
-    if (
-      prev.activeFlowRecordTimeoutMs !== next.activeFlowRecordTimeoutMs ||
-      prev.inactiveFlowRecordTimeoutMs !== next.inactiveFlowRecordTimeoutMs
-    ) {
-      this.#core.updateTimeouts(next.activeFlowRecordTimeoutMs, next.inactiveFlowRecordTimeoutMs);
-      log.info("flow record timeouts updated", {
-        active: next.activeFlowRecordTimeout,
-        inactive: next.inactiveFlowRecordTimeout,
-      });
-    }
-    if (prev.recordContents.podLabels !== next.recordContents.podLabels) {
-      this.#core.setIncludePodLabels(next.recordContents.podLabels);
-      log.info("pod labels setting updated", { podLabels: next.recordContents.podLabels });
-    }
-    if (prev.limits.maxFlows !== next.limits.maxFlows) {
-      this.#core.setMaxFlows(next.limits.maxFlows);
-      log.info("maxFlows limit updated", { maxFlows: next.limits.maxFlows });
-    }
-    if (prev.limits.maxFlowBytes !== next.limits.maxFlowBytes) {
-      this.#core.setMaxFlowBytes(next.limits.maxFlowBytes);
-      log.info("maxFlowBytes limit updated", { maxFlowBytes: next.limits.maxFlowBytes });
+    const settings = this.#shardSettings(next);
+    this.#pool?.update(settings);
+    const changes = applyCoreSettings(this.#core, settings, this.#shardSettings(prev));
+    for (const c of changes) {
+      log.info(c.msg, Object.fromEntries(c.keys.map((k) => LOGGED_SETTING[k](next))));
     }
   }
 

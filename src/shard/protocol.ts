@@ -11,6 +11,7 @@
  */
 
 import type { AggregatedRecord, FlowKey } from "../aggregation/record.ts";
+import type { AggregationCore } from "../aggregation/core.ts";
 import type { AggregationStats } from "../aggregation/counters.ts";
 import type { LogFormat, LogLevel } from "../log.ts";
 import type { PodChange } from "../k8s/pod_store.ts";
@@ -24,6 +25,63 @@ export interface ShardSettings {
   includePodLabels: boolean;
   /** `limits.maxStringBytes`, for the decoders of records routed undecoded. */
   maxStringBytes?: number;
+}
+
+/** The setters of a core that {@linkcode applyCoreSettings} calls. */
+export type SettableCore = Pick<
+  AggregationCore,
+  "updateTimeouts" | "setIncludePodLabels" | "setMaxFlows" | "setMaxFlowBytes"
+>;
+
+/** A change of core settings applied by {@linkcode applyCoreSettings}: its log line. */
+export interface CoreSettingChange {
+  readonly msg: string;
+  /** The settings it applied. */
+  readonly keys: readonly (keyof ShardSettings)[];
+}
+
+/** Each core setting: the settings it reads, how it is applied, and its log line. */
+const CORE_SETTINGS: readonly {
+  readonly keys: readonly (keyof ShardSettings)[];
+  readonly apply: (core: SettableCore, s: ShardSettings) => void;
+  readonly msg: string;
+}[] = [
+  {
+    keys: ["activeTimeoutMs", "inactiveTimeoutMs"],
+    apply: (c, s) => c.updateTimeouts(s.activeTimeoutMs, s.inactiveTimeoutMs),
+    msg: "flow record timeouts updated",
+  },
+  {
+    keys: ["includePodLabels"],
+    apply: (c, s) => c.setIncludePodLabels(s.includePodLabels),
+    msg: "pod labels setting updated",
+  },
+  { keys: ["maxFlows"], apply: (c, s) => c.setMaxFlows(s.maxFlows), msg: "maxFlows limit updated" },
+  {
+    keys: ["maxFlowBytes"],
+    apply: (c, s) => c.setMaxFlowBytes(s.maxFlowBytes),
+    msg: "maxFlowBytes limit updated",
+  },
+];
+
+/**
+ * Applies `next` to a core: the settings that differ from `prev`, or all of them without
+ * `prev`. The one place a reload reaches a core, in the main thread (one shard) or in a shard
+ * worker. Returns what changed, to be logged (`maxStringBytes` is the shard's decoders', not
+ * the core's).
+ */
+export function applyCoreSettings(
+  core: SettableCore,
+  next: ShardSettings,
+  prev?: ShardSettings,
+): CoreSettingChange[] {
+  const changes: CoreSettingChange[] = [];
+  for (const s of CORE_SETTINGS) {
+    if (prev !== undefined && s.keys.every((k) => prev[k] === next[k])) continue;
+    s.apply(core, next);
+    changes.push(s);
+  }
+  return changes;
 }
 
 /**

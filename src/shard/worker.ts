@@ -22,7 +22,13 @@ import { BatchWriter } from "../exporters/batch.ts";
 import { logger, setLogFormat, setLogLevel, setLogWriter } from "../log.ts";
 import { InputRowReader } from "./input_rows.ts";
 import { RAW_MAGIC, RawRowReader } from "./raw_rows.ts";
-import { type FromShard, type ShardReport, type ToShard, USAGE_WORDS } from "./protocol.ts";
+import {
+  applyCoreSettings,
+  type FromShard,
+  type ShardReport,
+  type ToShard,
+  USAGE_WORDS,
+} from "./protocol.ts";
 import { stringsTruncatedTotal } from "../ipfix/compile.ts";
 import { RingReader } from "./ring.ts";
 
@@ -250,10 +256,7 @@ scope.onmessage = (e: MessageEvent<ToShard>): void => {
       const c = core!;
       drain(c);
       const s = m.settings;
-      c.updateTimeouts(s.activeTimeoutMs, s.inactiveTimeoutMs);
-      c.setMaxFlows(s.maxFlows);
-      c.setMaxFlowBytes(s.maxFlowBytes);
-      c.setIncludePodLabels(s.includePodLabels);
+      applyCoreSettings(c, s);
       raw.setMaxStringBytes(s.maxStringBytes);
       arm(c);
       return;

@@ -50,7 +50,7 @@
 
 import type { AggregatedRecord, ExportedFlow, FlowInput, FlowKey } from "./record.ts";
 import type { AggregationStats } from "./counters.ts";
-import { addRecord } from "./ingest.ts";
+import { addRecord, addRecordView } from "./ingest.ts";
 import { expire, type ExpireOptions, flushAll, hasExpired, nextExpiryDelayMs } from "./expiry.ts";
 import { entryState, type FlowEntryState, query } from "./query.ts";
 import type { ExportHooks } from "./snapshot.ts";
@@ -127,6 +127,15 @@ export class AggregationCore {
    */
   addRecord(r: FlowInput): boolean {
     return addRecord(this.#s, r);
+  }
+
+  /**
+   * {@linkcode addRecord} of a record given as its view (`UPDATE_VIEW_FIELDS` decoded) and its
+   * whole decoding on demand (`full`, called at most once, synchronously): see `ingest.ts`
+   * `addRecordView`. The same outcome as `addRecord(full())`.
+   */
+  addRecordView(view: FlowInput, full: () => FlowInput): boolean {
+    return addRecordView(this.#s, view, full);
   }
 
   /**

@@ -163,6 +163,14 @@ export class ShardedCore implements CoreApi {
     return this.#shards[shardOf(r, this.#shards.length, this.#scratch)].addRecord(r);
   }
 
+  /** See {@linkcode AggregationCore.addRecordView}: to the shard of the view's key. */
+  addRecordView(view: FlowInput, full: () => FlowInput): boolean {
+    return this.#shards[shardOf(view, this.#shards.length, this.#scratch)].addRecordView(
+      view,
+      full,
+    );
+  }
+
   /**
    * See {@linkcode AggregationCore.expire}: due flows are taken from the shards in expiry-time
    * order, one at a time (`limit` counts them over all shards).

@@ -430,7 +430,10 @@ interface Plan extends DecodeMode {
   readonly variable: readonly boolean[];
   /** Minimum bytes still needed from field i on (fixed lengths + 1 per variable field). */
   readonly restMin: readonly number[];
-  /** Whether field i is the first occurrence of its key (duplicates: first one wins). */
+  /**
+   * Whether field i is decoded: the first occurrence of its key (duplicates: first one wins)
+   * and one of `only`.
+   */
   readonly keep: readonly boolean[];
   /** Index of field i among the string fields (its last value's), -1 for other types. */
   readonly stringSlot: readonly number[];
@@ -477,7 +480,7 @@ function makePlan(t: TemplateRecord, mode: DecodeMode): Plan {
     names.push(name);
     types.push(type);
     lengths.push(f.length);
-    keep.push(!seen.has(name));
+    keep.push(!seen.has(name) && (mode.only === undefined || mode.only.has(name)));
     seen.add(name);
     if (f.length === VARIABLE_LENGTH) {
       if (!isVariableType(type)) badTemplate(t, i, f, `${type} cannot be variable-length`);
@@ -553,9 +556,9 @@ function genericDecoder(plan: Plan): RecordsDecoder {
     while (count < max && end - off >= minLen) {
       const rec: DataRecord = {};
       for (let i = 0; i < n; i++) {
-        let v: FieldValue;
+        let v: FieldValue | undefined;
         if (!plan.variable[i]) {
-          v = readFixed(plan, i, bytes, off);
+          if (plan.keep[i]) v = readFixed(plan, i, bytes, off);
           off += plan.lengths[i];
         } else {
           let p = off + 1;
@@ -566,7 +569,9 @@ function genericDecoder(plan: Plan): RecordsDecoder {
             p += 2;
           }
           if (end - p < L) throw fail("badVarLength", `field ${i}: length ${L} exceeds set`);
-          v = plan.types[i] !== "string"
+          v = !plan.keep[i]
+            ? undefined
+            : plan.types[i] !== "string"
             ? bytes.slice(p, p + L)
             : L > plan.maxStr
             ? strCut(bytes, p, plan.maxStr)
@@ -576,7 +581,7 @@ function genericDecoder(plan: Plan): RecordsDecoder {
             throw fail("badRecord", `record overruns set after field ${i}`);
           }
         }
-        if (plan.keep[i]) rec[plan.names[i]] = v;
+        if (plan.keep[i]) rec[plan.names[i]] = v!;
       }
       out.push(rec);
       count++;
@@ -751,6 +756,11 @@ export interface CompileOptions {
    * parses addresses back. Default false: bigint counters and dotted-quad text.
    */
   readonly wireNumbers?: boolean;
+  /**
+   * Names of the IEs a record object gets (a view of the record): the other fields are walked
+   * over (their lengths checked as always) but not decoded. Default: every field.
+   */
+  readonly only?: readonly string[];
 }
 
 /** What a decoder depends on besides its fields and the registry. */
@@ -759,10 +769,16 @@ interface DecodeMode {
   readonly maxStr: number;
   /** Wire-number mode ({@linkcode CompileOptions.wireNumbers}). */
   readonly wire: boolean;
+  /** The IEs decoded ({@linkcode CompileOptions.only}); undefined: all. */
+  readonly only: ReadonlySet<string> | undefined;
 }
 
 function decodeMode(options: CompileOptions): DecodeMode {
-  return { maxStr: options.maxStringBytes ?? Infinity, wire: options.wireNumbers === true };
+  return {
+    maxStr: options.maxStringBytes ?? Infinity,
+    wire: options.wireNumbers === true,
+    only: options.only === undefined ? undefined : new Set(options.only),
+  };
 }
 
 const codecOf = new WeakMap<RecordsDecoder, Codec>();
@@ -796,7 +812,8 @@ function signature(t: TemplateRecord, mode: DecodeMode): string {
  * the number mode.
  */
 function keyPrefix(mode: DecodeMode): string {
-  return `${registryGeneration()}|${mode.maxStr}|${mode.wire ? "w" : ""}`;
+  const only = mode.only === undefined ? "" : [...mode.only].sort().join(",");
+  return `${registryGeneration()}|${mode.maxStr}|${mode.wire ? "w" : ""}|${only}`;
 }
 
 function checkTemplate(t: TemplateRecord): void {

@@ -26,6 +26,7 @@ import { fieldKey } from "../ipfix/compile.ts";
 import { type KeyOffsets, skimOf, walkRecords } from "../ipfix/skim.ts";
 import { hashKey } from "../aggregation/flow_table.ts";
 import { shardIndex } from "../aggregation/sharded.ts";
+import { UPDATE_VIEW_FIELDS } from "../aggregation/ingest.ts";
 import type { DataRecord, FieldSpecifier, TemplateRecord } from "../ipfix/types.ts";
 import type { RingWriter } from "./ring.ts";
 
@@ -280,12 +281,52 @@ export interface RawRowReaderOptions {
   readonly maxStringBytes?: number;
 }
 
+/**
+ * Takes a record as its view and its whole decoding on demand (`AggregationCore.addRecordView`):
+ * `full` decodes the record the view came from, valid only during the call.
+ */
+export type ViewSink = (view: FlowInput, full: () => FlowInput) => void;
+
+/** A tid's field list and its decoders once compiled (under the current string bound). */
+interface RawTemplate {
+  readonly t: TemplateRecord;
+  /** Every field. */
+  ct?: CompiledTemplate;
+  /** Only the fields of `UPDATE_VIEW_FIELDS`. */
+  view?: CompiledTemplate;
+}
+
 /** Reads one ring's raw frames: compiles each template once and decodes the records. */
 export class RawRowReader {
-  /** Each tid's field list, and its decoder once compiled (under the current string bound). */
-  readonly #templates = new Map<number, { t: TemplateRecord; ct?: CompiledTemplate }>();
+  readonly #templates = new Map<number, RawTemplate>();
   #maxStringBytes: number | undefined;
   readonly #out: DataRecord[] = [];
+  readonly #spans: number[] = [];
+  /** The record `#full` decodes: its decoder and bytes, its run and its index there. */
+  #fullCt: CompiledTemplate | undefined;
+  #fullBytes: Uint8Array = new Uint8Array(0);
+  #runStart = 0;
+  #runEnd = 0;
+  #runIndex = 0;
+  readonly #fullOut: DataRecord[] = [];
+  /** Decodes the current record whole (one function for every record: no closure per record). */
+  readonly #full = (): FlowInput => {
+    const spans = this.#spans;
+    if (spans.length === 0) {
+      walkRecords(
+        skimOf(this.#fullCt!.template),
+        this.#fullBytes,
+        this.#runStart,
+        this.#runEnd,
+        spans,
+      );
+    }
+    const out = this.#fullOut;
+    out.length = 0;
+    const i = 2 * this.#runIndex;
+    this.#fullCt!.decodeRecords(this.#fullBytes, spans[i], spans[i + 1], out, 1);
+    return out[0] as unknown as FlowInput;
+  };
 
   /** A reader with the decoders' string bound. */
   constructor(options: RawRowReaderOptions = {}) {
@@ -296,7 +337,7 @@ export class RawRowReader {
   setMaxStringBytes(n: number | undefined): void {
     if (n === this.#maxStringBytes) return;
     this.#maxStringBytes = n;
-    for (const e of this.#templates.values()) e.ct = undefined;
+    for (const e of this.#templates.values()) e.ct = e.view = undefined;
   }
 
   /** Field lists known. */
@@ -306,13 +347,16 @@ export class RawRowReader {
 
   /**
    * Decodes a frame: `onRecord` for every record, `onInvalid` for a record that cannot be
-   * decoded (its bytes are bad; the others are kept). Throws on a frame that is not a raw frame
-   * or names a tid it never defined (frames lost or out of order: a bug, never input).
+   * decoded (its bytes are bad; the others are kept). With `onView`, each record goes there
+   * instead as its view and its whole decoding on demand (see {@linkcode ViewSink}). Throws on
+   * a frame that is not a raw frame or names a tid it never defined (frames lost or out of
+   * order: a bug, never input).
    */
   read(
     frame: Uint8Array,
     onRecord: (r: FlowInput) => void,
     onInvalid: (why: string) => void,
+    onView?: ViewSink,
   ): void {
     const v = new DataView(frame.buffer, frame.byteOffset, frame.byteLength);
     if (v.getUint32(0, true) !== RAW_MAGIC) throw new Error("raw rows: not a raw frame");
@@ -330,7 +374,8 @@ export class RawRowReader {
           maxStringBytes: this.#maxStringBytes,
         });
         at += 9;
-        this.#decode(ct, frame, at, at + n, onRecord, onInvalid);
+        if (onView === undefined) this.#decode(ct, frame, at, at + n, onRecord, onInvalid);
+        else this.#decodeViews(e, ct, frame, at, at + n, onView, onInvalid);
         at += n;
       } else if (tag === TAG_TEMPLATE) {
         const tid = v.getUint32(at + 1, true);
@@ -354,6 +399,46 @@ export class RawRowReader {
         throw new Error(`raw rows: bad item tag ${tag}`);
       }
     }
+  }
+
+  /** {@linkcode read}'s records of one run as views (see `onView`). */
+  #decodeViews(
+    e: RawTemplate,
+    ct: CompiledTemplate,
+    bytes: Uint8Array,
+    start: number,
+    end: number,
+    onView: ViewSink,
+    onInvalid: (why: string) => void,
+  ): void {
+    const view = e.view ??= compileTemplate(e.t, {
+      wireNumbers: true,
+      maxStringBytes: this.#maxStringBytes,
+      only: UPDATE_VIEW_FIELDS,
+    });
+    const out = this.#out;
+    out.length = 0;
+    try {
+      view.decodeRecords(bytes, start, end, out);
+    } catch {
+      // A record the views cannot be decoded from: record by record, whole (rare).
+      out.length = 0;
+      this.#decode(ct, bytes, start, end, (r) => onView(r, () => r), onInvalid);
+      return;
+    }
+    // The spans are walked only when a record is wanted whole (a new flow, a correlation).
+    const spans = this.#spans;
+    spans.length = 0;
+    this.#fullCt = ct;
+    this.#fullBytes = bytes;
+    this.#runStart = start;
+    this.#runEnd = end;
+    for (let i = 0; i < out.length; i++) {
+      this.#runIndex = i;
+      onView(out[i] as unknown as FlowInput, this.#full);
+    }
+    out.length = 0;
+    spans.length = 0;
   }
 
   #decode(

@@ -14,7 +14,7 @@
  */
 
 import { AggregationCore } from "../aggregation/core.ts";
-import type { ExportedFlow } from "../aggregation/record.ts";
+import type { ExportedFlow, FlowInput } from "../aggregation/record.ts";
 import { systemClock, TaskCachedClock } from "../clock.ts";
 import type { ExportHooks } from "../aggregation/snapshot.ts";
 import { PodStore } from "../k8s/pod_store.ts";
@@ -110,6 +110,9 @@ function drain(c: AggregationCore, sliceMs = Infinity): number {
     c.addRecord(r);
   };
   const invalid = (why: string): void => c.countUndecodable(why);
+  const view = (v: FlowInput, full: () => FlowInput): void => {
+    c.addRecordView(v, full);
+  };
   const end = performance.now() + sliceMs;
   let n = 0;
   for (let f = ring.next(); f !== undefined; f = ring.next()) {
@@ -118,7 +121,7 @@ function drain(c: AggregationCore, sliceMs = Infinity): number {
       f[0] === (RAW_MAGIC & 0xff) &&
       new DataView(f.buffer, f.byteOffset).getUint32(0, true) === RAW_MAGIC
     ) {
-      raw.read(f, add, invalid);
+      raw.read(f, add, invalid, view);
     } else {
       rows.read(f, add);
     }

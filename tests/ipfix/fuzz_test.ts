@@ -5,6 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { decoderTiers, stringsTruncatedTotal } from "../../src/ipfix/compile.ts";
+import { fieldName } from "../../src/ipfix/registry.ts";
 import {
   type DataRecord,
   decodeMessage,
@@ -192,6 +193,7 @@ Deno.test("differential: generated and interpreting decoders agree on random tem
   });
   choices.push(...fieldsFor(AGENT_IPV6_FIELDS));
   let agreedRecords = 0;
+  let viewRecords = 0;
   const truncatedBefore = stringsTruncatedTotal();
   for (let t = 0; t < 300; t++) {
     const fields = Array.from({ length: 1 + pick(12) }, () => choices[pick(choices.length)]);
@@ -199,10 +201,18 @@ Deno.test("differential: generated and interpreting decoders agree on random tem
     const maxStringBytes = t % 2 === 0 ? 1 + pick(6) : undefined;
     // Every third in wire-number mode (u64 and IPv4 as numbers): both tiers must agree there too.
     const wireNumbers = t % 3 === 0;
+    // Every fourth decodes only some fields (a record view): both tiers must give the whole
+    // decoding's values of those fields, and the same end or error.
+    const names = fields.map((f) => fieldName(f.enterprise, f.id));
+    const only = t % 4 === 1 ? names.filter(() => rnd() < 0.5) : undefined;
     const { generic, generated } = decoderTiers(
       { id: 300, fields, scopeFieldCount: 0 },
-      { maxStringBytes, wireNumbers },
+      { maxStringBytes, wireNumbers, only },
     );
+    const whole = only === undefined
+      ? undefined
+      : decoderTiers({ id: 300, fields, scopeFieldCount: 0 }, { maxStringBytes, wireNumbers })
+        .generated;
     for (let k = 0; k < 40; k++) {
       const bytes = new Uint8Array(pick(120)).map(() =>
         rnd() < 0.3 ? 0 : rnd() < 0.1 ? 255 : pick(256)
@@ -220,9 +230,19 @@ Deno.test("differential: generated and interpreting decoders agree on random tem
       const b = run(generated);
       assert.deepEqual(b, a, `template ${t} input ${k}`);
       agreedRecords += a.out.length;
+      if (whole !== undefined) {
+        const w = run(whole);
+        const keep = new Set(only);
+        const projected = w.out.map((r) =>
+          Object.fromEntries(Object.entries(r).filter(([n]) => keep.has(n)))
+        );
+        assert.deepEqual(a, { ...w, out: projected }, `view of template ${t} input ${k}`);
+        viewRecords += a.out.length;
+      }
     }
   }
   assert.ok(agreedRecords > 500, `only ${agreedRecords} records compared`);
+  assert.ok(viewRecords > 100, `only ${viewRecords} views compared`);
   const truncated = stringsTruncatedTotal() - truncatedBefore;
   assert.ok(truncated > 100, `only ${truncated} truncated strings compared`);
 });

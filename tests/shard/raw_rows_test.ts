@@ -6,7 +6,9 @@
  */
 
 import assert from "node:assert/strict";
-import type { FlowInput } from "../../src/aggregation/record.ts";
+import type { AggregatedRecord, FlowInput } from "../../src/aggregation/record.ts";
+import { AggregationCore } from "../../src/aggregation/core.ts";
+import { ManualClock } from "../../src/clock.ts";
 import { shardOf } from "../../src/aggregation/sharded.ts";
 import { KEY_WORDS } from "../../src/aggregation/flow_table.ts";
 import { decodeMessage, type RawRecords, TemplateStore } from "../../src/ipfix/mod.ts";
@@ -179,4 +181,56 @@ Deno.test("raw rows: a new string bound (a reload) recompiles every field list",
   for (const r of cut) assert.ok((r.sourcePodName ?? "").length <= 3, r.sourcePodName);
   reader.setMaxStringBytes(undefined);
   assert.deepEqual(readAll(), full);
+});
+
+Deno.test("raw rows: records read as views aggregate exactly as whole records, most never decoded whole", () => {
+  const { raw } = both(9);
+  const newCore = () =>
+    new AggregationCore({
+      activeTimeoutMs: 3_600_000,
+      inactiveTimeoutMs: 3_600_000,
+      clock: new ManualClock(),
+    });
+  const whole = newCore();
+  const viewed = newCore();
+  const sab = createRing(1 << 22);
+  const ring = new RingWriter(sab);
+  const out = new RingReader(sab);
+  const w = new RawRowWriter(ring, new RawTemplateIds(), { maxBytes: 16_384 });
+  const a = new RawRowReader();
+  const b = new RawRowReader();
+  let views = 0;
+  let wholeDecodes = 0;
+  const drain = (): void => {
+    for (let f = out.next(); f !== undefined; f = out.next()) {
+      a.read(f, (r) => whole.addRecord(r), (why) => assert.fail(why));
+      b.read(f, () => assert.fail("not with views"), (why) => assert.fail(why), (v, full) => {
+        views++;
+        viewed.addRecordView(v, () => {
+          wholeDecodes++;
+          return full();
+        });
+      });
+      out.release();
+    }
+  };
+  // The stream twice over: its second pass is all updates of known flows.
+  for (const r of [...raw, ...raw]) {
+    for (let s = 0; s < r.spans.length; s += 2) {
+      if (!w.add(r.compiled.template, r.bytes, r.spans[s], r.spans[s + 1])) {
+        drain();
+        assert.ok(w.add(r.compiled.template, r.bytes, r.spans[s], r.spans[s + 1]));
+      }
+    }
+  }
+  assert.ok(w.flush());
+  drain();
+  const s = whole.stats();
+  assert.equal(views, s.recordsIn);
+  assert.deepEqual(viewed.stats(), s);
+  assert.ok(s.correlated > 0 && s.flowsCreated > 1000, JSON.stringify(s));
+  assert.ok(wholeDecodes < views / 2, `${wholeDecodes} whole decodes of ${views} records`);
+  const fa: AggregatedRecord[] = whole.query(null, 1e9);
+  const fb: AggregatedRecord[] = viewed.query(null, 1e9);
+  assert.deepEqual(fb, fa);
 });

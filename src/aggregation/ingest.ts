@@ -28,6 +28,7 @@ import { type CoreState, log } from "./state.ts";
 import { aggregate, initStats } from "./flow_stats.ts";
 import { scheduleNew, touch } from "./expiry.ts";
 import { isUint, okCounter } from "./values.ts";
+import { STATS_FIELDS } from "../record/schema.ts";
 
 /**
  * Ingests one record synchronously (spec §2.2). Returns false, counting and logging the
@@ -100,14 +101,7 @@ export const UPDATE_VIEW_FIELDS: readonly string[] = [
   "flowEndSeconds",
   "flowEndReason",
   "tcpState",
-  "octetDeltaCount",
-  "octetTotalCount",
-  "packetDeltaCount",
-  "packetTotalCount",
-  "reverseOctetDeltaCount",
-  "reverseOctetTotalCount",
-  "reversePacketDeltaCount",
-  "reversePacketTotalCount",
+  ...STATS_FIELDS,
 ];
 
 /**

@@ -3,8 +3,10 @@
  * (`worker.ts`), each owning the flows whose key hashes to it (`aggregation/sharded.ts`, whose
  * in-thread `ShardedCore` is the reference these workers are tested against). The main thread
  * decodes and routes: {@linkcode ShardPool.ingest} writes each record as a binary row
- * (`input_rows.ts`) into its shard's ring (`ring.ts`, shared memory), frames sent when full and
- * at the end of the task; every shard runs its own expiry and posts its expired flows back in
+ * (`input_rows.ts`) into its shard's ring (`ring.ts`, shared memory), frames sent when full, at
+ * the end of the task once one holds {@linkcode FLUSH_NOW_BYTES}, else within
+ * {@linkcode FLUSH_DELAY_MS} (so a shard wakes for batches of records, not for every record of
+ * a slow stream: each wake costs its thread tens of µs); every shard runs its own expiry and posts its expired flows back in
  * binary batches, which the pool hands to `onFlows` (the export loop).
  *
  * Bounds and failures:
@@ -42,6 +44,16 @@ const log = logger("shard-pool");
 
 /** A shard whose full ring has not moved for this long is stalled (see the module doc). */
 export const STALL_MS = 1000;
+
+/**
+ * Most a record waits in the main thread's pending frame for more (ms): at low rates a shard is
+ * woken about this often instead of once per record. Nothing it holds waits on it for long (its
+ * flows are exported after seconds), and a query, a reload and the stop send it at once.
+ */
+export const FLUSH_DELAY_MS = 10;
+
+/** A pending frame of this many bytes is sent at the end of the task (high rates). */
+export const FLUSH_NOW_BYTES = 16 * 1024;
 
 /** Options of {@linkcode ShardPool}. */
 export interface ShardPoolOptions {
@@ -129,6 +141,7 @@ export class ShardPool {
   readonly #stops = new Map<number, () => void>();
   #nextId = 1;
   #flushQueued = false;
+  #flushTimer: ReturnType<typeof setTimeout> | undefined;
   #stopping = false;
   /** The core settings in force (a restarted shard starts with them). */
   #settings: ShardSettings;
@@ -338,12 +351,20 @@ export class ShardPool {
     this.#flushLater();
   }
 
-  /** What is left goes at the end of this task, so small data sets still travel in frames. */
+  /**
+   * Sends what is left at the end of this task when a shard's frame is big enough to be worth
+   * a wake, else within {@linkcode FLUSH_DELAY_MS}: small data sets still travel in frames.
+   */
   #flushLater(): void {
-    if (!this.#flushQueued) {
-      this.#flushQueued = true;
-      queueMicrotask(() => this.flush());
+    if (this.#flushQueued) return;
+    for (const s of this.#shards) {
+      if (s.raw.pendingBytes >= FLUSH_NOW_BYTES || s.rows.pendingBytes >= FLUSH_NOW_BYTES) {
+        this.#flushQueued = true;
+        queueMicrotask(() => this.flush());
+        return;
+      }
     }
+    this.#flushTimer ??= setTimeout(() => this.flush(), FLUSH_DELAY_MS);
   }
 
   /**
@@ -414,6 +435,8 @@ export class ShardPool {
   /** Sends every shard's pending frames now. */
   flush(): void {
     this.#flushQueued = false;
+    clearTimeout(this.#flushTimer);
+    this.#flushTimer = undefined;
     for (const s of this.#shards) {
       if (s.dead) continue;
       if (s.rows.pendingRecords > 0) this.#send(s, s.rows);
@@ -471,6 +494,8 @@ export class ShardPool {
 
   /** Applies new core settings to every shard (and to those started later). */
   update(settings: ShardSettings): void {
+    // The records sent before the new settings are ingested under the old ones.
+    this.flush();
     this.#settings = settings;
     for (const s of this.#shards) {
       if (!s.dead) s.worker.postMessage({ t: "settings", settings } satisfies ToShard);

@@ -117,17 +117,17 @@ export function addRecordView(s: CoreState, view: FlowInput, full: () => FlowInp
   s.counters.recordsIn++;
   try {
     const k = s.key;
-    if (readFlowKey(k, view) === undefined) {
-      const h = hashKey(k);
-      const slot = s.table.find(k, h);
-      if (slot >= 0) {
-        const flags = s.store.u32(slot)[u32Base(slot) + U32.FLAGS];
-        if ((flags & FL_MERGED) !== 0 || sameNode(view, flags)) {
-          return ingestKeyed(s, view, slot, h);
-        }
-      }
+    // A bad key: the whole record is rejected (and warned about) as addRecord would.
+    if (readFlowKey(k, view) !== undefined) return ingest(s, full());
+    // The whole record has the view's key (the same bytes): its look-up holds for both.
+    const h = hashKey(k);
+    const slot = s.table.find(k, h);
+    let viewOnly = false;
+    if (slot >= 0) {
+      const flags = s.store.u32(slot)[u32Base(slot) + U32.FLAGS];
+      viewOnly = (flags & FL_MERGED) !== 0 || sameNode(view, flags);
     }
-    return ingest(s, full());
+    return ingestKeyed(s, viewOnly ? view : full(), slot, h);
   } catch (err) {
     return s.reject("invalidRecord", `record could not be aggregated: ${err}`);
   }

@@ -6,8 +6,9 @@
  * (`input_rows.ts`) into its shard's ring (`ring.ts`, shared memory), frames sent when full, at
  * the end of the task once one holds {@linkcode FLUSH_NOW_BYTES}, else within
  * {@linkcode FLUSH_DELAY_MS} (so a shard wakes for batches of records, not for every record of
- * a slow stream: each wake costs its thread tens of µs); every shard runs its own expiry and posts its expired flows back in
- * binary batches, which the pool hands to `onFlows` (the export loop).
+ * a slow stream: each wake costs its thread tens of µs); every shard runs its own expiry and
+ * posts its expired flows back in binary batches, which the pool hands to `onFlows` (the export
+ * loop).
  *
  * Bounds and failures:
  * - a shard's ring holds at most {@linkcode ShardPoolOptions.ringBytes}; when it is full, ingest

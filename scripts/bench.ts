@@ -46,6 +46,7 @@ import {
   benchDecodeRealistic,
   benchPipelineRealistic,
   benchRouteRealistic,
+  benchShardRealistic,
   REPLAY_UNIQUE_NAMES,
 } from "./bench/core.ts";
 import { benchE2eTcp as runE2e, type E2eTrial, runE2eTrial } from "./bench/e2e.ts";
@@ -98,6 +99,7 @@ export interface BenchResults extends Omit<E2eReplayResult, "detail"> {
    * (walked undecoded, routed by key, copied to a shard ring).
    */
   route_realistic_records_per_s: number | null;
+  shard_realistic_records_per_s: number | null;
   /**
    * Records per second decoded (wire-number mode, as the collector does) and aggregated on one
    * thread from the replay stream, 20k flows, 3 rounds.
@@ -226,6 +228,7 @@ export function emptyResults(): BenchResults {
     decode_realistic_records_per_s: null,
     decode_realistic_wire_records_per_s: null,
     route_realistic_records_per_s: null,
+    shard_realistic_records_per_s: null,
     pipeline_realistic_records_per_s: null,
     pipeline_realistic_text_records_per_s: null,
     aggregate_records_per_s: null,
@@ -458,6 +461,16 @@ export function benchAggregate(ctx: BenchContext): Promise<void> {
   ctx.notes.pipeline_realistic_records_per_s = `decodeMessage (wire-number mode) + addRecord, ` +
     `replay stream: 4 Agents, ${pFlows} flows, 3 rounds, one thread; median of ` +
     `${ctx.quick ? 2 : 10} runs alternated with the default decoder mode (the _text_ key)`;
+  const sFlows = ctx.quick ? 2_000 : 10_000;
+  ctx.results.shard_realistic_records_per_s = benchShardRealistic({
+    flows: sFlows,
+    rounds: 8,
+    runs: ctx.quick ? 2 : 7,
+  });
+  ctx.notes.shard_realistic_records_per_s = `one shard's share of a sharded process: the ` +
+    `replay stream's frames for one shard (${sFlows} flows, 8 rounds: the first creates the ` +
+    `flows, the others update them) read as a shard worker does (views, addRecordView), ` +
+    `expiry not included; median of ${ctx.quick ? 2 : 7} runs`;
   return Promise.resolve();
 }
 
@@ -651,6 +664,7 @@ export const UNITS: Record<keyof BenchResults, string> = {
   decode_realistic_records_per_s: "records/s",
   decode_realistic_wire_records_per_s: "records/s",
   route_realistic_records_per_s: "records/s",
+  shard_realistic_records_per_s: "records/s",
   pipeline_realistic_records_per_s: "records/s",
   pipeline_realistic_text_records_per_s: "records/s",
   aggregate_records_per_s: "records/s",
@@ -753,6 +767,7 @@ const PART_KEYS: Record<string, readonly (keyof BenchResults)[]> = {
     "aggregate_records_per_s",
     "pipeline_realistic_records_per_s",
     "pipeline_realistic_text_records_per_s",
+    "shard_realistic_records_per_s",
   ],
   e2e: [
     "e2e_tcp_records_per_s",

@@ -11,7 +11,8 @@
  * stream (decode_realistic_records_per_s, 20,000 flows), `wire` the same in wire-number mode
  * (decode_realistic_wire_records_per_s), `pipeline` its decode in wire-number
  * mode and aggregation (pipeline_realistic_records_per_s, one run per measurement), `route`
- * the main thread's share with 2 shards on that stream (route_realistic_records_per_s).
+ * the main thread's share with 2 shards on that stream (route_realistic_records_per_s), `shard`
+ * one shard's share (10,000 flows, 4 rounds: shard_realistic_records_per_s).
  * `aggregate` feeds each checkout's own `flowRecords()` input by default; `--records=ROOT` feeds
  * both cores the records built by ROOT's `scripts/bench/core.ts`, so a difference in the input
  * objects (their V8 maps) is told apart from one in the core. A root is a checkout, e.g. a
@@ -28,10 +29,10 @@ const [aRoot, bRoot, part] = Deno.args;
 const recordsRoot = Deno.args.find((a) => a.startsWith("--records="))?.slice(10);
 if (
   aRoot === undefined || bRoot === undefined ||
-  !["decode", "realistic", "wire", "pipeline", "route", "aggregate"].includes(part)
+  !["decode", "realistic", "wire", "pipeline", "route", "shard", "aggregate"].includes(part)
 ) {
   console.error(
-    "usage: ab_core.ts A_ROOT B_ROOT decode|realistic|wire|pipeline|route|aggregate [--records=ROOT]",
+    "usage: ab_core.ts A_ROOT B_ROOT decode|realistic|wire|pipeline|route|shard|aggregate [--records=ROOT]",
   );
   Deno.exit(2);
 }
@@ -49,6 +50,7 @@ async function runner(rootArg: string): Promise<() => number> {
     return () => m.benchDecodeRealistic(0.5, { flows: 20_000, wireNumbers: true }).recordsPerSec;
   }
   if (part === "route") return () => m.benchRouteRealistic(0.5, { flows: 20_000, shards: 2 });
+  if (part === "shard") return () => m.benchShardRealistic({ flows: 10_000, runs: 1 });
   if (part === "pipeline") return () => m.benchPipelineRealistic({ flows: 20_000, pairs: 1 }).wire;
   if (recordsRoot === undefined) return () => m.benchAggregateRate(10_000, 5, 0.5);
   const recs = (await import(`${recordsRoot}/scripts/bench/core.ts`) as CoreModule)

@@ -13,7 +13,12 @@ import { ReplayStream } from "../../src/flowgen/mod.ts";
 import { alternate, median } from "./baseline.ts";
 import { KEY_WORDS } from "../../src/aggregation/flow_table.ts";
 import { skimOf } from "../../src/ipfix/skim.ts";
-import { RawRowWriter, rawShardOf, RawTemplateIds } from "../../src/shard/raw_rows.ts";
+import {
+  RawRowReader,
+  RawRowWriter,
+  rawShardOf,
+  RawTemplateIds,
+} from "../../src/shard/raw_rows.ts";
 import { createRing, RingReader, RingWriter } from "../../src/shard/ring.ts";
 
 /**
@@ -196,6 +201,77 @@ export function benchRouteRealistic(
     1000,
     seconds,
   );
+}
+
+/**
+ * Records/s of one shard's share of a sharded process on the replay stream: the frames the main
+ * thread writes for one shard (all of `flows` flows routed to it, `rounds` export rounds, times
+ * advancing) read back as a shard worker does (`RawRowReader` views into `addRecordView`), in a
+ * fresh core per measurement: the first round creates the flows, the others update them (what
+ * most records of a steady stream do). Expiry is not included (timeouts of an hour). The
+ * median of `runs` measurements.
+ */
+export function benchShardRealistic(
+  opts: { flows: number; rounds?: number; runs?: number; uniqueNames?: number },
+): number {
+  const stream = replayStream(opts.flows, opts.uniqueNames);
+  const t0 = 1_700_000_000;
+  const stores = agentStores(stream, t0, true);
+  const ring = createRing(4 << 20);
+  const writer = new RawRowWriter(new RingWriter(ring), new RawTemplateIds());
+  const reader = new RingReader(ring);
+  const frames: Uint8Array[] = [];
+  const take = (): void => {
+    for (let f = reader.next(); f !== undefined; f = reader.next()) {
+      frames.push(f.slice());
+      reader.release();
+    }
+  };
+  let records = 0;
+  for (let r = 0; r < (opts.rounds ?? 4); r++) {
+    for (const { msg, agent } of arrivalOrder(stream, r, t0 + 10 * r)) {
+      for (const ds of decodeMessage(msg, stores[agent], true).dataSets) {
+        const raw = ds.raw!;
+        const t = raw.compiled.template;
+        for (let s = 0; s < raw.spans.length; s += 2) {
+          if (!writer.add(t, raw.bytes, raw.spans[s], raw.spans[s + 1])) {
+            take();
+            writer.add(t, raw.bytes, raw.spans[s], raw.spans[s + 1]);
+          }
+          records++;
+        }
+      }
+    }
+  }
+  if (!writer.flush()) take();
+  writer.flush();
+  take();
+  const once = (): number => {
+    const core = new AggregationCore({
+      activeTimeoutMs: 3_600_000,
+      inactiveTimeoutMs: 3_600_000,
+      clock: new ManualClock(),
+    });
+    const rows = new RawRowReader();
+    const add = (r: FlowInput): void => {
+      core.addRecord(r);
+    };
+    const invalid = (): void => {};
+    const view = (v: FlowInput, full: () => FlowInput): void => {
+      core.addRecordView(v, full);
+    };
+    const start = performance.now();
+    for (const f of frames) rows.read(f, add, invalid, view);
+    const ms = performance.now() - start;
+    const s = core.stats();
+    if (s.recordsIn !== records || s.recordsAccepted === 0) {
+      throw new Error(`shard: ${s.recordsIn} records in of ${records}`);
+    }
+    return records / ms * 1000;
+  };
+  once();
+  const rates = Array.from({ length: opts.runs ?? 5 }, once);
+  return median(rates)!;
 }
 
 /**

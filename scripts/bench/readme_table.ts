@@ -66,6 +66,10 @@ export const README_ROWS: readonly ReadmeRow[] = [
     refLabel: "default decoder mode: text, bigint",
   },
   {
+    key: "shard_realistic_records_per_s",
+    label: "one shard's share: views decoded, aggregated (replay stream, 8 rounds)",
+  },
+  {
     key: "e2e_tcp_records_per_s",
     label: "e2e TCP, flowgen, flow log sink in its worker",
     ref: "e2e_tcp_inprocess_records_per_s",

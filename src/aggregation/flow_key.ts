@@ -69,8 +69,15 @@ export function readFlowKey(k: Uint32Array, r: FlowInput): KeyProblem | undefine
     const a = parseIPv6Words(src as string);
     const b = parseIPv6Words(dst as string);
     if (a === undefined || b === undefined) return BAD_ADDRESS;
-    k.set(a, 0);
-    k.set(b, 4);
+    // Word by word: TypedArray#set costs a builtin call per record.
+    k[0] = a[0];
+    k[1] = a[1];
+    k[2] = a[2];
+    k[3] = a[3];
+    k[4] = b[0];
+    k[5] = b[1];
+    k[6] = b[2];
+    k[7] = b[3];
     k[11] = 6;
   }
   k[8] = proto;

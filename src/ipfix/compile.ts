@@ -555,6 +555,8 @@ function genericDecoder(plan: Plan): RecordsDecoder {
     let count = 0;
     while (count < max && end - off >= minLen) {
       const rec: DataRecord = {};
+      // A view gets every `only` name first, in that order: the generated tier's shape.
+      if (plan.only !== undefined) { for (const name of plan.only) rec[name] = undefined!; }
       for (let i = 0; i < n; i++) {
         let v: FieldValue | undefined;
         if (!plan.variable[i]) {
@@ -610,7 +612,7 @@ function generatedDecoder(plan: Plan): RecordsDecoder {
   let rel = 0; // bytes of fixed fields read since `off` was last advanced
   for (let i = 0; i < n; i++) {
     const keep = plan.keep[i];
-    if (keep) props.push(`${JSON.stringify(plan.names[i])}: v${i}`);
+    if (keep && plan.only === undefined) props.push(`${JSON.stringify(plan.names[i])}: v${i}`);
     const o = rel === 0 ? "off" : `off + ${rel}`;
     const len = plan.lengths[i];
     if (!plan.variable[i]) {
@@ -644,6 +646,11 @@ function generatedDecoder(plan: Plan): RecordsDecoder {
     }
   }
   if (rel > 0) body += `    off += ${rel};\n`;
+  // A view: every `only` name, in that order, whatever the template (one object shape).
+  for (const name of plan.only ?? []) {
+    const i = plan.names.findIndex((x, k) => x === name && plan.keep[k]);
+    props.push(`${JSON.stringify(name)}: ${i < 0 ? "undefined" : `v${i}`}`);
+  }
   const src = `"use strict";
 const { str, strMiss, eq, strCut, u32, u64, u64n, uBig, sInt, sBig, f32, f64, ip4, ip6, fail } = H;
 const lastBytes = last.bytes, lastLens = last.lens, lastStrs = last.strs;
@@ -758,7 +765,10 @@ export interface CompileOptions {
   readonly wireNumbers?: boolean;
   /**
    * Names of the IEs a record object gets (a view of the record): the other fields are walked
-   * over (their lengths checked as always) but not decoded. Default: every field.
+   * over (their lengths checked as always) but not decoded. Every view object has all these
+   * names as its properties, in this order, `undefined` for an IE its template lacks: the views
+   * of every template share one object shape, so the code reading them stays monomorphic.
+   * Default: every field (an object with the template's IEs, in its order).
    */
   readonly only?: readonly string[];
 }

@@ -10,10 +10,12 @@
  * to read.
  *
  *   deno run -A scripts/bench/ab_e2e.ts A_ROOT B_ROOT [--rounds=N] [--duration=S] [--flows=N]
- *     [--rate=R] [--a-args="ARGS"] [--b-args="ARGS"]
+ *     [--rate=R] [--a-args="ARGS"] [--b-args="ARGS"] [--a-deno-flags="FLAGS"] [--b-deno-flags="FLAGS"]
  *
  * `--a-args`/`--b-args` add arguments to that side's process (split on spaces), so one checkout
- * can be compared with itself under other flags: `. . --b-args="--workers 2"`.
+ * can be compared with itself under other flags: `. . --b-args="--workers 2"`;
+ * `--a-deno-flags`/`--b-deno-flags` add `deno run` flags, e.g.
+ * `--b-deno-flags="--v8-flags=--no-parallel-scavenge"`.
  *
  * A root is a checkout, e.g. `git worktree add --detach /tmp/base REV` with its node_modules
  * linked to this one's (`ln -s $PWD/node_modules /tmp/base/node_modules`). Defaults: 10 rounds
@@ -181,15 +183,19 @@ if (import.meta.main) {
   }
   const roots: Record<AbSide, string> = { A: aRoot, B: bRoot };
   const sideArgs: Record<AbSide, string[]> = { A: argsFlag("a-args"), B: argsFlag("b-args") };
+  const sideFlags: Record<AbSide, string[]> = {
+    A: argsFlag("a-deno-flags"),
+    B: argsFlag("b-deno-flags"),
+  };
   const rounds = flag("rounds") ?? 10;
   const durationSec = flag("duration") ?? 5;
   const flows = flag("flows") ?? 20_000;
   const rate = flag("rate") ?? 200_000;
   const params = { rounds, durationSec, flows, rate, uniqueNames: REPLAY_UNIQUE_NAMES };
   console.error(
-    `ab_e2e: A=${aRoot} ${sideArgs.A.join(" ")} B=${bRoot} ${sideArgs.B.join(" ")} ${
-      JSON.stringify(params)
-    }`,
+    `ab_e2e: A=${aRoot} ${[...sideFlags.A, ...sideArgs.A].join(" ")} B=${bRoot} ${
+      [...sideFlags.B, ...sideArgs.B].join(" ")
+    } ${JSON.stringify(params)}`,
   );
   const trials: AbTrial[] = [];
   for (let round = 0; round < rounds; round++) {
@@ -204,6 +210,7 @@ if (import.meta.main) {
           uniqueNames: REPLAY_UNIQUE_NAMES,
           root: roots[side],
           args: sideArgs[side],
+          denoFlags: sideFlags[side],
         });
       } catch (e) {
         // The process did not start (or the trial could not run at all): a failed trial too.

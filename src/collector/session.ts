@@ -8,8 +8,10 @@ import {
   type DecodedMessage,
   decodeMessage,
   IpfixDecodeError,
+  RawMessageScratch,
   type RawRecords,
   recordCount,
+  walkRawMessage,
 } from "../ipfix/mod.ts";
 import { TemplateStore, type TemplateStoreOptions } from "../ipfix/mod.ts";
 import type { DataRecord, TemplateRecord } from "../ipfix/mod.ts";
@@ -42,7 +44,9 @@ export interface RecordContext {
  * Receives every decoded data set, in arrival order per session. It runs synchronously inside
  * the receive path, so a slow sink slows reading: TCP peers get back-pressure through the TCP
  * window instead of the collector buffering without bound. With {@linkcode SessionEnv.raw}, the
- * records come undecoded (`records` empty, `raw` their spans) for a sink that decodes elsewhere.
+ * records come undecoded (`records` empty, `raw` their spans) for a sink that decodes elsewhere;
+ * `raw` (and the message bytes it points into) is valid only during the call: the session
+ * reuses it for its next message.
  */
 export type RecordSink = (records: DataRecord[], ctx: RecordContext, raw?: RawRecords) => void;
 
@@ -53,6 +57,9 @@ export type MessageOutcome =
 
 // The outcome of almost every message: shared rather than allocated per message.
 const OK: MessageOutcome = Object.freeze({ ok: true, setErrors: 0 });
+
+/** The (empty) decoded records of a raw data set. */
+const NO_RECORDS: DataRecord[] = Object.freeze([]) as unknown as DataRecord[];
 
 /** Everything a session needs from its collector. */
 export interface SessionEnv {
@@ -96,6 +103,8 @@ export class Session {
   readonly #exporter: MutableExporterStats;
   #closed = false;
   #lastContext: RecordContext | undefined = undefined;
+  /** Raw mode's walk of the usual message, reused from message to message. */
+  readonly #rawScratch = new RawMessageScratch();
 
   /** Opens a session and counts it. `templateTtlMs` 0 = templates never expire. */
   constructor(
@@ -145,6 +154,7 @@ export class Session {
   /** Decodes one whole message and hands its data sets to the sink. Never throws. */
   handleMessage(buf: Uint8Array): MessageOutcome {
     const env = this.#env;
+    if (env.raw === true && this.#handleRaw(buf)) return OK;
     let msg: DecodedMessage;
     try {
       msg = decodeMessage(buf, this.store, env.raw);
@@ -178,7 +188,10 @@ export class Session {
         limit: "limits.maxStringBytes",
       });
     }
-    for (const r of msg.templatesRefused) {
+    // Index loops: these arrays are usually the decoder's frozen empty ones, which a for-of
+    // walks through the generic iterator (a builtin call per message).
+    for (let i = 0; i < msg.templatesRefused.length; i++) {
+      const r = msg.templatesRefused[i];
       c.templatesRefused(r.reason, r.templates);
       this.#logLimited(`refused|${this.exporterAddress}|${r.reason}`, "templates refused", {
         templates: r.templates,
@@ -188,7 +201,8 @@ export class Session {
         limit: REFUSAL_LIMIT[r.reason],
       });
     }
-    for (const d of msg.recordsDropped) {
+    for (let i = 0; i < msg.recordsDropped.length; i++) {
+      const d = msg.recordsDropped[i];
       c.recordsDropped(d.reason, d.records, ex);
       this.#logLimited(`drop|${this.exporterAddress}|${d.reason}`, "records dropped", {
         setId: d.setId,
@@ -197,14 +211,16 @@ export class Session {
         observationDomainId: domain,
       });
     }
-    for (const se of msg.setErrors) {
+    for (let i = 0; i < msg.setErrors.length; i++) {
+      const se = msg.setErrors[i];
       c.setError(se.reason);
       this.#logLimited(`set|${this.exporterAddress}|${se.reason}`, "set dropped", {
         setId: se.setId,
         reason: se.reason,
       });
     }
-    for (const ds of msg.dataSets) {
+    for (let i = 0; i < msg.dataSets.length; i++) {
+      const ds = msg.dataSets[i];
       const n = recordCount(ds);
       c.dataSets++;
       c.dataRecords += n;
@@ -221,6 +237,50 @@ export class Session {
       }
     }
     return msg.setErrors.length === 0 ? OK : { ok: true, setErrors: msg.setErrors.length };
+  }
+
+  /**
+   * Raw mode's usual message (data sets of known templates, nothing malformed: see
+   * `walkRawMessage`) without the decoded message's objects: counted and handed to the sink
+   * exactly as {@linkcode handleMessage} would. False, with nothing counted, for any other
+   * message (the full path takes it).
+   */
+  #handleRaw(buf: Uint8Array): boolean {
+    const scratch = this.#rawScratch;
+    try {
+      if (!walkRawMessage(buf, this.store, scratch)) return false;
+    } catch {
+      return false;
+    }
+    const env = this.#env;
+    this.lastSeenMs = env.clock.nowMs();
+    const c = env.counters;
+    const ex = this.#exporter;
+    c.messages++;
+    ex.messages++;
+    for (let i = 0; i < scratch.count; i++) {
+      const set = scratch.sets[i];
+      const n = set.spans.length / 2;
+      c.dataSets++;
+      c.dataRecords += n;
+      ex.dataRecords += n;
+      try {
+        env.sink(
+          NO_RECORDS,
+          this.#context(
+            scratch.domain,
+            set.compiled.template,
+            set.compiled.options,
+            scratch.exportTime,
+          ),
+          set,
+        );
+      } catch (e) {
+        c.sinkErrors++;
+        this.#logLimited("sink", "record sink failed", { error: e });
+      }
+    }
+    return true;
   }
 
   /**

@@ -20,7 +20,7 @@ import {
   stringsTruncatedTotal,
 } from "./compile.ts";
 import { REFUSALS_REMEMBERED, type TemplateRefusal, type TemplateStore } from "./template_store.ts";
-import { skimOf, walkRecords } from "./skim.ts";
+import { type Skim, skimOf, walkRecords } from "./skim.ts";
 
 export { type DecodeErrorReason, IpfixDecodeError } from "./errors.ts";
 
@@ -54,6 +54,8 @@ export interface RawRecords {
   readonly spans: number[];
   /** The template's decoder, for a consumer that needs a value now (a key not at fixed offsets). */
   readonly compiled: CompiledTemplate;
+  /** The template's skim (`skimOf(compiled.template)`: its key offsets), already looked up. */
+  readonly skim: Skim;
 }
 
 /** Records of a data set in either mode. */
@@ -376,7 +378,7 @@ function rawDataSet(
       records: NO_RECORDS,
       options: ct.options,
       template: ct.template,
-      raw: { bytes: buf, spans, compiled: ct },
+      raw: { bytes: buf, spans, compiled: ct, skim },
     });
   }
 }
@@ -509,4 +511,87 @@ export function decodeMessage(
   }
   msg.stringsTruncated = stringsTruncatedTotal() - truncatedBefore;
   return msg;
+}
+
+/** One data set of a message walked by {@linkcode walkRawMessage} (reused: see there). */
+export interface RawScratchSet extends RawRecords {
+  /** Set id = template id. */
+  setId: number;
+  /** The message (`RawRecords.bytes`). */
+  bytes: Uint8Array;
+  /** The spans, reused from message to message. */
+  readonly spans: number[];
+  compiled: CompiledTemplate;
+  skim: Skim;
+}
+
+/**
+ * What {@linkcode walkRawMessage} found in the last message it took: reused from message to
+ * message (one per session), so the usual message costs no allocation. Valid until the next walk.
+ */
+export class RawMessageScratch {
+  /** Export time from the header. */
+  exportTime = 0;
+  /** Observation domain id from the header. */
+  domain = 0;
+  /** Data sets with at least one record (`sets[0..count)`), in message order. */
+  count = 0;
+  readonly sets: RawScratchSet[] = [];
+
+  /** The next set to fill, spans emptied. */
+  next(bytes: Uint8Array, setId: number, ct: CompiledTemplate, skim: Skim): RawScratchSet {
+    let s = this.sets[this.count];
+    if (s === undefined) {
+      s = { setId, bytes, spans: [], compiled: ct, skim };
+      this.sets.push(s);
+    } else {
+      s.setId = setId;
+      s.bytes = bytes;
+      s.compiled = ct;
+      s.skim = skim;
+      s.spans.length = 0;
+    }
+    return s;
+  }
+}
+
+/**
+ * The raw-mode walk of the usual message, without {@linkcode decodeMessage}'s per-message
+ * objects: a well-formed message whose sets are all data sets of templates the store holds, every
+ * record walked without error. Fills `scratch` and returns true for such a message; returns false,
+ * with nothing changed (the store is only read), for any other message (a template set, an
+ * unknown or refused template, a malformed header, set or record), which the caller hands to
+ * `decodeMessage(buf, store, true)` for the full treatment: the outcome (sets, spans, counts) is
+ * the same either way.
+ */
+export function walkRawMessage(
+  buf: Uint8Array,
+  store: TemplateStore,
+  scratch: RawMessageScratch,
+): boolean {
+  const len = buf.length;
+  if (len < MESSAGE_HEADER_LENGTH || u16(buf, 0) !== 10 || u16(buf, 2) !== len) return false;
+  const domain = u32(buf, 12);
+  scratch.count = 0;
+  let off = MESSAGE_HEADER_LENGTH;
+  while (off < len) {
+    if (len - off < SET_HEADER_LENGTH) return false;
+    const setId = u16(buf, off);
+    const setLen = u16(buf, off + 2);
+    if (setId < 256 || setLen < SET_HEADER_LENGTH || setLen > len - off) return false;
+    const ct = store.get(domain, setId);
+    if (ct === undefined) return false;
+    const skim = skimOf(ct.template);
+    const set = scratch.next(buf, setId, ct, skim);
+    try {
+      walkRecords(skim, buf, off + SET_HEADER_LENGTH, off + setLen, set.spans);
+    } catch {
+      return false;
+    }
+    if (set.spans.length > 0) scratch.count++;
+    off += setLen;
+  }
+  scratch.exportTime = u32(buf, 4);
+  scratch.domain = domain;
+  return true;
 }

@@ -42,11 +42,14 @@ export {
   decodeMessage,
   IpfixDecodeError,
   MESSAGE_HEADER_LENGTH,
+  RawMessageScratch,
   type RawRecords,
+  type RawScratchSet,
   readMessageLength,
   recordCount,
   type RecordDropReason,
   SET_HEADER_LENGTH,
+  walkRawMessage,
 } from "./decoder.ts";
 export {
   encodeDataSet,

@@ -37,7 +37,6 @@ import { InputRowWriter } from "./input_rows.ts";
 import { RawRowWriter, rawShardOf, RawTemplateIds } from "./raw_rows.ts";
 import type { RawRecords } from "../ipfix/decoder.ts";
 import type { DataRecord } from "../ipfix/types.ts";
-import { skimOf } from "../ipfix/skim.ts";
 import { type FromShard, type ShardSettings, type ToShard, USAGE_WORDS } from "./protocol.ts";
 import { createRing, RingWriter } from "./ring.ts";
 
@@ -393,7 +392,7 @@ export class ShardPool {
     const shards = this.#shards;
     const n = shards.length;
     const t = raw.compiled.template;
-    const key = skimOf(t).key;
+    const key = raw.skim.key;
     const { bytes, spans } = raw;
     for (let i = 0; i < spans.length; i += 2) {
       const start = spans[i];

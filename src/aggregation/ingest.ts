@@ -105,8 +105,17 @@ export const UPDATE_VIEW_FIELDS: readonly string[] = [
 ];
 
 /**
- * Ingests a record given as its view (only {@linkcode UPDATE_VIEW_FIELDS} decoded) and its
- * full decoding on demand: a record of a known flow that brings no correlation (the flow is
+ * The string fields of {@linkcode UPDATE_VIEW_FIELDS} that a view may carry as presence only
+ * (`""` or a marker, see the codec's `CompileOptions.presence`): the Pod names, which the view's
+ * path reads only to tell the Node that sent the record (empty or not). Never stored: a record
+ * whose names are kept (a new flow, a correlation) is decoded whole.
+ */
+export const UPDATE_VIEW_PRESENCE: readonly string[] = ["sourcePodName", "destinationPodName"];
+
+/**
+ * Ingests a record given as its view (only {@linkcode UPDATE_VIEW_FIELDS} decoded, the
+ * {@linkcode UPDATE_VIEW_PRESENCE} ones as presence only; the object may be reused for the next
+ * record, so nothing of it is kept) and its full decoding on demand: a record of a known flow that brings no correlation (the flow is
  * merged, or the record comes from the Node of its first record) is an update that reads
  * nothing else, so the view is enough; any other record (a new flow, the other Node's first
  * record, a bad key) is decoded by `full` and ingested exactly as {@linkcode addRecord} would.

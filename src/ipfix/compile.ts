@@ -34,6 +34,25 @@ export type RecordsDecoder = (
   max?: number,
 ) => number;
 
+/**
+ * Decodes the one record at `bytes[off..end)` into `target`, assigning each of the decoder's
+ * `only` names (see {@linkcode CompileOptions.only}; `undefined` for an IE the template lacks),
+ * and returns the offset after it. Throws like a {@linkcode RecordsDecoder}; `target` may then
+ * hold some fields of the bad record. Allocates nothing but the record's new string values.
+ */
+export type RecordFiller = (
+  bytes: Uint8Array,
+  off: number,
+  end: number,
+  target: DataRecord,
+) => number;
+
+/**
+ * The value a string IE of {@linkcode CompileOptions.presence} decodes to when it is not empty
+ * (it is `""` when empty): a marker, never the IE's text.
+ */
+export const PRESENT = "(present)";
+
 /** A template with its decoder, built once when the template is registered. */
 export interface CompiledTemplate {
   /** The template as received. */
@@ -51,6 +70,8 @@ export interface CompiledTemplate {
   readonly names: readonly string[];
   /** The generated decoder (see {@linkcode RecordsDecoder}). */
   readonly decodeRecords: RecordsDecoder;
+  /** With {@linkcode CompileOptions.only}: the one-record decoder into a given object. */
+  readonly fillRecord?: RecordFiller;
 }
 
 const utf8 = new TextDecoder("utf-8", { fatal: false });
@@ -407,6 +428,7 @@ interface Codec {
   readonly fixedRecordLength: number;
   readonly names: readonly string[];
   readonly decodeRecords: RecordsDecoder;
+  readonly fillRecord: RecordFiller | undefined;
   /** Fields of the template. */
   readonly width: number;
   /** Called when no template holds the codec: it drops its generated code, never tiers up. */
@@ -550,13 +572,13 @@ function readFixed(plan: Plan, i: number, b: Uint8Array, o: number): FieldValue 
  */
 function genericDecoder(plan: Plan): RecordsDecoder {
   const n = plan.names.length;
+  const blank = plan.only === undefined ? undefined : viewFactory([...plan.only]);
   const minLen = plan.restMin[0];
   return (bytes, off, end, out, max = Infinity) => {
     let count = 0;
     while (count < max && end - off >= minLen) {
-      const rec: DataRecord = {};
-      // A view gets every `only` name first, in that order: the generated tier's shape.
-      if (plan.only !== undefined) { for (const name of plan.only) rec[name] = undefined!; }
+      // A view starts with every `only` name, in that order: the generated tier's shape.
+      const rec: DataRecord = blank === undefined ? {} : blank();
       for (let i = 0; i < n; i++) {
         let v: FieldValue | undefined;
         if (!plan.variable[i]) {
@@ -573,6 +595,8 @@ function genericDecoder(plan: Plan): RecordsDecoder {
           if (end - p < L) throw fail("badVarLength", `field ${i}: length ${L} exceeds set`);
           v = !plan.keep[i]
             ? undefined
+            : presenceOnly(plan, i)
+            ? (L === 0 ? "" : PRESENT)
             : plan.types[i] !== "string"
             ? bytes.slice(p, p + L)
             : L > plan.maxStr
@@ -604,15 +628,35 @@ function lastExpr(f: number, o: string, len: string): string {
     `strMiss(bytes, ${o}, ${len}, last, j)`;
 }
 
-/** Generates the straight-line decoder of a plan. */
-function generatedDecoder(plan: Plan): RecordsDecoder {
+/**
+ * A maker of objects with the given properties, in that order, all undefined: an object literal
+ * (properties set one by one from a list would leave the object in slow dictionary mode past a
+ * dozen), so every object it makes, and every record view of these names, shares one shape.
+ */
+export function viewFactory(names: readonly string[]): () => DataRecord {
+  const props = names.map((k) => `${JSON.stringify(k)}: undefined`).join(", ");
+  return new Function(`return () => ({ ${props} });`)() as () => DataRecord;
+}
+
+/** Whether field `i` of a plan decodes to {@linkcode PRESENT} or `""` only. */
+function presenceOnly(plan: Plan, i: number): boolean {
+  return plan.variable[i] && plan.types[i] === "string" &&
+    plan.presence?.has(plan.names[i]) === true;
+}
+
+/**
+ * The straight-line code of one record: `body` reads it from `off` (advancing `off` past it)
+ * into `v<i>` constants; `values` are the record's properties as [name, expression] pairs (a
+ * view's: every `only` name, in that order).
+ */
+function recordCode(plan: Plan): { body: string; values: [string, string][] } {
   const n = plan.names.length;
-  const props: string[] = [];
+  const values: [string, string][] = [];
   let body = "";
   let rel = 0; // bytes of fixed fields read since `off` was last advanced
   for (let i = 0; i < n; i++) {
     const keep = plan.keep[i];
-    if (keep && plan.only === undefined) props.push(`${JSON.stringify(plan.names[i])}: v${i}`);
+    if (keep && plan.only === undefined) values.push([plan.names[i], `v${i}`]);
     const o = rel === 0 ? "off" : `off + ${rel}`;
     const len = plan.lengths[i];
     if (!plan.variable[i]) {
@@ -629,7 +673,9 @@ function generatedDecoder(plan: Plan): RecordsDecoder {
       `      if (end - p < 2) throw fail("badVarLength", "field ${i}: 3-byte length prefix cut");\n` +
       `      L = (bytes[p] << 8) | bytes[p + 1];\n      p += 2;\n    }\n` +
       `    if (end - p < L) throw fail("badVarLength", "field ${i}: length " + L + " exceeds set");\n`;
-    if (keep) {
+    if (keep && presenceOnly(plan, i)) {
+      body += `    const v${i} = L === 0 ? "" : ${JSON.stringify(PRESENT)};\n`;
+    } else if (keep) {
       // Most Antrea strings are empty: skip the call for them.
       const expr = plan.types[i] === "string"
         ? (Number.isFinite(plan.maxStr)
@@ -649,12 +695,33 @@ function generatedDecoder(plan: Plan): RecordsDecoder {
   // A view: every `only` name, in that order, whatever the template (one object shape).
   for (const name of plan.only ?? []) {
     const i = plan.names.findIndex((x, k) => x === name && plan.keep[k]);
-    props.push(`${JSON.stringify(name)}: ${i < 0 ? "undefined" : `v${i}`}`);
+    values.push([name, i < 0 ? "undefined" : `v${i}`]);
   }
-  const src = `"use strict";
+  return { body, values };
+}
+
+/** The helpers and last-value table of generated code (see {@linkcode generatedDecoder}). */
+const GENERATED_PRELUDE = `"use strict";
 const { str, strMiss, eq, strCut, u32, u64, u64n, uBig, sInt, sBig, f32, f64, ip4, ip6, fail } = H;
 const lastBytes = last.bytes, lastLens = last.lens, lastStrs = last.strs;
-return function decodeRecords(bytes, off, end, out, max) {
+`;
+
+/** Generates the straight-line one-record filler of a view plan (see {@linkcode RecordFiller}). */
+function generatedFiller(plan: Plan): RecordFiller {
+  const { body, values } = recordCode(plan);
+  const src = `${GENERATED_PRELUDE}return function fillRecord(bytes, off, end, target) {
+  let p = 0, L = 0, j = 0;
+  if (end - off < ${plan.restMin[0]}) throw fail("badRecord", "record overruns set");
+${body}${values.map(([k, v]) => `    target[${JSON.stringify(k)}] = ${v};\n`).join("")}  return off;
+};`;
+  return new Function("H", "last", src)(HELPERS, lastStrings(plan.strings)) as RecordFiller;
+}
+
+/** Generates the straight-line decoder of a plan. */
+function generatedDecoder(plan: Plan): RecordsDecoder {
+  const { body, values } = recordCode(plan);
+  const props = values.map(([k, v]) => `${JSON.stringify(k)}: ${v}`);
+  const src = `${GENERATED_PRELUDE}return function decodeRecords(bytes, off, end, out, max) {
   let p = 0, L = 0, j = 0, count = 0;
   const limit = max === undefined ? Infinity : max;
   while (count < limit && end - off >= ${plan.restMin[0]}) {
@@ -713,9 +780,33 @@ function buildCodec(
     }
     return fast(bytes, off, end, out, max);
   };
+  // A view's one-record filler: generated code of its own (a slot of its own), tiered up after
+  // TIER_UP_AFTER records; the generic tier decodes into a scratch array and copies.
+  let fill: RecordFiller | undefined;
+  let fillUses = 0;
+  const scratch: DataRecord[] = [];
+  const fillRecord: RecordFiller | undefined = plan.only === undefined
+    ? undefined
+    : (bytes, off, end, target) => {
+      if (fill === undefined) {
+        if (!tiered || fillUses++ < TIER_UP_AFTER || !slots.take()) {
+          scratch.length = 0;
+          if (end - off < plan.restMin[0]) throw fail("badRecord", "record overruns set");
+          const next = generic(bytes, off, end, scratch, 1);
+          const r = scratch[0];
+          for (const name of plan.only!) target[name] = r[name];
+          scratch.length = 0;
+          return next;
+        }
+        fill = generatedFiller(plan);
+      }
+      return fill(bytes, off, end, target);
+    };
   const retire = (): void => {
     if (fast !== undefined) slots.give();
+    if (fill !== undefined) slots.give();
     fast = undefined;
+    fill = undefined;
     tiered = false;
   };
   const fixed = plan.variable.includes(true) ? 0 : plan.restMin[0];
@@ -725,6 +816,7 @@ function buildCodec(
     fixedRecordLength: fixed,
     names: Object.freeze(plan.names),
     decodeRecords,
+    fillRecord,
     width,
     retire,
     fields: t.fields,
@@ -746,6 +838,16 @@ export function decoderTiers(
   const mode = decodeMode(options);
   const plan = makePlan(t, mode);
   return { generic: genericDecoder(plan), generated: generatedDecoder(plan) };
+}
+
+/**
+ * The generated one-record filler of a view (`options.only` required), for differential tests
+ * against the decoders of {@linkcode decoderTiers}.
+ */
+export function generatedFillerOf(t: TemplateRecord, options: CompileOptions): RecordFiller {
+  const plan = makePlan(t, decodeMode(options));
+  if (plan.only === undefined) throw new Error("a filler needs options.only");
+  return generatedFiller(plan);
 }
 
 /** Options of {@linkcode compileTemplate}. */
@@ -771,6 +873,12 @@ export interface CompileOptions {
    * Default: every field (an object with the template's IEs, in its order).
    */
   readonly only?: readonly string[];
+  /**
+   * Names of variable-length string IEs whose value is only told apart from empty: `""` or
+   * {@linkcode PRESENT}, never the text (no string is built). For a reader that needs nothing
+   * else of them (a record view's Pod names, which only tell the Node that sent it).
+   */
+  readonly presence?: readonly string[];
 }
 
 /** What a decoder depends on besides its fields and the registry. */
@@ -781,6 +889,8 @@ interface DecodeMode {
   readonly wire: boolean;
   /** The IEs decoded ({@linkcode CompileOptions.only}); undefined: all. */
   readonly only: ReadonlySet<string> | undefined;
+  /** The IEs decoded as presence only ({@linkcode CompileOptions.presence}). */
+  readonly presence: ReadonlySet<string> | undefined;
 }
 
 function decodeMode(options: CompileOptions): DecodeMode {
@@ -788,6 +898,7 @@ function decodeMode(options: CompileOptions): DecodeMode {
     maxStr: options.maxStringBytes ?? Infinity,
     wire: options.wireNumbers === true,
     only: options.only === undefined ? undefined : new Set(options.only),
+    presence: options.presence === undefined ? undefined : new Set(options.presence),
   };
 }
 
@@ -823,7 +934,8 @@ function signature(t: TemplateRecord, mode: DecodeMode): string {
  */
 function keyPrefix(mode: DecodeMode): string {
   const only = mode.only === undefined ? "" : [...mode.only].sort().join(",");
-  return `${registryGeneration()}|${mode.maxStr}|${mode.wire ? "w" : ""}|${only}`;
+  const presence = mode.presence === undefined ? "" : [...mode.presence].sort().join(",");
+  return `${registryGeneration()}|${mode.maxStr}|${mode.wire ? "w" : ""}|${only}|${presence}`;
 }
 
 function checkTemplate(t: TemplateRecord): void {
@@ -849,6 +961,7 @@ function compiled(t: TemplateRecord, codec: Codec): CompiledTemplate {
     fixedRecordLength: codec.fixedRecordLength,
     names: codec.names,
     decodeRecords: codec.decodeRecords,
+    ...(codec.fillRecord === undefined ? {} : { fillRecord: codec.fillRecord }),
   };
 }
 

@@ -21,12 +21,12 @@
  */
 
 import type { FlowInput } from "../aggregation/record.ts";
-import { type CompiledTemplate, compileTemplate } from "../ipfix/compile.ts";
+import { type CompiledTemplate, compileTemplate, viewFactory } from "../ipfix/compile.ts";
 import { fieldKey } from "../ipfix/compile.ts";
 import { type KeyOffsets, skimOf, walkRecords } from "../ipfix/skim.ts";
 import { hashKey } from "../aggregation/flow_table.ts";
 import { shardIndex } from "../aggregation/sharded.ts";
-import { UPDATE_VIEW_FIELDS } from "../aggregation/ingest.ts";
+import { UPDATE_VIEW_FIELDS, UPDATE_VIEW_PRESENCE } from "../aggregation/ingest.ts";
 import type { DataRecord, FieldSpecifier, TemplateRecord } from "../ipfix/types.ts";
 import type { RingWriter } from "./ring.ts";
 
@@ -283,7 +283,9 @@ export interface RawRowReaderOptions {
 
 /**
  * Takes a record as its view and its whole decoding on demand (`AggregationCore.addRecordView`):
- * `full` decodes the record the view came from, valid only during the call.
+ * `full` decodes the record the view came from. Both are valid only during the call: the view
+ * object is refilled for the next record, and its Pod names tell only whether they are empty
+ * (`UPDATE_VIEW_PRESENCE`).
  */
 export type ViewSink = (view: FlowInput, full: () => FlowInput) => void;
 
@@ -301,30 +303,19 @@ export class RawRowReader {
   readonly #templates = new Map<number, RawTemplate>();
   #maxStringBytes: number | undefined;
   readonly #out: DataRecord[] = [];
-  readonly #spans: number[] = [];
-  /** The record `#full` decodes: its decoder and bytes, its run and its index there. */
+  /** The one view object, refilled for each record (its consumer keeps nothing of it). */
+  readonly #view: DataRecord = viewFactory(UPDATE_VIEW_FIELDS)();
+  /** The record `#full` decodes: its decoder and bytes. */
   #fullCt: CompiledTemplate | undefined;
   #fullBytes: Uint8Array = new Uint8Array(0);
-  #runStart = 0;
-  #runEnd = 0;
-  #runIndex = 0;
+  #fullStart = 0;
+  #fullEnd = 0;
   readonly #fullOut: DataRecord[] = [];
   /** Decodes the current record whole (one function for every record: no closure per record). */
   readonly #full = (): FlowInput => {
-    const spans = this.#spans;
-    if (spans.length === 0) {
-      walkRecords(
-        skimOf(this.#fullCt!.template),
-        this.#fullBytes,
-        this.#runStart,
-        this.#runEnd,
-        spans,
-      );
-    }
     const out = this.#fullOut;
     out.length = 0;
-    const i = 2 * this.#runIndex;
-    this.#fullCt!.decodeRecords(this.#fullBytes, spans[i], spans[i + 1], out, 1);
+    this.#fullCt!.decodeRecords(this.#fullBytes, this.#fullStart, this.#fullEnd, out, 1);
     return out[0] as unknown as FlowInput;
   };
 
@@ -401,7 +392,7 @@ export class RawRowReader {
     }
   }
 
-  /** {@linkcode read}'s records of one run as views (see `onView`). */
+  /** {@linkcode read}'s records of one run as views (see `onView`), one at a time. */
   #decodeViews(
     e: RawTemplate,
     ct: CompiledTemplate,
@@ -411,34 +402,32 @@ export class RawRowReader {
     onView: ViewSink,
     onInvalid: (why: string) => void,
   ): void {
-    const view = e.view ??= compileTemplate(e.t, {
+    const v = e.view ??= compileTemplate(e.t, {
       wireNumbers: true,
       maxStringBytes: this.#maxStringBytes,
       only: UPDATE_VIEW_FIELDS,
+      presence: UPDATE_VIEW_PRESENCE,
     });
-    const out = this.#out;
-    out.length = 0;
-    try {
-      view.decodeRecords(bytes, start, end, out);
-    } catch {
-      // A record the views cannot be decoded from: record by record, whole (rare).
-      out.length = 0;
-      this.#decode(ct, bytes, start, end, (r) => onView(r, () => r), onInvalid);
-      return;
-    }
-    // The spans are walked only when a record is wanted whole (a new flow, a correlation).
-    const spans = this.#spans;
-    spans.length = 0;
+    const fill = v.fillRecord!;
+    const view = this.#view;
+    const min = v.minRecordLength;
     this.#fullCt = ct;
     this.#fullBytes = bytes;
-    this.#runStart = start;
-    this.#runEnd = end;
-    for (let i = 0; i < out.length; i++) {
-      this.#runIndex = i;
-      onView(out[i] as unknown as FlowInput, this.#full);
+    for (let off = start; end - off >= min;) {
+      let next: number;
+      try {
+        next = fill(bytes, off, end, view);
+      } catch {
+        // A record the view cannot be read from: it and the rest of the run whole, record by
+        // record (rare).
+        this.#decode(ct, bytes, off, end, (r) => onView(r, () => r), onInvalid);
+        return;
+      }
+      this.#fullStart = off;
+      this.#fullEnd = next;
+      onView(view as unknown as FlowInput, this.#full);
+      off = next;
     }
-    out.length = 0;
-    spans.length = 0;
   }
 
   #decode(

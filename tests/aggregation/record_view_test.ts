@@ -6,24 +6,35 @@
 
 import assert from "node:assert/strict";
 import { AggregationCore, type ExportedFlow, type FlowInput } from "../../src/aggregation/mod.ts";
-import { UPDATE_VIEW_FIELDS } from "../../src/aggregation/ingest.ts";
+import { UPDATE_VIEW_FIELDS, UPDATE_VIEW_PRESENCE } from "../../src/aggregation/ingest.ts";
+import { PRESENT } from "../../src/ipfix/compile.ts";
 import { ManualClock } from "../../src/clock.ts";
 import { replayRecords } from "./replay_records.ts";
 
 const VIEW = new Set(UPDATE_VIEW_FIELDS);
+const PRESENCE = new Set(UPDATE_VIEW_PRESENCE);
 
-/** The view of `r`: its fields of the list, and an error on reading any other field. */
+/**
+ * The view of `r` as the shards give it: its fields of the list (the presence-only ones as ""
+ * or the marker), in one object refilled for every record (so a reader keeping it would see the
+ * next record's values), and an error on reading any other field.
+ */
+const viewTarget: Record<string, unknown> = {};
+const viewProxy = new Proxy(viewTarget, {
+  get(target, p) {
+    if (typeof p === "string" && !VIEW.has(p)) {
+      throw new Error(`the view's reader read ${p}, not in UPDATE_VIEW_FIELDS`);
+    }
+    return Reflect.get(target, p);
+  },
+}) as unknown as FlowInput;
 function viewOf(r: FlowInput): FlowInput {
-  const v: Record<string, unknown> = {};
-  for (const [k, x] of Object.entries(r)) if (VIEW.has(k)) v[k] = x;
-  return new Proxy(v, {
-    get(target, p) {
-      if (typeof p === "string" && !VIEW.has(p)) {
-        throw new Error(`the view's reader read ${p}, not in UPDATE_VIEW_FIELDS`);
-      }
-      return Reflect.get(target, p);
-    },
-  }) as unknown as FlowInput;
+  const src = r as unknown as Record<string, unknown>;
+  for (const k of VIEW) {
+    const x = src[k];
+    viewTarget[k] = PRESENCE.has(k) && typeof x === "string" && x !== "" ? PRESENT : x;
+  }
+  return viewProxy;
 }
 
 function newCore(): AggregationCore {

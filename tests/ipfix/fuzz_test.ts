@@ -4,8 +4,14 @@
  * Deterministic (seeded PRNG) so a failure is reproducible from the printed seed and index.
  */
 import assert from "node:assert/strict";
-import { decoderTiers, stringsTruncatedTotal } from "../../src/ipfix/compile.ts";
-import { fieldName } from "../../src/ipfix/registry.ts";
+import {
+  decoderTiers,
+  generatedFillerOf,
+  PRESENT,
+  stringsTruncatedTotal,
+  viewFactory,
+} from "../../src/ipfix/compile.ts";
+import { fieldName, lookupElement } from "../../src/ipfix/registry.ts";
 import {
   type DataRecord,
   decodeMessage,
@@ -196,6 +202,7 @@ Deno.test("differential: generated and interpreting decoders agree on random tem
   choices.push(...fieldsFor(AGENT_IPV6_FIELDS));
   let agreedRecords = 0;
   let viewRecords = 0;
+  let fills = 0;
   const truncatedBefore = stringsTruncatedTotal();
   for (let t = 0; t < 300; t++) {
     const fields = Array.from({ length: 1 + pick(12) }, () => choices[pick(choices.length)]);
@@ -210,9 +217,23 @@ Deno.test("differential: generated and interpreting decoders agree on random tem
     const only = t % 4 === 1
       ? [...(t % 8 === 1 ? ["notInTheTemplate"] : []), ...names.filter(() => rnd() < 0.5)]
       : undefined;
+    // Some of a view's names as presence only (applies to variable-length strings alone).
+    const presence = only?.filter(() => rnd() < 0.5);
     const { generic, generated } = decoderTiers(
       { id: 300, fields, scopeFieldCount: 0 },
-      { maxStringBytes, wireNumbers, only },
+      { maxStringBytes, wireNumbers, only, presence },
+    );
+    const fill = only === undefined ? undefined : generatedFillerOf(
+      { id: 300, fields, scopeFieldCount: 0 },
+      { maxStringBytes, wireNumbers, only, presence },
+    );
+    const presenceOnly = new Set(
+      fields.flatMap((f, i) =>
+        f.length === VARIABLE_LENGTH && lookupElement(f.enterprise, f.id)?.type === "string" &&
+          presence?.includes(names[i])
+          ? [names[i]]
+          : []
+      ),
     );
     const whole = only === undefined
       ? undefined
@@ -238,16 +259,39 @@ Deno.test("differential: generated and interpreting decoders agree on random tem
       if (whole !== undefined) {
         const w = run(whole);
         const keep = [...new Set(only)];
-        const projected = w.out.map((r) => Object.fromEntries(keep.map((n) => [n, r[n]])));
+        // A presence-only string is "" when empty, else the marker.
+        const value = (r: DataRecord, n: string) =>
+          presenceOnly.has(n) && r[n] !== undefined ? (r[n] === "" ? "" : PRESENT) : r[n];
+        const projected = w.out.map((r) => Object.fromEntries(keep.map((n) => [n, value(r, n)])));
         assert.deepEqual(a, { ...w, out: projected }, `view of template ${t} input ${k}`);
         // Every view has the `only` names in that order, whichever tier made it.
         for (const r of [...a.out, ...b.out]) assert.deepEqual(Object.keys(r), keep);
+        // The filler, one record at a time into one object, reads the same views and fails at
+        // the same record for the same reason.
+        const target = viewFactory(keep)();
+        const filled: DataRecord[] = [];
+        let f: { end: number } | { error: string } = { end: 0 };
+        const min = fields.reduce((m, x) => m + (x.length === VARIABLE_LENGTH ? 1 : x.length), 0);
+        try {
+          let off = 0;
+          while (bytes.length - off >= min) {
+            off = fill!(bytes, off, bytes.length, target);
+            filled.push({ ...target });
+          }
+          f = { end: off };
+        } catch (e) {
+          assert.ok(e instanceof IpfixDecodeError, String(e));
+          f = { error: e.reason };
+        }
+        assert.deepEqual({ ...f, out: filled }, a, `filler of template ${t} input ${k}`);
+        fills += filled.length;
         viewRecords += a.out.length;
       }
     }
   }
   assert.ok(agreedRecords > 500, `only ${agreedRecords} records compared`);
   assert.ok(viewRecords > 100, `only ${viewRecords} views compared`);
+  assert.ok(fills > 100, `only ${fills} filled views compared`);
   const truncated = stringsTruncatedTotal() - truncatedBefore;
   assert.ok(truncated > 100, `only ${truncated} truncated strings compared`);
 });

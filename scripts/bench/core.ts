@@ -257,8 +257,8 @@ export function benchShardRealistic(
       core.addRecord(r);
     };
     const invalid = (): void => {};
-    const view = (v: FlowInput, full: () => FlowInput): void => {
-      core.addRecordView(v, full);
+    const view = (v: FlowInput, full: () => FlowInput, key?: Uint32Array): void => {
+      core.addRecordView(v, full, key);
     };
     const start = performance.now();
     for (const f of frames) rows.read(f, add, invalid, view);

@@ -131,11 +131,12 @@ export class AggregationCore {
 
   /**
    * {@linkcode addRecord} of a record given as its view (`UPDATE_VIEW_FIELDS` decoded) and its
-   * whole decoding on demand (`full`, called at most once, synchronously): see `ingest.ts`
-   * `addRecordView`. The same outcome as `addRecord(full())`.
+   * whole decoding on demand (`full`, called at most once, synchronously), and optionally its
+   * flow key words read from its bytes (`key`): see `ingest.ts` `addRecordView`. The same
+   * outcome as `addRecord(full())`.
    */
-  addRecordView(view: FlowInput, full: () => FlowInput): boolean {
-    return addRecordView(this.#s, view, full);
+  addRecordView(view: FlowInput, full: () => FlowInput, key?: Uint32Array): boolean {
+    return addRecordView(this.#s, view, full, key);
   }
 
   /**

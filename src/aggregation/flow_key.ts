@@ -66,8 +66,8 @@ export function readFlowKey(k: Uint32Array, r: FlowInput): KeyProblem | undefine
     k[11] = 4;
   } else {
     // IPv6 IEs are text in both decoder modes (a non-string reads as invalid).
-    const a = parseIPv6Words(src as string);
-    const b = parseIPv6Words(dst as string);
+    const a = v6Words(src);
+    const b = v6Words(dst);
     if (a === undefined || b === undefined) return BAD_ADDRESS;
     // Word by word: TypedArray#set costs a builtin call per record.
     k[0] = a[0];
@@ -84,6 +84,19 @@ export function readFlowKey(k: Uint32Array, r: FlowInput): KeyProblem | undefine
   k[9] = sport;
   k[10] = dport;
   return undefined;
+}
+
+/**
+ * The words of an IPv6 IE's text: IPv6 text, or a dotted quad, which is how the codec prints
+ * an IPv4-mapped address (`::ffff:a.b.c.d`), read back as that address (the words a key read
+ * from the record's bytes has). Undefined when neither.
+ */
+function v6Words(x: string | number): Uint32Array | undefined {
+  if (typeof x !== "string") return undefined;
+  const w = parseIPv6Words(x);
+  if (w !== undefined) return w;
+  const w4 = parseIPv4Word(x);
+  return w4 < 0 ? undefined : new Uint32Array([0, 0, 0xffff, w4]);
 }
 
 /** Human-readable key text for logs: `10.0.0.1:1234->10.0.0.2:5678/6`, IPv6 in brackets. */

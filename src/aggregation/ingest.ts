@@ -10,7 +10,7 @@ import { correlationRequired, FlowType, isFromDestination, isFromSource } from "
 import { FIELD_CODE } from "./field_code.ts";
 import { maxStringBytes, NO_TEXT } from "./intern.ts";
 import { canonicalAddress, readFlowKey } from "./flow_key.ts";
-import { hashKey } from "./flow_table.ts";
+import { hashKey, KEY_WORDS } from "./flow_table.ts";
 import {
   FL_CORR_FILLED,
   FL_FIRST_D,
@@ -115,19 +115,31 @@ export const UPDATE_VIEW_PRESENCE: readonly string[] = ["sourcePodName", "destin
 /**
  * Ingests a record given as its view (only {@linkcode UPDATE_VIEW_FIELDS} decoded, the
  * {@linkcode UPDATE_VIEW_PRESENCE} ones as presence only; the object may be reused for the next
- * record, so nothing of it is kept) and its full decoding on demand: a record of a known flow that brings no correlation (the flow is
+ * record, so nothing of it is kept) and its full decoding on demand. With `key` (its flow key
+ * words, read from the record's bytes at the template's fixed offsets: see `skim.ts`), the
+ * view's key fields are not read (they may be presence only too). Then: a record of a known flow that brings no correlation (the flow is
  * merged, or the record comes from the Node of its first record) is an update that reads
  * nothing else, so the view is enough; any other record (a new flow, the other Node's first
  * record, a bad key) is decoded by `full` and ingested exactly as {@linkcode addRecord} would.
  * Most records of a steady stream are such updates: the shards skip decoding their other
  * fields (strings mostly).
  */
-export function addRecordView(s: CoreState, view: FlowInput, full: () => FlowInput): boolean {
+export function addRecordView(
+  s: CoreState,
+  view: FlowInput,
+  full: () => FlowInput,
+  key?: Uint32Array,
+): boolean {
   s.counters.recordsIn++;
   try {
     const k = s.key;
-    // A bad key: the whole record is rejected (and warned about) as addRecord would.
-    if (readFlowKey(k, view) !== undefined) return ingest(s, full());
+    if (key !== undefined) {
+      // Read from the record's bytes by the caller: the words readFlowKey would give.
+      for (let j = 0; j < KEY_WORDS; j++) k[j] = key[j];
+    } else if (readFlowKey(k, view) !== undefined) {
+      // A bad key: the whole record is rejected (and warned about) as addRecord would.
+      return ingest(s, full());
+    }
     // The whole record has the view's key (the same bytes): its look-up holds for both.
     const h = hashKey(k);
     const slot = s.table.find(k, h);

@@ -48,7 +48,7 @@ export type RecordFiller = (
 ) => number;
 
 /**
- * The value a string IE of {@linkcode CompileOptions.presence} decodes to when it is not empty
+ * The value an IE of {@linkcode CompileOptions.presence} decodes to when it is not empty
  * (it is `""` when empty): a marker, never the IE's text.
  */
 export const PRESENT = "(present)";
@@ -582,7 +582,9 @@ function genericDecoder(plan: Plan): RecordsDecoder {
       for (let i = 0; i < n; i++) {
         let v: FieldValue | undefined;
         if (!plan.variable[i]) {
-          if (plan.keep[i]) v = readFixed(plan, i, bytes, off);
+          if (plan.keep[i]) {
+            v = plan.presence?.has(plan.names[i]) ? PRESENT : readFixed(plan, i, bytes, off);
+          }
           off += plan.lengths[i];
         } else {
           let p = off + 1;
@@ -638,10 +640,9 @@ export function viewFactory(names: readonly string[]): () => DataRecord {
   return new Function(`return () => ({ ${props} });`)() as () => DataRecord;
 }
 
-/** Whether field `i` of a plan decodes to {@linkcode PRESENT} or `""` only. */
+/** Whether variable-length field `i` of a plan decodes to {@linkcode PRESENT} or `""` only. */
 function presenceOnly(plan: Plan, i: number): boolean {
-  return plan.variable[i] && plan.types[i] === "string" &&
-    plan.presence?.has(plan.names[i]) === true;
+  return plan.variable[i] && plan.presence?.has(plan.names[i]) === true;
 }
 
 /**
@@ -660,7 +661,9 @@ function recordCode(plan: Plan): { body: string; values: [string, string][] } {
     const o = rel === 0 ? "off" : `off + ${rel}`;
     const len = plan.lengths[i];
     if (!plan.variable[i]) {
-      if (keep && plan.types[i] === "string" && len <= plan.maxStr) {
+      if (keep && plan.presence?.has(plan.names[i])) {
+        body += `    const v${i} = ${JSON.stringify(PRESENT)};\n`;
+      } else if (keep && plan.types[i] === "string" && len <= plan.maxStr) {
         body += `    const v${i} = ${lastExpr(plan.stringSlot[i], o, String(len))};\n`;
       } else if (keep) {
         body += `    const v${i} = ${fixedExpr(plan.types[i], len, o, plan)};\n`;
@@ -874,9 +877,10 @@ export interface CompileOptions {
    */
   readonly only?: readonly string[];
   /**
-   * Names of variable-length string IEs whose value is only told apart from empty: `""` or
-   * {@linkcode PRESENT}, never the text (no string is built). For a reader that needs nothing
-   * else of them (a record view's Pod names, which only tell the Node that sent it).
+   * Names of IEs whose value is only told apart from empty, never read: a variable-length IE is
+   * `""` when empty and {@linkcode PRESENT} otherwise, a fixed-length one always
+   * {@linkcode PRESENT}. For a reader that needs nothing else of them (a record view's Pod
+   * names, which only tell the Node that sent it; addresses whose words it took from the bytes).
    */
   readonly presence?: readonly string[];
 }

@@ -80,7 +80,9 @@ function keyOffsets(t: TemplateRecord): KeyOffsets | undefined {
   let off = 0;
   for (const f of t.fields) {
     if (f.length === VARIABLE_LENGTH) break;
-    at.set(fieldName(f.enterprise, f.id), { off, len: f.length });
+    // The first occurrence of a repeated IE, as the decoders keep it.
+    const name = fieldName(f.enterprise, f.id);
+    if (!at.has(name)) at.set(name, { off, len: f.length });
     off += f.length;
   }
   const fixed = (name: string, len: number): number => {

@@ -24,7 +24,7 @@ import type { FlowInput } from "../aggregation/record.ts";
 import { type CompiledTemplate, compileTemplate, viewFactory } from "../ipfix/compile.ts";
 import { fieldKey } from "../ipfix/compile.ts";
 import { type KeyOffsets, skimOf, walkRecords } from "../ipfix/skim.ts";
-import { hashKey } from "../aggregation/flow_table.ts";
+import { hashKey, KEY_WORDS } from "../aggregation/flow_table.ts";
 import { shardIndex } from "../aggregation/sharded.ts";
 import { UPDATE_VIEW_FIELDS, UPDATE_VIEW_PRESENCE } from "../aggregation/ingest.ts";
 import type { DataRecord, FieldSpecifier, TemplateRecord } from "../ipfix/types.ts";
@@ -52,7 +52,16 @@ export function rawShardOf(
   n: number,
   scratch: Uint32Array,
 ): number {
-  const k = scratch;
+  readRawKey(b, start, key, scratch);
+  return shardIndex(hashKey(scratch), n);
+}
+
+/**
+ * Reads the flow key of the record at `start`, whose key sits at the fixed offsets `key`, into
+ * `k` (`KEY_WORDS` words, the probe layout of `flow_table.ts`): the words `readFlowKey` reads
+ * from the record's decoded values.
+ */
+export function readRawKey(b: Uint8Array, start: number, key: KeyOffsets, k: Uint32Array): void {
   const word = (o: number): number =>
     ((b[o] << 24) | (b[o + 1] << 16) | (b[o + 2] << 8) | b[o + 3]) >>> 0;
   const src = start + key.source;
@@ -73,7 +82,6 @@ export function rawShardOf(
   k[8] = b[start + key.protocol];
   k[9] = (b[start + key.sourcePort] << 8) | b[start + key.sourcePort + 1];
   k[10] = (b[start + key.destinationPort] << 8) | b[start + key.destinationPort + 1];
-  return shardIndex(hashKey(k), n);
 }
 
 /**
@@ -283,11 +291,20 @@ export interface RawRowReaderOptions {
 
 /**
  * Takes a record as its view and its whole decoding on demand (`AggregationCore.addRecordView`):
- * `full` decodes the record the view came from. Both are valid only during the call: the view
- * object is refilled for the next record, and its Pod names tell only whether they are empty
- * (`UPDATE_VIEW_PRESENCE`).
+ * `full` decodes the record the view came from; `key`, when given, holds its flow key words
+ * read from its bytes (the view's addresses then tell only whether they are there). All are valid
+ * only during the call: the view object is refilled for the next record, and its Pod names tell
+ * only whether they are empty (`UPDATE_VIEW_PRESENCE`).
  */
-export type ViewSink = (view: FlowInput, full: () => FlowInput) => void;
+export type ViewSink = (view: FlowInput, full: () => FlowInput, key?: Uint32Array) => void;
+
+/** The address IEs of a flow key, presence only in a view whose key is read from the bytes. */
+const ADDRESS_IES = [
+  "sourceIPv4Address",
+  "destinationIPv4Address",
+  "sourceIPv6Address",
+  "destinationIPv6Address",
+];
 
 /** A tid's field list and its decoders once compiled (under the current string bound). */
 interface RawTemplate {
@@ -305,6 +322,8 @@ export class RawRowReader {
   readonly #out: DataRecord[] = [];
   /** The one view object, refilled for each record (its consumer keeps nothing of it). */
   readonly #view: DataRecord = viewFactory(UPDATE_VIEW_FIELDS)();
+  /** The key words of the record viewed, when read from its bytes. */
+  readonly #key = new Uint32Array(KEY_WORDS);
   /** The record `#full` decodes: its decoder and bytes. */
   #fullCt: CompiledTemplate | undefined;
   #fullBytes: Uint8Array = new Uint8Array(0);
@@ -402,14 +421,20 @@ export class RawRowReader {
     onView: ViewSink,
     onInvalid: (why: string) => void,
   ): void {
+    // A template with its flow key at fixed offsets: the key is read from the bytes, and the
+    // view's addresses are presence only (no IPv6 text built and parsed back).
+    const keyAt = skimOf(e.t).key;
     const v = e.view ??= compileTemplate(e.t, {
       wireNumbers: true,
       maxStringBytes: this.#maxStringBytes,
       only: UPDATE_VIEW_FIELDS,
-      presence: UPDATE_VIEW_PRESENCE,
+      presence: keyAt === undefined
+        ? UPDATE_VIEW_PRESENCE
+        : [...UPDATE_VIEW_PRESENCE, ...ADDRESS_IES],
     });
     const fill = v.fillRecord!;
     const view = this.#view;
+    const key = keyAt === undefined ? undefined : this.#key;
     const min = v.minRecordLength;
     this.#fullCt = ct;
     this.#fullBytes = bytes;
@@ -425,7 +450,8 @@ export class RawRowReader {
       }
       this.#fullStart = off;
       this.#fullEnd = next;
-      onView(view as unknown as FlowInput, this.#full);
+      if (key !== undefined) readRawKey(bytes, off, keyAt!, key);
+      onView(view as unknown as FlowInput, this.#full, key);
       off = next;
     }
   }

@@ -110,8 +110,8 @@ function drain(c: AggregationCore, sliceMs = Infinity): number {
     c.addRecord(r);
   };
   const invalid = (why: string): void => c.countUndecodable(why);
-  const view = (v: FlowInput, full: () => FlowInput): void => {
-    c.addRecordView(v, full);
+  const view = (v: FlowInput, full: () => FlowInput, key?: Uint32Array): void => {
+    c.addRecordView(v, full, key);
   };
   const end = performance.now() + sliceMs;
   let n = 0;

@@ -11,7 +11,7 @@ import {
   stringsTruncatedTotal,
   viewFactory,
 } from "../../src/ipfix/compile.ts";
-import { fieldName, lookupElement } from "../../src/ipfix/registry.ts";
+import { fieldName } from "../../src/ipfix/registry.ts";
 import {
   type DataRecord,
   decodeMessage,
@@ -227,14 +227,13 @@ Deno.test("differential: generated and interpreting decoders agree on random tem
       { id: 300, fields, scopeFieldCount: 0 },
       { maxStringBytes, wireNumbers, only, presence },
     );
-    const presenceOnly = new Set(
-      fields.flatMap((f, i) =>
-        f.length === VARIABLE_LENGTH && lookupElement(f.enterprise, f.id)?.type === "string" &&
-          presence?.includes(names[i])
-          ? [names[i]]
-          : []
-      ),
-    );
+    // Of the presence names, the variable-length IEs (by their first occurrence, the one kept).
+    const variableByName = new Map<string, boolean>();
+    fields.forEach((f, i) => {
+      if (!variableByName.has(names[i])) {
+        variableByName.set(names[i], f.length === VARIABLE_LENGTH);
+      }
+    });
     const whole = only === undefined
       ? undefined
       : decoderTiers({ id: 300, fields, scopeFieldCount: 0 }, { maxStringBytes, wireNumbers })
@@ -259,9 +258,13 @@ Deno.test("differential: generated and interpreting decoders agree on random tem
       if (whole !== undefined) {
         const w = run(whole);
         const keep = [...new Set(only)];
-        // A presence-only string is "" when empty, else the marker.
+        // A presence-only IE: a variable-length one is "" when empty, else the marker; a fixed
+        // one always the marker.
+        const empty = (x: unknown) => x === "" || (x instanceof Uint8Array && x.length === 0);
         const value = (r: DataRecord, n: string) =>
-          presenceOnly.has(n) && r[n] !== undefined ? (r[n] === "" ? "" : PRESENT) : r[n];
+          presence?.includes(n) && r[n] !== undefined
+            ? (variableByName.get(n) && empty(r[n]) ? "" : PRESENT)
+            : r[n];
         const projected = w.out.map((r) => Object.fromEntries(keep.map((n) => [n, value(r, n)])));
         assert.deepEqual(a, { ...w, out: projected }, `view of template ${t} input ${k}`);
         // Every view has the `only` names in that order, whichever tier made it.

@@ -19,7 +19,13 @@ import {
   RawRowWriter,
   rawShardOf,
   RawTemplateIds,
+  readRawKey,
 } from "../../src/shard/raw_rows.ts";
+import { readFlowKey } from "../../src/aggregation/flow_key.ts";
+import { compileTemplate } from "../../src/ipfix/compile.ts";
+import { type DataRecord, encodeDataSet, fieldsFor } from "../../src/ipfix/mod.ts";
+
+const PORTS = ["sourceTransportPort", "destinationTransportPort", "protocolIdentifier"];
 import { createRing, RingReader, RingWriter } from "../../src/shard/ring.ts";
 import { replayMessages } from "../aggregation/replay_records.ts";
 
@@ -46,6 +52,7 @@ function both(seed: number): { raw: RawRecords[]; decoded: FlowInput[] } {
 Deno.test("raw routing: the key read from the bytes picks the shard of the decoded record", () => {
   const { raw, decoded } = both(3);
   const scratch = new Uint32Array(KEY_WORDS);
+  const fromValues = new Uint32Array(KEY_WORDS);
   let i = 0;
   let v6 = 0;
   for (const r of raw) {
@@ -60,10 +67,50 @@ Deno.test("raw routing: the key read from the bytes picks the shard of the decod
           `record ${i}, ${n} shards`,
         );
       }
+      // The words themselves (what a shard keys the flow by): those of the decoded record.
+      readRawKey(r.bytes, r.spans[s], key, scratch);
+      assert.equal(readFlowKey(fromValues, decoded[i]), undefined);
+      assert.deepEqual(scratch, fromValues, `record ${i}: key words`);
     }
   }
   assert.equal(i, decoded.length);
   assert.ok(i > 4_000 && v6 > 0, `${i} records, ${v6} IPv6 data sets`);
+});
+
+Deno.test("raw keys: IPv6 addresses of every form read the same from bytes and from text", () => {
+  const fields = fieldsFor(["sourceIPv6Address", "destinationIPv6Address", ...PORTS]);
+  const t: TemplateRecord = { id: 300, fields, scopeFieldCount: 0 };
+  const key = skimOf(t).key!;
+  const ct = compileTemplate(t, { wireNumbers: true });
+  const addresses = [
+    "::",
+    "::1",
+    "::ffff:10.1.2.3", // IPv4-mapped: the codec prints it as 10.1.2.3
+    "::10.1.2.3", // IPv4-compatible: printed as ::a01:203
+    "64:ff9b::10.1.2.3",
+    "fe80::1:2:3:4",
+    "2001:db8:0:0:1:0:0:1",
+    "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+  ];
+  const raw = new Uint32Array(KEY_WORDS);
+  const text = new Uint32Array(KEY_WORDS);
+  for (const a of addresses) {
+    for (const b of addresses) {
+      const rec = {
+        sourceIPv6Address: a,
+        destinationIPv6Address: b,
+        sourceTransportPort: 1234,
+        destinationTransportPort: 80,
+        protocolIdentifier: 6,
+      };
+      const set = encodeDataSet(300, fields, [rec]);
+      const out: DataRecord[] = [];
+      ct.decodeRecords(set, 4, set.length, out);
+      readRawKey(set, 4, key, raw);
+      assert.equal(readFlowKey(text, out[0] as unknown as FlowInput), undefined, `${a} ${b}`);
+      assert.deepEqual(raw, text, `${a} -> ${b}`);
+    }
+  }
 });
 
 /** Writes every raw record through a ring and reads it back in the same thread. */
@@ -200,16 +247,18 @@ Deno.test("raw rows: records read as views aggregate exactly as whole records, m
   const a = new RawRowReader();
   const b = new RawRowReader();
   let views = 0;
+  let keyed = 0;
   let wholeDecodes = 0;
   const drain = (): void => {
     for (let f = out.next(); f !== undefined; f = out.next()) {
       a.read(f, (r) => whole.addRecord(r), (why) => assert.fail(why));
-      b.read(f, () => assert.fail("not with views"), (why) => assert.fail(why), (v, full) => {
+      b.read(f, () => assert.fail("not with views"), (why) => assert.fail(why), (v, full, k) => {
         views++;
+        if (k !== undefined) keyed++;
         viewed.addRecordView(v, () => {
           wholeDecodes++;
           return full();
-        });
+        }, k);
       });
       out.release();
     }
@@ -227,6 +276,8 @@ Deno.test("raw rows: records read as views aggregate exactly as whole records, m
   drain();
   const s = whole.stats();
   assert.equal(views, s.recordsIn);
+  // The Agents' templates have the key at fixed offsets: every view came with its key words.
+  assert.equal(keyed, views);
   assert.deepEqual(viewed.stats(), s);
   assert.ok(s.correlated > 0 && s.flowsCreated > 1000, JSON.stringify(s));
   assert.ok(wholeDecodes < views / 2, `${wholeDecodes} whole decodes of ${views} records`);

@@ -26,7 +26,7 @@
  *     [--catchup=2 (udp_send.c's catch-up rate after a stall, x the rate; 0: back to back)]
  */
 
-import { AGENTS, benchConfig, runSenderProcess } from "./e2e.ts";
+import { AGENTS, benchConfig, FLOW_LOG_FILE, runSenderProcess } from "./e2e.ts";
 import { ReplayStream } from "../../src/flowgen/replay.ts";
 import { startFlowAggregator } from "./process.ts";
 import { caFileOf } from "../../src/api/server.ts";
@@ -310,7 +310,7 @@ interface ProcessReceiver extends CountingReceiver {
  */
 async function startProcessReceiver(r: UdpE2eReceiver): Promise<ProcessReceiver> {
   const dir = await Deno.makeTempDir({ prefix: "fa-bench-udp-e2e-" });
-  await Deno.writeTextFile(`${dir}/fa.conf`, benchConfig(`${dir}/flows.log`, "UDP"));
+  await Deno.writeTextFile(`${dir}/fa.conf`, benchConfig(`${dir}/${FLOW_LOG_FILE}`, "UDP"));
   const tokenFile = `${dir}/api/token`;
   const fa = await startFlowAggregator({
     config: `${dir}/fa.conf`,

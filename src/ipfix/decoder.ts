@@ -21,6 +21,7 @@ import {
 } from "./compile.ts";
 import { REFUSALS_REMEMBERED, type TemplateRefusal, type TemplateStore } from "./template_store.ts";
 import { type Skim, skimOf, walkRecords } from "./skim.ts";
+import { clearArray } from "../arrays.ts";
 
 export { type DecodeErrorReason, IpfixDecodeError } from "./errors.ts";
 
@@ -549,7 +550,7 @@ export class RawMessageScratch {
       s.bytes = bytes;
       s.compiled = ct;
       s.skim = skim;
-      s.spans.length = 0;
+      clearArray(s.spans);
     }
     return s;
   }

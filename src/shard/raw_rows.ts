@@ -25,6 +25,7 @@ import { type CompiledTemplate, compileTemplate, viewFactory } from "../ipfix/co
 import { fieldKey } from "../ipfix/compile.ts";
 import { type KeyOffsets, skimOf, walkRecords } from "../ipfix/skim.ts";
 import { hashKey, KEY_WORDS } from "../aggregation/flow_table.ts";
+import { clearArray } from "../arrays.ts";
 import { shardIndex } from "../aggregation/sharded.ts";
 import { UPDATE_VIEW_FIELDS, UPDATE_VIEW_PRESENCE } from "../aggregation/ingest.ts";
 import type { DataRecord, FieldSpecifier, TemplateRecord } from "../ipfix/types.ts";
@@ -333,7 +334,7 @@ export class RawRowReader {
   /** Decodes the current record whole (one function for every record: no closure per record). */
   readonly #full = (): FlowInput => {
     const out = this.#fullOut;
-    out.length = 0;
+    clearArray(out);
     this.#fullCt!.decodeRecords(this.#fullBytes, this.#fullStart, this.#fullEnd, out, 1);
     return out[0] as unknown as FlowInput;
   };

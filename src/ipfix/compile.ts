@@ -378,6 +378,10 @@ function fixedExpr(
 ): string {
   const maxStr = mode.maxStr;
   const b = (k: number): string => k === 0 ? `bytes[${o}]` : `bytes[${o} + ${k}]`;
+  // A big-endian u32 at byte k, written out: the helpers are calls the optimizer often leaves
+  // uninlined in a wide template's generated code.
+  const w32 = (k: number): string =>
+    `(${b(k)} * 16777216 + ((${b(k + 1)} << 16) | (${b(k + 2)} << 8) | ${b(k + 3)}))`;
   switch (type) {
     case "unsigned8":
       return b(0);
@@ -387,8 +391,13 @@ function fixedExpr(
       if (n === 1) return b(0);
       if (n === 2) return `((${b(0)} << 8) | ${b(1)})`;
       if (n === 3) return `((${b(0)} << 16) | (${b(1)} << 8) | ${b(2)})`;
-      return `u32(bytes, ${o})`;
+      return w32(0);
     case "unsigned64":
+      // Wire-number mode's usual 8-byte counter below 2^53, inline (`h`: a scratch of the
+      // generated function); u64n for the rest (a bigint at or above 2^53).
+      if (mode.wire && n === 8) {
+        return `((h = ${w32(0)}) < 0x200000 ? h * 4294967296 + ${w32(4)} : u64n(bytes, ${o}, 8))`;
+      }
       if (mode.wire) return `u64n(bytes, ${o}, ${n})`;
       return n === 8 ? `u64(bytes, ${o})` : `uBig(bytes, ${o}, ${n})`;
     case "dateTimeMilliseconds":
@@ -413,7 +422,7 @@ function fixedExpr(
       // upstream does) rather than failing the record.
       return `(${b(0)} === 1)`;
     case "ipv4Address":
-      return mode.wire ? `u32(bytes, ${o})` : `ip4(bytes, ${o})`;
+      return mode.wire ? w32(0) : `ip4(bytes, ${o})`;
     case "ipv6Address":
       return `ip6(bytes, ${o})`;
     case "string":
@@ -713,7 +722,7 @@ const lastBytes = last.bytes, lastLens = last.lens, lastStrs = last.strs;
 function generatedFiller(plan: Plan): RecordFiller {
   const { body, values } = recordCode(plan);
   const src = `${GENERATED_PRELUDE}return function fillRecord(bytes, off, end, target) {
-  let p = 0, L = 0, j = 0;
+  let p = 0, L = 0, j = 0, h = 0;
   if (end - off < ${plan.restMin[0]}) throw fail("badRecord", "record overruns set");
 ${body}${values.map(([k, v]) => `    target[${JSON.stringify(k)}] = ${v};\n`).join("")}  return off;
 };`;
@@ -725,7 +734,7 @@ function generatedDecoder(plan: Plan): RecordsDecoder {
   const { body, values } = recordCode(plan);
   const props = values.map(([k, v]) => `${JSON.stringify(k)}: ${v}`);
   const src = `${GENERATED_PRELUDE}return function decodeRecords(bytes, off, end, out, max) {
-  let p = 0, L = 0, j = 0, count = 0;
+  let p = 0, L = 0, j = 0, h = 0, count = 0;
   const limit = max === undefined ? Infinity : max;
   while (count < limit && end - off >= ${plan.restMin[0]}) {
 ${body}    out.push({ ${props.join(", ")} });

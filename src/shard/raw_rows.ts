@@ -203,10 +203,11 @@ export class RawRowWriter {
       this.#buf[this.#at++] = TAG_RESET;
       this.#items++;
     }
-    if (!this.#known.has(tid)) this.#define(tid, t);
     const v = this.#view;
     const n = end - start;
     if (this.#runTid !== tid) {
+      // A run's tid was defined before the run started (a reset ends the run).
+      if (!this.#known.has(tid)) this.#define(tid, t);
       this.#room(9 + n);
       this.#buf[this.#at] = TAG_RECORDS;
       v.setUint32(this.#at + 1, tid, true);

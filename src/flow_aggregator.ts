@@ -23,6 +23,8 @@ import {
 import type { ConfigDiff, ConfigWatcherStats, TransportProtocol } from "./config/mod.ts";
 import type { DataRecord, TemplateRecord } from "./ipfix/types.ts";
 import type { RawRecords } from "./ipfix/decoder.ts";
+import type { CompiledTemplate } from "./ipfix/compile.ts";
+import { compileView, RecordViews, type ViewSink } from "./shard/views.ts";
 import { flowTemplateProblem } from "./record/flow_input.ts";
 import type { Exporter, ExporterStats } from "./exporters/exporter.ts";
 import {
@@ -274,6 +276,16 @@ export class FlowAggregator {
   /** The collector's clock: the cached system clock, unless a test injected the core's clock. */
   readonly #collectorClock: Clock | undefined;
   readonly #core: AggregationCore;
+  /** One shard: the collector's undecoded records read as views (see `shard/views.ts`). */
+  readonly #views = new RecordViews();
+  readonly #viewDecoders = new WeakMap<
+    CompiledTemplate,
+    { view: CompiledTemplate; bound: number | undefined }
+  >();
+  readonly #onView: ViewSink = (view, full, key) => {
+    this.#core.addRecordView(view, full, key);
+  };
+  readonly #onUndecodable = (why: string): void => this.#core.countUndecodable(why);
   /** The shard workers (with `shards` > 1, from start on). */
   #pool: ShardPool | undefined;
   /** During stop: where the shards' last flows are collected. */
@@ -546,13 +558,38 @@ export class FlowAggregator {
       }
     }
     if (raw !== undefined) {
-      // Only a sharded process asks the collector for raw records.
-      this.#pool!.ingestRaw(raw);
+      if (this.#pool !== undefined) {
+        this.#pool.ingestRaw(raw);
+        return;
+      }
+      // One shard: the core here reads the records as views, as a shard worker would.
+      if (raw.spans.length === 0) return;
+      this.#views.readSpans(
+        this.#viewOf(raw.compiled),
+        raw.compiled,
+        raw.bytes,
+        raw.spans,
+        this.#onView,
+        this.#onUndecodable,
+      );
       return;
     }
     // Checked above (per template) or validated by the core per record.
     if (this.#pool !== undefined) this.#pool.ingest(records as unknown as FlowInput[]);
     else for (const r of records) this.#core.addRecord(r as FlowInput);
+  }
+
+  /**
+   * The view decoder of a data set's template (one shard), compiled once per template under the
+   * string bound in force (`limits.maxStringBytes`; a reload compiles it again).
+   */
+  #viewOf(ct: CompiledTemplate): CompiledTemplate {
+    const bound = this.#config.limits.maxStringBytes;
+    const e = this.#viewDecoders.get(ct);
+    if (e !== undefined && e.bound === bound) return e.view;
+    const view = compileView(ct.template, bound);
+    this.#viewDecoders.set(ct, { view, bound });
+    return view;
   }
 
   /** Runs one expiry sweep now; returns the number of flows exported (one shard only). */
@@ -824,8 +861,9 @@ export class FlowAggregator {
         // The core takes counters and IPv4 addresses as numbers: no BigInt per counter, no
         // address text formatted by the decoder and parsed back by the core.
         wireNumbers: true,
-        // Shards decode the records they own: the main thread only walks them to route them.
-        raw: this.#pool !== undefined,
+        // Records are decoded where they are aggregated, as views (shard/views.ts): in the
+        // shards (the main thread only walks them to route them) or, with one shard, here.
+        raw: true,
       },
       (records, ctx, raw) => this.ingest(records, ctx, raw),
     );

@@ -21,14 +21,15 @@
  */
 
 import type { FlowInput } from "../aggregation/record.ts";
-import { type CompiledTemplate, compileTemplate, viewFactory } from "../ipfix/compile.ts";
+import { type CompiledTemplate, compileTemplate } from "../ipfix/compile.ts";
 import { fieldKey } from "../ipfix/compile.ts";
-import { type KeyOffsets, skimOf, walkRecords } from "../ipfix/skim.ts";
-import { hashKey, KEY_WORDS } from "../aggregation/flow_table.ts";
-import { clearArray } from "../arrays.ts";
+import type { KeyOffsets } from "../ipfix/skim.ts";
+import { hashKey } from "../aggregation/flow_table.ts";
+import { compileView, readRawKey, RecordViews, type ViewSink } from "./views.ts";
+
+export { readRawKey, type ViewSink };
 import { shardIndex } from "../aggregation/sharded.ts";
-import { UPDATE_VIEW_FIELDS, UPDATE_VIEW_PRESENCE } from "../aggregation/ingest.ts";
-import type { DataRecord, FieldSpecifier, TemplateRecord } from "../ipfix/types.ts";
+import type { FieldSpecifier, TemplateRecord } from "../ipfix/types.ts";
 import type { RingWriter } from "./ring.ts";
 
 /** Frame magic ("RAW1"), distinct from the decoded rows' frames (`input_rows.ts`). */
@@ -55,34 +56,6 @@ export function rawShardOf(
 ): number {
   readRawKey(b, start, key, scratch);
   return shardIndex(hashKey(scratch), n);
-}
-
-/**
- * Reads the flow key of the record at `start`, whose key sits at the fixed offsets `key`, into
- * `k` (`KEY_WORDS` words, the probe layout of `flow_table.ts`): the words `readFlowKey` reads
- * from the record's decoded values.
- */
-export function readRawKey(b: Uint8Array, start: number, key: KeyOffsets, k: Uint32Array): void {
-  const word = (o: number): number =>
-    ((b[o] << 24) | (b[o + 1] << 16) | (b[o + 2] << 8) | b[o + 3]) >>> 0;
-  const src = start + key.source;
-  const dst = start + key.destination;
-  if (key.family === 4) {
-    k[0] = word(src);
-    k[1] = k[2] = k[3] = 0;
-    k[4] = word(dst);
-    k[5] = k[6] = k[7] = 0;
-    k[11] = 4;
-  } else {
-    for (let j = 0; j < 4; j++) {
-      k[j] = word(src + 4 * j);
-      k[4 + j] = word(dst + 4 * j);
-    }
-    k[11] = 6;
-  }
-  k[8] = b[start + key.protocol];
-  k[9] = (b[start + key.sourcePort] << 8) | b[start + key.sourcePort + 1];
-  k[10] = (b[start + key.destinationPort] << 8) | b[start + key.destinationPort + 1];
 }
 
 /**
@@ -291,23 +264,6 @@ export interface RawRowReaderOptions {
   readonly maxStringBytes?: number;
 }
 
-/**
- * Takes a record as its view and its whole decoding on demand (`AggregationCore.addRecordView`):
- * `full` decodes the record the view came from; `key`, when given, holds its flow key words
- * read from its bytes (the view's addresses then tell only whether they are there). All are valid
- * only during the call: the view object is refilled for the next record, and its Pod names tell
- * only whether they are empty (`UPDATE_VIEW_PRESENCE`).
- */
-export type ViewSink = (view: FlowInput, full: () => FlowInput, key?: Uint32Array) => void;
-
-/** The address IEs of a flow key, presence only in a view whose key is read from the bytes. */
-const ADDRESS_IES = [
-  "sourceIPv4Address",
-  "destinationIPv4Address",
-  "sourceIPv6Address",
-  "destinationIPv6Address",
-];
-
 /** A tid's field list and its decoders once compiled (under the current string bound). */
 interface RawTemplate {
   readonly t: TemplateRecord;
@@ -321,28 +277,12 @@ interface RawTemplate {
 export class RawRowReader {
   readonly #templates = new Map<number, RawTemplate>();
   #maxStringBytes: number | undefined;
-  readonly #out: DataRecord[] = [];
-  /** The one view object, refilled for each record (its consumer keeps nothing of it). */
-  readonly #view: DataRecord = viewFactory(UPDATE_VIEW_FIELDS)();
-  /** The key words of the record viewed, when read from its bytes. */
-  readonly #key = new Uint32Array(KEY_WORDS);
-  /** The record `#full` decodes: its decoder and bytes. */
-  #fullCt: CompiledTemplate | undefined;
-  #fullBytes: Uint8Array = new Uint8Array(0);
-  #fullStart = 0;
-  #fullEnd = 0;
-  readonly #fullOut: DataRecord[] = [];
-  /** Decodes the current record whole (one function for every record: no closure per record). */
-  readonly #full = (): FlowInput => {
-    const out = this.#fullOut;
-    clearArray(out);
-    this.#fullCt!.decodeRecords(this.#fullBytes, this.#fullStart, this.#fullEnd, out, 1);
-    return out[0] as unknown as FlowInput;
-  };
+  readonly #views: RecordViews;
 
   /** A reader with the decoders' string bound. */
   constructor(options: RawRowReaderOptions = {}) {
     this.#maxStringBytes = options.maxStringBytes;
+    this.#views = new RecordViews();
   }
 
   /** Changes the decoders' string bound (a reload): each field list is compiled again. */
@@ -386,8 +326,12 @@ export class RawRowReader {
           maxStringBytes: this.#maxStringBytes,
         });
         at += 9;
-        if (onView === undefined) this.#decode(ct, frame, at, at + n, onRecord, onInvalid);
-        else this.#decodeViews(e, ct, frame, at, at + n, onView, onInvalid);
+        if (onView === undefined) {
+          this.#views.decodeWhole(ct, frame, at, at + n, onRecord, onInvalid);
+        } else {
+          const view = e.view ??= compileView(e.t, this.#maxStringBytes);
+          this.#views.readRun(view, ct, frame, at, at + n, onView, onInvalid);
+        }
         at += n;
       } else if (tag === TAG_TEMPLATE) {
         const tid = v.getUint32(at + 1, true);
@@ -411,79 +355,5 @@ export class RawRowReader {
         throw new Error(`raw rows: bad item tag ${tag}`);
       }
     }
-  }
-
-  /** {@linkcode read}'s records of one run as views (see `onView`), one at a time. */
-  #decodeViews(
-    e: RawTemplate,
-    ct: CompiledTemplate,
-    bytes: Uint8Array,
-    start: number,
-    end: number,
-    onView: ViewSink,
-    onInvalid: (why: string) => void,
-  ): void {
-    // A template with its flow key at fixed offsets: the key is read from the bytes, and the
-    // view's addresses are presence only (no IPv6 text built and parsed back).
-    const keyAt = skimOf(e.t).key;
-    const v = e.view ??= compileTemplate(e.t, {
-      wireNumbers: true,
-      maxStringBytes: this.#maxStringBytes,
-      only: UPDATE_VIEW_FIELDS,
-      presence: keyAt === undefined
-        ? UPDATE_VIEW_PRESENCE
-        : [...UPDATE_VIEW_PRESENCE, ...ADDRESS_IES],
-    });
-    const fill = v.fillRecord!;
-    const view = this.#view;
-    const key = keyAt === undefined ? undefined : this.#key;
-    const min = v.minRecordLength;
-    this.#fullCt = ct;
-    this.#fullBytes = bytes;
-    for (let off = start; end - off >= min;) {
-      let next: number;
-      try {
-        next = fill(bytes, off, end, view);
-      } catch {
-        // A record the view cannot be read from: it and the rest of the run whole, record by
-        // record (rare).
-        this.#decode(ct, bytes, off, end, (r) => onView(r, () => r), onInvalid);
-        return;
-      }
-      this.#fullStart = off;
-      this.#fullEnd = next;
-      if (key !== undefined) readRawKey(bytes, off, keyAt!, key);
-      onView(view as unknown as FlowInput, this.#full, key);
-      off = next;
-    }
-  }
-
-  #decode(
-    ct: CompiledTemplate,
-    bytes: Uint8Array,
-    start: number,
-    end: number,
-    onRecord: (r: FlowInput) => void,
-    onInvalid: (why: string) => void,
-  ): void {
-    const out = this.#out;
-    out.length = 0;
-    try {
-      ct.decodeRecords(bytes, start, end, out);
-    } catch {
-      // A value the walk could not judge: decode record by record, dropping only the bad ones.
-      out.length = 0;
-      const spans: number[] = [];
-      walkRecords(skimOf(ct.template), bytes, start, end, spans);
-      for (let i = 0; i < spans.length; i += 2) {
-        try {
-          ct.decodeRecords(bytes, spans[i], spans[i + 1], out, 1);
-        } catch (e) {
-          onInvalid(e instanceof Error ? e.message : String(e));
-        }
-      }
-    }
-    for (const r of out) onRecord(r as unknown as FlowInput);
-    out.length = 0;
   }
 }

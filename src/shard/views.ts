@@ -1,0 +1,201 @@
+/**
+ * Undecoded records read as record views (`AggregationCore.addRecordView`): for each record,
+ * only `UPDATE_VIEW_FIELDS` are read, into one object refilled record after record, the Pod
+ * names as presence only, and, for a template with its flow key at fixed offsets (the Agents'),
+ * the key words straight from the bytes with the addresses as presence only; the whole record
+ * is decoded only when the core asks (a new flow, a correlation). One implementation for the
+ * two places that aggregate undecoded records: a shard worker (`raw_rows.ts`, records from its
+ * ring) and a process of one shard (`flow_aggregator.ts`, records from the collector).
+ *
+ * @module
+ */
+
+import type { FlowInput } from "../aggregation/record.ts";
+import { UPDATE_VIEW_FIELDS, UPDATE_VIEW_PRESENCE } from "../aggregation/ingest.ts";
+import { KEY_WORDS } from "../aggregation/flow_table.ts";
+import { clearArray } from "../arrays.ts";
+import { type CompiledTemplate, compileTemplate, viewFactory } from "../ipfix/compile.ts";
+import { type KeyOffsets, skimOf, walkRecords } from "../ipfix/skim.ts";
+import type { DataRecord, TemplateRecord } from "../ipfix/types.ts";
+
+/**
+ * Takes a record as its view and its whole decoding on demand (`AggregationCore.addRecordView`):
+ * `full` decodes the record the view came from; `key`, when given, holds its flow key words
+ * read from its bytes (the view's addresses then tell only whether they are there). All are valid
+ * only during the call: the view object is refilled for the next record, and its Pod names tell
+ * only whether they are empty (`UPDATE_VIEW_PRESENCE`).
+ */
+export type ViewSink = (view: FlowInput, full: () => FlowInput, key?: Uint32Array) => void;
+
+/** The address IEs of a flow key, presence only in a view whose key is read from the bytes. */
+const ADDRESS_IES = [
+  "sourceIPv4Address",
+  "destinationIPv4Address",
+  "sourceIPv6Address",
+  "destinationIPv6Address",
+];
+
+/**
+ * Reads the flow key of the record at `start`, whose key sits at the fixed offsets `key`, into
+ * `k` (`KEY_WORDS` words, the probe layout of `flow_table.ts`): the words `readFlowKey` reads
+ * from the record's decoded values.
+ */
+export function readRawKey(b: Uint8Array, start: number, key: KeyOffsets, k: Uint32Array): void {
+  const word = (o: number): number =>
+    ((b[o] << 24) | (b[o + 1] << 16) | (b[o + 2] << 8) | b[o + 3]) >>> 0;
+  const src = start + key.source;
+  const dst = start + key.destination;
+  if (key.family === 4) {
+    k[0] = word(src);
+    k[1] = k[2] = k[3] = 0;
+    k[4] = word(dst);
+    k[5] = k[6] = k[7] = 0;
+    k[11] = 4;
+  } else {
+    for (let j = 0; j < 4; j++) {
+      k[j] = word(src + 4 * j);
+      k[4 + j] = word(dst + 4 * j);
+    }
+    k[11] = 6;
+  }
+  k[8] = b[start + key.protocol];
+  k[9] = (b[start + key.sourcePort] << 8) | b[start + key.sourcePort + 1];
+  k[10] = (b[start + key.destinationPort] << 8) | b[start + key.destinationPort + 1];
+}
+
+/**
+ * The view decoder of a template (wire-number mode, the given string bound): `UPDATE_VIEW_FIELDS`
+ * only, the Pod names as presence, and the addresses too when the key is at fixed offsets.
+ */
+export function compileView(
+  t: TemplateRecord,
+  maxStringBytes: number | undefined,
+): CompiledTemplate {
+  const keyed = skimOf(t).key !== undefined;
+  return compileTemplate(t, {
+    wireNumbers: true,
+    maxStringBytes,
+    only: UPDATE_VIEW_FIELDS,
+    presence: keyed ? [...UPDATE_VIEW_PRESENCE, ...ADDRESS_IES] : UPDATE_VIEW_PRESENCE,
+  });
+}
+
+/** Reads runs of undecoded records as views (or whole records); one per thread that does. */
+export class RecordViews {
+  readonly #out: DataRecord[] = [];
+  /** The one view object, refilled for each record (its consumer keeps nothing of it). */
+  readonly #view: DataRecord = viewFactory(UPDATE_VIEW_FIELDS)();
+  /** The key words of the record viewed, when read from its bytes. */
+  readonly #key = new Uint32Array(KEY_WORDS);
+  /** The record `#full` decodes: its decoder, bytes and span. */
+  #fullCt: CompiledTemplate | undefined;
+  #fullBytes: Uint8Array = new Uint8Array(0);
+  #fullStart = 0;
+  #fullEnd = 0;
+  readonly #fullOut: DataRecord[] = [];
+  /** Decodes the current record whole (one function for every record: no closure per record). */
+  readonly #full = (): FlowInput => {
+    const out = this.#fullOut;
+    clearArray(out);
+    this.#fullCt!.decodeRecords(this.#fullBytes, this.#fullStart, this.#fullEnd, out, 1);
+    return out[0] as unknown as FlowInput;
+  };
+
+  /**
+   * The records of `bytes[start..end)` (back to back, of the template of `view` and `ct`: its
+   * view decoder from {@linkcode compileView} and its whole decoder) to `onView`, one at a time.
+   * A record the view cannot be read from goes, with the rest of the run, through
+   * {@linkcode decodeWhole} (each then its own view).
+   */
+  readRun(
+    view: CompiledTemplate,
+    ct: CompiledTemplate,
+    bytes: Uint8Array,
+    start: number,
+    end: number,
+    onView: ViewSink,
+    onInvalid: (why: string) => void,
+  ): void {
+    const keyAt = skimOf(ct.template).key;
+    const fill = view.fillRecord!;
+    const target = this.#view;
+    const key = keyAt === undefined ? undefined : this.#key;
+    const min = view.minRecordLength;
+    this.#fullCt = ct;
+    this.#fullBytes = bytes;
+    for (let off = start; end - off >= min;) {
+      let next: number;
+      try {
+        next = fill(bytes, off, end, target);
+      } catch {
+        // A record the view cannot be read from: it and the rest of the run whole (rare).
+        this.decodeWhole(ct, bytes, off, end, (r) => onView(r, () => r), onInvalid);
+        return;
+      }
+      this.#fullStart = off;
+      this.#fullEnd = next;
+      if (key !== undefined) readRawKey(bytes, off, keyAt!, key);
+      onView(target as unknown as FlowInput, this.#full, key);
+      off = next;
+    }
+  }
+
+  /**
+   * {@linkcode readRun} of records given by their spans (start and end offsets in pairs, as the
+   * collector's raw mode gives them): one run per stretch of back-to-back records.
+   */
+  readSpans(
+    view: CompiledTemplate,
+    ct: CompiledTemplate,
+    bytes: Uint8Array,
+    spans: readonly number[],
+    onView: ViewSink,
+    onInvalid: (why: string) => void,
+  ): void {
+    let from = 0;
+    for (let i = 2; i <= spans.length; i += 2) {
+      if (i === spans.length || spans[i] !== spans[i - 1]) {
+        this.readRun(view, ct, bytes, spans[from], spans[i - 1], onView, onInvalid);
+        from = i;
+      }
+    }
+  }
+
+  /**
+   * Decodes the records of `bytes[start..end)` whole: `onRecord` for each, `onInvalid` for one
+   * that cannot be decoded (the others are kept).
+   */
+  decodeWhole(
+    ct: CompiledTemplate,
+    bytes: Uint8Array,
+    start: number,
+    end: number,
+    onRecord: (r: FlowInput) => void,
+    onInvalid: (why: string) => void,
+  ): void {
+    const out = this.#out;
+    clearArray(out);
+    try {
+      ct.decodeRecords(bytes, start, end, out);
+    } catch {
+      // A value the walk could not judge: decode record by record, dropping only the bad ones.
+      clearArray(out);
+      const spans: number[] = [];
+      try {
+        walkRecords(skimOf(ct.template), bytes, start, end, spans);
+      } catch (e) {
+        // The records before the bad structure are decoded; the rest of the run is lost.
+        onInvalid(e instanceof Error ? e.message : String(e));
+      }
+      for (let i = 0; i < spans.length; i += 2) {
+        try {
+          ct.decodeRecords(bytes, spans[i], spans[i + 1], out, 1);
+        } catch (e) {
+          onInvalid(e instanceof Error ? e.message : String(e));
+        }
+      }
+    }
+    for (let i = 0; i < out.length; i++) onRecord(out[i] as unknown as FlowInput);
+    clearArray(out);
+  }
+}

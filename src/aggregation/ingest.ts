@@ -117,8 +117,9 @@ export const UPDATE_VIEW_PRESENCE: readonly string[] = ["sourcePodName", "destin
  * {@linkcode UPDATE_VIEW_PRESENCE} ones as presence only; the object may be reused for the next
  * record, so nothing of it is kept) and its full decoding on demand. With `key` (its flow key
  * words, read from the record's bytes at the template's fixed offsets: see `skim.ts`), the
- * view's key fields are not read (they may be presence only too). Then: a record of a known flow that brings no correlation (the flow is
- * merged, or the record comes from the Node of its first record) is an update that reads
+ * view's key fields are not read (they may be presence only too). Then: a record of a known
+ * flow that brings no correlation (the flow is merged, or the record comes from the Node of
+ * its first record) is an update that reads
  * nothing else, so the view is enough; any other record (a new flow, the other Node's first
  * record, a bad key) is decoded by `full` and ingested exactly as {@linkcode addRecord} would.
  * Most records of a steady stream are such updates: the shards skip decoding their other

@@ -221,20 +221,12 @@ export class Session {
     }
     for (let i = 0; i < msg.dataSets.length; i++) {
       const ds = msg.dataSets[i];
-      const n = recordCount(ds);
-      c.dataSets++;
-      c.dataRecords += n;
-      ex.dataRecords += n;
-      try {
-        env.sink(
-          ds.records,
-          this.#context(domain, ds.template, ds.options, msg.header.exportTime),
-          ds.raw,
-        );
-      } catch (e) {
-        c.sinkErrors++;
-        this.#logLimited("sink", "record sink failed", { error: e });
-      }
+      this.#deliver(
+        recordCount(ds),
+        ds.records,
+        this.#context(domain, ds.template, ds.options, msg.header.exportTime),
+        ds.raw,
+      );
     }
     return msg.setErrors.length === 0 ? OK : { ok: true, setErrors: msg.setErrors.length };
   }
@@ -250,37 +242,37 @@ export class Session {
     try {
       if (!walkRawMessage(buf, this.store, scratch)) return false;
     } catch {
+      // A codec bug must not take the collector down: the full path counts it (`internal`).
       return false;
     }
-    const env = this.#env;
-    this.lastSeenMs = env.clock.nowMs();
-    const c = env.counters;
-    const ex = this.#exporter;
-    c.messages++;
-    ex.messages++;
+    this.lastSeenMs = this.#env.clock.nowMs();
+    this.#env.counters.messages++;
+    this.#exporter.messages++;
     for (let i = 0; i < scratch.count; i++) {
       const set = scratch.sets[i];
-      const n = set.spans.length / 2;
-      c.dataSets++;
-      c.dataRecords += n;
-      ex.dataRecords += n;
-      try {
-        env.sink(
-          NO_RECORDS,
-          this.#context(
-            scratch.domain,
-            set.compiled.template,
-            set.compiled.options,
-            scratch.exportTime,
-          ),
-          set,
-        );
-      } catch (e) {
-        c.sinkErrors++;
-        this.#logLimited("sink", "record sink failed", { error: e });
-      }
+      const ct = set.compiled;
+      this.#deliver(
+        set.spans.length / 2,
+        NO_RECORDS,
+        this.#context(scratch.domain, ct.template, ct.options, scratch.exportTime),
+        set,
+      );
     }
     return true;
+  }
+
+  /** Counts a data set of `n` records and hands it to the sink (a sink error is counted). */
+  #deliver(n: number, records: DataRecord[], ctx: RecordContext, raw?: RawRecords): void {
+    const c = this.#env.counters;
+    c.dataSets++;
+    c.dataRecords += n;
+    this.#exporter.dataRecords += n;
+    try {
+      this.#env.sink(records, ctx, raw);
+    } catch (e) {
+      c.sinkErrors++;
+      this.#logLimited("sink", "record sink failed", { error: e });
+    }
   }
 
   /**

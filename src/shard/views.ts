@@ -180,13 +180,10 @@ export class RecordViews {
     } catch {
       // A value the walk could not judge: decode record by record, dropping only the bad ones.
       clearArray(out);
+      // The bytes were walked by whoever sent them (the collector's raw mode): a walk that
+      // fails here is a bug, and throws.
       const spans: number[] = [];
-      try {
-        walkRecords(skimOf(ct.template), bytes, start, end, spans);
-      } catch (e) {
-        // The records before the bad structure are decoded; the rest of the run is lost.
-        onInvalid(e instanceof Error ? e.message : String(e));
-      }
+      walkRecords(skimOf(ct.template), bytes, start, end, spans);
       for (let i = 0; i < spans.length; i += 2) {
         try {
           ct.decodeRecords(bytes, spans[i], spans[i + 1], out, 1);

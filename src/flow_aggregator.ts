@@ -307,6 +307,9 @@ export class FlowAggregator {
   readonly #finalSinkStats = new Map<string, ExporterStats>();
   /** Per template definition: "" when it is flow input, else why not. */
   readonly #templateChecks = new WeakMap<TemplateRecord, string>();
+  /** The template checked last and its problem: a session's data sets mostly share one. */
+  #lastChecked: TemplateRecord | undefined = undefined;
+  #lastProblem = "";
   #exporterErrors = 0;
   #exportedWithoutSink = 0;
   /** Stops of exporters replaced by a reload, still draining; stop() waits for them. */
@@ -540,7 +543,9 @@ export class FlowAggregator {
       return;
     }
     if (ctx?.template !== undefined) {
-      let problem = this.#templateChecks.get(ctx.template);
+      let problem = ctx.template === this.#lastChecked
+        ? this.#lastProblem
+        : this.#templateChecks.get(ctx.template);
       if (problem === undefined) {
         problem = flowTemplateProblem(ctx.template.fields) ?? "";
         this.#templateChecks.set(ctx.template, problem);
@@ -552,6 +557,8 @@ export class FlowAggregator {
           });
         }
       }
+      this.#lastChecked = ctx.template;
+      this.#lastProblem = problem;
       if (problem !== "") {
         this.#nonFlowRecords += count;
         return;

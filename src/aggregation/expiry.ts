@@ -29,13 +29,21 @@ export function scheduleNew(s: CoreState, slot: number): void {
   s.heap.push(slot, Math.min(f64[fb + T_ACTIVE], f64[fb + T_INACTIVE]));
 }
 
-/** A record arrived: the inactive expiry moves to now + I. */
+/**
+ * A record arrived: the inactive expiry moves to now + I. The flow's place in the heap is
+ * min(A, I); while the active expiry is the earlier before and after the move (a flow's usual
+ * state once I exceeds A's remaining time), it is unchanged and the heap is not touched.
+ */
 export function touch(s: CoreState, slot: number): void {
   const t = s.clock.nowMs();
   const f64 = s.store.f64(slot);
   const fb = f64Base(slot);
-  f64[fb + T_INACTIVE] = t + s.inactive;
-  s.heap.update(slot, Math.min(f64[fb + T_ACTIVE], f64[fb + T_INACTIVE]));
+  const active = f64[fb + T_ACTIVE];
+  const before = f64[fb + T_INACTIVE];
+  const after = t + s.inactive;
+  f64[fb + T_INACTIVE] = after;
+  if (active <= before && active <= after) return;
+  s.heap.update(slot, Math.min(active, after));
 }
 
 /** See {@linkcode AggregationCore.expire}. */

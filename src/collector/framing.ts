@@ -53,6 +53,8 @@ export class StreamFramer {
   #lastSpace = 0;
   #failed = false;
   #failure: string | undefined = undefined;
+  /** End offset of the message {@linkcode StreamFramer.nextMessageStart} returned last. */
+  messageEnd = 0;
 
   /** Bytes buffered that do not form a complete message yet. */
   get buffered(): number {
@@ -156,9 +158,20 @@ export class StreamFramer {
    * needed or on a framing error, which {@linkcode StreamFramer.takeError} then reports once.
    */
   nextMessage(): Uint8Array | undefined {
-    if (this.#failed) return undefined;
+    const start = this.nextMessageStart();
+    return start < 0 ? undefined : this.#buf.subarray(start, this.messageEnd);
+  }
+
+  /**
+   * {@linkcode StreamFramer.nextMessage} without a view per message: the offset in
+   * {@linkcode StreamFramer.bytes} of the next complete message (it ends at
+   * {@linkcode StreamFramer.messageEnd}), or -1 as `nextMessage` returns undefined. The bytes
+   * stay in place until the next `push` or `readSpace`.
+   */
+  nextMessageStart(): number {
+    if (this.#failed) return -1;
     const avail = this.#end - this.#start;
-    if (avail < 4) return undefined;
+    if (avail < 4) return -1;
     const b = this.#buf;
     const s = this.#start;
     const version = (b[s] << 8) | b[s + 1];
@@ -166,21 +179,27 @@ export class StreamFramer {
     if (version !== 10) {
       this.#failed = true;
       this.#failure = `framing: version ${version} is not IPFIX (10)`;
-      return undefined;
+      return -1;
     }
     if (length < HEADER_LENGTH) {
       this.#failed = true;
       this.#failure = `framing: message length ${length} < 16`;
-      return undefined;
+      return -1;
     }
-    if (avail < length) return undefined;
+    if (avail < length) return -1;
     this.#start += length;
     if (this.#start === this.#end) {
-      // Empty: rewind. The returned view stays valid because nothing is written before `push`.
+      // Empty: rewind. The message stays in place because nothing is written before `push`.
       this.#start = 0;
       this.#end = 0;
     }
-    return b.subarray(s, s + length);
+    this.messageEnd = s + length;
+    return s;
+  }
+
+  /** The buffer the offsets of {@linkcode StreamFramer.nextMessageStart} are in. */
+  get bytes(): Uint8Array {
+    return this.#buf;
   }
 
   /** The framing error found by the last `nextMessage`, once; undefined otherwise. */

@@ -151,13 +151,17 @@ export class Session {
     return { ok: false, reason };
   }
 
-  /** Decodes one whole message and hands its data sets to the sink. Never throws. */
-  handleMessage(buf: Uint8Array): MessageOutcome {
+  /**
+   * Decodes one whole message, `buf[start..end)` (default: all of `buf`; a stream hands its read
+   * buffer with the message's bounds), and hands its data sets to the sink. Never throws.
+   */
+  handleMessage(buf: Uint8Array, start = 0, end: number = buf.length): MessageOutcome {
     const env = this.#env;
-    if (env.raw === true && this.#handleRaw(buf)) return OK;
+    if (env.raw === true && this.#handleRaw(buf, start, end)) return OK;
+    const message = start === 0 && end === buf.length ? buf : buf.subarray(start, end);
     let msg: DecodedMessage;
     try {
-      msg = decodeMessage(buf, this.store, env.raw);
+      msg = decodeMessage(message, this.store, env.raw);
     } catch (e) {
       if (e instanceof IpfixDecodeError) return this.reject(e.reason, e.message);
       // A codec bug must not take the collector down; count it so it gets noticed.
@@ -237,10 +241,10 @@ export class Session {
    * exactly as {@linkcode handleMessage} would. False, with nothing counted, for any other
    * message (the full path takes it).
    */
-  #handleRaw(buf: Uint8Array): boolean {
+  #handleRaw(buf: Uint8Array, start: number, end: number): boolean {
     const scratch = this.#rawScratch;
     try {
-      if (!walkRawMessage(buf, this.store, scratch)) return false;
+      if (!walkRawMessage(buf, this.store, scratch, start, end)) return false;
     } catch {
       // A codec bug must not take the collector down: the full path counts it (`internal`).
       return false;

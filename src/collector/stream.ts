@@ -79,8 +79,8 @@ export class StreamSession {
     const framer = this.#framer;
     let framed = false;
     for (;;) {
-      const message = framer.nextMessage();
-      if (message === undefined) {
+      const start = framer.nextMessageStart();
+      if (start < 0) {
         const reason = framer.takeError();
         if (reason === undefined) {
           if (framer.buffered === 0) this.startedMs = -1;
@@ -92,7 +92,7 @@ export class StreamSession {
         return { ok: false, reason };
       }
       framed = true;
-      const r = this.session.handleMessage(message);
+      const r = this.session.handleMessage(framer.bytes, start, framer.messageEnd);
       if (!r.ok || r.setErrors > 0) {
         // What the peer sent behind the bad message is never decoded: count it.
         this.session.discardBytes(framer.buffered);

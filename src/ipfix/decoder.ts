@@ -49,9 +49,9 @@ export interface DecodedDataSet {
 
 /** The records of a data set left undecoded: byte spans in the message (see `skim.ts`). */
 export interface RawRecords {
-  /** The message. */
+  /** Bytes holding the records (the message, or a read buffer around it: see `spans`). */
   readonly bytes: Uint8Array;
-  /** Start and end offset of each record, in pairs. */
+  /** Start and end offset of each record in `bytes`, in pairs. */
   readonly spans: number[];
   /** The template's decoder, for a consumer that needs a value now (a key not at fixed offsets). */
   readonly compiled: CompiledTemplate;
@@ -518,7 +518,7 @@ export function decodeMessage(
 export interface RawScratchSet extends RawRecords {
   /** Set id = template id. */
   setId: number;
-  /** The message (`RawRecords.bytes`). */
+  /** The bytes walked (`RawRecords.bytes`). */
   bytes: Uint8Array;
   /** The spans, reused from message to message. */
   readonly spans: number[];
@@ -538,6 +538,9 @@ export class RawMessageScratch {
   /** Data sets with at least one record (`sets[0..count)`), in message order. */
   count = 0;
   readonly sets: RawScratchSet[] = [];
+  /** The last template walked and its skim (a session's messages mostly share one). */
+  lastCompiled: CompiledTemplate | undefined = undefined;
+  lastSkim: Skim | undefined = undefined;
 
   /** The next set to fill, spans emptied. */
   next(bytes: Uint8Array, setId: number, ct: CompiledTemplate, skim: Skim): RawScratchSet {
@@ -563,26 +566,36 @@ export class RawMessageScratch {
  * with nothing changed (the store is only read), for any other message (a template set, an
  * unknown or refused template, a malformed header, set or record), which the caller hands to
  * `decodeMessage(buf, store, true)` for the full treatment: the outcome (sets, spans, counts) is
- * the same either way.
+ * the same either way. The message is `buf[start..end)` (default: all of `buf`), so a stream's
+ * read buffer is walked in place; the spans are offsets in `buf`.
  */
 export function walkRawMessage(
   buf: Uint8Array,
   store: TemplateStore,
   scratch: RawMessageScratch,
+  start = 0,
+  end: number = buf.length,
 ): boolean {
-  const len = buf.length;
-  if (len < MESSAGE_HEADER_LENGTH || u16(buf, 0) !== 10 || u16(buf, 2) !== len) return false;
-  const domain = u32(buf, 12);
+  if (
+    end - start < MESSAGE_HEADER_LENGTH || u16(buf, start) !== 10 ||
+    u16(buf, start + 2) !== end - start
+  ) return false;
+  const domain = u32(buf, start + 12);
   scratch.count = 0;
-  let off = MESSAGE_HEADER_LENGTH;
-  while (off < len) {
-    if (len - off < SET_HEADER_LENGTH) return false;
+  let off = start + MESSAGE_HEADER_LENGTH;
+  while (off < end) {
+    if (end - off < SET_HEADER_LENGTH) return false;
     const setId = u16(buf, off);
     const setLen = u16(buf, off + 2);
-    if (setId < 256 || setLen < SET_HEADER_LENGTH || setLen > len - off) return false;
+    if (setId < 256 || setLen < SET_HEADER_LENGTH || setLen > end - off) return false;
     const ct = store.get(domain, setId);
     if (ct === undefined) return false;
-    const skim = skimOf(ct.template);
+    let skim = scratch.lastSkim;
+    if (ct !== scratch.lastCompiled || skim === undefined) {
+      skim = skimOf(ct.template);
+      scratch.lastCompiled = ct;
+      scratch.lastSkim = skim;
+    }
     const set = scratch.next(buf, setId, ct, skim);
     try {
       walkRecords(skim, buf, off + SET_HEADER_LENGTH, off + setLen, set.spans);
@@ -592,7 +605,7 @@ export function walkRawMessage(
     if (set.spans.length > 0) scratch.count++;
     off += setLen;
   }
-  scratch.exportTime = u32(buf, 4);
+  scratch.exportTime = u32(buf, start + 4);
   scratch.domain = domain;
   return true;
 }

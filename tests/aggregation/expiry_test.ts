@@ -18,6 +18,7 @@ import {
 } from "../../src/aggregation/layout.ts";
 import { f64Base, U32, u32Base } from "../../src/aggregation/slot_store.ts";
 import { collector, newState, s1 } from "./fixtures.ts";
+import { prng } from "../_helpers/prng.ts";
 
 /** A flow of key 10.0.0.1 -> 10.0.0.2 with `flags`, queued; returns its slot. */
 function addFlow(s: ReturnType<typeof newState>["s"], flags: number): number {
@@ -43,6 +44,38 @@ Deno.test("scheduleNew sets both expiry times from now; touch moves only the ina
   touch(s, flow);
   assert.deepEqual([f64[fb + T_ACTIVE], f64[fb + T_INACTIVE]], [61_000, 96_000]);
   assert.equal(s.heap.priorityOf(flow), 61_000);
+});
+
+Deno.test("touch: a flow's heap priority stays min(A, I) whichever expiry is the earlier, timeouts changed on the way", () => {
+  const { s, clock } = newState({ activeTimeoutMs: 60_000, inactiveTimeoutMs: 10_000 });
+  const rand = prng(15);
+  const slots: number[] = [];
+  let moved = 0;
+  for (let step = 0; step < 20_000; step++) {
+    const r = rand();
+    if (r < 0.05 || slots.length === 0) {
+      const slot = s.store.alloc();
+      scheduleNew(s, slot);
+      slots.push(slot);
+    } else if (r < 0.06) {
+      // A reload: either timeout may become the shorter one.
+      s.active = 1000 + Math.floor(rand() * 100_000);
+      s.inactive = 1000 + Math.floor(rand() * 100_000);
+    } else {
+      clock.advance(Math.floor(rand() * 500));
+      const slot = slots[Math.floor(rand() * slots.length)];
+      const before = s.heap.priorityOf(slot);
+      touch(s, slot);
+      if (s.heap.priorityOf(slot) !== before) moved++;
+    }
+  }
+  for (const slot of slots) {
+    const f64 = s.store.f64(slot);
+    const fb = f64Base(slot);
+    assert.equal(s.heap.priorityOf(slot), Math.min(f64[fb + T_ACTIVE], f64[fb + T_INACTIVE]));
+  }
+  // Both cases ran: touches that moved the flow in the heap, and touches that left it.
+  assert.ok(moved > 100 && moved < 18_000, `${moved} touches moved a flow`);
 });
 
 Deno.test("nextExpiryDelayMs: min(A, I) when empty, slack + time to the first expiry otherwise", () => {

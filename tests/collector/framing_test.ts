@@ -101,6 +101,26 @@ Deno.test("framing: nextMessage returns views without result objects; takeError 
   assert.equal(f.next().kind, "need-more");
 });
 
+Deno.test("framing: nextMessageStart gives each message's bounds in the framer's buffer, no view", () => {
+  const f = new StreamFramer();
+  f.push(concat(GOLDEN_TEMPLATE, GOLDEN_DATA, GOLDEN_DATA.subarray(0, 10)));
+  const first = f.nextMessageStart();
+  assert.deepEqual(f.bytes.subarray(first, f.messageEnd), GOLDEN_TEMPLATE);
+  const second = f.nextMessageStart();
+  assert.equal(second, first + GOLDEN_TEMPLATE.length);
+  assert.deepEqual(f.bytes.subarray(second, f.messageEnd), GOLDEN_DATA);
+  assert.equal(f.nextMessageStart(), -1, "partial message: need more");
+  assert.equal(f.takeError(), undefined);
+  f.push(GOLDEN_DATA.subarray(10));
+  const third = f.nextMessageStart();
+  assert.deepEqual(f.bytes.subarray(third, f.messageEnd), GOLDEN_DATA);
+  const bad = GOLDEN_DATA.slice();
+  bad[1] = 9;
+  f.push(bad);
+  assert.equal(f.nextMessageStart(), -1);
+  assert.equal(f.takeError(), "framing: version 9 is not IPFIX (10)");
+});
+
 /** Reads `bytes` into the framer the way the TCP listener does: straight into its buffer. */
 function readInto(f: StreamFramer, bytes: Uint8Array): number {
   let off = 0;

@@ -110,12 +110,23 @@ Deno.test("raw session: lean and full paths count and deliver what the decoding 
   ];
   const dec = session(false);
   const raw = session(true);
+  // Each message handed in place too, inside a bigger buffer (as a stream's read buffer is).
+  const decInPlace = session(false);
+  const rawInPlace = session(true);
   for (const [i, m] of messages.entries()) {
     const a = dec.s.handleMessage(m);
     const b = raw.s.handleMessage(m);
     assert.deepEqual(b, a, `message ${i}: outcome`);
     assert.deepEqual(raw.seen, dec.seen, `message ${i}: what the sink got`);
     assert.deepEqual(raw.counters.snapshot(), dec.counters.snapshot(), `message ${i}: counters`);
+    const at = 3 + i;
+    const buf = new Uint8Array(at + m.length + 9).fill(0xab);
+    buf.set(m, at);
+    for (const x of [decInPlace, rawInPlace]) {
+      assert.deepEqual(x.s.handleMessage(buf, at, at + m.length), a, `message ${i} in place`);
+      assert.deepEqual(x.seen, dec.seen, `message ${i} in place: what the sink got`);
+      assert.deepEqual(x.counters.snapshot(), dec.counters.snapshot(), `message ${i} in place`);
+    }
   }
   // The sequence did reach the sink through both paths, and counted errors.
   const snap = raw.counters.snapshot();

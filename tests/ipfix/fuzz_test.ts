@@ -348,6 +348,20 @@ Deno.test("fuzz: raw mode walks, keeps and drops exactly the records the decoder
       assert.equal(scratch.exportTime, b.header.exportTime, where);
       assert.equal(scratch.domain, b.header.observationDomainId, where);
     }
+    // The same message inside a bigger buffer (a stream's read buffer), walked in place: the
+    // same answer, the spans shifted by its offset.
+    const at = 1 + (i % 7);
+    const padded = new Uint8Array(at + input.length + 5).fill(0xee);
+    padded.set(input, at);
+    const inPlace = new RawMessageScratch();
+    assert.equal(walkRawMessage(padded, raw, inPlace, at, at + input.length), lean, where);
+    if (lean) {
+      assert.deepEqual(
+        inPlace.sets.slice(0, inPlace.count).map((x) => [x.setId, x.spans.map((o) => o - at)]),
+        scratch.sets.slice(0, scratch.count).map((x) => [x.setId, [...x.spans]]),
+        where,
+      );
+    }
     if (typeof a === "string" || typeof b === "string") {
       assert.equal(b, a, where);
       continue;

@@ -11,6 +11,7 @@ import { agentDataMessage, agentTemplateMessage } from "../../../src/flowgen/mod
 import { fnv1_32 } from "../../../src/ipfix/mod.ts";
 import type { DataRecord } from "../../../src/ipfix/mod.ts";
 import type { FaProcess } from "../../_helpers/process.ts";
+import { readUntilClosed } from "../../collector/helpers.ts";
 import { NODES, type ScenarioFlow, scenarioFlows } from "./scenarios.ts";
 
 /** Transport of a simulated Agent. */
@@ -65,6 +66,10 @@ class TcpWire implements Wire {
   async send(bytes: Uint8Array): Promise<void> {
     let off = 0;
     while (off < bytes.length) off += await this.#conn.write(bytes.subarray(off));
+  }
+  /** True when the collector closed the connection within `timeoutMs` (it never writes). */
+  closedByPeer(timeoutMs: number): Promise<boolean> {
+    return readUntilClosed(this.#conn, timeoutMs);
   }
   close(): void {
     try {
@@ -183,6 +188,14 @@ export class SimAgent {
   /** Sends raw bytes as one datagram / stream write (malformed input). */
   async sendRaw(bytes: Uint8Array): Promise<void> {
     await this.#wire.send(bytes);
+  }
+
+  /** Throws unless the collector closes this TCP Agent's connection within `timeoutMs`. */
+  async whenClosedByCollector(timeoutMs: number): Promise<void> {
+    if (!(this.#wire instanceof TcpWire)) throw new Error("whenClosedByCollector: TCP Agents only");
+    if (!await this.#wire.closedByPeer(timeoutMs)) {
+      throw new Error(`${this.nodeName}: not closed by the collector within ${timeoutMs} ms`);
+    }
   }
 
   /** Closes the session. */

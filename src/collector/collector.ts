@@ -15,7 +15,12 @@ import { DEFAULT_DRAIN, type DrainOptions } from "./drain.ts";
 import { type CollectorStats, Counters, type Transport } from "./stats.ts";
 import { type StreamListenerOptions, TcpListener } from "./tcp.ts";
 import type { TlsListener, TlsMaterial } from "./tls.ts";
-import { openDenoUdpReceiver, type UdpReceiver, type UdpReceiverFactory } from "./udp.ts";
+import {
+  openDenoUdpReceiver,
+  type UdpPeer,
+  type UdpReceiver,
+  type UdpReceiverFactory,
+} from "./udp.ts";
 
 /**
  * Default UDP template lifetime (and UDP session idle timeout): 5400 s, go-ipfix v0.6.2's
@@ -77,6 +82,11 @@ export class Collector {
   readonly #ttlMs: number;
   readonly #limits: Partial<LimitsConfig>;
   readonly #udpSessions = new Map<string, Session>();
+  /**
+   * The session inserted into {@linkcode Collector.#udpSessions} last (its newest entry, unless
+   * since deleted: then it is in no entry and matches none).
+   */
+  #lastActive: Session | undefined = undefined;
   #udp: UdpReceiver | undefined;
   #udpLoop: Promise<void> | undefined;
   #tcp: TcpListener | undefined;
@@ -129,7 +139,7 @@ export class Collector {
       case "udp": {
         const udp = await (this.#options.udpReceiver ?? openDenoUdpReceiver)(address);
         this.#udp = udp;
-        this.#udpLoop = udp.run((d, h, p) => this.#onDatagram(d, h, p));
+        this.#udpLoop = udp.run((d, start, end, peer) => this.#onDatagram(d, start, end, peer));
         const sweep = this.#options.sweepIntervalMs ??
           Math.max(1000, Math.min(this.#ttlMs / 4, 60_000));
         if (sweep > 0) this.#sweepTimer = setInterval(() => this.expireIdleSessions(), sweep);
@@ -221,17 +231,14 @@ export class Collector {
     return n;
   }
 
-  #onDatagram(data: Uint8Array, hostname: string, port: number): void {
-    const key = `[${hostname}]:${port}`;
+  #onDatagram(data: Uint8Array, start: number, end: number, peer: UdpPeer): void {
+    const key = peer.key;
     let s = this.#udpSessions.get(key);
-    if (s !== undefined) {
-      // Re-insert so Map order stays "least recently active first" for eviction.
+    if (s !== undefined && this.#env.clock.nowMs() - s.lastSeenMs >= this.#ttlMs) {
       this.#udpSessions.delete(key);
-      if (this.#env.clock.nowMs() - s.lastSeenMs >= this.#ttlMs) {
-        s.close("idle timeout");
-        this.#counters.sessionsExpired++;
-        s = undefined;
-      }
+      s.close("idle timeout");
+      this.#counters.sessionsExpired++;
+      s = undefined;
     }
     if (s === undefined) {
       if (this.#udpSessions.size >= (this.#limits.maxUdpSessions ?? Infinity)) {
@@ -242,13 +249,20 @@ export class Collector {
       }
       s = new Session(this.#env, {
         transport: "udp",
-        exporterAddress: exporterAddress(hostname),
+        exporterAddress: exporterAddress(peer.hostname),
         peer: key,
         templateTtlMs: this.#ttlMs,
       });
+      this.#udpSessions.set(key, s);
+      this.#lastActive = s;
+    } else if (s !== this.#lastActive) {
+      // Re-insert so Map order stays "least recently active first" for eviction; the session
+      // inserted last is already in place (a sender's datagrams mostly come in runs).
+      this.#udpSessions.delete(key);
+      this.#udpSessions.set(key, s);
+      this.#lastActive = s;
     }
-    this.#udpSessions.set(key, s);
-    s.addBytes(data.length);
-    s.handleMessage(data);
+    s.addBytes(end - start);
+    s.handleMessage(data, start, end);
   }
 }

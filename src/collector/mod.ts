@@ -22,6 +22,8 @@ export {
   type FastUdpOptions,
   fastUdpReceiverFactory,
   openDenoUdpReceiver,
+  type UdpPeer,
+  udpPeer,
   type UdpReceiver,
   type UdpReceiverCounters,
   type UdpReceiverFactory,

@@ -13,13 +13,33 @@
 import { bindDualStack, closeQuietly, type ListenAddress, readGranted } from "./address.ts";
 import { logger, RateLimitedLog } from "../log.ts";
 import { type DrainOptions, drainRound } from "./drain.ts";
-import { datagramAt, splitPeer, startUdpReceiver, type UdpBatch } from "./udp_fast.ts";
+import { splitPeer, startUdpReceiver, type UdpBatch } from "./udp_fast.ts";
 
 /**
- * Called synchronously for every datagram. `data` is a view into a reused receive buffer, valid
- * only during the call (decoded values are copies, so decoding synchronously is safe).
+ * Called synchronously for every datagram: the datagram is `data[start..end)`, in a reused
+ * receive buffer, valid only during the call (decoded values are copies, so decoding
+ * synchronously is safe).
  */
-export type DatagramHandler = (data: Uint8Array, hostname: string, port: number) => void;
+export type DatagramHandler = (data: Uint8Array, start: number, end: number, peer: UdpPeer) => void;
+
+/** A datagram's sender, made once per sender by the fast path (the same object repeats). */
+export interface UdpPeer {
+  readonly hostname: string;
+  readonly port: number;
+  /** `[hostname]:port`: the collector's session key and the session's `peer`. */
+  readonly key: string;
+}
+
+/** The {@linkcode UdpPeer} of a sender. */
+export function udpPeer(hostname: string, port: number): UdpPeer {
+  return { hostname, port, key: `[${hostname}]:${port}` };
+}
+
+/**
+ * Senders whose {@linkcode UdpPeer} the fast path keeps (a Map from its peer strings): past it,
+ * the map starts over, so a flood of spoofed sources costs what it did before, not memory.
+ */
+const MAX_KNOWN_PEERS = 65_536;
 
 /** A bound UDP socket (or group of sockets) delivering datagrams to one handler. */
 export interface UdpReceiver {
@@ -167,7 +187,7 @@ export class DenoUdpReceiver implements UdpReceiver {
       }
       this.#received++;
       try {
-        handler(data, addr.hostname, addr.port);
+        handler(data, 0, data.length, udpPeer(addr.hostname, addr.port));
       } catch (e) {
         // The handler counts its own errors; anything escaping is a bug, never a reason to stop.
         if (this.#rateLog.allow("handler") >= 0) log.error("datagram handler threw", { error: e });
@@ -358,6 +378,7 @@ export function fastUdpReceiverFactory(options: FastUdpOptions = {}): UdpReceive
   return async (address: ListenAddress): Promise<UdpReceiver> => {
     let handler: DatagramHandler | undefined;
     let early = 0;
+    const peers = new Map<string, UdpPeer>();
     const done = Promise.withResolvers<void>();
     const rx = await startUdpReceiver({
       hostname: address.wildcard ? "::" : address.hostname,
@@ -370,9 +391,18 @@ export function fastUdpReceiverFactory(options: FastUdpOptions = {}): UdpReceive
           early += batch.count; // before run(): cannot happen in the collector, but counted
           return;
         }
+        const { data, offsets, lengths } = batch;
         for (let i = 0; i < batch.count; i++) {
-          const { hostname, port } = splitPeer(batch.peers[i]);
-          handler(datagramAt(batch, i), hostname, port);
+          const from = batch.peers[i];
+          let peer = peers.get(from);
+          if (peer === undefined) {
+            if (peers.size >= MAX_KNOWN_PEERS) peers.clear();
+            const { hostname, port } = splitPeer(from);
+            peer = udpPeer(hostname, port);
+            peers.set(from, peer);
+          }
+          const start = offsets[i];
+          handler(data, start, start + lengths[i], peer);
         }
       },
     });

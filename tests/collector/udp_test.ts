@@ -1,5 +1,11 @@
 import assert from "node:assert/strict";
-import { Collector, DenoUdpReceiver, udpTableDrops } from "../../src/collector/mod.ts";
+import {
+  Collector,
+  type DatagramHandler,
+  DenoUdpReceiver,
+  udpPeer,
+  udpTableDrops,
+} from "../../src/collector/mod.ts";
 import { ManualClock } from "../../src/clock.ts";
 import { setLogLevel, setLogWriter } from "../../src/log.ts";
 import {
@@ -244,7 +250,7 @@ Deno.test("udp: template misses are counted each time but logged rate-limited", 
 });
 
 Deno.test("udp: a pluggable (async) receive path feeds the same sessions; mapped IPv4 is normalised", async () => {
-  let deliver: ((d: Uint8Array, h: string, p: number) => void) | undefined;
+  let deliver: DatagramHandler | undefined;
   let closed = false;
   let endRun: () => void = () => {};
   const { c, received } = await startCollector({
@@ -267,11 +273,16 @@ Deno.test("udp: a pluggable (async) receive path feeds the same sessions; mapped
     },
   });
   assert.equal(c.port, 4739);
-  deliver!(GOLDEN_TEMPLATE, "::ffff:10.0.0.9", 5000);
-  deliver!(GOLDEN_DATA, "::ffff:10.0.0.9", 5000);
+  const peer = udpPeer("::ffff:10.0.0.9", 5000);
+  deliver!(GOLDEN_TEMPLATE, 0, GOLDEN_TEMPLATE.length, peer);
+  // A datagram in place inside a bigger buffer (a batch of the fast path).
+  const batch = new Uint8Array(7 + GOLDEN_DATA.length + 5).fill(0xee);
+  batch.set(GOLDEN_DATA, 7);
+  deliver!(batch, 7, 7 + GOLDEN_DATA.length, peer);
   // Same IP, other port: another session without the template.
-  deliver!(GOLDEN_DATA, "::ffff:10.0.0.9", 5001);
+  deliver!(GOLDEN_DATA, 0, GOLDEN_DATA.length, udpPeer("::ffff:10.0.0.9", 5001));
   assert.equal(received.length, 1);
+  assert.equal(received[0].records[0].sourceIPv4Address, "10.10.0.79");
   assert.equal(received[0].ctx.exporterAddress, "10.0.0.9");
   const s = c.stats();
   assert.equal(s.sessionsOpened, 2);
@@ -280,6 +291,52 @@ Deno.test("udp: a pluggable (async) receive path feeds the same sessions; mapped
   await c.stop();
   assert.equal(closed, true);
   assert.equal(c.stats().sessionsActive, 0);
+});
+
+Deno.test("udp: maxUdpSessions evicts the least recently active session, runs of one sender included", async () => {
+  let deliver: DatagramHandler | undefined;
+  let endRun: () => void = () => {};
+  const { c, received } = await startCollector({
+    protocol: "udp",
+    limits: { maxUdpSessions: 2 },
+    udpReceiver: () =>
+      Promise.resolve({
+        port: 4739,
+        run: (handler: DatagramHandler) => {
+          deliver = handler;
+          return new Promise<void>((r) => endRun = r);
+        },
+        close: () => {
+          endRun();
+          return Promise.resolve();
+        },
+      }),
+  });
+  const [a, b, x, y] = [5001, 5002, 5003, 5004].map((port) => udpPeer("10.0.0.1", port));
+  const send = (m: Uint8Array, p: typeof a) => deliver!(m, 0, m.length, p);
+  send(GOLDEN_TEMPLATE, a);
+  send(GOLDEN_DATA, a);
+  send(GOLDEN_TEMPLATE, b);
+  // a becomes the most recently active again (b was the newest), then x evicts b, not a.
+  send(GOLDEN_DATA, a);
+  send(GOLDEN_TEMPLATE, x);
+  assert.equal(c.stats().sessionsEvicted, 1);
+  send(GOLDEN_DATA, a);
+  assert.equal(received.length, 3, "a kept its template");
+  send(GOLDEN_DATA, b);
+  assert.equal(c.stats().templateMisses, 1, "b was evicted: a new session without it");
+  // b came back as a new session, evicting x (then the eldest); a run of datagrams from b keeps
+  // it the newest without re-inserting it, so y evicts a.
+  assert.equal(c.stats().sessionsEvicted, 2);
+  send(GOLDEN_DATA, b);
+  send(GOLDEN_DATA, b);
+  send(GOLDEN_TEMPLATE, y);
+  send(GOLDEN_DATA, b);
+  assert.equal(c.stats().templateMisses, 4, "b is still there, without a template");
+  send(GOLDEN_DATA, a);
+  assert.equal(c.stats().templateMisses, 5, "a was evicted by y");
+  assert.equal(c.stats().sessionsEvicted, 4);
+  await c.stop();
 });
 
 // A /proc/net/udp6 excerpt (header, then one row per socket; drops is the last column).

@@ -59,6 +59,13 @@ const SHUTDOWN_SLICE = 10_000;
 /** Most due flows exported by one timer tick before the exporters are given time to drain. */
 const SWEEP_SLICE = 10_000;
 
+/** A template's view decoder (one shard), compiled under the string bound `bound`. */
+interface ViewDecoder {
+  readonly ct: CompiledTemplate;
+  readonly view: CompiledTemplate;
+  readonly bound: number | undefined;
+}
+
 /** The sinks that carry the cluster UUID: those the reload table rebuilds on `clusterID`. */
 const CLUSTER_UUID_SECTIONS = configReloadTable().clusterID.rebuilds as ExporterSection[];
 
@@ -278,10 +285,9 @@ export class FlowAggregator {
   readonly #core: AggregationCore;
   /** One shard: the collector's undecoded records read as views (see `shard/views.ts`). */
   readonly #views = new RecordViews();
-  readonly #viewDecoders = new WeakMap<
-    CompiledTemplate,
-    { view: CompiledTemplate; bound: number | undefined }
-  >();
+  readonly #viewDecoders = new WeakMap<CompiledTemplate, ViewDecoder>();
+  /** The view decoder used last: a session's data sets mostly share one template. */
+  #lastView: ViewDecoder | undefined = undefined;
   readonly #onView: ViewSink = (view, full, key) => {
     this.#core.addRecordView(view, full, key);
   };
@@ -574,6 +580,7 @@ export class FlowAggregator {
       this.#views.readSpans(
         this.#viewOf(raw.compiled),
         raw.compiled,
+        raw.skim.key,
         raw.bytes,
         raw.spans,
         this.#onView,
@@ -592,11 +599,15 @@ export class FlowAggregator {
    */
   #viewOf(ct: CompiledTemplate): CompiledTemplate {
     const bound = this.#config.limits.maxStringBytes;
-    const e = this.#viewDecoders.get(ct);
-    if (e !== undefined && e.bound === bound) return e.view;
-    const view = compileView(ct.template, bound);
-    this.#viewDecoders.set(ct, { view, bound });
-    return view;
+    const last = this.#lastView;
+    if (last !== undefined && last.ct === ct && last.bound === bound) return last.view;
+    let e = this.#viewDecoders.get(ct);
+    if (e === undefined || e.bound !== bound) {
+      e = { ct, view: compileView(ct.template, bound), bound };
+      this.#viewDecoders.set(ct, e);
+    }
+    this.#lastView = e;
+    return e.view;
   }
 
   /** Runs one expiry sweep now; returns the number of flows exported (one shard only). */

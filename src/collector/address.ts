@@ -35,6 +35,11 @@ export function parseListenAddress(address: string): ListenAddress {
   return { hostname: wildcard ? "::" : host, port, wildcard };
 }
 
+/** A session's peer as logged and as the UDP session key: `[host]:port`, whatever the family. */
+export function sessionPeer(hostname: string, port: number): string {
+  return `[${hostname}]:${port}`;
+}
+
 /**
  * Exporter address of a peer: the IP without port or brackets, with IPv4-mapped IPv6
  * (`::ffff:10.0.0.1`) normalised to plain IPv4 so a dual-stack socket labels IPv4 agents as

@@ -7,7 +7,13 @@
  * Connections are read fairly: each yields after a bounded turn (`fairness.ts`).
  */
 
-import { bindDualStack, closeQuietly, exporterAddress, type ListenAddress } from "./address.ts";
+import {
+  bindDualStack,
+  closeQuietly,
+  exporterAddress,
+  type ListenAddress,
+  sessionPeer,
+} from "./address.ts";
 import { type ConnectionLimits, ConnectionTable, countUnfinished } from "./connections.ts";
 import type { DrainOptions } from "./drain.ts";
 import { FairTurn, ReadClock } from "./fairness.ts";
@@ -123,7 +129,7 @@ export class TcpListener {
     const session = new Session(this.#env, {
       transport: "tcp",
       exporterAddress: address,
-      peer: `[${remote.hostname}]:${remote.port}`,
+      peer: sessionPeer(remote.hostname, remote.port),
       templateTtlMs: 0,
     });
     const stream = new StreamSession(session, this.#env.clock);

@@ -9,7 +9,7 @@
 
 import tls from "node:tls";
 import type { Socket } from "node:net";
-import { exporterAddress, type ListenAddress } from "./address.ts";
+import { exporterAddress, type ListenAddress, sessionPeer } from "./address.ts";
 import { ConnectionTable, countUnfinished, type TrackedConnection } from "./connections.ts";
 import type { DrainOptions } from "./drain.ts";
 import { Session, type SessionEnv } from "./session.ts";
@@ -181,7 +181,7 @@ export class TlsListener {
     const session = new Session(this.#env, {
       transport: "tls",
       exporterAddress: exporterAddress(host),
-      peer: `[${host}]:${socket.remotePort ?? 0}`,
+      peer: sessionPeer(host, socket.remotePort ?? 0),
       templateTtlMs: 0,
     });
     const stream = new StreamSession(session, this.#env.clock);

@@ -10,7 +10,13 @@
  * `--allow-read` says; without it the count is reported as unknown, never as 0.
  */
 
-import { bindDualStack, closeQuietly, type ListenAddress, readGranted } from "./address.ts";
+import {
+  bindDualStack,
+  closeQuietly,
+  type ListenAddress,
+  readGranted,
+  sessionPeer,
+} from "./address.ts";
 import { logger, RateLimitedLog } from "../log.ts";
 import { type DrainOptions, drainRound } from "./drain.ts";
 import { splitPeer, startUdpReceiver, type UdpBatch } from "./udp_fast.ts";
@@ -26,13 +32,13 @@ export type DatagramHandler = (data: Uint8Array, start: number, end: number, pee
 export interface UdpPeer {
   readonly hostname: string;
   readonly port: number;
-  /** `[hostname]:port`: the collector's session key and the session's `peer`. */
+  /** {@linkcode sessionPeer}: the collector's session key and the session's `peer`. */
   readonly key: string;
 }
 
 /** The {@linkcode UdpPeer} of a sender. */
 export function udpPeer(hostname: string, port: number): UdpPeer {
-  return { hostname, port, key: `[${hostname}]:${port}` };
+  return { hostname, port, key: sessionPeer(hostname, port) };
 }
 
 /**

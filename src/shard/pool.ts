@@ -57,13 +57,10 @@ export const FLUSH_DELAY_MS = 10;
  * waits for more, at most {@linkcode FLUSH_DELAY_MS}. A TCP read is at most 64 KiB, about 32 KiB
  * per shard of 2: from 16 KiB each read woke each shard once (3,700 wakes/s per shard at 1.2M
  * records/s); at 128 KiB a shard wakes once per 4 reads or so. e2e A/B against 16 KiB with
- * {@linkcode RAW_FRAME_BYTES} 64 KiB, CPU per record: 0.951 at 400k records/s paced (paired
+ * 64 KiB raw frames (now 256 KiB, `RAW_FRAME_BYTES` in raw_rows.ts), CPU per record: 0.951 at 400k records/s paced (paired
  * 0.918, 8 rounds), 0.981 unpaced (paired 0.936, 6 rounds; records/s 0.988, paired 1.000).
  */
 export const FLUSH_NOW_BYTES = 128 * 1024;
-
-/** Bytes of a raw records frame before it is sent whatever the task (see FLUSH_NOW_BYTES). */
-export const RAW_FRAME_BYTES = 256 * 1024;
 
 /** Options of {@linkcode ShardPool}. */
 export interface ShardPoolOptions {
@@ -214,7 +211,7 @@ export class ShardPool {
       worker,
       ring,
       rows: new InputRowWriter(ring, { maxRecords: opts.frameRecords ?? 256 }),
-      raw: new RawRowWriter(ring, this.#tids, { maxBytes: RAW_FRAME_BYTES }),
+      raw: new RawRowWriter(ring, this.#tids),
       generation: shard.generation + 1,
       startedMs: performance.now(),
       restartTimer: undefined,

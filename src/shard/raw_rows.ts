@@ -23,7 +23,7 @@
 import type { FlowInput } from "../aggregation/record.ts";
 import { type CompiledTemplate, compileTemplate } from "../ipfix/compile.ts";
 import { fieldKey } from "../ipfix/compile.ts";
-import type { KeyOffsets } from "../ipfix/skim.ts";
+import { type KeyOffsets, skimOf } from "../ipfix/skim.ts";
 import { hashKey } from "../aggregation/flow_table.ts";
 import { compileView, readRawKey, RecordViews, type ViewSink } from "./views.ts";
 
@@ -38,6 +38,12 @@ const HEADER = 8;
 const TAG_TEMPLATE = 1;
 const TAG_RECORDS = 2;
 const TAG_RESET = 3;
+
+/**
+ * Bytes of a raw frame before it is sent whatever the task (`RawRowWriterOptions.maxBytes`'s
+ * default; see the pool's `FLUSH_NOW_BYTES` for when a smaller one goes).
+ */
+export const RAW_FRAME_BYTES = 256 * 1024;
 
 /** Distinct field lists a writer names before it starts its table over (a reset). */
 export const MAX_RAW_TEMPLATES = 4096;
@@ -110,7 +116,10 @@ export class RawTemplateIds {
 
 /** Options of a {@linkcode RawRowWriter}. */
 export interface RawRowWriterOptions {
-  /** Bytes per frame before it is sent (default 65536, at most a quarter of the ring's frame). */
+  /**
+   * Bytes per frame before it is sent (default {@linkcode RAW_FRAME_BYTES}, at most a quarter of
+   * the ring's frame).
+   */
   readonly maxBytes?: number;
 }
 
@@ -138,7 +147,10 @@ export class RawRowWriter {
     this.#ring = ring;
     this.#ids = ids;
     this.#generation = ids.generation;
-    this.#maxBytes = Math.min(options.maxBytes ?? 65536, Math.floor(ring.maxFrameBytes / 4));
+    this.#maxBytes = Math.min(
+      options.maxBytes ?? RAW_FRAME_BYTES,
+      Math.floor(ring.maxFrameBytes / 4),
+    );
     this.#buf = new Uint8Array(this.#maxBytes + 4096);
     this.#view = new DataView(this.#buf.buffer);
   }
@@ -271,6 +283,8 @@ interface RawTemplate {
   ct?: CompiledTemplate;
   /** Only the fields of `UPDATE_VIEW_FIELDS`. */
   view?: CompiledTemplate;
+  /** The flow key's fixed offsets (`skimOf(t).key`), or undefined. */
+  readonly keyAt: KeyOffsets | undefined;
 }
 
 /** Reads one ring's raw frames: compiles each template once and decodes the records. */
@@ -330,7 +344,7 @@ export class RawRowReader {
           this.#views.decodeWhole(ct, frame, at, at + n, onRecord, onInvalid);
         } else {
           const view = e.view ??= compileView(e.t, this.#maxStringBytes);
-          this.#views.readRun(view, ct, frame, at, at + n, onView, onInvalid);
+          this.#views.readRun(view, ct, e.keyAt, frame, at, at + n, onView, onInvalid);
         }
         at += n;
       } else if (tag === TAG_TEMPLATE) {
@@ -347,7 +361,8 @@ export class RawRowReader {
             length: v.getUint16(at + 6, true),
           });
         }
-        this.#templates.set(tid, { t: { id, fields, scopeFieldCount: scope } });
+        const t = { id, fields, scopeFieldCount: scope };
+        this.#templates.set(tid, { t, keyAt: skimOf(t).key });
       } else if (tag === TAG_RESET) {
         this.#templates.clear();
         at += 1;

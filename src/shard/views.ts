@@ -103,20 +103,21 @@ export class RecordViews {
 
   /**
    * The records of `bytes[start..end)` (back to back, of the template of `view` and `ct`: its
-   * view decoder from {@linkcode compileView} and its whole decoder) to `onView`, one at a time.
+   * view decoder from {@linkcode compileView} and its whole decoder; `keyAt`: the template's
+   * key offsets, `skimOf(template).key`, which the caller keeps) to `onView`, one at a time.
    * A record the view cannot be read from goes, with the rest of the run, through
    * {@linkcode decodeWhole} (each then its own view).
    */
   readRun(
     view: CompiledTemplate,
     ct: CompiledTemplate,
+    keyAt: KeyOffsets | undefined,
     bytes: Uint8Array,
     start: number,
     end: number,
     onView: ViewSink,
     onInvalid: (why: string) => void,
   ): void {
-    const keyAt = skimOf(ct.template).key;
     const fill = view.fillRecord!;
     const target = this.#view;
     const key = keyAt === undefined ? undefined : this.#key;
@@ -147,6 +148,7 @@ export class RecordViews {
   readSpans(
     view: CompiledTemplate,
     ct: CompiledTemplate,
+    keyAt: KeyOffsets | undefined,
     bytes: Uint8Array,
     spans: readonly number[],
     onView: ViewSink,
@@ -155,7 +157,7 @@ export class RecordViews {
     let from = 0;
     for (let i = 2; i <= spans.length; i += 2) {
       if (i === spans.length || spans[i] !== spans[i - 1]) {
-        this.readRun(view, ct, bytes, spans[from], spans[i - 1], onView, onInvalid);
+        this.readRun(view, ct, keyAt, bytes, spans[from], spans[i - 1], onView, onInvalid);
         from = i;
       }
     }

@@ -3,9 +3,12 @@ import {
   Collector,
   type DatagramHandler,
   DenoUdpReceiver,
+  type UdpPeer,
   udpPeer,
+  type UdpReceiverFactory,
   udpTableDrops,
 } from "../../src/collector/mod.ts";
+import type { ListenAddress } from "../../src/collector/address.ts";
 import { ManualClock } from "../../src/clock.ts";
 import { setLogLevel, setLogWriter } from "../../src/log.ts";
 import {
@@ -249,19 +252,28 @@ Deno.test("udp: template misses are counted each time but logged rate-limited", 
   }
 });
 
-Deno.test("udp: a pluggable (async) receive path feeds the same sessions; mapped IPv4 is normalised", async () => {
-  let deliver: DatagramHandler | undefined;
+/**
+ * A pluggable receive path driven by the test: `deliver` hands a datagram to the collector's
+ * handler, synchronously; `closed` tells whether the collector closed it.
+ */
+function pluggableUdp(): {
+  factory: UdpReceiverFactory;
+  deliver: (data: Uint8Array, peer: UdpPeer, start?: number, end?: number) => void;
+  closed: () => boolean;
+  address: () => ListenAddress | undefined;
+} {
+  let handler: DatagramHandler | undefined;
   let closed = false;
+  let bound: ListenAddress | undefined;
   let endRun: () => void = () => {};
-  const { c, received } = await startCollector({
-    protocol: "udp",
-    udpReceiver: async (address) => {
+  return {
+    factory: async (address) => {
       await Promise.resolve();
-      assert.deepEqual(address, { hostname: "::", port: 4739, wildcard: true });
+      bound = address;
       return {
         port: 4739,
-        run: (handler) => {
-          deliver = handler;
+        run: (h) => {
+          handler = h;
           return new Promise<void>((r) => endRun = r);
         },
         close: () => {
@@ -271,16 +283,25 @@ Deno.test("udp: a pluggable (async) receive path feeds the same sessions; mapped
         },
       };
     },
-  });
+    deliver: (data, peer, start = 0, end = data.length) => handler!(data, start, end, peer),
+    closed: () => closed,
+    address: () => bound,
+  };
+}
+
+Deno.test("udp: a pluggable (async) receive path feeds the same sessions; mapped IPv4 is normalised", async () => {
+  const rx = pluggableUdp();
+  const { c, received } = await startCollector({ protocol: "udp", udpReceiver: rx.factory });
+  assert.deepEqual(rx.address(), { hostname: "::", port: 4739, wildcard: true });
   assert.equal(c.port, 4739);
   const peer = udpPeer("::ffff:10.0.0.9", 5000);
-  deliver!(GOLDEN_TEMPLATE, 0, GOLDEN_TEMPLATE.length, peer);
+  rx.deliver(GOLDEN_TEMPLATE, peer);
   // A datagram in place inside a bigger buffer (a batch of the fast path).
   const batch = new Uint8Array(7 + GOLDEN_DATA.length + 5).fill(0xee);
   batch.set(GOLDEN_DATA, 7);
-  deliver!(batch, 7, 7 + GOLDEN_DATA.length, peer);
+  rx.deliver(batch, peer, 7, 7 + GOLDEN_DATA.length);
   // Same IP, other port: another session without the template.
-  deliver!(GOLDEN_DATA, 0, GOLDEN_DATA.length, udpPeer("::ffff:10.0.0.9", 5001));
+  rx.deliver(GOLDEN_DATA, udpPeer("::ffff:10.0.0.9", 5001));
   assert.equal(received.length, 1);
   assert.equal(received[0].records[0].sourceIPv4Address, "10.10.0.79");
   assert.equal(received[0].ctx.exporterAddress, "10.0.0.9");
@@ -289,31 +310,19 @@ Deno.test("udp: a pluggable (async) receive path feeds the same sessions; mapped
   assert.equal(s.templateMisses, 1);
   assert.equal(s.exporters["10.0.0.9"].sessionsOpened, 2);
   await c.stop();
-  assert.equal(closed, true);
+  assert.equal(rx.closed(), true);
   assert.equal(c.stats().sessionsActive, 0);
 });
 
 Deno.test("udp: maxUdpSessions evicts the least recently active session, runs of one sender included", async () => {
-  let deliver: DatagramHandler | undefined;
-  let endRun: () => void = () => {};
+  const rx = pluggableUdp();
   const { c, received } = await startCollector({
     protocol: "udp",
     limits: { maxUdpSessions: 2 },
-    udpReceiver: () =>
-      Promise.resolve({
-        port: 4739,
-        run: (handler: DatagramHandler) => {
-          deliver = handler;
-          return new Promise<void>((r) => endRun = r);
-        },
-        close: () => {
-          endRun();
-          return Promise.resolve();
-        },
-      }),
+    udpReceiver: rx.factory,
   });
   const [a, b, x, y] = [5001, 5002, 5003, 5004].map((port) => udpPeer("10.0.0.1", port));
-  const send = (m: Uint8Array, p: typeof a) => deliver!(m, 0, m.length, p);
+  const send = (m: Uint8Array, p: UdpPeer) => rx.deliver(m, p);
   send(GOLDEN_TEMPLATE, a);
   send(GOLDEN_DATA, a);
   send(GOLDEN_TEMPLATE, b);

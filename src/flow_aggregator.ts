@@ -26,7 +26,8 @@ import type { RawRecords } from "./ipfix/decoder.ts";
 import type { CompiledTemplate } from "./ipfix/compile.ts";
 import { compileView, RecordViews, type ViewSink } from "./shard/views.ts";
 import { flowTemplateProblem } from "./record/flow_input.ts";
-import type { Exporter, ExporterStats } from "./exporters/exporter.ts";
+import { type Exporter, type ExporterStats, offerBatch } from "./exporters/exporter.ts";
+import { type FlowBatch, openBatch, readBatch, readFlows } from "./exporters/batch.ts";
 import {
   WorkerExporter,
   type WorkerExporterOptions,
@@ -275,6 +276,14 @@ const LOGGED_SETTING: Record<
   maxStringBytes: (c) => ["maxStringBytes", c.limits.maxStringBytes],
 };
 
+/** What {@linkcode FlowAggregator.exportObserver} is given: every exported flow. */
+export interface ExportObserver {
+  /** One flow. */
+  observe(flow: ExportedFlow): void;
+  /** Optional: the flows of a shard's batch, read in place (each as `observe` would take it). */
+  observeBatch?(batch: FlowBatch): void;
+}
+
 /** The running Flow Aggregator. */
 export class FlowAggregator {
   #config: FlowAggregatorConfig;
@@ -431,11 +440,7 @@ export class FlowAggregator {
         shards: this.#shardCount,
         settings: this.#shardSettings(this.#config),
         pods: this.#opts.hooks === undefined ? undefined : this.#opts.podStore,
-        onFlows: (flows) => {
-          const held = this.#held;
-          if (held !== undefined) { for (const f of flows) held.push(f); }
-          else for (const f of flows) this.#export(f);
-        },
+        onBatch: (buf) => this.#exportBatch(buf),
       });
       this.#pool = pool;
       await pool.ready();
@@ -899,11 +904,11 @@ export class FlowAggregator {
    * reads addresses through `exportedAddress`: when all sinks run in workers, the flows carry no
    * address text.
    */
-  exportObserver: ((flow: ExportedFlow) => void) | undefined;
+  exportObserver: ExportObserver | undefined;
 
   #export(flow: ExportedFlow): void {
     this.#exported++;
-    this.exportObserver?.(flow);
+    this.exportObserver?.observe(flow);
     if (this.#exporters.size === 0) {
       this.#exportedWithoutSink++;
       return;
@@ -912,13 +917,61 @@ export class FlowAggregator {
     // reload would otherwise change.
     for (const section of EXPORTER_SECTIONS) {
       const e = this.#exporters.get(section);
+      if (e !== undefined) this.#offer(e, flow);
+    }
+  }
+
+  #offer(e: Exporter, flow: ExportedFlow): void {
+    try {
+      e.addRecord(flow);
+    } catch (err) {
+      // One exporter's failure never costs the others the record.
+      this.#exporterErrors++;
+      log.error("exporter rejected a record", { exporter: e.name, err });
+    }
+  }
+
+  /**
+   * A shard's batch of expired flows: what {@linkcode #export} does for each, except that an
+   * exporter taking batches (a sink's worker proxy: the shards' row format is its own) and the
+   * observer read the rows as they are; the flows are decoded only for an exporter that takes
+   * them one by one, once for all such.
+   */
+  #exportBatch(buf: ArrayBuffer): void {
+    const held = this.#held;
+    if (held !== undefined) {
+      for (const f of readBatch(buf)) held.push(f);
+      return;
+    }
+    const batch = openBatch(buf);
+    const n = batch.count;
+    this.#exported += n;
+    let flows: ExportedFlow[] | undefined;
+    const observer = this.exportObserver;
+    if (observer?.observeBatch !== undefined) observer.observeBatch(batch);
+    else if (observer !== undefined) {
+      for (const f of flows ??= readFlows(batch)) observer.observe(f);
+    }
+    if (this.#exporters.size === 0) {
+      this.#exportedWithoutSink += n;
+      return;
+    }
+    for (const section of EXPORTER_SECTIONS) {
+      const e = this.#exporters.get(section);
       if (e === undefined) continue;
-      try {
-        e.addRecord(flow);
-      } catch (err) {
-        // One exporter's failure never costs the others the record.
-        this.#exporterErrors++;
-        log.error("exporter rejected a record", { exporter: e.name, err });
+      if (e.addBatch === undefined) {
+        for (const f of flows ??= readFlows(batch)) this.#offer(e, f);
+        continue;
+      }
+      const r = offerBatch(e, batch);
+      if (r.failed) {
+        // As one error per record addRecord would have refused.
+        this.#exporterErrors += r.lost;
+        log.error("exporter rejected a batch of records", {
+          exporter: e.name,
+          lost: r.lost,
+          err: r.error,
+        });
       }
     }
   }

@@ -166,7 +166,7 @@ Deno.test("flow aggregator: address text is formatted only when a sink reads it"
       e.addressWordsOnly = wordsOnly.includes(e.section);
     });
     const observed: string[] = [];
-    h.fa.exportObserver = (f) => observed.push(exportedAddress(f, false));
+    h.fa.exportObserver = { observe: (f) => observed.push(exportedAddress(f, false)) };
     try {
       h.fa.ingest([intraNodeRecord(1003)]);
       h.clock.advance(10_000);

@@ -12,6 +12,36 @@
 
 import type { ExportedFlow } from "../aggregation/record.ts";
 import { exportedAddress } from "../aggregation/flow_key.ts";
+import {
+  type BatchField,
+  batchField,
+  batchNumber,
+  batchRowBase,
+  batchString,
+  type FlowBatch,
+  readFlowAt,
+} from "../exporters/batch.ts";
+
+/** The fields the view reads from a batch's rows (every exported IE is carried). */
+const F = Object.fromEntries(
+  [
+    "octetDeltaCount",
+    "reverseOctetDeltaCount",
+    "sourcePodNamespace",
+    "sourcePodName",
+    "destinationPodNamespace",
+    "destinationPodName",
+    "sourceNodeName",
+    "destinationNodeName",
+    "destinationServicePortName",
+    "ingressNetworkPolicyRuleAction",
+    "egressNetworkPolicyRuleAction",
+  ].map((ie) => {
+    const f = batchField(ie);
+    if (f === undefined) throw new Error(`live view: ${ie} is not carried by batches`);
+    return [ie, f];
+  }),
+) as Record<string, BatchField>;
 
 /** Rows of recent flows a page receives per second at most. */
 export const ROWS_PER_SECOND = 50;
@@ -104,11 +134,72 @@ export class LiveView {
     }
   }
 
+  /**
+   * Takes every flow of a batch in the sinks' row format (an aggregation shard's), reading only
+   * the fields the view needs from the rows; a flow is decoded only to become a row of the page
+   * (sampled or denied). The same as {@linkcode observe} for each flow. Never throws.
+   */
+  observeBatch(batch: FlowBatch): void {
+    const n = batchNumber;
+    const t = batchString;
+    for (let r = 0; r < batch.count; r++) {
+      try {
+        const b = batchRowBase(r);
+        this.#take(
+          n(batch, b, F.octetDeltaCount) + n(batch, b, F.reverseOctetDeltaCount),
+          t(batch, b, F.sourcePodNamespace),
+          t(batch, b, F.sourcePodName),
+          t(batch, b, F.destinationPodNamespace),
+          t(batch, b, F.destinationPodName),
+          t(batch, b, F.sourceNodeName) || t(batch, b, F.destinationNodeName),
+          t(batch, b, F.destinationServicePortName),
+          n(batch, b, F.ingressNetworkPolicyRuleAction),
+          n(batch, b, F.egressNetworkPolicyRuleAction),
+          batch,
+          r,
+        );
+      } catch {
+        // As observe: a malformed row is missed, not fatal.
+      }
+    }
+  }
+
   #observe(flow: ExportedFlow): void {
+    const r = flow.record as unknown as Record<string, unknown>;
+    this.#take(
+      num(r.octetDeltaCount) + num(r.reverseOctetDeltaCount),
+      str(r.sourcePodNamespace),
+      str(r.sourcePodName),
+      str(r.destinationPodNamespace),
+      str(r.destinationPodName),
+      str(r.sourceNodeName) || str(r.destinationNodeName),
+      str(r.destinationServicePortName),
+      num(r.ingressNetworkPolicyRuleAction),
+      num(r.egressNetworkPolicyRuleAction),
+      flow,
+      -1,
+    );
+  }
+
+  /**
+   * One flow by the fields the view keeps (positional: this runs for every exported flow);
+   * the whole flow, needed when it becomes a row, is `from` itself (`at` < 0) or row `at` of batch `from`.
+   */
+  #take(
+    bytes: number,
+    srcNs: string,
+    srcPod: string,
+    dstNs: string,
+    dstPod: string,
+    node: string,
+    service: string,
+    ingress: number,
+    egress: number,
+    from: ExportedFlow | FlowBatch,
+    at: number,
+  ): void {
     const now = this.#now();
     const sec = Math.floor(now / 1000);
-    const r = flow.record as unknown as Record<string, unknown>;
-    const bytes = num(r.octetDeltaCount) + num(r.reverseOctetDeltaCount);
     this.#seen++;
     const s = this.#seconds.get(sec);
     if (s === undefined) {
@@ -128,11 +219,11 @@ export class LiveView {
     const cur = this.#windows[1];
     // Per exported flow: one scratch array (in CATEGORIES order) and a closure-free loop.
     const names = this.#names;
-    names[0] = podName(r.sourcePodNamespace, r.sourcePodName);
-    names[1] = podName(r.destinationPodNamespace, r.destinationPodName);
-    names[2] = str(r.sourcePodNamespace) || str(r.destinationPodNamespace);
-    names[3] = str(r.sourceNodeName) || str(r.destinationNodeName);
-    names[4] = str(r.destinationServicePortName);
+    names[0] = podName(srcNs, srcPod);
+    names[1] = podName(dstNs, dstPod);
+    names[2] = srcNs || dstNs;
+    names[3] = node;
+    names[4] = service;
     for (let i = 0; i < names.length; i++) {
       const name = names[i];
       if (name === "") continue;
@@ -140,25 +231,24 @@ export class LiveView {
       const key = m.has(name) || m.size < MAX_KEYS ? name : "(other)";
       m.set(key, (m.get(key) ?? 0) + bytes);
     }
-    const ingress = num(r.ingressNetworkPolicyRuleAction);
-    const egress = num(r.egressNetworkPolicyRuleAction);
     // Drop (2) and Reject (3) deny; other actions (Allow, Pass, Redirect) do not.
     const denies = (a: number) => a === 2 || a === 3;
     const deniedBy = denies(ingress) ? ingress : denies(egress) ? egress : 0;
     const sampled = sec === this.#rowSecond ? this.#rowsThisSecond < ROWS_PER_SECOND : true;
     if (!sampled && deniedBy === 0) return;
+    const f = at < 0 ? from as ExportedFlow : readFlowAt(from as FlowBatch, at);
     const row: LiveRow = {
       t: now,
-      src: exportedAddress(flow, false),
-      dst: exportedAddress(flow, true),
-      sport: flow.key.sourcePort,
-      dport: flow.key.destinationPort,
-      proto: flow.key.protocol,
-      srcPod: str(r.sourcePodName),
-      dstPod: str(r.destinationPodName),
-      srcNs: str(r.sourcePodNamespace),
-      dstNs: str(r.destinationPodNamespace),
-      service: str(r.destinationServicePortName),
+      src: exportedAddress(f, false),
+      dst: exportedAddress(f, true),
+      sport: f.key.sourcePort,
+      dport: f.key.destinationPort,
+      proto: f.key.protocol,
+      srcPod,
+      dstPod,
+      srcNs,
+      dstNs,
+      service,
       bytes,
       action: ACTIONS[deniedBy || Math.max(ingress, egress)] ?? "",
     };
@@ -200,9 +290,8 @@ export class LiveView {
   }
 }
 
-function podName(ns: unknown, name: unknown): string {
-  const n = str(name);
-  return n === "" ? "" : `${str(ns)}/${n}`;
+function podName(ns: string, name: string): string {
+  return name === "" ? "" : `${ns}/${name}`;
 }
 
 /**

@@ -54,7 +54,7 @@ export function startApi(
 ): Promise<ApiServer> {
   const { hostname, port } = splitAddress(opts.address);
   const view = new LiveView();
-  fa.exportObserver = (flow) => view.observe(flow);
+  fa.exportObserver = view;
   const live = new LiveHub(view, () => ledgerOf(fa.stats()));
   return startApiServer({
     query: (filter, limit) => fa.query(filter, limit),

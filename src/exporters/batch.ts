@@ -405,27 +405,59 @@ export function readBatch(buf: ArrayBuffer): ExportedFlow[] {
 
 /** The flows of an opened batch, in order. */
 export function readFlows(batch: FlowBatch): ExportedFlow[] {
-  const { count, view: v, bytes, strings } = batch;
-  const out: ExportedFlow[] = new Array(count);
-  for (let r = 0; r < count; r++) {
-    const base = HEADER_BYTES + r * ROW_BYTES;
-    const flags = v.getUint8(base);
-    const record = readRow(v, bytes, base, strings);
-    const v6 = (flags & 1) !== 0;
-    const key: FlowKey = {
-      sourceAddress: (v6 ? record.sourceIPv6Address : record.sourceIPv4Address) ?? "",
-      destinationAddress: (v6 ? record.destinationIPv6Address : record.destinationIPv4Address) ??
-        "",
-      protocol: v.getUint8(base + 1),
-      sourcePort: v.getUint16(base + 2, true),
-      destinationPort: v.getUint16(base + 4, true),
-    };
-    out[r] = {
-      key,
-      record,
-      isIPv6: (flags & 1) !== 0,
-      uncorrelated: (flags & 2) !== 0,
-    };
-  }
+  const out: ExportedFlow[] = new Array(batch.count);
+  for (let r = 0; r < batch.count; r++) out[r] = readFlowAt(batch, r);
   return out;
+}
+
+/** Row `r` of an opened batch decoded as a flow. */
+export function readFlowAt(batch: FlowBatch, r: number): ExportedFlow {
+  const { view: v, bytes, strings } = batch;
+  const base = HEADER_BYTES + r * ROW_BYTES;
+  const flags = v.getUint8(base);
+  const record = readRow(v, bytes, base, strings);
+  const v6 = (flags & 1) !== 0;
+  const key: FlowKey = {
+    sourceAddress: (v6 ? record.sourceIPv6Address : record.sourceIPv4Address) ?? "",
+    destinationAddress: (v6 ? record.destinationIPv6Address : record.destinationIPv4Address) ??
+      "",
+    protocol: v.getUint8(base + 1),
+    sourcePort: v.getUint16(base + 2, true),
+    destinationPort: v.getUint16(base + 4, true),
+  };
+  return { key, record, isIPv6: v6, uncorrelated: (flags & 2) !== 0 };
+}
+
+/** Whether the row at `base` carries field `f`. */
+export function batchHas(batch: FlowBatch, base: number, f: BatchField): boolean {
+  return (batch.bytes[base + f.presentByte] & f.presentMask) !== 0;
+}
+
+/**
+ * The value of numeric field `f` (a number or a 64-bit counter, the latter as the nearest
+ * number) in the row at `base`; 0 when absent.
+ */
+export function batchNumber(batch: FlowBatch, base: number, f: BatchField): number {
+  if (!batchHas(batch, base, f)) return 0;
+  const at = base + f.offset;
+  if (f.kind === "number") return batch.view.getFloat64(at, true);
+  if (f.kind === "bigint") {
+    return batch.view.getUint32(at, true) + batch.view.getUint32(at + 4, true) * 0x1_0000_0000;
+  }
+  throw new Error(`batch: a ${f.kind} field read as a number`);
+}
+
+/** The value of string field `f` in the row at `base`; "" when absent. */
+export function batchString(batch: FlowBatch, base: number, f: BatchField): string {
+  if (f.kind !== "string") throw new Error(`batch: a ${f.kind} field read as a string`);
+  if (!batchHas(batch, base, f)) return "";
+  return batch.strings[batch.view.getUint32(base + f.offset, true)] ?? "";
+}
+
+/**
+ * A copy of an opened batch's buffer, trimmed to its end: what a second reader (a sink's
+ * worker) is sent, while this thread keeps reading the original.
+ */
+export function copyBatch(batch: FlowBatch): ArrayBuffer {
+  return batch.view.buffer.slice(0, batch.view.getUint32(12, true)) as ArrayBuffer;
 }

@@ -43,9 +43,10 @@ export interface Exporter {
   /** Takes one record; synchronous, never throws for I/O reasons. */
   addRecord(flow: ExportedFlow): void;
   /**
-   * Optional, for a sink run in a worker: takes every row of a received batch, in order, as
-   * `addRecord` would take each flow, reading the rows in place instead of as decoded record
-   * objects. It counts each row in `received` as it takes it and never throws for a row it
+   * Optional: takes every row of a batch (`batch.ts`), in order, as `addRecord` would take each
+   * flow, reading the rows in place instead of as decoded record objects (a sink run in a worker
+   * for the batches it receives; a sink's worker proxy for an aggregation shard's batches, which
+   * it forwards). It counts each row in `received` as it takes it and never throws for a row it
    * cannot take (that row is counted as dropped).
    */
   addBatch?(batch: FlowBatch): void;
@@ -62,4 +63,22 @@ export interface Exporter {
   update?(config: unknown): Promise<void>;
   /** Returns the counters. */
   stats(): ExporterStats;
+}
+
+/**
+ * Hands a whole batch to an exporter's `addBatch`. It never throws for one row; should it throw
+ * anyway, the result names the error and the rows it did not take (by its own `received`), so
+ * the caller counts them and the ledger stays exact.
+ */
+export function offerBatch(
+  e: Exporter,
+  batch: FlowBatch,
+): { failed: boolean; lost: number; error?: unknown } {
+  const before = e.stats().received;
+  try {
+    e.addBatch!(batch);
+    return { failed: false, lost: 0 };
+  } catch (error) {
+    return { failed: true, lost: batch.count - (e.stats().received - before), error };
+  }
 }

@@ -21,7 +21,7 @@ import type { SectionConfig } from "../config/section.ts";
 import { type Clock, type ClockTimer, systemClock } from "../clock.ts";
 import { logger, logSettings, writeLogLine } from "../log.ts";
 import type { ExportedFlow } from "../aggregation/record.ts";
-import { batchCount, BatchWriter } from "./batch.ts";
+import { batchCount, BatchWriter, copyBatch, type FlowBatch, readFlowAt } from "./batch.ts";
 import type { ExporterComponent, ExporterContext, ExporterPermissions } from "./component.ts";
 import type { Exporter, ExporterStats } from "./exporter.ts";
 import {
@@ -227,6 +227,27 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
     }
   }
 
+  /**
+   * Takes every flow of a batch that is already in the workers' row format (an aggregation
+   * shard's): the batch is copied and queued whole, after the flows taken one by one before it,
+   * with no flow decoded or re-encoded on this thread. When fewer than its rows fit under
+   * `maxBufferedRecords`, its flows are taken one by one ({@linkcode addRecord}: the rows that
+   * fit are kept, the rest counted as overflow). Never throws.
+   */
+  addBatch(batch: FlowBatch): void {
+    const n = batch.count;
+    if (n === 0) return;
+    if (this.#outstanding() + n > this.#opts.maxBufferedRecords) {
+      for (let r = 0; r < n; r++) this.addRecord(readFlowAt(batch, r));
+      return;
+    }
+    this.#received += n;
+    this.#finishBatch();
+    this.#queue.push(copyBatch(batch));
+    this.#queuedRecords += n;
+    this.#post();
+  }
+
   /** Resolves once every record taken so far has been handed to the sink and it flushed. */
   async flush(): Promise<void> {
     this.#post();
@@ -277,13 +298,18 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
     return this.#batch.count + this.#queuedRecords + this.#inFlightRecords;
   }
 
-  /** Finishes the current batch and sends it (or queues it while no worker is ready). */
-  #post(): void {
+  /** Queues the flows taken one by one so far as one batch. */
+  #finishBatch(): void {
     if (this.#batch.count > 0) {
       const count = this.#batch.count;
       this.#queue.push(this.#batch.finish());
       this.#queuedRecords += count;
     }
+  }
+
+  /** Finishes the current batch and sends it (or queues it while no worker is ready). */
+  #post(): void {
+    this.#finishBatch();
     if (!this.#ready || this.#worker === undefined) return;
     while (this.#queue.length > 0) {
       const buf = this.#queue.shift()!;

@@ -12,7 +12,7 @@ import type { SectionConfig } from "../config/section.ts";
 import { logger, RateLimitedLog, setLogFormat, setLogLevel, setLogWriter } from "../log.ts";
 import { type FlowBatch, openBatch, readFlows } from "./batch.ts";
 import type { ExporterComponent } from "./component.ts";
-import type { Exporter } from "./exporter.ts";
+import { type Exporter, offerBatch } from "./exporter.ts";
 import {
   emptyWorkerStats,
   type FromWorker,
@@ -97,21 +97,14 @@ export function runExporterWorker<C extends SectionConfig>(
     scope.postMessage({ t: "done", id, stats: stats(), error });
   };
 
-  /**
-   * Hands a whole batch to a sink that reads rows in place. Such a sink never throws for one
-   * row; should it throw anyway, the rows it did not take (by its own `received`) are counted
-   * as dropped, so the ledger stays exact.
-   */
+  /** Hands a whole batch to a sink that reads rows in place ({@linkcode offerBatch}). */
   const addBatch = (s: Exporter, batch: FlowBatch): void => {
     host.received += batch.count;
-    const before = s.stats().received;
-    try {
-      s.addBatch!(batch);
-    } catch (err) {
-      const lost = batch.count - (s.stats().received - before);
-      host.dropped += lost;
+    const r = offerBatch(s, batch);
+    if (r.failed) {
+      host.dropped += r.lost;
       host.errors++;
-      noteError(err, "addBatch");
+      noteError(r.error, "addBatch");
     }
   };
 

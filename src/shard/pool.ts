@@ -7,8 +7,8 @@
  * the end of the task once one holds {@linkcode FLUSH_NOW_BYTES}, else within
  * {@linkcode FLUSH_DELAY_MS} (so a shard wakes for batches of records, not for every record of
  * a slow stream: each wake costs its thread tens of µs); every shard runs its own expiry and
- * posts its expired flows back in binary batches, which the pool hands to `onFlows` (the export
- * loop).
+ * posts its expired flows back in binary batches (`exporters/batch.ts`), which the pool hands
+ * to `onBatch` (the export loop) undecoded.
  *
  * Bounds and failures:
  * - a shard's ring holds at most {@linkcode ShardPoolOptions.ringBytes}; when it is full, ingest
@@ -25,11 +25,10 @@
  * @module
  */
 
-import type { AggregatedRecord, ExportedFlow, FlowInput, FlowKey } from "../aggregation/record.ts";
+import type { AggregatedRecord, FlowInput, FlowKey } from "../aggregation/record.ts";
 import { type AggregationStats, CoreCounters } from "../aggregation/counters.ts";
 import { shardOf, sumStats } from "../aggregation/sharded.ts";
 import { KEY_WORDS } from "../aggregation/flow_table.ts";
-import { readBatch } from "../exporters/batch.ts";
 import { logger, logSettings, writeLogLine } from "../log.ts";
 import { workerModule } from "../worker_module.ts";
 import type { PodChange, PodReplicaSource } from "../k8s/pod_store.ts";
@@ -68,8 +67,11 @@ export interface ShardPoolOptions {
   shards: number;
   /** The cores' settings. */
   settings: ShardSettings;
-  /** Receives every expired flow of every shard, in each shard's export order. */
-  onFlows: (flows: ExportedFlow[]) => void;
+  /**
+   * Receives every expired flow of every shard, in each shard's export order, as the shards'
+   * batches (`exporters/batch.ts`: `openBatch`, `readBatch`); the buffer is the receiver's.
+   */
+  onBatch: (buf: ArrayBuffer) => void;
   /** Records per frame sent to a shard (default 256). */
   frameRecords?: number;
   /** Bytes of each shard's ring (default 4 MiB: about 24k records). */
@@ -268,7 +270,7 @@ export class ShardPool {
       case "flows":
         shard.stats = m.stats;
         shard.stringsTruncated = m.stringsTruncated;
-        this.#opts.onFlows(readBatch(m.buf));
+        this.#opts.onBatch(m.buf);
         return;
       case "stats":
         shard.stats = m.stats;
@@ -575,7 +577,7 @@ export class ShardPool {
 
   /**
    * Stops every shard: each ingests what its ring holds, exports its due flows, then every flow
-   * it still holds (through `onFlows`), then its worker ends. Resolves when all are done; a
+   * it still holds (through `onBatch`), then its worker ends. Resolves when all are done; a
    * shard that has not finished within `timeoutMs` is given up on as dead (its flows counted
    * lost), so a stuck shard cannot hang the shutdown.
    */

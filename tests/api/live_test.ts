@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { LiveHub, LiveView, MAX_STREAMS, ROWS_PER_SECOND } from "../../src/api/live.ts";
 import type { ExportedFlow } from "../../src/aggregation/record.ts";
 import { fixtureFlow } from "../exporters/fixtures.ts";
+import { BatchWriter, openBatch } from "../../src/exporters/batch.ts";
 
 function flow(i: number, over: Record<string, unknown> = {}): ExportedFlow {
   const f = fixtureFlow(false);
@@ -91,4 +92,26 @@ Deno.test("live hub: one summary per period to every page; at most MAX_STREAMS p
   for (const s of streams.slice(1)) await s!.cancel();
   assert.equal(hub.streams, 0);
   hub.close();
+});
+
+Deno.test("live view: a batch read in place gives the summary its flows give one by one", () => {
+  const flows = [
+    ...Array.from({ length: 120 }, (_, i) => flow(i)),
+    flow(999, { egressNetworkPolicyRuleAction: 2, destinationServicePortName: "ns/svc:http" }),
+    flow(998, { ingressNetworkPolicyRuleAction: 3, sourcePodName: "", sourceNodeName: "" }),
+    fixtureFlow(true),
+  ];
+  const w = new BatchWriter(flows.length);
+  for (const f of flows) w.add(f);
+  const batch = openBatch(w.finish());
+  const one = new LiveView(() => 9_000);
+  const all = new LiveView(() => 9_000);
+  for (const f of flows) one.observe(f);
+  all.observeBatch(batch);
+  const a = one.summary({});
+  const b = all.summary({});
+  assert.equal(b.seen, flows.length);
+  assert.ok(b.denied.length >= 2, "the denied flows are kept");
+  assert.equal(b.rows.length, ROWS_PER_SECOND);
+  assert.deepEqual(b, a);
 });

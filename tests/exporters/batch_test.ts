@@ -1,5 +1,19 @@
 import assert from "node:assert/strict";
-import { batchCount, BatchWriter, readBatch, ROW_BYTES } from "../../src/exporters/batch.ts";
+import {
+  batchCount,
+  batchField,
+  batchHas,
+  batchNumber,
+  batchRowBase,
+  batchString,
+  BatchWriter,
+  copyBatch,
+  openBatch,
+  readBatch,
+  readFlowAt,
+  readFlows,
+  ROW_BYTES,
+} from "../../src/exporters/batch.ts";
 import { fixtureFlow } from "./fixtures.ts";
 import type { ExportedFlow } from "../../src/aggregation/record.ts";
 import { newCore, s1 } from "../aggregation/fixtures.ts";
@@ -101,4 +115,28 @@ Deno.test("batch: an address field that is not an address is refused with its na
       }),
     /destinationClusterIPv4 "not-an-ip" is not an IPv4 address/,
   );
+});
+
+Deno.test("batch rows read in place: numbers, 64-bit counters, strings, absent fields, a trimmed copy", () => {
+  const f = fixtureFlow(false, { octetDeltaCount: 0x1_2345_6789n, sourcePodName: "p-é" });
+  const bare = fixtureFlow(false);
+  delete (bare.record as Partial<typeof bare.record>).sourcePodName;
+  const w = new BatchWriter(4);
+  w.add(f);
+  w.add(bare);
+  const buf = w.finish();
+  const b = openBatch(buf);
+  const octets = batchField("octetDeltaCount")!;
+  const pod = batchField("sourcePodName")!;
+  const proto = batchField("protocolIdentifier")!;
+  assert.equal(batchNumber(b, batchRowBase(0), octets), 0x1_2345_6789);
+  assert.equal(batchNumber(b, batchRowBase(0), proto), 6);
+  assert.equal(batchString(b, batchRowBase(0), pod), "p-é");
+  assert.equal(batchHas(b, batchRowBase(1), pod), false);
+  assert.equal(batchString(b, batchRowBase(1), pod), "");
+  assert.throws(() => batchString(b, batchRowBase(0), octets), /read as a string/);
+  assert.deepEqual(readFlowAt(b, 1), readFlows(b)[1]);
+  const copy = copyBatch(b);
+  assert.ok(copy.byteLength < buf.byteLength, "trimmed to the batch's end");
+  assert.deepEqual(readBatch(copy), readBatch(buf));
 });

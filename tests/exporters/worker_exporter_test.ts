@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { WorkerExporter, workerPermissions } from "../../src/exporters/worker_exporter.ts";
+import { BatchWriter, openBatch } from "../../src/exporters/batch.ts";
 import { flowLogComponent } from "../../src/exporters/flow_log/mod.ts";
 import { parseConfig } from "../../src/components.ts";
 import { fixtureFlow } from "./fixtures.ts";
@@ -196,6 +197,57 @@ Deno.test("a sink whose permissions the process lacks does not start, and the er
       `exporter probe needs --allow-net=127.0.0.1:9 --allow-write=${dir}, which this process ` +
         "was not given (print the flags a configuration needs: deno task permissions --config FILE)",
     );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("a batch in the workers' row format is forwarded whole, in order with single flows, and counted; past the bound its flows are taken one by one", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-worker-batch-" });
+  try {
+    const cfg = (name: string) =>
+      parseConfig(`flowLogger:\n  enable: true\n  path: ${dir}/${name}\n`).flowLogger;
+    const port = (i: number) => {
+      const f = fixtureFlow(i % 2 === 1, { sourceTransportPort: 1000 + i });
+      return { ...f, key: { ...f.key, sourcePort: 1000 + i } };
+    };
+    const flows = Array.from({ length: 12 }, (_, i) => port(i));
+    const batchOf = (fs: ExportedFlow[]) => {
+      const w = new BatchWriter(fs.length);
+      for (const f of fs) w.add(f);
+      return openBatch(w.finish());
+    };
+    // One by one in process: the reference lines.
+    const inProc = await flowLogComponent.create!(cfg("a.log"), CTX);
+    await inProc.start();
+    for (const f of flows) inProc.addRecord(f);
+    await inProc.stop();
+    // A single flow, a batch, a single flow, a batch: the lines come out in that order.
+    const e = new WorkerExporter(flowLogComponent, cfg("b.log"), CTX, { maxBufferedRecords: 8 });
+    await e.start();
+    e.addRecord(flows[0]);
+    e.addBatch(batchOf(flows.slice(1, 5)));
+    e.addRecord(flows[5]);
+    await e.flush();
+    assert.equal(e.stats().exported, 6);
+    // 6 rows, nothing outstanding, room for 8: forwarded whole.
+    e.addBatch(batchOf(flows.slice(6, 12)));
+    await e.flush();
+    // Over the bound: 2 outstanding in the current batch + 10 rows > 8, so they go one by one
+    // and the overflow is counted per row.
+    e.addRecord(flows[0]);
+    e.addRecord(flows[1]);
+    e.addBatch(batchOf(flows.slice(0, 10)));
+    await e.stop();
+    const s = e.stats();
+    assert.equal(s.received, 24);
+    assert.equal(s.overflowDropped, 4);
+    assert.equal(s.exported, 20);
+    assert.equal(s.received, s.exported + s.dropped + s.buffered);
+    const a = (await Deno.readTextFile(`${dir}/a.log`)).trimEnd().split("\n");
+    const b = (await Deno.readTextFile(`${dir}/b.log`)).trimEnd().split("\n");
+    assert.deepEqual(b.slice(0, 12), a, "forwarded rows print as the flows taken one by one");
+    assert.deepEqual(b.slice(12), [a[0], a[1], ...a.slice(0, 6)]);
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

@@ -56,7 +56,7 @@ Deno.test("shard pool: 2 shard workers export exactly what one core does", async
   const pool = new ShardPool({
     shards: 2,
     settings: HOUR,
-    onFlows: (flows) => got.push(...flows),
+    onBatch: (buf) => got.push(...readBatch(buf)),
     frameRecords: 100,
   });
   await pool.ready();
@@ -94,7 +94,7 @@ Deno.test("shard pool: shards expire on their own timers, queries span every sha
   const pool = new ShardPool({
     shards: 3,
     settings: { ...HOUR, activeTimeoutMs: 300, inactiveTimeoutMs: 300 },
-    onFlows: (flows) => got.push(...flows),
+    onBatch: (buf) => got.push(...readBatch(buf)),
   });
   await pool.ready();
   const records = Array.from({ length: 60 }, (_, i) => intraNode({ sourceTransportPort: 1 + i }));
@@ -113,7 +113,7 @@ Deno.test("shard pool: maxFlows bounds the shards together", async () => {
   const pool = new ShardPool({
     shards: 2,
     settings: { ...HOUR, maxFlows: 50 },
-    onFlows: () => {},
+    onBatch: () => {},
     frameRecords: 1,
   });
   await pool.ready();
@@ -135,7 +135,7 @@ Deno.test("shard pool: a dying shard is reported and its records are counted dro
   const pool = new ShardPool({
     shards: 2,
     settings: HOUR,
-    onFlows: () => {},
+    onBatch: () => {},
     workerModule: new URL("./crashing_shard.ts", import.meta.url),
   });
   await pool.ready();
@@ -156,7 +156,7 @@ Deno.test("shard pool: a shard that stops reading stalls ingest for a bounded ti
   const pool = new ShardPool({
     shards: 1,
     settings: HOUR,
-    onFlows: () => {},
+    onBatch: () => {},
     ringBytes: 4096,
     frameRecords: 4,
     workerModule: new URL("./idle_shard.ts", import.meta.url),
@@ -188,7 +188,7 @@ Deno.test("shard pool: a shard busy draining its ring still runs its expiry time
   const pool = new ShardPool({
     shards: 2,
     settings: { ...HOUR, activeTimeoutMs: 200, inactiveTimeoutMs: 200 },
-    onFlows: (flows) => got.push(...flows),
+    onBatch: (buf) => got.push(...readBatch(buf)),
   });
   await pool.ready();
   // 1.5 s of records without a pause: exports must come out while they flow, not after.
@@ -216,7 +216,7 @@ Deno.test("shard pool: undecoded records are decoded by their shards; cut string
   const pool = new ShardPool({
     shards: 2,
     settings: { ...HOUR, maxStringBytes: 3 },
-    onFlows: () => {},
+    onBatch: () => {},
   });
   await pool.ready();
   let records = 0;
@@ -239,7 +239,7 @@ Deno.test("shard pool: a dead shard is started again, empty, and takes its recor
   const pool = new ShardPool({
     shards: 2,
     settings: HOUR,
-    onFlows: () => {},
+    onBatch: () => {},
     workerModule: new URL("./crash_once_shard.ts", import.meta.url),
     restartBackoffMs: 50,
   });
@@ -269,7 +269,7 @@ Deno.test("shard pool: a query leaves out a shard that does not answer in time",
   const pool = new ShardPool({
     shards: 1,
     settings: HOUR,
-    onFlows: () => {},
+    onBatch: () => {},
     workerModule: new URL("./idle_shard.ts", import.meta.url),
   });
   await pool.ready();
@@ -280,7 +280,7 @@ Deno.test("shard pool: a query leaves out a shard that does not answer in time",
 });
 
 Deno.test("shard pool: the counters follow the records within about 50 ms, no query needed", async () => {
-  const pool = new ShardPool({ shards: 2, settings: HOUR, onFlows: () => {} });
+  const pool = new ShardPool({ shards: 2, settings: HOUR, onBatch: () => {} });
   await pool.ready();
   // Past the first report, so the idle 500 ms one cannot be what brings the count.
   await new Promise((r) => setTimeout(r, 100));

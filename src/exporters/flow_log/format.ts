@@ -11,7 +11,13 @@
 
 import type { FlowLoggerFilter } from "./config.ts";
 import { type FlatRecord, labels } from "../flat_record.ts";
-import { type BatchField, batchField, batchRowBase, type FlowBatch } from "../batch.ts";
+import {
+  type BatchField,
+  batchField,
+  batchNumber,
+  batchRowBase,
+  type FlowBatch,
+} from "../batch.ts";
 import { formatIPv4Bytes, formatIPv6 } from "../../ipfix/ip.ts";
 import {
   type FlatField,
@@ -225,12 +231,6 @@ const [ROW_PLAIN, ROW_PRETTY] = [false, true].map((pretty) =>
 const INGRESS_ACTION = layoutOf("ingressNetworkPolicyRuleAction", "ingressNetworkPolicyRuleAction");
 const EGRESS_ACTION = layoutOf("egressNetworkPolicyRuleAction", "egressNetworkPolicyRuleAction");
 
-function rowNumber(batch: FlowBatch, base: number, f: BatchField): number {
-  return (batch.bytes[base + f.presentByte] & f.presentMask) !== 0
-    ? batch.view.getFloat64(base + f.offset, true)
-    : 0;
-}
-
 /** Options of {@linkcode BatchLines}. */
 export interface BatchLinesOptions {
   /** Protocol, rule action and policy type codes as names (`flowLogger.prettyPrint`). */
@@ -280,8 +280,8 @@ export class BatchLines {
     if (filter.empty) return true;
     const base = batchRowBase(r);
     return filter.matchesActions(
-      rowNumber(this.#batch, base, INGRESS_ACTION),
-      rowNumber(this.#batch, base, EGRESS_ACTION),
+      batchNumber(this.#batch, base, INGRESS_ACTION),
+      batchNumber(this.#batch, base, EGRESS_ACTION),
     );
   }
 }

@@ -182,6 +182,14 @@ function emitTo(c: AggregationCore): (f: ExportedFlow) => void {
   };
 }
 
+/**
+ * The export hooks of a sweep: no address text, since the batches carry the key's addresses as
+ * the core's words (`BatchWriter`) and whoever needs text makes it from them (`readBatch`).
+ */
+function exportHooks(): ExportHooks {
+  return { ...hooks, addressText: false };
+}
+
 function arm(c: AggregationCore, delayMs?: number): void {
   if (timer !== undefined) clearTimeout(timer);
   const delay = delayMs ?? Math.min(Math.max(c.nextExpiryDelayMs(), 0), MAX_TIMER_MS);
@@ -190,8 +198,7 @@ function arm(c: AggregationCore, delayMs?: number): void {
 
 function sweep(c: AggregationCore): void {
   timer = undefined;
-  // Address text is needed: the main thread's sinks may be in process.
-  c.expire(emitTo(c), { ...hooks, limit: SWEEP_SLICE });
+  c.expire(emitTo(c), { ...exportHooks(), limit: SWEEP_SLICE });
   flushBatch(c);
   publishUsage(c);
   arm(c, c.hasExpired() ? 0 : undefined);
@@ -277,8 +284,8 @@ scope.onmessage = (e: MessageEvent<ToShard>): void => {
       // Every record sent before the stop, then the expired flows first (normal export semantics), then every flow still held.
       drain(c);
       const emit = emitTo(c);
-      c.expire(emit, hooks);
-      const n = c.flushAll(emit, hooks);
+      c.expire(emit, exportHooks());
+      const n = c.flushAll(emit, exportHooks());
       flushBatch(c);
       publishUsage(c);
       log.debug("shard flushed the flows it held", { shard: index, flows: n });

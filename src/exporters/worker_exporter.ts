@@ -231,14 +231,19 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
    * Takes every flow of a batch that is already in the workers' row format (an aggregation
    * shard's): the batch is copied and queued whole, after the flows taken one by one before it,
    * with no flow decoded or re-encoded on this thread. When fewer than its rows fit under
-   * `maxBufferedRecords`, its flows are taken one by one ({@linkcode addRecord}: the rows that
-   * fit are kept, the rest counted as overflow). Never throws.
+   * `maxBufferedRecords`, the rows that fit are decoded and taken one by one
+   * ({@linkcode addRecord}) and the rest counted as overflow, as `addRecord` would count them,
+   * without decoding them. Never throws.
    */
   addBatch(batch: FlowBatch): void {
     const n = batch.count;
     if (n === 0) return;
-    if (this.#outstanding() + n > this.#opts.maxBufferedRecords) {
-      for (let r = 0; r < n; r++) this.addRecord(readFlowAt(batch, r));
+    const room = this.#opts.maxBufferedRecords - this.#outstanding();
+    if (n > room) {
+      const fit = Math.max(0, room);
+      for (let r = 0; r < fit; r++) this.addRecord(readFlowAt(batch, r));
+      this.#received += n - fit;
+      this.#overflow += n - fit;
       return;
     }
     this.#received += n;

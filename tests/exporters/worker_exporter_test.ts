@@ -238,10 +238,12 @@ Deno.test("a batch in the workers' row format is forwarded whole, in order with 
     e.addRecord(flows[0]);
     e.addRecord(flows[1]);
     e.addBatch(batchOf(flows.slice(0, 10)));
+    // Full (8 outstanding, nothing acknowledged in between): a whole batch is overflow.
+    e.addBatch(batchOf(flows.slice(0, 3)));
     await e.stop();
     const s = e.stats();
-    assert.equal(s.received, 24);
-    assert.equal(s.overflowDropped, 4);
+    assert.equal(s.received, 27);
+    assert.equal(s.overflowDropped, 7);
     assert.equal(s.exported, 20);
     assert.equal(s.received, s.exported + s.dropped + s.buffered);
     const a = (await Deno.readTextFile(`${dir}/a.log`)).trimEnd().split("\n");

@@ -106,6 +106,52 @@ function groupOf(f: FieldRow): number | undefined {
 }
 
 /**
+ * The expression of field `f`'s value in code generated over a slot: it reads `I` (the
+ * interner), `u32` and `ub` (the slot's u32 words), `u` and `b` (its u64 words, a BigInt) and,
+ * for a grouped field, `G<g>` and `t<g>` (the group's table and the slot's tuple id, bound by
+ * {@linkcode groupPrelude}). Absent text is `undefined`.
+ */
+export function fieldValueSource(f: FieldRow): string {
+  const g = groupOf(f);
+  if (g !== undefined) {
+    const w = `G${g}.word(t${g}, ${f.at})`;
+    return f.kind === "str" ? `I.text(${w})` : w;
+  }
+  switch (f.kind) {
+    case "str":
+      return `I.text(u32[ub + ${f.at}])`;
+    case "num":
+      return `u32[ub + ${f.at}]`;
+    case "u32":
+      return f.bits === undefined || f.bits === 32
+        ? `u32[ub + ${f.at}]`
+        : `((u32[ub + ${f.at}] >>> ${f.shift ?? 0}) & ${2 ** f.bits - 1})`;
+    case "u64":
+      return `u[b + ${f.at}]`;
+  }
+}
+
+/**
+ * The expressions (as {@linkcode fieldValueSource}'s) of the record fields the table does not
+ * list that a slot holds as words: cluster IPs and Pod labels, as interned text.
+ */
+export const EXTRA_VALUE_SOURCE: Readonly<Record<string, string>> = {
+  destinationClusterIPv4: `I.text(u32[ub + ${U32.CLUSTER_V4}])`,
+  destinationClusterIPv6: `I.text(u32[ub + ${U32.CLUSTER_V6}])`,
+  sourcePodLabels: `I.text(u32[ub + ${U32.SRC_LABELS}])`,
+  destinationPodLabels: `I.text(u32[ub + ${U32.DST_LABELS}])`,
+};
+
+/**
+ * Code binding what {@linkcode fieldValueSource}'s grouped expressions read: `G<g>` from the
+ * tables `G`, and `t<g>`, the slot's tuple id of each group.
+ */
+export function groupPrelude(groups: readonly FieldGroup[]): string {
+  return groups.map((g, gi) => `const G${gi} = G[${gi}]; const t${gi} = u32[ub + ${g.at}];`)
+    .join(" ");
+}
+
+/**
  * Compiles the create/correlate/snapshot functions of `fields` over the field groups `groups`.
  * Throws when a name is not a plain identifier, a slot word, bit range, group or group position
  * is not valid, or two rows (or a row and a group's id word) share slot bits.
@@ -151,7 +197,6 @@ export function compileFieldCode(
   }
   const create: string[] = [];
   const correlate: string[] = [];
-  const snapTmp: string[] = [];
   const snap: string[] = [];
   const release: string[] = [];
   const createBytes: string[] = [];
@@ -166,27 +211,16 @@ export function compileFieldCode(
           correlate.push(`if (${from}) u32[ub + ${f.at}] = I.replace(u32[ub + ${f.at}], ${from});`);
           correlateBytes.push(`B(${from})`);
         }
-        snap.push(`${f.ie}: I.text(u32[ub + ${f.at}]),`);
         release.push(`I.unref(u32[ub + ${f.at}]);`);
         createBytes.push(`B(${from})`);
         break;
       case "num":
         create.push(`u32[ub + ${f.at}] = num(${from});`);
         if (f.correlate) correlate.push(`v = num(${from}); if (v !== 0) u32[ub + ${f.at}] = v;`);
-        snap.push(`${f.ie}: u32[ub + ${f.at}],`);
-        break;
-      case "u32":
-        snap.push(
-          f.bits === undefined || f.bits === 32
-            ? `${f.ie}: u32[ub + ${f.at}],`
-            : `${f.ie}: (u32[ub + ${f.at}] >>> ${f.shift ?? 0}) & ${2 ** f.bits - 1},`,
-        );
-        break;
-      case "u64":
-        snap.push(`${f.ie}: u[b + ${f.at}],`);
         break;
     }
   }
+  for (const f of fields) snap.push(`${f.ie}: ${fieldValueSource(f)},`);
   // Each group: its rows fill the group's scratch tuple, whose interned id goes to the slot.
   groups.forEach((g, gi) => {
     const rows = fields.filter((f) => groupOf(f) === gi) as Extract<
@@ -222,19 +256,10 @@ export function compileFieldCode(
       correlate.push(`}`);
       correlateBytes.push(`(${anyCorr.join(" || ")} ? ${TB} : 0)`);
     }
-    snapTmp.push(`const t${gi} = ${id};`);
-    for (const f of rows) {
-      const w = `${T}.word(t${gi}, ${f.at})`;
-      snap.push(`${f.ie}: ${f.kind === "str" ? `I.text(${w})` : w},`);
-    }
     release.push(`${T}.unref(${id});`);
   });
   // Groups are bound once per call: `G0 = G[0]` and so on.
   const bind = groups.map((_, gi) => `const G${gi} = G[${gi}];`).join(" ");
-  // Snapshot fields keep the table's order: grouped rows were pushed after the others.
-  const order = new Map(fields.map((f, i) => [f.ie as string, i]));
-  const keyOf = (line: string) => order.get(line.slice(0, line.indexOf(":"))) ?? 0;
-  snap.sort((x, y) => keyOf(x) - keyOf(y));
   const source = [
     `"use strict";`,
     `function create(r, I, G, u32, ub) {`,
@@ -248,8 +273,7 @@ export function compileFieldCode(
     ...correlate,
     `}`,
     `function snapshot(I, G, u32, ub, u, b, a) {`,
-    bind,
-    ...snapTmp,
+    groupPrelude(groups),
     `const v4 = a.v4;`,
     `return {`,
     ...snap,
@@ -257,10 +281,7 @@ export function compileFieldCode(
     `destinationIPv4Address: v4 ? a.dst : undefined,`,
     `sourceIPv6Address: v4 ? undefined : a.src,`,
     `destinationIPv6Address: v4 ? undefined : a.dst,`,
-    `destinationClusterIPv4: I.text(u32[ub + ${U32.CLUSTER_V4}]),`,
-    `destinationClusterIPv6: I.text(u32[ub + ${U32.CLUSTER_V6}]),`,
-    `sourcePodLabels: I.text(u32[ub + ${U32.SRC_LABELS}]),`,
-    `destinationPodLabels: I.text(u32[ub + ${U32.DST_LABELS}]),`,
+    ...Object.entries(EXTRA_VALUE_SOURCE).map(([ie, x]) => `${ie}: ${x},`),
     `};`,
     `}`,
     `function release(I, G, u32, ub) {`,

@@ -50,6 +50,18 @@ export interface ExportHooks {
    * it, and the key's and the record's address fields are `""`. Default true.
    */
   addressText?: boolean;
+  /**
+   * Where the sweep writes each exported flow instead of snapshotting it for `emit`: a binary
+   * batch written from the slot itself (the shards', `shard/slot_rows.ts`), which skips the
+   * record object and its BigInt counters.
+   */
+  rows?: SlotRows;
+}
+
+/** Takes exported flows straight from their slots (see {@linkcode ExportHooks.rows}). */
+export interface SlotRows {
+  /** Writes flow `slot` of core state `s`; `uncorrelated` as {@linkcode ExportedFlow}'s. */
+  add(s: CoreState, slot: number, uncorrelated: boolean): void;
 }
 
 type Lookup = (ip: string, t: number) => PodInfo | undefined;
@@ -126,21 +138,43 @@ export function emitOne(
   opts: EmitOptions,
 ): boolean {
   fill(s, slot, opts.hooks);
-  const record = snapshot(s, slot, opts.hooks?.addressText !== false);
   const u32 = s.store.u32(slot);
   const ub = u32Base(slot);
   const flags = u32[ub + U32.FLAGS];
   const updated = (flags & FL_UPDATED) !== 0;
-  u32[ub + U32.FLAGS] = flags & ~FL_UPDATED;
+  try {
+    const rows = opts.hooks?.rows;
+    if (rows !== undefined) rows.add(s, slot, opts.uncorrelated);
+    else emit(exportedFlow(s, slot, opts));
+  } catch (err) {
+    // L1: one failing sink must not orphan the flow or stop the sweep.
+    s.counters.emitErrors++;
+    const n = s.rl.allow("emit");
+    if (n >= 0) log.error("export callback failed", { error: err, suppressed: n });
+    return false;
+  } finally {
+    u32[ub + U32.FLAGS] &= ~FL_UPDATED;
+  }
+  s.counters.exported++;
+  if (opts.uncorrelated) s.counters.uncorrelatedExported++;
+  if (!updated) s.counters.exportedWithoutNewData++;
+  return true;
+}
+
+/** The flow of `slot` as {@linkcode emitOne} hands it to `emit`. */
+function exportedFlow(s: CoreState, slot: number, opts: EmitOptions): ExportedFlow {
+  const record = snapshot(s, slot, opts.hooks?.addressText !== false);
+  const u32 = s.store.u32(slot);
+  const ub = u32Base(slot);
   // The key's addresses are the text the snapshot just formatted (not formatted twice).
-  const v4 = (flags & FL_IPV4) !== 0;
+  const v4 = (u32[ub + U32.FLAGS] & FL_IPV4) !== 0;
   const key = flowKeyOf(
     s,
     slot,
     (v4 ? record.sourceIPv4Address : record.sourceIPv6Address) as string,
     (v4 ? record.destinationIPv4Address : record.destinationIPv6Address) as string,
   );
-  const ev: ExportedFlow = {
+  return {
     key,
     record,
     isIPv6: !v4,
@@ -148,19 +182,6 @@ export function emitOne(
     addressWords: u32,
     addressAt: ub + U32.SRC,
   };
-  try {
-    emit(ev);
-  } catch (err) {
-    // L1: one failing sink must not orphan the flow or stop the sweep.
-    s.counters.emitErrors++;
-    const n = s.rl.allow("emit");
-    if (n >= 0) log.error("export callback failed", { error: err, suppressed: n });
-    return false;
-  }
-  s.counters.exported++;
-  if (opts.uncorrelated) s.counters.uncorrelatedExported++;
-  if (!updated) s.counters.exportedWithoutNewData++;
-  return true;
 }
 
 /** §6.5/§6.6: fills Pod metadata and labels once per flow, through the hooks. */

@@ -103,6 +103,14 @@ type RowReader = (
   strings: readonly (string | undefined)[],
 ) => AggregatedRecord;
 
+const KIND_OF: Readonly<Record<Slot, BatchField["kind"]>> = {
+  0: "number",
+  1: "bigint",
+  2: "string",
+  3: "ipv4",
+  4: "ipv6",
+};
+
 /** Scratch words of an IPv4-mapped address (IPv6 fields print those as dotted quads). */
 const mapped = new Uint32Array([0, 0, 0xffff, 0]);
 
@@ -124,6 +132,19 @@ function v4Word(text: string, name: string): number {
 }
 
 const HELPERS = { v4Word, v6Words, formatIPv4Bytes, formatIPv6 };
+
+/**
+ * What generated row code reads and writes besides the row (see {@linkcode BatchWriter.target}):
+ * the rows as a view and as bytes, the string table's `ref`, and the per-field last value and
+ * its reference (or word) that spare a look-up when a field repeats.
+ */
+export interface RowTarget {
+  readonly v: DataView;
+  readonly rows: Uint8Array;
+  readonly ref: (s: string) => number;
+  readonly last: unknown[];
+  readonly lastRef: number[];
+}
 
 /** The key's address fields: their words come from the core's storage when it is given. */
 const KEY_ADDRESS: Readonly<Record<string, number>> = {
@@ -184,18 +205,41 @@ function getSource(f: FieldSlot): string {
   }
 }
 
-function compileWriter(): RowWriter {
+/**
+ * How generated code fills the fields of the row at `base` (every byte after the key): `valueOf`
+ * gives, per field, either an expression of its value (absent when `undefined`), stored as
+ * {@linkcode BatchWriter.add} stores a record's value, or `{ present, put }`: a condition and
+ * code storing the value itself. The code declares `x`, `w` and the bitmap bytes and reads `v`,
+ * `rows`, `base`, `ref`, `last`, `lastRef` and `H` ({@linkcode BATCH_HELPERS}) from its scope.
+ * Row writers of other flow representations (the shards' slots) are generated through this,
+ * so they write the same rows.
+ */
+export function rowFieldsSource(
+  valueOf: (name: string, kind: BatchField["kind"], at: string) =>
+    | string
+    | { present: string; put: string },
+): string {
   const lines: string[] = [];
   const masks = new Array(BITMAP_BYTES).fill(0).map((_, i) => `m${i}`);
   lines.push(`let x; let w; let ${masks.map((m) => `${m} = 0`).join(", ")};`);
   FIELDS.forEach((f, i) => {
+    const bit = `m${i >> 3} |= ${1 << (i & 7)};`;
+    const value = valueOf(f.name, KIND_OF[f.slot], `base + ${f.offset}`);
     lines.push(
-      `x = rec[${JSON.stringify(f.name)}]; if (x !== undefined) { m${i >> 3} |= ${1 << (i & 7)}; ${
-        putSource(f, i)
-      } }`,
+      typeof value === "string"
+        ? `x = ${value}; if (x !== undefined) { ${bit} ${putSource(f, i)} }`
+        : `if (${value.present}) { ${bit} ${value.put} }`,
     );
   });
   masks.forEach((m, i) => lines.push(`rows[base + ${KEY_BYTES + i}] = ${m};`));
+  return lines.join("\n");
+}
+
+/** The helpers `H` of {@linkcode rowFieldsSource}'s code. */
+export const BATCH_HELPERS: typeof HELPERS = HELPERS;
+
+function compileWriter(): RowWriter {
+  const lines = [rowFieldsSource((name) => `rec[${JSON.stringify(name)}]`)];
   return new Function(
     "H",
     `return function writeRow(v, rows, base, rec, ref, last, lastRef, aw, aa) {\n${
@@ -241,12 +285,26 @@ export class BatchWriter {
    */
   readonly #last: unknown[] = new Array(FIELDS.length).fill(undefined);
   readonly #lastRef: number[] = new Array(FIELDS.length).fill(0);
+  /** See {@linkcode target}. */
+  readonly #target: RowTarget;
 
   /** A writer for at most `capacity` rows. */
   constructor(capacity: number) {
     this.#capacity = capacity;
     this.#rows = new Uint8Array(capacity * ROW_BYTES);
     this.#view = new DataView(this.#rows.buffer);
+    this.#target = {
+      v: this.#view,
+      rows: this.#rows,
+      ref: this.#refFn,
+      last: this.#last,
+      lastRef: this.#lastRef,
+    };
+  }
+
+  /** What code generated with {@linkcode rowFieldsSource} writes a row into. */
+  get target(): RowTarget {
+    return this.#target;
   }
 
   /** Rows written so far. */
@@ -270,15 +328,37 @@ export class BatchWriter {
     return i;
   }
 
+  /**
+   * Starts the next row with its key (the caller checks {@linkcode full} first) and returns its
+   * offset in {@linkcode target}'s rows, where the caller writes its fields.
+   */
+  startRow(
+    isIPv6: boolean,
+    uncorrelated: boolean,
+    protocol: number,
+    sourcePort: number,
+    destinationPort: number,
+  ): number {
+    const v = this.#view;
+    const base = this.#count++ * ROW_BYTES;
+    v.setUint8(base, (isIPv6 ? 1 : 0) | (uncorrelated ? 2 : 0));
+    v.setUint8(base + 1, protocol);
+    v.setUint16(base + 2, sourcePort, true);
+    v.setUint16(base + 4, destinationPort, true);
+    return base;
+  }
+
   /** Appends one flow (the caller checks {@linkcode full} first). */
   add(flow: ExportedFlow): void {
-    const v = this.#view;
-    const base = this.#count * ROW_BYTES;
     const key = flow.key;
-    v.setUint8(base, (flow.isIPv6 ? 1 : 0) | (flow.uncorrelated ? 2 : 0));
-    v.setUint8(base + 1, key.protocol);
-    v.setUint16(base + 2, key.sourcePort, true);
-    v.setUint16(base + 4, key.destinationPort, true);
+    const v = this.#view;
+    const base = this.startRow(
+      flow.isIPv6,
+      flow.uncorrelated,
+      key.protocol,
+      key.sourcePort,
+      key.destinationPort,
+    );
     writeRow(
       v,
       this.#rows,
@@ -290,7 +370,6 @@ export class BatchWriter {
       flow.addressWords,
       flow.addressAt ?? 0,
     );
-    this.#count++;
   }
 
   /** The batch as one transferable buffer; the writer is empty afterwards. */
@@ -352,14 +431,6 @@ export interface BatchField {
   /** Mask of the field's bit in that byte (a clear bit: the field is absent). */
   readonly presentMask: number;
 }
-
-const KIND_OF: Readonly<Record<Slot, BatchField["kind"]>> = {
-  0: "number",
-  1: "bigint",
-  2: "string",
-  3: "ipv4",
-  4: "ipv6",
-};
 
 /** The row layout of IE `name`; undefined when batches do not carry it. */
 export function batchField(name: string): BatchField | undefined {

@@ -31,6 +31,7 @@ import {
 } from "./protocol.ts";
 import { stringsTruncatedTotal } from "../ipfix/compile.ts";
 import { RingReader } from "./ring.ts";
+import { SlotRowWriter } from "./slot_rows.ts";
 
 /** Flows per batch posted to the main thread. */
 const BATCH_FLOWS = 1024;
@@ -183,11 +184,19 @@ function emitTo(c: AggregationCore): (f: ExportedFlow) => void {
 }
 
 /**
- * The export hooks of a sweep: no address text, since the batches carry the key's addresses as
- * the core's words (`BatchWriter`) and whoever needs text makes it from them (`readBatch`).
+ * Writes exported flows from their slots into the batch, posting it when full (the sweep's
+ * `emit` then goes unused: every flow goes here).
+ */
+const slotRows = new SlotRowWriter(batch, () => {
+  if (core !== undefined) flushBatch(core);
+});
+
+/**
+ * The export hooks of a sweep: flows go into the batch straight from their slots, and whoever
+ * needs address text makes it from the rows' address words (`readBatch`).
  */
 function exportHooks(): ExportHooks {
-  return { ...hooks, addressText: false };
+  return { ...hooks, addressText: false, rows: slotRows };
 }
 
 function arm(c: AggregationCore, delayMs?: number): void {

@@ -21,7 +21,7 @@ import type { AggregatedRecord, ExportedFlow, FlowInput, FlowKey } from "./recor
 import { AggregationCore, type ExpireOptions, type FlowEntryState } from "./core.ts";
 import type { AggregationStats } from "./counters.ts";
 import { readFlowKey } from "./flow_key.ts";
-import { hashKey, KEY_WORDS } from "./flow_table.ts";
+import { KEY_WORDS, mix } from "./flow_table.ts";
 import type { ExportHooks } from "./snapshot.ts";
 import type { AggregationOptions } from "./state.ts";
 
@@ -29,12 +29,21 @@ import type { AggregationOptions } from "./state.ts";
 export type CoreApi = { [K in keyof AggregationCore]: AggregationCore[K] };
 
 /**
- * Shard (0..n-1) of a flow key hash. Uses other bits than the flow table's bucket index (its low
- * bits), so the keys of one shard still spread over all of its table's buckets.
+ * Shard (0..n-1) of a flow key ({@linkcode KEY_WORDS} words, as `readFlowKey` reads it). Its own
+ * hash, not the flow table's (`hashKey`: a mix per key word, and the main thread routes every
+ * record): the key words folded with odd multipliers, then one finishing mix. Independent of
+ * the table's hash, so the keys of one shard still spread over all of its table's buckets.
  */
-export function shardIndex(hash: number, n: number): number {
-  const x = Math.imul(hash ^ (hash >>> 16), 0x2c1b3c6d) >>> 0;
-  return Math.floor((x / 4294967296) * n);
+export function shardOfKey(k: Uint32Array, n: number): number {
+  let src = k[0];
+  let dst = k[4];
+  if (k[11] === 6) {
+    src ^= Math.imul(k[1], 0x9e3779b1) ^ Math.imul(k[2], 0x85ebca6b) ^ Math.imul(k[3], 0xc2b2ae35);
+    dst ^= Math.imul(k[5], 0x9e3779b1) ^ Math.imul(k[6], 0x85ebca6b) ^ Math.imul(k[7], 0xc2b2ae35);
+  }
+  const h = Math.imul(src, 0x27d4eb2f) ^ Math.imul(dst, 0x165667b1) ^
+    Math.imul((k[9] << 16) | k[10], 0x7feb352d) ^ (k[8] | (k[11] << 8));
+  return Math.floor((mix(h) / 4294967296) * n);
 }
 
 /**
@@ -45,7 +54,7 @@ export function shardIndex(hash: number, n: number): number {
 export function shardOf(r: FlowInput, n: number, scratch: Uint32Array): number {
   if (n <= 1 || r === null || typeof r !== "object") return 0;
   if (readFlowKey(scratch, r) !== undefined) return 0;
-  return shardIndex(hashKey(scratch), n);
+  return shardOfKey(scratch, n);
 }
 
 /** The sum of shards' counters, field by field (nested counters too). */

@@ -24,11 +24,10 @@ import type { FlowInput } from "../aggregation/record.ts";
 import { type CompiledTemplate, compileTemplate } from "../ipfix/compile.ts";
 import { fieldKey } from "../ipfix/compile.ts";
 import { type KeyOffsets, skimOf } from "../ipfix/skim.ts";
-import { hashKey } from "../aggregation/flow_table.ts";
 import { compileView, readRawKey, RecordViews, type ViewSink } from "./views.ts";
 
 export { readRawKey, type ViewSink };
-import { shardIndex } from "../aggregation/sharded.ts";
+import { shardOfKey } from "../aggregation/sharded.ts";
 import type { FieldSpecifier, TemplateRecord } from "../ipfix/types.ts";
 import type { RingWriter } from "./ring.ts";
 
@@ -61,7 +60,7 @@ export function rawShardOf(
   scratch: Uint32Array,
 ): number {
   readRawKey(b, start, key, scratch);
-  return shardIndex(hashKey(scratch), n);
+  return shardOfKey(scratch, n);
 }
 
 /**

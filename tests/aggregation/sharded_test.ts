@@ -12,8 +12,8 @@ import {
   type ExportedFlow,
   type FlowInput,
   ShardedCore,
-  shardIndex,
   shardOf,
+  shardOfKey,
 } from "../../src/aggregation/mod.ts";
 import { ManualClock } from "../../src/clock.ts";
 import { hashKey, KEY_WORDS } from "../../src/aggregation/flow_table.ts";
@@ -123,8 +123,8 @@ Deno.test("shard routing: both address forms agree, bad records go to shard 0", 
   assert.equal(core.addRecord(bad), false);
   assert.equal(core.shards[0].stats().recordsRejected.badAddress, 1);
   assert.equal(core.stats().recordsRejected.badAddress, 1);
-  // The shard uses other hash bits than the table's buckets: one shard's keys still fill both
-  // halves of a power-of-two table.
+  // The shard's hash is not the table's: one shard's keys still fill every bucket of the low
+  // bits of a power-of-two table.
   const low = new Set<number>();
   for (let p = 0; p < 256; p++) {
     scratch.fill(0);
@@ -134,10 +134,47 @@ Deno.test("shard routing: both address forms agree, bad records go to shard 0", 
     scratch[9] = p;
     scratch[10] = 80;
     scratch[11] = 4;
-    const h = hashKey(scratch);
-    if (shardIndex(h, 2) === 0) low.add(h & 1);
+    if (shardOfKey(scratch, 2) === 0) low.add(hashKey(scratch) & 3);
   }
-  assert.equal(low.size, 2);
+  assert.equal(low.size, 4);
+});
+
+Deno.test("shard routing: keys spread evenly whichever key word varies", () => {
+  const k = new Uint32Array(KEY_WORDS);
+  /** Shares of 4,000 keys over `n` shards, `vary(i)` setting key i's words from a base key. */
+  const shares = (n: number, family: 4 | 6, vary: (i: number) => void): number[] => {
+    const count = new Array(n).fill(0);
+    for (let i = 0; i < 4000; i++) {
+      k.fill(0);
+      k[0] = family === 4 ? 0x0a000001 : 0xfd000000;
+      k[4] = family === 4 ? 0x0a000002 : 0xfd000000;
+      if (family === 6) k[3] = 1, k[7] = 2;
+      k[8] = 6;
+      k[9] = 40000;
+      k[10] = 443;
+      k[11] = family;
+      vary(i);
+      count[shardOfKey(k, n)]++;
+    }
+    return count.map((c) => c / 4000);
+  };
+  const cases: [string, 4 | 6, (i: number) => void][] = [
+    ["source port", 4, (i) => k[9] = 1024 + i],
+    ["destination port", 4, (i) => k[10] = i],
+    ["IPv4 source", 4, (i) => k[0] = 0x0a000000 + i],
+    ["IPv4 destination", 4, (i) => k[4] = 0x0a000000 + i],
+    ["IPv6 source, last word", 6, (i) => k[3] = i],
+    ["IPv6 destination, last word", 6, (i) => k[7] = i],
+    ["IPv6 source, second word", 6, (i) => k[1] = i],
+    ["IPv6 destination, third word", 6, (i) => k[6] = i << 8],
+  ];
+  for (const n of [2, 3, 4]) {
+    for (const [what, family, vary] of cases) {
+      for (const share of shares(n, family, vary)) {
+        assert.ok(Math.abs(share - 1 / n) < 0.05, `${what}, ${n} shards: ${share}`);
+      }
+    }
+  }
 });
 
 Deno.test("sharded core: queries and entry states cover every shard", () => {

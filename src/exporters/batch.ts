@@ -330,7 +330,8 @@ export class BatchWriter {
 
   /**
    * Starts the next row with its key (the caller checks {@linkcode full} first) and returns its
-   * offset in {@linkcode target}'s rows, where the caller writes its fields.
+   * offset in {@linkcode target}'s rows, where the caller writes its fields; the row counts once
+   * {@linkcode commitRow} is called (a row whose writing threw is overwritten by the next).
    */
   startRow(
     isIPv6: boolean,
@@ -340,12 +341,17 @@ export class BatchWriter {
     destinationPort: number,
   ): number {
     const v = this.#view;
-    const base = this.#count++ * ROW_BYTES;
+    const base = this.#count * ROW_BYTES;
     v.setUint8(base, (isIPv6 ? 1 : 0) | (uncorrelated ? 2 : 0));
     v.setUint8(base + 1, protocol);
     v.setUint16(base + 2, sourcePort, true);
     v.setUint16(base + 4, destinationPort, true);
     return base;
+  }
+
+  /** Counts the row {@linkcode startRow} started. */
+  commitRow(): void {
+    this.#count++;
   }
 
   /** Appends one flow (the caller checks {@linkcode full} first). */
@@ -370,6 +376,7 @@ export class BatchWriter {
       flow.addressWords,
       flow.addressAt ?? 0,
     );
+    this.#count++;
   }
 
   /** The batch as one transferable buffer; the writer is empty afterwards. */

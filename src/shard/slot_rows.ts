@@ -116,6 +116,7 @@ export class SlotRowWriter implements SlotRows {
       store.u64Words(slot),
       2 * u64Base(slot),
     );
+    this.#batch.commitRow();
     if (this.#batch.full) this.#onFull();
   }
 }

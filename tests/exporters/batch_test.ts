@@ -115,6 +115,12 @@ Deno.test("batch: an address field that is not an address is refused with its na
       }),
     /destinationClusterIPv4 "not-an-ip" is not an IPv4 address/,
   );
+  // The refused flow left no row: the next one takes its place.
+  assert.equal(w.count, 0);
+  assert.equal(w.full, false);
+  w.add(f);
+  const [back] = readBatch(w.finish());
+  assertSameFlow(back, f);
 });
 
 Deno.test("batch rows read in place: numbers, 64-bit counters, strings, absent fields, a trimmed copy", () => {

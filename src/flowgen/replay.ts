@@ -5,7 +5,11 @@
  * as flowgen: {@linkcode AgentMessageEncoder}), then sends that round again and again, patching
  * in place only what changes from one export of a flow to the next: the message header's export
  * time and sequence number, flowEndSeconds, and the four total counters (each grows by its
- * record's delta per round, so counters keep growing). Every flow is kept alive (active-timeout
+ * record's delta per round, so counters keep growing). Export time and flowEndSeconds are the
+ * flows' own clock, one second later each round from the start's wall-clock second, so every
+ * record is a newer export of its flow, as an Agent's are. (With the wall clock, an unpaced
+ * run's many rounds per second all carried the same second, and the collector took 86 % of them
+ * as stale updates, the cheapest path of an update.) Every flow is kept alive (active-timeout
  * end reason, TCP state ESTABLISHED), so the collector sees a steady population of flows.
  * Per record that is a handful of 32-bit writes: no record object, no encoding.
  */
@@ -262,6 +266,8 @@ async function sendAgent(
   // Paced: ~5 ms of traffic per write (up to 50 ms after a stall); unpaced: 1,024 messages.
   const maxChunk = opts.rate > 0 ? Math.max(1, Math.min(8192, Math.ceil(opts.rate / 20))) : 1024;
   const start = performance.now();
+  // The flows' own time: round r is exported at t0 + r seconds (see the module doc).
+  const t0 = Math.floor(Date.now() / 1000);
   let sent = 0;
   let pos = 0;
   let r = 0;
@@ -277,7 +283,7 @@ async function sendAgent(
       continue;
     }
     due = Math.min(due, n - pos, limit - sent);
-    round.patch(pos, pos + due, r, Math.floor(Date.now() / 1000));
+    round.patch(pos, pos + due, r, t0 + r);
     const from = round.starts[pos];
     const to = round.starts[pos + due];
     await transport.send(

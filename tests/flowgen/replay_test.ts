@@ -155,19 +155,26 @@ Deno.test("replay: rounds decode to the stream's records, sequences consecutive,
 
 async function collect(proto: "tcp" | "udp") {
   const domains = new Map<number, number>();
+  /** Records by flowEndSeconds. */
+  const ends = new Map<number, number>();
   let records = 0;
   const c = new Collector({ address: "127.0.0.1:0", protocol: proto }, (recs, ctx) => {
     records += recs.length;
+    for (const r of recs) {
+      const end = Number((r as Record<string, unknown>).flowEndSeconds);
+      ends.set(end, (ends.get(end) ?? 0) + 1);
+    }
     domains.set(ctx.observationDomainId, (domains.get(ctx.observationDomainId) ?? 0) + recs.length);
   });
   await c.start();
-  return { c, domains, records: () => records };
+  return { c, domains, ends, records: () => records };
 }
 
 for (const proto of ["tcp", "udp"] as const) {
   Deno.test(`replay over ${proto}: two rounds reach the Collector, one domain per Agent`, async () => {
-    const { c, domains, records } = await collect(proto);
+    const { c, domains, ends, records } = await collect(proto);
     try {
+      const before = Math.floor(Date.now() / 1000);
       const r = await runReplay({
         ...OPTS,
         target: `127.0.0.1:${c.port}`,
@@ -185,6 +192,15 @@ for (const proto of ["tcp", "udp"] as const) {
         perRound.map((ar) => [ar.agent.observationDomainId, 2 * ar.messages])
           .sort((a, b) => a[0] - b[0]),
       );
+      // Each round is a newer export of every flow: flowEndSeconds one second later than the
+      // round before, whatever the wall clock did (an unpaced run sends many rounds a second).
+      const [first, second] = [...ends.keys()].sort((a, b) => a - b);
+      assert.deepEqual([...ends.entries()].sort((a, b) => a[0] - b[0]), [
+        [first, r.recordsPerRound],
+        [first + 1, r.recordsPerRound],
+      ]);
+      assert.equal(second, first + 1);
+      assert.ok(first >= before && first <= Math.floor(Date.now() / 1000), `${first}`);
       assert.equal(c.stats().decodeErrorsTotal, 0);
     } finally {
       await c.stop();

@@ -146,16 +146,19 @@ export interface RowTarget {
   readonly lastRef: number[];
 }
 
-/** The key's address fields: their words come from the core's storage when it is given. */
-const KEY_ADDRESS: Readonly<Record<string, number>> = {
+/**
+ * The key's address fields: their words come from the core's storage when it is given, at these
+ * offsets from the source address's first word (`ExportedFlow.addressAt`).
+ */
+export const KEY_ADDRESS: Readonly<Record<string, number>> = {
   sourceIPv4Address: 0,
   destinationIPv4Address: 4,
   sourceIPv6Address: 0,
   destinationIPv6Address: 4,
 };
 
-/** Code storing the 4 words `w[p..p+3]` at `at` in network order. */
-function putWords(at: string, w: string, p: string): string {
+/** Code storing the 4 words `w[p..p+3]` at `at` in network order (row code, `v` the view). */
+export function putWords(at: string, w: string, p: string): string {
   return `v.setUint32(${at}, ${w}[${p}]); v.setUint32(${at} + 4, ${w}[${p} + 1]); ` +
     `v.setUint32(${at} + 8, ${w}[${p} + 2]); v.setUint32(${at} + 12, ${w}[${p} + 3]);`;
 }

@@ -18,7 +18,13 @@ import { U32, u32Base, U64_HI, U64_LO, u64Base } from "../aggregation/slot_store
 import type { CoreState } from "../aggregation/state.ts";
 import type { Interner } from "../aggregation/intern.ts";
 import type { TupleTable } from "../aggregation/tuples.ts";
-import { BATCH_HELPERS, type BatchWriter, rowFieldsSource } from "../exporters/batch.ts";
+import {
+  BATCH_HELPERS,
+  type BatchWriter,
+  KEY_ADDRESS,
+  putWords,
+  rowFieldsSource,
+} from "../exporters/batch.ts";
 
 type SlotRowCode = (
   B: BatchWriter,
@@ -31,19 +37,6 @@ type SlotRowCode = (
   wb: number,
 ) => void;
 
-/** Code storing the address words `u32[ub + word..+3]` at `at` in network order. */
-function v6Put(at: string, word: number): string {
-  return [0, 1, 2, 3].map((i) => `v.setUint32(${at} + ${4 * i}, u32[ub + ${word + i}]);`).join(" ");
-}
-
-/** The key's address fields: present with the family, words from the slot's key. */
-const KEY_ADDRESS: Readonly<Record<string, { v4: boolean; word: number }>> = {
-  sourceIPv4Address: { v4: true, word: U32.SRC },
-  destinationIPv4Address: { v4: true, word: U32.DST },
-  sourceIPv6Address: { v4: false, word: U32.SRC },
-  destinationIPv6Address: { v4: false, word: U32.DST },
-};
-
 const ROWS = new Map<string, (typeof FIELDS)[number]>(FIELDS.map((f) => [f.ie, f]));
 
 function valueOf(
@@ -51,11 +44,13 @@ function valueOf(
   kind: string,
   at: string,
 ): string | { present: string; put: string } {
-  const key = KEY_ADDRESS[name];
-  if (key !== undefined) {
-    return key.v4
-      ? { present: "v4", put: `v.setUint32(${at}, u32[ub + ${key.word}]);` }
-      : { present: "!v4", put: v6Put(at, key.word) };
+  const off = KEY_ADDRESS[name];
+  if (off !== undefined) {
+    // Present with the key's family; the words are the slot's key.
+    const p = `ub + ${U32.SRC + off}`;
+    return kind === "ipv4"
+      ? { present: "v4", put: `v.setUint32(${at}, u32[${p}]);` }
+      : { present: "!v4", put: putWords(at, "u32", p) };
   }
   const extra = EXTRA_VALUE_SOURCE[name];
   if (extra !== undefined) return extra;

@@ -14,7 +14,7 @@
  */
 
 import { AggregationCore } from "../aggregation/core.ts";
-import type { ExportedFlow, FlowInput } from "../aggregation/record.ts";
+import type { FlowInput } from "../aggregation/record.ts";
 import { systemClock, TaskCachedClock } from "../clock.ts";
 import type { ExportHooks } from "../aggregation/snapshot.ts";
 import { PodStore } from "../k8s/pod_store.ts";
@@ -176,17 +176,15 @@ function flushBatch(c: AggregationCore): void {
   post({ t: "flows", buf, ...report(c) }, [buf]);
 }
 
-function emitTo(c: AggregationCore): (f: ExportedFlow) => void {
-  return (f) => {
-    batch.add(f);
-    if (batch.full) flushBatch(c);
-  };
+/**
+ * The sweep's `emit`, never called: with {@linkcode exportHooks}' `rows` every flow goes into
+ * the batch from its slot. Were one handed here, it is counted as an emit error, not lost quietly.
+ */
+function viaRows(): never {
+  throw new Error("shard: flows are exported through slot rows");
 }
 
-/**
- * Writes exported flows from their slots into the batch, posting it when full (the sweep's
- * `emit` then goes unused: every flow goes here).
- */
+/** Writes exported flows from their slots into the batch, posting it when full. */
 const slotRows = new SlotRowWriter(batch, () => {
   if (core !== undefined) flushBatch(core);
 });
@@ -207,7 +205,7 @@ function arm(c: AggregationCore, delayMs?: number): void {
 
 function sweep(c: AggregationCore): void {
   timer = undefined;
-  c.expire(emitTo(c), { ...exportHooks(), limit: SWEEP_SLICE });
+  c.expire(viaRows, { ...exportHooks(), limit: SWEEP_SLICE });
   flushBatch(c);
   publishUsage(c);
   arm(c, c.hasExpired() ? 0 : undefined);
@@ -292,9 +290,8 @@ scope.onmessage = (e: MessageEvent<ToShard>): void => {
       clearTimeout(trailingReport);
       // Every record sent before the stop, then the expired flows first (normal export semantics), then every flow still held.
       drain(c);
-      const emit = emitTo(c);
-      c.expire(emit, exportHooks());
-      const n = c.flushAll(emit, exportHooks());
+      c.expire(viaRows, exportHooks());
+      const n = c.flushAll(viaRows, exportHooks());
       flushBatch(c);
       publishUsage(c);
       log.debug("shard flushed the flows it held", { shard: index, flows: n });

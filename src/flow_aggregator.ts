@@ -24,7 +24,7 @@ import type { ConfigDiff, ConfigWatcherStats, TransportProtocol } from "./config
 import type { DataRecord, TemplateRecord } from "./ipfix/types.ts";
 import type { RawRecords } from "./ipfix/decoder.ts";
 import type { CompiledTemplate } from "./ipfix/compile.ts";
-import { compileView, RecordViews, type ViewSink } from "./shard/views.ts";
+import { type CompiledView, compileView, RecordViews, type ViewSink } from "./shard/views.ts";
 import { flowTemplateProblem } from "./record/flow_input.ts";
 import { type Exporter, type ExporterStats, offerBatch } from "./exporters/exporter.ts";
 import { type FlowBatch, openBatch, readBatch, readFlows } from "./exporters/batch.ts";
@@ -63,7 +63,7 @@ const SWEEP_SLICE = 10_000;
 /** A template's view decoder (one shard), compiled under the string bound `bound`. */
 interface ViewDecoder {
   readonly ct: CompiledTemplate;
-  readonly view: CompiledTemplate;
+  readonly view: CompiledView;
   readonly bound: number | undefined;
 }
 
@@ -297,8 +297,8 @@ export class FlowAggregator {
   readonly #viewDecoders = new WeakMap<CompiledTemplate, ViewDecoder>();
   /** The view decoder used last: a session's data sets mostly share one template. */
   #lastView: ViewDecoder | undefined = undefined;
-  readonly #onView: ViewSink = (view, full, key) => {
-    this.#core.addRecordView(view, full, key);
+  readonly #onView: ViewSink = (view, full, key, words) => {
+    this.#core.addRecordView(view, full, key, words);
   };
   readonly #onUndecodable = (why: string): void => this.#core.countUndecodable(why);
   /** The shard workers (with `shards` > 1, from start on). */
@@ -602,7 +602,7 @@ export class FlowAggregator {
    * The view decoder of a data set's template (one shard), compiled once per template under the
    * string bound in force (`limits.maxStringBytes`; a reload compiles it again).
    */
-  #viewOf(ct: CompiledTemplate): CompiledTemplate {
+  #viewOf(ct: CompiledTemplate): CompiledView {
     const bound = this.#config.limits.maxStringBytes;
     const last = this.#lastView;
     if (last !== undefined && last.ct === ct && last.bound === bound) return last.view;

@@ -265,8 +265,13 @@ export function benchShardRealistic(
       core.addRecord(r);
     };
     const invalid = (): void => {};
-    const view = (v: FlowInput, full: () => FlowInput, key?: Uint32Array): void => {
-      core.addRecordView(v, full, key);
+    const view = (
+      v: FlowInput,
+      full: () => FlowInput,
+      key?: Uint32Array,
+      words?: Uint32Array,
+    ): void => {
+      core.addRecordView(v, full, key, words);
     };
     let f = 0;
     let before = 0;

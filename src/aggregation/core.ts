@@ -132,11 +132,16 @@ export class AggregationCore {
   /**
    * {@linkcode addRecord} of a record given as its view (`UPDATE_VIEW_FIELDS` decoded) and its
    * whole decoding on demand (`full`, called at most once, synchronously), and optionally its
-   * flow key words read from its bytes (`key`): see `ingest.ts` `addRecordView`. The same
-   * outcome as `addRecord(full())`.
+   * flow key words (`key`) and counters (`words`) read from its bytes: see `ingest.ts`
+   * `addRecordView`. The same outcome as `addRecord(full())`.
    */
-  addRecordView(view: FlowInput, full: () => FlowInput, key?: Uint32Array): boolean {
-    return addRecordView(this.#s, view, full, key);
+  addRecordView(
+    view: FlowInput,
+    full: () => FlowInput,
+    key?: Uint32Array,
+    words?: Uint32Array,
+  ): boolean {
+    return addRecordView(this.#s, view, full, key, words);
   }
 
   /**

@@ -34,10 +34,10 @@ import { isUint, num } from "./values.ts";
 
 /**
  * A u64 counter as the decoder hands it: a number below 2^53 in wire-number mode (what the
- * collector gives the core), a bigint otherwise. The arithmetic on numbers runs on doubles
- * through the u32 word view of the slot's u64 words (`SlotStore.u64Words`), with no BigInt
- * allocated per counter, as long as every value read, written or multiplied stays below 2^53;
- * any other case takes the BigInt path, so results stay exact over the whole u64 range.
+ * collector gives the core), a bigint otherwise. A new flow's counters are written from these
+ * values; an update's arrive as u32 halves ({@linkcode COUNTER_WORDS}) and are added in halves
+ * through the u32 word view of the slot's u64 words (`SlotStore.u64Words`): no BigInt on the
+ * update path but for a throughput whose octet growth is 2^53 or more.
  */
 type Counter = bigint | number;
 
@@ -45,12 +45,6 @@ const EXACT = 2 ** 53;
 const TWO32 = 2 ** 32;
 /** The exact result of the last BigInt fallback (addPair NaN, rate -1); read right after. */
 let spill = 0n;
-
-/** The u64 at index `i` of a word view as a double, or -1 when it is ≥ 2^53. */
-function rd(w: Uint32Array, i: number): number {
-  const hi = w[2 * i + U64_HI];
-  return hi < 0x200000 ? hi * TWO32 + w[2 * i + U64_LO] : -1;
-}
 
 /** Writes `v` (an integer, 0 <= v < 2^53) as the u64 at index `i` of a word view. */
 function wr(w: Uint32Array, i: number, v: number): void {
@@ -62,11 +56,6 @@ function wr(w: Uint32Array, i: number, v: number): void {
 function cp(w: Uint32Array, from: number, to: number): void {
   w[2 * to] = w[2 * from];
   w[2 * to + 1] = w[2 * from + 1];
-}
-
-/** A validated counter as a bigint (the BigInt path). */
-function big(v: Counter): bigint {
-  return typeof v === "bigint" ? v : BigInt(v);
 }
 
 /**
@@ -105,8 +94,52 @@ function diffOf(v: Counter): number {
   return NaN;
 }
 
-/** §3.3: aggregates `r` into the flow of `slot` for `sides`. Fields were validated by the caller. */
-export function aggregate(s: CoreState, slot: number, r: FlowInput, sides: number): void {
+/**
+ * The 8 counters of a record (`STATS_FIELDS` order, the slot's u64 order) as 16 u32 words:
+ * word 2·i the high half of counter i, 2·i + 1 its low half. The update path's form: a shard
+ * reads them straight from the record's bytes (big-endian u64 at fixed offsets), and a decoded
+ * record's values are split into them by {@linkcode counterWords}. Exact for every u64.
+ */
+export const COUNTER_WORDS = 16;
+
+/**
+ * Writes the 8 counters of `r` (validated and present: `countersValid(r, true)`) into `cw` as
+ * {@linkcode COUNTER_WORDS}. A bigint outside the u64 range wraps as a u64 store would.
+ */
+export function counterWords(r: FlowInput, cw: Uint32Array): void {
+  split(cw, 0, r.octetDeltaCount!);
+  split(cw, 2, r.octetTotalCount!);
+  split(cw, 4, r.packetDeltaCount!);
+  split(cw, 6, r.packetTotalCount!);
+  split(cw, 8, r.reverseOctetDeltaCount!);
+  split(cw, 10, r.reverseOctetTotalCount!);
+  split(cw, 12, r.reversePacketDeltaCount!);
+  split(cw, 14, r.reversePacketTotalCount!);
+}
+
+function split(cw: Uint32Array, i: number, v: Counter): void {
+  if (typeof v === "number") {
+    cw[i] = (v / TWO32) >>> 0;
+    cw[i + 1] = v >>> 0;
+    return;
+  }
+  const x = BigInt.asUintN(64, v);
+  cw[i] = Number(x >> 32n);
+  cw[i + 1] = Number(x & 0xffffffffn);
+}
+
+/**
+ * §3.3: aggregates `r` into the flow of `slot` for `sides`, its 8 counters given as
+ * {@linkcode COUNTER_WORDS} in `cw` (`r`'s own counters are not read). Fields were validated by
+ * the caller.
+ */
+export function aggregate(
+  s: CoreState,
+  slot: number,
+  r: FlowInput,
+  sides: number,
+  cw: Uint32Array,
+): void {
   const u32 = s.store.u32(slot);
   const ub = u32Base(slot);
   u32[ub + U32.FLAGS] |= FL_UPDATED;
@@ -149,31 +182,14 @@ export function aggregate(s: CoreState, slot: number, r: FlowInput, sides: numbe
     if (r.tcpState !== I.text(t)) u32[ub + U32.TCP_STATE] = I.replace(t, r.tcpState);
   }
   // Step C.
-  const u = s.store.u64(slot);
   const w = s.store.u64Words(slot);
   const b = u64Base(slot);
-  let diff = addPair(u, w, b + OCT_D, r.octetDeltaCount!, r.octetTotalCount!, sides, isLatest);
+  let diff = addPair(w, b + OCT_D, cw, 2 * OCT_D, sides, isLatest);
   let bigDiff = spill;
-  addPair(u, w, b + PKT_D, r.packetDeltaCount!, r.packetTotalCount!, sides, isLatest);
-  let rdiff = addPair(
-    u,
-    w,
-    b + ROCT_D,
-    r.reverseOctetDeltaCount!,
-    r.reverseOctetTotalCount!,
-    sides,
-    isLatest,
-  );
+  addPair(w, b + PKT_D, cw, 2 * PKT_D, sides, isLatest);
+  let rdiff = addPair(w, b + ROCT_D, cw, 2 * ROCT_D, sides, isLatest);
   let bigRdiff = spill;
-  addPair(
-    u,
-    w,
-    b + RPKT_D,
-    r.reversePacketDeltaCount!,
-    r.reversePacketTotalCount!,
-    sides,
-    isLatest,
-  );
+  addPair(w, b + RPKT_D, cw, 2 * RPKT_D, sides, isLatest);
   // Step D. A counter that went down (agent restart, 5-tuple reuse) would wrap in u64
   // upstream (L8) and give an absurd throughput: clamp to 0 instead.
   if (diff < 0 || (diff !== diff && bigDiff < 0n)) {
@@ -187,7 +203,7 @@ export function aggregate(s: CoreState, slot: number, r: FlowInput, sides: numbe
     s.counters.negativeDiffsClamped++;
   }
   // v1.13 sets the common pair from every processed record, latest or not (L5, kept: SC-10).
-  setThroughput(u, w, b, diff, bigDiff, rdiff, bigRdiff, dt, sides);
+  setThroughput(s.store.u64(slot), w, b, diff, bigDiff, rdiff, bigRdiff, dt, sides);
 }
 
 /** §3.6: zeroes the 12 delta counters and the 6 throughputs; totals and ends stay. */
@@ -268,91 +284,61 @@ function initStat(
 }
 
 /**
- * §3.3 step C for the delta counter at u64 index `at` and its total at `at + 1`: the sides'
- * deltas add up, their totals are replaced, and the common pair follows the latest record.
- * Returns the total's `v − old` of the last side (may be negative) as a double, or NaN with
- * the exact value in {@linkcode spill} when the BigInt path ran (bigint inputs, or a value
- * at or above 2^53).
+ * §3.3 step C for the delta counter at u64 index `at` and its total at `at + 1`, the record's
+ * values at words `ci` (delta) and `ci + 2` (total) of `cw` ({@linkcode COUNTER_WORDS}): the
+ * sides' deltas add up, their totals are replaced, and the common pair follows the latest
+ * record. All in u32 halves, so exact over the whole u64 range (a delta sum wraps at 2^64, as
+ * a u64 does). Returns the total's `v − old` of the last side (may be negative) as a double,
+ * or NaN with the exact value in {@linkcode spill} when it is 2^53 or more away from 0.
  */
 function addPair(
-  u: BigUint64Array,
   w: Uint32Array,
   at: number,
-  delta: Counter,
-  total: Counter,
+  cw: Uint32Array,
+  ci: number,
   sides: number,
   isLatest: boolean,
 ): number {
-  if (typeof delta === "number" && typeof total === "number") {
-    // Every value read and written must be exact: checked before anything is written.
-    const sAt = at + S_OFF;
-    const dAt = at + D_OFF;
-    let cs = 0;
-    let ts = 0;
-    let cd = 0;
-    let td = 0;
-    let ok = true;
-    if (sides & SIDE_S) {
-      cs = rd(w, sAt);
-      ts = rd(w, sAt + 1);
-      ok = cs >= 0 && ts >= 0 && cs + delta < EXACT;
-    }
-    if (ok && (sides & SIDE_D)) {
-      cd = rd(w, dAt);
-      td = rd(w, dAt + 1);
-      ok = cd >= 0 && td >= 0 && cd + delta < EXACT;
-    }
-    if (ok) {
-      let diff = 0;
-      if (sides & SIDE_S) {
-        wr(w, sAt, cs + delta);
-        wr(w, sAt + 1, total);
-        diff = total - ts;
-      }
-      if (sides & SIDE_D) {
-        wr(w, dAt, cd + delta);
-        wr(w, dAt + 1, total);
-        diff = total - td;
-      }
-      if (isLatest) {
-        cp(w, (sides & SIDE_D) ? dAt : sAt, at);
-        const ct = rd(w, at + 1);
-        if (ct >= 0 && ct < total) wr(w, at + 1, total);
-      }
-      return diff;
-    }
-  }
-  // Bigint inputs stay bigints: converting the difference back to a double would cost two
-  // BigInt comparisons and a Number() call, more than the BigInt arithmetic it saves.
-  spill = addPairBig(u, at, big(delta), big(total), sides, isLatest);
-  return NaN;
-}
-
-/** {@linkcode addPair} on the BigInt view: exact for every u64 value. */
-function addPairBig(
-  u: BigUint64Array,
-  at: number,
-  delta: bigint,
-  total: bigint,
-  sides: number,
-  isLatest: boolean,
-): bigint {
-  let diff = 0n;
+  const dHi = cw[ci];
+  const dLo = cw[ci + 1];
+  const tHi = cw[ci + 2];
+  const tLo = cw[ci + 3];
+  let oHi = 0;
+  let oLo = 0;
+  let side = 0;
   if (sides & SIDE_S) {
-    const o = at + S_OFF;
-    u[o] += delta;
-    diff = total - u[o + 1];
-    u[o + 1] = total;
+    side = 2 * (at + S_OFF);
+    const lo = w[side + U64_LO] + dLo;
+    w[side + U64_LO] = lo >>> 0;
+    w[side + U64_HI] = (w[side + U64_HI] + dHi + (lo >= TWO32 ? 1 : 0)) >>> 0;
+    oHi = w[side + 2 + U64_HI];
+    oLo = w[side + 2 + U64_LO];
+    w[side + 2 + U64_HI] = tHi;
+    w[side + 2 + U64_LO] = tLo;
   }
   if (sides & SIDE_D) {
-    const o = at + D_OFF;
-    u[o] += delta;
-    diff = total - u[o + 1];
-    u[o + 1] = total;
+    side = 2 * (at + D_OFF);
+    const lo = w[side + U64_LO] + dLo;
+    w[side + U64_LO] = lo >>> 0;
+    w[side + U64_HI] = (w[side + U64_HI] + dHi + (lo >= TWO32 ? 1 : 0)) >>> 0;
+    oHi = w[side + 2 + U64_HI];
+    oLo = w[side + 2 + U64_LO];
+    w[side + 2 + U64_HI] = tHi;
+    w[side + 2 + U64_LO] = tLo;
   }
   if (isLatest) {
-    u[at] = (sides & SIDE_D) ? u[at + D_OFF] : u[at + S_OFF];
-    if (u[at + 1] < total) u[at + 1] = total;
+    const c = 2 * at;
+    w[c] = w[side];
+    w[c + 1] = w[side + 1];
+    const cHi = w[c + 2 + U64_HI];
+    if (cHi < tHi || (cHi === tHi && w[c + 2 + U64_LO] < tLo)) {
+      w[c + 2 + U64_HI] = tHi;
+      w[c + 2 + U64_LO] = tLo;
+    }
   }
-  return diff;
+  const hd = tHi - oHi;
+  // |hd| < 2^21: the difference is within ±(2^53 − 1), exact as a double.
+  if (hd > -0x200000 && hd < 0x200000) return hd * TWO32 + (tLo - oLo);
+  spill = ((BigInt(tHi) << 32n) | BigInt(tLo)) - ((BigInt(oHi) << 32n) | BigInt(oLo));
+  return NaN;
 }

@@ -25,7 +25,7 @@ import {
 } from "./layout.ts";
 import { U32, u32Base, u64Base } from "./slot_store.ts";
 import { type CoreState, log } from "./state.ts";
-import { aggregate, initStats } from "./flow_stats.ts";
+import { aggregate, counterWords, initStats } from "./flow_stats.ts";
 import { scheduleNew, touch } from "./expiry.ts";
 import { isUint, okCounter } from "./values.ts";
 import { STATS_FIELDS } from "../record/schema.ts";
@@ -57,14 +57,22 @@ function ingest(s: CoreState, r: FlowInput): boolean {
   }
   const h = hashKey(k);
   const slot = s.table.find(k, h);
-  return ingestKeyed(s, r, slot, h);
+  return ingestKeyed(s, r, slot, h, undefined);
 }
 
 /**
  * The rest of {@linkcode ingest} once the key of `r` is in the probe scratch (hash `h`) and
- * looked up (`slot`, -1 when new): creates the flow or updates it.
+ * looked up (`slot`, -1 when new): creates the flow or updates it. `words`: the record's 8
+ * counters as `COUNTER_WORDS` read from its bytes (then `r`'s own counters are not read), or
+ * undefined to take them from `r`.
  */
-function ingestKeyed(s: CoreState, r: FlowInput, slot: number, h: number): boolean {
+function ingestKeyed(
+  s: CoreState,
+  r: FlowInput,
+  slot: number,
+  h: number,
+  words: Uint32Array | undefined,
+): boolean {
   warnBothFamiliesOf(s, r);
   let flowType = r.flowType;
   if (typeof flowType !== "number") {
@@ -75,7 +83,7 @@ function ingestKeyed(s: CoreState, r: FlowInput, slot: number, h: number): boole
   }
   const corr = correlationRequired(r, flowType);
   if (slot < 0) return create(s, r, h, s.key[11] === 4, flowType, corr);
-  return update(s, slot, r, corr);
+  return update(s, slot, r, corr, words);
 }
 
 /**
@@ -117,7 +125,8 @@ export const UPDATE_VIEW_PRESENCE: readonly string[] = ["sourcePodName", "destin
  * {@linkcode UPDATE_VIEW_PRESENCE} ones as presence only; the object may be reused for the next
  * record, so nothing of it is kept) and its full decoding on demand. With `key` (its flow key
  * words, read from the record's bytes at the template's fixed offsets: see `skim.ts`), the
- * view's key fields are not read (they may be presence only too). Then: a record of a known
+ * view's key fields are not read (they may be presence only too); with `words` (its 8 counters
+ * as `COUNTER_WORDS`, flow_stats.ts, read from its bytes), neither are the view's counters. Then: a record of a known
  * flow that brings no correlation (the flow is merged, or the record comes from the Node of
  * its first record) is an update that reads
  * nothing else, so the view is enough; any other record (a new flow, the other Node's first
@@ -130,6 +139,7 @@ export function addRecordView(
   view: FlowInput,
   full: () => FlowInput,
   key?: Uint32Array,
+  words?: Uint32Array,
 ): boolean {
   s.counters.recordsIn++;
   try {
@@ -149,7 +159,9 @@ export function addRecordView(
       const flags = s.store.u32(slot)[u32Base(slot) + U32.FLAGS];
       viewOnly = (flags & FL_MERGED) !== 0 || sameNode(view, flags);
     }
-    return ingestKeyed(s, viewOnly ? view : full(), slot, h);
+    return viewOnly
+      ? ingestKeyed(s, view, slot, h, words)
+      : ingestKeyed(s, full(), slot, h, undefined);
   } catch (err) {
     return s.reject("invalidRecord", `record could not be aggregated: ${err}`);
   }
@@ -251,8 +263,18 @@ function countersValid(r: FlowInput, required: boolean): boolean {
     okCounter(r.reversePacketTotalCount, required);
 }
 
-/** §3.3: a record for a known flow; correlates a waiting InterNode half first (§1.5). */
-function update(s: CoreState, slot: number, r: FlowInput, corr: boolean): boolean {
+/**
+ * §3.3: a record for a known flow; correlates a waiting InterNode half first (§1.5). Its
+ * counters are `words` when given (read from its bytes: present and valid by construction),
+ * else `r`'s own.
+ */
+function update(
+  s: CoreState,
+  slot: number,
+  r: FlowInput,
+  corr: boolean,
+  words: Uint32Array | undefined,
+): boolean {
   // §3.3: an update needs the NonStats IEs and all 8 Stats IEs (upstream fails otherwise).
   if (
     r.flowEndSeconds === undefined || r.flowEndReason === undefined || r.tcpState === undefined
@@ -262,8 +284,12 @@ function update(s: CoreState, slot: number, r: FlowInput, corr: boolean): boolea
   if (!isUint(r.flowEndSeconds, 0xffffffff)) {
     return s.reject("badFieldType", "record with an invalid flowEndSeconds");
   }
-  if (!countersValid(r, true)) {
-    return s.reject("missingField", "flow update without all 8 counters");
+  if (words === undefined) {
+    if (!countersValid(r, true)) {
+      return s.reject("missingField", "flow update without all 8 counters");
+    }
+    words = s.words;
+    counterWords(r, words);
   }
   const sides = corr
     ? (isFromSource(r.sourcePodName, r.destinationPodName) ? SIDE_S : SIDE_D)
@@ -292,7 +318,7 @@ function update(s: CoreState, slot: number, r: FlowInput, corr: boolean): boolea
     u32[ub + U32.FLAGS] = flags | FL_READY;
     s.counters.readyWithoutCorrelation++;
   }
-  aggregate(s, slot, r, sides);
+  aggregate(s, slot, r, sides, words);
   touch(s, slot);
   s.counters.recordsAccepted++;
   return true;

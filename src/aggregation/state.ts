@@ -10,6 +10,7 @@ import { type Logger, logger, RateLimitedLog } from "../log.ts";
 import { CoreCounters, type RejectReason } from "./counters.ts";
 import { IndexHeap } from "./expiry_heap.ts";
 import { FlowTable, KEY_WORDS } from "./flow_table.ts";
+import { COUNTER_WORDS } from "./flow_stats.ts";
 import { Interner } from "./intern.ts";
 import { FIELD_CODE } from "./field_code.ts";
 import type { TupleTable } from "./tuples.ts";
@@ -96,6 +97,8 @@ export class CoreState {
   readonly table: FlowTable = new FlowTable(this.store);
   /** Probe key scratch, reused by every record. */
   readonly key: Uint32Array = new Uint32Array(KEY_WORDS);
+  /** A decoded record's counters as words (`counterWords`), for an update from its values. */
+  readonly words: Uint32Array = new Uint32Array(COUNTER_WORDS);
   /** Expiry queue of every live flow's slot. */
   readonly heap: IndexHeap = new IndexHeap();
   /** Shared copies of the flows' strings. */

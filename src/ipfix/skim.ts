@@ -74,17 +74,44 @@ function buildSkim(t: TemplateRecord): Skim {
   return { steps: Int32Array.from(steps), tail: fixed, minLength: restMin[0], key: keyOffsets(t) };
 }
 
-/** Offsets of the named fields at fixed positions with the given length (before any variable). */
-function keyOffsets(t: TemplateRecord): KeyOffsets | undefined {
+/**
+ * The offset and length of each IE at a fixed position in every record of `t` (before its first
+ * variable-length field; the first occurrence of a repeated IE, as the decoders keep it).
+ */
+function fixedFields(t: TemplateRecord): Map<string, { off: number; len: number }> {
   const at = new Map<string, { off: number; len: number }>();
   let off = 0;
   for (const f of t.fields) {
     if (f.length === VARIABLE_LENGTH) break;
-    // The first occurrence of a repeated IE, as the decoders keep it.
     const name = fieldName(f.enterprise, f.id);
     if (!at.has(name)) at.set(name, { off, len: f.length });
     off += f.length;
   }
+  return at;
+}
+
+/**
+ * The offsets of the IEs `names` in every record of `t`, in that order, when each sits at a fixed
+ * offset with `length` bytes (see {@linkcode fixedFields}); undefined when one does not.
+ */
+export function fixedOffsets(
+  t: TemplateRecord,
+  names: readonly string[],
+  length: number,
+): Int32Array | undefined {
+  const at = fixedFields(t);
+  const out = new Int32Array(names.length);
+  for (let i = 0; i < names.length; i++) {
+    const a = at.get(names[i]);
+    if (a === undefined || a.len !== length) return undefined;
+    out[i] = a.off;
+  }
+  return out;
+}
+
+/** Offsets of the named fields at fixed positions with the given length (before any variable). */
+function keyOffsets(t: TemplateRecord): KeyOffsets | undefined {
+  const at = fixedFields(t);
   const fixed = (name: string, len: number): number => {
     const a = at.get(name);
     return a !== undefined && a.len === len ? a.off : -1;

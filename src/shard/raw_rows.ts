@@ -24,7 +24,7 @@ import type { FlowInput } from "../aggregation/record.ts";
 import { type CompiledTemplate, compileTemplate } from "../ipfix/compile.ts";
 import { fieldKey } from "../ipfix/compile.ts";
 import { type KeyOffsets, skimOf } from "../ipfix/skim.ts";
-import { compileView, readRawKey, RecordViews, type ViewSink } from "./views.ts";
+import { type CompiledView, compileView, readRawKey, RecordViews, type ViewSink } from "./views.ts";
 
 export { readRawKey, type ViewSink };
 import { shardOfKey } from "../aggregation/sharded.ts";
@@ -280,8 +280,8 @@ interface RawTemplate {
   readonly t: TemplateRecord;
   /** Every field. */
   ct?: CompiledTemplate;
-  /** Only the fields of `UPDATE_VIEW_FIELDS`. */
-  view?: CompiledTemplate;
+  /** The view decoder (`UPDATE_VIEW_FIELDS`). */
+  view?: CompiledView;
   /** The flow key's fixed offsets (`skimOf(t).key`), or undefined. */
   readonly keyAt: KeyOffsets | undefined;
 }

@@ -2,8 +2,10 @@
  * Undecoded records read as record views (`AggregationCore.addRecordView`): for each record,
  * only `UPDATE_VIEW_FIELDS` are read, into one object refilled record after record, the Pod
  * names as presence only, and, for a template with its flow key at fixed offsets (the Agents'),
- * the key words straight from the bytes with the addresses as presence only; the whole record
- * is decoded only when the core asks (a new flow, a correlation). One implementation for the
+ * the key words straight from the bytes with the addresses as presence only, and, for a template
+ * with its 8 counters as u64s at fixed offsets (the Agents' too), the counters as u32 words
+ * straight from the bytes (`COUNTER_WORDS`, flow_stats.ts); the whole record is decoded only
+ * when the core asks (a new flow, a correlation). One implementation for the
  * two places that aggregate undecoded records: a shard worker (`raw_rows.ts`, records from its
  * ring) and a process of one shard (`flow_aggregator.ts`, records from the collector).
  *
@@ -13,19 +15,27 @@
 import type { FlowInput } from "../aggregation/record.ts";
 import { UPDATE_VIEW_FIELDS, UPDATE_VIEW_PRESENCE } from "../aggregation/ingest.ts";
 import { KEY_WORDS } from "../aggregation/flow_table.ts";
+import { COUNTER_WORDS } from "../aggregation/flow_stats.ts";
+import { STATS_FIELDS } from "../record/schema.ts";
 import { clearArray } from "../arrays.ts";
 import { type CompiledTemplate, compileTemplate, viewFactory } from "../ipfix/compile.ts";
-import { type KeyOffsets, skimOf, walkRecords } from "../ipfix/skim.ts";
+import { fixedOffsets, type KeyOffsets, skimOf, walkRecords } from "../ipfix/skim.ts";
 import type { DataRecord, TemplateRecord } from "../ipfix/types.ts";
 
 /**
  * Takes a record as its view and its whole decoding on demand (`AggregationCore.addRecordView`):
  * `full` decodes the record the view came from; `key`, when given, holds its flow key words
- * read from its bytes (the view's addresses then tell only whether they are there). All are valid
- * only during the call: the view object is refilled for the next record, and its Pod names tell
- * only whether they are empty (`UPDATE_VIEW_PRESENCE`).
+ * read from its bytes (the view's addresses then tell only whether they are there); `words`, when
+ * given, its 8 counters read from its bytes (the view then has none). All are valid only during
+ * the call: the view object is refilled for the next record, and its Pod names tell only whether
+ * they are empty (`UPDATE_VIEW_PRESENCE`).
  */
-export type ViewSink = (view: FlowInput, full: () => FlowInput, key?: Uint32Array) => void;
+export type ViewSink = (
+  view: FlowInput,
+  full: () => FlowInput,
+  key?: Uint32Array,
+  words?: Uint32Array,
+) => void;
 
 /** The address IEs of a flow key, presence only in a view whose key is read from the bytes. */
 const ADDRESS_IES = [
@@ -63,21 +73,44 @@ export function readRawKey(b: Uint8Array, start: number, key: KeyOffsets, k: Uin
   k[10] = (b[start + key.destinationPort] << 8) | b[start + key.destinationPort + 1];
 }
 
+/** A template's view decoder ({@linkcode compileView}). */
+export interface CompiledView {
+  /** Decodes `UPDATE_VIEW_FIELDS` but the counters when {@linkcode counters} is set. */
+  readonly fill: CompiledTemplate;
+  /**
+   * Byte offsets of the 8 counters (`STATS_FIELDS` order) when each is a u64 of 8 bytes at a
+   * fixed offset: the views then read them as words from the bytes. Undefined otherwise (the
+   * view decodes them).
+   */
+  readonly counters: Int32Array | undefined;
+}
+
 /**
  * The view decoder of a template (wire-number mode, the given string bound): `UPDATE_VIEW_FIELDS`
- * only, the Pod names as presence, and the addresses too when the key is at fixed offsets.
+ * only, the Pod names as presence, the addresses too when the key is at fixed offsets, and
+ * without the counters when they are at fixed offsets.
  */
-export function compileView(
-  t: TemplateRecord,
-  maxStringBytes: number | undefined,
-): CompiledTemplate {
+export function compileView(t: TemplateRecord, maxStringBytes: number | undefined): CompiledView {
   const keyed = skimOf(t).key !== undefined;
-  return compileTemplate(t, {
+  const counters = fixedOffsets(t, STATS_FIELDS, 8);
+  const fill = compileTemplate(t, {
     wireNumbers: true,
     maxStringBytes,
-    only: UPDATE_VIEW_FIELDS,
+    only: counters === undefined ? UPDATE_VIEW_FIELDS : VIEW_FIELDS_BUT_COUNTERS,
     presence: keyed ? [...UPDATE_VIEW_PRESENCE, ...ADDRESS_IES] : UPDATE_VIEW_PRESENCE,
   });
+  return { fill, counters };
+}
+
+const VIEW_FIELDS_BUT_COUNTERS = UPDATE_VIEW_FIELDS.filter((n) => !STATS_FIELDS.includes(n));
+
+/** Reads the 8 u64 counters at `at` (offsets from `start`) as {@linkcode COUNTER_WORDS}. */
+function readCounterWords(b: Uint8Array, start: number, at: Int32Array, w: Uint32Array): void {
+  for (let i = 0; i < 8; i++) {
+    const o = start + at[i];
+    w[2 * i] = ((b[o] << 24) | (b[o + 1] << 16) | (b[o + 2] << 8) | b[o + 3]) >>> 0;
+    w[2 * i + 1] = ((b[o + 4] << 24) | (b[o + 5] << 16) | (b[o + 6] << 8) | b[o + 7]) >>> 0;
+  }
 }
 
 /** Reads runs of undecoded records as views (or whole records); one per thread that does. */
@@ -87,6 +120,8 @@ export class RecordViews {
   readonly #view: DataRecord = viewFactory(UPDATE_VIEW_FIELDS)();
   /** The key words of the record viewed, when read from its bytes. */
   readonly #key = new Uint32Array(KEY_WORDS);
+  /** The counters of the record viewed, when read from its bytes. */
+  readonly #words = new Uint32Array(COUNTER_WORDS);
   /** The record `#full` decodes: its decoder, bytes and span. */
   #fullCt: CompiledTemplate | undefined;
   #fullBytes: Uint8Array = new Uint8Array(0);
@@ -109,7 +144,7 @@ export class RecordViews {
    * {@linkcode decodeWhole} (each then its own view).
    */
   readRun(
-    view: CompiledTemplate,
+    view: CompiledView,
     ct: CompiledTemplate,
     keyAt: KeyOffsets | undefined,
     bytes: Uint8Array,
@@ -118,10 +153,12 @@ export class RecordViews {
     onView: ViewSink,
     onInvalid: (why: string) => void,
   ): void {
-    const fill = view.fillRecord!;
+    const fill = view.fill.fillRecord!;
     const target = this.#view;
     const key = keyAt === undefined ? undefined : this.#key;
-    const min = view.minRecordLength;
+    const countersAt = view.counters;
+    const words = countersAt === undefined ? undefined : this.#words;
+    const min = view.fill.minRecordLength;
     this.#fullCt = ct;
     this.#fullBytes = bytes;
     for (let off = start; end - off >= min;) {
@@ -136,7 +173,8 @@ export class RecordViews {
       this.#fullStart = off;
       this.#fullEnd = next;
       if (key !== undefined) readRawKey(bytes, off, keyAt!, key);
-      onView(target as unknown as FlowInput, this.#full, key);
+      if (words !== undefined) readCounterWords(bytes, off, countersAt!, words);
+      onView(target as unknown as FlowInput, this.#full, key, words);
       off = next;
     }
   }
@@ -146,7 +184,7 @@ export class RecordViews {
    * collector's raw mode gives them): one run per stretch of back-to-back records.
    */
   readSpans(
-    view: CompiledTemplate,
+    view: CompiledView,
     ct: CompiledTemplate,
     keyAt: KeyOffsets | undefined,
     bytes: Uint8Array,

@@ -111,8 +111,13 @@ function drain(c: AggregationCore, sliceMs = Infinity): number {
     c.addRecord(r);
   };
   const invalid = (why: string): void => c.countUndecodable(why);
-  const view = (v: FlowInput, full: () => FlowInput, key?: Uint32Array): void => {
-    c.addRecordView(v, full, key);
+  const view = (
+    v: FlowInput,
+    full: () => FlowInput,
+    key?: Uint32Array,
+    words?: Uint32Array,
+  ): void => {
+    c.addRecordView(v, full, key, words);
   };
   const end = performance.now() + sliceMs;
   let n = 0;

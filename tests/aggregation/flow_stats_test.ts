@@ -1,5 +1,11 @@
 import assert from "node:assert/strict";
-import { aggregate, initStats, resetDeltas } from "../../src/aggregation/flow_stats.ts";
+import {
+  aggregate,
+  COUNTER_WORDS,
+  counterWords,
+  initStats,
+  resetDeltas,
+} from "../../src/aggregation/flow_stats.ts";
 import { FIELD_CODE } from "../../src/aggregation/field_code.ts";
 import type { FlowInput } from "../../src/aggregation/record.ts";
 import {
@@ -20,6 +26,7 @@ import {
   THR_S,
 } from "../../src/aggregation/layout.ts";
 import { U32, u32Base, u64Base } from "../../src/aggregation/slot_store.ts";
+import type { CoreState } from "../../src/aggregation/state.ts";
 import { counters, newState, s1 } from "./fixtures.ts";
 import { prng } from "../_helpers/prng.ts";
 
@@ -100,9 +107,16 @@ function flowWith(end: number) {
   return { s, flow: slot, u: s.store.u64(slot), b: u64Base(slot) };
 }
 
+/** `aggregate` with the record's counters as words, as the core's update path passes them. */
+function update(s: CoreState, flow: number, r: FlowInput, sides: number): void {
+  const words = new Uint32Array(COUNTER_WORDS);
+  counterWords(r, words);
+  aggregate(s, flow, r, sides, words);
+}
+
 Deno.test("aggregate: a record not after the side's last end is stale and changes no counter", () => {
   const { s, flow, u, b } = flowWith(10);
-  aggregate(s, flow, { ...s1(), flowEndSeconds: 10, ...counters(9n, 9n, 9n, 9n) }, SIDE_S);
+  update(s, flow, { ...s1(), flowEndSeconds: 10, ...counters(9n, 9n, 9n, 9n) }, SIDE_S);
   assert.equal(s.counters.recordsStale, 1);
   assert.equal(u[b + OCT_T], 0n);
 });
@@ -110,7 +124,7 @@ Deno.test("aggregate: a record not after the side's last end is stale and change
 Deno.test("aggregate: a total that went down gives throughput 0 and is counted (L8)", () => {
   const { s, flow, u, b } = flowWith(10);
   u[b + S_OFF + OCT_T] = 5000n;
-  aggregate(s, flow, { ...s1(), flowEndSeconds: 12, ...counters(1n, 1n, 100n, 100n) }, SIDE_S);
+  update(s, flow, { ...s1(), flowEndSeconds: 12, ...counters(1n, 1n, 100n, 100n) }, SIDE_S);
   assert.equal(s.counters.negativeDiffsClamped, 1);
   assert.equal(u[b + THR_S], 0n);
   assert.equal(u[b + S_OFF + OCT_T], 100n);
@@ -214,7 +228,7 @@ Deno.test("aggregate: u64 counters, as numbers or bigints, equal the BigInt mode
       };
       model.set(u);
       modelAggregate(model, b, ends, r, sides);
-      aggregate(s, flow, r, sides);
+      update(s, flow, r, sides);
       for (let i = b; i < b + 30; i++) {
         assert.equal(u[i], model[i], `seed ${seed} step ${step} u64[${i - b}]`);
       }

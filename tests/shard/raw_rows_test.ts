@@ -248,18 +248,30 @@ Deno.test("raw rows: records read as views aggregate exactly as whole records, m
   const b = new RawRowReader();
   let views = 0;
   let keyed = 0;
+  let counted = 0;
   let wholeDecodes = 0;
   const drain = (): void => {
     for (let f = out.next(); f !== undefined; f = out.next()) {
       a.read(f, (r) => whole.addRecord(r), (why) => assert.fail(why));
-      b.read(f, () => assert.fail("not with views"), (why) => assert.fail(why), (v, full, k) => {
-        views++;
-        if (k !== undefined) keyed++;
-        viewed.addRecordView(v, () => {
-          wholeDecodes++;
-          return full();
-        }, k);
-      });
+      b.read(
+        f,
+        () => assert.fail("not with views"),
+        (why) => assert.fail(why),
+        (v, full, k, cw) => {
+          views++;
+          if (k !== undefined) keyed++;
+          if (cw !== undefined) counted++;
+          viewed.addRecordView(
+            v,
+            () => {
+              wholeDecodes++;
+              return full();
+            },
+            k,
+            cw,
+          );
+        },
+      );
       out.release();
     }
   };
@@ -276,8 +288,10 @@ Deno.test("raw rows: records read as views aggregate exactly as whole records, m
   drain();
   const s = whole.stats();
   assert.equal(views, s.recordsIn);
-  // The Agents' templates have the key at fixed offsets: every view came with its key words.
+  // The Agents' templates have the key and the counters at fixed offsets: every view came with
+  // its key words and its counters as words (the view itself has no counters then).
   assert.equal(keyed, views);
+  assert.equal(counted, views);
   assert.deepEqual(viewed.stats(), s);
   assert.ok(s.correlated > 0 && s.flowsCreated > 1000, JSON.stringify(s));
   assert.ok(wholeDecodes < views / 2, `${wholeDecodes} whole decodes of ${views} records`);

@@ -140,6 +140,9 @@ export class RawRowWriter {
   #generation: number;
   /** Tids defined in the pending frame (forgotten if it is discarded). */
   #pendingDefs: number[] = [];
+  /** The buffer records were last copied from, and a view of it (see `#copy`). */
+  #src: Uint8Array | undefined;
+  #srcView: DataView = new DataView(new ArrayBuffer(0));
 
   /** A writer onto `ring`, naming templates through the shared `ids`. */
   constructor(ring: RingWriter, ids: RawTemplateIds, options: RawRowWriterOptions = {}) {
@@ -203,11 +206,32 @@ export class RawRowWriter {
     } else {
       this.#room(n);
     }
-    this.#buf.set(bytes.subarray(start, end), this.#at);
+    this.#copy(bytes, start, n);
     this.#at += n;
     v.setUint32(this.#runLengthAt, v.getUint32(this.#runLengthAt, true) + n, true);
     this.#records++;
     return true;
+  }
+
+  /**
+   * Copies `bytes[start..start + n)` to the frame at `#at`, 8 bytes at a time through DataViews
+   * (a view made once per source buffer). Not `set(bytes.subarray(…))`: that allocates a typed
+   * array per record, about 100 bytes, a third of what the main thread allocated per record in
+   * the e2e run (heap sampling); these u64 moves copy the bits exactly and allocate nothing once
+   * optimized.
+   */
+  #copy(bytes: Uint8Array, start: number, n: number): void {
+    if (bytes !== this.#src) {
+      this.#src = bytes;
+      this.#srcView = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    }
+    const sv = this.#srcView;
+    const dv = this.#view;
+    const buf = this.#buf;
+    const at = this.#at;
+    let i = 0;
+    for (; i + 8 <= n; i += 8) dv.setBigUint64(at + i, sv.getBigUint64(start + i));
+    for (; i < n; i++) buf[at + i] = bytes[start + i];
   }
 
   #define(tid: number, t: TemplateRecord): void {

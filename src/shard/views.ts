@@ -46,25 +46,32 @@ const ADDRESS_IES = [
 ];
 
 /**
+ * The big-endian u32 at `b[o..o + 4)`. A module function, not a closure in its caller: the main
+ * thread reads every record's key, and a closure made per call was most of what that thread
+ * allocated (a heap-sampling profile of the e2e run: 47 % of its bytes).
+ */
+function be32(b: Uint8Array, o: number): number {
+  return ((b[o] << 24) | (b[o + 1] << 16) | (b[o + 2] << 8) | b[o + 3]) >>> 0;
+}
+
+/**
  * Reads the flow key of the record at `start`, whose key sits at the fixed offsets `key`, into
  * `k` (`KEY_WORDS` words, the probe layout of `flow_table.ts`): the words `readFlowKey` reads
  * from the record's decoded values.
  */
 export function readRawKey(b: Uint8Array, start: number, key: KeyOffsets, k: Uint32Array): void {
-  const word = (o: number): number =>
-    ((b[o] << 24) | (b[o + 1] << 16) | (b[o + 2] << 8) | b[o + 3]) >>> 0;
   const src = start + key.source;
   const dst = start + key.destination;
   if (key.family === 4) {
-    k[0] = word(src);
+    k[0] = be32(b, src);
     k[1] = k[2] = k[3] = 0;
-    k[4] = word(dst);
+    k[4] = be32(b, dst);
     k[5] = k[6] = k[7] = 0;
     k[11] = 4;
   } else {
     for (let j = 0; j < 4; j++) {
-      k[j] = word(src + 4 * j);
-      k[4 + j] = word(dst + 4 * j);
+      k[j] = be32(b, src + 4 * j);
+      k[4 + j] = be32(b, dst + 4 * j);
     }
     k[11] = 6;
   }
@@ -108,8 +115,8 @@ const VIEW_FIELDS_BUT_COUNTERS = UPDATE_VIEW_FIELDS.filter((n) => !STATS_FIELDS.
 function readCounterWords(b: Uint8Array, start: number, at: Int32Array, w: Uint32Array): void {
   for (let i = 0; i < 8; i++) {
     const o = start + at[i];
-    w[2 * i] = ((b[o] << 24) | (b[o + 1] << 16) | (b[o + 2] << 8) | b[o + 3]) >>> 0;
-    w[2 * i + 1] = ((b[o + 4] << 24) | (b[o + 5] << 16) | (b[o + 6] << 8) | b[o + 7]) >>> 0;
+    w[2 * i] = be32(b, o);
+    w[2 * i + 1] = be32(b, o + 4);
   }
 }
 

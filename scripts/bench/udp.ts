@@ -176,6 +176,8 @@ export interface SendResult {
    * back as one catch-up burst, which a small socket buffer must absorb.
    */
   max_behind?: number;
+  /** Stream mode: the most rounds a source completed (see udp_send.c `-e`). */
+  passes?: number;
 }
 
 /**
@@ -187,6 +189,14 @@ export interface SendStream {
   messages: string;
   /** Template messages, sent first from every source. */
   templates: string;
+  /**
+   * Byte offset, in every data message, of a big-endian u32 (the flow end) that udp_send raises,
+   * with the export time, by {@linkcode passBase} at the start and by 1 at each new round
+   * (`-e`/`-E`): each round is then a newer export of the same flows. Unset: rounds repeat.
+   */
+  passOffset?: number;
+  /** What the messages' flow end and export time are raised by at the start. */
+  passBase?: number;
 }
 
 /** Runs udp_send against 127.0.0.1:port: the golden message, or `opts.stream`. */
@@ -215,6 +225,9 @@ export async function blast(
     ...(opts.stream
       ? ["-m", opts.stream.messages, "-T", opts.stream.templates]
       : ["-f", tools.dataFile]),
+    ...(opts.stream?.passOffset !== undefined
+      ? ["-e", String(opts.stream.passOffset), "-E", String(opts.stream.passBase ?? 0)]
+      : []),
     "-s",
     String(opts.sources),
   ];

@@ -3,7 +3,8 @@
  * part's configuration, {@linkcode benchConfig}), every datagram decoded and aggregated, not
  * just counted as udp.ts's receivers do. The load is the replay sender's realistic 4-Agent
  * stream (src/flowgen/replay.ts, one record per datagram): one round of it, encoded here, sent
- * paced by udp_send.c in stream mode (sendmmsg, one socket per Agent; the Deno replay sender
+ * paced by udp_send.c in stream mode, each round a second later than the last (flowEndSeconds
+ * and export time, `-e`: real updates; sendmmsg, one socket per Agent; the Deno replay sender
  * tops out below what the process takes), or with `--sender=replay` by scripts/replay.ts. A
  * rate search ({@linkcode searchLosslessRate}, shared with udp.ts) finds the highest paced
  * rate with < 0.1 % of the records lost, at the kernel's default receive buffer
@@ -28,6 +29,8 @@
 
 import { AGENTS, benchConfig, FLOW_LOG_FILE, runSenderProcess } from "./e2e.ts";
 import { ReplayStream } from "../../src/flowgen/replay.ts";
+import { agentUpdateOffsets } from "../../src/flowgen/sender.ts";
+import { MESSAGE_HEADER_LENGTH, SET_HEADER_LENGTH } from "../../src/ipfix/mod.ts";
 import { startFlowAggregator } from "./process.ts";
 import { caFileOf } from "../../src/api/server.ts";
 import {
@@ -221,10 +224,23 @@ export function interleaveMessages(perAgent: readonly (readonly Uint8Array[])[])
 }
 
 /**
+ * Byte offset of flowEndSeconds in an Agent data message of one record (message and set
+ * headers, then the record), the same in both Agent templates.
+ */
+export function agentFlowEndOffset(): number {
+  const [v4, v6] = [agentUpdateOffsets(256)[0], agentUpdateOffsets(257)[0]];
+  if (v4 !== v6) throw new Error(`flowEndSeconds at ${v4} and ${v6} in the Agent templates`);
+  return MESSAGE_HEADER_LENGTH + SET_HEADER_LENGTH + v4;
+}
+
+/**
  * udp_send.c in stream mode over one round of the replay stream (built here, as the replay
  * sender builds it, export time now), one socket per Agent, sendmmsg: the round is sent again
- * and again unpatched, so from the second round on its records repeat the first's counters and
- * times (the same flows, updated with the same values).
+ * and again, each time with flowEndSeconds and the export time one second later (`-e`, at
+ * {@linkcode agentFlowEndOffset}), so every round is a newer export of the same flows, as the
+ * TCP replay's are: the counters repeat but every record is a real update (not a stale one,
+ * which a collector takes on its cheapest path). Successive trials carry on from the last
+ * trial's rounds (`-E`), so a process kept across a search keeps getting newer records.
  */
 export async function cStreamSender(
   tools: UdpTools,
@@ -244,15 +260,26 @@ export async function cStreamSender(
     return r.views;
   });
   const templates = stream.rounds.flatMap((_, i) => stream.templateMessages(i, now));
+  const passOffset = agentFlowEndOffset();
+  for (const m of perAgent.flat()) {
+    const v = new DataView(m.buffer, m.byteOffset, m.byteLength);
+    // Round 0: flowEndSeconds is the export time, `now`; a wrong offset would not read it.
+    if (v.getUint32(passOffset) !== now || v.getUint32(4) !== now) {
+      throw new Error(`stream message without flowEndSeconds ${now} at byte ${passOffset}`);
+    }
+  }
   const files: SendStream = {
     messages: `${tools.dir}/stream.bin`,
     templates: `${tools.dir}/stream_templates.bin`,
+    passOffset,
+    passBase: 0,
   };
   await Deno.writeFile(files.messages, interleaveMessages(perAgent));
   await Deno.writeFile(files.templates, interleaveMessages(templates.map((m) => [m])));
   return async (port, rate, seconds) => {
     const count = Math.max(1, Math.round(rate * seconds));
     const s = await blast(tools, port, { count, rate, sources: AGENTS, stream: files, catchup });
+    files.passBase! += (s.passes ?? 0) + 1;
     return {
       records: s.sent,
       rate: s.rate,

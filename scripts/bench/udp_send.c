@@ -8,12 +8,18 @@
  * Stream mode (-m FILE, with -T FILE for its templates): instead of one payload, a file of
  * messages, each a 2-byte big-endian length then the message; message i belongs to source
  * i % NSRC (the bench writes one Agent's messages per source), and each source sends its own
- * in order, round after round, unpatched. Every message of the -T file goes first from every
- * source.
+ * in order, round after round. Every message of the -T file goes first from every source.
+ * -e OFF (stream mode) makes each round a newer export of the same flows, as an Agent's are: it
+ * adds BASE (-E, default 0) at the start, then 1 each time a source completes a round of them,
+ * to the big-endian u32 at byte OFF of each of that source's messages (the bench passes the
+ * flowEndSeconds of its one-record messages) and to their export time (bytes 4..7). Without it
+ * the rounds repeat the first one's times, and a collector takes them as stale updates.
  * -c FACTOR caps the catch-up after a stall at FACTOR x RATE (0, the default: back to back).
- * Prints one JSON line: {"sent":N,"seconds":S,"rate":R,"send_errors":E,"max_behind":B}, B being
- * the most datagrams the sender was ever behind its schedule (it was descheduled): it sends
- * them back to back, a burst no receiver is woken in time for.
+ * Prints one JSON line: {"sent":N,"seconds":S,"rate":R,"send_errors":E,"max_behind":B,
+ * "passes":P}, B being the most datagrams the sender was ever behind its schedule (it was
+ * descheduled): it sends them back to back, a burst no receiver is woken in time for; P the most
+ * rounds any source completed (with -e, the next run's -E is BASE + P + 1: newer than anything
+ * sent, a last round cut short included).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -53,6 +59,14 @@ static unsigned char *read_file(const char *path, size_t *len) {
   return buf;
 }
 
+/* Adds `by` to the big-endian u32 at p[0..4). */
+static void add_be32(unsigned char *p, uint32_t by) {
+  uint32_t v = ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+  v += by;
+  p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16);
+  p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v;
+}
+
 /* A length-prefixed message file (2-byte big-endian length, then the bytes), read whole. */
 typedef struct { unsigned char *p; size_t len; } msg_t;
 
@@ -83,10 +97,11 @@ static msg_t *read_msgs(const char *path, int *n) {
 int main(int argc, char **argv) {
   const char *host = "127.0.0.1", *payload_path = NULL, *template_path = NULL;
   const char *stream_path = NULL, *stream_tmpl_path = NULL;
-  int port = 0, nsrc = 1, patch_seq = 0, opt;
+  int port = 0, nsrc = 1, patch_seq = 0, opt, pass_off = -1;
+  uint32_t pass_base = 0;
   long long count = 1000;
   double rate = 0, catchup = 0;
-  while ((opt = getopt(argc, argv, "h:p:n:r:f:t:s:qm:T:c:")) != -1) {
+  while ((opt = getopt(argc, argv, "h:p:n:r:f:t:s:qm:T:c:e:E:")) != -1) {
     switch (opt) {
       case 'h': host = optarg; break;
       case 'p': port = atoi(optarg); break;
@@ -99,11 +114,13 @@ int main(int argc, char **argv) {
       case 'm': stream_path = optarg; break;
       case 'T': stream_tmpl_path = optarg; break;
       case 'c': catchup = atof(optarg); break;
-      default: fprintf(stderr, "usage: udp_send -h ip -p port -n count -r rate [-c factor] (-f payload [-t template] [-q] | -m stream [-T templates]) [-s nsrc]\n"); return 2;
+      case 'e': pass_off = atoi(optarg); break;
+      case 'E': pass_base = (uint32_t)strtoul(optarg, NULL, 10); break;
+      default: fprintf(stderr, "usage: udp_send -h ip -p port -n count -r rate [-c factor] (-f payload [-t template] [-q] | -m stream [-T templates] [-e offset [-E base]]) [-s nsrc]\n"); return 2;
     }
   }
   if ((!payload_path == !stream_path) || (stream_path && patch_seq) || port <= 0 || nsrc < 1 ||
-      nsrc > MAXSRC) {
+      nsrc > MAXSRC || (pass_off >= 0 && !stream_path)) {
     fprintf(stderr, "bad arguments\n");
     return 2;
   }
@@ -112,6 +129,7 @@ int main(int argc, char **argv) {
   /* Stream mode: each source's messages and where it is in them. */
   msg_t *smsg[MAXSRC];
   int scount[MAXSRC], scur[MAXSRC];
+  long long spasses[MAXSRC], max_passes = 0;
   int nstmpl = 0;
   msg_t *stmpl = NULL;
   if (stream_path) {
@@ -121,8 +139,19 @@ int main(int argc, char **argv) {
       smsg[k] = malloc(sizeof(msg_t) * (size_t)(n / nsrc + 1));
       scount[k] = 0;
       scur[k] = 0;
+      spasses[k] = 0;
     }
-    for (int i = 0; i < n; i++) smsg[i % nsrc][scount[i % nsrc]++] = all[i];
+    for (int i = 0; i < n; i++) {
+      if (pass_off >= 0) {
+        if (all[i].len < (size_t)pass_off + 4 || all[i].len < 8) {
+          fprintf(stderr, "%s: message %d has no u32 at %d\n", stream_path, i, pass_off);
+          return 2;
+        }
+        add_be32(all[i].p + pass_off, pass_base);
+        add_be32(all[i].p + 4, pass_base);
+      }
+      smsg[i % nsrc][scount[i % nsrc]++] = all[i];
+    }
     for (int k = 0; k < nsrc; k++) {
       if (scount[k] == 0) { fprintf(stderr, "%s: no message for source %d\n", stream_path, k); return 2; }
     }
@@ -192,6 +221,8 @@ int main(int argc, char **argv) {
       continue;
     }
     if (n > batch) n = batch;
+    /* A batch ends with the round: the next round's messages are patched first. */
+    if (stream_path && pass_off >= 0 && scur[src] + n > scount[src]) n = scount[src] - scur[src];
     if (catchup > 0 && rate > 0) next_send = t + (double)n / (catchup * rate);
     if (patch_seq && plen >= 12) {
       for (int i = 0; i < n; i++) {
@@ -214,12 +245,21 @@ int main(int argc, char **argv) {
       continue;
     }
     if (patch_seq && r < n) seq[src] -= (uint32_t)(n - r);
-    if (stream_path) scur[src] = (scur[src] + r) % scount[src];
+    if (stream_path) {
+      scur[src] = (scur[src] + r) % scount[src];
+      if (r > 0 && scur[src] == 0 && pass_off >= 0) {
+        for (int i = 0; i < scount[src]; i++) {
+          add_be32(smsg[src][i].p + pass_off, 1);
+          add_be32(smsg[src][i].p + 4, 1);
+        }
+        if (++spasses[src] > max_passes) max_passes = spasses[src];
+      }
+    }
     sent += r;
     src = (src + 1) % nsrc;
   }
   double secs = now_s() - t0;
-  printf("{\"sent\":%lld,\"seconds\":%.6f,\"rate\":%.1f,\"send_errors\":%lld,\"max_behind\":%lld}\n",
-         sent, secs, secs > 0 ? sent / secs : 0.0, errors, max_behind);
+  printf("{\"sent\":%lld,\"seconds\":%.6f,\"rate\":%.1f,\"send_errors\":%lld,\"max_behind\":%lld,\"passes\":%lld}\n",
+         sent, secs, secs > 0 ? sent / secs : 0.0, errors, max_behind, max_passes);
   return 0;
 }

@@ -142,6 +142,8 @@ export class RawRowWriter {
   #pendingDefs: number[] = [];
   /** The buffer records were last copied from, and a view of it (see `#copy`). */
   #src: Uint8Array | undefined;
+  /** The buffer of the last record copied without a view (see `#copy`). */
+  #seen: Uint8Array | undefined;
   #srcView: DataView = new DataView(new ArrayBuffer(0));
 
   /** A writer onto `ring`, naming templates through the shared `ids`. */
@@ -222,6 +224,14 @@ export class RawRowWriter {
    */
   #copy(bytes: Uint8Array, start: number, n: number): void {
     if (bytes !== this.#src) {
+      // A buffer's first record: copied with set(), and a view made only when the next record
+      // comes from the same buffer too (a stream's read buffer holds hundreds; a datagram or a
+      // message of its own holds one, and a view per record would cost more than set()).
+      if (bytes !== this.#seen) {
+        this.#seen = bytes;
+        this.#buf.set(bytes.subarray(start, start + n), this.#at);
+        return;
+      }
       this.#src = bytes;
       this.#srcView = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     }

@@ -19,6 +19,7 @@ import {
   rawShardOf,
   RawTemplateIds,
 } from "../../src/shard/raw_rows.ts";
+import { coreViewSink } from "../../src/shard/views.ts";
 import { createRing, RingReader, RingWriter } from "../../src/shard/ring.ts";
 
 /**
@@ -265,14 +266,7 @@ export function benchShardRealistic(
       core.addRecord(r);
     };
     const invalid = (): void => {};
-    const view = (
-      v: FlowInput,
-      full: () => FlowInput,
-      key?: Uint32Array,
-      words?: Uint32Array,
-    ): void => {
-      core.addRecordView(v, full, key, words);
-    };
+    const view = coreViewSink(core);
     let f = 0;
     let before = 0;
     if (opts.steady) {

@@ -299,32 +299,16 @@ function addPair(
   sides: number,
   isLatest: boolean,
 ): number {
-  const dHi = cw[ci];
-  const dLo = cw[ci + 1];
   const tHi = cw[ci + 2];
   const tLo = cw[ci + 3];
-  let oHi = 0;
-  let oLo = 0;
   let side = 0;
   if (sides & SIDE_S) {
     side = 2 * (at + S_OFF);
-    const lo = w[side + U64_LO] + dLo;
-    w[side + U64_LO] = lo >>> 0;
-    w[side + U64_HI] = (w[side + U64_HI] + dHi + (lo >= TWO32 ? 1 : 0)) >>> 0;
-    oHi = w[side + 2 + U64_HI];
-    oLo = w[side + 2 + U64_LO];
-    w[side + 2 + U64_HI] = tHi;
-    w[side + 2 + U64_LO] = tLo;
+    addSide(w, side, cw, ci);
   }
   if (sides & SIDE_D) {
     side = 2 * (at + D_OFF);
-    const lo = w[side + U64_LO] + dLo;
-    w[side + U64_LO] = lo >>> 0;
-    w[side + U64_HI] = (w[side + U64_HI] + dHi + (lo >= TWO32 ? 1 : 0)) >>> 0;
-    oHi = w[side + 2 + U64_HI];
-    oLo = w[side + 2 + U64_LO];
-    w[side + 2 + U64_HI] = tHi;
-    w[side + 2 + U64_LO] = tLo;
+    addSide(w, side, cw, ci);
   }
   if (isLatest) {
     const c = 2 * at;
@@ -336,9 +320,29 @@ function addPair(
       w[c + 2 + U64_LO] = tLo;
     }
   }
-  const hd = tHi - oHi;
+  const hd = tHi - oldHi;
   // |hd| < 2^21: the difference is within ±(2^53 − 1), exact as a double.
-  if (hd > -0x200000 && hd < 0x200000) return hd * TWO32 + (tLo - oLo);
-  spill = ((BigInt(tHi) << 32n) | BigInt(tLo)) - ((BigInt(oHi) << 32n) | BigInt(oLo));
+  if (hd > -0x200000 && hd < 0x200000) return hd * TWO32 + (tLo - oldLo);
+  spill = ((BigInt(tHi) << 32n) | BigInt(tLo)) - ((BigInt(oldHi) << 32n) | BigInt(oldLo));
   return NaN;
+}
+
+/** The total a side had before {@linkcode addSide} replaced it, as its u32 halves. */
+let oldHi = 0;
+let oldLo = 0;
+
+/**
+ * One side's copy of a pair (its delta at u32 word `side`, its total at `side + 2`): the record's
+ * delta (words `ci`, `ci + 1` of `cw`) added in halves, the carry into the high word (wrapping
+ * at 2^64 as a u64 does), and its total replaced by the record's, the old one kept in
+ * {@linkcode oldHi}/{@linkcode oldLo}.
+ */
+function addSide(w: Uint32Array, side: number, cw: Uint32Array, ci: number): void {
+  const lo = w[side + U64_LO] + cw[ci + 1];
+  w[side + U64_LO] = lo >>> 0;
+  w[side + U64_HI] = (w[side + U64_HI] + cw[ci] + (lo >= TWO32 ? 1 : 0)) >>> 0;
+  oldHi = w[side + 2 + U64_HI];
+  oldLo = w[side + 2 + U64_LO];
+  w[side + 2 + U64_HI] = cw[ci + 2];
+  w[side + 2 + U64_LO] = cw[ci + 3];
 }

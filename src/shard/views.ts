@@ -37,6 +37,23 @@ export type ViewSink = (
   words?: Uint32Array,
 ) => void;
 
+/** What a {@linkcode coreViewSink} feeds: an aggregation core's `addRecordView`. */
+export interface ViewTarget {
+  addRecordView(
+    view: FlowInput,
+    full: () => FlowInput,
+    key?: Uint32Array,
+    words?: Uint32Array,
+  ): unknown;
+}
+
+/** The view sink that hands each record to `core.addRecordView`, key and counter words included. */
+export function coreViewSink(core: ViewTarget): ViewSink {
+  return (view, full, key, words) => {
+    core.addRecordView(view, full, key, words);
+  };
+}
+
 /** The address IEs of a flow key, presence only in a view whose key is read from the bytes. */
 const ADDRESS_IES = [
   "sourceIPv4Address",

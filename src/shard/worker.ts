@@ -14,7 +14,6 @@
  */
 
 import { AggregationCore } from "../aggregation/core.ts";
-import type { FlowInput } from "../aggregation/record.ts";
 import { systemClock, TaskCachedClock } from "../clock.ts";
 import type { ExportHooks } from "../aggregation/snapshot.ts";
 import { PodStore } from "../k8s/pod_store.ts";
@@ -32,6 +31,7 @@ import {
 import { stringsTruncatedTotal } from "../ipfix/compile.ts";
 import { RingReader } from "./ring.ts";
 import { SlotRowWriter } from "./slot_rows.ts";
+import { coreViewSink } from "./views.ts";
 
 /** Flows per batch posted to the main thread. */
 const BATCH_FLOWS = 1024;
@@ -111,14 +111,7 @@ function drain(c: AggregationCore, sliceMs = Infinity): number {
     c.addRecord(r);
   };
   const invalid = (why: string): void => c.countUndecodable(why);
-  const view = (
-    v: FlowInput,
-    full: () => FlowInput,
-    key?: Uint32Array,
-    words?: Uint32Array,
-  ): void => {
-    c.addRecordView(v, full, key, words);
-  };
+  const view = coreViewSink(c);
   const end = performance.now() + sliceMs;
   let n = 0;
   for (let f = ring.next(); f !== undefined; f = ring.next()) {

@@ -24,7 +24,13 @@ import type { ConfigDiff, ConfigWatcherStats, TransportProtocol } from "./config
 import type { DataRecord, TemplateRecord } from "./ipfix/types.ts";
 import type { RawRecords } from "./ipfix/decoder.ts";
 import type { CompiledTemplate } from "./ipfix/compile.ts";
-import { type CompiledView, compileView, RecordViews, type ViewSink } from "./shard/views.ts";
+import {
+  type CompiledView,
+  compileView,
+  coreViewSink,
+  RecordViews,
+  type ViewSink,
+} from "./shard/views.ts";
 import { flowTemplateProblem } from "./record/flow_input.ts";
 import { type Exporter, type ExporterStats, offerBatch } from "./exporters/exporter.ts";
 import { type FlowBatch, openBatch, readBatch, readFlows } from "./exporters/batch.ts";
@@ -297,9 +303,7 @@ export class FlowAggregator {
   readonly #viewDecoders = new WeakMap<CompiledTemplate, ViewDecoder>();
   /** The view decoder used last: a session's data sets mostly share one template. */
   #lastView: ViewDecoder | undefined = undefined;
-  readonly #onView: ViewSink = (view, full, key, words) => {
-    this.#core.addRecordView(view, full, key, words);
-  };
+  readonly #onView: ViewSink;
   readonly #onUndecodable = (why: string): void => this.#core.countUndecodable(why);
   /** The shard workers (with `shards` > 1, from start on). */
   #pool: ShardPool | undefined;
@@ -368,6 +372,7 @@ export class FlowAggregator {
       maxFlows: config.limits.maxFlows,
       maxFlowBytes: config.limits.maxFlowBytes,
     });
+    this.#onView = coreViewSink(this.#core);
   }
 
   /** The aggregation core of a one-shard process (tests); with shards, see {@linkcode query}. */
@@ -585,7 +590,6 @@ export class FlowAggregator {
       this.#views.readSpans(
         this.#viewOf(raw.compiled),
         raw.compiled,
-        raw.skim.key,
         raw.bytes,
         raw.spans,
         this.#onView,

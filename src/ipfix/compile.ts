@@ -188,7 +188,8 @@ function strCut(bytes: Uint8Array, o: number, max: number): string {
   return str(bytes, o, k);
 }
 
-function u32(bytes: Uint8Array, o: number): number {
+/** The big-endian u32 at `bytes[o..o + 4)` (plain byte reads: no DataView per message). */
+export function u32(bytes: Uint8Array, o: number): number {
   return bytes[o] * 16777216 + ((bytes[o + 1] << 16) | (bytes[o + 2] << 8) | bytes[o + 3]);
 }
 

@@ -18,6 +18,7 @@ import {
   minRecordLength,
   type PendingTemplates,
   stringsTruncatedTotal,
+  u32,
 } from "./compile.ts";
 import { REFUSALS_REMEMBERED, type TemplateRefusal, type TemplateStore } from "./template_store.ts";
 import { type Skim, skimOf, walkRecords } from "./skim.ts";
@@ -112,10 +113,6 @@ export function readMessageLength(buf: Uint8Array, offset = 0): number {
 // Plain byte reads: creating a DataView per message costs more than decoding a small record.
 function u16(b: Uint8Array, o: number): number {
   return (b[o] << 8) | b[o + 1];
-}
-
-function u32(b: Uint8Array, o: number): number {
-  return b[o] * 16777216 + ((b[o + 1] << 16) | (b[o + 2] << 8) | b[o + 3]);
 }
 
 /** Parses the 16-byte header (validates version only). */

@@ -23,7 +23,7 @@
 import type { FlowInput } from "../aggregation/record.ts";
 import { type CompiledTemplate, compileTemplate } from "../ipfix/compile.ts";
 import { fieldKey } from "../ipfix/compile.ts";
-import { type KeyOffsets, skimOf } from "../ipfix/skim.ts";
+import type { KeyOffsets } from "../ipfix/skim.ts";
 import { type CompiledView, compileView, readRawKey, RecordViews, type ViewSink } from "./views.ts";
 
 export { readRawKey, type ViewSink };
@@ -325,8 +325,6 @@ interface RawTemplate {
   ct?: CompiledTemplate;
   /** The view decoder (`UPDATE_VIEW_FIELDS`). */
   view?: CompiledView;
-  /** The flow key's fixed offsets (`skimOf(t).key`), or undefined. */
-  readonly keyAt: KeyOffsets | undefined;
 }
 
 /** Reads one ring's raw frames: compiles each template once and decodes the records. */
@@ -386,7 +384,7 @@ export class RawRowReader {
           this.#views.decodeWhole(ct, frame, at, at + n, onRecord, onInvalid);
         } else {
           const view = e.view ??= compileView(e.t, this.#maxStringBytes);
-          this.#views.readRun(view, ct, e.keyAt, frame, at, at + n, onView, onInvalid);
+          this.#views.readRun(view, ct, frame, at, at + n, onView, onInvalid);
         }
         at += n;
       } else if (tag === TAG_TEMPLATE) {
@@ -404,7 +402,7 @@ export class RawRowReader {
           });
         }
         const t = { id, fields, scopeFieldCount: scope };
-        this.#templates.set(tid, { t, keyAt: skimOf(t).key });
+        this.#templates.set(tid, { t });
       } else if (tag === TAG_RESET) {
         this.#templates.clear();
         at += 1;

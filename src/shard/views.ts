@@ -18,7 +18,7 @@ import { KEY_WORDS } from "../aggregation/flow_table.ts";
 import { COUNTER_WORDS } from "../aggregation/flow_stats.ts";
 import { STATS_FIELDS } from "../record/schema.ts";
 import { clearArray } from "../arrays.ts";
-import { type CompiledTemplate, compileTemplate, viewFactory } from "../ipfix/compile.ts";
+import { type CompiledTemplate, compileTemplate, u32, viewFactory } from "../ipfix/compile.ts";
 import { fixedOffsets, type KeyOffsets, skimOf, walkRecords } from "../ipfix/skim.ts";
 import type { DataRecord, TemplateRecord } from "../ipfix/types.ts";
 
@@ -63,15 +63,6 @@ const ADDRESS_IES = [
 ];
 
 /**
- * The big-endian u32 at `b[o..o + 4)`. A module function, not a closure in its caller: the main
- * thread reads every record's key, and a closure made per call was most of what that thread
- * allocated (a heap-sampling profile of the e2e run: 47 % of its bytes).
- */
-function be32(b: Uint8Array, o: number): number {
-  return ((b[o] << 24) | (b[o + 1] << 16) | (b[o + 2] << 8) | b[o + 3]) >>> 0;
-}
-
-/**
  * Reads the flow key of the record at `start`, whose key sits at the fixed offsets `key`, into
  * `k` (`KEY_WORDS` words, the probe layout of `flow_table.ts`): the words `readFlowKey` reads
  * from the record's decoded values.
@@ -80,15 +71,15 @@ export function readRawKey(b: Uint8Array, start: number, key: KeyOffsets, k: Uin
   const src = start + key.source;
   const dst = start + key.destination;
   if (key.family === 4) {
-    k[0] = be32(b, src);
+    k[0] = u32(b, src);
     k[1] = k[2] = k[3] = 0;
-    k[4] = be32(b, dst);
+    k[4] = u32(b, dst);
     k[5] = k[6] = k[7] = 0;
     k[11] = 4;
   } else {
     for (let j = 0; j < 4; j++) {
-      k[j] = be32(b, src + 4 * j);
-      k[4 + j] = be32(b, dst + 4 * j);
+      k[j] = u32(b, src + 4 * j);
+      k[4 + j] = u32(b, dst + 4 * j);
     }
     k[11] = 6;
   }
@@ -99,8 +90,13 @@ export function readRawKey(b: Uint8Array, start: number, key: KeyOffsets, k: Uin
 
 /** A template's view decoder ({@linkcode compileView}). */
 export interface CompiledView {
-  /** Decodes `UPDATE_VIEW_FIELDS` but the counters when {@linkcode counters} is set. */
+  /**
+   * Decodes `UPDATE_VIEW_FIELDS` but the counters when {@linkcode counters} is set, the addresses
+   * as presence only when {@linkcode key} is.
+   */
   readonly fill: CompiledTemplate;
+  /** The flow key's fixed offsets (`skimOf(template).key`): the views read the key from the bytes. */
+  readonly key: KeyOffsets | undefined;
   /**
    * Byte offsets of the 8 counters (`STATS_FIELDS` order) when each is a u64 of 8 bytes at a
    * fixed offset: the views then read them as words from the bytes. Undefined otherwise (the
@@ -115,15 +111,15 @@ export interface CompiledView {
  * without the counters when they are at fixed offsets.
  */
 export function compileView(t: TemplateRecord, maxStringBytes: number | undefined): CompiledView {
-  const keyed = skimOf(t).key !== undefined;
+  const key = skimOf(t).key;
   const counters = fixedOffsets(t, STATS_FIELDS, 8);
   const fill = compileTemplate(t, {
     wireNumbers: true,
     maxStringBytes,
     only: counters === undefined ? UPDATE_VIEW_FIELDS : VIEW_FIELDS_BUT_COUNTERS,
-    presence: keyed ? [...UPDATE_VIEW_PRESENCE, ...ADDRESS_IES] : UPDATE_VIEW_PRESENCE,
+    presence: key !== undefined ? [...UPDATE_VIEW_PRESENCE, ...ADDRESS_IES] : UPDATE_VIEW_PRESENCE,
   });
-  return { fill, counters };
+  return { fill, key, counters };
 }
 
 const VIEW_FIELDS_BUT_COUNTERS = UPDATE_VIEW_FIELDS.filter((n) => !STATS_FIELDS.includes(n));
@@ -132,8 +128,8 @@ const VIEW_FIELDS_BUT_COUNTERS = UPDATE_VIEW_FIELDS.filter((n) => !STATS_FIELDS.
 function readCounterWords(b: Uint8Array, start: number, at: Int32Array, w: Uint32Array): void {
   for (let i = 0; i < 8; i++) {
     const o = start + at[i];
-    w[2 * i] = be32(b, o);
-    w[2 * i + 1] = be32(b, o + 4);
+    w[2 * i] = u32(b, o);
+    w[2 * i + 1] = u32(b, o + 4);
   }
 }
 
@@ -162,15 +158,14 @@ export class RecordViews {
 
   /**
    * The records of `bytes[start..end)` (back to back, of the template of `view` and `ct`: its
-   * view decoder from {@linkcode compileView} and its whole decoder; `keyAt`: the template's
-   * key offsets, `skimOf(template).key`, which the caller keeps) to `onView`, one at a time.
+   * view decoder from {@linkcode compileView}, which says where its key and counters sit, and its
+   * whole decoder) to `onView`, one at a time.
    * A record the view cannot be read from goes, with the rest of the run, through
    * {@linkcode decodeWhole} (each then its own view).
    */
   readRun(
     view: CompiledView,
     ct: CompiledTemplate,
-    keyAt: KeyOffsets | undefined,
     bytes: Uint8Array,
     start: number,
     end: number,
@@ -179,6 +174,7 @@ export class RecordViews {
   ): void {
     const fill = view.fill.fillRecord!;
     const target = this.#view;
+    const keyAt = view.key;
     const key = keyAt === undefined ? undefined : this.#key;
     const countersAt = view.counters;
     const words = countersAt === undefined ? undefined : this.#words;
@@ -210,7 +206,6 @@ export class RecordViews {
   readSpans(
     view: CompiledView,
     ct: CompiledTemplate,
-    keyAt: KeyOffsets | undefined,
     bytes: Uint8Array,
     spans: readonly number[],
     onView: ViewSink,
@@ -219,7 +214,7 @@ export class RecordViews {
     let from = 0;
     for (let i = 2; i <= spans.length; i += 2) {
       if (i === spans.length || spans[i] !== spans[i - 1]) {
-        this.readRun(view, ct, keyAt, bytes, spans[from], spans[i - 1], onView, onInvalid);
+        this.readRun(view, ct, bytes, spans[from], spans[i - 1], onView, onInvalid);
         from = i;
       }
     }

@@ -152,6 +152,10 @@ export interface BenchResults extends Omit<E2eReplayResult, "detail"> {
   rss_bytes_per_flow_1m: number | null;
   /** Resident set size of the idle process. */
   rss_bytes_idle: number | null;
+  /** Reference for rss_bytes_idle: the Deno runtime alone (a script that only waits). */
+  rss_bytes_idle_runtime: number | null;
+  /** Reference for rss_bytes_idle: the runtime with as many idle workers as the process has. */
+  rss_bytes_idle_runtime_workers: number | null;
   /** JS heap bytes per Pod held by the Pod store at 100k Pods (goal: at most 1 KB). */
   podstore_bytes_per_pod: number | null;
   /** Pod store lookups per second (by IP and flow start time) at 100k Pods. */
@@ -257,6 +261,8 @@ export function emptyResults(): BenchResults {
     memory_bytes_per_flow_1m: null,
     rss_bytes_per_flow_1m: null,
     rss_bytes_idle: null,
+    rss_bytes_idle_runtime: null,
+    rss_bytes_idle_runtime_workers: null,
     podstore_bytes_per_pod: null,
     podstore_lookups_per_s: null,
     api_query_ingest_ratio: null,
@@ -562,12 +568,21 @@ export async function benchPodStoreMemory(ctx: BenchContext): Promise<void> {
   ctx.details.podstore = r;
 }
 
-/** Measures rss_bytes_idle of the real process (scripts/bench/process.ts). */
+/**
+ * Measures rss_bytes_idle of the real process and its references, the Deno runtime alone and with
+ * as many idle workers (scripts/bench/process.ts).
+ */
 export async function benchRssIdle(ctx: BenchContext): Promise<void> {
   progress("rss idle");
   const r = await measureRssIdle({ quick: ctx.quick });
   ctx.results.rss_bytes_idle = r.rss_bytes_idle;
   ctx.notes.rss_bytes_idle = r.detail.note;
+  ctx.results.rss_bytes_idle_runtime = r.rss_bytes_idle_runtime;
+  ctx.notes.rss_bytes_idle_runtime = "VmRSS of `deno run` of a script that only waits, " +
+    "sampled as the process is: the runtime's own floor";
+  ctx.results.rss_bytes_idle_runtime_workers = r.rss_bytes_idle_runtime_workers;
+  ctx.notes.rss_bytes_idle_runtime_workers = `the same with ${r.detail.workerThreads} idle ` +
+    "workers of an empty module (as many as the process's worker threads)";
   ctx.details.rss = r.detail;
 }
 
@@ -693,6 +708,8 @@ export const UNITS: Record<keyof BenchResults, string> = {
   memory_bytes_per_flow_1m: "bytes",
   rss_bytes_per_flow_1m: "bytes",
   rss_bytes_idle: "bytes",
+  rss_bytes_idle_runtime: "bytes",
+  rss_bytes_idle_runtime_workers: "bytes",
   podstore_bytes_per_pod: "bytes",
   podstore_lookups_per_s: "lookups/s",
   api_query_ingest_ratio: "ratio",

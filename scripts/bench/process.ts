@@ -315,6 +315,13 @@ export async function rssBytes(pid: number): Promise<number> {
 export interface RssIdleResult {
   /** VmRSS of the idle process, bytes. */
   rss_bytes_idle: number;
+  /** The reference: VmRSS of `deno run` of a script that only waits (the runtime alone). */
+  rss_bytes_idle_runtime: number;
+  /**
+   * The reference: VmRSS of `deno run` of a script holding as many idle workers (empty module)
+   * as the process has worker threads: the runtime's floor for the process's threads.
+   */
+  rss_bytes_idle_runtime_workers: number;
   /** How it was taken. */
   detail: {
     /** Seconds between "listening" and the sample. */
@@ -323,9 +330,70 @@ export interface RssIdleResult {
     peakRssBytes: number;
     /** Milliseconds from spawn until the collector accepted a connection. */
     startMs: number;
+    /** JS worker threads of the idle process (aggregation shards, sink workers). */
+    workerThreads: number;
     /** What was measured. */
     note: string;
   };
+}
+
+/** JS worker threads of process `pid`: Deno names them `worker-<n>`. */
+export async function workerThreadCount(pid: number): Promise<number> {
+  let n = 0;
+  for await (const e of Deno.readDir(`/proc/${pid}/task`)) {
+    const comm = await Deno.readTextFile(`/proc/${pid}/task/${e.name}/comm`).catch(() => "");
+    if (/^worker-\d+$/.test(comm.trim())) n++;
+  }
+  return n;
+}
+
+/**
+ * VmRSS of the Deno runtime alone, sampled like the process's: `deno run` of a script that
+ * starts `workers` module workers (an empty module each), waits until each has run, then
+ * idles for `idleSec`. The floor under any Deno program with that many worker threads.
+ */
+export async function runtimeRssBytes(workers: number, idleSec: number): Promise<number> {
+  const dir = await Deno.makeTempDir({ prefix: "fa-bench-runtime-rss-" });
+  try {
+    await Deno.writeTextFile(`${dir}/worker.js`, 'postMessage("up");\n');
+    await Deno.writeTextFile(
+      `${dir}/main.js`,
+      `const n = ${workers};
+const held = [];
+await Promise.all(Array.from({ length: n }, () => new Promise((up) => {
+  const w = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
+  w.onmessage = up;
+  held.push(w);
+})));
+console.log("ready");
+setInterval(() => {}, 60_000);
+`,
+    );
+    const child = new Deno.Command(Deno.execPath(), {
+      args: ["run", `--allow-read=${dir}`, "--no-config", `${dir}/main.js`],
+      stdin: "null",
+      stdout: "piped",
+      stderr: "inherit",
+    }).spawn();
+    try {
+      const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+      let out = "";
+      while (!out.includes("ready")) {
+        const { value, done } = await reader.read();
+        if (done) throw new Error(`runtime reference exited before it was ready: ${out}`);
+        out += value;
+      }
+      reader.releaseLock();
+      await sleep(idleSec * 1000);
+      return await rssBytes(child.pid);
+    } finally {
+      child.kill("SIGKILL");
+      await child.status;
+      await child.stdout.cancel().catch(() => {});
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+  }
 }
 
 /** VmHWM (peak resident set) of `pid` in bytes. */
@@ -348,21 +416,26 @@ export async function benchRssIdle(opts: { quick: boolean }): Promise<RssIdleRes
   const startMs = performance.now() - t0;
   let rss: number;
   let peak: number;
+  let workerThreads: number;
   try {
     await sleep(idleSec * 1000);
     rss = await rssBytes(fa.pid);
     peak = await peakRssBytes(fa.pid);
+    workerThreads = await workerThreadCount(fa.pid);
   } finally {
     await fa.stop(10_000);
   }
   return {
     rss_bytes_idle: rss,
+    rss_bytes_idle_runtime: await runtimeRssBytes(0, idleSec),
+    rss_bytes_idle_runtime_workers: await runtimeRssBytes(workerThreads, idleSec),
     detail: {
       idleSec,
       peakRssBytes: peak,
       startMs,
+      workerThreads,
       note: "VmRSS of `deno run main.ts` (embedded default config, no --config file), " +
-        "includes the Deno runtime and V8; nothing sent to it",
+        `includes the Deno runtime and V8 and ${workerThreads} worker threads; nothing sent to it`,
     },
   };
 }

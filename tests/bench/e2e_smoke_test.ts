@@ -181,4 +181,13 @@ Deno.test("rss quick: the idle process's VmRSS is read from /proc", async () => 
   const r = await benchRssIdle({ quick: true });
   assert.ok(r.rss_bytes_idle > 10 * 2 ** 20 && r.rss_bytes_idle < 2 ** 30, `${r.rss_bytes_idle}`);
   assert.ok(r.detail.peakRssBytes >= r.rss_bytes_idle);
+  // The default configuration runs its shards and its flow log sink in workers.
+  assert.ok(r.detail.workerThreads >= 2, `${r.detail.workerThreads} worker threads`);
+  // Each reference is a real runtime, the one with workers bigger, the process bigger still.
+  assert.ok(r.rss_bytes_idle_runtime > 10 * 2 ** 20, `${r.rss_bytes_idle_runtime}`);
+  assert.ok(
+    r.rss_bytes_idle_runtime_workers > r.rss_bytes_idle_runtime,
+    `${r.rss_bytes_idle_runtime_workers} <= ${r.rss_bytes_idle_runtime}`,
+  );
+  assert.ok(r.rss_bytes_idle > r.rss_bytes_idle_runtime_workers);
 });

@@ -569,18 +569,18 @@ if (import.meta.main) {
   }
   if (opts.help) {
     console.log(USAGE);
-    Deno.exit(0);
-  }
-  if (opts.version) {
+  } else if (opts.version) {
+    // Not Deno.exit: the module then finishes evaluating, and Deno stores its compiled code
+    // in its cache (the image build runs this to fill it, see scripts/bundle.ts).
     console.log(
       `flow-aggregator version ${VERSION} ${Deno.build.os}/${Deno.build.arch} deno${Deno.version.deno}`,
     );
-    Deno.exit(0);
-  }
-  try {
-    Deno.exit(await (opts.permissions ? printPermissions(opts) : run(opts)));
-  } catch (err) {
-    log.error("Error running flow aggregator", { err });
-    Deno.exit(255);
+  } else {
+    try {
+      Deno.exit(await (opts.permissions ? printPermissions(opts) : run(opts)));
+    } catch (err) {
+      log.error("Error running flow aggregator", { err });
+      Deno.exit(255);
+    }
   }
 }

@@ -23,7 +23,7 @@ import { fileURLToPath } from "node:url";
 import { parseConfig } from "../src/components.ts";
 import { EMBEDDED_DEFAULT_CONFIG } from "../src/config/mod.ts";
 import { permissionFlags, processPermissions } from "../src/permissions.ts";
-import { bundleAll } from "./bundle.ts";
+import { bundleAll, bundleLayout, cacheWarmCommands } from "./bundle.ts";
 import denoJson from "../deno.json" with { type: "json" };
 
 /** The image's default tag, the one `deploy/flow-aggregator.yml` runs. */
@@ -31,11 +31,13 @@ export const IMAGE_TAG = `flow-aggregator:${denoJson.version}`;
 
 const REPO = fileURLToPath(new URL("..", import.meta.url)).replace(/\/$/, "");
 
+const APP = "/app";
+
 /** Where things are in the image (upstream's paths for the config and the logs). */
 export const IMAGE_PATHS = {
   deno: "/usr/local/bin/deno",
-  app: "/app",
-  program: "/app/flow-aggregator.js",
+  app: APP,
+  program: bundleLayout(APP)[0].file,
   configDir: "/etc/flow-aggregator",
   config: "/etc/flow-aggregator/flow-aggregator.conf",
   logDir: "/var/log/antrea/flow-aggregator",
@@ -61,6 +63,11 @@ export const IMAGE_CONFIG: string = (() => {
 
 /** What both image builds declare. */
 export interface ImageSpec {
+  /**
+   * Run at build time, in order, as the image's user with its environment: fill Deno's cache
+   * (`DENO_DIR`) for the installed program (`cacheWarmCommands` in bundle.ts).
+   */
+  warmCache: string[][];
   /** The process: runtime, unstable APIs, permissions, program. */
   entrypoint: string[];
   /** Default arguments (upstream's `--config` path). */
@@ -79,6 +86,10 @@ export function imageSpec(): ImageSpec {
     moduleDir: IMAGE_PATHS.app,
   });
   return {
+    warmCache: cacheWarmCommands(IMAGE_PATHS.app, permissionFlags(perms)).map((a) => [
+      IMAGE_PATHS.deno,
+      ...a,
+    ]),
     entrypoint: [IMAGE_PATHS.deno, "run", ...permissionFlags(perms), IMAGE_PATHS.program],
     cmd: ["--config", IMAGE_PATHS.config],
     env: {
@@ -95,6 +106,8 @@ function tail(spec: ImageSpec): string[] {
   return [
     `USER ${NONROOT}:${NONROOT}`,
     ...Object.entries(spec.env).map(([k, v]) => `ENV ${k}=${v}`),
+    // Exec form: the image has no shell. As the image's user, so the cache stays writable.
+    ...spec.warmCache.map((c) => `RUN ${JSON.stringify(c)}`),
     `EXPOSE ${spec.expose.join(" ")}`,
     `ENTRYPOINT ${JSON.stringify(spec.entrypoint)}`,
     `CMD ${JSON.stringify(spec.cmd)}`,

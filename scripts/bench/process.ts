@@ -5,6 +5,8 @@
  * The process always listens on 127.0.0.1 only and runs in a scratch directory it can litter.
  */
 
+import { bundleAll, cacheWarmCommands } from "../bundle.ts";
+
 /** Root of the repository (ends with `/`). */
 export const REPO: string = new URL("../../", import.meta.url).pathname;
 /** `main.ts` of the repository. */
@@ -44,6 +46,13 @@ export interface StartOptions {
   logLevel?: "error" | "warn" | "info" | "debug";
   /** Extra Deno flags before the script, e.g. `--cpu-prof`. */
   denoFlags?: readonly string[];
+  /**
+   * A single-file build to run instead of a checkout's `main.ts` (`scripts/bundle.ts`): without
+   * any `deno.json`, its unstable APIs as flags, as the image runs it.
+   */
+  program?: string;
+  /** Environment of the process besides ours (e.g. `DENO_DIR`). */
+  env?: Record<string, string>;
   /** Extra flags of main.ts after the script, e.g. `--exporters-in-process`. */
   args?: readonly string[];
   /** How long to wait for the collector to listen; default 30 s. */
@@ -134,6 +143,9 @@ export function parseRecordMetrics(e: LogEvent): RecordMetricsLine {
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
+/** How a single-file build runs outside the repository: no config file, unstable APIs as flags. */
+const BUNDLE_RUN_FLAGS = ["--no-config", "--unstable-net", "--unstable-worker-options"];
+
 /**
  * Starts `deno run --allow-all --config deno.json main.ts --listen 127.0.0.1:<port>` with JSON
  * logs and waits until the collector accepts connections.
@@ -149,10 +161,14 @@ export async function startFlowAggregator(opts: StartOptions = {}): Promise<FaPr
   const args = [
     "run",
     "--allow-all",
-    "--config",
-    root === undefined ? DENO_JSON : `${root}/deno.json`,
-    ...(opts.denoFlags ?? []),
-    root === undefined ? MAIN_TS : `${root}/main.ts`,
+    ...(opts.program !== undefined
+      ? [...BUNDLE_RUN_FLAGS, ...(opts.denoFlags ?? []), opts.program]
+      : [
+        "--config",
+        root === undefined ? DENO_JSON : `${root}/deno.json`,
+        ...(opts.denoFlags ?? []),
+        root === undefined ? MAIN_TS : `${root}/main.ts`,
+      ]),
     ...(opts.config !== undefined ? ["--config", opts.config] : []),
     "--listen",
     `127.0.0.1:${port}`,
@@ -170,7 +186,7 @@ export async function startFlowAggregator(opts: StartOptions = {}): Promise<FaPr
   const child = new Deno.Command(Deno.execPath(), {
     args,
     cwd,
-    env: { NO_COLOR: "1" },
+    env: { NO_COLOR: "1", ...opts.env },
     stdin: "null",
     stdout: "null",
     stderr: "piped",
@@ -322,8 +338,16 @@ export interface RssIdleResult {
    * as the process has worker threads: the runtime's floor for the process's threads.
    */
   rss_bytes_idle_runtime_workers: number;
+  /**
+   * VmRSS of the single-file build as the image runs it (`scripts/bundle.ts`), idle on the same
+   * configuration, Deno's cache filled first as the image build fills it
+   * (`cacheWarmCommands`).
+   */
+  rss_bytes_idle_bundle: number;
   /** How it was taken. */
   detail: {
+    /** The same build started on an empty Deno cache (`DENO_DIR`), bytes. */
+    bundleColdCacheRssBytes: number;
     /** Seconds between "listening" and the sample. */
     idleSec: number;
     /** Peak RSS (VmHWM) at the same moment, bytes. */
@@ -425,11 +449,14 @@ export async function benchRssIdle(opts: { quick: boolean }): Promise<RssIdleRes
   } finally {
     await fa.stop(10_000);
   }
+  const bundle = await bundleRss(idleSec);
   return {
     rss_bytes_idle: rss,
     rss_bytes_idle_runtime: await runtimeRssBytes(0, idleSec),
     rss_bytes_idle_runtime_workers: await runtimeRssBytes(workerThreads, idleSec),
+    rss_bytes_idle_bundle: bundle.warm,
     detail: {
+      bundleColdCacheRssBytes: bundle.cold,
       idleSec,
       peakRssBytes: peak,
       startMs,
@@ -438,6 +465,46 @@ export async function benchRssIdle(opts: { quick: boolean }): Promise<RssIdleRes
         `includes the Deno runtime and V8 and ${workerThreads} worker threads; nothing sent to it`,
     },
   };
+}
+
+/**
+ * Idle VmRSS of the single-file build (built here into a scratch directory) on the embedded
+ * default configuration: `warm`, its Deno cache filled first by `cacheWarmCommands` (as the
+ * image build does), and `cold`, from an empty cache (the image before it did).
+ */
+export async function bundleRss(idleSec: number): Promise<{ warm: number; cold: number }> {
+  const dir = await Deno.makeTempDir({ prefix: "fa-bench-bundle-" });
+  try {
+    const app = `${dir}/app`;
+    const program = (await bundleAll(app))[0];
+    const idle = async (denoDir: string): Promise<number> => {
+      const fa = await startFlowAggregator({
+        program,
+        env: { DENO_DIR: denoDir },
+        logLevel: "info",
+      });
+      try {
+        await sleep(idleSec * 1000);
+        return await rssBytes(fa.pid);
+      } finally {
+        await fa.stop(10_000);
+      }
+    };
+    for (const args of cacheWarmCommands(app, ["--allow-all", ...BUNDLE_RUN_FLAGS])) {
+      const out = await new Deno.Command(Deno.execPath(), {
+        args,
+        env: { DENO_DIR: `${dir}/warm` },
+        stdout: "null",
+        stderr: "piped",
+      }).output();
+      if (!out.success) {
+        throw new Error(`deno ${args[0]} failed: ${new TextDecoder().decode(out.stderr)}`);
+      }
+    }
+    return { warm: await idle(`${dir}/warm`), cold: await idle(`${dir}/cold`) };
+  } finally {
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+  }
 }
 
 if (import.meta.main) {

@@ -18,6 +18,7 @@ import {
   scratchContainerfile,
 } from "../../scripts/image.ts";
 import { FLOWGEN_TS } from "../../scripts/bench/process.ts";
+import { bundleLayout } from "../../scripts/bundle.ts";
 import { waitFor } from "../_helpers/wait.ts";
 
 const TAG = `localhost/flow-aggregator:test-${Date.now()}`;
@@ -204,6 +205,35 @@ Deno.test({
       assert.notEqual(sh.code, 0, "no /bin/sh in the image");
       const ls = await cmd("buildah", ["run", "--isolation", "chroot", c.id, "--", "/bin/ls"]);
       assert.notEqual(ls.code, 0, "no coreutils in the image");
+      // Deno's cache was filled at build time, as the image's user, for every bundled file
+      // where it is installed: a start then does not parse the program to find its imports.
+      const cached = await cmd("buildah", [
+        "run",
+        "--isolation",
+        "chroot",
+        c.id,
+        "--",
+        IMAGE_PATHS.deno,
+        "eval",
+        `import { DatabaseSync } from "node:sqlite";
+const dir = Deno.env.get("DENO_DIR");
+const db = new DatabaseSync(dir + "/dep_analysis_cache_v2", { readOnly: true });
+const rows = db.prepare("SELECT specifier FROM moduleinfocache").all();
+const code = new DatabaseSync(dir + "/v8_code_cache_v2", { readOnly: true });
+const compiled = code.prepare("SELECT specifier FROM codecache").all();
+console.log(JSON.stringify({
+  uid: Deno.statSync(dir + "/dep_analysis_cache_v2").uid,
+  specifiers: rows.map((r) => r.specifier),
+  compiled: compiled.map((r) => r.specifier),
+}));`,
+      ]);
+      assert.equal(cached.code, 0, cached.stderr);
+      const warm = JSON.parse(cached.stdout);
+      assert.equal(warm.uid, NONROOT);
+      for (const { file } of bundleLayout(IMAGE_PATHS.app)) {
+        assert.ok(warm.specifiers.includes(`file://${file}`), `${file} not in ${cached.stdout}`);
+      }
+      assert.ok(warm.compiled.includes(`file://${IMAGE_PATHS.program}`), cached.stdout);
     } finally {
       await c.dispose();
     }

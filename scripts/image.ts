@@ -85,12 +85,10 @@ export function imageSpec(): ImageSpec {
     configPath: IMAGE_PATHS.config,
     moduleDir: IMAGE_PATHS.app,
   });
+  const flags = permissionFlags(perms);
   return {
-    warmCache: cacheWarmCommands(IMAGE_PATHS.app, permissionFlags(perms)).map((a) => [
-      IMAGE_PATHS.deno,
-      ...a,
-    ]),
-    entrypoint: [IMAGE_PATHS.deno, "run", ...permissionFlags(perms), IMAGE_PATHS.program],
+    warmCache: cacheWarmCommands(IMAGE_PATHS.app, flags).map((a) => [IMAGE_PATHS.deno, ...a]),
+    entrypoint: [IMAGE_PATHS.deno, "run", ...flags, IMAGE_PATHS.program],
     cmd: ["--config", IMAGE_PATHS.config],
     env: {
       HOME: IMAGE_PATHS.home,

@@ -165,6 +165,9 @@ export function processPermissions(
   return { net: uniq(net), read: uniq(read), write: uniq(write), env: uniq(env), ffi };
 }
 
+/** The unstable APIs the process uses, as `deno run` flags (UDP sockets, scoped workers). */
+export const UNSTABLE_FLAGS: readonly string[] = ["--unstable-net", "--unstable-worker-options"];
+
 /** The permissions as `deno run` flags (plus the unstable APIs the process uses). */
 export function permissionFlags(p: ProcessPermissions): string[] {
   const flags = [];
@@ -176,7 +179,7 @@ export function permissionFlags(p: ProcessPermissions): string[] {
   list("write", p.write);
   list("env", p.env);
   if (p.ffi !== false) flags.push(p.ffi === true ? "--allow-ffi" : `--allow-ffi=${p.ffi}`);
-  flags.push("--unstable-net", "--unstable-worker-options");
+  flags.push(...UNSTABLE_FLAGS);
   return flags;
 }
 

@@ -6,6 +6,7 @@
  */
 
 import { bundleAll, cacheWarmCommands } from "../bundle.ts";
+import { UNSTABLE_FLAGS } from "../../src/permissions.ts";
 
 /** Root of the repository (ends with `/`). */
 export const REPO: string = new URL("../../", import.meta.url).pathname;
@@ -144,7 +145,7 @@ export function parseRecordMetrics(e: LogEvent): RecordMetricsLine {
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** How a single-file build runs outside the repository: no config file, unstable APIs as flags. */
-const BUNDLE_RUN_FLAGS = ["--no-config", "--unstable-net", "--unstable-worker-options"];
+const BUNDLE_RUN_FLAGS = ["--no-config", ...UNSTABLE_FLAGS];
 
 /**
  * Starts `deno run --allow-all --config deno.json main.ts --listen 127.0.0.1:<port>` with JSON
@@ -435,36 +436,54 @@ export async function peakRssBytes(pid: number): Promise<number> {
  */
 export async function benchRssIdle(opts: { quick: boolean }): Promise<RssIdleResult> {
   const idleSec = opts.quick ? 1 : 2;
-  const t0 = performance.now();
-  const fa = await startFlowAggregator({ logLevel: "info" });
-  const startMs = performance.now() - t0;
-  let rss: number;
-  let peak: number;
-  let workerThreads: number;
-  try {
-    await sleep(idleSec * 1000);
-    rss = await rssBytes(fa.pid);
-    peak = await peakRssBytes(fa.pid);
-    workerThreads = await workerThreadCount(fa.pid);
-  } finally {
-    await fa.stop(10_000);
-  }
+  const idle = await idleProcess({ logLevel: "info" }, idleSec);
   const bundle = await bundleRss(idleSec);
   return {
-    rss_bytes_idle: rss,
+    rss_bytes_idle: idle.rss,
     rss_bytes_idle_runtime: await runtimeRssBytes(0, idleSec),
-    rss_bytes_idle_runtime_workers: await runtimeRssBytes(workerThreads, idleSec),
+    rss_bytes_idle_runtime_workers: await runtimeRssBytes(idle.workerThreads, idleSec),
     rss_bytes_idle_bundle: bundle.warm,
     detail: {
       bundleColdCacheRssBytes: bundle.cold,
       idleSec,
-      peakRssBytes: peak,
-      startMs,
-      workerThreads,
+      peakRssBytes: idle.peak,
+      startMs: idle.startMs,
+      workerThreads: idle.workerThreads,
       note: "VmRSS of `deno run main.ts` (embedded default config, no --config file), " +
-        `includes the Deno runtime and V8 and ${workerThreads} worker threads; nothing sent to it`,
+        `includes the Deno runtime and V8 and ${idle.workerThreads} worker threads; ` +
+        "nothing sent to it",
     },
   };
+}
+
+/** What {@linkcode idleProcess} read from the idle process. */
+export interface IdleSample {
+  /** VmRSS, bytes. */
+  rss: number;
+  /** VmHWM at the same moment, bytes. */
+  peak: number;
+  /** JS worker threads ({@linkcode workerThreadCount}). */
+  workerThreads: number;
+  /** Milliseconds from spawn until the collector accepted a connection. */
+  startMs: number;
+}
+
+/** Starts the process with `opts`, leaves it idle for `idleSec`, reads its memory, stops it. */
+export async function idleProcess(opts: StartOptions, idleSec: number): Promise<IdleSample> {
+  const t0 = performance.now();
+  const fa = await startFlowAggregator(opts);
+  const startMs = performance.now() - t0;
+  try {
+    await sleep(idleSec * 1000);
+    return {
+      rss: await rssBytes(fa.pid),
+      peak: await peakRssBytes(fa.pid),
+      workerThreads: await workerThreadCount(fa.pid),
+      startMs,
+    };
+  } finally {
+    await fa.stop(10_000);
+  }
 }
 
 /**
@@ -477,19 +496,8 @@ export async function bundleRss(idleSec: number): Promise<{ warm: number; cold: 
   try {
     const app = `${dir}/app`;
     const program = (await bundleAll(app))[0];
-    const idle = async (denoDir: string): Promise<number> => {
-      const fa = await startFlowAggregator({
-        program,
-        env: { DENO_DIR: denoDir },
-        logLevel: "info",
-      });
-      try {
-        await sleep(idleSec * 1000);
-        return await rssBytes(fa.pid);
-      } finally {
-        await fa.stop(10_000);
-      }
-    };
+    const idle = async (denoDir: string): Promise<number> =>
+      (await idleProcess({ program, env: { DENO_DIR: denoDir }, logLevel: "info" }, idleSec)).rss;
     for (const args of cacheWarmCommands(app, ["--allow-all", ...BUNDLE_RUN_FLAGS])) {
       const out = await new Deno.Command(Deno.execPath(), {
         args,

@@ -55,8 +55,8 @@ export async function bundleAll(outDir: string): Promise<string[]> {
  * module analysis of every file (`deno cache`), then the program's compiled code (a run of
  * `--version`, which lets the module finish so Deno stores it). Without them each start parses
  * the whole program (5.7 MB of JavaScript) to find its imports and compiles it cold, and keeps
- * what that allocates: measured here, the idle process was 295 MB from an empty cache against
- * 131 MB from one filled so (`deno task bench`: `rss_bytes_idle_bundle`). The image runs them
+ * what that allocates: in the benchmark run of `c449a8b`, the idle process was 303 MB from an
+ * empty cache against 133 MB from one filled so (`deno task bench`: `rss_bytes_idle_bundle`). The image runs them
  * at build time, where the files are installed (the cache is keyed by path).
  */
 export function cacheWarmCommands(appDir: string, runFlags: readonly string[]): string[][] {

@@ -13,7 +13,8 @@
  * mode and aggregation (pipeline_realistic_records_per_s, one run per measurement), `route`
  * the main thread's share with 2 shards on that stream (route_realistic_records_per_s), `shard`
  * one shard's share (10,000 flows, 4 rounds: shard_realistic_records_per_s), `steady` the same
- * over 9 rounds with only the 8 rounds of updates timed.
+ * over 9 rounds with only the 8 rounds of updates timed, `steady-big` that with 50,000 flows (a
+ * shard's share at the e2e part's 100,000: a flow table far beyond the caches), 5 rounds.
  * `aggregate` feeds each checkout's own `flowRecords()` input by default; `--records=ROOT` feeds
  * both cores the records built by ROOT's `scripts/bench/core.ts`, so a difference in the input
  * objects (their V8 maps) is told apart from one in the core. A root is a checkout, e.g. a
@@ -30,12 +31,22 @@ const [aRoot, bRoot, part] = Deno.args;
 const recordsRoot = Deno.args.find((a) => a.startsWith("--records="))?.slice(10);
 if (
   aRoot === undefined || bRoot === undefined ||
-  !["decode", "realistic", "wire", "pipeline", "route", "shard", "steady", "aggregate"].includes(
+  ![
+    "decode",
+    "realistic",
+    "wire",
+    "pipeline",
+    "route",
+    "shard",
+    "steady",
+    "steady-big",
+    "aggregate",
+  ].includes(
     part,
   )
 ) {
   console.error(
-    "usage: ab_core.ts A_ROOT B_ROOT decode|realistic|wire|pipeline|route|shard|steady|aggregate [--records=ROOT]",
+    "usage: ab_core.ts A_ROOT B_ROOT decode|realistic|wire|pipeline|route|shard|steady|steady-big|aggregate [--records=ROOT]",
   );
   Deno.exit(2);
 }
@@ -56,6 +67,9 @@ async function runner(rootArg: string): Promise<() => number> {
   if (part === "shard") return () => m.benchShardRealistic({ flows: 10_000, runs: 1 });
   if (part === "steady") {
     return () => m.benchShardRealistic({ flows: 10_000, rounds: 9, runs: 1, steady: true });
+  }
+  if (part === "steady-big") {
+    return () => m.benchShardRealistic({ flows: 50_000, rounds: 5, runs: 1, steady: true });
   }
   if (part === "pipeline") return () => m.benchPipelineRealistic({ flows: 20_000, pairs: 1 }).wire;
   if (recordsRoot === undefined) return () => m.benchAggregateRate(10_000, 5, 0.5);

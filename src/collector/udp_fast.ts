@@ -53,10 +53,28 @@ export const DEFAULT_MAX_QUEUED_BYTES = 64 << 20;
 export const DEFAULT_THREAD_SLICE_MICROS = 100;
 
 /**
- * Socket buffer (as reported, i.e. doubled) from which the worker naps instead of blocking:
- * 4 MiB reported holds ~3,000 Agent datagrams, 10 ms at 300k/s, against a 2 ms nap.
+ * How long the receive worker naps between non-blocking reads while a batch fills, per byte of
+ * socket buffer (as reported): 1 ms per MiB, so a nap at 100k datagrams/s fills at most an
+ * eighth of the buffer whatever its size (the kernel's default 208 KiB holds ~160 Agent
+ * datagrams: 0.2 ms, 20 datagrams). Napping instead of blocking saves a thread wake-up per
+ * datagram or two, which on a virtual machine costs more CPU than receiving the datagram:
+ * measured at 100k/s with that buffer, the receive thread's CPU per datagram 2.2-2.4 µs
+ * blocking, 1.4 µs napping 0.2 ms, with the same losses (docs/udp-ingest.md).
  */
-const NAP_MIN_RECV_BUFFER = 4 << 20;
+const NAP_MS_PER_BYTE = 1 / (1 << 20);
+/**
+ * The longest nap, reached at 2 MiB reported: 4 MiB reported holds ~3,000 datagrams, and 2 ms
+ * at 300k/s is 600 of them.
+ */
+const NAP_MAX_MS = 2;
+/** Below this nap (a buffer under 50 KiB) the worker blocks on the socket instead. */
+const NAP_MIN_MS = 0.05;
+
+/** The nap for a socket buffer of `recvBufferBytes` (as reported); 0: block on the socket. */
+export function napFor(recvBufferBytes: number): number {
+  const ms = Math.min(NAP_MAX_MS, recvBufferBytes * NAP_MS_PER_BYTE);
+  return ms >= NAP_MIN_MS ? ms : 0;
+}
 
 /** One or more received datagrams, each with its sender. Valid only during the callback. */
 export interface UdpBatch {
@@ -244,9 +262,9 @@ async function startFfi(options: UdpFastOptions): Promise<UdpReceiver> {
       recvBufferBytes = s.recvBufferBytes;
     }
     // Napping instead of blocking while a batch fills saves a thread wake-up per datagram but
-    // leaves the socket unread for up to napMs: only with a buffer of thousands of datagrams.
-    // Then the socket only blocks when idle, so a long timeout saves idle wake-ups.
-    napMs = maxDelayMs > 0 && recvBufferBytes >= NAP_MIN_RECV_BUFFER ? 2 : 0;
+    // leaves the socket unread for up to napMs: as long as the buffer allows (napFor). Then
+    // the socket only blocks when idle, so a long timeout saves idle wake-ups.
+    napMs = maxDelayMs > 0 ? napFor(recvBufferBytes) : 0;
     if (napMs > 0) { for (const fd of fds) setRecvTimeout(libc, fd, 100); }
   } catch (e) {
     for (const fd of fds) libc.close(fd);
@@ -372,7 +390,14 @@ async function startFfi(options: UdpFastOptions): Promise<UdpReceiver> {
     throw e;
   }
   const hostname = options.hostname ?? "0.0.0.0";
-  log.info("udp receiver listening", { mode: "ffi", hostname, port, workers, recvBufferBytes });
+  log.info("udp receiver listening", {
+    mode: "ffi",
+    hostname,
+    port,
+    workers,
+    recvBufferBytes,
+    napMs,
+  });
   return {
     mode: "ffi",
     addr: { transport: "udp", hostname, port },

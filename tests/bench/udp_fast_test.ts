@@ -8,6 +8,7 @@ import { formatIPv6 } from "../../src/ipfix/ip.ts";
 import assert from "node:assert/strict";
 import {
   datagramAt,
+  napFor,
   splitPeer,
   startUdpReceiver,
   type UdpBatch,
@@ -348,6 +349,18 @@ Deno.test("udp_fast: bind host parsing accepts IP literals only", () => {
   assert.throws(() => parseBindHost("1::2::3"), /not an IP literal/);
   assert.deepEqual(splitPeer("[::1]:4739"), { hostname: "::1", port: 4739 });
   assert.deepEqual(splitPeer("10.0.0.1:55"), { hostname: "10.0.0.1", port: 55 });
+});
+
+Deno.test("udp_fast: the receive thread's nap scales with the socket buffer, never past 2 ms", () => {
+  // The kernel's default buffer (212,992 bytes): about 0.2 ms, a fifth of a millisecond.
+  assert.ok(Math.abs(napFor(212_992) - 0.203) < 0.001, String(napFor(212_992)));
+  assert.equal(napFor(1 << 20), 1);
+  assert.equal(napFor(2 << 20), 2);
+  // 4 MiB asked and reported doubled: the cap.
+  assert.equal(napFor(8 << 20), 2);
+  // A buffer of a few datagrams (the kernel's minimum): the thread blocks on the socket.
+  assert.equal(napFor(4608), 0);
+  assert.equal(napFor(0), 0);
 });
 
 /** Spins (never yielding to the event loop, so no batch can be delivered) until `done()`. */

@@ -86,6 +86,17 @@ function compile(): SlotRowCode {
 
 const writeSlotRow = compile();
 
+/** Flows per batch that exported flows are written into from their slots (a shard's, the stop's). */
+export const SLOT_BATCH_FLOWS = 1024;
+
+/**
+ * The `emit` of a sweep whose flows go into a batch from their slots (`ExportHooks.rows`): never
+ * called. Were one handed here, the core counts it as an emit error, not lost quietly.
+ */
+export function viaRows(): never {
+  throw new Error("exported flows are written as slot rows");
+}
+
 /**
  * {@linkcode SlotRows} over a batch writer: `onFull` runs when a row fills it (and must empty
  * it, e.g. by posting it).

@@ -30,11 +30,8 @@ import {
 } from "./protocol.ts";
 import { stringsTruncatedTotal } from "../ipfix/compile.ts";
 import { RingReader } from "./ring.ts";
-import { SlotRowWriter } from "./slot_rows.ts";
+import { SLOT_BATCH_FLOWS, SlotRowWriter, viaRows } from "./slot_rows.ts";
 import { coreViewSink } from "./views.ts";
-
-/** Flows per batch posted to the main thread. */
-const BATCH_FLOWS = 1024;
 
 /** Most due flows one timer tick exports, so a large sweep does not hold up ingest. */
 const SWEEP_SLICE = 10_000;
@@ -99,7 +96,7 @@ let index = 0;
 let timer: ReturnType<typeof setTimeout> | undefined;
 let statsTimer: ReturnType<typeof setInterval> | undefined;
 const clock = new TaskCachedClock();
-const batch = new BatchWriter(BATCH_FLOWS);
+const batch = new BatchWriter(SLOT_BATCH_FLOWS);
 const log = logger("shard");
 
 /**
@@ -172,14 +169,6 @@ function flushBatch(c: AggregationCore): void {
   if (batch.count === 0) return;
   const buf = batch.finish();
   post({ t: "flows", buf, ...report(c) }, [buf]);
-}
-
-/**
- * The sweep's `emit`, never called: with {@linkcode exportHooks}' `rows` every flow goes into
- * the batch from its slot. Were one handed here, it is counted as an emit error, not lost quietly.
- */
-function viaRows(): never {
-  throw new Error("shard: flows are exported through slot rows");
 }
 
 /** Writes exported flows from their slots into the batch, posting it when full. */

@@ -7,7 +7,8 @@
  * (every record received, aggregated and accounted for by the flow log sink, exit 0) and
  * reports records/s (received / (send time + drain)), the process's CPU per record over all its
  * threads (/proc/<pid>/stat utime + stime), the cores it used (CPU seconds / wall seconds) and
- * its peak RSS (VmHWM).
+ * its peak RSS (VmHWM). One more trial at 100,000 flows also reports the peak RSS of the
+ * process's stop, which exports every flow it still holds, next to its peak before the stop.
  *
  * The process runs as shipped (`--workers` at its default: one aggregation shard per core); its
  * same-run reference is the same process with `--workers 1` (the core in the main thread),
@@ -43,6 +44,13 @@ export interface E2eReplayResult {
   e2e_replay_cores: number | null;
   /** Peak resident memory (VmHWM) of the aggregator, bytes. */
   e2e_replay_peak_rss_bytes: number | null;
+  /**
+   * Peak RSS of the 100k-flow trial's process over its whole life, its stop included (SIGTERM:
+   * every flow still held is exported then), bytes (`--quick`: of the headline trial).
+   */
+  e2e_replay_stop_peak_rss_bytes: number | null;
+  /** The reference: the same process's peak RSS before the stop, bytes. */
+  e2e_replay_large_peak_rss_bytes: number | null;
   /** The replay sender's CPU per record sent (its whole run), microseconds. */
   replay_sender_cpu_us_per_record: number | null;
   /** Records of the slowest Agent connection / of the fastest (fairness; goal ≥ 0.5). */
@@ -73,6 +81,11 @@ export function agentSpread(perAgent: readonly number[] | undefined): number | n
   if (perAgent === undefined || perAgent.length === 0) return null;
   const max = Math.max(...perAgent);
   return max > 0 ? Math.min(...perAgent) / max : null;
+}
+
+/** `v` when a finite number, else null. */
+function finite(v: number | undefined): number | null {
+  return v !== undefined && Number.isFinite(v) ? v : null;
 }
 
 /** The best passing trial (highest records/s), or undefined. */
@@ -125,6 +138,9 @@ export async function benchE2eReplay(opts: E2eReplayOptions): Promise<E2eReplayR
     e2e_replay_cpu_us_per_record: best?.aggregatorCpuUsPerRecord ?? null,
     e2e_replay_cores: best?.coresUsed ?? null,
     e2e_replay_peak_rss_bytes: best?.aggregatorPeakRssBytes ?? null,
+    // Without the large trial (--quick), the best headline trial's.
+    e2e_replay_stop_peak_rss_bytes: finite((large ?? best)?.exit?.peakRssBytes),
+    e2e_replay_large_peak_rss_bytes: finite((large ?? best)?.aggregatorPeakRssBytes),
     replay_sender_cpu_us_per_record: best?.flowgenCpuUsPerRecord ?? null,
     e2e_replay_agent_spread: agentSpread(best?.flowgen?.perAgent),
     e2e_replay_one_shard_records_per_s: bestOne?.recordsPerSec ?? null,

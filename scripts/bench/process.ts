@@ -73,6 +73,11 @@ export interface ExitInfo {
   killed: boolean;
   /** Milliseconds from SIGTERM to exit (the shutdown flush). */
   stopMs: number;
+  /**
+   * Peak RSS (VmHWM) of the process's whole life, stop included: polled every 20 ms from
+   * SIGTERM until it exits (the last reading; NaN when none was read).
+   */
+  peakRssBytes: number;
 }
 
 /** The counters of the final `record metrics` line (see src/flow_aggregator.ts). */
@@ -271,11 +276,24 @@ export async function startFlowAggregator(opts: StartOptions = {}): Promise<FaPr
           child.kill("SIGKILL");
         } catch { /* exited meanwhile */ }
       }, graceMs);
+      // VmHWM until the process is gone: the shutdown's own peak (it flushes every held flow).
+      let peak = NaN;
+      let done = false;
+      const poll = (async () => {
+        while (!done) {
+          try {
+            peak = await peakRssBytes(child.pid);
+          } catch { /* exited */ }
+          await new Promise((r) => setTimeout(r, 20));
+        }
+      })();
       const s = await status;
+      done = true;
+      await poll;
       clearTimeout(t);
       const stopMs = performance.now() - t0;
       if (scratch) await Deno.remove(cwd, { recursive: true }).catch(() => {});
-      return { code: s.code, killed, stopMs };
+      return { code: s.code, killed, stopMs, peakRssBytes: peak };
     })();
     return stopped;
   };

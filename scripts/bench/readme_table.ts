@@ -92,6 +92,12 @@ export const README_ROWS: readonly ReadmeRow[] = [
   },
   { key: "e2e_replay_cores", label: "cores used by the collector", goal: "both (#15)" },
   { key: "e2e_replay_peak_rss_bytes", label: "collector peak RSS in the replay trial" },
+  {
+    key: "e2e_replay_stop_peak_rss_bytes",
+    label: "peak RSS with its stop, 100k flows held (all exported at SIGTERM)",
+    ref: "e2e_replay_large_peak_rss_bytes",
+    refLabel: "same process before the stop",
+  },
   { key: "e2e_replay_agent_spread", label: "slowest / fastest Agent connection", goal: "≥ 0.5" },
   { key: "replay_sender_cpu_us_per_record", label: "replay sender CPU per record" },
   {

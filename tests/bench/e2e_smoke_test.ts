@@ -51,7 +51,7 @@ function goodTrial(): E2eTrial {
       uncaught: 0,
       workerRestarts: 0,
     },
-    exit: { code: 0, killed: false, stopMs: 10 },
+    exit: { code: 0, killed: false, stopMs: 10, peakRssBytes: NaN },
   };
 }
 
@@ -74,7 +74,11 @@ Deno.test("e2e trial: each unaccounted record or shortfall fails it, naming the 
     ["flow log drop", (t) => t.flowLog!.dropped = 4, /dropped 4/],
     ["flow log short", (t) => t.flowLog!.exported = 6_999, /exported 6999 of 7000/],
     ["no metrics line", (t) => t.metrics = undefined, /no final record metrics/],
-    ["killed", (t) => t.exit = { code: 137, killed: true, stopMs: 1 }, /exit code 137/],
+    [
+      "killed",
+      (t) => t.exit = { code: 137, killed: true, stopMs: 1, peakRssBytes: NaN },
+      /exit code 137/,
+    ],
     ["still buffered", (t) => t.flowLog!.buffered = 5, /worker buffered 5 at exit/],
     ["lost in worker", (t) => t.flowLog!.lostInWorker = 6, /lostInWorker 6/],
     ["overflow", (t) => t.flowLog!.overflowDropped = 7, /overflowDropped 7/],

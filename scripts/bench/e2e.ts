@@ -226,6 +226,12 @@ export interface E2eResult {
 
 /** Simulated Agents (connections or UDP sockets) of a sender. */
 export const AGENTS = 4;
+/** The flow timeouts of a bench configuration (duration strings, as in the config file). */
+export interface BenchTimeouts {
+  readonly active: string;
+  readonly inactive: string;
+}
+
 const ACTIVE = "5s";
 const INACTIVE = "10s";
 
@@ -242,11 +248,15 @@ export const FLOW_LOG_FILE = "log/flows.log";
  * The benchmark configuration of the real process: the given collector transport (default
  * TCP), the flow log on (writing `logPath`), every other sink off.
  */
-export function benchConfig(logPath: string, transport: "TCP" | "UDP" = "TCP"): string {
+export function benchConfig(
+  logPath: string,
+  transport: "TCP" | "UDP" = "TCP",
+  timeouts: BenchTimeouts = { active: ACTIVE, inactive: INACTIVE },
+): string {
   // The flow log is never rotated or compressed during a trial: gzip of rotated files is not
   // the ingest path being measured and would make the figure depend on the disk budget.
-  return `activeFlowRecordTimeout: ${ACTIVE}
-inactiveFlowRecordTimeout: ${INACTIVE}
+  return `activeFlowRecordTimeout: ${timeouts.active}
+inactiveFlowRecordTimeout: ${timeouts.inactive}
 aggregatorTransportProtocol: ${transport}
 flowCollector:
   enable: false
@@ -441,6 +451,8 @@ export interface E2eTrialOptions {
   root?: string;
   /** More arguments of the aggregator (`main.ts`), e.g. `--workers 2`. */
   args?: readonly string[];
+  /** The configuration's flow timeouts; default the bench's (active 5 s, inactive 10 s). */
+  timeouts?: BenchTimeouts;
 }
 
 /** Polls `/flowrecords` of the process's API until stopped; resolves with the queries made. */
@@ -498,7 +510,7 @@ export async function runE2eTrial(
   }
   const dir = await Deno.makeTempDir({ prefix: "fa-bench-e2e-" });
   const confPath = `${dir}/fa.conf`;
-  await Deno.writeTextFile(confPath, benchConfig(`${dir}/${FLOW_LOG_FILE}`));
+  await Deno.writeTextFile(confPath, benchConfig(`${dir}/${FLOW_LOG_FILE}`, "TCP", opts.timeouts));
   const sender = opts.sender ?? "flowgen";
   const trial: E2eTrial = {
     mode,

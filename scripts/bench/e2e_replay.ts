@@ -8,7 +8,10 @@
  * reports records/s (received / (send time + drain)), the process's CPU per record over all its
  * threads (/proc/<pid>/stat utime + stime), the cores it used (CPU seconds / wall seconds) and
  * its peak RSS (VmHWM). One more trial at 100,000 flows also reports the peak RSS of the
- * process's stop, which exports every flow it still holds, next to its peak before the stop.
+ * process's stop, which exports every flow it still holds, next to its peak before the stop. One
+ * more, paced at {@linkcode PACED_RATE} records/s with upstream's default timeouts (60 s / 90 s),
+ * reports the CPU per record at that pace, where fixed costs (thread wake-ups, timers) weigh
+ * more than at full speed.
  *
  * The process runs as shipped (`--workers` at its default: one aggregation shard per core); its
  * same-run reference is the same process with `--workers 1` (the core in the main thread),
@@ -19,6 +22,13 @@
 
 import { type E2eTrial, runE2eTrial } from "./e2e.ts";
 import { REPLAY_UNIQUE_NAMES } from "./core.ts";
+import { DEFAULTS } from "../../src/config/defaults.ts";
+
+/**
+ * Records/s of the paced trial: what a cluster's Agents send at a steady pace (20,000 flows each
+ * re-exported every 2 s or so), where the flat-out trials measure the ceiling.
+ */
+export const PACED_RATE = 10_000;
 
 /** Options of {@linkcode benchE2eReplay}. */
 export interface E2eReplayOptions {
@@ -51,6 +61,11 @@ export interface E2eReplayResult {
   e2e_replay_stop_peak_rss_bytes: number | null;
   /** The reference: the same process's peak RSS before the stop, bytes. */
   e2e_replay_large_peak_rss_bytes: number | null;
+  /**
+   * Aggregator CPU (all threads) per record at PACED_RATE records/s, 20,000 flows, upstream's
+   * default timeouts, microseconds (`--quick`: 2,000/s, 1,000 flows).
+   */
+  e2e_replay_paced_cpu_us_per_record: number | null;
   /** The replay sender's CPU per record sent (its whole run), microseconds. */
   replay_sender_cpu_us_per_record: number | null;
   /** Records of the slowest Agent connection / of the fastest (fairness; goal ≥ 0.5). */
@@ -69,6 +84,7 @@ export interface E2eReplayResult {
     trials: E2eTrial[];
     oneShardTrials: E2eTrial[];
     large?: E2eTrial;
+    paced?: E2eTrial;
   };
 }
 
@@ -131,6 +147,18 @@ export async function benchE2eReplay(opts: E2eReplayOptions): Promise<E2eReplayR
     large = await runE2eTrial(0, { ...trialOpts, flows: largeFlows });
     progress(large, `${largeFlows}`);
   }
+  // Paced like a cluster's Agents, with upstream's timeouts: flows are not re-exported within the
+  // trial, every one is at the stop.
+  const pacedRate = opts.quick ? 2_000 : PACED_RATE;
+  const paced = await runE2eTrial(pacedRate, {
+    ...trialOpts,
+    flows,
+    timeouts: {
+      active: DEFAULTS.activeFlowRecordTimeout,
+      inactive: DEFAULTS.inactiveFlowRecordTimeout,
+    },
+  });
+  progress(paced, `${flows}, paced at ${pacedRate}/s,`);
   const best = bestTrial(trials);
   const bestOne = bestTrial(oneShardTrials);
   return {
@@ -141,6 +169,7 @@ export async function benchE2eReplay(opts: E2eReplayOptions): Promise<E2eReplayR
     // Without the large trial (--quick), the best headline trial's.
     e2e_replay_stop_peak_rss_bytes: finite((large ?? best)?.exit?.peakRssBytes),
     e2e_replay_large_peak_rss_bytes: finite((large ?? best)?.aggregatorPeakRssBytes),
+    e2e_replay_paced_cpu_us_per_record: paced.pass ? finite(paced.aggregatorCpuUsPerRecord) : null,
     replay_sender_cpu_us_per_record: best?.flowgenCpuUsPerRecord ?? null,
     e2e_replay_agent_spread: agentSpread(best?.flowgen?.perAgent),
     e2e_replay_one_shard_records_per_s: bestOne?.recordsPerSec ?? null,
@@ -153,6 +182,7 @@ export async function benchE2eReplay(opts: E2eReplayOptions): Promise<E2eReplayR
       trials,
       oneShardTrials,
       large,
+      paced,
     },
   };
 }

@@ -14,6 +14,8 @@
  */
 
 import { type BenchReport, type BenchResults, formatValue, UNITS } from "../bench.ts";
+import { PACED_RATE } from "./e2e_replay.ts";
+import { DEFAULTS } from "../../src/config/defaults.ts";
 
 type Key = keyof BenchResults;
 
@@ -89,6 +91,14 @@ export const README_ROWS: readonly ReadmeRow[] = [
     ref: "e2e_replay_one_shard_cpu_us_per_record",
     refLabel: "same process, `--workers 1`",
     goal: "≤ 1.0 µs (#15)",
+  },
+  {
+    key: "e2e_replay_paced_cpu_us_per_record",
+    label: `collector CPU per record paced at ${
+      PACED_RATE.toLocaleString("en-US")
+    } records/s, upstream's timeouts (${DEFAULTS.activeFlowRecordTimeout} / ${DEFAULTS.inactiveFlowRecordTimeout})`,
+    ref: "e2e_replay_cpu_us_per_record",
+    refLabel: "same build flat out",
   },
   { key: "e2e_replay_cores", label: "cores used by the collector", goal: "both (#15)" },
   { key: "e2e_replay_peak_rss_bytes", label: "collector peak RSS in the replay trial" },

@@ -19,6 +19,9 @@
  * @module
  */
 
+import type { Clock } from "../clock.ts";
+import { BUSY_BUFFER_BYTES } from "./framing.ts";
+
 /**
  * Bytes a connection may read and process before it lets the others read: four full reads of
  * the busy buffer (~1,000 Agent records, about a millisecond of work).
@@ -27,6 +30,64 @@ export const TURN_BYTES = 256 * 1024;
 
 /** Most turns between two pauses of a connection whose pauses let nobody else read. */
 export const MAX_TURNS_BETWEEN_PAUSES = 64;
+
+/**
+ * The tick a connection that caught up with its peer waits for before it reads again
+ * ({@linkcode ReadGate}). Each read costs the main thread a wake-up, which at a steady pace (an
+ * Agent writes a few records every few milliseconds) costs more than the records read. Flow
+ * records wait seconds for their export anyway.
+ */
+export const TRICKLE_WAIT_MS = 20;
+
+/**
+ * How long after a read that filled the busy buffer (`BUSY_BUFFER_BYTES`: its peer sends faster
+ * than it is read) the listener counts as busy, and nobody waits for the gate: a connection
+ * sending flat out must not get ahead of one that happened to catch up (the fairness test failed
+ * with a gate that ignored this: 0.23 of the fastest's records).
+ */
+export const BUSY_MEMORY_MS = 1000;
+
+/**
+ * Makes trickling connections read together: a connection that caught up with its peer (its read
+ * did not fill the space it was given), while none of the listener's connections filled the busy
+ * buffer within {@linkcode BUSY_MEMORY_MS}, waits for the next tick, one tick (one timer, one
+ * wake-up) shared by every connection waiting meanwhile, so the bytes of many small writes are
+ * read at once. A connection is read at most once per tick then: from 64 KiB per tick (3.2
+ * MB/s, ~16,000 Agent records/s) its reads fill the busy buffer and the gate stays open.
+ */
+export class ReadGate {
+  readonly #clock: Pick<Clock, "nowMs">;
+  readonly #ms: number;
+  #tick: Promise<void> | undefined = undefined;
+  #busyAt = -Infinity;
+
+  /** A gate on `clock`, ticking `ms` after its first waiter. */
+  constructor(clock: Pick<Clock, "nowMs">, ms: number = TRICKLE_WAIT_MS) {
+    this.#clock = clock;
+    this.#ms = ms;
+  }
+
+  /**
+   * Counts a read of `n` bytes into `space` bytes: the tick to wait for before the next read, or
+   * undefined to read again at once.
+   */
+  after(n: number, space: number): Promise<void> | undefined {
+    const now = this.#clock.nowMs();
+    if (n >= BUSY_BUFFER_BYTES) {
+      this.#busyAt = now;
+      return undefined;
+    }
+    // More is probably queued, or another connection is busy.
+    if (n === space || now - this.#busyAt < BUSY_MEMORY_MS) return undefined;
+    // A real timer, as FairTurn's pause: the tick paces socket reads, not the flows' time.
+    return this.#tick ??= new Promise<void>((resolve) => {
+      setTimeout(() => {
+        this.#tick = undefined;
+        resolve();
+      }, this.#ms);
+    });
+  }
+}
 
 /** Reads completed by all the connections of one listener (shared by their {@linkcode FairTurn}s). */
 export class ReadClock {

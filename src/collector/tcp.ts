@@ -16,7 +16,7 @@ import {
 } from "./address.ts";
 import { type ConnectionLimits, ConnectionTable, countUnfinished } from "./connections.ts";
 import type { DrainOptions } from "./drain.ts";
-import { FairTurn, ReadClock } from "./fairness.ts";
+import { FairTurn, ReadClock, ReadGate } from "./fairness.ts";
 import { Session, type SessionEnv } from "./session.ts";
 import { StreamSession } from "./stream.ts";
 
@@ -39,6 +39,7 @@ export class TcpListener {
   readonly #drain: DrainOptions;
   readonly #handlers = new Set<Promise<void>>();
   readonly #reads = new ReadClock();
+  readonly #gate: ReadGate;
   #acceptLoop: Promise<void> | undefined;
   #closing = false;
   #wake: (() => void) | undefined;
@@ -46,6 +47,7 @@ export class TcpListener {
   /** Binds the listener (dual-stack `::` for a wildcard address, IPv4 fallback). */
   constructor(address: ListenAddress, env: SessionEnv, options: StreamListenerOptions) {
     this.#env = env;
+    this.#gate = new ReadGate(env.clock);
     this.#table = new ConnectionTable(env, { limits: options.limits });
     this.#drain = options.drain;
     this.#listener = bind(address);
@@ -160,6 +162,9 @@ export class TcpListener {
         if (!r.ok) return { reason: r.reason, onError: true };
         // Caught up with the peer: wait for its next bytes in the idle-sized buffer.
         if (n < space.length) stream.release();
+        // Caught up while nobody is busy: let the peer's next writes gather (ReadGate).
+        const tick = this.#gate.after(n, space.length);
+        if (tick !== undefined) await tick;
         // Fairness: after a turn's worth of bytes, let the other connections read.
         if (turn.spend(n) && this.#table.size > 1) await turn.pause();
       }

@@ -40,7 +40,7 @@ import {
   openBatch,
   readFlows,
 } from "./exporters/batch.ts";
-import { SLOT_BATCH_FLOWS, SlotRowWriter, viaRows } from "./shard/slot_rows.ts";
+import { rowHooks, SLOT_BATCH_FLOWS, SlotRowWriter, viaRows } from "./shard/slot_rows.ts";
 import {
   WorkerExporter,
   type WorkerExporterOptions,
@@ -502,7 +502,7 @@ export class FlowAggregator {
         // The one-shard core writes its flows into batches from their slots, as a shard does.
         const batch = new BatchWriter(SLOT_BATCH_FLOWS);
         const rows = new SlotRowWriter(batch, () => held.push(batch.finish()));
-        const hooks: ExportHooks = { ...this.#opts.hooks, addressText: false, rows };
+        const hooks = rowHooks(this.#opts.hooks, rows);
         this.#core.expire(viaRows, hooks);
         this.#core.flushAll(viaRows, hooks);
         if (batch.count > 0) held.push(batch.finish());

@@ -29,25 +29,19 @@ type CoreModule = typeof import("./core.ts");
 
 const [aRoot, bRoot, part] = Deno.args;
 const recordsRoot = Deno.args.find((a) => a.startsWith("--records="))?.slice(10);
-if (
-  aRoot === undefined || bRoot === undefined ||
-  ![
-    "decode",
-    "realistic",
-    "wire",
-    "pipeline",
-    "route",
-    "shard",
-    "steady",
-    "steady-big",
-    "aggregate",
-  ].includes(
-    part,
-  )
-) {
-  console.error(
-    "usage: ab_core.ts A_ROOT B_ROOT decode|realistic|wire|pipeline|route|shard|steady|steady-big|aggregate [--records=ROOT]",
-  );
+const PARTS = [
+  "decode",
+  "realistic",
+  "wire",
+  "pipeline",
+  "route",
+  "shard",
+  "steady",
+  "steady-big",
+  "aggregate",
+];
+if (aRoot === undefined || bRoot === undefined || !PARTS.includes(part)) {
+  console.error(`usage: ab_core.ts A_ROOT B_ROOT ${PARTS.join("|")} [--records=ROOT]`);
   Deno.exit(2);
 }
 

@@ -24,6 +24,7 @@ import {
   type ExitInfo,
   type FaProcess,
   FLOWGEN_TS,
+  peakRssBytes,
   type RecordMetricsLine,
   REPLAY_TS,
   startFlowAggregator,
@@ -343,14 +344,9 @@ async function cpuSeconds(pid: number | "self", children = false): Promise<numbe
   }
 }
 
-async function peakRss(pid: number): Promise<number> {
-  try {
-    const status = await Deno.readTextFile(`/proc/${pid}/status`);
-    const m = /^VmHWM:\s+(\d+) kB$/m.exec(status);
-    return m ? Number(m[1]) * 1024 : NaN;
-  } catch {
-    return NaN;
-  }
+/** {@linkcode peakRssBytes}, NaN when it cannot be read (the process is gone). */
+function peakRss(pid: number): Promise<number> {
+  return peakRssBytes(pid).catch(() => NaN);
 }
 
 /** The load generator of a trial. */

@@ -284,7 +284,7 @@ export async function startFlowAggregator(opts: StartOptions = {}): Promise<FaPr
           try {
             peak = await peakRssBytes(child.pid);
           } catch { /* exited */ }
-          await new Promise((r) => setTimeout(r, 20));
+          await sleep(20);
         }
       })();
       const s = await status;

@@ -13,7 +13,7 @@
 
 import { EXTRA_VALUE_SOURCE, fieldValueSource, groupPrelude } from "../aggregation/field_code.ts";
 import { FIELDS, FL_IPV4, GROUPS } from "../aggregation/layout.ts";
-import type { SlotRows } from "../aggregation/snapshot.ts";
+import type { ExportHooks, SlotRows } from "../aggregation/snapshot.ts";
 import { U32, u32Base, U64_HI, U64_LO, u64Base } from "../aggregation/slot_store.ts";
 import type { CoreState } from "../aggregation/state.ts";
 import type { Interner } from "../aggregation/intern.ts";
@@ -88,6 +88,15 @@ const writeSlotRow = compile();
 
 /** Flows per batch that exported flows are written into from their slots (a shard's, the stop's). */
 export const SLOT_BATCH_FLOWS = 1024;
+
+/**
+ * The hooks of a sweep that writes its flows into batches from their slots through `rows`: the
+ * rows carry the key's address words, so the sweep makes no address text (readers of the batch
+ * make it from the words, `readBatch`).
+ */
+export function rowHooks(hooks: ExportHooks | undefined, rows: SlotRows): ExportHooks {
+  return { ...hooks, addressText: false, rows };
+}
 
 /**
  * The `emit` of a sweep whose flows go into a batch from their slots (`ExportHooks.rows`): never

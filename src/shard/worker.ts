@@ -30,7 +30,7 @@ import {
 } from "./protocol.ts";
 import { stringsTruncatedTotal } from "../ipfix/compile.ts";
 import { RingReader } from "./ring.ts";
-import { SLOT_BATCH_FLOWS, SlotRowWriter, viaRows } from "./slot_rows.ts";
+import { rowHooks, SLOT_BATCH_FLOWS, SlotRowWriter, viaRows } from "./slot_rows.ts";
 import { coreViewSink } from "./views.ts";
 
 /** Most due flows one timer tick exports, so a large sweep does not hold up ingest. */
@@ -181,7 +181,7 @@ const slotRows = new SlotRowWriter(batch, () => {
  * needs address text makes it from the rows' address words (`readBatch`).
  */
 function exportHooks(): ExportHooks {
-  return { ...hooks, addressText: false, rows: slotRows };
+  return rowHooks(hooks, slotRows);
 }
 
 function arm(c: AggregationCore, delayMs?: number): void {

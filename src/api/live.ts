@@ -17,7 +17,7 @@ import {
   batchField,
   batchNumber,
   batchRowBase,
-  batchString,
+  batchStringIndex,
   type FlowBatch,
   readFlowAt,
 } from "../exporters/batch.ts";
@@ -107,17 +107,19 @@ function str(v: unknown): string {
 export class LiveView {
   readonly #now: () => number;
   readonly #seconds = new Map<number, [number, number]>();
-  #windows: Map<string, number>[][] = [
-    CATEGORIES.map(() => new Map()),
-    CATEGORIES.map(() => new Map()),
-  ];
+  #windows: Talkers[][] = [newWindow(), newWindow()];
   #windowStart: number;
   #denied: LiveRow[] = [];
   #pending: LiveRow[] = [];
   #rowSecond = 0;
   #rowsThisSecond = 0;
   #seen = 0;
-  readonly #names: string[] = CATEGORIES.map(() => "");
+  /**
+   * Per category, the bytes of the batch being read per distinct name, keyed by string-table
+   * index (a Pod by its namespace's and name's): the window's string maps are touched once per
+   * name and batch, not once per flow. Emptied after each batch.
+   */
+  readonly #batchBytes: Map<number, number>[] = CATEGORIES.map(() => new Map());
 
   /** A view on the wall clock `now` (injected in tests). */
   constructor(now: () => number = Date.now) {
@@ -136,107 +138,167 @@ export class LiveView {
 
   /**
    * Takes every flow of a batch in the sinks' row format (an aggregation shard's), reading only
-   * the fields the view needs from the rows; a flow is decoded only to become a row of the page
-   * (sampled or denied). The same as {@linkcode observe} for each flow. Never throws.
+   * the fields the view needs from the rows: names are counted by their index in the batch's
+   * string table and resolved once per batch; a flow is decoded only to become a row of the
+   * page (sampled or denied). The same as {@linkcode observe} for each flow. Never throws.
    */
   observeBatch(batch: FlowBatch): void {
+    const now = this.#now();
+    const sec = second(now);
+    const strings = batch.strings;
+    const width = strings.length;
+    const acc = this.#batchBytes;
     const n = batchNumber;
-    const t = batchString;
+    const ix = batchStringIndex;
+    let total = 0;
+    let flows = 0;
+    // Only the batch's newest DENIED_KEPT denied flows can stay in the list: the older ones are
+    // decoded into rows only when sampled (a denied-heavy batch is not decoded whole).
+    let unlisted = this.#deniedIn(batch) - DENIED_KEPT;
     for (let r = 0; r < batch.count; r++) {
       try {
         const b = batchRowBase(r);
-        this.#take(
-          n(batch, b, F.octetDeltaCount) + n(batch, b, F.reverseOctetDeltaCount),
-          t(batch, b, F.sourcePodNamespace),
-          t(batch, b, F.sourcePodName),
-          t(batch, b, F.destinationPodNamespace),
-          t(batch, b, F.destinationPodName),
-          t(batch, b, F.sourceNodeName) || t(batch, b, F.destinationNodeName),
-          t(batch, b, F.destinationServicePortName),
-          n(batch, b, F.ingressNetworkPolicyRuleAction),
-          n(batch, b, F.egressNetworkPolicyRuleAction),
-          batch,
-          r,
-        );
+        const bytes = n(batch, b, F.octetDeltaCount) + n(batch, b, F.reverseOctetDeltaCount);
+        const srcNs = ix(batch, b, F.sourcePodNamespace);
+        const srcPod = ix(batch, b, F.sourcePodName);
+        const dstNs = ix(batch, b, F.destinationPodNamespace);
+        const dstPod = ix(batch, b, F.destinationPodName);
+        const node = ix(batch, b, F.sourceNodeName) || ix(batch, b, F.destinationNodeName);
+        const service = ix(batch, b, F.destinationServicePortName);
+        const ingress = n(batch, b, F.ingressNetworkPolicyRuleAction);
+        const egress = n(batch, b, F.egressNetworkPolicyRuleAction);
+        total += bytes;
+        flows++;
+        // Indices in CATEGORIES order; 0 is "no name".
+        if (srcPod !== 0) add(acc[0], srcNs * width + srcPod, bytes);
+        if (dstPod !== 0) add(acc[1], dstNs * width + dstPod, bytes);
+        if ((srcNs || dstNs) !== 0) add(acc[2], srcNs || dstNs, bytes);
+        if (node !== 0) add(acc[3], node, bytes);
+        if (service !== 0) add(acc[4], service, bytes);
+        const deniedBy = deniedOf(ingress, egress);
+        const listed = deniedBy !== 0 && unlisted-- <= 0;
+        if (listed || this.#sampling(sec)) {
+          const t = (i: number) => strings[i] ?? "";
+          this.#keep(now, sec, bytes, t(srcNs), t(srcPod), t(dstNs), t(dstPod), t(service), {
+            ingress,
+            egress,
+            deniedBy,
+          }, readFlowAt(batch, r));
+        }
       } catch {
         // As observe: a malformed row is missed, not fatal.
       }
+    }
+    this.#count(now, total, flows);
+    for (let i = 0; i < acc.length; i++) {
+      for (const [k, bytes] of acc[i]) {
+        if (i < 2) {
+          this.#tally(i, strings[Math.floor(k / width)] ?? "", strings[k % width] ?? "", bytes);
+        } else this.#tally(i, "", strings[k] ?? "", bytes);
+      }
+      acc[i].clear();
     }
   }
 
   #observe(flow: ExportedFlow): void {
     const r = flow.record as unknown as Record<string, unknown>;
-    this.#take(
-      num(r.octetDeltaCount) + num(r.reverseOctetDeltaCount),
-      str(r.sourcePodNamespace),
-      str(r.sourcePodName),
-      str(r.destinationPodNamespace),
-      str(r.destinationPodName),
-      str(r.sourceNodeName) || str(r.destinationNodeName),
-      str(r.destinationServicePortName),
-      num(r.ingressNetworkPolicyRuleAction),
-      num(r.egressNetworkPolicyRuleAction),
-      flow,
-      -1,
-    );
+    const now = this.#now();
+    const bytes = num(r.octetDeltaCount) + num(r.reverseOctetDeltaCount);
+    const sec = this.#count(now, bytes, 1);
+    const srcNs = str(r.sourcePodNamespace);
+    const srcPod = str(r.sourcePodName);
+    const dstNs = str(r.destinationPodNamespace);
+    const dstPod = str(r.destinationPodName);
+    const service = str(r.destinationServicePortName);
+    // In CATEGORIES order.
+    this.#tally(0, srcNs, srcPod, bytes);
+    this.#tally(1, dstNs, dstPod, bytes);
+    this.#tally(2, "", srcNs || dstNs, bytes);
+    this.#tally(3, "", str(r.sourceNodeName) || str(r.destinationNodeName), bytes);
+    this.#tally(4, "", service, bytes);
+    const ingress = num(r.ingressNetworkPolicyRuleAction);
+    const egress = num(r.egressNetworkPolicyRuleAction);
+    const deniedBy = deniedOf(ingress, egress);
+    if (deniedBy !== 0 || this.#sampling(sec)) {
+      this.#keep(now, sec, bytes, srcNs, srcPod, dstNs, dstPod, service, {
+        ingress,
+        egress,
+        deniedBy,
+      }, flow);
+    }
   }
 
   /**
-   * One flow by the fields the view keeps (positional: this runs for every exported flow);
-   * the whole flow, needed when it becomes a row, is `from` itself (`at` < 0) or row `at` of batch `from`.
+   * Counts `flows` flows of `bytes` in the second of `now` and starts a new top-talker window
+   * when the current one is a minute old; returns the second.
    */
-  #take(
-    bytes: number,
-    srcNs: string,
-    srcPod: string,
-    dstNs: string,
-    dstPod: string,
-    node: string,
-    service: string,
-    ingress: number,
-    egress: number,
-    from: ExportedFlow | FlowBatch,
-    at: number,
-  ): void {
-    const now = this.#now();
-    const sec = Math.floor(now / 1000);
-    this.#seen++;
+  #count(now: number, bytes: number, flows: number): number {
+    const sec = second(now);
+    this.#seen += flows;
     const s = this.#seconds.get(sec);
     if (s === undefined) {
-      this.#seconds.set(sec, [bytes, 1]);
+      this.#seconds.set(sec, [bytes, flows]);
       for (const k of this.#seconds.keys()) {
         if (k > sec - HISTORY_SECONDS) break;
         this.#seconds.delete(k);
       }
     } else {
       s[0] += bytes;
-      s[1]++;
+      s[1] += flows;
     }
     if (now - this.#windowStart >= 60_000) {
-      this.#windows = [this.#windows[1], CATEGORIES.map(() => new Map())];
+      this.#windows = [this.#windows[1], newWindow()];
       this.#windowStart = now;
     }
-    const cur = this.#windows[1];
-    // Per exported flow: one scratch array (in CATEGORIES order) and a closure-free loop.
-    const names = this.#names;
-    names[0] = podName(srcNs, srcPod);
-    names[1] = podName(dstNs, dstPod);
-    names[2] = srcNs || dstNs;
-    names[3] = node;
-    names[4] = service;
-    for (let i = 0; i < names.length; i++) {
-      const name = names[i];
-      if (name === "") continue;
-      const m = cur[i];
-      const key = m.has(name) || m.size < MAX_KEYS ? name : "(other)";
-      m.set(key, (m.get(key) ?? 0) + bytes);
+    return sec;
+  }
+
+  /**
+   * Adds `bytes` to a name in category `i` of the current window: Pod `name` of namespace `ns`
+   * (shown `ns/name`) for the Pod categories, `name` alone (`ns` "") for the others; "" is no
+   * name.
+   */
+  #tally(i: number, ns: string, name: string, bytes: number): void {
+    if (name !== "") this.#windows[1][i].add(ns, name, bytes);
+  }
+
+  /** Whether a flow of second `sec` is within the second's sample of rows. */
+  #sampling(sec: number): boolean {
+    return sec !== this.#rowSecond || this.#rowsThisSecond < ROWS_PER_SECOND;
+  }
+
+  /** The denied flows of a batch (malformed rows not counted). */
+  #deniedIn(batch: FlowBatch): number {
+    let denied = 0;
+    for (let r = 0; r < batch.count; r++) {
+      try {
+        const b = batchRowBase(r);
+        const ingress = batchNumber(batch, b, F.ingressNetworkPolicyRuleAction);
+        if (deniedOf(ingress, batchNumber(batch, b, F.egressNetworkPolicyRuleAction)) !== 0) {
+          denied++;
+        }
+      } catch {
+        // Counted as not denied; the main pass misses it the same way.
+      }
     }
-    // Drop (2) and Reject (3) deny; other actions (Allow, Pass, Redirect) do not.
-    const denies = (a: number) => a === 2 || a === 3;
-    const deniedBy = denies(ingress) ? ingress : denies(egress) ? egress : 0;
-    const sampled = sec === this.#rowSecond ? this.#rowsThisSecond < ROWS_PER_SECOND : true;
-    if (!sampled && deniedBy === 0) return;
-    const f = at < 0 ? from as ExportedFlow : readFlowAt(from as FlowBatch, at);
+    return denied;
+  }
+
+  /** Keeps flow `f` as a row: in the denied list if denied, in the sample if it fits. */
+  #keep(
+    now: number,
+    sec: number,
+    bytes: number,
+    srcNs: string,
+    srcPod: string,
+    dstNs: string,
+    dstPod: string,
+    service: string,
+    actions: { ingress: number; egress: number; deniedBy: number },
+    f: ExportedFlow,
+  ): void {
+    const { ingress, egress, deniedBy } = actions;
+    const sampled = this.#sampling(sec);
     const row: LiveRow = {
       t: now,
       src: exportedAddress(f, false),
@@ -272,8 +334,10 @@ export class LiveView {
   summary(ledger: Record<string, number>): LiveSummary {
     const top = {} as Record<Category, [string, number][]>;
     CATEGORIES.forEach((c, i) => {
-      const merged = new Map(this.#windows[0][i]);
-      for (const [k, v] of this.#windows[1][i]) merged.set(k, (merged.get(k) ?? 0) + v);
+      const merged = new Map<string, number>();
+      for (const w of this.#windows) {
+        w[i].forEach((name, bytes) => merged.set(name, (merged.get(name) ?? 0) + bytes), i < 2);
+      }
       top[c] = [...merged].sort((a, b) => b[1] - a[1]).slice(0, 10);
     });
     const rows = this.#pending;
@@ -290,8 +354,64 @@ export class LiveView {
   }
 }
 
-function podName(ns: string, name: string): string {
-  return name === "" ? "" : `${ns}/${name}`;
+/** The wall-clock second of `now` (ms). */
+function second(now: number): number {
+  return Math.floor(now / 1000);
+}
+
+/** Adds `bytes` to `key` of `m`. */
+function add(m: Map<number, number>, key: number, bytes: number): void {
+  m.set(key, (m.get(key) ?? 0) + bytes);
+}
+
+/** The denying action of a flow (Drop 2 or Reject 3, ingress first), or 0: Allow, Pass, Redirect do not deny. */
+function deniedOf(ingress: number, egress: number): number {
+  const denies = (a: number) => a === 2 || a === 3;
+  return denies(ingress) ? ingress : denies(egress) ? egress : 0;
+}
+
+/** Bytes by name, mutable in place: one map lookup per update. */
+interface Tally {
+  bytes: number;
+}
+
+/**
+ * Bytes per name of one top-talker category over one window, keyed by namespace then name (a
+ * Pod's name is shown `namespace/name`, never built per flow; other categories use namespace
+ * ""). At most {@linkcode MAX_KEYS} names; the bytes of later ones are counted as "(other)".
+ */
+class Talkers {
+  readonly #byNs = new Map<string, Map<string, Tally>>();
+  #size = 0;
+  #other: Tally | undefined;
+
+  add(ns: string, name: string, bytes: number): void {
+    let names = this.#byNs.get(ns);
+    let t = names?.get(name);
+    if (t === undefined) {
+      if (this.#size >= MAX_KEYS) {
+        (this.#other ??= { bytes: 0 }).bytes += bytes;
+        return;
+      }
+      if (names === undefined) this.#byNs.set(ns, names = new Map());
+      names.set(name, t = { bytes: 0 });
+      this.#size++;
+    }
+    t.bytes += bytes;
+  }
+
+  /** Calls `f` with each name (`ns/name` when `pods`) and its bytes, "(other)" last. */
+  forEach(f: (name: string, bytes: number) => void, pods: boolean): void {
+    for (const [ns, names] of this.#byNs) {
+      for (const [name, t] of names) f(pods ? `${ns}/${name}` : name, t.bytes);
+    }
+    if (this.#other !== undefined) f("(other)", this.#other.bytes);
+  }
+}
+
+/** One window: a {@linkcode Talkers} per category, in CATEGORIES order. */
+function newWindow(): Talkers[] {
+  return CATEGORIES.map(() => new Talkers());
 }
 
 /**

@@ -528,11 +528,21 @@ export function batchNumber(batch: FlowBatch, base: number, f: BatchField): numb
   throw new Error(`batch: a ${f.kind} field read as a number`);
 }
 
+/**
+ * The index in `batch.strings` of string field `f` in the row at `base`: rows of one batch with
+ * the same value share it, so a reader can count by index and resolve each distinct value once;
+ * 0 (no string) when the field is absent or empty.
+ */
+export function batchStringIndex(batch: FlowBatch, base: number, f: BatchField): number {
+  if (f.kind !== "string") throw new Error(`batch: a ${f.kind} field read as a string`);
+  if (!batchHas(batch, base, f)) return 0;
+  const i = batch.view.getUint32(base + f.offset, true);
+  return batch.strings[i] ? i : 0;
+}
+
 /** The value of string field `f` in the row at `base`; "" when absent. */
 export function batchString(batch: FlowBatch, base: number, f: BatchField): string {
-  if (f.kind !== "string") throw new Error(`batch: a ${f.kind} field read as a string`);
-  if (!batchHas(batch, base, f)) return "";
-  return batch.strings[batch.view.getUint32(base + f.offset, true)] ?? "";
+  return batch.strings[batchStringIndex(batch, base, f)] ?? "";
 }
 
 /**

@@ -96,7 +96,13 @@ Deno.test("live hub: one summary per period to every page; at most MAX_STREAMS p
 
 Deno.test("live view: a batch read in place gives the summary its flows give one by one", () => {
   const flows = [
-    ...Array.from({ length: 120 }, (_, i) => flow(i)),
+    // Names that repeat across rows in different combinations: the batch counts them by index.
+    ...Array.from({ length: 120 }, (_, i) =>
+      flow(i, {
+        sourcePodNamespace: `ns-${i % 2}`,
+        destinationPodName: `dst-${i % 5}`,
+        destinationServicePortName: i % 7 === 0 ? "" : `ns/svc-${i % 3}:http`,
+      })),
     flow(999, { egressNetworkPolicyRuleAction: 2, destinationServicePortName: "ns/svc:http" }),
     flow(998, { ingressNetworkPolicyRuleAction: 3, sourcePodName: "", sourceNodeName: "" }),
     fixtureFlow(true),
@@ -114,4 +120,35 @@ Deno.test("live view: a batch read in place gives the summary its flows give one
   assert.ok(b.denied.length >= 2, "the denied flows are kept");
   assert.equal(b.rows.length, ROWS_PER_SECOND);
   assert.deepEqual(b, a);
+  // 6 namespace/name pairs, the IPv6 fixture's and flow 999's (the fixture's namespace).
+  assert.equal(b.top.sourcePod.length, 8);
+  assert.deepEqual(b.top.sourcePod.slice(1, 7).map(([, n]) => n), Array(6).fill(2000));
+  // 3 Services, the fixture's and flow 999's.
+  assert.equal(b.top.service.length, 5);
+});
+
+Deno.test("live view: names beyond the per-window limit are counted as (other)", () => {
+  const v = new LiveView(() => 11_000);
+  // 10,000 Pods of one namespace get a name each; the next 5 share "(other)".
+  for (let i = 0; i < 10_005; i++) v.observe(flow(i, { sourcePodName: `p-${i}` }));
+  const top = v.summary({}).top.sourcePod;
+  assert.deepEqual(top[0], ["(other)", 500]);
+  assert.deepEqual(top[1], ["antrea-test/p-0", 100]);
+});
+
+Deno.test("live view: a batch of many denied flows lists the newest as flows one by one do", () => {
+  const flows = Array.from(
+    { length: 300 },
+    (_, i) => flow(i, { ingressNetworkPolicyRuleAction: i % 3 === 0 ? 2 : 1 }),
+  );
+  const w = new BatchWriter(flows.length);
+  for (const f of flows) w.add(f);
+  const one = new LiveView(() => 13_000);
+  const all = new LiveView(() => 13_000);
+  for (const f of flows) one.observe(f);
+  all.observeBatch(openBatch(w.finish()));
+  const b = all.summary({});
+  assert.equal(b.denied[0].sport, 297, "newest first");
+  assert.equal(b.denied.length, 50);
+  assert.deepEqual(b, one.summary({}));
 });

@@ -1,7 +1,7 @@
 /**
- * Binary batches of exported flows, the form in which records cross from the export loop to a
- * sink's worker: one `ArrayBuffer` per batch, transferred (not cloned), holding fixed-size
- * rows plus a table of the batch's distinct strings (namespaces, Node and Pod names repeat a
+ * Binary batches of exported flows, the form in which records cross from an aggregation shard
+ * to the export loop and from the export loop to a sink's worker: one `ArrayBuffer` per batch,
+ * holding fixed-size rows plus a table of the batch's distinct strings (namespaces, Node and Pod names repeat a
  * lot, so each is encoded once per batch). The row layout is derived from the record schema's
  * FA export template fields and their IE types, so a field added there crosses too.
  *
@@ -13,6 +13,14 @@
  * come back as canonical text (RFC 5952, as the core and the codec print them). A field absent
  * on one side is `undefined` on the other (present as a key, as every sink reads absent and
  * undefined alike).
+ *
+ * A batch is posted as a copy (structured clone), never transferred: transferring detaches the
+ * sender's `ArrayBuffer`, and V8 answers the first detach in a thread by dropping, for good, its
+ * guarantee that no buffer is ever detached (the `ArrayBufferDetaching` protector): every
+ * optimized function of that thread is thrown away and recompiled, and from then on each typed
+ * array access checks its buffer. The shards and the ingest thread live on typed arrays; the
+ * copy costs two `memcpy` of a batch per export (`--v8-flags=--trace-protector-invalidation`
+ * shows the detach; tests/integration/e2e_flows_test.ts checks that it never happens there).
  *
  * @module
  */
@@ -382,7 +390,7 @@ export class BatchWriter {
     this.#count++;
   }
 
-  /** The batch as one transferable buffer; the writer is empty afterwards. */
+  /** The batch as one buffer (posted as a copy, see the module notes); the writer is empty afterwards. */
   finish(): ArrayBuffer {
     const rowsBytes = this.#count * ROW_BYTES;
     // UTF-8 needs at most 3 bytes per UTF-16 code unit, plus a 4-byte length per string.

@@ -3,7 +3,7 @@
  * computed from its configuration, so a bug or a compromised dependency in one sink cannot read
  * the TLS keys, write outside its directory or reach another host. To the export loop it is an
  * ordinary {@linkcode Exporter}: `addRecord` appends the flow to a binary batch that is
- * transferred to the worker at the end of the current task (or when full).
+ * posted to the worker at the end of the current task (or when full).
  *
  * The ledger stays exact across the thread boundary: every record taken is, at any time,
  * exported, dropped, filtered, buffered (here, in flight, or inside the sink) or unacknowledged
@@ -324,12 +324,13 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
       this.#inFlight.set(seq, count);
       this.#inFlightRecords += count;
       this.#sentToWorker += count;
-      this.#send({ t: "batch", seq, buf }, [buf]);
+      // Copied, not transferred: this is the ingest thread (batch.ts, "posted as a copy").
+      this.#send({ t: "batch", seq, buf });
     }
   }
 
-  #send(m: ToWorker, transfer: Transferable[] = []): void {
-    this.#worker?.postMessage(m, transfer);
+  #send(m: ToWorker): void {
+    this.#worker?.postMessage(m);
   }
 
   #request(make: (id: number) => ToWorker): Promise<WorkerStats | undefined> {

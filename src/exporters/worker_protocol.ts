@@ -1,6 +1,6 @@
 /**
  * Messages between the export loop's {@linkcode WorkerExporter} proxy and the worker that runs
- * a sink ({@linkcode runExporterWorker}). Flows travel as transferred binary batches; the
+ * a sink ({@linkcode runExporterWorker}). Flows travel as binary batches (batch.ts, copied); the
  * worker acknowledges each batch with its counters, so the proxy's ledger is exact across the
  * thread boundary.
  *

@@ -82,7 +82,7 @@ const IDLE_WAIT_MS = 1000;
 
 // deno-lint-ignore no-explicit-any
 const scope = self as any;
-const post = (m: FromShard, transfer: Transferable[] = []): void => scope.postMessage(m, transfer);
+const post = (m: FromShard): void => scope.postMessage(m);
 
 let core: AggregationCore | undefined;
 let usage: Float64Array;
@@ -168,7 +168,8 @@ function publishUsage(c: AggregationCore): void {
 function flushBatch(c: AggregationCore): void {
   if (batch.count === 0) return;
   const buf = batch.finish();
-  post({ t: "flows", buf, ...report(c) }, [buf]);
+  // Copied, not transferred: a detach would slow every typed-array access here (batch.ts).
+  post({ t: "flows", buf, ...report(c) });
 }
 
 /** Writes exported flows from their slots into the batch, posting it when full. */

@@ -34,6 +34,7 @@ import {
 import { flowTemplateProblem } from "./record/flow_input.ts";
 import { type Exporter, type ExporterStats, offerBatch } from "./exporters/exporter.ts";
 import {
+  type BatchBuffer,
   batchCount,
   BatchWriter,
   type FlowBatch,
@@ -318,7 +319,7 @@ export class FlowAggregator {
   /** The shard workers (with `shards` > 1, from start on). */
   #pool: ShardPool | undefined;
   /** During stop: where the shards' last batches of flows are collected. */
-  #held: ArrayBuffer[] | undefined;
+  #held: BatchBuffer[] | undefined;
   readonly #factory: ExporterFactory;
   readonly #exporters = new Map<ExporterSection, Exporter>();
   #collector: Collector | undefined;
@@ -492,7 +493,7 @@ export class FlowAggregator {
       // by batch with the exporters flushed every SHUTDOWN_SLICE flows: after a flood ~100k
       // flows can be held, more than a bounded exporter buffer (the flow log's 16 MiB) takes in
       // one synchronous burst.
-      const held: ArrayBuffer[] = [];
+      const held: BatchBuffer[] = [];
       if (this.#pool !== undefined) {
         // Each shard exports its due flows, then everything it holds, as its batches.
         this.#held = held;
@@ -940,7 +941,7 @@ export class FlowAggregator {
    * observer read the rows as they are; the flows are decoded only for an exporter that takes
    * them one by one, once for all such.
    */
-  #exportBatch(buf: ArrayBuffer): void {
+  #exportBatch(buf: BatchBuffer): void {
     const held = this.#held;
     if (held !== undefined) {
       held.push(buf);

@@ -21,7 +21,14 @@ import type { SectionConfig } from "../config/section.ts";
 import { type Clock, type ClockTimer, systemClock } from "../clock.ts";
 import { logger, logSettings, writeLogLine } from "../log.ts";
 import type { ExportedFlow } from "../aggregation/record.ts";
-import { batchCount, BatchWriter, copyBatch, type FlowBatch, readFlowAt } from "./batch.ts";
+import {
+  type BatchBuffer,
+  batchBuffer,
+  batchCount,
+  BatchWriter,
+  type FlowBatch,
+  readFlowAt,
+} from "./batch.ts";
 import type { ExporterComponent, ExporterContext, ExporterPermissions } from "./component.ts";
 import type { Exporter, ExporterStats } from "./exporter.ts";
 import {
@@ -141,7 +148,7 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
   #batch: BatchWriter;
   #postQueued = false;
   /** Finished batches waiting for a (re)started worker. */
-  readonly #queue: ArrayBuffer[] = [];
+  readonly #queue: BatchBuffer[] = [];
   #queuedRecords = 0;
   /** seq → flows of batches sent to the current worker and not yet acknowledged. */
   readonly #inFlight = new Map<number, number>();
@@ -248,7 +255,8 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
     }
     this.#received += n;
     this.#finishBatch();
-    this.#queue.push(copyBatch(batch));
+    // Shared with this thread and the other sinks, not copied (batch.ts).
+    this.#queue.push(batchBuffer(batch));
     this.#queuedRecords += n;
     this.#post();
   }
@@ -324,7 +332,7 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
       this.#inFlight.set(seq, count);
       this.#inFlightRecords += count;
       this.#sentToWorker += count;
-      // Copied, not transferred: this is the ingest thread (batch.ts, "posted as a copy").
+      // Shared, not transferred: this is the ingest thread (batch.ts).
       this.#send({ t: "batch", seq, buf });
     }
   }

@@ -1,6 +1,6 @@
 /**
  * Messages between the export loop's {@linkcode WorkerExporter} proxy and the worker that runs
- * a sink ({@linkcode runExporterWorker}). Flows travel as binary batches (batch.ts, copied); the
+ * a sink ({@linkcode runExporterWorker}). Flows travel as binary batches (batch.ts, shared); the
  * worker acknowledges each batch with its counters, so the proxy's ledger is exact across the
  * thread boundary.
  *
@@ -10,6 +10,7 @@
 import type { LogFormat, LogLevel } from "../log.ts";
 import type { ExporterContext } from "./component.ts";
 import type { ExporterStats } from "./exporter.ts";
+import type { BatchBuffer } from "./batch.ts";
 
 /** Counters the worker reports: the sink's own plus what the host counted around it. */
 export interface WorkerStats extends ExporterStats {
@@ -35,7 +36,7 @@ export type ToWorker =
     ctx: ExporterContext;
     log: { level: LogLevel; format: LogFormat };
   }
-  | { t: "batch"; seq: number; buf: ArrayBuffer }
+  | { t: "batch"; seq: number; buf: BatchBuffer }
   | { t: "flush"; id: number }
   | { t: "update"; id: number; config: unknown }
   | { t: "stop"; id: number };

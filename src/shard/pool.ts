@@ -36,6 +36,7 @@ import { InputRowWriter } from "./input_rows.ts";
 import { RawRowWriter, rawShardOf, RawTemplateIds } from "./raw_rows.ts";
 import type { RawRecords } from "../ipfix/decoder.ts";
 import type { DataRecord } from "../ipfix/types.ts";
+import type { BatchBuffer } from "../exporters/batch.ts";
 import { type FromShard, type ShardSettings, type ToShard, USAGE_WORDS } from "./protocol.ts";
 import { createRing, RingWriter } from "./ring.ts";
 
@@ -71,7 +72,7 @@ export interface ShardPoolOptions {
    * Receives every expired flow of every shard, in each shard's export order, as the shards'
    * batches (`exporters/batch.ts`: `openBatch`, `readBatch`); the buffer is the receiver's.
    */
-  onBatch: (buf: ArrayBuffer) => void;
+  onBatch: (buf: BatchBuffer) => void;
   /** Records per frame sent to a shard (default 256). */
   frameRecords?: number;
   /** Bytes of each shard's ring (default 4 MiB: about 24k records). */

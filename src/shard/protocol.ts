@@ -15,6 +15,7 @@ import type { AggregationCore } from "../aggregation/core.ts";
 import type { AggregationStats } from "../aggregation/counters.ts";
 import type { LogFormat, LogLevel } from "../log.ts";
 import type { PodChange } from "../k8s/pod_store.ts";
+import type { BatchBuffer } from "../exporters/batch.ts";
 
 /** The core's settings a shard takes at start and on a reload (all serialisable). */
 export interface ShardSettings {
@@ -123,7 +124,7 @@ export interface ShardReport {
 /** Shard worker → main thread. */
 export type FromShard =
   | { t: "ready" }
-  | ({ t: "flows"; buf: ArrayBuffer } & ShardReport)
+  | ({ t: "flows"; buf: BatchBuffer } & ShardReport)
   | ({ t: "stats" } & ShardReport)
   | { t: "query"; id: number; records: AggregatedRecord[] }
   | ({ t: "stopped"; id: number } & ShardReport)

@@ -168,7 +168,7 @@ function publishUsage(c: AggregationCore): void {
 function flushBatch(c: AggregationCore): void {
   if (batch.count === 0) return;
   const buf = batch.finish();
-  // Copied, not transferred: a detach would slow every typed-array access here (batch.ts).
+  // Shared, not transferred: a detach would slow every typed-array access here (batch.ts).
   post({ t: "flows", buf, ...report(c) });
 }
 

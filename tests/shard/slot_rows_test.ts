@@ -37,8 +37,8 @@ Deno.test("slot rows are the snapshot path's rows, byte for byte", () => {
     if (last % 3 !== 0) return undefined;
     return { name: `pod-${ip}`, namespace: "ns-é", nodeName: "node", labels: { app: ip } };
   };
-  const viaRecord: ArrayBuffer[] = [];
-  const viaSlot: ArrayBuffer[] = [];
+  const viaRecord: SharedArrayBuffer[] = [];
+  const viaSlot: SharedArrayBuffer[] = [];
   const wa = new BatchWriter(CAPACITY);
   const wb = new BatchWriter(CAPACITY);
   const rows = new SlotRowWriter(wb, () => viaSlot.push(wb.finish()));

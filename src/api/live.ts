@@ -364,9 +364,13 @@ function add(m: Map<number, number>, key: number, bytes: number): void {
   m.set(key, (m.get(key) ?? 0) + bytes);
 }
 
-/** The denying action of a flow (Drop 2 or Reject 3, ingress first), or 0: Allow, Pass, Redirect do not deny. */
+/** Whether a rule action denies: Drop (2) and Reject (3); Allow, Pass, Redirect do not. */
+function denies(action: number): boolean {
+  return action === 2 || action === 3;
+}
+
+/** The denying action of a flow (ingress first), or 0. */
 function deniedOf(ingress: number, egress: number): number {
-  const denies = (a: number) => a === 2 || a === 3;
   return denies(ingress) ? ingress : denies(egress) ? egress : 0;
 }
 

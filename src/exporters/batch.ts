@@ -1,8 +1,8 @@
 /**
  * Binary batches of exported flows, the form in which records cross from an aggregation shard
  * to the export loop and from the export loop to a sink's worker: one `SharedArrayBuffer` per
- * batch, holding fixed-size rows plus a table of the batch's distinct strings (namespaces, Node and Pod names repeat a
- * lot, so each is encoded once per batch). The row layout is derived from the record schema's
+ * batch, holding fixed-size rows plus a table of the batch's distinct strings (namespaces, Node
+ * and Pod names repeat a lot, so each is encoded once per batch). The row layout is derived from the record schema's
  * FA export template fields and their IE types, so a field added there crosses too.
  *
  * Row: flags (u8: IPv6, uncorrelated), protocol and ports of the flow key, a presence bitmap,
@@ -554,11 +554,6 @@ export function batchStringIndex(batch: FlowBatch, base: number, f: BatchField):
   if (!batchHas(batch, base, f)) return 0;
   const i = batch.view.getUint32(base + f.offset, true);
   return batch.strings[i] ? i : 0;
-}
-
-/** The value of string field `f` in the row at `base`; "" when absent. */
-export function batchString(batch: FlowBatch, base: number, f: BatchField): string {
-  return batch.strings[batchStringIndex(batch, base, f)] ?? "";
 }
 
 /** The buffer of an opened batch: what another reader (a sink's worker) is sent, shared. */

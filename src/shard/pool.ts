@@ -70,7 +70,8 @@ export interface ShardPoolOptions {
   settings: ShardSettings;
   /**
    * Receives every expired flow of every shard, in each shard's export order, as the shards'
-   * batches (`exporters/batch.ts`: `openBatch`, `readBatch`); the buffer is the receiver's.
+   * batches (`exporters/batch.ts`: `openBatch`, `readBatch`); the shard never writes a posted
+   * batch again, so the receiver may keep and share it.
    */
   onBatch: (buf: BatchBuffer) => void;
   /** Records per frame sent to a shard (default 256). */

@@ -12,6 +12,8 @@ export const REPO: string = new URL("../../", import.meta.url).pathname;
 export const MAIN_TS: string = `${REPO}main.ts`;
 /** `deno.json` of the repository (import map, `unstable: ["net"]`). */
 export const DENO_JSON: string = `${REPO}deno.json`;
+/** The `deno run` flags {@linkcode FaProcess.start} uses unless told otherwise. */
+export const DEFAULT_DENO_FLAGS: readonly string[] = ["--allow-all", "--config", DENO_JSON];
 
 /** One structured log event of the process (logfmt or JSON line), plus the raw line. */
 export interface LogEvent {
@@ -149,7 +151,7 @@ export class FaProcess {
 
   /** Spawns the process; stdout and stderr are captured. */
   static start(opts: StartOptions = {}): FaProcess {
-    const denoFlags = opts.denoFlags ?? ["--allow-all", "--config", DENO_JSON];
+    const denoFlags = opts.denoFlags ?? DEFAULT_DENO_FLAGS;
     const cwd = opts.cwd ?? Deno.cwd();
     const args = [...(opts.args ?? [])];
     // Tests run in parallel: unless a test says otherwise, each process's API gets a free

@@ -13,7 +13,7 @@ import {
   wrongVersionMessage,
 } from "./helpers/agent.ts";
 import { byKey, readFlowLog, waitForKeys } from "./helpers/flow_log.ts";
-import { DENO_JSON, FaProcess, flowLogConfig } from "../_helpers/process.ts";
+import { DEFAULT_DENO_FLAGS, FaProcess, flowLogConfig } from "../_helpers/process.ts";
 import {
   intraNodeRecord,
   NODES,
@@ -96,12 +96,7 @@ async function runScenarios(
       args: ["--workers", String(opts.workers ?? 1)],
       ...(detachWatch
         ? {
-          denoFlags: [
-            "--allow-all",
-            "--config",
-            DENO_JSON,
-            "--v8-flags=--trace-protector-invalidation",
-          ],
+          denoFlags: [...DEFAULT_DENO_FLAGS, "--v8-flags=--trace-protector-invalidation"],
         }
         : {}),
     },

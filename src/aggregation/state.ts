@@ -9,7 +9,7 @@ import type { Clock } from "../clock.ts";
 import { type Logger, logger, RateLimitedLog } from "../log.ts";
 import { CoreCounters, type RejectReason } from "./counters.ts";
 import { IndexHeap } from "./expiry_heap.ts";
-import { FlowTable, KEY_WORDS } from "./flow_table.ts";
+import { FlowTable, KEY_WORDS, MAX_TABLE_SLOTS } from "./flow_table.ts";
 import { COUNTER_WORDS } from "./flow_stats.ts";
 import { Interner } from "./intern.ts";
 import { FIELD_CODE } from "./field_code.ts";
@@ -147,6 +147,8 @@ export class CoreState {
    * false, counting nothing, when it would. Undone by {@linkcode flowsGone}.
    */
   takeFlow(): boolean {
+    // The flow table numbers at most MAX_TABLE_SLOTS slots (limits.maxFlows is kept below).
+    if (this.store.used >= MAX_TABLE_SLOTS) return false;
     const p = this.peers;
     if (p === undefined) return this.table.size < this.maxFlows;
     if (p.addFlows(1) <= this.maxFlows) return true;

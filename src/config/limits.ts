@@ -11,6 +11,7 @@
 import type { MapSchema, Raw } from "./schema.ts";
 import { durationOrThrow, fail } from "./schema.ts";
 import type { ReloadRule } from "./section.ts";
+import { MAX_TABLE_SLOTS } from "../aggregation/flow_table.ts";
 
 /** Declaration of one limit. */
 interface LimitKey {
@@ -20,6 +21,8 @@ interface LimitKey {
   readonly default: number | string;
   /** How a change takes effect on reload. */
   readonly reload: ReloadRule;
+  /** The largest value accepted (a count or byte limit), when there is one. */
+  readonly max?: number;
   /** What it bounds (README, `--help`). */
   readonly doc: string;
 }
@@ -68,8 +71,10 @@ export const LIMIT_KEYS = {
     kind: "count",
     default: 1_000_000,
     reload: "live",
+    // An aggregation shard's flow table numbers its slots in 24 bits (flow_table.ts).
+    max: MAX_TABLE_SLOTS,
     doc: "flows held by the aggregation core; a record for a new flow over it is dropped and " +
-      "counted",
+      `counted (at most ${MAX_TABLE_SLOTS.toLocaleString("en-US")})`,
   },
   maxFlowBytes: {
     kind: "bytes",
@@ -174,6 +179,7 @@ export function buildLimits(raw: Raw): LimitsConfig {
     } else {
       const n = typeof v === "number" && v !== 0 ? v : decl.default as number;
       if (n < 0) fail(path, `must be positive, got ${n}`);
+      if (decl.max !== undefined && n > decl.max) fail(path, `at most ${decl.max}, got ${n}`);
       out[k] = n;
     }
   }

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { MAX_TABLE_SLOTS } from "../../src/aggregation/flow_table.ts";
 import {
   ConfigError,
   type ConfigWarning,
@@ -504,6 +505,16 @@ Deno.test("limits: keys override their defaults; 0 means the default; bad values
   assertError(
     MIN + "limits:\n  maxFlows: -1\n",
     /limits\.maxFlows: must be positive/,
+    "limits.maxFlows",
+  );
+  // A shard's flow table numbers its slots in 24 bits.
+  assert.equal(
+    parse(MIN + `limits:\n  maxFlows: ${MAX_TABLE_SLOTS}\n`).limits.maxFlows,
+    MAX_TABLE_SLOTS,
+  );
+  assertError(
+    MIN + `limits:\n  maxFlows: ${MAX_TABLE_SLOTS + 1}\n`,
+    new RegExp(`limits\\.maxFlows: at most ${MAX_TABLE_SLOTS}, got ${MAX_TABLE_SLOTS + 1}`),
     "limits.maxFlows",
   );
   assertError(

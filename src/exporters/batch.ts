@@ -488,11 +488,36 @@ export function openBatch(buf: BatchBuffer): FlowBatch {
   const strings: (string | undefined)[] = [undefined];
   let at = HEADER_BYTES + count * ROW_BYTES;
   for (let i = 0; i < nStrings; i++) {
-    const len = v.getUint32(at, true);
-    strings.push(decoder.decode(bytes.subarray(at + 4, at + 4 + len)));
-    at += 4 + len;
+    const start = at + 4;
+    const end = start + v.getUint32(at, true);
+    strings.push(decodeString(bytes, start, end));
+    at = end;
   }
   return { count, view: v, bytes, strings };
+}
+
+/** Longest string {@linkcode decodeString} builds from its char codes (one argument a byte). */
+const CHAR_CODES_MAX = 1024;
+
+/**
+ * The UTF-8 string in `bytes[start..end)`. An ASCII one (most names) is built from its bytes as
+ * char codes, 5x faster here than a native decode call per string (most of opening a batch was
+ * those calls), and a string of its own: not a slice of a larger one that would keep it alive.
+ */
+function decodeString(bytes: Uint8Array, start: number, end: number): string {
+  if (end - start <= CHAR_CODES_MAX) {
+    let ascii = true;
+    for (let j = start; j < end; j++) {
+      if (bytes[j] >= 0x80) {
+        ascii = false;
+        break;
+      }
+    }
+    if (ascii) {
+      return String.fromCharCode.apply(null, bytes.subarray(start, end) as unknown as number[]);
+    }
+  }
+  return decoder.decode(bytes.subarray(start, end));
 }
 
 /** Decodes a batch into flows, in order. Throws on a buffer that is not a batch. */

@@ -70,6 +70,25 @@ Deno.test("batch: each distinct string is stored once per batch", () => {
   assert.equal(new BatchWriter(2).full, false);
 });
 
+Deno.test("batch: strings come back exact, ASCII or not, short or long", () => {
+  // ASCII up to 1024 bytes is built from char codes, the rest decoded as UTF-8 (openBatch).
+  const values = [
+    "",
+    "perftest-a",
+    "ctl\x00\x1b\x7f,\\",
+    "ünïcödé ✓ 名前",
+    "bad\ufffdutf8",
+    "a".repeat(1024),
+    "b".repeat(1025),
+    "x".repeat(3000) + "é",
+  ];
+  const w = new BatchWriter(values.length);
+  for (const v of values) w.add(fixtureFlow(false, { sourcePodName: v, destinationPodName: v }));
+  const out = readBatch(w.finish());
+  assert.deepEqual(out.map((f) => f.record.sourcePodName), values);
+  assert.deepEqual(out.map((f) => f.record.destinationPodName), values);
+});
+
 Deno.test("batch: a buffer that is not a batch is refused", () => {
   assert.throws(() => readBatch(new ArrayBuffer(8)), /not a flow batch/);
   assert.throws(() => readBatch(new Uint8Array(32).buffer), /not a flow batch/);

@@ -4,6 +4,7 @@ import type { FlowLoggerConfig } from "../../../src/exporters/flow_log/config.ts
 import { LogExporter } from "../../../src/exporters/flow_log/exporter.ts";
 import {
   backupTimestamp,
+  encodeLines,
   type LogFileHandle,
   RotatingFile,
 } from "../../../src/exporters/flow_log/rotate.ts";
@@ -384,4 +385,18 @@ Deno.test("on the rotating path, a failed write reports exactly the lines writte
     setLogWriter(restore);
     await Deno.remove(dir, { recursive: true });
   }
+});
+
+Deno.test("encodeLines: lines back to back in UTF-8, growing the buffer it was given", () => {
+  const lines = ["plain line\n", "ünïcödé ✓ 名前\n", "x".repeat(5000) + "\n", "\n"];
+  const want = new TextEncoder().encode(lines.join(""));
+  const small = new Uint8Array(16);
+  const got = encodeLines(lines, small);
+  assert.deepEqual(got, want);
+  assert.notEqual(got.buffer, small.buffer, "a larger buffer when the given one is too small");
+  const big = new Uint8Array(64 * 1024);
+  const again = encodeLines(lines, big);
+  assert.deepEqual(again, want);
+  assert.equal(again.buffer, big.buffer, "the given buffer when it is large enough");
+  assert.equal(encodeLines([], big).length, 0);
 });

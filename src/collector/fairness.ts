@@ -23,8 +23,8 @@ import type { Clock } from "../clock.ts";
 import { BUSY_BUFFER_BYTES } from "./framing.ts";
 
 /**
- * Bytes a connection may read and process before it lets the others read: four full reads of
- * the busy buffer (~1,000 Agent records, about a millisecond of work).
+ * Bytes a connection may read and process before it lets the others read: one full read of the
+ * busy buffer (~1,000 Agent records, about a millisecond of work).
  */
 export const TURN_BYTES = 256 * 1024;
 
@@ -52,8 +52,8 @@ export const BUSY_MEMORY_MS = 1000;
  * did not fill the space it was given), while none of the listener's connections filled the busy
  * buffer within {@linkcode BUSY_MEMORY_MS}, waits for the next tick, one tick (one timer, one
  * wake-up) shared by every connection waiting meanwhile, so the bytes of many small writes are
- * read at once. A connection is read at most once per tick then: from 64 KiB per tick (3.2
- * MB/s, ~16,000 Agent records/s) its reads fill the busy buffer and the gate stays open.
+ * read at once. A connection is read at most once per tick then: from 256 KiB per tick (12.8
+ * MB/s, ~64,000 Agent records/s) its reads fill the busy buffer and the gate stays open.
  */
 export class ReadGate {
   readonly #clock: Pick<Clock, "nowMs">;

@@ -1,7 +1,7 @@
 /**
  * Plain TCP listener (`Deno.listen`): one read loop per connection feeding a
  * {@linkcode StreamSession}, reading straight into the session's buffer (1 KiB while idle,
- * 64 KiB while busy). Unlike upstream, accept errors are retried with backoff instead of
+ * 256 KiB while busy). Unlike upstream, accept errors are retried with backoff instead of
  * ending the accept loop, a connection is closed as soon as the peer is gone (ipfix.md §2.13),
  * and the caps and timeouts of the `limits:` section apply ({@linkcode ConnectionTable}).
  * Connections are read fairly: each yields after a bounded turn (`fairness.ts`).

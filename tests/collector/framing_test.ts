@@ -141,13 +141,15 @@ function readInto(f: StreamFramer, bytes: Uint8Array): number {
 Deno.test("framing: the buffer is 1 KiB while idle, grows while busy and goes back when caught up", () => {
   const f = new StreamFramer();
   assert.equal(f.capacity, IDLE_BUFFER_BYTES);
-  // A burst: the first read fills the idle buffer, the next ones read 64 KiB at a time.
-  const burst = concat(...new Array(200).fill(GOLDEN_DATA));
+  // A burst of more than 64 KiB (unread meanwhile): the first read fills the idle buffer, the
+  // buffer grows (8 KiB, 64 KiB) with each read that fills it, up to the busy buffer's size.
+  const count = Math.ceil(((BUSY_BUFFER_BYTES / 4) * 2) / GOLDEN_DATA.length);
+  const burst = concat(...new Array(count).fill(GOLDEN_DATA));
   readInto(f, burst);
   assert.equal(f.capacity, BUSY_BUFFER_BYTES);
   let n = 0;
   while (f.nextMessage() !== undefined) n++;
-  assert.equal(n, 200);
+  assert.equal(n, count);
   assert.equal(f.release(), true, "caught up: the busy buffer is let go");
   assert.equal(f.capacity, IDLE_BUFFER_BYTES);
   assert.equal(f.release(), false, "already idle");

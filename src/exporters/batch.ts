@@ -2,8 +2,9 @@
  * Binary batches of exported flows, the form in which records cross from an aggregation shard
  * to the export loop and from the export loop to a sink's worker: one `SharedArrayBuffer` per
  * batch, holding fixed-size rows plus a table of the batch's distinct strings (namespaces, Node
- * and Pod names repeat a lot, so each is encoded once per batch). The row layout is derived from the record schema's
- * FA export template fields and their IE types, so a field added there crosses too.
+ * and Pod names repeat a lot, so each is encoded once per batch). The row layout is derived from
+ * the record schema's FA export template fields and their IE types, so a field added there
+ * crosses too.
  *
  * Row: flags (u8: IPv6, uncorrelated), protocol and ports of the flow key, a presence bitmap,
  * then one slot per field: f64 for numbers, u64 for bigints, u32 string ref for strings, and

@@ -54,11 +54,12 @@ export const FLUSH_DELAY_MS = 10;
 
 /**
  * A pending frame of this many bytes is sent at the end of the task (high rates); a smaller one
- * waits for more, at most {@linkcode FLUSH_DELAY_MS}. A TCP read was at most 64 KiB then (now
- * 256 KiB), about 32 KiB per shard of 2: from 16 KiB each read woke each shard once (3,700 wakes/s per shard at 1.2M
- * records/s); at 128 KiB a shard wakes once per 4 reads or so. e2e A/B against 16 KiB with
- * 64 KiB raw frames (now 256 KiB, `RAW_FRAME_BYTES` in raw_rows.ts), CPU per record: 0.951 at 400k records/s paced (paired
- * 0.918, 8 rounds), 0.981 unpaced (paired 0.936, 6 rounds; records/s 0.988, paired 1.000).
+ * waits for more, at most {@linkcode FLUSH_DELAY_MS}. When this was measured a TCP read was at
+ * most 64 KiB (now 256 KiB), about 32 KiB per shard of 2: from 16 KiB each read woke each shard
+ * once (3,700 wakes/s per shard at 1.2M records/s); at 128 KiB a shard woke once per 4 reads or
+ * so. e2e A/B against 16 KiB with 64 KiB raw frames (now 256 KiB, `RAW_FRAME_BYTES` in
+ * raw_rows.ts), CPU per record: 0.951 at 400k records/s paced (paired 0.918, 8 rounds), 0.981
+ * unpaced (paired 0.936, 6 rounds; records/s 0.988, paired 1.000).
  */
 export const FLUSH_NOW_BYTES = 128 * 1024;
 

@@ -83,10 +83,10 @@ async function runScenarios(
 ): Promise<void> {
   const dir = await Deno.makeTempDir({ prefix: `fa-e2e-${transport}-` });
   const logPath = `${dir}/flows.log`;
-  // Sharded over TCP, V8 reports a detached ArrayBuffer: batches cross threads as copies, so
-  // the shards and the ingest thread keep V8's no-detach guarantee (src/exporters/batch.ts).
-  // (Over UDP the fast path's receive worker hands its datagrams over by transfer, in its own
-  // thread.)
+  // Sharded over TCP, V8 must report no detached ArrayBuffer: batches cross threads shared, not
+  // transferred, so the shards and the ingest thread keep V8's no-detach guarantee
+  // (src/exporters/batch.ts). (Over UDP the fast path's receive worker hands its datagrams over
+  // by transfer, in its own thread.)
   const detachWatch = transport === "tcp" && (opts.workers ?? 1) > 1;
   const fa = await FaProcess.startWithConfig(
     dir,

@@ -210,8 +210,8 @@ export class RotatingFile implements LineSink {
       await this.#ensureOpen();
       if (lines.length > 0) {
         // Common case, the whole batch fits in the current file: the lines encoded into one
-        // reused buffer and one write instead of a buffer per line. Else (rotation due, or a line too long) the exact
-        // line-by-line path below decides where to cut.
+        // reused buffer and one write instead of a buffer per line. Else (rotation due, or a
+        // line too long) the exact line-by-line path below decides where to cut.
         const scratch = this.#scratch;
         this.#scratch = undefined;
         const all = encodeLines(lines, scratch ?? new Uint8Array(0));

@@ -113,8 +113,9 @@ export interface UdpFastOptions {
   /** Most bytes per delivered batch (ffi only, default 1 MiB). */
   maxBatchBytes?: number;
   /**
-   * Longest a datagram waits in the worker for its batch to fill (ffi only, default 5 ms).
-   * Batching is what keeps the CPU cost per datagram low at modest rates.
+   * Longest a datagram waits in the worker for its batch to fill (ffi only, default 20 ms).
+   * Batching is what keeps the CPU cost per datagram low at modest rates: each batch wakes the
+   * main thread, 100-200 µs of CPU on these VMs (docs/udp-ingest.md, "Wake-ups").
    */
   maxDelayMs?: number;
   /** Largest datagram accepted (default 65535); longer ones are dropped and counted. */
@@ -242,7 +243,7 @@ async function startFfi(options: UdpFastOptions): Promise<UdpReceiver> {
   const workers = Math.max(1, Math.floor(options.workers ?? 1));
   const recvSlots = clampInt(options.recvSlots ?? 64, 1, 1024);
   const maxDatagramSize = clampInt(options.maxDatagramSize ?? 65535, 1, 65535);
-  const maxDelayMs = Math.max(0, options.maxDelayMs ?? 5);
+  const maxDelayMs = Math.max(0, options.maxDelayMs ?? 20);
   // In blocking mode the receive timeout doubles as the batch deadline (the worker flushes
   // when a wait for more data times out); it also bounds how long close() waits.
   const timeoutMs = maxDelayMs > 0 ? Math.max(1, Math.ceil(maxDelayMs)) : 100;

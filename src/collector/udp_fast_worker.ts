@@ -183,12 +183,14 @@ function runLoop(cfg: WorkerStart): void {
     msgView.setUint32(i * MMSGHDR_SIZE + 8, 28, true);
     msgView.setBigUint64(i * MMSGHDR_SIZE + 40, BigInt(CMSG_SLOT), true);
   }
+  // Datagrams come less often than one per nap: block for the next one instead of napping.
+  let sparse = false;
   while (Atomics.load(control, CONTROL.stop) === 0) {
-    // Nothing staged, or no nap allowed: block until a datagram is queued or the socket's
-    // receive timeout (maxDelayMs) expires; waking on arrival keeps a small socket buffer
-    // from overflowing. Staging with a big buffer: take only what is queued, then nap below,
+    // Nothing staged, no nap allowed, or sparse arrivals: block until a datagram is queued or
+    // the socket's receive timeout (maxDelayMs) expires; waking on arrival keeps a small
+    // socket buffer from overflowing. Otherwise take only what is queued, then nap below,
     // which saves a thread wake-up per datagram at modest rates.
-    const blocking = count === 0 || cfg.napMs === 0;
+    const blocking = count === 0 || cfg.napMs === 0 || sparse;
     const flags = blocking ? LINUX.MSG_WAITFORONE : LINUX.MSG_DONTWAIT;
     const got = libc.recvmmsg(cfg.fd, msgs, n, flags, null);
     if (got < 0) {
@@ -206,9 +208,15 @@ function runLoop(cfg: WorkerStart): void {
     const waited = performance.now() - firstAt;
     if (cfg.maxDelayMs === 0 || waited >= cfg.maxDelayMs || (blocking && got <= 0)) {
       flush();
-    } else if (!blocking && got < n) {
-      // Drained for now: nap (close() notifies the stop slot to cut it short).
-      Atomics.wait(control, CONTROL.stop, 0, Math.min(cfg.napMs, cfg.maxDelayMs - waited));
+    } else if (got < n) {
+      // Drained for now. While datagrams come at least one per nap, nap (close() notifies the
+      // stop slot to cut it short). Sparser than that (below 5,000/s with the kernel's default
+      // buffer), napping would wake the thread more often than datagrams come: block for the
+      // next one instead (docs/udp-ingest.md, "Wake-ups").
+      sparse = waited >= count * cfg.napMs;
+      if (!sparse) {
+        Atomics.wait(control, CONTROL.stop, 0, Math.min(cfg.napMs, cfg.maxDelayMs - waited));
+      }
     }
   }
   // Stop requested: drain what the kernel already holds for us (bounded), so a graceful stop

@@ -48,9 +48,11 @@ export const STALL_MS = 1000;
 /**
  * Most a record waits in the main thread's pending frame for more (ms): at low rates a shard is
  * woken about this often instead of once per record. Nothing it holds waits on it for long (its
- * flows are exported after seconds), and a query, a reload and the stop send it at once.
+ * flows are exported after seconds), and a query, a reload and the stop send it at once. Was 10
+ * ms: a wake costs a worker 80-200 µs of CPU on these VMs whatever it brings, which made the
+ * shards the largest cost at low rates (docs/udp-ingest.md, "Wake-ups").
  */
-export const FLUSH_DELAY_MS = 10;
+export const FLUSH_DELAY_MS = 50;
 
 /**
  * A pending frame of this many bytes is sent at the end of the task (high rates); a smaller one

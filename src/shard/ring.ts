@@ -99,9 +99,17 @@ async function waitWordAsync(
   index: number,
   value: number,
   timeoutMs: number,
-): Promise<void> {
+): Promise<boolean> {
+  if (timeoutMs === Infinity) {
+    // Until a notify: no timer to arm and cancel (in a worker, whose event loop stays alive
+    // without one; a timer and its race cost the thread about as much as the wake itself).
+    const r = Atomics.waitAsync(h, index, value);
+    if (!r.async) return false;
+    await r.value;
+    return true;
+  }
   const r = Atomics.waitAsync(h, index, value, timeoutMs);
-  if (!r.async) return;
+  if (!r.async) return false;
   let timer: ReturnType<typeof setTimeout> | undefined;
   const expired = new Promise<void>((resolve) => {
     timer = setTimeout(resolve, Math.min(Math.ceil(timeoutMs), 2 ** 31 - 1));
@@ -111,6 +119,7 @@ async function waitWordAsync(
   } finally {
     clearTimeout(timer);
   }
+  return true;
 }
 
 /** What both ends of a ring hold: its header words, its data area and its capacity. */
@@ -364,16 +373,32 @@ export class RingReader extends RingEnd {
     }
   }
 
-  /** {@linkcode waitForData} without blocking the thread (`Atomics.waitAsync`). */
+  /** True when a frame is published at the read position (or held). */
+  ready(): boolean {
+    return this.#state(Atomics.load(this.h, W_WRITE)) === "ready";
+  }
+
+  /**
+   * {@linkcode waitForData} without blocking the thread (`Atomics.waitAsync`). With
+   * `timeoutMs` Infinity it waits for the writer's notify alone, arming no timer: for a worker
+   * (a pending `Atomics.waitAsync` does not keep the main thread's event loop alive).
+   */
   async waitForDataAsync(timeoutMs: number): Promise<RingWait> {
     const end = performance.now() + timeoutMs;
+    this.waited = false;
     for (;;) {
       const w = Atomics.load(this.h, W_WRITE);
       const s = this.#state(w);
       if (s !== undefined) return s;
       const left = end - performance.now();
       if (left <= 0) return "timeout";
-      await waitWordAsync(this.h, W_WRITE, w, left);
+      if (await waitWordAsync(this.h, W_WRITE, w, left)) this.waited = true;
     }
   }
+
+  /**
+   * Whether the last {@linkcode waitForDataAsync} really waited (the thread's event loop took
+   * a turn), rather than finding a frame or the close at once.
+   */
+  waited = false;
 }

@@ -322,6 +322,63 @@ Deno.test("udp_fast ffi: oversize datagrams and throwing callbacks are counted, 
   assert.equal(st.bytes, 57);
 });
 
+/** Sends datagrams of `sizes` (content from size and index) and returns what arrived. */
+async function roundTripSizes(
+  maxDatagramSize: number | undefined,
+  sizes: readonly number[],
+): Promise<{ got: Uint8Array[]; truncated: number }> {
+  const got: Uint8Array[] = [];
+  let done!: () => void;
+  const finished = new Promise<void>((res) => (done = res));
+  const rx = await startUdpReceiver({
+    hostname: "127.0.0.1",
+    port: 0,
+    mode: "ffi",
+    maxDatagramSize,
+    onDatagrams(batch: UdpBatch): void {
+      for (let i = 0; i < batch.count; i++) {
+        const d = datagramAt(batch, i).slice();
+        if (d.length === 3) done(); // the end marker
+        else got.push(d);
+      }
+    },
+  });
+  const tx = Deno.listenDatagram({ transport: "udp", hostname: "127.0.0.1", port: 0 });
+  const to: Deno.NetAddr = { transport: "udp", hostname: "127.0.0.1", port: rx.addr.port };
+  try {
+    for (const [k, n] of sizes.entries()) await tx.send(sizedDatagram(n, k), to);
+    await tx.send(new Uint8Array(3), to);
+    await finished;
+  } finally {
+    tx.close();
+    await rx.close();
+  }
+  return { got, truncated: rx.stats().truncated };
+}
+
+function sizedDatagram(n: number, k: number): Uint8Array {
+  const d = new Uint8Array(n);
+  for (let i = 0; i < n; i++) d[i] = (i * 7 + n + k) & 0xff;
+  return d;
+}
+
+Deno.test("udp_fast ffi: datagrams of every length up to the IPv4 maximum arrive whole", async () => {
+  // Around a page and an MTU, and the largest IPv4 datagram: byte for byte, in order.
+  const sizes = [1, 2047, 2048, 2049, 4096, 9000, 65507, 300];
+  const r = await roundTripSizes(undefined, sizes);
+  assert.equal(r.truncated, 0);
+  assert.deepEqual(r.got.map((d) => d.length), sizes);
+  for (const [k, n] of sizes.entries()) assert.deepEqual(r.got[k], sizedDatagram(n, k));
+});
+
+Deno.test("udp_fast ffi: a datagram one byte past maxDatagramSize is dropped and counted", async () => {
+  const sizes = [2049, 5001, 5000, 2048];
+  const r = await roundTripSizes(5000, sizes);
+  assert.equal(r.truncated, 1);
+  assert.deepEqual(r.got.map((d) => d.length), [2049, 5000, 2048]);
+  for (const [j, k] of [0, 2, 3].entries()) assert.deepEqual(r.got[j], sizedDatagram(sizes[k], k));
+});
+
 Deno.test("udp_fast: close() is idempotent and frees the port", async () => {
   const rx = await startUdpReceiver({
     hostname: "127.0.0.1",

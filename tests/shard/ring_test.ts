@@ -159,6 +159,31 @@ Deno.test("ring: close lets the reader drain the frames, then reports closed", a
   assert.equal(await r.waitForDataAsync(1000), "closed");
 });
 
+Deno.test("ring: an untimed wait ends on the writer's notify, and says whether it waited", async () => {
+  const { w, r } = pair(256);
+  // An untimed wait does not keep this (main) thread's event loop alive; a worker's is kept
+  // alive by its message port.
+  const alive = setInterval(() => {}, 1000);
+  assert.equal(r.ready(), false);
+  // Nothing there: the wait lasts until a frame is published (from a later task).
+  setTimeout(() => w.write(bytesOf(2, 7)), 20);
+  assert.equal(await r.waitForDataAsync(Infinity), "ready");
+  assert.equal(r.waited, true);
+  assert.ok(r.ready());
+  // A frame already there: at once, without waiting.
+  assert.equal(await r.waitForDataAsync(Infinity), "ready");
+  assert.equal(r.waited, false);
+  assert.deepEqual([...r.next()!], [7, 7]);
+  r.release();
+  assert.equal(r.ready(), false);
+  // The close ends an untimed wait too.
+  setTimeout(() => w.close(), 20);
+  assert.equal(await r.waitForDataAsync(Infinity), "closed");
+  assert.equal(r.waited, true);
+  assert.ok(r.done);
+  clearInterval(alive);
+});
+
 Deno.test("ring: a writer's wait reports space once the reader releases", async () => {
   const { w, r } = pair(64);
   for (let i = 0; i < 4; i++) w.write(bytesOf(8, i));

@@ -51,7 +51,7 @@ import {
 } from "./bench/core.ts";
 import { benchE2eTcp as runE2e, type E2eTrial, runE2eTrial } from "./bench/e2e.ts";
 import { benchE2eReplay, type E2eReplayResult } from "./bench/e2e_replay.ts";
-import { benchUdpE2e, type UdpE2eSearch } from "./bench/udp_e2e.ts";
+import { benchUdpE2e, LOW_RATES, type UdpE2eSearch } from "./bench/udp_e2e.ts";
 import { benchHeapPerFlow } from "./bench/memory.ts";
 import { benchPodStore } from "./bench/podstore.ts";
 import { benchClickHouse } from "./bench/clickhouse.ts";
@@ -142,6 +142,17 @@ export interface BenchResults extends Omit<E2eReplayResult, "detail"> {
    * process trial of the udp_e2e searches: 0 when the two loss counts agree.
    */
   udp_e2e_loss_count_difference: number | null;
+  /**
+   * CPU (all threads) per record of the warm process paced at LOW_RATES[0] (2,000 records/s),
+   * fast path, kernel default buffer (udp_e2e.ts `lowRateCpu`).
+   */
+  udp_e2e_cpu_us_per_record_2k: number | null;
+  /** The C recv() loop's CPU per datagram at the same rate, same run (the reference). */
+  udp_e2e_c_cpu_us_per_record_2k: number | null;
+  /** udp_e2e_cpu_us_per_record_2k at LOW_RATES[1] (10,000 records/s). */
+  udp_e2e_cpu_us_per_record_10k: number | null;
+  /** udp_e2e_c_cpu_us_per_record_2k at LOW_RATES[1]. */
+  udp_e2e_c_cpu_us_per_record_10k: number | null;
   /** Heap bytes per aggregated flow with 100k flows. */
   heap_bytes_per_flow_100k: number | null;
   /** Heap bytes per aggregated flow with 1M flows. */
@@ -261,6 +272,10 @@ export function emptyResults(): BenchResults {
     udp_e2e_4mib_c_baseline_per_s: null,
     udp_e2e_socket_lossless_records_per_s: null,
     udp_e2e_loss_count_difference: null,
+    udp_e2e_cpu_us_per_record_2k: null,
+    udp_e2e_c_cpu_us_per_record_2k: null,
+    udp_e2e_cpu_us_per_record_10k: null,
+    udp_e2e_c_cpu_us_per_record_10k: null,
     heap_bytes_per_flow_100k: null,
     heap_bytes_per_flow_1m: null,
     memory_bytes_per_flow_1m: null,
@@ -374,6 +389,12 @@ export async function benchUdpOnProcess(ctx: BenchContext): Promise<void> {
   res.udp_e2e_4mib_c_baseline_per_s = fig(s.c_recv_4mib);
   res.udp_e2e_socket_lossless_records_per_s = fig(s.socket_defbuf);
   res.udp_e2e_loss_count_difference = r.processAgreement.absDifference;
+  const low = (i: number) => r.lowRate?.rates.find((f) => f.rate === LOW_RATES[i]);
+  const finiteOrNull = (v: number | undefined) => Number.isFinite(v) ? v! : null;
+  res.udp_e2e_cpu_us_per_record_2k = finiteOrNull(low(0)?.processUs);
+  res.udp_e2e_c_cpu_us_per_record_2k = finiteOrNull(low(0)?.cUs);
+  res.udp_e2e_cpu_us_per_record_10k = finiteOrNull(low(1)?.processUs);
+  res.udp_e2e_c_cpu_us_per_record_10k = finiteOrNull(low(1)?.cUs);
   const q = ctx.quick ? "quick mode: one 1 s trial at 5k/s, smoke only; " : "";
   const note = (x: UdpE2eSearch | undefined, what: string, c?: UdpE2eSearch): string => {
     const pct = c !== undefined && x !== undefined && c.lossless > 0
@@ -418,6 +439,15 @@ export async function benchUdpOnProcess(ctx: BenchContext): Promise<void> {
     `count, ${a.kernelDrops} by RcvbufErrors (system-wide), ${a.disagreeing} of ${a.trials} ` +
     `trials differ; C loop: ${c.processLoss} vs ${c.kernelDrops}, ${c.disagreeing} of ` +
     `${c.trials} differ`;
+  for (const [i, key] of [[0, "2k"], [1, "10k"]] as const) {
+    const f = low(i);
+    if (f === undefined) continue;
+    n[`udp_e2e_cpu_us_per_record_${key}`] = `${q}warm process (after ${r.lowRate!.warmupSeconds} ` +
+      `s of traffic), fast path, rmem_default, paced at ${f.rate}/s, utime + stime of every ` +
+      `thread per record; trials ${f.processTrials.join(", ")}; ${f.processLost} records lost`;
+    n[`udp_e2e_c_cpu_us_per_record_${key}`] = `${q}C recv() loop, same rate and buffer, ` +
+      `trials interleaved with the process's: ${f.cTrials.join(", ")}`;
+  }
   ctx.details.udp_e2e = r;
 }
 
@@ -716,6 +746,10 @@ export const UNITS: Record<keyof BenchResults, string> = {
   udp_e2e_4mib_c_baseline_per_s: "datagrams/s",
   udp_e2e_socket_lossless_records_per_s: "records/s",
   udp_e2e_loss_count_difference: "records",
+  udp_e2e_cpu_us_per_record_2k: "µs",
+  udp_e2e_c_cpu_us_per_record_2k: "µs",
+  udp_e2e_cpu_us_per_record_10k: "µs",
+  udp_e2e_c_cpu_us_per_record_10k: "µs",
   heap_bytes_per_flow_100k: "bytes",
   heap_bytes_per_flow_1m: "bytes",
   memory_bytes_per_flow_1m: "bytes",

@@ -15,6 +15,7 @@
 
 import { type BenchReport, type BenchResults, formatValue, UNITS } from "../bench.ts";
 import { PACED_RATE } from "./e2e_replay.ts";
+import { LOW_RATES } from "./udp_e2e.ts";
 import { DEFAULTS } from "../../src/config/defaults.ts";
 
 type Key = keyof BenchResults;
@@ -138,6 +139,14 @@ export const README_ROWS: readonly ReadmeRow[] = [
     ref: "udp_e2e_c_baseline_per_s",
     refLabel: "C `recv()` loop",
   },
+  ...([[0, "2k"], [1, "10k"]] as const).map(([i, key]) => ({
+    key: `udp_e2e_cpu_us_per_record_${key}` as const,
+    label: `UDP e2e CPU per record paced at ${
+      LOW_RATES[i].toLocaleString("en-US")
+    } records/s, warm, default buffer`,
+    ref: `udp_e2e_c_cpu_us_per_record_${key}` as const,
+    refLabel: "C `recv()` loop, same rate",
+  })),
   {
     key: "udp_e2e_loss_count_difference",
     label: "process vs kernel loss counts, difference",

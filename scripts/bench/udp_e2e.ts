@@ -22,7 +22,11 @@
  * stopped with SIGTERM at the end and its final counters checked (no decode error, template
  * miss or rejected record, exit 0).
  *
- *   deno run --allow-all scripts/bench/udp_e2e.ts [--quick] [--only=fast_4mib,...]
+ * Then the CPU at low rates ({@linkcode lowRateCpu}): a warm process and the C loop, both at
+ * the default buffer, paced at {@linkcode LOW_RATES}, their CPU per record over interleaved
+ * trials.
+ *
+ *   deno run --allow-all scripts/bench/udp_e2e.ts [--quick] [--only=fast_4mib,low_rate_cpu,...]
  *     [--sender=replay] [--rates=60000,80000,80000 (fixed trials instead of the search)]
  *     [--catchup=2 (udp_send.c's catch-up rate after a stall, x the rate; 0: back to back)]
  */
@@ -49,6 +53,7 @@ import {
   type UdpTools,
 } from "./udp.ts";
 import { REPLAY_UNIQUE_NAMES } from "./core.ts";
+import { median } from "./baseline.ts";
 
 /** One trial of the udp_e2e part: udp.ts's {@linkcode Trial} plus both loss counts. */
 export interface UdpE2eTrial extends Trial {
@@ -439,7 +444,11 @@ export interface UdpE2eOptions {
   quick: boolean;
   /** Seconds per trial; default 4 (quick: 1). */
   seconds?: number;
-  /** Receivers to measure (names of {@linkcode UDP_E2E_RECEIVERS}); default all. */
+  /**
+   * Receivers to measure (names of {@linkcode UDP_E2E_RECEIVERS}) and whether to run the
+   * low-rate CPU trials ({@linkcode LOW_RATE_PART}); default all (the low-rate trials not with
+   * `rates`).
+   */
   only?: readonly string[];
   /** Load generator; default `c` (udp_send.c replaying the stream's first round). */
   sender?: UdpE2eSenderKind;
@@ -480,6 +489,93 @@ export interface UdpE2eResult {
     sender: UdpE2eSenderKind;
     catchup: number;
   };
+  /** CPU per record at low paced rates ({@linkcode lowRateCpu}); absent when not measured. */
+  lowRate?: LowRateCpu;
+}
+
+/**
+ * The paced rates (records/s) of the low-rate CPU trials: a small cluster and a busier one. At
+ * such rates the process's cost is mostly its threads waking up (docs/udp-ingest.md,
+ * "Wake-ups at low rates"), which the searches, at the highest rates, do not show.
+ */
+export const LOW_RATES: readonly number[] = [2_000, 10_000];
+
+/** One rate of {@linkcode lowRateCpu}. */
+export interface LowRateFigure {
+  /** Paced rate, records/s. */
+  rate: number;
+  /** The process's CPU (all threads) per record received, µs: median of the trials. */
+  processUs: number;
+  /** The C loop's CPU per datagram received at the same rate, µs: median of the trials. */
+  cUs: number;
+  /** Each trial of the process, µs per record. */
+  processTrials: number[];
+  /** Each trial of the C loop, µs per datagram. */
+  cTrials: number[];
+  /** Records the process lost over its trials (sent − received). */
+  processLost: number;
+}
+
+/** Result of {@linkcode lowRateCpu}. */
+export interface LowRateCpu {
+  /** Per rate of {@linkcode LOW_RATES}. */
+  rates: LowRateFigure[];
+  /** Seconds of traffic that warmed the process up first (JIT), not counted. */
+  warmupSeconds: number;
+  /** Seconds per trial. */
+  seconds: number;
+}
+
+/**
+ * CPU per record of the warm process (fast path, the kernel's default buffer) and of the C
+ * `recv()` loop at the {@linkcode LOW_RATES}, trials interleaved (C, process, process, C...):
+ * utime + stime of every thread over each trial, per record received. The process is warmed up
+ * first with as many records as a minute of the lowest rate (its JIT takes tens of seconds to
+ * settle at low rates), uncounted.
+ */
+export async function lowRateCpu(
+  tools: UdpTools,
+  send: Sender,
+  o: { quick: boolean; trials?: number; seconds?: number },
+): Promise<LowRateCpu> {
+  const seconds = o.seconds ?? (o.quick ? 1 : 4);
+  const trials = o.trials ?? (o.quick ? 1 : 2);
+  const warmupSeconds = o.quick ? 1 : 30;
+  const pick = (name: string) => UDP_E2E_RECEIVERS.find((r) => r.name === name)!;
+  const receivers = [pick("c_recv_defbuf"), pick("fast_defbuf")];
+  const open: OpenReceiver[] = [];
+  const out: LowRateFigure[] = [];
+  try {
+    for (const r of receivers) open.push(await openReceiver(r, tools));
+    const to = (i: number, secs: number) => ({
+      send,
+      seconds: secs,
+      countsTemplates: receivers[i].kind === "c",
+    });
+    await streamTrial(open[1].rx, LOW_RATES[0], to(1, warmupSeconds));
+    for (const rate of LOW_RATES) {
+      const us: number[][] = [[], []];
+      let lost = 0;
+      for (let k = 0; k < trials; k++) {
+        for (const i of k % 2 === 0 ? [0, 1] : [1, 0]) {
+          const t = await streamTrial(open[i].rx, rate, to(i, seconds));
+          if (t.cpuUsPerRecord !== undefined) us[i].push(t.cpuUsPerRecord);
+          if (i === 1) lost += t.processLoss;
+        }
+      }
+      out.push({
+        rate,
+        processUs: median(us[1]) ?? NaN,
+        cUs: median(us[0]) ?? NaN,
+        processTrials: us[1],
+        cTrials: us[0],
+        processLost: lost,
+      });
+    }
+  } finally {
+    for (const rx of open) await rx.finish();
+  }
+  return { rates: out, warmupSeconds, seconds };
 }
 
 /** Runs every receiver's rate search, in {@linkcode UDP_E2E_RECEIVERS} order. */
@@ -497,6 +593,7 @@ export async function benchUdpE2e(
   const catchup = opts.catchup ?? SENDER_CATCHUP;
   const tools = await buildUdpTools();
   const searches: Record<string, UdpE2eSearch> = {};
+  let lowRate: LowRateCpu | undefined;
   try {
     const send = senderKind === "c"
       ? await cStreamSender(tools, flows, catchup > 0 ? catchup : undefined)
@@ -549,6 +646,15 @@ export async function benchUdpE2e(
         );
       }
     }
+    if (opts.only?.includes(LOW_RATE_PART) ?? opts.rates === undefined) {
+      progress(`udp e2e: CPU per record at ${LOW_RATES.join(" and ")} records/s (warm process)`);
+      lowRate = await lowRateCpu(tools, send, { quick: opts.quick });
+      for (const f of lowRate.rates) {
+        progress(
+          `udp e2e: ${f.rate}/s: process ${f.processUs} µs/record, C loop ${f.cUs} µs/datagram`,
+        );
+      }
+    }
   } finally {
     await Deno.remove(tools.dir, { recursive: true }).catch(() => {});
   }
@@ -559,8 +665,12 @@ export async function benchUdpE2e(
     processAgreement: lossAgreement(all(false)),
     cAgreement: lossAgreement(all(true)),
     search: { ...search, seconds, flows, sender: senderKind, catchup },
+    ...(lowRate === undefined ? {} : { lowRate }),
   };
 }
+
+/** The `only` name of the low-rate CPU trials ({@linkcode lowRateCpu}). */
+export const LOW_RATE_PART = "low_rate_cpu";
 
 /**
  * Runs the tasks given to it one at a time, in the order given (a FIFO lock): two searches

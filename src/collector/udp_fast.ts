@@ -113,9 +113,11 @@ export interface UdpFastOptions {
   /** Most bytes per delivered batch (ffi only, default 1 MiB). */
   maxBatchBytes?: number;
   /**
-   * Longest a datagram waits in the worker for its batch to fill (ffi only, default 20 ms).
-   * Batching is what keeps the CPU cost per datagram low at modest rates: each batch wakes the
-   * main thread, 100-200 µs of CPU on these VMs (docs/udp-ingest.md, "Wake-ups").
+   * Longest a datagram waits in the worker for its batch to fill (ffi only, default 20 ms;
+   * below one datagram per nap, where the worker blocks for each, up to twice that: the
+   * socket's receive timeout ends those waits). Batching is what keeps the CPU cost per
+   * datagram low at modest rates: each batch wakes the main thread, 100-200 µs of CPU on these
+   * VMs (docs/udp-ingest.md, "Wake-ups at low rates").
    */
   maxDelayMs?: number;
   /** Largest datagram accepted (default 65535); longer ones are dropped and counted. */

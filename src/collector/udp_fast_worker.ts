@@ -212,7 +212,7 @@ function runLoop(cfg: WorkerStart): void {
       // Drained for now. While datagrams come at least one per nap, nap (close() notifies the
       // stop slot to cut it short). Sparser than that (below 5,000/s with the kernel's default
       // buffer), napping would wake the thread more often than datagrams come: block for the
-      // next one instead (docs/udp-ingest.md, "Wake-ups").
+      // next one instead (docs/udp-ingest.md, "Wake-ups at low rates").
       sparse = waited >= count * cfg.napMs;
       if (!sparse) {
         Atomics.wait(control, CONTROL.stop, 0, Math.min(cfg.napMs, cfg.maxDelayMs - waited));

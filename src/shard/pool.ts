@@ -50,7 +50,7 @@ export const STALL_MS = 1000;
  * woken about this often instead of once per record. Nothing it holds waits on it for long (its
  * flows are exported after seconds), and a query, a reload and the stop send it at once. Was 10
  * ms: a wake costs a worker 80-200 µs of CPU on these VMs whatever it brings, which made the
- * shards the largest cost at low rates (docs/udp-ingest.md, "Wake-ups").
+ * shards the largest cost at low rates (docs/udp-ingest.md, "Wake-ups at low rates").
  */
 export const FLUSH_DELAY_MS = 50;
 

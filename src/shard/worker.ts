@@ -145,11 +145,11 @@ function postStats(c: AggregationCore, now = performance.now()): void {
 }
 
 /**
- * Drains the ring as frames arrive, yielding to timers and messages between slices: a slice
- * cut short with frames left takes a turn of its own ({@linkcode nextTurn}); one that emptied
- * the ring waits for the next frame, which is that turn. Each turn wakes the thread (about
- * 80-200 µs of CPU per wake on these VMs, measured with an empty worker), so at low rates a
- * batch costs one wake, not two.
+ * Drains the ring as frames arrive, yielding to timers and messages: a turn of its own
+ * ({@linkcode nextTurn}) once {@linkcode SLICE_MS} passed since the last, else, when the ring
+ * is empty, the wait for the next frame, which is a turn. Each turn wakes the thread (74-150 µs
+ * of CPU per wake on these VMs, `scripts/bench/wake_cost.ts`), so at low rates a batch costs
+ * one wake, not two (it was a turn after every drain, then the wait).
  */
 async function pump(c: AggregationCore): Promise<void> {
   let lastTurn = performance.now();

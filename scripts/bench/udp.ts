@@ -256,22 +256,30 @@ export interface Trial {
 /** Loss below which a trial counts as lossless. */
 export const LOSSLESS = 0.001;
 
+/** Polls of {@linkcode settledCount} a count must hold still for before it is final. */
+export const SETTLE_POLLS = 2;
+
 /**
  * What a receiver counted since `before` once it is done: a receiver may still be working
  * through its socket buffer or queue, so this waits until its count reaches `before + expected`
- * or stops moving for 200 ms (5 s at most).
+ * or holds still over {@linkcode SETTLE_POLLS} polls 200 ms apart (5 s at most). Two polls, not
+ * one: the process counts a record aggregated only when its shard reports, which after a
+ * trial's last datagram takes up to ~150 ms here (the receive thread's batch, the shard flush,
+ * the shard's counter report), close to one poll's 200 ms on a slow machine.
  */
 export async function settledCount(
   rx: { query(): Promise<{ count: number }> },
   before: number,
   expected: number,
 ): Promise<number> {
-  let last = -1, now = (await rx.query()).count;
+  let now = (await rx.query()).count;
+  let still = 0;
   const deadline = Date.now() + 5000;
-  while (now - before < expected && now !== last && Date.now() < deadline) {
+  while (now - before < expected && still < SETTLE_POLLS && Date.now() < deadline) {
     await new Promise((r) => setTimeout(r, 200));
-    last = now;
-    now = (await rx.query()).count;
+    const next = (await rx.query()).count;
+    still = next === now ? still + 1 : 0;
+    now = next;
   }
   return now - before;
 }

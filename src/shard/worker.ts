@@ -46,8 +46,8 @@ const STATS_EVERY_MS = 500;
  * While records flow, the counters are posted at least this often (the main thread's sums, the
  * API and `/metrics`, are then at most this old; at idle the 500 ms report covers it). Each
  * report wakes the main thread; 250 ms saved about 5 % of the CPU at 2,000 records/s, but the
- * bench reads `/metrics` until it stops moving for 200 ms, and counters that lag by more than
- * that made it count records still in flight as lost.
+ * bench then read `/metrics` until it held still for one 200 ms poll (now two), and counters
+ * lagging by more than that made it count records still in flight as lost.
  */
 const STATS_BUSY_MS = 50;
 let lastReportMs = 0;

@@ -12,7 +12,9 @@ import {
   splitPeer,
   startUdpReceiver,
   type UdpBatch,
+  type UdpFastOptions,
   type UdpReceiveMode,
+  type UdpReceiver,
 } from "../../src/collector/udp_fast.ts";
 import { parseBindHost } from "../../src/collector/udp_fast_ffi.ts";
 import { runDeno } from "../_helpers/process.ts";
@@ -29,6 +31,26 @@ function sendPaced(port: number, total: number): Promise<void> {
       await new Promise((r) => setTimeout(r, 5));
     }
     s.close();`);
+}
+
+/**
+ * Starts a receiver on a free port whose `finished` resolves once `onBatch` returns true for a
+ * batch (`onBatch` may throw: the receiver counts that as a callback error).
+ */
+async function receiveUntil(
+  options: Omit<UdpFastOptions, "port" | "onDatagrams">,
+  onBatch: (batch: UdpBatch) => boolean,
+): Promise<{ rx: UdpReceiver; finished: Promise<void> }> {
+  let done!: () => void;
+  const finished = new Promise<void>((res) => (done = res));
+  const rx = await startUdpReceiver({
+    ...options,
+    port: 0,
+    onDatagrams(batch: UdpBatch): void {
+      if (onBatch(batch)) done();
+    },
+  });
+  return { rx, finished };
 }
 
 async function sendFromProcess(code: string): Promise<void> {
@@ -59,14 +81,9 @@ async function sendAndCollect(
   const total = opts.senders * opts.perSender;
   const seen = new Map<number, Seen>();
   let duplicates = 0;
-  let done!: () => void;
-  const allIn = new Promise<void>((res) => (done = res));
-  const rx = await startUdpReceiver({
-    hostname,
-    port: 0,
-    mode,
-    workers: opts.workers,
-    onDatagrams(batch: UdpBatch): void {
+  const { rx, finished: allIn } = await receiveUntil(
+    { hostname, mode, workers: opts.workers },
+    (batch) => {
       for (let i = 0; i < batch.count; i++) {
         const d = datagramAt(batch, i);
         const id = new DataView(d.buffer, d.byteOffset, d.byteLength).getUint32(0);
@@ -74,9 +91,9 @@ async function sendAndCollect(
         // Copy: the batch is only valid during the callback.
         seen.set(id, { peer: batch.peers[i], bytes: d.slice() });
       }
-      if (seen.size === total) done();
+      return seen.size === total;
     },
-  });
+  );
   assert.equal(rx.mode, mode);
   const sockets = Array.from(
     { length: opts.senders },
@@ -168,16 +185,9 @@ Deno.test("udp_fast ffi: IPv6 loopback peers are reported as [::1]:port", async 
 
 Deno.test("udp_fast ffi: a dual-stack :: socket reports IPv4 senders as a.b.c.d:port", async () => {
   const got: string[] = [];
-  let done!: () => void;
-  const finished = new Promise<void>((res) => (done = res));
-  const rx = await startUdpReceiver({
-    hostname: "::",
-    port: 0,
-    mode: "ffi",
-    onDatagrams(batch: UdpBatch): void {
-      got.push(...batch.peers);
-      if (got.length === 2) done();
-    },
+  const { rx, finished } = await receiveUntil({ hostname: "::", mode: "ffi" }, (batch) => {
+    got.push(...batch.peers);
+    return got.length === 2;
   });
   const v4 = Deno.listenDatagram({ transport: "udp", hostname: "127.0.0.1", port: 0 });
   const v6 = Deno.listenDatagram({ transport: "udp", hostname: "::1", port: 0 });
@@ -287,20 +297,15 @@ Deno.test("udp_fast deno fallback: same delivery contract", async () => {
 Deno.test("udp_fast ffi: oversize datagrams and throwing callbacks are counted, not fatal", async () => {
   const got: number[] = [];
   let calls = 0;
-  let done!: () => void;
-  const finished = new Promise<void>((res) => (done = res));
-  const rx = await startUdpReceiver({
-    hostname: "127.0.0.1",
-    port: 0,
-    mode: "ffi",
-    maxDatagramSize: 100,
-    onDatagrams(batch: UdpBatch): void {
+  const { rx, finished } = await receiveUntil(
+    { hostname: "127.0.0.1", mode: "ffi", maxDatagramSize: 100 },
+    (batch) => {
       calls++;
       for (let i = 0; i < batch.count; i++) got.push(batch.lengths[i]);
-      if (got.includes(7)) done();
-      if (calls === 1) throw new Error("consumer bug");
+      if (calls === 1) throw new Error("consumer bug"); // the first batch holds only the 50
+      return got.includes(7);
     },
-  });
+  );
   const tx = Deno.listenDatagram({ transport: "udp", hostname: "127.0.0.1", port: 0 });
   const to: Deno.NetAddr = { transport: "udp", hostname: "127.0.0.1", port: rx.addr.port };
   try {
@@ -328,21 +333,18 @@ async function roundTripSizes(
   sizes: readonly number[],
 ): Promise<{ got: Uint8Array[]; truncated: number }> {
   const got: Uint8Array[] = [];
-  let done!: () => void;
-  const finished = new Promise<void>((res) => (done = res));
-  const rx = await startUdpReceiver({
-    hostname: "127.0.0.1",
-    port: 0,
-    mode: "ffi",
-    maxDatagramSize,
-    onDatagrams(batch: UdpBatch): void {
+  const { rx, finished } = await receiveUntil(
+    { hostname: "127.0.0.1", mode: "ffi", maxDatagramSize },
+    (batch) => {
+      let end = false;
       for (let i = 0; i < batch.count; i++) {
         const d = datagramAt(batch, i).slice();
-        if (d.length === 3) done(); // the end marker
+        if (d.length === 3) end = true; // the end marker
         else got.push(d);
       }
+      return end;
     },
-  });
+  );
   const tx = Deno.listenDatagram({ transport: "udp", hostname: "127.0.0.1", port: 0 });
   const to: Deno.NetAddr = { transport: "udp", hostname: "127.0.0.1", port: rx.addr.port };
   try {

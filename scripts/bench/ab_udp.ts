@@ -26,43 +26,17 @@
 
 import { cStreamSender, rcvbufErrors } from "./udp_e2e.ts";
 import { benchConfig } from "./e2e.ts";
-import { type FaProcess, startFlowAggregator } from "./process.ts";
+import { type FaProcess, startFlowAggregator, type ThreadTimes, threadTimes } from "./process.ts";
 import { buildUdpTools } from "./udp.ts";
 import { median } from "./baseline.ts";
-
-/** CPU seconds of one thread: exact run time, and user and system ticks. */
-interface ThreadTimes {
-  name: string;
-  run: number;
-  user: number;
-  sys: number;
-}
-
-/** Every thread of `pid` by thread id. */
-export async function threadTimes(pid: number): Promise<Map<string, ThreadTimes>> {
-  const out = new Map<string, ThreadTimes>();
-  for await (const e of Deno.readDir(`/proc/${pid}/task`)) {
-    try {
-      const dir = `/proc/${pid}/task/${e.name}`;
-      const name = (await Deno.readTextFile(`${dir}/comm`)).trim();
-      const stat = await Deno.readTextFile(`${dir}/stat`);
-      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      const run = Number((await Deno.readTextFile(`${dir}/schedstat`)).split(" ")[0]) / 1e9;
-      out.set(e.name, { name, run, user: Number(f[11]) / 100, sys: Number(f[12]) / 100 });
-    } catch {
-      // The thread ended in between.
-    }
-  }
-  return out;
-}
 
 /**
  * µs per record of each thread name between two samples (threads of one name summed; V8's
  * helper threads as `V8`), user and system apart, and `total`.
  */
 export function perRecord(
-  before: Map<string, ThreadTimes>,
-  after: Map<string, ThreadTimes>,
+  before: Map<number, ThreadTimes>,
+  after: Map<number, ThreadTimes>,
   records: number,
 ): Record<string, number> {
   const out: Record<string, number> = { total: 0 };

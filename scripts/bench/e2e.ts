@@ -28,6 +28,8 @@ import {
   type RecordMetricsLine,
   REPLAY_TS,
   startFlowAggregator,
+  type ThreadTimes,
+  threadTimes,
 } from "./process.ts";
 import { REPLAY_UNIQUE_NAMES } from "./core.ts";
 import { caFileOf } from "../../src/api/server.ts";
@@ -288,35 +290,16 @@ export interface ThreadCpu {
   other: number;
 }
 
-/** CPU seconds of each thread of `pid`, by thread id, with the thread's name. */
-async function threadCpuSeconds(pid: number): Promise<Map<number, { name: string; sec: number }>> {
-  const out = new Map<number, { name: string; sec: number }>();
-  try {
-    for await (const e of Deno.readDir(`/proc/${pid}/task`)) {
-      try {
-        const stat = await Deno.readTextFile(`/proc/${pid}/task/${e.name}/stat`);
-        const name = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
-        const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-        out.set(Number(e.name), { name, sec: (Number(rest[11]) + Number(rest[12])) / 100 });
-      } catch {
-        // The thread ended between the listing and the read.
-      }
-    }
-  } catch {
-    // The process is gone: no breakdown.
-  }
-  return out;
-}
-
-/** The CPU seconds each thread of `pid` used between two samples, by kind. */
+/** The CPU seconds (utime + stime) each thread of `pid` used between two samples, by kind. */
 function threadBreakdown(
   pid: number,
-  before: Map<number, { name: string; sec: number }>,
-  after: Map<number, { name: string; sec: number }>,
+  before: Map<number, ThreadTimes>,
+  after: Map<number, ThreadTimes>,
 ): ThreadCpu {
   const t: ThreadCpu = { main: 0, workers: [], v8: 0, other: 0 };
   for (const [tid, a] of after) {
-    const sec = a.sec - (before.get(tid)?.sec ?? 0);
+    const b = before.get(tid);
+    const sec = a.user + a.sys - (b === undefined ? 0 : b.user + b.sys);
     if (tid === pid) t.main += sec;
     else if (/^worker-\d+$/.test(a.name)) {
       if (sec > 0) t.workers.push(sec);
@@ -542,7 +525,7 @@ export async function runE2eTrial(
   try {
     const from = fa.events.length;
     const cpu0 = await cpuSeconds(fa.pid);
-    const threads0 = await threadCpuSeconds(fa.pid);
+    const threads0 = await threadTimes(fa.pid);
     // flowgen is the only child waited for meanwhile: its CPU lands in our cutime/cstime.
     const gen0 = await cpuSeconds("self", true);
     try {
@@ -573,7 +556,7 @@ export async function runE2eTrial(
     trial.aggregatorThreadsCpuSec = threadBreakdown(
       fa.pid,
       threads0,
-      await threadCpuSeconds(fa.pid),
+      await threadTimes(fa.pid),
     );
     if (trial.flowgen !== undefined) {
       trial.wallSec = trial.flowgen.elapsedSec + trial.drainMs / 1000;

@@ -380,6 +380,49 @@ export interface RssIdleResult {
   };
 }
 
+/** CPU of one thread, seconds. */
+export interface ThreadTimes {
+  /** Its name (`comm`): `deno` for the main thread, `worker-<n>`, `V8 DefaultWorke`... */
+  name: string;
+  /** User time, in clock ticks of `/proc/.../stat` (10 ms). */
+  user: number;
+  /** System time, the same way. */
+  sys: number;
+  /** Exact run time from `/proc/.../schedstat`. */
+  run: number;
+}
+
+/**
+ * Every thread of `pid` (or of this process) by thread id, with its CPU. A thread that ends
+ * between the listing and the reads is left out; a process that is gone gives an empty map.
+ */
+export async function threadTimes(pid: number | "self"): Promise<Map<number, ThreadTimes>> {
+  const out = new Map<number, ThreadTimes>();
+  try {
+    for await (const e of Deno.readDir(`/proc/${pid}/task`)) {
+      try {
+        const dir = `/proc/${pid}/task/${e.name}`;
+        const stat = await Deno.readTextFile(`${dir}/stat`);
+        const name = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
+        // Fields after the parenthesised name; utime and stime are 14 and 15.
+        const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+        const run = Number((await Deno.readTextFile(`${dir}/schedstat`)).split(" ")[0]) / 1e9;
+        out.set(Number(e.name), {
+          name,
+          user: Number(rest[11]) / 100, // USER_HZ is 100 on Linux
+          sys: Number(rest[12]) / 100,
+          run,
+        });
+      } catch {
+        // The thread ended between the listing and the reads.
+      }
+    }
+  } catch {
+    // The process is gone.
+  }
+  return out;
+}
+
 /** JS worker threads of process `pid`: Deno names them `worker-<n>`. */
 export async function workerThreadCount(pid: number): Promise<number> {
   let n = 0;

@@ -13,6 +13,8 @@
  * @module
  */
 
+import { threadTimes } from "./process.ts";
+
 const WORKER = `
 self.onmessage = (e) => {
   if (e.data === null) return; // a wake by message: nothing to do
@@ -34,21 +36,6 @@ self.onmessage = (e) => {
 /** The ways of waking the worker. */
 export const WAKE_MODES = ["postMessage", "waitAsync", "waitAsync+timer"] as const;
 
-/** Exact run time of each thread of this process, ms, by `name#tid`. */
-function threadRunMs(): Map<string, number> {
-  const out = new Map<string, number>();
-  for (const e of Deno.readDirSync("/proc/self/task")) {
-    try {
-      const comm = Deno.readTextFileSync(`/proc/self/task/${e.name}/comm`).trim();
-      const ns = Number(Deno.readTextFileSync(`/proc/self/task/${e.name}/schedstat`).split(" ")[0]);
-      out.set(`${comm}#${e.name}`, ns / 1e6);
-    } catch {
-      // The thread ended in between.
-    }
-  }
-  return out;
-}
-
 /** µs of run time per wake, per thread kind (`main`, `worker`, `V8`), for one mode. */
 export async function wakeCost(
   mode: typeof WAKE_MODES[number],
@@ -60,7 +47,7 @@ export async function wakeCost(
   const h = new Int32Array(new SharedArrayBuffer(8));
   if (mode !== "postMessage") w.postMessage({ sab: h.buffer, timer: mode === "waitAsync+timer" });
   await new Promise((r) => setTimeout(r, 500));
-  const before = threadRunMs();
+  const before = await threadTimes("self");
   let wakes = 0;
   const iv = setInterval(() => {
     wakes++;
@@ -72,19 +59,20 @@ export async function wakeCost(
   }, 1000 / rate);
   await new Promise((r) => setTimeout(r, seconds * 1000));
   clearInterval(iv);
-  const after = threadRunMs();
+  const after = await threadTimes("self");
   w.terminate();
   URL.revokeObjectURL(url);
   const out: Record<string, number> = { main: 0, worker: 0, V8: 0 };
-  for (const [k, ms] of after) {
-    const kind = k.startsWith("V8 ")
+  for (const [tid, t] of after) {
+    const kind = t.name.startsWith("V8 ")
       ? "V8"
-      : k.startsWith("worker-")
+      : t.name.startsWith("worker-")
       ? "worker"
-      : k.startsWith("deno#")
+      : t.name === "deno"
       ? "main"
       : undefined;
-    if (kind !== undefined) out[kind] += (ms - (before.get(k) ?? 0)) / wakes * 1000;
+    const run = t.run - (before.get(tid)?.run ?? 0);
+    if (kind !== undefined) out[kind] += run / wakes * 1e6;
   }
   return out;
 }

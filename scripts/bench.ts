@@ -51,7 +51,7 @@ import {
 } from "./bench/core.ts";
 import { benchE2eTcp as runE2e, type E2eTrial, runE2eTrial } from "./bench/e2e.ts";
 import { benchE2eReplay, type E2eReplayResult } from "./bench/e2e_replay.ts";
-import { benchUdpE2e, LOW_RATES, type UdpE2eSearch } from "./bench/udp_e2e.ts";
+import { benchUdpE2e, LOW_RATE_KEYS, LOW_RATES, type UdpE2eSearch } from "./bench/udp_e2e.ts";
 import { benchHeapPerFlow } from "./bench/memory.ts";
 import { benchPodStore } from "./bench/podstore.ts";
 import { benchClickHouse } from "./bench/clickhouse.ts";
@@ -391,10 +391,10 @@ export async function benchUdpOnProcess(ctx: BenchContext): Promise<void> {
   res.udp_e2e_loss_count_difference = r.processAgreement.absDifference;
   const low = (i: number) => r.lowRate?.rates.find((f) => f.rate === LOW_RATES[i]);
   const finiteOrNull = (v: number | undefined) => Number.isFinite(v) ? v! : null;
-  res.udp_e2e_cpu_us_per_record_2k = finiteOrNull(low(0)?.processUs);
-  res.udp_e2e_c_cpu_us_per_record_2k = finiteOrNull(low(0)?.cUs);
-  res.udp_e2e_cpu_us_per_record_10k = finiteOrNull(low(1)?.processUs);
-  res.udp_e2e_c_cpu_us_per_record_10k = finiteOrNull(low(1)?.cUs);
+  for (const [i, key] of LOW_RATE_KEYS.entries()) {
+    res[key.process] = finiteOrNull(low(i)?.processUs);
+    res[key.c] = finiteOrNull(low(i)?.cUs);
+  }
   const q = ctx.quick ? "quick mode: one 1 s trial at 5k/s, smoke only; " : "";
   const note = (x: UdpE2eSearch | undefined, what: string, c?: UdpE2eSearch): string => {
     const pct = c !== undefined && x !== undefined && c.lossless > 0
@@ -439,13 +439,13 @@ export async function benchUdpOnProcess(ctx: BenchContext): Promise<void> {
     `count, ${a.kernelDrops} by RcvbufErrors (system-wide), ${a.disagreeing} of ${a.trials} ` +
     `trials differ; C loop: ${c.processLoss} vs ${c.kernelDrops}, ${c.disagreeing} of ` +
     `${c.trials} differ`;
-  for (const [i, key] of [[0, "2k"], [1, "10k"]] as const) {
+  for (const [i, key] of LOW_RATE_KEYS.entries()) {
     const f = low(i);
     if (f === undefined) continue;
-    n[`udp_e2e_cpu_us_per_record_${key}`] = `${q}warm process (after ${r.lowRate!.warmupSeconds} ` +
+    n[key.process] = `${q}warm process (after ${r.lowRate!.warmupSeconds} ` +
       `s of traffic), fast path, rmem_default, paced at ${f.rate}/s, utime + stime of every ` +
       `thread per record; trials ${f.processTrials.join(", ")}; ${f.processLost} records lost`;
-    n[`udp_e2e_c_cpu_us_per_record_${key}`] = `${q}C recv() loop, same rate and buffer, ` +
+    n[key.c] = `${q}C recv() loop, same rate and buffer, ` +
       `trials interleaved with the process's: ${f.cTrials.join(", ")}`;
   }
   ctx.details.udp_e2e = r;

@@ -15,7 +15,7 @@
 
 import { type BenchReport, type BenchResults, formatValue, UNITS } from "../bench.ts";
 import { PACED_RATE } from "./e2e_replay.ts";
-import { LOW_RATES } from "./udp_e2e.ts";
+import { LOW_RATE_KEYS, LOW_RATES } from "./udp_e2e.ts";
 import { DEFAULTS } from "../../src/config/defaults.ts";
 
 type Key = keyof BenchResults;
@@ -139,12 +139,12 @@ export const README_ROWS: readonly ReadmeRow[] = [
     ref: "udp_e2e_c_baseline_per_s",
     refLabel: "C `recv()` loop",
   },
-  ...([[0, "2k"], [1, "10k"]] as const).map(([i, key]) => ({
-    key: `udp_e2e_cpu_us_per_record_${key}` as const,
+  ...LOW_RATE_KEYS.map((key, i) => ({
+    key: key.process,
     label: `UDP e2e CPU per record paced at ${
       LOW_RATES[i].toLocaleString("en-US")
     } records/s, warm, default buffer`,
-    ref: `udp_e2e_c_cpu_us_per_record_${key}` as const,
+    ref: key.c,
     refLabel: "C `recv()` loop, same rate",
   })),
   {

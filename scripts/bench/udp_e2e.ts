@@ -500,6 +500,15 @@ export interface UdpE2eResult {
  */
 export const LOW_RATES: readonly number[] = [2_000, 10_000];
 
+/**
+ * The bench result keys of each of {@linkcode LOW_RATES}, in order: the process's CPU per record
+ * and the C loop's (`scripts/bench.ts`, README rows).
+ */
+export const LOW_RATE_KEYS = [
+  { process: "udp_e2e_cpu_us_per_record_2k", c: "udp_e2e_c_cpu_us_per_record_2k" },
+  { process: "udp_e2e_cpu_us_per_record_10k", c: "udp_e2e_c_cpu_us_per_record_10k" },
+] as const;
+
 /** One rate of {@linkcode lowRateCpu}. */
 export interface LowRateFigure {
   /** Paced rate, records/s. */

@@ -85,7 +85,9 @@ Flags:
                        aggregate and expire (default: one per available core, at most 8;
                        1 runs the core in the main thread). With a cluster, each shard
                        holds a copy of the Pod store.
-  --udp-workers N      fast path: sockets/threads sharing the port (SO_REUSEPORT), default 1.
+  --udp-workers N      fast path: sockets, each read by its own thread, sharing the port
+                       (SO_REUSEPORT: the kernel keeps each Agent on one of them). Default:
+                       one per aggregation shard (--workers).
   --udp-recv-buffer B  fast path: kernel receive buffer to ask for, in bytes (default 4194304;
                        0 = net.core.rmem_default). The socket path always has rmem_default.
   --cert-dir DIR       with aggregatorTransportProtocol TLS: also write the CA (ca.crt) and Agent
@@ -133,7 +135,8 @@ export interface CliOptions {
   kubeconfig?: string;
   stateDir?: string;
   udpReceiver: "auto" | "fast" | "socket";
-  udpWorkers: number;
+  /** `--udp-workers`; undefined: one per shard ({@linkcode udpSocketsFor}). */
+  udpWorkers?: number;
   /** `--workers`: aggregation shards. */
   workers: number;
   /** `--udp-recv-buffer`: the fast path's SO_RCVBUF request; absent = its default (4 MiB). */
@@ -163,7 +166,6 @@ export function parseArgs(args: readonly string[]): CliOptions {
     version: false,
     help: false,
     udpReceiver: "auto",
-    udpWorkers: 1,
     workers: DEFAULT_WORKERS,
     exportersInProcess: false,
     permissions: false,
@@ -336,7 +338,7 @@ function udpReceiverFor(opts: CliOptions): UdpReceiverFactory | undefined {
   if (opts.udpReceiver === "auto" && !ffiAvailable()) return undefined;
   const fast = fastUdpReceiverFactory({
     mode: "ffi",
-    workers: opts.udpWorkers,
+    workers: udpSocketsFor(opts),
     recvBufferBytes: opts.udpRecvBuffer,
   });
   if (opts.udpReceiver === "fast") return fast;
@@ -350,6 +352,16 @@ function udpReceiverFor(opts: CliOptions): UdpReceiverFactory | undefined {
       return openDenoUdpReceiver(address);
     }
   };
+}
+
+/**
+ * Sockets of the fast UDP path: `--udp-workers`, else one per aggregation shard. Each socket
+ * has its own kernel receive buffer and receive thread, and SO_REUSEPORT spreads the Agents
+ * over them, so a burst the one thread cannot take in time overflows one buffer of several
+ * (docs/udp-ingest.md, "The default buffer on the real process").
+ */
+export function udpSocketsFor(opts: Pick<CliOptions, "udpWorkers" | "workers">): number {
+  return opts.udpWorkers ?? opts.workers;
 }
 
 /** The `permissions` subcommand: prints the `deno run` flags the configuration needs. */

@@ -138,6 +138,11 @@ export interface BenchResults extends Omit<E2eReplayResult, "detail"> {
   /** udp_e2e_lossless_records_per_s on the plain socket path (no --allow-ffi). */
   udp_e2e_socket_lossless_records_per_s: number | null;
   /**
+   * The reference: udp_e2e_lossless_records_per_s with one receive socket (`--udp-workers 1`)
+   * instead of one per shard.
+   */
+  udp_e2e_one_socket_lossless_records_per_s: number | null;
+  /**
    * Σ |records lost as the process counts them − Udp RcvbufErrors of /proc/net/snmp| over every
    * process trial of the udp_e2e searches: 0 when the two loss counts agree.
    */
@@ -271,6 +276,7 @@ export function emptyResults(): BenchResults {
     udp_e2e_4mib_lossless_records_per_s: null,
     udp_e2e_4mib_c_baseline_per_s: null,
     udp_e2e_socket_lossless_records_per_s: null,
+    udp_e2e_one_socket_lossless_records_per_s: null,
     udp_e2e_loss_count_difference: null,
     udp_e2e_cpu_us_per_record_2k: null,
     udp_e2e_c_cpu_us_per_record_2k: null,
@@ -388,6 +394,7 @@ export async function benchUdpOnProcess(ctx: BenchContext): Promise<void> {
   res.udp_e2e_4mib_lossless_records_per_s = fig(s.fast_4mib);
   res.udp_e2e_4mib_c_baseline_per_s = fig(s.c_recv_4mib);
   res.udp_e2e_socket_lossless_records_per_s = fig(s.socket_defbuf);
+  res.udp_e2e_one_socket_lossless_records_per_s = fig(s.fast1_defbuf);
   res.udp_e2e_loss_count_difference = r.processAgreement.absDifference;
   const low = (i: number) => r.lowRate?.rates.find((f) => f.rate === LOW_RATES[i]);
   const finiteOrNull = (v: number | undefined) => Number.isFinite(v) ? v! : null;
@@ -400,7 +407,7 @@ export async function benchUdpOnProcess(ctx: BenchContext): Promise<void> {
     const pct = c !== undefined && x !== undefined && c.lossless > 0
       ? `; ${(100 * x.lossless / c.lossless).toFixed(0)} % of the C loop of this run`
       : "";
-    const rcvbuf = x?.recvBufferBytes;
+    const rcvbuf = x?.fastPath?.recvBufferBytes;
     const problems = x?.problems.length ? `; PROBLEMS: ${x.problems.join(", ")}` : "";
     return `${q}${what}${x?.senderLimited ? " >= (sender-limited)" : ""}` +
       `${rcvbuf !== undefined ? `, SO_RCVBUF reads ${rcvbuf}` : ""}${pct}${problems}`;
@@ -408,7 +415,9 @@ export async function benchUdpOnProcess(ctx: BenchContext): Promise<void> {
   const n = ctx.notes;
   n.udp_e2e_lossless_records_per_s = note(
     s.fast_defbuf,
-    "fast path, rmem_default buffer, flow log on, < 0.1 % of records lost",
+    `fast path as shipped (${
+      s.fast_defbuf?.fastPath?.sockets ?? "?"
+    } sockets, one per shard), rmem_default buffer each, flow log on, < 0.1 % of records lost`,
     s.c_recv_defbuf,
   );
   n.udp_e2e_c_baseline_per_s = note(
@@ -426,6 +435,11 @@ export async function benchUdpOnProcess(ctx: BenchContext): Promise<void> {
     s.fast_4mib,
     "fast path, --udp-recv-buffer 4194304 (SO_RCVBUFFORCE)",
     s.c_recv_4mib,
+  );
+  n.udp_e2e_one_socket_lossless_records_per_s = note(
+    s.fast1_defbuf,
+    "fast path with one socket (--udp-workers 1), rmem_default",
+    s.c_recv_defbuf,
   );
   n.udp_e2e_4mib_c_baseline_per_s = note(s.c_recv_4mib, "C recv() loop, SO_RCVBUF 4 MiB");
   n.udp_e2e_socket_lossless_records_per_s = note(
@@ -745,6 +759,7 @@ export const UNITS: Record<keyof BenchResults, string> = {
   udp_e2e_4mib_lossless_records_per_s: "records/s",
   udp_e2e_4mib_c_baseline_per_s: "datagrams/s",
   udp_e2e_socket_lossless_records_per_s: "records/s",
+  udp_e2e_one_socket_lossless_records_per_s: "records/s",
   udp_e2e_loss_count_difference: "records",
   udp_e2e_cpu_us_per_record_2k: "µs",
   udp_e2e_c_cpu_us_per_record_2k: "µs",

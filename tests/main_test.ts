@@ -5,7 +5,7 @@
 
 import assert from "node:assert/strict";
 import denoJson from "../deno.json" with { type: "json" };
-import { DEFAULT_WORKERS, parseArgs, VERSION } from "../main.ts";
+import { DEFAULT_WORKERS, parseArgs, udpSocketsFor, VERSION } from "../main.ts";
 import { KLOG_DEFAULTS } from "../src/log/mod.ts";
 import { FaProcess } from "./_helpers/process.ts";
 import {
@@ -28,7 +28,6 @@ Deno.test("main: no flags gives the defaults", () => {
     version: false,
     help: false,
     udpReceiver: "auto",
-    udpWorkers: 1,
     workers: DEFAULT_WORKERS,
     exportersInProcess: false,
     permissions: false,
@@ -42,6 +41,14 @@ Deno.test("main: --workers takes 1 to 64 shards", () => {
   assert.equal(parseArgs(["--workers=2"]).workers, 2);
   assert.throws(() => parseArgs(["--workers", "0"]), /--workers needs an integer from 1 to 64/);
   assert.throws(() => parseArgs(["--workers", "1.5"]), /--workers needs an integer/);
+});
+
+Deno.test("main: the fast UDP path has one socket per shard unless --udp-workers says", () => {
+  assert.equal(udpSocketsFor(parseArgs([])), DEFAULT_WORKERS);
+  assert.equal(udpSocketsFor(parseArgs(["--workers", "3"])), 3);
+  assert.equal(udpSocketsFor(parseArgs(["--workers", "3", "--udp-workers", "1"])), 1);
+  assert.equal(udpSocketsFor(parseArgs(["--udp-workers=5"])), 5);
+  assert.throws(() => parseArgs(["--udp-workers", "0"]), /--udp-workers needs an integer/);
 });
 
 Deno.test("main: the permissions subcommand and --exporters-in-process are parsed", () => {

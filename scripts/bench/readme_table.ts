@@ -127,6 +127,12 @@ export const README_ROWS: readonly ReadmeRow[] = [
     goal: "≥ C (#15)",
   },
   {
+    key: "udp_e2e_one_socket_lossless_records_per_s",
+    label: "UDP e2e, default buffer, one socket (`--udp-workers 1`)",
+    ref: "udp_e2e_c_baseline_per_s",
+    refLabel: "C `recv()` loop, same buffer",
+  },
+  {
     key: "udp_e2e_4mib_lossless_records_per_s",
     label: "UDP e2e, 4 MiB buffer",
     ref: "udp_e2e_4mib_c_baseline_per_s",

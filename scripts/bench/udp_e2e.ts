@@ -161,12 +161,15 @@ export interface UdpE2eReceiver {
   kind: "fast" | "socket" | "c";
   /** SO_RCVBUF request in bytes; 0 = net.core.rmem_default. */
   recvBuffer: number;
+  /** Fast path: `--udp-workers` (receive sockets); default the process's own (one per shard). */
+  sockets?: number;
 }
 
 /** The receivers, in the order they are searched: each C loop next to the process at its size. */
 export const UDP_E2E_RECEIVERS: readonly UdpE2eReceiver[] = [
   { name: "c_recv_defbuf", kind: "c", recvBuffer: 0 },
   { name: "fast_defbuf", kind: "fast", recvBuffer: 0 },
+  { name: "fast1_defbuf", kind: "fast", recvBuffer: 0, sockets: 1 },
   { name: "socket_defbuf", kind: "socket", recvBuffer: 0 },
   { name: "c_recv_4mib", kind: "c", recvBuffer: BIG_RCVBUF },
   { name: "fast_4mib", kind: "fast", recvBuffer: BIG_RCVBUF },
@@ -329,8 +332,8 @@ export interface CountingReceiver {
 
 /** The real process as a receiver that serves every trial of a search. */
 interface ProcessReceiver extends CountingReceiver {
-  /** SO_RCVBUF as the process read it back (fast path), else undefined. */
-  recvBufferBytes?: number;
+  /** The fast path only: how the process set it up. */
+  fastPath?: FastPathSetup;
   /** SIGTERM; what was wrong over the whole search (exit code, decode errors...). */
   finish(): Promise<string[]>;
 }
@@ -351,7 +354,13 @@ async function startProcessReceiver(r: UdpE2eReceiver): Promise<ProcessReceiver>
     udp: true,
     args: [
       ...(r.kind === "fast"
-        ? ["--udp-receiver", "fast", "--udp-recv-buffer", String(r.recvBuffer)]
+        ? [
+          "--udp-receiver",
+          "fast",
+          "--udp-recv-buffer",
+          String(r.recvBuffer),
+          ...(r.sockets === undefined ? [] : ["--udp-workers", String(r.sockets)]),
+        ]
         : ["--udp-receiver", "socket"]),
       "--api-listen",
       "127.0.0.1:0",
@@ -369,7 +378,9 @@ async function startProcessReceiver(r: UdpE2eReceiver): Promise<ProcessReceiver>
     return {
       port: fa.port,
       pid: fa.pid,
-      recvBufferBytes: r.kind === "fast" ? Number(path?.recvBufferBytes) : undefined,
+      fastPath: r.kind === "fast"
+        ? { recvBufferBytes: Number(path?.recvBufferBytes), sockets: Number(path?.workers) }
+        : undefined,
       async query(): Promise<Counts> {
         const res = await fetch(`https://127.0.0.1:${api.port}/metrics`, {
           headers: { authorization: `Bearer ${token}` },
@@ -470,9 +481,17 @@ export type UdpE2eSearch = SearchResult<UdpE2eTrial> & {
   receiver: UdpE2eReceiver;
   /** The process only: what was wrong over the search (exit code, decode errors...). */
   problems: string[];
-  /** The process's fast path only: its socket buffer as getsockopt(SO_RCVBUF) reads it. */
-  recvBufferBytes?: number;
+  /** The process's fast path only: how it set it up. */
+  fastPath?: FastPathSetup;
 };
+
+/** The fast UDP path of a process as its `UDP receive path` log line gives it. */
+export interface FastPathSetup {
+  /** Each socket's buffer as getsockopt(SO_RCVBUF) reads it (twice the request on Linux). */
+  recvBufferBytes: number;
+  /** Receive sockets sharing the port (`--udp-workers`). */
+  sockets: number;
+}
 
 /** Result of {@linkcode benchUdpE2e}. */
 export interface UdpE2eResult {
@@ -645,7 +664,7 @@ export async function benchUdpE2e(
           ...res,
           receiver: r,
           problems: problems[i],
-          recvBufferBytes: open[i].recvBufferBytes,
+          fastPath: open[i].fastPath,
         };
         for (const t of res.trials) progress(`udp e2e: ${r.name} ${describeTrial(t)}`);
         progress(
@@ -711,8 +730,8 @@ export interface OpenReceiver {
   rx: CountingReceiver;
   /** Stops it; what was wrong over its trials (the process only). */
   finish(): Promise<string[]>;
-  /** The process's fast path only: its socket buffer as getsockopt(SO_RCVBUF) reads it. */
-  recvBufferBytes?: number;
+  /** The process's fast path only: how it set it up. */
+  fastPath?: FastPathSetup;
 }
 
 /** Starts one of {@linkcode UDP_E2E_RECEIVERS} (the C loop from `tools`, or main.ts). */
@@ -725,7 +744,7 @@ export async function openReceiver(r: UdpE2eReceiver, tools: UdpTools): Promise<
     };
   }
   const p = await startProcessReceiver(r);
-  return { rx: p, finish: () => p.finish(), recvBufferBytes: p.recvBufferBytes };
+  return { rx: p, finish: () => p.finish(), fastPath: p.fastPath };
 }
 
 /**
@@ -778,7 +797,7 @@ export async function interleavedRates(
       trials: trials[i],
       receiver: r,
       problems: problems[i],
-      recvBufferBytes: open[i].recvBufferBytes,
+      fastPath: open[i].fastPath,
     };
   }
   return out;

@@ -29,6 +29,7 @@
  * machine are noisy: compare a figure only with the baseline measured in the same run.
  */
 
+import { cpuProbeMs } from "./bench/machine.ts";
 import {
   BIG_RCVBUF,
   buildUdpTools,
@@ -918,6 +919,7 @@ export async function runBench(
     startedMs: performance.now(),
   };
   const t0 = performance.now();
+  const probeStart = cpuProbeMs();
   for (const name of only) {
     if (PARTS[name] === undefined) throw new Error(`bench: unknown part ${JSON.stringify(name)}`);
   }
@@ -994,6 +996,7 @@ export async function runBench(
       cpus: navigator.hardwareConcurrency,
       loadavg: Deno.loadavg(),
       seconds: Math.round((performance.now() - t0) / 100) / 10,
+      cpuProbeMs: { start: probeStart, end: cpuProbeMs() },
     },
     results: ctx.results,
     notes: ctx.notes,
@@ -1032,11 +1035,20 @@ export interface HistoryEntry {
   only?: string[];
   /** The run's figures (the keys of bench/latest.json's `results`). */
   results: BenchResults;
+  /** How fast the machine was, at the start and the end of the run (scripts/bench/machine.ts). */
+  cpuProbeMs?: unknown;
 }
 
 /** The history line of `report`, measured on `commit`. */
 export function historyEntry(report: BenchReport, commit: string, only?: string[]): HistoryEntry {
-  return { commit, date: report.time, ...(only ? { only } : {}), results: report.results };
+  const probe = report.env.cpuProbeMs;
+  return {
+    commit,
+    date: report.time,
+    ...(only ? { only } : {}),
+    results: report.results,
+    ...(probe !== undefined ? { cpuProbeMs: probe } : {}),
+  };
 }
 
 /** HEAD of this checkout, `+dirty` when it has uncommitted changes ("unknown" without git). */

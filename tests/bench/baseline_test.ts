@@ -5,6 +5,7 @@
  * nothing behind. No timing assertions.
  */
 
+import { cpuProbeMs, probeWork } from "../../scripts/bench/machine.ts";
 import assert from "node:assert/strict";
 import {
   addWorktree,
@@ -251,6 +252,9 @@ Deno.test("historyEntry: commit, date and every result key, the parts only when 
   assert.equal(full.date, r.time);
   assert.deepEqual(Object.keys(full.results), Object.keys(emptyResults()));
   assert.deepEqual(historyEntry(r, "abc123+dirty", ["decode"]).only, ["decode"]);
+  // The machine's speed goes along when the run measured it.
+  const probed = { ...r, env: { cpuProbeMs: { start: 40.5, end: 41 } } };
+  assert.deepEqual(historyEntry(probed, "abc123").cpuProbeMs, { start: 40.5, end: 41 });
 });
 
 Deno.test("alternate: each side runs the given times, the first one swapping every pair", () => {
@@ -259,4 +263,12 @@ Deno.test("alternate: each side runs the given times, the first one swapping eve
   const r = alternate(3, () => (calls.push("a"), n++), () => (calls.push("b"), n++));
   assert.deepEqual(calls, ["a", "b", "b", "a", "a", "b"]);
   assert.deepEqual(r, { a: [0, 3, 4], b: [1, 2, 5] });
+});
+
+Deno.test("cpuProbeMs: the fixed work takes a positive time; probeWork is deterministic", () => {
+  const ms = cpuProbeMs(2);
+  assert.ok(ms > 0 && Number.isFinite(ms), `probe ${ms} ms`);
+  const data = Uint8Array.of(1, 2, 3);
+  assert.equal(probeWork(data, 2), probeWork(data, 2));
+  assert.notEqual(probeWork(data, 1), probeWork(data, 2));
 });

@@ -757,6 +757,7 @@ Deno.test("flow aggregator: the metrics line is info and carries every collector
       "udpKernelDrops",
       "udpQueueDrops",
       "udpOversized",
+      "udpSockets",
       "flowLogger.received",
       "flowLogger.dropped",
     ]

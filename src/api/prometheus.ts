@@ -66,6 +66,20 @@ function ledger(s: FlowAggregatorStats): Sample[] {
   }));
 }
 
+/**
+ * Datagrams per UDP socket (`socket` = its index): with one socket per shard the kernel keeps
+ * each Agent on one, so a socket far busier than the others (and its kernel drops) is where the
+ * busiest Agents landed. Nothing without a UDP collector.
+ */
+function udpSockets(s: FlowAggregatorStats): Sample[] {
+  const per = s.collector?.udpReceiver?.socketDatagrams ?? [];
+  return per.map((value, i) => ({
+    name: "flow_aggregator_udp_socket_datagrams",
+    labels: { socket: String(i) },
+    value,
+  }));
+}
+
 /** The Prometheus text of a stats snapshot. */
 export function prometheusText(stats: FlowAggregatorStats): string {
   const byName = new Map<string, Sample[]>();
@@ -79,6 +93,7 @@ export function prometheusText(stats: FlowAggregatorStats): string {
     if (x !== undefined) add(x);
   }
   for (const x of ledger(stats)) add(x);
+  for (const x of udpSockets(stats)) add(x);
   const lines: string[] = [];
   for (const [name, samples] of [...byName].sort(([a], [b]) => a < b ? -1 : 1)) {
     lines.push(`# TYPE ${name} untyped`);

@@ -264,6 +264,8 @@ export class DenoUdpReceiver implements UdpReceiver {
       queueDrops: 0,
       oversized: 0,
       recvBufferBytes: this.#recvBufferBytes,
+      sockets: 1,
+      socketDatagrams: [this.#received],
     };
   }
 
@@ -363,6 +365,14 @@ export interface UdpReceiverCounters {
   readonly oversized: number;
   /** Kernel receive buffer per socket as reported by the kernel (0 when unknown). */
   readonly recvBufferBytes: number;
+  /** Sockets sharing the port (SO_REUSEPORT on the fast path; the socket path has one). */
+  readonly sockets: number;
+  /**
+   * Datagrams received per socket (the kernel keeps each Agent on one socket: a socket far
+   * busier than the others holds the busiest Agents). In `/metrics`
+   * (`flow_aggregator_udp_socket_datagrams{socket="i"}`), not in the metrics log line.
+   */
+  readonly socketDatagrams: readonly number[];
 }
 
 /** Options of {@linkcode fastUdpReceiverFactory}. */
@@ -439,6 +449,8 @@ export function fastUdpReceiverFactory(options: FastUdpOptions = {}): UdpReceive
           queueDrops: s.dropped + early,
           oversized: s.truncated,
           recvBufferBytes: s.recvBufferBytes,
+          sockets: s.workers,
+          socketDatagrams: s.perWorker,
         };
       },
     };

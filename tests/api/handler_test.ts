@@ -172,6 +172,35 @@ Deno.test("api: /metrics is Prometheus text with the ledger identity and per-sin
   assert.equal(value("flow_aggregator_aggregation_records_accepted"), 9);
 });
 
+Deno.test("api: /metrics has the UDP receive path's sockets and their datagrams", () => {
+  const udpReceiver = {
+    mode: "ffi",
+    kernelDrops: 3,
+    kernelDropsKnown: true,
+    queueDrops: 0,
+    oversized: 0,
+    recvBufferBytes: 212992,
+    sockets: 2,
+    socketDatagrams: [40, 2],
+  };
+  const s = stats({
+    collector: { exporters: {}, udpReceiver } as unknown as FlowAggregatorStats["collector"],
+  });
+  const families = parsePrometheus(prometheusText(s)) as {
+    name: string;
+    metrics: { value: string; labels?: Record<string, string> }[];
+  }[];
+  const family = (name: string) => families.find((f) => f.name === name)?.metrics ?? [];
+  assert.deepEqual(family("flow_aggregator_udp_sockets").map((m) => m.value), ["2"]);
+  assert.deepEqual(family("flow_aggregator_udp_kernel_drops").map((m) => m.value), ["3"]);
+  assert.deepEqual(
+    family("flow_aggregator_udp_socket_datagrams").map((m) => [m.labels?.socket, m.value]),
+    [["0", "40"], ["1", "2"]],
+  );
+  // Without a UDP collector, no socket series.
+  assert.equal(prometheusText(stats()).includes("udp_socket_datagrams"), false);
+});
+
 Deno.test("api: recordsJson writes bigint digits and null for no records", () => {
   assert.equal(recordsJson([]), "null");
   assert.equal(

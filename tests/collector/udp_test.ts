@@ -3,6 +3,7 @@ import {
   Collector,
   type DatagramHandler,
   DenoUdpReceiver,
+  fastUdpReceiverFactory,
   type UdpPeer,
   udpPeer,
   type UdpReceiverFactory,
@@ -474,7 +475,38 @@ Deno.test("udp: the default socket path reports its kernel drops in the collecto
     assert.equal(r.mode, "socket");
     assert.equal(r.kernelDropsKnown, Deno.build.os === "linux");
     assert.equal(r.kernelDrops, 0);
+    assert.equal(r.sockets, 1);
+    assert.deepEqual(r.socketDatagrams, [0]);
   } finally {
+    await c.stop();
+  }
+});
+
+Deno.test("udp: the fast path's sockets share the port and the Agents; every session decodes whole", async () => {
+  const { c, received } = await startCollector({
+    address: "127.0.0.1:0",
+    protocol: "udp",
+    udpReceiver: fastUdpReceiverFactory({ mode: "ffi", workers: 2, recvBufferBytes: 0 }),
+  });
+  // 16 Agents: the chance that the 4-tuple hash puts all of them on one socket is 2^-15.
+  const agents = Array.from({ length: 16 }, () => udpClient("127.0.0.1"));
+  try {
+    for (const a of agents) {
+      // Template first, then data: a session split over two sockets could see them reordered.
+      await udpSend(a, "127.0.0.1", c.port, GOLDEN_TEMPLATE);
+      await udpSend(a, "127.0.0.1", c.port, GOLDEN_DATA);
+    }
+    await waitFor(() => received.length === 16, { what: "16 data messages decoded" });
+    const s = c.stats();
+    assert.equal(s.templateMisses, 0);
+    const r = s.udpReceiver!;
+    assert.equal(r.mode, "ffi");
+    assert.equal(r.sockets, 2);
+    assert.equal(r.socketDatagrams.length, 2);
+    assert.equal(r.socketDatagrams[0] + r.socketDatagrams[1], 32);
+    assert.ok(r.socketDatagrams.every((n) => n > 0), `spread ${r.socketDatagrams}`);
+  } finally {
+    for (const a of agents) a.close();
     await c.stop();
   }
 });

@@ -25,7 +25,7 @@
  */
 
 import { cStreamSender, rcvbufErrors } from "./udp_e2e.ts";
-import { benchConfig } from "./e2e.ts";
+import { benchConfig, FLOW_LOG_FILE } from "./e2e.ts";
 import { type FaProcess, startFlowAggregator, type ThreadTimes, threadTimes } from "./process.ts";
 import { buildUdpTools } from "./udp.ts";
 import { median } from "./baseline.ts";
@@ -76,7 +76,7 @@ if (import.meta.main) {
       const dir = await Deno.makeTempDir({ prefix: "fa-ab-udp-" });
       const side: { root: string; dir: string; fa?: FaProcess } = { root, dir };
       sides.push(side);
-      await Deno.writeTextFile(`${dir}/fa.conf`, benchConfig(`${dir}/flows.log`, "UDP"));
+      await Deno.writeTextFile(`${dir}/fa.conf`, benchConfig(`${dir}/${FLOW_LOG_FILE}`, "UDP"));
       side.fa = await startFlowAggregator({
         root,
         config: `${dir}/fa.conf`,

@@ -76,6 +76,21 @@ export function napFor(recvBufferBytes: number): number {
   return ms >= NAP_MIN_MS ? ms : 0;
 }
 
+/**
+ * How long a socket's receive call blocks when nothing comes (the worker's only wake-ups at
+ * idle), and so the longest a staged datagram waits for its batch while datagrams are sparse.
+ */
+export const IDLE_RECV_TIMEOUT_MS = 100;
+
+/**
+ * Default batch delay per socket of the fast path: each batch wakes the main thread, so the
+ * sockets together post about as often as one socket with a 20 ms delay (50 times a second at
+ * low rates): 20 ms times the sockets, at most {@linkcode IDLE_RECV_TIMEOUT_MS}.
+ */
+export function defaultMaxDelayMs(sockets: number): number {
+  return Math.min(IDLE_RECV_TIMEOUT_MS, 20 * Math.max(1, sockets));
+}
+
 /** One or more received datagrams, each with its sender. Valid only during the callback. */
 export interface UdpBatch {
   /** Number of datagrams in the batch. */
@@ -113,11 +128,11 @@ export interface UdpFastOptions {
   /** Most bytes per delivered batch (ffi only, default 1 MiB). */
   maxBatchBytes?: number;
   /**
-   * Longest a datagram waits in the worker for its batch to fill (ffi only, default 20 ms;
-   * below one datagram per nap, where the worker blocks for each, up to twice that: the
-   * socket's receive timeout ends those waits). Batching is what keeps the CPU cost per
-   * datagram low at modest rates: each batch wakes the main thread, 100-200 µs of CPU on these
-   * VMs (docs/udp-ingest.md, "Wake-ups at low rates").
+   * Longest a datagram waits in the worker for its batch to fill (ffi only, default
+   * {@linkcode defaultMaxDelayMs}: 20 ms per socket; below one datagram per nap, where the
+   * worker blocks for each, until the next datagram or {@linkcode IDLE_RECV_TIMEOUT_MS}).
+   * Batching is what keeps the CPU cost per datagram low at modest rates: each batch wakes the
+   * main thread, 100-200 µs of CPU on these VMs (docs/udp-ingest.md, "Wake-ups at low rates").
    */
   maxDelayMs?: number;
   /** Largest datagram accepted (default 65535); longer ones are dropped and counted. */
@@ -245,10 +260,10 @@ async function startFfi(options: UdpFastOptions): Promise<UdpReceiver> {
   const workers = Math.max(1, Math.floor(options.workers ?? 1));
   const recvSlots = clampInt(options.recvSlots ?? 64, 1, 1024);
   const maxDatagramSize = clampInt(options.maxDatagramSize ?? 65535, 1, 65535);
-  const maxDelayMs = Math.max(0, options.maxDelayMs ?? 20);
+  const maxDelayMs = Math.max(0, options.maxDelayMs ?? defaultMaxDelayMs(workers));
   // In blocking mode the receive timeout doubles as the batch deadline (the worker flushes
   // when a wait for more data times out); it also bounds how long close() waits.
-  const timeoutMs = maxDelayMs > 0 ? Math.max(1, Math.ceil(maxDelayMs)) : 100;
+  const timeoutMs = maxDelayMs > 0 ? Math.max(1, Math.ceil(maxDelayMs)) : IDLE_RECV_TIMEOUT_MS;
   const fds: number[] = [];
   let port = options.port;
   let recvBufferBytes = 0;
@@ -268,7 +283,7 @@ async function startFfi(options: UdpFastOptions): Promise<UdpReceiver> {
     // leaves the socket unread for up to napMs: as long as the buffer allows (napFor). Then
     // the socket only blocks when idle, so a long timeout saves idle wake-ups.
     napMs = maxDelayMs > 0 ? napFor(recvBufferBytes) : 0;
-    if (napMs > 0) { for (const fd of fds) setRecvTimeout(libc, fd, 100); }
+    if (napMs > 0) { for (const fd of fds) setRecvTimeout(libc, fd, IDLE_RECV_TIMEOUT_MS); }
   } catch (e) {
     for (const fd of fds) libc.close(fd);
     throw e;

@@ -8,6 +8,8 @@ import { formatIPv6 } from "../../src/ipfix/ip.ts";
 import assert from "node:assert/strict";
 import {
   datagramAt,
+  defaultMaxDelayMs,
+  IDLE_RECV_TIMEOUT_MS,
   napFor,
   splitPeer,
   startUdpReceiver,
@@ -420,6 +422,15 @@ Deno.test("udp_fast: the receive thread's nap scales with the socket buffer, nev
   // A buffer of a few datagrams (the kernel's minimum): the thread blocks on the socket.
   assert.equal(napFor(4608), 0);
   assert.equal(napFor(0), 0);
+});
+
+Deno.test("udp_fast: the sockets together post about 50 batches a second at most, at low rates", () => {
+  assert.equal(defaultMaxDelayMs(1), 20);
+  assert.equal(defaultMaxDelayMs(2), 40);
+  assert.equal(defaultMaxDelayMs(0), 20, "no socket count: one");
+  // Never longer than a sparse datagram can wait anyway (the idle receive timeout).
+  assert.equal(defaultMaxDelayMs(8), IDLE_RECV_TIMEOUT_MS);
+  assert.equal(IDLE_RECV_TIMEOUT_MS, 100);
 });
 
 /** Spins (never yielding to the event loop, so no batch can be delivered) until `done()`. */

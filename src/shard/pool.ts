@@ -37,7 +37,14 @@ import { RawRowWriter, rawShardOf, RawTemplateIds } from "./raw_rows.ts";
 import type { RawRecords } from "../ipfix/decoder.ts";
 import type { DataRecord } from "../ipfix/types.ts";
 import type { BatchBuffer } from "../exporters/batch.ts";
-import { type FromShard, type ShardSettings, type ToShard, USAGE_WORDS } from "./protocol.ts";
+import {
+  type FromShard,
+  type ShardReport,
+  type ShardSettings,
+  type ToShard,
+  USAGE_WORDS,
+} from "./protocol.ts";
+import { ReportCell } from "./report_cell.ts";
 import { createRing, RingWriter } from "./ring.ts";
 
 const log = logger("shard-pool");
@@ -133,9 +140,10 @@ interface Shard {
   sentRecords: number;
   /** See the module doc. */
   stalled: boolean;
-  stats: AggregationStats | undefined;
-  /** Its decoders' truncated strings, as of its last report. */
-  stringsTruncated: number;
+  /** Its counters as its worker last wrote them (`report_cell.ts`). */
+  cell: ReportCell;
+  /** Its counters from its `stopped` message: the final ones, once it stopped. */
+  final: ShardReport | undefined;
   dead: boolean;
   ready: PromiseWithResolvers<void>;
 }
@@ -214,6 +222,7 @@ export class ShardPool {
     } as WorkerOptions);
     const sab = createRing(opts.ringBytes ?? 4 << 20);
     const ring = new RingWriter(sab);
+    const report = ReportCell.create();
     Object.assign(shard, {
       worker,
       ring,
@@ -224,8 +233,8 @@ export class ShardPool {
       restartTimer: undefined,
       sentRecords: 0,
       stalled: false,
-      stats: undefined,
-      stringsTruncated: 0,
+      cell: new ReportCell(report),
+      final: undefined,
       dead: false,
       ready: Promise.withResolvers<void>(),
     });
@@ -246,6 +255,7 @@ export class ShardPool {
         generation: shard.generation,
         settings: this.#settings,
         usage: this.#usageSab,
+        report,
         flows: this.#flowsSab,
         ring: sab,
         log: logSettings(),
@@ -273,13 +283,7 @@ export class ShardPool {
         shard.ready.resolve();
         return;
       case "flows":
-        shard.stats = m.stats;
-        shard.stringsTruncated = m.stringsTruncated;
         this.#opts.onBatch(m.buf);
-        return;
-      case "stats":
-        shard.stats = m.stats;
-        shard.stringsTruncated = m.stringsTruncated;
         return;
       case "query": {
         const q = this.#queries.get(m.id);
@@ -289,8 +293,7 @@ export class ShardPool {
         return;
       }
       case "stopped": {
-        shard.stats = m.stats;
-        shard.stringsTruncated = m.stringsTruncated;
+        shard.final = { stats: m.stats, stringsTruncated: m.stringsTruncated };
         this.#stops.get(m.id)?.();
         return;
       }
@@ -310,11 +313,13 @@ export class ShardPool {
     // Records sent (or pending) that its last report does not account for.
     shard.rows.discard();
     shard.raw.discard();
-    this.#counters.recordsDroppedNoShard += shard.sentRecords - (shard.stats?.recordsIn ?? 0);
-    if (shard.stats !== undefined) this.#retired.push({ ...shard.stats, flows: 0, flowBytes: 0 });
-    this.#retiredTruncated += shard.stringsTruncated;
-    shard.stats = undefined;
-    shard.stringsTruncated = 0;
+    const last = reportOf(shard);
+    this.#counters.recordsDroppedNoShard += shard.sentRecords - (last?.stats.recordsIn ?? 0);
+    if (last !== undefined) this.#retired.push({ ...last.stats, flows: 0, flowBytes: 0 });
+    this.#retiredTruncated += last?.stringsTruncated ?? 0;
+    // Its counters are retired: until a new worker writes its own, the shard counts nothing.
+    shard.cell = new ReportCell(ReportCell.create());
+    shard.final = undefined;
     shard.sentRecords = 0;
     // A worker that lived a minute starts again after the first backoff.
     const initial = this.#opts.restartBackoffMs ?? 1000;
@@ -568,11 +573,14 @@ export class ShardPool {
   }
 
   /**
-   * The shards' counters summed, each as of its last report (at most a batch of exports or
-   * about 50 ms behind its records); records routed to a dead shard are rejected as `shardFailed`.
+   * The shards' counters summed, each as of its last slice of ingest or sweep (its report cell);
+   * records routed to a dead shard are rejected as `shardFailed`.
    */
   stats(): AggregationStats {
-    const sum = sumStats([...this.#shards.map((s) => s.stats ?? NO_STATS), ...this.#retired]);
+    const sum = sumStats([
+      ...this.#shards.map((s) => reportOf(s)?.stats ?? NO_STATS),
+      ...this.#retired,
+    ]);
     sum.recordsRejected.shardFailed += this.#counters.recordsDroppedNoShard;
     sum.recordsIn += this.#counters.recordsDroppedNoShard;
     sum.flows = this.flowCount;
@@ -582,7 +590,7 @@ export class ShardPool {
   /** The pool's own counters, and the shards' truncated strings. */
   counters(): ShardPoolStats {
     let stringsTruncated = this.#retiredTruncated;
-    for (const s of this.#shards) stringsTruncated += s.stringsTruncated;
+    for (const s of this.#shards) stringsTruncated += reportOf(s)?.stringsTruncated ?? 0;
     return { ...this.#counters, stringsTruncated };
   }
 
@@ -626,3 +634,8 @@ interface FrameWriter {
 
 /** Counters of a shard that has not reported yet. */
 const NO_STATS: AggregationStats = new CoreCounters().snapshot(0, 0);
+
+/** A shard's counters: the final ones once it stopped, else its worker's last write. */
+function reportOf(shard: Shard): ShardReport | undefined {
+  return shard.final ?? shard.cell.read();
+}

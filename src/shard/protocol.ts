@@ -2,9 +2,9 @@
  * Messages between the main thread's `ShardPool` and a shard worker (`worker.ts`), and the
  * shared counters they both read. Records travel main → shard as frames of binary rows over the
  * shard's ring (`ring.ts`, `input_rows.ts`), never as messages; expired flows travel
- * shard → main as the exporters' binary batches (`exporters/batch.ts`), each with the shard's
- * counters, and at least every 50 ms while records flow (500 ms at idle), so the main thread's
- * view of every shard is about 50 ms old at most. A message that must see every record sent
+ * shard → main as the exporters' binary batches (`exporters/batch.ts`); the shard's counters are
+ * in shared memory (`report_cell.ts`), written after every slice of ingest and every sweep. A
+ * message that must see every record sent
  * before it (a query, new settings, the stop) is handled after the shard drained its ring.
  *
  * @module
@@ -102,6 +102,8 @@ export type ToShard =
     generation: number;
     settings: ShardSettings;
     usage: SharedArrayBuffer;
+    /** The shard's report cell (`report_cell.ts`), written by the shard, read by the pool. */
+    report: SharedArrayBuffer;
     /** The process's live flows: one `Int32Array` word, counted atomically by every shard. */
     flows: SharedArrayBuffer;
     ring: SharedArrayBuffer;
@@ -114,7 +116,7 @@ export type ToShard =
   | { t: "query"; id: number; filter: Partial<FlowKey> | null; limit: number }
   | { t: "stop"; id: number };
 
-/** What a shard reports with every message: its counters. */
+/** A shard's counters (in its report cell, and with its `stopped` message). */
 export interface ShardReport {
   stats: AggregationStats;
   /** String values cut to `limits.maxStringBytes` by the shard's decoders (monotonic). */
@@ -124,8 +126,7 @@ export interface ShardReport {
 /** Shard worker → main thread. */
 export type FromShard =
   | { t: "ready" }
-  | ({ t: "flows"; buf: BatchBuffer } & ShardReport)
-  | ({ t: "stats" } & ShardReport)
+  | { t: "flows"; buf: BatchBuffer }
   | { t: "query"; id: number; records: AggregatedRecord[] }
   | ({ t: "stopped"; id: number } & ShardReport)
   | { t: "log"; line: string; level: LogLevel };

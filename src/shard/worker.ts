@@ -3,7 +3,8 @@
  * (`aggregation/sharded.ts` routes). It ingests the record frames the main thread writes to its
  * ring (draining it in slices of at most {@linkcode SLICE_MS}, so its timers and messages get
  * their turn), runs its own expiry timer, and posts the expired flows to the main thread as the
- * exporters' binary batches together with its counters. It counts the process's flows in one
+ * exporters' binary batches; its counters it writes to a shared report cell after every slice and
+ * sweep (`report_cell.ts`), which the main thread reads when it needs them. It counts the process's flows in one
  * shared atomic word and publishes its held bytes in the shared usage array, so every shard
  * applies `maxFlows` and `maxFlowBytes` to the whole process.
  * With a cluster it holds a replica of the Pod store (fed by the main thread's store) and fills
@@ -30,6 +31,7 @@ import {
 } from "./protocol.ts";
 import { stringsTruncatedTotal } from "../ipfix/compile.ts";
 import { RingReader } from "./ring.ts";
+import { ReportCell } from "./report_cell.ts";
 import { rowHooks, SLOT_BATCH_FLOWS, SlotRowWriter, viaRows } from "./slot_rows.ts";
 import { coreViewSink } from "./views.ts";
 
@@ -38,21 +40,6 @@ const SWEEP_SLICE = 10_000;
 
 /** Upper bound of the expiry timer (new flows are never swept late by more). */
 const MAX_TIMER_MS = 1000;
-
-/** How often the counters are posted when no flow is exported. */
-const STATS_EVERY_MS = 500;
-
-/**
- * While records flow, the counters are posted at least this often (the main thread's sums, the
- * API and `/metrics`, are then at most this old; at idle the 500 ms report covers it). Each
- * report wakes the main thread; 250 ms saved about 5 % of the CPU at 2,000 records/s, but the
- * bench then read `/metrics` until it held still for one 200 ms poll (now two), and counters
- * lagging by more than that made it count records still in flight as lost.
- */
-const STATS_BUSY_MS = 50;
-let lastReportMs = 0;
-/** A report due for records ingested since the last one. */
-let trailingReport: ReturnType<typeof setTimeout> | undefined;
 
 /** Longest stretch of ring draining before messages (and, every TIMER_TURN_MS, timers) get a turn. */
 const SLICE_MS = 5;
@@ -94,7 +81,7 @@ const rows = new InputRowReader();
 let raw = new RawRowReader();
 let index = 0;
 let timer: ReturnType<typeof setTimeout> | undefined;
-let statsTimer: ReturnType<typeof setInterval> | undefined;
+let cell: ReportCell;
 const clock = new TaskCachedClock();
 const batch = new BatchWriter(SLOT_BATCH_FLOWS);
 const log = logger("shard");
@@ -129,19 +116,9 @@ function drain(c: AggregationCore, sliceMs = Infinity): number {
     publishUsage(c);
     // A first flow arms the timer for its expiry (the timer may be at its idle maximum).
     if (timer === undefined) arm(c);
-    const now = performance.now();
-    if (now - lastReportMs >= STATS_BUSY_MS) postStats(c, now);
-    else trailingReport ??= setTimeout(() => postStats(c), STATS_BUSY_MS);
+    publishReport(c);
   }
   return n;
-}
-
-/** Posts the counters now (and cancels a trailing report). */
-function postStats(c: AggregationCore, now = performance.now()): void {
-  clearTimeout(trailingReport);
-  trailingReport = undefined;
-  lastReportMs = now;
-  post({ t: "stats", ...report(c) });
 }
 
 /**
@@ -171,9 +148,14 @@ async function pump(c: AggregationCore): Promise<void> {
   }
 }
 
-/** What every message to the main thread carries: the counters. */
+/** The counters. */
 function report(c: AggregationCore): ShardReport {
   return { stats: c.stats(), stringsTruncated: stringsTruncatedTotal() };
+}
+
+/** Writes the counters to the shared report cell, where the main thread reads them. */
+function publishReport(c: AggregationCore): void {
+  cell.write(report(c));
 }
 
 /** Publishes the bytes this shard holds (its flows are counted as they change). */
@@ -181,17 +163,15 @@ function publishUsage(c: AggregationCore): void {
   usage[index * USAGE_WORDS + 1] = c.flowBytes;
 }
 
-function flushBatch(c: AggregationCore): void {
+function flushBatch(): void {
   if (batch.count === 0) return;
   const buf = batch.finish();
   // Shared, not transferred: a detach would slow every typed-array access here (batch.ts).
-  post({ t: "flows", buf, ...report(c) });
+  post({ t: "flows", buf });
 }
 
 /** Writes exported flows from their slots into the batch, posting it when full. */
-const slotRows = new SlotRowWriter(batch, () => {
-  if (core !== undefined) flushBatch(core);
-});
+const slotRows = new SlotRowWriter(batch, flushBatch);
 
 /**
  * The export hooks of a sweep: flows go into the batch straight from their slots, and whoever
@@ -210,8 +190,9 @@ function arm(c: AggregationCore, delayMs?: number): void {
 function sweep(c: AggregationCore): void {
   timer = undefined;
   c.expire(viaRows, { ...exportHooks(), limit: SWEEP_SLICE });
-  flushBatch(c);
+  flushBatch();
   publishUsage(c);
+  publishReport(c);
   arm(c, c.hasExpired() ? 0 : undefined);
 }
 
@@ -234,6 +215,7 @@ scope.onmessage = (e: MessageEvent<ToShard>): void => {
       setLogWriter((line, level) => post({ t: "log", line, level }));
       index = m.index;
       usage = new Float64Array(m.usage);
+      cell = new ReportCell(m.report);
       ring = new RingReader(m.ring);
       if (m.pods !== undefined) {
         const store = new PodStore({ clock: systemClock });
@@ -264,7 +246,7 @@ scope.onmessage = (e: MessageEvent<ToShard>): void => {
       });
       core = c;
       arm(c);
-      statsTimer = setInterval(() => postStats(c), STATS_EVERY_MS);
+      publishReport(c);
       void pump(c);
       post({ t: "ready" });
       return;
@@ -279,6 +261,7 @@ scope.onmessage = (e: MessageEvent<ToShard>): void => {
       const s = m.settings;
       applyCoreSettings(c, s);
       raw.setMaxStringBytes(s.maxStringBytes);
+      publishReport(c);
       arm(c);
       return;
     }
@@ -290,14 +273,13 @@ scope.onmessage = (e: MessageEvent<ToShard>): void => {
     case "stop": {
       const c = core!;
       if (timer !== undefined) clearTimeout(timer);
-      if (statsTimer !== undefined) clearInterval(statsTimer);
-      clearTimeout(trailingReport);
       // Every record sent before the stop, then the expired flows first (normal export semantics), then every flow still held.
       drain(c);
       c.expire(viaRows, exportHooks());
       const n = c.flushAll(viaRows, exportHooks());
-      flushBatch(c);
+      flushBatch();
       publishUsage(c);
+      publishReport(c);
       log.debug("shard flushed the flows it held", { shard: index, flows: n });
       post({ t: "stopped", id: m.id, ...report(c) });
       return;

@@ -1,0 +1,105 @@
+import assert from "node:assert/strict";
+import { REPORT_CELL_BYTES, REPORT_FIELDS, ReportCell } from "../../src/shard/report_cell.ts";
+import { CoreCounters } from "../../src/aggregation/counters.ts";
+import type { AggregationStats } from "../../src/aggregation/counters.ts";
+import type { ShardReport } from "../../src/shard/protocol.ts";
+
+/** A report whose every number is `k` (and the nested ones too). */
+function uniform(k: number): ShardReport {
+  const stats = new CoreCounters().snapshot(k, k) as unknown as Record<string, unknown>;
+  for (const [key, v] of Object.entries(stats)) {
+    if (typeof v === "number") stats[key] = k;
+    else for (const sub of Object.keys(v as object)) (v as Record<string, number>)[sub] = k;
+  }
+  return { stats: stats as unknown as AggregationStats, stringsTruncated: k };
+}
+
+Deno.test("report cell: nothing before the first write, then the report written, every counter", () => {
+  const cell = new ReportCell(ReportCell.create());
+  assert.equal(cell.read(), undefined);
+  const c = new CoreCounters();
+  c.recordsIn = 7;
+  c.recordsAccepted = 5;
+  c.rejected.maxFlows = 2;
+  c.exported = 3;
+  const r = { stats: c.snapshot(4, 1234), stringsTruncated: 9 };
+  cell.write(r);
+  assert.deepEqual(cell.read(), r);
+  // Every counter of the core has its place (derived from the counters object itself).
+  const flat = Object.entries(c.snapshot(0, 0)).flatMap(([k, v]) =>
+    typeof v === "number" ? [k] : Object.keys(v).map((s) => `${k}.${s}`)
+  );
+  assert.deepEqual(REPORT_FIELDS.map(([k, s]) => s === undefined ? k : `${k}.${s}`), flat);
+  assert.equal(REPORT_CELL_BYTES, 8 + 8 * (flat.length + 1));
+});
+
+Deno.test("report cell: a reader in another thread on the same memory sees the writes", () => {
+  const sab = ReportCell.create();
+  const writer = new ReportCell(sab);
+  const reader = new ReportCell(sab);
+  writer.write(uniform(1));
+  assert.deepEqual(reader.read(), uniform(1));
+  writer.write(uniform(2));
+  assert.deepEqual(reader.read(), uniform(2));
+});
+
+Deno.test("report cell: a write left half done (its worker terminated) gives the last whole read", () => {
+  const sab = ReportCell.create();
+  const cell = new ReportCell(sab);
+  cell.write(uniform(3));
+  assert.deepEqual(cell.read(), uniform(3));
+  // The sequence word odd forever, the values half overwritten.
+  const seq = new Int32Array(sab, 0, 1);
+  Atomics.add(seq, 0, 1);
+  new Float64Array(sab, 8, 2).fill(99);
+  assert.deepEqual(cell.read(), uniform(3));
+});
+
+Deno.test("report cell: reads racing a writer thread are never torn", async () => {
+  const sab = ReportCell.create();
+  const control = new Int32Array(new SharedArrayBuffer(4));
+  const src = `
+    import { ReportCell } from ${
+    JSON.stringify(new URL("../../src/shard/report_cell.ts", import.meta.url).href)
+  };
+    import { CoreCounters } from ${
+    JSON.stringify(new URL("../../src/aggregation/counters.ts", import.meta.url).href)
+  };
+    self.onmessage = (e) => {
+      const cell = new ReportCell(e.data.sab);
+      const control = new Int32Array(e.data.control);
+      const stats = new CoreCounters().snapshot(0, 0);
+      for (let k = 1; Atomics.load(control, 0) === 0; k++) {
+        for (const key of Object.keys(stats)) {
+          if (typeof stats[key] === "number") stats[key] = k;
+          else for (const sub of Object.keys(stats[key])) stats[key][sub] = k;
+        }
+        cell.write({ stats, stringsTruncated: k });
+      }
+      self.postMessage("done");
+    };`;
+  const w = new Worker(`data:application/javascript,${encodeURIComponent(src)}`, {
+    type: "module",
+  });
+  const done = new Promise((res) => (w.onmessage = res));
+  w.postMessage({ sab, control: control.buffer });
+  const reader = new ReportCell(sab);
+  let reads = 0, changes = 0, last = 0;
+  const until = performance.now() + 500;
+  while (performance.now() < until || changes < 100) {
+    const r = reader.read();
+    if (r === undefined) continue;
+    reads++;
+    const k = r.stringsTruncated;
+    // Every number of one read comes from the same write.
+    assert.deepEqual(r, uniform(k), `read ${reads} mixes writes`);
+    assert.ok(k >= last, "never older than a previous read");
+    if (k !== last) changes++;
+    last = k;
+    if (performance.now() > until + 10_000) break;
+  }
+  Atomics.store(control, 0, 1);
+  await done;
+  w.terminate();
+  assert.ok(changes >= 100, `the reads saw the writer move: ${changes} changes in ${reads} reads`);
+});

@@ -4,8 +4,8 @@
  * shard's ring (`ring.ts`, `input_rows.ts`), never as messages; expired flows travel
  * shard → main as the exporters' binary batches (`exporters/batch.ts`); the shard's counters are
  * in shared memory (`report_cell.ts`), written after every slice of ingest and every sweep. A
- * message that must see every record sent
- * before it (a query, new settings, the stop) is handled after the shard drained its ring.
+ * message that must see every record sent before it (a query, new settings, the stop) is
+ * handled after the shard drained its ring.
  *
  * @module
  */

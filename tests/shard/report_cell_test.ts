@@ -3,6 +3,7 @@ import { REPORT_CELL_BYTES, REPORT_FIELDS, ReportCell } from "../../src/shard/re
 import { CoreCounters } from "../../src/aggregation/counters.ts";
 import type { AggregationStats } from "../../src/aggregation/counters.ts";
 import type { ShardReport } from "../../src/shard/protocol.ts";
+import { waitFor } from "../_helpers/wait.ts";
 
 /** A report whose every number is `k` (and the nested ones too). */
 function uniform(k: number): ShardReport {
@@ -84,22 +85,37 @@ Deno.test("report cell: reads racing a writer thread are never torn", async () =
   const done = new Promise((res) => (w.onmessage = res));
   w.postMessage({ sab, control: control.buffer });
   const reader = new ReportCell(sab);
-  let reads = 0, changes = 0, last = 0;
-  const until = performance.now() + 500;
-  while (performance.now() < until || changes < 100) {
-    const r = reader.read();
-    if (r === undefined) continue;
-    reads++;
-    const k = r.stringsTruncated;
-    // Every number of one read comes from the same write.
-    assert.deepEqual(r, uniform(k), `read ${reads} mixes writes`);
-    assert.ok(k >= last, "never older than a previous read");
-    if (k !== last) changes++;
-    last = k;
-    if (performance.now() > until + 10_000) break;
+  try {
+    // The worker starts (loads its modules) with this thread's event loop free.
+    await waitFor(() => reader.read() !== undefined, {
+      timeoutMs: 60_000,
+      what: "the writer's first report",
+    });
+    let reads = 0, changes = 0, last = 0;
+    const until = performance.now() + 20_000;
+    // Spins in 5 ms slices (a read as often as possible), letting the event loop in between,
+    // until the writer was seen to move 100 times.
+    while (changes < 100 && performance.now() < until) {
+      const slice = performance.now() + 5;
+      while (performance.now() < slice) {
+        const r = reader.read()!;
+        reads++;
+        const k = r.stringsTruncated;
+        // Every number of one read comes from the same write.
+        assert.deepEqual(r, uniform(k), `read ${reads} mixes writes`);
+        assert.ok(k >= last, "never older than a previous read");
+        if (k !== last) changes++;
+        last = k;
+      }
+      await new Promise((r) => setTimeout(r, 0));
+    }
+    assert.ok(
+      changes >= 100,
+      `the reads saw the writer move: ${changes} changes in ${reads} reads`,
+    );
+  } finally {
+    Atomics.store(control, 0, 1);
+    await done;
+    w.terminate();
   }
-  Atomics.store(control, 0, 1);
-  await done;
-  w.terminate();
-  assert.ok(changes >= 100, `the reads saw the writer move: ${changes} changes in ${reads} reads`);
 });

@@ -263,9 +263,9 @@ export const SETTLE_POLLS = 2;
  * What a receiver counted since `before` once it is done: a receiver may still be working
  * through its socket buffer or queue, so this waits until its count reaches `before + expected`
  * or holds still over {@linkcode SETTLE_POLLS} polls 200 ms apart (5 s at most). Two polls, not
- * one: the process counts a record aggregated only when its shard reports, which after a
- * trial's last datagram takes up to ~150 ms here (the receive thread's batch, the shard flush,
- * the shard's counter report), close to one poll's 200 ms on a slow machine.
+ * one: the process counts a record aggregated only once its shard has ingested it, which after
+ * a trial's last datagram can take 150 ms (the receive thread's batch, up to 100 ms for a lone
+ * datagram, then the shard flush, up to 50 ms), close to one poll's 200 ms on a slow machine.
  */
 export async function settledCount(
   rx: { query(): Promise<{ count: number }> },

@@ -188,9 +188,9 @@ function runLoop(cfg: WorkerStart): void {
   while (Atomics.load(control, CONTROL.stop) === 0) {
     // Nothing staged, no nap allowed, or sparse arrivals: block until a datagram is queued or
     // the socket's receive timeout expires (maxDelayMs without naps, else the idle timeout,
-    // IDLE_RECV_TIMEOUT_MS); waking on arrival keeps a small
-    // socket buffer from overflowing. Otherwise take only what is queued, then nap below,
-    // which saves a thread wake-up per datagram at modest rates.
+    // IDLE_RECV_TIMEOUT_MS); waking on arrival keeps a small socket buffer from overflowing.
+    // Otherwise take only what is queued, then nap below, which saves a thread wake-up per
+    // datagram at modest rates.
     const blocking = count === 0 || cfg.napMs === 0 || sparse;
     const flags = blocking ? LINUX.MSG_WAITFORONE : LINUX.MSG_DONTWAIT;
     const got = libc.recvmmsg(cfg.fd, msgs, n, flags, null);

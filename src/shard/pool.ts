@@ -140,10 +140,11 @@ interface Shard {
   sentRecords: number;
   /** See the module doc. */
   stalled: boolean;
-  /** Its counters as its worker last wrote them (`report_cell.ts`). */
-  cell: ReportCell;
-  /** Its counters from its `stopped` message: the final ones, once it stopped. */
-  final: ShardReport | undefined;
+  /**
+   * Its counters as its worker last wrote them (`report_cell.ts`; the final ones once it
+   * stopped); undefined once retired with a dead worker, until the next one starts.
+   */
+  cell: ReportCell | undefined;
   dead: boolean;
   ready: PromiseWithResolvers<void>;
 }
@@ -234,7 +235,6 @@ export class ShardPool {
       sentRecords: 0,
       stalled: false,
       cell: new ReportCell(report),
-      final: undefined,
       dead: false,
       ready: Promise.withResolvers<void>(),
     });
@@ -293,7 +293,6 @@ export class ShardPool {
         return;
       }
       case "stopped": {
-        shard.final = { stats: m.stats, stringsTruncated: m.stringsTruncated };
         this.#stops.get(m.id)?.();
         return;
       }
@@ -318,8 +317,7 @@ export class ShardPool {
     if (last !== undefined) this.#retired.push({ ...last.stats, flows: 0, flowBytes: 0 });
     this.#retiredTruncated += last?.stringsTruncated ?? 0;
     // Its counters are retired: until a new worker writes its own, the shard counts nothing.
-    shard.cell = new ReportCell(ReportCell.create());
-    shard.final = undefined;
+    shard.cell = undefined;
     shard.sentRecords = 0;
     // A worker that lived a minute starts again after the first backoff.
     const initial = this.#opts.restartBackoffMs ?? 1000;
@@ -635,7 +633,7 @@ interface FrameWriter {
 /** Counters of a shard that has not reported yet. */
 const NO_STATS: AggregationStats = new CoreCounters().snapshot(0, 0);
 
-/** A shard's counters: the final ones once it stopped, else its worker's last write. */
+/** A shard's counters as its worker last wrote them (the final ones once it stopped). */
 function reportOf(shard: Shard): ShardReport | undefined {
-  return shard.final ?? shard.cell.read();
+  return shard.cell?.read();
 }

@@ -116,7 +116,7 @@ export type ToShard =
   | { t: "query"; id: number; filter: Partial<FlowKey> | null; limit: number }
   | { t: "stop"; id: number };
 
-/** A shard's counters (in its report cell, and with its `stopped` message). */
+/** A shard's counters (in its report cell, written before its `stopped` message too). */
 export interface ShardReport {
   stats: AggregationStats;
   /** String values cut to `limits.maxStringBytes` by the shard's decoders (monotonic). */
@@ -128,5 +128,5 @@ export type FromShard =
   | { t: "ready" }
   | { t: "flows"; buf: BatchBuffer }
   | { t: "query"; id: number; records: AggregatedRecord[] }
-  | ({ t: "stopped"; id: number } & ShardReport)
+  | { t: "stopped"; id: number }
   | { t: "log"; line: string; level: LogLevel };

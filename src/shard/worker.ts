@@ -3,10 +3,10 @@
  * (`aggregation/sharded.ts` routes). It ingests the record frames the main thread writes to its
  * ring (draining it in slices of at most {@linkcode SLICE_MS}, so its timers and messages get
  * their turn), runs its own expiry timer, and posts the expired flows to the main thread as the
- * exporters' binary batches; its counters it writes to a shared report cell after every slice and
- * sweep (`report_cell.ts`), which the main thread reads when it needs them. It counts the process's flows in one
- * shared atomic word and publishes its held bytes in the shared usage array, so every shard
- * applies `maxFlows` and `maxFlowBytes` to the whole process.
+ * exporters' binary batches; its counters it writes to a shared report cell after every slice
+ * and sweep (`report_cell.ts`), which the main thread reads when it needs them. It counts the
+ * process's flows in one shared atomic word and publishes its held bytes in the shared usage
+ * array, so every shard applies `maxFlows` and `maxFlowBytes` to the whole process.
  * With a cluster it holds a replica of the Pod store (fed by the main thread's store) and fills
  * the Pod metadata and labels of the flows it exports, as the one-shard core does. It needs no
  * permission: the pool starts it with none.
@@ -22,13 +22,7 @@ import { BatchWriter } from "../exporters/batch.ts";
 import { logger, setLogFormat, setLogLevel, setLogWriter } from "../log.ts";
 import { InputRowReader } from "./input_rows.ts";
 import { RAW_MAGIC, RawRowReader } from "./raw_rows.ts";
-import {
-  applyCoreSettings,
-  type FromShard,
-  type ShardReport,
-  type ToShard,
-  USAGE_WORDS,
-} from "./protocol.ts";
+import { applyCoreSettings, type FromShard, type ToShard, USAGE_WORDS } from "./protocol.ts";
 import { stringsTruncatedTotal } from "../ipfix/compile.ts";
 import { RingReader } from "./ring.ts";
 import { ReportCell } from "./report_cell.ts";
@@ -113,10 +107,9 @@ function drain(c: AggregationCore, sliceMs = Infinity): number {
     if ((n & 7) === 0 && performance.now() >= end) break;
   }
   if (n > 0) {
-    publishUsage(c);
+    publish(c);
     // A first flow arms the timer for its expiry (the timer may be at its idle maximum).
     if (timer === undefined) arm(c);
-    publishReport(c);
   }
   return n;
 }
@@ -148,19 +141,14 @@ async function pump(c: AggregationCore): Promise<void> {
   }
 }
 
-/** The counters. */
-function report(c: AggregationCore): ShardReport {
-  return { stats: c.stats(), stringsTruncated: stringsTruncatedTotal() };
-}
-
-/** Writes the counters to the shared report cell, where the main thread reads them. */
-function publishReport(c: AggregationCore): void {
-  cell.write(report(c));
-}
-
-/** Publishes the bytes this shard holds (its flows are counted as they change). */
-function publishUsage(c: AggregationCore): void {
+/**
+ * Publishes what this shard holds and has counted: its bytes in the shared usage array (its
+ * flows are counted there as they change) and its counters in its report cell, where the main
+ * thread reads them.
+ */
+function publish(c: AggregationCore): void {
   usage[index * USAGE_WORDS + 1] = c.flowBytes;
+  cell.write({ stats: c.stats(), stringsTruncated: stringsTruncatedTotal() });
 }
 
 function flushBatch(): void {
@@ -191,8 +179,7 @@ function sweep(c: AggregationCore): void {
   timer = undefined;
   c.expire(viaRows, { ...exportHooks(), limit: SWEEP_SLICE });
   flushBatch();
-  publishUsage(c);
-  publishReport(c);
+  publish(c);
   arm(c, c.hasExpired() ? 0 : undefined);
 }
 
@@ -246,7 +233,7 @@ scope.onmessage = (e: MessageEvent<ToShard>): void => {
       });
       core = c;
       arm(c);
-      publishReport(c);
+      publish(c);
       void pump(c);
       post({ t: "ready" });
       return;
@@ -261,7 +248,7 @@ scope.onmessage = (e: MessageEvent<ToShard>): void => {
       const s = m.settings;
       applyCoreSettings(c, s);
       raw.setMaxStringBytes(s.maxStringBytes);
-      publishReport(c);
+      publish(c);
       arm(c);
       return;
     }
@@ -278,10 +265,10 @@ scope.onmessage = (e: MessageEvent<ToShard>): void => {
       c.expire(viaRows, exportHooks());
       const n = c.flushAll(viaRows, exportHooks());
       flushBatch();
-      publishUsage(c);
-      publishReport(c);
+      // The final counters, in the cell before the main thread hears of the stop.
+      publish(c);
       log.debug("shard flushed the flows it held", { shard: index, flows: n });
-      post({ t: "stopped", id: m.id, ...report(c) });
+      post({ t: "stopped", id: m.id });
       return;
     }
   }

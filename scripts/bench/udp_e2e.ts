@@ -606,6 +606,15 @@ export async function lowRateCpu(
   return { rates: out, warmupSeconds, seconds };
 }
 
+/**
+ * Bisection steps of a full search, each only while the bracket is wider than 5 % of its lower
+ * end: after doubling to 80k, 4 steps narrow 40k-80k to 2.5k (2 left 10k, 12.5 %). With 2, the
+ * C loop and the process were often found at the same step at the kernel's default buffer (70k
+ * and 70k in 29e9a14's run), a tie the search could not break; each step costs each receiver one
+ * or two 4 s trials.
+ */
+export const E2E_REFINE_STEPS = 4;
+
 /** Runs every receiver's rate search, in {@linkcode UDP_E2E_RECEIVERS} order. */
 export async function benchUdpE2e(
   opts: UdpE2eOptions,
@@ -615,7 +624,7 @@ export async function benchUdpE2e(
   const flows = opts.quick ? 1_000 : 20_000;
   const search: SearchOptions = opts.quick
     ? { start: 5_000, max: 5_000, min: 5_000, refine: 0 }
-    : { start: 10_000, max: 320_000, min: 2_500, refine: 2 };
+    : { start: 10_000, max: 320_000, min: 2_500, refine: E2E_REFINE_STEPS };
   const receivers = UDP_E2E_RECEIVERS.filter((r) => opts.only?.includes(r.name) ?? true);
   const senderKind = opts.sender ?? "c";
   const catchup = opts.catchup ?? SENDER_CATCHUP;

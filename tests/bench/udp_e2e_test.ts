@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import {
   accountLoss,
   byBuffer,
+  E2E_REFINE_STEPS,
   interleaveMessages,
   lossAgreement,
   oneAtATime,
@@ -162,6 +163,34 @@ Deno.test("udp e2e: the rate search keeps both loss counts of every trial it ran
   assert.ok(r.lossless >= 25_000 && r.lossless <= 30_000, `lossless ${r.lossless}`);
   assert.ok(r.trials.every((t) => t.lossDifference === 0));
   assert.ok(r.trials.some((t) => t.kernelDrops > 0));
+});
+
+Deno.test("udp e2e: the full search's bisection tells 75k from 70k (two steps could not)", async () => {
+  // Two receivers that hold 71k/s and 76k/s: with 2 steps both were found at 70k (a tie), with
+  // the full search's steps each is found within 5 % below its limit.
+  const search = (limit: number, refine: number) =>
+    searchLosslessRate((rate: number): Promise<UdpE2eTrial> => {
+      const sent = rate * 4;
+      const lost = rate > limit ? Math.ceil(sent * 0.01) : 0;
+      return Promise.resolve(
+        accountLoss({ requested: rate, achieved: rate, sent, received: sent - lost }, lost),
+      );
+    }, { start: 10_000, max: 320_000, min: 2_500, refine });
+  assert.equal((await search(71_000, 2)).lossless, 70_000);
+  assert.equal((await search(76_000, 2)).lossless, 70_000);
+  const a = await search(71_000, E2E_REFINE_STEPS);
+  const b = await search(76_000, E2E_REFINE_STEPS);
+  assert.equal(a.lossless, 70_000);
+  assert.equal(b.lossless, 75_000);
+  // The bisection stopped once the bracket was within 5 %: 60k, 70k, 75k, 77.5k after 80k.
+  assert.deepEqual(b.trials.filter((t) => t.loss < LOSSLESS).map((t) => t.requested), [
+    10_000,
+    20_000,
+    40_000,
+    60_000,
+    70_000,
+    75_000,
+  ]);
 });
 
 Deno.test("udp e2e: the search stops as sender-limited when the replay sender falls short", async () => {

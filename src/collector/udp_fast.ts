@@ -130,7 +130,8 @@ export interface UdpFastOptions {
   /**
    * Longest a datagram waits in the worker for its batch to fill (ffi only, default
    * {@linkcode defaultMaxDelayMs}: 20 ms per socket; below one datagram per nap, where the
-   * worker blocks for each, until the next datagram or {@linkcode IDLE_RECV_TIMEOUT_MS}).
+   * worker waits in the kernel for the batch, until the next datagram after that time or
+   * {@linkcode IDLE_RECV_TIMEOUT_MS} without one).
    * Batching is what keeps the CPU cost per datagram low at modest rates: each batch wakes the
    * main thread, 100-200 µs of CPU on these VMs (docs/udp-ingest.md, "Wake-ups at low rates").
    */
@@ -203,6 +204,11 @@ export interface UdpReceiverStats {
   queuedBytes: number;
   /** Scheduling slice the receive threads run with, in µs (0: the kernel's default). */
   threadSliceMicros: number;
+  /**
+   * Receive calls, datagrams or not: the receive threads' wake-ups (ffi; an idle thread makes one
+   * per {@linkcode IDLE_RECV_TIMEOUT_MS}; deno mode: one per datagram).
+   */
+  receiveCalls: number;
 }
 
 /** A running receiver. */
@@ -434,6 +440,7 @@ async function startFfi(options: UdpFastOptions): Promise<UdpReceiver> {
         s.truncated += c[wire.COUNTER.truncated];
         s.kernelDrops += c[wire.COUNTER.kernelDrops];
         s.errors += c[wire.COUNTER.errors];
+        s.receiveCalls += c[wire.COUNTER.receiveCalls];
       }
       return s;
     },
@@ -463,6 +470,7 @@ function zeroStats(
     queuedBatches: 0,
     queuedBytes: 0,
     threadSliceMicros: 0,
+    receiveCalls: 0,
   };
 }
 
@@ -494,6 +502,7 @@ function startDeno(options: UdpFastOptions): UdpReceiver {
       s.datagrams++;
       s.bytes += data.byteLength;
       s.batches++;
+      s.receiveCalls++;
       const p = peer as Deno.NetAddr;
       const key = p.hostname.includes(":")
         ? `[${p.hostname}]:${p.port}`

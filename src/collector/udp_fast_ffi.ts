@@ -55,6 +55,13 @@ const SYMBOLS = {
   bind: { parameters: ["i32", "buffer", "u32"], result: "i32" },
   getsockname: { parameters: ["i32", "buffer", "buffer"], result: "i32" },
   recvmmsg: { parameters: ["i32", "buffer", "u32", "i32", "pointer"], result: "i32" },
+  // recvmmsg with a timeout (a struct timespec, passed as a buffer: no pointer API under a
+  // scoped --allow-ffi); the plain one above keeps its null timeout on the fast call path.
+  recvmmsgTimeout: {
+    name: "recvmmsg",
+    parameters: ["i32", "buffer", "u32", "i32", "buffer"],
+    result: "i32",
+  },
   close: { parameters: ["i32"], result: "i32" },
   // syscall(2) for sched_setattr, which glibc < 2.41 does not wrap. Declared with fixed integer
   // arguments: on x86_64 and aarch64 Linux that is how the variadic function takes them.

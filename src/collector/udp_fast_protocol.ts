@@ -88,7 +88,9 @@ export const COUNTER = {
   errors: 5,
   /** Latest SO_RXQ_OVFL value: datagrams the kernel dropped on this socket (buffer full). */
   kernelDrops: 6,
-  size: 7,
+  /** recvmmsg calls, datagrams or not: the thread's wake-ups (idle: one per receive timeout). */
+  receiveCalls: 7,
+  size: 8,
 } as const;
 
 /** Bytes per peer entry: IPv6 (or IPv4-mapped) address then port, network order. */

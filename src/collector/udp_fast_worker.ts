@@ -4,9 +4,11 @@
  * never waits on the socket and a whole batch of datagrams costs one system call and one
  * `postMessage`. Datagrams are staged until the batch is full or `maxDelayMs` old, then
  * packed into one transferable buffer (offsets, lengths, 18-byte peers, data) and posted.
- * While staging, the loop either blocks on the socket (small socket buffer: wake on every
- * arrival so nothing overflows) or naps `napMs` between non-blocking reads (big buffer: fewer
- * wake-ups, less CPU); see docs/udp-ingest.md.
+ * While staging, the loop either naps `napMs` between non-blocking reads (datagrams come faster
+ * than one per nap: one wake per nap whatever the rate) or, sparser than that, waits in the
+ * kernel for the batch (`recvmmsg` without MSG_WAITFORONE, with a timeout): each arrival wakes
+ * the thread inside the kernel, so nothing overflows a small socket buffer, but the loop returns
+ * to JavaScript once per batch, not once per datagram; see docs/udp-ingest.md.
  * The receive loop blocks this thread on purpose; the socket has a receive timeout so the
  * loop sees the stop flag within `timeoutMs`.
  */
@@ -30,6 +32,12 @@ import {
   type WorkerBatch,
   type WorkerStart,
 } from "./udp_fast_protocol.ts";
+
+/**
+ * Staged datagrams (or naps' time) it takes to judge the pace that chooses between napping and
+ * waiting in the kernel.
+ */
+const PACE_SAMPLE = 8;
 
 /** The slice of the worker global scope used here (keeps this file free of worker-only libs). */
 interface WorkerScope {
@@ -103,6 +111,7 @@ function runLoop(cfg: WorkerStart): void {
 
   let datagrams = 0, bytes = 0, batches = 0, dropped = 0, truncated = 0, errors = 0;
   let kernelDrops = 0;
+  let receiveCalls = 0;
 
   const flush = (): void => {
     const L = batchLayout(count);
@@ -183,17 +192,36 @@ function runLoop(cfg: WorkerStart): void {
     msgView.setUint32(i * MMSGHDR_SIZE + 8, 28, true);
     msgView.setBigUint64(i * MMSGHDR_SIZE + 40, BigInt(CMSG_SLOT), true);
   }
-  // Datagrams come less often than one per nap: block for the next one instead of napping.
+  // recvmmsg's timeout (struct timespec) while waiting in the kernel for a batch; the kernel
+  // writes the time left into it, so it is set before each call.
+  const timeout = new BigInt64Array(2);
+  const timeoutBytes = new Uint8Array(timeout.buffer);
+  keepAlive.push(timeoutBytes);
+  // Datagrams come less often than one per nap: wait in the kernel for the batch instead of
+  // napping. Entered below one datagram per nap, left above two (no flapping at the border:
+  // near it, waiting in the kernel was the cheaper of the two, docs/udp-ingest.md).
   let sparse = false;
   while (Atomics.load(control, CONTROL.stop) === 0) {
-    // Nothing staged, no nap allowed, or sparse arrivals: block until a datagram is queued or
-    // the socket's receive timeout expires (maxDelayMs without naps, else the idle timeout,
-    // IDLE_RECV_TIMEOUT_MS); waking on arrival keeps a small socket buffer from overflowing.
-    // Otherwise take only what is queued, then nap below, which saves a thread wake-up per
-    // datagram at modest rates.
-    const blocking = count === 0 || cfg.napMs === 0 || sparse;
-    const flags = blocking ? LINUX.MSG_WAITFORONE : LINUX.MSG_DONTWAIT;
-    const got = libc.recvmmsg(cfg.fd, msgs, n, flags, null);
+    // Nothing staged: block until a datagram is queued or the socket's receive timeout expires
+    // (maxDelayMs without naps, else the idle timeout, IDLE_RECV_TIMEOUT_MS); waking on arrival
+    // keeps a small socket buffer from overflowing. Staged, and no nap allowed or sparse
+    // arrivals: wait in the kernel for the rest of the batch (below). Otherwise take only what
+    // is queued, then nap below, which saves a thread wake-up per datagram at modest rates.
+    const staged = count;
+    const blocking = staged === 0 || cfg.napMs === 0 || sparse;
+    let got: number;
+    if (blocking && staged > 0) {
+      // Blocking, without MSG_WAITFORONE: the kernel takes datagrams as they arrive (each one
+      // wakes this thread in the kernel only) until n are in, the batch's time is up (checked
+      // after each datagram) or the socket stayed quiet for its receive timeout.
+      const left = Math.max(0, cfg.maxDelayMs - (performance.now() - firstAt));
+      timeout[0] = BigInt(Math.floor(left / 1000));
+      timeout[1] = BigInt(Math.floor((left % 1000) * 1e6));
+      got = libc.recvmmsgTimeout(cfg.fd, msgs, n, 0, timeoutBytes);
+    } else {
+      const flags = blocking ? LINUX.MSG_WAITFORONE : LINUX.MSG_DONTWAIT;
+      got = libc.recvmmsg(cfg.fd, msgs, n, flags, null);
+    }
     if (got < 0) {
       const err = errno(libc);
       if (err === LINUX.EBADF) break;
@@ -202,6 +230,7 @@ function runLoop(cfg: WorkerStart): void {
         counters[COUNTER.errors] = errors;
       }
     }
+    counters[COUNTER.receiveCalls] = ++receiveCalls;
     take(got);
     if (count === 0) continue;
     // Post when the oldest staged datagram is due, when a blocking wait timed out (the
@@ -209,13 +238,19 @@ function runLoop(cfg: WorkerStart): void {
     const waited = performance.now() - firstAt;
     if (cfg.maxDelayMs === 0 || waited >= cfg.maxDelayMs || (blocking && got <= 0)) {
       flush();
-    } else if (got < n) {
-      // Drained for now. While datagrams come at least one per nap, nap (close() notifies the
-      // stop slot to cut it short). Sparser than that (below 5,000/s with the kernel's default
-      // buffer), napping would wake the thread more often than datagrams come: block for the
-      // next one instead (docs/udp-ingest.md, "Wake-ups at low rates").
-      sparse = waited >= count * cfg.napMs;
-      if (!sparse) {
+    } else {
+      // The batch's pace so far, once it has PACE_SAMPLE datagrams or PACE_SAMPLE naps' time,
+      // and more than its first call (until then the last batch's mode goes on: a datagram or
+      // two left over after a full batch are no pace). Sparser than one datagram per nap (below
+      // 5,000/s per socket with the kernel's default buffer), napping would wake the thread
+      // more often than datagrams come: wait in the kernel instead (docs/udp-ingest.md,
+      // "Wake-ups at low rates").
+      if (staged > 0 && (count >= PACE_SAMPLE || waited >= PACE_SAMPLE * cfg.napMs)) {
+        const perDatagram = waited / count;
+        sparse = perDatagram >= (sparse ? cfg.napMs / 2 : cfg.napMs);
+      }
+      // Drained for now: nap (close() notifies the stop slot to cut it short).
+      if (!sparse && got < n) {
         Atomics.wait(control, CONTROL.stop, 0, Math.min(cfg.napMs, cfg.maxDelayMs - waited));
       }
     }

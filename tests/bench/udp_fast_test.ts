@@ -23,14 +23,14 @@ import { runDeno } from "../_helpers/process.ts";
 import { waitFor } from "../_helpers/wait.ts";
 
 /** Runs `code` (a UDP sender) in a process of its own, so a stalled main thread here cannot slow it. */
-/** Sends `total` 100-byte datagrams to `port` from another process, 5 ms apart. */
-function sendPaced(port: number, total: number): Promise<void> {
+/** Sends `total` 100-byte datagrams to `port` from another process, `gapMs` (5) ms apart. */
+function sendPaced(port: number, total: number, gapMs = 5): Promise<void> {
   return sendFromProcess(`
     const s = Deno.listenDatagram({ transport: "udp", hostname: "127.0.0.1", port: 0 });
     const to = { transport: "udp", hostname: "127.0.0.1", port: ${port} };
     for (let i = 0; i < ${total}; i++) {
       await s.send(new Uint8Array(100), to);
-      await new Promise((r) => setTimeout(r, 5));
+      await new Promise((r) => setTimeout(r, ${gapMs}));
     }
     s.close();`);
 }
@@ -431,6 +431,56 @@ Deno.test("udp_fast: the sockets together post about 50 batches a second at most
   // Never longer than a sparse datagram can wait anyway (the idle receive timeout).
   assert.equal(defaultMaxDelayMs(8), IDLE_RECV_TIMEOUT_MS);
   assert.equal(IDLE_RECV_TIMEOUT_MS, 100);
+});
+
+Deno.test("udp_fast ffi: sparse datagrams are waited for in the kernel, not one wake each", async () => {
+  // Below one datagram per nap the receive thread waits inside recvmmsg for the batch: a few
+  // receive calls per batch. Waking for each datagram (as before) took one call per datagram
+  // (66 for the first case, measured), and a thread that never judged the pace, napping on,
+  // one per nap (229 for the first). The second case, sparser than one datagram per batch
+  // delay, cannot batch; it guards against napping on (measured: 19 calls).
+  for (
+    const { total, gapMs, maxDelayMs, bufferBytes, perDatagram } of [
+      // 200/s, the kernel's default buffer (a 0.2 ms nap), batches of 100 ms.
+      { total: 60, gapMs: 5, maxDelayMs: 100, bufferBytes: 0, perDatagram: 0.5 },
+      // 25/s, 4 MiB (a 2 ms nap), the default batch delay (20 ms).
+      { total: 12, gapMs: 40, maxDelayMs: undefined, bufferBytes: 4 << 20, perDatagram: 3 },
+    ]
+  ) {
+    let delivered = 0;
+    const rx = await startUdpReceiver({
+      hostname: "127.0.0.1",
+      port: 0,
+      mode: "ffi",
+      maxDelayMs,
+      recvBufferBytes: bufferBytes,
+      onDatagrams(batch: UdpBatch): void {
+        delivered += batch.count;
+      },
+    });
+    try {
+      const before = rx.stats().receiveCalls;
+      await sendPaced(rx.addr.port, total, gapMs);
+      await waitFor(() => delivered >= total, {
+        timeoutMs: 3000,
+        intervalMs: 10,
+        what: "delivery",
+      });
+      const st = rx.stats();
+      const calls = st.receiveCalls - before;
+      assert.equal(st.datagrams, total);
+      assert.equal(delivered, total);
+      assert.equal(st.kernelDrops, 0);
+      // The sender's process start and its timers add idle receive timeouts (one per 100 ms).
+      const idle = Math.ceil((total * gapMs + 1000) / IDLE_RECV_TIMEOUT_MS);
+      assert.ok(
+        calls < total * perDatagram + idle,
+        `${calls} receive calls for ${total} datagrams ${gapMs} ms apart`,
+      );
+    } finally {
+      await rx.close();
+    }
+  }
 });
 
 /** Spins (never yielding to the event loop, so no batch can be delivered) until `done()`. */

@@ -11,6 +11,7 @@ import { TemplateBudget } from "../ipfix/mod.ts";
 import { logger, RateLimitedLog } from "../log.ts";
 import { DEFAULT_LISTEN_ADDRESS, exporterAddress, parseListenAddress } from "./address.ts";
 import { type RecordSink, Session, type SessionEnv } from "./session.ts";
+import { LruMap } from "./lru.ts";
 import { DEFAULT_DRAIN, type DrainOptions } from "./drain.ts";
 import { type CollectorStats, Counters, type Transport } from "./stats.ts";
 import { type StreamListenerOptions, TcpListener } from "./tcp.ts";
@@ -81,12 +82,8 @@ export class Collector {
   readonly #counters: Counters;
   readonly #ttlMs: number;
   readonly #limits: Partial<LimitsConfig>;
-  readonly #udpSessions = new Map<string, Session>();
-  /**
-   * The session inserted into {@linkcode Collector.#udpSessions} last (its newest entry, unless
-   * since deleted: then it is in no entry and matches none).
-   */
-  #lastActive: Session | undefined = undefined;
+  /** UDP sessions by peer, least recently active first (the one evicted at the limit). */
+  readonly #udpSessions = new LruMap<Session>();
   #udp: UdpReceiver | undefined;
   #udpLoop: Promise<void> | undefined;
   #tcp: TcpListener | undefined;
@@ -183,7 +180,7 @@ export class Collector {
     if (this.#sweepTimer !== undefined) clearInterval(this.#sweepTimer);
     await this.#udp?.close(this.#options.drain ?? DEFAULT_DRAIN);
     await this.#udpLoop;
-    for (const s of this.#udpSessions.values()) s.close("collector stopped");
+    for (const [, s] of this.#udpSessions.entries()) s.close("collector stopped");
     this.#udpSessions.clear();
     await this.#tcp?.stop();
     await this.#tls?.stop();
@@ -220,7 +217,7 @@ export class Collector {
   expireIdleSessions(): number {
     const now = this.#env.clock.nowMs();
     let n = 0;
-    for (const [key, s] of this.#udpSessions) {
+    for (const [key, s] of this.#udpSessions.entries()) {
       if (now - s.lastSeenMs >= this.#ttlMs) {
         this.#udpSessions.delete(key);
         s.close("idle timeout");
@@ -233,7 +230,7 @@ export class Collector {
 
   #onDatagram(data: Uint8Array, start: number, end: number, peer: UdpPeer): void {
     const key = peer.key;
-    let s = this.#udpSessions.get(key);
+    let s = this.#udpSessions.use(key);
     if (s !== undefined && this.#env.clock.nowMs() - s.lastSeenMs >= this.#ttlMs) {
       this.#udpSessions.delete(key);
       s.close("idle timeout");
@@ -242,7 +239,7 @@ export class Collector {
     }
     if (s === undefined) {
       if (this.#udpSessions.size >= (this.#limits.maxUdpSessions ?? Infinity)) {
-        const [oldestKey, oldest] = this.#udpSessions.entries().next().value!;
+        const [oldestKey, oldest] = this.#udpSessions.oldest()!;
         this.#udpSessions.delete(oldestKey);
         oldest.close("evicted: too many UDP sessions");
         this.#counters.sessionsEvicted++;
@@ -253,14 +250,7 @@ export class Collector {
         peer: key,
         templateTtlMs: this.#ttlMs,
       });
-      this.#udpSessions.set(key, s);
-      this.#lastActive = s;
-    } else if (s !== this.#lastActive) {
-      // Re-insert so Map order stays "least recently active first" for eviction; the session
-      // inserted last is already in place (a sender's datagrams mostly come in runs).
-      this.#udpSessions.delete(key);
-      this.#udpSessions.set(key, s);
-      this.#lastActive = s;
+      this.#udpSessions.add(key, s);
     }
     s.addBytes(end - start);
     s.handleMessage(data, start, end);

@@ -115,11 +115,11 @@ export class LiveView {
   #rowsThisSecond = 0;
   #seen = 0;
   /**
-   * Per category, the bytes of the batch being read per distinct name, keyed by string-table
-   * index (a Pod by its namespace's and name's): the window's string maps are touched once per
-   * name and batch, not once per flow. Emptied after each batch.
+   * Per category, the bytes of the batch being read per distinct name, by string-table index
+   * (a Pod by its namespace's and name's): the window's string maps are touched once per name
+   * and batch, not once per flow. Emptied after each batch.
    */
-  readonly #batchBytes: Map<number, number>[] = CATEGORIES.map(() => new Map());
+  readonly #batchBytes: BatchTally[] = CATEGORIES.map(() => new BatchTally());
 
   /** A view on the wall clock `now` (injected in tests). */
   constructor(now: () => number = Date.now) {
@@ -146,7 +146,6 @@ export class LiveView {
     const now = this.#now();
     const sec = second(now);
     const strings = batch.strings;
-    const width = strings.length;
     const acc = this.#batchBytes;
     const n = batchNumber;
     const ix = batchStringIndex;
@@ -170,11 +169,11 @@ export class LiveView {
         total += bytes;
         flows++;
         // Indices in CATEGORIES order; 0 is "no name".
-        if (srcPod !== 0) add(acc[0], srcNs * width + srcPod, bytes);
-        if (dstPod !== 0) add(acc[1], dstNs * width + dstPod, bytes);
-        if ((srcNs || dstNs) !== 0) add(acc[2], srcNs || dstNs, bytes);
-        if (node !== 0) add(acc[3], node, bytes);
-        if (service !== 0) add(acc[4], service, bytes);
+        if (srcPod !== 0) acc[0].add(srcNs, srcPod, bytes);
+        if (dstPod !== 0) acc[1].add(dstNs, dstPod, bytes);
+        if ((srcNs || dstNs) !== 0) acc[2].add(0, srcNs || dstNs, bytes);
+        if (node !== 0) acc[3].add(0, node, bytes);
+        if (service !== 0) acc[4].add(0, service, bytes);
         const deniedBy = deniedOf(ingress, egress);
         const listed = deniedBy !== 0 && unlisted-- <= 0;
         if (listed || this.#sampling(sec)) {
@@ -191,12 +190,10 @@ export class LiveView {
     }
     this.#count(now, total, flows);
     for (let i = 0; i < acc.length; i++) {
-      for (const [k, bytes] of acc[i]) {
-        if (i < 2) {
-          this.#tally(i, strings[Math.floor(k / width)] ?? "", strings[k % width] ?? "", bytes);
-        } else this.#tally(i, "", strings[k] ?? "", bytes);
-      }
-      acc[i].clear();
+      // The Pod categories carry the namespace; the others name alone (ns 0: "").
+      acc[i].drain((ns, name, bytes) =>
+        this.#tally(i, i < 2 ? strings[ns] ?? "" : "", strings[name] ?? "", bytes)
+      );
     }
   }
 
@@ -360,8 +357,77 @@ function second(now: number): number {
 }
 
 /** Adds `bytes` to `key` of `m`. */
-function add(m: Map<number, number>, key: number, bytes: number): void {
-  m.set(key, (m.get(key) ?? 0) + bytes);
+/**
+ * Bytes per name of one batch, keyed by the name's string-table index and its namespace's (0
+ * outside the Pod categories), in an open-addressing table of typed arrays reused from batch to
+ * batch, with its slots listed in the order first seen. A Map per category, cleared after each
+ * batch and grown again, allocated its tables for every batch: the largest part of the garbage
+ * the main thread promoted to its old space at 10,000 exports/s (docs/udp-ingest.md).
+ */
+class BatchTally {
+  /** Name index per slot; 0: empty (0 is "no name", never added). */
+  #name = new Int32Array(512);
+  #ns = new Int32Array(512);
+  #bytes = new Float64Array(512);
+  /** Slots in use, first seen first. */
+  #used = new Int32Array(256);
+  #count = 0;
+  /** 32 minus log2 of the table's size. */
+  #shift = 32 - 9;
+
+  /** Adds `bytes` to name index `name` (> 0) of namespace index `ns`. */
+  add(ns: number, name: number, bytes: number): void {
+    if (2 * (this.#count + 1) > this.#name.length) this.#grow();
+    const slot = this.#find(ns, name);
+    if (this.#name[slot] === 0) {
+      this.#name[slot] = name;
+      this.#ns[slot] = ns;
+      this.#bytes[slot] = bytes;
+      this.#used[this.#count++] = slot;
+    } else this.#bytes[slot] += bytes;
+  }
+
+  /** Hands every name's bytes to `fn` (first seen first) and empties the tally. */
+  drain(fn: (ns: number, name: number, bytes: number) => void): void {
+    for (let i = 0; i < this.#count; i++) {
+      const slot = this.#used[i];
+      fn(this.#ns[slot], this.#name[slot], this.#bytes[slot]);
+      this.#name[slot] = 0;
+    }
+    this.#count = 0;
+  }
+
+  /** The slot of (ns, name), or the empty slot where it goes (linear probing). */
+  #find(ns: number, name: number): number {
+    const mask = this.#name.length - 1;
+    // Fibonacci hashing: the top bits of the product (the low ones of consecutive indices,
+    // which is what string-table indices are, would just count up).
+    let slot = Math.imul(name ^ Math.imul(ns + 1, 0x85ebca6b), 0x9e3779b1) >>> this.#shift;
+    for (;;) {
+      const n = this.#name[slot];
+      if (n === 0 || (n === name && this.#ns[slot] === ns)) return slot;
+      slot = (slot + 1) & mask;
+    }
+  }
+
+  /** Doubles the table, keeping the entries of the batch being read and their order. */
+  #grow(): void {
+    const name = this.#name, ns = this.#ns, bytes = this.#bytes, used = this.#used;
+    const size = name.length * 2;
+    this.#name = new Int32Array(size);
+    this.#ns = new Int32Array(size);
+    this.#bytes = new Float64Array(size);
+    this.#used = new Int32Array(size / 2);
+    this.#shift--;
+    for (let i = 0; i < this.#count; i++) {
+      const from = used[i];
+      const to = this.#find(ns[from], name[from]);
+      this.#name[to] = name[from];
+      this.#ns[to] = ns[from];
+      this.#bytes[to] = bytes[from];
+      this.#used[i] = to;
+    }
+  }
 }
 
 /** Whether a rule action denies: Drop (2) and Reject (3); Allow, Pass, Redirect do not. */

@@ -152,3 +152,36 @@ Deno.test("live view: a batch of many denied flows lists the newest as flows one
   assert.equal(b.denied.length, 50);
   assert.deepEqual(b, one.summary({}));
 });
+
+Deno.test("live view: batch after batch, hundreds of names, the in-place tally matches one by one", () => {
+  // More names than the tally's first arrays (256), a Pod name in two namespaces, and a second
+  // batch whose string table numbers the same names differently: nothing is left over between
+  // batches, nothing is lost growing.
+  const make = (n: number, shift: number) =>
+    Array.from({ length: n }, (_, i) =>
+      flow(i + shift, {
+        sourcePodNamespace: `ns-${(i + shift) % 2}`,
+        sourcePodName: `p-${(i * 7 + shift) % 400}`,
+        destinationPodName: `d-${i % 300}`,
+        octetDeltaCount: BigInt(1 + (i % 13)),
+      }));
+  // And one Pod name in 300 namespaces: entries that differ by their namespace alone.
+  const samePod = Array.from(
+    { length: 300 },
+    (_, i) => flow(2000 + i, { sourcePodNamespace: `team-${i}`, sourcePodName: "api-0" }),
+  );
+  const batches = [make(700, 0), make(500, 3), samePod];
+  const one = new LiveView(() => 15_000);
+  const all = new LiveView(() => 15_000);
+  for (const flows of batches) {
+    for (const f of flows) one.observe(f);
+    const w = new BatchWriter(flows.length);
+    for (const f of flows) w.add(f);
+    all.observeBatch(openBatch(w.finish()));
+  }
+  const a = one.summary({});
+  const b = all.summary({});
+  assert.equal(b.seen, 1500);
+  assert.deepEqual(b, a);
+  assert.equal(b.top.sourcePod.length, 10, "the top 10 of several hundred");
+});

@@ -356,7 +356,6 @@ function second(now: number): number {
   return Math.floor(now / 1000);
 }
 
-/** Adds `bytes` to `key` of `m`. */
 /**
  * Bytes per name of one batch, keyed by the name's string-table index and its namespace's (0
  * outside the Pod categories), in an open-addressing table of typed arrays reused from batch to

@@ -173,7 +173,7 @@ export interface BenchResults extends Omit<E2eReplayResult, "detail"> {
   rss_bytes_idle_runtime: number | null;
   /** Reference for rss_bytes_idle: the runtime with as many idle workers as the process has. */
   rss_bytes_idle_runtime_workers: number | null;
-  /** Idle RSS of the single-file build as the image runs it (Deno's cache filled at build). */
+  /** Idle RSS of the build (scripts/bundle.ts) as the image runs it (Deno's cache filled at build). */
   rss_bytes_idle_bundle: number | null;
   /** JS heap bytes per Pod held by the Pod store at 100k Pods (goal: at most 1 KB). */
   podstore_bytes_per_pod: number | null;
@@ -635,7 +635,7 @@ export async function benchRssIdle(ctx: BenchContext): Promise<void> {
   ctx.notes.rss_bytes_idle_runtime_workers = `the same with ${r.detail.workerThreads} idle ` +
     "workers of an empty module (as many as the process's worker threads)";
   ctx.results.rss_bytes_idle_bundle = r.rss_bytes_idle_bundle;
-  ctx.notes.rss_bytes_idle_bundle = "the single-file build (scripts/bundle.ts) as the image " +
+  ctx.notes.rss_bytes_idle_bundle = "the build (scripts/bundle.ts) as the image " +
     "runs it, same configuration, Deno's cache filled first as the image build does; from an " +
     `empty cache: ${(r.detail.bundleColdCacheRssBytes / 1e6).toFixed(1)} MB`;
   ctx.details.rss = r.detail;

@@ -2,8 +2,9 @@
  * The runtime image, built here without any registry (issue 16): `FROM scratch` holding the Deno
  * runtime (the binary of the npm `deno` package this repository pins), the glibc libraries it
  * links (what distroless/cc ships), CA certificates, `/etc/passwd` with `nonroot` (65532), no
- * shell and no package manager, and the program as its single-file build (`scripts/bundle.ts`:
- * `/app/flow-aggregator.js` plus `/app/workers/*.js`). The entrypoint runs it with the narrowed
+ * shell and no package manager, and the program as its build (`scripts/bundle.ts`:
+ * `/app/flow-aggregator.js`, the worker entries under `/app/src/`, the chunks they share). The
+ * entrypoint runs it with the narrowed
  * permissions `flow-aggregator permissions` computes for the image's default configuration.
  *
  * The same {@linkcode imageSpec} generates the registry-based `Containerfile` at the repository
@@ -125,7 +126,7 @@ export function scratchContainerfile(spec: ImageSpec): string {
 
 /**
  * The canonical `Containerfile`, for where registries are reachable: the same layout, the Deno
- * runtime and the single-file build from the official Deno image, on distroless/cc.
+ * runtime and the build (`scripts/bundle.ts`) from the official Deno image, on distroless/cc.
  */
 export function registryContainerfile(spec: ImageSpec): string {
   return [

@@ -1,9 +1,10 @@
 /**
  * Where a worker thread's entry module is. Run from source, it is the `.ts` file next to the
- * module that starts the worker. In the single-file build (`deno task bundle`, the image) every
- * module is inlined into `flow-aggregator.js`, so `import.meta.url` is the bundle's for all of
- * them; each worker entry is bundled on its own as `workers/<name>.js` next to it
- * (`scripts/bundle.ts` builds the same list from {@linkcode WORKER_ENTRIES}).
+ * module that starts the worker. In the build (`deno task bundle`, the image: `deno bundle
+ * --code-splitting` of the program and every worker entry at once) each entry keeps its path
+ * with a `.js` extension (`src/shard/worker.js`) and the modules they share are chunks at the
+ * build's root, beside the program; this module is one of them (`scripts/bundle.ts` checks), so
+ * `import.meta.url` is a root file's and the entries resolve from it.
  *
  * @module
  */
@@ -16,7 +17,8 @@ export const BUNDLED: boolean = !HERE.endsWith("/src/worker_module.ts");
 
 /**
  * Every worker entry module of the product by name, as a path relative to `src/`: the UDP fast
- * path's receiver, the aggregation shard and each sink's worker. The bundle script builds each as `workers/<name>.js`.
+ * path's receiver, the aggregation shard and each sink's worker. The build puts each at
+ * {@linkcode bundledEntryPath}.
  */
 export const WORKER_ENTRIES: Readonly<Record<string, string>> = {
   udp_fast: "collector/udp_fast_worker.ts",
@@ -27,13 +29,18 @@ export const WORKER_ENTRIES: Readonly<Record<string, string>> = {
   s3: "exporters/s3/worker.ts",
 };
 
+/** Where the build puts the entry `src/<rel>`, relative to its root: `src/<rel>` as `.js`. */
+export function bundledEntryPath(rel: string): string {
+  return `src/${rel.replace(/\.ts$/, ".js")}`;
+}
+
 /**
- * The URL of worker entry `name` (a key of {@linkcode WORKER_ENTRIES}): the source file, or
- * `workers/<name>.js` next to the bundle. Throws for an unknown name, so an entry missing from
- * the list fails at start, not only in the bundle.
+ * The URL of worker entry `name` (a key of {@linkcode WORKER_ENTRIES}): the source file, or its
+ * {@linkcode bundledEntryPath} under the build's root. Throws for an unknown name, so an entry
+ * missing from the list fails at start, not only in the bundle.
  */
 export function workerModule(name: string): URL {
   const rel = WORKER_ENTRIES[name];
   if (rel === undefined) throw new Error(`worker module ${name}: not in WORKER_ENTRIES`);
-  return BUNDLED ? new URL(`./workers/${name}.js`, HERE) : new URL(`./${rel}`, HERE);
+  return new URL(BUNDLED ? `./${bundledEntryPath(rel)}` : `./${rel}`, HERE);
 }

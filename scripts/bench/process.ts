@@ -48,7 +48,7 @@ export interface StartOptions {
   /** Extra Deno flags before the script, e.g. `--cpu-prof`. */
   denoFlags?: readonly string[];
   /**
-   * A single-file build to run instead of a checkout's `main.ts` (`scripts/bundle.ts`): without
+   * A build to run instead of a checkout's `main.ts` (`scripts/bundle.ts`): without
    * any `deno.json`, its unstable APIs as flags, as the image runs it.
    */
   program?: string;
@@ -149,7 +149,7 @@ export function parseRecordMetrics(e: LogEvent): RecordMetricsLine {
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-/** How a single-file build runs outside the repository: no config file, unstable APIs as flags. */
+/** How the build runs outside the repository: no config file, unstable APIs as flags. */
 const BUNDLE_RUN_FLAGS = ["--no-config", ...UNSTABLE_FLAGS];
 
 /**
@@ -358,7 +358,7 @@ export interface RssIdleResult {
    */
   rss_bytes_idle_runtime_workers: number;
   /**
-   * VmRSS of the single-file build as the image runs it (`scripts/bundle.ts`), idle on the same
+   * VmRSS of the build as the image runs it (`scripts/bundle.ts`), idle on the same
    * configuration, Deno's cache filled first as the image build fills it
    * (`cacheWarmCommands`).
    */
@@ -548,7 +548,7 @@ export async function idleProcess(opts: StartOptions, idleSec: number): Promise<
 }
 
 /**
- * Idle VmRSS of the single-file build (built here into a scratch directory) on the embedded
+ * Idle VmRSS of the build (built here into a scratch directory) on the embedded
  * default configuration: `warm`, its Deno cache filled first by `cacheWarmCommands` (as the
  * image build does), and `cold`, from an empty cache (the image before it did).
  */

@@ -176,7 +176,7 @@ export const README_ROWS: readonly ReadmeRow[] = [
   { key: "rss_bytes_idle_runtime", label: "idle RSS of the Deno runtime alone (empty script)" },
   {
     key: "rss_bytes_idle_bundle",
-    label: "idle RSS of the single-file build as the image runs it (cache filled at build)",
+    label: "idle RSS of the build as the image runs it (cache filled at build)",
     ref: "rss_bytes_idle",
     refLabel: "`deno run main.ts`",
   },
@@ -230,7 +230,11 @@ function show(v: number | null | undefined, key: Key): string {
   return `${s} ${unit}`;
 }
 
-/** The markdown table of `report` (one line per row of {@linkcode README_ROWS}). */
+/**
+ * The markdown table of `report`: one line per row of {@linkcode README_ROWS} whose figure the
+ * report has (a report written before a row was added has no key for it: no row, rather than
+ * one of dashes; a figure the run measured as null keeps its row).
+ */
 export function markdownTable(report: BenchReport, rows = README_ROWS): string {
   const base = report.baseline ?? {};
   const rev = report.baselineRev?.rev;
@@ -239,6 +243,7 @@ export function markdownTable(report: BenchReport, rows = README_ROWS): string {
     "| --- | ---: | ---: | ---: | --- |",
   ];
   for (const row of rows) {
+    if (!(row.key in report.results)) continue;
     const v = report.results[row.key];
     let ref = "—";
     let ratio = "—";

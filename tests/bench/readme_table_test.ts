@@ -78,6 +78,17 @@ Deno.test("markdownTable: the baseline's figure wins over the row's reference ke
   assert.match(rowOf(t, "decode_realistic_records_per_s"), /golden record looped/);
 });
 
+Deno.test("markdownTable: a figure the report predates has no row; one measured as null does", () => {
+  const r = report();
+  const { decode_records_per_s: _, ...older } = r.results;
+  const table = markdownTable({ ...r, results: older as BenchReport["results"] });
+  assert.ok(!table.includes("(`decode_records_per_s`)"), table);
+  assert.ok(table.includes("(`rss_bytes_idle`)"), table);
+  assert.match(rowOf(markdownTable(r), "decode_records_per_s"), /2,000,000/);
+  const nulled = markdownTable({ ...r, results: { ...r.results, decode_records_per_s: null } });
+  assert.match(rowOf(nulled, "decode_records_per_s"), /\| — \|/);
+});
+
 Deno.test("updateReadme: replaces only the text between the markers", () => {
   const before = `# Title\n\nintro\n\n${TABLE_START}\nold table\n${TABLE_END}\n\nafter\n`;
   const after = updateReadme(before, report());

@@ -208,7 +208,7 @@ Deno.test("manifest: the Deno permissions are what `deno task permissions` print
       const m = /^(--allow-\w+=)(.*)$/.exec(a);
       return m === null ? a : m[1] + m[2].split(",").sort().join(",");
     });
-  // The image of scripts/image.ts (deno task image): its runtime and its single-file build.
+  // The image of scripts/image.ts (deno task image): its runtime and its build (scripts/bundle.ts).
   assert.equal(c.image, IMAGE_TAG);
   assert.deepEqual(sets(c.command), sets([IMAGE_PATHS.deno, "run", ...flags, IMAGE_PATHS.program]));
   // Nothing broad: every allow flag is scoped.

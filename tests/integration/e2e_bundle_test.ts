@@ -1,6 +1,6 @@
 /**
- * End to end: the single-file build of `deno task bundle` (`scripts/bundle.ts`: the program as
- * `flow-aggregator.js` plus its worker entries under `workers/`). The bundle must run outside
+ * End to end: the build of `deno task bundle` (`scripts/bundle.ts`: the program as
+ * `flow-aggregator.js`, its worker entries under `src/`, the chunks they share). It must run outside
  * the repository (no deno.json, no node_modules next to it): `--version`, and a short real run
  * that collects a record and writes it to the flow log from the sink's own worker.
  */
@@ -18,7 +18,8 @@ import {
   runToExit,
 } from "../_helpers/process.ts";
 import { intraNodeKey, intraNodeRecord } from "./helpers/scenarios.ts";
-import { WORKER_ENTRIES } from "../../src/worker_module.ts";
+import { bundledEntryPath, WORKER_ENTRIES } from "../../src/worker_module.ts";
+import { dirname, join } from "node:path";
 
 const dir = await Deno.makeTempDir({ prefix: "fa-e2e-bundle-" });
 const bundle = `${dir}/flow-aggregator.js`;
@@ -43,7 +44,7 @@ function conf(transport: "TCP" | "UDP"): string {
 }
 
 Deno.test({
-  name: "bundle: deno bundle builds one file that runs --version outside the repository",
+  name: "bundle: the build runs --version outside the repository",
   async fn() {
     await build();
     const size = (await Deno.stat(bundle)).size;
@@ -76,7 +77,7 @@ Deno.test({
       const port = await fa.collectorPort();
       const status = await sendThenStop(fa, port, [intraNodeRecord(48_001)]);
       assert.equal(status.code, 0, fa.stderr);
-      // The sink ran in its permission-scoped worker, loaded from workers/flow_log.js.
+      // The sink ran in its permission-scoped worker, loaded from src/exporters/flow_log/worker.js.
       assert.match(fa.stderr, /msg="exporter worker started" exporter=log /);
       assert.doesNotMatch(fa.stderr, /sink worker module not found/);
       const lines = await readFlowLog(`${dir}/flows-TCP.log`);
@@ -128,13 +129,61 @@ Deno.test({
   },
 });
 
+/**
+ * The files `file` loads when it is evaluated: itself and, transitively, its static imports of
+ * the build's relative files (`import ... from "./chunk-X.js"`), not its dynamic `import()`s.
+ */
+async function staticClosure(file: string): Promise<Map<string, string>> {
+  const out = new Map<string, string>();
+  const todo = [file];
+  while (todo.length > 0) {
+    const f = todo.pop()!;
+    if (out.has(f)) continue;
+    const text = await Deno.readTextFile(f);
+    out.set(f, text);
+    for (
+      const m of text.matchAll(/(?:import|export)\s*(?:[^"'();]*?from\s*)?["'](\.[^"']+)["']/g)
+    ) {
+      todo.push(join(dirname(f), m[1]));
+    }
+  }
+  return out;
+}
+
 Deno.test({
-  name: "bundle: every worker entry is bundled next to the program",
+  name: "bundle: every worker entry is built where the program looks for it",
   async fn() {
     await build();
-    for (const name of Object.keys(WORKER_ENTRIES)) {
-      const size = (await Deno.stat(`${dir}/workers/${name}.js`)).size;
-      assert.ok(size > 1000, `workers/${name}.js has ${size} bytes`);
+    for (const rel of Object.values(WORKER_ENTRIES)) {
+      const entry = `${dir}/${bundledEntryPath(rel)}`;
+      const files = await staticClosure(entry);
+      // The entry imports the chunks that hold its code: together they are the worker.
+      const size = [...files.values()].reduce((n, t) => n + t.length, 0);
+      assert.ok(size > 1000, `${bundledEntryPath(rel)} loads ${size} bytes`);
     }
+  },
+});
+
+Deno.test({
+  name: "bundle: what only an enabled sink or a cluster needs is not loaded at start",
+  async fn() {
+    await build();
+    const loaded = await staticClosure(bundle);
+    const text = [...loaded.values()].join("\n");
+    // Strings of the libraries, found in the build but not in what the program loads at start:
+    // the S3 SDK (request signing), the ClickHouse client (its HTTP headers), the Kubernetes
+    // client (its model serializer), node-forge (certificate generation).
+    const roots = [...Deno.readDirSync(dir)].filter((e) => e.isFile && e.name.endsWith(".js"));
+    const whole = (await Promise.all(roots.map((e) => Deno.readTextFile(`${dir}/${e.name}`))))
+      .join("\n");
+    for (const mark of ["x-amz-content-sha256", "X-ClickHouse-", "ObjectSerializer", "forge.pki"]) {
+      assert.ok(whole.includes(mark), `${mark}: not in the build at all`);
+      assert.ok(!text.includes(mark), `${mark}: loaded at start`);
+    }
+    const size = [...loaded.values()].reduce((n, t) => n + t.length, 0);
+    assert.ok(
+      size < whole.length / 4,
+      `the program loads ${size} of the build's ${whole.length} bytes at start`,
+    );
   },
 });

@@ -8,10 +8,13 @@
 // Decimal text of every byte value, so dotted quads are four lookups and three concatenations.
 const DEC: readonly string[] = Array.from({ length: 256 }, (_, i) => String(i));
 // Hex text of 16-bit groups, made on first use: a table of all 65,536 built at import cost
-// several MB of resident memory in every isolate that imports this module.
-const HEX: (string | undefined)[] = new Array<string | undefined>(65536).fill(undefined);
+// several MB of resident memory in every isolate that imports this module. The table itself
+// (512 KiB of slots) is allocated with the first IPv6 group formatted, not at import: most
+// isolates that import this module never format one.
+let HEX: (string | undefined)[] | undefined;
 
 function hex(v: number): string {
+  HEX ??= new Array<string | undefined>(65536).fill(undefined);
   let s = HEX[v];
   if (s === undefined) {
     s = v.toString(16);

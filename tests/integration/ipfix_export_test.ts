@@ -11,6 +11,8 @@ import { setLogWriter } from "../../src/log.ts";
 import { generateCertificates } from "../../src/pki/mod.ts";
 import { clientTls, collectorTls } from "../_helpers/tls.ts";
 import { waitFor } from "../_helpers/wait.ts";
+import { kernelUdpDrops } from "../_helpers/udp_drops.ts";
+import { DEFAULT_RECV_BUFFER } from "../../src/collector/udp_fast.ts";
 import {
   decodingCollector,
   flowgenToAgentSide,
@@ -70,13 +72,47 @@ async function roundTrip(exportProto: "tcp" | "udp", labels: boolean, records: n
     records,
     seed: 99,
   });
-  await waitFor(() => got.length >= report.records, {
-    timeoutMs: 10_000,
-    what: "exported records",
+  // Wait on counts, with a generous deadline. TCP: every record arrived. UDP: the exporter has
+  // sent every record, and each of its datagrams was read by the external collector or dropped
+  // by the kernel, which counts it in /proc/net/udp (a lost one is reported below, not waited
+  // for until the deadline).
+  const ledger = () => {
+    const s = exporter.stats();
+    const es = external.stats();
+    return {
+      records: report.records,
+      received: got.length,
+      exported: s.exported,
+      sent: s.messages,
+      read: es.messages + es.decodeErrorsTotal,
+      kernelDrops: exportProto === "udp" ? kernelUdpDrops(external.port).drops : 0,
+    };
+  };
+  await waitFor(() => {
+    const l = ledger();
+    if (exportProto === "tcp") return l.received >= l.records;
+    return l.exported >= l.records && l.read + l.kernelDrops >= l.sent;
+  }, { timeoutMs: 30_000, what: "exported records" }).catch((e) => {
+    throw new Error(`${e.message}: ${JSON.stringify(ledger())}`);
   });
+  const kernel = exportProto === "udp" ? kernelUdpDrops(external.port) : undefined;
   await exporter.stop();
   await agentSide.stop();
   await external.stop();
+  if (kernel !== undefined) {
+    // Accounting first: every datagram was decoded or dropped by the kernel (and counted by the
+    // collector as the kernel did); then nothing was dropped: the whole export (~500
+    // datagrams, about 1 MiB of socket memory) fits in the receive buffer even if never read.
+    const es = external.stats();
+    const rx = es.udpReceiver!;
+    assert.equal(kernel.sockets, 1, "only the collector's socket on its port");
+    assert.equal(rx.mode, "ffi");
+    assert.equal(rx.queueDrops + rx.oversized, 0);
+    assert.equal(es.messages + es.decodeErrorsTotal + kernel.drops, exporter.stats().messages);
+    assert.equal(rx.kernelDrops, kernel.drops, "the collector's kernel drop count");
+    assert.ok(rx.recvBufferBytes >= DEFAULT_RECV_BUFFER, `socket buffer ${rx.recvBufferBytes} B`);
+    assert.equal(kernel.drops, 0, "datagrams dropped by the kernel");
+  }
   assert.equal(exported.length, report.records);
   assert.ok(report.ipv6Records > 0 && report.ipv4Records > 0, "both families exercised");
   assertIdentical(got, exported, labels);

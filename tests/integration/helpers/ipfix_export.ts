@@ -5,7 +5,7 @@
  * id), and synthetic aggregated records to export without running the aggregation.
  */
 
-import { Collector, type TlsMaterial } from "../../../src/collector/mod.ts";
+import { Collector, fastUdpReceiverFactory, type TlsMaterial } from "../../../src/collector/mod.ts";
 import {
   type FlowgenOptions,
   type FlowgenReport,
@@ -25,13 +25,21 @@ export interface Received {
   record: DataRecord;
 }
 
-/** Starts a Collector on 127.0.0.1 that appends every decoded record to `out`. */
+/**
+ * Starts a Collector on 127.0.0.1 that appends every decoded record to `out`. Over UDP it
+ * receives on the fast path (a recvmmsg thread, 4 MiB socket buffer): it shares this process's
+ * main thread with the exporter under test, and a socket read from that thread (the 208 KiB
+ * default buffer holds ~90 full export datagrams) overflows whenever the exporter writes a
+ * larger burst than that while the thread is busy.
+ */
 export async function decodingCollector(
   proto: "tcp" | "udp" | "tls",
   out: Received[],
   tls?: TlsMaterial,
 ): Promise<Collector> {
-  const c = new Collector({ address: "127.0.0.1:0", protocol: proto, tls }, (recs, ctx) => {
+  const udpReceiver = proto === "udp" ? fastUdpReceiverFactory({ mode: "ffi" }) : undefined;
+  const address = "127.0.0.1:0";
+  const c = new Collector({ address, protocol: proto, tls, udpReceiver }, (recs, ctx) => {
     for (const record of recs) out.push({ templateId: ctx.templateId, record });
   });
   await c.start();

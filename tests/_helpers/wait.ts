@@ -70,3 +70,19 @@ export async function settleDriving<T>(
   }, { timeoutMs: 10_000, intervalMs: 5, ...options });
   return await tracked;
 }
+
+/**
+ * `p`, or a rejection `timeout after N ms waiting for <what>` if it is still pending after `ms`:
+ * for a promise that must settle (a stop, a close), so a test that would hang fails instead.
+ */
+export async function withDeadline<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timeout after ${ms} ms waiting for ${what}`)), ms);
+  });
+  try {
+    return await Promise.race([p, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}

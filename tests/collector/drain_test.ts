@@ -18,7 +18,7 @@ import {
   writeAll,
 } from "./helpers.ts";
 import { clientTls, collectorTls } from "../_helpers/tls.ts";
-import { waitFor } from "../_helpers/wait.ts";
+import { waitFor, withDeadline } from "../_helpers/wait.ts";
 
 setLogLevel("error");
 
@@ -67,27 +67,44 @@ for (const protocol of ["tcp", "tls"] as const) {
 }
 
 Deno.test("drain: a peer that keeps sending is cut at the deadline and counted", async () => {
-  const { c } = await startCollector({
-    address: "127.0.0.1:0",
-    protocol: "tcp",
-    // A quiet period long enough that a writer in this process never looks silent.
-    drain: { deadlineMs: 1000, quietMs: 250 },
-  });
-  // A raw socket that ignores the half-close and writes until the collector is gone.
+  const drain = { deadlineMs: 2000, quietMs: 500 };
+  const { c } = await startCollector({ address: "127.0.0.1:0", protocol: "tcp", drain });
+  // A raw socket that ignores the half-close and writes until the collector is gone. It gives
+  // the event loop a turn after every write: a writer in the collector's own process that finds
+  // room in its socket writes again without the runtime polling the collector's pending read
+  // (`fairness.ts`), so the reads came in bursts between MBs of writes, and under load one burst
+  // of writes outlasted the quiet period: the connection looked drained and was not cut.
   const conn = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
   await writeAll(conn, GOLDEN_TEMPLATE);
-  let writing = true;
-  const flood = (async () => {
+  let writes = 0;
+  let closedByTest = false;
+  const flood = (async (): Promise<"collector closed" | "test closed"> => {
     const chunk = concat(...new Array(50).fill(GOLDEN_DATA));
     try {
-      while (writing) await writeAll(conn, chunk);
+      for (;;) {
+        await writeAll(conn, chunk);
+        writes++;
+        await new Promise((r) => setTimeout(r, 0));
+      }
     } catch {
-      // the collector closed the connection
+      return closedByTest ? "test closed" : "collector closed";
     }
   })();
   try {
-    await waitFor(() => c.stats().dataRecords >= 100, { what: "the flood being read" });
-    await c.stop();
+    await waitFor(() => c.stats().dataRecords >= 100, {
+      what: "the flood being read",
+      timeoutMs: 30_000,
+    });
+    const writesBeforeStop = writes;
+    await withDeadline(c.stop(), drain.deadlineMs + 30_000, "stop() (the drain's deadline)");
+    const writesDuringDrain = writes - writesBeforeStop;
+    // The peer was still sending when the drain ended: its writes went on through the drain, and
+    // it was the collector that closed the connection under it.
+    assert.ok(writesDuringDrain > 0, "the peer wrote during the drain");
+    assert.equal(
+      await withDeadline(flood, 30_000, "the writer seeing the connection closed"),
+      "collector closed",
+    );
     const s = c.stats();
     assert.equal(s.connectionsCutAtStop, 1);
     assert.equal(s.sessionsActive, 0);
@@ -97,8 +114,10 @@ Deno.test("drain: a peer that keeps sending is cut at the deadline and counted",
     const decoded = GOLDEN_TEMPLATE.length + s.dataRecords * GOLDEN_DATA.length;
     assert.equal(s.bytes, decoded + s.bytesLostAtStop, "bytes read = decoded + lost at stop");
   } finally {
-    writing = false;
-    conn.close();
+    closedByTest = true;
+    try {
+      conn.close();
+    } catch { /* already closed */ }
     await flood;
   }
 });

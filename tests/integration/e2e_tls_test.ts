@@ -9,18 +9,11 @@ import assert from "node:assert/strict";
 import { SimAgent } from "./helpers/agent.ts";
 import { byKey, readFlowLog } from "./helpers/flow_log.ts";
 import { FaProcess, flowLogConfig } from "../_helpers/process.ts";
+import { withDeadline } from "../_helpers/wait.ts";
 import { intraNodeKey, intraNodeRecord, NODES } from "./helpers/scenarios.ts";
 
 function conf(logPath: string): string {
   return flowLogConfig(logPath, { transport: "TLS", activeTimeout: "1h", inactiveTimeout: "1h" });
-}
-
-function withDeadline<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const t = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timeout: ${what}`)), ms);
-  });
-  return Promise.race([p, t]).finally(() => clearTimeout(timer));
 }
 
 Deno.test("e2e tls: --cert-dir writes ca.crt/tls.crt/tls.key; an Agent with them is logged, one without a certificate is refused", async () => {

@@ -40,9 +40,8 @@ export class TcpListener {
   readonly #handlers = new Set<Promise<void>>();
   readonly #reads = new ReadClock();
   readonly #gate: ReadGate;
-  #acceptLoop: Promise<void> | undefined;
+  #accepting: { stop(): Promise<void> } | undefined;
   #closing = false;
-  #wake: (() => void) | undefined;
 
   /** Binds the listener (dual-stack `::` for a wildcard address, IPv4 fallback). */
   constructor(address: ListenAddress, env: SessionEnv, options: StreamListenerOptions) {
@@ -50,7 +49,7 @@ export class TcpListener {
     this.#gate = new ReadGate(env.clock);
     this.#table = new ConnectionTable(env, { limits: options.limits });
     this.#drain = options.drain;
-    this.#listener = bind(address);
+    this.#listener = bindTcp(address);
   }
 
   /** The bound port. */
@@ -60,8 +59,15 @@ export class TcpListener {
 
   /** Starts accepting connections. */
   start(): void {
+    if (this.#accepting !== undefined) return;
     this.#table.start();
-    this.#acceptLoop ??= this.#accept();
+    this.#accepting = acceptLoop(this.#listener, this.#env, this.#handlers, (conn) => {
+      if (this.#closing) {
+        closeQuietly(conn);
+        return undefined;
+      }
+      return this.#handle(conn);
+    });
   }
 
   /**
@@ -70,44 +76,10 @@ export class TcpListener {
    */
   async stop(): Promise<void> {
     this.#closing = true;
-    this.#wake?.();
-    closeQuietly(this.#listener);
-    await this.#acceptLoop;
+    if (this.#accepting !== undefined) await this.#accepting.stop();
+    else closeQuietly(this.#listener);
     await this.#table.drain(this.#drain);
     await Promise.all(this.#handlers);
-  }
-
-  async #accept(): Promise<void> {
-    let backoff = BACKOFF_MIN_MS;
-    while (!this.#closing) {
-      let conn: Deno.TcpConn;
-      try {
-        conn = await this.#listener.accept();
-        backoff = BACKOFF_MIN_MS;
-      } catch (e) {
-        if (this.#closing) break;
-        this.#env.counters.acceptErrors++;
-        this.#env.log.warn("accept failed, retrying", { error: e, backoffMs: backoff });
-        await new Promise<void>((resolve) => {
-          const t = setTimeout(resolve, backoff);
-          this.#wake = () => {
-            clearTimeout(t);
-            resolve();
-          };
-        });
-        this.#wake = undefined;
-        backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
-        continue;
-      }
-      if (this.#closing) {
-        closeQuietly(conn);
-        break;
-      }
-      const h = this.#handle(conn);
-      if (h === undefined) continue;
-      this.#handlers.add(h);
-      h.finally(() => this.#handlers.delete(h));
-    }
   }
 
   /** Admits the connection (or closes it, counted) and starts its read loop. */
@@ -177,9 +149,66 @@ export class TcpListener {
   }
 }
 
-function bind(address: ListenAddress): Deno.TcpListener {
+/** Binds a TCP listener on `address` (dual-stack `::` for a wildcard, IPv4 fallback). */
+export function bindTcp(address: ListenAddress): Deno.TcpListener {
   return bindDualStack(
     address,
     (hostname) => Deno.listen({ transport: "tcp", hostname, port: address.port }),
   );
+}
+
+/**
+ * Accepts connections from `listener` until stopped, handing each to `handle` (its handler, kept
+ * in `handlers` until it settles, or undefined when refused). Accept errors (e.g. EMFILE) are
+ * counted and retried with backoff instead of ending the loop (unlike upstream). `stop()` closes
+ * the listener, cuts a backoff short and waits for the loop to end.
+ */
+export function acceptLoop(
+  listener: Deno.TcpListener,
+  env: SessionEnv,
+  handlers: Set<Promise<void>>,
+  handle: (conn: Deno.TcpConn) => Promise<void> | undefined,
+): { stop(): Promise<void> } {
+  let closing = false;
+  let wake: (() => void) | undefined;
+  const loop = (async () => {
+    let backoff = BACKOFF_MIN_MS;
+    while (!closing) {
+      let conn: Deno.TcpConn;
+      try {
+        conn = await listener.accept();
+        backoff = BACKOFF_MIN_MS;
+      } catch (e) {
+        if (closing) break;
+        env.counters.acceptErrors++;
+        env.log.warn("accept failed, retrying", { error: e, backoffMs: backoff });
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, backoff);
+          wake = () => {
+            clearTimeout(t);
+            resolve();
+          };
+        });
+        wake = undefined;
+        backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
+        continue;
+      }
+      if (closing) {
+        closeQuietly(conn);
+        break;
+      }
+      const h = handle(conn);
+      if (h === undefined) continue;
+      handlers.add(h);
+      h.finally(() => handlers.delete(h));
+    }
+  })();
+  return {
+    async stop(): Promise<void> {
+      closing = true;
+      wake?.();
+      closeQuietly(listener);
+      await loop;
+    },
+  };
 }

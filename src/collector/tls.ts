@@ -1,20 +1,31 @@
 /**
- * Mutual-TLS listener. `Deno.listenTls` cannot request client certificates, so this uses the
- * `node:tls` server (`requestCert` + `rejectUnauthorized` + `ca`): a client without a
- * certificate, or with one not signed by the CA, fails the handshake and is counted.
- * After the handshake a connection behaves exactly like a TCP one ({@linkcode StreamSession}).
+ * Mutual-TLS listener. `Deno.listenTls` cannot request client certificates, so the TLS layer
+ * is `node:tls` (`requestCert` + `rejectUnauthorized` + `ca`): a client without a certificate,
+ * or with one not signed by the CA, fails the handshake and is counted. After the handshake a
+ * connection behaves exactly like a TCP one ({@linkcode StreamSession}).
+ *
+ * The sockets are ours, not node's: connections are accepted with `Deno.listen` and their
+ * encrypted bytes read by this listener, with the TCP listener's bounded turns and shared read
+ * tick (`fairness.ts`), then handed to a server-side `tls.TLSSocket` over a `Duplex` that
+ * decrypts them. node's TLS server read its sockets itself, without bound: a connection whose
+ * peer paused for 300 ms was not read again for 4.4-5.7 s while three busy ones delivered ~490k
+ * records each (over TCP: 0.3-0.4 s), and `pause()` did not stop those reads. The raw bytes
+ * wait in the kernel until this listener reads them, and no more than the Duplex's buffer is
+ * read ahead of what the TLS layer has taken.
+ *
  * The caps count a connection from accept (before its handshake, which is capped and timed
  * too), so half-open handshakes cannot hold sockets or memory without bound.
  */
 
 import tls from "node:tls";
-import type { Socket } from "node:net";
-import { exporterAddress, type ListenAddress, sessionPeer } from "./address.ts";
+import { Duplex } from "node:stream";
+import { closeQuietly, exporterAddress, type ListenAddress, sessionPeer } from "./address.ts";
 import { ConnectionTable, countUnfinished, type TrackedConnection } from "./connections.ts";
 import type { DrainOptions } from "./drain.ts";
+import { FairTurn, ReadClock, ReadGate, TURN_BYTES } from "./fairness.ts";
 import { Session, type SessionEnv } from "./session.ts";
 import { StreamSession } from "./stream.ts";
-import type { StreamListenerOptions } from "./tcp.ts";
+import { acceptLoop, bindTcp, type StreamListenerOptions } from "./tcp.ts";
 
 /** PEM material of the TLS listener. */
 export interface TlsMaterial {
@@ -26,22 +37,27 @@ export interface TlsMaterial {
   readonly keyPem: string;
 }
 
+/**
+ * Size of a connection's first read of encrypted bytes, and what it shrinks back to once the
+ * peer is caught up with; it doubles while reads fill it, up to one turn ({@linkcode TURN_BYTES}).
+ */
+const MIN_READ_BYTES = 1024;
+
 /** A mutual-TLS IPFIX listener. */
 export class TlsListener {
   readonly #env: SessionEnv;
   readonly #address: ListenAddress;
-  readonly #server: tls.Server;
+  readonly #serverOptions: tls.TlsOptions;
   readonly #table: ConnectionTable;
   readonly #drain: DrainOptions;
-  /** Admitted connections by `remoteAddress|remotePort`, from accept to close. */
-  readonly #pending = new Map<string, TlsConnection>();
-  /** The same connections by their raw socket. */
-  readonly #byRaw = new WeakMap<Socket, TlsConnection>();
   readonly #handlers = new Set<Promise<void>>();
-  #port = 0;
+  readonly #reads = new ReadClock();
+  readonly #gate: ReadGate;
+  #listener: Deno.TcpListener | undefined;
+  #accepting: { stop(): Promise<void> } | undefined;
   #closing = false;
 
-  /** Creates the server (not yet listening). */
+  /** Prepares the TLS context (not yet listening). */
   constructor(
     address: ListenAddress,
     material: TlsMaterial,
@@ -50,69 +66,41 @@ export class TlsListener {
   ) {
     this.#env = env;
     this.#address = address;
+    this.#gate = new ReadGate(env.clock);
     this.#table = new ConnectionTable(env, { limits: options.limits, releaseIdleBuffers: true });
     this.#drain = options.drain;
-    this.#server = tls.createServer({
+    this.#serverOptions = {
       requestCert: true,
       rejectUnauthorized: true,
       ca: [material.caPem],
       cert: material.certPem,
       key: material.keyPem,
       minVersion: "TLSv1.2",
-    });
-    // Before the TLS layer wraps the socket: a connection over a cap costs no handshake.
-    this.#server.prependListener("connection", (s: Socket) => this.#onConnection(s));
-    this.#server.on("secureConnection", (s: tls.TLSSocket) => this.#onSecure(s));
-    this.#server.on("tlsClientError", (err: Error, socket: Socket) => {
-      const c = this.#connectionOf(socket);
-      socket?.destroy();
-      // A connection we closed (over a cap, timed out, stopping) is counted for that reason.
-      if (c === undefined || c.closedBy !== undefined) return;
-      env.counters.tlsHandshakeFailures++;
-      const key = `tls|${socket?.remoteAddress ?? "?"}`;
-      const suppressed = env.rateLog.allow(key);
-      if (suppressed >= 0) {
-        env.log.warn("TLS handshake failed", {
-          peer: exporterAddress(socket?.remoteAddress ?? "?"),
-          error: err,
-          ...(suppressed > 0 ? { suppressed } : {}),
-        });
-      }
-    });
+    };
   }
 
   /** The bound port (after {@linkcode start}). */
   get port(): number {
-    return this.#port;
+    return this.#listener === undefined ? 0 : (this.#listener.addr as Deno.NetAddr).port;
   }
 
   /** Starts listening; a wildcard address binds `::` (dual-stack) with an IPv4 fallback. */
-  async start(): Promise<void> {
-    const listen = (host: string): Promise<void> =>
-      new Promise((resolve, reject) => {
-        const onError = (e: Error): void => reject(e);
-        this.#server.once("error", onError);
-        this.#server.listen({ port: this.#address.port, host }, () => {
-          this.#server.off("error", onError);
-          resolve();
-        });
-      });
-    if (this.#address.wildcard) {
-      try {
-        await listen("::");
-      } catch {
-        await listen("0.0.0.0");
-      }
-    } else {
-      await listen(this.#address.hostname);
+  start(): Promise<void> {
+    if (this.#listener !== undefined) return Promise.resolve();
+    try {
+      this.#listener = bindTcp(this.#address);
+    } catch (e) {
+      return Promise.reject(e);
     }
-    this.#port = (this.#server.address() as { port: number }).port;
-    this.#server.on("error", (e: Error) => {
-      // Accept-time errors (e.g. EMFILE): the node server keeps listening; count and go on.
-      this.#env.counters.acceptErrors++;
-      this.#env.log.warn("TLS server error", { error: e });
-    });
     this.#table.start();
+    this.#accepting = acceptLoop(this.#listener, this.#env, this.#handlers, (conn) => {
+      if (this.#closing) {
+        closeQuietly(conn);
+        return undefined;
+      }
+      return this.#handle(conn);
+    });
+    return Promise.resolve();
   }
 
   /**
@@ -122,76 +110,90 @@ export class TlsListener {
    */
   async stop(): Promise<void> {
     this.#closing = true;
-    const closed = new Promise<void>((resolve) => this.#server.close(() => resolve()));
+    await this.#accepting?.stop();
     await this.#table.drain(this.#drain);
     await Promise.all(this.#handlers);
-    if (this.#port !== 0) await closed;
   }
 
-  #onConnection(raw: Socket): void {
-    const c: TlsConnection = { socket: raw, closedBy: undefined, tracked: undefined };
-    const handle = {
+  /** Admits the connection (or closes it, counted), then runs its handshake and reads. */
+  #handle(conn: Deno.TcpConn): Promise<void> | undefined {
+    const remote = conn.remoteAddr;
+    const address = exporterAddress(remote.hostname);
+    let closedBy: string | undefined;
+    let bytesRead = 0;
+    let secure: tls.TLSSocket | undefined;
+    // The pump waits on `wanted` while the TLS layer has not taken what it pushed; `gone` ends
+    // the pump once the socket is destroyed (it then takes nothing more).
+    let wanted: (() => void) | undefined;
+    const flow = { gone: false };
+    const wake = (): void => {
+      const w = wanted;
+      wanted = undefined;
+      w?.();
+    };
+    const raw = new Duplex({
+      read: wake,
+      write(chunk: Uint8Array, _encoding: string, done: (e?: Error | null) => void): void {
+        writeAll(conn, chunk).then(() => done(), (e) => done(e as Error));
+      },
+      final(done: (e?: Error | null) => void): void {
+        conn.closeWrite().then(() => done(), () => done());
+      },
+      destroy(err: Error | null, done: (e?: Error | null) => void): void {
+        flow.gone = true;
+        closeQuietly(conn);
+        wake();
+        done(err);
+      },
+    });
+    const tracked: TrackedConnection | undefined = this.#table.admit(address, {
       close(reason: string): void {
-        c.closedBy ??= reason;
-        c.socket.destroy();
+        closedBy ??= reason;
+        closeQuietly(conn);
+        secure?.destroy();
+        raw.destroy();
       },
       closeWrite(): void {
-        c.socket.end();
+        // close_notify, then the TCP half-close (the Duplex's final).
+        secure?.end();
       },
-      // The raw socket's count covers the handshake and the records after it.
-      progress: () => raw.bytesRead,
-    };
-    // Known even when refused: its handshake error is then not a handshake failure.
-    this.#byRaw.set(raw, c);
-    c.tracked = this.#table.admit(exporterAddress(raw.remoteAddress ?? "?"), handle, {
-      handshake: true,
-    });
-    if (c.tracked === undefined) {
-      c.closedBy = "refused";
-      raw.destroy();
-      return;
+      // The raw count covers the handshake and the records after it.
+      progress: () => bytesRead,
+    }, { handshake: true });
+    if (tracked === undefined) {
+      closeQuietly(conn);
+      return undefined;
     }
-    const key = socketKey(raw);
-    this.#pending.set(key, c);
-    raw.on("close", () => {
-      if (this.#pending.get(key) === c) this.#pending.delete(key);
-      this.#table.remove(c.tracked!);
-    });
-  }
-
-  /**
-   * The accepted connection a TLS socket wraps: node's TLS server keeps the raw socket as
-   * `_parent` (Node and Deno's polyfill); the peer's address and port are the fallback (the
-   * socket of a failed handshake may no longer know them).
-   */
-  #connectionOf(socket: Socket | undefined): TlsConnection | undefined {
-    const parent = (socket as { _parent?: unknown } | undefined)?._parent;
-    const c = parent === undefined ? undefined : this.#byRaw.get(parent as Socket);
-    return c ?? this.#pending.get(socketKey(socket));
-  }
-
-  #onSecure(socket: tls.TLSSocket): void {
-    const c = this.#connectionOf(socket);
-    if (c === undefined || c.closedBy !== undefined) {
-      socket.destroy();
-      return;
-    }
-    c.socket = socket;
-    const host = socket.remoteAddress ?? "unknown";
-    const session = new Session(this.#env, {
-      transport: "tls",
-      exporterAddress: exporterAddress(host),
-      peer: sessionPeer(host, socket.remotePort ?? 0),
-      templateTtlMs: 0,
-    });
-    const stream = new StreamSession(session, this.#env.clock);
-    this.#table.attach(c.tracked!, stream);
+    // A TLS server of its own, never listening, is handed the connection: node's server, not a
+    // bare server-side TLSSocket, verifies the client certificate against the CA (a bare one
+    // in Deno accepts a certificate of any CA), and its events name this connection.
+    const server = tls.createServer(this.#serverOptions);
+    let session: Session | undefined;
+    let stream: StreamSession | undefined;
     let reason = "eof";
     let onError = false;
-    const done = new Promise<void>((resolve) => {
+    let tlsClosed = Promise.resolve();
+    const rawClosed = new Promise<void>((resolve) => raw.on("close", () => resolve()));
+    server.on("secureConnection", (socket: tls.TLSSocket) => {
+      tlsClosed = new Promise<void>((resolve) => socket.on("close", () => resolve()));
+      socket.on("close", () => raw.destroy());
+      if (closedBy !== undefined) {
+        socket.destroy();
+        return;
+      }
+      secure = socket;
+      session = new Session(this.#env, {
+        transport: "tls",
+        exporterAddress: address,
+        peer: sessionPeer(remote.hostname, remote.port),
+        templateTtlMs: 0,
+      });
+      const st = new StreamSession(session, this.#env.clock);
+      stream = st;
+      this.#table.attach(tracked, st);
       socket.on("data", (chunk: Uint8Array) => {
-        if (session.closed || onError || c.closedBy !== undefined) return;
-        const r = stream.feed(chunk);
+        if (onError || closedBy !== undefined) return;
+        const r = st.feed(chunk);
         if (!r.ok) {
           reason = r.reason;
           onError = true;
@@ -199,33 +201,79 @@ export class TlsListener {
         }
       });
       socket.on("end", () => {
-        stream.end();
+        st.end();
         socket.destroy();
       });
       socket.on("error", (e: Error) => {
         if (!onError) reason = this.#closing ? "collector stopped" : `read error: ${e.message}`;
       });
-      socket.on("close", () => {
-        if (c.closedBy !== undefined) countUnfinished(this.#env, stream, this.#closing);
-        session.close(c.closedBy ?? reason, onError);
-        resolve();
-      });
+      // Established while draining: read what the peer sent, after asking it to stop.
+      if (this.#closing) socket.end();
     });
-    this.#handlers.add(done);
-    done.finally(() => this.#handlers.delete(done));
-    // Established while draining: read what the peer sent, after asking it to stop.
-    if (this.#closing) socket.end();
+    server.on("tlsClientError", (e: Error, socket: tls.TLSSocket | undefined) => {
+      socket?.destroy();
+      raw.destroy();
+      // A connection we closed (over a cap, timed out, stopping) is counted for that reason.
+      if (closedBy !== undefined) return;
+      this.#env.counters.tlsHandshakeFailures++;
+      const suppressed = this.#env.rateLog.allow(`tls|${remote.hostname}`);
+      if (suppressed >= 0) {
+        this.#env.log.warn("TLS handshake failed", {
+          peer: address,
+          error: e,
+          ...(suppressed > 0 ? { suppressed } : {}),
+        });
+      }
+    });
+    server.emit("connection", raw);
+    const pumped = this.#pump(conn, raw, flow, () => new Promise<void>((r) => wanted = r), (n) => {
+      bytesRead += n;
+    });
+    return Promise.all([rawClosed, pumped]).then(() => tlsClosed).then(() => {
+      closeQuietly(conn);
+      this.#table.remove(tracked);
+      if (stream !== undefined && closedBy !== undefined) {
+        countUnfinished(this.#env, stream, this.#closing);
+      }
+      session?.close(closedBy ?? reason, onError);
+    });
+  }
+
+  /**
+   * Reads the connection's encrypted bytes into `raw` until EOF or an error, in the TCP
+   * listener's fair turns; waits (`more`) while the TLS layer has not taken what was pushed.
+   * Never rejects.
+   */
+  async #pump(
+    conn: Deno.TcpConn,
+    raw: Duplex,
+    flow: { readonly gone: boolean },
+    more: () => Promise<void>,
+    counted: (n: number) => void,
+  ): Promise<void> {
+    const turn = new FairTurn(this.#reads);
+    let size = MIN_READ_BYTES;
+    try {
+      while (!flow.gone) {
+        const buf = new Uint8Array(size);
+        const n = await conn.read(buf);
+        if (n === null) break;
+        counted(n);
+        if (!raw.push(buf.subarray(0, n)) && !flow.gone) await more();
+        const tick = this.#gate.after(n, size);
+        size = n === size ? Math.min(size * 2, TURN_BYTES) : MIN_READ_BYTES;
+        if (tick !== undefined) await tick;
+        if (turn.spend(n) && this.#table.size > 1) await turn.pause();
+      }
+    } catch {
+      // Closed under the read (stop, a timeout, the TLS layer gave up), or a reset: the TLS
+      // socket reports what happened.
+    }
+    if (!flow.gone) raw.push(null);
   }
 }
 
-/** One accepted connection: the raw socket, then the TLS socket over it. */
-interface TlsConnection {
-  socket: Socket;
-  closedBy: string | undefined;
-  tracked: TrackedConnection | undefined;
-}
-
-/** Identifies a connection in both its raw and its TLS socket. */
-function socketKey(s: Socket | undefined): string {
-  return `${s?.remoteAddress}|${s?.remotePort}`;
+async function writeAll(conn: Deno.TcpConn, chunk: Uint8Array): Promise<void> {
+  let off = 0;
+  while (off < chunk.length) off += await conn.write(chunk.subarray(off));
 }

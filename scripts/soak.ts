@@ -20,6 +20,7 @@
  */
 
 import { encodeMessage, encodeTemplateSet, fieldsFor } from "../src/ipfix/mod.ts";
+import { writeAll } from "../src/bytes.ts";
 import { FLOWGEN_TS, rssBytes, startFlowAggregator } from "./bench/process.ts";
 
 const flag = (name: string, def: number): number => {
@@ -103,10 +104,6 @@ async function onConnection(port: number, fn: (c: Deno.TcpConn) => Promise<void>
       // already closed
     }
   }
-}
-
-async function writeAll(c: Deno.TcpConn, b: Uint8Array): Promise<void> {
-  for (let off = 0; off < b.length;) off += await c.write(b.subarray(off));
 }
 
 /** One round of every attack; `round` varies the flood's layouts. */

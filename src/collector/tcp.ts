@@ -61,13 +61,7 @@ export class TcpListener {
   start(): void {
     if (this.#accepting !== undefined) return;
     this.#table.start();
-    this.#accepting = acceptLoop(this.#listener, this.#env, this.#handlers, (conn) => {
-      if (this.#closing) {
-        closeQuietly(conn);
-        return undefined;
-      }
-      return this.#handle(conn);
-    });
+    this.#accepting = acceptLoop(this.#listener, this.#env, this.#handlers, (c) => this.#handle(c));
   }
 
   /**

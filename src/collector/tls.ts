@@ -6,8 +6,8 @@
  *
  * The sockets are ours, not node's: connections are accepted with `Deno.listen` and their
  * encrypted bytes read by this listener, with the TCP listener's bounded turns and shared read
- * tick (`fairness.ts`), then handed to a server-side `tls.TLSSocket` over a `Duplex` that
- * decrypts them. node's TLS server read its sockets itself, without bound: a connection whose
+ * tick (`fairness.ts`), then handed through a `Duplex` to a `node:tls` server of the
+ * connection's own (never listening), which decrypts them. node's TLS server read its sockets itself, without bound: a connection whose
  * peer paused for 300 ms was not read again for 4.4-5.7 s while three busy ones delivered ~490k
  * records each (over TCP: 0.3-0.4 s), and `pause()` did not stop those reads. The raw bytes
  * wait in the kernel until this listener reads them, and no more than the Duplex's buffer is
@@ -19,8 +19,9 @@
 
 import tls from "node:tls";
 import { Duplex } from "node:stream";
+import { writeAll } from "../bytes.ts";
 import { closeQuietly, exporterAddress, type ListenAddress, sessionPeer } from "./address.ts";
-import { ConnectionTable, countUnfinished, type TrackedConnection } from "./connections.ts";
+import { ConnectionTable, countUnfinished } from "./connections.ts";
 import type { DrainOptions } from "./drain.ts";
 import { FairTurn, ReadClock, ReadGate, TURN_BYTES } from "./fairness.ts";
 import { Session, type SessionEnv } from "./session.ts";
@@ -93,13 +94,7 @@ export class TlsListener {
       return Promise.reject(e);
     }
     this.#table.start();
-    this.#accepting = acceptLoop(this.#listener, this.#env, this.#handlers, (conn) => {
-      if (this.#closing) {
-        closeQuietly(conn);
-        return undefined;
-      }
-      return this.#handle(conn);
-    });
+    this.#accepting = acceptLoop(this.#listener, this.#env, this.#handlers, (c) => this.#handle(c));
     return Promise.resolve();
   }
 
@@ -146,7 +141,7 @@ export class TlsListener {
         done(err);
       },
     });
-    const tracked: TrackedConnection | undefined = this.#table.admit(address, {
+    const tracked = this.#table.admit(address, {
       close(reason: string): void {
         closedBy ??= reason;
         closeQuietly(conn);
@@ -175,8 +170,12 @@ export class TlsListener {
     let tlsClosed = Promise.resolve();
     const rawClosed = new Promise<void>((resolve) => raw.on("close", () => resolve()));
     server.on("secureConnection", (socket: tls.TLSSocket) => {
-      tlsClosed = new Promise<void>((resolve) => socket.on("close", () => resolve()));
-      socket.on("close", () => raw.destroy());
+      tlsClosed = new Promise<void>((resolve) =>
+        socket.on("close", () => {
+          raw.destroy();
+          resolve();
+        })
+      );
       if (closedBy !== undefined) {
         socket.destroy();
         return;
@@ -271,9 +270,4 @@ export class TlsListener {
     }
     if (!flow.gone) raw.push(null);
   }
-}
-
-async function writeAll(conn: Deno.TcpConn, chunk: Uint8Array): Promise<void> {
-  let off = 0;
-  while (off < chunk.length) off += await conn.write(chunk.subarray(off));
 }

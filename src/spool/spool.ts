@@ -26,6 +26,7 @@
  */
 
 import { crc32 } from "./crc32.ts";
+import { writeAll } from "../bytes.ts";
 
 const MAGIC = 0x46415350; // "FASP"
 const HEADER_BYTES = 12;
@@ -561,11 +562,6 @@ export class Spool {
       return Promise.resolve();
     });
   }
-}
-
-async function writeAll(f: Deno.FsFile, bytes: Uint8Array): Promise<void> {
-  let off = 0;
-  while (off < bytes.length) off += await f.write(bytes.subarray(off));
 }
 
 async function readExactly(f: Deno.FsFile, n: number): Promise<Uint8Array | undefined> {

@@ -5,6 +5,7 @@
  */
 
 import { ClickHouseServer } from "../../scripts/clickhouse.ts";
+import { writeAll } from "../../src/bytes.ts";
 import { type ClickHouseConfig, flowsSchemaSql } from "../../src/exporters/clickhouse/mod.ts";
 
 export { ClickHouseServer };
@@ -168,9 +169,4 @@ export class LossyProxy {
       }
     }
   }
-}
-
-async function writeAll(conn: Deno.Conn, bytes: Uint8Array): Promise<void> {
-  let off = 0;
-  while (off < bytes.length) off += await conn.write(bytes.subarray(off));
 }

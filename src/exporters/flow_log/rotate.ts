@@ -20,6 +20,7 @@
 import { basename, dirname, extname, join } from "node:path";
 import { type Clock, systemClock } from "../../clock.ts";
 import { logger } from "../../log.ts";
+import { writeAll } from "../../bytes.ts";
 
 const log = logger("log-exporter");
 const encoder = new TextEncoder();
@@ -119,11 +120,6 @@ function wholeLines(
     count++;
   }
   return { count, bytes: total };
-}
-
-async function writeAll(w: { write(p: Uint8Array): Promise<number> }, data: Uint8Array) {
-  let off = 0;
-  while (off < data.length) off += await w.write(data.subarray(off));
 }
 
 function pad(n: number, width = 2): string {

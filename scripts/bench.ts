@@ -1,11 +1,11 @@
 /**
- * Benchmark harness: `deno task bench` runs the full suite (about 15 minutes on 2 cores),
+ * Benchmark harness: `deno task bench` runs the full suite (about 16 minutes on 2 cores),
  * `deno task bench --quick` a smoke version in seconds for CI. Prints a table and writes
  * `bench/latest.json` with one number per key (null when a part is not implemented yet or could
  * not run, with the reason in `notes`) plus the raw trials under `details`.
  *
  * Flags: --quick,
- * --only=udp,decode,aggregate,e2e,replay,heap,podstore,rss,clickhouse,s3,api,udp_e2e
+ * --only=udp,decode,aggregate,e2e,replay,heap,podstore,rss,connections,clickhouse,s3,api,udp_e2e
  * (comma list), --out=<path>, --baseline=<rev>, --baseline-rounds=<n>.
  *
  * A run without --quick and without --out (full, or partial with --only) also appends one line
@@ -57,6 +57,7 @@ import { benchHeapPerFlow } from "./bench/memory.ts";
 import { benchPodStore } from "./bench/podstore.ts";
 import { benchClickHouse } from "./bench/clickhouse.ts";
 import { benchRssIdle as measureRssIdle } from "./bench/process.ts";
+import { benchIdleConnections, type IdleConnectionsResult } from "./bench/idle_connections.ts";
 import { benchS3 as measureS3 } from "./bench/s3.ts";
 import { S3_DEFAULTS } from "../src/exporters/s3/config.ts";
 import {
@@ -78,9 +79,11 @@ const REPO_ROOT: string = new URL("..", import.meta.url).pathname.replace(/\/$/,
 
 /**
  * Keys of bench/latest.json; null = not measured (see notes). The replay e2e keys are those of
- * {@linkcode E2eReplayResult} (documented there).
+ * {@linkcode E2eReplayResult}, the idle connection keys those of
+ * {@linkcode IdleConnectionsResult} (documented there).
  */
-export interface BenchResults extends Omit<E2eReplayResult, "detail"> {
+export interface BenchResults
+  extends Omit<E2eReplayResult, "detail">, Omit<IdleConnectionsResult, "detail"> {
   /** Single-record messages decoded per second (codec, template known). */
   decode_records_per_s: number | null;
   /** Records per second decoded from multi-record messages. */
@@ -269,6 +272,8 @@ export function emptyResults(): BenchResults {
     e2e_replay_agent_spread: null,
     e2e_replay_one_shard_records_per_s: null,
     e2e_replay_one_shard_cpu_us_per_record: null,
+    e2e_replay_tls_records_per_s: null,
+    e2e_replay_tls_cpu_us_per_record: null,
     udp_lossless_records_per_s: null,
     udp_c_baseline_per_s: null,
     udp_nfcapd_per_s: null,
@@ -291,6 +296,8 @@ export function emptyResults(): BenchResults {
     rss_bytes_idle_runtime: null,
     rss_bytes_idle_runtime_workers: null,
     rss_bytes_idle_bundle: null,
+    tls_idle_connection_bytes: null,
+    tcp_idle_connection_bytes: null,
     podstore_bytes_per_pod: null,
     podstore_lookups_per_s: null,
     api_query_ingest_ratio: null,
@@ -560,10 +567,11 @@ export async function benchE2eTcp(ctx: BenchContext): Promise<void> {
 
 /**
  * Measures the e2e_replay_* keys and replay_sender_cpu_us_per_record: the real process over TCP
- * fed by the replay sender as fast as it reads (scripts/bench/e2e_replay.ts).
+ * (and over mutual TLS, its trials alternated with TCP's) fed by the replay sender as fast as it
+ * reads (scripts/bench/e2e_replay.ts).
  */
 export async function benchReplay(ctx: BenchContext): Promise<void> {
-  progress("e2e replay: TCP, 4 connections, flow log on, unpaced replay sender");
+  progress("e2e replay: TCP and mutual TLS, 4 connections, flow log on, unpaced replay sender");
   const r = await benchE2eReplay({ quick: ctx.quick });
   const d = r.detail;
   for (const k of Object.keys(r) as (keyof typeof r)[]) {
@@ -587,7 +595,39 @@ export async function benchReplay(ctx: BenchContext): Promise<void> {
   ctx.notes.replay_sender_cpu_us_per_record = "the sender process's CPU, start-up included";
   ctx.notes.e2e_replay_agent_spread = "slowest / fastest Agent connection's records, all flat " +
     "out; one sender process for the four, so its own scheduling counts too";
+  const tlsFailed = d.tlsTrials.filter((t) => !t.pass).map((t) => t.failures.join("; "));
+  const tcp = ctx.results.e2e_replay_tcp_records_per_s;
+  const tls = ctx.results.e2e_replay_tls_records_per_s;
+  ctx.notes.e2e_replay_tls_records_per_s = `${q}best of ${d.tlsTrials.length} trial(s) like ` +
+    "the TCP ones (4 Agent connections flat out, shipped defaults, every record accounted " +
+    "for) over mutual TLS: aggregatorTransportProtocol TLS, the sender presenting the Agent " +
+    "certificate the process wrote (--cert-dir); each round runs TCP, TLS, one shard and the " +
+    "next the reverse" +
+    (tcp !== null && tls !== null ? `; ${(100 * tls / tcp).toFixed(0)} % of TCP` : "") +
+    (tlsFailed.length ? `; failed: ${tlsFailed.join(" | ")}` : "");
+  ctx.notes.e2e_replay_tls_cpu_us_per_record = "utime + stime of every thread, TLS trials; " +
+    "reference: e2e_replay_cpu_us_per_record (TCP, same run)";
   ctx.details.e2e_replay = d;
+}
+
+/**
+ * Measures tls_idle_connection_bytes and its reference tcp_idle_connection_bytes: the real
+ * process's VmRSS per idle established connection (scripts/bench/idle_connections.ts).
+ */
+export async function benchConnections(ctx: BenchContext): Promise<void> {
+  progress("idle connections: RSS per established idle TLS / TCP connection");
+  const r = await benchIdleConnections({ quick: ctx.quick });
+  ctx.results.tls_idle_connection_bytes = r.tls_idle_connection_bytes;
+  ctx.results.tcp_idle_connection_bytes = r.tcp_idle_connection_bytes;
+  const q = ctx.quick ? "quick mode, smoke only: " : "";
+  const failed = (k: "TLS" | "TCP"): string => {
+    const f = r.detail.trials.find((t) => t.transport === k)?.failures ?? [];
+    return f.length ? `; FAILED: ${f.join("; ")}` : "";
+  };
+  ctx.notes.tls_idle_connection_bytes = `${q}${r.detail.note}${failed("TLS")}`;
+  ctx.notes.tcp_idle_connection_bytes = `${q}the same with aggregatorTransportProtocol TCP, ` +
+    `plain connections, in a second process${failed("TCP")}`;
+  ctx.details.idle_connections = r.detail;
 }
 
 /** Measures heap_bytes_per_flow_100k / _1m (scripts/bench/memory.ts). */
@@ -718,6 +758,7 @@ const PARTS: Record<string, (ctx: BenchContext) => Promise<void>> = {
   heap: benchHeap,
   podstore: benchPodStoreMemory,
   rss: benchRssIdle,
+  connections: benchConnections,
   api: benchApiQueries,
   clickhouse: benchClickHouseSink,
   s3: benchS3,
@@ -752,6 +793,8 @@ export const UNITS: Record<keyof BenchResults, string> = {
   e2e_replay_agent_spread: "ratio",
   e2e_replay_one_shard_records_per_s: "records/s",
   e2e_replay_one_shard_cpu_us_per_record: "µs",
+  e2e_replay_tls_records_per_s: "records/s",
+  e2e_replay_tls_cpu_us_per_record: "µs",
   udp_lossless_records_per_s: "datagrams/s",
   udp_c_baseline_per_s: "datagrams/s",
   udp_nfcapd_per_s: "records/s",
@@ -774,6 +817,8 @@ export const UNITS: Record<keyof BenchResults, string> = {
   rss_bytes_idle_runtime: "bytes",
   rss_bytes_idle_runtime_workers: "bytes",
   rss_bytes_idle_bundle: "bytes",
+  tls_idle_connection_bytes: "bytes",
+  tcp_idle_connection_bytes: "bytes",
   podstore_bytes_per_pod: "bytes",
   podstore_lookups_per_s: "lookups/s",
   api_query_ingest_ratio: "ratio",
@@ -868,6 +913,8 @@ const PART_KEYS: Record<string, readonly (keyof BenchResults)[]> = {
     "replay_sender_cpu_us_per_record",
     "e2e_replay_one_shard_records_per_s",
     "e2e_replay_one_shard_cpu_us_per_record",
+    "e2e_replay_tls_records_per_s",
+    "e2e_replay_tls_cpu_us_per_record",
   ],
 };
 

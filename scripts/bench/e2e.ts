@@ -116,6 +116,8 @@ const WORKER_ZERO_FIELDS = [
 export interface E2eTrial {
   /** Where the process ran its sinks. */
   mode: E2eMode;
+  /** The collector's transport (`aggregatorTransportProtocol`); absent = TCP. */
+  transport?: E2eTransport;
   /** Load generator: flowgen (default) or the replay sender. */
   sender?: E2eSender;
   /** With `queryEveryMs`: the `/flowrecords` queries made during the trial. */
@@ -247,13 +249,20 @@ const INACTIVE = "10s";
  */
 export const FLOW_LOG_FILE = "log/flows.log";
 
+/** A collector transport of a stream trial: plain TCP, or mutual TLS. */
+export type E2eTransport = "TCP" | "TLS";
+
+/** The certificate directory of a TLS trial (`--cert-dir`), relative to its directory. */
+export const CERT_DIR = "certs";
+
 /**
  * The benchmark configuration of the real process: the given collector transport (default
- * TCP), the flow log on (writing `logPath`), every other sink off.
+ * TCP), the flow log on (writing `logPath`), every other sink off. TLS: the server certificate
+ * is issued for 127.0.0.1 (`flowAggregatorAddress`), where the bench's Agents connect.
  */
 export function benchConfig(
   logPath: string,
-  transport: "TCP" | "UDP" = "TCP",
+  transport: "TCP" | "UDP" | "TLS" = "TCP",
   timeouts: BenchTimeouts = { active: ACTIVE, inactive: INACTIVE },
 ): string {
   // The flow log is never rotated or compressed during a trial: gzip of rotated files is not
@@ -261,7 +270,7 @@ export function benchConfig(
   return `activeFlowRecordTimeout: ${timeouts.active}
 inactiveFlowRecordTimeout: ${timeouts.inactive}
 aggregatorTransportProtocol: ${transport}
-flowCollector:
+${transport === "TLS" ? "flowAggregatorAddress: 127.0.0.1\n" : ""}flowCollector:
   enable: false
 clickHouse:
   enable: false
@@ -337,7 +346,8 @@ export type E2eSender = "flowgen" | "replay";
 
 /**
  * Runs a sender CLI (flowgen or replay) over TCP (or `opts.proto`) to `port` from `AGENTS`
- * Agents and returns its `--json` report; `extra` are its own flags.
+ * Agents and returns its `--json` report; `extra` are its own flags (TLS: `--ca`, `--cert`,
+ * `--key`).
  */
 export async function runSenderProcess(
   sender: E2eSender,
@@ -347,7 +357,7 @@ export async function runSenderProcess(
     durationSec: number;
     flows: number;
     extra?: string[];
-    proto?: "tcp" | "udp";
+    proto?: "tcp" | "udp" | "tls";
   },
 ): Promise<FlowgenSummary> {
   const out = await new Deno.Command(Deno.execPath(), {
@@ -430,6 +440,12 @@ export interface E2eTrialOptions {
   root?: string;
   /** More arguments of the aggregator (`main.ts`), e.g. `--workers 2`. */
   args?: readonly string[];
+  /**
+   * The collector's transport; default TCP. TLS: mutual TLS, the process writing its generated
+   * CA and an Agent client certificate with `--cert-dir <trial dir>/certs`, which the sender
+   * presents.
+   */
+  transport?: E2eTransport;
   /** The configuration's flow timeouts; default the bench's (active 5 s, inactive 10 s). */
   timeouts?: BenchTimeouts;
 }
@@ -489,10 +505,16 @@ export async function runE2eTrial(
   }
   const dir = await Deno.makeTempDir({ prefix: "fa-bench-e2e-" });
   const confPath = `${dir}/fa.conf`;
-  await Deno.writeTextFile(confPath, benchConfig(`${dir}/${FLOW_LOG_FILE}`, "TCP", opts.timeouts));
+  const transport = opts.transport ?? "TCP";
+  const certDir = `${dir}/${CERT_DIR}`;
+  await Deno.writeTextFile(
+    confPath,
+    benchConfig(`${dir}/${FLOW_LOG_FILE}`, transport, opts.timeouts),
+  );
   const sender = opts.sender ?? "flowgen";
   const trial: E2eTrial = {
     mode,
+    ...(transport === "TCP" ? {} : { transport }),
     sender,
     targetRate,
     pass: false,
@@ -516,26 +538,49 @@ export async function runE2eTrial(
     args: [
       ...(mode === "inprocess" ? ["--exporters-in-process"] : []),
       ...(api ? ["--api-listen", "127.0.0.1:0", "--api-token-file", `${dir}/api/token`] : []),
+      ...(transport === "TLS" ? ["--cert-dir", certDir] : []),
       ...(opts.args ?? []),
     ],
+    tls: transport === "TLS",
   });
   const poller = opts.queryEveryMs === undefined
     ? undefined
     : pollFlowRecords(fa, `${dir}/api/token`, opts.queryEveryMs);
   try {
+    // The certificates are written in the background of the start: wait for them.
+    const certsWritten = transport !== "TLS" ||
+      await fa.waitFor((e) => e.msg === "wrote the CA and Agent client certificate", 30_000)
+        .then(() => true, (e) => {
+          trial.failures.push(`certificates not written: ${e instanceof Error ? e.message : e}`);
+          return false;
+        });
     const from = fa.events.length;
     const cpu0 = await cpuSeconds(fa.pid);
     const threads0 = await threadTimes(fa.pid);
     // flowgen is the only child waited for meanwhile: its CPU lands in our cutime/cstime.
     const gen0 = await cpuSeconds("self", true);
     try {
+      if (!certsWritten) throw new Error("no certificates to present");
       trial.flowgen = await runSenderProcess(sender, fa.port, {
         rate: targetRate,
         durationSec: opts.durationSec,
         flows: opts.flows,
-        extra: sender === "replay"
-          ? ["--unique-names", String(opts.uniqueNames ?? REPLAY_UNIQUE_NAMES)]
-          : [],
+        proto: transport === "TLS" ? "tls" : "tcp",
+        extra: [
+          ...(sender === "replay"
+            ? ["--unique-names", String(opts.uniqueNames ?? REPLAY_UNIQUE_NAMES)]
+            : []),
+          ...(transport === "TLS"
+            ? [
+              "--ca",
+              `${certDir}/ca.crt`,
+              "--cert",
+              `${certDir}/tls.crt`,
+              "--key",
+              `${certDir}/tls.key`,
+            ]
+            : []),
+        ],
       });
       trial.flowgenCpuUsPerRecord = ((await cpuSeconds("self", true)) - gen0) * 1e6 /
         trial.flowgen.records;

@@ -17,6 +17,11 @@
  * same-run reference is the same process with `--workers 1` (the core in the main thread),
  * trials of the two alternated.
  *
+ * Mutual TLS: as many trials again of the process as shipped with `aggregatorTransportProtocol:
+ * TLS` (`--cert-dir`: the sender presents the Agent certificate the process wrote), judged
+ * alike; each round runs TCP, TLS, one shard, the next round the reverse, so a TLS trial always
+ * sits next to a TCP trial of the same round, and the same run's TCP figure is its reference.
+ *
  *   deno run --allow-all scripts/bench/e2e_replay.ts [--quick] [--flows N] [--duration S]
  */
 
@@ -38,7 +43,10 @@ export interface E2eReplayOptions {
   flows?: number;
   /** Seconds of sending per trial; default 20 (quick: 2). */
   durationSec?: number;
-  /** Trials at `flows` (the best passing one is the figure); default 2 (quick: 1). */
+  /**
+   * Rounds of trials at `flows`, each one TCP, one TLS and one `--workers 1` trial (the best
+   * passing one of each kind is its figure); default 2 (quick: 1).
+   */
   trials?: number;
   /**
    * Flows of the extra trials reported in the details only (as many as `trials`, the best
@@ -77,6 +85,14 @@ export interface E2eReplayResult {
   e2e_replay_one_shard_records_per_s: number | null;
   /** The reference: CPU per record with `--workers 1`, microseconds. */
   e2e_replay_one_shard_cpu_us_per_record: number | null;
+  /**
+   * Records/s received over mutual TLS (`aggregatorTransportProtocol: TLS`), 4 Agent
+   * connections flat out, `flows` flows, shipped defaults, send time plus drain; the TCP figure
+   * of the same run is its reference.
+   */
+  e2e_replay_tls_records_per_s: number | null;
+  /** Aggregator CPU (all threads) per received record over mutual TLS, microseconds. */
+  e2e_replay_tls_cpu_us_per_record: number | null;
   /** Every trial and the parameters. */
   detail: {
     flows: number;
@@ -86,6 +102,8 @@ export interface E2eReplayResult {
     shards: number;
     trials: E2eTrial[];
     oneShardTrials: E2eTrial[];
+    /** The mutual-TLS trials, each next to a TCP trial of {@linkcode trials}. */
+    tlsTrials: E2eTrial[];
     /** The best of {@linkcode largeTrials} (the first when none passed). */
     large?: E2eTrial;
     largeTrials: E2eTrial[];
@@ -135,17 +153,32 @@ export async function benchE2eReplay(opts: E2eReplayOptions): Promise<E2eReplayR
   const durationSec = opts.durationSec ?? (opts.quick ? 2 : 20);
   const n = opts.trials ?? (opts.quick ? 1 : 2);
   const trialOpts = { durationSec, sender: "replay" as const, uniqueNames: REPLAY_UNIQUE_NAMES };
-  const trials: E2eTrial[] = [];
-  const oneShardTrials: E2eTrial[] = [];
-  const one = { ...trialOpts, flows, args: ["--workers", "1"] };
+  const kinds = {
+    tcp: { opts: { ...trialOpts, flows }, label: `${flows}`, into: [] as E2eTrial[] },
+    tls: {
+      opts: { ...trialOpts, flows, transport: "TLS" as const },
+      label: `${flows}, mutual TLS,`,
+      into: [] as E2eTrial[],
+    },
+    one: {
+      opts: { ...trialOpts, flows, args: ["--workers", "1"] },
+      label: `${flows}, one shard`,
+      into: [] as E2eTrial[],
+    },
+  };
+  const order = ["tcp", "tls", "one"] as const;
   for (let i = 0; i < n; i++) {
-    // Alternated, the order swapped every round: a neighbour's burst hits both alike.
-    for (const shipped of i % 2 === 0 ? [true, false] : [false, true]) {
-      const t = await runE2eTrial(0, shipped ? { ...trialOpts, flows } : one);
-      progress(t, shipped ? `${flows}` : `${flows}, one shard`);
-      (shipped ? trials : oneShardTrials).push(t);
+    // Alternated, the order reversed every round: a neighbour's burst hits each kind alike, and
+    // TLS always runs next to a TCP trial.
+    for (const k of i % 2 === 0 ? order : order.toReversed()) {
+      const t = await runE2eTrial(0, kinds[k].opts);
+      progress(t, kinds[k].label);
+      kinds[k].into.push(t);
     }
   }
+  const trials = kinds.tcp.into;
+  const oneShardTrials = kinds.one.into;
+  const tlsTrials = kinds.tls.into;
   const largeFlows = opts.largeFlows ?? (opts.quick ? 0 : 100_000);
   const largeTrials: E2eTrial[] = [];
   for (let i = 0; largeFlows > 0 && i < n; i++) {
@@ -168,6 +201,7 @@ export async function benchE2eReplay(opts: E2eReplayOptions): Promise<E2eReplayR
   progress(paced, `${flows}, paced at ${pacedRate}/s,`);
   const best = bestTrial(trials);
   const bestOne = bestTrial(oneShardTrials);
+  const bestTls = bestTrial(tlsTrials);
   return {
     e2e_replay_tcp_records_per_s: best?.recordsPerSec ?? null,
     e2e_replay_cpu_us_per_record: best?.aggregatorCpuUsPerRecord ?? null,
@@ -181,6 +215,8 @@ export async function benchE2eReplay(opts: E2eReplayOptions): Promise<E2eReplayR
     e2e_replay_agent_spread: agentSpread(best?.flowgen?.perAgent),
     e2e_replay_one_shard_records_per_s: bestOne?.recordsPerSec ?? null,
     e2e_replay_one_shard_cpu_us_per_record: bestOne?.aggregatorCpuUsPerRecord ?? null,
+    e2e_replay_tls_records_per_s: bestTls?.recordsPerSec ?? null,
+    e2e_replay_tls_cpu_us_per_record: bestTls?.aggregatorCpuUsPerRecord ?? null,
     detail: {
       flows,
       durationSec,
@@ -188,6 +224,7 @@ export async function benchE2eReplay(opts: E2eReplayOptions): Promise<E2eReplayR
       shards: Math.min(8, navigator.hardwareConcurrency),
       trials,
       oneShardTrials,
+      tlsTrials,
       large,
       largeTrials,
       paced,

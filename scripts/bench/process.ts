@@ -63,6 +63,11 @@ export interface StartOptions {
    * (nothing to connect to), and there is no probe session to wait for.
    */
   udp?: boolean;
+  /**
+   * The configuration's collector is TLS: readiness is its `collector listening` log line too
+   * (a bare TCP probe would be a failed handshake, counted and logged as one).
+   */
+  tls?: boolean;
 }
 
 /** How the process ended. */
@@ -299,12 +304,16 @@ export async function startFlowAggregator(opts: StartOptions = {}): Promise<FaPr
   };
 
   const timeoutMs = opts.startTimeoutMs ?? 30_000;
-  if (opts.udp) {
+  if (opts.udp || opts.tls) {
     try {
       await waitFor((e) => e.msg === "collector listening", timeoutMs);
     } catch (e) {
       await stop(1000);
-      throw new Error(`flow-aggregator did not listen on UDP ${port}: ${(e as Error).message}`);
+      throw new Error(
+        `flow-aggregator did not listen on ${opts.udp ? "UDP" : "TLS"} ${port}: ${
+          (e as Error).message
+        }`,
+      );
     }
   } else {
     // Poll the port rather than wait for a log line: it is the readiness that matters.

@@ -101,6 +101,18 @@ export const README_ROWS: readonly ReadmeRow[] = [
     ref: "e2e_replay_cpu_us_per_record",
     refLabel: "same build flat out",
   },
+  {
+    key: "e2e_replay_tls_records_per_s",
+    label: "e2e mutual TLS, replay sender, 4 connections, 20k flows, shipped defaults",
+    ref: "e2e_replay_tcp_records_per_s",
+    refLabel: "same run over TCP",
+  },
+  {
+    key: "e2e_replay_tls_cpu_us_per_record",
+    label: "collector CPU per record over mutual TLS, all threads",
+    ref: "e2e_replay_cpu_us_per_record",
+    refLabel: "same run over TCP",
+  },
   { key: "e2e_replay_cores", label: "cores used by the collector", goal: "both (#15)" },
   { key: "e2e_replay_peak_rss_bytes", label: "collector peak RSS in the replay trial" },
   {
@@ -179,6 +191,12 @@ export const README_ROWS: readonly ReadmeRow[] = [
     label: "idle RSS of the build as the image runs it (cache filled at build)",
     ref: "rss_bytes_idle",
     refLabel: "`deno run main.ts`",
+  },
+  {
+    key: "tls_idle_connection_bytes",
+    label: "RSS per idle mutual-TLS connection, 1,000 connections",
+    ref: "tcp_idle_connection_bytes",
+    refLabel: "plain TCP connection, same run",
   },
   { key: "podstore_bytes_per_pod", label: "Pod store heap per Pod, 100k Pods", goal: "≤ 1 KB" },
   { key: "podstore_lookups_per_s", label: "Pod store lookups, 100k Pods" },

@@ -15,7 +15,7 @@
  */
 
 import { MessageBuilder, type MessageHeaderFields } from "../ipfix/mod.ts";
-import { openTransport, type Transport } from "../net/transport.ts";
+import { openTransport, type Transport, type TransportTlsOptions } from "../net/transport.ts";
 import { AGENT_UPDATE_FIELDS } from "../record/schema.ts";
 import {
   type Agent,
@@ -216,8 +216,10 @@ function keptAlive(u: AgentUpdate): AgentUpdate {
 export interface ReplayOptions extends ReplayStreamOptions {
   /** Collector `host:port` (IPv6 host in brackets). */
   target: string;
-  /** Transport: one TCP connection or one UDP socket per Agent. */
-  proto: "tcp" | "udp";
+  /** Transport: one TCP or mutual-TLS connection, or one UDP socket, per Agent. */
+  proto: "tcp" | "udp" | "tls";
+  /** TLS material (PEM text) for `tls`: the CA of the collector, the Agent's certificate. */
+  tls?: TransportTlsOptions;
   /** Target records/s, all Agents together; 0 or absent = as fast as the collector reads. */
   rate?: number;
   /** Send this many whole rounds, then stop. */
@@ -314,7 +316,13 @@ export async function runReplay(options: ReplayOptions): Promise<ReplayReport> {
     const { host, port } = splitHostPort(options.target);
     for (const _ of stream.rounds) {
       transports.push(
-        await openTransport({ host, port, kind: options.proto, connectTimeoutMs: 5000 }),
+        await openTransport({
+          host,
+          port,
+          kind: options.proto,
+          tls: options.tls,
+          connectTimeoutMs: 5000,
+        }),
       );
     }
     const now = Math.floor(Date.now() / 1000);
@@ -329,7 +337,7 @@ export async function runReplay(options: ReplayOptions): Promise<ReplayReport> {
         rate: rate * r.messages / stream.recordsPerRound,
         rounds: options.rounds ?? Infinity,
         endAt,
-        stream: options.proto === "tcp",
+        stream: options.proto !== "udp",
         signal: options.signal,
       }, counted)
     ));

@@ -389,25 +389,33 @@ export async function runDeno(
 }
 
 const FLOWGEN_TS = new URL("../../scripts/flowgen.ts", import.meta.url).pathname;
+const REPLAY_TS = new URL("../../scripts/replay.ts", import.meta.url).pathname;
 
 /**
  * Runs scripts/flowgen.ts with `args` in its own process (as in real use), asserts it exited 0
  * and returns its `--json` report.
  */
-export async function flowgenCli<T = Record<string, unknown>>(
-  args: readonly string[],
-): Promise<T> {
+export function flowgenCli<T = Record<string, unknown>>(args: readonly string[]): Promise<T> {
+  return senderCli(FLOWGEN_TS, args);
+}
+
+/** {@linkcode flowgenCli} for the replay sender (scripts/replay.ts). */
+export function replayCli<T = Record<string, unknown>>(args: readonly string[]): Promise<T> {
+  return senderCli(REPLAY_TS, args);
+}
+
+async function senderCli<T>(script: string, args: readonly string[]): Promise<T> {
   const out = await runDeno([
     "run",
     "--allow-net",
     "--allow-read",
     "--config",
     DENO_JSON,
-    FLOWGEN_TS,
+    script,
     ...args,
     "--json",
   ]);
-  if (out.code !== 0) throw new Error(`flowgen exited with ${out.code}:\n${out.stderr}`);
+  if (out.code !== 0) throw new Error(`${script} exited with ${out.code}:\n${out.stderr}`);
   return JSON.parse(out.stdout);
 }
 

@@ -36,6 +36,7 @@ Deno.test("benchPartsOf: reads the PARTS table of this revision's bench.ts", asy
     "heap",
     "podstore",
     "rss",
+    "connections",
     "api",
     "clickhouse",
     "s3",

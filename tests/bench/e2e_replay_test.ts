@@ -15,7 +15,7 @@ Deno.test("e2e replay: the Agent spread is slowest / fastest", () => {
   assert.equal(agentSpread(undefined), null);
 });
 
-Deno.test("e2e replay quick: the real process takes every replayed record, every figure measured", async () => {
+Deno.test("e2e replay quick: the real process takes every replayed record over TCP and TLS, every figure measured", async () => {
   const r = await benchE2eReplay({ quick: true });
   const t = r.detail.trials[0];
   assert.deepEqual(t.failures, []);
@@ -28,4 +28,10 @@ Deno.test("e2e replay quick: the real process takes every replayed record, every
   const perAgent = t.flowgen?.perAgent ?? [];
   assert.equal(perAgent.length, 4);
   assert.equal(perAgent.reduce((a, b) => a + b, 0), t.flowgen?.records);
+  // The mutual-TLS trial: the process's own certificates, every record accounted for.
+  const tls = r.detail.tlsTrials[0];
+  assert.equal(tls.transport, "TLS");
+  assert.deepEqual(tls.failures, []);
+  assert.equal(tls.metrics?.numRecordsReceived, tls.flowgen?.records);
+  assert.equal(t.transport, undefined, "the headline trials are TCP");
 });

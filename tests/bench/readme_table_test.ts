@@ -67,6 +67,25 @@ Deno.test("markdownTable: a row's reference key gives the reference and the rati
   assert.match(rowOf(t, "aggregate_records_per_s"), /\| — \| — \| — \|/);
 });
 
+Deno.test("markdownTable: the TLS rows are judged against the same run's TCP figures", () => {
+  const t = markdownTable(report({
+    results: {
+      ...emptyResults(),
+      e2e_replay_tcp_records_per_s: 1_000_000,
+      e2e_replay_tls_records_per_s: 600_000,
+      tls_idle_connection_bytes: 60_000,
+      tcp_idle_connection_bytes: 15_000,
+    },
+  }));
+  const rate = rowOf(t, "e2e_replay_tls_records_per_s");
+  assert.match(
+    rate,
+    /\| 600,000 records\/s \| 1,000,000 records\/s \(same run over TCP\) \| 0\.600 \|/,
+  );
+  const mem = rowOf(t, "tls_idle_connection_bytes");
+  assert.match(mem, /\| 60,000 B \| 15,000 B \(plain TCP connection, same run\) \| 4\.000 \|/);
+});
+
 Deno.test("markdownTable: the baseline's figure wins over the row's reference key", () => {
   const t = markdownTable(report({
     baselineRev: { rev: "ba8743a", commit: "ba8743a000" },

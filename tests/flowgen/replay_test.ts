@@ -4,13 +4,17 @@ import {
   type AgentUpdate,
   agentUpdateOffsets,
   FlowModel,
+  type ReplayReport,
   ReplayStream,
   runReplay,
 } from "../../src/flowgen/mod.ts";
 import { Collector } from "../../src/collector/mod.ts";
 import { type DataRecord, decodeMessage, TemplateStore } from "../../src/ipfix/mod.ts";
+import { generateCertificates } from "../../src/pki/mod.ts";
 import { setLogWriter } from "../../src/log.ts";
 import { waitFor } from "../_helpers/wait.ts";
+import { clientTls, collectorTls } from "../_helpers/tls.ts";
+import { replayCli } from "../_helpers/process.ts";
 
 setLogWriter(() => {});
 
@@ -153,12 +157,17 @@ Deno.test("replay: rounds decode to the stream's records, sequences consecutive,
   assert.ok(stream.clusterIpRecords > 0 && (stream.perScenario.interNode ?? 0) > 0);
 });
 
-async function collect(proto: "tcp" | "udp") {
+/** Certificates of the TLS tests: the Collector's server side, the Agents' client side. */
+const CERTS = generateCertificates({ address: "127.0.0.1" });
+
+/** A Collector on `proto` (TLS: mutual, with {@linkcode CERTS}) counting what it decodes. */
+async function collect(proto: "tcp" | "udp" | "tls") {
   const domains = new Map<number, number>();
   /** Records by flowEndSeconds. */
   const ends = new Map<number, number>();
   let records = 0;
-  const c = new Collector({ address: "127.0.0.1:0", protocol: proto }, (recs, ctx) => {
+  const tls = proto === "tls" ? collectorTls(CERTS) : undefined;
+  const c = new Collector({ address: "127.0.0.1:0", protocol: proto, tls }, (recs, ctx) => {
     records += recs.length;
     for (const r of recs) {
       const end = Number((r as Record<string, unknown>).flowEndSeconds);
@@ -170,7 +179,7 @@ async function collect(proto: "tcp" | "udp") {
   return { c, domains, ends, records: () => records };
 }
 
-for (const proto of ["tcp", "udp"] as const) {
+for (const proto of ["tcp", "udp", "tls"] as const) {
   Deno.test(`replay over ${proto}: two rounds reach the Collector, one domain per Agent`, async () => {
     const { c, domains, ends, records } = await collect(proto);
     try {
@@ -179,6 +188,7 @@ for (const proto of ["tcp", "udp"] as const) {
         ...OPTS,
         target: `127.0.0.1:${c.port}`,
         proto,
+        tls: proto === "tls" ? clientTls(CERTS) : undefined,
         rounds: 2,
         rate: proto === "udp" ? 4_000 : 0, // UDP: bursts of 200 datagrams, below the default buffer
       });
@@ -207,3 +217,35 @@ for (const proto of ["tcp", "udp"] as const) {
     }
   });
 }
+
+Deno.test("replay CLI over mutual TLS: --ca/--cert/--key files, every record sent reaches the Collector", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-replay-tls-" });
+  const { c, domains, records } = await collect("tls");
+  try {
+    const tls = clientTls(CERTS);
+    await Deno.writeTextFile(`${dir}/ca.crt`, tls.ca!);
+    await Deno.writeTextFile(`${dir}/tls.crt`, tls.cert!);
+    await Deno.writeTextFile(`${dir}/tls.key`, tls.key!);
+    const r = await replayCli<ReplayReport>([
+      "--target",
+      `127.0.0.1:${c.port}`,
+      "--proto",
+      "tls",
+      ...["--ca", `${dir}/ca.crt`, "--cert", `${dir}/tls.crt`, "--key", `${dir}/tls.key`],
+      ...["--agents", "4", "--flows", "2000", "--duration", "1"],
+    ]);
+    assert.equal(r.proto, "tls");
+    assert.ok(r.records > r.recordsPerRound, `${r.records} records: more than one round`);
+    assert.equal(r.perAgent.length, 4);
+    // The sender has exited: what it counted as sent is all in the Collector's hands.
+    await waitFor(() => records() >= r.records, { timeoutMs: 10_000, what: "the records" });
+    assert.equal(records(), r.records);
+    assert.equal(domains.size, 4, "one session per Agent");
+    const s = c.stats();
+    assert.equal(s.decodeErrorsTotal, 0);
+    assert.equal(s.tlsHandshakeFailures, 0);
+  } finally {
+    await c.stop();
+    await Deno.remove(dir, { recursive: true });
+  }
+});

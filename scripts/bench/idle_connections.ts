@@ -1,0 +1,294 @@
+/**
+ * Resident memory of idle collector connections (`tls_idle_connection_bytes`, and its same-run
+ * reference `tcp_idle_connection_bytes`): the real process (the bench configuration, flow log
+ * on) with N established, idle connections, minus the same process before they were opened,
+ * divided by N. One process per transport: `aggregatorTransportProtocol: TLS` (mutual TLS, the
+ * client certificate the process writes with `--cert-dir`) and `TCP`.
+ *
+ * The connections are opened from this process (its own memory does not count: only the
+ * collector's /proc/<pid>/status is read), 32 at a time, below `limits.maxTlsHandshakes`. A
+ * connection counts as established once the collector logged `session opened` for it: over TLS
+ * only after the handshake, client certificate verified. Every one of the N must be, with no
+ * refusal, no failed handshake and none closed by the time the samples are taken. Nothing is
+ * sent on them (no templates): the figure is a connection's own cost, what an Agent's session
+ * holds besides its templates. All come from 127.0.0.1, so `limits.maxConnectionsPerAddress`
+ * (default 16, one Agent per Node address) is raised to N + 16 for the run.
+ *
+ * Each VmRSS figure is the median of a few samples 0.5 s apart, taken after the process settled
+ * for a few seconds (after its start, then after the last connection was established).
+ *
+ *   deno run --allow-all scripts/bench/idle_connections.ts [--quick] [--connections N]
+ */
+
+import { openTransport, type Transport, type TransportKind } from "../../src/net/transport.ts";
+import { LIMIT_KEYS } from "../../src/config/limits.ts";
+import { median } from "./baseline.ts";
+import { benchConfig, CERT_DIR, type E2eTransport, FLOW_LOG_FILE } from "./e2e.ts";
+import { type FaProcess, rssBytes, startFlowAggregator } from "./process.ts";
+
+/** Options of {@linkcode benchIdleConnections}. */
+export interface IdleConnectionsOptions {
+  /** Smoke version: 50 connections, 1 s of settling. */
+  quick: boolean;
+  /** Connections per process; default 1,000 (quick: 50). */
+  connections?: number;
+}
+
+/** What one process with N idle connections measured. */
+export interface IdleConnectionsTrial {
+  /** The collector's transport. */
+  transport: E2eTransport;
+  /** Connections opened and established. */
+  connections: number;
+  /** VmRSS samples before the connections were opened, bytes. */
+  rssBeforeSamples: number[];
+  /** VmRSS samples with the N connections open and idle, bytes. */
+  rssAfterSamples: number[];
+  /** (median after − median before) / N, bytes; NaN when the trial failed. */
+  bytesPerConnection: number;
+  /** Descriptors the process gained with the connections (/proc/<pid>/fd): N when all held. */
+  fdsGained: number;
+  /** Milliseconds from the first connect to the N-th `session opened`. */
+  openMs: number;
+  /** What went wrong (empty when the figure is good). */
+  failures: string[];
+}
+
+/** Result of {@linkcode benchIdleConnections}. */
+export interface IdleConnectionsResult {
+  /** RSS per idle mutual-TLS connection, bytes. */
+  tls_idle_connection_bytes: number | null;
+  /** The reference: RSS per idle plain TCP connection, same run, bytes. */
+  tcp_idle_connection_bytes: number | null;
+  /** Both trials and the parameters. */
+  detail: {
+    connections: number;
+    settleSec: number;
+    samples: number;
+    /** `limits.maxConnectionsPerAddress` of both processes (raised from its default, 16). */
+    maxConnectionsPerAddress: number;
+    trials: IdleConnectionsTrial[];
+    note: string;
+  };
+}
+
+/** Connects in flight at once: well below `limits.maxTlsHandshakes` (128). */
+const CONCURRENCY = 32;
+/** VmRSS samples per figure, and their spacing. */
+const SAMPLES = 5;
+const SAMPLE_EVERY_MS = 500;
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** The median of {@linkcode SAMPLES} VmRSS readings of `pid`, and the readings. */
+async function sampleRss(pid: number): Promise<{ median: number; samples: number[] }> {
+  const samples: number[] = [];
+  for (let i = 0; i < SAMPLES; i++) {
+    if (i > 0) await sleep(SAMPLE_EVERY_MS);
+    samples.push(await rssBytes(pid));
+  }
+  return { median: median(samples) ?? NaN, samples };
+}
+
+/** Open descriptors of `pid`. */
+async function fdCount(pid: number): Promise<number> {
+  let n = 0;
+  for await (const _ of Deno.readDir(`/proc/${pid}/fd`)) n++;
+  return n;
+}
+
+/** Events from index `from` with message `msg`. */
+function count(fa: FaProcess, from: number, msg: string): number {
+  let n = 0;
+  for (let i = from; i < fa.events.length; i++) if (fa.events[i].msg === msg) n++;
+  return n;
+}
+
+/**
+ * The per-address cap of a run with `n` connections from one address: `n` plus the default's
+ * worth of room (the readiness probe's session, say).
+ */
+export function perAddressCap(n: number): number {
+  return n + LIMIT_KEYS.maxConnectionsPerAddress.default;
+}
+
+/**
+ * The `limits:` section of the bench configuration for `n` connections from one address: the
+ * per-address cap raised ({@linkcode perAddressCap}), and the total cap too were its default
+ * below that.
+ */
+export function connectionLimits(n: number): string {
+  const perAddress = perAddressCap(n);
+  return `limits:\n  maxConnectionsPerAddress: ${perAddress}\n` +
+    (perAddress > LIMIT_KEYS.maxConnections.default ? `  maxConnections: ${perAddress}\n` : "");
+}
+
+/**
+ * Opens `n` connections of `kind` to `port` into `into`, {@linkcode CONCURRENCY} at a time;
+ * after a failure no new one is started, and it rejects once those in flight have settled.
+ */
+async function openMany(
+  n: number,
+  port: number,
+  kind: TransportKind,
+  tls: { ca: string; cert: string; key: string } | undefined,
+  into: Transport[],
+): Promise<void> {
+  let next = 0;
+  const one = async (): Promise<void> => {
+    try {
+      await more();
+    } catch (e) {
+      next = n;
+      throw e;
+    }
+  };
+  const more = async (): Promise<void> => {
+    while (next < n) {
+      next++;
+      // settleMs 0: acceptance is read from the collector's own log instead.
+      into.push(
+        await openTransport({
+          host: "127.0.0.1",
+          port,
+          kind,
+          tls: tls && { ...tls, settleMs: 0 },
+          connectTimeoutMs: 30_000,
+        }),
+      );
+    }
+  };
+  const done = await Promise.allSettled(Array.from({ length: Math.min(CONCURRENCY, n) }, one));
+  const failed = done.find((d) => d.status === "rejected");
+  if (failed !== undefined) throw (failed as PromiseRejectedResult).reason;
+}
+
+/** One process on `transport` with `n` idle connections. */
+async function trial(
+  transport: E2eTransport,
+  n: number,
+  settleSec: number,
+): Promise<IdleConnectionsTrial> {
+  const t: IdleConnectionsTrial = {
+    transport,
+    connections: n,
+    rssBeforeSamples: [],
+    rssAfterSamples: [],
+    bytesPerConnection: NaN,
+    fdsGained: NaN,
+    openMs: NaN,
+    failures: [],
+  };
+  const dir = await Deno.makeTempDir({ prefix: "fa-bench-conns-" });
+  const certDir = `${dir}/${CERT_DIR}`;
+  await Deno.writeTextFile(
+    `${dir}/fa.conf`,
+    benchConfig(`${dir}/${FLOW_LOG_FILE}`, transport) + connectionLimits(n),
+  );
+  const tlsOn = transport === "TLS";
+  const fa = await startFlowAggregator({
+    config: `${dir}/fa.conf`,
+    cwd: dir,
+    // Debug: the per-session `session opened` lines are how establishment is seen.
+    logLevel: "debug",
+    args: tlsOn ? ["--cert-dir", certDir] : [],
+    tls: tlsOn,
+  });
+  const conns: Transport[] = [];
+  try {
+    let tls: { ca: string; cert: string; key: string } | undefined;
+    if (tlsOn) {
+      await fa.waitFor((e) => e.msg === "wrote the CA and Agent client certificate", 30_000);
+      const read = (f: string): Promise<string> => Deno.readTextFile(`${certDir}/${f}`);
+      tls = { ca: await read("ca.crt"), cert: await read("tls.crt"), key: await read("tls.key") };
+    }
+    await sleep(settleSec * 1000);
+    const fds0 = await fdCount(fa.pid);
+    const before = await sampleRss(fa.pid);
+    t.rssBeforeSamples = before.samples;
+    const from = fa.events.length;
+    const t0 = performance.now();
+    await openMany(n, fa.port, tlsOn ? "tls" : "tcp", tls, conns);
+    await fa.waitFor(() => count(fa, from, "session opened") >= n, 60_000, from);
+    t.openMs = performance.now() - t0;
+    await sleep(settleSec * 1000);
+    const after = await sampleRss(fa.pid);
+    t.rssAfterSamples = after.samples;
+    t.fdsGained = (await fdCount(fa.pid)) - fds0;
+    // Every connection must still be there, and nothing refused or failed on the way.
+    const opened = count(fa, from, "session opened");
+    if (opened !== n) t.failures.push(`${opened} sessions opened, want ${n}`);
+    const closed = count(fa, from, "session closed");
+    if (closed > 0) t.failures.push(`${closed} sessions closed before the samples`);
+    for (const msg of ["connection refused: limit reached", "TLS handshake failed"]) {
+      const k = count(fa, from, msg);
+      if (k > 0) t.failures.push(`${k} × ${msg}`);
+    }
+    const gone = conns.filter((c) => !c.open).length;
+    if (gone > 0) t.failures.push(`${gone} connections closed on the client side`);
+    if (t.failures.length === 0) t.bytesPerConnection = (after.median - before.median) / n;
+  } catch (e) {
+    t.failures.push(e instanceof Error ? e.message.split("\n")[0] : String(e));
+  } finally {
+    for (const c of conns) c.close();
+    await fa.stop(10_000);
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+  }
+  return t;
+}
+
+/** Measures both transports, TCP first, each in a fresh process. */
+export async function benchIdleConnections(
+  opts: IdleConnectionsOptions,
+): Promise<IdleConnectionsResult> {
+  const n = opts.connections ?? (opts.quick ? 50 : 1_000);
+  const settleSec = opts.quick ? 1 : 3;
+  const trials: IdleConnectionsTrial[] = [];
+  for (const transport of ["TCP", "TLS"] as const) {
+    const t = await trial(transport, n, settleSec);
+    console.error(
+      `idle connections ${transport}: ${n} in ${t.openMs.toFixed(0)} ms, ${
+        t.bytesPerConnection.toFixed(0)
+      } B each, ${t.fdsGained} fds gained${t.failures.length ? ` (${t.failures.join("; ")})` : ""}`,
+    );
+    trials.push(t);
+  }
+  const fig = (k: E2eTransport): number | null => {
+    const v = trials.find((t) => t.transport === k)?.bytesPerConnection;
+    return v !== undefined && Number.isFinite(v) ? v : null;
+  };
+  return {
+    tls_idle_connection_bytes: fig("TLS"),
+    tcp_idle_connection_bytes: fig("TCP"),
+    detail: {
+      connections: n,
+      settleSec,
+      samples: SAMPLES,
+      maxConnectionsPerAddress: perAddressCap(n),
+      trials,
+      note: `(VmRSS with ${n} idle connections − VmRSS before) / ${n}, each the median of ` +
+        `${SAMPLES} samples ${SAMPLE_EVERY_MS} ms apart after ${settleSec} s of settling; one ` +
+        "process per transport (the bench configuration, flow log on), connections opened " +
+        `${CONCURRENCY} at a time from the bench process, each established when the collector ` +
+        "logged `session opened` (TLS: after the handshake and the client certificate check), " +
+        "nothing sent on them; limits.maxConnectionsPerAddress raised from its default " +
+        `${LIMIT_KEYS.maxConnectionsPerAddress.default} to ${perAddressCap(n)} (all from ` +
+        "127.0.0.1)",
+    },
+  };
+}
+
+if (import.meta.main) {
+  const i = Deno.args.findIndex((a) => a.startsWith("--connections"));
+  const a = Deno.args[i];
+  const connections = i < 0
+    ? undefined
+    : Number(a.includes("=") ? a.split("=")[1] : Deno.args[i + 1]);
+  console.log(
+    JSON.stringify(
+      await benchIdleConnections({ quick: Deno.args.includes("--quick"), connections }),
+      null,
+      2,
+    ),
+  );
+}

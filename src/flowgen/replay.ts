@@ -15,6 +15,7 @@
  */
 
 import { MessageBuilder, type MessageHeaderFields } from "../ipfix/mod.ts";
+import { Pacer } from "./pace.ts";
 import { openTransport, type Transport, type TransportTlsOptions } from "../net/transport.ts";
 import { AGENT_UPDATE_FIELDS } from "../record/schema.ts";
 import {
@@ -265,23 +266,18 @@ async function sendAgent(
 ): Promise<number> {
   const n = round.messages;
   const limit = opts.rounds * n;
-  // Paced: ~5 ms of traffic per write (up to 50 ms after a stall); unpaced: 1,024 messages.
-  const maxChunk = opts.rate > 0 ? Math.max(1, Math.min(8192, Math.ceil(opts.rate / 20))) : 1024;
-  const start = performance.now();
+  // Paced: what came due per write (up to 50 ms worth after a stall); unpaced: 1,024 messages.
+  const pacer = new Pacer(opts.rate, { unpacedBatch: 1024 });
   // The flows' own time: round r is exported at t0 + r seconds (see the module doc).
   const t0 = Math.floor(Date.now() / 1000);
   let sent = 0;
   let pos = 0;
   let r = 0;
   while (sent < limit && !opts.signal?.aborted) {
-    const now = performance.now();
-    if (now >= opts.endAt) break;
-    let due = opts.rate > 0
-      ? Math.min(maxChunk, Math.floor((opts.rate * (now - start)) / 1000) + 1 - sent)
-      : maxChunk;
+    if (performance.now() >= opts.endAt) break;
+    let due = pacer.due(sent);
     if (due <= 0) {
-      const nextAt = start + (sent / opts.rate) * 1000;
-      await new Promise((res) => setTimeout(res, Math.max(0, Math.min(5, nextAt - now))));
+      await pacer.wait(sent);
       continue;
     }
     due = Math.min(due, n - pos, limit - sent);

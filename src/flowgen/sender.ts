@@ -3,7 +3,7 @@
  * one transport session per Agent (own observation domain, own UDP source port or TCP/TLS
  * connection), the IPv4 (256) and IPv6 (257) Agent templates in their own messages first, then
  * one data record per message with the Agent's sequence numbering (records sent including this
- * one). Pacing targets a records/s rate by sending small batches against `performance.now()`;
+ * one). Pacing targets a records/s rate by sending small batches on a schedule (pace.ts);
  * on TCP/TLS a batch of messages goes out in one write per Agent. Needs `--allow-net`.
  */
 
@@ -22,6 +22,7 @@ import {
   VARIABLE_LENGTH,
 } from "../ipfix/mod.ts";
 import { openTransport, type Transport, type TransportTlsOptions } from "../net/transport.ts";
+import { type PaceClock, Pacer } from "./pace.ts";
 import {
   type AgentUpdate,
   FlowModel,
@@ -53,6 +54,8 @@ export interface FlowgenOptions extends FlowModelOptions {
   tls?: TransportTlsOptions;
   /** Aborts the run early (the report covers what was sent). */
   signal?: AbortSignal;
+  /** The pacing's clock (tests); default `performance.now()` and timers. */
+  clock?: PaceClock;
 }
 
 /** What a run sent. */
@@ -341,9 +344,6 @@ export async function runFlowgen(options: FlowgenOptions): Promise<FlowgenReport
       return transports[i].send(msgs);
     }));
 
-    // On schedule each pass sends what ~1 ms of traffic is due; after a stall (CPU contention,
-    // TCP back-pressure) up to 50 ms worth goes out at once so the average rate recovers.
-    const maxBatch = rate > 0 ? Math.max(1, Math.min(8192, Math.ceil(rate / 20))) : 512;
     // An inter-node flow yields two records; one may wait for the next batch.
     const pending: AgentUpdate[] = [];
     let pendingAt = 0;
@@ -360,20 +360,14 @@ export async function runFlowgen(options: FlowgenOptions): Promise<FlowgenReport
       sequenceNumber: 0,
       observationDomainId: 0,
     };
-    const start = performance.now();
-    let elapsedMs = 0;
+    const pacer = new Pacer(rate, { unpacedBatch: 512, clock: options.clock });
     while (!options.signal?.aborted) {
-      elapsedMs = performance.now() - start;
-      if (elapsedMs >= durationMs) break;
+      if (pacer.elapsedMs() >= durationMs) break;
       if (limit !== undefined && report.records >= limit) break;
-      let due = rate > 0
-        ? Math.min(maxBatch, Math.floor((rate * elapsedMs) / 1000) + 1 - report.records)
-        : maxBatch;
+      let due = pacer.due(report.records);
       if (limit !== undefined) due = Math.min(due, limit - report.records);
       if (due <= 0) {
-        // Sleep until the next record is due (timers have ~1 ms granularity).
-        const nextAt = ((report.records) / rate) * 1000;
-        await new Promise((r) => setTimeout(r, Math.max(0, Math.min(5, nextAt - elapsedMs))));
+        await pacer.wait(report.records);
         continue;
       }
       for (const b of batches) b.reset();
@@ -405,7 +399,7 @@ export async function runFlowgen(options: FlowgenOptions): Promise<FlowgenReport
       SCENARIOS.forEach((s, i) => report.perScenario[s] = perScenario[i]);
       agents.forEach((a, i) => report.perAgent[a.nodeName] = perAgent[i]);
     }
-    elapsedMs = performance.now() - start;
+    const elapsedMs = pacer.elapsedMs();
     report.elapsedSec = elapsedMs / 1000;
     report.rate = elapsedMs > 0 ? report.records / report.elapsedSec : 0;
   } catch (e) {

@@ -46,6 +46,7 @@
 import { type E2eTrial, runE2eTrial } from "./e2e.ts";
 import { REPLAY_UNIQUE_NAMES } from "./core.ts";
 import { median } from "./baseline.ts";
+import { agentSpread } from "./e2e_replay.ts";
 
 /** Which checkout a trial ran. */
 export type AbSide = "A" | "B";
@@ -72,6 +73,11 @@ export interface AbSideSummary {
   recordsPerSec: number | null;
   /** Median cores used (CPU seconds per wall second; null if none passed). */
   cores: number | null;
+  /**
+   * Median of the trials' per-Agent spread (slowest / fastest Agent's records; null if none
+   * passed): meaningful unpaced (`--rate=0`), where every Agent sends flat out.
+   */
+  agentSpread: number | null;
 }
 
 /** Result of {@linkcode summarizeAb}. */
@@ -108,6 +114,7 @@ export function summarizeAb(trials: readonly AbTrial[]): AbSummary {
       cpuUsPerRecord: median(ok.map((t) => t.aggregatorCpuUsPerRecord)),
       recordsPerSec: median(ok.map((t) => t.recordsPerSec)),
       cores: median(ok.map((t) => t.coresUsed)),
+      agentSpread: median(ok.map((t) => agentSpread(t.flowgen?.perAgent))),
     };
   };
   const a = side("A");
@@ -152,7 +159,9 @@ function trialLine(t: AbTrial, root: string): string {
     (x.coresUsed ?? NaN).toFixed(2)
   } cores, received ${x.metrics?.numRecordsReceived ?? "-"}, peak RSS ${
     (x.aggregatorPeakRssBytes / 2 ** 20).toFixed(0)
-  } MiB${x.failures.length ? ` (${x.failures.join("; ")})` : ""}`;
+  } MiB, per Agent ${x.flowgen?.perAgent?.join("/") ?? "-"}${
+    x.failures.length ? ` (${x.failures.join("; ")})` : ""
+  }`;
 }
 
 /** Reads `--name=value` from the command line as process arguments (split on spaces). */
@@ -229,7 +238,9 @@ if (import.meta.main) {
     console.error(
       `${side} (${roots[side]}): ${x.passed} of ${rounds} trials passed; median ${
         fmt(x.cpuUsPerRecord, 3)
-      } us/record, ${fmt(x.recordsPerSec, 0)} records/s, ${fmt(x.cores, 2)} cores`,
+      } us/record, ${fmt(x.recordsPerSec, 0)} records/s, ${fmt(x.cores, 2)} cores, Agent spread ${
+        fmt(x.agentSpread, 3)
+      }`,
     );
   }
   const failed = trials.filter((t) => !t.trial.pass);

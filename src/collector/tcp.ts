@@ -46,7 +46,7 @@ export class TcpListener {
   /** Binds the listener (dual-stack `::` for a wildcard address, IPv4 fallback). */
   constructor(address: ListenAddress, env: SessionEnv, options: StreamListenerOptions) {
     this.#env = env;
-    this.#gate = new ReadGate(env.clock);
+    this.#gate = new ReadGate();
     this.#table = new ConnectionTable(env, { limits: options.limits });
     this.#drain = options.drain;
     this.#listener = bindTcp(address);
@@ -128,7 +128,7 @@ export class TcpListener {
         if (!r.ok) return { reason: r.reason, onError: true };
         // Caught up with the peer: wait for its next bytes in the idle-sized buffer.
         if (n < space.length) stream.release();
-        // Caught up while nobody is busy: let the peer's next writes gather (ReadGate).
+        // Caught up: let the peer's next writes gather (ReadGate).
         const tick = this.#gate.after(n, space.length);
         if (tick !== undefined) await tick;
         // Fairness: after a turn's worth of bytes, let the other connections read.

@@ -67,7 +67,7 @@ export class TlsListener {
   ) {
     this.#env = env;
     this.#address = address;
-    this.#gate = new ReadGate(env.clock);
+    this.#gate = new ReadGate();
     this.#table = new ConnectionTable(env, { limits: options.limits, releaseIdleBuffers: true });
     this.#drain = options.drain;
     this.#serverOptions = {

@@ -16,6 +16,8 @@ const t = (side: AbSide, round: number, cpu: number, rate: number, pass = true) 
     aggregatorCpuUsPerRecord: cpu,
     recordsPerSec: rate,
     coresUsed: 0.5,
+    // Slowest / fastest Agent: rate / 100.
+    flowgen: { perAgent: [rate, 100, 100, 100] },
   } as E2eTrial,
 });
 
@@ -34,7 +36,9 @@ Deno.test("ab_e2e: medians of the passing trials, B/A plain and paired by round"
     cpuUsPerRecord: 4,
     recordsPerSec: 100,
     cores: 0.5,
+    agentSpread: 1,
   });
+  assert.equal(s.b.agentSpread, 0.9, "the median of the B trials' spreads");
   assert.equal(s.b.passed, 3);
   assert.equal(s.b.cpuUsPerRecord, 4.4);
   assert.equal(s.b.recordsPerSec, 90);

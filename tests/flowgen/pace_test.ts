@@ -4,21 +4,8 @@
  */
 
 import assert from "node:assert/strict";
-import { CATCH_UP_MS, type PaceClock, Pacer } from "../../src/flowgen/pace.ts";
-
-/** A clock that moves only when slept on or advanced. */
-class ManualClock implements PaceClock {
-  t = 1_000;
-  slept = 0;
-  now(): number {
-    return this.t;
-  }
-  sleep(ms: number): Promise<void> {
-    this.t += Math.max(ms, 0.001);
-    this.slept++;
-    return Promise.resolve();
-  }
-}
+import { CATCH_UP_MS, Pacer } from "../../src/flowgen/pace.ts";
+import { ManualPaceClock } from "../_helpers/pace_clock.ts";
 
 /**
  * Sends `records` as a sender does, each batch costing `costMs` (plus `stallMs` once, at
@@ -28,8 +15,8 @@ async function run(
   rate: number,
   records: number,
   opts: { costMs?: number; stallAt?: number; stallMs?: number } = {},
-): Promise<{ batches: number[]; elapsedMs: number; aheadMax: number; clock: ManualClock }> {
-  const clock = new ManualClock();
+): Promise<{ batches: number[]; elapsedMs: number; aheadMax: number; clock: ManualPaceClock }> {
+  const clock = new ManualPaceClock();
   const pacer = new Pacer(rate, { unpacedBatch: 512, clock });
   const batches: number[] = [];
   let sent = 0;

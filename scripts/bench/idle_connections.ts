@@ -14,15 +14,17 @@
  * holds besides its templates. All come from 127.0.0.1, so `limits.maxConnectionsPerAddress`
  * (default 16, one Agent per Node address) is raised to N + 16 for the run.
  *
- * Each VmRSS figure is the median of a few samples 0.5 s apart, taken after the process settled
- * for a few seconds (after its start, then after the last connection was established).
+ * VmRSS before: the lowest of a few samples 0.5 s apart once the started process settled. After:
+ * the lowest of the samples taken every 0.5 s for {@linkcode IDLE_WINDOW_SEC} from the moment
+ * the last connection was established, so the figure is what an idle connection keeps once V8
+ * has collected the handshakes' garbage (its idle-time GC comes 5-20 s after: 3 s after the
+ * connections opened, TLS was ~60 KB per connection, against ~28 KiB after the GC).
  *
  *   deno run --allow-all scripts/bench/idle_connections.ts [--quick] [--connections N]
  */
 
 import { openTransport, type Transport, type TransportKind } from "../../src/net/transport.ts";
 import { LIMIT_KEYS } from "../../src/config/limits.ts";
-import { median } from "./baseline.ts";
 import { benchConfig, CERT_DIR, type E2eTransport, FLOW_LOG_FILE } from "./e2e.ts";
 import { type FaProcess, rssBytes, startFlowAggregator } from "./process.ts";
 
@@ -44,7 +46,7 @@ export interface IdleConnectionsTrial {
   rssBeforeSamples: number[];
   /** VmRSS samples with the N connections open and idle, bytes. */
   rssAfterSamples: number[];
-  /** (median after − median before) / N, bytes; NaN when the trial failed. */
+  /** (lowest after − lowest before) / N, bytes; NaN when the trial failed. */
   bytesPerConnection: number;
   /** Descriptors the process gained with the connections (/proc/<pid>/fd): N when all held. */
   fdsGained: number;
@@ -64,7 +66,10 @@ export interface IdleConnectionsResult {
   detail: {
     connections: number;
     settleSec: number;
+    /** Samples before the connections. */
     samples: number;
+    /** Seconds the idle connections were sampled for. */
+    idleWindowSec: number;
     /** `limits.maxConnectionsPerAddress` of both processes (raised from its default, 16). */
     maxConnectionsPerAddress: number;
     trials: IdleConnectionsTrial[];
@@ -74,20 +79,25 @@ export interface IdleConnectionsResult {
 
 /** Connects in flight at once: well below `limits.maxTlsHandshakes` (128). */
 const CONCURRENCY = 32;
-/** VmRSS samples per figure, and their spacing. */
+/** VmRSS samples before the connections, and the spacing of every sample. */
 const SAMPLES = 5;
 const SAMPLE_EVERY_MS = 500;
+/** Seconds the idle connections are sampled for (quick: 2): V8's idle-time GC comes within. */
+const IDLE_WINDOW_SEC = 30;
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-/** The median of {@linkcode SAMPLES} VmRSS readings of `pid`, and the readings. */
-async function sampleRss(pid: number): Promise<{ median: number; samples: number[] }> {
+/** The lowest of `count` VmRSS readings of `pid` {@linkcode SAMPLE_EVERY_MS} apart, and the readings. */
+async function sampleRss(
+  pid: number,
+  count: number,
+): Promise<{ lowest: number; samples: number[] }> {
   const samples: number[] = [];
-  for (let i = 0; i < SAMPLES; i++) {
+  for (let i = 0; i < count; i++) {
     if (i > 0) await sleep(SAMPLE_EVERY_MS);
     samples.push(await rssBytes(pid));
   }
-  return { median: median(samples) ?? NaN, samples };
+  return { lowest: Math.min(...samples), samples };
 }
 
 /** Open descriptors of `pid`. */
@@ -168,6 +178,7 @@ async function trial(
   transport: E2eTransport,
   n: number,
   settleSec: number,
+  idleWindowSec: number,
 ): Promise<IdleConnectionsTrial> {
   const t: IdleConnectionsTrial = {
     transport,
@@ -204,15 +215,14 @@ async function trial(
     }
     await sleep(settleSec * 1000);
     const fds0 = await fdCount(fa.pid);
-    const before = await sampleRss(fa.pid);
+    const before = await sampleRss(fa.pid, SAMPLES);
     t.rssBeforeSamples = before.samples;
     const from = fa.events.length;
     const t0 = performance.now();
     await openMany(n, fa.port, tlsOn ? "tls" : "tcp", tls, conns);
     await fa.waitFor(() => count(fa, from, "session opened") >= n, 60_000, from);
     t.openMs = performance.now() - t0;
-    await sleep(settleSec * 1000);
-    const after = await sampleRss(fa.pid);
+    const after = await sampleRss(fa.pid, (idleWindowSec * 1000) / SAMPLE_EVERY_MS);
     t.rssAfterSamples = after.samples;
     t.fdsGained = (await fdCount(fa.pid)) - fds0;
     // Every connection must still be there, and nothing refused or failed on the way.
@@ -226,7 +236,7 @@ async function trial(
     }
     const gone = conns.filter((c) => !c.open).length;
     if (gone > 0) t.failures.push(`${gone} connections closed on the client side`);
-    if (t.failures.length === 0) t.bytesPerConnection = (after.median - before.median) / n;
+    if (t.failures.length === 0) t.bytesPerConnection = (after.lowest - before.lowest) / n;
   } catch (e) {
     t.failures.push(e instanceof Error ? e.message.split("\n")[0] : String(e));
   } finally {
@@ -243,9 +253,10 @@ export async function benchIdleConnections(
 ): Promise<IdleConnectionsResult> {
   const n = opts.connections ?? (opts.quick ? 50 : 1_000);
   const settleSec = opts.quick ? 1 : 3;
+  const idleWindowSec = opts.quick ? 2 : IDLE_WINDOW_SEC;
   const trials: IdleConnectionsTrial[] = [];
   for (const transport of ["TCP", "TLS"] as const) {
-    const t = await trial(transport, n, settleSec);
+    const t = await trial(transport, n, settleSec, idleWindowSec);
     console.error(
       `idle connections ${transport}: ${n} in ${t.openMs.toFixed(0)} ms, ${
         t.bytesPerConnection.toFixed(0)
@@ -264,10 +275,13 @@ export async function benchIdleConnections(
       connections: n,
       settleSec,
       samples: SAMPLES,
+      idleWindowSec,
       maxConnectionsPerAddress: perAddressCap(n),
       trials,
-      note: `(VmRSS with ${n} idle connections − VmRSS before) / ${n}, each the median of ` +
-        `${SAMPLES} samples ${SAMPLE_EVERY_MS} ms apart after ${settleSec} s of settling; one ` +
+      note: `(VmRSS with ${n} idle connections − VmRSS before) / ${n}: before, the lowest of ` +
+        `${SAMPLES} samples ${SAMPLE_EVERY_MS} ms apart after ${settleSec} s of settling; after, ` +
+        `the lowest of samples every ${SAMPLE_EVERY_MS} ms for ${idleWindowSec} s from the last ` +
+        "connection's establishment (V8's idle-time GC of the handshakes' garbage within); one " +
         "process per transport (the bench configuration, flow log on), connections opened " +
         `${CONCURRENCY} at a time from the bench process, each established when the collector ` +
         "logged `session opened` (TLS: after the handshake and the client certificate check), " +

@@ -6,8 +6,9 @@
  *
  * The sockets are ours, not node's: connections are accepted with `Deno.listen` and their
  * encrypted bytes read by this listener, with the TCP listener's bounded turns and shared read
- * tick (`fairness.ts`), then handed through a `Duplex` to a `node:tls` server of the
- * connection's own (never listening), which decrypts them. node's TLS server read its sockets itself, without bound: a connection whose
+ * tick (`fairness.ts`), then handed through a `Duplex` to the listener's one `node:tls` server
+ * (never listening; `connectionServer` ties each handshake's events to its connection), which
+ * decrypts them. node's TLS server read its sockets itself, without bound: a connection whose
  * peer paused for 300 ms was not read again for 4.4-5.7 s while three busy ones delivered ~490k
  * records each (over TCP: 0.3-0.4 s), and `pause()` did not stop those reads. The raw bytes
  * wait in the kernel until this listener reads them, and no more than the Duplex's buffer is
@@ -15,6 +16,18 @@
  *
  * The caps count a connection from accept (before its handshake, which is capped and timed
  * too), so half-open handshakes cannot hold sockets or memory without bound.
+ *
+ * Memory: an established idle connection costs ~27-28 KiB of RSS once V8 has collected the
+ * handshakes' garbage (1,000 mutually authenticated connections from another process to the
+ * real process, lowest VmRSS in the 30 s after, V8's idle-time GC coming 5-20 s in: 28.0 /
+ * 27.1 KiB, against 31.2 / 31.8 with a server per connection, runs alternated), ~59 KiB before
+ * that GC (`tls_idle_connection_bytes`, 3 s after: 60.5 / 60.3 KB, against 64.4 / 64.0). About
+ * 15 KiB is JS heap (in-process heap snapshots): node:tls's TLSSocket, JSStreamSocket and
+ * TLSWrap objects with some 46 closures ~10 KiB, the rest as over TCP (session, framer) plus
+ * the pending read's 1 KiB buffer. The rest is native, out of this module's reach: Deno's
+ * TLSWrap builds its rustls configuration from the PEM strings for every connection (~29 KiB of
+ * RSS outside the JS heap per TLSWrap before any handshake, not all of it resident later), and
+ * rustls's state.
  */
 
 import tls from "node:tls";
@@ -48,7 +61,8 @@ const MIN_READ_BYTES = 1024;
 export class TlsListener {
   readonly #env: SessionEnv;
   readonly #address: ListenAddress;
-  readonly #serverOptions: tls.TlsOptions;
+  readonly #server: tls.Server;
+  readonly #accept: (this: tls.Server, socket: Duplex) => void;
   readonly #table: ConnectionTable;
   readonly #drain: DrainOptions;
   readonly #handlers = new Set<Promise<void>>();
@@ -70,14 +84,29 @@ export class TlsListener {
     this.#gate = new ReadGate();
     this.#table = new ConnectionTable(env, { limits: options.limits, releaseIdleBuffers: true });
     this.#drain = options.drain;
-    this.#serverOptions = {
+    this.#server = tls.createServer({
       requestCert: true,
       rejectUnauthorized: true,
       ca: [material.caPem],
       cert: material.certPem,
       key: material.keyPem,
       minVersion: "TLSv1.2",
+    });
+    const accept = this.#server.listeners("connection");
+    if (accept.length !== 1) {
+      throw new Error(`tls: node:tls server has ${accept.length} connection listeners, not 1`);
+    }
+    this.#accept = accept[0] as (this: tls.Server, socket: Duplex) => void;
+    // Fail closed: an event reaching the shared server itself names no connection (a runtime
+    // whose listener no longer reports through `this`), so its socket is dropped, loudly.
+    const unrouted = (socket: { destroy(): void } | undefined): void => {
+      socket?.destroy();
+      if (this.#env.rateLog.allow("tls|unrouted") >= 0) {
+        this.#env.log.error("TLS connection event not tied to its connection: dropped");
+      }
     };
+    this.#server.on("secureConnection", unrouted);
+    this.#server.on("tlsClientError", (_e: Error, socket?: tls.TLSSocket) => unrouted(socket));
   }
 
   /** The bound port (after {@linkcode start}). */
@@ -159,17 +188,13 @@ export class TlsListener {
       closeQuietly(conn);
       return undefined;
     }
-    // A TLS server of its own, never listening, is handed the connection: node's server, not a
-    // bare server-side TLSSocket, verifies the client certificate against the CA (a bare one
-    // in Deno accepts a certificate of any CA), and its events name this connection.
-    const server = tls.createServer(this.#serverOptions);
     let session: Session | undefined;
     let stream: StreamSession | undefined;
     let reason = "eof";
     let onError = false;
     let tlsClosed = Promise.resolve();
     const rawClosed = new Promise<void>((resolve) => raw.on("close", () => resolve()));
-    server.on("secureConnection", (socket: tls.TLSSocket) => {
+    const secured = (socket: tls.TLSSocket): void => {
       tlsClosed = new Promise<void>((resolve) =>
         socket.on("close", () => {
           raw.destroy();
@@ -178,6 +203,13 @@ export class TlsListener {
       );
       if (closedBy !== undefined) {
         socket.destroy();
+        return;
+      }
+      // node's check destroys a client whose certificate failed verification, but only notes
+      // one that sent none (`authorizationError`) if the TLS layer let its handshake finish:
+      // refused here too, before a byte of its data is read.
+      if (!socket.authorized) {
+        failed(new Error(`client not authorized: ${socket.authorizationError}`), socket);
         return;
       }
       secure = socket;
@@ -208,8 +240,8 @@ export class TlsListener {
       });
       // Established while draining: read what the peer sent, after asking it to stop.
       if (this.#closing) socket.end();
-    });
-    server.on("tlsClientError", (e: Error, socket: tls.TLSSocket | undefined) => {
+    };
+    const failed = (e: Error, socket: { destroy(): void } | undefined): void => {
       socket?.destroy();
       raw.destroy();
       // A connection we closed (over a cap, timed out, stopping) is counted for that reason.
@@ -223,8 +255,12 @@ export class TlsListener {
           ...(suppressed > 0 ? { suppressed } : {}),
         });
       }
-    });
-    server.emit("connection", raw);
+    };
+    // node's server, not a bare server-side TLSSocket, verifies the client certificate against
+    // the CA (a bare one in Deno accepts a certificate of any CA): its connection listener makes
+    // this connection's TLSSocket, as a listening server would, but on a view of the server
+    // whose `emit` is this connection's (see connectionServer).
+    this.#accept.call(connectionServer(this.#server, secured, failed), raw);
     const pumped = this.#pump(conn, raw, flow, () => new Promise<void>((r) => wanted = r), (n) => {
       bytesRead += n;
     });
@@ -270,4 +306,28 @@ export class TlsListener {
     }
     if (!flow.gone) raw.push(null);
   }
+}
+
+/**
+ * The shared server as node's TLS connection listener sees it for one connection: options and
+ * context are the server's (the prototype), `emit` reaches this connection's handlers. The
+ * listener reads its options from `this` and creates the TLSSocket with `server: this`, and
+ * that socket reports the end of its handshake to `server.emit` (`secureConnection` once the
+ * client certificate is verified, `tlsClientError` otherwise), so these events name their
+ * connection without a server per connection (a per-connection object and closure instead of
+ * ~1.7 KiB of server and a `SecureContext` built, key checked, per handshake).
+ */
+function connectionServer(
+  shared: tls.Server,
+  secured: (socket: tls.TLSSocket) => void,
+  failed: (e: Error, socket: { destroy(): void } | undefined) => void,
+): tls.Server {
+  const emit = (event: string | symbol, ...args: unknown[]): boolean => {
+    if (event === "secureConnection") secured(args[0] as tls.TLSSocket);
+    else if (event === "tlsClientError") {
+      failed(args[0] as Error, args[1] as { destroy(): void } | undefined);
+    } else return false;
+    return true;
+  };
+  return Object.create(shared, { emit: { value: emit } }) as tls.Server;
 }

@@ -30,7 +30,8 @@ Deno.test("idle connections: every TLS and TCP connection is established on the 
     assert.deepEqual(t.failures, [], t.transport);
     assert.equal(t.connections, 20);
     assert.ok(t.fdsGained >= 20, `${t.transport}: ${t.fdsGained} descriptors gained`);
-    assert.equal(t.rssAfterSamples.length, r.detail.samples);
+    assert.equal(t.rssBeforeSamples.length, r.detail.samples);
+    assert.equal(t.rssAfterSamples.length, r.detail.idleWindowSec * 2, "every 0.5 s of the window");
   }
   // RSS moves by pages and the heap grows in steps: only that each figure was taken.
   assert.equal(typeof r.tls_idle_connection_bytes, "number");

@@ -151,3 +151,25 @@ Deno.test("tls: stop() does not wait for a client that never completes the hands
     await c.stop();
   }
 });
+
+Deno.test("tls: concurrent accepted and refused handshakes each reach their own connection", async () => {
+  // One node:tls server serves every connection: each handshake's outcome must still reach the
+  // connection it belongs to, while good and bad clients are in their handshakes together.
+  const { c, received } = await startTls();
+  try {
+    const data = concat(GOLDEN_TEMPLATE, GOLDEN_DATA);
+    const clients = [certs.client, otherCa.client, undefined];
+    await Promise.all(
+      Array.from({ length: 12 }, (_, i) => tlsSend("127.0.0.1", c.port, clients[i % 3], data)),
+    );
+    await waitFor(() => c.stats().tlsHandshakeFailures === 8, { what: "8 refusals counted" });
+    await waitFor(() => received.length === 4, { what: "the 4 good clients' data" });
+    await waitFor(() => c.stats().sessionsClosed === 4, { what: "their sessions closed on EOF" });
+    const s = c.stats();
+    assert.equal(s.sessionsOpened, 4);
+    assert.equal(s.sessionsClosedOnError, 0);
+    assert.equal(s.messages, 8);
+  } finally {
+    await c.stop();
+  }
+});

@@ -177,7 +177,8 @@ Deno.test("shard pool: a shard that stops reading stalls ingest for a bounded ti
   // Further records for the stalled shard are dropped without waiting.
   const t1 = performance.now();
   pool.ingest(records.slice(0, 10));
-  assert.ok(performance.now() - t1 < 100);
+  const again = performance.now() - t1;
+  assert.ok(again < STALL_MS, `did not wait for the stall again (${again} ms)`);
   assert.equal(pool.counters().recordsDroppedNoShard, c.recordsDroppedNoShard + 10);
   await pool.stop(200);
   assert.equal(pool.counters().shardsFailed, 1, "a shard that never stops is given up on");
@@ -285,8 +286,10 @@ Deno.test("shard pool: the counters follow the records as the shards ingest them
   assert.equal(pool.stats().recordsIn, 0);
   pool.ingest(Array.from({ length: 100 }, (_, i) => intraNode({ sourceTransportPort: 1 + i })));
   pool.flush();
-  const t0 = performance.now();
-  await waitFor(() => pool.stats().recordsIn === 100, { timeoutMs: 300, what: "fresh counters" });
-  assert.ok(performance.now() - t0 < 300);
+  // Published by the shards as they ingest (a query would ask them; none is made).
+  await waitFor(() => pool.stats().recordsIn === 100, {
+    timeoutMs: 10_000,
+    what: "fresh counters",
+  });
   await pool.stop();
 });

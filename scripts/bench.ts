@@ -1,5 +1,5 @@
 /**
- * Benchmark harness: `deno task bench` runs the full suite (about 16 minutes on 2 cores),
+ * Benchmark harness: `deno task bench` runs the full suite (about 18 minutes on 2 cores),
  * `deno task bench --quick` a smoke version in seconds for CI. Prints a table and writes
  * `bench/latest.json` with one number per key (null when a part is not implemented yet or could
  * not run, with the reason in `notes`) plus the raw trials under `details`.

@@ -79,6 +79,25 @@ for (const host of ["127.0.0.1", "::1"]) {
   });
 }
 
+Deno.test("tls: a burst of several read turns is decoded whole from its 16 KiB pieces", async () => {
+  const { c, received } = await startTls();
+  try {
+    // One 2 MiB write: reads of up to 256 KiB, each handed to the TLS layer in 16 KiB pieces
+    // whose edges fall inside TLS records and IPFIX messages.
+    const reps = Math.ceil(2 * 1024 * 1024 / GOLDEN_DATA.length);
+    const burst = concat(GOLDEN_TEMPLATE, ...new Array<Uint8Array>(reps).fill(GOLDEN_DATA));
+    const r = await tlsSend("127.0.0.1", c.port, certs.client, burst);
+    assert.equal(r.error, undefined);
+    await waitFor(() => c.stats().sessionsClosed === 1, { what: "session closed on EOF" });
+    const s = c.stats();
+    assert.equal(s.messages, reps + 1);
+    assert.equal(s.sessionsClosedOnError, 0);
+    assert.equal(received.length, reps);
+  } finally {
+    await c.stop();
+  }
+});
+
 Deno.test("tls: a client without a certificate is refused and counted", async () => {
   const { c, received } = await startTls();
   try {

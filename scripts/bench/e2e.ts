@@ -20,6 +20,7 @@
 
 import {
   acceptsApiFlags,
+  countEvents,
   DENO_JSON,
   type ExitInfo,
   type FaProcess,
@@ -255,6 +256,19 @@ export type E2eTransport = "TCP" | "TLS";
 /** The certificate directory of a TLS trial (`--cert-dir`), relative to its directory. */
 export const CERT_DIR = "certs";
 
+/** PEM files of a process started with `--cert-dir`: the CA, the Agent certificate and key. */
+export interface CertFiles {
+  ca: string;
+  cert: string;
+  key: string;
+}
+
+/** Waits until `fa` logged writing its certificates into `certDir` (`--cert-dir`); their files. */
+export async function writtenCertFiles(fa: FaProcess, certDir: string): Promise<CertFiles> {
+  await fa.waitFor((e) => e.msg === "wrote the CA and Agent client certificate", 30_000);
+  return { ca: `${certDir}/ca.crt`, cert: `${certDir}/tls.crt`, key: `${certDir}/tls.key` };
+}
+
 /**
  * The benchmark configuration of the real process: the given collector transport (default
  * TCP), the flow log on (writing `logPath`), every other sink off. TLS: the server certificate
@@ -405,12 +419,6 @@ export async function runSenderProcess(
   };
 }
 
-function sessionsClosed(fa: FaProcess, from: number): number {
-  let n = 0;
-  for (let i = from; i < fa.events.length; i++) if (fa.events[i].msg === "session closed") n++;
-  return n;
-}
-
 /** Options of {@linkcode runE2eTrial}. */
 export interface E2eTrialOptions {
   /** Seconds of traffic. */
@@ -548,19 +556,19 @@ export async function runE2eTrial(
     : pollFlowRecords(fa, `${dir}/api/token`, opts.queryEveryMs);
   try {
     // The certificates are written in the background of the start: wait for them.
-    const certsWritten = transport !== "TLS" ||
-      await fa.waitFor((e) => e.msg === "wrote the CA and Agent client certificate", 30_000)
-        .then(() => true, (e) => {
-          trial.failures.push(`certificates not written: ${e instanceof Error ? e.message : e}`);
-          return false;
-        });
+    const certs = transport !== "TLS" ? undefined : await writtenCertFiles(fa, certDir).catch(
+      (e) => {
+        trial.failures.push(`certificates not written: ${e instanceof Error ? e.message : e}`);
+        return null;
+      },
+    );
     const from = fa.events.length;
     const cpu0 = await cpuSeconds(fa.pid);
     const threads0 = await threadTimes(fa.pid);
     // flowgen is the only child waited for meanwhile: its CPU lands in our cutime/cstime.
     const gen0 = await cpuSeconds("self", true);
     try {
-      if (!certsWritten) throw new Error("no certificates to present");
+      if (certs === null) throw new Error("no certificates to present");
       trial.flowgen = await runSenderProcess(sender, fa.port, {
         rate: targetRate,
         durationSec: opts.durationSec,
@@ -570,16 +578,7 @@ export async function runE2eTrial(
           ...(sender === "replay"
             ? ["--unique-names", String(opts.uniqueNames ?? REPLAY_UNIQUE_NAMES)]
             : []),
-          ...(transport === "TLS"
-            ? [
-              "--ca",
-              `${certDir}/ca.crt`,
-              "--cert",
-              `${certDir}/tls.crt`,
-              "--key",
-              `${certDir}/tls.key`,
-            ]
-            : []),
+          ...(certs ? ["--ca", certs.ca, "--cert", certs.cert, "--key", certs.key] : []),
         ],
       });
       trial.flowgenCpuUsPerRecord = ((await cpuSeconds("self", true)) - gen0) * 1e6 /
@@ -592,7 +591,7 @@ export async function runE2eTrial(
     // decoded and aggregated every byte before its EOF: only then are the counters final.
     const t0 = performance.now();
     try {
-      await fa.waitFor(() => sessionsClosed(fa, from) >= AGENTS, 120_000, from);
+      await fa.waitFor(() => countEvents(fa, from, "session closed") >= AGENTS, 120_000, from);
     } catch (e) {
       trial.failures.push(`sessions not drained: ${e instanceof Error ? e.message : e}`);
     }

@@ -25,8 +25,14 @@
 
 import { openTransport, type Transport, type TransportKind } from "../../src/net/transport.ts";
 import { LIMIT_KEYS } from "../../src/config/limits.ts";
-import { benchConfig, CERT_DIR, type E2eTransport, FLOW_LOG_FILE } from "./e2e.ts";
-import { type FaProcess, rssBytes, startFlowAggregator } from "./process.ts";
+import {
+  benchConfig,
+  CERT_DIR,
+  type E2eTransport,
+  FLOW_LOG_FILE,
+  writtenCertFiles,
+} from "./e2e.ts";
+import { countEvents, rssBytes, startFlowAggregator } from "./process.ts";
 
 /** Options of {@linkcode benchIdleConnections}. */
 export interface IdleConnectionsOptions {
@@ -107,13 +113,6 @@ async function fdCount(pid: number): Promise<number> {
   return n;
 }
 
-/** Events from index `from` with message `msg`. */
-function count(fa: FaProcess, from: number, msg: string): number {
-  let n = 0;
-  for (let i = from; i < fa.events.length; i++) if (fa.events[i].msg === msg) n++;
-  return n;
-}
-
 /**
  * The per-address cap of a run with `n` connections from one address: `n` plus the default's
  * worth of room (the readiness probe's session, say).
@@ -145,30 +144,29 @@ async function openMany(
   into: Transport[],
 ): Promise<void> {
   let next = 0;
-  const one = async (): Promise<void> => {
+  // Each of CONCURRENCY openers takes the next connection until none is left; a failure stops
+  // the others from starting more.
+  const opener = async (): Promise<void> => {
     try {
-      await more();
+      while (next < n) {
+        next++;
+        // settleMs 0: acceptance is read from the collector's own log instead.
+        into.push(
+          await openTransport({
+            host: "127.0.0.1",
+            port,
+            kind,
+            tls: tls && { ...tls, settleMs: 0 },
+            connectTimeoutMs: 30_000,
+          }),
+        );
+      }
     } catch (e) {
       next = n;
       throw e;
     }
   };
-  const more = async (): Promise<void> => {
-    while (next < n) {
-      next++;
-      // settleMs 0: acceptance is read from the collector's own log instead.
-      into.push(
-        await openTransport({
-          host: "127.0.0.1",
-          port,
-          kind,
-          tls: tls && { ...tls, settleMs: 0 },
-          connectTimeoutMs: 30_000,
-        }),
-      );
-    }
-  };
-  const done = await Promise.allSettled(Array.from({ length: Math.min(CONCURRENCY, n) }, one));
+  const done = await Promise.allSettled(Array.from({ length: Math.min(CONCURRENCY, n) }, opener));
   const failed = done.find((d) => d.status === "rejected");
   if (failed !== undefined) throw (failed as PromiseRejectedResult).reason;
 }
@@ -209,9 +207,9 @@ async function trial(
   try {
     let tls: { ca: string; cert: string; key: string } | undefined;
     if (tlsOn) {
-      await fa.waitFor((e) => e.msg === "wrote the CA and Agent client certificate", 30_000);
-      const read = (f: string): Promise<string> => Deno.readTextFile(`${certDir}/${f}`);
-      tls = { ca: await read("ca.crt"), cert: await read("tls.crt"), key: await read("tls.key") };
+      const files = await writtenCertFiles(fa, certDir);
+      const read = (f: string): Promise<string> => Deno.readTextFile(f);
+      tls = { ca: await read(files.ca), cert: await read(files.cert), key: await read(files.key) };
     }
     await sleep(settleSec * 1000);
     const fds0 = await fdCount(fa.pid);
@@ -220,18 +218,18 @@ async function trial(
     const from = fa.events.length;
     const t0 = performance.now();
     await openMany(n, fa.port, tlsOn ? "tls" : "tcp", tls, conns);
-    await fa.waitFor(() => count(fa, from, "session opened") >= n, 60_000, from);
+    await fa.waitFor(() => countEvents(fa, from, "session opened") >= n, 60_000, from);
     t.openMs = performance.now() - t0;
     const after = await sampleRss(fa.pid, (idleWindowSec * 1000) / SAMPLE_EVERY_MS);
     t.rssAfterSamples = after.samples;
     t.fdsGained = (await fdCount(fa.pid)) - fds0;
     // Every connection must still be there, and nothing refused or failed on the way.
-    const opened = count(fa, from, "session opened");
+    const opened = countEvents(fa, from, "session opened");
     if (opened !== n) t.failures.push(`${opened} sessions opened, want ${n}`);
-    const closed = count(fa, from, "session closed");
+    const closed = countEvents(fa, from, "session closed");
     if (closed > 0) t.failures.push(`${closed} sessions closed before the samples`);
     for (const msg of ["connection refused: limit reached", "TLS handshake failed"]) {
-      const k = count(fa, from, msg);
+      const k = countEvents(fa, from, msg);
       if (k > 0) t.failures.push(`${k} × ${msg}`);
     }
     const gone = conns.filter((c) => !c.open).length;

@@ -125,6 +125,13 @@ export interface FaProcess {
   stop(graceMs?: number): Promise<ExitInfo>;
 }
 
+/** The process's log events from index `from` on whose message is `msg`. */
+export function countEvents(fa: FaProcess, from: number, msg: string): number {
+  let n = 0;
+  for (let i = from; i < fa.events.length; i++) if (fa.events[i].msg === msg) n++;
+  return n;
+}
+
 /** A free TCP port on 127.0.0.1 (released before return: a tiny race, fine for benchmarks). */
 export function freeTcpPort(): number {
   const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });

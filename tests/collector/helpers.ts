@@ -103,14 +103,8 @@ export async function udpSend(
   await c.send(data, { transport: "udp", hostname, port });
 }
 
-/** Writes all bytes to a stream. */
-export async function writeAll(
-  w: { write(p: Uint8Array): Promise<number> },
-  data: Uint8Array,
-): Promise<void> {
-  let off = 0;
-  while (off < data.length) off += await w.write(data.subarray(off));
-}
+/** Writes all bytes to a stream (the product's own). */
+export { writeAll } from "../../src/bytes.ts";
 
 /** Concatenates byte arrays. */
 export { concat } from "../_helpers/bytes.ts";

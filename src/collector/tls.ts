@@ -115,9 +115,11 @@ export class TlsListener {
     }
     this.#accept = accept[0] as (this: tls.Server, socket: Duplex) => void;
     // Fail closed: an event reaching the shared server itself names no connection (a runtime
-    // whose listener no longer reports through `this`), so its socket is dropped, loudly.
+    // whose listener no longer reports through `this`), so its socket is dropped, loudly, and
+    // counted as a failed handshake (the connection never got a session).
     const unrouted = (socket: { destroy(): void } | undefined): void => {
       socket?.destroy();
+      this.#env.counters.tlsHandshakeFailures++;
       if (this.#env.rateLog.allow("tls|unrouted") >= 0) {
         this.#env.log.error("TLS connection event not tied to its connection: dropped");
       }

@@ -261,7 +261,15 @@ export interface ReplayReport {
 async function sendAgent(
   round: AgentRound,
   transport: Transport,
-  opts: { rate: number; rounds: number; endAt: number; stream: boolean; signal?: AbortSignal },
+  opts: {
+    rate: number;
+    rounds: number;
+    endAt: number;
+    stream: boolean;
+    /** Unix seconds of round 0's export, the same for every Agent. */
+    t0: number;
+    signal?: AbortSignal;
+  },
   counted: { bytes: number },
 ): Promise<number> {
   const n = round.messages;
@@ -269,7 +277,7 @@ async function sendAgent(
   // Paced: what came due per write (up to 50 ms worth after a stall); unpaced: 1,024 messages.
   const pacer = new Pacer(opts.rate, { unpacedBatch: 1024 });
   // The flows' own time: round r is exported at t0 + r seconds (see the module doc).
-  const t0 = Math.floor(Date.now() / 1000);
+  const t0 = opts.t0;
   let sent = 0;
   let pos = 0;
   let r = 0;
@@ -334,6 +342,9 @@ export async function runReplay(options: ReplayOptions): Promise<ReplayReport> {
         rounds: options.rounds ?? Infinity,
         endAt,
         stream: options.proto !== "udp",
+        // One clock reading for all: each Agent reading its own, those started after a second
+        // boundary (an earlier Agent's first write in between) exported their rounds 1 s later.
+        t0: now,
         signal: options.signal,
       }, counted)
     ));

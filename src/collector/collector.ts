@@ -10,7 +10,8 @@ import type { LimitsConfig } from "../config/limits.ts";
 import { TemplateBudget } from "../ipfix/mod.ts";
 import { logger, RateLimitedLog } from "../log.ts";
 import { DEFAULT_LISTEN_ADDRESS, exporterAddress, parseListenAddress } from "./address.ts";
-import { type RecordSink, Session, type SessionEnv } from "./session.ts";
+import { type RecordSink, Session, type SessionEnv, warnRateLimited } from "./session.ts";
+import { ReadBudget } from "./read_budget.ts";
 import { LruMap } from "./lru.ts";
 import { DEFAULT_DRAIN, type DrainOptions } from "./drain.ts";
 import { type CollectorStats, Counters, type Transport } from "./stats.ts";
@@ -109,10 +110,17 @@ export class Collector {
       maxStringBytes: limits.maxStringBytes,
       wireNumbers: options.wireNumbers,
     });
-    this.#counters = new Counters(options.protocol, budget);
     // The system clock read once per task: sessions stamp every message (lastSeenMs), and a
     // read's few hundred messages need no clock call each.
     const clock = options.clock ?? new TaskCachedClock(systemClock);
+    const readBuffers = new ReadBudget(limits.maxReadBufferBytes, () =>
+      warnRateLimited(
+        this.#env,
+        "limit|maxReadBufferBytes",
+        "read buffers at their limit: busy connections read in smaller pieces",
+        { limit: "maxReadBufferBytes", readBufferBytes: readBuffers.held, max: readBuffers.limit },
+      ));
+    this.#counters = new Counters(options.protocol, budget, readBuffers);
     this.#env = {
       counters: this.#counters,
       sink,

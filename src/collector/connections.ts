@@ -13,7 +13,7 @@ import type { Logger } from "../log.ts";
 import { readGranted } from "./address.ts";
 import type { LimitsConfig } from "../config/limits.ts";
 import { type DrainOptions, drainRound } from "./drain.ts";
-import type { SessionEnv } from "./session.ts";
+import { type SessionEnv, warnRateLimited } from "./session.ts";
 import type { StreamSession } from "./stream.ts";
 
 /** The `limits:` keys a {@linkcode ConnectionTable} enforces; an absent one is unbounded. */
@@ -178,9 +178,10 @@ export class ConnectionTable {
     c.stream = stream;
   }
 
-  /** Forgets a closed connection; idempotent. */
+  /** Forgets a closed connection (its read buffer leaves the budget); idempotent. */
   remove(c: TrackedConnection): void {
     if (!this.#conns.delete(c)) return;
+    c.stream?.dispose();
     if (c.handshaking) this.#handshakes--;
     const n = (this.#perAddress.get(c.address) ?? 1) - 1;
     if (n <= 0) this.#perAddress.delete(c.address);
@@ -273,9 +274,7 @@ export class ConnectionTable {
   }
 
   #log(key: string, msg: string, fields: Record<string, unknown>): void {
-    const suppressed = this.#env.rateLog.allow(key);
-    if (suppressed < 0) return;
-    this.#env.log.warn(msg, { ...fields, ...(suppressed > 0 ? { suppressed } : {}) });
+    warnRateLimited(this.#env, key, msg, fields);
   }
 }
 

@@ -10,6 +10,8 @@ export type FrameResult =
   | { readonly kind: "error"; readonly reason: string }
   | { readonly kind: "need-more" };
 
+import { ReadBudget } from "./read_budget.ts";
+
 const HEADER_LENGTH = 16;
 
 /**
@@ -45,11 +47,14 @@ const MAX_SPARE_BUSY_BUFFERS = 16;
  * {@linkcode BUSY_BUFFER_BYTES} (or what a started message needs) while bytes keep coming, and
  * back to the idle buffer on {@linkcode StreamFramer.release} once nothing is buffered. A
  * started message holds a buffer sized by the bytes received so far (at most 8 times them),
- * never by the length its header announced.
+ * never by the length its header announced. Grown buffers are accounted in a
+ * {@linkcode ReadBudget}: growth for speed only while it fits, growth a started message needs
+ * always.
  */
 export class StreamFramer {
   /** The idle buffer, kept for the life of the framer (never reallocated). */
   readonly #idle = new Uint8Array(IDLE_BUFFER_BYTES);
+  readonly #budget: ReadBudget;
   #buf = this.#idle;
   #start = 0;
   #end = 0;
@@ -60,6 +65,11 @@ export class StreamFramer {
   #failure: string | undefined = undefined;
   /** End offset of the message {@linkcode StreamFramer.nextMessageStart} returned last. */
   messageEnd = 0;
+
+  /** A framer whose grown buffers count in `budget` (default: a budget of its own, unbounded). */
+  constructor(budget: ReadBudget = new ReadBudget()) {
+    this.#budget = budget;
+  }
 
   /** Bytes buffered that do not form a complete message yet. */
   get buffered(): number {
@@ -82,9 +92,17 @@ export class StreamFramer {
       this.#start = 0;
       this.#end = 0;
     }
-    let want = this.#buf.length;
-    if (this.#full && want < BUSY_BUFFER_BYTES) want = Math.min(want * GROWTH, BUSY_BUFFER_BYTES);
+    const length = this.#buf.length;
+    let want = length;
+    // What a started message needs, granted whatever the budget.
     while (used + MIN_READ_BYTES > want) want *= 2;
+    // Growth for speed: the last read filled its space, so more is probably queued.
+    if (this.#full && want < BUSY_BUFFER_BYTES) {
+      const grown = Math.min(length * GROWTH, BUSY_BUFFER_BYTES);
+      // Against what the buffer would hold without it.
+      const base = want === length ? this.#held : want;
+      if (grown > want && this.#budget.allows(grown - base)) want = grown;
+    }
     if (want !== this.#buf.length) {
       this.#resize(want);
     } else if (this.#buf.length - this.#end < MIN_READ_BYTES) {
@@ -107,14 +125,34 @@ export class StreamFramer {
    */
   release(): boolean {
     if (this.#end !== this.#start || this.#buf === this.#idle) return false;
+    this.#toIdle();
+    return true;
+  }
+
+  /**
+   * Gives the buffer back whatever it holds (the connection is closed: what is buffered is
+   * never read), so the budget no longer counts it.
+   */
+  dispose(): void {
+    if (this.#buf !== this.#idle) this.#toIdle();
+    this.#start = 0;
+    this.#end = 0;
+  }
+
+  /** Bytes of the grown buffer counted in the budget (0 for the idle one). */
+  get #held(): number {
+    return this.#buf === this.#idle ? 0 : this.#buf.length;
+  }
+
+  #toIdle(): void {
     if (
       this.#buf.length === BUSY_BUFFER_BYTES && spareBusyBuffers.length < MAX_SPARE_BUSY_BUFFERS
     ) spareBusyBuffers.push(this.#buf);
+    this.#budget.adjust(-this.#held);
     this.#buf = this.#idle;
     this.#start = 0;
     this.#end = 0;
     this.#full = false;
-    return true;
   }
 
   /** Appends a chunk read from the stream (copied; the caller may reuse its buffer). */
@@ -141,6 +179,7 @@ export class StreamFramer {
     const next = (size === BUSY_BUFFER_BYTES ? spareBusyBuffers.pop() : undefined) ??
       new Uint8Array(size);
     next.set(this.#buf.subarray(this.#start, this.#end));
+    this.#budget.adjust(next.length - this.#held);
     this.#end -= this.#start;
     this.#start = 0;
     this.#buf = next;

@@ -355,14 +355,26 @@ export class Session {
   }
 
   #logLimited(key: string, msg: string, fields: Record<string, unknown>): void {
-    const suppressed = this.#env.rateLog.allow(key);
-    if (suppressed < 0) return;
-    this.#env.log.warn(msg, {
+    warnRateLimited(this.#env, key, msg, {
       transport: this.transport,
       exporter: this.exporterAddress,
       peer: this.peer,
       ...fields,
-      ...(suppressed > 0 ? { suppressed } : {}),
     });
   }
+}
+
+/**
+ * Logs a warning at most once per the rate log's period for `key`; the first one after a quiet
+ * period says how many were `suppressed` meanwhile.
+ */
+export function warnRateLimited(
+  env: Pick<SessionEnv, "log" | "rateLog">,
+  key: string,
+  msg: string,
+  fields: Record<string, unknown>,
+): void {
+  const suppressed = env.rateLog.allow(key);
+  if (suppressed < 0) return;
+  env.log.warn(msg, { ...fields, ...(suppressed > 0 ? { suppressed } : {}) });
 }

@@ -5,6 +5,7 @@
 
 import type { TemplateBudget } from "../ipfix/mod.ts";
 import type { UdpReceiverCounters } from "./udp.ts";
+import { ReadBudget } from "./read_budget.ts";
 
 /** Transport a message arrived on. */
 export type Transport = "udp" | "tcp" | "tls";
@@ -110,6 +111,10 @@ export interface CollectorStats {
   readonly connectionsCutAtStop: number;
   /** Bytes of messages not yet complete when their connection was closed at stop (never decoded). */
   readonly bytesLostAtStop: number;
+  /** Bytes of grown read buffers the TCP/TLS connections hold now (`limits.maxReadBufferBytes`). */
+  readonly readBufferBytes: number;
+  /** Reads made into a smaller buffer because growing it would pass `maxReadBufferBytes`. */
+  readonly readBuffersLimited: number;
   /** Per exporter address (peer IP, IPv4-mapped addresses normalised). */
   readonly exporters: Readonly<Record<string, ExporterStats>>;
   /** UDP receive-path counters (kernel and queue drops), when the receive path reports them. */
@@ -161,10 +166,17 @@ export class Counters {
   readonly #setErrors = new Map<string, number>();
   readonly #exporters = new Map<string, MutableExporterStats>();
 
-  /** Creates zeroed counters; `templates` is the budget whose use `templatesHeld` reports. */
-  constructor(transport: Transport, templates?: TemplateBudget) {
+  /** The connections' read buffers, reported as `readBufferBytes` and `readBuffersLimited`. */
+  readonly readBuffers: ReadBudget;
+
+  /**
+   * Creates zeroed counters; `templates` is the budget whose use `templatesHeld` reports,
+   * `readBuffers` the one of the connections' read buffers (default: unbounded).
+   */
+  constructor(transport: Transport, templates?: TemplateBudget, readBuffers = new ReadBudget()) {
     this.transport = transport;
     this.templates = templates;
+    this.readBuffers = readBuffers;
   }
 
   /** Returns the (mutable) counters of one exporter, creating them on first use. */
@@ -257,6 +269,8 @@ export class Counters {
       connectionsTimedOut: Object.fromEntries(this.#connectionsTimedOut),
       connectionsCutAtStop: this.connectionsCutAtStop,
       bytesLostAtStop: this.bytesLostAtStop,
+      readBufferBytes: this.readBuffers.held,
+      readBuffersLimited: this.readBuffers.limited,
       exporters,
     };
   }

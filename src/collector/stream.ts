@@ -8,6 +8,7 @@
 
 import type { Clock } from "../clock.ts";
 import { StreamFramer } from "./framing.ts";
+import type { ReadBudget } from "./read_budget.ts";
 import type { Session } from "./session.ts";
 
 /** Result of feeding a chunk: keep reading, or close with a reason. */
@@ -29,13 +30,17 @@ export class StreamSession {
   startedMs = -1;
   /** Reads (chunks) fed so far. */
   reads = 0;
-  readonly #framer = new StreamFramer();
+  readonly #framer: StreamFramer;
   readonly #clock: Clock;
 
-  /** Wraps a freshly opened session; `clock` times the activity. */
-  constructor(session: Session, clock: Clock) {
+  /**
+   * Wraps a freshly opened session; `clock` times the activity, `budget` counts the grown read
+   * buffer (default: unbounded).
+   */
+  constructor(session: Session, clock: Clock, budget?: ReadBudget) {
     this.session = session;
     this.#clock = clock;
+    this.#framer = new StreamFramer(budget);
     this.lastActivityMs = clock.nowMs();
   }
 
@@ -69,6 +74,11 @@ export class StreamSession {
   /** Lets go of a grown read buffer once nothing is buffered; true when one was released. */
   release(): boolean {
     return this.#framer.release();
+  }
+
+  /** The connection is gone: its read buffer leaves the budget, whatever it held. */
+  dispose(): void {
+    this.#framer.dispose();
   }
 
   #frame(n: number): FeedResult {

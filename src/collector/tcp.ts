@@ -100,12 +100,12 @@ export class TcpListener {
       peer: sessionPeer(remote.hostname, remote.port),
       templateTtlMs: 0,
     });
-    const stream = new StreamSession(session, this.#env.clock);
+    const stream = new StreamSession(session, this.#env.clock, this.#env.counters.readBuffers);
     this.#table.attach(tracked, stream);
     return this.#read(conn, stream).then((r) => {
       closeQuietly(conn);
-      this.#table.remove(tracked);
       if (closedBy !== undefined) countUnfinished(this.#env, stream, this.#closing);
+      this.#table.remove(tracked);
       session.close(closedBy ?? r.reason, r.onError);
     });
   }

@@ -37,7 +37,7 @@ import { closeQuietly, exporterAddress, type ListenAddress, sessionPeer } from "
 import { ConnectionTable, countUnfinished } from "./connections.ts";
 import type { DrainOptions } from "./drain.ts";
 import { FairTurn, ReadClock, ReadGate, TURN_BYTES } from "./fairness.ts";
-import { Session, type SessionEnv } from "./session.ts";
+import { Session, type SessionEnv, warnRateLimited } from "./session.ts";
 import { StreamSession } from "./stream.ts";
 import { acceptLoop, bindTcp, type StreamListenerOptions } from "./tcp.ts";
 
@@ -238,7 +238,7 @@ export class TlsListener {
         peer: sessionPeer(remote.hostname, remote.port),
         templateTtlMs: 0,
       });
-      const st = new StreamSession(session, this.#env.clock);
+      const st = new StreamSession(session, this.#env.clock, this.#env.counters.readBuffers);
       stream = st;
       this.#table.attach(tracked, st);
       socket.on("data", (chunk: Uint8Array) => {
@@ -266,14 +266,10 @@ export class TlsListener {
       // A connection we closed (over a cap, timed out, stopping) is counted for that reason.
       if (closedBy !== undefined) return;
       this.#env.counters.tlsHandshakeFailures++;
-      const suppressed = this.#env.rateLog.allow(`tls|${remote.hostname}`);
-      if (suppressed >= 0) {
-        this.#env.log.warn("TLS handshake failed", {
-          peer: address,
-          error: e,
-          ...(suppressed > 0 ? { suppressed } : {}),
-        });
-      }
+      warnRateLimited(this.#env, `tls|${remote.hostname}`, "TLS handshake failed", {
+        peer: address,
+        error: e,
+      });
     };
     // node's server, not a bare server-side TLSSocket, verifies the client certificate against
     // the CA (a bare one in Deno accepts a certificate of any CA): its connection listener makes
@@ -285,10 +281,10 @@ export class TlsListener {
     });
     return Promise.all([rawClosed, pumped]).then(() => tlsClosed).then(() => {
       closeQuietly(conn);
-      this.#table.remove(tracked);
       if (stream !== undefined && closedBy !== undefined) {
         countUnfinished(this.#env, stream, this.#closing);
       }
+      this.#table.remove(tracked);
       session?.close(closedBy ?? reason, onError);
     });
   }
@@ -306,6 +302,10 @@ export class TlsListener {
     counted: (n: number) => void,
   ): Promise<void> {
     const turn = new FairTurn(this.#reads);
+    // The read buffer grows while reads fill it, within the collector's read budget, which
+    // counts it above MIN_READ_BYTES.
+    const budget = this.#env.counters.readBuffers;
+    const held = (bytes: number): number => bytes > MIN_READ_BYTES ? bytes : 0;
     let size = MIN_READ_BYTES;
     try {
       while (!flow.gone) {
@@ -319,7 +319,10 @@ export class TlsListener {
         }
         if (!taken && !flow.gone) await more();
         const tick = this.#gate.after(n, size);
-        size = n === size ? Math.min(size * 2, TURN_BYTES) : MIN_READ_BYTES;
+        let next = n === size ? Math.min(size * 2, TURN_BYTES) : MIN_READ_BYTES;
+        if (next > size && !budget.allows(next - held(size))) next = size;
+        budget.adjust(held(next) - held(size));
+        size = next;
         if (tick !== undefined) await tick;
         if (turn.spend(n) && this.#table.size > 1) await turn.pause();
       }
@@ -327,6 +330,7 @@ export class TlsListener {
       // Closed under the read (stop, a timeout, the TLS layer gave up), or a reset: the TLS
       // socket reports what happened.
     }
+    budget.adjust(-held(size));
     if (!flow.gone) raw.push(null);
   }
 }

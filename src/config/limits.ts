@@ -96,6 +96,14 @@ export const LIMIT_KEYS = {
     reload: "collector",
     doc: "open TCP/TLS connections from one source address (an Agent opens one)",
   },
+  maxReadBufferBytes: {
+    kind: "bytes",
+    default: 67_108_864,
+    reload: "collector",
+    doc: "bytes of read buffers grown beyond the idle ones, over all TCP/TLS connections (a " +
+      "busy connection reads into up to 256 KiB); over it busy connections read in smaller " +
+      "pieces, counted, nothing dropped",
+  },
   readTimeout: {
     kind: "duration",
     default: "30s",

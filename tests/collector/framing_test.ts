@@ -5,6 +5,7 @@ import {
   IDLE_BUFFER_BYTES,
   StreamFramer,
 } from "../../src/collector/mod.ts";
+import { ReadBudget } from "../../src/collector/read_budget.ts";
 import { concat, GOLDEN_DATA, GOLDEN_TEMPLATE } from "./helpers.ts";
 
 function drain(f: StreamFramer): FrameResult[] {
@@ -160,6 +161,75 @@ Deno.test("framing: the buffer is 1 KiB while idle, grows while busy and goes ba
     f.release();
     assert.equal(f.capacity, IDLE_BUFFER_BYTES);
   }
+});
+
+/**
+ * Reads `bytes` as a connection does (a read, then every complete message taken out) until the
+ * peer has nothing more queued; returns the messages and the largest buffer used.
+ */
+function readAndFrame(f: StreamFramer, bytes: Uint8Array): { messages: number; largest: number } {
+  let off = 0;
+  let messages = 0;
+  let largest = 0;
+  for (;;) {
+    const space = f.readSpace();
+    largest = Math.max(largest, f.capacity);
+    const n = Math.min(space.length, bytes.length - off);
+    space.set(bytes.subarray(off, off + n));
+    f.commit(n);
+    off += n;
+    while (f.nextMessage() !== undefined) messages++;
+    if (n < space.length) return { messages, largest };
+  }
+}
+
+Deno.test("framing: growth for speed stays within the shared read budget, given back on release", () => {
+  // Room for one busy buffer and an 8 KiB one, not for a second 64 KiB step.
+  const budget = new ReadBudget(BUSY_BUFFER_BYTES + 9 * IDLE_BUFFER_BYTES);
+  const a = new StreamFramer(budget);
+  const b = new StreamFramer(budget);
+  const count = Math.ceil((2 * BUSY_BUFFER_BYTES) / GOLDEN_DATA.length);
+  const burst = concat(...new Array(count).fill(GOLDEN_DATA));
+  assert.deepEqual(readAndFrame(a, burst), { messages: count, largest: BUSY_BUFFER_BYTES });
+  assert.equal(budget.held, BUSY_BUFFER_BYTES);
+  assert.equal(budget.limited, 0);
+  // The second connection reads the same bytes, whole, in 8 KiB pieces; each read held back
+  // is counted.
+  assert.deepEqual(readAndFrame(b, burst), { messages: count, largest: 8 * IDLE_BUFFER_BYTES });
+  assert.equal(budget.held, BUSY_BUFFER_BYTES + 8 * IDLE_BUFFER_BYTES);
+  assert.ok(budget.limited >= Math.floor(burst.length / (8 * IDLE_BUFFER_BYTES)) - 1);
+  // Caught up, the first gives its room back: the second grows all the way next time.
+  assert.equal(a.release(), true);
+  assert.equal(budget.held, 8 * IDLE_BUFFER_BYTES);
+  const limited = budget.limited;
+  assert.deepEqual(readAndFrame(b, burst), { messages: count, largest: BUSY_BUFFER_BYTES });
+  assert.equal(budget.limited, limited);
+  assert.equal(b.release(), true);
+  assert.equal(budget.held, 0);
+});
+
+Deno.test("framing: a started message gets the room it needs over the budget; dispose gives it back", () => {
+  const budget = new ReadBudget(1);
+  const f = new StreamFramer(budget);
+  const message = new Uint8Array(65535);
+  message.set([0, 10, 0xff, 0xff]);
+  message[65534] = 9;
+  // Read in pieces the size of each space offered, framing after each: the buffer grows to
+  // hold the message although nothing is left in the budget.
+  readAndFrame(f, message.subarray(0, 40_000));
+  assert.equal(f.buffered, 40_000);
+  assert.ok(budget.held >= 40_000, `${budget.held}`);
+  readInto(f, message.subarray(40_000));
+  assert.equal(f.nextMessage()?.[65534], 9);
+  assert.equal(f.release(), true);
+  assert.equal(budget.held, 0);
+  // A connection closed in the middle of a message gives its buffer back too.
+  readAndFrame(f, message.subarray(0, 5000));
+  assert.ok(budget.held > 0);
+  f.dispose();
+  assert.equal(budget.held, 0);
+  assert.equal(f.buffered, 0);
+  assert.equal(f.capacity, IDLE_BUFFER_BYTES);
 });
 
 Deno.test("framing: a started message holds only the bytes received, not the length announced", () => {

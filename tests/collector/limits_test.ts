@@ -104,6 +104,35 @@ Deno.test("tcp: 10 good records + 1 overrunning string: 10 delivered, 1 counted 
     assert.equal(s.exporters["127.0.0.1"].recordsDropped, 1);
   }));
 
+Deno.test("tcp: busy connections past maxReadBufferBytes read in smaller pieces, every record delivered", () =>
+  withCollector(
+    { protocol: "tcp", limits: { maxReadBufferBytes: 16 * 1024 } },
+    async ({ c, received, connect }) => {
+      // Four Agents each write ~420 KB at once: a busy connection would read into up to
+      // 256 KiB; the 16 KiB budget lets two of them grow to 8 KiB and no further.
+      const perMessage = 100;
+      const messages = 200;
+      const burst = concat(
+        templateMessage(1, 256, SMALL_FIELDS),
+        ...range(0, messages).map((m) =>
+          dataMessage(1, 256, SMALL_FIELDS, range(m * perMessage, perMessage).map(smallRecord))
+        ),
+      );
+      const conns = await Promise.all(range(0, 4).map(() => connect()));
+      await Promise.all(conns.map(async (conn) => {
+        await writeAll(conn, burst);
+        await conn.closeWrite();
+      }));
+      await waitFor(() => c.stats().sessionsClosed === 4, { what: "all four sessions ended" });
+      const s = c.stats();
+      assert.equal(s.sessionsClosedOnError, 0);
+      assert.equal(s.dataRecords, 4 * messages * perMessage);
+      assert.equal(received.reduce((n, r) => n + r.records.length, 0), 4 * messages * perMessage);
+      assert.ok(s.readBuffersLimited > 0, "reads were held to smaller buffers");
+      assert.equal(s.readBufferBytes, 0, "every closed connection gave its buffer back");
+    },
+  ));
+
 Deno.test("tcp: template bounds per session and in total, freed when a session closes", () =>
   withCollector({ protocol: "tcp", limits: LIMITS }, async ({ c, received, connect }) => {
     const a = await connect();

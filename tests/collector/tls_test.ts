@@ -98,6 +98,29 @@ Deno.test("tls: a burst of several read turns is decoded whole from its 16 KiB p
   }
 });
 
+Deno.test("tls: past maxReadBufferBytes a burst is read in smaller pieces, whole; the room is given back", async () => {
+  const { c, received } = await startCollector({
+    address: "127.0.0.1:0",
+    protocol: "tls",
+    tls: collectorTls(certs),
+    limits: { maxReadBufferBytes: 4096 },
+  });
+  try {
+    const reps = Math.ceil(1024 * 1024 / GOLDEN_DATA.length);
+    const burst = concat(GOLDEN_TEMPLATE, ...new Array<Uint8Array>(reps).fill(GOLDEN_DATA));
+    const r = await tlsSend("127.0.0.1", c.port, certs.client, burst);
+    assert.equal(r.error, undefined);
+    await waitFor(() => c.stats().sessionsClosed === 1, { what: "session closed on EOF" });
+    await waitFor(() => c.stats().readBufferBytes === 0, { what: "read buffers given back" });
+    const s = c.stats();
+    assert.equal(s.sessionsClosedOnError, 0);
+    assert.equal(received.length, reps);
+    assert.ok(s.readBuffersLimited > 0, "encrypted reads were held to smaller buffers");
+  } finally {
+    await c.stop();
+  }
+});
+
 Deno.test("tls: a client without a certificate is refused and counted", async () => {
   const { c, received } = await startTls();
   try {

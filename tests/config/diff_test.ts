@@ -42,6 +42,7 @@ Deno.test("every configuration key has the reload rule of the one table", () => 
     "limits.maxFlowBytes": "live",
     "limits.maxConnections": "collector",
     "limits.maxConnectionsPerAddress": "collector",
+    "limits.maxReadBufferBytes": "collector",
     "limits.readTimeout": "collector",
     "limits.idleTimeout": "collector",
     "limits.maxTlsHandshakes": "collector",

@@ -54,6 +54,7 @@ Deno.test("every key gets its v1.13 default", () => {
       maxFlowBytes: 1_073_741_824,
       maxConnections: 4096,
       maxConnectionsPerAddress: 16,
+      maxReadBufferBytes: 67_108_864,
       readTimeout: "30s",
       readTimeoutMs: 30_000,
       idleTimeout: "5m",

@@ -224,7 +224,11 @@ Deno.test("L3: the flush timer writes buffered lines; stop returns promptly", as
     assert.deepEqual(lines, [L1]);
     const t0 = performance.now();
     await exp.stop();
-    assert.ok(performance.now() - t0 < 1000);
+    // Nothing to wait for (no timer, one small flush): a bound far above that, below a hang.
+    assert.ok(
+      performance.now() - t0 < 10_000,
+      `stop took ${Math.round(performance.now() - t0)} ms`,
+    );
   } finally {
     await exp.stop();
     await Deno.remove(dir, { recursive: true });

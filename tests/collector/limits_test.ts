@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { setLogLevel } from "../../src/log.ts";
+import { setLogLevel, setLogWriter } from "../../src/log.ts";
 import {
   encodeDataSet,
   encodeMessage,
@@ -104,34 +104,47 @@ Deno.test("tcp: 10 good records + 1 overrunning string: 10 delivered, 1 counted 
     assert.equal(s.exporters["127.0.0.1"].recordsDropped, 1);
   }));
 
-Deno.test("tcp: busy connections past maxReadBufferBytes read in smaller pieces, every record delivered", () =>
-  withCollector(
-    { protocol: "tcp", limits: { maxReadBufferBytes: 16 * 1024 } },
-    async ({ c, received, connect }) => {
-      // Four Agents each write ~420 KB at once: a busy connection would read into up to
-      // 256 KiB; the 16 KiB budget lets two of them grow to 8 KiB and no further.
-      const perMessage = 100;
-      const messages = 200;
-      const burst = concat(
-        templateMessage(1, 256, SMALL_FIELDS),
-        ...range(0, messages).map((m) =>
-          dataMessage(1, 256, SMALL_FIELDS, range(m * perMessage, perMessage).map(smallRecord))
-        ),
-      );
-      const conns = await Promise.all(range(0, 4).map(() => connect()));
-      await Promise.all(conns.map(async (conn) => {
-        await writeAll(conn, burst);
-        await conn.closeWrite();
-      }));
-      await waitFor(() => c.stats().sessionsClosed === 4, { what: "all four sessions ended" });
-      const s = c.stats();
-      assert.equal(s.sessionsClosedOnError, 0);
-      assert.equal(s.dataRecords, 4 * messages * perMessage);
-      assert.equal(received.reduce((n, r) => n + r.records.length, 0), 4 * messages * perMessage);
-      assert.ok(s.readBuffersLimited > 0, "reads were held to smaller buffers");
-      assert.equal(s.readBufferBytes, 0, "every closed connection gave its buffer back");
-    },
-  ));
+Deno.test("tcp: busy connections past maxReadBufferBytes read in smaller pieces, every record delivered", async () => {
+  const lines: string[] = [];
+  setLogLevel("warn");
+  const previous = setLogWriter((l) => lines.push(l));
+  try {
+    await withCollector(
+      { protocol: "tcp", limits: { maxReadBufferBytes: 16 * 1024 } },
+      async ({ c, received, connect }) => {
+        // Four Agents each write ~420 KB at once: a busy connection would read into up to
+        // 256 KiB; the 16 KiB budget lets two of them grow to 8 KiB and no further.
+        const perMessage = 100;
+        const messages = 200;
+        const burst = concat(
+          templateMessage(1, 256, SMALL_FIELDS),
+          ...range(0, messages).map((m) =>
+            dataMessage(1, 256, SMALL_FIELDS, range(m * perMessage, perMessage).map(smallRecord))
+          ),
+        );
+        const conns = await Promise.all(range(0, 4).map(() => connect()));
+        await Promise.all(conns.map(async (conn) => {
+          await writeAll(conn, burst);
+          await conn.closeWrite();
+        }));
+        await waitFor(() => c.stats().sessionsClosed === 4, { what: "all four sessions ended" });
+        const s = c.stats();
+        assert.equal(s.sessionsClosedOnError, 0);
+        assert.equal(s.dataRecords, 4 * messages * perMessage);
+        assert.equal(received.reduce((n, r) => n + r.records.length, 0), 4 * messages * perMessage);
+        assert.ok(s.readBuffersLimited > 0, "reads were held to smaller buffers");
+        assert.equal(s.readBufferBytes, 0, "every closed connection gave its buffer back");
+        // Every held-back read is counted, one warning per 10 s names the limit.
+        const warned = lines.filter((l) => l.includes("read buffers at their limit"));
+        assert.equal(warned.length, 1, warned.join("\n"));
+        assert.match(warned[0], /limit=maxReadBufferBytes/);
+      },
+    );
+  } finally {
+    setLogWriter(previous);
+    setLogLevel("error");
+  }
+});
 
 Deno.test("tcp: template bounds per session and in total, freed when a session closes", () =>
   withCollector({ protocol: "tcp", limits: LIMITS }, async ({ c, received, connect }) => {

@@ -4,13 +4,13 @@
  * framing error: the stream cannot be resynchronised, so the caller closes the session.
  */
 
+import { ReadBudget } from "./read_budget.ts";
+
 /** Result of {@linkcode StreamFramer.next}. */
 export type FrameResult =
   | { readonly kind: "message"; readonly message: Uint8Array }
   | { readonly kind: "error"; readonly reason: string }
   | { readonly kind: "need-more" };
-
-import { ReadBudget } from "./read_budget.ts";
 
 const HEADER_LENGTH = 16;
 

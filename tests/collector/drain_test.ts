@@ -12,6 +12,7 @@ import {
   concat,
   GOLDEN_DATA,
   GOLDEN_TEMPLATE,
+  goldenBacklog,
   startCollector,
   udpClient,
   udpSend,
@@ -23,11 +24,6 @@ import { waitFor, withDeadline } from "../_helpers/wait.ts";
 setLogLevel("error");
 
 const certs = generateCertificates({ namespace: "flow-aggregator", address: "127.0.0.1" });
-
-/** The golden template followed by `n` golden data messages, as one byte string. */
-function backlog(n: number): Uint8Array {
-  return concat(GOLDEN_TEMPLATE, ...new Array(n).fill(GOLDEN_DATA));
-}
 
 for (const protocol of ["tcp", "tls"] as const) {
   Deno.test(`drain: ${protocol} bytes written before stop() are decoded, none lost`, async () => {
@@ -49,7 +45,7 @@ for (const protocol of ["tcp", "tls"] as const) {
           }),
         );
       }
-      await Promise.all(senders.map((t) => t.send([backlog(n)])));
+      await Promise.all(senders.map((t) => t.send([goldenBacklog(n)])));
     } finally {
       await c.stop();
     }

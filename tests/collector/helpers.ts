@@ -10,6 +10,8 @@ import {
 } from "../../src/ipfix/mod.ts";
 import { AGENT_IPV4_FIELDS } from "../../src/record/schema.ts";
 import { Collector, type CollectorOptions, type RecordContext } from "../../src/collector/mod.ts";
+import { concat } from "../_helpers/bytes.ts";
+import { DATA_MSG, TEMPLATE_MSG } from "../ipfix/golden.ts";
 
 /** Golden template and data messages of ipfix.md §1.13 (domain 0x33de13e2, template 256). */
 export { DATA_MSG as GOLDEN_DATA, TEMPLATE_MSG as GOLDEN_TEMPLATE } from "../ipfix/golden.ts";
@@ -108,6 +110,11 @@ export { writeAll } from "../../src/bytes.ts";
 
 /** Concatenates byte arrays. */
 export { concat } from "../_helpers/bytes.ts";
+
+/** The golden template followed by `n` golden data messages, as one byte string (one write). */
+export function goldenBacklog(n: number): Uint8Array {
+  return concat(TEMPLATE_MSG, ...new Array<Uint8Array>(n).fill(DATA_MSG));
+}
 
 /** Reads until EOF or error; resolves true when the peer closed the connection. */
 export async function readUntilClosed(c: Deno.Conn, timeoutMs = 5000): Promise<boolean> {

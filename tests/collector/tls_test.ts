@@ -1,12 +1,13 @@
 import assert from "node:assert/strict";
 import tls from "node:tls";
-import { Collector } from "../../src/collector/mod.ts";
+import { Collector, type CollectorOptions } from "../../src/collector/mod.ts";
 import { generateCertificates } from "../../src/pki/mod.ts";
 import { setLogLevel } from "../../src/log.ts";
 import {
   concat,
   GOLDEN_DATA,
   GOLDEN_TEMPLATE,
+  goldenBacklog,
   readUntilClosed,
   type Received,
   startCollector,
@@ -20,9 +21,12 @@ setLogLevel("error");
 const certs = generateCertificates({ namespace: "flow-aggregator", address: "127.0.0.1" });
 const otherCa = generateCertificates({});
 
-/** Starts a TLS Collector on `address` with the test certificates. */
-function startTls(address = "127.0.0.1:0"): ReturnType<typeof startCollector> {
-  return startCollector({ address, protocol: "tls", tls: collectorTls(certs) });
+/** Starts a TLS Collector on `address` with the test certificates (and `limits`). */
+function startTls(
+  address = "127.0.0.1:0",
+  limits?: CollectorOptions["limits"],
+): ReturnType<typeof startCollector> {
+  return startCollector({ address, protocol: "tls", tls: collectorTls(certs), limits });
 }
 
 /** Waits for one failed handshake to be counted; no session was opened and nothing decoded. */
@@ -85,8 +89,7 @@ Deno.test("tls: a burst of several read turns is decoded whole from its 16 KiB p
     // One 2 MiB write: reads of up to 256 KiB, each handed to the TLS layer in 16 KiB pieces
     // whose edges fall inside TLS records and IPFIX messages.
     const reps = Math.ceil(2 * 1024 * 1024 / GOLDEN_DATA.length);
-    const burst = concat(GOLDEN_TEMPLATE, ...new Array<Uint8Array>(reps).fill(GOLDEN_DATA));
-    const r = await tlsSend("127.0.0.1", c.port, certs.client, burst);
+    const r = await tlsSend("127.0.0.1", c.port, certs.client, goldenBacklog(reps));
     assert.equal(r.error, undefined);
     await waitFor(() => c.stats().sessionsClosed === 1, { what: "session closed on EOF" });
     const s = c.stats();
@@ -99,16 +102,10 @@ Deno.test("tls: a burst of several read turns is decoded whole from its 16 KiB p
 });
 
 Deno.test("tls: past maxReadBufferBytes a burst is read in smaller pieces, whole; the room is given back", async () => {
-  const { c, received } = await startCollector({
-    address: "127.0.0.1:0",
-    protocol: "tls",
-    tls: collectorTls(certs),
-    limits: { maxReadBufferBytes: 4096 },
-  });
+  const { c, received } = await startTls(undefined, { maxReadBufferBytes: 4096 });
   try {
     const reps = Math.ceil(1024 * 1024 / GOLDEN_DATA.length);
-    const burst = concat(GOLDEN_TEMPLATE, ...new Array<Uint8Array>(reps).fill(GOLDEN_DATA));
-    const r = await tlsSend("127.0.0.1", c.port, certs.client, burst);
+    const r = await tlsSend("127.0.0.1", c.port, certs.client, goldenBacklog(reps));
     assert.equal(r.error, undefined);
     await waitFor(() => c.stats().sessionsClosed === 1, { what: "session closed on EOF" });
     await waitFor(() => c.stats().readBufferBytes === 0, { what: "read buffers given back" });

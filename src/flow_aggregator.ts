@@ -48,6 +48,7 @@ import {
   workerModuleMissing,
 } from "./exporters/worker_exporter.ts";
 import { type LogFields, logger } from "./log.ts";
+import { type ProcessStats, processStats } from "./process_stats.ts";
 import type { ShardPool, ShardPoolStats } from "./shard/pool.ts";
 import type { PodReplicaSource } from "./k8s/pod_store.ts";
 import { applyCoreSettings, type SettableCore, type ShardSettings } from "./shard/protocol.ts";
@@ -186,6 +187,8 @@ export interface FlowAggregatorStats extends RecordMetrics, Partial<ConfigWatche
   exporters: Record<string, ExporterStats>;
   /** The shard workers' own counters (with more than one shard). */
   shards?: ShardPoolStats;
+  /** The process's resource use (every thread's), read with the counters. */
+  process?: ProcessStats;
 }
 
 function transportOf(p: TransportProtocol): "udp" | "tcp" | "tls" {
@@ -718,6 +721,7 @@ export class FlowAggregator {
       collector,
       exporters,
       ...(this.#pool === undefined ? {} : { shards: this.#pool.counters() }),
+      process: processStats(),
     };
   }
 
@@ -1045,10 +1049,11 @@ export class FlowAggregator {
  * worker's own counters under `<section>.sink.*`).
  */
 export function statsFields(stats: FlowAggregatorStats): LogFields {
-  const { aggregation, collector, exporters, shards, ...own } = stats;
+  const { aggregation, collector, exporters, shards, process, ...own } = stats;
   const fields: LogFields = {};
   counterFields(own, "", fields);
   if (shards !== undefined) counterFields(shards, "shards.", fields);
+  if (process !== undefined) counterFields(process, "process.", fields);
   fields.recordsAggregated = aggregation.recordsAccepted;
   fields.rejected = rejectedTotal(stats);
   counterFields(aggregation, "aggregation.", fields);

@@ -10,6 +10,8 @@
  * - per sink: `flow_aggregator_sink_received` ==
  *   `_exported + _dropped + _buffered (+ _filtered)`.
  *
+ * The process's resource use (`src/process_stats.ts`) keeps the standard `process_` names.
+ *
  * @module
  */
 
@@ -41,6 +43,12 @@ function sampleOf(key: string, v: unknown): Sample | undefined {
     : undefined;
   // Text values ("unknown" kernel drops) are not numbers: left out rather than faked as 0.
   if (value === undefined) return undefined;
+  // The process's resource use under the names every Prometheus client library gives it
+  // (`process_resident_memory_bytes`, `process_cpu_seconds_total`, ...), so the dashboards and
+  // alerts written for any process (a Go collector's included) work unchanged.
+  if (key.startsWith("process.")) {
+    return { name: `process_${snake(key.slice(8))}`, labels: {}, value };
+  }
   for (const section of EXPORTER_SECTIONS) {
     if (key.startsWith(`${section}.sink.`)) {
       const rest = key.slice(section.length + 6);

@@ -4,6 +4,7 @@ import { prometheusText } from "../../src/api/prometheus.ts";
 import parsePrometheus from "parse-prometheus-text-format";
 import type { FlowAggregatorStats } from "../../src/flow_aggregator.ts";
 import { logSettings, setLogLevel } from "../../src/log.ts";
+import { processStats } from "../../src/process_stats.ts";
 import { newCore, s1 } from "../aggregation/fixtures.ts";
 
 const TOKEN = "test-token";
@@ -141,6 +142,7 @@ Deno.test("api: /metrics is Prometheus text with the ledger identity and per-sin
     exporters: {
       flowLogger: { received: 9, exported: 7, dropped: 1, buffered: 1, errors: 0 },
     } as unknown as FlowAggregatorStats["exporters"],
+    process: processStats(),
   });
   s.aggregation.recordsAccepted = 9;
   s.aggregation.recordsRejected.maxFlows = 1;
@@ -169,7 +171,12 @@ Deno.test("api: /metrics is Prometheus text with the ledger identity and per-sin
   );
   const sink = (k: string) => value(`flow_aggregator_sink_${k}`, { sink: "flowLogger" });
   assert.equal(sink("received"), sink("exported") + sink("dropped") + sink("buffered"));
-  assert.equal(value("flow_aggregator_aggregation_records_accepted"), 9);
+  assert.equal(value("flow_aggregator_aggregation_records_accepted"), 9); // The process's resource use under the standard names.
+  assert.equal(value("process_resident_memory_bytes"), s.process!.residentMemoryBytes);
+  assert.equal(value("process_cpu_seconds_total"), s.process!.cpuSecondsTotal);
+  assert.equal(value("process_start_time_seconds"), s.process!.startTimeSeconds);
+  assert.equal(value("process_max_resident_memory_bytes"), s.process!.maxResidentMemoryBytes);
+  assert.ok(!names.some((n) => n.startsWith("flow_aggregator_process")), names.join(","));
 });
 
 Deno.test("api: /metrics has the UDP receive path's sockets and their datagrams", () => {

@@ -160,6 +160,11 @@ async function runScenarios(
     assert.equal(Number(metrics.fields.templateMisses), 1);
     assert.equal(Number(metrics.fields.numFlows), 0, "nothing held after the shutdown flush");
     assert.ok(fa.find({ msg: "flow aggregator stopped" }).length === 1);
+    // The process's own resource use, with its worker threads'.
+    const rss = Number(metrics.fields["process.residentMemoryBytes"]);
+    assert.ok(rss > 20e6, `rss ${rss}`);
+    assert.ok(Number(metrics.fields["process.maxResidentMemoryBytes"]) >= rss);
+    assert.ok(Number(metrics.fields["process.cpuSecondsTotal"]) > 0);
     const sharded = fa.find({ msg: "aggregation sharded over worker threads" });
     assert.equal(sharded.length, (opts.workers ?? 1) > 1 ? 1 : 0);
     if ((opts.workers ?? 1) > 1) {

@@ -6,25 +6,9 @@ import type { FlowAggregatorStats } from "../../src/flow_aggregator.ts";
 import { logSettings, setLogLevel } from "../../src/log.ts";
 import { processStats } from "../../src/process_stats.ts";
 import { newCore, s1 } from "../aggregation/fixtures.ts";
+import { zeroStats as stats } from "../_helpers/stats.ts";
 
 const TOKEN = "test-token";
-
-function stats(over: Partial<FlowAggregatorStats> = {}): FlowAggregatorStats {
-  const { core } = newCore();
-  return {
-    numRecordsExported: 0,
-    numRecordsReceived: 0,
-    numFlows: 0,
-    numConnToCollector: 0,
-    optionsRecordsIgnored: 0,
-    nonFlowRecords: 0,
-    exporterErrors: 0,
-    exportedWithoutSink: 0,
-    aggregation: core.stats(),
-    exporters: {},
-    ...over,
-  };
-}
 
 function setup(s: FlowAggregatorStats = stats()) {
   const { core } = newCore();

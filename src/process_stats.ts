@@ -36,8 +36,9 @@ export function processStats(): ProcessStats {
   const cpu = process.cpuUsage();
   return {
     residentMemoryBytes: mem.rss,
-    // Linux reports ru_maxrss in KiB.
-    maxResidentMemoryBytes: process.resourceUsage().maxRSS * 1024,
+    // Linux reports ru_maxrss in KiB. Its count and VmRSS are read at different moments from
+    // counters the kernel syncs lazily: the peak can read a few pages under the current value.
+    maxResidentMemoryBytes: Math.max(process.resourceUsage().maxRSS * 1024, mem.rss),
     cpuSecondsTotal: (cpu.user + cpu.system) / 1e6,
     startTimeSeconds: Math.round(performance.timeOrigin) / 1000,
     heapUsedBytes: mem.heapUsed,

@@ -551,6 +551,7 @@ async function run(opts: CliOptions): Promise<number> {
     version: VERSION,
     tlsCipherSuites: config.apiServer.tlsCipherSuites,
     tlsMinVersion: config.apiServer.tlsMinVersion,
+    limits: config.limits,
   });
   apiServer.catch((err) => done.reject(err));
   await done.promise;

@@ -49,6 +49,7 @@ import {
 } from "./exporters/worker_exporter.ts";
 import { type LogFields, logger } from "./log.ts";
 import { type ProcessStats, processStats } from "./process_stats.ts";
+import type { ApiFrontStats } from "./api/front.ts";
 import type { ShardPool, ShardPoolStats } from "./shard/pool.ts";
 import type { PodReplicaSource } from "./k8s/pod_store.ts";
 import { applyCoreSettings, type SettableCore, type ShardSettings } from "./shard/protocol.ts";
@@ -187,6 +188,8 @@ export interface FlowAggregatorStats extends RecordMetrics, Partial<ConfigWatche
   exporters: Record<string, ExporterStats>;
   /** The shard workers' own counters (with more than one shard). */
   shards?: ShardPoolStats;
+  /** The API port's counters (`src/api/front.ts`), once the API runs with its bounds. */
+  api?: ApiFrontStats;
   /** The process's resource use (every thread's), read with the counters. */
   process?: ProcessStats;
 }
@@ -721,6 +724,7 @@ export class FlowAggregator {
       collector,
       exporters,
       ...(this.#pool === undefined ? {} : { shards: this.#pool.counters() }),
+      ...this.#apiStatsField(),
       process: processStats(),
     };
   }
@@ -938,6 +942,14 @@ export class FlowAggregator {
    */
   exportObserver: ExportObserver | undefined;
 
+  /** The API port's counters, in {@linkcode stats} (set by the API when it starts). */
+  apiStats: (() => ApiFrontStats | undefined) | undefined;
+
+  #apiStatsField(): { api?: ApiFrontStats } {
+    const api = this.apiStats?.();
+    return api === undefined ? {} : { api };
+  }
+
   #export(flow: ExportedFlow): void {
     this.#exported++;
     this.exportObserver?.observe(flow);
@@ -1049,10 +1061,11 @@ export class FlowAggregator {
  * worker's own counters under `<section>.sink.*`).
  */
 export function statsFields(stats: FlowAggregatorStats): LogFields {
-  const { aggregation, collector, exporters, shards, process, ...own } = stats;
+  const { aggregation, collector, exporters, shards, api, process, ...own } = stats;
   const fields: LogFields = {};
   counterFields(own, "", fields);
   if (shards !== undefined) counterFields(shards, "shards.", fields);
+  if (api !== undefined) counterFields(api, "api.", fields);
   if (process !== undefined) counterFields(process, "process.", fields);
   fields.recordsAggregated = aggregation.recordsAccepted;
   fields.rejected = rejectedTotal(stats);

@@ -8,6 +8,7 @@
 import { type FlowAggregator, type FlowAggregatorStats, ledgerStages } from "../flow_aggregator.ts";
 import { LiveHub, LiveView } from "./live.ts";
 import { type ApiServer, startApiServer } from "./server.ts";
+import type { LimitsConfig } from "../config/limits.ts";
 
 export { apiHandler, type ApiSource, DEFAULT_RECORD_LIMIT, recordsJson } from "./handler.ts";
 export { type ApiServer, caFileOf, DEFAULT_TOKEN_FILE, startApiServer } from "./server.ts";
@@ -50,13 +51,16 @@ export function startApi(
     version: string;
     tlsCipherSuites?: string;
     tlsMinVersion?: string;
+    /** The `limits:` section in force at start. */
+    limits: LimitsConfig;
   },
 ): Promise<ApiServer> {
   const { hostname, port } = splitAddress(opts.address);
   const view = new LiveView();
   fa.exportObserver = view;
   const live = new LiveHub(view, () => ledgerOf(fa.stats()));
-  return startApiServer({
+  const l = opts.limits;
+  const started = startApiServer({
     query: (filter, limit) => fa.query(filter, limit),
     stats: () => fa.stats(),
     ready: () => fa.collectorPort > 0,
@@ -69,5 +73,15 @@ export function startApi(
     version: opts.version,
     tlsCipherSuites: opts.tlsCipherSuites,
     tlsMinVersion: opts.tlsMinVersion,
+    limits: {
+      maxConnections: l.maxApiConnections,
+      maxConnectionsPerAddress: l.maxApiConnectionsPerAddress,
+      requestTimeoutMs: l.apiRequestTimeoutMs,
+      idleTimeoutMs: l.apiIdleTimeoutMs,
+    },
+  });
+  return started.then((server) => {
+    fa.apiStats = () => server.stats();
+    return server;
   });
 }

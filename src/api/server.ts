@@ -4,6 +4,10 @@
  * and the loopback bearer token written to a file (mode 0600) for the in-image CLI, next to the
  * CA the CLI verifies the server with.
  *
+ * The port is served by `front.ts` (not `Deno.serve`, which bounds nothing): connections in
+ * total and per address, request and idle timeouts (`limits.*Api*`), HTTP/1.1 (`http1.ts`; ALPN
+ * offers only it), which antctl, Prometheus and browsers speak.
+ *
  * TLS settings: Deno's TLS stack (rustls) speaks TLS 1.2 and 1.3 only and picks from its own
  * cipher suites, so `apiServer.tlsMinVersion` `VersionTLS10`/`11` are met by its stricter floor,
  * and `tlsCipherSuites` is validated (an unknown name is a start-up error, as upstream) but cannot
@@ -16,6 +20,8 @@ import { dirname } from "node:path";
 import { generateApiCertificate } from "../pki/api_certificate.ts";
 import { logger } from "../log.ts";
 import { apiHandler, type ApiSource } from "./handler.ts";
+import { ApiFront, type ApiFrontLimits, type ApiFrontStats } from "./front.ts";
+import { bindTcp } from "../collector/tcp.ts";
 import { knownMinVersion, parseCipherSuites, TLS_MIN_VERSIONS } from "./tls_settings.ts";
 
 const log = logger("api");
@@ -42,6 +48,8 @@ export interface ApiServerOptions {
   tlsCipherSuites?: string;
   /** `apiServer.tlsMinVersion` (validated; see the module doc). */
   tlsMinVersion?: string;
+  /** The port's bounds (`limits.*Api*`; `front.ts`). */
+  limits: ApiFrontLimits;
 }
 
 /** A running API server. */
@@ -52,6 +60,8 @@ export interface ApiServer {
   readonly token: string;
   /** The CA to verify the server with (PEM). */
   readonly caPem: string;
+  /** The port's counters. */
+  stats(): ApiFrontStats;
   /** Stops listening. */
   close(): Promise<void>;
 }
@@ -97,31 +107,24 @@ export async function startApiServer(
     });
   }
   const handler = apiHandler(source, { token, version: opts.version });
-  const serve = (hostname: string) =>
-    Deno.serve({
-      hostname,
-      port: opts.port,
-      cert: cert.chainPem,
-      key: cert.keyPem,
-      onListen: () => {},
-      onError: (err) => {
-        log.error("API request failed", { err });
-        return new Response("internal error\n", { status: 500 });
-      },
-    }, handler);
-  let server: Deno.HttpServer<Deno.NetAddr>;
-  if (opts.hostname !== undefined) server = serve(opts.hostname);
-  else {
-    try {
-      server = serve("::");
-    } catch (err) {
-      if (!(err instanceof Deno.errors.AddrNotAvailable)) throw err;
-      server = serve("0.0.0.0");
-    }
-  }
-  const port = server.addr.port;
+  // [::] falls back to 0.0.0.0 where IPv6 is off; an explicit address is used as given.
+  const listener = bindTcp({
+    hostname: opts.hostname ?? "::",
+    port: opts.port,
+    wildcard: opts.hostname === undefined,
+  });
+  const address = listener.addr;
+  const front = new ApiFront(
+    listener,
+    { cert: cert.chainPem, key: cert.keyPem },
+    handler,
+    opts.limits,
+    { log },
+  );
+  front.start();
+  const port = address.port;
   log.info("API server listening", {
-    address: server.addr.hostname,
+    address: address.hostname,
     port,
     tokenFile: opts.tokenFile,
   });
@@ -129,17 +132,12 @@ export async function startApiServer(
     port,
     token,
     caPem: cert.caPem,
+    stats: () => front.stats(),
     close: async () => {
-      // Live views stream forever: end them first, or the shutdown would wait for them; the
-      // stop does not wait more than 2 s for a client that still holds a connection (aborting
-      // the server's signal at that point throws BadResource inside Deno: not used).
+      // Live views stream forever: end them first (their connections then end), and close
+      // every other connection.
       source.live?.close();
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      await Promise.race([
-        server.shutdown(),
-        new Promise((resolve) => timer = setTimeout(resolve, 2000)),
-      ]);
-      clearTimeout(timer);
+      await front.close();
     },
   };
 }

@@ -344,7 +344,7 @@ export class TlsListener {
  * connection without a server per connection (a per-connection object and closure instead of
  * ~1.7 KiB of server and a `SecureContext` built, key checked, per handshake).
  */
-function connectionServer(
+export function connectionServer(
   shared: tls.Server,
   secured: (socket: tls.TLSSocket) => void,
   failed: (e: Error, socket: { destroy(): void } | undefined) => void,

@@ -1,6 +1,6 @@
 /**
  * The `limits:` section (our addition; upstream has no equivalent): every resource an input on
- * port 4739 can make the process hold has a bound here. Reaching one is counted by reason and
+ * port 4739 (or on the API port) can make the process hold has a bound here. Reaching one is counted by reason and
  * logged (rate-limited), never a crash. Each key is declared once in {@linkcode LIMIT_KEYS}
  * (kind, default, reload rule, what it bounds); the decode schema, the typed config, the
  * defaults, the reload rules and the README table are derived from it.
@@ -135,6 +135,33 @@ export const LIMIT_KEYS = {
     default: 65_536,
     reload: "collector",
     doc: "UDP exporter sessions (source address and port); the oldest is evicted and counted",
+  },
+  maxApiConnections: {
+    kind: "count",
+    default: 256,
+    reload: "restart",
+    doc: "connections to the API port at once (antctl, the live view, Prometheus); a " +
+      "connection over it is closed at accept and counted",
+  },
+  maxApiConnectionsPerAddress: {
+    kind: "count",
+    default: 32,
+    reload: "restart",
+    doc: "the same, by source address",
+  },
+  apiRequestTimeout: {
+    kind: "duration",
+    default: "10s",
+    reload: "restart",
+    doc: "time an API connection's TLS handshake, or a request's head once begun, may take; " +
+      "closed and counted after it",
+  },
+  apiIdleTimeout: {
+    kind: "duration",
+    default: "2m",
+    reload: "restart",
+    doc: "time an API connection may pass no byte either way (a live view gets one every " +
+      "second); closed and counted after it",
   },
 } as const satisfies Record<string, LimitKey>;
 

@@ -24,8 +24,15 @@ Deno.test("README: the connection limits table has every enforced key with its d
   const section = text.slice(text.indexOf("### Limits (TCP and TLS connections)"));
   const rows = new Map<string, string>();
   for (const m of section.matchAll(/^\| `(\w+)`\s*\| ([^|]+?)\s*\|/gm)) rows.set(m[1], m[2]);
-  // The connections' read buffers are bounded by the collector's budget, not the table.
-  for (const key of [...Object.values(ENFORCED), "maxReadBufferBytes" as const]) {
+  // The connections' read buffers are bounded by the collector's budget, not the table; the
+  // API port's keys have a table of their own in the same section.
+  const api = [
+    "maxApiConnections",
+    "maxApiConnectionsPerAddress",
+    "apiRequestTimeout",
+    "apiIdleTimeout",
+  ] as const;
+  for (const key of [...Object.values(ENFORCED), "maxReadBufferBytes" as const, ...api]) {
     const d = LIMIT_KEYS[key].default;
     assert.equal(rows.get(key), typeof d === "string" ? `\`${d}\`` : String(d), key);
   }

@@ -63,6 +63,12 @@ Deno.test("every key gets its v1.13 default", () => {
       tlsHandshakeTimeout: "10s",
       tlsHandshakeTimeoutMs: 10_000,
       maxUdpSessions: 65_536,
+      maxApiConnections: 256,
+      maxApiConnectionsPerAddress: 32,
+      apiRequestTimeout: "10s",
+      apiRequestTimeoutMs: 10_000,
+      apiIdleTimeout: "2m",
+      apiIdleTimeoutMs: 120_000,
     },
     flowCollector: {
       enable: false,

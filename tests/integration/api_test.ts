@@ -215,6 +215,10 @@ Deno.test("api e2e: /metrics keeps the ledger identities after drops in every st
       }
       const down = (k: string) => value(`flow_aggregator_sink_${k}`, { sink: "flowCollector" });
       assert.equal(down("exported"), 0, "nothing reached a collector that is down");
+      // The API port's own counters: this scrape's connection is open, nothing refused.
+      assert.ok(value("flow_aggregator_api_connections") >= 1);
+      assert.equal(value("flow_aggregator_api_connections_refused"), 0);
+      assert.ok(value("process_resident_memory_bytes") > 20e6);
     } finally {
       client.close();
     }

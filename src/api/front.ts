@@ -1,0 +1,541 @@
+/**
+ * The bounds of the API port. `Deno.serve` has none (no cap on connections, no TLS handshake or
+ * idle timeout: denoland/deno#3515), and the API port faces the cluster as port 4739 does: measured
+ * before this, 3,000 TCP connections to it that never began a TLS handshake were all held for as
+ * long as the client wished (70 s and counting), +35-44 MB of RSS, one file descriptor each, the
+ * descriptors the collector's accepts need too.
+ *
+ * So the API serves its port itself: it accepts TCP connections (`Deno.listen`), admits at
+ * most `limits.maxApiConnections` (`maxApiConnectionsPerAddress` from one source address), closes
+ * a connection whose TLS handshake, or the head of a request once begun, outlasts
+ * `limits.apiRequestTimeout`, or that passes no byte either way for `limits.apiIdleTimeout`, and
+ * answers each connection's requests with the API's handler over HTTP/1.1 (`http1.ts`). TLS is
+ * `node:tls` over the accepted connection, as on the collector's TLS port (`collector/tls.ts`):
+ * closing a `Deno.listenTls` connection whose client never began its handshake does not close
+ * its socket (the client still waited after 3 s), which would leave a silent client's file
+ * descriptor held whatever the timeouts. Every refusal and timeout is counted by the limit's
+ * name and logged (rate-limited), as the collector's are. Through this front, the same 3,000
+ * connections: 2,968 refused at once (32 from one address), the other 32 closed at the request
+ * timeout, +10 MB at most.
+ *
+ * @module
+ */
+
+import tls from "node:tls";
+import { Duplex } from "node:stream";
+import { writeAll } from "../bytes.ts";
+import { type Clock, type ClockTimer, systemClock } from "../clock.ts";
+import { closeQuietly, exporterAddress } from "../collector/address.ts";
+import { connectionServer } from "../collector/tls.ts";
+import { type Logger, RateLimitedLog } from "../log.ts";
+import {
+  bodyLength,
+  errorResponse,
+  headEnd,
+  HttpError,
+  keepsAlive,
+  MAX_HEAD_BYTES,
+  parseHead,
+  responseHead,
+} from "./http1.ts";
+
+/** The `limits:` keys the front enforces. */
+export interface ApiFrontLimits {
+  /** `limits.maxApiConnections`. */
+  maxConnections: number;
+  /** `limits.maxApiConnectionsPerAddress`. */
+  maxConnectionsPerAddress: number;
+  /** `limits.apiRequestTimeout`, ms. */
+  requestTimeoutMs: number;
+  /** `limits.apiIdleTimeout`, ms. */
+  idleTimeoutMs: number;
+}
+
+/** The front's counters (the metrics line's `api.*`). */
+export interface ApiFrontStats {
+  /** Connections open now. */
+  connections: number;
+  /** Connections closed at accept, by the limit reached. */
+  connectionsRefused: { maxApiConnections: number; maxApiConnectionsPerAddress: number };
+  /** Connections closed by a timeout, by the limit's name. */
+  connectionsTimedOut: { apiRequestTimeout: number; apiIdleTimeout: number };
+  /** Handshakes that failed (a client that is not TLS, an alert...). */
+  handshakeFailures: number;
+  /** Requests answered with an error before the handler (bad head, too large: 4xx/5xx). */
+  badRequests: number;
+  /** Accepts that failed (e.g. EMFILE), retried. */
+  acceptErrors: number;
+}
+
+/** One admitted connection. */
+interface Tracked {
+  readonly address: string;
+  /** `request`: in the TLS handshake or a request's head (the request timeout applies). */
+  phase: "request" | "other";
+  phaseMs: number;
+  lastMs: number;
+  closedBy?: keyof ApiFrontStats["connectionsTimedOut"];
+  readonly close: () => void;
+}
+
+/** How long a failed accept waits before the next one (doubling up to the maximum). */
+const ACCEPT_BACKOFF_MIN_MS = 5;
+const ACCEPT_BACKOFF_MAX_MS = 1000;
+
+const encoder = new TextEncoder();
+
+/** A request handler (the API's). */
+export type Handler = (req: Request) => Response | Promise<Response>;
+
+/** Accepts the API's connections on `listener` and answers them with `handler` within `limits`. */
+export class ApiFront {
+  readonly #listener: Deno.TcpListener;
+  readonly #handler: Handler;
+  readonly #tls: tls.Server;
+  readonly #accept: (this: tls.Server, socket: Duplex) => void;
+  readonly #limits: ApiFrontLimits;
+  readonly #clock: Clock;
+  readonly #log: Logger;
+  readonly #rateLog: RateLimitedLog;
+  readonly #conns = new Set<Tracked>();
+  readonly #perAddress = new Map<string, number>();
+  readonly #handlers = new Set<Promise<void>>();
+  readonly #stats: ApiFrontStats = {
+    connections: 0,
+    connectionsRefused: { maxApiConnections: 0, maxApiConnectionsPerAddress: 0 },
+    connectionsTimedOut: { apiRequestTimeout: 0, apiIdleTimeout: 0 },
+    handshakeFailures: 0,
+    badRequests: 0,
+    acceptErrors: 0,
+  };
+  #timer: ClockTimer | undefined;
+  #closing = false;
+  #accepting: Promise<void> | undefined;
+  #wake: (() => void) | undefined;
+
+  /** A front for `listener` (not accepting until {@linkcode start}), serving TLS with `pem`. */
+  constructor(
+    listener: Deno.TcpListener,
+    pem: { cert: string; key: string },
+    handler: Handler,
+    limits: ApiFrontLimits,
+    opts: { log: Logger; clock?: Clock },
+  ) {
+    this.#listener = listener;
+    this.#handler = handler;
+    this.#tls = tls.createServer({
+      cert: pem.cert,
+      key: pem.key,
+      minVersion: "TLSv1.2",
+      ALPNProtocols: ["http/1.1"],
+    });
+    const accept = this.#tls.listeners("connection");
+    if (accept.length !== 1) {
+      throw new Error(`api: node:tls server has ${accept.length} connection listeners, not 1`);
+    }
+    this.#accept = accept[0] as (this: tls.Server, socket: Duplex) => void;
+    this.#limits = limits;
+    this.#clock = opts.clock ?? systemClock;
+    this.#log = opts.log;
+    this.#rateLog = new RateLimitedLog(10_000, () => this.#clock.nowMs());
+  }
+
+  /** The counters now. */
+  stats(): ApiFrontStats {
+    return {
+      ...this.#stats,
+      connections: this.#conns.size,
+      connectionsRefused: { ...this.#stats.connectionsRefused },
+      connectionsTimedOut: { ...this.#stats.connectionsTimedOut },
+    };
+  }
+
+  /** Starts accepting. */
+  start(): void {
+    this.#accepting ??= this.#acceptLoop();
+  }
+
+  /** Stops accepting, closes every connection and waits for their handlers. */
+  async close(): Promise<void> {
+    this.#closing = true;
+    this.#timer?.cancel();
+    this.#wake?.();
+    try {
+      this.#listener.close();
+    } catch {
+      // already closed
+    }
+    await this.#accepting;
+    for (const c of this.#conns) c.close();
+    await Promise.all(this.#handlers);
+  }
+
+  async #acceptLoop(): Promise<void> {
+    let backoff = ACCEPT_BACKOFF_MIN_MS;
+    while (!this.#closing) {
+      let conn: Deno.TcpConn;
+      try {
+        conn = await this.#listener.accept();
+        backoff = ACCEPT_BACKOFF_MIN_MS;
+      } catch (e) {
+        if (this.#closing) return;
+        this.#stats.acceptErrors++;
+        this.#warn("accept", "API accept failed, retrying", { error: e, backoffMs: backoff });
+        await new Promise<void>((resolve) => {
+          const t = this.#clock.setTimer(backoff, resolve);
+          this.#wake = () => {
+            t.cancel();
+            resolve();
+          };
+        });
+        this.#wake = undefined;
+        backoff = Math.min(backoff * 2, ACCEPT_BACKOFF_MAX_MS);
+        continue;
+      }
+      const h = this.#handle(conn);
+      this.#handlers.add(h);
+      h.finally(() => this.#handlers.delete(h));
+    }
+  }
+
+  /** Admits `conn` (or closes it, counted), then serves its requests until it ends. */
+  async #handle(conn: Deno.TcpConn): Promise<void> {
+    const address = exporterAddress(conn.remoteAddr.hostname);
+    const fromAddress = this.#perAddress.get(address) ?? 0;
+    const l = this.#limits;
+    const refused = this.#conns.size >= l.maxConnections
+      ? "maxApiConnections"
+      : fromAddress >= l.maxConnectionsPerAddress
+      ? "maxApiConnectionsPerAddress"
+      : undefined;
+    if (refused !== undefined || this.#closing) {
+      closeQuietly(conn);
+      if (refused === undefined) return;
+      this.#stats.connectionsRefused[refused]++;
+      this.#warn(`refused|${refused}`, "API connection refused: limit reached", {
+        limit: refused,
+        value: refused === "maxApiConnections" ? l.maxConnections : l.maxConnectionsPerAddress,
+        peer: address,
+      });
+      return;
+    }
+    const now = this.#clock.nowMs();
+    const secure = tlsOver(conn, this.#tls, this.#accept);
+    const c: Tracked = {
+      address,
+      phase: "request",
+      phaseMs: now,
+      lastMs: now,
+      close: () => secure.close(),
+    };
+    this.#conns.add(c);
+    this.#perAddress.set(address, fromAddress + 1);
+    this.#arm();
+    try {
+      try {
+        await secure.handshake;
+      } catch {
+        if (c.closedBy === undefined && !this.#closing) this.#stats.handshakeFailures++;
+        return;
+      }
+      c.phase = "other";
+      c.lastMs = this.#clock.nowMs();
+      await this.#serve(secure, c);
+    } catch {
+      // a closed or reset connection: it ends
+    } finally {
+      c.close();
+      this.#conns.delete(c);
+      const n = (this.#perAddress.get(address) ?? 1) - 1;
+      if (n <= 0) this.#perAddress.delete(address);
+      else this.#perAddress.set(address, n);
+    }
+  }
+
+  /** Answers the requests of `conn` one after the other until it ends or asks to close. */
+  async #serve(conn: PlainConn, c: Tracked): Promise<void> {
+    const buf = new Uint8Array(MAX_HEAD_BYTES);
+    let have = 0;
+    const touch = () => (c.lastMs = this.#clock.nowMs());
+    const write = async (bytes: Uint8Array) => {
+      await conn.write(bytes);
+      touch();
+    };
+    while (!this.#closing) {
+      // The head: from its first byte on, the request timeout runs.
+      let end = headEnd(buf, have);
+      if (have > 0 && end < 0) {
+        c.phase = "request";
+        c.phaseMs = this.#clock.nowMs();
+      }
+      while (end < 0) {
+        if (have === buf.length) {
+          return await this.#refuse(write, new HttpError(431, "head too large"));
+        }
+        const n = await conn.read(buf.subarray(have));
+        if (n === null) return;
+        touch();
+        if (have === 0) {
+          c.phase = "request";
+          c.phaseMs = c.lastMs;
+        }
+        have += n;
+        end = headEnd(buf, have, have - n);
+      }
+      c.phase = "other";
+      let head, body;
+      try {
+        head = parseHead(buf.subarray(0, end));
+        body = bodyLength(head);
+      } catch (e) {
+        if (e instanceof HttpError) return await this.#refuse(write, e);
+        throw e;
+      }
+      // The body, read and dropped (the API's requests carry none).
+      const fromBuf = Math.min(body, have - end);
+      buf.copyWithin(0, end + fromBuf, have);
+      have -= end + fromBuf;
+      body -= fromBuf;
+      while (body > 0) {
+        const n = await conn.read(buf.subarray(have, have + Math.min(body, buf.length - have)));
+        if (n === null) return;
+        touch();
+        body -= n;
+      }
+      const keepAlive = keepsAlive(head) && !this.#closing;
+      let res: Response;
+      try {
+        // Only the path and query reach the handler: the host is not ours to trust.
+        res = await this.#handler(
+          new Request(`https://localhost${head.target}`, {
+            method: head.method,
+            headers: head.headers,
+          }),
+        );
+      } catch (e) {
+        if (e instanceof TypeError) {
+          return await this.#refuse(write, new HttpError(400, "bad request"));
+        }
+        this.#log.error("API request failed", { err: e });
+        res = new Response("internal error\n", { status: 500 });
+      }
+      const streamed = res.headers.get("content-type") === "text/event-stream";
+      const headOnly = head.method === "HEAD";
+      if (!streamed) {
+        const bytes = new Uint8Array(await res.arrayBuffer());
+        await write(encoder.encode(responseHead(res, bytes.length, keepAlive)));
+        if (!headOnly && bytes.length > 0) await write(bytes);
+      } else if (headOnly) {
+        await res.body?.cancel();
+        await write(encoder.encode(responseHead(res, undefined, keepAlive)));
+      } else if (!(await this.#stream(res, head.version === "HTTP/1.1", write))) return;
+      if (!keepAlive) return;
+    }
+  }
+
+  /** Sends a streamed body (chunked over HTTP/1.1); false when the connection must close. */
+  async #stream(
+    res: Response,
+    chunked: boolean,
+    write: (bytes: Uint8Array) => Promise<void>,
+  ): Promise<boolean> {
+    const reader = res.body!.getReader();
+    try {
+      await write(encoder.encode(responseHead(res, undefined, chunked)));
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        if (value.length === 0) continue;
+        if (!chunked) await write(value);
+        else {
+          await write(encoder.encode(`${value.length.toString(16)}\r\n`));
+          await write(value);
+          await write(encoder.encode("\r\n"));
+        }
+      }
+      if (chunked) await write(encoder.encode("0\r\n\r\n"));
+      return chunked;
+    } finally {
+      // The client left (or the stream ended): its source stops.
+      await reader.cancel().catch(() => {});
+    }
+  }
+
+  async #refuse(write: (bytes: Uint8Array) => Promise<void>, e: HttpError): Promise<void> {
+    this.#stats.badRequests++;
+    await write(errorResponse(e));
+  }
+
+  /** Closes the connections past a timeout; runs while any is open. */
+  #sweep(): void {
+    const now = this.#clock.nowMs();
+    const l = this.#limits;
+    for (const c of this.#conns) {
+      if (c.closedBy !== undefined) continue;
+      const reason = c.phase === "request" && now - c.phaseMs >= l.requestTimeoutMs
+        ? "apiRequestTimeout"
+        : now - c.lastMs >= l.idleTimeoutMs
+        ? "apiIdleTimeout"
+        : undefined;
+      if (reason === undefined) continue;
+      c.closedBy = reason;
+      this.#stats.connectionsTimedOut[reason]++;
+      this.#warn(`timeout|${reason}`, "API connection closed: timeout", {
+        limit: reason,
+        peer: c.address,
+      });
+      c.close();
+    }
+  }
+
+  /** Arms the sweep (a quarter of the shorter timeout, 50 ms to 1 s) while connections are open. */
+  #arm(): void {
+    if (this.#timer !== undefined || this.#closing) return;
+    const l = this.#limits;
+    const every = Math.max(50, Math.min(1000, Math.min(l.requestTimeoutMs, l.idleTimeoutMs) / 4));
+    this.#timer = this.#clock.setTimer(every, () => {
+      this.#timer = undefined;
+      this.#sweep();
+      if (this.#conns.size > 0) this.#arm();
+    }, { unref: true });
+  }
+
+  #warn(key: string, msg: string, fields: Record<string, unknown>): void {
+    const suppressed = this.#rateLog.allow(key);
+    if (suppressed < 0) return;
+    this.#log.warn(msg, { ...fields, ...(suppressed > 0 ? { suppressed } : {}) });
+  }
+}
+
+/** A connection's plaintext, after its TLS handshake. */
+interface PlainConn {
+  /** Resolves when the handshake is done; rejects when it failed or the connection closed. */
+  readonly handshake: Promise<void>;
+  /** Reads plaintext into `buf`: its length, or null at the end. */
+  read(buf: Uint8Array): Promise<number | null>;
+  /** Writes all of `bytes`. */
+  write(bytes: Uint8Array): Promise<void>;
+  /** Closes the TLS layer and the socket. */
+  close(): void;
+}
+
+/** Plaintext kept per connection before its reads pause the TLS layer. */
+const PLAIN_HIGH_WATER = 64 * 1024;
+
+/**
+ * TLS over `conn` by `server`'s connection listener (`accept`): the socket's encrypted bytes are
+ * pumped into the TLS layer as it asks for them, its plaintext queued for {@linkcode
+ * PlainConn.read}.
+ */
+function tlsOver(
+  conn: Deno.TcpConn,
+  server: tls.Server,
+  accept: (this: tls.Server, socket: Duplex) => void,
+): PlainConn {
+  let want: (() => void) | undefined;
+  let pumping = false;
+  const raw = new Duplex({
+    read() {
+      const w = want;
+      want = undefined;
+      w?.();
+      if (!pumping) {
+        pumping = true;
+        pump();
+      }
+    },
+    write(chunk: Uint8Array, _encoding: string, done: (e?: Error | null) => void): void {
+      writeAll(conn, chunk).then(() => done(), (e) => done(e as Error));
+    },
+    final(done: (e?: Error | null) => void): void {
+      conn.closeWrite().then(() => done(), () => done());
+    },
+    destroy(err: Error | null, done: (e?: Error | null) => void): void {
+      closeQuietly(conn);
+      want?.();
+      done(err);
+    },
+  });
+  const pump = async () => {
+    const buf = new Uint8Array(16 * 1024);
+    try {
+      for (;;) {
+        const n = await conn.read(buf);
+        if (n === null) break;
+        if (raw.destroyed) return;
+        if (!raw.push(buf.slice(0, n))) await new Promise<void>((r) => want = r);
+      }
+    } catch {
+      // closed under the read, or reset
+    }
+    if (!raw.destroyed) raw.push(null);
+  };
+  const queue: Uint8Array[] = [];
+  let queued = 0;
+  let ended = false;
+  let waiting: (() => void) | undefined;
+  const wake = () => {
+    const w = waiting;
+    waiting = undefined;
+    w?.();
+  };
+  let socket: tls.TLSSocket | undefined;
+  const handshake = new Promise<void>((resolve, reject) => {
+    const secured = (s: tls.TLSSocket) => {
+      socket = s;
+      s.on("data", (chunk: Uint8Array) => {
+        queue.push(chunk);
+        queued += chunk.length;
+        if (queued > PLAIN_HIGH_WATER) s.pause();
+        wake();
+      });
+      const end = () => {
+        ended = true;
+        wake();
+      };
+      s.on("end", end);
+      s.on("close", end);
+      s.on("error", end);
+      resolve();
+    };
+    const failed = (e: Error, s: { destroy(): void } | undefined) => {
+      s?.destroy();
+      raw.destroy();
+      reject(e);
+    };
+    raw.on("close", () => reject(new Error("closed")));
+    accept.call(connectionServer(server, secured, failed), raw);
+  });
+  handshake.catch(() => {});
+  return {
+    handshake,
+    async read(buf: Uint8Array): Promise<number | null> {
+      while (queue.length === 0) {
+        if (ended) return null;
+        await new Promise<void>((r) => waiting = r);
+      }
+      const head = queue[0];
+      const n = Math.min(head.length, buf.length);
+      buf.set(head.subarray(0, n));
+      if (n === head.length) queue.shift();
+      else queue[0] = head.subarray(n);
+      queued -= n;
+      if (queued <= PLAIN_HIGH_WATER / 2) socket?.resume();
+      return n;
+    },
+    write(bytes: Uint8Array): Promise<void> {
+      const s = socket;
+      if (s === undefined || s.destroyed) return Promise.reject(new Error("closed"));
+      return new Promise<void>((resolve, reject) =>
+        s.write(bytes, (e?: Error | null) => e ? reject(e) : resolve())
+      );
+    },
+    close(): void {
+      socket?.destroy();
+      raw.destroy();
+      closeQuietly(conn);
+      ended = true;
+      wake();
+    },
+  };
+}

@@ -1,0 +1,224 @@
+/**
+ * The API port's own server (src/api/front.ts, src/api/http1.ts): HTTP/1.1 over TLS for real
+ * clients (fetch, kept-alive connections, the live view's stream), and its bounds: connections
+ * in total and per address, the request and idle timeouts, malformed or oversized requests, each
+ * counted.
+ */
+
+import assert from "node:assert/strict";
+import { type ApiServer, startApiServer } from "../../src/api/server.ts";
+import type { ApiFrontLimits, ApiFrontStats } from "../../src/api/front.ts";
+import { LiveHub, LiveView } from "../../src/api/live.ts";
+import { zeroStats } from "../_helpers/stats.ts";
+import { waitFor } from "../_helpers/wait.ts";
+
+const ROOMY: ApiFrontLimits = {
+  maxConnections: 64,
+  maxConnectionsPerAddress: 64,
+  requestTimeoutMs: 10_000,
+  idleTimeoutMs: 60_000,
+};
+
+async function withApi(
+  limits: Partial<ApiFrontLimits>,
+  body: (api: ApiServer, live: LiveHub) => Promise<void>,
+): Promise<void> {
+  const dir = await Deno.makeTempDir({ prefix: "fa-api-front-" });
+  const live = new LiveHub(new LiveView(), () => ({ received: 1 }), 50);
+  const api = await startApiServer({
+    query: () => [],
+    stats: () => zeroStats({ numRecordsReceived: 7 }),
+    ready: () => true,
+    live,
+  }, {
+    hostname: "127.0.0.1",
+    port: 0,
+    tokenFile: `${dir}/token`,
+    version: "0.1.0",
+    limits: { ...ROOMY, ...limits },
+  });
+  try {
+    await body(api, live);
+  } finally {
+    await api.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+/** A TLS connection to the API, handshake done. */
+async function tlsConn(api: ApiServer): Promise<Deno.TlsConn> {
+  const c = await Deno.connectTls({ hostname: "127.0.0.1", port: api.port, caCerts: [api.caPem] });
+  await c.handshake();
+  return c;
+}
+
+/** Everything `c` sends until it closes (or errors: a reset). */
+async function readAll(c: Deno.Conn): Promise<string> {
+  const chunks: Uint8Array[] = [];
+  const buf = new Uint8Array(65536);
+  try {
+    for (;;) {
+      const n = await c.read(buf);
+      if (n === null) break;
+      chunks.push(buf.slice(0, n));
+    }
+  } catch {
+    // reset or closed
+  }
+  try {
+    c.close();
+  } catch {
+    // already closed
+  }
+  return new TextDecoder().decode(new Uint8Array(chunks.flatMap((x) => [...x])));
+}
+
+const send = (c: Deno.Conn, text: string) => c.write(new TextEncoder().encode(text));
+
+/** The counters once `pred` holds (the front counts as it closes). */
+async function statsWhen(api: ApiServer, pred: (s: ApiFrontStats) => boolean) {
+  await waitFor(() => pred(api.stats()), { timeoutMs: 10_000, what: "API counters" });
+  return api.stats();
+}
+
+Deno.test("api front: fetch over TLS, kept-alive requests, HEAD, status and headers as the handler made them", async () => {
+  await withApi({}, async (api) => {
+    const client = Deno.createHttpClient({ caCerts: [api.caPem] });
+    try {
+      const base = `https://127.0.0.1:${api.port}`;
+      const auth = { authorization: `Bearer ${api.token}` };
+      for (let i = 0; i < 3; i++) {
+        const r = await fetch(`${base}/healthz`, { client });
+        assert.equal(r.status, 200);
+        assert.equal(await r.text(), "ok");
+      }
+      const m = await fetch(`${base}/recordmetrics`, { client, headers: auth });
+      assert.equal(m.status, 200);
+      assert.equal(m.headers.get("content-type"), "application/json");
+      assert.deepEqual(await m.json(), { numRecordsReceived: 7 });
+      const denied = await fetch(`${base}/metrics`, { client });
+      assert.equal(denied.status, 403);
+      await denied.body?.cancel();
+      const head = await fetch(`${base}/healthz`, { client, method: "HEAD" });
+      assert.equal(head.status, 200);
+      assert.equal(head.headers.get("content-length"), "2");
+      assert.equal(await head.text(), "");
+      // The kept-alive requests share connections: far fewer than requests were opened.
+      assert.ok(api.stats().connections <= 2, `${api.stats().connections} connections open`);
+    } finally {
+      client.close();
+    }
+    // Pipelined requests on one raw connection, the last asking to close.
+    const c = await tlsConn(api);
+    await send(
+      c,
+      "GET /healthz HTTP/1.1\r\nhost: x\r\n\r\nGET /nothing HTTP/1.1\r\nhost: x\r\n" +
+        `authorization: Bearer ${api.token}\r\nconnection: close\r\n\r\n`,
+    );
+    const text = await readAll(c);
+    assert.match(text, /^HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\nokHTTP\/1\.1 404 Not Found\r\n/);
+    assert.match(text, /connection: close/);
+  });
+});
+
+Deno.test("api front: the live view streams chunked, and its source stops when the client leaves", async () => {
+  await withApi({}, async (api, live) => {
+    const c = await tlsConn(api);
+    await send(
+      c,
+      `GET /ui/events HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${api.token}\r\n\r\n`,
+    );
+    const buf = new Uint8Array(65536);
+    let text = "";
+    while (!text.includes("data: ")) {
+      const n = await c.read(buf);
+      assert.ok(n !== null, `closed early: ${text}`);
+      text += new TextDecoder().decode(buf.subarray(0, n));
+    }
+    assert.match(text, /^HTTP\/1\.1 200 OK\r\n/);
+    assert.match(text, /transfer-encoding: chunked\r\n/);
+    assert.match(text, /content-type: text\/event-stream\r\n/);
+    assert.match(text, /\r\n\r\n[0-9a-f]+\r\n: connected\n\n\r\n/);
+    assert.equal(live.streams, 1);
+    c.close();
+    // The next event's write fails: the stream is cancelled, the hub forgets it.
+    await waitFor(() => live.streams === 0, { timeoutMs: 10_000, what: "live stream dropped" });
+    await statsWhen(api, (s) => s.connections === 0);
+  });
+});
+
+Deno.test("api front: connections over the caps are closed at accept and counted by cap", async () => {
+  await withApi({ maxConnections: 2 }, async (api) => {
+    const held = [await tlsConn(api), await tlsConn(api)];
+    await statsWhen(api, (s) => s.connections === 2);
+    const over = await Deno.connect({ hostname: "127.0.0.1", port: api.port });
+    assert.equal(await readAll(over), "", "closed at once");
+    const s = await statsWhen(api, (s) => s.connectionsRefused.maxApiConnections === 1);
+    assert.equal(s.connectionsRefused.maxApiConnectionsPerAddress, 0);
+    for (const c of held) c.close();
+    // Places free again once they closed.
+    await statsWhen(api, (s) => s.connections === 0);
+    const again = await tlsConn(api);
+    await send(again, "GET /healthz HTTP/1.0\r\n\r\n");
+    assert.match(await readAll(again), /^HTTP\/1\.1 200 OK\r\n[^]*connection: close\r\n\r\nok$/);
+  });
+  await withApi({ maxConnectionsPerAddress: 1 }, async (api) => {
+    const held = await tlsConn(api);
+    await statsWhen(api, (s) => s.connections === 1);
+    const over = await Deno.connect({ hostname: "127.0.0.1", port: api.port });
+    assert.equal(await readAll(over), "");
+    const s = await statsWhen(api, (s) => s.connectionsRefused.maxApiConnectionsPerAddress === 1);
+    assert.equal(s.connectionsRefused.maxApiConnections, 0);
+    held.close();
+  });
+});
+
+Deno.test("api front: a silent or slow handshake, a head begun and not finished, and an idle connection are closed and counted", async () => {
+  await withApi({ requestTimeoutMs: 200, idleTimeoutMs: 600 }, async (api) => {
+    // No TLS at all: the handshake never starts.
+    const silent = await Deno.connect({ hostname: "127.0.0.1", port: api.port });
+    assert.equal(await readAll(silent), "");
+    let s = await statsWhen(api, (s) => s.connectionsTimedOut.apiRequestTimeout === 1);
+    assert.equal(s.handshakeFailures, 0, "a timeout is not a failed handshake");
+    // A request's head begun and never finished (slowloris).
+    const slow = await tlsConn(api);
+    await send(slow, "GET /healthz HTTP/1.1\r\nx-a: 1\r\n");
+    assert.equal(await readAll(slow), "");
+    s = await statsWhen(api, (s) => s.connectionsTimedOut.apiRequestTimeout === 2);
+    // Handshake done, then nothing: the idle timeout, not the request timeout.
+    const idle = await tlsConn(api);
+    assert.equal(await readAll(idle), "");
+    s = await statsWhen(api, (s) => s.connectionsTimedOut.apiIdleTimeout === 1);
+    assert.equal(s.connectionsTimedOut.apiRequestTimeout, 2);
+    assert.equal(s.connections, 0);
+  });
+});
+
+Deno.test("api front: malformed and oversized requests get their status and a close, counted", async () => {
+  await withApi({}, async (api) => {
+    const cases: [string, RegExp][] = [
+      ["NOT A REQUEST LINE AT ALL\r\n\r\n", /^HTTP\/1\.1 400 /],
+      ["GET /healthz HTTP/1.1\r\nbad header\r\n\r\n", /^HTTP\/1\.1 400 /],
+      ["GET /healthz HTTP/1.1\r\ncontent-length: 999999\r\n\r\n", /^HTTP\/1\.1 413 /],
+      ["POST /healthz HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n", /^HTTP\/1\.1 501 /],
+      [`GET /healthz HTTP/1.1\r\nx: ${"a".repeat(20_000)}\r\n\r\n`, /^HTTP\/1\.1 431 /],
+    ];
+    for (const [request, want] of cases) {
+      const c = await tlsConn(api);
+      await send(c, request);
+      const text = await readAll(c);
+      assert.match(text, want, request.slice(0, 40));
+      assert.match(text, /connection: close\r\n/);
+    }
+    const s = await statsWhen(api, (s) => s.connections === 0);
+    assert.equal(s.badRequests, cases.length);
+    // A small body is read and dropped; the connection goes on.
+    const c = await tlsConn(api);
+    await send(
+      c,
+      "PUT /healthz HTTP/1.1\r\ncontent-length: 5\r\n\r\nhelloGET /healthz HTTP/1.1\r\n" +
+        "connection: close\r\n\r\n",
+    );
+    assert.equal((await readAll(c)).match(/HTTP\/1\.1 200 OK/g)?.length, 2);
+  });
+});

@@ -27,6 +27,7 @@ import { writeAll } from "../bytes.ts";
 import { type Clock, type ClockTimer, systemClock } from "../clock.ts";
 import { closeQuietly, exporterAddress } from "../collector/address.ts";
 import { connectionServer } from "../collector/tls.ts";
+import { acceptLoop } from "../collector/tcp.ts";
 import { type Logger, RateLimitedLog } from "../log.ts";
 import {
   bodyLength,
@@ -78,10 +79,6 @@ interface Tracked {
   readonly close: () => void;
 }
 
-/** How long a failed accept waits before the next one (doubling up to the maximum). */
-const ACCEPT_BACKOFF_MIN_MS = 5;
-const ACCEPT_BACKOFF_MAX_MS = 1000;
-
 const encoder = new TextEncoder();
 
 /** A request handler (the API's). */
@@ -110,8 +107,7 @@ export class ApiFront {
   };
   #timer: ClockTimer | undefined;
   #closing = false;
-  #accepting: Promise<void> | undefined;
-  #wake: (() => void) | undefined;
+  #accepting: { stop(): Promise<void> } | undefined;
 
   /** A front for `listener` (not accepting until {@linkcode start}), serving TLS with `pem`. */
   constructor(
@@ -150,52 +146,24 @@ export class ApiFront {
     };
   }
 
-  /** Starts accepting. */
+  /** Starts accepting (accept errors, e.g. EMFILE, counted and retried with backoff). */
   start(): void {
-    this.#accepting ??= this.#acceptLoop();
+    this.#accepting ??= acceptLoop(
+      this.#listener,
+      { log: this.#log, counters: this.#stats },
+      this.#handlers,
+      (conn) => this.#handle(conn),
+    );
   }
 
   /** Stops accepting, closes every connection and waits for their handlers. */
   async close(): Promise<void> {
     this.#closing = true;
     this.#timer?.cancel();
-    this.#wake?.();
-    try {
-      this.#listener.close();
-    } catch {
-      // already closed
-    }
-    await this.#accepting;
+    if (this.#accepting !== undefined) await this.#accepting.stop();
+    else closeQuietly(this.#listener);
     for (const c of this.#conns) c.close();
     await Promise.all(this.#handlers);
-  }
-
-  async #acceptLoop(): Promise<void> {
-    let backoff = ACCEPT_BACKOFF_MIN_MS;
-    while (!this.#closing) {
-      let conn: Deno.TcpConn;
-      try {
-        conn = await this.#listener.accept();
-        backoff = ACCEPT_BACKOFF_MIN_MS;
-      } catch (e) {
-        if (this.#closing) return;
-        this.#stats.acceptErrors++;
-        this.#warn("accept", "API accept failed, retrying", { error: e, backoffMs: backoff });
-        await new Promise<void>((resolve) => {
-          const t = this.#clock.setTimer(backoff, resolve);
-          this.#wake = () => {
-            t.cancel();
-            resolve();
-          };
-        });
-        this.#wake = undefined;
-        backoff = Math.min(backoff * 2, ACCEPT_BACKOFF_MAX_MS);
-        continue;
-      }
-      const h = this.#handle(conn);
-      this.#handlers.add(h);
-      h.finally(() => this.#handlers.delete(h));
-    }
   }
 
   /** Admits `conn` (or closes it, counted), then serves its requests until it ends. */

@@ -155,11 +155,12 @@ export function bindTcp(address: ListenAddress): Deno.TcpListener {
  * Accepts connections from `listener` until stopped, handing each to `handle` (its handler, kept
  * in `handlers` until it settles, or undefined when refused). Accept errors (e.g. EMFILE) are
  * counted and retried with backoff instead of ending the loop (unlike upstream). `stop()` closes
- * the listener, cuts a backoff short and waits for the loop to end.
+ * the listener, cuts a backoff short and waits for the loop to end. (Also the API port's,
+ * `src/api/front.ts`.)
  */
 export function acceptLoop(
   listener: Deno.TcpListener,
-  env: SessionEnv,
+  env: Pick<SessionEnv, "log"> & { counters: { acceptErrors: number } },
   handlers: Set<Promise<void>>,
   handle: (conn: Deno.TcpConn) => Promise<void> | undefined,
 ): { stop(): Promise<void> } {

@@ -271,19 +271,21 @@ export class ApiFront {
         body -= n;
       }
       const keepAlive = keepsAlive(head) && !this.#closing;
-      let res: Response;
+      let req: Request;
       try {
         // Only the path and query reach the handler: the host is not ours to trust.
-        res = await this.#handler(
-          new Request(`https://localhost${head.target}`, {
-            method: head.method,
-            headers: head.headers,
-          }),
-        );
+        req = new Request(`https://localhost${head.target}`, {
+          method: head.method,
+          headers: head.headers,
+        });
+      } catch {
+        // A method fetch refuses (CONNECT, TRACE) or a target no URL can hold.
+        return await this.#refuse(write, new HttpError(400, "bad request"));
+      }
+      let res: Response;
+      try {
+        res = await this.#handler(req);
       } catch (e) {
-        if (e instanceof TypeError) {
-          return await this.#refuse(write, new HttpError(400, "bad request"));
-        }
         this.#log.error("API request failed", { err: e });
         res = new Response("internal error\n", { status: 500 });
       }

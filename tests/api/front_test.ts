@@ -22,12 +22,13 @@ const ROOMY: ApiFrontLimits = {
 async function withApi(
   limits: Partial<ApiFrontLimits>,
   body: (api: ApiServer, live: LiveHub) => Promise<void>,
+  stats = () => zeroStats({ numRecordsReceived: 7 }),
 ): Promise<void> {
   const dir = await Deno.makeTempDir({ prefix: "fa-api-front-" });
   const live = new LiveHub(new LiveView(), () => ({ received: 1 }), 50);
   const api = await startApiServer({
     query: () => [],
-    stats: () => zeroStats({ numRecordsReceived: 7 }),
+    stats,
     ready: () => true,
     live,
   }, {
@@ -202,6 +203,7 @@ Deno.test("api front: malformed and oversized requests get their status and a cl
       ["GET /healthz HTTP/1.1\r\ncontent-length: 999999\r\n\r\n", /^HTTP\/1\.1 413 /],
       ["POST /healthz HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n", /^HTTP\/1\.1 501 /],
       [`GET /healthz HTTP/1.1\r\nx: ${"a".repeat(20_000)}\r\n\r\n`, /^HTTP\/1\.1 431 /],
+      ["CONNECT /healthz HTTP/1.1\r\n\r\n", /^HTTP\/1\.1 400 /],
     ];
     for (const [request, want] of cases) {
       const c = await tlsConn(api);
@@ -220,5 +222,24 @@ Deno.test("api front: malformed and oversized requests get their status and a cl
         "connection: close\r\n\r\n",
     );
     assert.equal((await readAll(c)).match(/HTTP\/1\.1 200 OK/g)?.length, 2);
+  });
+});
+
+Deno.test("api front: a handler that throws answers 500, and the connection serves the next request", async () => {
+  await withApi({}, async (api) => {
+    const c = await tlsConn(api);
+    await send(
+      c,
+      `GET /metrics HTTP/1.1\r\nauthorization: Bearer ${api.token}\r\n\r\n` +
+        "GET /healthz HTTP/1.1\r\nconnection: close\r\n\r\n",
+    );
+    const text = await readAll(c);
+    assert.match(
+      text,
+      /^HTTP\/1\.1 500 Internal Server Error\r\n[^]*internal error\nHTTP\/1\.1 200 OK/,
+    );
+    assert.equal(api.stats().badRequests, 0, "a handler's failure is not a bad request");
+  }, () => {
+    throw new Error("counters unavailable");
   });
 });

@@ -26,6 +26,8 @@ export type ConnectionLimits = Partial<
     | "readTimeoutMs"
     | "idleTimeoutMs"
     | "tlsHandshakeTimeoutMs"
+    // Not enforced here: the API port's descriptors, counted in the open-file check.
+    | "maxApiConnections"
   >
 >;
 
@@ -125,7 +127,7 @@ export class ConnectionTable {
 
   /** Arms the periodic sweep on the session clock; warns if the fd limit undercuts the cap. */
   start(): void {
-    checkOpenFilesLimit(this.#limits.maxConnections, this.#env.log);
+    checkOpenFilesLimit(this.#limits, this.#env.log);
     this.#arm();
   }
 
@@ -307,13 +309,14 @@ export function openFilesLimit(limits: string): number | undefined {
 }
 
 /**
- * Warns at start when the open-file limit is below `maxConnections` plus
- * {@linkcode FD_HEADROOM}: accept would fail with EMFILE before the cap refuses anyone, and so
- * would opening the config or a rotated log. Returns the limit read (undefined when it cannot be
- * read: Deno grants `/proc` only with `--allow-all`).
+ * Warns at start when the open-file limit is below `maxConnections` plus `maxApiConnections`
+ * (the API port's, `src/api/front.ts`) plus {@linkcode FD_HEADROOM}: accept would fail with
+ * EMFILE before the caps refuse anyone, and so would opening the config or a rotated log.
+ * Returns the limit read (undefined when it cannot be read: Deno grants `/proc` only with
+ * `--allow-all`).
  */
 export function checkOpenFilesLimit(
-  maxConnections: number | undefined,
+  caps: { readonly maxConnections?: number; readonly maxApiConnections?: number },
   log: Logger,
   path = "/proc/self/limits",
 ): number | undefined {
@@ -324,13 +327,22 @@ export function checkOpenFilesLimit(
   } catch {
     return undefined;
   }
-  if (limit !== undefined && maxConnections !== undefined && limit < maxConnections + FD_HEADROOM) {
-    log.warn("open-file limit is below limits.maxConnections: accepts will fail before the cap", {
-      openFilesLimit: limit,
-      maxConnections,
-      fix: `raise it (ulimit -n ${maxConnections + FD_HEADROOM}, systemd LimitNOFILE) or lower ` +
-        "limits.maxConnections",
-    });
+  const { maxConnections, maxApiConnections = 0 } = caps;
+  const need = maxConnections === undefined
+    ? undefined
+    : maxConnections + maxApiConnections + FD_HEADROOM;
+  if (limit !== undefined && need !== undefined && limit < need) {
+    log.warn(
+      "open-file limit is below limits.maxConnections + maxApiConnections: accepts will " +
+        "fail before the caps",
+      {
+        openFilesLimit: limit,
+        maxConnections,
+        maxApiConnections,
+        fix: `raise it (ulimit -n ${need}, systemd LimitNOFILE) or lower ` +
+          "limits.maxConnections",
+      },
+    );
   }
   return limit;
 }

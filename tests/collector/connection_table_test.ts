@@ -137,15 +137,22 @@ Deno.test("connection table: an open-file limit below maxConnections is warned a
     await Deno.writeTextFile(`${dir}/high`, limits("65536"));
     await Deno.writeTextFile(`${dir}/unlimited`, limits("unlimited"));
     const log = logger("test");
-    assert.equal(checkOpenFilesLimit(4096, log, `${dir}/high`), 65536);
-    assert.equal(checkOpenFilesLimit(4096, log, `${dir}/unlimited`), undefined);
+    const caps = { maxConnections: 4096, maxApiConnections: 256 };
+    assert.equal(checkOpenFilesLimit(caps, log, `${dir}/high`), 65536);
+    assert.equal(checkOpenFilesLimit(caps, log, `${dir}/unlimited`), undefined);
     assert.equal(lines.length, 0);
-    assert.equal(checkOpenFilesLimit(4096, log, `${dir}/low`), 1024);
+    assert.equal(checkOpenFilesLimit(caps, log, `${dir}/low`), 1024);
     assert.equal(lines.length, 1);
-    assert.match(lines[0], /openFilesLimit=1024 maxConnections=4096/);
-    assert.match(lines[0], /ulimit -n 4160/);
-    assert.equal(checkOpenFilesLimit(4096, log, `${dir}/absent`), undefined, "unreadable: quiet");
+    assert.match(lines[0], /openFilesLimit=1024 maxConnections=4096 maxApiConnections=256/);
+    assert.match(lines[0], /ulimit -n 4416/);
+    assert.equal(checkOpenFilesLimit(caps, log, `${dir}/absent`), undefined, "unreadable: quiet");
     assert.equal(lines.length, 1);
+    // The API port's connections count: a limit enough for the collector's alone is not.
+    await Deno.writeTextFile(`${dir}/between`, limits("4200"));
+    assert.equal(checkOpenFilesLimit({ maxConnections: 4096 }, log, `${dir}/between`), 4200);
+    assert.equal(lines.length, 1);
+    assert.equal(checkOpenFilesLimit(caps, log, `${dir}/between`), 4200);
+    assert.equal(lines.length, 2);
   } finally {
     setLogLevel("error");
     setLogWriter(previous);

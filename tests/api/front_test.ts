@@ -11,6 +11,7 @@ import type { ApiFrontLimits, ApiFrontStats } from "../../src/api/front.ts";
 import { LiveHub, LiveView } from "../../src/api/live.ts";
 import { zeroStats } from "../_helpers/stats.ts";
 import { waitFor } from "../_helpers/wait.ts";
+import { prng } from "../_helpers/prng.ts";
 
 const ROOMY: ApiFrontLimits = {
   maxConnections: 64,
@@ -241,5 +242,32 @@ Deno.test("api front: a handler that throws answers 500, and the connection serv
     assert.equal(api.stats().badRequests, 0, "a handler's failure is not a bad request");
   }, () => {
     throw new Error("counters unavailable");
+  });
+});
+
+Deno.test("api front: 300 mutated requests each get an answer or a close, and nothing stays open", async () => {
+  const rnd = prng(0xa91);
+  const seeds = [
+    "GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n",
+    "GET /flowrecords?limit=2 HTTP/1.1\r\nauthorization: Bearer t\r\n\r\n",
+    "PUT /loglevel?level=1 HTTP/1.0\r\ncontent-length: 3\r\n\r\nabc",
+  ];
+  await withApi({ requestTimeoutMs: 300, idleTimeoutMs: 300 }, async (api) => {
+    const bytes = (s: string) => new TextEncoder().encode(s);
+    for (let i = 0; i < 300; i++) {
+      const b = bytes(seeds[i % seeds.length]);
+      const flips = 1 + Math.floor(rnd() * 4);
+      for (let k = 0; k < flips; k++) b[Math.floor(rnd() * b.length)] = Math.floor(rnd() * 256);
+      const cut = b.subarray(0, 1 + Math.floor(rnd() * b.length));
+      const c = await tlsConn(api);
+      await c.write(cut).catch(() => 0);
+      // The end of the input (close_notify): an unfinished head then ends the connection.
+      await c.closeWrite().catch(() => {});
+      // Whatever it is, the front answers and/or closes.
+      const text = await readAll(c);
+      assert.ok(text === "" || text.startsWith("HTTP/1.1 "), `input ${i}: ${text.slice(0, 40)}`);
+    }
+    const s = await statsWhen(api, (s) => s.connections === 0);
+    assert.ok(s.badRequests > 0, "some mutants were refused as bad requests");
   });
 });

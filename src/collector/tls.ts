@@ -74,6 +74,17 @@ const MIN_READ_BYTES = 1024;
  */
 const TLS_PIECE_BYTES = 16 * 1024;
 
+/**
+ * A read of encrypted bytes at least this large never waits for the read gate's tick
+ * (`fairness.ts`), even when it did not fill its buffer: it is a busy peer's (a trickling Agent's
+ * reads bring a few KiB: 2,000 records/s over 4 connections, ~2.5 KiB each per 20 ms tick). With
+ * every short read gated, four TLS Agents sending flat out were served unfairly on a slow machine
+ * (2026-12-05, `tests/collector/fairness_test.ts`, tls only: 2 of 5 runs failed, the slowest
+ * Agent getting 8-24 % of the fastest's records; with this, 6 of 6 passed). Over TCP every short
+ * read still waits (measured there: exempting busy periods cost throughput, see `ReadGate`).
+ */
+const GATE_BELOW_BYTES = 16 * 1024;
+
 /** A mutual-TLS IPFIX listener. */
 export class TlsListener {
   readonly #env: SessionEnv;
@@ -318,7 +329,8 @@ export class TlsListener {
           taken = raw.push(buf.subarray(at, Math.min(n, at + TLS_PIECE_BYTES)));
         }
         if (!taken && !flow.gone) await more();
-        const tick = this.#gate.after(n, size);
+        // A large short read is a busy peer's: only a trickling one waits for the tick.
+        const tick = n >= GATE_BELOW_BYTES ? undefined : this.#gate.after(n, size);
         let next = n === size ? Math.min(size * 2, TURN_BYTES) : MIN_READ_BYTES;
         if (next > size && !budget.allows(next - held(size))) next = size;
         budget.adjust(held(next) - held(size));

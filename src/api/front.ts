@@ -28,6 +28,7 @@ import { type Clock, type ClockTimer, systemClock } from "../clock.ts";
 import { closeQuietly, exporterAddress } from "../collector/address.ts";
 import { connectionServer } from "../collector/tls.ts";
 import { acceptLoop } from "../collector/tcp.ts";
+import { warnRateLimited } from "../collector/session.ts";
 import { type Logger, RateLimitedLog } from "../log.ts";
 import {
   bodyLength,
@@ -371,9 +372,7 @@ export class ApiFront {
   }
 
   #warn(key: string, msg: string, fields: Record<string, unknown>): void {
-    const suppressed = this.#rateLog.allow(key);
-    if (suppressed < 0) return;
-    this.#log.warn(msg, { ...fields, ...(suppressed > 0 ? { suppressed } : {}) });
+    warnRateLimited({ log: this.#log, rateLog: this.#rateLog }, key, msg, fields);
   }
 }
 

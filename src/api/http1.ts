@@ -131,8 +131,6 @@ export function responseHead(
 /** A short plain-text answer to a request that cannot be served (`connection: close`). */
 export function errorResponse(e: HttpError): Uint8Array {
   const body = `${e.message}\n`;
-  return new TextEncoder().encode(
-    `HTTP/1.1 ${e.status} ${REASONS[e.status] ?? "Error"}\r\ncontent-type: text/plain\r\n` +
-      `content-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`,
-  );
+  const res = new Response(null, { status: e.status, headers: { "content-type": "text/plain" } });
+  return new TextEncoder().encode(responseHead(res, body.length, false) + body);
 }

@@ -1,9 +1,9 @@
 /**
  * The `limits:` section (our addition; upstream has no equivalent): every resource an input on
- * port 4739 (or on the API port) can make the process hold has a bound here. Reaching one is counted by reason and
- * logged (rate-limited), never a crash. Each key is declared once in {@linkcode LIMIT_KEYS}
- * (kind, default, reload rule, what it bounds); the decode schema, the typed config, the
- * defaults, the reload rules and the README table are derived from it.
+ * port 4739 (or on the API port) can make the process hold has a bound here. Reaching one is
+ * counted by reason and logged (rate-limited), never a crash. Each key is declared once in
+ * {@linkcode LIMIT_KEYS} (kind, default, reload rule, what it bounds); the decode schema, the
+ * typed config, the defaults, the reload rules and the README table are derived from it.
  *
  * @module
  */

@@ -22,11 +22,10 @@
  */
 
 import tls from "node:tls";
-import { Duplex } from "node:stream";
-import { writeAll } from "../bytes.ts";
+import type { Duplex } from "node:stream";
 import { type Clock, type ClockTimer, systemClock } from "../clock.ts";
 import { closeQuietly, exporterAddress } from "../collector/address.ts";
-import { connectionServer } from "../collector/tls.ts";
+import { connectionServer, socketDuplex, tlsConnectionListener } from "../collector/tls.ts";
 import { acceptLoop } from "../collector/tcp.ts";
 import { warnRateLimited } from "../collector/session.ts";
 import { type Logger, RateLimitedLog } from "../log.ts";
@@ -126,11 +125,7 @@ export class ApiFront {
       minVersion: "TLSv1.2",
       ALPNProtocols: ["http/1.1"],
     });
-    const accept = this.#tls.listeners("connection");
-    if (accept.length !== 1) {
-      throw new Error(`api: node:tls server has ${accept.length} connection listeners, not 1`);
-    }
-    this.#accept = accept[0] as (this: tls.Server, socket: Duplex) => void;
+    this.#accept = tlsConnectionListener(this.#tls, "api");
     this.#limits = limits;
     this.#clock = opts.clock ?? systemClock;
     this.#log = opts.log;
@@ -403,28 +398,15 @@ function tlsOver(
 ): PlainConn {
   let want: (() => void) | undefined;
   let pumping = false;
-  const raw = new Duplex({
-    read() {
-      const w = want;
-      want = undefined;
-      w?.();
-      if (!pumping) {
-        pumping = true;
-        pump();
-      }
-    },
-    write(chunk: Uint8Array, _encoding: string, done: (e?: Error | null) => void): void {
-      writeAll(conn, chunk).then(() => done(), (e) => done(e as Error));
-    },
-    final(done: (e?: Error | null) => void): void {
-      conn.closeWrite().then(() => done(), () => done());
-    },
-    destroy(err: Error | null, done: (e?: Error | null) => void): void {
-      closeQuietly(conn);
-      want?.();
-      done(err);
-    },
-  });
+  const raw = socketDuplex(conn, () => {
+    const w = want;
+    want = undefined;
+    w?.();
+    if (!pumping) {
+      pumping = true;
+      pump();
+    }
+  }, () => want?.());
   const pump = async () => {
     const buf = new Uint8Array(16 * 1024);
     try {

@@ -120,11 +120,7 @@ export class TlsListener {
       key: material.keyPem,
       minVersion: "TLSv1.2",
     });
-    const accept = this.#server.listeners("connection");
-    if (accept.length !== 1) {
-      throw new Error(`tls: node:tls server has ${accept.length} connection listeners, not 1`);
-    }
-    this.#accept = accept[0] as (this: tls.Server, socket: Duplex) => void;
+    this.#accept = tlsConnectionListener(this.#server, "tls");
     // Fail closed: an event reaching the shared server itself names no connection (a runtime
     // whose listener no longer reports through `this`), so its socket is dropped, loudly, and
     // counted as a failed handshake (the connection never got a session).
@@ -185,20 +181,9 @@ export class TlsListener {
       wanted = undefined;
       w?.();
     };
-    const raw = new Duplex({
-      read: wake,
-      write(chunk: Uint8Array, _encoding: string, done: (e?: Error | null) => void): void {
-        writeAll(conn, chunk).then(() => done(), (e) => done(e as Error));
-      },
-      final(done: (e?: Error | null) => void): void {
-        conn.closeWrite().then(() => done(), () => done());
-      },
-      destroy(err: Error | null, done: (e?: Error | null) => void): void {
-        flow.gone = true;
-        closeQuietly(conn);
-        wake();
-        done(err);
-      },
+    const raw = socketDuplex(conn, wake, () => {
+      flow.gone = true;
+      wake();
     });
     const tracked = this.#table.admit(address, {
       close(reason: string): void {
@@ -345,6 +330,49 @@ export class TlsListener {
     budget.adjust(-held(size));
     if (!flow.gone) raw.push(null);
   }
+}
+
+/**
+ * The connection listener a `node:tls` server installs, which makes a connection's TLSSocket:
+ * called with {@linkcode connectionServer} as `this` on a {@linkcode socketDuplex} (`what` names
+ * the caller in the error of a runtime whose server installs another number of them).
+ */
+export function tlsConnectionListener(
+  server: tls.Server,
+  what: string,
+): (this: tls.Server, socket: Duplex) => void {
+  const accept = server.listeners("connection");
+  if (accept.length !== 1) {
+    throw new Error(`${what}: node:tls server has ${accept.length} connection listeners, not 1`);
+  }
+  return accept[0] as (this: tls.Server, socket: Duplex) => void;
+}
+
+/**
+ * The encrypted side of a TLS connection on our own socket, as `node:tls` reads and writes it:
+ * what the TLS layer writes goes to `conn` whole, its end half-closes `conn`; `read` is called
+ * when the layer wants more (the caller pushes what it reads from `conn`), `destroyed` once the
+ * Duplex is destroyed (`conn` is closed by then).
+ */
+export function socketDuplex(
+  conn: Deno.TcpConn,
+  read: () => void,
+  destroyed: () => void,
+): Duplex {
+  return new Duplex({
+    read,
+    write(chunk: Uint8Array, _encoding: string, done: (e?: Error | null) => void): void {
+      writeAll(conn, chunk).then(() => done(), (e) => done(e as Error));
+    },
+    final(done: (e?: Error | null) => void): void {
+      conn.closeWrite().then(() => done(), () => done());
+    },
+    destroy(err: Error | null, done: (e?: Error | null) => void): void {
+      closeQuietly(conn);
+      destroyed();
+      done(err);
+    },
+  });
 }
 
 /**

@@ -36,7 +36,14 @@ import { writeAll } from "../bytes.ts";
 import { closeQuietly, exporterAddress, type ListenAddress, sessionPeer } from "./address.ts";
 import { ConnectionTable, countUnfinished } from "./connections.ts";
 import type { DrainOptions } from "./drain.ts";
-import { FairTurn, ReadClock, ReadGate, TURN_BYTES } from "./fairness.ts";
+import {
+  FairTurn,
+  ReadClock,
+  ReadGate,
+  TLS_BUSY_READ_BYTES,
+  TRICKLE_WAIT_MS,
+  TURN_BYTES,
+} from "./fairness.ts";
 import { Session, type SessionEnv, warnRateLimited } from "./session.ts";
 import { StreamSession } from "./stream.ts";
 import { acceptLoop, bindTcp, type StreamListenerOptions } from "./tcp.ts";
@@ -74,17 +81,6 @@ const MIN_READ_BYTES = 1024;
  */
 const TLS_PIECE_BYTES = 16 * 1024;
 
-/**
- * A read of encrypted bytes at least this large never waits for the read gate's tick
- * (`fairness.ts`), even when it did not fill its buffer: it is a busy peer's (a trickling Agent's
- * reads bring a few KiB: 2,000 records/s over 4 connections, ~2.5 KiB each per 20 ms tick). With
- * every short read gated, four TLS Agents sending flat out were served unfairly on a slow machine
- * (2026-12-05, `tests/collector/fairness_test.ts`, tls only: 2 of 5 runs failed, the slowest
- * Agent getting 8-24 % of the fastest's records; with this, 6 of 6 passed). Over TCP every short
- * read still waits (measured there: exempting busy periods cost throughput, see `ReadGate`).
- */
-const GATE_BELOW_BYTES = 16 * 1024;
-
 /** A mutual-TLS IPFIX listener. */
 export class TlsListener {
   readonly #env: SessionEnv;
@@ -109,7 +105,7 @@ export class TlsListener {
   ) {
     this.#env = env;
     this.#address = address;
-    this.#gate = new ReadGate();
+    this.#gate = new ReadGate(TRICKLE_WAIT_MS, { busyFrom: TLS_BUSY_READ_BYTES });
     this.#table = new ConnectionTable(env, { limits: options.limits, releaseIdleBuffers: true });
     this.#drain = options.drain;
     this.#server = tls.createServer({
@@ -314,8 +310,7 @@ export class TlsListener {
           taken = raw.push(buf.subarray(at, Math.min(n, at + TLS_PIECE_BYTES)));
         }
         if (!taken && !flow.gone) await more();
-        // A large short read is a busy peer's: only a trickling one waits for the tick.
-        const tick = n >= GATE_BELOW_BYTES ? undefined : this.#gate.after(n, size);
+        const tick = this.#gate.after(n, size);
         let next = n === size ? Math.min(size * 2, TURN_BYTES) : MIN_READ_BYTES;
         if (next > size && !budget.allows(next - held(size))) next = size;
         budget.adjust(held(next) - held(size));

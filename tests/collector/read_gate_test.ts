@@ -46,3 +46,12 @@ Deno.test("read gate: a busy stream's reads never wait; another connection that 
   assert.equal(gate.after(10, IDLE_BUFFER_BYTES), t, "another connection waits for the same tick");
   await t;
 });
+
+Deno.test("read gate: with busyFrom, a large short read goes on; a trickling one still waits", async () => {
+  const gate = new ReadGate(1, { busyFrom: 16 * 1024 });
+  assert.equal(gate.after(16 * 1024, BUSY_BUFFER_BYTES), undefined, "a busy peer's short read");
+  const t = gate.after(16 * 1024 - 1, BUSY_BUFFER_BYTES);
+  assert.ok(t !== undefined, "under the bound it is caught up");
+  assert.equal(gate.after(100, IDLE_BUFFER_BYTES), t, "trickling reads share the tick");
+  await t;
+});

@@ -64,6 +64,8 @@ export interface ApiFrontStats {
   handshakeFailures: number;
   /** Requests answered with an error before the handler (bad head, too large: 4xx/5xx). */
   badRequests: number;
+  /** Requests the handler failed on (answered 500, logged at error level). */
+  handlerErrors: number;
   /** Accepts that failed (e.g. EMFILE), retried. */
   acceptErrors: number;
 }
@@ -103,6 +105,7 @@ export class ApiFront {
     connectionsTimedOut: { apiRequestTimeout: 0, apiIdleTimeout: 0 },
     handshakeFailures: 0,
     badRequests: 0,
+    handlerErrors: 0,
     acceptErrors: 0,
   };
   #timer: ClockTimer | undefined;
@@ -282,6 +285,7 @@ export class ApiFront {
       try {
         res = await this.#handler(req);
       } catch (e) {
+        this.#stats.handlerErrors++;
         this.#log.error("API request failed", { err: e });
         res = new Response("internal error\n", { status: 500 });
       }

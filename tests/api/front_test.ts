@@ -240,6 +240,7 @@ Deno.test("api front: a handler that throws answers 500, and the connection serv
       /^HTTP\/1\.1 500 Internal Server Error\r\n[^]*internal error\nHTTP\/1\.1 200 OK/,
     );
     assert.equal(api.stats().badRequests, 0, "a handler's failure is not a bad request");
+    assert.equal(api.stats().handlerErrors, 1);
   }, () => {
     throw new Error("counters unavailable");
   });

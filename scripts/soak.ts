@@ -3,14 +3,19 @@
  * TCP, 4 Agents) send at a steady rate for the whole run while attackers, on other connections,
  * mix every attack the collector is bounded against: 4,096-field templates with data, template
  * floods, records whose variable-length field overruns its set, garbage bytes, slowloris
- * connections (a message header and then silence) and idle connections. At the end it asserts:
+ * connections (a message header and then silence) and idle connections. The API port faces the
+ * cluster too: from 127.0.0.1 attackers open bursts of silent connections past the per-address cap,
+ * begin a request head and go silent, send plaintext to the TLS port, garbage and oversized heads,
+ * while a good client on `::1` (another source address, so the per-address cap is the attackers'
+ * alone) scrapes `/metrics` every second. At the end it asserts:
  *
  * - the process never died, and its RSS stayed under a bound (`--rss-mib`, default 300) over its
  *   RSS after the warm-up;
  * - the ledger identity: records in = aggregated + rejected + non-flow + options (nothing
  *   unaccounted), and the flow log sink's received = exported + dropped + filtered + buffered;
  * - 0 good records lost: every record flowgen sent was aggregated, the sink dropped nothing;
- * - every attack was counted (refusals, drops, decode errors, timeouts).
+ * - every attack was counted (refusals, drops, decode errors, timeouts), on the API port too;
+ * - the API answered every scrape of the good client, and closed every silent connection.
  *
  *   deno task soak [--minutes=3] [--rate=5000] [--rss-mib=300]
  *
@@ -21,6 +26,7 @@
 
 import { encodeMessage, encodeTemplateSet, fieldsFor } from "../src/ipfix/mod.ts";
 import { writeAll } from "../src/bytes.ts";
+import { caFileOf } from "../src/api/server.ts";
 import { FLOWGEN_TS, rssBytes, startFlowAggregator } from "./bench/process.ts";
 
 const flag = (name: string, def: number): number => {
@@ -142,6 +148,141 @@ async function attackRound(port: number, round: number, held: Deno.TcpConn[]): P
   await Promise.all(attacks);
 }
 
+/** The API port's limits in the soak's configuration (short, so each round exercises them). */
+const API_PER_ADDRESS = 16;
+const API_REQUEST_TIMEOUT_S = 1;
+/** Silent connections an API burst opens, past {@linkcode API_PER_ADDRESS}. */
+const API_BURST = API_PER_ADDRESS + 4;
+
+/** The API port, its CA and token, as a client of the process sees them. */
+interface ApiTarget {
+  port: number;
+  ca: string;
+  token: string;
+}
+
+/** Resolves when the process closes `c` (a read ends), or with false after `ms`. */
+async function closedWithin(c: Deno.Conn, ms: number): Promise<boolean> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const read = (async () => {
+    const buf = new Uint8Array(1024);
+    try {
+      while ((await c.read(buf)) !== null) { /* drain */ }
+    } catch {
+      // reset: closed
+    }
+    return true;
+  })();
+  const late = new Promise<boolean>((r) => timer = setTimeout(() => r(false), ms));
+  const closed = await Promise.race([read, late]);
+  clearTimeout(timer);
+  try {
+    c.close();
+  } catch {
+    // already closed
+  }
+  return closed;
+}
+
+/** Writes `bytes` over TLS to the API and reads the answer's status line (or "" when closed). */
+async function apiExchange(api: ApiTarget, bytes: Uint8Array): Promise<string> {
+  let c: Deno.TlsConn | undefined;
+  try {
+    c = await Deno.connectTls({ hostname: "127.0.0.1", port: api.port, caCerts: [api.ca] });
+    await writeAll(c, bytes);
+    const buf = new Uint8Array(256);
+    const n = await c.read(buf);
+    return n === null ? "" : new TextDecoder().decode(buf.subarray(0, n)).split("\r\n")[0];
+  } catch {
+    return ""; // refused at a cap or closed: counted by the process
+  } finally {
+    try {
+      c?.close();
+    } catch {
+      // already closed
+    }
+  }
+}
+
+/**
+ * One round against the API port. Even rounds: bad requests over TLS (garbage, an oversized head,
+ * no credentials), plaintext to the TLS port, and a head begun then left silent; odd rounds: a
+ * burst of silent connections past the per-address cap. Each round first waits until the
+ * process closed the previous round's silent connections (its request timeout); false when it
+ * did not within 5 s of the timeout.
+ */
+async function apiAttackRound(api: ApiTarget, round: number, held: Deno.Conn[]): Promise<boolean> {
+  const closed = await Promise.all(
+    held.splice(0).map((c) => closedWithin(c, API_REQUEST_TIMEOUT_S * 1000 + 5000)),
+  );
+  if (closed.includes(false)) return false;
+  const enc = new TextEncoder();
+  if (round % 2 === 1) {
+    for (let i = 0; i < API_BURST; i++) {
+      try {
+        held.push(await Deno.connect({ hostname: "127.0.0.1", port: api.port }));
+      } catch {
+        // refused: counted by the process
+      }
+    }
+    return true;
+  }
+  const junk = crypto.getRandomValues(new Uint8Array(512));
+  junk.set(enc.encode("\r\n\r\n"), junk.length - 4);
+  await Promise.all([
+    apiExchange(api, junk),
+    apiExchange(api, enc.encode(`GET /metrics HTTP/1.1\r\nx: ${"a".repeat(20_000)}`)),
+    apiExchange(api, enc.encode("GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")),
+    onConnection(api.port, async (c) => {
+      await writeAll(c, enc.encode("GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n"));
+      await closedWithin(c, 5000);
+    }),
+  ]);
+  try {
+    const c = await Deno.connectTls({ hostname: "127.0.0.1", port: api.port, caCerts: [api.ca] });
+    await writeAll(c, enc.encode("GET /metrics HTTP/1.1\r\n"));
+    held.push(c);
+  } catch {
+    // refused: counted by the process
+  }
+  return true;
+}
+
+/**
+ * The good API client: scrapes `/metrics` over `::1` every second until `stop()`, counting
+ * answers that were not 200 (or failed).
+ */
+function apiScraper(api: ApiTarget): { stop(): Promise<{ ok: number; failed: string[] }> } {
+  let running = true;
+  const client = Deno.createHttpClient({ caCerts: [api.ca] });
+  const done = (async () => {
+    let ok = 0;
+    const failed: string[] = [];
+    while (running) {
+      try {
+        const res = await fetch(`https://[::1]:${api.port}/metrics`, {
+          headers: { authorization: `Bearer ${api.token}` },
+          client,
+        });
+        const body = await res.text();
+        if (res.status === 200 && body.includes("flow_aggregator_api_connections")) ok++;
+        else failed.push(`status ${res.status}`);
+      } catch (e) {
+        failed.push(String(e));
+      }
+      await sleep(1000);
+    }
+    client.close();
+    return { ok, failed };
+  })();
+  return {
+    stop: () => {
+      running = false;
+      return done;
+    },
+  };
+}
+
 async function main(): Promise<number> {
   const dir = await Deno.makeTempDir({ prefix: "fa-soak-" });
   const conf = `${dir}/fa.conf`;
@@ -159,11 +300,29 @@ limits:
   readTimeout: 3s
   idleTimeout: 10s
   maxConnectionsPerAddress: 200
+  maxApiConnectionsPerAddress: ${API_PER_ADDRESS}
+  apiRequestTimeout: ${API_REQUEST_TIMEOUT_S}s
+  apiIdleTimeout: 10s
 `,
   );
-  const fa = await startFlowAggregator({ config: conf, cwd: dir, logLevel: "info" });
+  const tokenFile = `${dir}/api/token`;
+  const fa = await startFlowAggregator({
+    config: conf,
+    cwd: dir,
+    logLevel: "info",
+    // Dual-stack: the good client comes from ::1, the attackers from 127.0.0.1.
+    args: ["--api-listen", "[::]:0", "--api-token-file", tokenFile],
+  });
+  const listening = await fa.waitFor((e) => e.msg === "API server listening", 30_000);
+  const api: ApiTarget = {
+    port: Number(listening.port),
+    ca: await Deno.readTextFile(caFileOf(tokenFile)),
+    token: (await Deno.readTextFile(tokenFile)).trim(),
+  };
   const failures: string[] = [];
   const held: Deno.TcpConn[] = [];
+  const apiHeld: Deno.Conn[] = [];
+  let apiUnclosed = 0;
   let peak = 0;
   let stop = false;
   const deadline = Date.now() + MINUTES * 60_000;
@@ -203,14 +362,22 @@ limits:
       await sleep(500);
     }
   })();
+  const scraper = apiScraper(api);
   let rounds = 0;
   while (Date.now() < deadline) {
-    await attackRound(fa.port, rounds++, held);
+    const [, apiClosed] = await Promise.all([
+      attackRound(fa.port, rounds, held),
+      apiAttackRound(api, rounds, apiHeld),
+    ]);
+    if (!apiClosed) apiUnclosed++;
+    rounds++;
     // Keep the held connections bounded on our side too.
     while (held.length > 150) held.shift()?.close();
     await sleep(1000);
   }
   const sent = await flowgen;
+  const scrapes = await scraper.stop();
+  for (const c of apiHeld) c.close();
   stop = true;
   await sampler;
   for (const c of held) {
@@ -231,6 +398,8 @@ limits:
       goodRecordsSent: report.records,
       rssBaselineMiB: +(baseline / 2 ** 20).toFixed(1),
       rssPeakMiB: +(peak / 2 ** 20).toFixed(1),
+      apiScrapes: scrapes.ok,
+      apiScrapesFailed: scrapes.failed.length,
       exit,
       metrics,
     },
@@ -256,8 +425,30 @@ limits:
     sink("received") !==
       sink("exported") + sink("dropped") + sink("filtered") + sink("buffered")
   ) failures.push("flow log ledger does not add up");
-  for (const k of ["templatesRefused", "recordsDropped", "decodeErrors", "connectionsTimedOut"]) {
+  for (
+    const k of [
+      "templatesRefused",
+      "recordsDropped",
+      "decodeErrors",
+      "connectionsTimedOut",
+      "api.connectionsRefused",
+      "api.connectionsTimedOut",
+      "api.handshakeFailures",
+      "api.badRequests",
+    ]
+  ) {
     if (!(n(k) > 0)) failures.push(`attack not counted: ${k} = ${metrics[k]}`);
+  }
+  if (scrapes.failed.length > 0 || scrapes.ok === 0) {
+    failures.push(
+      `the good API client: ${scrapes.ok} scrapes answered, ${scrapes.failed.length} not ` +
+        `(${[...new Set(scrapes.failed)].slice(0, 3).join("; ")})`,
+    );
+  }
+  if (apiUnclosed > 0) {
+    failures.push(
+      `API silent connections left open past the request timeout in ${apiUnclosed} rounds`,
+    );
   }
   await Deno.remove(dir, { recursive: true }).catch(() => {});
   if (failures.length > 0) {

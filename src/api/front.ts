@@ -25,6 +25,7 @@ import tls from "node:tls";
 import type { Duplex } from "node:stream";
 import { type Clock, type ClockTimer, systemClock } from "../clock.ts";
 import { closeQuietly, exporterAddress } from "../collector/address.ts";
+import { AddressCaps, sweepPeriodMs } from "../collector/connections.ts";
 import { connectionServer, socketDuplex, tlsConnectionListener } from "../collector/tls.ts";
 import { acceptLoop } from "../collector/tcp.ts";
 import { warnRateLimited } from "../collector/session.ts";
@@ -97,7 +98,7 @@ export class ApiFront {
   readonly #log: Logger;
   readonly #rateLog: RateLimitedLog;
   readonly #conns = new Set<Tracked>();
-  readonly #perAddress = new Map<string, number>();
+  readonly #caps: AddressCaps;
   readonly #handlers = new Set<Promise<void>>();
   readonly #stats: ApiFrontStats = {
     connections: 0,
@@ -130,6 +131,7 @@ export class ApiFront {
     });
     this.#accept = tlsConnectionListener(this.#tls, "api");
     this.#limits = limits;
+    this.#caps = new AddressCaps(limits.maxConnections, limits.maxConnectionsPerAddress);
     this.#clock = opts.clock ?? systemClock;
     this.#log = opts.log;
     this.#rateLog = new RateLimitedLog(10_000, () => this.#clock.nowMs());
@@ -168,11 +170,11 @@ export class ApiFront {
   /** Admits `conn` (or closes it, counted), then serves its requests until it ends. */
   async #handle(conn: Deno.TcpConn): Promise<void> {
     const address = exporterAddress(conn.remoteAddr.hostname);
-    const fromAddress = this.#perAddress.get(address) ?? 0;
     const l = this.#limits;
-    const refused = this.#conns.size >= l.maxConnections
+    const cap = this.#caps.exceeded(address);
+    const refused = cap === "total"
       ? "maxApiConnections"
-      : fromAddress >= l.maxConnectionsPerAddress
+      : cap === "perAddress"
       ? "maxApiConnectionsPerAddress"
       : undefined;
     if (refused !== undefined || this.#closing) {
@@ -196,7 +198,7 @@ export class ApiFront {
       close: () => secure.close(),
     };
     this.#conns.add(c);
-    this.#perAddress.set(address, fromAddress + 1);
+    this.#caps.add(address);
     this.#arm();
     try {
       try {
@@ -213,9 +215,7 @@ export class ApiFront {
     } finally {
       c.close();
       this.#conns.delete(c);
-      const n = (this.#perAddress.get(address) ?? 1) - 1;
-      if (n <= 0) this.#perAddress.delete(address);
-      else this.#perAddress.set(address, n);
+      this.#caps.remove(address);
     }
   }
 
@@ -358,11 +358,11 @@ export class ApiFront {
     }
   }
 
-  /** Arms the sweep (a quarter of the shorter timeout, 50 ms to 1 s) while connections are open. */
+  /** Arms the sweep ({@linkcode sweepPeriodMs} of the timeouts) while connections are open. */
   #arm(): void {
     if (this.#timer !== undefined || this.#closing) return;
     const l = this.#limits;
-    const every = Math.max(50, Math.min(1000, Math.min(l.requestTimeoutMs, l.idleTimeoutMs) / 4));
+    const every = sweepPeriodMs(l.requestTimeoutMs, l.idleTimeoutMs);
     this.#timer = this.#clock.setTimer(every, () => {
       this.#timer = undefined;
       this.#sweep();

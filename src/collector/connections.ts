@@ -87,12 +87,67 @@ const RELEASE_AFTER_MS = 1000;
 const SWEEP_MIN_MS = 10;
 const SWEEP_MAX_MS = 1000;
 
+/**
+ * How often a listener's timeout sweep runs: a quarter of the shortest of `timeoutsMs` (a
+ * connection is closed at most a quarter late), 10 ms to 1 s. Shared by the collector's
+ * listeners and the API port's.
+ */
+export function sweepPeriodMs(...timeoutsMs: number[]): number {
+  return Math.max(SWEEP_MIN_MS, Math.min(SWEEP_MAX_MS, Math.min(...timeoutsMs) / 4));
+}
+
+/**
+ * The open connections of a listener counted in total and per source address, against a cap on
+ * each: the admission rule of the collector's listeners and the API port's.
+ */
+export class AddressCaps {
+  readonly #maxTotal: number;
+  readonly #maxPerAddress: number;
+  readonly #perAddress = new Map<string, number>();
+  #total = 0;
+
+  /** Counts against `maxTotal` connections, `maxPerAddress` from one address (Infinity: none). */
+  constructor(maxTotal: number, maxPerAddress: number) {
+    this.#maxTotal = maxTotal;
+    this.#maxPerAddress = maxPerAddress;
+  }
+
+  /** Connections counted. */
+  get size(): number {
+    return this.#total;
+  }
+
+  /**
+   * The cap a new connection from `address` would exceed (the total first), or undefined when
+   * it may be admitted ({@linkcode add}).
+   */
+  exceeded(address: string): "total" | "perAddress" | undefined {
+    if (this.#total >= this.#maxTotal) return "total";
+    if ((this.#perAddress.get(address) ?? 0) >= this.#maxPerAddress) return "perAddress";
+    return undefined;
+  }
+
+  /** Counts an admitted connection from `address`. */
+  add(address: string): void {
+    this.#total++;
+    this.#perAddress.set(address, (this.#perAddress.get(address) ?? 0) + 1);
+  }
+
+  /** Uncounts a connection from `address` that {@linkcode add} counted. */
+  remove(address: string): void {
+    this.#total--;
+    const n = (this.#perAddress.get(address) ?? 1) - 1;
+    if (n <= 0) this.#perAddress.delete(address);
+    else this.#perAddress.set(address, n);
+  }
+}
+
 /** The open connections of one stream listener, and their bounds. */
 export class ConnectionTable {
   readonly #env: SessionEnv;
   readonly #limits: ConnectionLimits;
   readonly #conns = new Set<TrackedConnection>();
-  readonly #perAddress = new Map<string, number>();
+  readonly #caps: AddressCaps;
   readonly #sweepMs: number;
   readonly #releaseIdle: boolean;
   #handshakes = 0;
@@ -112,12 +167,15 @@ export class ConnectionTable {
     this.#env = env;
     this.#limits = limits;
     this.#releaseIdle = options.releaseIdleBuffers === true;
-    const shortest = Math.min(
+    this.#caps = new AddressCaps(
+      limits.maxConnections ?? Infinity,
+      limits.maxConnectionsPerAddress ?? Infinity,
+    );
+    this.#sweepMs = sweepPeriodMs(
       limits.readTimeoutMs ?? Infinity,
       limits.idleTimeoutMs ?? Infinity,
       limits.tlsHandshakeTimeoutMs ?? Infinity,
     );
-    this.#sweepMs = Math.max(SWEEP_MIN_MS, Math.min(SWEEP_MAX_MS, shortest / 4));
   }
 
   /** Connections open (admitted and not yet removed). */
@@ -143,12 +201,11 @@ export class ConnectionTable {
   ): TrackedConnection | undefined {
     if (this.#closing) return undefined;
     const l = this.#limits;
-    const fromAddress = this.#perAddress.get(address) ?? 0;
+    const cap = this.#caps.exceeded(address);
     let refused: RefusalReason | undefined;
-    if (this.#conns.size >= (l.maxConnections ?? Infinity)) refused = "maxConnections";
-    else if (fromAddress >= (l.maxConnectionsPerAddress ?? Infinity)) {
-      refused = "maxConnectionsPerAddress";
-    } else if (options.handshake && this.#handshakes >= (l.maxTlsHandshakes ?? Infinity)) {
+    if (cap === "total") refused = "maxConnections";
+    else if (cap === "perAddress") refused = "maxConnectionsPerAddress";
+    else if (options.handshake && this.#handshakes >= (l.maxTlsHandshakes ?? Infinity)) {
       refused = "maxTlsHandshakes";
     }
     if (refused !== undefined) {
@@ -168,7 +225,7 @@ export class ConnectionTable {
       handshaking,
     });
     this.#conns.add(c);
-    this.#perAddress.set(address, fromAddress + 1);
+    this.#caps.add(address);
     if (handshaking) this.#handshakes++;
     return c;
   }
@@ -185,9 +242,7 @@ export class ConnectionTable {
     if (!this.#conns.delete(c)) return;
     c.stream?.dispose();
     if (c.handshaking) this.#handshakes--;
-    const n = (this.#perAddress.get(c.address) ?? 1) - 1;
-    if (n <= 0) this.#perAddress.delete(c.address);
-    else this.#perAddress.set(c.address, n);
+    this.#caps.remove(c.address);
   }
 
   /**

@@ -1,12 +1,19 @@
 /**
  * {@linkcode ConnectionTable} on its own, with fake connections and an injected clock: the
  * caps' bookkeeping as connections come and go, each timeout counted once even when the
- * listener closes the socket later, and the drain judging peers by their progress.
+ * listener closes the socket later, and the drain judging peers by their progress; the
+ * admission rule and sweep period it shares with the API port ({@linkcode AddressCaps},
+ * {@linkcode sweepPeriodMs}).
  */
 
 import assert from "node:assert/strict";
 import { ManualClock } from "../../src/clock.ts";
-import { checkOpenFilesLimit, ConnectionTable } from "../../src/collector/connections.ts";
+import {
+  AddressCaps,
+  checkOpenFilesLimit,
+  ConnectionTable,
+  sweepPeriodMs,
+} from "../../src/collector/connections.ts";
 import { Session, type SessionEnv } from "../../src/collector/session.ts";
 import { Counters } from "../../src/collector/stats.ts";
 import { StreamSession } from "../../src/collector/stream.ts";
@@ -158,4 +165,38 @@ Deno.test("connection table: an open-file limit below maxConnections is warned a
     setLogWriter(previous);
     await Deno.remove(dir, { recursive: true });
   }
+});
+
+Deno.test("address caps: the total cap first, then the per-address one; places given back", () => {
+  const caps = new AddressCaps(3, 2);
+  assert.equal(caps.exceeded("a"), undefined);
+  caps.add("a");
+  caps.add("a");
+  assert.equal(caps.exceeded("a"), "perAddress");
+  assert.equal(caps.exceeded("b"), undefined);
+  caps.add("b");
+  assert.equal(caps.size, 3);
+  // Full: the total is named even for an address under its own cap.
+  assert.equal(caps.exceeded("c"), "total");
+  assert.equal(caps.exceeded("a"), "total");
+  caps.remove("a");
+  assert.equal(caps.exceeded("a"), undefined);
+  assert.equal(caps.exceeded("c"), undefined);
+  caps.remove("a");
+  caps.remove("b");
+  assert.equal(caps.size, 0);
+  // An address whose connections all left starts again from 0.
+  caps.add("a");
+  caps.add("a");
+  assert.equal(caps.exceeded("a"), "perAddress");
+  const open = new AddressCaps(Infinity, Infinity);
+  for (let i = 0; i < 1000; i++) open.add("x");
+  assert.equal(open.exceeded("x"), undefined);
+});
+
+Deno.test("sweep period: a quarter of the shortest timeout, 10 ms to 1 s", () => {
+  assert.equal(sweepPeriodMs(2000, 400), 100);
+  assert.equal(sweepPeriodMs(8, 1000), 10);
+  assert.equal(sweepPeriodMs(120_000, 10_000), 1000);
+  assert.equal(sweepPeriodMs(Infinity, Infinity), 1000);
 });

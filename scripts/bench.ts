@@ -10,7 +10,9 @@
  *
  * A run without --quick and without --out (full, or partial with --only) also appends one line
  * `{commit, date, only?, results}` to `bench/history.jsonl`: the smoke run's figures are not
- * measurements, and --out is how the --baseline part processes write theirs.
+ * measurements, and --out is how the --baseline part processes write theirs. A part run
+ * (--only) without --out leaves `bench/latest.json` as it is: that file is the last full run,
+ * the README table's source; the rows it lacks come from the history (bench:readme).
  *
  * `--baseline=REV` (any git revision: `HEAD~1`, a tag, a hash) measures that revision in the same
  * run: it is checked out into a temporary git worktree (removed at the end, also on failure or
@@ -1125,7 +1127,9 @@ if (import.meta.main) {
   const onlyArg = arg("only");
   const only = onlyArg !== undefined ? onlyArg.split(",") : Object.keys(PARTS);
   const outArg = arg("out");
-  const out = outArg ?? new URL("../bench/latest.json", import.meta.url);
+  // bench/latest.json is the last full run (a part run's figures go to the history only).
+  const out = outArg ??
+    (onlyArg === undefined ? new URL("../bench/latest.json", import.meta.url) : undefined);
   const rev = arg("baseline");
   let wt: Worktree | undefined;
   // Ctrl-C or a kill must not leave a worktree behind, nor a part process running in it.
@@ -1172,8 +1176,10 @@ if (import.meta.main) {
   }
   if (commit !== "unknown") report.commit = commit;
   console.log(formatTable(report));
-  await Deno.writeTextFile(out, JSON.stringify(report, null, 2) + "\n");
-  console.error(`wrote ${out instanceof URL ? out.pathname : out}`);
+  if (out !== undefined) {
+    await Deno.writeTextFile(out, JSON.stringify(report, null, 2) + "\n");
+    console.error(`wrote ${out instanceof URL ? out.pathname : out}`);
+  } else console.error("a part run: bench/latest.json (the last full run) left as it is");
   // The history keeps real measurements only: not the CI smoke run (--quick), nor a part run
   // into another file (--out, as --baseline does for each part process).
   if (!quick && outArg === undefined) {

@@ -7,13 +7,23 @@
  * against. The rows are listed once, in {@linkcode README_ROWS}; units and number formatting
  * come from scripts/bench.ts.
  *
+ * A row whose figure `bench/latest.json` lacks (a bench part added after that full run) is
+ * shown in a second table from the newest run in `bench/history.jsonl` that measured it and its
+ * reference, named by commit and date ({@linkcode laterRows}): the same-run rule holds per row.
+ *
  *   deno task bench:readme          # rewrite the README between the bench-table markers
  *   deno task bench:readme --check  # exit 1 when the README is not the table of latest.json
  *
  * @module
  */
 
-import { type BenchReport, type BenchResults, formatValue, UNITS } from "../bench.ts";
+import {
+  type BenchReport,
+  type BenchResults,
+  formatValue,
+  type HistoryEntry,
+  UNITS,
+} from "../bench.ts";
 import { PACED_RATE } from "./e2e_replay.ts";
 import { LOW_RATE_KEYS, LOW_RATES } from "./udp_e2e.ts";
 import { DEFAULTS } from "../../src/config/defaults.ts";
@@ -262,28 +272,86 @@ export function markdownTable(report: BenchReport, rows = README_ROWS): string {
   ];
   for (const row of rows) {
     if (!(row.key in report.results)) continue;
-    const v = report.results[row.key];
-    let ref = "—";
-    let ratio = "—";
     const b = base[row.key];
-    if (b !== undefined && b !== null) {
-      ref = `${show(b, row.key)} (\`${rev}\`)`;
-      ratio = formatValue(report.ratio?.[row.key], "ratio");
-    } else if (row.ref !== undefined) {
-      const r = report.results[row.ref];
-      ref = `${show(r, row.ref)} (${row.refLabel ?? row.ref})`;
-      if (typeof v === "number" && typeof r === "number" && r > 0) {
-        ratio = formatValue(v / r, "ratio");
-      }
-    }
+    const [ref, ratio] = b !== undefined && b !== null
+      ? [`${show(b, row.key)} (\`${rev}\`)`, formatValue(report.ratio?.[row.key], "ratio")]
+      : referenceCells(row, report.results);
+    lines.push(`| ${rowCells(row, report.results, ref, ratio)} |`);
+  }
+  return lines.join("\n");
+}
+
+/** The figure and goal cells of `row` around its reference and ratio cells. */
+function rowCells(row: ReadmeRow, results: BenchResults, ref: string, ratio: string): string {
+  return `${row.label} (\`${row.key}\`) | ${show(results[row.key], row.key)} | ${ref} | ${
+    cell(ratio)
+  } | ${row.goal ?? "—"}`;
+}
+
+/** The reference and ratio cells of `row` from its reference key in the same `results`. */
+function referenceCells(row: ReadmeRow, results: BenchResults): [string, string] {
+  if (row.ref === undefined) return ["—", "—"];
+  const v = results[row.key];
+  const r = results[row.ref];
+  const ratio = typeof v === "number" && typeof r === "number" && r > 0
+    ? formatValue(v / r, "ratio")
+    : "—";
+  return [`${show(r, row.ref)} (${row.refLabel ?? row.ref})`, ratio];
+}
+
+/** A row the full run lacks, with the history run that measured it. */
+export interface LaterRow {
+  readonly row: ReadmeRow;
+  readonly run: HistoryEntry;
+}
+
+/**
+ * The rows of `rows` whose figure `report` lacks (not a key of its results: a part added to the
+ * bench after that run), each with the newest entry of `history` (oldest first, as in
+ * `bench/history.jsonl`) that measured it as a number, and its reference key too when the row
+ * has one: figure and reference always come from one run.
+ */
+export function laterRows(
+  report: BenchReport,
+  history: readonly HistoryEntry[],
+  rows = README_ROWS,
+): LaterRow[] {
+  const out: LaterRow[] = [];
+  for (const row of rows) {
+    if (row.key in report.results) continue;
+    const measured = (e: HistoryEntry, k: Key) => typeof e.results[k] === "number";
+    const run = history.findLast((e) =>
+      measured(e, row.key) && (row.ref === undefined || measured(e, row.ref))
+    );
+    if (run !== undefined) out.push({ row, run });
+  }
+  return out;
+}
+
+/** The second table: {@linkcode laterRows}, each with its run; empty when there is none. */
+export function laterTable(later: readonly LaterRow[]): string {
+  if (later.length === 0) return "";
+  const lines = [
+    "| figure (`bench/history.jsonl` key) | measured | reference, same run | ratio | goal | run |",
+    "| --- | ---: | ---: | ---: | --- | --- |",
+  ];
+  for (const { row, run } of later) {
+    const [ref, ratio] = referenceCells(row, run.results);
+    const parts = run.only === undefined ? "full run" : `\`--only=${run.only.join(",")}\``;
     lines.push(
-      `| ${row.label} (\`${row.key}\`) | ${show(v, row.key)} | ${ref} | ${cell(ratio)} | ${
-        row.goal ?? "—"
-      } |`,
+      `| ${rowCells(row, run.results, ref, ratio)} | \`${run.commit.slice(0, 7)}\`, ${
+        run.date.slice(0, 10)
+      }, ${parts} |`,
     );
   }
   return lines.join("\n");
 }
+
+/** The line above {@linkcode laterTable}. */
+export const LATER_CAPTION = "Figures the run above did not measure (bench parts added after " +
+  "it), each from the newest run in `bench/history.jsonl` that measured it and its reference " +
+  "(last column). Runs at different times met machines of different speed: compare each figure " +
+  "with its own reference only.";
 
 /** The header line above the table: when, which commit, which machine. */
 export function tableCaption(report: BenchReport): string {
@@ -305,14 +373,25 @@ export function tableCaption(report: BenchReport): string {
  * `readme` with the text between {@linkcode TABLE_START} and {@linkcode TABLE_END] replaced by
  * the caption and table of `report`. Throws when the markers are missing or out of order.
  */
-export function updateReadme(readme: string, report: BenchReport): string {
+export function updateReadme(
+  readme: string,
+  report: BenchReport,
+  history: readonly HistoryEntry[] = [],
+): string {
   const a = readme.indexOf(TABLE_START);
   const b = readme.indexOf(TABLE_END);
   if (a < 0 || b < a) {
     throw new Error(`README: the markers ${TABLE_START} ... ${TABLE_END} are missing`);
   }
+  const later = laterTable(laterRows(report, history));
   return readme.slice(0, a + TABLE_START.length) + "\n\n" + tableCaption(report) + "\n\n" +
-    markdownTable(report) + "\n\n" + readme.slice(b);
+    markdownTable(report) + "\n\n" + (later === "" ? "" : `${LATER_CAPTION}\n\n${later}\n\n`) +
+    readme.slice(b);
+}
+
+/** The entries of a `bench/history.jsonl` text, oldest first. */
+export function parseHistory(text: string): HistoryEntry[] {
+  return text.split("\n").filter((l) => l.trim() !== "").map((l) => JSON.parse(l) as HistoryEntry);
 }
 
 if (import.meta.main) {
@@ -320,12 +399,15 @@ if (import.meta.main) {
   const report = JSON.parse(
     await Deno.readTextFile(new URL("bench/latest.json", root)),
   ) as BenchReport;
+  const history = parseHistory(
+    await Deno.readTextFile(new URL("bench/history.jsonl", root)).catch(() => ""),
+  );
   const readmeUrl = new URL("README.md", root);
   const before = await Deno.readTextFile(readmeUrl);
   // Written through deno fmt, as the check task compares formatted text.
   const tmp = await Deno.makeTempFile({ suffix: ".md" });
   try {
-    await Deno.writeTextFile(tmp, updateReadme(before, report));
+    await Deno.writeTextFile(tmp, updateReadme(before, report, history));
     const fmt = await new Deno.Command(Deno.execPath(), {
       args: ["fmt", "--config", new URL("deno.json", root).pathname, tmp],
       stdout: "null",

@@ -8,7 +8,11 @@
 import assert from "node:assert/strict";
 import { type BenchReport, emptyResults } from "../../scripts/bench.ts";
 import {
+  LATER_CAPTION,
+  laterRows,
+  laterTable,
   markdownTable,
+  parseHistory,
   RATIO_KEYS,
   README_ROWS,
   TABLE_END,
@@ -117,4 +121,62 @@ Deno.test("updateReadme: replaces only the text between the markers", () => {
   assert.match(after, /commit `0123456`/);
   assert.match(after, /decode_records_per_s/);
   assert.throws(() => updateReadme("# no markers\n", report()), /markers/);
+});
+
+Deno.test("laterRows: a row the full run lacks comes from the newest run that measured it and its reference", () => {
+  const full = report({
+    results: { ...report().results, e2e_replay_tcp_records_per_s: 1_500_000 },
+  });
+  const { e2e_replay_tls_records_per_s: _t, e2e_replay_cores: _c, ...rest } = full.results;
+  const older = { ...full, results: rest as BenchReport["results"] };
+  const entry = (commit: string, results: Partial<BenchReport["results"]>, only?: string[]) => ({
+    commit,
+    date: "2026-12-05T10:00:00.000Z",
+    ...(only ? { only } : {}),
+    results: { ...emptyResults(), ...results },
+  });
+  const history = [
+    entry("aaaaaaa1", {
+      e2e_replay_tls_records_per_s: 500_000,
+      e2e_replay_tcp_records_per_s: 1e6,
+      e2e_replay_cores: 1.5,
+    }),
+    entry(
+      "bbbbbbb2",
+      { e2e_replay_tls_records_per_s: 800_000, e2e_replay_tcp_records_per_s: 1e6 },
+      [
+        "replay",
+      ],
+    ),
+    // Newest, but without the reference: not taken (figure and reference from one run).
+    entry("ccccccc3", { e2e_replay_tls_records_per_s: 900_000 }),
+  ];
+  const later = laterRows(older, history);
+  assert.deepEqual(
+    later.map((l) => [l.row.key, l.run.commit]),
+    [["e2e_replay_tls_records_per_s", "bbbbbbb2"], ["e2e_replay_cores", "aaaaaaa1"]],
+  );
+  const t = laterTable(later);
+  // The reference is the history run's, not the full run's 1,500,000.
+  assert.match(
+    rowOf(t, "e2e_replay_tls_records_per_s"),
+    /\| 800,000 records\/s \| 1,000,000 records\/s \(same run over TCP\) \| 0\.800 \| — \| `bbbbbbb`, 2026-12-05, `--only=replay` \|/,
+  );
+  assert.match(rowOf(t, "e2e_replay_cores"), /\| 1\.50 \|.*`aaaaaaa`, 2026-12-05, full run \|$/);
+  // In the README: below the main table, with its caption; none when nothing is missing.
+  const readme = `${TABLE_START}\nold\n${TABLE_END}\n`;
+  const withLater = updateReadme(readme, older, history);
+  assert.ok(withLater.indexOf(LATER_CAPTION) > withLater.indexOf("(`decode_records_per_s`)"));
+  assert.ok(withLater.indexOf(LATER_CAPTION) < withLater.indexOf(TABLE_END));
+  assert.ok(!updateReadme(readme, full, history).includes(LATER_CAPTION));
+});
+
+Deno.test("parseHistory: one entry per non-empty line, oldest first", () => {
+  const lines = [
+    JSON.stringify({ commit: "a", date: "d1", results: {} }),
+    JSON.stringify({ commit: "b", date: "d2", only: ["decode"], results: {} }),
+  ];
+  const h = parseHistory(lines.join("\n") + "\n\n");
+  assert.deepEqual(h.map((e) => e.commit), ["a", "b"]);
+  assert.deepEqual(h[1].only, ["decode"]);
 });

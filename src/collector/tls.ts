@@ -33,6 +33,7 @@
 import tls from "node:tls";
 import { Duplex } from "node:stream";
 import { writeAll } from "../bytes.ts";
+import type { ClockTimer } from "../clock.ts";
 import { closeQuietly, exporterAddress, type ListenAddress, sessionPeer } from "./address.ts";
 import { ConnectionTable, countUnfinished } from "./connections.ts";
 import type { DrainOptions } from "./drain.ts";
@@ -80,6 +81,15 @@ const MIN_READ_BYTES = 1024;
  * a time instead: 370k records/s at 4.27 µs.
  */
 const TLS_PIECE_BYTES = 16 * 1024;
+
+/**
+ * How long the TLS layer may still take to finish a handshake with what it read once the peer
+ * closed its side (a peer's last flight followed by its FIN). Past it the connection fails,
+ * counted in `tlsHandshakeFailures`: fed the end of its input mid-handshake, the TLS layer
+ * neither finishes nor fails, so a peer gone early (a TCP health check, a port scan, an Agent
+ * giving up) would otherwise keep its places under the caps until `tlsHandshakeTimeout`.
+ */
+export const HANDSHAKE_EOF_GRACE_MS = 1000;
 
 /** A mutual-TLS IPFIX listener. */
 export class TlsListener {
@@ -205,7 +215,17 @@ export class TlsListener {
     let onError = false;
     let tlsClosed = Promise.resolve();
     const rawClosed = new Promise<void>((resolve) => raw.on("close", () => resolve()));
+    // Set once the TLS layer finished the handshake or gave up on it.
+    let decided = false;
+    let decide = (): void => {};
+    const handshakeDecided = new Promise<void>((resolve) =>
+      decide = () => {
+        decided = true;
+        resolve();
+      }
+    );
     const secured = (socket: tls.TLSSocket): void => {
+      decide();
       tlsClosed = new Promise<void>((resolve) =>
         socket.on("close", () => {
           raw.destroy();
@@ -252,11 +272,15 @@ export class TlsListener {
       // Established while draining: read what the peer sent, after asking it to stop.
       if (this.#closing) socket.end();
     };
+    let failedOnce = false;
     const failed = (e: Error, socket: { destroy(): void } | undefined): void => {
+      decide();
       socket?.destroy();
       raw.destroy();
-      // A connection we closed (over a cap, timed out, stopping) is counted for that reason.
-      if (closedBy !== undefined) return;
+      // A connection we closed (over a cap, timed out, stopping) is counted for that reason;
+      // one failed here is counted once (the TLS layer reports the destroy as another failure).
+      if (closedBy !== undefined || failedOnce) return;
+      failedOnce = true;
       this.#env.counters.tlsHandshakeFailures++;
       warnRateLimited(this.#env, `tls|${remote.hostname}`, "TLS handshake failed", {
         peer: address,
@@ -270,6 +294,20 @@ export class TlsListener {
     this.#accept.call(connectionServer(this.#server, secured, failed), raw);
     const pumped = this.#pump(conn, raw, flow, () => new Promise<void>((r) => wanted = r), (n) => {
       bytesRead += n;
+    }).then(async () => {
+      // The peer closed its side (or reset) before the handshake ended.
+      if (decided || closedBy !== undefined || flow.gone) return;
+      let timer: ClockTimer | undefined;
+      await Promise.race([
+        handshakeDecided,
+        new Promise<void>((r) =>
+          timer = this.#env.clock.setTimer(HANDSHAKE_EOF_GRACE_MS, r, { unref: true })
+        ),
+      ]);
+      timer?.cancel();
+      if (!decided && closedBy === undefined) {
+        failed(new Error("the peer closed the connection during the TLS handshake"), undefined);
+      }
     });
     return Promise.all([rawClosed, pumped]).then(() => tlsClosed).then(() => {
       closeQuietly(conn);

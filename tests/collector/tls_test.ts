@@ -212,3 +212,70 @@ Deno.test("tls: concurrent accepted and refused handshakes each reach their own 
     await c.stop();
   }
 });
+
+/** The ClientHello a node:tls client with the Agents' certificate sends first. */
+async function clientHello(): Promise<Uint8Array> {
+  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const s = tls.connect({
+    host: "127.0.0.1",
+    port: l.addr.port,
+    ca: [certs.ca.certPem],
+    servername: "flow-aggregator.flow-aggregator.svc",
+    cert: certs.client.certPem,
+    key: certs.client.keyPem,
+  });
+  s.on("error", () => {});
+  const conn = await l.accept();
+  try {
+    const buf = new Uint8Array(8192);
+    const n = await conn.read(buf);
+    assert.ok(n !== null && n > 5 && buf[0] === 22, "a TLS handshake record");
+    return buf.slice(0, n);
+  } finally {
+    conn.close();
+    l.close();
+    s.destroy();
+  }
+}
+
+Deno.test("tls: a peer gone in its handshake fails it within a second (counted), its places freed for the next Agent", async () => {
+  // The handshake timeout is far away: the places must come back because the peer left, not
+  // because the sweep closed it (a TCP health check, a port scan, an Agent giving up).
+  const { c, received } = await startTls("127.0.0.1:0", {
+    maxConnections: 1,
+    maxTlsHandshakes: 1,
+    tlsHandshakeTimeoutMs: 60_000,
+  });
+  try {
+    const hello = await clientHello();
+    const peers: [string, (conn: Deno.TcpConn) => Promise<void>][] = [
+      ["connect, then close", async () => {}],
+      ["ClientHello, then FIN", async (conn) => {
+        await writeAll(conn, hello);
+        await conn.closeWrite();
+        await readUntilClosed(conn);
+      }],
+      ["half a ClientHello, then close", (conn) => writeAll(conn, hello.subarray(0, 20))],
+    ];
+    for (const [i, [what, peer]] of peers.entries()) {
+      const conn = await Deno.connect({ hostname: "127.0.0.1", port: c.port });
+      await peer(conn);
+      conn.close();
+      await waitFor(() => c.stats().tlsHandshakeFailures === i + 1, { what: `${what}: counted` });
+      assert.equal(c.stats().connectionsTimedOut.tlsHandshakeTimeout ?? 0, 0, what);
+    }
+    // Every place is back: an Agent is served under the caps of one.
+    const r = await tlsSend(
+      "127.0.0.1",
+      c.port,
+      certs.client,
+      concat(GOLDEN_TEMPLATE, GOLDEN_DATA),
+    );
+    assert.equal(r.error, undefined);
+    await waitFor(() => received.length === 1, { what: "the Agent's data" });
+    assert.equal(c.stats().connectionsRefused.maxConnections ?? 0, 0);
+    assert.equal(c.stats().connectionsRefused.maxTlsHandshakes ?? 0, 0);
+  } finally {
+    await c.stop();
+  }
+});

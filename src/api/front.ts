@@ -26,7 +26,12 @@ import type { Duplex } from "node:stream";
 import { type Clock, type ClockTimer, systemClock } from "../clock.ts";
 import { closeQuietly, exporterAddress } from "../collector/address.ts";
 import { AddressCaps, sweepPeriodMs } from "../collector/connections.ts";
-import { connectionServer, socketDuplex, tlsConnectionListener } from "../collector/tls.ts";
+import {
+  connectionServer,
+  HANDSHAKE_EOF_GRACE_MS,
+  socketDuplex,
+  tlsConnectionListener,
+} from "../collector/tls.ts";
 import { acceptLoop } from "../collector/tcp.ts";
 import { warnRateLimited } from "../collector/session.ts";
 import { type Logger, RateLimitedLog } from "../log.ts";
@@ -79,8 +84,14 @@ interface Tracked {
   phaseMs: number;
   lastMs: number;
   closedBy?: keyof ApiFrontStats["connectionsTimedOut"];
+  /** Closes the connection at once (TLS layer and socket) and stops a streamed body. */
   readonly close: () => void;
+  /** Stops the body being streamed, if any (set by the stream, cleared when it ends). */
+  stopStream?: () => void;
 }
+
+/** A response body is written in pieces of this size, each moving the idle clock. */
+const WRITE_PIECE_BYTES = 16 * 1024;
 
 const encoder = new TextEncoder();
 
@@ -127,7 +138,9 @@ export class ApiFront {
       cert: pem.cert,
       key: pem.key,
       minVersion: "TLSv1.2",
-      ALPNProtocols: ["http/1.1"],
+      // Both HTTP/1 versions this front speaks (a client offering only http/1.0, as
+      // `curl --http1.0` does, would otherwise fail the handshake).
+      ALPNProtocols: ["http/1.1", "http/1.0"],
     });
     this.#accept = tlsConnectionListener(this.#tls, "api");
     this.#limits = limits;
@@ -189,13 +202,22 @@ export class ApiFront {
       return;
     }
     const now = this.#clock.nowMs();
-    const secure = tlsOver(conn, this.#tls, this.#accept);
+    const secure = tlsOver(conn, this.#tls, this.#accept, {
+      clock: this.#clock,
+      // Bytes moving either way on the socket: not idle (a large answer read slowly).
+      activity: () => c.lastMs = this.#clock.nowMs(),
+      // The client left: a streamed answer stops (its source may be silent).
+      gone: () => c.stopStream?.(),
+    });
     const c: Tracked = {
       address,
       phase: "request",
       phaseMs: now,
       lastMs: now,
-      close: () => secure.close(),
+      close: () => {
+        c.stopStream?.();
+        secure.close();
+      },
     };
     this.#conns.add(c);
     this.#caps.add(address);
@@ -210,6 +232,8 @@ export class ApiFront {
       c.phase = "other";
       c.lastMs = this.#clock.nowMs();
       await this.#serve(secure, c);
+      // Done with it (asked to close, HTTP/1.0, the peer's end): close_notify, then the socket.
+      if (c.closedBy === undefined && !this.#closing) await secure.end();
     } catch {
       // a closed or reset connection: it ends
     } finally {
@@ -224,9 +248,12 @@ export class ApiFront {
     const buf = new Uint8Array(MAX_HEAD_BYTES);
     let have = 0;
     const touch = () => (c.lastMs = this.#clock.nowMs());
+    // In pieces, so a client reading a large body slowly but steadily is not idle.
     const write = async (bytes: Uint8Array) => {
-      await conn.write(bytes);
-      touch();
+      for (let at = 0; at < bytes.length; at += WRITE_PIECE_BYTES) {
+        await conn.write(bytes.subarray(at, at + WRITE_PIECE_BYTES));
+        touch();
+      }
     };
     while (!this.#closing) {
       // The head: from its first byte on, the request timeout runs.
@@ -297,21 +324,28 @@ export class ApiFront {
         if (!headOnly && bytes.length > 0) await write(bytes);
       } else if (headOnly) {
         await res.body?.cancel();
-        await write(encoder.encode(responseHead(res, undefined, keepAlive)));
-      } else if (!(await this.#stream(res, head.version === "HTTP/1.1", write))) return;
+        const framing = head.version === "HTTP/1.1" ? "chunked" : "close";
+        await write(encoder.encode(responseHead(res, framing, keepAlive)));
+        if (framing === "close") return;
+      } else if (!(await this.#stream(res, head.version === "HTTP/1.1", write, c))) return;
       if (!keepAlive) return;
     }
   }
 
-  /** Sends a streamed body (chunked over HTTP/1.1); false when the connection must close. */
+  /**
+   * Sends a streamed body (chunked over HTTP/1.1, to the connection's end over HTTP/1.0); false
+   * when the connection must close. Closing `c` stops it even while its source is silent.
+   */
   async #stream(
     res: Response,
     chunked: boolean,
     write: (bytes: Uint8Array) => Promise<void>,
+    c: Tracked,
   ): Promise<boolean> {
     const reader = res.body!.getReader();
+    c.stopStream = () => void reader.cancel().catch(() => {});
     try {
-      await write(encoder.encode(responseHead(res, undefined, chunked)));
+      await write(encoder.encode(responseHead(res, chunked ? "chunked" : "close", chunked)));
       for (;;) {
         const { done, value } = await reader.read();
         if (done) break;
@@ -326,6 +360,7 @@ export class ApiFront {
       if (chunked) await write(encoder.encode("0\r\n\r\n"));
       return chunked;
     } finally {
+      c.stopStream = undefined;
       // The client left (or the stream ended): its source stops.
       await reader.cancel().catch(() => {});
     }
@@ -383,25 +418,45 @@ interface PlainConn {
   read(buf: Uint8Array): Promise<number | null>;
   /** Writes all of `bytes`. */
   write(bytes: Uint8Array): Promise<void>;
-  /** Closes the TLS layer and the socket. */
+  /**
+   * Ends the connection cleanly: TLS close_notify and the TCP half-close, then closes it once
+   * the peer closed too or after {@linkcode END_GRACE_MS}.
+   */
+  end(): Promise<void>;
+  /** Closes the TLS layer and the socket at once. */
   close(): void;
 }
 
-/** Plaintext kept per connection before its reads pause the TLS layer. */
+/** Plaintext queued per connection before the socket is read no more. */
 const PLAIN_HIGH_WATER = 64 * 1024;
+/**
+ * Encrypted bytes handed to the TLS layer that it has not yet turned into plaintext: past this
+ * the socket is read no more (the TLS layer takes what it is given whether its plaintext is
+ * delivered or not, e.g. while a response cannot be written, so the plaintext bound alone
+ * would let a client that sends without reading fill memory).
+ */
+const RAW_AHEAD_BYTES = 64 * 1024;
+/** How long {@linkcode PlainConn.end} waits for the peer before closing the socket. */
+const END_GRACE_MS = 1000;
 
 /**
  * TLS over `conn` by `server`'s connection listener (`accept`): the socket's encrypted bytes are
  * pumped into the TLS layer as it asks for them, its plaintext queued for {@linkcode
- * PlainConn.read}.
+ * PlainConn.read}; the socket is read only while both bounds above hold. A peer that closes its
+ * side during the handshake fails it within {@linkcode HANDSHAKE_EOF_GRACE_MS} on `clock`.
+ * `activity` is called for every read from and write to the socket, `gone` when the peer's side
+ * ended.
  */
 function tlsOver(
   conn: Deno.TcpConn,
   server: tls.Server,
   accept: (this: tls.Server, socket: Duplex) => void,
+  hooks: { clock: Clock; activity: () => void; gone: () => void },
 ): PlainConn {
+  const { clock, activity, gone } = hooks;
   let want: (() => void) | undefined;
   let pumping = false;
+  let socket: tls.TLSSocket | undefined;
   const raw = socketDuplex(conn, () => {
     const w = want;
     want = undefined;
@@ -410,43 +465,68 @@ function tlsOver(
       pumping = true;
       pump();
     }
-  }, () => want?.());
+  }, () => {
+    want?.();
+    room?.();
+  }, activity);
+  const queue: Uint8Array[] = [];
+  let queued = 0;
+  let ahead = 0;
+  let ended = false;
+  let waiting: (() => void) | undefined;
+  let room: (() => void) | undefined;
+  const full = () => queued > PLAIN_HIGH_WATER || ahead > RAW_AHEAD_BYTES;
+  const wakeReader = () => {
+    const w = waiting;
+    waiting = undefined;
+    w?.();
+  };
+  const wakePump = () => {
+    if (full()) return;
+    const r = room;
+    room = undefined;
+    r?.();
+  };
   const pump = async () => {
     const buf = new Uint8Array(16 * 1024);
     try {
       for (;;) {
+        while (full() && !raw.destroyed) await new Promise<void>((r) => room = r);
+        if (raw.destroyed) return;
         const n = await conn.read(buf);
         if (n === null) break;
         if (raw.destroyed) return;
+        activity();
+        ahead += n;
         if (!raw.push(buf.slice(0, n))) await new Promise<void>((r) => want = r);
       }
     } catch {
       // closed under the read, or reset
     }
-    if (!raw.destroyed) raw.push(null);
+    if (raw.destroyed) return;
+    raw.push(null);
+    // Gone before the handshake ended: fed the end of its input, the TLS layer neither
+    // finishes nor fails it; past the grace the connection fails (the handshake rejects).
+    if (socket === undefined) {
+      clock.setTimer(HANDSHAKE_EOF_GRACE_MS, () => {
+        if (socket === undefined) raw.destroy();
+      }, { unref: true });
+    }
   };
-  const queue: Uint8Array[] = [];
-  let queued = 0;
-  let ended = false;
-  let waiting: (() => void) | undefined;
-  const wake = () => {
-    const w = waiting;
-    waiting = undefined;
-    w?.();
-  };
-  let socket: tls.TLSSocket | undefined;
   const handshake = new Promise<void>((resolve, reject) => {
     const secured = (s: tls.TLSSocket) => {
       socket = s;
       s.on("data", (chunk: Uint8Array) => {
         queue.push(chunk);
         queued += chunk.length;
-        if (queued > PLAIN_HIGH_WATER) s.pause();
-        wake();
+        ahead = 0;
+        wakeReader();
+        wakePump();
       });
       const end = () => {
         ended = true;
-        wake();
+        wakeReader();
+        gone();
       };
       s.on("end", end);
       s.on("close", end);
@@ -462,6 +542,13 @@ function tlsOver(
     accept.call(connectionServer(server, secured, failed), raw);
   });
   handshake.catch(() => {});
+  const close = (): void => {
+    socket?.destroy();
+    raw.destroy();
+    closeQuietly(conn);
+    ended = true;
+    wakeReader();
+  };
   return {
     handshake,
     async read(buf: Uint8Array): Promise<number | null> {
@@ -475,7 +562,7 @@ function tlsOver(
       if (n === head.length) queue.shift();
       else queue[0] = head.subarray(n);
       queued -= n;
-      if (queued <= PLAIN_HIGH_WATER / 2) socket?.resume();
+      wakePump();
       return n;
     },
     write(bytes: Uint8Array): Promise<void> {
@@ -485,12 +572,23 @@ function tlsOver(
         s.write(bytes, (e?: Error | null) => e ? reject(e) : resolve())
       );
     },
-    close(): void {
-      socket?.destroy();
-      raw.destroy();
-      closeQuietly(conn);
-      ended = true;
-      wake();
+    end(): Promise<void> {
+      const s = socket;
+      if (s === undefined || s.destroyed) {
+        close();
+        return Promise.resolve();
+      }
+      return new Promise<void>((resolve) => {
+        const timer = clock.setTimer(END_GRACE_MS, done, { unref: true });
+        function done(): void {
+          timer.cancel();
+          close();
+          resolve();
+        }
+        s.once("close", done);
+        s.end();
+      });
     },
+    close,
   };
 }

@@ -110,21 +110,25 @@ const REASONS: Record<number, string> = {
 };
 
 /**
- * The status line and header fields of `res`, with `content-length: length` or, when `length`
- * is undefined, chunked; `connection: close` unless `keepAlive`.
+ * How a response's body is delimited: its length, `chunked` (HTTP/1.1) or `close` (the end of the
+ * connection: a streamed body to an HTTP/1.0 client, which must not get chunked framing).
  */
-export function responseHead(
-  res: Response,
-  length: number | undefined,
-  keepAlive: boolean,
-): string {
+export type BodyFraming = number | "chunked" | "close";
+
+/**
+ * The status line and header fields of `res`, with `content-length` when `framing` is a length,
+ * `transfer-encoding: chunked` when it is `chunked`, neither when `close`; `connection: close`
+ * unless `keepAlive` (never kept alive with `close` framing).
+ */
+export function responseHead(res: Response, framing: BodyFraming, keepAlive: boolean): string {
   let s = `HTTP/1.1 ${res.status} ${REASONS[res.status] ?? res.statusText ?? "Status"}\r\n`;
   for (const [k, v] of res.headers) {
     if (k === "content-length" || k === "transfer-encoding" || k === "connection") continue;
     s += `${k}: ${v}\r\n`;
   }
-  s += length === undefined ? "transfer-encoding: chunked\r\n" : `content-length: ${length}\r\n`;
-  if (!keepAlive) s += "connection: close\r\n";
+  if (framing === "chunked") s += "transfer-encoding: chunked\r\n";
+  else if (framing !== "close") s += `content-length: ${framing}\r\n`;
+  if (!keepAlive || framing === "close") s += "connection: close\r\n";
   return s + "\r\n";
 }
 

@@ -385,17 +385,22 @@ export function tlsConnectionListener(
  * The encrypted side of a TLS connection on our own socket, as `node:tls` reads and writes it:
  * what the TLS layer writes goes to `conn` whole, its end half-closes `conn`; `read` is called
  * when the layer wants more (the caller pushes what it reads from `conn`), `destroyed` once the
- * Duplex is destroyed (`conn` is closed by then).
+ * Duplex is destroyed (`conn` is closed by then), `wrote` (optional) after each write reached
+ * the socket.
  */
 export function socketDuplex(
   conn: Deno.TcpConn,
   read: () => void,
   destroyed: () => void,
+  wrote?: () => void,
 ): Duplex {
   return new Duplex({
     read,
     write(chunk: Uint8Array, _encoding: string, done: (e?: Error | null) => void): void {
-      writeAll(conn, chunk).then(() => done(), (e) => done(e as Error));
+      writeAll(conn, chunk).then(() => {
+        wrote?.();
+        done();
+      }, (e) => done(e as Error));
     },
     final(done: (e?: Error | null) => void): void {
       conn.closeWrite().then(() => done(), () => done());

@@ -7,7 +7,15 @@
 
 import assert from "node:assert/strict";
 import { type ApiServer, startApiServer } from "../../src/api/server.ts";
-import type { ApiFrontLimits, ApiFrontStats } from "../../src/api/front.ts";
+import tls from "node:tls";
+import {
+  ApiFront,
+  type ApiFrontLimits,
+  type ApiFrontStats,
+  type Handler,
+} from "../../src/api/front.ts";
+import { generateApiCertificate } from "../../src/pki/mod.ts";
+import { logger } from "../../src/log.ts";
 import { LiveHub, LiveView } from "../../src/api/live.ts";
 import { zeroStats } from "../_helpers/stats.ts";
 import { waitFor } from "../_helpers/wait.ts";
@@ -270,5 +278,137 @@ Deno.test("api front: 300 mutated requests each get an answer or a close, and no
     }
     const s = await statsWhen(api, (s) => s.connections === 0);
     assert.ok(s.badRequests > 0, "some mutants were refused as bad requests");
+  });
+});
+
+/** A front on 127.0.0.1 answering with `handler` (no API behind it), closed after `body`. */
+async function withFront(
+  handler: Handler,
+  limits: Partial<ApiFrontLimits>,
+  body: (front: ApiFront, connect: () => Promise<Deno.TlsConn>) => Promise<void>,
+): Promise<void> {
+  const cert = await generateApiCertificate();
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const front = new ApiFront(listener, { cert: cert.chainPem, key: cert.keyPem }, handler, {
+    ...ROOMY,
+    ...limits,
+  }, { log: logger("api-front-test") });
+  front.start();
+  const port = listener.addr.port;
+  try {
+    await body(front, async () => {
+      const c = await Deno.connectTls({ hostname: "127.0.0.1", port, caCerts: [cert.caPem] });
+      await c.handshake();
+      return c;
+    });
+  } finally {
+    await front.close();
+  }
+}
+
+const stream = (chunks: string[], then: "close" | "silent", cancelled?: () => void) =>
+  new Response(
+    new ReadableStream({
+      start(c) {
+        for (const x of chunks) c.enqueue(new TextEncoder().encode(x));
+        if (then === "close") c.close();
+      },
+      cancel: () => cancelled?.(),
+    }),
+    { headers: { "content-type": "text/event-stream" } },
+  );
+
+Deno.test("api front: an event stream to an HTTP/1.0 client is sent close-delimited, not chunked", async () => {
+  await withFront(
+    () => stream(["data: one\n\n", "data: two\n\n"], "close"),
+    {},
+    async (_f, connect) => {
+      const c = await connect();
+      await send(c, "GET /ui/events HTTP/1.0\r\n\r\n");
+      const text = await readAll(c);
+      const [head, body] = text.split("\r\n\r\n");
+      assert.doesNotMatch(head, /transfer-encoding|content-length/i);
+      assert.match(head, /connection: close/);
+      assert.equal(body, "data: one\n\ndata: two\n\n");
+    },
+  );
+});
+
+Deno.test("api front: a client leaving a silent event stream frees its connection and stops the source", async () => {
+  let cancelled = false;
+  await withFront(
+    () => stream([": connected\n\n"], "silent", () => cancelled = true),
+    {},
+    async (front, connect) => {
+      const c = await connect();
+      await send(c, "GET /ui/events HTTP/1.1\r\nhost: x\r\n\r\n");
+      assert.ok((await c.read(new Uint8Array(4096))) !== null);
+      c.close();
+      await waitFor(() => front.stats().connections === 0 && cancelled, { what: "stream dropped" });
+    },
+  );
+});
+
+Deno.test("api front: a peer gone during its handshake fails it within a second, counted, its place freed", async () => {
+  await withApi({ requestTimeoutMs: 60_000 }, async (api) => {
+    const c = await Deno.connect({ hostname: "127.0.0.1", port: api.port });
+    await send(c, "\x16\x03\x01");
+    c.close();
+    const s = await statsWhen(api, (s) => s.handshakeFailures === 1 && s.connections === 0);
+    assert.equal(s.connectionsTimedOut.apiRequestTimeout, 0);
+  });
+});
+
+Deno.test("api front: a large answer read slowly but steadily is not cut as idle", async () => {
+  const size = 2 << 20;
+  await withFront(
+    () => new Response(new Uint8Array(size).fill(97)),
+    { idleTimeoutMs: 1000 },
+    async (front, connect) => {
+      const c = await connect();
+      await send(c, "GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+      const buf = new Uint8Array(16 * 1024);
+      let got = 0;
+      for (;;) {
+        await new Promise((r) => setTimeout(r, 20));
+        const n = await c.read(buf);
+        if (n === null) break;
+        got += n;
+      }
+      c.close();
+      assert.ok(got > size, `${got} bytes of a ${size}-byte body and its head`);
+      assert.equal(front.stats().connectionsTimedOut.apiIdleTimeout, 0);
+    },
+  );
+});
+
+Deno.test("api front: an HTTP/1.0 client offering ALPN http/1.0 is served, and the close is a clean TLS end", async () => {
+  await withApi({}, async (api) => {
+    const alpn = await new Promise<string | false | null>((resolve, reject) => {
+      const s = tls.connect({
+        host: "127.0.0.1",
+        port: api.port,
+        ca: [api.caPem],
+        servername: "localhost",
+        ALPNProtocols: ["http/1.0"],
+      }, () => {
+        resolve(s.alpnProtocol ?? null);
+        s.destroy();
+      });
+      s.on("error", reject);
+    });
+    assert.equal(alpn, "http/1.0");
+    // Read strictly: a close without TLS close_notify is an error to this client.
+    const c = await tlsConn(api);
+    await send(c, "GET /healthz HTTP/1.0\r\n\r\n");
+    const buf = new Uint8Array(4096);
+    let text = "";
+    for (;;) {
+      const n = await c.read(buf);
+      if (n === null) break;
+      text += new TextDecoder().decode(buf.subarray(0, n));
+    }
+    c.close();
+    assert.match(text, /^HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\nok$/);
   });
 });

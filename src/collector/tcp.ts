@@ -154,9 +154,11 @@ export function bindTcp(address: ListenAddress): Deno.TcpListener {
 /**
  * Accepts connections from `listener` until stopped, handing each to `handle` (its handler, kept
  * in `handlers` until it settles, or undefined when refused). Accept errors (e.g. EMFILE) are
- * counted and retried with backoff instead of ending the loop (unlike upstream). `stop()` closes
- * the listener, cuts a backoff short and waits for the loop to end. (Also the API port's,
- * `src/api/front.ts`.)
+ * counted and retried with backoff instead of ending the loop (unlike upstream). A handler that
+ * throws, at once or later, is logged (at once: its connection closed and counted as an accept
+ * error) and the loop goes on: never an unhandled rejection, which would end the process.
+ * `stop()` closes the listener, cuts a backoff short and waits for the loop to end. (Also the API
+ * port's, `src/api/front.ts`.)
  */
 export function acceptLoop(
   listener: Deno.TcpListener,
@@ -192,10 +194,20 @@ export function acceptLoop(
         closeQuietly(conn);
         break;
       }
-      const h = handle(conn);
-      if (h === undefined) continue;
+      let started: Promise<void> | undefined;
+      try {
+        started = handle(conn);
+      } catch (e) {
+        closeQuietly(conn);
+        env.counters.acceptErrors++;
+        env.log.error("connection handler failed at accept: connection closed", { error: e });
+        continue;
+      }
+      if (started === undefined) continue;
+      const h: Promise<void> = started.catch((e) => {
+        env.log.error("connection handler failed", { error: e });
+      }).finally(() => handlers.delete(h));
       handlers.add(h);
-      h.finally(() => handlers.delete(h));
     }
   })();
   return {

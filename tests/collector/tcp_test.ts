@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { setLogLevel } from "../../src/log.ts";
+import { logger, setLogLevel } from "../../src/log.ts";
+import { acceptLoop } from "../../src/collector/tcp.ts";
 import {
   concat,
   dataMessage,
@@ -164,4 +165,32 @@ Deno.test("tcp: stop closes open connections and the listener", async () => {
   a.close();
   assert.equal(c.stats().sessionsActive, 0);
   await assert.rejects(Deno.connect({ hostname: "127.0.0.1", port }));
+});
+
+Deno.test("tcp: a connection handler that throws, at once or later, is logged and the accept loop goes on", async () => {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const counters = { acceptErrors: 0 };
+  const handlers = new Set<Promise<void>>();
+  const served: number[] = [];
+  let n = 0;
+  const loop = acceptLoop(listener, { log: logger("accept-test"), counters }, handlers, (conn) => {
+    const i = ++n;
+    if (i === 1) throw new Error("at once");
+    if (i === 2) return Promise.reject(new Error("later"));
+    served.push(i);
+    conn.close();
+    return Promise.resolve();
+  });
+  try {
+    for (let i = 0; i < 3; i++) {
+      const c = await Deno.connect({ hostname: "127.0.0.1", port: listener.addr.port });
+      await waitFor(() => n === i + 1, { what: `connection ${i + 1} handled` });
+      c.close();
+    }
+    assert.deepEqual(served, [3]);
+    assert.equal(counters.acceptErrors, 1, "the handler that threw at accept");
+    await waitFor(() => handlers.size === 0, { what: "handlers settled" });
+  } finally {
+    await loop.stop();
+  }
 });

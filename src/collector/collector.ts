@@ -219,8 +219,10 @@ export class Collector {
   }
 
   /**
-   * Drops UDP sessions idle for at least the template TTL (also run periodically while started);
-   * returns how many were dropped.
+   * Drops UDP sessions idle for at least the template TTL, and the expired templates of the
+   * others, giving their room under `limits.maxTemplates` back (also run periodically while
+   * started; a store otherwise purges only when it needs room itself, so a live session that
+   * stopped refreshing a template would hold its place); returns how many sessions were dropped.
    */
   expireIdleSessions(): number {
     const now = this.#env.clock.nowMs();
@@ -231,7 +233,7 @@ export class Collector {
         s.close("idle timeout");
         this.#counters.sessionsExpired++;
         n++;
-      }
+      } else s.store.purgeExpired();
     }
     return n;
   }
@@ -246,6 +248,16 @@ export class Collector {
       s = undefined;
     }
     if (s === undefined) {
+      // A datagram that is no IPFIX message opens no session: it would evict a live one (and
+      // its templates) at maxUdpSessions for nothing; counted as its decode error.
+      const problem = headerProblem(data, start, end);
+      if (problem !== undefined) {
+        const exporter = this.#counters.exporter(exporterAddress(peer.hostname));
+        this.#counters.bytes += end - start;
+        exporter.bytes += end - start;
+        this.#counters.decodeError(problem, exporter);
+        return;
+      }
       if (this.#udpSessions.size >= (this.#limits.maxUdpSessions ?? Infinity)) {
         const [oldestKey, oldest] = this.#udpSessions.oldest()!;
         this.#udpSessions.delete(oldestKey);
@@ -263,4 +275,19 @@ export class Collector {
     s.addBytes(end - start);
     s.handleMessage(data, start, end);
   }
+}
+
+/**
+ * Why the datagram `data[start, end)` cannot be an IPFIX message, judged from its header alone
+ * (16 bytes, version 10, a length equal to the datagram's), or undefined.
+ */
+function headerProblem(
+  data: Uint8Array,
+  start: number,
+  end: number,
+): "truncated" | "badVersion" | "badLength" | undefined {
+  if (end - start < 16) return "truncated";
+  if (((data[start] << 8) | data[start + 1]) !== 10) return "badVersion";
+  if (((data[start + 2] << 8) | data[start + 3]) !== end - start) return "badLength";
+  return undefined;
 }

@@ -141,6 +141,7 @@ export class DenoUdpReceiver implements UdpReceiver {
   #running = false;
   /** Datagrams received (the drain watches it move). */
   #received = 0;
+  #handlerErrors = 0;
 
   /**
    * Binds the socket (a wildcard address binds `::`, dual-stack, else falls back to IPv4), then
@@ -196,6 +197,7 @@ export class DenoUdpReceiver implements UdpReceiver {
         handler(data, 0, data.length, udpPeer(addr.hostname, addr.port));
       } catch (e) {
         // The handler counts its own errors; anything escaping is a bug, never a reason to stop.
+        this.#handlerErrors++;
         if (this.#rateLog.allow("handler") >= 0) log.error("datagram handler threw", { error: e });
       }
     }
@@ -263,6 +265,7 @@ export class DenoUdpReceiver implements UdpReceiver {
       kernelDropsKnown: this.#kernelDropsKnown,
       queueDrops: 0,
       oversized: 0,
+      handlerErrors: this.#handlerErrors,
       recvBufferBytes: this.#recvBufferBytes,
       sockets: 1,
       socketDatagrams: [this.#received],
@@ -363,6 +366,11 @@ export interface UdpReceiverCounters {
   readonly queueDrops: number;
   /** Datagrams longer than 65535 bytes, dropped. */
   readonly oversized: number;
+  /**
+   * Datagrams whose handler threw (a bug: the collector counts its own errors), each logged
+   * (rate-limited); the next datagram is handled as usual.
+   */
+  readonly handlerErrors: number;
   /** Kernel receive buffer per socket as reported by the kernel (0 when unknown). */
   readonly recvBufferBytes: number;
   /** Sockets sharing the port (SO_REUSEPORT on the fast path; the socket path has one). */
@@ -394,6 +402,8 @@ export function fastUdpReceiverFactory(options: FastUdpOptions = {}): UdpReceive
   return async (address: ListenAddress): Promise<UdpReceiver> => {
     let handler: DatagramHandler | undefined;
     let early = 0;
+    let handlerErrors = 0;
+    const rateLog = new RateLimitedLog(10_000);
     const peers = new Map<string, UdpPeer>();
     const done = Promise.withResolvers<void>();
     const rx = await startUdpReceiver({
@@ -418,7 +428,13 @@ export function fastUdpReceiverFactory(options: FastUdpOptions = {}): UdpReceive
             peers.set(from, peer);
           }
           const start = offsets[i];
-          handler(data, start, start + lengths[i], peer);
+          // One datagram's failure must not lose the rest of its batch.
+          try {
+            handler(data, start, start + lengths[i], peer);
+          } catch (e) {
+            handlerErrors++;
+            if (rateLog.allow("handler") >= 0) log.error("datagram handler threw", { error: e });
+          }
         }
       },
     });
@@ -448,6 +464,7 @@ export function fastUdpReceiverFactory(options: FastUdpOptions = {}): UdpReceive
           kernelDropsKnown: s.mode === "ffi",
           queueDrops: s.dropped + early,
           oversized: s.truncated,
+          handlerErrors,
           recvBufferBytes: s.recvBufferBytes,
           sockets: s.workers,
           socketDatagrams: s.perWorker,

@@ -256,7 +256,9 @@ export function openUdpSocket(
       // "::" should take IPv4 Agents too, like Go's and Deno's dual-stack listeners.
       libc.setsockopt(fd, LINUX.IPPROTO_IPV6, LINUX.IPV6_V6ONLY, zero, 4);
     }
-    check(libc, libc.setsockopt(fd, LINUX.SOL_SOCKET, LINUX.SO_REUSEADDR, one, 4), "SO_REUSEADDR");
+    // No SO_REUSEADDR: on UDP it lets a second socket (another instance, another process in
+    // the pod) bind the port and take every datagram. SO_REUSEPORT, for our own sockets, is
+    // limited by the kernel to sockets of the same user.
     if (opts.reusePort) {
       check(
         libc,

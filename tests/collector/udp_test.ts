@@ -11,6 +11,7 @@ import {
 } from "../../src/collector/mod.ts";
 import type { ListenAddress } from "../../src/collector/address.ts";
 import { ManualClock } from "../../src/clock.ts";
+import { encodeMessage } from "../../src/ipfix/mod.ts";
 import { setLogLevel, setLogWriter } from "../../src/log.ts";
 import {
   dataMessage,
@@ -507,6 +508,122 @@ Deno.test("udp: the fast path's sockets share the port and the Agents; every ses
     assert.ok(r.socketDatagrams.every((n) => n > 0), `spread ${r.socketDatagrams}`);
   } finally {
     for (const a of agents) a.close();
+    await c.stop();
+  }
+});
+
+Deno.test("udp: datagrams that are no IPFIX message open no session, so they evict no Agent's", async () => {
+  for (const mode of ["socket", "ffi"] as const) {
+    const { c, received } = await startCollector({
+      address: "127.0.0.1:0",
+      protocol: "udp",
+      limits: { maxUdpSessions: 1 },
+      ...(mode === "ffi" ? { udpReceiver: fastUdpReceiverFactory({ mode: "ffi" }) } : {}),
+    });
+    const agent = udpClient("127.0.0.1");
+    const junk = udpClient("127.0.0.1");
+    try {
+      await udpSend(agent, "127.0.0.1", c.port, GOLDEN_TEMPLATE);
+      await waitFor(() => c.stats().messages === 1, { what: `${mode}: template` });
+      const v9 = GOLDEN_TEMPLATE.slice();
+      v9[1] = 9;
+      // From another source, at the session cap: empty, 1 byte, a header's worth of v9, cut.
+      for (const d of [new Uint8Array(0), new Uint8Array([0]), v9, GOLDEN_TEMPLATE.slice(0, 40)]) {
+        await udpSend(junk, "127.0.0.1", c.port, d);
+      }
+      await waitFor(() => c.stats().decodeErrorsTotal === 4, { what: `${mode}: junk counted` });
+      await udpSend(agent, "127.0.0.1", c.port, GOLDEN_DATA);
+      await waitFor(() => received.length === 1, { what: `${mode}: the Agent's data decoded` });
+      const s = c.stats();
+      assert.deepEqual(s.decodeErrors, { truncated: 2, badVersion: 1, badLength: 1 }, mode);
+      assert.equal(s.sessionsEvicted, 0, mode);
+      assert.equal(s.sessionsOpened, 1, mode);
+      assert.equal(s.templateMisses, 0, mode);
+      assert.equal(s.exporters["127.0.0.1"].decodeErrors, 4, mode);
+    } finally {
+      agent.close();
+      junk.close();
+      await c.stop();
+    }
+  }
+});
+
+Deno.test("udp: a handler that throws loses its datagram only, counted, on both receive paths", async () => {
+  const address: ListenAddress = { hostname: "127.0.0.1", port: 0, wildcard: false };
+  const receivers = [
+    ["socket", new DenoUdpReceiver(address)],
+    ["ffi", await fastUdpReceiverFactory({ mode: "ffi" })(address)],
+  ] as const;
+  for (const [mode, rx] of receivers) {
+    let calls = 0;
+    let handled = 0;
+    const loop = rx.run(() => {
+      if (++calls === 1) throw new Error("a bug in the handler");
+      handled++;
+    });
+    const s = udpClient("127.0.0.1");
+    try {
+      // Sent back to back: on the fast path they arrive in one batch.
+      for (let i = 0; i < 10; i++) await udpSend(s, "127.0.0.1", rx.port, new Uint8Array([i]));
+      await waitFor(() => handled === 9, { what: `${mode}: the 9 others handled` });
+      assert.equal(rx.counters?.().handlerErrors, 1, mode);
+    } finally {
+      s.close();
+      await rx.close();
+      await loop;
+    }
+  }
+});
+
+Deno.test("udp: the fast path's port cannot be taken by a second socket", async () => {
+  const address: ListenAddress = { hostname: "127.0.0.1", port: 0, wildcard: false };
+  const rx = await fastUdpReceiverFactory({ mode: "ffi" })(address);
+  try {
+    // Without SO_REUSEADDR on ours, another socket (another instance, another process in the
+    // pod) gets "address in use" instead of every datagram.
+    await assert.rejects(
+      async () => await fastUdpReceiverFactory({ mode: "ffi" })({ ...address, port: rx.port }),
+      /EADDRINUSE|errno=98|in use/i,
+    );
+    assert.throws(
+      () => Deno.listenDatagram({ transport: "udp", hostname: "127.0.0.1", port: rx.port }),
+      Deno.errors.AddrInUse,
+    );
+  } finally {
+    await rx.close();
+  }
+});
+
+Deno.test("udp: a live session's expired templates give their room under maxTemplates back at the sweep", async () => {
+  const clock = new ManualClock();
+  const ttl = 60_000;
+  const { c } = await startCollector({
+    address: "127.0.0.1:0",
+    protocol: "udp",
+    templateTtlMs: ttl,
+    clock,
+    sweepIntervalMs: 0,
+    limits: { maxTemplates: 2 },
+  });
+  const a = udpClient("127.0.0.1");
+  const b = udpClient("127.0.0.1");
+  try {
+    await udpSend(a, "127.0.0.1", c.port, templateMessage(1, [256, 257], SMALL_FIELDS));
+    await waitFor(() => c.stats().templatesHeld === 2, { what: "A's two templates" });
+    // A keeps its session alive (a message without templates) but never refreshes them.
+    clock.advance(0.9 * ttl);
+    const noSets = encodeMessage({ exportTime: 1, sequenceNumber: 0, observationDomainId: 1 }, []);
+    await udpSend(a, "127.0.0.1", c.port, noSets);
+    await waitFor(() => c.stats().messages === 2, { what: "A's later message" });
+    clock.advance(0.2 * ttl);
+    assert.equal(c.expireIdleSessions(), 0, "A's session is not idle");
+    assert.equal(c.stats().templatesHeld, 0, "A's expired templates left the budget");
+    await udpSend(b, "127.0.0.1", c.port, templateMessage(1, 300, SMALL_FIELDS));
+    await waitFor(() => c.stats().templatesHeld === 1, { what: "B's template held" });
+    assert.deepEqual(c.stats().templatesRefused, {});
+  } finally {
+    a.close();
+    b.close();
     await c.stop();
   }
 });

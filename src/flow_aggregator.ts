@@ -751,8 +751,19 @@ export class FlowAggregator {
       } else if (!want && have) {
         await this.#stopExporter(section);
       } else if (want && have && change === "live" && have.update !== undefined) {
-        await have.update(next[section]);
-        log.info("updated exporter", { section });
+        // Bounded as a stop is: a sink stuck in a write (a hung file system, a stdout nobody
+        // reads) would otherwise hold this reload, every later one and the shutdown behind it.
+        const update = have.update(next[section]);
+        if (await within(update, this.#stopTimeoutMs) === "timeout") {
+          update.catch((err) => log.error("exporter update failed", { section, err }));
+          log.error("exporter update did not finish in time; going on without waiting", {
+            section,
+            timeoutMs: this.#stopTimeoutMs,
+          });
+        } else {
+          await update;
+          log.info("updated exporter", { section });
+        }
       } else if (want && have && (change === "live" || change === "rebuild")) {
         await this.#replaceExporter(section, have);
       }

@@ -466,6 +466,45 @@ Deno.test("flow aggregator: stop() gives up on an exporter whose stop never ends
   assert.match(last ?? "", /flowLogger\.received=1/);
 });
 
+Deno.test("flow aggregator: a live update an exporter never finishes holds neither the reload nor the stop", async () => {
+  const stuck = new FakeExporter("flowLogger", config(), []);
+  // A sink stuck in a write (a hung file system, a stdout nobody reads): its update waits
+  // behind that write, like its stop.
+  (stuck as Exporter).update = () => new Promise<void>(() => {});
+  stuck.stop = () => new Promise<void>(() => {});
+  const a = config();
+  const b = parseConfig(
+    `activeFlowRecordTimeout: 10s
+inactiveFlowRecordTimeout: 20s
+aggregatorTransportProtocol: TCP
+flowLogger:
+  enable: true
+  path: /nonexistent/never-written.log
+  prettyPrint: false
+`,
+  );
+  const fa = new FlowAggregator(a, {
+    clock: new ManualClock(),
+    manualSweep: true,
+    listenAddress: "127.0.0.1:0",
+    exporterFactory: () => stuck,
+    metricsLogIntervalMs: 0,
+    exporterStopTimeoutMs: 50,
+  });
+  await fa.start();
+  const race = (p: Promise<void>) =>
+    Promise.race([
+      p.then(() => "done"),
+      new Promise((r) => setTimeout(() => r("still waiting after 3 s"), 3000)),
+    ]);
+  const diff = diffConfig(a, b);
+  assert.equal(diff.exporters.flowLogger, "live");
+  const mark = logLines.length;
+  assert.equal(await race(fa.update(b, diff)), "done");
+  assert.ok(logLines.slice(mark).some((l) => l.includes("exporter update did not finish in time")));
+  assert.equal(await race(fa.stop()), "done");
+});
+
 Deno.test("flow aggregator: a config update arriving during start() is applied once, after start", async () => {
   const clock = new ManualClock();
   const journal: string[] = [];

@@ -281,6 +281,16 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
     this.#restartTimer?.cancel();
     this.#post();
     if (this.#ready) await this.#request((id) => ({ t: "stop", id }));
+    else if (this.#queuedRecords > 0) {
+      // No worker to take them (it died and its restart is pending): lost, counted.
+      this.#lost += this.#queuedRecords;
+      log.error("exporter stopped while its worker was down: records dropped", {
+        exporter: this.name,
+        records: this.#queuedRecords,
+      });
+      this.#queue.length = 0;
+      this.#queuedRecords = 0;
+    }
     this.#terminate("stopped");
   }
 

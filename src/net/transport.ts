@@ -89,11 +89,16 @@ export interface Transport {
   close(): void;
 }
 
+/**
+ * `p` within `ms` (or until `signal` aborts). On giving up, `cancel` runs at once (it closes what
+ * `p` opened so far) and what `p` resolves with later is closed.
+ */
 function withTimeout<T extends { close(): void }>(
   p: Promise<T>,
   ms: number,
   what: string,
   signal?: AbortSignal,
+  cancel?: () => void,
 ): Promise<T> {
   return new Promise((resolve, reject) => {
     let done = false;
@@ -107,7 +112,14 @@ function withTimeout<T extends { close(): void }>(
     const give = (reason: string): void => {
       if (!finish()) return;
       // The pending connect cannot be cancelled: close it if it completes after all.
-      p.then((c) => c.close(), () => {});
+      cancel?.();
+      p.then((c) => {
+        try {
+          c.close();
+        } catch {
+          // closed by cancel already
+        }
+      }, () => {});
       reject(new Error(`${what}: ${reason}`));
     };
     const onAbort = (): void => give("aborted");
@@ -264,6 +276,19 @@ async function resolveHost(host: string): Promise<string> {
   return r.address;
 }
 
+/**
+ * TLS handshakes given up on (timeout, abort) that have not settled, per target. Deno cannot
+ * cancel a pending handshake cleanly (closing its connection then cancels the handshake but
+ * leaves the socket open for good), so a given-up handshake is left to settle and its
+ * connection closed then; a peer that accepts connections and never answers would so keep one
+ * socket, and its file descriptor, per attempt. At most {@linkcode MAX_UNSETTLED_HANDSHAKES}
+ * per target: past it an attempt fails at once, until one of them settles (the peer answers,
+ * closes or resets).
+ */
+const unsettledHandshakes = new Map<string, number>();
+/** See {@linkcode unsettledHandshakes}. */
+export const MAX_UNSETTLED_HANDSHAKES = 4;
+
 /** Opens a transport to `target`; rejects with a message naming the target on failure. */
 export async function openTransport(target: TransportTarget): Promise<Transport> {
   const timeout = target.connectTimeoutMs ?? 5000;
@@ -293,22 +318,47 @@ export async function openTransport(target: TransportTarget): Promise<Transport>
     const tls = target.tls ?? {};
     const opts: Deno.ConnectTlsOptions = { hostname: target.host, port: target.port };
     if (tls.ca) opts.caCerts = [tls.ca];
+    const key = `${target.host}:${target.port}`;
+    const unsettled = unsettledHandshakes.get(key) ?? 0;
+    if (unsettled >= MAX_UNSETTLED_HANDSHAKES) {
+      throw new Error(
+        `tls handshake: ${unsettled} earlier handshakes still unanswered by the peer; ` +
+          "not opening another connection until one ends",
+      );
+    }
+    let opened: Deno.TlsConn | undefined;
+    let gaveUp = false;
+    let settled = false;
+    let counted = false;
     const conn = await withTimeout(
       (async () => {
         const c = tls.cert && tls.key
           ? await Deno.connectTls({ ...opts, cert: tls.cert, key: tls.key })
           : await Deno.connectTls(opts);
+        opened = c;
         try {
+          if (gaveUp) throw new Error("tls handshake: given up");
           await c.handshake();
         } catch (e) {
-          c.close();
+          closeConn(c);
           throw e;
+        } finally {
+          settled = true;
+          if (counted) release(key);
         }
+        // Settled after the timeout gave up: withTimeout closes it.
         return c;
       })(),
       timeout,
       "tls handshake",
       target.signal,
+      () => {
+        gaveUp = true;
+        if (opened === undefined || settled) return; // closed once connected / by withTimeout
+        // Counted until the handshake settles; its connection is closed then.
+        counted = true;
+        unsettledHandshakes.set(key, (unsettledHandshakes.get(key) ?? 0) + 1);
+      },
     );
     const t = new StreamTransport("tls", conn);
     // TLS 1.3 servers verify the client certificate after the client's handshake has finished,
@@ -328,4 +378,20 @@ export async function openTransport(target: TransportTarget): Promise<Transport>
   } catch (e) {
     throw new Error(`dial ${where}: ${e instanceof Error ? e.message : String(e)}`);
   }
+}
+
+/** Closes `c` if it is still open (a second close throws BadResource). */
+function closeConn(c: Deno.Conn): void {
+  try {
+    c.close();
+  } catch {
+    // already closed
+  }
+}
+
+/** One given-up handshake to `key` settled. */
+function release(key: string): void {
+  const n = (unsettledHandshakes.get(key) ?? 1) - 1;
+  if (n <= 0) unsettledHandshakes.delete(key);
+  else unsettledHandshakes.set(key, n);
 }

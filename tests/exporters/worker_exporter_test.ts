@@ -129,6 +129,33 @@ Deno.test("a worker that stops answering is declared dead on the clock and resta
   }
 });
 
+Deno.test("stopped while its worker is dead and not yet restarted, what waited for it is counted as dropped, not left buffered", async () => {
+  const { config, cleanup } = await probeSetup();
+  const clock = new ManualClock();
+  const e = new WorkerExporter(probeComponent, config, CTX, {
+    clock,
+    heartbeatTimeoutMs: 5000,
+    restartInitialMs: 1000,
+  });
+  try {
+    await e.start();
+    e.addRecord(flow("hang", 1));
+    await new Promise((r) => setTimeout(r, 200)); // the batch reaches the worker, which hangs
+    clock.advance(6000); // declared dead; its restart is 1 s away
+    assert.equal(e.stats().lostInWorker, 1);
+    for (let i = 0; i < 100; i++) e.addRecord(flow("ok", 10 + i)); // wait for the restart
+    await e.stop(); // before it
+    const s = e.stats();
+    assert.equal(s.received, 101);
+    assert.equal(s.lostInWorker, 101);
+    assert.equal(s.buffered, 0);
+    assert.equal(s.received, s.exported + s.dropped + s.filtered + s.buffered + s.unacknowledged);
+  } finally {
+    await e.stop();
+    await cleanup();
+  }
+});
+
 Deno.test("records beyond the outstanding bound are dropped and counted, never queued without limit", async () => {
   const { config, cleanup } = await probeSetup();
   const e = new WorkerExporter(probeComponent, config, CTX, {

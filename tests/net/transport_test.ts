@@ -1,5 +1,10 @@
 import assert from "node:assert/strict";
-import { openTransport, SendError, type Transport } from "../../src/net/transport.ts";
+import {
+  MAX_UNSETTLED_HANDSHAKES,
+  openTransport,
+  SendError,
+  type Transport,
+} from "../../src/net/transport.ts";
 import { concat } from "../_helpers/bytes.ts";
 import { unreadBytes } from "../_helpers/silent_collector.ts";
 import { waitFor } from "../_helpers/wait.ts";
@@ -168,5 +173,64 @@ Deno.test("tcp: a send cut short says how many bytes the kernel took, exactly", 
   } finally {
     server.close();
     listener.close();
+  }
+});
+
+Deno.test("tls: a peer that never answers the handshake holds at most MAX_UNSETTLED_HANDSHAKES of our sockets", async () => {
+  // It accepts the TCP connections and stays silent: a handshake never settles, and Deno cannot
+  // cancel one (closing its connection leaves the socket open), so attempts are bounded instead.
+  const listener = Deno.listen({ hostname: LOOPBACK, port: 0 });
+  const held: Deno.Conn[] = [];
+  const accepting = (async () => {
+    try {
+      for await (const c of listener) held.push(c);
+    } catch {
+      // closed
+    }
+  })();
+  const target = {
+    host: LOOPBACK,
+    port: listener.addr.port,
+    kind: "tls" as const,
+    connectTimeoutMs: 100,
+  };
+  try {
+    for (let i = 0; i < MAX_UNSETTLED_HANDSHAKES; i++) {
+      await assert.rejects(openTransport(target), /tls handshake: timeout/);
+    }
+    for (let i = 0; i < 6; i++) {
+      await assert.rejects(openTransport(target), /still unanswered by the peer/);
+    }
+    await new Promise((r) => setTimeout(r, 200));
+    assert.equal(
+      held.length,
+      MAX_UNSETTLED_HANDSHAKES,
+      "one socket per unanswered attempt, no more",
+    );
+    // The peer ends one: its handshake settles, its socket closes, one attempt is allowed again.
+    held.shift()!.close();
+    await waitFor(async () => {
+      try {
+        await openTransport(target);
+      } catch (e) {
+        return /timeout/.test(String(e));
+      }
+      return false;
+    }, { what: "a new attempt once one settled" });
+    assert.equal(held.length, MAX_UNSETTLED_HANDSHAKES);
+    // Every socket the peer closes ends its handshake: the count goes back to 0.
+    for (const c of held.splice(0)) c.close();
+    await waitFor(async () => {
+      try {
+        await openTransport(target);
+      } catch (e) {
+        return /timeout/.test(String(e));
+      }
+      return false;
+    }, { what: "attempts again after the peer closed them all" });
+  } finally {
+    for (const c of held) c.close();
+    listener.close();
+    await accepting;
   }
 });

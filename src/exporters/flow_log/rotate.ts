@@ -20,7 +20,6 @@
 import { basename, dirname, extname, join } from "node:path";
 import { type Clock, systemClock } from "../../clock.ts";
 import { logger } from "../../log.ts";
-import { writeAll } from "../../bytes.ts";
 
 const log = logger("log-exporter");
 const encoder = new TextEncoder();
@@ -486,15 +485,30 @@ export class RotatingFile implements LineSink {
   }
 }
 
+/** Bytes a pipe takes atomically (POSIX PIPE_BUF on Linux). */
+const PIPE_BUF = 4096;
+
 /** Writes lines to standard output (flow log path `-` or `/dev/stdout`); never rotates. */
 export class StdoutSink implements LineSink {
-  /** Writes lines to stdout. */
+  /**
+   * Writes lines to stdout. On an error (the reader went away: EPIPE), the lines that reached
+   * it whole before the error count as written, the rest (a line cut short included) as not.
+   * Written in pieces of {@linkcode PIPE_BUF} bytes, which a pipe takes whole or not at all, so
+   * what reached it is known to the byte (one large write that fails says nothing of its part
+   * that went through).
+   */
   async writeLines(lines: readonly string[]): Promise<WriteResult> {
+    const buf = encoder.encode(lines.join(""));
+    let off = 0;
     try {
-      await writeAll(Deno.stdout, encoder.encode(lines.join("")));
+      while (off < buf.length) {
+        const n = await Deno.stdout.write(buf.subarray(off, off + PIPE_BUF));
+        if (n <= 0) throw new Error(`write returned ${n}`);
+        off += n;
+      }
       return { written: lines.length, tooLong: 0 };
     } catch (e) {
-      return { written: 0, tooLong: 0, error: e as Error };
+      return { written: wholeLines(lines, 0, off).count, tooLong: 0, error: e as Error };
     }
   }
 

@@ -437,19 +437,24 @@ Deno.test("flow aggregator: start twice is an error", async () => {
   }
 });
 
+/** An aggregator whose only sink is `sink`, with a 50 ms exporter stop timeout. */
+function withStuckSink(cfg: FlowAggregatorConfig, sink: FakeExporter, clock: ManualClock) {
+  return new FlowAggregator(cfg, {
+    clock,
+    manualSweep: true,
+    listenAddress: "127.0.0.1:0",
+    exporterFactory: () => sink,
+    metricsLogIntervalMs: 0,
+    exporterStopTimeoutMs: 50,
+  });
+}
+
 Deno.test("flow aggregator: stop() gives up on an exporter whose stop never ends", async () => {
   const clock = new ManualClock();
   const journal: string[] = [];
   const stuck = new FakeExporter("flowLogger", config(), journal);
   stuck.stop = () => new Promise<void>(() => {}); // a hung disk: the final flush never returns
-  const fa = new FlowAggregator(config(), {
-    clock,
-    manualSweep: true,
-    listenAddress: "127.0.0.1:0",
-    exporterFactory: () => stuck,
-    metricsLogIntervalMs: 0,
-    exporterStopTimeoutMs: 50,
-  });
+  const fa = withStuckSink(config(), stuck, clock);
   await fa.start();
   fa.ingest([intraNodeRecord(9201)]);
   const mark = logLines.length;
@@ -483,14 +488,7 @@ flowLogger:
   prettyPrint: false
 `,
   );
-  const fa = new FlowAggregator(a, {
-    clock: new ManualClock(),
-    manualSweep: true,
-    listenAddress: "127.0.0.1:0",
-    exporterFactory: () => stuck,
-    metricsLogIntervalMs: 0,
-    exporterStopTimeoutMs: 50,
-  });
+  const fa = withStuckSink(a, stuck, new ManualClock());
   await fa.start();
   const race = (p: Promise<void>) =>
     Promise.race([

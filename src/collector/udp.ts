@@ -355,9 +355,9 @@ export interface UdpReceiverCounters {
   /** Implementation in use: `socket` (Deno.listenDatagram) or `ffi` (recvmmsg workers). */
   readonly mode: string;
   /**
-   * Datagrams the kernel dropped for the socket (buffer full): from SO_RXQ_OVFL on the fast
-   * path, from `/proc/net/udp{,6}` on the socket path. 0 while {@linkcode kernelDropsKnown} is
-   * false.
+   * Datagrams the kernel dropped for the socket (buffer full): from SO_RXQ_OVFL (and SO_MEMINFO
+   * when the socket is quiet and at stop) on the fast path, from `/proc/net/udp{,6}` on the
+   * socket path. 0 while {@linkcode kernelDropsKnown} is false.
    */
   readonly kernelDrops: number;
   /** False when the receive path cannot observe kernel drops (socket path without `/proc`). */

@@ -25,6 +25,7 @@ export const LINUX = {
   SO_RCVTIMEO: 20,
   SO_RCVBUFFORCE: 33,
   SO_RXQ_OVFL: 40,
+  SO_MEMINFO: 55,
   IPPROTO_IPV6: 41,
   IPV6_V6ONLY: 26,
   MSG_TRUNC: 0x20,
@@ -292,6 +293,27 @@ export function openUdpSocket(
     libc.close(fd);
     throw e;
   }
+}
+
+/** Index of the drop count in SO_MEMINFO's array (`SK_MEMINFO_DROPS`, linux/sock_diag.h). */
+const SK_MEMINFO_DROPS = 8;
+/** SO_MEMINFO's array as read: `SK_MEMINFO_VARS` u32s (9 since Linux 4.x; room for more). */
+const meminfo = new Uint32Array(16);
+const meminfoLen = new Uint32Array(1);
+
+/**
+ * The socket's drop count now (the counter SO_RXQ_OVFL attaches to each datagram, and
+ * `/proc/net/udp`'s drops column), or undefined when the kernel does not report it. SO_RXQ_OVFL
+ * tells of drops only with the next datagram queued: the tail of a burst dropped while the
+ * receiving thread was off the CPU stays unseen until another datagram comes, so the receiver
+ * also reads it when the socket is quiet and at stop.
+ */
+export function socketDrops(libc: LibC, fd: number): number | undefined {
+  meminfoLen[0] = meminfo.byteLength;
+  if (libc.getsockopt(fd, LINUX.SOL_SOCKET, LINUX.SO_MEMINFO, meminfo, meminfoLen) !== 0) {
+    return undefined;
+  }
+  return meminfoLen[0] >= (SK_MEMINFO_DROPS + 1) * 4 ? meminfo[SK_MEMINFO_DROPS] : undefined;
 }
 
 /** Changes a socket's receive timeout (SO_RCVTIMEO). */

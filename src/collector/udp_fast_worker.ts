@@ -23,6 +23,7 @@ import {
   openLibc,
   setThreadSlice,
   SOCKADDR_SLOT,
+  socketDrops,
 } from "./udp_fast_ffi.ts";
 import {
   batchLayout,
@@ -147,6 +148,14 @@ function runLoop(cfg: WorkerStart): void {
     counters[COUNTER.truncated] = truncated;
   };
 
+  /** The socket's cumulative drop count `d`, learnt from a datagram or read (it only grows). */
+  const seenDrops = (d: number | undefined): void => {
+    if (d !== undefined && d > kernelDrops) {
+      kernelDrops = d;
+      counters[COUNTER.kernelDrops] = kernelDrops;
+    }
+  };
+
   scope.postMessage({ type: "ready", sliceErrno });
   // Stages the `got` datagrams of one recvmmsg call, and restores the header fields the
   // kernel rewrote (msg_namelen, msg_controllen) in the slots it used, for the next call.
@@ -161,11 +170,7 @@ function runLoop(cfg: WorkerStart): void {
           cmsgView.getInt32(c + 8, true) === LINUX.SOL_SOCKET &&
           cmsgView.getInt32(c + 12, true) === LINUX.SO_RXQ_OVFL
         ) {
-          const d = cmsgView.getUint32(c + 16, true);
-          if (d > kernelDrops) {
-            kernelDrops = d;
-            counters[COUNTER.kernelDrops] = kernelDrops;
-          }
+          seenDrops(cmsgView.getUint32(c + 16, true));
         }
       }
       const flags = msgView.getInt32(m + 48, true);
@@ -229,6 +234,8 @@ function runLoop(cfg: WorkerStart): void {
         errors++;
         counters[COUNTER.errors] = errors;
       }
+      // Quiet: drops since the last datagram (a burst's tail) would otherwise stay unseen.
+      if (blocking && staged === 0) seenDrops(socketDrops(libc, cfg.fd));
     }
     counters[COUNTER.receiveCalls] = ++receiveCalls;
     take(got);
@@ -263,6 +270,7 @@ function runLoop(cfg: WorkerStart): void {
     take(got);
   }
   if (count > 0) flush();
+  seenDrops(socketDrops(libc, cfg.fd));
   counters[COUNTER.truncated] = truncated;
 }
 

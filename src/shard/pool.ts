@@ -161,7 +161,8 @@ export class ShardPool {
     number,
     { left: number; records: AggregatedRecord[][]; done: () => void }
   >();
-  readonly #stops = new Map<number, () => void>();
+  /** Pending stop requests by id, with the shard each waits on. */
+  readonly #stops = new Map<number, { shard: Shard; done: () => void }>();
   #nextId = 1;
   #flushQueued = false;
   #flushTimer: ReturnType<typeof setTimeout> | undefined;
@@ -293,7 +294,7 @@ export class ShardPool {
         return;
       }
       case "stopped": {
-        this.#stops.get(m.id)?.();
+        this.#stops.get(m.id)?.done();
         return;
       }
     }
@@ -349,7 +350,8 @@ export class ShardPool {
         if (--q.left === 0) q.done();
       }
     }
-    for (const [, done] of this.#stops) done();
+    // Only this shard's stop: the others are still exporting what they hold.
+    for (const [, stop] of this.#stops) if (stop.shard === shard) stop.done();
   }
 
   /** Routes records to their shards (see the module doc for the bound). */
@@ -607,10 +609,13 @@ export class ShardPool {
       const id = this.#nextId++;
       return new Promise<void>((resolve) => {
         const timer = setTimeout(() => this.#died(s, "did not stop in time"), timeoutMs);
-        this.#stops.set(id, () => {
-          clearTimeout(timer);
-          this.#stops.delete(id);
-          resolve();
+        this.#stops.set(id, {
+          shard: s,
+          done: () => {
+            clearTimeout(timer);
+            this.#stops.delete(id);
+            resolve();
+          },
         });
         s.worker.postMessage({ t: "stop", id } satisfies ToShard);
       });

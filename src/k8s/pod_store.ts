@@ -17,7 +17,7 @@
 
 import type { PodInfo } from "../aggregation/mod.ts";
 import type { Clock, ClockTimer } from "../clock.ts";
-import { logger } from "../log.ts";
+import { logger, RateLimitedLog } from "../log.ts";
 import type { KubeApi, WatchEvent, WatchHandle } from "./client.ts";
 import {
   type Backoff,
@@ -106,6 +106,8 @@ export interface PodStoreStats {
   failures: number;
   /** Host-network Pods skipped. */
   hostNetworkSkipped: number;
+  /** List items and watch objects that are no Pod (null, wrong shapes): skipped, logged. */
+  malformed: number;
 }
 
 /** Options of {@linkcode PodStore}. */
@@ -124,8 +126,15 @@ function putOf(e: PodEntry): PodChange {
 
 function podIps(pod: PodObject): string[] {
   const ips: string[] = [];
-  for (const p of pod.status?.podIPs ?? []) if (p.ip) ips.push(p.ip);
-  if (ips.length === 0 && pod.status?.podIP) ips.push(pod.status.podIP);
+  // Each IP once (a Pod listing one twice would be indexed twice and unindexed once); an entry
+  // that is not an object with a string `ip` is skipped.
+  for (const p of pod.status?.podIPs ?? []) {
+    const ip = (p as { ip?: unknown } | null)?.ip;
+    if (typeof ip === "string" && ip !== "" && !ips.includes(ip)) ips.push(ip);
+  }
+  if (ips.length === 0 && typeof pod.status?.podIP === "string" && pod.status.podIP !== "") {
+    ips.push(pod.status.podIP);
+  }
   return ips;
 }
 
@@ -146,6 +155,7 @@ export class PodStore {
   readonly #synced = Promise.withResolvers<void>();
   #isSynced = false;
   readonly #listeners: ((c: PodChange) => void)[] = [];
+  readonly #malformedLog = new RateLimitedLog(10_000);
   readonly #stats = {
     lists: 0,
     relistsGone: 0,
@@ -153,6 +163,7 @@ export class PodStore {
     events: 0,
     failures: 0,
     hostNetworkSkipped: 0,
+    malformed: 0,
   };
 
   /** Creates an empty store; {@linkcode start} runs the informer. */
@@ -239,6 +250,25 @@ export class PodStore {
     return this.#synced.promise;
   }
 
+  /**
+   * {@linkcode apply}, for an object from the API server: one that is no Pod (null, fields of
+   * the wrong type) is counted in `malformed`, logged (rate-limited) and skipped, instead of
+   * ending the list or the watch it came in. False when skipped.
+   */
+  #applyChecked(type: string, pod: unknown): boolean {
+    try {
+      if (pod === null || typeof pod !== "object") throw new TypeError(`not an object: ${pod}`);
+      this.apply(type, pod as PodObject);
+      return true;
+    } catch (err) {
+      this.#stats.malformed++;
+      if (this.#malformedLog.allow("malformed") >= 0) {
+        log.warn("Kubernetes API sent an object that is no Pod: skipped", { type, err });
+      }
+      return false;
+    }
+  }
+
   /** Applies one watch event (ADDED, MODIFIED or DELETED). */
   apply(type: string, pod: PodObject): void {
     const uid = pod.metadata?.uid;
@@ -288,8 +318,8 @@ export class PodStore {
   replace(pods: readonly PodObject[]): void {
     const seen = new Set<string>();
     for (const p of pods) {
+      if (!this.#applyChecked("MODIFIED", p)) continue;
       if (p.metadata?.uid !== undefined) seen.add(p.metadata.uid);
-      this.apply("MODIFIED", p);
     }
     for (const [uid, e] of this.#byUid) {
       if (e.deleted === 0 && !seen.has(uid)) this.#markDeleted(uid);
@@ -358,7 +388,8 @@ export class PodStore {
       if (cur === e) this.#byIp.delete(ip);
       else if (Array.isArray(cur)) {
         const rest = cur.filter((x) => x !== e);
-        this.#byIp.set(ip, rest.length === 1 ? rest[0] : rest);
+        if (rest.length === 0) this.#byIp.delete(ip);
+        else this.#byIp.set(ip, rest.length === 1 ? rest[0] : rest);
       }
     }
   }
@@ -408,36 +439,58 @@ export class PodStore {
     };
     let rv = "";
     let pause = this.#opts.initialMs ?? 500;
+    let emptyWatches = 0;
     while (!signal.aborted) {
-      if (rv === "") {
-        // A cluster-wide list can be large: a longer bound than the other calls.
-        const list = await retrying("listing Pods", () => api.listPods(), {
-          attemptTimeoutMs: 120_000,
-          ...retry,
-        });
-        this.replace(list.items as PodObject[]);
-        this.#stats.lists++;
-        rv = list.resourceVersion;
-        if (!this.#isSynced) {
-          this.#isSynced = true;
-          this.#synced.resolve();
-          log.info("Pod store synced", { pods: this.#byUid.size, resourceVersion: rv });
+      try {
+        if (rv === "") {
+          // A cluster-wide list can be large: a longer bound than the other calls.
+          const list = await retrying("listing Pods", () => api.listPods(), {
+            attemptTimeoutMs: 120_000,
+            ...retry,
+          });
+          this.replace(list.items as PodObject[]);
+          this.#stats.lists++;
+          rv = list.resourceVersion;
+          if (!this.#isSynced) {
+            this.#isSynced = true;
+            this.#synced.resolve();
+            log.info("Pod store synced", { pods: this.#byUid.size, resourceVersion: rv });
+          }
         }
-      }
-      const r = await this.#watchOnce(api, rv, signal);
-      rv = r.resourceVersion;
-      if (r.gone) {
-        this.#stats.relistsGone++;
-        log.info("Pod watch expired (410 Gone): re-listing", { resourceVersion: rv });
-        rv = "";
-      } else if (r.error !== undefined) {
+        const r = await this.#watchOnce(api, rv, signal);
+        rv = r.resourceVersion;
+        if (r.gone) {
+          this.#stats.relistsGone++;
+          log.info("Pod watch expired (410 Gone): re-listing", { resourceVersion: rv });
+          rv = "";
+        } else if (r.error !== undefined) {
+          this.#stats.failures++;
+          log.warn("Pod watch failed, retrying", { err: describe(r.error), retryInMs: pause });
+          await sleep(this.#clock, pause, signal);
+          pause = nextBackoff(pause, this.#opts);
+          continue;
+        }
+        if (r.events > 0) {
+          pause = this.#opts.initialMs ?? 500;
+          emptyWatches = 0;
+        } else if (++emptyWatches > 2) {
+          // Watches in a row that brought nothing (each ended at once, or 410 Gone again after
+          // its re-list): back off before the next one, or a server (or a proxy) answering so
+          // would get a list or a watch per round trip, thousands a second. A drop, and the
+          // 410 Gone that may follow it, resume at once.
+          await sleep(this.#clock, pause, signal);
+          pause = nextBackoff(pause, this.#opts);
+        }
+      } catch (err) {
+        if (err instanceof RetryAborted) throw err;
+        // A list that is no list, or anything else the API server can make us trip on: the
+        // informer goes on (re-listing after a pause) rather than stop for good.
         this.#stats.failures++;
-        log.warn("Pod watch failed, retrying", { err: describe(r.error), retryInMs: pause });
+        log.warn("Pod informer failed, re-listing", { err: describe(err), retryInMs: pause });
+        rv = "";
         await sleep(this.#clock, pause, signal);
         pause = nextBackoff(pause, this.#opts);
-        continue;
       }
-      if (r.events > 0) pause = this.#opts.initialMs ?? 500;
     }
   }
 
@@ -455,7 +508,7 @@ export class PodStore {
         case "ADDED":
         case "MODIFIED":
         case "DELETED":
-          this.apply(ev.type, ev.object as PodObject);
+          if (!this.#applyChecked(ev.type, ev.object)) break;
           this.#stats.events++;
           result.events++;
           if (rv) result.resourceVersion = rv;

@@ -43,8 +43,8 @@ export interface SeenRequest {
 
 /** A fault applied to the next requests that match. */
 export interface Fault {
-  /** Which requests: method and a path substring (all when absent). */
-  match?: { method?: string; path?: string };
+  /** Which requests: method, a path substring and a query substring (all when absent). */
+  match?: { method?: string; path?: string; query?: string };
   /** How many matching requests it applies to; default 1. */
   times?: number;
   /** Answer with this status (a `Status` body) instead of handling the request. */
@@ -287,10 +287,11 @@ export class FakeKubeApiServer {
     }
   }
 
-  #takeFault(method: string, path: string): Fault | undefined {
+  #takeFault(method: string, path: string, query = ""): Fault | undefined {
     const i = this.#faults.findIndex((f) =>
       (f.match?.method === undefined || f.match.method === method) &&
-      (f.match?.path === undefined || path.includes(f.match.path))
+      (f.match?.path === undefined || path.includes(f.match.path)) &&
+      (f.match?.query === undefined || query.includes(f.match.query))
     );
     if (i < 0) return undefined;
     const f = this.#faults[i];
@@ -311,7 +312,7 @@ export class FakeKubeApiServer {
     if (this.token !== undefined && req.headers.get("authorization") !== `Bearer ${this.token}`) {
       return json(status(401, "Unauthorized", "Unauthorized"), 401);
     }
-    const fault = this.#takeFault(req.method, u.pathname);
+    const fault = this.#takeFault(req.method, u.pathname, u.search);
     if (fault?.delayMs !== undefined) await new Promise((r) => setTimeout(r, fault.delayMs));
     if (fault?.status !== undefined) {
       return json(status(fault.status, "InternalError", "injected fault"), fault.status);

@@ -393,3 +393,56 @@ flowLogger:
     await fa.stop();
   }
 });
+
+Deno.test("pod store: objects that are no Pod are counted and skipped, the rest of the list applied", () => {
+  const store = new PodStore({ clock: new ManualClock() });
+  const nullIps = pod("b", "10.9.0.2");
+  (nullIps.status as { podIPs: unknown[] }).podIPs = [null, { ip: 7 }, { ip: "10.9.0.2" }];
+  store.replace([
+    null as unknown as PodObject,
+    pod("a", "10.9.0.1"),
+    "pod" as unknown as PodObject,
+    nullIps,
+  ]);
+  assert.equal(store.stats().malformed, 2);
+  assert.equal(store.lookup("10.9.0.1", T0)?.name, "a");
+  assert.equal(store.lookup("10.9.0.2", T0)?.name, "b", "the IP entries that are IPs count");
+});
+
+Deno.test("pod store: a Pod listing one IP twice leaves no index entry behind when the IP goes", () => {
+  const store = new PodStore({ clock: new ManualClock() });
+  const twice = pod("a", "10.9.1.1");
+  twice.status!.podIPs = [{ ip: "10.9.1.1" }, { ip: "10.9.1.1" }];
+  store.apply("ADDED", twice);
+  store.apply("MODIFIED", pod("a", "10.9.1.2"));
+  assert.equal(store.stats().ips, 1);
+  assert.equal(store.lookup("10.9.1.1", T0), undefined);
+});
+
+Deno.test("pod store informer: a watch answered 410 Gone every time backs off instead of re-listing in a loop", async () => {
+  const server = await new FakeKubeApiServer().start();
+  const { api, cleanup } = await connectTestApi(server);
+  const clock = new ManualClock();
+  const store = new PodStore({ clock, attemptTimeoutMs: 3_600_000 });
+  try {
+    server.put("pods", pod("a", "10.9.2.1"));
+    server.fault({
+      match: { method: "GET", path: "/api/v1/pods", query: "watch=true" },
+      status: 410,
+      times: 1_000_000,
+    });
+    store.start(api);
+    await settleDriving(clock, store.whenSynced());
+    // Real time passes, the clock does not: the backoff's pause never ends.
+    await new Promise((r) => setTimeout(r, 1000));
+    const s = store.stats();
+    assert.ok(s.lists <= 3 && s.watches <= 3, `a loop: ${s.lists} lists, ${s.watches} watches`);
+    // Its pause is on the clock: once it passes, the next round comes.
+    clock.advance(60_000);
+    await waitFor(() => store.stats().watches > s.watches, { what: "the next round" });
+  } finally {
+    await store.stop();
+    await server.stop();
+    await cleanup();
+  }
+});

@@ -12,6 +12,7 @@
 
 import type * as k8s from "@kubernetes/client-node";
 import { statusOf } from "./retry.ts";
+import { type WatchHandle, type WatchHandlers, watchStream } from "./watch.ts";
 
 /** Where the service account's files are mounted in a Pod. */
 export const SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -102,19 +103,7 @@ export interface PodList {
 }
 
 /** One watch event as the API server sends it. */
-export interface WatchEvent {
-  /** ADDED, MODIFIED, DELETED, BOOKMARK or ERROR. */
-  type: string;
-  /** The object (a `Status` for ERROR). */
-  // deno-lint-ignore no-explicit-any
-  object: any;
-}
-
-/** An open watch. */
-export interface WatchHandle {
-  /** Closes the stream. */
-  abort(): void;
-}
+export type { WatchEvent, WatchHandle, WatchHandlers } from "./watch.ts";
 
 /** The API calls the Flow Aggregator makes. */
 export interface KubeApi {
@@ -138,10 +127,7 @@ export interface KubeApi {
    * Watches the Pods of all namespaces from `resourceVersion`, with bookmarks; `onDone` is
    * called once when the stream ends (error or not).
    */
-  watchPods(
-    resourceVersion: string,
-    handlers: { onEvent(ev: WatchEvent): void; onDone(err: unknown): void },
-  ): Promise<WatchHandle>;
+  watchPods(resourceVersion: string, handlers: WatchHandlers): Promise<WatchHandle>;
 }
 
 /** Server-side watch timeout (seconds): a watch is renewed this often even when quiet. */
@@ -213,17 +199,18 @@ export async function connectKube(
   } else {
     kc.loadFromString(await Deno.readTextFile(target.source));
   }
-  return clientFor(k8s, kc);
+  // What client-node sends its requests with; loaded with it (the watch is read by us).
+  const { fetch } = await import("undici");
+  return clientFor(k8s, kc, fetch);
 }
 
 /** A {@linkcode KubeApi} over a loaded client-node configuration. */
-function clientFor(k8s: typeof import("@kubernetes/client-node"), kc: k8s.KubeConfig): KubeApi {
+function clientFor(
+  k8s: typeof import("@kubernetes/client-node"),
+  kc: k8s.KubeConfig,
+  fetch: typeof import("undici").fetch,
+): KubeApi {
   const api = kc.makeApiClient(k8s.CoreV1Api);
-  const watch = new k8s.Watch(kc);
-  // The watch is also renewed by the server every WATCH_TIMEOUT_S; the client-side inactivity
-  // limit (client-node's default is 30 s) must be longer than the pause between bookmarks.
-  (watch as unknown as { requestTimeoutMs: number }).requestTimeoutMs = (WATCH_TIMEOUT_S + 60) *
-    1000;
   return {
     server: kc.getCurrentCluster()?.server ?? "",
     getConfigMap: (namespace, name) =>
@@ -239,14 +226,15 @@ function clientFor(k8s: typeof import("@kubernetes/client-node"), kc: k8s.KubeCo
       const list = await api.listPodForAllNamespaces();
       return { items: list.items, resourceVersion: list.metadata?.resourceVersion ?? "" };
     },
-    watchPods: async (resourceVersion, handlers) => {
-      const controller = await watch.watch(
+    watchPods: (resourceVersion, handlers) =>
+      Promise.resolve(watchStream(
+        { lib: k8s, kc, fetch },
         "/api/v1/pods",
         { resourceVersion, allowWatchBookmarks: true, timeoutSeconds: WATCH_TIMEOUT_S },
-        (type, object) => handlers.onEvent({ type, object }),
-        (err) => handlers.onDone(err),
-      );
-      return { abort: () => controller.abort() };
-    },
+        handlers,
+        // The server renews the watch every WATCH_TIMEOUT_S; without a byte for longer than
+        // that plus a minute (bookmarks come about every minute), the stream is dead.
+        { inactivityMs: (WATCH_TIMEOUT_S + 60) * 1000 },
+      )),
   };
 }

@@ -536,7 +536,13 @@ export class PodStore {
     };
     this.#stats.watches++;
     let handle: WatchHandle | undefined;
-    api.watchPods(from, { onEvent, onDone }).then(
+    const onMalformed = (detail: string): void => {
+      this.#stats.malformed++;
+      if (this.#malformedLog.allow("malformed") >= 0) {
+        log.warn("Kubernetes API sent a watch line that is no event: skipped", { detail });
+      }
+    };
+    api.watchPods(from, { onEvent, onDone, onMalformed }).then(
       (h) => {
         handle = h;
         this.#watch = h;

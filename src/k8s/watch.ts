@@ -1,0 +1,160 @@
+/**
+ * A Kubernetes watch stream read by us instead of client-node's `Watch`, which splits lines with
+ * `node:readline` without a bound (a line without newline from the API server, or anything in
+ * between, grew memory by 628 MiB in 2 s until an uncaught `RangeError: Invalid string length`
+ * ended the process) and drops lines it cannot parse without a trace. Here a line is at most
+ * {@linkcode MAX_WATCH_LINE_BYTES}: past it the watch ends with an error (its caller backs off
+ * and watches again); a line that is no watch event goes to `onMalformed`. The request itself is
+ * client-node's (authentication, TLS), sent with undici as client-node sends it; the watch ends
+ * after `inactivityMs` without a byte.
+ *
+ * @module
+ */
+
+import type * as k8s from "@kubernetes/client-node";
+import type { fetch as undiciFetch } from "undici";
+
+/** Longest watch line taken (a Pod is at most ~1.5 MiB, the object size etcd allows). */
+export const MAX_WATCH_LINE_BYTES = 4 << 20;
+
+/** One event of a watch stream. */
+export interface WatchEvent {
+  /** ADDED, MODIFIED, DELETED, BOOKMARK or ERROR. */
+  type: string;
+  /** The object (a `Status` for ERROR). */
+  // deno-lint-ignore no-explicit-any
+  object: any;
+}
+
+/** An open watch. */
+export interface WatchHandle {
+  /** Closes the stream. */
+  abort(): void;
+}
+
+/** What a watch calls. */
+export interface WatchHandlers {
+  /** Each event, in order. */
+  onEvent(ev: WatchEvent): void;
+  /** Once, when the stream ended: null for a clean end or an abort we asked for. */
+  onDone(err: unknown): void;
+  /** A line that is no watch event (not JSON, no type), skipped. */
+  onMalformed?(detail: string): void;
+}
+
+/** What {@linkcode watchStream} needs: client-node, a loaded configuration and undici's fetch. */
+export interface WatchClient {
+  readonly lib: typeof k8s;
+  readonly kc: k8s.KubeConfig;
+  readonly fetch: typeof undiciFetch;
+}
+
+/** Watches `path` with `query` (`watch=true` added); see the module doc. */
+export function watchStream(
+  client: WatchClient,
+  path: string,
+  query: Record<string, string | number | boolean | undefined>,
+  handlers: WatchHandlers,
+  opts: { inactivityMs: number; maxLineBytes?: number },
+): WatchHandle {
+  const maxLine = opts.maxLineBytes ?? MAX_WATCH_LINE_BYTES;
+  const controller = new AbortController();
+  let finished = false;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const finish = (err: unknown): void => {
+    if (finished) return;
+    finished = true;
+    clearTimeout(timer);
+    controller.abort();
+    handlers.onDone(err);
+  };
+  const arm = (): void => {
+    clearTimeout(timer);
+    timer = setTimeout(
+      () => finish(new DOMException(`no byte for ${opts.inactivityMs} ms`, "TimeoutError")),
+      opts.inactivityMs,
+    );
+    Deno.unrefTimer(timer as unknown as number);
+  };
+  const decoder = new TextDecoder();
+  const line = (bytes: Uint8Array): void => {
+    const text = decoder.decode(bytes).trim();
+    if (text === "") return;
+    let data: { type?: unknown; object?: unknown } | null;
+    try {
+      data = JSON.parse(text);
+    } catch {
+      handlers.onMalformed?.("a line that is not JSON");
+      return;
+    }
+    if (data === null || typeof data !== "object" || typeof data.type !== "string") {
+      handlers.onMalformed?.("a line without an event type");
+      return;
+    }
+    handlers.onEvent({ type: data.type, object: data.object });
+  };
+  (async () => {
+    arm();
+    const cluster = client.kc.getCurrentCluster();
+    if (!cluster) throw new Error("no current cluster in the Kubernetes configuration");
+    const url = new URL(cluster.server + path);
+    url.searchParams.set("watch", "true");
+    for (const [k, v] of Object.entries(query)) {
+      if (v !== undefined) url.searchParams.set(k, String(v));
+    }
+    const ctx = new client.lib.RequestContext(url.toString(), client.lib.HttpMethod.GET);
+    await client.kc.applySecurityAuthentication(ctx);
+    const res = await client.fetch(url, {
+      method: "GET",
+      headers: ctx.getHeaders(),
+      // deno-lint-ignore no-explicit-any
+      dispatcher: ctx.getDispatcher() as any,
+      signal: controller.signal,
+    });
+    if (res.status !== 200) {
+      await res.body?.cancel().catch(() => {});
+      const e = new Error(res.statusText || `HTTP ${res.status}`) as Error & { statusCode: number };
+      e.statusCode = res.status;
+      throw e;
+    }
+    arm();
+    const reader = res.body!.getReader();
+    let parts: Uint8Array[] = [];
+    let partBytes = 0;
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done || finished) break;
+      arm();
+      let from = 0;
+      for (let nl = value.indexOf(10); nl >= 0 && !finished; nl = value.indexOf(10, from)) {
+        line(join(parts, partBytes, value.subarray(from, nl)));
+        parts = [];
+        partBytes = 0;
+        from = nl + 1;
+      }
+      if (from < value.length && !finished) {
+        partBytes += value.length - from;
+        if (partBytes > maxLine) {
+          throw new Error(`watch line longer than ${maxLine} bytes: stream dropped`);
+        }
+        parts.push(value.slice(from));
+      }
+    }
+    if (partBytes > 0 && !finished) line(join(parts, partBytes, new Uint8Array(0)));
+    finish(null);
+  })().catch((err) => finish(finished ? null : err));
+  return { abort: () => finish(null) };
+}
+
+/** `parts` (`bytes` long in all) followed by `tail`, as one array. */
+function join(parts: readonly Uint8Array[], bytes: number, tail: Uint8Array): Uint8Array {
+  if (parts.length === 0) return tail;
+  const out = new Uint8Array(bytes + tail.length);
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
+  out.set(tail, at);
+  return out;
+}

@@ -229,6 +229,9 @@ scope.onmessage = (e: MessageEvent<ToShard>): void => {
             for (let j = 0; j < shards; j++) if (j !== index) sum += usage[j * USAGE_WORDS + 1];
             return sum;
           },
+          publishBytes: (n) => {
+            usage[at + 1] = n;
+          },
         },
       });
       core = c;

@@ -324,3 +324,30 @@ Deno.test("shard pool: a shard dying in stop() does not cut the others' final ex
   // Shard 1 exported all it held; shard 0's flows are counted lost: nothing unaccounted.
   assert.equal(exported + c.flowsLostWithShard, held);
 });
+
+Deno.test("shard pool: maxFlowBytes bounds the process, not each shard", async () => {
+  const limit = 1_000_000;
+  // Unique Pod names: no string is shared between shards (each would charge its own copy).
+  const records = Array.from({ length: 10_000 }, (_, i) =>
+    intraNode({
+      sourceTransportPort: 1 + (i % 60_000),
+      destinationTransportPort: 1 + Math.floor(i / 60_000),
+      sourcePodName: `pod-${i}-${"x".repeat(40)}`,
+    }));
+  const pool = new ShardPool({
+    shards: 4,
+    settings: { ...HOUR, maxFlowBytes: limit },
+    onBatch: () => {},
+  });
+  try {
+    await pool.ready();
+    for (let i = 0; i < records.length; i += 1000) pool.ingest(records.slice(i, i + 1000));
+    await pool.query(null, 1);
+    const s = pool.stats();
+    assert.ok(s.recordsRejected.maxFlowBytes > 0, "the bound was reached");
+    // Races between shards may overshoot by a few flows' bytes, not by whole shards' worth.
+    assert.ok(s.flowBytes <= limit * 1.05, `${s.flowBytes} bytes held by 4 shards, bound ${limit}`);
+  } finally {
+    await pool.stop();
+  }
+});

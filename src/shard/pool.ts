@@ -29,7 +29,7 @@ import type { AggregatedRecord, FlowInput, FlowKey } from "../aggregation/record
 import { type AggregationStats, CoreCounters } from "../aggregation/counters.ts";
 import { shardOf, sumStats } from "../aggregation/sharded.ts";
 import { KEY_WORDS } from "../aggregation/flow_table.ts";
-import { logger, logSettings, writeLogLine } from "../log.ts";
+import { logger, logSettings, RateLimitedLog, writeLogLine } from "../log.ts";
 import { workerModule } from "../worker_module.ts";
 import type { PodChange, PodReplicaSource } from "../k8s/pod_store.ts";
 import { InputRowWriter } from "./input_rows.ts";
@@ -175,6 +175,9 @@ export class ShardPool {
   /** Last counters of the shard workers that died (their totals stay in the sums). */
   readonly #retired: AggregationStats[] = [];
   #retiredTruncated = 0;
+  /** Records of {@linkcode ingest} with a value that does not fit its field, rejected. */
+  #badValues = 0;
+  readonly #badValueLog = new RateLimitedLog(10_000);
   readonly #counters: Omit<ShardPoolStats, "stringsTruncated"> = {
     shardsFailed: 0,
     flowsLostWithShard: 0,
@@ -361,7 +364,19 @@ export class ShardPool {
     for (const r of records) {
       const shard = shards[shardOf(r, n, this.#scratch)];
       if (!this.#open(shard, shard.raw)) continue;
-      if (!shard.rows.add(r) && !(this.#waitForRing(shard, shard.rows) && shard.rows.add(r))) {
+      let added: boolean;
+      try {
+        added = shard.rows.add(r) || (this.#waitForRing(shard, shard.rows) && shard.rows.add(r));
+      } catch (err) {
+        // A value that does not fit its field (the row writer takes nothing of it): rejected
+        // and counted as the one-shard core counts it, and the batch goes on.
+        this.#badValues++;
+        if (this.#badValueLog.allow("badFieldType") >= 0) {
+          log.warn("record with a value that does not fit its field dropped", { err });
+        }
+        continue;
+      }
+      if (!added) {
         this.#counters.recordsDroppedNoShard++;
         continue;
       }
@@ -582,7 +597,8 @@ export class ShardPool {
       ...this.#retired,
     ]);
     sum.recordsRejected.shardFailed += this.#counters.recordsDroppedNoShard;
-    sum.recordsIn += this.#counters.recordsDroppedNoShard;
+    sum.recordsRejected.badFieldType += this.#badValues;
+    sum.recordsIn += this.#counters.recordsDroppedNoShard + this.#badValues;
     sum.flows = this.flowCount;
     return sum;
   }

@@ -351,3 +351,24 @@ Deno.test("shard pool: maxFlowBytes bounds the process, not each shard", async (
     await pool.stop();
   }
 });
+
+Deno.test("shard pool: a record with a value that does not fit its field is rejected and counted, the batch goes on", async () => {
+  const pool = new ShardPool({ shards: 2, settings: HOUR, onBatch: () => {} });
+  try {
+    await pool.ready();
+    pool.ingest([
+      intraNode({ sourceTransportPort: 1 }),
+      intraNode({ sourceTransportPort: 70_000 }), // not an unsigned16
+      intraNode({ sourceTransportPort: 3 }),
+      intraNode({ sourceTransportPort: 4, octetDeltaCount: -1 } as never),
+      intraNode({ sourceTransportPort: 5 }),
+    ]);
+    await pool.query(null, 10);
+    const s = pool.stats();
+    assert.equal(pool.flowCount, 3);
+    assert.equal(s.recordsIn, 5);
+    assert.equal(s.recordsRejected.badFieldType, 2);
+  } finally {
+    await pool.stop();
+  }
+});

@@ -88,12 +88,17 @@ interface PodEntry {
   deleted: number;
 }
 
+/** Names the name table may hold beyond twice the Pods before it is pruned. */
+const NAMES_SLACK = 1024;
+
 /** Counters of {@linkcode PodStore}. */
 export interface PodStoreStats {
   /** Pods held (deleted ones still retained included). */
   pods: number;
   /** IPs indexed. */
   ips: number;
+  /** Distinct namespace and Node names kept to share one string among their Pods. */
+  names: number;
   /** Full lists (the first one and every re-list). */
   lists: number;
   /** Re-lists caused by `410 Gone`. */
@@ -237,7 +242,12 @@ export class PodStore {
 
   /** Counters and sizes. */
   stats(): PodStoreStats {
-    return { pods: this.#byUid.size, ips: this.#byIp.size, ...this.#stats };
+    return {
+      pods: this.#byUid.size,
+      ips: this.#byIp.size,
+      names: this.#names.size,
+      ...this.#stats,
+    };
   }
 
   /** True once the first list was applied. */
@@ -368,9 +378,23 @@ export class PodStore {
     let v = this.#names.get(s);
     if (v === undefined) {
       v = s;
+      // Namespaces and Nodes come and go (test namespaces, autoscaled Nodes): past twice what
+      // the Pods held use, the table keeps only theirs, so it never grows with the churn.
+      if (this.#names.size >= 2 * this.#byUid.size + NAMES_SLACK) this.#pruneNames();
       this.#names.set(s, s);
     }
     return v;
+  }
+
+  /** Keeps in the name table only the names the held Pods use. */
+  #pruneNames(): void {
+    const kept = new Map<string, string>();
+    for (const e of this.#byUid.values()) {
+      kept.set(e.info.namespace, e.info.namespace);
+      kept.set(e.info.nodeName, e.info.nodeName);
+    }
+    this.#names.clear();
+    for (const [k, v] of kept) this.#names.set(k, v);
   }
 
   #index(e: PodEntry): void {

@@ -122,7 +122,9 @@ export class FakeKubeApiServer {
     const certs = serverCertificates();
     const server = https.createServer(
       { cert: certs.server.certPem, key: certs.server.keyPem },
-      (req, res) => void this.#serveNode(req, res),
+      // A client that goes away mid-request (an aborted watch) rejects the request's reading:
+      // a real API server shrugs that off, and so does this one.
+      (req, res) => void this.#serveNode(req, res).catch(() => res.destroy()),
     );
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
     this.#server = server;

@@ -446,3 +446,23 @@ Deno.test("pod store informer: a watch answered 410 Gone every time backs off in
     await cleanup();
   }
 });
+
+Deno.test("pod store: namespaces and Nodes that came and went leave no names behind", () => {
+  const clock = new ManualClock();
+  const store = new PodStore({ clock, retentionMs: 1000 });
+  // 10,000 Pods, each in its own namespace on its own Node (test namespaces, autoscaled Nodes).
+  for (let i = 0; i < 10_000; i++) {
+    const p = pod(`p${i}`, `10.8.${i >> 8}.${i & 255}`, { node: `node-${i}` });
+    p.metadata.namespace = `ns-${i}`;
+    store.apply("ADDED", p);
+    store.apply("DELETED", p);
+    if (i % 1000 === 999) clock.advance(2000); // their retention passes: removed
+  }
+  clock.advance(2000);
+  assert.equal(store.stats().pods, 0);
+  // Bounded by twice the Pods held (none) and the slack, not by the 20,000 names seen.
+  assert.ok(store.stats().names <= 2 * 1024 + 2, `${store.stats().names} names kept`);
+  // A live Pod's names still share one string with the next Pod of its namespace.
+  store.apply("ADDED", pod("a", "10.8.200.1"));
+  assert.equal(store.lookup("10.8.200.1", T0)?.namespace, "ns");
+});

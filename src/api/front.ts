@@ -24,8 +24,8 @@
 import tls from "node:tls";
 import type { Duplex } from "node:stream";
 import { type Clock, type ClockTimer, systemClock } from "../clock.ts";
-import { closeQuietly, exporterAddress } from "../collector/address.ts";
-import { AddressCaps, sweepPeriodMs } from "../collector/connections.ts";
+import { AddressCaps, closeQuietly, exporterAddress } from "../collector/address.ts";
+import { sweepPeriodMs } from "../collector/connections.ts";
 import {
   connectionServer,
   HANDSHAKE_EOF_GRACE_MS,

@@ -83,3 +83,50 @@ export function closeQuietly(c: { close(): void }): void {
 export function readGranted(path: string): boolean {
   return Deno.permissions.querySync({ name: "read", path }).state === "granted";
 }
+
+/**
+ * The open connections of a listener counted in total and per source address, against a cap on
+ * each: the admission rule of the collector's listeners and the API port's, and the IPFIX
+ * exporter's bound on handshakes it gave up on (`src/net/transport.ts`).
+ */
+export class AddressCaps {
+  readonly #maxTotal: number;
+  readonly #maxPerAddress: number;
+  readonly #perAddress = new Map<string, number>();
+  #total = 0;
+
+  /** Counts against `maxTotal` connections, `maxPerAddress` from one address (Infinity: none). */
+  constructor(maxTotal: number, maxPerAddress: number) {
+    this.#maxTotal = maxTotal;
+    this.#maxPerAddress = maxPerAddress;
+  }
+
+  /** Connections counted. */
+  get size(): number {
+    return this.#total;
+  }
+
+  /**
+   * The cap a new connection from `address` would exceed (the total first), or undefined when
+   * it may be admitted ({@linkcode add}).
+   */
+  exceeded(address: string): "total" | "perAddress" | undefined {
+    if (this.#total >= this.#maxTotal) return "total";
+    if ((this.#perAddress.get(address) ?? 0) >= this.#maxPerAddress) return "perAddress";
+    return undefined;
+  }
+
+  /** Counts an admitted connection from `address`. */
+  add(address: string): void {
+    this.#total++;
+    this.#perAddress.set(address, (this.#perAddress.get(address) ?? 0) + 1);
+  }
+
+  /** Uncounts a connection from `address` that {@linkcode add} counted. */
+  remove(address: string): void {
+    this.#total--;
+    const n = (this.#perAddress.get(address) ?? 1) - 1;
+    if (n <= 0) this.#perAddress.delete(address);
+    else this.#perAddress.set(address, n);
+  }
+}

@@ -7,7 +7,7 @@
 
 import { type Clock, systemClock, TaskCachedClock } from "../clock.ts";
 import type { LimitsConfig } from "../config/limits.ts";
-import { TemplateBudget } from "../ipfix/mod.ts";
+import { headerProblem, TemplateBudget } from "../ipfix/mod.ts";
 import { logger, RateLimitedLog } from "../log.ts";
 import { DEFAULT_LISTEN_ADDRESS, exporterAddress, parseListenAddress } from "./address.ts";
 import { type RecordSink, Session, type SessionEnv, warnRateLimited } from "./session.ts";
@@ -275,19 +275,4 @@ export class Collector {
     s.addBytes(end - start);
     s.handleMessage(data, start, end);
   }
-}
-
-/**
- * Why the datagram `data[start, end)` cannot be an IPFIX message, judged from its header alone
- * (16 bytes, version 10, a length equal to the datagram's), or undefined.
- */
-function headerProblem(
-  data: Uint8Array,
-  start: number,
-  end: number,
-): "truncated" | "badVersion" | "badLength" | undefined {
-  if (end - start < 16) return "truncated";
-  if (((data[start] << 8) | data[start + 1]) !== 10) return "badVersion";
-  if (((data[start + 2] << 8) | data[start + 3]) !== end - start) return "badLength";
-  return undefined;
 }

@@ -10,7 +10,7 @@
 
 import type { ClockTimer } from "../clock.ts";
 import type { Logger } from "../log.ts";
-import { readGranted } from "./address.ts";
+import { AddressCaps, readGranted } from "./address.ts";
 import type { LimitsConfig } from "../config/limits.ts";
 import { type DrainOptions, drainRound } from "./drain.ts";
 import { type SessionEnv, warnRateLimited } from "./session.ts";
@@ -94,52 +94,6 @@ const SWEEP_MAX_MS = 1000;
  */
 export function sweepPeriodMs(...timeoutsMs: number[]): number {
   return Math.max(SWEEP_MIN_MS, Math.min(SWEEP_MAX_MS, Math.min(...timeoutsMs) / 4));
-}
-
-/**
- * The open connections of a listener counted in total and per source address, against a cap on
- * each: the admission rule of the collector's listeners and the API port's.
- */
-export class AddressCaps {
-  readonly #maxTotal: number;
-  readonly #maxPerAddress: number;
-  readonly #perAddress = new Map<string, number>();
-  #total = 0;
-
-  /** Counts against `maxTotal` connections, `maxPerAddress` from one address (Infinity: none). */
-  constructor(maxTotal: number, maxPerAddress: number) {
-    this.#maxTotal = maxTotal;
-    this.#maxPerAddress = maxPerAddress;
-  }
-
-  /** Connections counted. */
-  get size(): number {
-    return this.#total;
-  }
-
-  /**
-   * The cap a new connection from `address` would exceed (the total first), or undefined when
-   * it may be admitted ({@linkcode add}).
-   */
-  exceeded(address: string): "total" | "perAddress" | undefined {
-    if (this.#total >= this.#maxTotal) return "total";
-    if ((this.#perAddress.get(address) ?? 0) >= this.#maxPerAddress) return "perAddress";
-    return undefined;
-  }
-
-  /** Counts an admitted connection from `address`. */
-  add(address: string): void {
-    this.#total++;
-    this.#perAddress.set(address, (this.#perAddress.get(address) ?? 0) + 1);
-  }
-
-  /** Uncounts a connection from `address` that {@linkcode add} counted. */
-  remove(address: string): void {
-    this.#total--;
-    const n = (this.#perAddress.get(address) ?? 1) - 1;
-    if (n <= 0) this.#perAddress.delete(address);
-    else this.#perAddress.set(address, n);
-  }
 }
 
 /** The open connections of one stream listener, and their bounds. */

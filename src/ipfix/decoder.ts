@@ -115,6 +115,22 @@ function u16(b: Uint8Array, o: number): number {
   return (b[o] << 8) | b[o + 1];
 }
 
+/**
+ * Why `buf[start, end)` cannot be one IPFIX message, judged from its header alone (16 bytes,
+ * version 10, a Length equal to its size), or undefined: the check {@linkcode walkRawMessage}
+ * starts with, and the collector's before it opens a UDP session for a new source.
+ */
+export function headerProblem(
+  buf: Uint8Array,
+  start: number,
+  end: number,
+): "truncated" | "badVersion" | "badLength" | undefined {
+  if (end - start < MESSAGE_HEADER_LENGTH) return "truncated";
+  if (u16(buf, start) !== 10) return "badVersion";
+  if (u16(buf, start + 2) !== end - start) return "badLength";
+  return undefined;
+}
+
 /** Parses the 16-byte header (validates version only). */
 export function decodeHeader(buf: Uint8Array): MessageHeader {
   if (buf.length < MESSAGE_HEADER_LENGTH) {
@@ -573,10 +589,7 @@ export function walkRawMessage(
   start = 0,
   end: number = buf.length,
 ): boolean {
-  if (
-    end - start < MESSAGE_HEADER_LENGTH || u16(buf, start) !== 10 ||
-    u16(buf, start + 2) !== end - start
-  ) return false;
+  if (headerProblem(buf, start, end) !== undefined) return false;
   const domain = u32(buf, start + 12);
   scratch.count = 0;
   let off = start + MESSAGE_HEADER_LENGTH;

@@ -40,6 +40,7 @@ export {
   type DecodeErrorReason,
   decodeHeader,
   decodeMessage,
+  headerProblem,
   IpfixDecodeError,
   MESSAGE_HEADER_LENGTH,
   RawMessageScratch,

@@ -16,6 +16,7 @@
  */
 
 import { concatBytes } from "../bytes.ts";
+import { AddressCaps, closeQuietly } from "../collector/address.ts";
 
 /** Transport kinds (the `:proto` suffix of a collector address). */
 export type TransportKind = "tcp" | "udp" | "tls";
@@ -90,8 +91,8 @@ export interface Transport {
 }
 
 /**
- * `p` within `ms` (or until `signal` aborts). On giving up, `cancel` runs at once (it closes what
- * `p` opened so far) and what `p` resolves with later is closed.
+ * `p` within `ms` (or until `signal` aborts). On giving up, `cancel` runs at once and what `p`
+ * resolves with later is closed.
  */
 function withTimeout<T extends { close(): void }>(
   p: Promise<T>,
@@ -113,13 +114,7 @@ function withTimeout<T extends { close(): void }>(
       if (!finish()) return;
       // The pending connect cannot be cancelled: close it if it completes after all.
       cancel?.();
-      p.then((c) => {
-        try {
-          c.close();
-        } catch {
-          // closed by cancel already
-        }
-      }, () => {});
+      p.then(closeQuietly, () => {});
       reject(new Error(`${what}: ${reason}`));
     };
     const onAbort = (): void => give("aborted");
@@ -277,17 +272,16 @@ async function resolveHost(host: string): Promise<string> {
 }
 
 /**
- * TLS handshakes given up on (timeout, abort) that have not settled, per target. Deno cannot
- * cancel a pending handshake cleanly (closing its connection then cancels the handshake but
- * leaves the socket open for good), so a given-up handshake is left to settle and its
- * connection closed then; a peer that accepts connections and never answers would so keep one
- * socket, and its file descriptor, per attempt. At most {@linkcode MAX_UNSETTLED_HANDSHAKES}
- * per target: past it an attempt fails at once, until one of them settles (the peer answers,
- * closes or resets).
+ * TLS handshakes given up on (timeout, abort) that have not settled, at most this many per
+ * target. Deno cannot cancel a pending handshake cleanly (closing its connection then cancels
+ * the handshake but leaves the socket open for good), so a given-up handshake is left to settle
+ * and its connection closed then; a peer that accepts connections and never answers would so
+ * keep one socket, and its file descriptor, per attempt. Past the bound an attempt fails at
+ * once, until one of them settles (the peer answers, closes or resets).
  */
-const unsettledHandshakes = new Map<string, number>();
-/** See {@linkcode unsettledHandshakes}. */
 export const MAX_UNSETTLED_HANDSHAKES = 4;
+/** See {@linkcode MAX_UNSETTLED_HANDSHAKES}: counted per target, no total. */
+const unsettledHandshakes = new AddressCaps(Infinity, MAX_UNSETTLED_HANDSHAKES);
 
 /** Opens a transport to `target`; rejects with a message naming the target on failure. */
 export async function openTransport(target: TransportTarget): Promise<Transport> {
@@ -319,11 +313,10 @@ export async function openTransport(target: TransportTarget): Promise<Transport>
     const opts: Deno.ConnectTlsOptions = { hostname: target.host, port: target.port };
     if (tls.ca) opts.caCerts = [tls.ca];
     const key = `${target.host}:${target.port}`;
-    const unsettled = unsettledHandshakes.get(key) ?? 0;
-    if (unsettled >= MAX_UNSETTLED_HANDSHAKES) {
+    if (unsettledHandshakes.exceeded(key) !== undefined) {
       throw new Error(
-        `tls handshake: ${unsettled} earlier handshakes still unanswered by the peer; ` +
-          "not opening another connection until one ends",
+        `tls handshake: ${MAX_UNSETTLED_HANDSHAKES} earlier handshakes still unanswered by the ` +
+          "peer; not opening another connection until one ends",
       );
     }
     let opened: Deno.TlsConn | undefined;
@@ -340,11 +333,11 @@ export async function openTransport(target: TransportTarget): Promise<Transport>
           if (gaveUp) throw new Error("tls handshake: given up");
           await c.handshake();
         } catch (e) {
-          closeConn(c);
+          closeQuietly(c);
           throw e;
         } finally {
           settled = true;
-          if (counted) release(key);
+          if (counted) unsettledHandshakes.remove(key);
         }
         // Settled after the timeout gave up: withTimeout closes it.
         return c;
@@ -357,7 +350,7 @@ export async function openTransport(target: TransportTarget): Promise<Transport>
         if (opened === undefined || settled) return; // closed once connected / by withTimeout
         // Counted until the handshake settles; its connection is closed then.
         counted = true;
-        unsettledHandshakes.set(key, (unsettledHandshakes.get(key) ?? 0) + 1);
+        unsettledHandshakes.add(key);
       },
     );
     const t = new StreamTransport("tls", conn);
@@ -378,20 +371,4 @@ export async function openTransport(target: TransportTarget): Promise<Transport>
   } catch (e) {
     throw new Error(`dial ${where}: ${e instanceof Error ? e.message : String(e)}`);
   }
-}
-
-/** Closes `c` if it is still open (a second close throws BadResource). */
-function closeConn(c: Deno.Conn): void {
-  try {
-    c.close();
-  } catch {
-    // already closed
-  }
-}
-
-/** One given-up handshake to `key` settled. */
-function release(key: string): void {
-  const n = (unsettledHandshakes.get(key) ?? 1) - 1;
-  if (n <= 0) unsettledHandshakes.delete(key);
-  else unsettledHandshakes.set(key, n);
 }

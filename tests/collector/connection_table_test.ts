@@ -8,8 +8,8 @@
 
 import assert from "node:assert/strict";
 import { ManualClock } from "../../src/clock.ts";
+import { AddressCaps } from "../../src/collector/address.ts";
 import {
-  AddressCaps,
   checkOpenFilesLimit,
   ConnectionTable,
   sweepPeriodMs,

@@ -88,10 +88,10 @@ export async function prepareCertificates(options: PrepareOptions): Promise<Gene
   const abort = new AbortController();
   const read = retrying(
     "reading the persisted collector CA",
-    async () => {
+    async (signal) => {
       const [ca, client] = await Promise.all([
-        api.getSecret(namespace, CA_SECRET),
-        api.getSecret(namespace, CLIENT_SECRET),
+        api.getSecret(namespace, CA_SECRET, signal),
+        api.getSecret(namespace, CLIENT_SECRET, signal),
       ]);
       return { ca: pairOf(ca), client: pairOf(client) };
     },
@@ -195,35 +195,35 @@ export class CertificatePublisher {
     // The CA first: a restart must find the key of the CA the Agents were given.
     await retrying(
       `syncing Secret ${namespace}/${CA_SECRET}`,
-      () => this.#syncSecret(CA_SECRET, certs.ca),
+      (signal) => this.#syncSecret(CA_SECRET, certs.ca, signal),
       retry,
     );
-    await retrying(`syncing ConfigMap ${namespace}/${CA_CONFIGMAP}`, async () => {
-      const existing = await api.getConfigMap(namespace, CA_CONFIGMAP);
+    await retrying(`syncing ConfigMap ${namespace}/${CA_CONFIGMAP}`, async (signal) => {
+      const existing = await api.getConfigMap(namespace, CA_CONFIGMAP, signal);
       const data = { "ca.crt": certs.ca.certPem };
       if (existing === undefined) {
         await api.createConfigMap(namespace, {
           metadata: { name: CA_CONFIGMAP, namespace, labels: LABELS },
           data,
-        });
+        }, signal);
         this.#stats.created++;
       } else if (existing.data?.["ca.crt"] !== data["ca.crt"] || hasOtherKeys(existing.data)) {
-        await api.replaceConfigMap(namespace, { ...existing, data });
+        await api.replaceConfigMap(namespace, { ...existing, data }, signal);
         this.#stats.updated++;
       }
     }, retry);
     await retrying(
       `syncing Secret ${namespace}/${CLIENT_SECRET}`,
-      () => this.#syncSecret(CLIENT_SECRET, certs.client),
+      (signal) => this.#syncSecret(CLIENT_SECRET, certs.client, signal),
       retry,
     );
     this.#stats.published++;
     log.info("published the collector CA and Agent client certificate", { namespace });
   }
 
-  async #syncSecret(name: string, pair: CertificatePair): Promise<void> {
+  async #syncSecret(name: string, pair: CertificatePair, signal: AbortSignal): Promise<void> {
     const { api, namespace } = this.#opts;
-    const existing = await api.getSecret(namespace, name);
+    const existing = await api.getSecret(namespace, name, signal);
     const data = { "tls.crt": b64(pair.certPem), "tls.key": b64(pair.keyPem) };
     if (existing === undefined) {
       try {
@@ -231,7 +231,7 @@ export class CertificatePublisher {
           metadata: { name, namespace, labels: LABELS },
           type: TLS_SECRET_TYPE,
           data,
-        });
+        }, signal);
       } catch (err) {
         // Created meanwhile by someone else: the retry reads and updates it.
         if (statusOf(err) === 409) throw new Error(`Secret ${name} appeared meanwhile`);
@@ -244,7 +244,7 @@ export class CertificatePublisher {
       unb64(existing.data?.["tls.key"]) === pair.keyPem;
     if (same && !hasOtherKeys(existing.data, 2)) return;
     // The type is immutable: an existing Secret keeps its own (§3.3).
-    await api.replaceSecret(namespace, { ...existing, data });
+    await api.replaceSecret(namespace, { ...existing, data }, signal);
     this.#stats.updated++;
   }
 }

@@ -11,7 +11,7 @@
  */
 
 import type * as k8s from "@kubernetes/client-node";
-import { statusOf } from "./retry.ts";
+import { ATTEMPT_TIMEOUT_MS, statusOf } from "./retry.ts";
 import { type WatchHandle, type WatchHandlers, watchStream } from "./watch.ts";
 
 /** Where the service account's files are mounted in a Pod. */
@@ -105,24 +105,47 @@ export interface PodList {
 /** One watch event as the API server sends it. */
 export type { WatchEvent, WatchHandle, WatchHandlers } from "./watch.ts";
 
-/** The API calls the Flow Aggregator makes. */
+/**
+ * The API calls the Flow Aggregator makes. Each takes an optional `signal`: aborted, it cancels
+ * the request and closes its connection (what {@linkcode retrying} gives each attempt).
+ */
 export interface KubeApi {
   /** The API server URL. */
   readonly server: string;
   /** A ConfigMap, or undefined when it does not exist (404). */
-  getConfigMap(namespace: string, name: string): Promise<k8s.V1ConfigMap | undefined>;
+  getConfigMap(
+    namespace: string,
+    name: string,
+    signal?: AbortSignal,
+  ): Promise<k8s.V1ConfigMap | undefined>;
   /** Creates a ConfigMap. */
-  createConfigMap(namespace: string, body: k8s.V1ConfigMap): Promise<k8s.V1ConfigMap>;
+  createConfigMap(
+    namespace: string,
+    body: k8s.V1ConfigMap,
+    signal?: AbortSignal,
+  ): Promise<k8s.V1ConfigMap>;
   /** Replaces a ConfigMap (409 when `metadata.resourceVersion` is stale). */
-  replaceConfigMap(namespace: string, body: k8s.V1ConfigMap): Promise<k8s.V1ConfigMap>;
+  replaceConfigMap(
+    namespace: string,
+    body: k8s.V1ConfigMap,
+    signal?: AbortSignal,
+  ): Promise<k8s.V1ConfigMap>;
   /** A Secret, or undefined when it does not exist (404). */
-  getSecret(namespace: string, name: string): Promise<k8s.V1Secret | undefined>;
+  getSecret(
+    namespace: string,
+    name: string,
+    signal?: AbortSignal,
+  ): Promise<k8s.V1Secret | undefined>;
   /** Creates a Secret. */
-  createSecret(namespace: string, body: k8s.V1Secret): Promise<k8s.V1Secret>;
+  createSecret(namespace: string, body: k8s.V1Secret, signal?: AbortSignal): Promise<k8s.V1Secret>;
   /** Replaces a Secret (409 when `metadata.resourceVersion` is stale). */
-  replaceSecret(namespace: string, body: k8s.V1Secret): Promise<k8s.V1Secret>;
+  replaceSecret(
+    namespace: string,
+    body: k8s.V1Secret,
+    signal?: AbortSignal,
+  ): Promise<k8s.V1Secret>;
   /** Lists the Pods of all namespaces (a consistent read). */
-  listPods(): Promise<PodList>;
+  listPods(signal?: AbortSignal): Promise<PodList>;
   /**
    * Watches the Pods of all namespaces from `resourceVersion`, with bookmarks; `onDone` is
    * called once when the stream ends (error or not).
@@ -211,19 +234,35 @@ function clientFor(
   fetch: typeof import("undici").fetch,
 ): KubeApi {
   const api = kc.makeApiClient(k8s.CoreV1Api);
+  // client-node's per-call options: a middleware giving the request the caller's signal.
+  const by = (signal: AbortSignal | undefined) =>
+    signal === undefined ? undefined : {
+      middleware: [{
+        pre: (ctx: k8s.RequestContext) => {
+          ctx.setSignal(signal);
+          return new k8s.Observable(Promise.resolve(ctx));
+        },
+        post: (res: k8s.ResponseContext) => new k8s.Observable(Promise.resolve(res)),
+      }],
+      middlewareMergeStrategy: "append" as const,
+    };
+  const nameOf = (body: { metadata?: { name?: string } }) => body.metadata?.name ?? "";
   return {
     server: kc.getCurrentCluster()?.server ?? "",
-    getConfigMap: (namespace, name) =>
-      orUndefined(api.readNamespacedConfigMap({ namespace, name })),
-    createConfigMap: (namespace, body) => api.createNamespacedConfigMap({ namespace, body }),
-    replaceConfigMap: (namespace, body) =>
-      api.replaceNamespacedConfigMap({ namespace, name: body.metadata?.name ?? "", body }),
-    getSecret: (namespace, name) => orUndefined(api.readNamespacedSecret({ namespace, name })),
-    createSecret: (namespace, body) => api.createNamespacedSecret({ namespace, body }),
-    replaceSecret: (namespace, body) =>
-      api.replaceNamespacedSecret({ namespace, name: body.metadata?.name ?? "", body }),
-    listPods: async () => {
-      const list = await api.listPodForAllNamespaces();
+    getConfigMap: (namespace, name, signal) =>
+      orUndefined(api.readNamespacedConfigMap({ namespace, name }, by(signal))),
+    createConfigMap: (namespace, body, signal) =>
+      api.createNamespacedConfigMap({ namespace, body }, by(signal)),
+    replaceConfigMap: (namespace, body, signal) =>
+      api.replaceNamespacedConfigMap({ namespace, name: nameOf(body), body }, by(signal)),
+    getSecret: (namespace, name, signal) =>
+      orUndefined(api.readNamespacedSecret({ namespace, name }, by(signal))),
+    createSecret: (namespace, body, signal) =>
+      api.createNamespacedSecret({ namespace, body }, by(signal)),
+    replaceSecret: (namespace, body, signal) =>
+      api.replaceNamespacedSecret({ namespace, name: nameOf(body), body }, by(signal)),
+    listPods: async (signal) => {
+      const list = await api.listPodForAllNamespaces({}, by(signal));
       return { items: list.items, resourceVersion: list.metadata?.resourceVersion ?? "" };
     },
     watchPods: (resourceVersion, handlers) =>
@@ -232,9 +271,10 @@ function clientFor(
         "/api/v1/pods",
         { resourceVersion, allowWatchBookmarks: true, timeoutSeconds: WATCH_TIMEOUT_S },
         handlers,
-        // The server renews the watch every WATCH_TIMEOUT_S; without a byte for longer than
-        // that plus a minute (bookmarks come about every minute), the stream is dead.
-        { inactivityMs: (WATCH_TIMEOUT_S + 60) * 1000 },
+        // Headers as soon as any call's answer. The server renews the watch every
+        // WATCH_TIMEOUT_S; without a byte for longer than that plus a minute (bookmarks come
+        // about every minute), the stream is dead.
+        { headersMs: ATTEMPT_TIMEOUT_MS, inactivityMs: (WATCH_TIMEOUT_S + 60) * 1000 },
       )),
   };
 }

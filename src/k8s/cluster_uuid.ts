@@ -146,8 +146,8 @@ export class ClusterIdentity {
 
   async #poll(api: KubeApi, signal: AbortSignal): Promise<void> {
     const { namespace, name, key } = CLUSTER_IDENTITY;
-    const uuid = await retrying(`reading ConfigMap ${namespace}/${name}`, async () => {
-      const cm = await api.getConfigMap(namespace, name);
+    const uuid = await retrying(`reading ConfigMap ${namespace}/${name}`, async (signal) => {
+      const cm = await api.getConfigMap(namespace, name, signal);
       const v = cm?.data?.[key] ?? "";
       if (!isUuid(v)) {
         throw new Error(

@@ -468,7 +468,7 @@ export class PodStore {
       try {
         if (rv === "") {
           // A cluster-wide list can be large: a longer bound than the other calls.
-          const list = await retrying("listing Pods", () => api.listPods(), {
+          const list = await retrying("listing Pods", (signal) => api.listPods(signal), {
             attemptTimeoutMs: 120_000,
             ...retry,
           });

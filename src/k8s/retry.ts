@@ -1,8 +1,11 @@
 /**
  * Retries with exponential backoff on an injected clock, for every Kubernetes step: the API
  * server being down or slow must delay a step, never fail the process or stop collection. Each
- * attempt is bounded by a timeout (a hung connection counts as a failed attempt), each failure
- * is counted and logged (at most once per backoff period, since the period is the rate limit).
+ * attempt is bounded by a timeout (a hung connection counts as a failed attempt) and gets its own
+ * `AbortSignal`, aborted when it times out or the retrying stops, so that its request is
+ * cancelled and its connection closed (a trickling server must not pile up connections), each
+ * failure is counted and logged (at most once per backoff period, since the period is the rate
+ * limit).
  */
 
 import type { Clock } from "../clock.ts";
@@ -14,9 +17,15 @@ export interface Backoff {
   initialMs?: number;
   /** Longest pause, ms; default 30 000. */
   maxMs?: number;
-  /** Longest wait for one attempt, ms, before it counts as failed; default 10 000. */
+  /**
+   * Longest wait for one attempt, ms, before it counts as failed; default
+   * {@linkcode ATTEMPT_TIMEOUT_MS}.
+   */
   attemptTimeoutMs?: number;
 }
+
+/** Default longest wait for one API call, ms. */
+export const ATTEMPT_TIMEOUT_MS = 10_000;
 
 /** Options of {@linkcode retrying}. */
 export interface RetryOptions extends Backoff {
@@ -55,14 +64,22 @@ export function sleep(clock: Clock, ms: number, signal?: AbortSignal): Promise<v
   });
 }
 
-/** `work`, or a rejection when it has not settled after `ms` on `clock`. */
-export function withTimeout<T>(work: Promise<T>, ms: number, clock: Clock): Promise<T> {
+/**
+ * `work`, or a rejection when it has not settled after `ms` on `clock`; `onTimeout` is called
+ * then (to cancel the work).
+ */
+export function withTimeout<T>(
+  work: Promise<T>,
+  ms: number,
+  clock: Clock,
+  onTimeout?: (err: Error) => void,
+): Promise<T> {
   return new Promise((resolve, reject) => {
-    const timer = clock.setTimer(
-      ms,
-      () => reject(new Error(`no answer from the Kubernetes API within ${ms} ms`)),
-      { unref: true },
-    );
+    const timer = clock.setTimer(ms, () => {
+      const err = new Error(`no answer from the Kubernetes API within ${ms} ms`);
+      onTimeout?.(err);
+      reject(err);
+    }, { unref: true });
     work.then(
       (v) => {
         timer.cancel();
@@ -93,19 +110,28 @@ export function nextBackoff(ms: number, backoff: Backoff = {}): number {
 
 /**
  * Runs `attempt` until it succeeds, pausing with exponential backoff after each failure; `what`
- * names the step in the log.
+ * names the step in the log. Each attempt is given a signal, aborted when the attempt times out
+ * or `options.signal` aborts: pass it to the attempt's requests.
  */
 export async function retrying<T>(
   what: string,
-  attempt: () => Promise<T>,
+  attempt: (signal: AbortSignal) => Promise<T>,
   options: RetryOptions,
 ): Promise<T> {
   const { clock, log, signal } = options;
   let pause = options.initialMs ?? 500;
   for (let n = 1;; n++) {
     if (signal?.aborted) throw new RetryAborted();
+    const cancel = new AbortController();
+    const onStop = (): void => cancel.abort(new RetryAborted());
+    signal?.addEventListener("abort", onStop, { once: true });
     try {
-      const timed = withTimeout(attempt(), options.attemptTimeoutMs ?? 10_000, clock);
+      const timed = withTimeout(
+        attempt(cancel.signal),
+        options.attemptTimeoutMs ?? ATTEMPT_TIMEOUT_MS,
+        clock,
+        (err) => cancel.abort(err),
+      );
       return await (signal === undefined ? timed : abortable(timed, signal));
     } catch (err) {
       if (err instanceof RetryAborted) throw err;
@@ -113,6 +139,8 @@ export async function retrying<T>(
       log.warn(`${what} failed, retrying`, { attempt: n, retryInMs: pause, err: describe(err) });
       await sleep(clock, pause, signal);
       pause = nextBackoff(pause, options);
+    } finally {
+      signal?.removeEventListener("abort", onStop);
     }
   }
 }

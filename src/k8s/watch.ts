@@ -6,7 +6,8 @@
  * {@linkcode MAX_WATCH_LINE_BYTES}: past it the watch ends with an error (its caller backs off
  * and watches again); a line that is no watch event goes to `onMalformed`. The request itself is
  * client-node's (authentication, TLS), sent with undici as client-node sends it; the watch ends
- * after `inactivityMs` without a byte.
+ * when the answer's headers take longer than `headersMs`, or after `inactivityMs` without a byte
+ * of its body.
  *
  * @module
  */
@@ -55,7 +56,7 @@ export function watchStream(
   path: string,
   query: Record<string, string | number | boolean | undefined>,
   handlers: WatchHandlers,
-  opts: { inactivityMs: number; maxLineBytes?: number },
+  opts: { headersMs: number; inactivityMs: number; maxLineBytes?: number },
 ): WatchHandle {
   const maxLine = opts.maxLineBytes ?? MAX_WATCH_LINE_BYTES;
   const controller = new AbortController();
@@ -68,11 +69,11 @@ export function watchStream(
     controller.abort();
     handlers.onDone(err);
   };
-  const arm = (): void => {
+  const arm = (ms = opts.inactivityMs): void => {
     clearTimeout(timer);
     timer = setTimeout(
-      () => finish(new DOMException(`no byte for ${opts.inactivityMs} ms`, "TimeoutError")),
-      opts.inactivityMs,
+      () => finish(new DOMException(`no byte for ${ms} ms`, "TimeoutError")),
+      ms,
     );
     Deno.unrefTimer(timer as unknown as number);
   };
@@ -94,7 +95,7 @@ export function watchStream(
     handlers.onEvent({ type: data.type, object: data.object });
   };
   (async () => {
-    arm();
+    arm(opts.headersMs);
     const cluster = client.kc.getCurrentCluster();
     if (!cluster) throw new Error("no current cluster in the Kubernetes configuration");
     const url = new URL(cluster.server + path);

@@ -51,6 +51,11 @@ export interface Fault {
   status?: number;
   /** Wait this long (real time) before handling the request. */
   delayMs?: number;
+  /**
+   * Never finish the answer, until the client goes away: `headers` sends nothing, `body` sends
+   * the headers of a 200 and then a space (JSON whitespace) every 100 ms.
+   */
+  hang?: "headers" | "body";
   /** Before an update: modify the stored object (a concurrent writer), so the update is stale. */
   concurrentWrite?: boolean;
 }
@@ -105,6 +110,8 @@ export class FakeKubeApiServer {
   readonly #faults: Fault[] = [];
   #server: https.Server | undefined;
   #uid = 0;
+  /** Connections open now (a client's cancelled request closes its own). */
+  openConnections = 0;
   /** Every request handled, in order (recorded once answered). */
   readonly requests: SeenRequest[] = [];
   /** Requests received so far, answered or not (a slow answer counts at once). */
@@ -126,6 +133,10 @@ export class FakeKubeApiServer {
       // a real API server shrugs that off, and so does this one.
       (req, res) => void this.#serveNode(req, res).catch(() => res.destroy()),
     );
+    server.on("connection", (socket: { on(ev: "close", fn: () => void): void }) => {
+      this.openConnections++;
+      socket.on("close", () => this.openConnections--);
+    });
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
     this.#server = server;
     return this;
@@ -140,7 +151,8 @@ export class FakeKubeApiServer {
       headers: req.headers as Record<string, string>,
       body: req.method === "GET" || req.method === "HEAD" ? undefined : body,
     });
-    const response = await this.#handle(request);
+    const gone = new Promise<void>((resolve) => res.on("close", resolve));
+    const response = await this.#handle(request, gone);
     res.writeHead(response.status, Object.fromEntries(response.headers));
     if (response.body === null) {
       res.end();
@@ -302,20 +314,33 @@ export class FakeKubeApiServer {
     return f;
   }
 
-  async #handle(req: Request): Promise<Response> {
+  async #handle(req: Request, gone: Promise<void>): Promise<Response> {
     this.received++;
     const u = new URL(req.url);
-    const res = await this.#route(req, u);
+    const res = await this.#route(req, u, gone);
     this.requests.push({ method: req.method, url: u.pathname + u.search, status: res.status });
     return res;
   }
 
-  async #route(req: Request, u: URL): Promise<Response> {
+  async #route(req: Request, u: URL, gone: Promise<void>): Promise<Response> {
     if (this.token !== undefined && req.headers.get("authorization") !== `Bearer ${this.token}`) {
       return json(status(401, "Unauthorized", "Unauthorized"), 401);
     }
     const fault = this.#takeFault(req.method, u.pathname, u.search);
     if (fault?.delayMs !== undefined) await new Promise((r) => setTimeout(r, fault.delayMs));
+    if (fault?.hang === "headers") {
+      await gone;
+      return json(status(503, "ServiceUnavailable", "the client went away"), 503);
+    }
+    if (fault?.hang === "body") {
+      const space = new TextEncoder().encode(" ");
+      return new Response(
+        new ReadableStream({
+          pull: (c) => new Promise((r) => setTimeout(r, 100)).then(() => c.enqueue(space)),
+        }),
+        { headers: { "content-type": "application/json", connection: "close" } },
+      );
+    }
     if (fault?.status !== undefined) {
       return json(status(fault.status, "InternalError", "injected fault"), fault.status);
     }

@@ -5,8 +5,12 @@
  */
 
 import assert from "node:assert/strict";
+import { systemClock } from "../../src/clock.ts";
 import { connectKube, resolveKubeTarget } from "../../src/k8s/client.ts";
-import { FakeKubeApiServer } from "../_helpers/k8s_server.ts";
+import { RetryAborted, retrying } from "../../src/k8s/retry.ts";
+import { logger } from "../../src/log.ts";
+import { connectTestApi, FakeKubeApiServer } from "../_helpers/k8s_server.ts";
+import { waitFor } from "../_helpers/wait.ts";
 
 function envOf(vars: Record<string, string>): (name: string) => string | undefined {
   return (name) => vars[name];
@@ -85,3 +89,42 @@ Deno.test("k8s client: --kubeconfig wins over the service account and KUBECONFIG
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+// A hung or trickling API server once piled up one connection per timed-out attempt (the
+// attempt was given up, its request left running), all still open after the retrying stopped.
+for (const hang of ["headers", "body"] as const) {
+  Deno.test(`k8s client: a timed-out attempt's request is cancelled (server hangs in its ${hang})`, async () => {
+    const server = await new FakeKubeApiServer().start();
+    const { api, cleanup } = await connectTestApi(server);
+    server.fault({ match: { path: "/secrets/" }, times: 1000, hang });
+    const stop = new AbortController();
+    const work = retrying("reading a Secret", (signal) => api.getSecret("ns", "s", signal), {
+      clock: systemClock,
+      log: logger("client-test"),
+      attemptTimeoutMs: 200,
+      initialMs: 50,
+      maxMs: 50,
+      signal: stop.signal,
+    });
+    work.catch(() => {});
+    let most = 0;
+    try {
+      // Ten attempts or so, each given up after 200 ms.
+      await waitFor(() => {
+        most = Math.max(most, server.openConnections);
+        return server.received >= 10;
+      }, { what: "ten attempts", timeoutMs: 20_000 });
+      assert.ok(most <= 2, `connections open at once: ${most} (one per attempt in flight)`);
+      stop.abort();
+      await assert.rejects(work, RetryAborted);
+      await waitFor(() => server.openConnections === 0, {
+        what: "the last attempt's connection closed by the stop",
+        timeoutMs: 5_000,
+      });
+    } finally {
+      stop.abort();
+      await server.stop();
+      await cleanup();
+    }
+  });
+}

@@ -7,12 +7,16 @@
 import assert from "node:assert/strict";
 import http from "node:http";
 import { connectKube, resolveKubeTarget } from "../../src/k8s/client.ts";
-import { MAX_WATCH_LINE_BYTES, type WatchEvent } from "../../src/k8s/watch.ts";
+import { MAX_WATCH_LINE_BYTES, type WatchEvent, watchStream } from "../../src/k8s/watch.ts";
+import { waitFor } from "../_helpers/wait.ts";
 
 /** A plain-HTTP API server answering every request with `handler`, and a client of it. */
 async function withServer(
   handler: (res: http.ServerResponse) => void,
-  body: (api: Awaited<ReturnType<typeof connectKube>>) => Promise<void>,
+  body: (
+    api: Awaited<ReturnType<typeof connectKube>>,
+    server: { kubeconfig: string; sockets: ReadonlySet<unknown> },
+  ) => Promise<void>,
 ): Promise<void> {
   const sockets = new Set<import("node:net").Socket>();
   const server = http.createServer((_req, res) => handler(res));
@@ -41,7 +45,7 @@ async function withServer(
   );
   try {
     const target = await resolveKubeTarget({ kubeconfig, env: () => undefined });
-    await body(await connectKube(target!));
+    await body(await connectKube(target!), { kubeconfig, sockets });
   } finally {
     for (const s of sockets) s.destroy();
     await new Promise((r) => server.close(r));
@@ -108,5 +112,25 @@ Deno.test("watch: a status other than 200 ends it with that status", async () =>
   }, async (api) => {
     const { err } = await watchAll(api);
     assert.equal((err as { statusCode?: number }).statusCode, 410);
+  });
+});
+
+Deno.test("watch: answer headers that never come end it after headersMs, its connection closed", async () => {
+  await withServer(() => {/* never answers */}, async (_api, server) => {
+    const lib = await import("@kubernetes/client-node");
+    const { fetch } = await import("undici");
+    const kc = new lib.KubeConfig();
+    kc.loadFromString(await Deno.readTextFile(server.kubeconfig));
+    const done = Promise.withResolvers<unknown>();
+    const began = performance.now();
+    watchStream({ lib, kc, fetch }, "/api/v1/pods", {}, {
+      onEvent: () => {},
+      onDone: (err) => done.resolve(err),
+    }, { headersMs: 300, inactivityMs: 60_000 });
+    const err = await done.promise;
+    const took = performance.now() - began;
+    assert.equal((err as Error).name, "TimeoutError");
+    assert.ok(took < 10_000, `ended after ${took} ms`);
+    await waitFor(() => server.sockets.size === 0, { what: "the watch's connection closed" });
   });
 });

@@ -60,16 +60,20 @@ function b64(text: string): string {
   return btoa(String.fromCharCode(...new TextEncoder().encode(text)));
 }
 
-function unb64(data: string | undefined): string {
-  if (data === undefined) return "";
-  return new TextDecoder().decode(Uint8Array.from(atob(data), (c) => c.charCodeAt(0)));
+/** The text of a Secret's base64 value; undefined when absent or not base64 (someone's edit). */
+function unb64(data: string | undefined): string | undefined {
+  if (data === undefined) return undefined;
+  try {
+    return new TextDecoder().decode(Uint8Array.from(atob(data), (c) => c.charCodeAt(0)));
+  } catch {
+    return undefined;
+  }
 }
 
 function pairOf(secret: k8s.V1Secret | undefined): CertificatePair | undefined {
-  if (secret?.data?.["tls.crt"] === undefined || secret.data["tls.key"] === undefined) {
-    return undefined;
-  }
-  return { certPem: unb64(secret.data["tls.crt"]), keyPem: unb64(secret.data["tls.key"]) };
+  const certPem = unb64(secret?.data?.["tls.crt"]);
+  const keyPem = unb64(secret?.data?.["tls.key"]);
+  return certPem === undefined || keyPem === undefined ? undefined : { certPem, keyPem };
 }
 
 /**

@@ -139,6 +139,28 @@ Deno.test("k8s certificates: a restart replaces a pair that is not reusable", as
   });
 });
 
+// A value that is not base64 (a hand edit) once threw in the comparison: publication retried
+// the Secret forever, and the restart's read failed until the wait ran out.
+Deno.test("k8s certificates: a Secret value that is not base64 is replaced, not retried forever", async () => {
+  await withApi(async ({ server, prepare, publish }) => {
+    const first = await prepare();
+    await publish(first);
+    for (const name of [CA_SECRET, CLIENT_SECRET]) {
+      const secret = server.get("secrets", NS, name)!;
+      secret.data["tls.crt"] = "%%% not base64 %%%";
+      server.put("secrets", secret);
+    }
+    const second = await prepare();
+    assert.notEqual(second.ca.certPem, first.ca.certPem, "not reusable: a new CA");
+    const p = await publish(second);
+    assert.deepEqual(p.stats(), { published: 1, failures: 0, created: 0, updated: 3 });
+    assert.equal(
+      secretText(server.get("secrets", NS, CLIENT_SECRET)!, "tls.key"),
+      second.client.keyPem,
+    );
+  });
+});
+
 Deno.test("k8s certificates: publication is retried through 5xx and 409 conflicts", async () => {
   await withApi(async ({ server, prepare, publish }) => {
     // An old ConfigMap exists and a concurrent writer changes it under our first update.

@@ -39,7 +39,8 @@ flowLogger:
     { configPath: "/etc/flow-aggregator/flow-aggregator.conf", listen: "0.0.0.0:4739" },
   );
   assert.deepEqual(p, {
-    net: ["0.0.0.0:4739", API, "[fd00::5]:4740"],
+    // Over UDP also the local socket, on an ephemeral port.
+    net: ["0.0.0.0:4739", "[::]:0", API, "[fd00::5]:4740"],
     read: ["/etc/flow-aggregator", SRC, "/var/log/fa"].sort(),
     write: ["/var/log/fa", TOKEN_DIR],
     env: [...PROCESS_ENV].sort(),

@@ -17,6 +17,9 @@
 
 import { concatBytes } from "../bytes.ts";
 import { AddressCaps, closeQuietly } from "../collector/address.ts";
+import { logger } from "../log.ts";
+
+const log = logger("transport");
 
 /** Transport kinds (the `:proto` suffix of a collector address). */
 export type TransportKind = "tcp" | "udp" | "tls";
@@ -230,14 +233,34 @@ class StreamTransport extends SocketTransport {
   }
 }
 
+/**
+ * Datagrams to the collector's address, resolved once at open. Where the `net` permission names
+ * the collector by its host name only (a worker, or `deno task start`), resolving it or sending
+ * to the resolved address is denied: the transport then sends to the name, which the system
+ * resolves at each datagram (~60 µs from /etc/hosts, a DNS query otherwise), logged once.
+ */
 class UdpTransport extends SocketTransport {
   readonly #sock: Deno.DatagramConn;
-  readonly #addr: Deno.NetAddr;
+  #addr: Deno.NetAddr;
+  readonly #name: string;
 
-  constructor(sock: Deno.DatagramConn, addr: Deno.NetAddr) {
+  constructor(sock: Deno.DatagramConn, addr: Deno.NetAddr, name: string) {
     super("udp", sock);
     this.#sock = sock;
     this.#addr = addr;
+    this.#name = name;
+    if (addr.hostname === name && !isIpLiteral(name)) byName(name, addr.port);
+  }
+
+  async #sendOne(m: Uint8Array): Promise<number> {
+    try {
+      return await this.#sock.send(m, this.#addr);
+    } catch (e) {
+      if (!(e instanceof Deno.errors.NotCapable) || this.#addr.hostname === this.#name) throw e;
+      this.#addr = { ...this.#addr, hostname: this.#name };
+      byName(this.#name, this.#addr.port);
+      return await this.#sock.send(m, this.#addr);
+    }
   }
 
   async send(messages: readonly Uint8Array[]): Promise<void> {
@@ -246,7 +269,7 @@ class UdpTransport extends SocketTransport {
       if (!this.open) throw new SendError("connection closed", { written });
       let n: number;
       try {
-        n = await this.#sock.send(m, this.#addr);
+        n = await this.#sendOne(m);
       } catch (e) {
         throw new SendError(e instanceof Error ? e.message : String(e), { written, cause: e });
       }
@@ -263,12 +286,52 @@ class UdpTransport extends SocketTransport {
   }
 }
 
+/** Whether `host` is an IP address (IPv4 dotted or IPv6) rather than a name. */
+function isIpLiteral(host: string): boolean {
+  return /^[0-9.]+$/.test(host) || host.includes(":");
+}
+
+/** The local address a UDP transport to `ip` binds, on an ephemeral port (port 0). */
+function udpBindHost(ip: string): string {
+  return ip.includes(":") ? "::" : "0.0.0.0";
+}
+
+/**
+ * What a UDP transport to `host` needs of the `net` permission besides `host:port`: its local
+ * socket's bind (`0.0.0.0:0` or `[::]:0`; both for a name, resolved only when sending).
+ */
+export function udpBindPermissions(host: string): string[] {
+  const hosts = isIpLiteral(host)
+    ? [udpBindHost(host)]
+    : [udpBindHost("0.0.0.0"), udpBindHost("::")];
+  return hosts.map((h) => (h.includes(":") ? `[${h}]:0` : `${h}:0`));
+}
+
+/** See {@linkcode UdpTransport}. */
+function byName(host: string, port: number): void {
+  log.warn(
+    "UDP collector: the net permission names it by host name only: resolving it at each " +
+      "datagram (give its IP address, or grant net to the address, to avoid that)",
+    { host, port },
+  );
+}
+
+/**
+ * `host`'s address, resolved once; `host` itself when the process may not resolve it (a `net`
+ * permission for the name with a port: see {@linkcode UdpTransport}).
+ */
 async function resolveHost(host: string): Promise<string> {
-  if (/^[0-9.]+$/.test(host) || host.includes(":")) return host;
+  if (isIpLiteral(host)) return host;
   if (host === "localhost") return "127.0.0.1";
   const { lookup } = await import("node:dns/promises");
-  const r = await lookup(host);
-  return r.address;
+  try {
+    return (await lookup(host)).address;
+  } catch (e) {
+    if ((e as { code?: string }).code === "EPERM" || e instanceof Deno.errors.NotCapable) {
+      return host;
+    }
+    throw e;
+  }
 }
 
 /**
@@ -294,10 +357,14 @@ export async function openTransport(target: TransportTarget): Promise<Transport>
       const ip = await resolveHost(target.host);
       const sock = Deno.listenDatagram({
         transport: "udp",
-        hostname: ip.includes(":") ? "::" : "0.0.0.0",
+        hostname: udpBindHost(ip),
         port: 0,
       });
-      return new UdpTransport(sock, { transport: "udp", hostname: ip, port: target.port });
+      return new UdpTransport(
+        sock,
+        { transport: "udp", hostname: ip, port: target.port },
+        target.host,
+      );
     }
     if (target.kind === "tcp") {
       const conn = await withTimeout(

@@ -334,3 +334,32 @@ Deno.test("idleSessionTimeout: a collector that never answers the end: possibly 
     await silent.kill();
   }
 });
+
+// Over UDP the sink binds a local socket (0.0.0.0:0) before sending: its worker was granted only
+// the collector's host:port, so every send failed ("Requires net access to 0.0.0.0:0") and the
+// records piled up, not one exported, in the default (worker) mode. Named by host, the worker
+// may neither resolve the name nor send to its address: it sends to the name.
+for (const host of ["127.0.0.1", "localhost"]) {
+  Deno.test(`in its worker over UDP to ${host}: the records reach the collector`, async () => {
+    const cap = CaptureServer.listen({ kind: "udp", hostname: host });
+    const config = parseConfig(
+      `flowCollector:\n  enable: true\n  address: ${host}:${cap.port}:udp\n`,
+    ).flowCollector;
+    const e = new WorkerExporter(ipfixComponent, config, {
+      podLabels: false,
+      clusterUuid: "2a1c5d0e-3c8f-4b5e-9d4f-0123456789ab",
+    });
+    try {
+      await e.start();
+      for (let i = 0; i < 100; i++) e.addRecord(flow(i));
+      await cap.waitFor(() => cap.records.length === 100, 10_000, "100 records over UDP");
+      await e.stop();
+      const s = e.stats();
+      assert.equal(s.exported, 100);
+      assert.equal(s.permissionDenied, 0);
+    } finally {
+      await e.stop();
+      await cap.close();
+    }
+  });
+}

@@ -12,7 +12,7 @@
  */
 
 import denoJson from "./deno.json" with { type: "json" };
-import { ConfigWatcher, EMBEDDED_DEFAULT_CONFIG } from "./src/config/mod.ts";
+import { ConfigWatcher, EMBEDDED_DEFAULT_CONFIG, readConfigFile } from "./src/config/mod.ts";
 import { diffConfig, type FlowAggregatorConfig, parseConfig } from "./src/components.ts";
 import {
   permissionFlags,
@@ -368,7 +368,7 @@ export function udpSocketsFor(opts: Pick<CliOptions, "udpWorkers" | "workers">):
 async function printPermissions(opts: CliOptions): Promise<number> {
   const text = opts.config === undefined
     ? EMBEDDED_DEFAULT_CONFIG
-    : await Deno.readTextFile(opts.config);
+    : await readConfigFile(opts.config);
   const config = parseConfig(text);
   const kube = await kubeTarget(opts);
   if (opts.perSink) {
@@ -399,7 +399,7 @@ if (import.meta.main && Deno.args[0] === "clickhouse") {
   const r = await runClickHouseCommand(
     Deno.args.slice(1),
     async (path) =>
-      parseConfig(path === undefined ? EMBEDDED_DEFAULT_CONFIG : await Deno.readTextFile(path))
+      parseConfig(path === undefined ? EMBEDDED_DEFAULT_CONFIG : await readConfigFile(path))
         .clickHouse,
   );
   if (r.stdout !== "") console.log(r.stdout);

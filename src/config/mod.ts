@@ -10,6 +10,7 @@
 export * from "./types.ts";
 export { DEFAULTS, EMBEDDED_DEFAULT_CONFIG } from "./defaults.ts";
 export { parseDuration, parseDurationNs } from "./duration.ts";
+export { MAX_CONFIG_FILE_BYTES, readConfigFile } from "./file.ts";
 export { ConfigError, type MapSchema, type Raw } from "./schema.ts";
 export type {
   BuildContext,

@@ -13,7 +13,8 @@
  * missing, whose defaults then replace the operator's settings (the collector's transport
  * falling back to TLS disconnects every Agent). Content that changed between the two reads is
  * rejected for now and re-checked after the next debounce. Every rejection (unstable, invalid,
- * unreadable) keeps the last good configuration and is counted (`configReloadsRejected`).
+ * unreadable, larger than `MAX_CONFIG_FILE_BYTES` of file.ts) keeps the last good configuration
+ * and is counted (`configReloadsRejected`).
  * All waiting runs on the injected {@linkcode Clock}.
  *
  * Permissions: `--allow-read` on the config directory.
@@ -23,6 +24,7 @@ import { dirname } from "node:path";
 import { type Clock, type ClockTimer, systemClock } from "../clock.ts";
 import { logger } from "../log.ts";
 import type { ConfigDiff } from "./diff.ts";
+import { readConfigFile } from "./file.ts";
 
 const log = logger("config");
 
@@ -145,7 +147,7 @@ export class ConfigWatcher<C> {
     this.#running = true;
     this.#generation++;
     try {
-      const text = await Deno.readTextFile(this.#path);
+      const text = await readConfigFile(this.#path);
       this.#config = this.#parse(text);
       this.#baseline = text;
     } catch (e) {
@@ -200,7 +202,7 @@ export class ConfigWatcher<C> {
   /** Reads the file; undefined (logged, counted) when it cannot be read. */
   async #read(): Promise<string | undefined> {
     try {
-      return await Deno.readTextFile(this.#path);
+      return await readConfigFile(this.#path);
     } catch (e) {
       this.#rejected++;
       log.error("Cannot read FlowAggregator configuration file, keeping the current one", {

@@ -1,5 +1,11 @@
 import assert from "node:assert/strict";
-import { type CheckResult, type ConfigDiff, ConfigWatcher } from "../../src/config/mod.ts";
+import {
+  type CheckResult,
+  type ConfigDiff,
+  ConfigWatcher,
+  MAX_CONFIG_FILE_BYTES,
+  readConfigFile,
+} from "../../src/config/mod.ts";
 import { diffConfig, type FlowAggregatorConfig, parseConfig } from "../../src/components.ts";
 import { ManualClock } from "../../src/clock.ts";
 import { setLogWriter } from "../../src/log.ts";
@@ -372,6 +378,40 @@ Deno.test("watcher: invalid content is rejected and counted once, the last good 
     assert.deepEqual(h.watcher.stats(), { configReloads: 0, configReloadsRejected: 2 });
     assert.equal(h.changes.length, 0);
   });
+});
+
+// A file of hundreds of MiB in the config's place was read and parsed whole on the main thread
+// at every reload and poll (found by review: 303 MB, /healthz 15 s late, +600 MB RSS kept).
+Deno.test("watcher: a file over MAX_CONFIG_FILE_BYTES is refused unread, the last good config stays", async () => {
+  await withPlainFile(undefined, async (path, clock, h) => {
+    // Valid YAML (comments) past the bound: only its size is wrong.
+    const huge = TCP_A.replace("TCP", "UDP") + "#".repeat(MAX_CONFIG_FILE_BYTES) + "\n";
+    await Deno.writeTextFile(path, huge);
+    let r: CheckResult | undefined;
+    h.watcher.check().then((x) => r = x);
+    await driveUntil(clock, () => r !== undefined, "the re-read");
+    assert.equal(r, "unreadable");
+    // Counted at each read (the file's own event may have caused one more).
+    assert.equal(h.watcher.stats().configReloads, 0);
+    assert.ok(h.watcher.stats().configReloadsRejected >= 1);
+    assert.equal(h.watcher.config.aggregatorTransportProtocol, "TCP");
+    // At the bound exactly, it is read.
+    await Deno.writeTextFile(path, huge.slice(0, MAX_CONFIG_FILE_BYTES));
+    void h.watcher.check();
+    await driveUntil(
+      clock,
+      () => h.watcher.config.aggregatorTransportProtocol === "UDP",
+      "the file at the bound applied",
+    );
+    assert.equal(h.watcher.stats().configReloads, 1);
+  });
+  const dir = await Deno.makeTempDir({ prefix: "fa-config-" });
+  try {
+    await Deno.writeTextFile(`${dir}/${CONF}`, "#".repeat(MAX_CONFIG_FILE_BYTES + 1));
+    await assert.rejects(() => readConfigFile(`${dir}/${CONF}`), /larger than 1048576 bytes/);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });
 
 Deno.test("watcher: ConfigMap symlink swaps reload on the injected clock, stability included", async () => {

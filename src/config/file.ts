@@ -1,0 +1,41 @@
+/**
+ * Reading the configuration file, bounded: a configuration is a few KiB, and the file is read
+ * again at every reload and poll; a file of hundreds of MiB put in its place (a mistake, a
+ * runaway generator) would otherwise be read and parsed on the main thread, holding it for
+ * seconds and its memory for good.
+ *
+ * @module
+ */
+
+/** Largest configuration file read, bytes (the stock ConfigMap's is ~12 KiB). */
+export const MAX_CONFIG_FILE_BYTES = 1 << 20;
+
+/**
+ * The text of the configuration file at `path`; throws, naming the bound, when it is larger than
+ * `max` bytes (read no further than that).
+ */
+export async function readConfigFile(
+  path: string,
+  max = MAX_CONFIG_FILE_BYTES,
+): Promise<string> {
+  using file = await Deno.open(path);
+  // The size announced sizes the buffer; the read is bounded whatever the file does meanwhile.
+  let buf = new Uint8Array(Math.min((await file.stat()).size, max) + 1);
+  let n = 0;
+  for (;;) {
+    if (n === buf.length) {
+      if (n > max) {
+        throw new Error(
+          `configuration file ${path} is larger than ${max} bytes: not read (a configuration is a few KiB)`,
+        );
+      }
+      const bigger = new Uint8Array(Math.min(buf.length * 2, max + 1));
+      bigger.set(buf);
+      buf = bigger;
+    }
+    const got = await file.read(buf.subarray(n));
+    if (got === null) break;
+    n += got;
+  }
+  return new TextDecoder().decode(buf.subarray(0, n));
+}

@@ -107,7 +107,11 @@ export interface IpfixExporterOptions {
   templateRefreshMs?: number;
   /** Records kept while the collector is unreachable; older ones are dropped first. */
   maxQueueRecords?: number;
-  /** Messages are kept strictly below this size; default 1400 (UDP) / 65535 (TCP, TLS). */
+  /**
+   * Messages are kept strictly below this size; default 1400 (UDP) / 65535 (TCP, TLS). A
+   * record larger on its own (long Pod labels) goes alone in a larger message, up to the
+   * largest datagram on UDP (IP-fragmented: counted in `oversizeDatagrams`, logged).
+   */
   maxMessageBytes?: number;
   /** First reconnect delay; doubles per failure up to `backoffMaxMs`. Default 1000 ms. */
   backoffInitialMs?: number;
@@ -156,6 +160,11 @@ export interface IpfixExporterStats extends ExporterStats {
   unacknowledged: number;
   /** Records written to connections that ended before they were proven read (at most once). */
   possiblyLost: number;
+  /**
+   * UDP datagrams larger than `maxMessageBytes` (a record too large on its own): sent, but
+   * fragmented by IP beyond the path MTU, and lost whole when one fragment is.
+   */
+  oversizeDatagrams: number;
   /** True while a connection is open. */
   connected: boolean;
 }
@@ -347,6 +356,7 @@ export class IpfixExporter implements Exporter {
   #received = 0;
   #exported = 0;
   #dropped = 0;
+  #oversizeDatagrams = 0;
   #errors = 0;
   #reconnects = 0;
   #templatesSent = 0;
@@ -502,6 +512,7 @@ export class IpfixExporter implements Exporter {
       queued: this.#queueLength() + this.#inWrite,
       unacknowledged: this.#awaitingProof + this.#possiblyLost,
       possiblyLost: this.#possiblyLost,
+      oversizeDatagrams: this.#oversizeDatagrams,
       connected: this.#transport?.open ?? false,
     };
   }
@@ -969,6 +980,24 @@ export class IpfixExporter implements Exporter {
     out.endMessage();
     // A stream takes the whole batch in one write; UDP sends one datagram per message.
     const messages = out.messages();
+    if (this.#proto === "udp") {
+      for (const m of messages) {
+        if (m.length < this.#maxMessage) continue;
+        this.#oversizeDatagrams++;
+        const suppressed = this.#dropLog.allow("oversize");
+        if (suppressed >= 0) {
+          log.warn(
+            "record larger than maxMessageBytes: sent alone in a datagram IP will fragment",
+            {
+              bytes: m.length,
+              maxMessageBytes: this.#maxMessage,
+              oversizeDatagrams: this.#oversizeDatagrams,
+              suppressed,
+            },
+          );
+        }
+      }
+    }
     const payload = this.#proto === "udp" ? messages : [out.bytes()];
     return {
       payload,

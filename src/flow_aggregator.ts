@@ -695,8 +695,7 @@ export class FlowAggregator {
   /** Replaces a running exporter: the old one drains in the background. */
   async #replaceExporter(section: ExporterSection, have: Exporter): Promise<void> {
     this.#exporters.delete(section);
-    const draining: Promise<void> = have.stop()
-      .catch((err) => log.error("stopping replaced exporter", { section, err }))
+    const draining: Promise<void> = this.#stopWithin(have, section, "replaced exporter")
       .finally(() => this.#draining.delete(draining));
     this.#draining.add(draining);
     await this.#createExporter(section);
@@ -870,20 +869,29 @@ export class FlowAggregator {
     return this.#opts.exporterStopTimeoutMs ?? DEFAULT_EXPORTER_STOP_TIMEOUT_MS;
   }
 
+  /**
+   * Stops `e`, waiting at most the stop timeout; past it the exporter is abandoned (a worker's
+   * sink terminated, what it held counted as dropped). Never rejects.
+   */
+  async #stopWithin(e: Exporter, section: ExporterSection, what: string): Promise<void> {
+    try {
+      if (await within(e.stop(), this.#stopTimeoutMs) === "timeout") {
+        log.error(`${what} did not stop in time; records it still holds are dropped`, {
+          section,
+          timeoutMs: this.#stopTimeoutMs,
+        });
+        e.abandon?.(`did not stop within ${this.#stopTimeoutMs} ms`);
+      }
+    } catch (err) {
+      log.error(`error stopping ${what}`, { section, err });
+    }
+  }
+
   async #stopExporter(section: ExporterSection): Promise<void> {
     const e = this.#exporters.get(section);
     if (e === undefined) return;
     this.#exporters.delete(section);
-    try {
-      if (await within(e.stop(), this.#stopTimeoutMs) === "timeout") {
-        log.error("exporter did not stop in time; records it still buffers are lost", {
-          section,
-          timeoutMs: this.#stopTimeoutMs,
-        });
-      }
-    } catch (err) {
-      log.error("error stopping exporter", { section, err });
-    }
+    await this.#stopWithin(e, section, "exporter");
     const s = e.stats();
     if (this.#state === "stopping") this.#finalSinkStats.set(section, s);
     log.info("exporter stopped", { section, ...s });

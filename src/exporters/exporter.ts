@@ -61,6 +61,12 @@ export interface Exporter {
    * declares live (`reload.live`) change when this is called; other changes rebuild the sink.
    */
   update?(config: unknown): Promise<void>;
+  /**
+   * Optional: called when `stop()` did not finish in time: gives up at once what the exporter
+   * still holds, counting it as dropped (a sink in a worker: the worker is terminated, so a
+   * stuck sink does not live on beside its replacement). `stop()` then resolves.
+   */
+  abandon?(reason: string): void;
   /** Returns the counters. */
   stats(): ExporterStats;
 }

@@ -294,6 +294,12 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
     this.#terminate("stopped");
   }
 
+  /** See {@linkcode Exporter.abandon}: the worker is terminated, what it held counted lost. */
+  abandon(reason: string): void {
+    this.#stopping = true;
+    if (this.#worker !== undefined) this.#died(reason);
+  }
+
   /** The ledger: received = exported + dropped + filtered + buffered + unacknowledged. */
   stats(): WorkerExporterStats {
     const exported = this.#past.exported + this.#w.exported;
@@ -478,7 +484,7 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
       exporter: this.name,
       reason,
       lost,
-      restartInMs: this.#restartDelayMs,
+      ...(this.#stopping ? {} : { restartInMs: this.#restartDelayMs }),
     });
     if (this.#stopping) return;
     this.#restartTimer = this.#opts.clock.setTimer(this.#restartDelayMs, () => this.#restart());

@@ -129,6 +129,32 @@ Deno.test("a worker that stops answering is declared dead on the clock and resta
   }
 });
 
+// A sink stuck in its stop (a hung write) kept its worker for good: the process's stop timeout
+// only stopped waiting, and a reload's replaced sink lived on beside its successor.
+Deno.test("abandoned when its stop does not finish, the worker is terminated and what it held counted as dropped", async () => {
+  const { config, cleanup } = await probeSetup();
+  const e = new WorkerExporter(probeComponent, config, CTX);
+  try {
+    await e.start();
+    e.addRecord(flow("ok", 1));
+    await e.flush();
+    e.addRecord(flow("hang", 2));
+    e.addRecord(flow("ok", 3)); // behind the hang
+    let stopped = false;
+    const stopping = e.stop().then(() => stopped = true);
+    await new Promise((r) => setTimeout(r, 500));
+    assert.equal(stopped, false, "a hung sink does not stop");
+    e.abandon("did not stop in time");
+    await stopping;
+    const s = e.stats();
+    assert.equal(s.exported, 1);
+    assert.equal(s.lostInWorker, 2);
+    assert.equal(s.received, s.exported + s.dropped + s.filtered + s.buffered + s.unacknowledged);
+  } finally {
+    await cleanup();
+  }
+});
+
 Deno.test("stopped while its worker is dead and not yet restarted, what waited for it is counted as dropped, not left buffered", async () => {
   const { config, cleanup } = await probeSetup();
   const clock = new ManualClock();

@@ -155,6 +155,42 @@ Deno.test("abandoned when its stop does not finish, the worker is terminated and
   }
 });
 
+// The main thread held for longer than the heartbeat timeout (a 300 MB config parsed, found by
+// review) declared every healthy sink worker dead: the check ran first, before the heartbeats
+// that had arrived meanwhile were read.
+Deno.test("a heartbeat check that itself ran late (this thread was held) does not declare a live worker dead", async () => {
+  const { config, cleanup } = await probeSetup();
+  const manual = new ManualClock();
+  let held = 0;
+  const clock = {
+    nowMs: () => manual.nowMs() + held,
+    wallMs: () => manual.wallMs() + held,
+    setTimer: manual.setTimer.bind(manual),
+  };
+  const e = new WorkerExporter(probeComponent, config, CTX, {
+    clock,
+    heartbeatTimeoutMs: 5000,
+    restartInitialMs: 300,
+  });
+  try {
+    await e.start();
+    held = 20_000; // the thread was held 20 s: its next check comes that late
+    manual.advance(1000);
+    assert.deepEqual(manual.pendingTimers(), [1000], "the next check; no restart pending");
+    // The worker's report of the held time is read; the next check finds it alive.
+    await new Promise((r) => setTimeout(r, 1500));
+    manual.advance(1000);
+    assert.deepEqual(manual.pendingTimers(), [1000], "still alive");
+    e.addRecord(flow("ok", 1));
+    await waitFor(() => e.stats().exported === 1, { what: "the record exported" });
+    assert.equal(e.stats().workerRestarts, 0);
+    assert.equal(e.stats().lostInWorker, 0);
+  } finally {
+    await e.stop();
+    await cleanup();
+  }
+});
+
 Deno.test("stopped while its worker is dead and not yet restarted, what waited for it is counted as dropped, not left buffered", async () => {
   const { config, cleanup } = await probeSetup();
   const clock = new ManualClock();

@@ -11,6 +11,7 @@ export {
   encodeFrame,
   FLAG_OUTCOME_UNKNOWN,
   newBatchId,
+  type SegmentWriter,
   Spool,
   type SpoolEntry,
   type SpoolLease,

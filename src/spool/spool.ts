@@ -22,6 +22,10 @@
  * Durability: frames are written with `write(2)` and survive the process being killed; they
  * are not `fsync`ed per batch (a host crash may cut the tail, which the checksums catch).
  *
+ * A full disk: a frame whose write fails part-way (no space left) is cut off again (the file
+ * truncated back to its last whole frame), so only that batch is lost (the caller counts it)
+ * and later frames land where they are read.
+ *
  * @module
  */
 
@@ -51,12 +55,20 @@ export interface SpoolEntry {
   readonly recovered: boolean;
 }
 
+/** What the spool needs of a segment file open for writing (a {@linkcode Deno.FsFile}). */
+export type SegmentWriter = Pick<Deno.FsFile, "write" | "truncate" | "seek" | "close">;
+
 /** Bounds of a spool. */
 export interface SpoolOptions {
   /** Total size of the segment files beyond which the oldest segment is dropped. */
   maxBytes: number;
   /** Size at which a segment is closed and a new one started. Default `maxBytes / 8`. */
   segmentBytes?: number;
+  /**
+   * Opens a segment file for writing (created, truncated). Default `Deno.open`; tests wrap it
+   * to make writes fail part-way.
+   */
+  openSegment?: (path: string) => Promise<SegmentWriter>;
 }
 
 /** Counters of a spool (monotonic except the gauges `records`, `bytes`, `segments`). */
@@ -190,9 +202,10 @@ export class Spool {
   readonly #dir: string;
   readonly #maxBytes: number;
   readonly #segmentBytes: number;
+  readonly #openSegment: (path: string) => Promise<SegmentWriter>;
   readonly #segments: Segment[] = [];
   #lock: Deno.FsFile | undefined;
-  #writer: Deno.FsFile | undefined;
+  #writer: SegmentWriter | undefined;
   #nextSeq = 1;
   #writerSeq = 0;
   /** The frame whose last delivery had an unknown outcome (in this process or the last one). */
@@ -219,6 +232,8 @@ export class Spool {
   private constructor(dir: string, options: SpoolOptions) {
     this.#dir = dir;
     this.#maxBytes = options.maxBytes;
+    this.#openSegment = options.openSegment ??
+      ((path) => Deno.open(path, { write: true, create: true, truncate: true }));
     this.#segmentBytes = Math.max(
       4096,
       Math.min(options.segmentBytes ?? Math.floor(options.maxBytes / 8), options.maxBytes),
@@ -366,7 +381,12 @@ export class Spool {
         await this.#roll();
         last = this.#segments.at(-1)!;
       }
-      await writeAll(this.#writer!, frame);
+      try {
+        await writeAll(this.#writer!, frame);
+      } catch (err) {
+        await this.#cutPartialFrame(last);
+        throw err;
+      }
       last.size += frame.length;
       last.records += entry.records;
       this.#s.bytes += frame.length;
@@ -375,6 +395,23 @@ export class Spool {
       applied?.();
       return true;
     });
+  }
+
+  /**
+   * After a failed write (disk full): cuts the open segment back to its last whole frame, so
+   * the next frame lands where its offset says. When that fails the segment is closed instead
+   * (the next append starts a new one): its stray bytes lie past `seg.size`, where nothing reads
+   * them, and the scan of the next open cuts them.
+   */
+  async #cutPartialFrame(seg: Segment): Promise<void> {
+    const w = this.#writer!;
+    try {
+      await w.truncate(seg.size);
+      await w.seek(seg.size, Deno.SeekMode.Start);
+    } catch {
+      w.close();
+      this.#writer = undefined;
+    }
   }
 
   #isWriter(seg: Segment): boolean {
@@ -386,11 +423,7 @@ export class Spool {
     this.#writer = undefined;
     const seq = this.#nextSeq++;
     this.#writerSeq = seq;
-    this.#writer = await Deno.open(`${this.#dir}/${segName(seq)}`, {
-      write: true,
-      create: true,
-      truncate: true,
-    });
+    this.#writer = await this.#openSegment(`${this.#dir}/${segName(seq)}`);
     this.#segments.push({
       seq,
       size: 0,

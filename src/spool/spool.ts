@@ -6,7 +6,8 @@
  *
  * Layout of `dir`: `LOCK` (held with an exclusive `flock` while open, so a sink replaced by a
  * reload waits for the old one to let go), `<16-digit seq>.seg` segments, and `cursor` (the
- * next frame to consume, replaced atomically by rename after every consumed batch).
+ * next frame to consume, JSON padded to 128 bytes, replaced atomically by rename after every
+ * consumed batch; rewritten in place when the disk is full).
  *
  * Frame: magic `FASP` (u32), body length (u32), CRC-32 of the body (u32), then the body:
  * flags (u8), three zero bytes, record count (u32), the batch id (16 bytes), the payload. All
@@ -24,19 +25,26 @@
  *
  * A full disk: a frame whose write fails part-way (no space left) is cut off again (the file
  * truncated back to its last whole frame), so only that batch is lost (the caller counts it)
- * and later frames land where they are read.
+ * and later frames land where they are read. Consuming is what frees the space, so a cursor
+ * write must not stop it: see {@linkcode Spool} for how the cursor is kept or, failing that,
+ * counted.
  *
  * @module
  */
 
 import { crc32 } from "./crc32.ts";
 import { writeAll } from "../bytes.ts";
+import { logger, RateLimitedLog } from "../log.ts";
+
+const log = logger("spool");
 
 const MAGIC = 0x46415350; // "FASP"
 const HEADER_BYTES = 12;
 const BODY_FIXED_BYTES = 24;
 /** Largest body accepted when scanning: a length beyond it is corruption, not a frame. */
 const MAX_BODY_BYTES = 1 << 30;
+/** Size of the cursor file: its JSON padded with spaces, so it can be rewritten in place. */
+const CURSOR_BYTES = 128;
 
 /** Flag of an entry: an earlier attempt to deliver it may have landed (outcome unknown). */
 export const FLAG_OUTCOME_UNKNOWN = 1;
@@ -89,6 +97,11 @@ export interface SpoolStats {
   corruptFrames: number;
   /** Bytes cut off segment files at a torn or corrupt frame. */
   truncatedBytes: number;
+  /**
+   * Cursor moves not saved for lack of space, neither by rename nor in place (consumption went
+   * on; after a crash the batches since the last saved cursor are delivered again).
+   */
+  cursorWriteFailures: number;
   /** Gauge: records in the spool. */
   records: number;
   /** Gauge: bytes of the segment files. */
@@ -197,13 +210,29 @@ interface Cursor {
   inflight: boolean;
 }
 
-/** A durable FIFO of batches in one directory (see the module doc). */
+/**
+ * A durable FIFO of batches in one directory (see the module doc).
+ *
+ * The cursor on a full disk: it is normally replaced atomically (a new `cursor.tmp` renamed
+ * over `cursor`), which needs a free block. When that fails for lack of space (`ENOSPC`,
+ * `EDQUOT`) the existing `cursor` file is overwritten in place instead: it is always
+ * 128 bytes long (padded with spaces), so the overwrite needs no new space on an
+ * overwrite-in-place file system (ext4, xfs, tmpfs), and one small `write(2)` at offset 0 is
+ * not torn by the process being killed; the crash guarantees stay whole (an in-flight batch
+ * still comes back flagged {@linkcode FLAG_OUTCOME_UNKNOWN}). Only when that fails too (no
+ * cursor file yet, a copy-on-write file system) is the move not saved: consumption goes on
+ * anyway, since it is what frees the space and a spool that cannot drain never recovers. That
+ * is counted (`cursorWriteFailures`) and logged at most every 10 s; a crash then replays the
+ * batches since the last saved cursor (delivered again, possibly without the flag; nothing is
+ * lost). Other cursor write errors reject as before.
+ */
 export class Spool {
   readonly #dir: string;
   readonly #maxBytes: number;
   readonly #segmentBytes: number;
   readonly #openSegment: (path: string) => Promise<SegmentWriter>;
   readonly #segments: Segment[] = [];
+  readonly #rateLog = new RateLimitedLog(10_000);
   #lock: Deno.FsFile | undefined;
   #writer: SegmentWriter | undefined;
   #nextSeq = 1;
@@ -224,6 +253,7 @@ export class Spool {
     corruptRecords: 0,
     corruptFrames: 0,
     truncatedBytes: 0,
+    cursorWriteFailures: 0,
     records: 0,
     bytes: 0,
     segments: 0,
@@ -326,6 +356,15 @@ export class Spool {
       this.#s.recovered += seg.records - seg.consumed;
       this.#s.bytes += seg.size;
     }
+    // A cursor file from the start, so that on a full disk it can be rewritten in place.
+    if (cursor === undefined) {
+      const first = this.#segments[0];
+      await this.#writeCursor({
+        seq: first?.seq ?? 0,
+        offset: first?.readOffset ?? 0,
+        inflight: false,
+      });
+    }
   }
 
   async #readCursor(): Promise<Cursor | undefined> {
@@ -338,10 +377,49 @@ export class Spool {
     return undefined;
   }
 
+  /**
+   * Saves the cursor: atomically by rename; on a full disk in place, else not at all, counted
+   * (see {@linkcode Spool}).
+   */
   async #writeCursor(c: Cursor): Promise<void> {
-    const tmp = `${this.#dir}/cursor.tmp`;
-    await Deno.writeTextFile(tmp, JSON.stringify(c));
-    await Deno.rename(tmp, `${this.#dir}/cursor`);
+    const path = `${this.#dir}/cursor`;
+    const tmp = `${path}.tmp`;
+    const text = JSON.stringify(c);
+    try {
+      await Deno.writeTextFile(tmp, text.padEnd(CURSOR_BYTES));
+      await Deno.rename(tmp, path);
+      return;
+    } catch (err) {
+      if (!isNoSpace(err)) throw err;
+      await Deno.remove(tmp).catch(() => {});
+    }
+    try {
+      const f = await Deno.open(path, { write: true });
+      try {
+        // Never shorter than the file (one written by an earlier version may be longer).
+        const size = (await f.stat()).size;
+        await writeAll(f, new TextEncoder().encode(text.padEnd(Math.max(CURSOR_BYTES, size))));
+      } finally {
+        f.close();
+      }
+      if (this.#rateLog.allow("inplace") >= 0) {
+        log.warn("spool disk full: cursor rewritten in place", { dir: this.#dir });
+      }
+    } catch (err) {
+      this.#s.cursorWriteFailures++;
+      const suppressed = this.#rateLog.allow("failed");
+      if (suppressed >= 0) {
+        log.warn(
+          "spool disk full: cursor not saved; consuming anyway (a crash would deliver the batches since the last saved cursor again)",
+          {
+            dir: this.#dir,
+            err: err instanceof Error ? err.message : String(err),
+            cursorWriteFailures: this.#s.cursorWriteFailures,
+            suppressed,
+          },
+        );
+      }
+    }
   }
 
   /** Runs `f` after every earlier operation (the spool's file state is not reentrant). */
@@ -595,6 +673,12 @@ export class Spool {
       return Promise.resolve();
     });
   }
+}
+
+/** The error says the disk (or the quota) is full. */
+function isNoSpace(err: unknown): boolean {
+  const code = (err as { code?: unknown } | undefined)?.code;
+  return code === "ENOSPC" || code === "EDQUOT";
 }
 
 async function readExactly(f: Deno.FsFile, n: number): Promise<Uint8Array | undefined> {

@@ -1,16 +1,19 @@
 /**
  * The spool on a full disk, without mounting one: a segment writer that stores part of a frame
- * and then fails as `write(2)` does with no space left.
+ * and then fails as `write(2)` does with no space left, and cursor files that are symlinks to
+ * `/dev/full` (every write fails with `ENOSPC`).
  */
 
 import assert from "node:assert/strict";
 import {
+  FLAG_OUTCOME_UNKNOWN,
   newBatchId,
   type SegmentWriter,
   Spool,
   type SpoolEntry,
   type SpoolStats,
 } from "../../src/spool/mod.ts";
+import { setLogWriter } from "../../src/log.ts";
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
@@ -134,5 +137,96 @@ Deno.test("when a partial frame cannot be cut, later batches go to a new segment
     assert.equal(s.corruptFrames, 0);
     assertLedger(s);
     await spool.close();
+  });
+});
+
+/** Makes the next write of `name` in `dir` fail with ENOSPC (a symlink to /dev/full). */
+async function full(dir: string, name: string): Promise<void> {
+  await Deno.remove(`${dir}/${name}`).catch(() => {});
+  await Deno.symlink("/dev/full", `${dir}/${name}`);
+}
+
+Deno.test("on a full disk the cursor is rewritten in place: delivery goes on, a crash still flags the batch in flight", async () => {
+  await withDir(async (dir) => {
+    const opts = { maxBytes: 1 << 20 };
+    const spool = await Spool.open(dir, opts);
+    for (const n of ["a", "b", "c", "d"]) await spool.append(batch(n));
+    const a = (await spool.peek({ markInflight: true }))!;
+    await spool.ack(a);
+    const lines: string[] = [];
+    const restore = setLogWriter((line) => lines.push(line));
+    let c;
+    try {
+      // From here on no new file can be written (cursor.tmp), but `cursor` can be overwritten.
+      await full(dir, "cursor.tmp");
+      const b = (await spool.peek({ markInflight: true }))!;
+      assert.equal(nameOf(b.payload), "b");
+      await full(dir, "cursor.tmp");
+      await spool.ack(b);
+      await full(dir, "cursor.tmp");
+      c = (await spool.peek({ markInflight: true }))!;
+      assert.equal(nameOf(c.payload), "c");
+    } finally {
+      setLogWriter(restore);
+    }
+    assert.equal(spool.stats().cursorWriteFailures, 0, "saved in place");
+    assert.equal(lines.filter((l) => l.includes("cursor rewritten in place")).length, 1);
+    await spool.close(); // no ack: the process "died" during the delivery of c
+    await Deno.remove(`${dir}/cursor.tmp`).catch(() => {});
+    const again = await Spool.open(dir, opts);
+    const first = (await again.peek())!;
+    assert.equal(first.id, c.id, "b's ack was saved: c comes next");
+    assert.equal(first.flags & FLAG_OUTCOME_UNKNOWN, FLAG_OUTCOME_UNKNOWN, "c was in flight");
+    await again.ack(first);
+    assert.deepEqual(await drain(again), ["d"]);
+    await again.close();
+  });
+});
+
+Deno.test("when the cursor cannot be saved at all, the spool still drains; counted, logged rate-limited", async () => {
+  await withDir(async (dir) => {
+    const opts = { maxBytes: 1 << 20, segmentBytes: 4096 };
+    const spool = await Spool.open(dir, opts);
+    const names = seq("x", 10);
+    // 1500 bytes each: two batches per segment, so consumed segments are retired as well.
+    for (const n of names) await spool.append(batch(n, 2, 1500));
+    await spool.ack((await spool.peek({ markInflight: true }))!); // x0: the last saved cursor
+    const saved = await Deno.readTextFile(`${dir}/cursor`);
+    await full(dir, "cursor");
+    const lines: string[] = [];
+    const restore = setLogWriter((line) => lines.push(line));
+    const delivered: string[] = [];
+    try {
+      for (let i = 1; i < 10; i++) {
+        await full(dir, "cursor.tmp");
+        const lease = (await spool.peek({ markInflight: true }))!;
+        delivered.push(nameOf(lease.payload));
+        if (i === 9) break; // the process "dies" while x9 is delivered
+        await full(dir, "cursor.tmp");
+        await spool.ack(lease);
+      }
+    } finally {
+      setLogWriter(restore);
+    }
+    assert.deepEqual(delivered, names.slice(1), "every batch handed out for delivery");
+    const s = spool.stats();
+    assert.equal(s.consumed, 18);
+    // A peek per batch and an ack for each but x9's (one that empties a segment saves where the
+    // next segment starts).
+    assert.equal(s.cursorWriteFailures, 17);
+    assertLedger(s);
+    const warned = lines.filter((l) => l.includes("cursor not saved"));
+    assert.ok(warned.length >= 1, "logged");
+    assert.ok(warned.length < s.cursorWriteFailures, "rate-limited");
+    await spool.close();
+    // Back to the last saved cursor (the symlink to /dev/full cannot be read): the segments
+    // consumed meanwhile are gone, the one of x8 and x9 replays whole, x8 again: nothing lost.
+    await Deno.remove(`${dir}/cursor`);
+    await Deno.remove(`${dir}/cursor.tmp`).catch(() => {});
+    await Deno.writeTextFile(`${dir}/cursor`, saved);
+    const again = await Spool.open(dir, opts);
+    assert.deepEqual(await drain(again), ["x8", "x9"]);
+    assert.equal(again.stats().corruptFrames, 0);
+    await again.close();
   });
 });

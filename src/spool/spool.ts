@@ -25,9 +25,9 @@
  *
  * A full disk: a frame whose write fails part-way (no space left) is cut off again (the file
  * truncated back to its last whole frame), so only that batch is lost (the caller counts it)
- * and later frames land where they are read. Consuming is what frees the space, so a cursor
- * write must not stop it: see {@linkcode Spool} for how the cursor is kept or, failing that,
- * counted.
+ * and later frames land where they are read. Consuming is what frees the space (a consumed
+ * segment is removed, the open one included), so a cursor write must not stop it: see
+ * {@linkcode Spool} for how the cursor is kept or, failing that, counted.
  *
  * @module
  */
@@ -647,8 +647,14 @@ export class Spool {
       this.#s.consumed += lease.records;
       applied?.();
       if (this.#uncertain?.seq === lease.seq) this.#uncertain = undefined;
-      if (seg.readOffset >= seg.size && !this.#isWriter(seg)) await this.#retire();
-      else await this.#writeCursor({ seq: seg.seq, offset: seg.readOffset, inflight: false });
+      if (seg.readOffset >= seg.size) {
+        // The open segment too: draining must free its space (the next append starts anew).
+        if (this.#isWriter(seg)) {
+          this.#writer!.close();
+          this.#writer = undefined;
+        }
+        await this.#retire();
+      } else await this.#writeCursor({ seq: seg.seq, offset: seg.readOffset, inflight: false });
     });
   }
 

@@ -230,3 +230,24 @@ Deno.test("when the cursor cannot be saved at all, the spool still drains; count
     await again.close();
   });
 });
+
+Deno.test("draining frees the space of the open segment too", async () => {
+  await withDir(async (dir) => {
+    const opts = { maxBytes: 1 << 20, segmentBytes: 1 << 20 };
+    const spool = await Spool.open(dir, opts);
+    for (const n of seq("a", 3)) await spool.append(batch(n));
+    assert.equal((await segmentSizes(dir)).length, 1, "one open segment");
+    assert.deepEqual(await drain(spool), seq("a", 3));
+    assert.deepEqual(await segmentSizes(dir), [], "the consumed open segment is removed");
+    assert.equal(spool.stats().bytes, 0);
+    assert.equal(spool.stats().segments, 0);
+    await spool.append(batch("b"));
+    assert.equal((await segmentSizes(dir)).length, 1, "the next append starts a new one");
+    assert.deepEqual(await drain(spool), ["b"]);
+    await spool.close();
+    const again = await Spool.open(dir, opts);
+    assert.equal(again.stats().recovered, 0);
+    assert.deepEqual(await drain(again), []);
+    await again.close();
+  });
+});

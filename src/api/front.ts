@@ -56,7 +56,26 @@ export interface ApiFrontLimits {
   requestTimeoutMs: number;
   /** `limits.apiIdleTimeout`, ms. */
   idleTimeoutMs: number;
+  /**
+   * Bytes of answers built and not yet taken by their clients, across connections, past which a
+   * new request is refused (503) before it is handled; default
+   * {@linkcode MAX_PENDING_RESPONSE_BYTES}.
+   */
+  maxPendingResponseBytes?: number;
 }
+
+/**
+ * Default {@linkcode ApiFrontLimits.maxPendingResponseBytes}: a few of the largest answers
+ * (`/flowrecords` at its 10,000-record limit is ~20 MB), so that clients that ask and do not
+ * read cannot make the process build and hold answers without bound (128 such held 6 GB).
+ */
+export const MAX_PENDING_RESPONSE_BYTES = 64 << 20;
+
+/** What a request refused as busy ran into (the keys of `ApiFrontStats.refusedBusy`). */
+export type BusyReason = "pendingResponseBytes" | "queries" | "liveViews";
+
+/** Paths always handled, whatever is pending: the health checks (tiny answers). */
+const HEALTH_PATHS = new Set(["/healthz", "/livez", "/readyz"]);
 
 /** The front's counters (the metrics line's `api.*`). */
 export interface ApiFrontStats {
@@ -74,6 +93,12 @@ export interface ApiFrontStats {
   handlerErrors: number;
   /** Accepts that failed (e.g. EMFILE), retried. */
   acceptErrors: number;
+  /**
+   * Requests refused (503/429) because a bound was reached: answers pending over
+   * `maxPendingResponseBytes` (refused by the front, before the handler), `/flowrecords`
+   * queries or live views at their cap (refused by the handler, see {@linkcode countBusy}).
+   */
+  refusedBusy: Record<BusyReason, number>;
 }
 
 /** One admitted connection. */
@@ -119,7 +144,10 @@ export class ApiFront {
     badRequests: 0,
     handlerErrors: 0,
     acceptErrors: 0,
+    refusedBusy: { pendingResponseBytes: 0, queries: 0, liveViews: 0 },
   };
+  /** Bytes of answers built and not yet written (see `maxPendingResponseBytes`). */
+  #pendingBytes = 0;
   #timer: ClockTimer | undefined;
   #closing = false;
   #accepting: { stop(): Promise<void> } | undefined;
@@ -157,7 +185,18 @@ export class ApiFront {
       connections: this.#conns.size,
       connectionsRefused: { ...this.#stats.connectionsRefused },
       connectionsTimedOut: { ...this.#stats.connectionsTimedOut },
+      refusedBusy: { ...this.#stats.refusedBusy },
     };
+  }
+
+  /** Counts (and logs, rate-limited) a request refused because `reason`'s bound was reached. */
+  countBusy(reason: BusyReason, fields: Record<string, unknown> = {}): void {
+    this.#stats.refusedBusy[reason]++;
+    this.#warn(`busy|${reason}`, "API request refused: busy", {
+      reason,
+      ...fields,
+      refused: this.#stats.refusedBusy[reason],
+    });
   }
 
   /** Starts accepting (accept errors, e.g. EMFILE, counted and retried with backoff). */
@@ -308,6 +347,12 @@ export class ApiFront {
         // A method fetch refuses (CONNECT, TRACE) or a target no URL can hold.
         return await this.#refuse(write, new HttpError(400, "bad request"));
       }
+      const maxPending = this.#limits.maxPendingResponseBytes ?? MAX_PENDING_RESPONSE_BYTES;
+      if (this.#pendingBytes >= maxPending && !HEALTH_PATHS.has(new URL(req.url).pathname)) {
+        // Answers already built wait for clients that do not read them: build no more.
+        this.countBusy("pendingResponseBytes", { pendingBytes: this.#pendingBytes });
+        return await write(errorResponse(new HttpError(503, "busy: answers waiting to be read")));
+      }
       let res: Response;
       try {
         res = await this.#handler(req);
@@ -320,8 +365,13 @@ export class ApiFront {
       const headOnly = head.method === "HEAD";
       if (!streamed) {
         const bytes = new Uint8Array(await res.arrayBuffer());
-        await write(encoder.encode(responseHead(res, bytes.length, keepAlive)));
-        if (!headOnly && bytes.length > 0) await write(bytes);
+        this.#pendingBytes += bytes.length;
+        try {
+          await write(encoder.encode(responseHead(res, bytes.length, keepAlive)));
+          if (!headOnly && bytes.length > 0) await write(bytes);
+        } finally {
+          this.#pendingBytes -= bytes.length;
+        }
       } else if (headOnly) {
         await res.body?.cancel();
         const framing = head.version === "HTTP/1.1" ? "chunked" : "close";

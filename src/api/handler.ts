@@ -43,7 +43,15 @@ export interface ApiHandlerOptions {
   version: string;
   /** Default and maximum of `/flowrecords?limit=`; default {@linkcode DEFAULT_RECORD_LIMIT}. */
   recordLimit?: number;
+  /** Called for each request refused because a cap was reached (the front counts them). */
+  onBusy?: (reason: "queries" | "liveViews") => void;
 }
+
+/**
+ * `/flowrecords` queries answered by the shards (asynchronous) at once; more are refused (503):
+ * each gathers up to `limit` records from every shard.
+ */
+export const MAX_QUERIES_IN_FLIGHT = 2;
 
 /**
  * Records `/flowrecords` returns at most (`?limit=` lowers it): a query over a million flows
@@ -213,6 +221,7 @@ export function apiHandler(
   options: ApiHandlerOptions,
 ): (req: Request) => Response | Promise<Response> {
   const maxLimit = options.recordLimit ?? DEFAULT_RECORD_LIMIT;
+  let queries = 0;
   return (req: Request): Response | Promise<Response> => {
     const url = new URL(req.url);
     const path = url.pathname;
@@ -240,8 +249,16 @@ export function apiHandler(
         );
     }
     switch (path) {
-      case "/flowrecords":
-        return flowRecords(url, source, maxLimit);
+      case "/flowrecords": {
+        if (queries >= MAX_QUERIES_IN_FLIGHT) {
+          options.onBusy?.("queries");
+          return status(503, "ServiceUnavailable", "too many flow record queries in progress");
+        }
+        const answer = flowRecords(url, source, maxLimit);
+        if (!(answer instanceof Promise)) return answer;
+        queries++;
+        return answer.finally(() => queries--);
+      }
       case "/recordmetrics":
         return json(recordMetricsJson(source.stats()));
       case "/loglevel":
@@ -251,6 +268,7 @@ export function apiHandler(
       case "/ui/events": {
         const stream = source.live?.open();
         if (stream === undefined) {
+          options.onBusy?.("liveViews");
           return status(429, "TooManyRequests", "too many live views are open");
         }
         return new Response(stream, {

@@ -106,7 +106,13 @@ export async function startApiServer(
       err,
     });
   }
-  const handler = apiHandler(source, { token, version: opts.version });
+  // The front counts the handler's refusals with its own (it exists once the handler does).
+  let front: ApiFront | undefined = undefined;
+  const handler = apiHandler(source, {
+    token,
+    version: opts.version,
+    onBusy: (reason) => front?.countBusy(reason),
+  });
   // [::] falls back to 0.0.0.0 where IPv6 is off; an explicit address is used as given.
   const listener = bindTcp({
     hostname: opts.hostname ?? "::",
@@ -114,7 +120,7 @@ export async function startApiServer(
     wildcard: opts.hostname === undefined,
   });
   const address = listener.addr;
-  const front = new ApiFront(
+  front = new ApiFront(
     listener,
     { cert: cert.chainPem, key: cert.keyPem },
     handler,

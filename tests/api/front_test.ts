@@ -412,3 +412,39 @@ Deno.test("api front: an HTTP/1.0 client offering ALPN http/1.0 is served, and t
     assert.match(text, /^HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\nok$/);
   });
 });
+
+// Clients asking and never reading made the process build and hold answers without bound (found
+// by review: 128 of them, 6 GB of RSS and the main thread blocked for a minute).
+Deno.test("api front: past maxPendingResponseBytes of unread answers, requests are refused before the handler; health checks still answered", async () => {
+  const size = 32 << 20; // more than the socket buffers take
+  let handled = 0;
+  await withFront(
+    (req) => {
+      handled++;
+      return new URL(req.url).pathname === "/healthz"
+        ? new Response("ok")
+        : new Response(new Uint8Array(size).fill(97));
+    },
+    { maxPendingResponseBytes: 1 },
+    async (front, connect) => {
+      const silent = await connect();
+      await send(silent, "GET /big HTTP/1.1\r\nhost: x\r\n\r\n");
+      await waitFor(() => handled === 1, { what: "the first answer built" });
+      const other = await connect();
+      await send(other, "GET /big HTTP/1.1\r\nhost: x\r\n\r\n");
+      assert.match(await readAll(other), /^HTTP\/1\.1 503 /);
+      assert.equal(handled, 1, "refused before the handler");
+      assert.equal(front.stats().refusedBusy.pendingResponseBytes, 1);
+      const health = await connect();
+      await send(health, "GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+      assert.match(await readAll(health), /^HTTP\/1\.1 200 /);
+      // The silent client reads its answer at last: the next request is served.
+      silent.close();
+      await waitFor(() => front.stats().connections === 0, { what: "the silent client gone" });
+      const next = await connect();
+      await send(next, "GET /healthz2 HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+      const text = await readAll(next);
+      assert.match(text, /^HTTP\/1\.1 200 /);
+    },
+  );
+});

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { apiHandler, type ApiSource, recordsJson } from "../../src/api/mod.ts";
+import { MAX_QUERIES_IN_FLIGHT } from "../../src/api/handler.ts";
 import { prometheusText } from "../../src/api/prometheus.ts";
 import parsePrometheus from "parse-prometheus-text-format";
 import type { FlowAggregatorStats } from "../../src/flow_aggregator.ts";
@@ -198,4 +199,39 @@ Deno.test("api: recordsJson writes bigint digits and null for no records", () =>
     recordsJson([{ octetTotalCount: 2n ** 64n - 1n } as never]),
     '[{"octetTotalCount":18446744073709551615}]',
   );
+});
+
+// Concurrent /flowrecords answered by the shards had no cap: each gathers up to `limit` records
+// from every shard (found by review: 64 such requests, 4 GB of RSS and ingest stalled).
+Deno.test("api: flow record queries answered by the shards are capped in flight, refusals reported", async () => {
+  const pending: (() => void)[] = [];
+  const source: ApiSource = {
+    query: () => new Promise((resolve) => pending.push(() => resolve([]))),
+    stats: () => stats(),
+    ready: () => true,
+  };
+  const busy: string[] = [];
+  const h = apiHandler(source, {
+    token: TOKEN,
+    version: "0.1.0",
+    onBusy: (reason) => busy.push(reason),
+  });
+  const get = () =>
+    Promise.resolve(h(
+      new Request("https://127.0.0.1:10348/flowrecords", {
+        headers: { authorization: `Bearer ${TOKEN}` },
+      }),
+    ));
+  const first = [];
+  for (let i = 0; i < MAX_QUERIES_IN_FLIGHT; i++) first.push(get());
+  const refused = await get();
+  assert.equal(refused.status, 503);
+  assert.deepEqual(busy, ["queries"]);
+  for (const done of pending.splice(0)) done();
+  for (const r of await Promise.all(first)) assert.equal(r.status, 200);
+  // Answered: their places are free again.
+  const again = get();
+  pending.splice(0).forEach((done) => done());
+  assert.equal((await again).status, 200);
+  assert.deepEqual(busy, ["queries"]);
 });

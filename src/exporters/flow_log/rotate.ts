@@ -20,6 +20,7 @@
 import { basename, dirname, extname, join } from "node:path";
 import { type Clock, systemClock } from "../../clock.ts";
 import { logger } from "../../log.ts";
+import { writeAll } from "../../bytes.ts";
 
 const log = logger("log-exporter");
 const encoder = new TextEncoder();
@@ -93,8 +94,11 @@ export interface RotatingFileOptions {
   clock?: Clock;
   /** Called for every background (maintenance) error, so the owner can count it. */
   onError?: (err: Error) => void;
-  /** Wraps every file this writer opens; a test seam for write faults. Default: none. */
-  wrapFile?: (file: Deno.FsFile) => LogFileHandle;
+  /**
+   * Wraps every file this writer opens (the log and compressed backups, named by `path`); a
+   * test seam for write faults. Default: none.
+   */
+  wrapFile?: (file: Deno.FsFile, path: string) => LogFileHandle;
 }
 
 /** A write that failed after `lines` lines of its buffer had reached the file whole. */
@@ -370,9 +374,12 @@ export class RotatingFile implements LineSink {
     this.#freshExisting = size > 0;
   }
 
-  #wrap(file: Deno.FsFile): LogFileHandle {
-    return this.#opts.wrapFile?.(file) ?? file;
+  #wrap(file: Deno.FsFile, path = this.#path): LogFileHandle {
+    return this.#opts.wrapFile?.(file, path) ?? file;
   }
+
+  /** Name of the backup this process rotated last (kept by the pruning whatever its time). */
+  #newestBackup: string | undefined;
 
   async #rotate(): Promise<void> {
     let mode: number | null = null;
@@ -391,6 +398,7 @@ export class RotatingFile implements LineSink {
       t++;
     }
     await Deno.rename(this.#path, backup);
+    this.#newestBackup = backup.slice(this.#dir.length + 1);
     this.#rotations++;
     const file = this.#wrap(
       await Deno.open(this.#path, {
@@ -429,7 +437,13 @@ export class RotatingFile implements LineSink {
       if (t === undefined) continue;
       backups.push({ name: entry.name, base, t, gz });
     }
-    backups.sort((a, b) => b.t - a.t || a.name.localeCompare(b.name));
+    // Newest first by the time in the name; the one this process rotated last is newest
+    // whatever its name says (the wall clock may have jumped back since the others).
+    const newest = this.#newestBackup;
+    backups.sort((a, b) =>
+      Number(b.base === newest) - Number(a.base === newest) || b.t - a.t ||
+      a.name.localeCompare(b.name)
+    );
     const remove = new Set<string>();
     if (this.#opts.maxBackups > 0) {
       // A backup and its compressed twin count once.
@@ -443,7 +457,7 @@ export class RotatingFile implements LineSink {
     }
     if (this.#opts.maxAgeDays > 0) {
       const cutoff = this.#clock.wallMs() - this.#opts.maxAgeDays * 86_400_000;
-      for (const b of backups) if (b.t < cutoff) remove.add(b.name);
+      for (const b of backups) if (b.t < cutoff && b.base !== newest) remove.add(b.name);
     }
     for (const name of remove) {
       await Deno.remove(join(this.#dir, name)).catch((e) => {
@@ -462,21 +476,33 @@ export class RotatingFile implements LineSink {
     const dst = src + ".gz";
     const mode = (await Deno.stat(src)).mode ?? 0o600;
     const input = await Deno.open(src, { read: true });
-    let output: Deno.FsFile;
+    let output: LogFileHandle;
     try {
-      output = await Deno.open(dst, {
-        write: true,
-        create: true,
-        truncate: true,
-        mode: mode & 0o777,
-      });
+      output = this.#wrap(
+        await Deno.open(dst, { write: true, create: true, truncate: true, mode: mode & 0o777 }),
+        dst,
+      );
     } catch (e) {
       input.close();
       throw e;
     }
+    // Written chunk by chunk and the result's size checked before the source goes: piped into
+    // the file's writable, a disk filling up mid-way went unreported (a truncated .gz kept, its
+    // source removed, its lines gone).
+    let written = 0;
     try {
-      // pipeTo closes both files, on success and on error.
-      await input.readable.pipeThrough(new CompressionStream("gzip")).pipeTo(output.writable);
+      try {
+        for await (const chunk of input.readable.pipeThrough(new CompressionStream("gzip"))) {
+          await writeAll(output, chunk);
+          written += chunk.length;
+        }
+        const size = (await output.stat()).size;
+        if (size !== written) {
+          throw new Error(`${dst}: ${size} of ${written} compressed bytes written`);
+        }
+      } finally {
+        output.close();
+      }
     } catch (e) {
       await Deno.remove(dst).catch(() => undefined);
       throw e;

@@ -400,3 +400,82 @@ Deno.test("encodeLines: lines back to back in UTF-8, growing the buffer it was g
   assert.equal(again.buffer, big.buffer, "the given buffer when it is large enough");
   assert.equal(encodeLines([], big).length, 0);
 });
+
+// Compressing a backup on a full disk kept a truncated .gz and removed its source: the lines
+// already counted exported were gone, no error counted (found by review on a 256 KiB tmpfs).
+Deno.test("a backup whose compression fails (disk full) is kept uncompressed, the error counted", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-rot-" });
+  const path = `${dir}/flows.log`;
+  const errors: Error[] = [];
+  try {
+    const f = new RotatingFile(path, {
+      maxSizeBytes: 64,
+      maxBackups: 0,
+      maxAgeDays: 0,
+      compress: true,
+      clock: new ManualClock(),
+      onError: (e) => errors.push(e),
+      // Compressed backups take 10 bytes, then the disk is full.
+      wrapFile: (file, p) => {
+        if (!p.endsWith(".gz")) return file;
+        let left = 10;
+        return {
+          write: async (b: Uint8Array) => {
+            if (left === 0) throw new Error("No space left on device (os error 28)");
+            const n = await file.write(b.subarray(0, left));
+            left -= n;
+            return n;
+          },
+          truncate: (len?: number) => file.truncate(len),
+          stat: () => file.stat(),
+          close: () => file.close(),
+        };
+      },
+    });
+    const line = "x".repeat(39) + "\n";
+    await f.writeLines([line]);
+    await f.writeLines([line]); // over 64 bytes: the first line is rotated out
+    await f.close(); // waits for the compression
+    const backups = (await listDir(dir)).filter((n) => n !== "flows.log");
+    assert.equal(backups.length, 1, `only the uncompressed backup: ${backups}`);
+    assert.ok(!backups[0].endsWith(".gz"));
+    assert.equal(await Deno.readTextFile(`${dir}/${backups[0]}`), line);
+    assert.equal(errors.length, 1);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+// After the wall clock went back, the backup just rotated had the oldest name and was the one
+// pruned, older backups kept (lumberjack does the same).
+Deno.test("the backup just rotated is kept by maxBackups and maxAge even when the clock went back", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-rot-" });
+  const path = `${dir}/flows.log`;
+  const clock = new ManualClock(Date.UTC(2026, 11, 6));
+  try {
+    const f = new RotatingFile(path, {
+      maxSizeBytes: 10,
+      maxBackups: 2,
+      maxAgeDays: 7,
+      compress: false,
+      clock,
+    });
+    for (const text of ["aaaaaaa\n", "bbbbbbb\n", "ccccccc\n"]) {
+      await f.writeLines([text]);
+      clock.advance(1000);
+    }
+    // Two backups: aaa (t0) and bbb (t0 + 1 s). The clock goes back 30 days (past maxAge).
+    clock.advance(-30 * 86_400_000);
+    await f.writeLines(["ddddddd\n"]); // ccc rotated out, its name 30 days old
+    await f.close();
+    const kept = [];
+    for (const n of (await listDir(dir)).filter((n) => n !== "flows.log")) {
+      kept.push(await Deno.readTextFile(`${dir}/${n}`));
+    }
+    assert.ok(kept.includes("ccccccc\n"), `the backup just rotated is kept: ${kept}`);
+    assert.equal(kept.length, 2);
+    assert.equal(await Deno.readTextFile(path), "ddddddd\n");
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -18,9 +18,12 @@
  *   counts the records of the current object, of objects being finished, of waiting ones and of
  *   this process's records in the spool);
  * - `stop()` finishes the current object and uploads everything waiting, retrying until a
- *   deadline (8 s, inside the export loop's 10 s per sink); what is left then goes to the spool
- *   (for the next start), and only without a usable spool is it counted (`stopDropped`) and
- *   logged.
+ *   deadline (8 s, inside the export loop's 10 s per sink; an upload still running then, the
+ *   one of a pass started before the stop included, is aborted); what is left then goes to the
+ *   spool (for the next start), and only without a usable spool is it counted (`stopDropped`)
+ *   and logged;
+ * - an upload pass never rejects: a spool error during a replay (its cursor not written after
+ *   an upload: a full disk) is counted (`spoolReplayErrors`) and logged, and the pass goes on.
  *
  * Reload: bucket, prefix, region and interval are live (as upstream), and so are `compress`,
  * `gzipLevel` and `maxRecordsPerFile`, from the next object on. A new bucket or region re-discovers the bucket's
@@ -38,7 +41,7 @@ import type { Exporter, ExporterStats } from "../exporter.ts";
 import type { S3UploaderConfig } from "./config.ts";
 import { CsvWriter } from "./csv.ts";
 import { type FinishedObject, ObjectWriter } from "./object.ts";
-import { ObjectSpool } from "./spool.ts";
+import { ObjectSpool, type SpoolObjectLease } from "./spool.ts";
 import { logSpoolOpened } from "../spool_config.ts";
 import {
   describeS3Error,
@@ -122,6 +125,13 @@ export interface S3ExporterStats extends ExporterStats {
   regionDiscoveries: number;
   /** Region discoveries that failed (retried at the next tick). */
   regionFailures: number;
+  /**
+   * Spool operations of a replay that failed (an I/O error, e.g. a full disk): reading the next
+   * object (the pass ends, retried at the next tick), or moving the spool's cursor after an
+   * upload (the object has left the spool and the pass goes on; the next start may upload it
+   * again under the same key).
+   */
+  spoolReplayErrors: number;
 }
 
 interface PendingObject extends FinishedObject {
@@ -167,6 +177,8 @@ export class S3Exporter implements Exporter {
   #running = false;
   /** Set when `stop()` begins: later records are dropped and counted, never left behind. */
   #stopped = false;
+  /** Aborted at the stop deadline: ends every S3 request still running, whichever pass sent it. */
+  readonly #deadline = new AbortController();
   #stats = {
     received: 0,
     exported: 0,
@@ -182,6 +194,7 @@ export class S3Exporter implements Exporter {
     recoveredUploaded: 0,
     regionDiscoveries: 0,
     regionFailures: 0,
+    spoolReplayErrors: 0,
   };
 
   /** Builds the exporter from the `s3Uploader` section; no request is sent before `start()`. */
@@ -305,7 +318,8 @@ export class S3Exporter implements Exporter {
 
   /**
    * Stops the ticks, finishes the current object and uploads everything waiting, retrying until
-   * the stop deadline; records still waiting then are dropped, counted and logged.
+   * the stop deadline (armed first: it also aborts the request of a pass started before the
+   * stop); records still waiting then go to the spool, else are dropped, counted and logged.
    */
   async stop(): Promise<void> {
     if (this.#stopped) return;
@@ -313,12 +327,13 @@ export class S3Exporter implements Exporter {
     this.#running = false;
     this.#timer?.cancel();
     this.#timer = undefined;
+    const abort = this.#deadline;
+    const deadlineAt = this.#clock.nowMs() + this.#stopDeadlineMs;
+    const deadline = this.#clock.setTimer(this.#stopDeadlineMs, () => abort.abort());
+    // Ends at its next object, or at the deadline (its request aborted).
     await this.#pass;
     this.#finishCurrent();
     await this.#finishing;
-    const abort = new AbortController();
-    const deadlineAt = this.#clock.nowMs() + this.#stopDeadlineMs;
-    const deadline = this.#clock.setTimer(this.#stopDeadlineMs, () => abort.abort());
     while (this.#pending.length > 0 && !abort.signal.aborted) {
       if (await this.#kick(abort.signal)) continue;
       // No pause that would end past the deadline: what is left is counted now.
@@ -490,7 +505,7 @@ export class S3Exporter implements Exporter {
 
   /**
    * Runs an upload pass, or joins the running one (which then makes one more pass). Resolves
-   * true when nothing is left waiting after it.
+   * true when nothing is left waiting after it; never rejects (callers do not wait for it).
    */
   #kick(signal?: AbortSignal): Promise<boolean> {
     if (this.#pass !== undefined) {
@@ -503,7 +518,14 @@ export class S3Exporter implements Exporter {
       let ok: boolean;
       do {
         this.#again = false;
-        ok = await this.#uploadAll(signal);
+        try {
+          ok = await this.#uploadAll(signal);
+        } catch (err) {
+          // Every expected failure is handled inside the pass; this is the last guard.
+          this.#stats.errors++;
+          this.#logError("S3 upload pass failed; retried at the next upload tick", err);
+          ok = false;
+        }
       } while (ok && this.#again);
       return ok;
     };
@@ -511,12 +533,16 @@ export class S3Exporter implements Exporter {
     return this.#pass;
   }
 
-  /** Discovers the region if needed, then uploads waiting objects oldest first; stops at a failure. */
+  /**
+   * Discovers the region if needed, then uploads waiting objects oldest first; stops at a
+   * failure. `signal` marks the stop's passes; every request is aborted at the stop deadline.
+   */
   async #uploadAll(signal?: AbortSignal): Promise<boolean> {
     const store = this.#store;
+    const requestSignal = this.#deadline.signal;
     if (!this.#regionKnown) {
       try {
-        const region = await store.discoverRegion(signal);
+        const region = await store.discoverRegion(requestSignal);
         this.#regionKnown = true;
         this.#stats.regionDiscoveries++;
         log.info("S3 bucket region", { bucket: this.#config.bucketName, region });
@@ -536,7 +562,7 @@ export class S3Exporter implements Exporter {
       const key = objectKey(this.#config.bucketPrefix, object.name);
       this.#inFlight = object;
       try {
-        await store.put(key, object.body, signal);
+        await store.put(key, object.body, requestSignal);
       } catch (err) {
         object.attempts++;
         this.#stats.uploadFailures++;
@@ -569,16 +595,26 @@ export class S3Exporter implements Exporter {
     return this.#stopped && signal === undefined;
   }
 
-  /** Uploads the spool's objects oldest first under their stored keys; stops at a failure. */
+  /**
+   * Uploads the spool's objects oldest first under their stored keys; stops at a failed upload
+   * or read. A cursor that cannot be written after an upload is counted and logged, and the
+   * replay goes on (the object has left the spool's counters).
+   */
   async #uploadSpool(store: ObjectStore, signal?: AbortSignal): Promise<boolean> {
     const spool = this.#spool;
     if (spool === undefined) return true;
     for (;;) {
       if (this.#superseded(signal)) return false;
-      const o = await spool.oldest();
+      let o: SpoolObjectLease | undefined;
+      try {
+        o = await spool.oldest();
+      } catch (err) {
+        this.#spoolReplayError("S3 spool read failed; replay retried at the next upload tick", err);
+        return false;
+      }
       if (o === undefined) return true;
       try {
-        await store.put(o.key, o.body, signal);
+        await store.put(o.key, o.body, this.#deadline.signal);
       } catch (err) {
         spool.release(o);
         this.#stats.uploadFailures++;
@@ -590,12 +626,27 @@ export class S3Exporter implements Exporter {
         );
         return false;
       }
-      await spool.ack(o, () => {
-        if (o.recovered) this.#stats.recoveredUploaded += o.records;
-        else this.#stats.exported += o.records;
-        this.#stats.objectsUploaded++;
-      });
+      const uploaded = o;
+      try {
+        await spool.ack(uploaded, () => {
+          if (uploaded.recovered) this.#stats.recoveredUploaded += uploaded.records;
+          else this.#stats.exported += uploaded.records;
+          this.#stats.objectsUploaded++;
+        });
+      } catch (err) {
+        this.#spoolReplayError(
+          "S3 spool cursor not written after an upload; a restart may upload the object again under the same key",
+          err,
+          { key: uploaded.key },
+        );
+      }
     }
+  }
+
+  #spoolReplayError(msg: string, err: unknown, fields: Record<string, unknown> = {}): void {
+    this.#stats.spoolReplayErrors++;
+    this.#stats.errors++;
+    this.#logError(msg, err, { ...fields, dir: this.#spool?.config.dir });
   }
 
   #drop(

@@ -57,7 +57,11 @@ export interface ObjectStoreOptions {
   partBytes?: number;
   /** Attempts of one request inside the SDK (its own quick retries). Default 3. */
   maxAttempts?: number;
-  /** A request that has not completed after this long fails. Default 60 s. */
+  /**
+   * Wall-clock bound of one call: a PutObject or HeadBucket (the SDK's own retries and the
+   * reading of the answer included) that has not completed after this long is aborted and
+   * fails; a multipart upload gets this long per part, plus two. Default 60 s.
+   */
   requestTimeoutMs?: number;
   /** Environment reader; default `Deno.env.get` (a denied variable reads as unset). */
   env?: EnvReader;
@@ -67,7 +71,10 @@ export interface ObjectStoreOptions {
 export interface ObjectStore {
   /** The bucket's region (discovered), or the hint when the store does not say. */
   discoverRegion(signal?: AbortSignal): Promise<string>;
-  /** Uploads `body` under `key` (an existing object of that key is overwritten). */
+  /**
+   * Uploads `body` under `key` (an existing object of that key is overwritten). Rejects at once
+   * when `signal` aborts, whatever the server does.
+   */
   put(key: string, body: Uint8Array, signal?: AbortSignal): Promise<void>;
   /** Releases the client's connections. */
   destroy(): void;
@@ -102,6 +109,49 @@ function headerRegion(err: unknown): string | undefined {
     $response?: { headers?: Record<string, string | undefined> };
   };
   return e?.BucketRegion ?? e?.$response?.headers?.["x-amz-bucket-region"] ?? undefined;
+}
+
+/** A call to S3 not completed within its bound ({@linkcode ObjectStoreOptions.requestTimeoutMs}). */
+export class S3CallTimeoutError extends Error {
+  /** `what` (e.g. `PutObject`) was not completed within `ms`. */
+  constructor(what: string, ms: number) {
+    super(`S3 ${what} not completed within ${ms} ms, aborted`);
+    this.name = "TimeoutError";
+  }
+}
+
+/**
+ * Runs `call` with a signal aborted after `ms` of wall-clock time or when `outer` aborts, and
+ * rejects at that moment even when the call does not heed its signal (a server that never
+ * answers, or trickles its answer's body): with {@linkcode S3CallTimeoutError}, or `outer`'s
+ * reason. A call that settles after that is ignored.
+ */
+async function boundedCall<T>(
+  what: string,
+  ms: number,
+  outer: AbortSignal | undefined,
+  call: (signal: AbortSignal) => Promise<T>,
+): Promise<T> {
+  const ctl = new AbortController();
+  const aborted = Promise.withResolvers<never>();
+  aborted.promise.catch(() => {});
+  const onAbort = () => aborted.reject(ctl.signal.reason);
+  ctl.signal.addEventListener("abort", onAbort, { once: true });
+  const timer = setTimeout(() => ctl.abort(new S3CallTimeoutError(what, ms)), ms);
+  const onOuter = () => ctl.abort(outer?.reason);
+  if (outer?.aborted) onOuter();
+  else outer?.addEventListener("abort", onOuter, { once: true });
+  try {
+    const running = call(ctl.signal);
+    running.catch(() => {});
+    return await Promise.race([running, aborted.promise]);
+  } catch (err) {
+    throw ctl.signal.aborted ? ctl.signal.reason : err;
+  } finally {
+    clearTimeout(timer);
+    outer?.removeEventListener("abort", onOuter);
+    ctl.signal.removeEventListener("abort", onAbort);
+  }
 }
 
 /** A short description of an SDK error: code, HTTP status and message. */
@@ -175,6 +225,13 @@ export class SdkObjectStore implements ObjectStore {
       maxAttempts: this.#opts.maxAttempts,
       requestHandler: {
         requestTimeout: this.#opts.requestTimeoutMs,
+        // Without it @smithy/node-http-handler 4.x only logs a warning and keeps waiting.
+        throwOnRequestTimeout: true,
+        // No reused connections: under Deno 2.9 a request aborted on a reused keep-alive
+        // connection is sent again by the runtime on a new one, which nothing then ends (a
+        // PUT to a server that never answers left one more connection open at every attempt).
+        httpAgent: { keepAlive: false },
+        httpsAgent: { keepAlive: false },
         connectionTimeout: Math.min(this.#opts.requestTimeoutMs, 10_000),
       },
       // Checksums only where S3 requires them: S3-compatible stores differ in their support.
@@ -187,7 +244,7 @@ export class SdkObjectStore implements ObjectStore {
   /**
    * Sends HeadBucket to the hint's region and rebuilds the client for the region the answer
    * names. Without a region in the answer: an S3-compatible store keeps the hint; AWS fails
-   * with upstream's message.
+   * with upstream's message. Bounded by `requestTimeoutMs` and `signal`.
    */
   async discoverRegion(signal?: AbortSignal): Promise<string> {
     const [{ HeadBucketCommand }] = await loadSdk();
@@ -195,12 +252,16 @@ export class SdkObjectStore implements ObjectStore {
     let region: string | undefined;
     let failure: unknown;
     try {
-      const out = await client.send(new HeadBucketCommand({ Bucket: this.#target.bucket }), {
-        abortSignal: signal,
-      });
+      const out = await boundedCall(
+        "HeadBucket",
+        this.#opts.requestTimeoutMs,
+        signal,
+        (abortSignal) =>
+          client.send(new HeadBucketCommand({ Bucket: this.#target.bucket }), { abortSignal }),
+      );
       region = out.BucketRegion;
     } catch (err) {
-      if (signal?.aborted) throw err;
+      if (signal?.aborted || err instanceof S3CallTimeoutError) throw err;
       region = headerRegion(err);
       failure = err;
     }
@@ -219,27 +280,41 @@ export class SdkObjectStore implements ObjectStore {
     return region;
   }
 
-  /** Uploads one object (multipart above the threshold); rejects with the SDK's error. */
+  /**
+   * Uploads one object (multipart above the threshold), bounded by `requestTimeoutMs` and
+   * `signal`; rejects with the SDK's error or {@linkcode S3CallTimeoutError}.
+   */
   async put(key: string, body: Uint8Array, signal?: AbortSignal): Promise<void> {
     const [{ PutObjectCommand }, { Upload }] = await loadSdk();
     const client = await this.#clientFor();
     const params = { Bucket: this.#target.bucket, Key: key, Body: body };
+    const ms = this.#opts.requestTimeoutMs;
     if (body.byteLength <= this.#opts.multipartBytes) {
-      await client.send(new PutObjectCommand(params), { abortSignal: signal });
+      await boundedCall(
+        "PutObject",
+        ms,
+        signal,
+        (abortSignal) => client.send(new PutObjectCommand(params), { abortSignal }),
+      );
       return;
     }
-    const upload = new Upload({
-      client,
-      params,
-      partSize: this.#opts.partBytes,
-      queueSize: 2,
-    });
-    const abort = () => void upload.abort();
-    signal?.addEventListener("abort", abort, { once: true });
+    const parts = Math.ceil(body.byteLength / this.#opts.partBytes);
     try {
-      await upload.done();
-    } finally {
-      signal?.removeEventListener("abort", abort);
+      await boundedCall("multipart upload", ms * (parts + 2), signal, async (abortSignal) => {
+        const upload = new Upload({ client, params, partSize: this.#opts.partBytes, queueSize: 2 });
+        const abort = () => void upload.abort();
+        abortSignal.addEventListener("abort", abort, { once: true });
+        try {
+          await upload.done();
+        } finally {
+          abortSignal.removeEventListener("abort", abort);
+        }
+      });
+    } catch (err) {
+      // lib-storage sends its parts without the signal: closing the client's connections ends
+      // the requests still running; the next call builds a new client.
+      if (signal?.aborted || err instanceof S3CallTimeoutError) this.destroy();
+      throw err;
     }
   }
 

@@ -140,6 +140,33 @@ Deno.test("a spooled object whose upload landed but failed is retried under the 
   );
 });
 
+Deno.test("a spool cursor that cannot be written after an upload is counted; the replay goes on", async () => {
+  await withExporter(
+    { uploadInterval: "1s", compress: false, maxRecordsPerFile: 10 },
+    async (f) => {
+      await tick(f, 1000, (s) => s.regionDiscoveries === 1);
+      // The cursor is written through cursor.tmp: a directory there fails every cursor write,
+      // as a full disk does. Before the fix the rejection escaped the pass (an unhandled
+      // rejection: in the sink's worker, the end of the process).
+      await Deno.mkdir(`${f.spoolDir}/cursor.tmp`);
+      for (const n of range(30, 10)) f.exporter.addRecord(flowN(n));
+      await pollUntil(() => {
+        assertLedger(f.exporter.stats());
+        return f.exporter.stats().exported === 30 ? true : undefined;
+      }, { timeoutMs: 20_000, what: "every record uploaded" });
+      const s = f.exporter.stats();
+      assert.equal(s.spooled, 30, "every object went through the spool");
+      assert.equal(s.objectsUploaded, 3);
+      assert.equal(s.spoolReplayErrors, 3, "one failed cursor write per upload");
+      assert.equal(s.spoolRecords, 0);
+      assert.equal(s.buffered, 0);
+      assertLedger(s);
+      assert.deepEqual((await uploadedPorts(f.server)).ports, range(30, 10));
+    },
+    { maxPendingBytes: 1 },
+  );
+});
+
 Deno.test("stop with the server down keeps the objects in the spool; the next process replays them once", async () => {
   const server = await S3Server.start({ buckets: [BUCKET] });
   const { spoolDir, config, options } = await spooledSink(server, {

@@ -10,6 +10,14 @@
  * setting the old server rejects unless asked, and `insert_deduplication_token` is only sent
  * where the server has it (≥ 22.2).
  *
+ * Every call is bounded as a whole by `requestTimeoutMs` (the client's own timeout only
+ * bounds the silence of a socket: an answer that trickles, or a preparation's four requests,
+ * ran on). At the deadline, or when the caller's signal aborts, the request is aborted and
+ * its answer's stream destroyed, which closes its connection. Each request has a connection
+ * of its own (no keep-alive): under Deno's `node:http`, a request timed out on a reused
+ * keep-alive socket took a fresh socket from the pool after being destroyed and held it for
+ * good, so ten timeouts left the pool (10 sockets) full and the sink stuck.
+ *
  * @module
  */
 
@@ -37,7 +45,7 @@ export interface ConnectionSettings {
   insecureSkipVerify: boolean;
   /** PEM of a custom CA (https), read by the caller. */
   caPem?: string;
-  /** Per-request timeout. */
+  /** Deadline of one `prepare` or `insert`, reading the answer included. */
   requestTimeoutMs: number;
 }
 
@@ -81,8 +89,11 @@ export interface InsertOptions {
 
 /** A connection as the sink uses it (the real one, or a test double). */
 export interface Connection {
-  /** Checks the server and the table; throws naming what is wrong. */
-  prepare(): Promise<ServerInfo>;
+  /**
+   * Checks the server and the table; throws naming what is wrong, or when `signal` aborts
+   * (the requests are then aborted).
+   */
+  prepare(signal?: AbortSignal): Promise<ServerInfo>;
   /** Inserts one body of rows in `options.format`. Never throws. */
   insert(body: Uint8Array, options: InsertOptions): Promise<InsertOutcome>;
   /** Closes the client's sockets. */
@@ -97,6 +108,51 @@ function errorText(err: unknown): string {
   return `${e?.message ?? String(err)}${
     e?.code && !String(e.message).includes(e.code) ? ` (${e.code})` : ""
   }`;
+}
+
+/* A call given up: its deadline passed, or its caller aborted it. */
+class RequestAborted extends Error {
+  /* `reason` is the abort's reason (an Error, or a text). */
+  constructor(reason: unknown) {
+    super(reason instanceof Error ? reason.message : String(reason ?? "request aborted"));
+    this.name = "RequestAborted";
+  }
+}
+
+/*
+ * Runs `run` with a signal that aborts after `timeoutMs` or when `outer` aborts; settles by
+ * then at the latest, rejecting with {@linkcode RequestAborted}, whether or not `run` heeds
+ * its signal (`run` is expected to abort its requests and destroy its streams on it).
+ */
+async function withDeadline<T>(
+  what: string,
+  timeoutMs: number,
+  outer: AbortSignal | undefined,
+  run: (signal: AbortSignal) => Promise<T>,
+): Promise<T> {
+  const ctl = new AbortController();
+  const gaveUp = new Promise<never>((_, reject) => {
+    ctl.signal.addEventListener("abort", () => reject(new RequestAborted(ctl.signal.reason)), {
+      once: true,
+    });
+  });
+  gaveUp.catch(() => {}); // (a call that ends in time never reads it)
+  const timer = setTimeout(
+    () => ctl.abort(new Error(`${what}: no complete answer within ${timeoutMs} ms`)),
+    timeoutMs,
+  );
+  const onAbort = () => ctl.abort(outer?.reason ?? new Error(`${what} aborted`));
+  if (outer?.aborted) onAbort();
+  else outer?.addEventListener("abort", onAbort, { once: true });
+  try {
+    if (ctl.signal.aborted) return await gaveUp;
+    const running = run(ctl.signal);
+    running.catch(() => {}); // a late rejection of a call given up is not unhandled
+    return await Promise.race([running, gaveUp]);
+  } finally {
+    clearTimeout(timer);
+    outer?.removeEventListener("abort", onAbort);
+  }
 }
 
 /** Outcome of a failed request: did it certainly not insert anything? */
@@ -171,20 +227,47 @@ export class ClientConnection implements Connection {
     return (await this.#connected()).client;
   }
 
-  async #select(query: string): Promise<Record<string, unknown>[]> {
-    const rs = await (await this.#connect()).query({ query, format: "JSONEachRow" });
-    return await rs.json<Record<string, unknown>>();
+  async #select(query: string, signal: AbortSignal): Promise<Record<string, unknown>[]> {
+    const rs = await (await this.#connect()).query({
+      query,
+      format: "JSONEachRow",
+      abort_signal: signal,
+    });
+    // The client stops watching the signal once the headers are in: the body is ours to end.
+    const end = () => rs.close();
+    if (signal.aborted) end();
+    signal.addEventListener("abort", end, { once: true });
+    try {
+      return await rs.json<Record<string, unknown>>();
+    } finally {
+      signal.removeEventListener("abort", end);
+    }
   }
 
-  async prepare(): Promise<ServerInfo> {
-    const ping = await (await this.#connect()).ping();
+  prepare(signal?: AbortSignal): Promise<ServerInfo> {
+    // (The ping drains its answer inside the client, which aborts that read on the signal.)
+    return withDeadline(
+      "preparing ClickHouse",
+      this.#settings.requestTimeoutMs,
+      signal,
+      (bounded) => this.#prepare(bounded),
+    );
+  }
+
+  async #prepare(signal: AbortSignal): Promise<ServerInfo> {
+    const ping = await (await this.#connect()).ping({ select: false, abort_signal: signal });
     if (!ping.success) throw new Error(`failed to ping ClickHouse: ${errorText(ping.error)}`);
-    const version = String((await this.#select("SELECT version() AS v"))[0]?.v ?? "");
+    signal.throwIfAborted();
+    const version = String((await this.#select("SELECT version() AS v", signal))[0]?.v ?? "");
     let names: Set<string>;
     let create = "";
     try {
-      names = new Set((await this.#select("DESCRIBE TABLE flows")).map((r) => String(r.name)));
-      create = String((await this.#select("SHOW CREATE TABLE flows"))[0]?.statement ?? "");
+      names = new Set(
+        (await this.#select("DESCRIBE TABLE flows", signal)).map((r) => String(r.name)),
+      );
+      create = String(
+        (await this.#select("SHOW CREATE TABLE flows", signal))[0]?.statement ?? "",
+      );
     } catch (err) {
       throw new Error(`error when preparing insert statement, ${errorText(err)}`);
     }
@@ -212,20 +295,38 @@ export class ClientConnection implements Connection {
 
   async insert(body: Uint8Array, options: InsertOptions): Promise<InsertOutcome> {
     try {
-      const { client, node: { Buffer, Readable } } = await this.#connected();
-      const r = await client.exec({
-        query: `INSERT INTO flows (${options.columns.join(", ")}) FORMAT ${options.format}`,
-        values: Readable.from([Buffer.from(body.buffer, body.byteOffset, body.byteLength)]),
-        abort_signal: options.signal,
-        clickhouse_settings: options.token === undefined
-          ? {}
-          : { insert_deduplication_token: options.token },
-      });
-      // The answer of an insert is empty; reading it to the end frees the socket.
-      for await (const _ of r.stream) { /* drained */ }
+      await withDeadline(
+        "ClickHouse insert",
+        this.#settings.requestTimeoutMs,
+        options.signal,
+        (signal) => this.#insert(body, options, signal),
+      );
       return { ok: true };
     } catch (err) {
       return classifyFailure(err);
+    }
+  }
+
+  async #insert(body: Uint8Array, options: InsertOptions, signal: AbortSignal): Promise<void> {
+    const { client, node: { Buffer, Readable } } = await this.#connected();
+    const r = await client.exec({
+      query: `INSERT INTO flows (${options.columns.join(", ")}) FORMAT ${options.format}`,
+      values: Readable.from([Buffer.from(body.buffer, body.byteOffset, body.byteLength)]),
+      abort_signal: signal,
+      clickhouse_settings: options.token === undefined
+        ? {}
+        : { insert_deduplication_token: options.token },
+    });
+    // The client stops watching the signal once the headers are in: destroying the answer's
+    // stream ends a read that trickles, and closes its connection.
+    const end = () => r.stream.destroy();
+    if (signal.aborted) end();
+    signal.addEventListener("abort", end, { once: true });
+    try {
+      // The answer of an insert is empty; reading it to the end frees the socket.
+      for await (const _ of r.stream) { /* drained */ }
+    } finally {
+      signal.removeEventListener("abort", end);
     }
   }
 
@@ -249,10 +350,12 @@ function newClient(
     password: s.password,
     database: s.database,
     request_timeout: s.requestTimeoutMs,
+    // One connection per request: see the module's doc.
+    keep_alive: { enabled: false },
     compression: { request: s.compress ? { codec: "gzip", level: 1 } : false, response: false },
     ...(secure && s.insecureSkipVerify
       ? {
-        http_agent: new HttpsAgent({ keepAlive: true, rejectUnauthorized: false, ca }),
+        http_agent: new HttpsAgent({ keepAlive: false, rejectUnauthorized: false, ca }),
         set_basic_auth_header: true,
       }
       : secure && ca !== undefined

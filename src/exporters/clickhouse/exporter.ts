@@ -68,7 +68,7 @@ export interface ClickHouseExporterOptions {
   backoffInitialMs?: number;
   /** Retry delay cap. Default 30,000. */
   backoffMaxMs?: number;
-  /** Timeout of one request. Default 30,000. */
+  /** Deadline of one insert or preparation, reading the answer included. Default 30,000. */
   requestTimeoutMs?: number;
   /** Deadline of the final insert at stop (upstream 10 s). */
   stopTimeoutMs?: number;
@@ -185,9 +185,12 @@ export class ClickHouseExporter implements Exporter {
   #commitTimer: ClockTimer | undefined;
   #retryTimer: ClockTimer | undefined;
   #backoffMs: number;
+  /** Requests under way (inserts, the preparation): the stop deadline aborts them. */
   readonly #inflight = new Set<AbortController>();
   #started = false;
   #stopping = false;
+  /** The stop deadline passed: no new request starts. */
+  #stopExpired = false;
 
   #received = 0;
   #inserted = 0;
@@ -325,6 +328,7 @@ export class ClickHouseExporter implements Exporter {
     this.#retryTimer = undefined;
     this.#seal();
     const deadline = this.#clock.setTimer(this.#opts.stopTimeoutMs, () => {
+      this.#stopExpired = true;
       for (const ctl of this.#inflight) ctl.abort(new Error("stop deadline"));
     });
     if (this.#connected || this.#pump !== undefined) {
@@ -531,6 +535,7 @@ export class ClickHouseExporter implements Exporter {
   async #run(): Promise<void> {
     this.#again = false;
     for (;;) {
+      if (this.#stopExpired) return this.#failed(); // what waits stays for the next start
       if (this.#server === undefined && !(await this.#prepare())) return this.#failed();
       // Oldest first: memory batches are older than anything spooled by this process.
       if (this.#memory.length > 0) {
@@ -578,7 +583,8 @@ export class ClickHouseExporter implements Exporter {
     for (;;) {
       while (
         failed.length === 0 && flying.size < this.#opts.maxInFlight && this.#memory.length > 0 &&
-        this.#server !== undefined // (a reload may have dropped it: prepare first)
+        this.#server !== undefined && // (a reload may have dropped it: prepare first)
+        !this.#stopExpired
       ) {
         const b = this.#memory.shift()!;
         const n = seq++;
@@ -660,7 +666,13 @@ export class ClickHouseExporter implements Exporter {
         this.#connKey = key;
         this.#reconnects++;
       }
-      this.#server = await this.#conn.prepare();
+      const ctl = new AbortController();
+      this.#inflight.add(ctl);
+      try {
+        this.#server = await this.#conn.prepare(ctl.signal);
+      } finally {
+        this.#inflight.delete(ctl);
+      }
       log.info("ClickHouse ready", {
         version: this.#server.version,
         engine: this.#server.engine,

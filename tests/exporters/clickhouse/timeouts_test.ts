@@ -1,0 +1,343 @@
+/**
+ * The ClickHouse sink against a fake server that hangs or trickles (no real server needed):
+ * a request given up closes its connection, so timeouts cannot fill the client's socket pool;
+ * an answer that trickles is bounded by the request deadline; `stop()` is bounded by its
+ * deadline whatever the server does, and the records of a request given up are spooled.
+ * Real time (system clock): the deadlines are what is tested.
+ */
+
+import assert from "node:assert/strict";
+import {
+  ClickHouseExporter,
+  type ClickHouseStats,
+  INSERT_COLUMNS,
+} from "../../../src/exporters/clickhouse/mod.ts";
+import type { ClickHouseConfig } from "../../../src/exporters/clickhouse/config.ts";
+import { waitFor } from "../../_helpers/wait.ts";
+import { fixtureFlow } from "../fixtures.ts";
+
+const UUID = "5f3b4a3e-2c9a-4b0c-9d57-8a4e3c0f1b2a";
+
+/** What the fake server does with inserts (`/ping` with "trickle-ping"). */
+type Mode = "ok" | "hang" | "trickle" | "trickle-ping";
+
+/**
+ * A fake ClickHouse HTTP interface (version 18.16, a table with the 50 columns) behind a TCP
+ * relay that counts the client's open connections: a connection counts until the client
+ * closes it (the relay then closes its side to the server).
+ */
+class FakeClickHouse {
+  mode: Mode = "ok";
+  /** INSERT requests received. */
+  inserts = 0;
+  /** INSERTs answered with success. */
+  insertedBatches = 0;
+  /** Client connections open now, and at most. */
+  open = 0;
+  maxOpen = 0;
+  readonly #server: Deno.HttpServer<Deno.NetAddr>;
+  readonly #listener: Deno.TcpListener;
+  readonly #conns = new Set<Deno.Conn>();
+  readonly #hung = new Set<(r: Response) => void>();
+  readonly #timers = new Set<ReturnType<typeof setInterval>>();
+
+  constructor() {
+    this.#server = Deno.serve(
+      { hostname: "127.0.0.1", port: 0, onListen() {} },
+      (req) => this.#answer(req),
+    );
+    this.#listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    void this.#relay();
+  }
+
+  /** The URL the sink is given (the relay's). */
+  get url(): string {
+    return `http://127.0.0.1:${(this.#listener.addr as Deno.NetAddr).port}`;
+  }
+
+  #trickle(): Response {
+    const timers = this.#timers;
+    let t: ReturnType<typeof setInterval> | undefined;
+    const body = new ReadableStream<Uint8Array>({
+      start(c) {
+        t = setInterval(() => {
+          try {
+            c.enqueue(new Uint8Array([0x20]));
+          } catch {
+            clearInterval(t);
+          }
+        }, 100);
+        timers.add(t!);
+      },
+      cancel() {
+        clearInterval(t);
+        timers.delete(t!);
+      },
+    });
+    return new Response(body);
+  }
+
+  async #answer(req: Request): Promise<Response> {
+    const url = new URL(req.url);
+    const body = new TextDecoder().decode(await req.arrayBuffer());
+    const q = (url.searchParams.get("query") ?? "") + body.slice(0, 200);
+    if (url.pathname === "/ping") {
+      return this.mode === "trickle-ping" ? this.#trickle() : new Response("Ok.\n");
+    }
+    if (/^INSERT INTO/.test(q)) {
+      this.inserts++;
+      if (this.mode === "hang") {
+        const hung = Promise.withResolvers<Response>();
+        this.#hung.add(hung.resolve);
+        return await hung.promise;
+      }
+      if (this.mode === "trickle") return this.#trickle();
+      this.insertedBatches++;
+      return new Response("");
+    }
+    const json = { "content-type": "application/json", "X-ClickHouse-Format": "JSONEachRow" };
+    const rows = (r: unknown[]) =>
+      new Response(r.map((x) => JSON.stringify(x)).join("\n") + "\n", { headers: json });
+    if (/version\(\)/.test(q)) return rows([{ v: "18.16.1" }]);
+    if (/DESCRIBE TABLE/.test(q)) return rows(INSERT_COLUMNS.map((name) => ({ name })));
+    if (/SHOW CREATE TABLE/.test(q)) {
+      return rows([{ statement: "CREATE TABLE flows () ENGINE = MergeTree" }]);
+    }
+    return new Response(`unknown query ${q}`, { status: 400 });
+  }
+
+  async #relay(): Promise<void> {
+    for await (const client of this.#listener) {
+      this.open++;
+      this.maxOpen = Math.max(this.maxOpen, this.open);
+      this.#conns.add(client);
+      void (async () => {
+        const upstream = await Deno.connect({
+          hostname: "127.0.0.1",
+          port: this.#server.addr.port,
+        });
+        this.#conns.add(upstream);
+        const close = (c: Deno.Conn) => {
+          this.#conns.delete(c);
+          try {
+            c.close();
+          } catch {
+            // closed already
+          }
+        };
+        // Until the client closes (or the server does): then both sides are closed.
+        await Promise.race([
+          client.readable.pipeTo(upstream.writable, { preventClose: true }),
+          upstream.readable.pipeTo(client.writable, { preventClose: true }),
+        ]).catch(() => {});
+        close(client);
+        close(upstream);
+      })().catch(() => {}).finally(() => this.open--);
+    }
+  }
+
+  async close(): Promise<void> {
+    this.#listener.close();
+    for (const c of this.#conns) {
+      try {
+        c.close();
+      } catch {
+        // closed already
+      }
+    }
+    for (const t of this.#timers) clearInterval(t);
+    for (const answer of this.#hung) answer(new Response("", { status: 500 }));
+    await this.#server.shutdown();
+  }
+}
+
+function config(url: string, spoolDir: string): ClickHouseConfig {
+  return {
+    enable: true,
+    database: "default",
+    databaseURL: url,
+    debug: false,
+    compress: false,
+    commitInterval: "1s",
+    commitIntervalMs: 1000,
+    tls: { insecureSkipVerify: false, caCert: false },
+    spool: { dir: spoolDir, maxBytes: 1 << 24 },
+  };
+}
+
+function sinkFor(
+  fake: FakeClickHouse,
+  dir: string,
+  options: { requestTimeoutMs: number; stopTimeoutMs: number },
+): ClickHouseExporter {
+  return new ClickHouseExporter(config(fake.url, dir), UUID, {
+    env: (n) => n === "CH_USERNAME" ? "u" : n === "CH_PASSWORD" ? "p" : undefined,
+    backoffInitialMs: 50,
+    backoffMaxMs: 100,
+    maxBatchRows: 10,
+    ...options,
+  });
+}
+
+/** Stops the sink and the server, bounded (a failing test must end, not hang the run). */
+async function cleanup(sink: ClickHouseExporter, fake: FakeClickHouse): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  await Promise.race([
+    sink.stop().then(() => fake.close()),
+    new Promise((res) => timer = setTimeout(res, 10_000)),
+  ]);
+  clearTimeout(timer);
+}
+
+let seq = 0;
+/** One batch (10 rows: sealed and sent at once). */
+function addBatch(sink: ClickHouseExporter): void {
+  for (let i = 0; i < 10; i++) {
+    sink.addRecord(fixtureFlow(false, { flowStartSeconds: 1_600_000_000 + seq++ }));
+  }
+}
+
+/** received = exported + dropped + memory + spool (nothing in flight). */
+function assertLedger(s: ClickHouseStats): void {
+  assert.equal(
+    s.received,
+    s.exported + s.dropped + s.memoryRecords + s.spoolRecords,
+    JSON.stringify(s),
+  );
+}
+
+/** Calls `stop()` and returns how long it took; fails past 10 s (it must end by its deadline). */
+async function timedStop(sink: ClickHouseExporter): Promise<number> {
+  const t0 = performance.now();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const ended = await Promise.race([
+    sink.stop().then(() => true),
+    new Promise<false>((res) => timer = setTimeout(() => res(false), 10_000)),
+  ]);
+  clearTimeout(timer);
+  const ms = performance.now() - t0;
+  assert.ok(ended, `stop() (deadline 1 s) still running after ${Math.round(ms)} ms`);
+  return ms;
+}
+
+Deno.test("inserts that time out close their connections: past the pool's 10 the sink still tries, and delivers once the server answers", async () => {
+  const fake = new FakeClickHouse();
+  const dir = await Deno.makeTempDir({ prefix: "ch-timeouts-" });
+  const sink = sinkFor(fake, dir, { requestTimeoutMs: 300, stopTimeoutMs: 1000 });
+  try {
+    await sink.start();
+    fake.mode = "hang";
+    addBatch(sink);
+    // Before: the 10th timeout left every socket of the pool held, and nothing was sent again.
+    let feeder = setInterval(() => addBatch(sink), 200);
+    await waitFor(() => fake.inserts >= 14, {
+      what: "14 insert attempts against a server that never answers (the pool holds 10)",
+      timeoutMs: 40_000,
+      intervalMs: 50,
+    });
+    clearInterval(feeder);
+    const hung = sink.stats();
+    assert.ok(hung.insertErrors >= 13, JSON.stringify(hung));
+    assert.ok(hung.spoolRecords > 0, "the batches wait in the spool");
+    // One request at a time here (the spool is replayed batch by batch): the timed-out ones
+    // are closed, not held (before: one more per timeout).
+    assert.ok(fake.maxOpen <= 3, `at most ${fake.maxOpen} connections open at once`);
+
+    fake.mode = "ok";
+    feeder = setInterval(() => addBatch(sink), 200);
+    await new Promise((r) => setTimeout(r, 600));
+    clearInterval(feeder);
+    await waitFor(async () => {
+      await sink.flush();
+      const s = sink.stats();
+      return s.spoolRecords === 0 && s.memoryRecords === 0 && s.exported === s.received;
+    }, { what: "every record inserted once the server answers", timeoutMs: 30_000 });
+    assert.ok(fake.maxOpen <= 3, `at most ${fake.maxOpen} connections open at once`);
+    await timedStop(sink);
+    assertLedger(sink.stats());
+    await waitFor(() => fake.open === 0, { what: "no connection left open after stop" });
+  } finally {
+    await cleanup(sink, fake);
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+  }
+});
+
+for (const mode of ["trickle", "trickle-ping"] as const) {
+  const what = mode === "trickle" ? "an insert's answer" : "the ping's answer";
+  Deno.test(`${what} trickling forever: the request deadline ends it, its records are spooled, its connection closed`, async () => {
+    const fake = new FakeClickHouse();
+    const dir = await Deno.makeTempDir({ prefix: "ch-timeouts-" });
+    const sink = sinkFor(fake, dir, { requestTimeoutMs: 500, stopTimeoutMs: 1000 });
+    try {
+      await sink.start();
+      addBatch(sink);
+      await waitFor(async () => {
+        await sink.flush();
+        return sink.stats().exported === 10;
+      }, { what: "the first batch inserted", timeoutMs: 20_000 });
+      // A failure first, so that the next attempt prepares again (and pings).
+      if (mode === "trickle-ping") fake.mode = "hang";
+      else fake.mode = "trickle";
+      addBatch(sink);
+      await waitFor(() => sink.stats().insertErrors >= 1, {
+        what: "the insert given up",
+        timeoutMs: 20_000,
+      });
+      fake.mode = mode;
+      const errors = sink.stats().insertErrors;
+      addBatch(sink);
+      // Before: a trickled answer was read for as long as it trickled (no error, ever).
+      await waitFor(() => sink.stats().insertErrors >= errors + 3, {
+        what: "three more attempts given up at the request deadline",
+        timeoutMs: 30_000,
+      });
+      const s = sink.stats();
+      assert.equal(s.exported, 10);
+      assert.ok(s.spoolRecords >= 20, `records spooled: ${JSON.stringify(s)}`);
+      assert.ok(fake.maxOpen <= 3, `at most ${fake.maxOpen} connections open at once`);
+      await timedStop(sink);
+      const end = sink.stats();
+      assertLedger(end);
+      assert.equal(end.spoolRecords, end.received - 10);
+      await waitFor(() => fake.open === 0, { what: "no connection left open after stop" });
+    } finally {
+      await cleanup(sink, fake);
+      await Deno.remove(dir, { recursive: true }).catch(() => {});
+    }
+  });
+
+  Deno.test(`stop while ${what} trickles (request timeout 60 s): stop ends by its 1 s deadline, the records are spooled`, async () => {
+    const fake = new FakeClickHouse();
+    const dir = await Deno.makeTempDir({ prefix: "ch-timeouts-" });
+    const sink = sinkFor(fake, dir, { requestTimeoutMs: 60_000, stopTimeoutMs: 1000 });
+    try {
+      await sink.start();
+      addBatch(sink);
+      await waitFor(async () => {
+        await sink.flush();
+        return sink.stats().exported === 10;
+      }, { what: "the first batch inserted", timeoutMs: 20_000 });
+      fake.mode = mode;
+      if (mode === "trickle-ping") {
+        // Force a preparation: a reload of a connection setting replaces the client.
+        await sink.update({ ...config(fake.url, dir), compress: true });
+      }
+      addBatch(sink);
+      await waitFor(() => mode === "trickle" ? fake.inserts >= 2 : fake.open >= 1, {
+        what: "the request under way",
+        timeoutMs: 20_000,
+      });
+      await new Promise((r) => setTimeout(r, 300)); // (trickling)
+      const ms = await timedStop(sink);
+      const s = sink.stats();
+      assertLedger(s);
+      assert.equal(s.exported, 10);
+      assert.equal(s.spoolRecords, 10, `the batch given up is spooled: ${JSON.stringify(s)}`);
+      assert.ok(ms < 10_000);
+      await waitFor(() => fake.open === 0, { what: "no connection left open after stop" });
+    } finally {
+      await cleanup(sink, fake);
+      await Deno.remove(dir, { recursive: true }).catch(() => {});
+    }
+  });
+}

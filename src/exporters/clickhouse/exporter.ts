@@ -113,6 +113,11 @@ export interface ClickHouseStats extends ExporterStats {
   spoolCorrupt: number;
   /** Bytes cut off spool segments at torn or corrupt frames. */
   spoolTruncatedBytes: number;
+  /**
+   * Spool cursor moves not saved on a full disk (delivery went on; after a crash the batches
+   * since the last saved cursor are delivered again).
+   */
+  spoolCursorWriteFailures: number;
   /** Gauge: records waiting in memory (open batch and sealed batches). */
   memoryRecords: number;
   /** Gauge: records waiting in the spool. */
@@ -397,6 +402,7 @@ export class ClickHouseExporter implements Exporter {
       spoolDropped,
       spoolCorrupt: sp?.corruptFrames ?? 0,
       spoolTruncatedBytes: sp?.truncatedBytes ?? 0,
+      spoolCursorWriteFailures: sp?.cursorWriteFailures ?? 0,
       memoryRecords: this.#memoryRecords + this.#rows.rows,
       spoolRecords: sp?.records ?? 0,
       spoolBytes: sp?.bytes ?? 0,

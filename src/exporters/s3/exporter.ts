@@ -109,6 +109,11 @@ export interface S3ExporterStats extends ExporterStats {
   spoolCorrupt: number;
   /** Bytes cut off spool segments at torn or corrupt frames. */
   spoolTruncatedBytes: number;
+  /**
+   * Spool cursor moves not saved on a full disk (delivery went on; after a crash the batches
+   * since the last saved cursor are delivered again).
+   */
+  spoolCursorWriteFailures: number;
   /** Gauge: records waiting in the spool (recovered ones included). */
   spoolRecords: number;
   /** Gauge: bytes of the spool's segments. */
@@ -430,6 +435,7 @@ export class S3Exporter implements Exporter {
       spoolDropped,
       spoolCorrupt: sp?.corruptFrames ?? 0,
       spoolTruncatedBytes: sp?.truncatedBytes ?? 0,
+      spoolCursorWriteFailures: sp?.cursorWriteFailures ?? 0,
       spoolRecords,
       spoolBytes: sp?.bytes ?? 0,
       spoolOpen: sp !== undefined,

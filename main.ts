@@ -411,6 +411,7 @@ async function run(opts: CliOptions): Promise<number> {
   setLogLevel(opts.logLevel);
   setLogFormat(opts.logFormat);
   const logOutput = startLogOutput(opts.klog);
+  const logFiles = logOutput.files;
   log.info("Flow aggregator starting...", { version: VERSION });
   for (const note of logOutput.notes) log[note.level](note.msg, note.fields);
 
@@ -491,6 +492,7 @@ async function run(opts: CliOptions): Promise<number> {
     udpReceiver: udpReceiverFor(opts),
     namespace,
     configCounters: watcher === undefined ? undefined : () => watcher.stats(),
+    logFileCounters: logFiles === undefined ? undefined : () => logFiles.stats(),
     certificates,
     clusterUuid: () => identity.current(),
     hooks: store === undefined ? undefined : { lookupPod: (ip, t) => store.lookup(ip, t) },

@@ -50,6 +50,7 @@ import {
 import { type LogFields, logger } from "./log.ts";
 import { type ProcessStats, processStats } from "./process_stats.ts";
 import type { ApiFrontStats } from "./api/front.ts";
+import type { KlogFilesStats } from "./log/mod.ts";
 import type { ShardPool, ShardPoolStats } from "./shard/pool.ts";
 import type { PodReplicaSource } from "./k8s/pod_store.ts";
 import { applyCoreSettings, type SettableCore, type ShardSettings } from "./shard/protocol.ts";
@@ -142,6 +143,11 @@ export interface FlowAggregatorOptions {
   /** The config watcher's counters (a watched file), part of {@linkcode FlowAggregator.stats}. */
   configCounters?: () => ConfigWatcherStats;
   /**
+   * The klog log files' counters (`--logtostderr=false`), part of
+   * {@linkcode FlowAggregator.stats} as `logFiles`.
+   */
+  logFileCounters?: () => KlogFilesStats;
+  /**
    * Longest wait for one exporter's `stop()` (final flush) before giving up on it, so a stuck
    * sink (hung disk or peer) cannot hang a shutdown or a reload forever. Default 10 s.
    */
@@ -192,6 +198,8 @@ export interface FlowAggregatorStats extends RecordMetrics, Partial<ConfigWatche
   api?: ApiFrontStats;
   /** The process's resource use (every thread's), read with the counters. */
   process?: ProcessStats;
+  /** The klog log files' counters, when the process writes them (`--logtostderr=false`). */
+  logFiles?: KlogFilesStats;
 }
 
 function transportOf(p: TransportProtocol): "udp" | "tcp" | "tls" {
@@ -725,6 +733,7 @@ export class FlowAggregator {
       ...(this.#pool === undefined ? {} : { shards: this.#pool.counters() }),
       ...this.#apiStatsField(),
       process: processStats(),
+      ...this.#logFilesField(),
     };
   }
 
@@ -964,6 +973,11 @@ export class FlowAggregator {
   /** The API port's counters, in {@linkcode stats} (set by the API when it starts). */
   apiStats: (() => ApiFrontStats | undefined) | undefined;
 
+  #logFilesField(): { logFiles?: KlogFilesStats } {
+    const logFiles = this.#opts.logFileCounters?.();
+    return logFiles === undefined ? {} : { logFiles };
+  }
+
   #apiStatsField(): { api?: ApiFrontStats } {
     const api = this.apiStats?.();
     return api === undefined ? {} : { api };
@@ -1076,16 +1090,18 @@ export class FlowAggregator {
 /**
  * Every counter of a stats snapshot as flat `key = value` fields (the metrics log line and the
  * API's Prometheus text): the process's own, the collector's (unprefixed), the core's
- * (`aggregation.*`), the aggregation shards' (`shards.*`), the UDP receive path's (`udp*`) and each sink's (`<section>.*`, its
- * worker's own counters under `<section>.sink.*`).
+ * (`aggregation.*`), the aggregation shards' (`shards.*`), the UDP receive path's (`udp*`), the
+ * klog log files' (`logFiles.*`) and each sink's (`<section>.*`, its worker's own counters under
+ * `<section>.sink.*`).
  */
 export function statsFields(stats: FlowAggregatorStats): LogFields {
-  const { aggregation, collector, exporters, shards, api, process, ...own } = stats;
+  const { aggregation, collector, exporters, shards, api, process, logFiles, ...own } = stats;
   const fields: LogFields = {};
   counterFields(own, "", fields);
   if (shards !== undefined) counterFields(shards, "shards.", fields);
   if (api !== undefined) counterFields(api, "api.", fields);
   if (process !== undefined) counterFields(process, "process.", fields);
+  if (logFiles !== undefined) counterFields(logFiles, "logFiles.", fields);
   fields.recordsAggregated = aggregation.recordsAccepted;
   fields.rejected = rejectedTotal(stats);
   counterFields(aggregation, "aggregation.", fields);

@@ -9,14 +9,23 @@
  *
  * Lines are buffered in memory and written by {@linkcode KlogFiles.flush}: on a timer (klog's
  * `--log-flush-frequency`), when 64 KiB are pending, after an error line (flags.ts) and when
- * the process exits, so logging does not wait for the disk. A failing write is counted and reported on stderr (at most once a
- * minute), never thrown: a full disk must not stop collection.
+ * the process exits, so logging does not wait for the disk. A failing write is counted and
+ * reported on stderr (at most once a minute), never thrown: a full disk must not stop
+ * collection. The lines it could not write are dropped and counted (`linesDropped`), and a line
+ * it wrote only in part is cut off the file, so the next line starts on a line of its own. A
+ * file that cannot be created drops its lines (counted) and is tried again a second later.
+ *
+ * At most once a second a flush checks that each file is still at its path (device and inode):
+ * when the directory was removed or the file deleted or replaced, the file is closed (its disk
+ * space freed) and a new one created, the directory first (`mkdir -p`). Lines written in the
+ * second before the check went with the removed file.
  *
  * Improvements on klog: a file name is never reused (klog truncates its previous file when two
- * rotations fall in the same second), and pruning happens at each new file instead of every
- * 10 minutes. Where the process may not create symlinks (Deno allows them only with unscoped
- * `--allow-read` and `--allow-write`), the `<program>.<SEVERITY>` link is a hard link, which
- * `tail -F` follows just as well.
+ * rotations fall in the same second): a second file within the same second gets a `.N` suffix,
+ * N counting up for the whole run, and pruning orders such names by N. Pruning happens at each
+ * new file instead of every 10 minutes. Where the process may not create symlinks (Deno allows
+ * them only with unscoped `--allow-read` and `--allow-write`), the `<program>.<SEVERITY>` link
+ * is a hard link, which `tail -F` follows just as well.
  *
  * Permissions: `--allow-read` and `--allow-write` on the log directory.
  *
@@ -38,11 +47,30 @@ const FILES_OF: Readonly<Record<LogLevel, readonly KlogSeverity[]>> = {
 
 const FLUSH_AT_BYTES = 64 * 1024;
 const ERROR_REPORT_MS = 60_000;
+/**
+ * How often (by the files' clock) a flush checks that the open file is still at its path, and
+ * how long a severity whose file could not be created drops its lines before trying again.
+ */
+const CHECK_MS = 1000;
+/** Names tried per new file: only files of another process with our pid can take them. */
+const NAME_ATTEMPTS = 16;
 const encoder = new TextEncoder();
+
+/** The part of `Deno.FsFile` the log files use (tests wrap it to inject write faults). */
+export interface KlogFileHandle {
+  /** Writes some of `p`, returning how many bytes (as `Deno.FsFile.writeSync`). */
+  writeSync(p: Uint8Array): number;
+  /** Cuts the file to `len` bytes (ftruncate). */
+  truncateSync(len?: number): void;
+  /** File metadata (device and inode). */
+  statSync(): Deno.FileInfo;
+  /** Releases the handle. */
+  close(): void;
+}
 
 /** Options of {@linkcode KlogFiles}. */
 export interface KlogFilesOptions {
-  /** The log directory (created if missing). */
+  /** The log directory (created if missing, and again if removed while running). */
   dir: string;
   /** Program name in the file names. Default `flow-aggregator`. */
   program?: string;
@@ -56,10 +84,15 @@ export interface KlogFilesOptions {
   maxSizeBytes: number;
   /** Files kept per severity, the current one included; 0: all. */
   maxFiles: number;
-  /** Clock for file names and headers; default the system clock. */
+  /**
+   * Clock for file names, headers and the once-a-second checks (a jump either way counts as
+   * time passed); default the system clock.
+   */
   now?: () => Date;
   /** Where write failures are reported; default stderr. */
   report?: (line: string) => void;
+  /** Wraps each opened file (tests inject write faults); default the file itself. */
+  wrapFile?: (file: Deno.FsFile) => KlogFileHandle;
 }
 
 /** Counters of the log files. */
@@ -68,18 +101,41 @@ export interface KlogFilesStats {
   filesCreated: number;
   /** Old files removed by `--log_file_max_num`. */
   filesRemoved: number;
+  /**
+   * Files found gone from their path (directory or file removed or replaced under the process):
+   * each was closed and a new one created, the directory first when missing.
+   */
+  filesReopened: number;
+  /**
+   * Lines that reached no file: a failed write (disk full), a file that could not be created.
+   * Counted per file: a warning lost from both the INFO and the WARNING file counts 2.
+   */
+  linesDropped: number;
   /** Failed creations, writes or removals (each reported on stderr, rate-limited). */
   errors: number;
 }
 
 interface SeverityFile {
-  file: Deno.FsFile | undefined;
+  readonly severity: KlogSeverity;
+  file: KlogFileHandle | undefined;
   name: string;
+  /** Device and inode of the open file, to see it gone from its path. */
+  dev: number;
+  ino: number | null;
   /** Bytes in the current file, pending ones included. */
   size: number;
+  /** Bytes of the current file on disk: whole lines only (a torn one is cut off). */
+  written: number;
   /** Size of the header alone (a file holding only it is never rotated). */
   headerSize: number;
+  /** The header while it is pending (it is no line of the dropped count). */
+  header: Uint8Array | undefined;
   pending: Uint8Array[];
+  /** Time stamp of the current name, and the last `.N` suffix used (never reused). */
+  stamp: string;
+  seq: number;
+  /** Clock time of the last path check or creation attempt. */
+  checkedAt: number;
 }
 
 function two(n: number): string {
@@ -100,11 +156,16 @@ function escapeRegExp(s: string): string {
 export class KlogFiles {
   readonly #opts: Required<KlogFilesOptions>;
   readonly #files = new Map<KlogSeverity, SeverityFile>();
-  readonly #usedNames = new Set<string>();
   #pendingBytes = 0;
   #lastReport = -Infinity;
   #timer: ReturnType<typeof setInterval> | undefined;
-  readonly #stats: KlogFilesStats = { filesCreated: 0, filesRemoved: 0, errors: 0 };
+  readonly #stats: KlogFilesStats = {
+    filesCreated: 0,
+    filesRemoved: 0,
+    filesReopened: 0,
+    linesDropped: 0,
+    errors: 0,
+  };
 
   /** Prepares the files of `options.dir`; nothing is created before the first line. */
   constructor(options: KlogFilesOptions) {
@@ -119,6 +180,7 @@ export class KlogFiles {
           // stderr closed too: the error count is all that is left.
         }
       }),
+      wrapFile: options.wrapFile ?? ((file) => file),
     };
     Deno.mkdirSync(this.#opts.dir, { recursive: true });
   }
@@ -140,9 +202,12 @@ export class KlogFiles {
     if (this.#pendingBytes >= FLUSH_AT_BYTES) this.flush();
   }
 
-  /** Writes every pending line now (synchronously: also safe in an unload handler). */
+  /**
+   * Writes every pending line now (synchronously: also safe in an unload handler). At most once
+   * a second, a file is first checked to still be at its path, and replaced when it is not.
+   */
   flush(): void {
-    for (const f of this.#files.values()) this.#flushFile(f);
+    for (const f of this.#files.values()) this.#flushFile(f, true);
   }
 
   /** Flushes every `intervalMs` until {@linkcode close} (the timer does not keep the process up). */
@@ -158,85 +223,226 @@ export class KlogFiles {
     clearInterval(this.#timer);
     this.#timer = undefined;
     this.flush();
-    for (const f of this.#files.values()) {
-      try {
-        f.file?.close();
-      } catch {
-        // already closed
-      }
-      f.file = undefined;
-    }
+    for (const f of this.#files.values()) this.#closeFile(f);
   }
 
   #append(severity: KlogSeverity, bytes: Uint8Array): void {
     let f = this.#files.get(severity);
-    const max = this.#opts.maxSizeBytes;
-    if (
-      f === undefined || f.file === undefined ||
-      (max > 0 && f.size + bytes.length > max && f.size > f.headerSize)
-    ) {
-      if (f !== undefined) this.#flushFile(f);
-      f = this.#open(severity, f);
-      if (f.file === undefined) return; // reported; the line is lost for this severity only
+    if (f === undefined) {
+      f = {
+        severity,
+        file: undefined,
+        name: "",
+        dev: 0,
+        ino: null,
+        size: 0,
+        written: 0,
+        headerSize: 0,
+        header: undefined,
+        pending: [],
+        stamp: "",
+        seq: 0,
+        checkedAt: 0,
+      };
+      this.#files.set(severity, f);
+      this.#open(f);
+    } else if (f.file === undefined) {
+      // Its creation failed: tried again once a second, not for every line.
+      if (this.#due(f)) this.#open(f);
+    } else {
+      const max = this.#opts.maxSizeBytes;
+      if (max > 0 && f.size + bytes.length > max && f.size > f.headerSize) {
+        this.#flushFile(f, false);
+        this.#open(f);
+      }
+    }
+    if (f.file === undefined) {
+      this.#stats.linesDropped++;
+      return;
     }
     f.pending.push(bytes);
     f.size += bytes.length;
     this.#pendingBytes += bytes.length;
   }
 
-  #flushFile(f: SeverityFile): void {
-    if (f.pending.length === 0) return;
+  /** True, and noted, when a second has passed (either way) since `f` was last checked. */
+  #due(f: SeverityFile): boolean {
+    const t = this.#opts.now().getTime();
+    if (Math.abs(t - f.checkedAt) < CHECK_MS) return false;
+    f.checkedAt = t;
+    return true;
+  }
+
+  /** Takes `f`'s pending chunks: the bytes and the number of lines (the header is none). */
+  #takePending(f: SeverityFile): { chunks: Uint8Array[]; lines: number } {
     const chunks = f.pending;
     f.pending = [];
+    let lines = 0;
+    for (const c of chunks) {
+      this.#pendingBytes -= c.length;
+      if (c !== f.header) lines++;
+    }
+    return { chunks, lines };
+  }
+
+  #flushFile(f: SeverityFile, check: boolean): void {
+    if (f.pending.length === 0) return;
+    if (check && f.file !== undefined && this.#due(f) && !this.#atPath(f)) this.#reopen(f);
+    const { chunks, lines } = this.#takePending(f);
+    if (f.file === undefined) {
+      this.#stats.linesDropped += lines;
+      return;
+    }
     let total = 0;
     for (const c of chunks) total += c.length;
-    this.#pendingBytes -= total;
     const buf = new Uint8Array(total);
     let at = 0;
     for (const c of chunks) {
       buf.set(c, at);
       at += c.length;
     }
+    let off = 0;
     try {
-      let off = 0;
-      while (off < buf.length) off += f.file!.writeSync(buf.subarray(off));
+      while (off < buf.length) {
+        const n = f.file.writeSync(buf.subarray(off));
+        if (n <= 0) throw new Error(`write returned ${n}`);
+        off += n;
+      }
+      f.written += total;
+      f.header = undefined;
     } catch (err) {
-      this.#error(`cannot write log file ${f.name}`, err);
+      this.#failedWrite(f, chunks, off, err);
     }
   }
 
-  #open(severity: KlogSeverity, prev: SeverityFile | undefined): SeverityFile {
+  /**
+   * After a write of `chunks` failed with `off` bytes written: the lines not written whole are
+   * dropped and counted, and a partial one is cut off the file, so the next write does not glue
+   * a line onto its fragment. A header not written whole is queued again.
+   */
+  #failedWrite(f: SeverityFile, chunks: Uint8Array[], off: number, err: unknown): void {
+    let whole = 0;
+    let headerLost = false;
+    let dropped = 0;
+    let cut = false;
+    for (const c of chunks) {
+      if (!cut && whole + c.length <= off) {
+        whole += c.length;
+        continue;
+      }
+      cut = true; // the lines after a partial one did not reach the file either
+      if (c === f.header) headerLost = true;
+      else dropped++;
+    }
+    this.#stats.linesDropped += dropped;
+    this.#error(`cannot write log file ${f.name} (${dropped} lines dropped)`, err);
+    f.written += whole;
+    f.size = f.written;
+    if (off > whole) {
+      try {
+        f.file!.truncateSync(f.written);
+      } catch (e) {
+        // The fragment stays in that file; the next line goes to a new one, after a second.
+        this.#error(`cannot cut a partial line off log file ${f.name}`, e);
+        this.#closeFile(f);
+        return;
+      }
+    }
+    if (headerLost && f.header !== undefined) {
+      f.pending.push(f.header);
+      f.size += f.header.length;
+      this.#pendingBytes += f.header.length;
+    } else {
+      f.header = undefined;
+    }
+  }
+
+  /** True unless `f`'s path now leads to no file or another one (directory removed, say). */
+  #atPath(f: SeverityFile): boolean {
     try {
-      prev?.file?.close();
+      const st = Deno.statSync(`${this.#opts.dir}/${f.name}`);
+      return st.ino === f.ino && st.dev === f.dev;
+    } catch (err) {
+      // Only a missing path is known to be gone; otherwise keep the file we have.
+      return !(err instanceof Deno.errors.NotFound || err instanceof Deno.errors.NotADirectory);
+    }
+  }
+
+  /** Replaces `f`'s file, gone from its path, by a new one; its pending lines go there. */
+  #reopen(f: SeverityFile): void {
+    this.#stats.filesReopened++;
+    const { chunks } = this.#takePending(f);
+    const oldHeader = f.header;
+    this.#open(f);
+    let lost = 0;
+    for (const c of chunks) {
+      if (c === oldHeader) continue;
+      if (f.file === undefined) {
+        lost++;
+        continue;
+      }
+      f.pending.push(c);
+      f.size += c.length;
+      this.#pendingBytes += c.length;
+    }
+    this.#stats.linesDropped += lost;
+  }
+
+  #closeFile(f: SeverityFile): void {
+    try {
+      f.file?.close();
     } catch {
       // already closed
     }
+    f.file = undefined;
+  }
+
+  /**
+   * Closes `f`'s file and creates the next one (the directory too, when missing). Its name is
+   * klog's; a second file within the same second (or a name taken) gets a `.N` suffix, N never
+   * used before for this severity in this process, so no name is reused and none is searched
+   * for. On failure `f` has no file: its lines are dropped (counted) until a retry a second later.
+   */
+  #open(f: SeverityFile): void {
+    this.#closeFile(f);
+    // Only a header can be left (its write failed): the new file gets its own.
+    this.#stats.linesDropped += this.#takePending(f).lines;
     const { dir, program, host, user, pid } = this.#opts;
     const now = this.#opts.now();
+    f.checkedAt = now.getTime();
+    f.name = "";
+    f.size = f.written = f.headerSize = 0;
+    f.header = undefined;
+    const stamp = klogFileStamp(now);
+    const base = `${program}.${host}.${user}.log.${f.severity}.${stamp}.${pid}`;
     let file: Deno.FsFile | undefined;
     let name = "";
-    // A name is never reused: two files in the same second get the next second's stamp.
-    for (let bump = 0; file === undefined && bump < 1000; bump++) {
-      const at = new Date(now.getTime() + bump * 1000);
-      name = `${program}.${host}.${user}.log.${severity}.${klogFileStamp(at)}.${pid}`;
-      if (this.#usedNames.has(name)) continue;
-      try {
-        file = Deno.openSync(`${dir}/${name}`, { createNew: true, write: true });
-      } catch (err) {
-        if (err instanceof Deno.errors.AlreadyExists) continue;
-        this.#error(`cannot create log file ${dir}/${name}`, err);
-        break;
+    try {
+      Deno.mkdirSync(dir, { recursive: true });
+      for (let attempt = 0; file === undefined && attempt < NAME_ATTEMPTS; attempt++) {
+        name = attempt === 0 && stamp !== f.stamp ? base : `${base}.${++f.seq}`;
+        try {
+          file = Deno.openSync(`${dir}/${name}`, { createNew: true, append: true });
+        } catch (err) {
+          if (!(err instanceof Deno.errors.AlreadyExists)) throw err;
+        }
       }
+      if (file === undefined) throw new Error(`${NAME_ATTEMPTS} names taken, up to ${name}`);
+    } catch (err) {
+      this.#error(`cannot create log file ${dir}/${name || base}`, err);
+      return;
     }
-    const f: SeverityFile = prev ??
-      { file: undefined, name: "", size: 0, headerSize: 0, pending: [] };
-    this.#files.set(severity, f);
-    f.file = file;
+    f.stamp = stamp;
+    const handle = this.#opts.wrapFile(file);
+    try {
+      const st = handle.statSync();
+      f.dev = st.dev;
+      f.ino = st.ino;
+    } catch {
+      f.ino = null; // never matches: the first check reopens
+    }
+    f.file = handle;
     f.name = name;
-    f.size = 0;
-    f.headerSize = 0;
-    if (file === undefined) return f;
-    this.#usedNames.add(name);
     this.#stats.filesCreated++;
     const header = encoder.encode(
       `Log file created at: ${now.getFullYear()}/${two(now.getMonth() + 1)}/${two(now.getDate())} ${
@@ -246,12 +452,12 @@ export class KlogFiles {
         `Binary: ${program} on Deno ${Deno.version.deno} for ${Deno.build.os}/${Deno.build.arch}\n` +
         "Log line format: [IWEF]mmdd hh:mm:ss.uuuuuu threadid file:line] msg\n",
     );
+    f.header = header;
     f.pending.push(header);
     f.size = f.headerSize = header.length;
     this.#pendingBytes += header.length;
-    this.#link(severity, name);
-    this.#prune(severity, name);
-    return f;
+    this.#link(f.severity, name);
+    this.#prune(f.severity, name);
   }
 
   /** Points `<program>.<SEVERITY>` at `name`: a symlink as klog, else a hard link. */
@@ -273,24 +479,32 @@ export class KlogFiles {
     }
   }
 
-  /** Keeps at most `maxFiles` files of `severity`, the newest by the time in their names. */
+  /**
+   * Keeps at most `maxFiles` files of `severity`, the newest by the time in their names, then by
+   * their `.N` suffix (numerically: `.10` is newer than `.9`).
+   */
   #prune(severity: KlogSeverity, current: string): void {
     const max = this.#opts.maxFiles;
     if (max <= 0) return;
     const re = new RegExp(
-      `^${escapeRegExp(this.#opts.program)}\\..*\\.log\\.${severity}\\.(\\d{8}-\\d{6})\\.\\d+$`,
+      `^(${escapeRegExp(this.#opts.program)}\\..*\\.log\\.${severity}\\.(\\d{8}-\\d{6})\\.\\d+)` +
+        `(?:\\.(\\d+))?$`,
     );
-    const found: { name: string; stamp: string }[] = [];
+    const found: { name: string; base: string; stamp: string; seq: number }[] = [];
     try {
       for (const e of Deno.readDirSync(this.#opts.dir)) {
         const m = e.isFile ? re.exec(e.name) : null;
-        if (m && e.name !== current) found.push({ name: e.name, stamp: m[1] });
+        if (m && e.name !== current) {
+          found.push({ name: e.name, base: m[1], stamp: m[2], seq: Number(m[3] ?? 0) });
+        }
       }
     } catch (err) {
       this.#error(`cannot list log directory ${this.#opts.dir}`, err);
       return;
     }
-    found.sort((a, b) => a.stamp.localeCompare(b.stamp) || a.name.localeCompare(b.name));
+    found.sort((a, b) =>
+      a.stamp.localeCompare(b.stamp) || a.base.localeCompare(b.base) || a.seq - b.seq
+    );
     for (const old of found.slice(0, Math.max(0, found.length - (max - 1)))) {
       try {
         Deno.removeSync(`${this.#opts.dir}/${old.name}`);

@@ -17,6 +17,7 @@ export {
   startLogOutput,
 } from "./flags.ts";
 export {
+  type KlogFileHandle,
   KlogFiles,
   type KlogFilesOptions,
   type KlogFilesStats,

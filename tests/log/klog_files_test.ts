@@ -1,10 +1,20 @@
 /**
  * klog's log files: names, per-severity content, the `<program>.<SEVERITY>` link, rotation at
- * the size limit, pruning to `--log_file_max_num`, buffering (control-plane.md §6.1, §6.4).
+ * the size limit, pruning to `--log_file_max_num`, buffering (control-plane.md §6.1, §6.4); and
+ * the faults: a directory removed under the process, a full disk (a write seam), a file that
+ * cannot be created, more new files in one second than klog's names can tell apart.
  */
 
 import assert from "node:assert/strict";
-import { KlogFiles, type KlogFilesOptions, klogFileStamp } from "../../src/log/mod.ts";
+import { prometheusText } from "../../src/api/prometheus.ts";
+import { parseConfig } from "../../src/components.ts";
+import { FlowAggregator, statsFields } from "../../src/flow_aggregator.ts";
+import {
+  type KlogFileHandle,
+  KlogFiles,
+  type KlogFilesOptions,
+  klogFileStamp,
+} from "../../src/log/mod.ts";
 
 const HEADER_LINES = 4;
 // Local time, as klog names its files.
@@ -32,11 +42,16 @@ function files(dir: string, extra: Partial<KlogFilesOptions> = {}): KlogFiles {
   });
 }
 
+/** The files of `severity`, oldest first: by the time in the name, then its `.N` suffix. */
 function list(dir: string, severity: string): string[] {
+  const key = (n: string) => {
+    const m = /\.(\d{8}-\d{6})\.\d+(?:\.(\d+))?$/.exec(n);
+    return { stamp: m?.[1] ?? "", seq: Number(m?.[2] ?? 0) };
+  };
   return [...Deno.readDirSync(dir)]
     .filter((e) => e.isFile && e.name.includes(`.log.${severity}.`))
     .map((e) => e.name)
-    .sort();
+    .sort((a, b) => key(a).stamp.localeCompare(key(b).stamp) || key(a).seq - key(b).seq);
 }
 
 /** The log lines of a file (its klog header dropped). */
@@ -78,7 +93,13 @@ Deno.test("klog files: one per severity, named as klog, each with its severity a
         Deno.readTextFileSync(`${dir}/${name(sev)}`),
       );
     }
-    assert.deepEqual(f.stats(), { filesCreated: 3, filesRemoved: 0, errors: 0 });
+    assert.deepEqual(f.stats(), {
+      filesCreated: 3,
+      filesRemoved: 0,
+      filesReopened: 0,
+      linesDropped: 0,
+      errors: 0,
+    });
   });
 });
 
@@ -112,8 +133,9 @@ Deno.test("klog files: a new file when the current one would exceed the size lim
     const names = list(dir, "INFO");
     assert.ok(names.length >= 5, names.join(" "));
     assert.equal(new Set(names).size, names.length);
-    // Stamps go up one second per file created within the same second, so names sort in order.
-    assert.equal(names[1], "flow-aggregator.node-1.alice.log.INFO.20261203-093125.4242");
+    // A second file within the same second takes a `.N` suffix (klog's name plus a sequence).
+    assert.equal(names[0], "flow-aggregator.node-1.alice.log.INFO.20261203-093124.4242");
+    assert.equal(names[1], "flow-aggregator.node-1.alice.log.INFO.20261203-093124.4242.1");
     const lines: string[] = [];
     for (const n of names) {
       assert.ok(Deno.statSync(`${dir}/${n}`).size <= 600, `${n} within the limit`);
@@ -166,16 +188,227 @@ Deno.test("klog files: at most maxFiles per severity, oldest (by name time) remo
   });
 });
 
-Deno.test("klog files: a file that cannot be created is counted and reported, never thrown", async () => {
+/** A clock the test moves by hand. */
+function manualClock(): { now: () => Date; advance: (ms: number) => void } {
+  let t = T0.getTime();
+  return { now: () => new Date(t), advance: (ms) => t += ms };
+}
+
+Deno.test("klog files: a log directory removed under the process is recreated within a second", async () => {
   await withLogDir((dir) => {
-    const reports: string[] = [];
-    const f = files(`${dir}/logs`, { report: (line) => reports.push(line) });
-    Deno.removeSync(`${dir}/logs`); // the directory disappears under the process
-    f.write("I lost", "info");
-    f.write("I lost too", "info");
+    const logs = `${dir}/logs`;
+    const clock = manualClock();
+    // The default size limit (1800 MB): no rotation ever opens a new file by itself.
+    const f = files(logs, { maxSizeBytes: 1800 * 1024 * 1024, now: clock.now });
+    f.write("I before", "info");
+    f.flush();
+    Deno.removeSync(logs, { recursive: true });
+    clock.advance(1500);
+    const after = Array.from({ length: 100 }, (_, i) => `I after ${i}`);
+    for (const line of after) f.write(line, "info");
+    f.flush();
+    // The flush found the file gone: the directory again, a new file, the lines in it.
+    const names = list(logs, "INFO");
+    assert.deepEqual(names, [f.currentName("INFO")]);
+    assert.deepEqual(body(`${logs}/${names[0]}`), after);
+    assert.equal(
+      Deno.readTextFileSync(`${logs}/flow-aggregator.INFO`),
+      Deno.readTextFileSync(`${logs}/${names[0]}`),
+    );
+    f.write("I later", "info");
     f.close();
-    assert.equal(f.stats().errors, 2);
-    assert.equal(reports.length, 1, "reported at most once a minute");
+    assert.deepEqual(body(`${logs}/${names[0]}`), [...after, "I later"]);
+    assert.deepEqual(f.stats(), {
+      filesCreated: 2,
+      filesRemoved: 0,
+      filesReopened: 1,
+      linesDropped: 0,
+      errors: 0,
+    });
+  });
+});
+
+Deno.test("klog files: a removed log directory is recreated at the next rotation, no line lost after it", async () => {
+  await withLogDir((dir) => {
+    const logs = `${dir}/logs`;
+    const f = files(logs, { maxSizeBytes: 600, maxFiles: 3 });
+    f.write("I first", "info");
+    f.flush();
+    Deno.removeSync(logs, { recursive: true });
+    // The clock does not move: only the rotations (every ~8 lines) see the directory gone.
+    const written: string[] = [];
+    for (let i = 0; i < 200; i++) {
+      const line = `I line ${String(i).padStart(3, "0")} ${"y".repeat(60)}`;
+      written.push(line);
+      f.write(line, "info");
+    }
+    f.close();
+    const lines = list(logs, "INFO").flatMap((n) => body(`${logs}/${n}`));
+    // The lines before the first rotation went to the removed file; the rest are kept (3 files).
+    assert.ok(lines.length >= 12, `${lines.length} lines`);
+    assert.deepEqual(lines, written.slice(written.length - lines.length));
+    const s = f.stats();
+    assert.equal(s.errors, 0);
+    assert.equal(s.linesDropped, 0);
+    assert.ok(s.filesCreated >= 20, `${s.filesCreated} files`);
+  });
+});
+
+/** A disk with `free` bytes left: a write past them is cut short, the next one fails. */
+function smallDisk(free: number): {
+  wrap: (file: Deno.FsFile) => KlogFileHandle;
+  setFree: (bytes: number) => void;
+} {
+  return {
+    wrap: (file) => ({
+      writeSync(p) {
+        if (free <= 0) throw new Error("No space left on device (os error 28)");
+        const n = file.writeSync(p.subarray(0, Math.min(p.length, free)));
+        free -= n;
+        return n;
+      },
+      truncateSync: (len) => file.truncateSync(len),
+      statSync: () => file.statSync(),
+      close: () => file.close(),
+    }),
+    setFree: (bytes) => free = bytes,
+  };
+}
+
+Deno.test("klog files: a full disk cuts the partial line off and counts the dropped lines", async () => {
+  await withLogDir((dir) => {
+    const disk = smallDisk(1000);
+    const reports: string[] = [];
+    const f = files(dir, { wrapFile: disk.wrap, report: (l) => reports.push(l) });
+    const written = Array.from({ length: 40 }, (_, i) => `I line ${i} ${"x".repeat(60)}`);
+    for (const line of written) f.write(line, "info");
+    f.flush();
+    const path = `${dir}/${f.currentName("INFO")}`;
+    // The header and the lines that fit whole; the one cut short is gone, not left torn.
+    const kept = body(path);
+    assert.ok(kept.length >= 5 && kept.length < 40, `${kept.length} lines`);
+    assert.deepEqual(kept, written.slice(0, kept.length));
+    assert.deepEqual(f.stats(), {
+      filesCreated: 1,
+      filesRemoved: 0,
+      filesReopened: 0,
+      linesDropped: 40 - kept.length,
+      errors: 1,
+    });
+    assert.match(reports[0], /cannot write log file .*: No space left on device/);
+    // Space again: the next lines start on lines of their own.
+    disk.setFree(Infinity);
+    f.write("I after 1", "info");
+    f.write("I after 2", "info");
+    f.close();
+    assert.deepEqual(body(path), [...kept, "I after 1", "I after 2"]);
+    assert.equal(f.stats().linesDropped, 40 - kept.length);
+  });
+});
+
+Deno.test("klog files: a full disk before the header is written: the header is written later", async () => {
+  await withLogDir((dir) => {
+    const disk = smallDisk(30);
+    const f = files(dir, { wrapFile: disk.wrap, report: () => {} });
+    f.write("I lost", "info");
+    f.flush();
+    const path = `${dir}/${f.currentName("INFO")}`;
+    assert.equal(Deno.statSync(path).size, 0, "the partial header was cut off");
+    disk.setFree(Infinity);
+    f.write("I kept", "info");
+    f.close();
+    assert.deepEqual(body(path), ["I kept"]);
+    assert.equal(f.stats().linesDropped, 1);
+  });
+});
+
+Deno.test("klog files: a file that cannot be created drops its lines (counted), retried once a second", async () => {
+  await withLogDir((dir) => {
+    const logs = `${dir}/logs`;
+    const clock = manualClock();
+    const reports: string[] = [];
+    const f = files(logs, { now: clock.now, report: (line) => reports.push(line) });
+    // A regular file where the directory was: nothing can be created under it.
+    Deno.removeSync(logs);
+    Deno.writeTextFileSync(logs, "");
+    for (let i = 0; i < 1000; i++) f.write(`I lost ${i}`, "info");
+    f.flush();
+    // One attempt, not one per line; every line counted.
+    assert.deepEqual(f.stats(), {
+      filesCreated: 0,
+      filesRemoved: 0,
+      filesReopened: 0,
+      linesDropped: 1000,
+      errors: 1,
+    });
+    assert.equal(reports.length, 1);
     assert.match(reports[0], /^log files: cannot create log file .*logs\/flow-aggregator\.node-1/);
+    // The path is free again: the next attempt, a second later, recreates the directory.
+    Deno.removeSync(logs);
+    f.write("I still lost", "info");
+    clock.advance(1000);
+    f.write("I back", "info");
+    f.close();
+    assert.deepEqual(body(`${logs}/${f.currentName("INFO")}`), ["I back"]);
+    assert.equal(f.stats().linesDropped, 1001);
+    assert.equal(f.stats().errors, 1);
+  });
+});
+
+Deno.test("klog files: more than 1000 new files in one second all get names, no line lost", async () => {
+  await withLogDir((dir) => {
+    // A frozen clock: every file falls in the same second (klog's name alone tells none apart).
+    const f = files(dir, { maxSizeBytes: 1024 });
+    const written: string[] = [];
+    for (let i = 0; i < 12_000; i++) {
+      const line = `I line ${String(i).padStart(5, "0")} ${"w".repeat(90)}`;
+      written.push(line);
+      f.write(line, "info");
+    }
+    f.close();
+    const names = list(dir, "INFO");
+    assert.ok(names.length > 1100, `${names.length} files`);
+    const base = "flow-aggregator.node-1.alice.log.INFO.20261203-093124.4242";
+    assert.deepEqual(names.slice(0, 3), [base, `${base}.1`, `${base}.2`]);
+    assert.equal(names.at(-1), `${base}.${names.length - 1}`);
+    assert.deepEqual(names.flatMap((n) => body(`${dir}/${n}`)), written);
+    const s = f.stats();
+    assert.equal(s.errors, 0);
+    assert.equal(s.linesDropped, 0);
+    assert.equal(s.filesCreated, names.length);
+  });
+});
+
+Deno.test("klog files: pruning orders names of one second by their suffix's number", async () => {
+  await withLogDir((dir) => {
+    const f = files(dir, { maxSizeBytes: 300, maxFiles: 2 });
+    for (let i = 0; i < 24; i++) f.write(`I line ${i} ${"v".repeat(200)}`, "info");
+    f.close();
+    // 24 files .. `.23`: lexically `.3` sorts after `.23`, but `.22` and `.23` are the newest.
+    const base = "flow-aggregator.node-1.alice.log.INFO.20261203-093124.4242";
+    assert.deepEqual(list(dir, "INFO"), [`${base}.22`, `${base}.23`]);
+    assert.ok(body(`${dir}/${base}.23`)[0].startsWith("I line 23 "));
+  });
+});
+
+Deno.test("klog files: the counters are in the metrics line and /metrics (dropped lines included)", async () => {
+  await withLogDir((dir) => {
+    const disk = smallDisk(0);
+    const f = files(dir, { wrapFile: disk.wrap, report: () => {} });
+    for (let i = 0; i < 3; i++) f.write(`W lost ${i}`, "warn");
+    f.close();
+    const fa = new FlowAggregator(parseConfig(""), {
+      manualSweep: true,
+      metricsLogIntervalMs: 0,
+      logFileCounters: () => f.stats(),
+    });
+    const stats = fa.stats();
+    assert.deepEqual(stats.logFiles, f.stats());
+    const fields = statsFields(stats);
+    assert.equal(fields["logFiles.linesDropped"], 6, "3 lines, each lost from INFO and WARNING");
+    assert.equal(fields["logFiles.errors"], 2);
+    const text = prometheusText(stats);
+    assert.match(text, /^flow_aggregator_log_files_lines_dropped 6$/m);
+    assert.match(text, /^flow_aggregator_log_files_files_reopened 0$/m);
   });
 });

@@ -18,7 +18,16 @@ import {
 import { STOCK_V113_CONF, UPSTREAM_DEPLOYMENT_ARGS } from "../_helpers/stock_config.ts";
 
 const MAX_BYTES = Math.floor(0.002 * 1024 * 1024);
-const NAME = /^flow-aggregator\.testhost\.tester\.log\.(INFO|WARNING|ERROR)\.\d{8}-\d{6}\.(\d+)$/;
+// klog's name; a second file within the same second takes a `.N` suffix.
+const NAME =
+  /^flow-aggregator\.testhost\.tester\.log\.(INFO|WARNING|ERROR)\.(\d{8}-\d{6})\.(\d+)(?:\.(\d+))?$/;
+
+/** Oldest first: by the time in the name, then the `.N` suffix (numerically). */
+function byAge(a: string, b: string): number {
+  const [, , sa, , na] = NAME.exec(a) ?? [];
+  const [, , sb, , nb] = NAME.exec(b) ?? [];
+  return (sa ?? "").localeCompare(sb ?? "") || Number(na ?? 0) - Number(nb ?? 0);
+}
 
 Deno.test("log files: klog names under --log_dir, rotation at --log_file_max_size, --log_file_max_num kept", async () => {
   const dir = await Deno.makeTempDir({ prefix: "fa-logdir-" });
@@ -44,10 +53,10 @@ Deno.test("log files: klog names under --log_dir, rotation at --log_file_max_siz
     for (const e of fa.events) assert.match(e.raw, KLOG_LINE);
 
     const names = [...Deno.readDirSync(logDir)].map((e) => e.name).sort();
-    const info = names.filter((n) => NAME.exec(n)?.[1] === "INFO");
+    const info = names.filter((n) => NAME.exec(n)?.[1] === "INFO").sort(byAge);
     assert.equal(info.length, 2, `at most 2 INFO files: ${names.join(" ")}`);
     assert.ok(names.includes("flow-aggregator.INFO"), names.join(" "));
-    assert.equal(Number(NAME.exec(info[0])?.[2]), fa.pid);
+    assert.equal(Number(NAME.exec(info[0])?.[3]), fa.pid);
 
     const lines: string[] = [];
     for (const n of info) {

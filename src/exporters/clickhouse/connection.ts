@@ -22,6 +22,7 @@
  */
 
 import type { ClickHouseClient } from "@clickhouse/client";
+import { withDeadline } from "../../deadline.ts";
 import {
   EGRESS_NODE_NAME_COLUMN,
   INSERT_COLUMNS,
@@ -108,51 +109,6 @@ function errorText(err: unknown): string {
   return `${e?.message ?? String(err)}${
     e?.code && !String(e.message).includes(e.code) ? ` (${e.code})` : ""
   }`;
-}
-
-/* A call given up: its deadline passed, or its caller aborted it. */
-class RequestAborted extends Error {
-  /* `reason` is the abort's reason (an Error, or a text). */
-  constructor(reason: unknown) {
-    super(reason instanceof Error ? reason.message : String(reason ?? "request aborted"));
-    this.name = "RequestAborted";
-  }
-}
-
-/*
- * Runs `run` with a signal that aborts after `timeoutMs` or when `outer` aborts; settles by
- * then at the latest, rejecting with {@linkcode RequestAborted}, whether or not `run` heeds
- * its signal (`run` is expected to abort its requests and destroy its streams on it).
- */
-async function withDeadline<T>(
-  what: string,
-  timeoutMs: number,
-  outer: AbortSignal | undefined,
-  run: (signal: AbortSignal) => Promise<T>,
-): Promise<T> {
-  const ctl = new AbortController();
-  const gaveUp = new Promise<never>((_, reject) => {
-    ctl.signal.addEventListener("abort", () => reject(new RequestAborted(ctl.signal.reason)), {
-      once: true,
-    });
-  });
-  gaveUp.catch(() => {}); // (a call that ends in time never reads it)
-  const timer = setTimeout(
-    () => ctl.abort(new Error(`${what}: no complete answer within ${timeoutMs} ms`)),
-    timeoutMs,
-  );
-  const onAbort = () => ctl.abort(outer?.reason ?? new Error(`${what} aborted`));
-  if (outer?.aborted) onAbort();
-  else outer?.addEventListener("abort", onAbort, { once: true });
-  try {
-    if (ctl.signal.aborted) return await gaveUp;
-    const running = run(ctl.signal);
-    running.catch(() => {}); // a late rejection of a call given up is not unhandled
-    return await Promise.race([running, gaveUp]);
-  } finally {
-    clearTimeout(timer);
-    outer?.removeEventListener("abort", onAbort);
-  }
 }
 
 /** Outcome of a failed request: did it certainly not insert anything? */

@@ -21,6 +21,7 @@
  */
 
 import type { S3Client } from "@aws-sdk/client-s3";
+import { CallGivenUp, withDeadline } from "../../deadline.ts";
 
 /**
  * The SDK, loaded on first use: it reads environment variables as it loads, which a process
@@ -109,49 +110,6 @@ function headerRegion(err: unknown): string | undefined {
     $response?: { headers?: Record<string, string | undefined> };
   };
   return e?.BucketRegion ?? e?.$response?.headers?.["x-amz-bucket-region"] ?? undefined;
-}
-
-/** A call to S3 not completed within its bound ({@linkcode ObjectStoreOptions.requestTimeoutMs}). */
-export class S3CallTimeoutError extends Error {
-  /** `what` (e.g. `PutObject`) was not completed within `ms`. */
-  constructor(what: string, ms: number) {
-    super(`S3 ${what} not completed within ${ms} ms, aborted`);
-    this.name = "TimeoutError";
-  }
-}
-
-/**
- * Runs `call` with a signal aborted after `ms` of wall-clock time or when `outer` aborts, and
- * rejects at that moment even when the call does not heed its signal (a server that never
- * answers, or trickles its answer's body): with {@linkcode S3CallTimeoutError}, or `outer`'s
- * reason. A call that settles after that is ignored.
- */
-async function boundedCall<T>(
-  what: string,
-  ms: number,
-  outer: AbortSignal | undefined,
-  call: (signal: AbortSignal) => Promise<T>,
-): Promise<T> {
-  const ctl = new AbortController();
-  const aborted = Promise.withResolvers<never>();
-  aborted.promise.catch(() => {});
-  const onAbort = () => aborted.reject(ctl.signal.reason);
-  ctl.signal.addEventListener("abort", onAbort, { once: true });
-  const timer = setTimeout(() => ctl.abort(new S3CallTimeoutError(what, ms)), ms);
-  const onOuter = () => ctl.abort(outer?.reason);
-  if (outer?.aborted) onOuter();
-  else outer?.addEventListener("abort", onOuter, { once: true });
-  try {
-    const running = call(ctl.signal);
-    running.catch(() => {});
-    return await Promise.race([running, aborted.promise]);
-  } catch (err) {
-    throw ctl.signal.aborted ? ctl.signal.reason : err;
-  } finally {
-    clearTimeout(timer);
-    outer?.removeEventListener("abort", onOuter);
-    ctl.signal.removeEventListener("abort", onAbort);
-  }
 }
 
 /** A short description of an SDK error: code, HTTP status and message. */
@@ -252,7 +210,7 @@ export class SdkObjectStore implements ObjectStore {
     let region: string | undefined;
     let failure: unknown;
     try {
-      const out = await boundedCall(
+      const out = await withDeadline(
         "HeadBucket",
         this.#opts.requestTimeoutMs,
         signal,
@@ -261,7 +219,7 @@ export class SdkObjectStore implements ObjectStore {
       );
       region = out.BucketRegion;
     } catch (err) {
-      if (signal?.aborted || err instanceof S3CallTimeoutError) throw err;
+      if (signal?.aborted || err instanceof CallGivenUp) throw err;
       region = headerRegion(err);
       failure = err;
     }
@@ -282,7 +240,7 @@ export class SdkObjectStore implements ObjectStore {
 
   /**
    * Uploads one object (multipart above the threshold), bounded by `requestTimeoutMs` and
-   * `signal`; rejects with the SDK's error or {@linkcode S3CallTimeoutError}.
+   * `signal`; rejects with the SDK's error or `CallGivenUp` (deadline.ts).
    */
   async put(key: string, body: Uint8Array, signal?: AbortSignal): Promise<void> {
     const [{ PutObjectCommand }, { Upload }] = await loadSdk();
@@ -290,7 +248,7 @@ export class SdkObjectStore implements ObjectStore {
     const params = { Bucket: this.#target.bucket, Key: key, Body: body };
     const ms = this.#opts.requestTimeoutMs;
     if (body.byteLength <= this.#opts.multipartBytes) {
-      await boundedCall(
+      await withDeadline(
         "PutObject",
         ms,
         signal,
@@ -300,7 +258,7 @@ export class SdkObjectStore implements ObjectStore {
     }
     const parts = Math.ceil(body.byteLength / this.#opts.partBytes);
     try {
-      await boundedCall("multipart upload", ms * (parts + 2), signal, async (abortSignal) => {
+      await withDeadline("multipart upload", ms * (parts + 2), signal, async (abortSignal) => {
         const upload = new Upload({ client, params, partSize: this.#opts.partBytes, queueSize: 2 });
         const abort = () => void upload.abort();
         abortSignal.addEventListener("abort", abort, { once: true });
@@ -313,7 +271,7 @@ export class SdkObjectStore implements ObjectStore {
     } catch (err) {
       // lib-storage sends its parts without the signal: closing the client's connections ends
       // the requests still running; the next call builds a new client.
-      if (signal?.aborted || err instanceof S3CallTimeoutError) this.destroy();
+      if (signal?.aborted || err instanceof CallGivenUp) this.destroy();
       throw err;
     }
   }

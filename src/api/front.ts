@@ -29,9 +29,9 @@ import { sweepPeriodMs } from "../collector/connections.ts";
 import {
   connectionServer,
   HANDSHAKE_EOF_GRACE_MS,
-  socketDuplex,
   tlsConnectionListener,
 } from "../collector/tls.ts";
+import { socketDuplex } from "../net/socket_duplex.ts";
 import { acceptLoop } from "../collector/tcp.ts";
 import { warnRateLimited } from "../collector/session.ts";
 import { type Logger, RateLimitedLog } from "../log.ts";

@@ -31,8 +31,8 @@
  */
 
 import tls from "node:tls";
-import { Duplex } from "node:stream";
-import { writeAll } from "../bytes.ts";
+import type { Duplex } from "node:stream";
+import { socketDuplex } from "../net/socket_duplex.ts";
 import type { ClockTimer } from "../clock.ts";
 import { closeQuietly, exporterAddress, type ListenAddress, sessionPeer } from "./address.ts";
 import { ConnectionTable, countUnfinished } from "./connections.ts";
@@ -379,38 +379,6 @@ export function tlsConnectionListener(
     throw new Error(`${what}: node:tls server has ${accept.length} connection listeners, not 1`);
   }
   return accept[0] as (this: tls.Server, socket: Duplex) => void;
-}
-
-/**
- * The encrypted side of a TLS connection on our own socket, as `node:tls` reads and writes it:
- * what the TLS layer writes goes to `conn` whole, its end half-closes `conn`; `read` is called
- * when the layer wants more (the caller pushes what it reads from `conn`), `destroyed` once the
- * Duplex is destroyed (`conn` is closed by then), `wrote` (optional) after each write reached
- * the socket.
- */
-export function socketDuplex(
-  conn: Deno.TcpConn,
-  read: () => void,
-  destroyed: () => void,
-  wrote?: () => void,
-): Duplex {
-  return new Duplex({
-    read,
-    write(chunk: Uint8Array, _encoding: string, done: (e?: Error | null) => void): void {
-      writeAll(conn, chunk).then(() => {
-        wrote?.();
-        done();
-      }, (e) => done(e as Error));
-    },
-    final(done: (e?: Error | null) => void): void {
-      conn.closeWrite().then(() => done(), () => done());
-    },
-    destroy(err: Error | null, done: (e?: Error | null) => void): void {
-      closeQuietly(conn);
-      destroyed();
-      done(err);
-    },
-  });
 }
 
 /**

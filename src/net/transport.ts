@@ -16,7 +16,7 @@
  */
 
 import { concatBytes } from "../bytes.ts";
-import { AddressCaps, closeQuietly } from "../collector/address.ts";
+import { closeQuietly } from "../collector/address.ts";
 import { logger } from "../log.ts";
 
 const log = logger("transport");
@@ -233,6 +233,157 @@ class StreamTransport extends SocketTransport {
   }
 }
 
+/** Bytes of one TLS write awaited on its own: a failed send says how far it got to this grain. */
+const TLS_WRITE_PIECE_BYTES = 64 * 1024;
+
+/**
+ * TLS by `node:tls` over our own TCP connection (not Deno's TLS, whose pending handshake cannot
+ * be cancelled without leaving its socket open: a collector that accepts and never answers would
+ * keep one socket per attempt). Closing it closes our socket, always. A send counts as written
+ * what the TLS layer wrote to the socket (piece by piece).
+ */
+class NodeTlsTransport implements Transport {
+  readonly kind: TransportKind = "tls";
+  readonly closed: Promise<void>;
+  readonly #tls: import("node:tls").TLSSocket;
+  readonly #conn: Deno.TcpConn;
+  #open = true;
+  #resolveClosed!: () => void;
+  /** The peer ended its side cleanly after our end of stream (its answer to it). */
+  #peerEnded = false;
+  #ended = false;
+
+  constructor(socket: import("node:tls").TLSSocket, conn: Deno.TcpConn) {
+    this.#tls = socket;
+    this.#conn = conn;
+    this.closed = new Promise((r) => (this.#resolveClosed = r));
+    // Collectors never talk back: their end of stream, an error or a close ends the session.
+    socket.on("end", () => {
+      this.#peerEnded = this.#ended;
+      this.close();
+    });
+    socket.on("error", () => this.close());
+    socket.on("close", () => this.close());
+  }
+
+  get open(): boolean {
+    return this.#open;
+  }
+
+  async send(messages: readonly Uint8Array[]): Promise<void> {
+    if (!this.#open || this.#ended) throw new SendError("connection closed", { written: 0 });
+    const data = concat(messages);
+    let off = 0;
+    try {
+      while (off < data.length) {
+        const piece = data.subarray(off, off + TLS_WRITE_PIECE_BYTES);
+        await new Promise<void>((resolve, reject) => {
+          const gone = () => reject(new Error("connection closed"));
+          void this.closed.then(gone);
+          this.#tls.write(piece, (e?: Error | null) => (e ? reject(e) : resolve()));
+        });
+        off += piece.length;
+      }
+    } catch (e) {
+      throw new SendError(e instanceof Error ? e.message : String(e), { written: off, cause: e });
+    }
+  }
+
+  async shutdown(): Promise<boolean> {
+    if (!this.#open) return false;
+    this.#ended = true;
+    // close_notify, then the TCP half-close; the collector answers with its own end and close.
+    this.#tls.end();
+    await this.closed;
+    return this.#peerEnded;
+  }
+
+  close(): void {
+    if (!this.#open) return;
+    this.#open = false;
+    this.#tls.destroy();
+    closeQuietly(this.#conn);
+    this.#resolveClosed();
+  }
+}
+
+/**
+ * Opens a TLS transport: TCP by Deno (so the `net` permission and name resolution are Deno's),
+ * then the handshake by `node:tls` over it, both within `timeout` (or until `signal` aborts);
+ * giving up closes the socket.
+ */
+async function openTls(target: TransportTarget, timeout: number): Promise<Transport> {
+  const [{ default: tls }, { socketDuplex }] = await Promise.all([
+    import("node:tls"),
+    import("./socket_duplex.ts"),
+  ]);
+  const conn = await withTimeout(
+    Deno.connect({ hostname: target.host, port: target.port }),
+    timeout,
+    "connect",
+    target.signal,
+  );
+  conn.setNoDelay(true);
+  // The encrypted side: what the TLS layer wants to read is pumped from the socket.
+  let pumping = false;
+  let gone = false;
+  const raw: import("node:stream").Duplex = socketDuplex(conn, () => void pump(), () => {
+    gone = true;
+  });
+  const pump = async (): Promise<void> => {
+    if (pumping) return;
+    pumping = true;
+    const buf = new Uint8Array(16 * 1024);
+    try {
+      for (;;) {
+        if (gone) return;
+        const n = await conn.read(buf);
+        if (n === null) {
+          raw.push(null);
+          return;
+        }
+        if (!raw.push(buf.slice(0, n))) return; // read() is called again when it wants more
+      }
+    } catch (e) {
+      raw.destroy(e as Error);
+    } finally {
+      pumping = false;
+    }
+  };
+  const t = target.tls ?? {};
+  const socket = tls.connect({
+    socket: raw,
+    // SNI and the certificate's name: the host as given (an IP is checked against IP SANs).
+    servername: isIpLiteral(target.host) ? undefined : target.host,
+    host: target.host,
+    ca: t.ca ? [t.ca] : undefined,
+    cert: t.cert,
+    key: t.key,
+    minVersion: "TLSv1.2",
+  });
+  const transport = new NodeTlsTransport(socket, conn);
+  await new Promise<void>((resolve, reject) => {
+    const fail = (why: string) => {
+      clearTimeout(timer);
+      target.signal?.removeEventListener("abort", onAbort);
+      transport.close();
+      reject(new Error(`tls handshake: ${why}`));
+    };
+    const onAbort = () => fail("aborted");
+    const timer = setTimeout(() => fail(`timeout after ${timeout} ms`), timeout);
+    if (target.signal?.aborted) return onAbort();
+    target.signal?.addEventListener("abort", onAbort, { once: true });
+    socket.once("secureConnect", () => {
+      clearTimeout(timer);
+      target.signal?.removeEventListener("abort", onAbort);
+      resolve();
+    });
+    socket.once("error", (e: Error) => fail(e.message));
+    void transport.closed.then(() => fail("connection closed"));
+  });
+  return transport;
+}
+
 /**
  * Datagrams to the collector's address, resolved once at open. Where the `net` permission names
  * the collector by its host name only (a worker, or `deno task start`), resolving it or sending
@@ -334,18 +485,6 @@ async function resolveHost(host: string): Promise<string> {
   }
 }
 
-/**
- * TLS handshakes given up on (timeout, abort) that have not settled, at most this many per
- * target. Deno cannot cancel a pending handshake cleanly (closing its connection then cancels
- * the handshake but leaves the socket open for good), so a given-up handshake is left to settle
- * and its connection closed then; a peer that accepts connections and never answers would so
- * keep one socket, and its file descriptor, per attempt. Past the bound an attempt fails at
- * once, until one of them settles (the peer answers, closes or resets).
- */
-export const MAX_UNSETTLED_HANDSHAKES = 4;
-/** See {@linkcode MAX_UNSETTLED_HANDSHAKES}: counted per target, no total. */
-const unsettledHandshakes = new AddressCaps(Infinity, MAX_UNSETTLED_HANDSHAKES);
-
 /** Opens a transport to `target`; rejects with a message naming the target on failure. */
 export async function openTransport(target: TransportTarget): Promise<Transport> {
   const timeout = target.connectTimeoutMs ?? 5000;
@@ -376,55 +515,11 @@ export async function openTransport(target: TransportTarget): Promise<Transport>
       conn.setNoDelay(true);
       return new StreamTransport("tcp", conn);
     }
-    const tls = target.tls ?? {};
-    const opts: Deno.ConnectTlsOptions = { hostname: target.host, port: target.port };
-    if (tls.ca) opts.caCerts = [tls.ca];
-    const key = `${target.host}:${target.port}`;
-    if (unsettledHandshakes.exceeded(key) !== undefined) {
-      throw new Error(
-        `tls handshake: ${MAX_UNSETTLED_HANDSHAKES} earlier handshakes still unanswered by the ` +
-          "peer; not opening another connection until one ends",
-      );
-    }
-    let opened: Deno.TlsConn | undefined;
-    let gaveUp = false;
-    let settled = false;
-    let counted = false;
-    const conn = await withTimeout(
-      (async () => {
-        const c = tls.cert && tls.key
-          ? await Deno.connectTls({ ...opts, cert: tls.cert, key: tls.key })
-          : await Deno.connectTls(opts);
-        opened = c;
-        try {
-          if (gaveUp) throw new Error("tls handshake: given up");
-          await c.handshake();
-        } catch (e) {
-          closeQuietly(c);
-          throw e;
-        } finally {
-          settled = true;
-          if (counted) unsettledHandshakes.remove(key);
-        }
-        // Settled after the timeout gave up: withTimeout closes it.
-        return c;
-      })(),
-      timeout,
-      "tls handshake",
-      target.signal,
-      () => {
-        gaveUp = true;
-        if (opened === undefined || settled) return; // closed once connected / by withTimeout
-        // Counted until the handshake settles; its connection is closed then.
-        counted = true;
-        unsettledHandshakes.add(key);
-      },
-    );
-    const t = new StreamTransport("tls", conn);
+    const t = await openTls(target, timeout);
     // TLS 1.3 servers verify the client certificate after the client's handshake has finished,
     // so a refusal arrives as an alert right after it. Wait briefly for it: otherwise the first
     // records would be written into a session the collector is about to abort.
-    const settle = tls.settleMs ?? 200;
+    const settle = target.tls?.settleMs ?? 200;
     if (settle > 0) {
       let timer: ReturnType<typeof setTimeout> | undefined;
       const refused = await Promise.race([

@@ -1,13 +1,8 @@
 import assert from "node:assert/strict";
-import {
-  MAX_UNSETTLED_HANDSHAKES,
-  openTransport,
-  SendError,
-  type Transport,
-} from "../../src/net/transport.ts";
+import { openTransport, SendError, type Transport } from "../../src/net/transport.ts";
 import { concat } from "../_helpers/bytes.ts";
 import { unreadBytes } from "../_helpers/silent_collector.ts";
-import { waitFor } from "../_helpers/wait.ts";
+import { waitFor, withDeadline } from "../_helpers/wait.ts";
 
 const LOOPBACK = "127.0.0.1";
 
@@ -176,9 +171,10 @@ Deno.test("tcp: a send cut short says how many bytes the kernel took, exactly", 
   }
 });
 
-Deno.test("tls: a peer that never answers the handshake holds at most MAX_UNSETTLED_HANDSHAKES of our sockets", async () => {
-  // It accepts the TCP connections and stays silent: a handshake never settles, and Deno cannot
-  // cancel one (closing its connection leaves the socket open), so attempts are bounded instead.
+// Deno's TLS could not cancel a pending handshake: closing its connection left the socket open,
+// so each attempt at a collector that accepts and never answers kept one socket (bounded at 4
+// per address, then refused). Over our own socket, giving up closes it.
+Deno.test("tls: a handshake given up on closes its socket, every time", async () => {
   const listener = Deno.listen({ hostname: LOOPBACK, port: 0 });
   const held: Deno.Conn[] = [];
   const accepting = (async () => {
@@ -195,34 +191,15 @@ Deno.test("tls: a peer that never answers the handshake holds at most MAX_UNSETT
     connectTimeoutMs: 100,
   };
   try {
-    for (let i = 0; i < MAX_UNSETTLED_HANDSHAKES; i++) {
+    for (let i = 0; i < 10; i++) {
       await assert.rejects(openTransport(target), /tls handshake: timeout/);
     }
-    for (let i = 0; i < 6; i++) {
-      await assert.rejects(openTransport(target), /still unanswered by the peer/);
+    await waitFor(() => held.length === 10, { what: "ten connections accepted" });
+    // Each one ends: the peer reads our ClientHello, then the end of the stream.
+    for (const c of held) {
+      const got = await withDeadline(readAll(c), 5000, "our end of the connection");
+      assert.ok(got.length > 0, "a ClientHello");
     }
-    await new Promise((r) => setTimeout(r, 200));
-    assert.equal(
-      held.length,
-      MAX_UNSETTLED_HANDSHAKES,
-      "one socket per unanswered attempt, no more",
-    );
-    // The peer ends one: its handshake settles, its socket closes, one attempt is allowed again.
-    held.shift()!.close();
-    // An attempt times out again (rather than failing at once): a place came free.
-    const attempted = async () => {
-      try {
-        await openTransport(target);
-      } catch (e) {
-        return /timeout/.test(String(e));
-      }
-      return false;
-    };
-    await waitFor(attempted, { what: "a new attempt once one settled" });
-    assert.equal(held.length, MAX_UNSETTLED_HANDSHAKES);
-    // Every socket the peer closes ends its handshake: the count goes back to 0.
-    for (const c of held.splice(0)) c.close();
-    await waitFor(attempted, { what: "attempts again after the peer closed them all" });
   } finally {
     for (const c of held) c.close();
     listener.close();

@@ -1,0 +1,44 @@
+/**
+ * A Deno TCP connection as the `Duplex` that `node:tls` reads and writes the encrypted side of a
+ * connection through: the collector's and the API's TLS servers (Deno's own TLS cannot ask for
+ * client certificates) and the IPFIX exporter's TLS client (Deno cannot cancel its own pending
+ * TLS handshake without leaving the socket open; over our socket, closing it always closes).
+ *
+ * @module
+ */
+
+import { Duplex } from "node:stream";
+import { writeAll } from "../bytes.ts";
+import { closeQuietly } from "../collector/address.ts";
+
+/**
+ * The encrypted side of a TLS connection on our own socket, as `node:tls` reads and writes it:
+ * what the TLS layer writes goes to `conn` whole, its end half-closes `conn`; `read` is called
+ * when the layer wants more (the caller pushes what it reads from `conn`), `destroyed` once the
+ * Duplex is destroyed (`conn` is closed by then), `wrote` (optional) after each write reached
+ * the socket.
+ */
+export function socketDuplex(
+  conn: Deno.TcpConn,
+  read: () => void,
+  destroyed: () => void,
+  wrote?: () => void,
+): Duplex {
+  return new Duplex({
+    read,
+    write(chunk: Uint8Array, _encoding: string, done: (e?: Error | null) => void): void {
+      writeAll(conn, chunk).then(() => {
+        wrote?.();
+        done();
+      }, (e) => done(e as Error));
+    },
+    final(done: (e?: Error | null) => void): void {
+      conn.closeWrite().then(() => done(), () => done());
+    },
+    destroy(err: Error | null, done: (e?: Error | null) => void): void {
+      closeQuietly(conn);
+      destroyed();
+      done(err);
+    },
+  });
+}

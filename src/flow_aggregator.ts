@@ -885,10 +885,12 @@ export class FlowAggregator {
   async #stopWithin(e: Exporter, section: ExporterSection, what: string): Promise<void> {
     try {
       if (await within(e.stop(), this.#stopTimeoutMs) === "timeout") {
-        log.error(`${what} did not stop in time; records it still holds are dropped`, {
-          section,
-          timeoutMs: this.#stopTimeoutMs,
-        });
+        log.error(
+          e.abandon === undefined
+            ? `${what} did not stop in time; what it still holds stays counted as buffered`
+            : `${what} did not stop in time; records it still holds are dropped`,
+          { section, timeoutMs: this.#stopTimeoutMs },
+        );
         e.abandon?.(`did not stop within ${this.#stopTimeoutMs} ms`);
       }
     } catch (err) {

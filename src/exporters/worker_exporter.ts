@@ -175,6 +175,7 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
   #lastHeard = 0;
   /** When the heartbeat was last checked (see {@linkcode WorkerExporter.#checkHeartbeat}). */
   #lastCheck = 0;
+  #skippedCheck = false;
   #stopping = false;
 
   /** Prepares the proxy; the worker starts in {@linkcode start}. */
@@ -474,8 +475,11 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
     this.#lastCheck = now;
     if (!this.#ready || this.#stopping) return;
     // A check that itself ran late means this thread was held (a long parse, a GC pause): the
-    // worker's heartbeats of that time wait, unread, behind it. Judged at the next check.
-    if (late) return;
+    // worker's heartbeats of that time wait, unread, behind it. Judged at the next check (one
+    // skip in a row at most: a thread held again and again still judges its workers).
+    const skip = late && !this.#skippedCheck;
+    this.#skippedCheck = skip;
+    if (skip) return;
     if (now - this.#lastHeard > this.#opts.heartbeatTimeoutMs) {
       this.#died(`no answer for ${this.#opts.heartbeatTimeoutMs} ms`);
     }

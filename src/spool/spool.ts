@@ -314,6 +314,8 @@ export class Spool {
       if (e.isFile && m) seqs.push(Number(m[1]));
     }
     seqs.sort((a, b) => a - b);
+    // New segments come after the cursor's, even when that one is gone (drained to empty).
+    if (cursor !== undefined) this.#nextSeq = Math.max(this.#nextSeq, cursor.seq + 1);
     for (const seq of seqs) {
       this.#nextSeq = Math.max(this.#nextSeq, seq + 1);
       const path = `${this.#dir}/${segName(seq)}`;
@@ -613,10 +615,13 @@ export class Spool {
     const seg = this.#segments.shift()!;
     this.#s.bytes -= seg.size;
     await Deno.remove(`${this.#dir}/${segName(seg.seq)}`).catch(() => {});
+    // Drained to empty: the cursor names the segment to come (nothing in flight any more).
     const next = this.#segments[0];
-    if (next !== undefined) {
-      await this.#writeCursor({ seq: next.seq, offset: next.readOffset, inflight: false });
-    }
+    await this.#writeCursor(
+      next === undefined
+        ? { seq: this.#nextSeq, offset: 0, inflight: false }
+        : { seq: next.seq, offset: next.readOffset, inflight: false },
+    );
   }
 
   /**

@@ -185,6 +185,16 @@ Deno.test("a heartbeat check that itself ran late (this thread was held) does no
     await waitFor(() => e.stats().exported === 1, { what: "the record exported" });
     assert.equal(e.stats().workerRestarts, 0);
     assert.equal(e.stats().lostInWorker, 0);
+    // A worker that hangs while this thread is held again and again is still judged: one late
+    // check is skipped, the next late one judges.
+    e.addRecord(flow("hang", 2));
+    await new Promise((r) => setTimeout(r, 300)); // the record reaches the worker, which hangs
+    held += 20_000;
+    manual.advance(1000);
+    assert.equal(e.stats().lostInWorker, 0, "the first late check is skipped");
+    held += 20_000;
+    manual.advance(1000);
+    assert.equal(e.stats().lostInWorker, 1, "the second one judges: dead");
   } finally {
     await e.stop();
     await cleanup();

@@ -100,6 +100,35 @@ Deno.test("after a restart the spool replays what was not acknowledged, in order
   });
 });
 
+// Since a drained open segment is removed, no segment file was left after a drain to empty, so
+// the next process numbered its segments from 1 again, at or below the cursor's: the restart
+// after that skipped their first frames as consumed, or removed them, uncounted (review).
+Deno.test("drained to empty, restarted, then spooled and restarted again: nothing skipped", async () => {
+  await withDir(async (dir) => {
+    const opts = { maxBytes: 1 << 20 };
+    for (const drainedSegments of [1, 2]) {
+      let s = await Spool.open(dir, opts);
+      for (let i = 0; i < drainedSegments; i++) {
+        await s.append(batch(`old${i}a`, 10));
+        await s.append(batch(`old${i}b`, 10));
+        for (let j = 0; j < 2; j++) await s.ack((await s.peek({ markInflight: true }))!);
+      }
+      await s.close();
+      s = await Spool.open(dir, opts); // the sink down: two batches spooled
+      await s.append(batch("c", 3));
+      await s.append(batch("d", 4));
+      await s.close();
+      s = await Spool.open(dir, opts);
+      assert.equal(s.stats().records, 7);
+      const first = await s.peek();
+      assert.equal(first?.flags, 0, "never sent: not outcome-unknown");
+      s.release(first!);
+      assert.deepEqual(await drain(s), ["c", "d"]);
+      await s.close();
+    }
+  });
+});
+
 Deno.test("a batch being delivered when the process died comes back flagged outcome-unknown", async () => {
   await withDir(async (dir) => {
     const a = await Spool.open(dir, { maxBytes: 1 << 20 });

@@ -398,7 +398,7 @@ export class RotatingFile implements LineSink {
       t++;
     }
     await Deno.rename(this.#path, backup);
-    this.#newestBackup = backup.slice(this.#dir.length + 1);
+    this.#newestBackup = basename(backup);
     this.#rotations++;
     const file = this.#wrap(
       await Deno.open(this.#path, {

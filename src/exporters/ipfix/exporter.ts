@@ -980,24 +980,7 @@ export class IpfixExporter implements Exporter {
     out.endMessage();
     // A stream takes the whole batch in one write; UDP sends one datagram per message.
     const messages = out.messages();
-    if (this.#proto === "udp") {
-      for (const m of messages) {
-        if (m.length < this.#maxMessage) continue;
-        this.#oversizeDatagrams++;
-        const suppressed = this.#dropLog.allow("oversize");
-        if (suppressed >= 0) {
-          log.warn(
-            "record larger than maxMessageBytes: sent alone in a datagram IP will fragment",
-            {
-              bytes: m.length,
-              maxMessageBytes: this.#maxMessage,
-              oversizeDatagrams: this.#oversizeDatagrams,
-              suppressed,
-            },
-          );
-        }
-      }
-    }
+    if (this.#proto === "udp") { for (const m of messages) this.#checkDatagramSize(m.length); }
     const payload = this.#proto === "udp" ? messages : [out.bytes()];
     return {
       payload,
@@ -1007,6 +990,21 @@ export class IpfixExporter implements Exporter {
       lengths: messages.map((m) => m.length),
       records: recordsPerMessage(messages, this.#seq, sent.length),
     };
+  }
+
+  /** A datagram of `bytes` not below `maxMessageBytes` (one record too large): counted, logged. */
+  #checkDatagramSize(bytes: number): void {
+    if (bytes < this.#maxMessage) return;
+    this.#oversizeDatagrams++;
+    const suppressed = this.#dropLog.allow("oversize");
+    if (suppressed >= 0) {
+      log.warn("record larger than maxMessageBytes: sent alone in a datagram IP will fragment", {
+        bytes,
+        maxMessageBytes: this.#maxMessage,
+        oversizeDatagrams: this.#oversizeDatagrams,
+        suppressed,
+      });
+    }
   }
 
   #encodeFailed(e: unknown): void {

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { relative as relativePath } from "node:path";
 import { ManualClock } from "../../../src/clock.ts";
 import type { FlowLoggerConfig } from "../../../src/exporters/flow_log/config.ts";
 import { LogExporter } from "../../../src/exporters/flow_log/exporter.ts";
@@ -448,34 +449,39 @@ Deno.test("a backup whose compression fails (disk full) is kept uncompressed, th
 
 // After the wall clock went back, the backup just rotated had the oldest name and was the one
 // pruned, older backups kept (lumberjack does the same).
-Deno.test("the backup just rotated is kept by maxBackups and maxAge even when the clock went back", async () => {
-  const dir = await Deno.makeTempDir({ prefix: "fa-rot-" });
-  const path = `${dir}/flows.log`;
-  const clock = new ManualClock(Date.UTC(2026, 11, 6));
-  try {
-    const f = new RotatingFile(path, {
-      maxSizeBytes: 10,
-      maxBackups: 2,
-      maxAgeDays: 7,
-      compress: false,
-      clock,
-    });
-    for (const text of ["aaaaaaa\n", "bbbbbbb\n", "ccccccc\n"]) {
-      await f.writeLines([text]);
-      clock.advance(1000);
+// (The path as configured: absolute, or relative to the working directory, where the name
+// of the backup once lost its first characters.)
+for (const relative of [false, true]) {
+  Deno.test(`the backup just rotated is kept by maxBackups and maxAge even when the clock went back (${relative ? "relative" : "absolute"} path)`, async () => {
+    const dir = await Deno.makeTempDir({ prefix: "fa-rot-" });
+    // "./<dir>/flows.log": a directory part that joining a name to it rewrites.
+    const path = relative ? `./${relativePath(Deno.cwd(), dir)}/flows.log` : `${dir}/flows.log`;
+    const clock = new ManualClock(Date.UTC(2026, 11, 6));
+    try {
+      const f = new RotatingFile(path, {
+        maxSizeBytes: 10,
+        maxBackups: 2,
+        maxAgeDays: 7,
+        compress: false,
+        clock,
+      });
+      for (const text of ["aaaaaaa\n", "bbbbbbb\n", "ccccccc\n"]) {
+        await f.writeLines([text]);
+        clock.advance(1000);
+      }
+      // Two backups: aaa (t0) and bbb (t0 + 1 s). The clock goes back 30 days (past maxAge).
+      clock.advance(-30 * 86_400_000);
+      await f.writeLines(["ddddddd\n"]); // ccc rotated out, its name 30 days old
+      await f.close();
+      const kept = [];
+      for (const n of (await listDir(dir)).filter((n) => n !== "flows.log")) {
+        kept.push(await Deno.readTextFile(`${dir}/${n}`));
+      }
+      assert.ok(kept.includes("ccccccc\n"), `the backup just rotated is kept: ${kept}`);
+      assert.equal(kept.length, 2);
+      assert.equal(await Deno.readTextFile(path), "ddddddd\n");
+    } finally {
+      await Deno.remove(dir, { recursive: true });
     }
-    // Two backups: aaa (t0) and bbb (t0 + 1 s). The clock goes back 30 days (past maxAge).
-    clock.advance(-30 * 86_400_000);
-    await f.writeLines(["ddddddd\n"]); // ccc rotated out, its name 30 days old
-    await f.close();
-    const kept = [];
-    for (const n of (await listDir(dir)).filter((n) => n !== "flows.log")) {
-      kept.push(await Deno.readTextFile(`${dir}/${n}`));
-    }
-    assert.ok(kept.includes("ccccccc\n"), `the backup just rotated is kept: ${kept}`);
-    assert.equal(kept.length, 2);
-    assert.equal(await Deno.readTextFile(path), "ddddddd\n");
-  } finally {
-    await Deno.remove(dir, { recursive: true });
-  }
-});
+  });
+}

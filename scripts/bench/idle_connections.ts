@@ -157,6 +157,7 @@ async function openMany(
             port,
             kind,
             tls: tls && { ...tls, settleMs: 0 },
+            tlsEngine: "deno",
             connectTimeoutMs: 30_000,
           }),
         );

@@ -325,6 +325,7 @@ export async function runReplay(options: ReplayOptions): Promise<ReplayReport> {
           port,
           kind: options.proto,
           tls: options.tls,
+          tlsEngine: "deno",
           connectTimeoutMs: 5000,
         }),
       );

@@ -327,7 +327,14 @@ export async function runFlowgen(options: FlowgenOptions): Promise<FlowgenReport
   try {
     for (const _ of agents) {
       transports.push(
-        await openTransport({ host, port, kind: proto, tls: options.tls, connectTimeoutMs: 5000 }),
+        await openTransport({
+          host,
+          port,
+          kind: proto,
+          tls: options.tls,
+          tlsEngine: "deno",
+          connectTimeoutMs: 5000,
+        }),
       );
     }
     const seqs = agents.map(() => 0);

@@ -186,6 +186,11 @@ export interface FlowAggregatorStats extends RecordMetrics, Partial<ConfigWatche
   exporterErrors: number;
   /** Records exported while no exporter was enabled (counted, never silent). */
   exportedWithoutSink: number;
+  /**
+   * Sinks a reload (or a cluster UUID change) could not rebuild for their new configuration:
+   * the running sink was kept, with its previous settings.
+   */
+  exporterRebuildsFailed: number;
   /** Aggregation core counters. */
   aggregation: ReturnType<AggregationCore["stats"]>;
   /** Collector counters (undefined before start). */
@@ -365,6 +370,7 @@ export class FlowAggregator {
   #lastProblem = "";
   #exporterErrors = 0;
   #exportedWithoutSink = 0;
+  #exporterRebuildsFailed = 0;
   /** Stops of exporters replaced by a reload, still draining; stop() waits for them. */
   readonly #draining = new Set<Promise<void>>();
   /** Serialises config updates with each other and with stop. */
@@ -700,13 +706,34 @@ export class FlowAggregator {
     return this.#updates;
   }
 
-  /** Replaces a running exporter: the old one drains in the background. */
+  /**
+   * Replaces a running exporter with one built from the configuration in force: the new one
+   * first, then the old one drains in the background. When the new one cannot be built or
+   * started (the process lacks a permission its new configuration needs, say), the running one
+   * is kept, with its previous settings, counted (`exporterRebuildsFailed`) and logged: until a
+   * later reload of its section or a restart.
+   */
   async #replaceExporter(section: ExporterSection, have: Exporter): Promise<void> {
+    let next: Exporter | undefined;
+    try {
+      next = await this.#factory(section, this.#config);
+      await next?.start();
+    } catch (err) {
+      this.#exporterRebuildsFailed++;
+      log.error("cannot rebuild exporter for the new configuration: the running one is kept", {
+        section,
+        err,
+        exporterRebuildsFailed: this.#exporterRebuildsFailed,
+      });
+      return;
+    }
     this.#exporters.delete(section);
     const draining: Promise<void> = this.#stopWithin(have, section, "replaced exporter")
       .finally(() => this.#draining.delete(draining));
     this.#draining.add(draining);
-    await this.#createExporter(section);
+    if (next === undefined) return;
+    this.#exporters.set(section, next);
+    log.info("exporter enabled", { section, exporter: next.name });
   }
 
   /** Counters of every component. */
@@ -726,6 +753,7 @@ export class FlowAggregator {
       nonFlowRecords: this.#nonFlowRecords,
       exporterErrors: this.#exporterErrors,
       exportedWithoutSink: this.#exportedWithoutSink,
+      exporterRebuildsFailed: this.#exporterRebuildsFailed,
       ...this.#opts.configCounters?.(),
       aggregation: this.#pool?.stats() ?? this.#core.stats(),
       collector,

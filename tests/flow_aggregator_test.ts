@@ -689,6 +689,35 @@ Deno.test("flow aggregator: a podLabels reload rebuilds the IPFIX exporter (its 
   }
 });
 
+// A reload whose new sink could not start (a permission the process was not given) stopped the
+// running sink first: every later record went to no sink (found by review with the real process).
+Deno.test("flow aggregator: a sink the reload cannot rebuild is kept running, counted", async () => {
+  let refuse = false;
+  const h = await harness(config({ collector: true, podLabels: false }), (e) => {
+    if (e.section !== "flowCollector") return;
+    e.start = () =>
+      refuse ? Promise.reject(new Error("needs --allow-net=x, not given")) : Promise.resolve();
+  });
+  try {
+    const before = h.latest("flowCollector");
+    refuse = true;
+    await update(h, config({ collector: true, podLabels: true }));
+    assert.equal(before.stops, 0, "the running sink was not stopped");
+    assert.equal(h.fa.stats().exporterRebuildsFailed, 1);
+    h.fa.ingest([intraNodeRecord(9551)]);
+    h.clock.advance(10_000);
+    h.fa.sweep();
+    assert.ok(before.records.some((r) => r.key.sourcePort === 9551), "it still gets the records");
+    assert.equal(h.fa.stats().exportedWithoutSink, 0);
+    // A later reload of the section that can start replaces it.
+    refuse = false;
+    await update(h, config({ collector: true, podLabels: false }));
+    assert.equal(before.stops, 1, "replaced once its successor started");
+  } finally {
+    await h.fa.stop();
+  }
+});
+
 Deno.test("flow aggregator: limits.maxFlowBytes reaches the core at start and live on reload", async () => {
   const h = await harness(config({ maxFlowBytes: 1 }));
   try {

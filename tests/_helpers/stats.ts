@@ -15,6 +15,7 @@ export function zeroStats(over: Partial<FlowAggregatorStats> = {}): FlowAggregat
     nonFlowRecords: 0,
     exporterErrors: 0,
     exportedWithoutSink: 0,
+    exporterRebuildsFailed: 0,
     aggregation: core.stats(),
     exporters: {},
     ...over,

@@ -124,6 +124,7 @@ export function processPermissions(
   // The API's loopback token and CA.
   const write: string[] = [dirname(resolve(inputs.apiTokenFile ?? DEFAULT_TOKEN_FILE))];
   const env = [...PROCESS_ENV];
+  let sys = false;
   const moduleDir = inputs.moduleDir ?? SOURCE_DIR;
   if (inputs.configPath !== undefined) read.push(dirname(resolve(inputs.configPath)));
   if (inputs.certDir !== undefined) write.push(resolve(inputs.certDir));
@@ -148,6 +149,7 @@ export function processPermissions(
     read.push(...p.read);
     write.push(...p.write);
     env.push(...p.env);
+    if (p.sys === true) sys = true;
     // A worker's module graph is loaded under the process's read permission (the worker's
     // own, narrowed one is not consulted for its imports): the source tree, nothing else.
     if (!inputs.exportersInProcess && c.workerModule?.protocol === "file:") {
@@ -162,7 +164,14 @@ export function processPermissions(
   const ffi = fast ? (libcPath() ?? true) : false;
   if (fast && UDP_FAST_WORKER_MODULE.protocol === "file:") read.push(moduleDir);
   if ((inputs.workers ?? 2) > 1 && SHARD_WORKER_MODULE.protocol === "file:") read.push(moduleDir);
-  return { net: uniq(net), read: uniq(read), write: uniq(write), env: uniq(env), ffi };
+  return {
+    net: uniq(net),
+    read: uniq(read),
+    write: uniq(write),
+    env: uniq(env),
+    ...(sys ? { sys } : {}),
+    ffi,
+  };
 }
 
 /** The unstable APIs the process uses, as `deno run` flags (UDP sockets, scoped workers). */
@@ -178,6 +187,7 @@ export function permissionFlags(p: ProcessPermissions): string[] {
   list("read", p.read);
   list("write", p.write);
   list("env", p.env);
+  if (p.sys === true) flags.push("--allow-sys");
   if (p.ffi !== false) flags.push(p.ffi === true ? "--allow-ffi" : `--allow-ffi=${p.ffi}`);
   flags.push(...UNSTABLE_FLAGS);
   return flags;
@@ -189,11 +199,11 @@ export function sinkPermissionTable(config: FlowAggregatorConfig): string {
   const rows = sinkPermissions(config).map(({ section, name, permissions: p }) =>
     `| ${name} (\`${section}\`) | ${cell(p.net)} | ${cell(p.read)} | ${cell(p.write)} | ${
       cell(p.env)
-    } |`
+    } | ${p.sys === true ? "all" : "—"} |`
   );
   return [
-    "| sink | net | read | write | env |",
-    "| --- | --- | --- | --- | --- |",
+    "| sink | net | read | write | env | sys |",
+    "| --- | --- | --- | --- | --- | --- |",
     ...rows,
   ].join("\n");
 }

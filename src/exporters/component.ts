@@ -24,7 +24,20 @@ export interface ExporterPermissions {
   write: string[];
   /** Environment variables it reads. */
   env: string[];
+  /**
+   * System information: true for a sink that makes HTTPS requests with `node:https` (the
+   * ClickHouse and S3 clients), whose agent reads the runtime's root certificates for every
+   * connection, which Deno grants only with the bare `--allow-sys` (it knows no narrower
+   * grant for them). Absent: none.
+   */
+  sys?: boolean;
 }
+
+/**
+ * What an HTTPS client by `node:https` needs besides the host (see
+ * {@linkcode ExporterPermissions.sys}): the root certificates, and the variable that says which.
+ */
+export const HTTPS_CLIENT_PERMISSIONS = { sys: true, env: ["NODE_USE_SYSTEM_CA"] } as const;
 
 /** Process-wide facts a sink is built with (structured-cloneable: they cross to its worker). */
 export interface ExporterContext {

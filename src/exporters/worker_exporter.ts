@@ -92,7 +92,7 @@ export function workerPermissions(p: ExporterPermissions): Deno.PermissionOption
     read: list(p.read),
     write: list(p.write),
     env: list(p.env),
-    sys: false,
+    sys: p.sys === true,
     run: false,
     ffi: false,
     import: false,
@@ -131,6 +131,9 @@ export function missingPermissions(p: ExporterPermissions): string[] {
   for (const path of p.read) check({ name: "read", path }, `--allow-read=${path}`);
   for (const path of p.write) check({ name: "write", path }, `--allow-write=${path}`);
   for (const variable of p.env) check({ name: "env", variable }, `--allow-env=${variable}`);
+  if (p.sys === true) {
+    check({ name: "sys", kind: "ca" } as Deno.PermissionDescriptor, "--allow-sys");
+  }
   return missing;
 }
 

@@ -13,7 +13,7 @@
  * @module
  */
 
-import type { ExporterComponent } from "../component.ts";
+import { type ExporterComponent, HTTPS_CLIENT_PERMISSIONS } from "../component.ts";
 import { CLICKHOUSE_CA_PATH, type ClickHouseConfig, clickHouseSection } from "./config.ts";
 import { parseDatabaseUrl } from "./url.ts";
 import { workerModule } from "../../worker_module.ts";
@@ -28,6 +28,15 @@ export function clickHouseHttpHostPort(databaseURL: string): string {
   }
 }
 
+/** Whether the sink speaks HTTPS (`https://` or `tls://`); false for a URL that does not parse. */
+function clickHouseIsHttps(databaseURL: string): boolean {
+  try {
+    return parseDatabaseUrl(databaseURL).secure;
+  } catch {
+    return false;
+  }
+}
+
 /** The ClickHouse exporter component. */
 export const clickHouseComponent: ExporterComponent<"clickHouse", ClickHouseConfig> = {
   name: "clickhouse",
@@ -35,11 +44,13 @@ export const clickHouseComponent: ExporterComponent<"clickHouse", ClickHouseConf
   permissions(config) {
     const hostPort = clickHouseHttpHostPort(config.databaseURL);
     const spool = spoolPermissionPath(config.spool);
+    const https = clickHouseIsHttps(config.databaseURL);
     return {
       net: hostPort === "" ? [] : [hostPort],
       read: config.tls.caCert ? [spool, CLICKHOUSE_CA_PATH] : [spool],
       write: [spool],
-      env: ["CH_USERNAME", "CH_PASSWORD"],
+      env: ["CH_USERNAME", "CH_PASSWORD", ...(https ? HTTPS_CLIENT_PERMISSIONS.env : [])],
+      ...(https ? { sys: HTTPS_CLIENT_PERMISSIONS.sys } : {}),
     };
   },
   async create(config, ctx) {

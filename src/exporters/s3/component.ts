@@ -18,7 +18,7 @@
  * @module
  */
 
-import type { ExporterComponent } from "../component.ts";
+import { type ExporterComponent, HTTPS_CLIENT_PERMISSIONS } from "../component.ts";
 import { endpointHostPort, type S3UploaderConfig, s3UploaderSection } from "./config.ts";
 import { denoEnv, resolveEndpoint } from "./store.ts";
 import { workerModule } from "../../worker_module.ts";
@@ -72,11 +72,14 @@ export const s3Component: ExporterComponent<"s3Uploader", S3UploaderConfig> = {
   permissions(config) {
     const endpoint = resolveEndpoint(config.endpoint, denoEnv);
     const spool = spoolPermissionPath(config.spool);
+    // AWS itself, or an endpoint over https.
+    const https = endpoint === "" || endpoint.toLowerCase().startsWith("https:");
     return {
       net: endpoint === "" ? ["*.amazonaws.com:443", IMDS] : [endpointHostPort(endpoint)],
       read: [spool],
       write: [spool],
-      env: AWS_ENV,
+      env: https ? [...AWS_ENV, ...HTTPS_CLIENT_PERMISSIONS.env] : AWS_ENV,
+      ...(https ? { sys: HTTPS_CLIENT_PERMISSIONS.sys } : {}),
     };
   },
   async create(config, ctx) {

@@ -7,8 +7,12 @@ import assert from "node:assert/strict";
 import { ManualClock } from "../../../src/clock.ts";
 import { ClickHouseExporter } from "../../../src/exporters/clickhouse/mod.ts";
 import { generateCertificates } from "../../../src/pki/mod.ts";
+import { parseConfig } from "../../../src/components.ts";
+import { permissionFlags, processPermissions } from "../../../src/permissions.ts";
+import { DENO_JSON, REPO } from "../../_helpers/process.ts";
 import {
   ClickHouseServer,
+  credentials,
   freshDatabase,
   selectRows,
   sinkConfig,
@@ -72,6 +76,51 @@ Deno.test("https with neither: the unknown CA is refused, counted, nothing inser
   assert.equal(r.inserted, 0);
   assert.ok(r.errors >= 1);
   assert.equal(r.rows, 0);
+});
+
+// node:https reads the runtime's root certificates for every connection, which Deno grants only
+// with --allow-sys: the sink over HTTPS never inserted under the permissions the product
+// computed (found by review with the real process). Checked with exactly those flags.
+Deno.test("https from its worker, run with exactly the flags `deno task permissions` prints", async () => {
+  const s = await tlsServer();
+  const db = await freshDatabase(s, "tls_worker");
+  const dir = await Deno.makeTempDir();
+  try {
+    const cfg = parseConfig(`clickHouse:
+  enable: true
+  databaseURL: https://127.0.0.1:${s.httpsPort}
+  database: ${db}
+  commitInterval: 1s
+  tls:
+    insecureSkipVerify: true
+  spool:
+    dir: ${dir}
+`);
+    const flags = permissionFlags(processPermissions(cfg, { workers: 1 }));
+    assert.ok(flags.includes("--allow-sys"), flags.join(" "));
+    const { username, password } = credentials(s);
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: [
+        "run",
+        "--config",
+        DENO_JSON,
+        ...flags,
+        `${REPO}tests/_helpers/clickhouse_worker_child.ts`,
+        JSON.stringify(cfg.clickHouse),
+      ],
+      env: { CH_USERNAME: username, CH_PASSWORD: password },
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const stderr = new TextDecoder().decode(out.stderr);
+    assert.equal(out.code, 0, stderr);
+    const st = JSON.parse(new TextDecoder().decode(out.stdout).trim().split("\n").at(-1)!);
+    assert.equal(st.exported, 1, stderr);
+    assert.equal(st.permissionDenied, 0, stderr);
+    assert.equal((await selectRows(s, `SELECT sourceIP FROM ${db}.flows`)).length, 1);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });
 
 Deno.test("close the TLS ClickHouse server", async () => {

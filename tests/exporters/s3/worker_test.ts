@@ -27,9 +27,13 @@ Deno.test("permissions: an endpoint's host:port, or AWS's hosts; the SDK's env; 
     s3UploaderConfig({ bucketName: "b", endpoint: "https://s3.internal" }),
   );
   assert.deepEqual(https.net, ["s3.internal:443"]);
+  // Over https (and to AWS) node:https reads the runtime's root certificates: --allow-sys.
+  assert.equal(https.sys, true);
+  assert.ok(https.env.includes("NODE_USE_SYSTEM_CA"));
   const aws = s3Component.permissions(s3UploaderConfig({ bucketName: "b", region: "eu-west-1" }));
   if (Deno.env.get("AWS_ENDPOINT_URL_S3") === undefined) {
     assert.deepEqual(aws.net, ["*.amazonaws.com:443", "169.254.169.254:80"]);
+    assert.equal(aws.sys, true);
   }
   for (const name of ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"]) {
     assert.ok(AWS_ENV.includes(name), name);

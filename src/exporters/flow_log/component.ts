@@ -23,7 +23,15 @@ export const flowLogComponent: ExporterComponent<"flowLogger", FlowLoggerConfig>
   permissions(config) {
     if (isStdoutPath(config.path)) return noPermissions();
     const dir = dirname(resolve(config.path));
-    return { net: [], read: [dir], write: [dir], env: [] };
+    // A directory reached through a symlink: Deno checks a file's stat against its real path.
+    const dirs = [dir];
+    try {
+      const real = Deno.realPathSync(dir);
+      if (real !== dir) dirs.push(real);
+    } catch {
+      // Not there yet (created at the first write: no link then) or not readable: as given.
+    }
+    return { net: [], read: dirs, write: dirs, env: [] };
   },
   async create(config) {
     const { LogExporter } = await import("./exporter.ts");

@@ -313,6 +313,18 @@ class NodeTlsTransport implements Transport {
   }
 }
 
+/** A TCP connection to `target` within `timeout` (or until its signal aborts), no delay. */
+async function connectTcp(target: TransportTarget, timeout: number): Promise<Deno.TcpConn> {
+  const conn = await withTimeout(
+    Deno.connect({ hostname: target.host, port: target.port }),
+    timeout,
+    "connect",
+    target.signal,
+  );
+  conn.setNoDelay(true);
+  return conn;
+}
+
 /** Opens a TLS transport with Deno's TLS (see {@linkcode TransportTarget.tlsEngine}). */
 async function openDenoTls(target: TransportTarget, timeout: number): Promise<Transport> {
   const t = target.tls ?? {};
@@ -348,13 +360,7 @@ async function openTls(target: TransportTarget, timeout: number): Promise<Transp
     import("node:tls"),
     import("./socket_duplex.ts"),
   ]);
-  const conn = await withTimeout(
-    Deno.connect({ hostname: target.host, port: target.port }),
-    timeout,
-    "connect",
-    target.signal,
-  );
-  conn.setNoDelay(true);
+  const conn = await connectTcp(target, timeout);
   // The encrypted side: what the TLS layer wants to read is pumped from the socket.
   let pumping = false;
   let gone = false;
@@ -536,16 +542,7 @@ export async function openTransport(target: TransportTarget): Promise<Transport>
         target.host,
       );
     }
-    if (target.kind === "tcp") {
-      const conn = await withTimeout(
-        Deno.connect({ hostname: target.host, port: target.port }),
-        timeout,
-        "connect",
-        target.signal,
-      );
-      conn.setNoDelay(true);
-      return new StreamTransport("tcp", conn);
-    }
+    if (target.kind === "tcp") return new StreamTransport("tcp", await connectTcp(target, timeout));
     const t = target.tlsEngine === "deno"
       ? await openDenoTls(target, timeout)
       : await openTls(target, timeout);

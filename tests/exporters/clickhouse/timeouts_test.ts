@@ -198,6 +198,16 @@ function addBatch(sink: ClickHouseExporter): void {
 }
 
 /** received = exported + dropped + memory + spool (nothing in flight). */
+/** Starts `sink` and waits until its first batch (10 records) is inserted. */
+async function firstBatchInserted(sink: ClickHouseExporter): Promise<void> {
+  await sink.start();
+  addBatch(sink);
+  await waitFor(async () => {
+    await sink.flush();
+    return sink.stats().exported === 10;
+  }, { what: "the first batch inserted", timeoutMs: 20_000 });
+}
+
 function assertLedger(s: ClickHouseStats): void {
   assert.equal(
     s.received,
@@ -269,12 +279,7 @@ for (const mode of ["trickle", "trickle-ping"] as const) {
     const dir = await Deno.makeTempDir({ prefix: "ch-timeouts-" });
     const sink = sinkFor(fake, dir, { requestTimeoutMs: 500, stopTimeoutMs: 1000 });
     try {
-      await sink.start();
-      addBatch(sink);
-      await waitFor(async () => {
-        await sink.flush();
-        return sink.stats().exported === 10;
-      }, { what: "the first batch inserted", timeoutMs: 20_000 });
+      await firstBatchInserted(sink);
       // A failure first, so that the next attempt prepares again (and pings).
       if (mode === "trickle-ping") fake.mode = "hang";
       else fake.mode = "trickle";
@@ -311,12 +316,7 @@ for (const mode of ["trickle", "trickle-ping"] as const) {
     const dir = await Deno.makeTempDir({ prefix: "ch-timeouts-" });
     const sink = sinkFor(fake, dir, { requestTimeoutMs: 60_000, stopTimeoutMs: 1000 });
     try {
-      await sink.start();
-      addBatch(sink);
-      await waitFor(async () => {
-        await sink.flush();
-        return sink.stats().exported === 10;
-      }, { what: "the first batch inserted", timeoutMs: 20_000 });
+      await firstBatchInserted(sink);
       fake.mode = mode;
       if (mode === "trickle-ping") {
         // Force a preparation: a reload of a connection setting replaces the client.

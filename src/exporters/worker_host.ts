@@ -13,6 +13,7 @@ import { logger, RateLimitedLog, setLogFormat, setLogLevel, setLogWriter } from 
 import { type FlowBatch, openBatch, readFlows } from "./batch.ts";
 import type { ExporterComponent } from "./component.ts";
 import { type Exporter, offerBatch } from "./exporter.ts";
+import { deniedCount, isDenied } from "./denied.ts";
 import {
   emptyWorkerStats,
   type FromWorker,
@@ -30,10 +31,6 @@ interface WorkerScope {
   postMessage(message: FromWorker): void;
   addEventListener(type: string, listener: (e: Event) => void): void;
   onmessage: ((e: MessageEvent<ToWorker>) => void) | null;
-}
-
-function isNotCapable(e: unknown): boolean {
-  return e instanceof Error && e.name === "NotCapable";
 }
 
 /** Runs `component`'s sink in this worker; call once from the component's `worker.ts`. */
@@ -55,6 +52,8 @@ export function runExporterWorker<C extends SectionConfig>(
     }
     return {
       ...host,
+      // Those that escaped the sink, and those it handled itself.
+      permissionDenied: host.permissionDenied + deniedCount(),
       exported: Number(s?.exported ?? 0),
       // Records the host could not hand over count as dropped, next to the sink's own drops.
       dropped: host.dropped + Number(s?.dropped ?? 0),
@@ -66,7 +65,7 @@ export function runExporterWorker<C extends SectionConfig>(
   };
 
   const noteError = (e: unknown, where: string): void => {
-    const denied = isNotCapable(e);
+    const denied = isDenied(e);
     if (denied) host.permissionDenied++;
     else host.uncaught++;
     const suppressed = errLog.allow(`${denied}:${where}`);

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { WorkerExporter, workerPermissions } from "../../src/exporters/worker_exporter.ts";
+import { isDenied } from "../../src/exporters/denied.ts";
 import { BatchWriter, openBatch } from "../../src/exporters/batch.ts";
 import { flowLogComponent } from "../../src/exporters/flow_log/mod.ts";
 import { parseConfig } from "../../src/components.ts";
@@ -61,17 +62,18 @@ Deno.test("a sink that reads a file, writes outside its directory, dials another
   const e = new WorkerExporter(probeComponent, config, CTX);
   try {
     await e.start();
-    const actions = ["read", "write-outside", "env", "net", "write-inside", "ok"];
+    const actions = ["read", "write-outside", "env", "net", "write-inside", "ok", "net-handled"];
     actions.forEach((a, i) => e.addRecord(flow(a, 1000 + i)));
     await e.flush();
-    // The unawaited connect is denied asynchronously: wait for its report.
-    await waitFor(() => e.stats().permissionDenied === 4, { what: "4 denials", timeoutMs: 10_000 });
+    // The connects are denied asynchronously: wait for their report. The last one the sink
+    // handled itself (as its connect failures): counted too.
+    await waitFor(() => e.stats().permissionDenied === 5, { what: "5 denials", timeoutMs: 10_000 });
     const s = e.stats();
-    assert.equal(s.permissionDenied, 4, JSON.stringify(s));
-    assert.equal(s.received, 6);
+    assert.equal(s.permissionDenied, 5, JSON.stringify(s));
+    assert.equal(s.received, 7);
     // read, write-outside and env threw out of addRecord: those records are lost, counted.
     assert.equal(s.dropped, 3);
-    assert.equal(s.exported, 3);
+    assert.equal(s.exported, 4);
     assert.equal(s.buffered, 0);
     assert.equal(s.received, s.exported + s.dropped + s.filtered + s.buffered);
     // The allowed write happened, the denied one did not.
@@ -80,7 +82,7 @@ Deno.test("a sink that reads a file, writes outside its directory, dials another
     // Still working afterwards.
     e.addRecord(flow("ok", 2000));
     await e.flush();
-    assert.equal(e.stats().exported, 4);
+    assert.equal(e.stats().exported, 5);
     assert.equal(e.stats().workerRestarts, 0);
   } finally {
     await e.stop();
@@ -373,4 +375,13 @@ Deno.test("a batch in the workers' row format is forwarded whole, in order with 
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
+});
+
+Deno.test("isDenied: a NotCapable, one wrapped as a cause, or its message turned into text", () => {
+  const denied = new Deno.errors.NotCapable('Requires net access to "h:1", run again ...');
+  assert.equal(isDenied(denied), true);
+  assert.equal(isDenied(new Error("dial tcp h:1: failed", { cause: denied })), true);
+  assert.equal(isDenied(`ClickHouse: ${denied.message}`), true);
+  assert.equal(isDenied(new Error("connection refused")), false);
+  assert.equal(isDenied(undefined), false);
 });

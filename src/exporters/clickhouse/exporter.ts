@@ -32,6 +32,7 @@ import { type Clock, type ClockTimer, systemClock } from "../../clock.ts";
 import { logger, RateLimitedLog } from "../../log.ts";
 import { FLAG_OUTCOME_UNKNOWN, newBatchId, Spool } from "../../spool/mod.ts";
 import type { Exporter, ExporterStats } from "../exporter.ts";
+import { noteDenied } from "../denied.ts";
 import { toFlatRecord } from "../flat_record.ts";
 import { logSpoolOpened } from "../spool_config.ts";
 import { CLICKHOUSE_CA_PATH, type ClickHouseConfig } from "./config.ts";
@@ -508,6 +509,7 @@ export class ClickHouseExporter implements Exporter {
   }
 
   #warn(key: string, msg: string, fields: Record<string, unknown>): void {
+    noteDenied(fields.err);
     const suppressed = this.#errLog.allow(key);
     if (suppressed >= 0) log.warn(msg, { ...fields, suppressed });
   }

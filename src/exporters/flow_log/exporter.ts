@@ -19,6 +19,7 @@ import { type Clock, systemClock } from "../../clock.ts";
 import { type FlowLoggerConfig, isStdoutPath } from "./config.ts";
 import { logger, RateLimitedLog } from "../../log.ts";
 import type { Exporter, ExporterStats } from "../exporter.ts";
+import { noteDenied } from "../denied.ts";
 import { toFlatRecord } from "../flat_record.ts";
 import { BatchLines, formatLogLine, LogFilter } from "./format.ts";
 import type { FlowBatch } from "../batch.ts";
@@ -286,6 +287,7 @@ export class LogExporter implements Exporter {
   }
 
   #logError(msg: string, err: unknown, fields: Record<string, unknown> = {}): void {
+    noteDenied(err);
     const suppressed = this.#errLog.allow(msg);
     if (suppressed < 0) return;
     log.error(msg, { ...fields, err, suppressed });

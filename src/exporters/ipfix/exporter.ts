@@ -32,6 +32,7 @@
  */
 
 import type { Exporter, ExporterStats } from "../exporter.ts";
+import { noteDenied } from "../denied.ts";
 import type { ExportedFlow } from "../../aggregation/record.ts";
 import type { DataType, FieldValue, TemplateRecord } from "../../ipfix/types.ts";
 import {
@@ -764,6 +765,7 @@ export class IpfixExporter implements Exporter {
       });
     } catch (e) {
       this.#errors++;
+      noteDenied(e);
       log.warn("cannot connect to collector", { target: this.#target(), error: e });
       return false;
     }

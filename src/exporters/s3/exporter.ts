@@ -38,6 +38,7 @@ import type { ExportedFlow } from "../../aggregation/record.ts";
 import { type Clock, type ClockTimer, systemClock } from "../../clock.ts";
 import { logger, RateLimitedLog } from "../../log.ts";
 import type { Exporter, ExporterStats } from "../exporter.ts";
+import { noteDenied } from "../denied.ts";
 import type { S3UploaderConfig } from "./config.ts";
 import { CsvWriter } from "./csv.ts";
 import { type FinishedObject, ObjectWriter } from "./object.ts";
@@ -668,6 +669,7 @@ export class S3Exporter implements Exporter {
   }
 
   #logError(msg: string, err: unknown, fields: Record<string, unknown> = {}): void {
+    noteDenied(err);
     const suppressed = this.#errLog.allow(msg);
     if (suppressed < 0) return;
     log.error(msg, {

@@ -10,6 +10,7 @@ import type { ExportedFlow } from "../../../src/aggregation/record.ts";
 import type { SectionConfig } from "../../../src/config/section.ts";
 import type { ExporterComponent } from "../../../src/exporters/component.ts";
 import type { Exporter, ExporterStats } from "../../../src/exporters/exporter.ts";
+import { noteDenied } from "../../../src/exporters/denied.ts";
 
 /** The probe's configuration section. */
 export interface ProbeConfig extends SectionConfig {
@@ -70,6 +71,10 @@ class ProbeExporter implements Exporter {
       case "net":
         // Not awaited: the denial surfaces as an unhandled rejection of the sink's async work.
         void Deno.connect({ hostname: host, port: Number(port) });
+        break;
+      case "net-handled":
+        // Handled by the sink as any failed connect, and noted as the real sinks do.
+        Deno.connect({ hostname: host, port: Number(port) }).then((c) => c.close(), noteDenied);
         break;
       case "unacked":
         this.#stats.unacknowledged++;

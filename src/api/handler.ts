@@ -149,7 +149,8 @@ function flowRecords(
   let limit = maxLimit;
   const l = p.get("limit");
   if (l !== null && l !== "") {
-    const n = Number(l);
+    // Decimal digits only (as the ports): Number() would also take "0x2", "2e0", " 2".
+    const n = /^\d+$/.test(l) ? Number(l) : NaN;
     if (!Number.isInteger(n) || n < 1) return text(400, `limit must be a positive integer`);
     limit = Math.min(n, maxLimit);
   }

@@ -76,6 +76,9 @@ Deno.test("api: /flowrecords filters by the 5-tuple, keeps u64 exact, answers nu
   assert.match(await bad2.text(), /^Error when parsing source port: .*invalid syntax$/);
   assert.equal(JSON.parse(await (await get("/flowrecords?limit=1")).text()).length, 1);
   assert.equal((await get("/flowrecords?limit=0")).status, 400);
+  for (const bad of ["0x2", "2e0", "%20%202", "-1", "1.5"]) {
+    assert.equal((await get(`/flowrecords?limit=${bad}`)).status, 400, bad);
+  }
 });
 
 Deno.test("api: /recordmetrics omits zeros and says which sinks run", async () => {

@@ -99,16 +99,12 @@ export interface Transport {
   close(): void;
 }
 
-/**
- * `p` within `ms` (or until `signal` aborts). On giving up, `cancel` runs at once and what `p`
- * resolves with later is closed.
- */
+/** `p` within `ms` (or until `signal` aborts); on giving up, what `p` resolves with later is closed. */
 function withTimeout<T extends { close(): void }>(
   p: Promise<T>,
   ms: number,
   what: string,
   signal?: AbortSignal,
-  cancel?: () => void,
 ): Promise<T> {
   return new Promise((resolve, reject) => {
     let done = false;
@@ -122,7 +118,6 @@ function withTimeout<T extends { close(): void }>(
     const give = (reason: string): void => {
       if (!finish()) return;
       // The pending connect cannot be cancelled: close it if it completes after all.
-      cancel?.();
       p.then(closeQuietly, () => {});
       reject(new Error(`${what}: ${reason}`));
     };
@@ -248,21 +243,22 @@ const TLS_WRITE_PIECE_BYTES = 64 * 1024;
  * keep one socket per attempt). Closing it closes our socket, always. A send counts as written
  * what the TLS layer wrote to the socket (piece by piece).
  */
-class NodeTlsTransport implements Transport {
-  readonly kind: TransportKind = "tls";
-  readonly closed: Promise<void>;
+class NodeTlsTransport extends SocketTransport {
   readonly #tls: import("node:tls").TLSSocket;
-  readonly #conn: Deno.TcpConn;
-  #open = true;
-  #resolveClosed!: () => void;
+  /** Fails the write under way, if any, when the transport closes. */
+  #failWrite: ((e: Error) => void) | undefined;
   /** The peer ended its side cleanly after our end of stream (its answer to it). */
   #peerEnded = false;
   #ended = false;
 
   constructor(socket: import("node:tls").TLSSocket, conn: Deno.TcpConn) {
+    super("tls", {
+      close: () => {
+        socket.destroy();
+        closeQuietly(conn);
+      },
+    });
     this.#tls = socket;
-    this.#conn = conn;
-    this.closed = new Promise((r) => (this.#resolveClosed = r));
     // Collectors never talk back: their end of stream, an error or a close ends the session.
     socket.on("end", () => {
       this.#peerEnded = this.#ended;
@@ -272,22 +268,17 @@ class NodeTlsTransport implements Transport {
     socket.on("close", () => this.close());
   }
 
-  get open(): boolean {
-    return this.#open;
-  }
-
   async send(messages: readonly Uint8Array[]): Promise<void> {
-    if (!this.#open || this.#ended) throw new SendError("connection closed", { written: 0 });
+    if (!this.open || this.#ended) throw new SendError("connection closed", { written: 0 });
     const data = concat(messages);
     let off = 0;
     try {
       while (off < data.length) {
         const piece = data.subarray(off, off + TLS_WRITE_PIECE_BYTES);
         await new Promise<void>((resolve, reject) => {
-          const gone = () => reject(new Error("connection closed"));
-          void this.closed.then(gone);
+          this.#failWrite = reject;
           this.#tls.write(piece, (e?: Error | null) => (e ? reject(e) : resolve()));
-        });
+        }).finally(() => (this.#failWrite = undefined));
         off += piece.length;
       }
     } catch (e) {
@@ -296,7 +287,7 @@ class NodeTlsTransport implements Transport {
   }
 
   async shutdown(): Promise<boolean> {
-    if (!this.#open) return false;
+    if (!this.open) return false;
     this.#ended = true;
     // close_notify, then the TCP half-close; the collector answers with its own end and close.
     this.#tls.end();
@@ -304,12 +295,9 @@ class NodeTlsTransport implements Transport {
     return this.#peerEnded;
   }
 
-  close(): void {
-    if (!this.#open) return;
-    this.#open = false;
-    this.#tls.destroy();
-    closeQuietly(this.#conn);
-    this.#resolveClosed();
+  override close(): void {
+    this.#failWrite?.(new Error("connection closed"));
+    super.close();
   }
 }
 

@@ -716,8 +716,7 @@ export class FlowAggregator {
   async #replaceExporter(section: ExporterSection, have: Exporter): Promise<void> {
     let next: Exporter | undefined;
     try {
-      next = await this.#factory(section, this.#config);
-      await next?.start();
+      next = await this.#startedExporter(section);
     } catch (err) {
       this.#exporterRebuildsFailed++;
       log.error("cannot rebuild exporter for the new configuration: the running one is kept", {
@@ -731,9 +730,7 @@ export class FlowAggregator {
     const draining: Promise<void> = this.#stopWithin(have, section, "replaced exporter")
       .finally(() => this.#draining.delete(draining));
     this.#draining.add(draining);
-    if (next === undefined) return;
-    this.#exporters.set(section, next);
-    log.info("exporter enabled", { section, exporter: next.name });
+    this.#enable(section, next);
   }
 
   /** Counters of every component. */
@@ -875,13 +872,24 @@ export class FlowAggregator {
   async #createExporter(section: ExporterSection): Promise<void> {
     let exporter: Exporter | undefined;
     try {
-      exporter = await this.#factory(section, this.#config);
-      if (exporter === undefined) return;
-      await exporter.start();
+      exporter = await this.#startedExporter(section);
     } catch (err) {
       log.error("cannot create exporter", { section, err });
       return;
     }
+    this.#enable(section, exporter);
+  }
+
+  /** The sink of `section` built from the configuration in force, started; throws if it cannot. */
+  async #startedExporter(section: ExporterSection): Promise<Exporter | undefined> {
+    const exporter = await this.#factory(section, this.#config);
+    await exporter?.start();
+    return exporter;
+  }
+
+  /** Makes `exporter` (when there is one) the sink of `section`. */
+  #enable(section: ExporterSection, exporter: Exporter | undefined): void {
+    if (exporter === undefined) return;
     this.#exporters.set(section, exporter);
     log.info("exporter enabled", { section, exporter: exporter.name });
   }

@@ -74,8 +74,11 @@ export const MAX_PENDING_RESPONSE_BYTES = 64 << 20;
 /** What a request refused as busy ran into (the keys of `ApiFrontStats.refusedBusy`). */
 export type BusyReason = "pendingResponseBytes" | "queries" | "liveViews";
 
-/** Paths always handled, whatever is pending: the health checks (tiny answers). */
-const HEALTH_PATHS = new Set(["/healthz", "/livez", "/readyz"]);
+/**
+ * The health checks: anonymous (the handler), and always handled whatever is pending (tiny
+ * answers).
+ */
+export const HEALTH_PATHS: ReadonlySet<string> = new Set(["/healthz", "/livez", "/readyz"]);
 
 /** The front's counters (the metrics line's `api.*`). */
 export interface ApiFrontStats {

@@ -14,6 +14,7 @@ import { logger, type LogLevel, logSettings, setLogLevel } from "../log.ts";
 import type { LiveHub } from "./live.ts";
 import { prometheusText } from "./prometheus.ts";
 import { UI_HTML } from "./ui_page.ts";
+import { HEALTH_PATHS } from "./front.ts";
 
 const log = logger("api");
 
@@ -58,9 +59,6 @@ export const MAX_QUERIES_IN_FLIGHT = 2;
  * would otherwise build a response of a gigabyte and stall ingest while it is serialised.
  */
 export const DEFAULT_RECORD_LIMIT = 10_000;
-
-/** Paths anyone may read (upstream's always-allowed health checks). */
-const ANONYMOUS = new Set(["/healthz", "/livez", "/readyz"]);
 
 function status(code: number, reason: string, message: string): Response {
   const body = {
@@ -236,7 +234,8 @@ export function apiHandler(
         },
       });
     }
-    if (ANONYMOUS.has(path)) {
+    // Anyone may read the health checks (upstream's always-allowed paths).
+    if (HEALTH_PATHS.has(path)) {
       if (path === "/readyz" && !source.ready()) return text(503, "not ready\n");
       return text(200, "ok");
     }

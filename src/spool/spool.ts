@@ -489,8 +489,7 @@ export class Spool {
       await w.truncate(seg.size);
       await w.seek(seg.size, Deno.SeekMode.Start);
     } catch {
-      w.close();
-      this.#writer = undefined;
+      this.#closeWriter();
     }
   }
 
@@ -498,9 +497,14 @@ export class Spool {
     return this.#writer !== undefined && seg.seq === this.#writerSeq;
   }
 
-  async #roll(): Promise<void> {
+  /** Closes the open segment's file (the next append starts a new segment). */
+  #closeWriter(): void {
     this.#writer?.close();
     this.#writer = undefined;
+  }
+
+  async #roll(): Promise<void> {
+    this.#closeWriter();
     const seq = this.#nextSeq++;
     this.#writerSeq = seq;
     this.#writer = await this.#openSegment(`${this.#dir}/${segName(seq)}`);
@@ -654,10 +658,7 @@ export class Spool {
       if (this.#uncertain?.seq === lease.seq) this.#uncertain = undefined;
       if (seg.readOffset >= seg.size) {
         // The open segment too: draining must free its space (the next append starts anew).
-        if (this.#isWriter(seg)) {
-          this.#writer!.close();
-          this.#writer = undefined;
-        }
+        if (this.#isWriter(seg)) this.#closeWriter();
         await this.#retire();
       } else await this.#writeCursor({ seq: seg.seq, offset: seg.readOffset, inflight: false });
     });
@@ -677,8 +678,7 @@ export class Spool {
   /** Closes the files and lets go of the lock. */
   close(): Promise<void> {
     return this.#serial(() => {
-      this.#writer?.close();
-      this.#writer = undefined;
+      this.#closeWriter();
       this.#lock?.close();
       this.#lock = undefined;
       return Promise.resolve();

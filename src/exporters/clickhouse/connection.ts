@@ -111,6 +111,21 @@ function errorText(err: unknown): string {
   }`;
 }
 
+/** Runs `read`, calling `end` (which must make it settle) if `signal` aborts before it does. */
+async function endOnAbort<T>(
+  signal: AbortSignal,
+  end: () => void,
+  read: () => Promise<T>,
+): Promise<T> {
+  if (signal.aborted) end();
+  signal.addEventListener("abort", end, { once: true });
+  try {
+    return await read();
+  } finally {
+    signal.removeEventListener("abort", end);
+  }
+}
+
 /** Outcome of a failed request: did it certainly not insert anything? */
 export function classifyFailure(err: unknown): InsertOutcome {
   const e = err as { code?: unknown; cause?: { code?: unknown }; name?: string };
@@ -190,14 +205,7 @@ export class ClientConnection implements Connection {
       abort_signal: signal,
     });
     // The client stops watching the signal once the headers are in: the body is ours to end.
-    const end = () => rs.close();
-    if (signal.aborted) end();
-    signal.addEventListener("abort", end, { once: true });
-    try {
-      return await rs.json<Record<string, unknown>>();
-    } finally {
-      signal.removeEventListener("abort", end);
-    }
+    return await endOnAbort(signal, () => rs.close(), () => rs.json<Record<string, unknown>>());
   }
 
   prepare(signal?: AbortSignal): Promise<ServerInfo> {
@@ -274,16 +282,11 @@ export class ClientConnection implements Connection {
         : { insert_deduplication_token: options.token },
     });
     // The client stops watching the signal once the headers are in: destroying the answer's
-    // stream ends a read that trickles, and closes its connection.
-    const end = () => r.stream.destroy();
-    if (signal.aborted) end();
-    signal.addEventListener("abort", end, { once: true });
-    try {
-      // The answer of an insert is empty; reading it to the end frees the socket.
+    // stream ends a read that trickles, and closes its connection. The answer of an insert is
+    // empty; reading it to the end frees the socket.
+    await endOnAbort(signal, () => r.stream.destroy(), async () => {
       for await (const _ of r.stream) { /* drained */ }
-    } finally {
-      signal.removeEventListener("abort", end);
-    }
+    });
   }
 
   async close(): Promise<void> {

@@ -9,7 +9,8 @@
  */
 
 import { AggregationCore, type ExportHooks } from "./aggregation/mod.ts";
-import type { AggregatedRecord, ExportedFlow, FlowInput, FlowKey } from "./aggregation/record.ts";
+import type { ExportedFlow, FlowInput, FlowKey } from "./aggregation/record.ts";
+import { recordsJson } from "./aggregation/records_json.ts";
 import { type Clock, TaskCachedClock } from "./clock.ts";
 import { Collector, type CollectorStats, type UdpReceiverFactory } from "./collector/mod.ts";
 import type { RecordContext } from "./collector/session.ts";
@@ -435,13 +436,13 @@ export class FlowAggregator {
     return this.#opts.shards ?? 1;
   }
 
-  /** Held flows matching `filter` (the API's `/flowrecords`), from every shard. */
-  query(
-    filter: Partial<FlowKey> | null,
-    limit: number,
-  ): AggregatedRecord[] | Promise<AggregatedRecord[]> {
-    if (this.#pool !== undefined) return this.#pool.query(filter, limit);
-    return this.#core.query(filter, limit);
+  /**
+   * The API's `/flowrecords` body (`records_json.ts`): held flows matching `filter`, at most
+   * `limit`, from every shard (written by the shard workers when there are workers).
+   */
+  recordsJson(filter: Partial<FlowKey> | null, limit: number): string | Promise<string> {
+    if (this.#pool !== undefined) return this.#pool.queryJson(filter, limit);
+    return recordsJson(this.#core.query(filter, limit));
   }
 
   /** The core settings of a configuration. */

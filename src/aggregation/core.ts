@@ -52,13 +52,13 @@ import type { AggregatedRecord, ExportedFlow, FlowInput, FlowKey } from "./recor
 import type { AggregationStats } from "./counters.ts";
 import { addRecord, addRecordView } from "./ingest.ts";
 import { expire, type ExpireOptions, flushAll, hasExpired, nextExpiryDelayMs } from "./expiry.ts";
-import { entryState, type FlowEntryState, query } from "./query.ts";
+import { entryState, type FlowEntryState, query, type QueryPage, queryPage } from "./query.ts";
 import type { ExportHooks } from "./snapshot.ts";
 import { type AggregationOptions, checkTimeouts, CoreState } from "./state.ts";
 
 export type { AggregationStats, RejectReason } from "./counters.ts";
 export type { ExpireOptions } from "./expiry.ts";
-export type { FlowEntryState } from "./query.ts";
+export type { FlowEntryState, QueryPage } from "./query.ts";
 export type { ExportHooks, PodInfo } from "./snapshot.ts";
 export type { AggregationOptions } from "./state.ts";
 
@@ -200,6 +200,15 @@ export class AggregationCore {
    */
   query(filter?: Partial<FlowKey> | null, limit = Infinity): AggregatedRecord[] {
     return query(this.#s, filter, limit);
+  }
+
+  /**
+   * One page of {@linkcode query}: the matches held from slot `from` on (0: the first page), at
+   * most `limit`, and where the next page starts. A flow held through every page is in exactly
+   * one of them; one that comes or goes between pages may be in none.
+   */
+  queryPage(filter: Partial<FlowKey> | null, limit: number, from: number): QueryPage {
+    return queryPage(this.#s, filter, limit, from);
   }
 
   /** Internal flags and expiry times of one flow (tests, debugging); undefined if unknown. */

@@ -45,44 +45,62 @@ export function query(
   filter: Partial<FlowKey> | null | undefined,
   limit: number,
 ): AggregatedRecord[] {
+  return queryPage(s, filter, limit, 0).records;
+}
+
+/** One page of a query: see {@linkcode AggregationCore.queryPage}. */
+export interface QueryPage {
+  /** The matches, at most the page's limit, in slot order. */
+  records: AggregatedRecord[];
+  /** Where the next page starts (`from`) when this one is full; -1 when the scan is done. */
+  next: number;
+}
+
+/** See {@linkcode AggregationCore.queryPage}. */
+export function queryPage(
+  s: CoreState,
+  filter: Partial<FlowKey> | null | undefined,
+  limit: number,
+  from: number,
+): QueryPage {
   const out: AggregatedRecord[] = [];
-  if (limit <= 0) return out;
-  if (filter === undefined || filter === null) {
-    for (let slot = 0; slot < s.store.end; slot++) {
-      if (!s.live(slot)) continue;
+  const done: QueryPage = { records: out, next: -1 };
+  /** The page of the live slots of `slots` (ascending) that `match`. */
+  const page = (slots: readonly number[] | null, match: (slot: number) => boolean): QueryPage => {
+    if (limit <= 0) return done;
+    const n = slots === null ? s.store.end : slots.length;
+    for (let i = slots === null ? from : 0; i < n; i++) {
+      const slot = slots === null ? i : slots[i];
+      if (slot < from || !s.live(slot) || !match(slot)) continue;
       out.push(snapshot(s, slot));
-      if (out.length >= limit) break;
+      if (out.length >= limit) return { records: out, next: slot + 1 };
     }
-    return out;
-  }
+    return done;
+  };
+  if (filter === undefined || filter === null) return page(null, () => true);
   const canon = (a: string | undefined): string | undefined =>
     a === undefined || a === "" ? "" : canonicalAnyAddress(a);
   const src = canon(filter.sourceAddress);
   const dst = canon(filter.destinationAddress);
   // An unparsable address matches nothing (it can never equal a stored canonical address).
-  if (src === undefined || dst === undefined) return out;
+  if (src === undefined || dst === undefined) return done;
   const proto = filter.protocol ?? 0;
   const sport = filter.sourcePort ?? 0;
   const dport = filter.destinationPort ?? 0;
   if (src !== "" && dst !== "" && proto !== 0 && sport !== 0 && dport !== 0) {
-    for (const f of findByKey(s, { src, dst, proto, sport, dport })) {
-      if (out.length < limit) out.push(snapshot(s, f));
-    }
-    return out;
+    const found = findByKey(s, { src, dst, proto, sport, dport }).sort((a, b) => a - b);
+    return page(found, () => true);
   }
-  for (let slot = 0; slot < s.store.end; slot++) {
-    if (!s.live(slot)) continue;
+  return page(null, (slot) => {
     const u32 = s.store.u32(slot);
     const ub = u32Base(slot);
-    if (proto !== 0 && (u32[ub + U32.PROTO] & 0xff) !== proto) continue;
-    if (sport !== 0 && u32[ub + U32.PORTS] >>> SPORT_SHIFT !== sport) continue;
-    if (dport !== 0 && (u32[ub + U32.PORTS] & 0xffff) !== dport) continue;
-    if (src !== "" && addressText(s, slot, U32.SRC) !== src) continue;
-    if (dst !== "" && addressText(s, slot, U32.DST) !== dst) continue;
-    out.push(snapshot(s, slot));
-    if (out.length >= limit) break;
-  }
-  return out;
+    if (proto !== 0 && (u32[ub + U32.PROTO] & 0xff) !== proto) return false;
+    if (sport !== 0 && u32[ub + U32.PORTS] >>> SPORT_SHIFT !== sport) return false;
+    if (dport !== 0 && (u32[ub + U32.PORTS] & 0xffff) !== dport) return false;
+    if (src !== "" && addressText(s, slot, U32.SRC) !== src) return false;
+    if (dst !== "" && addressText(s, slot, U32.DST) !== dst) return false;
+    return true;
+  });
 }
 
 /** See {@linkcode AggregationCore.entryState}. */

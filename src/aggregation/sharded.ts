@@ -25,8 +25,13 @@ import { KEY_WORDS, mix } from "./flow_table.ts";
 import type { ExportHooks } from "./snapshot.ts";
 import type { AggregationOptions } from "./state.ts";
 
-/** The public face shared by one core and a sharded one. */
-export type CoreApi = { [K in keyof AggregationCore]: AggregationCore[K] };
+/**
+ * The public face shared by one core and a sharded one (paged queries are a shard worker's, whose
+ * pool pages over the workers).
+ */
+export type CoreApi = {
+  [K in Exclude<keyof AggregationCore, "queryPage">]: AggregationCore[K];
+};
 
 /**
  * Shard (0..n-1) of a flow key ({@linkcode KEY_WORDS} words, as `readFlowKey` reads it). Its own

@@ -16,7 +16,7 @@
  */
 
 import { stringify } from "yaml";
-import { stringifyExact } from "./handler.ts";
+import { stringifyExact } from "../aggregation/records_json.ts";
 import { caFileOf, DEFAULT_TOKEN_FILE } from "./server.ts";
 
 /** The subcommands this module serves (main.ts dispatches on them). */

@@ -8,7 +8,7 @@
  * @module
  */
 
-import type { AggregatedRecord, FlowKey } from "../aggregation/record.ts";
+import type { FlowKey } from "../aggregation/record.ts";
 import { type FlowAggregatorStats, rejectedTotal } from "../flow_aggregator.ts";
 import { logger, type LogLevel, logSettings, setLogLevel } from "../log.ts";
 import type { LiveHub } from "./live.ts";
@@ -21,13 +21,10 @@ const log = logger("api");
 /** What the routes read from the running process. */
 export interface ApiSource {
   /**
-   * Held records matching `filter` (canonical address text), at most `limit`; a promise when
-   * the flows are held by shard workers.
+   * The `/flowrecords` body (`records_json.ts`) of the held records matching `filter` (canonical
+   * address text), at most `limit`; a promise when the flows are held by shard workers.
    */
-  query(
-    filter: Partial<FlowKey>,
-    limit: number,
-  ): AggregatedRecord[] | Promise<AggregatedRecord[]>;
+  records(filter: Partial<FlowKey>, limit: number): string | Promise<string>;
   /** Every counter. */
   stats(): FlowAggregatorStats;
   /** True once the collector listens and no sink is in a fatal state. */
@@ -106,20 +103,6 @@ function parseUint(s: string, bits: 8 | 16): { value: number } | { error: string
   return { value: v };
 }
 
-/**
- * A record as upstream's JSON: every IE present keyed by name, 64-bit counters as exact
- * integers (digits, not a float or a string).
- */
-export function recordsJson(records: readonly AggregatedRecord[]): string {
-  return records.length === 0 ? "null" : stringifyExact(records);
-}
-
-/** `JSON.stringify` with BigInt values written as exact integer digits. */
-export function stringifyExact(value: unknown, space?: number): string {
-  const raw = (JSON as unknown as { rawJSON(s: string): unknown }).rawJSON;
-  return JSON.stringify(value, (_k, v) => typeof v === "bigint" ? raw(v.toString()) : v, space);
-}
-
 function flowRecords(
   url: URL,
   source: ApiSource,
@@ -152,10 +135,8 @@ function flowRecords(
     if (!Number.isInteger(n) || n < 1) return text(400, `limit must be a positive integer`);
     limit = Math.min(n, maxLimit);
   }
-  const got = source.query(filter, limit);
-  return got instanceof Promise
-    ? got.then((records) => json(recordsJson(records)))
-    : json(recordsJson(got));
+  const got = source.records(filter, limit);
+  return got instanceof Promise ? got.then(json) : json(got);
 }
 
 /**

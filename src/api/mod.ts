@@ -10,7 +10,8 @@ import { LiveHub, LiveView } from "./live.ts";
 import { type ApiServer, startApiServer } from "./server.ts";
 import type { LimitsConfig } from "../config/limits.ts";
 
-export { apiHandler, type ApiSource, DEFAULT_RECORD_LIMIT, recordsJson } from "./handler.ts";
+export { apiHandler, type ApiSource, DEFAULT_RECORD_LIMIT } from "./handler.ts";
+export { recordsJson } from "../aggregation/records_json.ts";
 export { type ApiServer, caFileOf, DEFAULT_TOKEN_FILE, startApiServer } from "./server.ts";
 export { prometheusText } from "./prometheus.ts";
 export { LiveHub, LiveView } from "./live.ts";
@@ -61,7 +62,7 @@ export function startApi(
   const live = new LiveHub(view, () => ledgerOf(fa.stats()));
   const l = opts.limits;
   const started = startApiServer({
-    query: (filter, limit) => fa.query(filter, limit),
+    records: (filter, limit) => fa.recordsJson(filter, limit),
     stats: () => fa.stats(),
     ready: () => fa.collectorPort > 0,
     live,

@@ -29,6 +29,7 @@ import type { AggregatedRecord, FlowInput, FlowKey } from "../aggregation/record
 import { type AggregationStats, CoreCounters } from "../aggregation/counters.ts";
 import { shardOf, sumStats } from "../aggregation/sharded.ts";
 import { KEY_WORDS } from "../aggregation/flow_table.ts";
+import { joinRecordTexts } from "../aggregation/records_json.ts";
 import { logger, logSettings, RateLimitedLog, writeLogLine } from "../log.ts";
 import { workerModule } from "../worker_module.ts";
 import type { PodChange, PodReplicaSource } from "../k8s/pod_store.ts";
@@ -149,6 +150,16 @@ interface Shard {
   ready: PromiseWithResolvers<void>;
 }
 
+/** A shard's page in a query round: records or their texts; {@linkcode NO_PAGE}: none given. */
+interface ShardPage {
+  records: readonly (AggregatedRecord | string)[];
+  /** Where its next page starts; -1: done. */
+  next: number;
+}
+
+/** The page of a shard that died or did not answer in time: nothing, and no more. */
+const NO_PAGE: ShardPage = { records: [], next: -1 };
+
 /** See the module doc. */
 export class ShardPool {
   readonly #opts: ShardPoolOptions;
@@ -157,9 +168,10 @@ export class ShardPool {
   readonly #scratch = new Uint32Array(KEY_WORDS);
   readonly #tids = new RawTemplateIds();
   readonly #decoded: DataRecord[] = [];
+  /** Query rounds waiting for their shards' pages, by id (`#round`). */
   readonly #queries = new Map<
     number,
-    { left: number; records: AggregatedRecord[][]; done: () => void }
+    { pages: Map<Shard, ShardPage | undefined>; done: () => void }
   >();
   /** Pending stop requests by id, with the shard each waits on. */
   readonly #stops = new Map<number, { shard: Shard; done: () => void }>();
@@ -291,9 +303,9 @@ export class ShardPool {
         return;
       case "query": {
         const q = this.#queries.get(m.id);
-        if (q === undefined) return;
-        q.records[shard.index] = m.records;
-        if (--q.left === 0) q.done();
+        if (q === undefined || !q.pages.has(shard) || q.pages.get(shard) !== undefined) return;
+        q.pages.set(shard, { records: m.records, next: m.next });
+        if (![...q.pages.values()].includes(undefined)) q.done();
         return;
       }
       case "stopped": {
@@ -348,9 +360,9 @@ export class ShardPool {
     }
     // Whoever waits on this shard (a query, the stop) must not wait forever.
     for (const [, q] of this.#queries) {
-      if (q.records[shard.index] === undefined) {
-        q.records[shard.index] = [];
-        if (--q.left === 0) q.done();
+      if (q.pages.has(shard) && q.pages.get(shard) === undefined) {
+        q.pages.set(shard, NO_PAGE);
+        if (![...q.pages.values()].includes(undefined)) q.done();
       }
     }
     // Only this shard's stop: the others are still exporting what they hold.
@@ -552,30 +564,91 @@ export class ShardPool {
     limit: number,
     timeoutMs = 10_000,
   ): Promise<AggregatedRecord[]> {
+    return this.#gather(filter, limit, false, timeoutMs) as Promise<AggregatedRecord[]>;
+  }
+
+  /**
+   * {@linkcode query} as the `/flowrecords` body (`records_json.ts`), written by the shards: the
+   * main thread only joins their texts.
+   */
+  async queryJson(
+    filter: Partial<FlowKey> | null,
+    limit: number,
+    timeoutMs = 10_000,
+  ): Promise<string> {
+    return joinRecordTexts(await this.#gather(filter, limit, true, timeoutMs) as string[]);
+  }
+
+  /**
+   * Pages the shards until `limit` matches are gathered or every shard is done. Each round asks
+   * the shards that may hold more for an even share of what is missing, from where their last
+   * page ended: no shard builds records beyond its share, and a shard that holds fewer leaves
+   * its share to the others in the next round (at most one round more than there are shards: a
+   * round either completes the answer or finds at least one shard done).
+   */
+  async #gather(
+    filter: Partial<FlowKey> | null,
+    limit: number,
+    texts: boolean,
+    timeoutMs: number,
+  ): Promise<(AggregatedRecord | string)[]> {
+    const deadline = performance.now() + timeoutMs;
+    const got = new Map<Shard, { items: (AggregatedRecord | string)[]; from: number }>();
+    for (const s of this.#shards) if (!s.dead) got.set(s, { items: [], from: 0 });
+    let total = 0;
+    // Every live shard is asked at least once, even for no record: a query is answered after
+    // the records sent before it (a barrier the tests use).
+    let asked = [...got.keys()];
+    while (asked.length > 0) {
+      const share = Math.ceil((limit - total) / asked.length);
+      const pages = await this.#round(asked, filter, share, texts, { deadline, timeoutMs }, got);
+      for (const [s, page] of pages) {
+        const g = got.get(s)!;
+        for (const r of page.records) g.items.push(r);
+        total += page.records.length;
+        g.from = page.next;
+      }
+      asked = total < limit ? asked.filter((s) => got.get(s)!.from >= 0) : [];
+    }
+    const out: (AggregatedRecord | string)[] = [];
+    for (const [, g] of got) for (const r of g.items) out.push(r);
+    return out.length > limit ? out.slice(0, limit) : out;
+  }
+
+  /** One round of {@linkcode #gather}: a page of at most `limit` from each of `shards`. */
+  #round(
+    shards: Shard[],
+    filter: Partial<FlowKey> | null,
+    limit: number,
+    texts: boolean,
+    { deadline, timeoutMs }: { deadline: number; timeoutMs: number },
+    at: Map<Shard, { from: number }>,
+  ): Promise<Map<Shard, ShardPage>> {
     this.flush();
     const id = this.#nextId++;
-    const live = this.#shards.filter((s) => !s.dead);
-    if (live.length === 0) return Promise.resolve([]);
+    const pages = new Map<Shard, ShardPage | undefined>();
+    for (const s of shards) pages.set(s, s.dead ? NO_PAGE : undefined);
     return new Promise((resolve) => {
-      const records: AggregatedRecord[][] = new Array(this.#shards.length);
-      for (const s of this.#shards) if (s.dead) records[s.index] = [];
+      const done = (): void => {
+        clearTimeout(timer);
+        this.#queries.delete(id);
+        resolve(pages as Map<Shard, ShardPage>);
+      };
       const timer = setTimeout(() => {
-        const late = this.#shards.filter((s) => records[s.index] === undefined);
+        const late = shards.filter((s) => pages.get(s) === undefined);
         log.error("shards did not answer a query in time: their flows are left out", {
           shards: late.map((s) => s.index).join(","),
           timeoutMs,
         });
-        for (const s of late) records[s.index] = [];
+        for (const s of late) pages.set(s, NO_PAGE);
         done();
-      }, timeoutMs);
-      const done = (): void => {
-        clearTimeout(timer);
-        this.#queries.delete(id);
-        resolve(records.flat().slice(0, limit));
-      };
-      this.#queries.set(id, { left: live.length, records, done });
-      for (const s of live) {
-        s.worker.postMessage({ t: "query", id, filter, limit } satisfies ToShard);
+      }, Math.max(0, deadline - performance.now()));
+      if (![...pages.values()].includes(undefined)) return done();
+      this.#queries.set(id, { pages, done });
+      for (const s of shards) {
+        if (s.dead) continue;
+        const from = at.get(s)!.from;
+        s.worker.postMessage({ t: "query", id, filter, limit, from, texts } satisfies ToShard);
       }
     });
   }

@@ -113,7 +113,16 @@ export type ToShard =
   }
   | { t: "pods"; changes: PodChange[] }
   | { t: "settings"; settings: ShardSettings }
-  | { t: "query"; id: number; filter: Partial<FlowKey> | null; limit: number }
+  | {
+    t: "query";
+    id: number;
+    filter: Partial<FlowKey> | null;
+    /** One page (`AggregationCore.queryPage`): at most `limit` matches from slot `from` on. */
+    limit: number;
+    from: number;
+    /** Answer each record's JSON text (`records_json.ts`) rather than the record. */
+    texts: boolean;
+  }
   | { t: "stop"; id: number };
 
 /** A shard's counters (in its report cell, written before its `stopped` message too). */
@@ -127,6 +136,6 @@ export interface ShardReport {
 export type FromShard =
   | { t: "ready" }
   | { t: "flows"; buf: BatchBuffer }
-  | { t: "query"; id: number; records: AggregatedRecord[] }
+  | { t: "query"; id: number; records: AggregatedRecord[] | string[]; next: number }
   | { t: "stopped"; id: number }
   | { t: "log"; line: string; level: LogLevel };

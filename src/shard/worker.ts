@@ -15,6 +15,7 @@
  */
 
 import { AggregationCore } from "../aggregation/core.ts";
+import { recordTexts } from "../aggregation/records_json.ts";
 import { systemClock, TaskCachedClock } from "../clock.ts";
 import type { ExportHooks } from "../aggregation/snapshot.ts";
 import { PodStore } from "../k8s/pod_store.ts";
@@ -257,7 +258,8 @@ scope.onmessage = (e: MessageEvent<ToShard>): void => {
     }
     case "query": {
       drain(core!);
-      post({ t: "query", id: m.id, records: core!.query(m.filter, m.limit) });
+      const { records, next } = core!.queryPage(m.filter, m.limit, m.from);
+      post({ t: "query", id: m.id, records: m.texts ? recordTexts(records) : records, next });
       return;
     }
     case "stop": {

@@ -36,7 +36,7 @@ async function withApi(
   const dir = await Deno.makeTempDir({ prefix: "fa-api-front-" });
   const live = new LiveHub(new LiveView(), () => ({ received: 1 }), 50);
   const api = await startApiServer({
-    query: () => [],
+    records: () => "null",
     stats,
     ready: () => true,
     live,

@@ -20,7 +20,7 @@ function setup(s: FlowAggregatorStats = stats()) {
   );
   let ready = true;
   const source: ApiSource = {
-    query: (f, limit) => core.query(f, limit),
+    records: (f, limit) => recordsJson(core.query(f, limit)),
     stats: () => s,
     ready: () => ready,
   };
@@ -209,7 +209,7 @@ Deno.test("api: recordsJson writes bigint digits and null for no records", () =>
 Deno.test("api: flow record queries answered by the shards are capped in flight, refusals reported", async () => {
   const pending: (() => void)[] = [];
   const source: ApiSource = {
-    query: () => new Promise((resolve) => pending.push(() => resolve([]))),
+    records: () => new Promise((resolve) => pending.push(() => resolve("null"))),
     stats: () => stats(),
     ready: () => true,
   };

@@ -16,6 +16,8 @@ import { intraNode } from "../aggregation/fixtures.ts";
 import { waitFor } from "../_helpers/wait.ts";
 import { replayMessages } from "../aggregation/replay_records.ts";
 import { decodeMessage, TemplateStore } from "../../src/ipfix/mod.ts";
+import { recordsJson } from "../../src/aggregation/records_json.ts";
+import { HELD } from "./paging_shard.ts";
 
 const HOUR: ShardSettings = {
   activeTimeoutMs: 3_600_000,
@@ -67,6 +69,9 @@ Deno.test("shard pool: 2 shard workers export exactly what one core does", async
   pool.flush();
   const all = await pool.query(null, Infinity);
   assert.equal(all.length, expected.length);
+  // The API's body, written by the shards, is the records' as one core writes them.
+  assert.equal(await pool.queryJson(null, Infinity), recordsJson(all));
+  assert.equal(await pool.queryJson({ destinationPort: 1 }, 10), "null");
   await pool.stop();
 
   assert.ok(expected.length > 1_000, `${expected.length} flows`);
@@ -107,6 +112,45 @@ Deno.test("shard pool: shards expire on their own timers, queries span every sha
   await waitFor(() => pool.stats().flows === 0, { what: "the shards" });
   await pool.stop();
   assert.equal(pool.stats().exported, 60);
+});
+
+Deno.test("shard pool: a query builds no more than its limit over the shards, each shard asked its share of what is missing", async () => {
+  // Shard 0 holds 100 flows, shard 1 holds 3, shard 2 none; each record names the page size asked.
+  const pool = new ShardPool({
+    shards: 3,
+    settings: HOUR,
+    onBatch: () => {},
+    workerModule: new URL("./paging_shard.ts", import.meta.url),
+  });
+  await pool.ready();
+  type Got = { shard: number; flow: number; asked: number };
+  const page = async (limit: number): Promise<[number, number, number][]> =>
+    (JSON.parse(await pool.queryJson(null, limit)) as Got[] ?? []).map((r) => [
+      r.shard,
+      r.flow,
+      r.asked,
+    ]);
+  // 10 over 3 shards: 4 each; shard 1 gives its 3, shard 2 none; the 3 missing from shard 0.
+  assert.deepEqual(await page(10), [
+    [0, 0, 4],
+    [0, 1, 4],
+    [0, 2, 4],
+    [0, 3, 4],
+    [0, 4, 3],
+    [0, 5, 3],
+    [0, 6, 3],
+    [1, 0, 4],
+    [1, 1, 4],
+    [1, 2, 4],
+  ]);
+  // More than is held: everything, each flow once.
+  const all = await page(1000);
+  assert.equal(all.length, HELD[0] + HELD[1]);
+  assert.equal(new Set(all.map(([s, f]) => `${s}/${f}`)).size, all.length);
+  // Records rather than texts: the same pages.
+  const records = await pool.query(null, 10) as unknown as Got[];
+  assert.deepEqual(records.map((r) => [r.shard, r.flow, r.asked]), await page(10));
+  await pool.stop();
 });
 
 Deno.test("shard pool: maxFlows bounds the shards together", async () => {

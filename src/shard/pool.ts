@@ -37,7 +37,7 @@ import { InputRowWriter } from "./input_rows.ts";
 import { RawRowWriter, rawShardOf, RawTemplateIds } from "./raw_rows.ts";
 import type { RawRecords } from "../ipfix/decoder.ts";
 import type { DataRecord } from "../ipfix/types.ts";
-import type { BatchBuffer } from "../exporters/batch.ts";
+import { type BatchBuffer, batchCount } from "../exporters/batch.ts";
 import {
   type FromShard,
   type ShardReport,
@@ -139,6 +139,8 @@ interface Shard {
   restartTimer: ReturnType<typeof setTimeout> | undefined;
   /** Records written to its ring (or pending in its frame). */
   sentRecords: number;
+  /** Flows its final flush (the stop's) has handed over so far (`FromShard` `final`). */
+  finalFlows: number;
   /** See the module doc. */
   stalled: boolean;
   /**
@@ -249,6 +251,7 @@ export class ShardPool {
       startedMs: performance.now(),
       restartTimer: undefined,
       sentRecords: 0,
+      finalFlows: 0,
       stalled: false,
       cell: new ReportCell(report),
       dead: false,
@@ -299,6 +302,7 @@ export class ShardPool {
         shard.ready.resolve();
         return;
       case "flows":
+        if (m.final) this.#handedOver(shard, batchCount(m.buf));
         this.#opts.onBatch(m.buf);
         return;
       case "query": {
@@ -315,32 +319,52 @@ export class ShardPool {
     }
   }
 
+  /**
+   * `n` flows of `shard`'s final flush reached the pool: still held by its usage word and not
+   * exported by its report until the flush ends, so a shard given up on mid-flush counts them
+   * exported, not lost (a batch that arrives after that moves from the one count to the other).
+   */
+  #handedOver(shard: Shard, n: number): void {
+    if (!shard.dead) {
+      shard.finalFlows += n;
+      return;
+    }
+    this.#counters.flowsLostWithShard -= n;
+    this.#retired.push({ ...NO_STATS, exported: n });
+  }
+
   #died(shard: Shard, message: string): void {
     if (shard.dead) return;
     shard.dead = true;
     const at = shard.index * USAGE_WORDS;
     const flows = this.#usage[at];
+    const last = reportOf(shard);
+    // Given up on mid-flush: what it handed over is exported, the rest lost. Its report counts
+    // the flush exported only once written after the flush (then it holds no flow).
+    const lost = Math.max(0, flows - shard.finalFlows);
+    const handedOver = last !== undefined && last.stats.flows === 0 ? 0 : shard.finalFlows;
     // The other shards' limits no longer count what it held.
     Atomics.sub(new Int32Array(this.#flowsSab), 0, flows);
     this.#usage[at] = this.#usage[at + 1] = 0;
     this.#counters.shardsFailed++;
-    this.#counters.flowsLostWithShard += flows;
+    this.#counters.flowsLostWithShard += lost;
     // Records sent (or pending) that its last report does not account for.
     shard.rows.discard();
     shard.raw.discard();
-    const last = reportOf(shard);
     this.#counters.recordsDroppedNoShard += shard.sentRecords - (last?.stats.recordsIn ?? 0);
-    if (last !== undefined) this.#retired.push({ ...last.stats, flows: 0, flowBytes: 0 });
+    const stats = last?.stats ?? NO_STATS;
+    this.#retired.push({ ...stats, exported: stats.exported + handedOver, flows: 0, flowBytes: 0 });
     this.#retiredTruncated += last?.stringsTruncated ?? 0;
     // Its counters are retired: until a new worker writes its own, the shard counts nothing.
     shard.cell = undefined;
     shard.sentRecords = 0;
+    shard.finalFlows = 0;
     // A worker that lived a minute starts again after the first backoff.
     const initial = this.#opts.restartBackoffMs ?? 1000;
     if (performance.now() - shard.startedMs > 60_000) shard.backoffMs = initial;
     log.error("shard worker died: the flows it held are lost, its records are dropped", {
       shard: shard.index,
-      flows,
+      flows: lost,
       error: message,
       restartInMs: this.#stopping ? undefined : shard.backoffMs,
     });

@@ -135,7 +135,15 @@ export interface ShardReport {
 /** Shard worker → main thread. */
 export type FromShard =
   | { t: "ready" }
-  | { t: "flows"; buf: BatchBuffer }
+  | {
+    t: "flows";
+    buf: BatchBuffer;
+    /**
+     * Flows of the stop's final flush (`flushAll`): the shard's usage word counts them held
+     * until the flush ends, its report does not count them exported.
+     */
+    final: boolean;
+  }
   | { t: "query"; id: number; records: AggregatedRecord[] | string[]; next: number }
   | { t: "stopped"; id: number }
   | { t: "log"; line: string; level: LogLevel };

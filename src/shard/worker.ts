@@ -152,11 +152,14 @@ function publish(c: AggregationCore): void {
   cell.write({ stats: c.stats(), stringsTruncated: stringsTruncatedTotal() });
 }
 
+/** The stop's final flush is under way (its flows are still counted held: see `final`). */
+let finalFlush = false;
+
 function flushBatch(): void {
   if (batch.count === 0) return;
   const buf = batch.finish();
   // Shared, not transferred: a detach would slow every typed-array access here (batch.ts).
-  post({ t: "flows", buf });
+  post({ t: "flows", buf, final: finalFlush });
 }
 
 /** Writes exported flows from their slots into the batch, posting it when full. */
@@ -268,6 +271,11 @@ scope.onmessage = (e: MessageEvent<ToShard>): void => {
       // Every record sent before the stop, then the expired flows first (normal export semantics), then every flow still held.
       drain(c);
       c.expire(viaRows, exportHooks());
+      flushBatch();
+      // Counters up to the final flush, whose batches are marked: should the pool give up on
+      // this worker mid-flush, it counts them exported and only the rest lost.
+      publish(c);
+      finalFlush = true;
       const n = c.flushAll(viaRows, exportHooks());
       flushBatch();
       // The final counters, in the cell before the main thread hears of the stop.

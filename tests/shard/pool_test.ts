@@ -18,6 +18,7 @@ import { replayMessages } from "../aggregation/replay_records.ts";
 import { decodeMessage, TemplateStore } from "../../src/ipfix/mod.ts";
 import { recordsJson } from "../../src/aggregation/records_json.ts";
 import { HELD } from "./paging_shard.ts";
+import { SLOT_BATCH_FLOWS } from "../../src/shard/slot_rows.ts";
 
 const HOUR: ShardSettings = {
   activeTimeoutMs: 3_600_000,
@@ -367,6 +368,35 @@ Deno.test("shard pool: a shard dying in stop() does not cut the others' final ex
   assert.ok(c.flowsLostWithShard > 0 && exported > 0, JSON.stringify({ exported, c }));
   // Shard 1 exported all it held; shard 0's flows are counted lost: nothing unaccounted.
   assert.equal(exported + c.flowsLostWithShard, held);
+});
+
+Deno.test("shard pool: a shard given up on mid-way through its final export counts what it handed over exported, only the rest lost", async () => {
+  let delivered = 0;
+  const pool = new ShardPool({
+    shards: 1,
+    settings: HOUR,
+    onBatch: (buf) => delivered += readBatch(buf).length,
+    // Each batch of the final export takes 150 ms: the stop below gives up after two or so.
+    workerModule: new URL("./slow_stop_shard.ts?ms=150", import.meta.url),
+  });
+  await pool.ready();
+  const held = 3 * SLOT_BATCH_FLOWS + 100;
+  for (let i = 0; i < held; i += 1000) {
+    pool.ingest(Array.from({ length: Math.min(1000, held - i) }, (_, j) =>
+      intraNode({
+        sourceTransportPort: 1 + ((i + j) % 60_000),
+        destinationTransportPort: 80 + Math.floor((i + j) / 60_000),
+      })));
+  }
+  await pool.query(null, 0);
+  assert.equal(pool.flowCount, held);
+  await pool.stop(400);
+  const c = pool.counters();
+  assert.equal(c.shardsFailed, 1);
+  assert.ok(delivered > 0 && delivered < held, `delivered ${delivered} of ${held}`);
+  // Every flow once: delivered (and counted exported) or counted lost, never both.
+  assert.equal(c.flowsLostWithShard, held - delivered);
+  assert.equal(pool.stats().exported, delivered);
 });
 
 Deno.test("shard pool: maxFlowBytes bounds the process, not each shard", async () => {

@@ -39,12 +39,19 @@ export function parseClickHouseArgs(args: readonly string[]): ClickHouseCommand 
     const a = args[i];
     if (a === "--apply") out.apply = true;
     else if (a === "--no-ttl") out.noTtl = true;
-    else if (a === "--config") out.config = args[++i];
-    else if (a.startsWith("--config=")) out.config = a.slice("--config=".length);
-    else throw new Error(`clickhouse schema: unexpected argument "${a}"`);
+    else if (a === "--config" || a.startsWith("--config=")) {
+      const v = a === "--config" ? args[++i] : a.slice("--config=".length);
+      // A missing value, not the next flag taken as the file (`--config --apply`).
+      if (v === undefined || v === "" || v.startsWith("--")) {
+        throw new Error("clickhouse schema: --config needs a value");
+      }
+      out.config = v;
+    } else throw new Error(`clickhouse schema: unexpected argument "${a}"`);
   }
-  if (out.config === undefined && args.includes("--config")) {
-    throw new Error("clickhouse schema: --config needs a value");
+  if (out.config !== undefined && !out.apply) {
+    throw new Error(
+      "clickhouse schema: --config is read only with --apply (without, the SQL is printed)",
+    );
   }
   return out;
 }
@@ -69,16 +76,25 @@ export async function applySchema(
     throw new Error("DatabaseURL, Username or Password missing in ClickHouse config");
   }
   const lib = await clickHouseLibrary();
+  const url = parseDatabaseUrl(config.databaseURL).httpUrl;
   const client = lib.createClient({
-    url: parseDatabaseUrl(config.databaseURL).httpUrl,
+    url,
     database: config.database,
     username,
     password,
     log: { level: lib.ClickHouseLogLevel.OFF },
   });
+  // Errors name the server (scheme, host and port only) and say what failed even when the
+  // client's message is empty (an HTTP error without a body).
+  const server = new URL(url).origin;
   try {
     const rs = await client.query({ query: "SELECT version() AS v", format: "JSONEachRow" });
     const version = String((await rs.json<{ v: string }>())[0]?.v ?? "");
+    if (!/^\d+\.\d+/.test(version)) {
+      throw new Error(
+        `not a ClickHouse server: SELECT version() answered ${JSON.stringify(version)}`,
+      );
+    }
     const ttl = !options.noTtl && serverHasTtl(version);
     const done = [`server ${version}: ${ttl ? "with" : "without"} TTL`];
     for (const sql of flowsSchemaSql({ ttl })) {
@@ -86,6 +102,14 @@ export async function applySchema(
       done.push(sql.split("\n")[0].replace(/ \($/, ""));
     }
     return done;
+  } catch (err) {
+    const e = err as Error & { code?: unknown };
+    // The client's error for an HTTP error answer is its body: empty for an empty body.
+    const what = e.message || [e.name === "Error" ? "" : e.name, e.code].filter((x) =>
+      x
+    ).join(" ") ||
+      "an error answer without a message (not a ClickHouse server?)";
+    throw new Error(`${server}: ${what}`);
   } finally {
     await client.close();
   }
@@ -108,6 +132,7 @@ export interface CommandResult {
 export async function runClickHouseCommand(
   args: readonly string[],
   loadConfig: (path?: string) => Promise<ClickHouseConfig>,
+  env?: (name: string) => string | undefined,
 ): Promise<CommandResult> {
   let cmd: ClickHouseCommand;
   try {
@@ -117,7 +142,7 @@ export async function runClickHouseCommand(
   }
   if (!cmd.apply) return { code: 0, stdout: schemaText({ ttl: !cmd.noTtl }), stderr: "" };
   try {
-    const done = await applySchema(await loadConfig(cmd.config), cmd);
+    const done = await applySchema(await loadConfig(cmd.config), { ...cmd, env });
     return { code: 0, stdout: done.join("\n"), stderr: "" };
   } catch (err) {
     return { code: 1, stdout: "", stderr: `clickhouse schema --apply: ${(err as Error).message}` };

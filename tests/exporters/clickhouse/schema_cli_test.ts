@@ -1,5 +1,9 @@
 import assert from "node:assert/strict";
-import { parseClickHouseArgs } from "../../../src/exporters/clickhouse/schema_cli.ts";
+import {
+  parseClickHouseArgs,
+  runClickHouseCommand,
+} from "../../../src/exporters/clickhouse/schema_cli.ts";
+import type { ClickHouseConfig } from "../../../src/exporters/clickhouse/config.ts";
 import { FLOWS_TABLE_COLUMNS } from "../../../src/exporters/clickhouse/mod.ts";
 import { MAIN_TS, runDeno } from "../../_helpers/process.ts";
 import { clickHouse, closeClickHouse, selectRows } from "../../_helpers/clickhouse.ts";
@@ -13,6 +17,52 @@ Deno.test("clickhouse schema: arguments", () => {
   });
   assert.throws(() => parseClickHouseArgs(["tables"]), /unknown command "tables"/);
   assert.throws(() => parseClickHouseArgs(["schema", "--nope"]), /unexpected argument "--nope"/);
+  // The next flag is not taken as the file (it was: nothing applied, exit 0).
+  assert.throws(() => parseClickHouseArgs(["schema", "--config", "--apply"]), /needs a value/);
+  assert.throws(() => parseClickHouseArgs(["schema", "--apply", "--config="]), /needs a value/);
+  assert.throws(() => parseClickHouseArgs(["schema", "--config", "x"]), /only with --apply/);
+});
+
+/** Runs `clickhouse schema --apply` against a server answering every request with `answer`. */
+async function applyAgainst(answer: string): Promise<{ code: number; stderr: string }> {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const serving = (async () => {
+    for await (const c of listener) {
+      await c.read(new Uint8Array(65536)).catch(() => null);
+      await c.write(new TextEncoder().encode(answer)).catch(() => 0);
+      c.close();
+    }
+  })();
+  try {
+    const url = `http://127.0.0.1:${listener.addr.port}`;
+    return await runClickHouseCommand(
+      ["schema", "--apply"],
+      () => Promise.resolve({ databaseURL: url, database: "default" } as ClickHouseConfig),
+      () => "x",
+    );
+  } finally {
+    listener.close();
+    await serving.catch(() => {});
+  }
+}
+
+Deno.test("clickhouse schema --apply: a server that is not ClickHouse, or answers an empty error, fails naming the server and the failure", async () => {
+  // 200 with a body that is not a version: was exit 0, "server : without TTL" and every
+  // statement listed as done.
+  const junk = await applyAgainst(
+    "HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\n{not json",
+  );
+  assert.equal(junk.code, 1);
+  assert.match(junk.stderr, /http:\/\/127\.0\.0\.1:\d+: not a ClickHouse server/);
+  // An error without a body: was "clickhouse schema --apply: " and nothing more.
+  const empty = await applyAgainst(
+    "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+  );
+  assert.equal(empty.code, 1);
+  assert.match(
+    empty.stderr,
+    /--apply: http:\/\/127\.0\.0\.1:\d+: an error answer without a message/,
+  );
 });
 
 Deno.test("clickhouse schema prints the 52-column table and the three views, with TTL", async () => {

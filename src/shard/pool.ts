@@ -181,6 +181,8 @@ export class ShardPool {
   #flushQueued = false;
   #flushTimer: ReturnType<typeof setTimeout> | undefined;
   #stopping = false;
+  /** stop() has ended: the workers are gone (a query answers nothing at once). */
+  #stopped = false;
   /** The core settings in force (a restarted shard starts with them). */
   #settings: ShardSettings;
   readonly #usageSab: SharedArrayBuffer;
@@ -618,7 +620,9 @@ export class ShardPool {
   ): Promise<(AggregatedRecord | string)[]> {
     const deadline = performance.now() + timeoutMs;
     const got = new Map<Shard, { items: (AggregatedRecord | string)[]; from: number }>();
-    for (const s of this.#shards) if (!s.dead) got.set(s, { items: [], from: 0 });
+    if (!this.#stopped) {
+      for (const s of this.#shards) if (!s.dead) got.set(s, { items: [], from: 0 });
+    }
     let total = 0;
     // Every live shard is asked at least once, even for no record: a query is answered after
     // the records sent before it (a barrier the tests use).
@@ -737,6 +741,7 @@ export class ShardPool {
       s.ring.close();
       s.worker.terminate();
     }
+    this.#stopped = true;
   }
 }
 

@@ -152,6 +152,11 @@ Deno.test("shard pool: a query builds no more than its limit over the shards, ea
   const records = await pool.query(null, 10) as unknown as Got[];
   assert.deepEqual(records.map((r) => [r.shard, r.flow, r.asked]), await page(10));
   await pool.stop();
+  // Stopped: nothing, at once (was: the whole timeout, waiting on the ended workers).
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise((resolve) => timer = setTimeout(() => resolve("waited"), 10_000));
+  assert.deepEqual(await Promise.race([pool.query(null, 10, 60_000), late]), []);
+  clearTimeout(timer);
 });
 
 Deno.test("shard pool: maxFlows bounds the shards together", async () => {

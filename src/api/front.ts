@@ -26,12 +26,8 @@ import type { Duplex } from "node:stream";
 import { type Clock, type ClockTimer, systemClock } from "../clock.ts";
 import { AddressCaps, closeQuietly, exporterAddress } from "../collector/address.ts";
 import { sweepPeriodMs } from "../collector/connections.ts";
-import {
-  connectionServer,
-  HANDSHAKE_EOF_GRACE_MS,
-  tlsConnectionListener,
-} from "../collector/tls.ts";
-import { socketDuplex } from "../net/socket_duplex.ts";
+import { connectionServer, tlsConnectionListener } from "../collector/tls.ts";
+import { failHandshakeAfterEof, socketDuplex } from "../net/socket_duplex.ts";
 import { acceptLoop } from "../collector/tcp.ts";
 import { warnRateLimited } from "../collector/session.ts";
 import { type Logger, RateLimitedLog } from "../log.ts";
@@ -496,7 +492,7 @@ const END_GRACE_MS = 1000;
  * TLS over `conn` by `server`'s connection listener (`accept`): the socket's encrypted bytes are
  * pumped into the TLS layer as it asks for them, its plaintext queued for {@linkcode
  * PlainConn.read}; the socket is read only while both bounds above hold. A peer that closes its
- * side during the handshake fails it within {@linkcode HANDSHAKE_EOF_GRACE_MS} on `clock`.
+ * side during the handshake fails it after a grace on `clock` ({@linkcode failHandshakeAfterEof}).
  * `activity` is called for every read from and write to the socket, `gone` when the peer's side
  * ended.
  */
@@ -561,9 +557,7 @@ function tlsOver(
     // Gone before the handshake ended: fed the end of its input, the TLS layer neither
     // finishes nor fails it; past the grace the connection fails (the handshake rejects).
     if (socket === undefined) {
-      clock.setTimer(HANDSHAKE_EOF_GRACE_MS, () => {
-        if (socket === undefined) raw.destroy();
-      }, { unref: true });
+      failHandshakeAfterEof(clock, () => socket === undefined, () => raw.destroy());
     }
   };
   const handshake = new Promise<void>((resolve, reject) => {

@@ -32,8 +32,7 @@
 
 import tls from "node:tls";
 import type { Duplex } from "node:stream";
-import { socketDuplex } from "../net/socket_duplex.ts";
-import type { ClockTimer } from "../clock.ts";
+import { failHandshakeAfterEof, socketDuplex } from "../net/socket_duplex.ts";
 import { closeQuietly, exporterAddress, type ListenAddress, sessionPeer } from "./address.ts";
 import { ConnectionTable, countUnfinished } from "./connections.ts";
 import type { DrainOptions } from "./drain.ts";
@@ -81,15 +80,6 @@ const MIN_READ_BYTES = 1024;
  * a time instead: 370k records/s at 4.27 µs.
  */
 const TLS_PIECE_BYTES = 16 * 1024;
-
-/**
- * How long the TLS layer may still take to finish a handshake with what it read once the peer
- * closed its side (a peer's last flight followed by its FIN). Past it the connection fails,
- * counted in `tlsHandshakeFailures`: fed the end of its input mid-handshake, the TLS layer
- * neither finishes nor fails, so a peer gone early (a TCP health check, a port scan, an Agent
- * giving up) would otherwise keep its places under the caps until `tlsHandshakeTimeout`.
- */
-export const HANDSHAKE_EOF_GRACE_MS = 1000;
 
 /** A mutual-TLS IPFIX listener. */
 export class TlsListener {
@@ -217,15 +207,8 @@ export class TlsListener {
     const rawClosed = new Promise<void>((resolve) => raw.on("close", () => resolve()));
     // Set once the TLS layer finished the handshake or gave up on it.
     let decided = false;
-    let decide = (): void => {};
-    const handshakeDecided = new Promise<void>((resolve) =>
-      decide = () => {
-        decided = true;
-        resolve();
-      }
-    );
     const secured = (socket: tls.TLSSocket): void => {
-      decide();
+      decided = true;
       tlsClosed = new Promise<void>((resolve) =>
         socket.on("close", () => {
           raw.destroy();
@@ -274,7 +257,7 @@ export class TlsListener {
     };
     let failedOnce = false;
     const failed = (e: Error, socket: { destroy(): void } | undefined): void => {
-      decide();
+      decided = true;
       socket?.destroy();
       raw.destroy();
       // A connection we closed (over a cap, timed out, stopping) is counted for that reason;
@@ -294,20 +277,15 @@ export class TlsListener {
     this.#accept.call(connectionServer(this.#server, secured, failed), raw);
     const pumped = this.#pump(conn, raw, flow, () => new Promise<void>((r) => wanted = r), (n) => {
       bytesRead += n;
-    }).then(async () => {
+    }).then(() => {
       // The peer closed its side (or reset) before the handshake ended.
       if (decided || closedBy !== undefined || flow.gone) return;
-      let timer: ClockTimer | undefined;
-      await Promise.race([
-        handshakeDecided,
-        new Promise<void>((r) =>
-          timer = this.#env.clock.setTimer(HANDSHAKE_EOF_GRACE_MS, r, { unref: true })
-        ),
-      ]);
-      timer?.cancel();
-      if (!decided && closedBy === undefined) {
-        failed(new Error("the peer closed the connection during the TLS handshake"), undefined);
-      }
+      failHandshakeAfterEof(
+        this.#env.clock,
+        () => !decided && closedBy === undefined,
+        () =>
+          failed(new Error("the peer closed the connection during the TLS handshake"), undefined),
+      );
     });
     return Promise.all([rawClosed, pumped]).then(() => tlsClosed).then(() => {
       closeQuietly(conn);

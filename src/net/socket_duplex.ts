@@ -10,6 +10,31 @@
 import { Duplex } from "node:stream";
 import { writeAll } from "../bytes.ts";
 import { closeQuietly } from "../collector/address.ts";
+import type { Clock } from "../clock.ts";
+
+/**
+ * How long a server's TLS layer may still take to finish a handshake with what it read once the
+ * peer closed its side (a peer's last flight followed by its FIN). Past it the connection
+ * fails (the collector counts it in `tlsHandshakeFailures`, the API in `handshakeFailures`):
+ * fed the end of its input mid-handshake, the TLS layer neither finishes nor fails, so a peer
+ * gone early (a TCP health check, a port scan, an Agent giving up) would otherwise keep its
+ * places under the caps until the handshake timeout.
+ */
+export const HANDSHAKE_EOF_GRACE_MS = 1000;
+
+/**
+ * Called when a server connection's input ended during its handshake: `fail` runs after
+ * {@linkcode HANDSHAKE_EOF_GRACE_MS} on `clock` if the handshake is still `undecided` then.
+ */
+export function failHandshakeAfterEof(
+  clock: Clock,
+  undecided: () => boolean,
+  fail: () => void,
+): void {
+  clock.setTimer(HANDSHAKE_EOF_GRACE_MS, () => {
+    if (undecided()) fail();
+  }, { unref: true });
+}
 
 /**
  * The encrypted side of a TLS connection on our own socket, as `node:tls` reads and writes it:

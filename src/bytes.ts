@@ -26,3 +26,22 @@ export function concatBytes(parts: readonly Uint8Array[]): Uint8Array<ArrayBuffe
   }
   return out;
 }
+
+/**
+ * How many of the leading pieces (`sizes`, in bytes, in write order) lie whole within the first
+ * `bytes` bytes, and their total: what of a buffer of lines a write cut short after `bytes`
+ * delivered whole. Reads `sizes` only up to the first piece cut.
+ */
+export function wholePieces(
+  sizes: Iterable<number>,
+  bytes: number,
+): { count: number; bytes: number } {
+  let count = 0;
+  let total = 0;
+  for (const n of sizes) {
+    if (total + n > bytes) break;
+    total += n;
+    count++;
+  }
+  return { count, bytes: total };
+}

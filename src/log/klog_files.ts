@@ -33,6 +33,7 @@
  */
 
 import type { LogLevel } from "../log.ts";
+import { concatBytes, wholePieces } from "../bytes.ts";
 
 /** klog's file severities. */
 export type KlogSeverity = "INFO" | "WARNING" | "ERROR";
@@ -293,14 +294,7 @@ export class KlogFiles {
       this.#stats.linesDropped += lines;
       return;
     }
-    let total = 0;
-    for (const c of chunks) total += c.length;
-    const buf = new Uint8Array(total);
-    let at = 0;
-    for (const c of chunks) {
-      buf.set(c, at);
-      at += c.length;
-    }
+    const buf = concatBytes(chunks);
     let off = 0;
     try {
       while (off < buf.length) {
@@ -308,7 +302,7 @@ export class KlogFiles {
         if (n <= 0) throw new Error(`write returned ${n}`);
         off += n;
       }
-      f.written += total;
+      f.written += buf.length;
       f.header = undefined;
     } catch (err) {
       this.#failedWrite(f, chunks, off, err);
@@ -321,19 +315,11 @@ export class KlogFiles {
    * a line onto its fragment. A header not written whole is queued again.
    */
   #failedWrite(f: SeverityFile, chunks: Uint8Array[], off: number, err: unknown): void {
-    let whole = 0;
-    let headerLost = false;
-    let dropped = 0;
-    let cut = false;
-    for (const c of chunks) {
-      if (!cut && whole + c.length <= off) {
-        whole += c.length;
-        continue;
-      }
-      cut = true; // the lines after a partial one did not reach the file either
-      if (c === f.header) headerLost = true;
-      else dropped++;
-    }
+    const { count, bytes: whole } = wholePieces(chunks.map((c) => c.length), off);
+    // Those after a partial line did not reach the file either.
+    const lost = chunks.slice(count);
+    const headerLost = f.header !== undefined && lost.includes(f.header);
+    const dropped = lost.length - (headerLost ? 1 : 0);
     this.#stats.linesDropped += dropped;
     this.#error(`cannot write log file ${f.name} (${dropped} lines dropped)`, err);
     f.written += whole;

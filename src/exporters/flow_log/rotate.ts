@@ -20,7 +20,7 @@
 import { basename, dirname, extname, join } from "node:path";
 import { type Clock, systemClock } from "../../clock.ts";
 import { logger } from "../../log.ts";
-import { writeAll } from "../../bytes.ts";
+import { wholePieces, writeAll } from "../../bytes.ts";
 
 const log = logger("log-exporter");
 const encoder = new TextEncoder();
@@ -108,21 +108,9 @@ class PartialWrite extends Error {
   }
 }
 
-/** How many of `lines[first..]` fit whole in `bytes` bytes, and their size in bytes. */
-function wholeLines(
-  lines: readonly string[],
-  first: number,
-  bytes: number,
-): { count: number; bytes: number } {
-  let count = 0;
-  let total = 0;
-  for (let i = first; i < lines.length; i++) {
-    const n = encoder.encode(lines[i]).length;
-    if (total + n > bytes) break;
-    total += n;
-    count++;
-  }
-  return { count, bytes: total };
+/** The UTF-8 sizes of `lines[first..]`, computed as read. */
+function* lineSizes(lines: readonly string[], first: number): Generator<number> {
+  for (let i = first; i < lines.length; i++) yield encoder.encode(lines[i]).length;
 }
 
 function pad(n: number, width = 2): string {
@@ -299,7 +287,7 @@ export class RotatingFile implements LineSink {
         off += n;
       }
     } catch (e) {
-      const whole = off === 0 ? { count: 0, bytes: 0 } : wholeLines(lines, first, off);
+      const whole = off === 0 ? { count: 0, bytes: 0 } : wholePieces(lineSizes(lines, first), off);
       this.#size += whole.bytes;
       if (off > whole.bytes) this.#torn = { ino: this.#ino, size: this.#size };
       throw new PartialWrite(e as Error, whole.count);
@@ -534,7 +522,11 @@ export class StdoutSink implements LineSink {
       }
       return { written: lines.length, tooLong: 0 };
     } catch (e) {
-      return { written: wholeLines(lines, 0, off).count, tooLong: 0, error: e as Error };
+      return {
+        written: wholePieces(lineSizes(lines, 0), off).count,
+        tooLong: 0,
+        error: e as Error,
+      };
     }
   }
 

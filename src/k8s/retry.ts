@@ -93,11 +93,11 @@ export function withTimeout<T>(
   });
 }
 
-/** `work`, or a {@linkcode RetryAborted} rejection as soon as `signal` aborts (stop never waits). */
+/** `work`, or a rejection with `signal`'s reason as soon as it aborts (stop never waits). */
 function abortable<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(new RetryAborted());
+  if (signal.aborted) return Promise.reject(signal.reason);
   return new Promise((resolve, reject) => {
-    const onAbort = (): void => reject(new RetryAborted());
+    const onAbort = (): void => reject(signal.reason);
     signal.addEventListener("abort", onAbort, { once: true });
     work.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
   });
@@ -132,7 +132,8 @@ export async function retrying<T>(
         clock,
         (err) => cancel.abort(err),
       );
-      return await (signal === undefined ? timed : abortable(timed, signal));
+      // The attempt's own signal: aborted by the stop (RetryAborted) or the timeout (its error).
+      return await abortable(timed, cancel.signal);
     } catch (err) {
       if (err instanceof RetryAborted) throw err;
       options.onFailure?.(err);

@@ -1,5 +1,9 @@
 import assert from "node:assert/strict";
-import { WorkerExporter, workerPermissions } from "../../src/exporters/worker_exporter.ts";
+import {
+  WorkerExporter,
+  type WorkerExporterOptions,
+  workerPermissions,
+} from "../../src/exporters/worker_exporter.ts";
 import { isDenied } from "../../src/exporters/denied.ts";
 import { BatchWriter, openBatch } from "../../src/exporters/batch.ts";
 import { flowLogComponent } from "../../src/exporters/flow_log/mod.ts";
@@ -36,6 +40,22 @@ async function probeSetup(): Promise<{ config: ProbeConfig; cleanup: () => Promi
   };
 }
 
+/** Runs `body` with the probe sink started in its worker (`options`), then stops it, cleans up. */
+async function withProbe(
+  options: WorkerExporterOptions,
+  body: (e: WorkerExporter<ProbeConfig>, config: ProbeConfig) => Promise<void>,
+): Promise<void> {
+  const { config, cleanup } = await probeSetup();
+  const e = new WorkerExporter(probeComponent, config, CTX, options);
+  try {
+    await e.start();
+    await body(e, config);
+  } finally {
+    await e.stop();
+    await cleanup();
+  }
+}
+
 function flow(action: string, port: number): ExportedFlow {
   const f = fixtureFlow(false, { sourcePodName: action, sourceTransportPort: port });
   return { ...f, key: { ...f.key, sourcePort: port } };
@@ -58,10 +78,7 @@ Deno.test("worker permissions: what a component lists is allowed, everything els
 });
 
 Deno.test("a sink that reads a file, writes outside its directory, dials another host or reads env gets NotCapable in its worker; it is counted and the sink keeps working", async () => {
-  const { config, cleanup } = await probeSetup();
-  const e = new WorkerExporter(probeComponent, config, CTX);
-  try {
-    await e.start();
+  await withProbe({}, async (e, config) => {
     const actions = ["read", "write-outside", "env", "net", "write-inside", "ok", "net-handled"];
     actions.forEach((a, i) => e.addRecord(flow(a, 1000 + i)));
     await e.flush();
@@ -84,22 +101,16 @@ Deno.test("a sink that reads a file, writes outside its directory, dials another
     await e.flush();
     assert.equal(e.stats().exported, 5);
     assert.equal(e.stats().workerRestarts, 0);
-  } finally {
-    await e.stop();
-    await cleanup();
-  }
+  });
 });
 
 Deno.test("a worker that stops answering is declared dead on the clock and restarted after the backoff; what it held is counted as dropped", async () => {
-  const { config, cleanup } = await probeSetup();
   const clock = new ManualClock();
-  const e = new WorkerExporter(probeComponent, config, CTX, {
+  await withProbe({
     clock,
     heartbeatTimeoutMs: 5000,
     restartInitialMs: 300,
-  });
-  try {
-    await e.start();
+  }, async (e) => {
     e.addRecord(flow("ok", 1));
     // Written by the sink, never proven delivered: unacknowledged, and it stays so (never
     // counted again as lost) when the worker dies.
@@ -125,10 +136,7 @@ Deno.test("a worker that stops answering is declared dead on the clock and resta
     assert.equal(s.unacknowledged, 1);
     assert.equal(s.received, 5);
     assert.equal(s.received, s.exported + s.dropped + s.filtered + s.buffered + s.unacknowledged);
-  } finally {
-    await e.stop();
-    await cleanup();
-  }
+  });
 });
 
 // A sink stuck in its stop (a hung write) kept its worker for good: the process's stop timeout
@@ -161,7 +169,6 @@ Deno.test("abandoned when its stop does not finish, the worker is terminated and
 // review) declared every healthy sink worker dead: the check ran first, before the heartbeats
 // that had arrived meanwhile were read.
 Deno.test("a heartbeat check that itself ran late (this thread was held) does not declare a live worker dead", async () => {
-  const { config, cleanup } = await probeSetup();
   const manual = new ManualClock();
   let held = 0;
   const clock = {
@@ -169,13 +176,11 @@ Deno.test("a heartbeat check that itself ran late (this thread was held) does no
     wallMs: () => manual.wallMs() + held,
     setTimer: manual.setTimer.bind(manual),
   };
-  const e = new WorkerExporter(probeComponent, config, CTX, {
+  await withProbe({
     clock,
     heartbeatTimeoutMs: 5000,
     restartInitialMs: 300,
-  });
-  try {
-    await e.start();
+  }, async (e) => {
     held = 20_000; // the thread was held 20 s: its next check comes that late
     manual.advance(1000);
     assert.deepEqual(manual.pendingTimers(), [1000], "the next check; no restart pending");
@@ -197,22 +202,16 @@ Deno.test("a heartbeat check that itself ran late (this thread was held) does no
     held += 20_000;
     manual.advance(1000);
     assert.equal(e.stats().lostInWorker, 1, "the second one judges: dead");
-  } finally {
-    await e.stop();
-    await cleanup();
-  }
+  });
 });
 
 Deno.test("stopped while its worker is dead and not yet restarted, what waited for it is counted as dropped, not left buffered", async () => {
-  const { config, cleanup } = await probeSetup();
   const clock = new ManualClock();
-  const e = new WorkerExporter(probeComponent, config, CTX, {
+  await withProbe({
     clock,
     heartbeatTimeoutMs: 5000,
     restartInitialMs: 1000,
-  });
-  try {
-    await e.start();
+  }, async (e) => {
     e.addRecord(flow("hang", 1));
     await new Promise((r) => setTimeout(r, 200)); // the batch reaches the worker, which hangs
     clock.advance(6000); // declared dead; its restart is 1 s away
@@ -224,30 +223,21 @@ Deno.test("stopped while its worker is dead and not yet restarted, what waited f
     assert.equal(s.lostInWorker, 101);
     assert.equal(s.buffered, 0);
     assert.equal(s.received, s.exported + s.dropped + s.filtered + s.buffered + s.unacknowledged);
-  } finally {
-    await e.stop();
-    await cleanup();
-  }
+  });
 });
 
 Deno.test("records beyond the outstanding bound are dropped and counted, never queued without limit", async () => {
-  const { config, cleanup } = await probeSetup();
-  const e = new WorkerExporter(probeComponent, config, CTX, {
+  await withProbe({
     batchRecords: 10,
     maxBufferedRecords: 25,
-  });
-  try {
-    await e.start();
+  }, async (e) => {
     for (let i = 0; i < 40; i++) e.addRecord(flow("ok", i)); // one synchronous burst
     await e.flush();
     const s = e.stats();
     assert.equal(s.overflowDropped, 15);
     assert.equal(s.exported, 25);
     assert.equal(s.received, s.exported + s.dropped + s.buffered);
-  } finally {
-    await e.stop();
-    await cleanup();
-  }
+  });
 });
 
 // Deno checks a file's stat against its real path: a flow log in a directory reached through a

@@ -263,6 +263,16 @@ export class Collector {
         this.#udpSessions.delete(oldestKey);
         oldest.close("evicted: too many UDP sessions");
         this.#counters.sessionsEvicted++;
+        warnRateLimited(
+          this.#env,
+          "limit|maxUdpSessions",
+          "UDP sessions at their limit: the least recently heard one evicted, its templates lost",
+          {
+            limit: "maxUdpSessions",
+            evicted: oldestKey,
+            sessionsEvicted: this.#counters.sessionsEvicted,
+          },
+        );
       }
       s = new Session(this.#env, {
         transport: "udp",

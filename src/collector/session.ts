@@ -263,25 +263,30 @@ export class Session {
   #handleRaw(buf: Uint8Array, start: number, end: number): boolean {
     const scratch = this.#rawScratch;
     try {
-      if (!walkRawMessage(buf, this.store, scratch, start, end)) return false;
-    } catch {
-      // A codec bug must not take the collector down: the full path counts it (`internal`).
-      return false;
+      try {
+        if (!walkRawMessage(buf, this.store, scratch, start, end)) return false;
+      } catch {
+        // A codec bug must not take the collector down: the full path counts it (`internal`).
+        return false;
+      }
+      this.lastSeenMs = this.#env.clock.nowMs();
+      this.#env.counters.messages++;
+      this.#exporter.messages++;
+      for (let i = 0; i < scratch.count; i++) {
+        const set = scratch.sets[i];
+        const ct = set.compiled;
+        this.#deliver(
+          set.spans.length / 2,
+          NO_RECORDS,
+          this.#context(scratch.domain, ct.template, ct.options, scratch.exportTime),
+          set,
+        );
+      }
+      return true;
+    } finally {
+      // The sink has taken what it keeps: `buf` is not held past the message.
+      scratch.release();
     }
-    this.lastSeenMs = this.#env.clock.nowMs();
-    this.#env.counters.messages++;
-    this.#exporter.messages++;
-    for (let i = 0; i < scratch.count; i++) {
-      const set = scratch.sets[i];
-      const ct = set.compiled;
-      this.#deliver(
-        set.spans.length / 2,
-        NO_RECORDS,
-        this.#context(scratch.domain, ct.template, ct.options, scratch.exportTime),
-        set,
-      );
-    }
-    return true;
   }
 
   /** Counts a data set of `n` records and hands it to the sink (a sink error is counted). */

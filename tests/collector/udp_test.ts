@@ -202,7 +202,10 @@ Deno.test("udp: the sink throwing is counted and does not stop collection", asyn
   }
 });
 
-Deno.test("udp: more sources than maxUdpSessions evicts the least recently active", async () => {
+Deno.test("udp: more sources than maxUdpSessions evicts the least recently active, logged", async () => {
+  const lines: string[] = [];
+  setLogLevel("warn");
+  const prev = setLogWriter((l) => lines.push(l));
   const { c } = await startCollector({
     address: "127.0.0.1:0",
     protocol: "udp",
@@ -218,10 +221,17 @@ Deno.test("udp: more sources than maxUdpSessions evicts the least recently activ
     assert.equal(s.sessionsOpened, 3);
     assert.equal(s.sessionsActive, 2);
     assert.equal(s.sessionsEvicted, 1);
+    // Counted and logged, naming the limit (was counted only).
+    assert.equal(
+      lines.filter((l) => l.includes("limit=maxUdpSessions")).length,
+      1,
+      lines.join("\n"),
+    );
     // The evicted first source lost its templates: its data is a miss now.
     await udpSend(clients[0], "127.0.0.1", c.port, GOLDEN_DATA);
     await waitFor(() => c.stats().templateMisses === 1, { what: "miss for evicted session" });
   } finally {
+    setLogWriter(prev);
     for (const cl of clients) cl.close();
     await c.stop();
   }

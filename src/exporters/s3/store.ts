@@ -14,6 +14,9 @@
  * `AWS_ENDPOINT_URL_S3`, else `AWS_ENDPOINT_URL`) switches to path-style addressing; a store
  * that sends no region header keeps the hint (or `us-east-1`).
  *
+ * Answers: the SDK reads an answer's body whole into memory; a body over
+ * {@linkcode MAX_ANSWER_BYTES} (an S3 answer is a few KB) fails the call instead, read no further.
+ *
  * The SDK is imported on first use (see {@linkcode loadSdk}). Its own user-agent probe reads the OS release (`--allow-sys`), which a sink's worker is
  * not given: the user agent is set here instead.
  *
@@ -21,6 +24,7 @@
  */
 
 import type { S3Client } from "@aws-sdk/client-s3";
+import { pipeline, Readable, Transform } from "node:stream";
 import { CallGivenUp, withDeadline } from "../../deadline.ts";
 
 /**
@@ -84,6 +88,57 @@ export interface ObjectStore {
 const USER_AGENT: [string, string][] = [["flow-aggregator", "s3-sink"]];
 const DEFAULT_REGION = "us-west-2";
 const ENDPOINT_REGION = "us-east-1";
+
+/**
+ * Bytes of an answer's body the client reads at most. S3's answers are a few KB (an error's XML,
+ * a multipart upload's result); the SDK reads a body whole into memory, so a larger one (a
+ * broken or hostile endpoint) fails the call instead.
+ */
+export const MAX_ANSWER_BYTES = 1024 * 1024;
+
+/** An answer whose body is over {@linkcode MAX_ANSWER_BYTES}: the call fails, the body unread. */
+export class AnswerTooLarge extends Error {
+  /** `length`: the answer's content-length (undefined: the bytes that arrived went over). */
+  constructor(status: number, length?: number) {
+    const what = length === undefined ? "body" : `of content-length ${length}`;
+    super(`HTTP ${status} answer ${what} over the ${MAX_ANSWER_BYTES}-byte bound: not read`);
+    this.name = "AnswerTooLarge";
+  }
+}
+
+/** The parts of an SDK HTTP answer {@linkcode boundAnswer} reads and replaces. */
+interface HttpAnswer {
+  statusCode: number;
+  headers: Record<string, string | undefined>;
+  body?: unknown;
+}
+
+/**
+ * Bounds the body of `answer` to {@linkcode MAX_ANSWER_BYTES} before the SDK reads it: throws
+ * {@linkcode AnswerTooLarge} when its content-length is over (a HEAD's describes no body), and
+ * replaces the body by a stream that fails with it once more bytes than that arrive; either way
+ * the connection is closed.
+ */
+function boundAnswer(method: string, answer: HttpAnswer): void {
+  const body = answer.body;
+  const length = Number(answer.headers["content-length"]);
+  if (method !== "HEAD" && length > MAX_ANSWER_BYTES) {
+    if (body instanceof Readable) body.destroy();
+    throw new AnswerTooLarge(answer.statusCode, length);
+  }
+  if (!(body instanceof Readable)) return;
+  let read = 0;
+  const bounded = new Transform({
+    transform(chunk: Uint8Array, _encoding, done) {
+      read += chunk.byteLength;
+      if (read <= MAX_ANSWER_BYTES) done(null, chunk);
+      else done(new AnswerTooLarge(answer.statusCode));
+    },
+  });
+  // On the bound's error the answer's stream is destroyed too (its connection closed).
+  pipeline(body, bounded, () => {});
+  answer.body = bounded;
+}
 
 /** `Deno.env.get`, reading a variable the process may not read as unset. */
 export function denoEnv(name: string): string | undefined {
@@ -176,7 +231,7 @@ export class SdkObjectStore implements ObjectStore {
   }
 
   #makeClient(Client: typeof S3Client, region: string): S3Client {
-    return new Client({
+    const client = new Client({
       region,
       ...(this.#endpoint === "" ? {} : { endpoint: this.#endpoint, forcePathStyle: true }),
       credentials: this.#credentials(),
@@ -197,6 +252,15 @@ export class SdkObjectStore implements ObjectStore {
       responseChecksumValidation: "WHEN_REQUIRED",
       defaultUserAgentProvider: () => Promise.resolve(USER_AGENT),
     });
+    // Every answer passes here before any of the SDK's middleware reads its body.
+    const handler = client.config.requestHandler;
+    const handle = handler.handle.bind(handler);
+    handler.handle = async (request, options) => {
+      const out = await handle(request, options);
+      boundAnswer(request.method, out.response);
+      return out;
+    };
+    return client;
   }
 
   /**

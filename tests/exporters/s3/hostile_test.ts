@@ -1,0 +1,138 @@
+/**
+ * The S3 sink against an endpoint that answers badly: bodies far larger than any S3 answer,
+ * errors on every upload, and a bucket that has moved to another region. A small in-test server
+ * (Deno.serve) answers HeadBucket with a region header and every other request as the test says.
+ */
+
+import assert from "node:assert/strict";
+import { MAX_ANSWER_BYTES, SdkObjectStore } from "../../../src/exporters/s3/store.ts";
+import { s3rverEnv } from "../../_helpers/s3.ts";
+import { BUCKET } from "../../_helpers/s3_exporter.ts";
+
+/** One request the fake endpoint received. */
+interface Seen {
+  method: string;
+  /** The region of the request's signature (its credential scope). */
+  signedFor: string;
+}
+
+/** A fake S3 endpoint: HeadBucket answered with `region()`, the rest by `answer`. */
+class FakeS3 {
+  readonly seen: Seen[] = [];
+  /** Bytes of answer bodies the server has handed to its connections. */
+  bodyBytesSent = 0;
+  readonly #server: Deno.HttpServer<Deno.NetAddr>;
+
+  constructor(
+    answer: (req: Request, s: FakeS3) => Response,
+    region: () => string = () => "us-east-1",
+  ) {
+    this.#server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (req) => {
+      await req.arrayBuffer();
+      const signedFor = /Credential=[^/]+\/[^/]+\/([^/]+)\//.exec(
+        req.headers.get("authorization") ?? "",
+      )?.[1] ?? "";
+      this.seen.push({ method: req.method, signedFor });
+      if (req.method === "HEAD") {
+        return new Response(null, { headers: { "x-amz-bucket-region": region() } });
+      }
+      return answer(req, this);
+    });
+  }
+
+  get endpoint(): string {
+    return `http://127.0.0.1:${this.#server.addr.port}`;
+  }
+
+  /** Requests of `method` received so far. */
+  count(method: string): number {
+    return this.seen.filter((r) => r.method === method).length;
+  }
+
+  /** A body of `total` bytes made as the connection reads it, counted in `bodyBytesSent`. */
+  stream(total: number): ReadableStream<Uint8Array> {
+    const chunk = new Uint8Array(64 * 1024).fill(65);
+    let sent = 0;
+    return new ReadableStream({
+      pull: (c) => {
+        if (sent >= total) return c.close();
+        c.enqueue(chunk.slice());
+        sent += chunk.byteLength;
+        this.bodyBytesSent += chunk.byteLength;
+      },
+    });
+  }
+
+  close(): Promise<void> {
+    return this.#server.shutdown();
+  }
+}
+
+/** An S3 error answer as S3 writes it. */
+function s3Error(status: number, code: string, headers: Record<string, string> = {}): Response {
+  const xml = `<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>${code}</Code>` +
+    `<Message>${code}</Message><RequestId>R1</RequestId><HostId>H1</HostId></Error>`;
+  return new Response(xml, { status, headers: { "content-type": "application/xml", ...headers } });
+}
+
+/** Runs `fn` with a store (one attempt per call) on a fresh fake endpoint. */
+async function withStore(
+  answer: (req: Request, s: FakeS3) => Response,
+  fn: (store: SdkObjectStore, server: FakeS3) => Promise<void>,
+): Promise<void> {
+  const server = new FakeS3(answer);
+  const store = new SdkObjectStore(
+    { bucket: BUCKET, region: "", endpoint: server.endpoint },
+    { env: s3rverEnv(), maxAttempts: 1, requestTimeoutMs: 30_000 },
+  );
+  try {
+    await fn(store, server);
+  } finally {
+    store.destroy();
+    await server.close();
+  }
+}
+
+const HUGE = 64 * 1024 * 1024;
+const body = new TextEncoder().encode("x\n");
+
+for (const status of [503, 200]) {
+  Deno.test(`an answer body (HTTP ${status}) larger than any S3 answer fails the upload, read only up to the bound`, async () => {
+    await withStore(
+      (_req, s) => new Response(s.stream(HUGE), { status, headers: { etag: '"x"' } }),
+      async (store, server) => {
+        // Before the fix the SDK read all 64 MiB into memory (a 503) or resolved (a 200).
+        await assert.rejects(store.put("k.csv", body), (err: Error) => {
+          assert.equal(err.name, "AnswerTooLarge", String(err));
+          assert.match(err.message, /over the 1048576-byte bound/);
+          return true;
+        });
+        // The connection is closed at the bound: what was sent is the bound plus buffers.
+        assert.ok(
+          server.bodyBytesSent < 16 * MAX_ANSWER_BYTES,
+          `${server.bodyBytesSent} bytes sent`,
+        );
+      },
+    );
+  });
+}
+
+Deno.test("an answer whose content-length is over the bound fails the upload unread", async () => {
+  const big = new Uint8Array(4 * MAX_ANSWER_BYTES);
+  await withStore(
+    () => new Response(big, { status: 503 }),
+    async (store) => {
+      await assert.rejects(store.put("k.csv", body), (err: Error) => {
+        assert.equal(err.name, "AnswerTooLarge", String(err));
+        assert.match(err.message, new RegExp(`content-length ${big.byteLength} over`));
+        return true;
+      });
+    },
+  );
+});
+
+Deno.test("answers within the bound are read as before (an S3 error keeps its code)", async () => {
+  await withStore(() => s3Error(503, "SlowDown"), async (store) => {
+    await assert.rejects(store.put("k.csv", body), { name: "SlowDown" });
+  });
+});

@@ -13,7 +13,9 @@
  *   objects in memory; a spool left by an earlier process is replayed the same way, its records
  *   counted apart (`recovered` = `recoveredUploaded` + `recoveredDropped` + what still waits);
  * - a failed upload keeps the object and its name: the retry at the next tick overwrites the
- *   same key, so an upload that failed after landing leaves no duplicate;
+ *   same key, so an upload that failed after landing leaves no duplicate; after a failed pass,
+ *   objects finished meanwhile start no pass for a backoff (1 s, doubled at every failed pass
+ *   in a row, at most the upload interval; the tick and the stop still start theirs);
  * - the ledger `received = exported + dropped + buffered` holds at every moment (`buffered`
  *   counts the records of the current object, of objects being finished, of waiting ones and of
  *   this process's records in the spool);
@@ -54,6 +56,11 @@ import {
 
 const log = logger("s3-exporter");
 const MIB = 1024 * 1024;
+/**
+ * Pause after a failed upload pass during which finished objects start no new pass; doubled at
+ * every failed pass in a row, at most the upload interval.
+ */
+const RETRY_BACKOFF_MS = 1000;
 
 /** Tuning of {@linkcode S3Exporter}, mostly for tests. */
 export interface S3ExporterOptions {
@@ -179,6 +186,10 @@ export class S3Exporter implements Exporter {
   #inFlight: PendingObject | undefined;
   #pass: Promise<boolean> | undefined;
   #again = false;
+  /** Failed upload passes in a row. */
+  #failedPasses = 0;
+  /** Before this time (clock ms) finished objects start no pass (the backoff of failed passes). */
+  #retryAt = 0;
   #timer: ClockTimer | undefined;
   #running = false;
   /** Set when `stop()` begins: later records are dropped and counted, never left behind. */
@@ -278,7 +289,9 @@ export class S3Exporter implements Exporter {
     }
     if (w.records >= this.#config.maxRecordsPerFile) {
       this.#finishCurrent();
-      void this.#finishing.then(() => this.#kick());
+      void this.#finishing.then(() => {
+        if (this.#clock.nowMs() >= this.#retryAt) void this.#kick();
+      });
     }
   }
 
@@ -534,10 +547,27 @@ export class S3Exporter implements Exporter {
           ok = false;
         }
       } while (ok && this.#again);
+      this.#backOff(ok);
       return ok;
     };
     this.#pass = run().finally(() => this.#pass = undefined);
     return this.#pass;
+  }
+
+  /**
+   * After a failed pass, finished objects start no pass for {@linkcode RETRY_BACKOFF_MS}, doubled
+   * at every failed pass in a row up to the upload interval (the tick and the stop still start
+   * theirs); a pass that leaves nothing waiting ends the backoff.
+   */
+  #backOff(ok: boolean): void {
+    if (ok) {
+      this.#failedPasses = 0;
+      this.#retryAt = 0;
+      return;
+    }
+    const ms = Math.min(RETRY_BACKOFF_MS * 2 ** this.#failedPasses, this.#config.uploadIntervalMs);
+    this.#failedPasses++;
+    this.#retryAt = this.#clock.nowMs() + ms;
   }
 
   /**

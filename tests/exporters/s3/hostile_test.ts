@@ -5,9 +5,12 @@
  */
 
 import assert from "node:assert/strict";
+import { ManualClock } from "../../../src/clock.ts";
+import { S3Exporter } from "../../../src/exporters/s3/exporter.ts";
 import { MAX_ANSWER_BYTES, SdkObjectStore } from "../../../src/exporters/s3/store.ts";
-import { s3rverEnv } from "../../_helpers/s3.ts";
-import { BUCKET } from "../../_helpers/s3_exporter.ts";
+import { s3rverEnv, s3UploaderConfig } from "../../_helpers/s3.ts";
+import { assertLedger, BUCKET, flowN, U } from "../../_helpers/s3_exporter.ts";
+import { waitFor } from "../../_helpers/wait.ts";
 
 /** One request the fake endpoint received. */
 interface Seen {
@@ -135,4 +138,98 @@ Deno.test("answers within the bound are read as before (an S3 error keeps its co
   await withStore(() => s3Error(503, "SlowDown"), async (store) => {
     await assert.rejects(store.put("k.csv", body), { name: "SlowDown" });
   });
+});
+
+/** What a test run by {@linkcode withFakeExporter} gets. */
+interface FakeFixture {
+  server: FakeS3;
+  clock: ManualClock;
+  exporter: S3Exporter;
+}
+
+/**
+ * Runs `fn` with a started exporter of `fields` (manual clock, no spool, one attempt per call)
+ * on a fresh fake endpoint, then stops it.
+ */
+async function withFakeExporter(
+  answer: (req: Request, s: FakeS3) => Response,
+  fields: Record<string, string | number | boolean>,
+  fn: (f: FakeFixture) => Promise<void>,
+  region?: () => string,
+): Promise<void> {
+  const server = new FakeS3(answer, region);
+  const clock = new ManualClock();
+  const exporter = new S3Exporter(
+    s3UploaderConfig({ bucketName: BUCKET, endpoint: server.endpoint, ...fields }),
+    {
+      clock,
+      clusterUuid: U,
+      stopDeadlineMs: 0,
+      spool: false,
+      store: { env: s3rverEnv(), maxAttempts: 1 },
+    },
+  );
+  try {
+    await exporter.start();
+    await waitFor(() => exporter.stats().regionDiscoveries === 1, { what: "region discovered" });
+    await fn({ server, clock, exporter });
+  } finally {
+    await exporter.stop();
+    await server.close();
+  }
+}
+
+/** Lets the passes the last finished objects may start run (the endpoint is local). */
+function settle(): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, 100));
+}
+
+/** Adds record `n` as one object (maxRecordsPerFile 1) and waits for it to be finished. */
+async function addObject(f: FakeFixture, n: number): Promise<void> {
+  f.exporter.addRecord(flowN(n));
+  await f.exporter.flush();
+  await settle();
+}
+
+Deno.test("after a failed upload, finished objects start no pass until the backoff (1 s, doubled) is over", async () => {
+  let failing = true;
+  await withFakeExporter(
+    () =>
+      failing ? s3Error(500, "InternalError") : new Response(null, { headers: { etag: '"x"' } }),
+    { uploadInterval: "60s", maxRecordsPerFile: 1, compress: false },
+    async (f) => {
+      const failures = (n: number) =>
+        waitFor(() => f.exporter.stats().uploadFailures === n, { what: `${n} failures` });
+      await addObject(f, 1);
+      await failures(1);
+      // Before the fix every finished object started a pass: a PUT each.
+      for (let n = 2; n <= 6; n++) await addObject(f, n);
+      assert.equal(f.server.count("PUT"), 1, "no PUT within the first second");
+      f.clock.advance(1000);
+      await addObject(f, 7);
+      await failures(2);
+      assert.equal(f.server.count("PUT"), 2);
+      // The second pause is 2 s.
+      f.clock.advance(1000);
+      await addObject(f, 8);
+      assert.equal(f.server.count("PUT"), 2, "no PUT within 2 s of the second failure");
+      f.clock.advance(1000);
+      await addObject(f, 9);
+      await failures(3);
+      assert.equal(f.server.count("PUT"), 3);
+      // The tick still runs its pass; a success ends the backoff.
+      failing = false;
+      f.clock.advance(57_000);
+      await waitFor(() => f.exporter.stats().exported === 9, { what: "all uploaded" });
+      failing = true;
+      await addObject(f, 10);
+      await failures(4);
+      f.clock.advance(1000);
+      await addObject(f, 11);
+      await failures(5);
+      const s = f.exporter.stats();
+      assert.equal(s.buffered, 2);
+      assertLedger(s);
+    },
+  );
 });

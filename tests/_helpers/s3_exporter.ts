@@ -12,6 +12,7 @@ import {
 } from "../../src/exporters/s3/exporter.ts";
 import type { ExportedFlow } from "../../src/aggregation/record.ts";
 import { formatCsvLine } from "../../src/exporters/s3/csv.ts";
+import { setLogWriter } from "../../src/log.ts";
 import type { ObjectStore } from "../../src/exporters/s3/store.ts";
 import { fixtureFlow } from "../exporters/fixtures.ts";
 import { s3rverEnv, S3Server, s3UploaderConfig } from "./s3.ts";
@@ -137,4 +138,16 @@ export function landThenFail(failures: number): (store: ObjectStore) => ObjectSt
     },
     destroy: () => store.destroy(),
   });
+}
+
+/** Captures the log lines written while `fn` runs. */
+export async function captureLog(fn: () => Promise<void>): Promise<string[]> {
+  const lines: string[] = [];
+  const prev = setLogWriter((l) => lines.push(l));
+  try {
+    await fn();
+  } finally {
+    setLogWriter(prev);
+  }
+  return lines;
 }

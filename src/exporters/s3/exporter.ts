@@ -48,9 +48,11 @@ import { ObjectSpool, type SpoolObjectLease } from "./spool.ts";
 import { logSpoolOpened } from "../spool_config.ts";
 import {
   describeS3Error,
+  isPermanentS3Error,
   type ObjectStore,
   type ObjectStoreOptions,
   type ObjectStoreTarget,
+  s3ErrorCode,
   SdkObjectStore,
 } from "./store.ts";
 
@@ -97,6 +99,12 @@ export interface S3ExporterStats extends ExporterStats {
   objectsUploaded: number;
   /** Upload attempts that failed (the object is kept and retried under the same key). */
   uploadFailures: number;
+  /**
+   * Of them, refused by S3 for good (`AccessDenied`, `InvalidAccessKeyId`,
+   * `SignatureDoesNotMatch`, `NoSuchBucket`, `PermanentRedirect`, any other 403 or 301): wrong
+   * credentials, bucket or region. Still retried (a reload may fix them), with the backoff.
+   */
+  permanentFailures: number;
   /** Objects uploaded after at least one failed attempt. */
   retriedUploads: number;
   /** Finished objects waiting for upload. */
@@ -203,6 +211,7 @@ export class S3Exporter implements Exporter {
     errors: 0,
     objectsUploaded: 0,
     uploadFailures: 0,
+    permanentFailures: 0,
     retriedUploads: 0,
     pendingDropped: 0,
     stopDropped: 0,
@@ -602,13 +611,7 @@ export class S3Exporter implements Exporter {
         await store.put(key, object.body, requestSignal);
       } catch (err) {
         object.attempts++;
-        this.#stats.uploadFailures++;
-        this.#stats.errors++;
-        this.#logError(
-          "error when uploading file to S3; kept and retried under the same key",
-          err,
-          { bucket: this.#config.bucketName, key, records: object.records },
-        );
+        this.#uploadFailed("kept and retried under the same key", err, key, object.records);
         return false;
       } finally {
         this.#inFlight = undefined;
@@ -654,12 +657,11 @@ export class S3Exporter implements Exporter {
         await store.put(o.key, o.body, this.#deadline.signal);
       } catch (err) {
         spool.release(o);
-        this.#stats.uploadFailures++;
-        this.#stats.errors++;
-        this.#logError(
-          "error when uploading file to S3; kept in the spool and retried under the same key",
+        this.#uploadFailed(
+          "kept in the spool and retried under the same key",
           err,
-          { bucket: this.#config.bucketName, key: o.key, records: o.records },
+          o.key,
+          o.records,
         );
         return false;
       }
@@ -678,6 +680,24 @@ export class S3Exporter implements Exporter {
         );
       }
     }
+  }
+
+  /**
+   * Counts and logs a failed upload of `key` (`kept`: what becomes of the object); a refusal for
+   * good (wrong credentials, bucket or region) is counted apart and logged as such.
+   */
+  #uploadFailed(kept: string, err: unknown, key: string, records: number): void {
+    this.#stats.uploadFailures++;
+    this.#stats.errors++;
+    const permanent = isPermanentS3Error(err);
+    if (permanent) this.#stats.permanentFailures++;
+    this.#logError(
+      permanent
+        ? `permanent error when uploading file to S3 (check the credentials, bucket and region); ${kept}`
+        : `error when uploading file to S3; ${kept}`,
+      err,
+      { bucket: this.#config.bucketName, key, records, code: s3ErrorCode(err) },
+    );
   }
 
   #spoolReplayError(msg: string, err: unknown, fields: Record<string, unknown> = {}): void {
@@ -700,7 +720,8 @@ export class S3Exporter implements Exporter {
 
   #logError(msg: string, err: unknown, fields: Record<string, unknown> = {}): void {
     noteDenied(err);
-    const suppressed = this.#errLog.allow(msg);
+    // One limit per message and error code: a flood of one error hides no other.
+    const suppressed = this.#errLog.allow(err === undefined ? msg : `${msg} ${s3ErrorCode(err)}`);
     if (suppressed < 0) return;
     log.error(msg, {
       ...fields,

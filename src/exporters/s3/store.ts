@@ -176,6 +176,39 @@ export function describeS3Error(err: unknown): string {
   return `${name}${status === undefined ? "" : ` (HTTP ${status})`}${msg ? `: ${msg}` : ""}`;
 }
 
+/**
+ * S3's error codes that retrying does not cure: the credentials, the bucket or the region are
+ * wrong (a reload, new credentials or a fixed policy may cure them).
+ */
+const PERMANENT_CODES = new Set([
+  "AccessDenied",
+  "AccountProblem",
+  "AllAccessDisabled",
+  "AuthorizationHeaderMalformed",
+  "InvalidAccessKeyId",
+  "InvalidBucketName",
+  "NoSuchBucket",
+  "PermanentRedirect",
+  "SignatureDoesNotMatch",
+]);
+
+/** The error's S3 code (`AccessDenied`, `SlowDown`, ...), else its name. */
+export function s3ErrorCode(err: unknown): string {
+  const e = err as { Code?: string; name?: string };
+  return e?.Code ?? e?.name ?? "Error";
+}
+
+/**
+ * Whether S3 refused the call for good (see {@linkcode PERMANENT_CODES}; also any 301, and any
+ * 403 but a clock skew, which the SDK corrects), as opposed to a failure a retry may cure.
+ */
+export function isPermanentS3Error(err: unknown): boolean {
+  const status = (err as { $metadata?: { httpStatusCode?: number } })?.$metadata?.httpStatusCode;
+  const code = s3ErrorCode(err);
+  return PERMANENT_CODES.has(code) || status === 301 ||
+    (status === 403 && code !== "RequestTimeTooSkewed");
+}
+
 /** An {@linkcode ObjectStore} on the AWS SDK. */
 export class SdkObjectStore implements ObjectStore {
   readonly #target: ObjectStoreTarget;

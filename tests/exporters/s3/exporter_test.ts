@@ -1,6 +1,5 @@
 import assert from "node:assert/strict";
 import { ManualClock } from "../../../src/clock.ts";
-import { setLogWriter } from "../../../src/log.ts";
 import { S3Exporter } from "../../../src/exporters/s3/exporter.ts";
 import { OBJECT_NAME_PATTERN } from "../../../src/exporters/s3/object.ts";
 import { fixtureFlow } from "../fixtures.ts";
@@ -8,6 +7,7 @@ import { s1Line, s3rverEnv, S3Server, s3UploaderConfig } from "../../_helpers/s3
 import {
   assertLedger,
   BUCKET,
+  captureLog,
   flowN,
   landThenFail,
   OBJECT_BYTES,
@@ -214,18 +214,6 @@ Deno.test("without a spool, pending objects are bounded by bytes: the oldest is 
     { maxPendingBytes: 2.5 * OBJECT_BYTES, spool: false },
   );
 });
-
-/** Captures the log lines written while `fn` runs. */
-async function captureLog(fn: () => Promise<void>): Promise<string[]> {
-  const lines: string[] = [];
-  const prev = setLogWriter((l) => lines.push(l));
-  try {
-    await fn();
-  } finally {
-    setLogWriter(prev);
-  }
-  return lines;
-}
 
 Deno.test("without a spool, a bucket that does not exist: clear error, records counted, none lost silently", async () => {
   const lines = await captureLog(async () => {

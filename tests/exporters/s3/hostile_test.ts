@@ -9,7 +9,7 @@ import { ManualClock } from "../../../src/clock.ts";
 import { S3Exporter } from "../../../src/exporters/s3/exporter.ts";
 import { MAX_ANSWER_BYTES, SdkObjectStore } from "../../../src/exporters/s3/store.ts";
 import { s3rverEnv, s3UploaderConfig } from "../../_helpers/s3.ts";
-import { assertLedger, BUCKET, flowN, U } from "../../_helpers/s3_exporter.ts";
+import { assertLedger, BUCKET, captureLog, flowN, U } from "../../_helpers/s3_exporter.ts";
 import { waitFor } from "../../_helpers/wait.ts";
 
 /** One request the fake endpoint received. */
@@ -232,4 +232,38 @@ Deno.test("after a failed upload, finished objects start no pass until the backo
       assertLedger(s);
     },
   );
+});
+
+Deno.test("a permanent refusal (403 AccessDenied) is counted apart and logged with its code, even after a flood of 503s", async () => {
+  let code = "SlowDown";
+  const lines = await captureLog(async () => {
+    await withFakeExporter(
+      () => s3Error(code === "SlowDown" ? 503 : 403, code),
+      { uploadInterval: "60s", maxRecordsPerFile: 1, compress: false },
+      async (f) => {
+        const failures = (n: number) =>
+          waitFor(() => f.exporter.stats().uploadFailures === n, { what: `${n} failures` });
+        await addObject(f, 1);
+        await failures(1);
+        code = "AccessDenied";
+        f.clock.advance(1000);
+        await addObject(f, 2);
+        await failures(2);
+        f.clock.advance(2000);
+        await addObject(f, 3);
+        await failures(3);
+        const s = f.exporter.stats();
+        assert.equal(s.permanentFailures, 2, "the 403s, not the 503");
+        assert.equal(s.buffered, 3, "kept for the retries");
+        assertLedger(s);
+      },
+    );
+  });
+  const logged = (c: string) =>
+    lines.filter((l) => /uploading file to S3/.test(l) && l.includes(`err="${c} (HTTP`));
+  assert.equal(logged("SlowDown").length, 1, lines.join("\n"));
+  // Before the fix the 403 shared the 503's rate limit (one message key): never logged.
+  const denied = logged("AccessDenied");
+  assert.equal(denied.length, 1, "logged once within the rate limit's 10 s");
+  assert.match(denied[0], /level=error .*permanent error when uploading file to S3/);
 });

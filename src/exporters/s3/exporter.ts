@@ -29,7 +29,8 @@
  *
  * Reload: bucket, prefix, region and interval are live (as upstream), and so are `compress`,
  * `gzipLevel` and `maxRecordsPerFile`, from the next object on. A new bucket or region re-discovers the bucket's
- * region (upstream kept comparing with the hint and used the wrong region).
+ * region (upstream kept comparing with the hint and used the wrong region), and so does an
+ * upload answered 301 with the bucket's region.
  *
  * Permissions: see `mod.ts`.
  *
@@ -49,6 +50,7 @@ import { logSpoolOpened } from "../spool_config.ts";
 import {
   describeS3Error,
   isPermanentS3Error,
+  movedToRegion,
   type ObjectStore,
   type ObjectStoreOptions,
   type ObjectStoreTarget,
@@ -684,11 +686,14 @@ export class S3Exporter implements Exporter {
 
   /**
    * Counts and logs a failed upload of `key` (`kept`: what becomes of the object); a refusal for
-   * good (wrong credentials, bucket or region) is counted apart and logged as such.
+   * good (wrong credentials, bucket or region) is counted apart and logged as such. A 301 naming
+   * the bucket's region makes the next pass discover it again.
    */
   #uploadFailed(kept: string, err: unknown, key: string, records: number): void {
     this.#stats.uploadFailures++;
     this.#stats.errors++;
+    const moved = movedToRegion(err);
+    if (moved !== undefined) this.#regionKnown = false;
     const permanent = isPermanentS3Error(err);
     if (permanent) this.#stats.permanentFailures++;
     this.#logError(
@@ -696,7 +701,13 @@ export class S3Exporter implements Exporter {
         ? `permanent error when uploading file to S3 (check the credentials, bucket and region); ${kept}`
         : `error when uploading file to S3; ${kept}`,
       err,
-      { bucket: this.#config.bucketName, key, records, code: s3ErrorCode(err) },
+      {
+        bucket: this.#config.bucketName,
+        key,
+        records,
+        code: s3ErrorCode(err),
+        ...(moved === undefined ? {} : { bucketRegion: moved }),
+      },
     );
   }
 

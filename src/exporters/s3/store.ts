@@ -209,6 +209,16 @@ export function isPermanentS3Error(err: unknown): boolean {
     (status === 403 && code !== "RequestTimeTooSkewed");
 }
 
+/**
+ * The region a 301 answer (`PermanentRedirect`: the bucket is in another region than the one
+ * the call was signed for) names in `x-amz-bucket-region`; undefined for any other error.
+ */
+export function movedToRegion(err: unknown): string | undefined {
+  const status = (err as { $metadata?: { httpStatusCode?: number } })?.$metadata?.httpStatusCode;
+  if (status !== 301 && s3ErrorCode(err) !== "PermanentRedirect") return undefined;
+  return headerRegion(err) || undefined;
+}
+
 /** An {@linkcode ObjectStore} on the AWS SDK. */
 export class SdkObjectStore implements ObjectStore {
   readonly #target: ObjectStoreTarget;

@@ -267,3 +267,37 @@ Deno.test("a permanent refusal (403 AccessDenied) is counted apart and logged wi
   assert.equal(denied.length, 1, "logged once within the rate limit's 10 s");
   assert.match(denied[0], /level=error .*permanent error when uploading file to S3/);
 });
+
+Deno.test("a 301 PermanentRedirect naming the bucket's region makes the next pass discover it again", async () => {
+  let bucketRegion = "us-east-1";
+  await withFakeExporter(
+    (_req, s) =>
+      s.seen.at(-1)!.signedFor === bucketRegion
+        ? new Response(null, { headers: { etag: '"x"' } })
+        : s3Error(301, "PermanentRedirect", { "x-amz-bucket-region": bucketRegion }),
+    { uploadInterval: "60s", maxRecordsPerFile: 1, compress: false },
+    async (f) => {
+      await addObject(f, 1);
+      await waitFor(() => f.exporter.stats().exported === 1, { what: "first upload" });
+      // The bucket is now in another region: its answers say so.
+      bucketRegion = "eu-west-1";
+      await addObject(f, 2);
+      await waitFor(() => f.exporter.stats().uploadFailures === 1, { what: "the 301" });
+      f.clock.advance(1000);
+      await addObject(f, 3);
+      // Before the fix no HeadBucket was sent again: every PUT kept its old region (a 301).
+      await waitFor(() => f.exporter.stats().exported === 3, {
+        what: "uploaded to the new region",
+      });
+      const s = f.exporter.stats();
+      assert.equal(s.regionDiscoveries, 2);
+      assert.equal(f.server.count("HEAD"), 2);
+      assert.deepEqual(
+        f.server.seen.filter((r) => r.method === "PUT").map((r) => r.signedFor),
+        ["us-east-1", "us-east-1", "eu-west-1", "eu-west-1"],
+      );
+      assertLedger(s);
+    },
+    () => bucketRegion,
+  );
+});

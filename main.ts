@@ -472,7 +472,11 @@ async function run(opts: CliOptions): Promise<number> {
       import("./src/k8s/pod_store.ts"),
       import("./src/k8s/certificates.ts"),
     ]);
-    podStore = new PodStore({ clock });
+    podStore = new PodStore({
+      clock,
+      maxPods: config.limits.maxPods,
+      maxLabelBytes: config.limits.maxPodLabelBytes,
+    });
     podStore.start(api);
     publisher = new CertificatePublisher({ api, namespace, clock });
     if (config.aggregatorTransportProtocol === "TLS") {

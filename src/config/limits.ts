@@ -136,6 +136,21 @@ export const LIMIT_KEYS = {
     reload: "collector",
     doc: "UDP exporter sessions (source address and port); the oldest is evicted and counted",
   },
+  maxPods: {
+    kind: "count",
+    default: 200_000,
+    reload: "restart",
+    doc: "Pods the Pod store holds, deleted ones kept for late records included (the largest " +
+      "clusters Kubernetes supports run 150,000); over it the oldest deleted one is forgotten " +
+      "early, else a new Pod is not held (its flows get no Pod fields), counted",
+  },
+  maxPodLabelBytes: {
+    kind: "bytes",
+    default: 16_384,
+    reload: "restart",
+    doc: "bytes of one Pod's labels, keys and values (the API server allows 63-byte values); a " +
+      "Pod over it is held without its labels, counted",
+  },
   maxApiConnections: {
     kind: "count",
     default: 256,

@@ -13,10 +13,17 @@
  * Lookup is one map access per IP: with one Pod on the IP it is returned whatever the time
  * (clock skew between Nodes); with several (IP reuse), the latest-created Pod with
  * `created <= t < deleted`.
+ *
+ * What the API server sends is bounded (`limits.maxPods`, `limits.maxPodLabelBytes`): past
+ * `maxPods` the oldest deleted Pod still kept is forgotten early to make room, and when none is
+ * left a new Pod is not held; a Pod whose labels are over `maxPodLabelBytes` is held without
+ * them (a cut set would export labels the Pod does not have). Each is counted and logged,
+ * rate-limited.
  */
 
 import type { PodInfo } from "../aggregation/mod.ts";
 import type { Clock, ClockTimer } from "../clock.ts";
+import { LIMIT_KEYS } from "../config/limits.ts";
 import { logger, RateLimitedLog } from "../log.ts";
 import type { KubeApi, WatchEvent, WatchHandle } from "./client.ts";
 import {
@@ -113,6 +120,12 @@ export interface PodStoreStats {
   hostNetworkSkipped: number;
   /** List items and watch objects that are no Pod (null, wrong shapes): skipped, logged. */
   malformed: number;
+  /** New Pods not held: `maxPods` held, none of them deleted. */
+  podsRefused: number;
+  /** Deleted Pods forgotten before their retention ended, to make room under `maxPods`. */
+  deletedForgottenEarly: number;
+  /** Pods held without their labels, over `maxPodLabelBytes`. */
+  labelsDropped: number;
 }
 
 /** Options of {@linkcode PodStore}. */
@@ -121,6 +134,10 @@ export interface PodStoreOptions extends Backoff {
   clock: Clock;
   /** How long a deleted Pod stays findable; default {@linkcode DELETED_POD_RETENTION_MS}. */
   retentionMs?: number;
+  /** Most Pods held (`limits.maxPods`); default its declared default. */
+  maxPods?: number;
+  /** Most bytes of one Pod's labels (`limits.maxPodLabelBytes`); default its declared default. */
+  maxLabelBytes?: number;
 }
 
 const TERMINATED = new Set(["Succeeded", "Failed"]);
@@ -151,8 +168,12 @@ export class PodStore {
   readonly #byIp = new Map<string, PodEntry | PodEntry[]>();
   /** Namespaces and Node names are shared by many Pods: one string each. */
   readonly #names = new Map<string, string>();
-  /** Deleted Pods in deletion order (the retention is constant), removed when due. */
+  /**
+   * Deleted Pods in deletion order (the retention is constant), removed when due (or early, to
+   * make room): a queue whose first live element is at `#removalsHead`.
+   */
   #removals: { entry: PodEntry; dueMs: number }[] = [];
+  #removalsHead = 0;
   #removalTimer: ClockTimer | undefined;
   #abort: AbortController | undefined;
   #watch: WatchHandle | undefined;
@@ -161,6 +182,9 @@ export class PodStore {
   #isSynced = false;
   readonly #listeners: ((c: PodChange) => void)[] = [];
   readonly #malformedLog = new RateLimitedLog(10_000);
+  readonly #limitLog = new RateLimitedLog(10_000);
+  readonly #maxPods: number;
+  readonly #maxLabelBytes: number;
   readonly #stats = {
     lists: 0,
     relistsGone: 0,
@@ -169,12 +193,17 @@ export class PodStore {
     failures: 0,
     hostNetworkSkipped: 0,
     malformed: 0,
+    podsRefused: 0,
+    deletedForgottenEarly: 0,
+    labelsDropped: 0,
   };
 
   /** Creates an empty store; {@linkcode start} runs the informer. */
   constructor(options: PodStoreOptions) {
     this.#clock = options.clock;
     this.#opts = options;
+    this.#maxPods = options.maxPods ?? LIMIT_KEYS.maxPods.default;
+    this.#maxLabelBytes = options.maxLabelBytes ?? LIMIT_KEYS.maxPodLabelBytes.default;
   }
 
   /**
@@ -309,6 +338,11 @@ export class PodStore {
       this.#changed(existing);
       return;
     }
+    if (this.#byUid.size >= this.#maxPods && !this.#makeRoom()) {
+      this.#stats.podsRefused++;
+      this.#limitReached("maxPods", "a new Pod is not held: its flows get no Pod fields");
+      return;
+    }
     const nowSec = Math.floor(this.#clock.wallMs() / 1000);
     // v1.13: a Pending Pod counts from when we saw it, others from their creation time.
     const ts = pod.metadata?.creationTimestamp;
@@ -362,15 +396,61 @@ export class PodStore {
     this.#removalTimer?.cancel();
   }
 
+  /** Logs, rate-limited, that `limits.<key>` was reached (the caller counts it). */
+  #limitReached(key: string, what: string): void {
+    const suppressed = this.#limitLog.allow(key);
+    if (suppressed < 0) return;
+    log.warn(`Pod store: limits.${key} reached, ${what}`, {
+      maxPods: this.#maxPods,
+      maxPodLabelBytes: this.#maxLabelBytes,
+      suppressed,
+    });
+  }
+
+  /**
+   * Forgets the oldest deleted Pod still kept, before its retention ends, to make room for a
+   * live one (a Pod that runs matters more than one kept for late records). False when none.
+   */
+  #makeRoom(): boolean {
+    const first = this.#removals[this.#removalsHead];
+    if (first === undefined) return false;
+    this.#removalsHead++;
+    // The queue lets go of the entries forgotten early (a flood of deletions would otherwise
+    // keep them all until the retention ends), in O(1) amortised.
+    if (this.#removalsHead >= 1024 && this.#removalsHead * 2 >= this.#removals.length) {
+      this.#removals = this.#removals.slice(this.#removalsHead);
+      this.#removalsHead = 0;
+    }
+    this.#forget(first.entry);
+    this.#stats.deletedForgottenEarly++;
+    this.#limitReached("maxPods", "deleted Pods are forgotten before their retention ends");
+    return true;
+  }
+
   #infoOf(pod: PodObject): PodInfo {
-    const labels = pod.metadata?.labels;
+    let labels = pod.metadata?.labels;
+    if (labels === null || labels === undefined) labels = undefined;
+    else {
+      let n = 0;
+      let bytes = 0;
+      // Label keys and values are ASCII (API server validation): characters are bytes.
+      for (const k in labels) {
+        n++;
+        bytes += k.length + String(labels[k]).length;
+        if (bytes > this.#maxLabelBytes) break;
+      }
+      if (n === 0) labels = undefined;
+      else if (bytes > this.#maxLabelBytes) {
+        labels = undefined;
+        this.#stats.labelsDropped++;
+        this.#limitReached("maxPodLabelBytes", "a Pod is held without its labels");
+      }
+    }
     return {
       name: pod.metadata?.name ?? "",
       namespace: this.#name(pod.metadata?.namespace ?? ""),
       nodeName: this.#name(pod.spec?.nodeName ?? ""),
-      labels: labels === null || labels === undefined || Object.keys(labels).length === 0
-        ? undefined
-        : labels,
+      labels,
     };
   }
 
@@ -429,7 +509,7 @@ export class PodStore {
   }
 
   #armRemoval(): void {
-    const first = this.#removals[0];
+    const first = this.#removals[this.#removalsHead];
     if (first === undefined) {
       this.#removalTimer = undefined;
       return;
@@ -443,15 +523,20 @@ export class PodStore {
 
   #removeDue(): void {
     const now = this.#clock.nowMs();
-    let n = 0;
+    let n = this.#removalsHead;
     while (n < this.#removals.length && this.#removals[n].dueMs <= now) {
-      const { entry } = this.#removals[n++];
-      this.#unindex(entry);
-      this.#byUid.delete(entry.uid);
-      for (const l of this.#listeners) l({ t: "remove", uid: entry.uid });
+      this.#forget(this.#removals[n++].entry);
     }
     this.#removals = this.#removals.slice(n);
+    this.#removalsHead = 0;
     this.#armRemoval();
+  }
+
+  /** Removes a deleted Pod from the store (its retention ended, or room was needed). */
+  #forget(entry: PodEntry): void {
+    this.#unindex(entry);
+    this.#byUid.delete(entry.uid);
+    for (const l of this.#listeners) l({ t: "remove", uid: entry.uid });
   }
 
   async #run(api: KubeApi, signal: AbortSignal): Promise<void> {

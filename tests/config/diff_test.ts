@@ -48,6 +48,8 @@ Deno.test("every configuration key has the reload rule of the one table", () => 
     "limits.maxTlsHandshakes": "collector",
     "limits.tlsHandshakeTimeout": "collector",
     "limits.maxUdpSessions": "collector",
+    "limits.maxPods": "restart",
+    "limits.maxPodLabelBytes": "restart",
     "limits.maxApiConnections": "restart",
     "limits.maxApiConnectionsPerAddress": "restart",
     "limits.apiRequestTimeout": "restart",

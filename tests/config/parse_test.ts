@@ -63,6 +63,8 @@ Deno.test("every key gets its v1.13 default", () => {
       tlsHandshakeTimeout: "10s",
       tlsHandshakeTimeoutMs: 10_000,
       maxUdpSessions: 65_536,
+      maxPods: 200_000,
+      maxPodLabelBytes: 16_384,
       maxApiConnections: 256,
       maxApiConnectionsPerAddress: 32,
       apiRequestTimeout: "10s",

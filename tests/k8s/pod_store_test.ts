@@ -466,3 +466,62 @@ Deno.test("pod store: namespaces and Nodes that came and went leave no names beh
   store.apply("ADDED", pod("a", "10.8.200.1"));
   assert.equal(store.lookup("10.8.200.1", T0)?.namespace, "ns");
 });
+
+Deno.test("pod store: at maxPods the oldest deleted Pod makes room, then new Pods are refused, counted", () => {
+  const clock = new ManualClock();
+  const store = new PodStore({ clock, maxPods: 3 });
+  for (const name of ["a", "b", "c"]) {
+    store.apply("ADDED", pod(name, `10.10.0.${name.charCodeAt(0)}`));
+  }
+  store.apply("DELETED", pod("a", "10.10.0.97"));
+  store.apply("ADDED", pod("d", "10.10.0.100"));
+  assert.equal(store.lookup("10.10.0.100", T0)?.name, "d", "a deleted Pod made room");
+  assert.equal(store.lookup("10.10.0.97", T0), undefined, "the deleted Pod was forgotten early");
+  store.apply("ADDED", pod("e", "10.10.0.101"));
+  assert.equal(store.lookup("10.10.0.101", T0), undefined, "no room: not held");
+  const s = store.stats();
+  assert.deepEqual([s.pods, s.ips, s.deletedForgottenEarly, s.podsRefused], [3, 3, 1, 1]);
+  // The forgotten Pod's retention timer finds nothing left to remove.
+  clock.advance(10 * 60_000);
+  assert.equal(store.stats().pods, 3);
+});
+
+Deno.test("pod store: a flood of Pods added and deleted holds at most maxPods", () => {
+  const store = new PodStore({ clock: new ManualClock(), maxPods: 100 });
+  for (let i = 0; i < 20_000; i++) {
+    const p = pod(`p${i}`, `10.11.${i >> 8}.${i & 255}`);
+    store.apply("ADDED", p);
+    if (i % 2 === 0) store.apply("DELETED", p);
+  }
+  const s = store.stats();
+  assert.ok(s.pods <= 100 && s.ips <= 100, `${s.pods} Pods, ${s.ips} IPs held`);
+  assert.ok(s.podsRefused > 0 && s.deletedForgottenEarly > 0, JSON.stringify(s));
+});
+
+Deno.test("pod store: a Pod whose labels are over maxLabelBytes is held without them, counted", () => {
+  const store = new PodStore({ clock: new ManualClock(), maxLabelBytes: 100 });
+  store.apply("ADDED", pod("big", "10.12.0.1", { labels: { app: "x".repeat(200) } }));
+  store.apply("ADDED", pod("small", "10.12.0.2", { labels: { app: "web" } }));
+  assert.equal(store.lookup("10.12.0.1", T0)?.name, "big");
+  assert.equal(store.lookup("10.12.0.1", T0)?.labels, undefined);
+  assert.deepEqual(store.lookup("10.12.0.2", T0)?.labels, { app: "web" });
+  assert.equal(store.stats().labelsDropped, 1);
+});
+
+Deno.test("pod store informer: limits.maxPods bounds the Pods taken from a list", async () => {
+  const server = await new FakeKubeApiServer().start();
+  const { api, cleanup } = await connectTestApi(server);
+  const clock = new ManualClock();
+  const config = parseConfig("limits:\n  maxPods: 5\n");
+  const store = new PodStore({ clock, maxPods: config.limits.maxPods });
+  try {
+    for (let i = 0; i < 12; i++) server.put("pods", pod(`p${i}`, `10.13.0.${i}`));
+    store.start(api);
+    await settleDriving(clock, store.whenSynced());
+    assert.deepEqual([store.stats().pods, store.stats().podsRefused], [5, 7]);
+  } finally {
+    await store.stop();
+    await server.stop();
+    await cleanup();
+  }
+});

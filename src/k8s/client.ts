@@ -11,6 +11,7 @@
  */
 
 import type * as k8s from "@kubernetes/client-node";
+import { installExecCredentials } from "./exec_auth.ts";
 import { ATTEMPT_TIMEOUT_MS, statusOf } from "./retry.ts";
 import { type WatchHandle, type WatchHandlers, watchStream } from "./watch.ts";
 
@@ -193,6 +194,11 @@ export interface ConnectOptions {
    * permission is partial, see above); default none.
    */
   processEnv?: readonly string[];
+  /**
+   * Longest an exec credential plugin runs before it is killed, ms; default
+   * {@linkcode EXEC_PLUGIN_TIMEOUT_MS}.
+   */
+  execPluginTimeoutMs?: number;
 }
 
 /**
@@ -222,6 +228,7 @@ export async function connectKube(
   } else {
     kc.loadFromString(await Deno.readTextFile(target.source));
   }
+  installExecCredentials(kc, { timeoutMs: options.execPluginTimeoutMs });
   // What client-node sends its requests with; loaded with it (the watch is read by us).
   const { fetch } = await import("undici");
   return clientFor(k8s, kc, fetch);
@@ -271,10 +278,15 @@ function clientFor(
         "/api/v1/pods",
         { resourceVersion, allowWatchBookmarks: true, timeoutSeconds: WATCH_TIMEOUT_S },
         handlers,
-        // Headers as soon as any call's answer. The server renews the watch every
-        // WATCH_TIMEOUT_S; without a byte for longer than that plus a minute (bookmarks come
-        // about every minute), the stream is dead.
-        { headersMs: ATTEMPT_TIMEOUT_MS, inactivityMs: (WATCH_TIMEOUT_S + 60) * 1000 },
+        // Credentials (an exec plugin is killed at its own timeout) and then headers each as
+        // soon as any call's answer. The server renews the watch every WATCH_TIMEOUT_S;
+        // without a byte for longer than that plus a minute (bookmarks come about every
+        // minute), the stream is dead.
+        {
+          authMs: ATTEMPT_TIMEOUT_MS,
+          headersMs: ATTEMPT_TIMEOUT_MS,
+          inactivityMs: (WATCH_TIMEOUT_S + 60) * 1000,
+        },
       )),
   };
 }

@@ -168,10 +168,15 @@ export function describe(err: unknown): string {
   return code === undefined ? message : `${code}: ${message}`;
 }
 
-/** The HTTP status of an API error (client-node's `ApiException.code`), if it has one. */
+/**
+ * The HTTP status of an API error (client-node's `ApiException.code`, our watch's
+ * `statusCode`), if it has one. A `DOMException`'s numeric `code` (23 for a timeout) is no HTTP
+ * status, nor is any number outside 100–599.
+ */
 export function statusOf(err: unknown): number | undefined {
+  if (err instanceof DOMException) return undefined;
   // deno-lint-ignore no-explicit-any
   const e = err as any;
   const code = e?.code ?? e?.statusCode;
-  return typeof code === "number" ? code : undefined;
+  return typeof code === "number" && code >= 100 && code <= 599 ? code : undefined;
 }

@@ -6,8 +6,10 @@
  * {@linkcode MAX_WATCH_LINE_BYTES}: past it the watch ends with an error (its caller backs off
  * and watches again); a line that is no watch event goes to `onMalformed`. The request itself is
  * client-node's (authentication, TLS), sent with undici as client-node sends it; the watch ends
- * when the answer's headers take longer than `headersMs`, or after `inactivityMs` without a byte
- * of its body.
+ * when its credentials take longer than `authMs` (an exec plugin, say), the answer's headers
+ * longer than `headersMs` from then on, or after `inactivityMs` without a byte of its body. The
+ * bounds follow each other: a slow credential used to eat into the headers' bound, and a plugin
+ * taking 8 s of its 10 made every watch fail.
  *
  * @module
  */
@@ -56,7 +58,7 @@ export function watchStream(
   path: string,
   query: Record<string, string | number | boolean | undefined>,
   handlers: WatchHandlers,
-  opts: { headersMs: number; inactivityMs: number; maxLineBytes?: number },
+  opts: { authMs: number; headersMs: number; inactivityMs: number; maxLineBytes?: number },
 ): WatchHandle {
   const maxLine = opts.maxLineBytes ?? MAX_WATCH_LINE_BYTES;
   const controller = new AbortController();
@@ -69,12 +71,9 @@ export function watchStream(
     controller.abort();
     handlers.onDone(err);
   };
-  const arm = (ms = opts.inactivityMs): void => {
+  const arm = (ms = opts.inactivityMs, what = `no byte for ${ms} ms`): void => {
     clearTimeout(timer);
-    timer = setTimeout(
-      () => finish(new DOMException(`no byte for ${ms} ms`, "TimeoutError")),
-      ms,
-    );
+    timer = setTimeout(() => finish(new DOMException(what, "TimeoutError")), ms);
     Deno.unrefTimer(timer as unknown as number);
   };
   const decoder = new TextDecoder();
@@ -95,7 +94,7 @@ export function watchStream(
     handlers.onEvent({ type: data.type, object: data.object });
   };
   (async () => {
-    arm(opts.headersMs);
+    arm(opts.authMs, `no credentials within ${opts.authMs} ms`);
     const cluster = client.kc.getCurrentCluster();
     if (!cluster) throw new Error("no current cluster in the Kubernetes configuration");
     const url = new URL(cluster.server + path);
@@ -105,6 +104,8 @@ export function watchStream(
     }
     const ctx = new client.lib.RequestContext(url.toString(), client.lib.HttpMethod.GET);
     await client.kc.applySecurityAuthentication(ctx);
+    if (finished) return;
+    arm(opts.headersMs, `no answer within ${opts.headersMs} ms`);
     const res = await client.fetch(url, {
       method: "GET",
       headers: ctx.getHeaders(),

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { ManualClock } from "../../src/clock.ts";
 import { logger } from "../../src/log.ts";
-import { describe, RetryAborted, retrying, sleep } from "../../src/k8s/retry.ts";
+import { describe, RetryAborted, retrying, sleep, statusOf } from "../../src/k8s/retry.ts";
 import { pollUntil, waitFor } from "../_helpers/wait.ts";
 
 const log = logger("retry-test");
@@ -58,4 +58,14 @@ Deno.test("describe: status and message of an API error, never the whole respons
   });
   assert.equal(describe(err), "409: the object has been modified");
   assert.equal(describe(new Error("connect refused\nstack")), "connect refused");
+});
+
+Deno.test("statusOf: only HTTP statuses count, not a DOMException's code (23 for a timeout)", () => {
+  const timeout = new DOMException("no byte for 10000 ms", "TimeoutError");
+  assert.equal(timeout.code, 23);
+  assert.equal(statusOf(timeout), undefined);
+  assert.equal(describe(timeout), "no byte for 10000 ms");
+  assert.equal(statusOf(Object.assign(new Error("x"), { code: 7 })), undefined);
+  assert.equal(statusOf(Object.assign(new Error("Gone"), { statusCode: 410 })), 410);
+  assert.equal(statusOf({ code: 503 }), 503);
 });

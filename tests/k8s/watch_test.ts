@@ -126,7 +126,7 @@ Deno.test("watch: answer headers that never come end it after headersMs, its con
     watchStream({ lib, kc, fetch }, "/api/v1/pods", {}, {
       onEvent: () => {},
       onDone: (err) => done.resolve(err),
-    }, { headersMs: 300, inactivityMs: 60_000 });
+    }, { authMs: 60_000, headersMs: 300, inactivityMs: 60_000 });
     const err = await done.promise;
     const took = performance.now() - began;
     assert.equal((err as Error).name, "TimeoutError");

@@ -1,0 +1,172 @@
+/**
+ * Exec credential plugins (a kubeconfig user's `exec`: `aws eks get-token`,
+ * `gke-gcloud-auth-plugin`, …) run by us instead of by client-node's `ExecAuth`, which waits for
+ * a plugin without end and starts one per request while no valid credential is cached: a hung
+ * plugin left one process per attempt, alive after stop and after exit, and every request waited
+ * on it. Here a plugin runs in a process group of its own and is killed with it (SIGKILL) after
+ * `timeoutMs` or when the process unloads; one runs at a time per user (the requests meanwhile
+ * share its answer); its credential is kept until its `expirationTimestamp` (for good when it
+ * has none, as client-node does).
+ *
+ * @module
+ */
+
+import type * as k8s from "@kubernetes/client-node";
+
+/** Longest a credential plugin may run before it is killed, ms. */
+export const EXEC_PLUGIN_TIMEOUT_MS = 10_000;
+
+/** Most bytes of a plugin's error output kept for the error message. */
+const STDERR_KEPT = 300;
+
+/** A kubeconfig user's `exec` section (the fields used). */
+interface ExecConfig {
+  command: string;
+  args?: string[];
+  env?: { name: string; value: string }[];
+}
+
+/** What a plugin prints (`ExecCredential`, the fields used). */
+interface ExecCredential {
+  status?: {
+    token?: string;
+    clientCertificateData?: string;
+    clientKeyData?: string;
+    expirationTimestamp?: string;
+  };
+}
+
+/** The request options client-node's authenticators fill. */
+interface AuthOptions {
+  headers?: Record<string, string>;
+  cert?: string;
+  key?: string;
+}
+
+function execOf(user: k8s.User | undefined): ExecConfig | undefined {
+  // deno-lint-ignore no-explicit-any
+  const u = user as any;
+  const exec = u?.exec ??
+    (u?.authProvider?.name === "exec" || u?.authProvider?.config?.exec
+      ? u.authProvider.config?.exec
+      : undefined);
+  return exec !== null && typeof exec === "object" ? exec : undefined;
+}
+
+/** Options of {@linkcode ExecCredentials}. */
+export interface ExecCredentialsOptions {
+  /** Longest a plugin runs, ms; default {@linkcode EXEC_PLUGIN_TIMEOUT_MS}. */
+  timeoutMs?: number;
+  /** Wall clock for the credentials' expiry, ms; default `Date.now`. */
+  now?: () => number;
+}
+
+/** A client-node authenticator for `exec` users; see the module doc. */
+export class ExecCredentials {
+  readonly #timeoutMs: number;
+  readonly #now: () => number;
+  readonly #cache = new Map<string, { credential: ExecCredential; expiresMs: number }>();
+  readonly #inFlight = new Map<string, Promise<ExecCredential>>();
+
+  /** Creates the authenticator; {@linkcode installExecCredentials} puts it in a configuration. */
+  constructor(options: ExecCredentialsOptions = {}) {
+    this.#timeoutMs = options.timeoutMs ?? EXEC_PLUGIN_TIMEOUT_MS;
+    this.#now = options.now ?? Date.now;
+  }
+
+  /** True for a user with an `exec` section (client-node's test). */
+  isAuthProvider(user: k8s.User): boolean {
+    return execOf(user) !== undefined;
+  }
+
+  /** Adds the user's credential (token, client certificate) to a request's options. */
+  async applyAuthentication(user: k8s.User, opts: AuthOptions): Promise<void> {
+    const status = (await this.#credential(user)).status ?? {};
+    if (status.clientCertificateData) opts.cert = status.clientCertificateData;
+    if (status.clientKeyData) opts.key = status.clientKeyData;
+    if (status.token) {
+      opts.headers ??= {};
+      opts.headers.Authorization = `Bearer ${status.token}`;
+    }
+  }
+
+  #credential(user: k8s.User): Promise<ExecCredential> {
+    const key = user.name;
+    const cached = this.#cache.get(key);
+    if (cached !== undefined && cached.expiresMs > this.#now()) {
+      return Promise.resolve(cached.credential);
+    }
+    let running = this.#inFlight.get(key);
+    if (running === undefined) {
+      running = this.#run(execOf(user)!).then((credential) => {
+        const at = credential.status?.expirationTimestamp;
+        const expiresMs = at === undefined ? Infinity : Date.parse(at);
+        this.#cache.set(key, { credential, expiresMs: Number.isNaN(expiresMs) ? 0 : expiresMs });
+        return credential;
+      }).finally(() => this.#inFlight.delete(key));
+      this.#inFlight.set(key, running);
+    }
+    return running;
+  }
+
+  async #run(exec: ExecConfig): Promise<ExecCredential> {
+    if (typeof exec.command !== "string" || exec.command === "") {
+      throw new Error("kubeconfig: an exec user without a command");
+    }
+    const child = new Deno.Command(exec.command, {
+      args: exec.args ?? [],
+      env: Object.fromEntries((exec.env ?? []).map((e) => [e.name, e.value])),
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+      // A group of its own: killing it kills what the plugin started too (a shell's children).
+      detached: true,
+    }).spawn();
+    let timedOut = false;
+    const kill = (): void => {
+      try {
+        Deno.kill(-child.pid, "SIGKILL");
+      } catch {
+        // already gone
+      }
+    };
+    const timer = setTimeout(() => {
+      timedOut = true;
+      kill();
+    }, this.#timeoutMs);
+    globalThis.addEventListener("unload", kill);
+    try {
+      const out = await child.output();
+      if (timedOut) {
+        throw new Error(
+          `credential plugin ${exec.command} gave no answer within ${this.#timeoutMs} ms: killed`,
+        );
+      }
+      if (!out.success) {
+        const stderr = new TextDecoder().decode(out.stderr.subarray(0, STDERR_KEPT)).trim();
+        throw new Error(`credential plugin ${exec.command} failed (exit ${out.code}): ${stderr}`);
+      }
+      return JSON.parse(new TextDecoder().decode(out.stdout)) as ExecCredential;
+    } finally {
+      clearTimeout(timer);
+      globalThis.removeEventListener("unload", kill);
+      // What the plugin left running in its group (a background child) goes with it.
+      kill();
+    }
+  }
+}
+
+/**
+ * Makes `kc` authenticate its `exec` users with an {@linkcode ExecCredentials} (ahead of
+ * client-node's own `ExecAuth`, which then never runs).
+ */
+export function installExecCredentials(
+  kc: k8s.KubeConfig,
+  options: ExecCredentialsOptions = {},
+): void {
+  const list = (kc as unknown as { authenticators?: unknown }).authenticators;
+  if (!Array.isArray(list)) {
+    throw new Error("client-node: its authenticators are not where they were (KubeConfig changed)");
+  }
+  list.unshift(new ExecCredentials(options));
+}

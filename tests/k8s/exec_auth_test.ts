@@ -1,0 +1,143 @@
+/**
+ * Exec credential plugins (a kubeconfig user's `exec`), against the test API server with the
+ * real client: a slow plugin's time does not count against a watch's headers bound, a hung
+ * plugin is killed with what it started, and requests waiting for a credential share one run.
+ */
+
+import assert from "node:assert/strict";
+import { connectKube, resolveKubeTarget } from "../../src/k8s/client.ts";
+import { watchStream } from "../../src/k8s/watch.ts";
+import { FakeKubeApiServer } from "../_helpers/k8s_server.ts";
+import { waitFor } from "../_helpers/wait.ts";
+
+const CREDENTIAL = JSON.stringify({
+  apiVersion: "client.authentication.k8s.io/v1",
+  kind: "ExecCredential",
+  status: { token: "plugin-token" },
+});
+
+interface PluginContext {
+  server: FakeKubeApiServer;
+  dir: string;
+  /** A kubeconfig whose user runs `script` (bash) for its credential. */
+  kubeconfig(script: string): Promise<string>;
+  /** Lines the plugins wrote to `$DIR/calls`. */
+  calls(): Promise<string[]>;
+}
+
+async function withPlugin(fn: (ctx: PluginContext) => Promise<void>): Promise<void> {
+  const server = await new FakeKubeApiServer().start();
+  server.token = "plugin-token";
+  const dir = await Deno.makeTempDir({ prefix: "fa-exec-" });
+  const calls = async () => {
+    const text = await Deno.readTextFile(`${dir}/calls`).catch(() => "");
+    return text.split("\n").filter((l) => l !== "");
+  };
+  try {
+    await fn({
+      server,
+      dir,
+      kubeconfig: async (script) => {
+        await Deno.writeTextFile(`${dir}/plugin.sh`, `echo $$ >> ${dir}/calls\n${script}\n`);
+        const config = JSON.parse(server.kubeconfig());
+        config.users[0].user = {
+          exec: {
+            apiVersion: "client.authentication.k8s.io/v1",
+            command: "bash",
+            args: [`${dir}/plugin.sh`],
+          },
+        };
+        await Deno.writeTextFile(`${dir}/config`, JSON.stringify(config));
+        return `${dir}/config`;
+      },
+      calls,
+    });
+  } finally {
+    // Whatever a plugin left (the code before the fix left them all) is ended here.
+    for (const pid of [...await calls(), ...await pidsIn(`${dir}/children`)]) {
+      try {
+        Deno.kill(Number(pid), "SIGKILL");
+      } catch {
+        // gone
+      }
+    }
+    await server.stop();
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+async function pidsIn(file: string): Promise<string[]> {
+  const text = await Deno.readTextFile(file).catch(() => "");
+  return text.split("\n").filter((l) => l !== "");
+}
+
+/** True while `pid` runs (a zombie left for an init that does not reap counts as ended). */
+function running(pid: string): boolean {
+  try {
+    return Deno.readTextFileSync(`/proc/${pid}/stat`).split(" ")[2] !== "Z";
+  } catch {
+    return false;
+  }
+}
+
+Deno.test("exec credentials: a slow plugin's time does not count against the watch's headers bound", async () => {
+  await withPlugin(async ({ server, kubeconfig }) => {
+    server.put("pods", {
+      metadata: { name: "a", namespace: "ns", uid: "u-a" },
+      status: { podIP: "10.0.0.1" },
+    });
+    const lib = await import("@kubernetes/client-node");
+    const { fetch } = await import("undici");
+    const kc = new lib.KubeConfig();
+    kc.loadFromString(await Deno.readTextFile(await kubeconfig(`sleep 1\necho '${CREDENTIAL}'`)));
+    const events: string[] = [];
+    const done = Promise.withResolvers<unknown>();
+    const handle = watchStream({ lib, kc, fetch }, "/api/v1/pods", {}, {
+      onEvent: (ev) => events.push(ev.type),
+      onDone: (err) => done.resolve(err),
+    }, { authMs: 30_000, headersMs: 500, inactivityMs: 60_000 });
+    try {
+      // The plugin takes 1 s, the answer's headers come at once after it.
+      await Promise.race([
+        waitFor(() => events.length > 0, { what: "the watch's first event" }),
+        done.promise.then((err) => assert.fail(`the watch ended: ${err}`)),
+      ]);
+      assert.deepEqual(events, ["ADDED"]);
+    } finally {
+      handle.abort();
+    }
+  });
+});
+
+Deno.test("exec credentials: a hung plugin is killed after its timeout, with what it started", async () => {
+  await withPlugin(async ({ dir, kubeconfig, calls }) => {
+    const config = await kubeconfig(`sleep 1000 &\necho $! >> ${dir}/children\nwait`);
+    const target = await resolveKubeTarget({ kubeconfig: config, env: () => undefined });
+    const api = await connectKube(target!, { execPluginTimeoutMs: 300 });
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const outcome = await Promise.race([
+      api.getConfigMap("ns", "x").then(() => "answered", (err) => `failed: ${err}`),
+      new Promise<string>((r) => timer = setTimeout(() => r("still waiting after 10 s"), 10_000)),
+    ]);
+    clearTimeout(timer);
+    assert.match(outcome, /^failed: .*credential plugin bash gave no answer within 300 ms/);
+    const pids = [...await calls(), ...await pidsIn(`${dir}/children`)];
+    assert.equal(pids.length, 2, "the plugin and its child");
+    await waitFor(() => pids.every((p) => !running(p)), { what: "the plugin's processes ended" });
+  });
+});
+
+Deno.test("exec credentials: requests waiting for a credential share one plugin run, then its cache", async () => {
+  await withPlugin(async ({ server, kubeconfig, calls }) => {
+    const config = await kubeconfig(`sleep 0.5\necho '${CREDENTIAL}'`);
+    const target = await resolveKubeTarget({ kubeconfig: config, env: () => undefined });
+    const api = await connectKube(target!);
+    const answers = await Promise.all(
+      Array.from({ length: 4 }, () => api.getConfigMap("ns", "none")),
+    );
+    assert.deepEqual(answers, [undefined, undefined, undefined, undefined]);
+    await api.getConfigMap("ns", "none");
+    assert.equal((await calls()).length, 1, "one plugin run for five requests");
+    assert.ok(server.requests.every((r) => r.status === 404), "each carried the plugin's token");
+  });
+});

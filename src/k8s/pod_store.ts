@@ -41,6 +41,12 @@ const log = logger("pod-store");
 /** Longest wait at stop for the informer's loop to end (an abort-ignoring call is left). */
 const STOP_WAIT_MS = 5_000;
 
+/**
+ * A watch that ends without advancing the resourceVersion counts as progress (no backoff after
+ * it) only when it lasted this long.
+ */
+const WATCH_PROGRESS_MS = 10_000;
+
 /** How long a deleted Pod stays findable (upstream: 5 minutes). */
 export const DELETED_POD_RETENTION_MS = 5 * 60_000;
 
@@ -566,8 +572,13 @@ export class PodStore {
             log.info("Pod store synced", { pods: this.#byUid.size, resourceVersion: rv });
           }
         }
+        const from = rv;
+        const began = this.#clock.nowMs();
         const r = await this.#watchOnce(api, rv, signal);
         rv = r.resourceVersion;
+        // Progress is a watch that advanced the resourceVersion or stayed open a while: events
+        // alone are not (a server sending the same event and closing made ~500 watches/s).
+        const progressed = rv !== from || this.#clock.nowMs() - began >= WATCH_PROGRESS_MS;
         if (r.gone) {
           this.#stats.relistsGone++;
           log.info("Pod watch expired (410 Gone): re-listing", { resourceVersion: rv });
@@ -579,12 +590,12 @@ export class PodStore {
           pause = nextBackoff(pause, this.#opts);
           continue;
         }
-        if (r.events > 0) {
+        if (progressed) {
           pause = this.#opts.initialMs ?? 500;
           emptyWatches = 0;
         } else if (++emptyWatches > 2) {
-          // Watches in a row that brought nothing (each ended at once, or 410 Gone again after
-          // its re-list): back off before the next one, or a server (or a proxy) answering so
+          // Watches in a row that brought nothing new (each ended at once, or 410 Gone again
+          // after its re-list): back off before the next one, or a server (or a proxy) answering so
           // would get a list or a watch per round trip, thousands a second. A drop, and the
           // 410 Gone that may follow it, resume at once.
           await sleep(this.#clock, pause, signal);

@@ -58,6 +58,8 @@ export interface Fault {
   hang?: "headers" | "body";
   /** Before an update: modify the stored object (a concurrent writer), so the update is stale. */
   concurrentWrite?: boolean;
+  /** Answer 200 with these lines and end the answer (a watch that sends them and closes). */
+  lines?: readonly string[];
 }
 
 interface WatchEvent {
@@ -343,6 +345,11 @@ export class FakeKubeApiServer {
     }
     if (fault?.status !== undefined) {
       return json(status(fault.status, "InternalError", "injected fault"), fault.status);
+    }
+    if (fault?.lines !== undefined) {
+      return new Response(fault.lines.map((l) => l + "\n").join(""), {
+        headers: { "content-type": "application/json", connection: "close" },
+      });
     }
     const p = u.pathname.replace(/\/+$/, "");
     if (p === "/api") {

@@ -525,3 +525,32 @@ Deno.test("pod store informer: limits.maxPods bounds the Pods taken from a list"
     await cleanup();
   }
 });
+
+Deno.test("pod store informer: watches that send an event but advance nothing back off", async () => {
+  const server = await new FakeKubeApiServer().start();
+  const { api, cleanup } = await connectTestApi(server);
+  const clock = new ManualClock();
+  const store = new PodStore({ clock, attemptTimeoutMs: 3_600_000 });
+  try {
+    const a = server.put("pods", pod("a", "10.14.0.1"));
+    // Every watch: the same Pod at the version it was listed at, then the end of the answer.
+    server.fault({
+      match: { method: "GET", path: "/api/v1/pods", query: "watch=true" },
+      lines: [JSON.stringify({ type: "MODIFIED", object: a })],
+      times: 1_000_000,
+    });
+    store.start(api);
+    await settleDriving(clock, store.whenSynced());
+    // Real time passes, the clock does not: the backoff's pause never ends.
+    await new Promise((r) => setTimeout(r, 1000));
+    const s = store.stats();
+    assert.ok(s.watches <= 3, `a loop: ${s.watches} watches, ${s.events} events`);
+    assert.equal(s.lists, 1);
+    clock.advance(60_000);
+    await waitFor(() => store.stats().watches > s.watches, { what: "the next round" });
+  } finally {
+    await store.stop();
+    await server.stop();
+    await cleanup();
+  }
+});

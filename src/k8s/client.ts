@@ -95,12 +95,22 @@ export async function resolveKubeTarget(
   };
 }
 
-/** A Pod list and the resource version to watch from. */
+/** A Pod list (or a page of it) and the resource version to watch from. */
 export interface PodList {
   /** The Pods. */
   items: k8s.V1Pod[];
   /** `metadata.resourceVersion` of the list. */
   resourceVersion: string;
+  /** `metadata.continue`: the token of the next page, when there is one. */
+  continue?: string;
+}
+
+/** Which page of a list: at most `limit` items, after the page that gave `continue`. */
+export interface ListPage {
+  /** Most items in the page. */
+  limit: number;
+  /** The previous page's continue token; absent for the first page. */
+  continue?: string;
 }
 
 /** One watch event as the API server sends it. */
@@ -145,8 +155,8 @@ export interface KubeApi {
     body: k8s.V1Secret,
     signal?: AbortSignal,
   ): Promise<k8s.V1Secret>;
-  /** Lists the Pods of all namespaces (a consistent read). */
-  listPods(signal?: AbortSignal): Promise<PodList>;
+  /** Lists the Pods of all namespaces (a consistent read), or one page of the list. */
+  listPods(signal?: AbortSignal, page?: ListPage): Promise<PodList>;
   /**
    * Watches the Pods of all namespaces from `resourceVersion`, with bookmarks; `onDone` is
    * called once when the stream ends (error or not).
@@ -268,9 +278,16 @@ function clientFor(
       api.createNamespacedSecret({ namespace, body }, by(signal)),
     replaceSecret: (namespace, body, signal) =>
       api.replaceNamespacedSecret({ namespace, name: nameOf(body), body }, by(signal)),
-    listPods: async (signal) => {
-      const list = await api.listPodForAllNamespaces({}, by(signal));
-      return { items: list.items, resourceVersion: list.metadata?.resourceVersion ?? "" };
+    listPods: async (signal, page) => {
+      const list = await api.listPodForAllNamespaces(
+        { limit: page?.limit, _continue: page?.continue },
+        by(signal),
+      );
+      return {
+        items: list.items,
+        resourceVersion: list.metadata?.resourceVersion ?? "",
+        continue: list.metadata?._continue || undefined,
+      };
     },
     watchPods: (resourceVersion, handlers) =>
       Promise.resolve(watchStream(

@@ -12,6 +12,7 @@ export {
   type KubeApi,
   type KubeTarget,
   type KubeTargetOptions,
+  type ListPage,
   type PodList,
   resolveKubeTarget,
   SERVICE_ACCOUNT_DIR,

@@ -32,6 +32,7 @@ import {
   nextBackoff,
   RetryAborted,
   retrying,
+  type RetryOptions,
   sleep,
   statusOf,
 } from "./retry.ts";
@@ -46,6 +47,13 @@ const STOP_WAIT_MS = 5_000;
  * it) only when it lasted this long.
  */
 const WATCH_PROGRESS_MS = 10_000;
+
+/**
+ * Pods asked for per page of a list (client-go's informers ask for 500): a cluster-wide list is
+ * read in pages, the event loop free between them, instead of one answer parsed in one piece
+ * (200,000 Pods: a 9 s stall, 745 MiB at its peak, a stop held 4 s).
+ */
+export const LIST_PAGE_SIZE = 500;
 
 /** How long a deleted Pod stays findable (upstream: 5 minutes). */
 export const DELETED_POD_RETENTION_MS = 5 * 60_000;
@@ -114,6 +122,13 @@ export interface PodStoreStats {
   names: number;
   /** Full lists (the first one and every re-list). */
   lists: number;
+  /** Pages read (lists come in pages of {@linkcode LIST_PAGE_SIZE}). */
+  listPages: number;
+  /**
+   * Lists cut short at their page bound (twice `maxPods` over the page size): what they had
+   * was applied, no Pod marked deleted for missing from them.
+   */
+  listsTruncated: number;
   /** Re-lists caused by `410 Gone`. */
   relistsGone: number;
   /** Watches opened. */
@@ -193,6 +208,8 @@ export class PodStore {
   readonly #maxLabelBytes: number;
   readonly #stats = {
     lists: 0,
+    listPages: 0,
+    listsTruncated: 0,
     relistsGone: 0,
     watches: 0,
     events: 0,
@@ -367,13 +384,68 @@ export class PodStore {
    */
   replace(pods: readonly PodObject[]): void {
     const seen = new Set<string>();
+    this.#applyItems(pods, seen);
+    this.#reconcile(seen);
+  }
+
+  /** Applies list items, adding the uid of each to `seen`. */
+  #applyItems(pods: readonly PodObject[], seen: Set<string>): void {
     for (const p of pods) {
       if (!this.#applyChecked("MODIFIED", p)) continue;
       if (p.metadata?.uid !== undefined) seen.add(p.metadata.uid);
     }
+  }
+
+  /** Marks deleted every live Pod that a full list did not have. */
+  #reconcile(seen: Set<string>): void {
     for (const [uid, e] of this.#byUid) {
       if (e.deleted === 0 && !seen.has(uid)) this.#markDeleted(uid);
     }
+  }
+
+  /**
+   * Lists the Pods page by page, applying each, yielding to the event loop and checking for a
+   * stop between pages; then marks deleted the live Pods the list did not have. A continue token
+   * that expired (410) starts the list again. Returns the list's resourceVersion.
+   */
+  async #list(api: KubeApi, retry: RetryOptions, signal: AbortSignal): Promise<string> {
+    const maxPages = Math.ceil((2 * this.#maxPods) / LIST_PAGE_SIZE) + 1;
+    let seen = new Set<string>();
+    let rv = "";
+    let cont: string | undefined;
+    let pages = 0;
+    for (;;) {
+      const from = cont;
+      const page = await retrying("listing Pods", async (s) => {
+        try {
+          return await api.listPods(s, { limit: LIST_PAGE_SIZE, continue: from });
+        } catch (err) {
+          if (from !== undefined && statusOf(err) === 410) return undefined; // token expired
+          throw err;
+        }
+      }, retry);
+      if (page === undefined) {
+        this.#stats.relistsGone++;
+        log.info("Pod list's continue token expired (410): listing again", { pages });
+        [seen, rv, cont, pages] = [new Set(), "", undefined, 0];
+        continue;
+      }
+      this.#stats.listPages++;
+      if (pages++ === 0) rv = page.resourceVersion;
+      this.#applyItems(page.items as PodObject[], seen);
+      cont = page.continue;
+      if (cont === undefined) break;
+      if (pages >= maxPages) {
+        this.#stats.listsTruncated++;
+        this.#limitReached("maxPods", `a list cut at ${pages} pages (no deletions inferred)`);
+        return rv;
+      }
+      // The event loop runs between pages (flows, the API, a stop).
+      await new Promise((r) => setTimeout(r, 0));
+      if (signal.aborted) throw new RetryAborted();
+    }
+    this.#reconcile(seen);
+    return rv;
   }
 
   /** Runs the informer on `api` in the background until {@linkcode stop}. */
@@ -558,14 +630,9 @@ export class PodStore {
     while (!signal.aborted) {
       try {
         if (rv === "") {
-          // A cluster-wide list can be large: a longer bound than the other calls.
-          const list = await retrying("listing Pods", (signal) => api.listPods(signal), {
-            attemptTimeoutMs: 120_000,
-            ...retry,
-          });
-          this.replace(list.items as PodObject[]);
+          // A page can still be large (big Pods): a longer bound than the other calls.
+          rv = await this.#list(api, { attemptTimeoutMs: 120_000, ...retry }, signal);
           this.#stats.lists++;
-          rv = list.resourceVersion;
           if (!this.#isSynced) {
             this.#isSynced = true;
             this.#synced.resolve();

@@ -366,7 +366,7 @@ export class FakeKubeApiServer {
       if (req.method === "GET") {
         const watch = u.searchParams.get("watch");
         if (watch === "true" || watch === "1") return this.#watch(resource, ns, u);
-        return json(this.#list(resource, ns));
+        return json(this.#list(resource, ns, u));
       }
       if (req.method === "POST" && ns !== undefined) {
         const obj = await req.json() as KubeObject;
@@ -445,12 +445,23 @@ export class FakeKubeApiServer {
     return [...this.#objects].filter(([k]) => k.startsWith(prefix)).map(([, o]) => o);
   }
 
-  #list(resource: Resource, ns: string | undefined): KubeObject {
+  /**
+   * A list, in pages when the request has a `limit` (the continue token is the version of the
+   * first page and the offset of the next; the pages are cut from the current objects).
+   */
+  #list(resource: Resource, ns: string | undefined, u: URL): KubeObject {
+    const all = this.#matching(resource, ns);
+    const limit = Number(u.searchParams.get("limit") ?? 0);
+    const [rv, offset] = (u.searchParams.get("continue") ?? `${this.#rv}:0`).split(":");
+    const end = limit > 0 ? Number(offset) + limit : all.length;
     return {
       kind: `${RESOURCES[resource]}List`,
       apiVersion: "v1",
-      metadata: { resourceVersion: String(this.#rv) },
-      items: this.#matching(resource, ns),
+      metadata: {
+        resourceVersion: rv,
+        ...(end < all.length ? { continue: `${rv}:${end}` } : {}),
+      },
+      items: all.slice(Number(offset), end),
     };
   }
 

@@ -554,3 +554,45 @@ Deno.test("pod store informer: watches that send an event but advance nothing ba
     await cleanup();
   }
 });
+
+Deno.test("pod store informer: the list is read in pages of 500, an expired continue token lists again", async () => {
+  await withInformer(async ({ server, store, run }) => {
+    for (let i = 0; i < 1200; i++) server.put("pods", pod(`p${i}`, `10.15.${i >> 8}.${i & 255}`));
+    // The second page's token has expired: the list starts again from its first page.
+    server.fault({
+      match: { method: "GET", path: "/api/v1/pods", query: "continue=" },
+      status: 410,
+    });
+    await run();
+    const lists = server.requests.filter((r) =>
+      r.url.startsWith("/api/v1/pods?") && !/watch=/.test(r.url)
+    );
+    assert.deepEqual(
+      lists.map((r) => [new URL(r.url, "http://x").searchParams.get("limit"), r.status]),
+      [["500", 200], ["500", 410], ["500", 200], ["500", 200], ["500", 200]],
+    );
+    assert.ok(lists.slice(3).every((r) => r.url.includes("continue=")));
+    const s = store.stats();
+    assert.deepEqual([s.pods, s.lists, s.listPages, s.relistsGone], [1200, 1, 4, 1]);
+    assert.equal(store.lookup("10.15.4.175", T0)?.name, "p1199");
+  });
+});
+
+Deno.test("pod store informer: a list of more pages than maxPods needs is cut, no Pod marked deleted", async () => {
+  const server = await new FakeKubeApiServer().start();
+  const { api, cleanup } = await connectTestApi(server);
+  const clock = new ManualClock();
+  const store = new PodStore({ clock, attemptTimeoutMs: 3_600_000, maxPods: 5 });
+  try {
+    for (let i = 0; i < 1600; i++) server.put("pods", pod(`p${i}`, `10.16.${i >> 8}.${i & 255}`));
+    store.start(api);
+    await settleDriving(clock, store.whenSynced());
+    const s = store.stats();
+    assert.deepEqual([s.pods, s.listPages, s.listsTruncated], [5, 2, 1]);
+    assert.equal(store.lookup("10.16.0.0", T0)?.name, "p0", "the Pods held stay live");
+  } finally {
+    await store.stop();
+    await server.stop();
+    await cleanup();
+  }
+});

@@ -11,7 +11,7 @@ import { ManualClock } from "../../src/clock.ts";
 import { parseConfig } from "../../src/components.ts";
 import type { Exporter } from "../../src/exporters/exporter.ts";
 import { FlowAggregator } from "../../src/flow_aggregator.ts";
-import { type PodObject, PodStore } from "../../src/k8s/pod_store.ts";
+import { MAX_IPS_PER_POD, type PodObject, PodStore } from "../../src/k8s/pod_store.ts";
 import { agentRecord } from "../_helpers/agent_record.ts";
 import { connectTestApi, FakeKubeApiServer, type KubeObject } from "../_helpers/k8s_server.ts";
 import { pollUntil, settleDriving, waitFor } from "../_helpers/wait.ts";
@@ -595,4 +595,44 @@ Deno.test("pod store informer: a list of more pages than maxPods needs is cut, n
     await server.stop();
     await cleanup();
   }
+});
+
+Deno.test("pod store: a Pod's IPs are indexed at most MAX_IPS_PER_POD, the rest counted", () => {
+  const store = new PodStore({ clock: new ManualClock() });
+  const many = pod("many", "10.17.0.0");
+  many.status!.podIPs = Array.from(
+    { length: 5000 },
+    (_, i) => ({ ip: `10.17.${i >> 8}.${i & 255}` }),
+  );
+  store.apply("ADDED", many);
+  assert.equal(store.stats().ips, MAX_IPS_PER_POD);
+  assert.equal(store.stats().ipsDropped, 5000 - MAX_IPS_PER_POD);
+  assert.equal(store.lookup("10.17.0.0", T0)?.name, "many");
+});
+
+Deno.test("pod store: removing Pods that shared one IP visits each once, not all of them per Pod", () => {
+  const clock = new ManualClock();
+  const store = new PodStore({ clock, retentionMs: 1000 });
+  const n = 5000;
+  for (let i = 0; i < n; i++) {
+    const p = pod(`p${i}`, "10.18.0.1", { uid: `u${i}` });
+    store.apply("ADDED", p);
+    store.apply("DELETED", p);
+  }
+  // Elements the removal sweep walks through with array methods (the old index filtered every
+  // Pod on the IP for each one removed: n² / 2).
+  let visited = 0;
+  const filter = Array.prototype.filter;
+  Array.prototype.filter = function (this: unknown[], ...args: unknown[]) {
+    visited += this.length;
+    return filter.apply(this, args as Parameters<typeof filter>);
+  } as typeof filter;
+  try {
+    clock.advance(2000);
+  } finally {
+    Array.prototype.filter = filter;
+  }
+  assert.equal(store.stats().pods, 0);
+  assert.equal(store.stats().ips, 0);
+  assert.ok(visited <= 10 * n, `${visited} elements visited for ${n} Pods`);
 });

@@ -21,6 +21,7 @@
  * rate-limited.
  */
 
+import { canonicalAnyAddress } from "../aggregation/flow_key.ts";
 import type { PodInfo } from "../aggregation/mod.ts";
 import type { Clock, ClockTimer } from "../clock.ts";
 import { LIMIT_KEYS } from "../config/limits.ts";
@@ -147,7 +148,7 @@ export interface PodStoreStats {
   deletedForgottenEarly: number;
   /** Pods held without their labels, over `maxPodLabelBytes`. */
   labelsDropped: number;
-  /** IPs of a Pod not indexed, past {@linkcode MAX_IPS_PER_POD}. */
+  /** IPs of a Pod not indexed: past {@linkcode MAX_IPS_PER_POD}, or text that is no IP. */
   ipsDropped: number;
 }
 
@@ -172,21 +173,27 @@ function putOf(e: PodEntry): PodChange {
 /** Most IPs indexed for one Pod (Kubernetes gives a Pod one per family). */
 export const MAX_IPS_PER_POD = 16;
 
-/** The Pod's IPs, each once, at most {@linkcode MAX_IPS_PER_POD}; `dropped` counts the rest. */
+/**
+ * The Pod's IPs in canonical text (as flows are looked up: `FD00:0:0:0::5` is `fd00::5`), each
+ * once, at most {@linkcode MAX_IPS_PER_POD}; `dropped` counts the rest and text that is no IP.
+ */
 function podIps(pod: PodObject): { ips: string[]; dropped: number } {
   // Each IP once (a Pod listing one twice would be indexed twice and unindexed once), in a Set:
   // a list of 195k IPs took 45 s with a linear search per IP. An entry that is not an object
   // with a string `ip` is skipped.
   const ips = new Set<string>();
   let dropped = 0;
+  const add = (text: string): void => {
+    const ip = canonicalAnyAddress(text);
+    if (ip === undefined || (!ips.has(ip) && ips.size >= MAX_IPS_PER_POD)) dropped++;
+    else ips.add(ip);
+  };
   for (const p of pod.status?.podIPs ?? []) {
     const ip = (p as { ip?: unknown } | null)?.ip;
-    if (typeof ip !== "string" || ip === "" || ips.has(ip)) continue;
-    if (ips.size < MAX_IPS_PER_POD) ips.add(ip);
-    else dropped++;
+    if (typeof ip === "string" && ip !== "") add(ip);
   }
   if (ips.size === 0 && typeof pod.status?.podIP === "string" && pod.status.podIP !== "") {
-    ips.add(pod.status.podIP);
+    add(pod.status.podIP);
   }
   return { ips: [...ips], dropped };
 }

@@ -636,3 +636,15 @@ Deno.test("pod store: removing Pods that shared one IP visits each once, not all
   assert.equal(store.stats().ips, 0);
   assert.ok(visited <= 10 * n, `${visited} elements visited for ${n} Pods`);
 });
+
+Deno.test("pod store: IPs are indexed in canonical text, as flows look them up", () => {
+  const store = new PodStore({ clock: new ManualClock() });
+  const dual = pod("dual", "10.19.0.5");
+  dual.status!.podIPs = [{ ip: "10.19.0.5" }, { ip: "FD00:0:0:0::5" }, { ip: "not-an-ip" }];
+  store.apply("ADDED", dual);
+  store.apply("ADDED", pod("v6", "fd00:0000::6"));
+  assert.equal(store.lookup("fd00::5", T0)?.name, "dual");
+  assert.equal(store.lookup("fd00::6", T0)?.name, "v6");
+  assert.equal(store.lookup("10.19.0.5", T0)?.name, "dual");
+  assert.deepEqual([store.stats().ips, store.stats().ipsDropped], [3, 1]);
+});

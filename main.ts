@@ -497,6 +497,7 @@ async function run(opts: CliOptions): Promise<number> {
     namespace,
     configCounters: watcher === undefined ? undefined : () => watcher.stats(),
     logFileCounters: logFiles === undefined ? undefined : () => logFiles.stats(),
+    podStoreCounters: store === undefined ? undefined : () => store.stats(),
     certificates,
     clusterUuid: () => identity.current(),
     hooks: store === undefined ? undefined : { lookupPod: (ip, t) => store.lookup(ip, t) },
@@ -516,11 +517,11 @@ async function run(opts: CliOptions): Promise<number> {
     },
   });
   identity.onChange(() => void fa.clusterUuidChanged());
-  // The Kubernetes side's counters, next to the aggregator's own metrics line.
+  // The Kubernetes side's other counters (the Pod store's are on the metrics line and
+  // `/metrics`), next to the aggregator's own metrics line.
   const logKubeMetrics = (): void => {
     if (api === undefined) return;
     log.info("kubernetes metrics", {
-      ...prefixed("podStore.", podStore?.stats() ?? {}),
       ...prefixed("certificates.", publisher?.stats() ?? {}),
       clusterUuidSource: identity.source,
     });

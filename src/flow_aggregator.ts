@@ -53,7 +53,7 @@ import { type ProcessStats, processStats } from "./process_stats.ts";
 import type { ApiFrontStats } from "./api/front.ts";
 import type { KlogFilesStats } from "./log/mod.ts";
 import type { ShardPool, ShardPoolStats } from "./shard/pool.ts";
-import type { PodReplicaSource } from "./k8s/pod_store.ts";
+import type { PodReplicaSource, PodStoreStats } from "./k8s/pod_store.ts";
 import { applyCoreSettings, type SettableCore, type ShardSettings } from "./shard/protocol.ts";
 import type { GeneratedCertificates } from "./pki/certificates.ts";
 
@@ -148,6 +148,8 @@ export interface FlowAggregatorOptions {
    * {@linkcode FlowAggregator.stats} as `logFiles`.
    */
   logFileCounters?: () => KlogFilesStats;
+  /** The Pod store's counters (with a cluster), part of {@linkcode FlowAggregator.stats}. */
+  podStoreCounters?: () => PodStoreStats;
   /**
    * Longest wait for one exporter's `stop()` (final flush) before giving up on it, so a stuck
    * sink (hung disk or peer) cannot hang a shutdown or a reload forever. Default 10 s.
@@ -206,6 +208,8 @@ export interface FlowAggregatorStats extends RecordMetrics, Partial<ConfigWatche
   process?: ProcessStats;
   /** The klog log files' counters, when the process writes them (`--logtostderr=false`). */
   logFiles?: KlogFilesStats;
+  /** The Pod store's counters, with a cluster. */
+  podStore?: PodStoreStats;
 }
 
 function transportOf(p: TransportProtocol): "udp" | "tcp" | "tls" {
@@ -783,6 +787,7 @@ export class FlowAggregator {
       ...this.#apiStatsField(),
       process: processStats(),
       ...this.#logFilesField(),
+      ...this.#podStoreField(),
     };
   }
 
@@ -1040,6 +1045,11 @@ export class FlowAggregator {
     return logFiles === undefined ? {} : { logFiles };
   }
 
+  #podStoreField(): { podStore?: PodStoreStats } {
+    const podStore = this.#opts.podStoreCounters?.();
+    return podStore === undefined ? {} : { podStore };
+  }
+
   #apiStatsField(): { api?: ApiFrontStats } {
     const api = this.apiStats?.();
     return api === undefined ? {} : { api };
@@ -1157,13 +1167,15 @@ export class FlowAggregator {
  * `<section>.sink.*`).
  */
 export function statsFields(stats: FlowAggregatorStats): LogFields {
-  const { aggregation, collector, exporters, shards, api, process, logFiles, ...own } = stats;
+  const { aggregation, collector, exporters, shards, api, process, logFiles, podStore, ...own } =
+    stats;
   const fields: LogFields = {};
   counterFields(own, "", fields);
   if (shards !== undefined) counterFields(shards, "shards.", fields);
   if (api !== undefined) counterFields(api, "api.", fields);
   if (process !== undefined) counterFields(process, "process.", fields);
   if (logFiles !== undefined) counterFields(logFiles, "logFiles.", fields);
+  if (podStore !== undefined) counterFields(podStore, "podStore.", fields);
   fields.recordsAggregated = aggregation.recordsAccepted;
   fields.rejected = rejectedTotal(stats);
   counterFields(aggregation, "aggregation.", fields);

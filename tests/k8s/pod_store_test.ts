@@ -10,7 +10,8 @@ import type { ExportedFlow } from "../../src/aggregation/record.ts";
 import { ManualClock } from "../../src/clock.ts";
 import { parseConfig } from "../../src/components.ts";
 import type { Exporter } from "../../src/exporters/exporter.ts";
-import { FlowAggregator } from "../../src/flow_aggregator.ts";
+import { FlowAggregator, statsFields } from "../../src/flow_aggregator.ts";
+import { prometheusText } from "../../src/api/prometheus.ts";
 import { MAX_IPS_PER_POD, type PodObject, PodStore } from "../../src/k8s/pod_store.ts";
 import { agentRecord } from "../_helpers/agent_record.ts";
 import { connectTestApi, FakeKubeApiServer, type KubeObject } from "../_helpers/k8s_server.ts";
@@ -484,6 +485,23 @@ Deno.test("pod store: at maxPods the oldest deleted Pod makes room, then new Pod
   // The forgotten Pod's retention timer finds nothing left to remove.
   clock.advance(10 * 60_000);
   assert.equal(store.stats().pods, 3);
+});
+
+Deno.test("pod store: its counters are on the metrics line and in /metrics", () => {
+  const store = new PodStore({ clock: new ManualClock(), maxPods: 1 });
+  store.apply("ADDED", pod("a", "10.10.0.1"));
+  store.apply("ADDED", pod("b", "10.10.0.2"));
+  const fa = new FlowAggregator(parseConfig(""), {
+    manualSweep: true,
+    metricsLogIntervalMs: 0,
+    podStoreCounters: () => store.stats(),
+  });
+  const stats = fa.stats();
+  assert.deepEqual(stats.podStore, store.stats());
+  const fields = statsFields(stats);
+  assert.equal(fields["podStore.podsRefused"], 1);
+  assert.equal(fields["podStore.pods"], 1);
+  assert.match(prometheusText(stats), /^flow_aggregator_pod_store_pods_refused 1$/m);
 });
 
 Deno.test("pod store: a flood of Pods added and deleted holds at most maxPods", () => {

@@ -12,12 +12,50 @@
  */
 
 import type * as k8s from "@kubernetes/client-node";
+import { concatBytes } from "../bytes.ts";
 
 /** Longest a credential plugin may run before it is killed, ms. */
 export const EXEC_PLUGIN_TIMEOUT_MS = 10_000;
 
 /** Most bytes of a plugin's error output kept for the error message. */
 const STDERR_KEPT = 300;
+
+/**
+ * Most bytes of a plugin's answer (an `ExecCredential` is a few KB): past it the plugin is
+ * killed and the attempt fails, rather than its output growing this process's memory.
+ */
+export const MAX_ANSWER_BYTES = 1024 * 1024;
+
+/**
+ * The first `max` bytes of `stream`, read to its end (a child's pipe must be drained); `over`
+ * is called once when more arrived.
+ */
+async function collect(
+  stream: ReadableStream<Uint8Array>,
+  max: number,
+  over: () => void = () => {},
+): Promise<Uint8Array> {
+  const parts: Uint8Array[] = [];
+  let kept = 0;
+  let told = false;
+  for await (const chunk of stream) {
+    const room = max - kept;
+    if (chunk.length <= room) {
+      parts.push(chunk);
+      kept += chunk.length;
+      continue;
+    }
+    if (room > 0) {
+      parts.push(chunk.subarray(0, room));
+      kept = max;
+    }
+    if (!told) {
+      told = true;
+      over();
+    }
+  }
+  return concatBytes(parts);
+}
 
 /** A kubeconfig user's `exec` section (the fields used). */
 interface ExecConfig {
@@ -135,18 +173,31 @@ export class ExecCredentials {
       kill();
     }, this.#timeoutMs);
     globalThis.addEventListener("unload", kill);
+    let tooLong = false;
     try {
-      const out = await child.output();
+      const [stdout, stderr, status] = await Promise.all([
+        collect(child.stdout, MAX_ANSWER_BYTES, () => {
+          tooLong = true;
+          kill();
+        }),
+        collect(child.stderr, STDERR_KEPT),
+        child.status,
+      ]);
+      if (tooLong) {
+        throw new Error(
+          `credential plugin ${exec.command} wrote over ${MAX_ANSWER_BYTES} bytes: killed`,
+        );
+      }
       if (timedOut) {
         throw new Error(
           `credential plugin ${exec.command} gave no answer within ${this.#timeoutMs} ms: killed`,
         );
       }
-      if (!out.success) {
-        const stderr = new TextDecoder().decode(out.stderr.subarray(0, STDERR_KEPT)).trim();
-        throw new Error(`credential plugin ${exec.command} failed (exit ${out.code}): ${stderr}`);
+      if (!status.success) {
+        const text = new TextDecoder().decode(stderr).trim();
+        throw new Error(`credential plugin ${exec.command} failed (exit ${status.code}): ${text}`);
       }
-      return JSON.parse(new TextDecoder().decode(out.stdout)) as ExecCredential;
+      return JSON.parse(new TextDecoder().decode(stdout)) as ExecCredential;
     } finally {
       clearTimeout(timer);
       globalThis.removeEventListener("unload", kill);

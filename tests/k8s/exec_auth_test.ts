@@ -6,6 +6,7 @@
 
 import assert from "node:assert/strict";
 import { connectKube, resolveKubeTarget } from "../../src/k8s/client.ts";
+import { MAX_ANSWER_BYTES } from "../../src/k8s/exec_auth.ts";
 import { watchStream } from "../../src/k8s/watch.ts";
 import { FakeKubeApiServer } from "../_helpers/k8s_server.ts";
 import { waitFor } from "../_helpers/wait.ts";
@@ -139,5 +140,24 @@ Deno.test("exec credentials: requests waiting for a credential share one plugin 
     await api.getConfigMap("ns", "none");
     assert.equal((await calls()).length, 1, "one plugin run for five requests");
     assert.ok(server.requests.every((r) => r.status === 404), "each carried the plugin's token");
+  });
+});
+
+Deno.test("exec credentials: a plugin writing without end is killed at the answer bound, its output not kept", async () => {
+  await withPlugin(async ({ kubeconfig }) => {
+    // `yes` writes without end: before the bound, its output grew in memory until the timeout.
+    const config = await kubeconfig("exec yes credential");
+    const target = await resolveKubeTarget({ kubeconfig: config, env: () => undefined });
+    const api = await connectKube(target!, { execPluginTimeoutMs: 60_000 });
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const outcome = await Promise.race([
+      api.getConfigMap("ns", "x").then(() => "answered", (err) => `failed: ${err}`),
+      new Promise<string>((r) => timer = setTimeout(() => r("still waiting after 20 s"), 20_000)),
+    ]);
+    clearTimeout(timer);
+    assert.match(
+      outcome,
+      new RegExp(`credential plugin bash wrote over ${MAX_ANSWER_BYTES} bytes`),
+    );
   });
 });

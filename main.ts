@@ -37,6 +37,7 @@ import {
   setLogLevel,
 } from "./src/log.ts";
 import {
+  boolFlag,
   KLOG_DEFAULTS,
   klogFileDir,
   type KlogFlags,
@@ -263,24 +264,28 @@ export function parseArgs(args: readonly string[]): CliOptions {
         if (v >= 4) opts.logLevel = "debug";
         break;
       }
+      // Boolean flags as Go's: `--version=no` is refused, `--exporters-in-process=false` is off.
       case "per-sink":
-        opts.perSink = true;
+        opts.perSink = boolFlag(name, inline);
         break;
       case "exporters-in-process":
-        opts.exportersInProcess = true;
+        opts.exportersInProcess = boolFlag(name, inline);
         break;
       case "version":
-        opts.version = true;
+        opts.version = boolFlag(name, inline);
         break;
       case "help":
       case "h":
-        opts.help = true;
+        opts.help = boolFlag(name, inline);
         break;
       default:
         if (!parseKlogFlag(opts.klog, { name, inline, next: value })) {
           throw new Error(`unknown flag --${name}`);
         }
     }
+  }
+  if (opts.perSink && !opts.permissions) {
+    throw new Error("--per-sink is a flag of the permissions subcommand");
   }
   return opts;
 }
@@ -535,14 +540,25 @@ async function run(opts: CliOptions): Promise<number> {
   const done = Promise.withResolvers<void>();
   const onSignal = (sig: Deno.Signal) => () => {
     if (stopping) {
-      log.warn("Received second signal, will force exit", { signal: sig });
+      // What the exit throws away is counted in the last lines (it was lost without a number):
+      // the flows held, and every counter (the sinks' buffered records among them).
+      log.warn(
+        "Received second signal, will force exit: the flows held and what the sinks hold are lost",
+        {
+          signal: sig,
+          flowsHeld: fa.stats().numFlows,
+        },
+      );
+      fa.logMetrics();
       Deno.exit(1);
     }
     stopping = true;
     log.info("Stopping flow aggregator", { signal: sig });
     done.resolve();
   };
-  const signals: Deno.Signal[] = ["SIGTERM", "SIGINT", "SIGQUIT"];
+  // SIGHUP too (a closed terminal): its default action ended the process without a stop, every
+  // held flow lost (upstream dies on it likewise).
+  const signals: Deno.Signal[] = ["SIGTERM", "SIGINT", "SIGQUIT", "SIGHUP"];
   const handlers = signals.map((s) => {
     const h = onSignal(s);
     Deno.addSignalListener(s, h);
@@ -560,7 +576,15 @@ async function run(opts: CliOptions): Promise<number> {
     tlsMinVersion: config.apiServer.tlsMinVersion,
     limits: config.limits,
   });
-  apiServer.catch((err) => done.reject(err));
+  // The API failing to start (a bad cipher name, its port in use) ends the process, after a
+  // stop like a signal's: what was collected meanwhile is exported, not dropped uncounted.
+  let apiFailure: Error | undefined;
+  apiServer.catch((err) => {
+    apiFailure = err as Error;
+    stopping = true;
+    log.error("API server failed to start: stopping", { err });
+    done.resolve();
+  });
   await done.promise;
   await watcher?.stop();
   await fa.stop();
@@ -569,8 +593,9 @@ async function run(opts: CliOptions): Promise<number> {
   await publisher?.stop();
   await podStore?.stop();
   await identity.stop();
-  await (await apiServer).close();
+  if (apiFailure === undefined) await (await apiServer).close();
   for (const [s, h] of handlers) Deno.removeSignalListener(s, h);
+  if (apiFailure !== undefined) throw apiFailure;
   log.info("flow aggregator stopped");
   return 0;
 }

@@ -535,7 +535,7 @@ export class FlowAggregator {
     const every = this.#opts.metricsLogIntervalMs ?? 60_000;
     // stop() may have run during the awaits above; it cleared the timers before they existed.
     if (every > 0 && this.#state === "running") {
-      this.#metricsTimer = setInterval(() => this.#logMetrics(), every);
+      this.#metricsTimer = setInterval(() => this.logMetrics(), every);
       Deno.unrefTimer(this.#metricsTimer);
     }
   }
@@ -603,7 +603,7 @@ export class FlowAggregator {
         });
       }
     }
-    this.#logMetrics();
+    this.logMetrics();
     this.#state = "stopped";
   }
 
@@ -1021,10 +1021,21 @@ export class FlowAggregator {
       },
       (records, ctx, raw) => this.ingest(records, ctx, raw),
     );
-    await collector.start();
+    const address = this.#opts.listenAddress ?? "[::]:4739";
+    try {
+      await collector.start();
+    } catch (err) {
+      // "Address already in use" alone named neither the listener nor the address.
+      throw new Error(
+        `IPFIX collector (${protocol.toUpperCase()}) cannot listen on ${address}: ${
+          (err as Error).message
+        }`,
+        { cause: err },
+      );
+    }
     this.#collector = collector;
     log.info(`Started ${protocol.toUpperCase()} collecting process`, {
-      address: this.#opts.listenAddress ?? "[::]:4739",
+      address,
       port: collector.port,
     });
   }
@@ -1153,8 +1164,8 @@ export class FlowAggregator {
     this.#arm();
   }
 
-  /** One info line with every counter ({@linkcode statsFields}). */
-  #logMetrics(): void {
+  /** One info line with every counter ({@linkcode statsFields}): every minute, at stop, now. */
+  logMetrics(): void {
     log.info("record metrics", statsFields(this.stats()));
   }
 }

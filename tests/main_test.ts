@@ -128,6 +128,16 @@ Deno.test("main: --version, --help and -h", () => {
   assert.equal(parseArgs(["-h"]).help, true);
 });
 
+Deno.test("main: boolean flags read as Go's (=false is off, another value refused); --per-sink is the permissions subcommand's", () => {
+  // Was: --exporters-in-process=false turned it on, --version=no printed the version.
+  assert.equal(parseArgs(["--exporters-in-process=false"]).exportersInProcess, false);
+  assert.equal(parseArgs(["--exporters-in-process=true"]).exportersInProcess, true);
+  assert.throws(() => parseArgs(["--version=no"]), /invalid boolean value "no" for flag --version/);
+  assert.equal(parseArgs(["permissions", "--per-sink"]).perSink, true);
+  // Was: ignored, and the collector started.
+  assert.throws(() => parseArgs(["--per-sink"]), /--per-sink is a flag of the permissions/);
+});
+
 Deno.test("main: unknown flags, positional arguments and missing values are errors", () => {
   assert.throws(() => parseArgs(["--nope"]), /unknown flag --nope/);
   assert.throws(() => parseArgs(["run"]), /unexpected argument "run"/);

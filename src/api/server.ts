@@ -114,11 +114,22 @@ export async function startApiServer(
     onBusy: (reason) => front?.countBusy(reason),
   });
   // [::] falls back to 0.0.0.0 where IPv6 is off; an explicit address is used as given.
-  const listener = bindTcp({
-    hostname: opts.hostname ?? "::",
-    port: opts.port,
-    wildcard: opts.hostname === undefined,
-  });
+  let listener: Deno.TcpListener;
+  try {
+    listener = bindTcp({
+      hostname: opts.hostname ?? "::",
+      port: opts.port,
+      wildcard: opts.hostname === undefined,
+    });
+  } catch (err) {
+    const where = opts.hostname?.includes(":") ? `[${opts.hostname}]` : opts.hostname ?? "[::]";
+    throw new Error(
+      `API server cannot listen on ${where}:${opts.port}: ${(err as Error).message}`,
+      {
+        cause: err,
+      },
+    );
+  }
   const address = listener.addr;
   front = new ApiFront(
     listener,

@@ -18,7 +18,28 @@ export async function readConfigFile(
   path: string,
   max = MAX_CONFIG_FILE_BYTES,
 ): Promise<string> {
-  using file = await Deno.open(path);
+  let file: Deno.FsFile;
+  try {
+    file = await Deno.open(path);
+  } catch (err) {
+    // "Is a directory (os error 21)" alone did not say which file.
+    throw new Error(`cannot read configuration file ${path}: ${(err as Error).message}`, {
+      cause: err,
+    });
+  }
+  try {
+    return await readBounded(file, path, max);
+  } catch (err) {
+    if ((err as Error).message.includes(path)) throw err;
+    throw new Error(`cannot read configuration file ${path}: ${(err as Error).message}`, {
+      cause: err,
+    });
+  } finally {
+    file.close();
+  }
+}
+
+async function readBounded(file: Deno.FsFile, path: string, max: number): Promise<string> {
   // The size announced sizes the buffer; the read is bounded whatever the file does meanwhile.
   let buf = new Uint8Array(Math.min((await file.stat()).size, max) + 1);
   let n = 0;

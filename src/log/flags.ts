@@ -95,6 +95,14 @@ function goBool(name: string, text: string): boolean {
   throw new Error(`invalid boolean value "${text}" for flag --${name}`);
 }
 
+/**
+ * A boolean flag as Go's flag package reads it: set by its name alone, or `--name=false` (any
+ * of `strconv.ParseBool`'s spellings); any other value is refused, naming the flag.
+ */
+export function boolFlag(name: string, inline: string | undefined): boolean {
+  return inline === undefined ? true : goBool(name, inline);
+}
+
 function natural(name: string, text: string): number {
   const n = Number(text);
   if (text.trim() === "" || !Number.isSafeInteger(n) || n < 0) {
@@ -110,7 +118,7 @@ function natural(name: string, text: string): number {
 export function parseKlogFlag(flags: KlogFlags, flag: FlagOccurrence): boolean {
   const { name } = flag;
   const value = (): string => flag.inline ?? flag.next();
-  const bool = (): boolean => flag.inline === undefined ? true : goBool(name, flag.inline);
+  const bool = (): boolean => boolFlag(name, flag.inline);
   switch (name) {
     case "logtostderr":
       flags.logtostderr = bool();

@@ -6,6 +6,7 @@
  */
 
 export {
+  boolFlag,
   type FlagOccurrence,
   KLOG_DEFAULTS,
   KLOG_FILE_ENV,

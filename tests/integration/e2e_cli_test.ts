@@ -157,9 +157,72 @@ Deno.test("cli: a collector port already in use is fatal (exit 255), not a silen
       });
       assert.equal(r.code, 255, r.stderr);
       assert.match(r.stderr, /Error running flow aggregator/);
-      assert.ok(r.stderr.includes(String(port)) || /in use/i.test(r.stderr), r.stderr);
+      // Was "Address already in use (os error 98)" alone: which listener, which address?
+      assert.ok(
+        r.stderr.includes(`IPFIX collector (TLS) cannot listen on 127.0.0.1:${port}`),
+        r.stderr,
+      );
     } finally {
       busy.close();
+    }
+  });
+});
+
+Deno.test("cli: an API port in use stops the started process as a signal does (the held flow exported), then exits 255 naming the API and its address", async () => {
+  await withTempDir(async (dir) => {
+    const busy = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    try {
+      const apiPort = (busy.addr as Deno.NetAddr).port;
+      const fa = await FaProcess.startWithConfig(
+        dir,
+        flowLogConfig(`${dir}/flows.log`, { activeTimeout: "1h", inactiveTimeout: "1h" }),
+        { args: ["--api-listen", `127.0.0.1:${apiPort}`] },
+      );
+      try {
+        const status = await fa.status;
+        assert.equal(status.code, 255, fa.stderr);
+        assert.ok(
+          fa.stderr.includes(`API server cannot listen on 127.0.0.1:${apiPort}`),
+          fa.stderr,
+        );
+        // Was: exit at once, without the stop (a record collected meanwhile lost uncounted).
+        assert.equal(fa.find({ msg: "API server failed to start: stopping" }).length, 1);
+        assert.ok(fa.find({ msg: "record metrics" }).length >= 1, "the stop's metrics line");
+      } finally {
+        await fa.dispose();
+      }
+    } finally {
+      busy.close();
+    }
+  });
+});
+
+Deno.test("cli: a configuration path that is a directory exits 255 naming it", async () => {
+  await withTempDir(async (dir) => {
+    const r = await runToExit({ args: ["--config", dir], cwd: dir });
+    assert.equal(r.code, 255, r.stderr);
+    // Was "Is a directory (os error 21)" alone.
+    assert.ok(r.stderr.includes(`cannot read configuration file ${dir}`), r.stderr);
+  });
+});
+
+Deno.test("cli: SIGHUP stops the process as SIGTERM does, the held flow exported", async () => {
+  await withTempDir(async (dir) => {
+    const fa = await FaProcess.startWithConfig(
+      dir,
+      flowLogConfig(`${dir}/flows.log`, { activeTimeout: "1h", inactiveTimeout: "1h" }),
+      { args: ["--log-level", "debug"] },
+    );
+    try {
+      const port = await fa.collectorPort();
+      // Was: exit 129 at once, no stop, the flow lost.
+      const status = await sendThenStop(fa, port, [intraNodeRecord(46_201)], "SIGHUP");
+      assert.equal(status.code, 0, fa.stderr);
+      assert.equal(fa.find({ msg: "Stopping flow aggregator", signal: "SIGHUP" }).length, 1);
+      const lines = await readFlowLog(`${dir}/flows.log`);
+      assert.deepEqual(lines.map(lineKey), [intraNodeKey(46_201)]);
+    } finally {
+      await fa.dispose();
     }
   });
 });

@@ -230,19 +230,20 @@ export function wrongVersionMessage(odid: number, record: DataRecord): Uint8Arra
 /**
  * Sends `records` from one TCP Agent (`k8s-node-1`) to the process's collector at `port`, waits
  * until the process has read them all (its debug event "session closed" after the Agent's EOF),
- * then stops it with SIGTERM and returns the exit status.
+ * then stops it with `signal` (SIGTERM) and returns the exit status.
  */
 export async function sendThenStop(
   fa: FaProcess,
   port: number,
   records: readonly DataRecord[],
+  signal: Deno.Signal = "SIGTERM",
 ): Promise<Deno.CommandStatus> {
   const agent = await SimAgent.connect("k8s-node-1", port, "tcp");
   await agent.sendTemplates();
   for (const r of records) await agent.sendRecord(r);
   agent.close();
   await fa.waitFor({ msg: "session closed" }, 10_000);
-  return await fa.stop("SIGTERM");
+  return await fa.stop(signal);
 }
 
 /**

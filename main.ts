@@ -28,6 +28,7 @@ import {
 } from "./src/collector/mod.ts";
 import { FlowAggregator } from "./src/flow_aggregator.ts";
 import {
+  DEBUG_VERBOSITY,
   isLogFormat,
   isLogLevel,
   type LogFormat,
@@ -35,6 +36,7 @@ import {
   type LogLevel,
   setLogFormat,
   setLogLevel,
+  setVerbosity,
 } from "./src/log.ts";
 import {
   boolFlag,
@@ -127,6 +129,8 @@ configured server) the v1.13 ClickHouse flows table and its views.
 /** Parsed command line. */
 export interface CliOptions {
   config?: string;
+  /** `--v`: klog verbosity (debug lines from `DEBUG_VERBOSITY` on; `/loglevel` reads it). */
+  verbosity?: number;
   listen?: string;
   certDir?: string;
   /** `--api-listen`: the API's address; default `[::]:<apiServer.apiPort>`. */
@@ -261,7 +265,8 @@ export function parseArgs(args: readonly string[]): CliOptions {
       case "v": {
         const v = Number(value());
         if (!Number.isInteger(v) || v < 0) throw new Error(`--v needs a non-negative integer`);
-        if (v >= 4) opts.logLevel = "debug";
+        opts.verbosity = v;
+        if (v >= DEBUG_VERBOSITY) opts.logLevel = "debug";
         break;
       }
       // Boolean flags as Go's: `--version=no` is refused, `--exporters-in-process=false` is off.
@@ -413,6 +418,7 @@ if (import.meta.main && Deno.args[0] === "clickhouse") {
 }
 
 async function run(opts: CliOptions): Promise<number> {
+  if (opts.verbosity !== undefined) setVerbosity(opts.verbosity);
   setLogLevel(opts.logLevel);
   setLogFormat(opts.logFormat);
   const logOutput = startLogOutput(opts.klog);

@@ -67,6 +67,31 @@ export function setLogLevel(level: LogLevel): void {
   state.level = LEVELS[level];
 }
 
+/**
+ * klog verbosity from which our debug lines are written (upstream's per-minute counters and
+ * Pod store events, what our debug level holds, are V(4) lines): `--v` and `/loglevel` alike.
+ */
+export const DEBUG_VERBOSITY = 4;
+
+/** The klog verbosity last set (`--v`, `/loglevel`). */
+let verbosity = 0;
+
+/** Sets the klog verbosity: debug lines from {@linkcode DEBUG_VERBOSITY} on. */
+export function setVerbosity(v: number): void {
+  verbosity = v;
+  setLogLevel(v >= DEBUG_VERBOSITY ? "debug" : "info");
+}
+
+/**
+ * The klog verbosity in force: the number last set while the level agrees with it, else the
+ * level's (`--log-level debug` reads as {@linkcode DEBUG_VERBOSITY}).
+ */
+export function logVerbosity(): number {
+  const debug = state.level === LEVELS.debug;
+  if (debug === verbosity >= DEBUG_VERBOSITY) return verbosity;
+  return debug ? DEBUG_VERBOSITY : 0;
+}
+
 /** Returns true if `s` is a line format name. */
 export function isLogFormat(s: string): s is LogFormat {
   return (FORMATS as readonly string[]).includes(s);

@@ -10,7 +10,7 @@
 
 import type { FlowKey } from "../aggregation/record.ts";
 import { type FlowAggregatorStats, rejectedTotal } from "../flow_aggregator.ts";
-import { logger, type LogLevel, logSettings, setLogLevel } from "../log.ts";
+import { logger, logVerbosity, setVerbosity } from "../log.ts";
 import type { LiveHub } from "./live.ts";
 import { prometheusText } from "./prometheus.ts";
 import { UI_HTML } from "./ui_page.ts";
@@ -162,19 +162,18 @@ export function recordMetricsJson(s: FlowAggregatorStats): string {
   return JSON.stringify(out);
 }
 
-/** klog verbosity of a log level (0 = info; debug is the verbose level). */
-function verbosityOf(level: LogLevel): number {
-  return level === "debug" ? 4 : 0;
-}
+/** Largest `/loglevel?level=` (klog's verbosity is an int32). */
+const MAX_VERBOSITY = 2 ** 31 - 1;
 
 function logLevel(url: URL): Response {
-  const current = verbosityOf(logSettings().level);
+  const current = logVerbosity();
   const level = url.searchParams.get("level");
   if (level === null || level === "") return json(String(current));
-  if (!/^[0-9]+$/.test(level)) return text(400, "log level must be a positive integer");
-  const next = Number(level);
-  if (verbosityOf(next > 0 ? "debug" : "info") !== current) {
-    setLogLevel(next > 0 ? "debug" : "info");
+  const next = /^[0-9]+$/.test(level) ? Number(level) : NaN;
+  if (!(next <= MAX_VERBOSITY)) return text(400, "log level must be a positive integer");
+  if (next !== current) {
+    // The number set is what is read back (was 4 for any level above 0).
+    setVerbosity(next);
     log.info("Changed log level", { from: current, to: next });
   }
   return new Response(null, { status: 200 });

@@ -113,6 +113,16 @@ Deno.test("api: /loglevel reads and sets the verbosity; /version is antctl's sha
     const bad = await get("/loglevel?level=-1");
     assert.equal(bad.status, 400);
     assert.equal(await bad.text(), "log level must be a positive integer");
+    // The number set is read back (was 4 for any level above 0); debug lines from 4 on.
+    assert.equal((await get("/loglevel?level=2")).status, 200);
+    assert.equal(await (await get("/loglevel")).text(), "2\n");
+    assert.equal(logSettings().level, "info");
+    assert.equal((await get("/loglevel?level=7")).status, 200);
+    assert.equal(await (await get("/loglevel")).text(), "7\n");
+    assert.equal(logSettings().level, "debug");
+    // klog's verbosity is an int32 (was taken, and logged as 1e+23).
+    assert.equal((await get("/loglevel?level=99999999999999999999999")).status, 400);
+    assert.equal(await (await get("/loglevel")).text(), "7\n");
   } finally {
     setLogLevel(before);
   }

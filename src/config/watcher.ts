@@ -20,7 +20,7 @@
  * Permissions: `--allow-read` on the config directory.
  */
 
-import { dirname } from "node:path";
+import { basename, dirname } from "node:path";
 import { type Clock, type ClockTimer, systemClock } from "../clock.ts";
 import { logger } from "../log.ts";
 import type { ConfigDiff } from "./diff.ts";
@@ -294,6 +294,11 @@ export class ConfigWatcher<C> {
     try {
       for await (const event of watcher) {
         if (!this.#running) break;
+        // Only the file and a ConfigMap's swap (`..data`, `..<timestamp>`) concern us: another
+        // file in the directory (a log written there) re-read the configuration at each write,
+        // and at debug level each "Event happened" line was itself a new event (88,079 lines in
+        // 5 s, found by review). The poll still catches anything missed.
+        if (!event.paths.some((p) => this.#concerns(p))) continue;
         log.debug("Event happened", { kind: event.kind, paths: event.paths.join(",") });
         this.#restartDelayMs = 1000;
         this.#debounce();
@@ -308,6 +313,12 @@ export class ConfigWatcher<C> {
       this.#fsWatcher = undefined;
       this.#scheduleRecreate();
     }
+  }
+
+  /** Whether an event on `path` may change the configuration: the file, or a ConfigMap swap. */
+  #concerns(path: string): boolean {
+    const name = basename(path);
+    return path === this.#path || name === basename(this.#path) || name.startsWith("..");
   }
 
   #scheduleRecreate(): void {

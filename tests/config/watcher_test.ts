@@ -171,6 +171,24 @@ Deno.test("watcher: a ConfigMap swap fires onChange once per real change", async
   });
 });
 
+Deno.test("watcher: writes to another file of the directory (a log) re-read nothing", async () => {
+  await withConfigMap(async (vol, h) => {
+    await h.watcher.start();
+    // Was: a re-read after each write (and, at debug level, a log line per event, itself an
+    // event when the log is written there).
+    for (let i = 0; i < 10; i++) {
+      await Deno.writeTextFile(`${vol.dir}/err.log`, `line ${i}\n`, { append: true });
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    await new Promise((r) => setTimeout(r, 300));
+    assert.deepEqual(h.results, []);
+    const check = h.waitFor("changed");
+    await vol.swap(conf("/tmp/b.log"));
+    await check;
+    assert.deepEqual(h.results, ["changed"]);
+  });
+});
+
 Deno.test("watcher: going back to content seen before an invalid edit is not a change", async () => {
   await withConfigMap(async (vol, h) => {
     await h.watcher.start();

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { openTransport, SendError, type Transport } from "../../src/net/transport.ts";
+import { openTransport, SendError, type Transport, UdpTransport } from "../../src/net/transport.ts";
 import { concat } from "../_helpers/bytes.ts";
 import { unreadBytes } from "../_helpers/silent_collector.ts";
 import { waitFor, withDeadline } from "../_helpers/wait.ts";
@@ -205,4 +205,39 @@ Deno.test("tls: a handshake given up on closes its socket, every time", async ()
     listener.close();
     await accepting;
   }
+});
+
+// Found by review: a resolver that does not answer held a UDP open about 30 s past its connect
+// timeout, and a send to a name (the worker's path) as long, closing the socket or not: the
+// sink's stop took 27-28 s instead of its 2-5 s.
+Deno.test("udp: a send to a name that hangs in the resolver is given up at close()", async () => {
+  let pending = 0;
+  const sock = {
+    send: () => {
+      pending++;
+      return new Promise<number>(() => {}); // the system resolver, not answering
+    },
+    close: () => {},
+  } as unknown as Deno.DatagramConn;
+  const name = "collector.example";
+  const t = new UdpTransport(sock, { transport: "udp", hostname: name, port: 4739 }, name);
+  const sent = t.send([new Uint8Array(20)]).then(() => "sent", (e) => e);
+  await waitFor(() => pending === 1, { what: "the send" });
+  t.close();
+  const outcome = await withDeadline(sent, 5_000, "the send after close()");
+  assert.ok(outcome instanceof SendError, String(outcome));
+  assert.match(outcome.message, /connection closed/);
+});
+
+Deno.test("udp: the open's name resolution is bounded like a connect (an aborted open gives up)", async () => {
+  const outcome = await openTransport({
+    kind: "udp",
+    host: "127.0.0.1",
+    port: 9,
+    signal: AbortSignal.abort(),
+  }).then((t) => {
+    t.close();
+    return "opened";
+  }, (e: Error) => e.message);
+  assert.match(outcome, /^dial udp 127\.0\.0\.1:9: resolve: aborted$/);
 });

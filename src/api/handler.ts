@@ -81,9 +81,12 @@ function json(body: string): Response {
   return new Response(body + "\n", { headers: { "content-type": "application/json" } });
 }
 
-/** Constant-time comparison of the presented token with ours. */
+/**
+ * Constant-time comparison of the presented token with ours. The scheme's case is free, as the
+ * Kubernetes API server's (`bearer x` was refused).
+ */
 function tokenMatches(header: string | null, token: string): boolean {
-  if (header === null || !header.startsWith("Bearer ")) return false;
+  if (header === null || header.slice(0, 7).toLowerCase() !== "bearer ") return false;
   const got = new TextEncoder().encode(header.slice(7).trim());
   const want = new TextEncoder().encode(token);
   let diff = got.length ^ want.length;

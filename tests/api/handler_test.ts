@@ -31,11 +31,11 @@ function setup(s: FlowAggregatorStats = stats()) {
         headers: token === null ? {} : { authorization: `Bearer ${token}` },
       }),
     );
-  return { get, setReady: (r: boolean) => (ready = r) };
+  return { get, h, setReady: (r: boolean) => (ready = r) };
 }
 
 Deno.test("api: health checks are anonymous; everything else needs the loopback token", async () => {
-  const { get, setReady } = setup();
+  const { get, h, setReady } = setup();
   for (const p of ["/healthz", "/livez", "/readyz"]) {
     const r = await get(p, null);
     assert.equal(r.status, 200);
@@ -53,6 +53,13 @@ Deno.test("api: health checks are anonymous; everything else needs the loopback 
   const text = await bad.text();
   assert.ok(!text.includes(TOKEN) && !text.includes("wrong"), "no token in a response");
   assert.equal((await get("/nope")).status, 404);
+  // The scheme in any case, as the Kubernetes API server takes it (lowercase was refused, 401).
+  const lower = await h(
+    new Request("https://127.0.0.1:10348/recordmetrics", {
+      headers: { authorization: `bearer ${TOKEN}` },
+    }),
+  );
+  assert.equal(lower.status, 200);
 });
 
 Deno.test("api: /flowrecords filters by the 5-tuple, keeps u64 exact, answers null when empty", async () => {

@@ -11,8 +11,8 @@
  *
  * - the process never died, and its RSS stayed under a bound (`--rss-mib`, default 300) over its
  *   RSS after the warm-up;
- * - the ledger identity: records in = aggregated + rejected + non-flow + options (nothing
- *   unaccounted), and the flow log sink's received = exported + dropped + filtered + buffered;
+ * - the ledger identity: records in = aggregated + rejected + non-flow + options + in flight
+ *   (nothing unaccounted; in flight is 0 at stop), and the flow log sink's received = exported + dropped + filtered + buffered;
  * - 0 good records lost: every record flowgen sent was aggregated, the sink dropped nothing;
  * - every attack was counted (refusals, drops, decode errors, timeouts), on the API port too;
  * - the API answered every scrape of the good client, and closed every silent connection.
@@ -410,7 +410,7 @@ limits:
   if (growthMiB > RSS_MIB) failures.push(`RSS grew ${growthMiB.toFixed(0)} MiB (bound ${RSS_MIB})`);
   const received = n("numRecordsReceived");
   const accounted = n("recordsAggregated") + n("rejected") + n("nonFlowRecords") +
-    n("optionsRecordsIgnored");
+    n("optionsRecordsIgnored") + n("recordsInFlight");
   if (received !== accounted) {
     failures.push(`ledger: received ${received} != accounted ${accounted}`);
   }

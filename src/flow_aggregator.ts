@@ -185,6 +185,12 @@ export interface FlowAggregatorStats extends RecordMetrics, Partial<ConfigWatche
   optionsRecordsIgnored: number;
   /** Records of data templates that lack the flow key or type it differently, dropped. */
   nonFlowRecords: number;
+  /**
+   * Records handed to the shard workers that they have not counted yet (in their rings or the
+   * main thread's pending frames); always 0 with one shard (the core counts a record as it is
+   * given). A stage of the loss ledger ({@linkcode ledgerStages}).
+   */
+  recordsInFlight: number;
   /** Exporter `addRecord` calls that threw (the other exporters still got the record). */
   exporterErrors: number;
   /** Records exported while no exporter was enabled (counted, never silent). */
@@ -769,6 +775,8 @@ export class FlowAggregator {
     // stats() after stop) still accounts for every sink.
     for (const [section, st] of this.#finalSinkStats) exporters[section] = st;
     for (const [section, e] of this.#exporters) exporters[section] = e.stats();
+    // The shards' counters and their records in flight from one read (the ledger identity).
+    const sharded = this.#pool?.snapshot();
     return {
       numRecordsExported: this.#exported,
       numRecordsReceived: this.#receivedByEarlierCollectors + (collector?.dataRecords ?? 0),
@@ -776,11 +784,12 @@ export class FlowAggregator {
       numConnToCollector: collector?.sessionsActive ?? 0,
       optionsRecordsIgnored: this.#optionsIgnored,
       nonFlowRecords: this.#nonFlowRecords,
+      recordsInFlight: sharded?.inFlight ?? 0,
       exporterErrors: this.#exporterErrors,
       exportedWithoutSink: this.#exportedWithoutSink,
       exporterRebuildsFailed: this.#exporterRebuildsFailed,
       ...this.#opts.configCounters?.(),
-      aggregation: this.#pool?.stats() ?? this.#core.stats(),
+      aggregation: sharded?.stats ?? this.#core.stats(),
       collector,
       exporters,
       ...(this.#pool === undefined ? {} : { shards: this.#pool.counters() }),
@@ -1235,17 +1244,24 @@ export function rejectedTotal(stats: FlowAggregatorStats): number {
 
 /**
  * The loss ledger's stages: every record received is aggregated, rejected by the core, not a
- * flow record, or an options record (`received = aggregated + rejected + nonFlow + options`).
+ * flow record, an options record, or in flight to a shard worker that has not counted it yet
+ * (`received = aggregated + rejected + nonFlow + options + inFlight`, at every read).
  */
-export function ledgerStages(
-  stats: FlowAggregatorStats,
-): { received: number; aggregated: number; rejected: number; nonFlow: number; options: number } {
+export function ledgerStages(stats: FlowAggregatorStats): {
+  received: number;
+  aggregated: number;
+  rejected: number;
+  nonFlow: number;
+  options: number;
+  inFlight: number;
+} {
   return {
     received: stats.numRecordsReceived,
     aggregated: stats.aggregation.recordsAccepted,
     rejected: rejectedTotal(stats),
     nonFlow: stats.nonFlowRecords,
     options: stats.optionsRecordsIgnored,
+    inFlight: stats.recordsInFlight,
   };
 }
 

@@ -814,6 +814,7 @@ Deno.test("flow aggregator: the metrics line is info and carries every collector
       "acceptErrors",
       "optionsRecordsIgnored",
       "nonFlowRecords",
+      "recordsInFlight",
       "exportedWithoutSink",
       "numRecordsReceived",
       "decodeErrors",

@@ -19,12 +19,14 @@ export { runCli } from "./cli.ts";
 
 /** The loss ledger as the live view shows it. */
 export function ledgerOf(s: FlowAggregatorStats): Record<string, number> {
-  const { received, aggregated, rejected, nonFlow } = ledgerStages(s);
+  const { received, aggregated, rejected, nonFlow, options, inFlight } = ledgerStages(s);
   const out: Record<string, number> = {
     received,
     aggregated,
     rejected,
     nonFlow,
+    options,
+    inFlight,
     exported: s.numRecordsExported,
     flowsHeld: s.numFlows,
   };

@@ -6,7 +6,9 @@
  * ledger is exported as two identities anyone can check:
  *
  * - `flow_aggregator_ledger_records{stage="received"}` ==
- *   sum of `stage="aggregated"`, `"rejected"`, `"non_flow"`, `"options"`;
+ *   sum of `stage="aggregated"`, `"rejected"`, `"non_flow"`, `"options"`, `"in_flight"`
+ *   (records handed to shard workers not yet counted by them; 0 with one shard), at every
+ *   scrape;
  * - per sink: `flow_aggregator_sink_received` ==
  *   `_exported + _dropped + _buffered (+ _filtered)`.
  *

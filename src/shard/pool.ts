@@ -693,15 +693,29 @@ export class ShardPool {
    * records routed to a dead shard are rejected as `shardFailed`.
    */
   stats(): AggregationStats {
-    const sum = sumStats([
-      ...this.#shards.map((s) => reportOf(s)?.stats ?? NO_STATS),
-      ...this.#retired,
-    ]);
+    return this.snapshot().stats;
+  }
+
+  /**
+   * {@linkcode stats} and, from the same reads of the shards' report cells, the records in
+   * flight: handed to a live shard (in its ring or pending frame) that its last report does not
+   * count yet. Every record given to {@linkcode ingest} or {@linkcode ingestRaw} is in exactly
+   * one of `stats.recordsIn` and `inFlight` at every read (a dead shard's are counted dropped
+   * when it dies, and it has none in flight until a new worker takes records again).
+   */
+  snapshot(): { stats: AggregationStats; inFlight: number } {
+    let inFlight = 0;
+    const reports = this.#shards.map((s) => {
+      const stats = reportOf(s)?.stats ?? NO_STATS;
+      inFlight += s.sentRecords - stats.recordsIn;
+      return stats;
+    });
+    const sum = sumStats([...reports, ...this.#retired]);
     sum.recordsRejected.shardFailed += this.#counters.recordsDroppedNoShard;
     sum.recordsRejected.badFieldType += this.#badValues;
     sum.recordsIn += this.#counters.recordsDroppedNoShard + this.#badValues;
     sum.flows = this.flowCount;
-    return sum;
+    return { stats: sum, inFlight };
   }
 
   /** The pool's own counters, and the shards' truncated strings. */

@@ -13,6 +13,7 @@ export function zeroStats(over: Partial<FlowAggregatorStats> = {}): FlowAggregat
     numConnToCollector: 0,
     optionsRecordsIgnored: 0,
     nonFlowRecords: 0,
+    recordsInFlight: 0,
     exporterErrors: 0,
     exportedWithoutSink: 0,
     exporterRebuildsFailed: 0,

@@ -141,9 +141,10 @@ Deno.test("api: /loglevel reads and sets the verbosity; /version is antctl's sha
 
 Deno.test("api: /metrics is Prometheus text with the ledger identity and per-sink labels", async () => {
   const s = stats({
-    numRecordsReceived: 12,
+    numRecordsReceived: 14,
     nonFlowRecords: 1,
     optionsRecordsIgnored: 1,
+    recordsInFlight: 2,
     exporters: {
       flowLogger: { received: 9, exported: 7, dropped: 1, buffered: 1, errors: 0 },
     } as unknown as FlowAggregatorStats["exporters"],
@@ -169,10 +170,12 @@ Deno.test("api: /metrics is Prometheus text with the ledger identity and per-sin
     return Number(m.value);
   };
   const stage = (s: string) => value("flow_aggregator_ledger_records", { stage: s });
-  assert.equal(stage("received"), 12);
+  assert.equal(stage("received"), 14);
+  assert.equal(stage("in_flight"), 2);
   assert.equal(
     stage("received"),
-    stage("aggregated") + stage("rejected") + stage("non_flow") + stage("options"),
+    stage("aggregated") + stage("rejected") + stage("non_flow") + stage("options") +
+      stage("in_flight"),
   );
   const sink = (k: string) => value(`flow_aggregator_sink_${k}`, { sink: "flowLogger" });
   assert.equal(sink("received"), sink("exported") + sink("dropped") + sink("buffered"));

@@ -201,7 +201,8 @@ Deno.test("api e2e: /metrics keeps the ledger identities after drops in every st
       assert.equal(stage("rejected"), 3, "maxFlows 2: three records of new flows rejected");
       assert.equal(
         stage("received"),
-        stage("aggregated") + stage("rejected") + stage("non_flow") + stage("options"),
+        stage("aggregated") + stage("rejected") + stage("non_flow") + stage("options") +
+          stage("in_flight"),
       );
       assert.ok(value("flow_aggregator_template_misses") >= 1, "the early record is counted");
       for (const section of ["flowLogger", "flowCollector"]) {

@@ -44,6 +44,49 @@ function viaBatch(flows: ExportedFlow[]): ExportedFlow[] {
   return out;
 }
 
+/**
+ * The pool's part of the loss ledger, from one read: every record offered is counted by a shard
+ * (`recordsIn` = accepted + rejected) or in flight to one. Returns the records in flight.
+ */
+function assertLedger(pool: ShardPool, offered: number, what: string): number {
+  const { stats, inFlight } = pool.snapshot();
+  let rejected = 0;
+  for (const n of Object.values(stats.recordsRejected)) rejected += n;
+  assert.equal(stats.recordsAccepted + rejected, stats.recordsIn, `${what}: core identity`);
+  assert.ok(inFlight >= 0, `${what}: ${inFlight} in flight`);
+  assert.equal(stats.recordsIn + inFlight, offered, `${what}: ${inFlight} in flight`);
+  return inFlight;
+}
+
+Deno.test("shard pool: the ledger holds at every read while shard workers ingest: what they have not counted is in flight", async () => {
+  const pool = new ShardPool({ shards: 2, settings: HOUR, onBatch: () => {}, frameRecords: 16 });
+  try {
+    await pool.ready();
+    let offered = 0;
+    let sawInFlight = 0;
+    for (let i = 0; i < 200; i++) {
+      const batch = Array.from(
+        { length: 37 },
+        (_, j) => intraNode({ sourceTransportPort: 1 + ((i * 37 + j) % 5000) }),
+      );
+      pool.ingest(batch);
+      offered += batch.length;
+      // Read before the shards caught up (their frames are still being written or read).
+      if (assertLedger(pool, offered, `after batch ${i}`) > 0) sawInFlight++;
+      if (i % 10 === 9) {
+        await new Promise((r) => setTimeout(r, 1));
+        assertLedger(pool, offered, `a task after batch ${i}`);
+      }
+    }
+    assert.ok(sawInFlight > 0, "reads were made with records in flight");
+    await pool.query(null, 1); // a barrier: every shard took what was sent before it
+    assert.equal(assertLedger(pool, offered, "caught up"), 0);
+    assert.equal(pool.stats().recordsIn, offered);
+  } finally {
+    await pool.stop();
+  }
+});
+
 Deno.test("shard pool: 2 shard workers export exactly what one core does", async () => {
   const rounds = replayRecords({ seed: 7, wireNumbers: true, rounds: 3 });
   const core = new AggregationCore({
@@ -192,8 +235,13 @@ Deno.test("shard pool: a dying shard is reported and its records are counted dro
   const records = Array.from({ length: 40 }, (_, i) => intraNode({ sourceTransportPort: 1 + i }));
   pool.ingest(records);
   pool.flush();
-  await waitFor(() => pool.counters().shardsFailed === 2, { what: "the shards" });
+  await waitFor(() => {
+    assertLedger(pool, 40, "while the shards die");
+    return pool.counters().shardsFailed === 2;
+  }, { what: "the shards" });
+  assert.equal(assertLedger(pool, 40, "dead"), 0);
   pool.ingest(records);
+  assert.equal(assertLedger(pool, 80, "no shard"), 0);
   // The first 40 died with their shards (never reported), the next 40 found no shard.
   assert.equal(pool.counters().recordsDroppedNoShard, 80);
   assert.equal(pool.stats().recordsRejected.shardFailed, 80);
@@ -224,6 +272,8 @@ Deno.test("shard pool: a shard that stops reading stalls ingest for a bounded ti
   // Nothing is silently lost: what the ring took is accounted to the shard, the rest dropped.
   const stats = pool.stats();
   assert.equal(stats.recordsRejected.shardFailed, c.recordsDroppedNoShard);
+  // What its ring took is in flight (the shard never counts it).
+  assert.equal(assertLedger(pool, 300, "stalled"), 300 - c.recordsDroppedNoShard);
   // Further records for the stalled shard are dropped without waiting.
   const t1 = performance.now();
   pool.ingest(records.slice(0, 10));
@@ -232,6 +282,9 @@ Deno.test("shard pool: a shard that stops reading stalls ingest for a bounded ti
   assert.equal(pool.counters().recordsDroppedNoShard, c.recordsDroppedNoShard + 10);
   await pool.stop(200);
   assert.equal(pool.counters().shardsFailed, 1, "a shard that never stops is given up on");
+  // Given up on: what it held in flight is counted dropped, nothing is in flight any more.
+  assert.equal(assertLedger(pool, 310, "given up on"), 0);
+  assert.equal(pool.counters().recordsDroppedNoShard, 310);
 });
 
 Deno.test("shard pool: a shard busy draining its ring still runs its expiry timer", async () => {
@@ -298,14 +351,25 @@ Deno.test("shard pool: a dead shard is started again, empty, and takes its recor
   const batch = (from: number) =>
     Array.from({ length: 40 }, (_, i) => intraNode({ sourceTransportPort: from + i }));
   pool.ingest(batch(1));
+  assertLedger(pool, 40, "sent to the first workers");
   pool.flush();
-  await waitFor(() => pool.counters().shardRestarts === 2, { what: "both shards restarted" });
+  // The ledger holds at every read: before, at and after each death and restart.
+  await waitFor(() => {
+    assertLedger(pool, 40, "while they die");
+    return pool.counters().shardRestarts === 2;
+  }, { what: "both shards restarted" });
+  assert.equal(assertLedger(pool, 40, "restarted"), 0);
   pool.ingest(batch(101));
+  assertLedger(pool, 80, "sent to the second workers");
   pool.flush();
-  await waitFor(async () => (await pool.query(null, Infinity)).length === 40, {
+  await waitFor(async () => {
+    assertLedger(pool, 80, "while the second workers ingest");
+    return (await pool.query(null, Infinity)).length === 40;
+  }, {
     what: "the second batch aggregated",
   });
   await pool.stop();
+  assert.equal(assertLedger(pool, 80, "stopped"), 0);
   const c = pool.counters();
   assert.equal(c.shardsFailed, 2);
   assert.equal(c.recordsDroppedNoShard, 40);

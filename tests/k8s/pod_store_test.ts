@@ -12,7 +12,13 @@ import { parseConfig } from "../../src/components.ts";
 import type { Exporter } from "../../src/exporters/exporter.ts";
 import { FlowAggregator, statsFields } from "../../src/flow_aggregator.ts";
 import { prometheusText } from "../../src/api/prometheus.ts";
-import { MAX_IPS_PER_POD, type PodObject, PodStore } from "../../src/k8s/pod_store.ts";
+import {
+  MAX_IPS_PER_POD,
+  type PodObject,
+  PodStore,
+  type PodStoreOptions,
+} from "../../src/k8s/pod_store.ts";
+import type { KubeApi } from "../../src/k8s/client.ts";
 import { agentRecord } from "../_helpers/agent_record.ts";
 import { connectTestApi, FakeKubeApiServer, type KubeObject } from "../_helpers/k8s_server.ts";
 import { pollUntil, settleDriving, waitFor } from "../_helpers/wait.ts";
@@ -169,6 +175,8 @@ interface InformerContext {
   server: FakeKubeApiServer;
   store: PodStore;
   clock: ManualClock;
+  /** The client on the server (to start the informer by hand). */
+  api: KubeApi;
   /** Starts the informer on the server's current Pods; resolves once it watches. */
   run(): Promise<void>;
   /**
@@ -178,18 +186,24 @@ interface InformerContext {
   dropWatchWithGap(): void;
 }
 
-/** An informer (the real client) on a fresh test API server. */
-async function withInformer(fn: (ctx: InformerContext) => Promise<void>): Promise<void> {
+/**
+ * An informer (the real client) on a fresh test API server; `options` adds to or overrides the
+ * store's (attempt timeouts far beyond the backoff pauses a test fires).
+ */
+async function withInformer(
+  fn: (ctx: InformerContext) => Promise<void>,
+  options: Partial<PodStoreOptions> = {},
+): Promise<void> {
   const server = await new FakeKubeApiServer().start();
   const { api, cleanup } = await connectTestApi(server);
   const clock = new ManualClock();
-  // Attempt timeouts far beyond the backoff pauses a test fires.
-  const store = new PodStore({ clock, attemptTimeoutMs: 3_600_000 });
+  const store = new PodStore({ clock, attemptTimeoutMs: 3_600_000, ...options });
   try {
     await fn({
       server,
       store,
       clock,
+      api,
       run: async () => {
         store.start(api);
         await settleDriving(clock, store.whenSynced());
@@ -284,11 +298,7 @@ Deno.test("pod store informer: list failures are retried with backoff", async ()
 });
 
 Deno.test("pod store informer: a slow list times out and is retried", async () => {
-  const server = await new FakeKubeApiServer().start();
-  const { api, cleanup } = await connectTestApi(server);
-  const clock = new ManualClock();
-  const store = new PodStore({ clock, attemptTimeoutMs: 5_000 });
-  try {
+  await withInformer(async ({ server, store, clock, api }) => {
     server.put("pods", pod("a", "10.6.0.1"));
     // The first list hangs for (real) 3 s; the clock says 5 s passed: the attempt is given up.
     server.fault({ match: { method: "GET", path: "/api/v1/pods" }, delayMs: 3_000 });
@@ -301,11 +311,7 @@ Deno.test("pod store informer: a slow list times out and is retried", async () =
     assert.equal(store.stats().failures, 1);
     assert.equal(store.lookup("10.6.0.1", T0)?.name, "a");
     assert.equal(server.requests.length, 1, "synced before the slow answer came back");
-  } finally {
-    await store.stop();
-    await server.stop();
-    await cleanup();
-  }
+  }, { attemptTimeoutMs: 5_000 });
 });
 
 class Capture implements Exporter {
@@ -421,11 +427,7 @@ Deno.test("pod store: a Pod listing one IP twice leaves no index entry behind wh
 });
 
 Deno.test("pod store informer: a watch answered 410 Gone every time backs off instead of re-listing in a loop", async () => {
-  const server = await new FakeKubeApiServer().start();
-  const { api, cleanup } = await connectTestApi(server);
-  const clock = new ManualClock();
-  const store = new PodStore({ clock, attemptTimeoutMs: 3_600_000 });
-  try {
+  await withInformer(async ({ server, store, clock, api }) => {
     server.put("pods", pod("a", "10.9.2.1"));
     server.fault({
       match: { method: "GET", path: "/api/v1/pods", query: "watch=true" },
@@ -441,11 +443,7 @@ Deno.test("pod store informer: a watch answered 410 Gone every time backs off in
     // Its pause is on the clock: once it passes, the next round comes.
     clock.advance(60_000);
     await waitFor(() => store.stats().watches > s.watches, { what: "the next round" });
-  } finally {
-    await store.stop();
-    await server.stop();
-    await cleanup();
-  }
+  }, { attemptTimeoutMs: 3_600_000 });
 });
 
 Deno.test("pod store: namespaces and Nodes that came and went leave no names behind", () => {
@@ -527,29 +525,17 @@ Deno.test("pod store: a Pod whose labels are over maxLabelBytes is held without 
 });
 
 Deno.test("pod store informer: limits.maxPods bounds the Pods taken from a list", async () => {
-  const server = await new FakeKubeApiServer().start();
-  const { api, cleanup } = await connectTestApi(server);
-  const clock = new ManualClock();
   const config = parseConfig("limits:\n  maxPods: 5\n");
-  const store = new PodStore({ clock, maxPods: config.limits.maxPods });
-  try {
+  await withInformer(async ({ server, store, clock, api }) => {
     for (let i = 0; i < 12; i++) server.put("pods", pod(`p${i}`, `10.13.0.${i}`));
     store.start(api);
     await settleDriving(clock, store.whenSynced());
     assert.deepEqual([store.stats().pods, store.stats().podsRefused], [5, 7]);
-  } finally {
-    await store.stop();
-    await server.stop();
-    await cleanup();
-  }
+  }, { maxPods: config.limits.maxPods });
 });
 
 Deno.test("pod store informer: watches that send an event but advance nothing back off", async () => {
-  const server = await new FakeKubeApiServer().start();
-  const { api, cleanup } = await connectTestApi(server);
-  const clock = new ManualClock();
-  const store = new PodStore({ clock, attemptTimeoutMs: 3_600_000 });
-  try {
+  await withInformer(async ({ server, store, clock, api }) => {
     const a = server.put("pods", pod("a", "10.14.0.1"));
     // Every watch: the same Pod at the version it was listed at, then the end of the answer.
     server.fault({
@@ -566,11 +552,7 @@ Deno.test("pod store informer: watches that send an event but advance nothing ba
     assert.equal(s.lists, 1);
     clock.advance(60_000);
     await waitFor(() => store.stats().watches > s.watches, { what: "the next round" });
-  } finally {
-    await store.stop();
-    await server.stop();
-    await cleanup();
-  }
+  }, { attemptTimeoutMs: 3_600_000 });
 });
 
 Deno.test("pod store informer: the list is read in pages of 500, an expired continue token lists again", async () => {
@@ -597,22 +579,14 @@ Deno.test("pod store informer: the list is read in pages of 500, an expired cont
 });
 
 Deno.test("pod store informer: a list of more pages than maxPods needs is cut, no Pod marked deleted", async () => {
-  const server = await new FakeKubeApiServer().start();
-  const { api, cleanup } = await connectTestApi(server);
-  const clock = new ManualClock();
-  const store = new PodStore({ clock, attemptTimeoutMs: 3_600_000, maxPods: 5 });
-  try {
+  await withInformer(async ({ server, store, clock, api }) => {
     for (let i = 0; i < 1600; i++) server.put("pods", pod(`p${i}`, `10.16.${i >> 8}.${i & 255}`));
     store.start(api);
     await settleDriving(clock, store.whenSynced());
     const s = store.stats();
     assert.deepEqual([s.pods, s.listPages, s.listsTruncated], [5, 2, 1]);
     assert.equal(store.lookup("10.16.0.0", T0)?.name, "p0", "the Pods held stay live");
-  } finally {
-    await store.stop();
-    await server.stop();
-    await cleanup();
-  }
+  }, { attemptTimeoutMs: 3_600_000, maxPods: 5 });
 });
 
 Deno.test("pod store: a Pod's IPs are indexed at most MAX_IPS_PER_POD, the rest counted", () => {

@@ -191,6 +191,11 @@ async function addObject(f: FakeFixture, n: number): Promise<void> {
   await settle();
 }
 
+/** Waits until `f`'s sink has counted `n` failed uploads. */
+function failures(f: FakeFixture, n: number): Promise<void> {
+  return waitFor(() => f.exporter.stats().uploadFailures === n, { what: `${n} failures` });
+}
+
 Deno.test("after a failed upload, finished objects start no pass until the backoff (1 s, doubled) is over", async () => {
   let failing = true;
   await withFakeExporter(
@@ -198,16 +203,14 @@ Deno.test("after a failed upload, finished objects start no pass until the backo
       failing ? s3Error(500, "InternalError") : new Response(null, { headers: { etag: '"x"' } }),
     { uploadInterval: "60s", maxRecordsPerFile: 1, compress: false },
     async (f) => {
-      const failures = (n: number) =>
-        waitFor(() => f.exporter.stats().uploadFailures === n, { what: `${n} failures` });
       await addObject(f, 1);
-      await failures(1);
+      await failures(f, 1);
       // Before the fix every finished object started a pass: a PUT each.
       for (let n = 2; n <= 6; n++) await addObject(f, n);
       assert.equal(f.server.count("PUT"), 1, "no PUT within the first second");
       f.clock.advance(1000);
       await addObject(f, 7);
-      await failures(2);
+      await failures(f, 2);
       assert.equal(f.server.count("PUT"), 2);
       // The second pause is 2 s.
       f.clock.advance(1000);
@@ -215,7 +218,7 @@ Deno.test("after a failed upload, finished objects start no pass until the backo
       assert.equal(f.server.count("PUT"), 2, "no PUT within 2 s of the second failure");
       f.clock.advance(1000);
       await addObject(f, 9);
-      await failures(3);
+      await failures(f, 3);
       assert.equal(f.server.count("PUT"), 3);
       // The tick still runs its pass; a success ends the backoff.
       failing = false;
@@ -223,10 +226,10 @@ Deno.test("after a failed upload, finished objects start no pass until the backo
       await waitFor(() => f.exporter.stats().exported === 9, { what: "all uploaded" });
       failing = true;
       await addObject(f, 10);
-      await failures(4);
+      await failures(f, 4);
       f.clock.advance(1000);
       await addObject(f, 11);
-      await failures(5);
+      await failures(f, 5);
       const s = f.exporter.stats();
       assert.equal(s.buffered, 2);
       assertLedger(s);
@@ -241,17 +244,15 @@ Deno.test("a permanent refusal (403 AccessDenied) is counted apart and logged wi
       () => s3Error(code === "SlowDown" ? 503 : 403, code),
       { uploadInterval: "60s", maxRecordsPerFile: 1, compress: false },
       async (f) => {
-        const failures = (n: number) =>
-          waitFor(() => f.exporter.stats().uploadFailures === n, { what: `${n} failures` });
         await addObject(f, 1);
-        await failures(1);
+        await failures(f, 1);
         code = "AccessDenied";
         f.clock.advance(1000);
         await addObject(f, 2);
-        await failures(2);
+        await failures(f, 2);
         f.clock.advance(2000);
         await addObject(f, 3);
-        await failures(3);
+        await failures(f, 3);
         const s = f.exporter.stats();
         assert.equal(s.permanentFailures, 2, "the 403s, not the 503");
         assert.equal(s.buffered, 3, "kept for the retries");

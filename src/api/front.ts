@@ -98,6 +98,11 @@ export interface ApiFrontStats {
    * queries or live views at their cap (refused by the handler, see {@linkcode countBusy}).
    */
   refusedBusy: Record<BusyReason, number>;
+  /**
+   * Live views dropped because their page did not read its events (its queue, and the
+   * kernel's send buffer, full): its place freed.
+   */
+  liveViewsDropped: number;
 }
 
 /** One admitted connection. */
@@ -144,6 +149,7 @@ export class ApiFront {
     handlerErrors: 0,
     acceptErrors: 0,
     refusedBusy: { pendingResponseBytes: 0, queries: 0, liveViews: 0 },
+    liveViewsDropped: 0,
   };
   /** Bytes of answers built and not yet written (see `maxPendingResponseBytes`). */
   #pendingBytes = 0;
@@ -195,6 +201,14 @@ export class ApiFront {
       reason,
       ...fields,
       refused: this.#stats.refusedBusy[reason],
+    });
+  }
+
+  /** Counts (and logs, rate-limited) a live view dropped because its page did not read. */
+  countLiveViewDropped(): void {
+    this.#stats.liveViewsDropped++;
+    this.#warn("liveViewDropped", "API live view dropped: its page does not read its events", {
+      dropped: this.#stats.liveViewsDropped,
     });
   }
 

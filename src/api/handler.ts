@@ -43,6 +43,8 @@ export interface ApiHandlerOptions {
   recordLimit?: number;
   /** Called for each request refused because a cap was reached (the front counts them). */
   onBusy?: (reason: "queries" | "liveViews") => void;
+  /** Called for each live view dropped because its page did not read (the front counts them). */
+  onLiveViewDropped?: () => void;
 }
 
 /**
@@ -249,7 +251,7 @@ export function apiHandler(
       case "/version":
         return version(options.version);
       case "/ui/events": {
-        const stream = source.live?.open();
+        const stream = source.live?.open(() => options.onLiveViewDropped?.());
         if (stream === undefined) {
           options.onBusy?.("liveViews");
           return status(429, "TooManyRequests", "too many live views are open");

@@ -491,6 +491,8 @@ export class LiveHub {
   readonly view: LiveView;
   readonly #ledger: () => Record<string, number>;
   readonly #streams = new Set<ReadableStreamDefaultController<Uint8Array>>();
+  /** Each stream's `onSlow` (see {@linkcode open}). */
+  readonly #onSlow = new Map<ReadableStreamDefaultController<Uint8Array>, () => void>();
   readonly #periodMs: number;
   #timer: ReturnType<typeof setInterval> | undefined;
 
@@ -506,14 +508,18 @@ export class LiveHub {
     return this.#streams.size;
   }
 
-  /** A new event stream, or undefined when {@linkcode MAX_STREAMS} pages are connected. */
-  open(): ReadableStream<Uint8Array> | undefined {
+  /**
+   * A new event stream, or undefined when {@linkcode MAX_STREAMS} pages are connected;
+   * `onSlow` is called if it is dropped for not reading its events.
+   */
+  open(onSlow: () => void = () => {}): ReadableStream<Uint8Array> | undefined {
     if (this.#streams.size >= MAX_STREAMS) return undefined;
     let me: ReadableStreamDefaultController<Uint8Array> | undefined;
     return new ReadableStream<Uint8Array>({
       start: (c) => {
         me = c;
         this.#streams.add(c);
+        this.#onSlow.set(c, onSlow);
         // A comment line at once, so the page knows the stream is open.
         c.enqueue(new TextEncoder().encode(": connected\n\n"));
         this.#timer ??= setInterval(() => this.#tick(), this.#periodMs);
@@ -523,7 +529,10 @@ export class LiveHub {
   }
 
   #drop(c: ReadableStreamDefaultController<Uint8Array> | undefined): void {
-    if (c !== undefined) this.#streams.delete(c);
+    if (c !== undefined) {
+      this.#streams.delete(c);
+      this.#onSlow.delete(c);
+    }
     if (this.#streams.size === 0 && this.#timer !== undefined) {
       clearInterval(this.#timer);
       this.#timer = undefined;
@@ -535,10 +544,13 @@ export class LiveHub {
       `data: ${JSON.stringify(this.view.summary(this.#ledger()))}\n\n`,
     );
     for (const c of this.#streams) {
-      // A page that reads too slowly is dropped rather than buffered without bound.
+      // A page that reads too slowly is dropped rather than buffered without bound (counted
+      // and logged by whoever opened it: dropped silently before).
       if ((c.desiredSize ?? 0) < -16) {
+        const onSlow = this.#onSlow.get(c);
         c.close();
         this.#drop(c);
+        onSlow?.();
         continue;
       }
       try {

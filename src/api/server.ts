@@ -112,6 +112,7 @@ export async function startApiServer(
     token,
     version: opts.version,
     onBusy: (reason) => front?.countBusy(reason),
+    onLiveViewDropped: () => front?.countLiveViewDropped(),
   });
   // [::] falls back to 0.0.0.0 where IPv6 is off; an explicit address is used as given.
   let listener: Deno.TcpListener;

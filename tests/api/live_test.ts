@@ -3,6 +3,7 @@ import { LiveHub, LiveView, MAX_STREAMS, ROWS_PER_SECOND } from "../../src/api/l
 import type { ExportedFlow } from "../../src/aggregation/record.ts";
 import { fixtureFlow } from "../exporters/fixtures.ts";
 import { BatchWriter, openBatch } from "../../src/exporters/batch.ts";
+import { waitFor } from "../_helpers/wait.ts";
 
 function flow(i: number, over: Record<string, unknown> = {}): ExportedFlow {
   const f = fixtureFlow(false);
@@ -184,4 +185,20 @@ Deno.test("live view: batch after batch, hundreds of names, the in-place tally m
   assert.equal(b.seen, 1500);
   assert.deepEqual(b, a);
   assert.equal(b.top.sourcePod.length, 10, "the top 10 of several hundred");
+});
+
+// A dropped page was neither counted nor logged (found by review).
+Deno.test("live hub: a page that does not read is dropped, its place freed, and its opener told", async () => {
+  const hub = new LiveHub(new LiveView(), () => ({ received: 7 }), 5);
+  let dropped = 0;
+  const stream = hub.open(() => dropped++);
+  assert.ok(stream !== undefined);
+  // Never read: its queue grows one summary per period until the hub gives up on it.
+  await waitFor(() => dropped === 1, { what: "the page dropped" });
+  assert.equal(hub.streams, 0, "its place freed");
+  const next = hub.open(() => dropped++);
+  assert.ok(next !== undefined);
+  await next.cancel();
+  assert.equal(dropped, 1, "a page that leaves is not counted as dropped");
+  hub.close();
 });

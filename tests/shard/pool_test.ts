@@ -10,6 +10,7 @@ import { AggregationCore, type ExportedFlow } from "../../src/aggregation/mod.ts
 import { ManualClock } from "../../src/clock.ts";
 import { BatchWriter, readBatch } from "../../src/exporters/batch.ts";
 import { ShardPool, STALL_MS } from "../../src/shard/pool.ts";
+import { setLogWriter } from "../../src/log.ts";
 import type { ShardSettings } from "../../src/shard/protocol.ts";
 import { replayRecords } from "../aggregation/replay_records.ts";
 import { intraNode } from "../aggregation/fixtures.ts";
@@ -200,6 +201,32 @@ Deno.test("shard pool: a query builds no more than its limit over the shards, ea
   const late = new Promise((resolve) => timer = setTimeout(() => resolve("waited"), 10_000));
   assert.deepEqual(await Promise.race([pool.query(null, 10, 60_000), late]), []);
   clearTimeout(timer);
+});
+
+// Found by review: the rounds shared one deadline, which the stuck shard spent in the first:
+// the second round's page of the healthy shard was cut too (5 of 10, the healthy one blamed).
+Deno.test("shard pool: a stuck shard is left out of a query, the others' later pages are not", async () => {
+  const pool = new ShardPool({
+    shards: 2,
+    settings: HOUR,
+    onBatch: () => {},
+    // Shard 0's second page takes 50 ms: within a round's timeout, past a spent deadline.
+    workerModule: new URL("./paging_shard.ts?stuck=1&laterMs=50", import.meta.url),
+  });
+  await pool.ready();
+  const lines: string[] = [];
+  const prev = setLogWriter((l) => lines.push(l));
+  try {
+    const got = JSON.parse(await pool.queryJson(null, 10, 300)) as { shard: number }[];
+    assert.equal(got.length, 10, "shard 0's 5 of round one and 5 of round two");
+    assert.ok(got.every((r) => r.shard === 0));
+    const late = lines.filter((l) => l.includes("did not answer a query in time"));
+    assert.equal(late.length, 1, late.join("\n"));
+    assert.match(late[0], /shards=1\b/);
+  } finally {
+    setLogWriter(prev);
+    await pool.stop(1000);
+  }
 });
 
 Deno.test("shard pool: maxFlows bounds the shards together", async () => {

@@ -20,7 +20,7 @@
  * Permissions: `--allow-read` on the config directory.
  */
 
-import { basename, dirname } from "node:path";
+import { basename, dirname, relative, resolve, sep as SEPARATOR } from "node:path";
 import { type Clock, type ClockTimer, systemClock } from "../clock.ts";
 import { logger } from "../log.ts";
 import type { ConfigDiff } from "./diff.ts";
@@ -318,7 +318,26 @@ export class ConfigWatcher<C> {
   /** Whether an event on `path` may change the configuration: the file, or a ConfigMap swap. */
   #concerns(path: string): boolean {
     const name = basename(path);
-    return path === this.#path || name === basename(this.#path) || name.startsWith("..");
+    return path === this.#path || name === basename(this.#path) || name.startsWith("..") ||
+      name === this.#linkedVia();
+  }
+
+  /**
+   * The entry of the directory the file's symlink goes through (`current` for a link to
+   * `current/flow-aggregator.conf`): swapping that entry (a deploy renaming `current.new` over
+   * `current`) changes the file without an event on it; for a link to a file of the directory,
+   * that file. Undefined for a file that is no link or links out of the directory.
+   */
+  #linkedVia(): string | undefined {
+    let target: string;
+    try {
+      target = Deno.readLinkSync(this.#path);
+    } catch {
+      return undefined;
+    }
+    const rel = relative(this.#dir, resolve(this.#dir, target));
+    const first = rel.split(SEPARATOR)[0];
+    return first === "" || first === ".." ? undefined : first;
   }
 
   #scheduleRecreate(): void {

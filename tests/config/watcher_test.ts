@@ -189,6 +189,35 @@ Deno.test("watcher: writes to another file of the directory (a log) re-read noth
   });
 });
 
+// Found by review of 12d802e: the event filter missed a link swapped through a directory
+// entry other than kubelet's `..data` (a deploy renaming `current.new` over `current`).
+Deno.test("watcher: a file linked through a directory entry reloads when that entry is swapped", async () => {
+  const restoreLog = setLogWriter(() => {});
+  const dir = await Deno.makeTempDir({ prefix: "fa-config-" });
+  try {
+    for (const [release, path] of [["r1", "/tmp/a.log"], ["r2", "/tmp/b.log"]]) {
+      await Deno.mkdir(`${dir}/${release}`);
+      await Deno.writeTextFile(`${dir}/${release}/${CONF}`, conf(path));
+    }
+    await Deno.symlink("r1", `${dir}/current`);
+    await Deno.symlink(`current/${CONF}`, `${dir}/${CONF}`);
+    const h = harness(`${dir}/${CONF}`);
+    try {
+      assert.equal((await h.watcher.start()).flowLogger.path, "/tmp/a.log");
+      const check = h.waitFor("changed");
+      await Deno.symlink("r2", `${dir}/current.new`);
+      await Deno.rename(`${dir}/current.new`, `${dir}/current`);
+      await check;
+      assert.equal(h.watcher.config.flowLogger.path, "/tmp/b.log");
+    } finally {
+      await h.watcher.stop();
+    }
+  } finally {
+    setLogWriter(restoreLog);
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("watcher: going back to content seen before an invalid edit is not a change", async () => {
   await withConfigMap(async (vol, h) => {
     await h.watcher.start();

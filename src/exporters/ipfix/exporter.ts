@@ -351,8 +351,12 @@ export class IpfixExporter implements Exporter {
   #wake?: () => void;
   #interruptSleep?: () => void;
   #refreshTimer?: ClockTimer;
-  /** flush() callers waiting for the queue to drain. */
-  #flushWaiters: (() => void)[] = [];
+  /**
+   * The flushes waiting for the queue to empty: one promise however many ask (every flush
+   * waits for the same moment), so calls made while a collector does not read, each given up
+   * on by the export loop's timeout, do not pile up a waiter each.
+   */
+  #flushed: PromiseWithResolvers<void> | undefined;
 
   #received = 0;
   #exported = 0;
@@ -454,7 +458,7 @@ export class IpfixExporter implements Exporter {
   flush(): Promise<void> {
     if (!this.#started || this.#aborted || this.#queueLength() === 0) return Promise.resolve();
     if (this.#interruptSleep !== undefined) return Promise.resolve(); // backing off
-    return new Promise((resolve) => this.#flushWaiters.push(resolve));
+    return (this.#flushed ??= Promise.withResolvers<void>()).promise;
   }
 
   /**
@@ -559,9 +563,9 @@ export class IpfixExporter implements Exporter {
   }
 
   #releaseFlushes(): void {
-    const waiters = this.#flushWaiters;
-    this.#flushWaiters = [];
-    for (const w of waiters) w();
+    const flushed = this.#flushed;
+    this.#flushed = undefined;
+    flushed?.resolve();
   }
 
   async #run(): Promise<void> {

@@ -19,6 +19,8 @@ import {
   SPEC_FA_APPENDED,
   SPEC_POD_LABELS,
 } from "../../_helpers/spec_fields.ts";
+import { SilentCollector } from "../../_helpers/silent_collector.ts";
+import { withDeadline } from "../../_helpers/wait.ts";
 
 // Exporter warnings (connection refused, drops) are expected here; keep test output readable.
 setLogWriter(() => {});
@@ -600,6 +602,21 @@ Deno.test("flush() between slices: more records than the queue holds all reach t
   const s = e.stats();
   assert.equal(s.dropped, 0);
   assert.equal(s.exported, 3000);
+});
+
+// While a collector does not read, each flush the export loop gave up on (its timeout) kept a
+// waiter of its own until the queue drained: one more per burst for as long as it stalls.
+Deno.test("flush(): calls waiting for a collector that does not read share one wait", async () => {
+  const silent = new SilentCollector();
+  const e: Exporter = exporter(silent.port, "tcp", { maxQueueRecords: 100_000, stopTimeoutMs: 50 });
+  await e.start();
+  for (let i = 0; i < 20_000; i++) e.addRecord(flow(false, i));
+  const first = e.flush!();
+  for (let i = 0; i < 100; i++) assert.equal(e.flush!(), first, "the same wait");
+  await e.stop();
+  // The stop's drop of what was left releases the wait.
+  await withDeadline(first, 5_000, "the flush after stop");
+  await silent.kill();
 });
 
 Deno.test("flush() does not wait for a collector that is down", async () => {

@@ -792,11 +792,11 @@ export class FlowAggregator {
       aggregation: sharded?.stats ?? this.#core.stats(),
       collector,
       exporters,
-      ...(this.#pool === undefined ? {} : { shards: this.#pool.counters() }),
-      ...this.#apiStatsField(),
+      ...present("shards", this.#pool?.counters()),
+      ...present("api", this.apiStats?.()),
       process: processStats(),
-      ...this.#logFilesField(),
-      ...this.#podStoreField(),
+      ...present("logFiles", this.#opts.logFileCounters?.()),
+      ...present("podStore", this.#opts.podStoreCounters?.()),
     };
   }
 
@@ -1060,21 +1060,6 @@ export class FlowAggregator {
   /** The API port's counters, in {@linkcode stats} (set by the API when it starts). */
   apiStats: (() => ApiFrontStats | undefined) | undefined;
 
-  #logFilesField(): { logFiles?: KlogFilesStats } {
-    const logFiles = this.#opts.logFileCounters?.();
-    return logFiles === undefined ? {} : { logFiles };
-  }
-
-  #podStoreField(): { podStore?: PodStoreStats } {
-    const podStore = this.#opts.podStoreCounters?.();
-    return podStore === undefined ? {} : { podStore };
-  }
-
-  #apiStatsField(): { api?: ApiFrontStats } {
-    const api = this.apiStats?.();
-    return api === undefined ? {} : { api };
-  }
-
   #export(flow: ExportedFlow): void {
     this.#exported++;
     this.exportObserver?.observe(flow);
@@ -1177,6 +1162,14 @@ export class FlowAggregator {
   logMetrics(): void {
     log.info("record metrics", statsFields(this.stats()));
   }
+}
+
+/**
+ * `{ key: value }`, or no field at all when `value` is undefined: the counters of a part the
+ * process does not run (shards, API, klog files, Pod store) are absent, not `undefined`.
+ */
+function present<K extends string, V>(key: K, value: V | undefined): { [P in K]?: V } {
+  return (value === undefined ? {} : { [key]: value }) as { [P in K]?: V };
 }
 
 /**

@@ -465,7 +465,9 @@ export class PodStore {
       if (cont === undefined) break;
       if (pages >= maxPages) {
         this.#stats.listsTruncated++;
-        this.#limitReached("maxPods", `a list cut at ${pages} pages (no deletions inferred)`);
+        this.#limitReached("maxPods", "a list cut at its page bound (no deletions inferred)", {
+          pages,
+        });
         return rv;
       }
       // The event loop runs between pages (flows, the API, a stop).
@@ -502,13 +504,17 @@ export class PodStore {
     this.#removalTimer?.cancel();
   }
 
-  /** Logs, rate-limited, that `limits.<key>` was reached (the caller counts it). */
-  #limitReached(key: string, what: string): void {
-    const suppressed = this.#limitLog.allow(key);
+  /**
+   * Logs, rate-limited per outcome (`what`: a flood of one does not hide another), that
+   * `limits.<key>` was reached (the caller counts it).
+   */
+  #limitReached(key: string, what: string, fields: Record<string, unknown> = {}): void {
+    const suppressed = this.#limitLog.allow(`${key}|${what}`);
     if (suppressed < 0) return;
     log.warn(`Pod store: limits.${key} reached, ${what}`, {
       maxPods: this.#maxPods,
       maxPodLabelBytes: this.#maxLabelBytes,
+      ...fields,
       suppressed,
     });
   }

@@ -167,10 +167,15 @@ function headerRegion(err: unknown): string | undefined {
   return e?.BucketRegion ?? e?.$response?.headers?.["x-amz-bucket-region"] ?? undefined;
 }
 
+/** The HTTP status of an SDK error's answer, if it had one. */
+function httpStatus(err: unknown): number | undefined {
+  return (err as { $metadata?: { httpStatusCode?: number } })?.$metadata?.httpStatusCode;
+}
+
 /** A short description of an SDK error: code, HTTP status and message. */
 export function describeS3Error(err: unknown): string {
-  const e = err as { name?: string; message?: string; $metadata?: { httpStatusCode?: number } };
-  const status = e?.$metadata?.httpStatusCode;
+  const e = err as { name?: string; message?: string };
+  const status = httpStatus(err);
   const name = e?.name ?? "Error";
   const msg = e?.message || (status === undefined ? String(err) : "");
   return `${name}${status === undefined ? "" : ` (HTTP ${status})`}${msg ? `: ${msg}` : ""}`;
@@ -203,7 +208,7 @@ export function s3ErrorCode(err: unknown): string {
  * 403 but a clock skew, which the SDK corrects), as opposed to a failure a retry may cure.
  */
 export function isPermanentS3Error(err: unknown): boolean {
-  const status = (err as { $metadata?: { httpStatusCode?: number } })?.$metadata?.httpStatusCode;
+  const status = httpStatus(err);
   const code = s3ErrorCode(err);
   return PERMANENT_CODES.has(code) || status === 301 ||
     (status === 403 && code !== "RequestTimeTooSkewed");
@@ -214,7 +219,7 @@ export function isPermanentS3Error(err: unknown): boolean {
  * the call was signed for) names in `x-amz-bucket-region`; undefined for any other error.
  */
 export function movedToRegion(err: unknown): string | undefined {
-  const status = (err as { $metadata?: { httpStatusCode?: number } })?.$metadata?.httpStatusCode;
+  const status = httpStatus(err);
   if (status !== 301 && s3ErrorCode(err) !== "PermanentRedirect") return undefined;
   return headerRegion(err) || undefined;
 }

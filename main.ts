@@ -596,6 +596,8 @@ async function run(opts: CliOptions): Promise<number> {
   await fa.stop();
   clearInterval(kubeMetricsTimer);
   logKubeMetrics();
+  // A credential plugin still running is killed, not waited for to its timeout by the stops below.
+  api?.close();
   await publisher?.stop();
   await podStore?.stop();
   await identity.stop();

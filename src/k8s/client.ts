@@ -162,6 +162,11 @@ export interface KubeApi {
    * called once when the stream ends (error or not).
    */
   watchPods(resourceVersion: string, handlers: WatchHandlers): Promise<WatchHandle>;
+  /**
+   * Kills the credential plugins running now (their requests fail) and runs none after; for the
+   * process's stop, after the callers have been stopped or aborted.
+   */
+  close(): void;
 }
 
 /** Server-side watch timeout (seconds): a watch is renewed this often even when quiet. */
@@ -238,10 +243,10 @@ export async function connectKube(
   } else {
     kc.loadFromString(await Deno.readTextFile(target.source));
   }
-  installExecCredentials(kc, { timeoutMs: options.execPluginTimeoutMs });
+  const credentials = installExecCredentials(kc, { timeoutMs: options.execPluginTimeoutMs });
   // What client-node sends its requests with; loaded with it (the watch is read by us).
   const { fetch } = await import("undici");
-  return clientFor(k8s, kc, fetch);
+  return { ...clientFor(k8s, kc, fetch), close: () => credentials.close() };
 }
 
 /** A {@linkcode KubeApi} over a loaded client-node configuration. */
@@ -249,7 +254,7 @@ function clientFor(
   k8s: typeof import("@kubernetes/client-node"),
   kc: k8s.KubeConfig,
   fetch: typeof import("undici").fetch,
-): KubeApi {
+): Omit<KubeApi, "close"> {
   const api = kc.makeApiClient(k8s.CoreV1Api);
   // client-node's per-call options: a middleware giving the request the caller's signal.
   const by = (signal: AbortSignal | undefined) =>

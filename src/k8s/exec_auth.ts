@@ -105,11 +105,23 @@ export class ExecCredentials {
   readonly #now: () => number;
   readonly #cache = new Map<string, { credential: ExecCredential; expiresMs: number }>();
   readonly #inFlight = new Map<string, Promise<ExecCredential>>();
+  /** Kills each plugin running now (its process group). */
+  readonly #running = new Set<() => void>();
+  #closed = false;
 
   /** Creates the authenticator; {@linkcode installExecCredentials} puts it in a configuration. */
   constructor(options: ExecCredentialsOptions = {}) {
     this.#timeoutMs = options.timeoutMs ?? EXEC_PLUGIN_TIMEOUT_MS;
     this.#now = options.now ?? Date.now;
+  }
+
+  /**
+   * Kills the plugins running now (the requests waiting on them fail) and runs none after: the
+   * process's stop does not wait for a plugin's timeout.
+   */
+  close(): void {
+    this.#closed = true;
+    for (const kill of this.#running) kill();
   }
 
   /** True for a user with an `exec` section (client-node's test). */
@@ -151,6 +163,9 @@ export class ExecCredentials {
     if (typeof exec.command !== "string" || exec.command === "") {
       throw new Error("kubeconfig: an exec user without a command");
     }
+    if (this.#closed) {
+      throw new Error(`credential plugin ${exec.command} not run: the client is closed`);
+    }
     const child = new Deno.Command(exec.command, {
       args: exec.args ?? [],
       env: Object.fromEntries((exec.env ?? []).map((e) => [e.name, e.value])),
@@ -173,6 +188,7 @@ export class ExecCredentials {
       kill();
     }, this.#timeoutMs);
     globalThis.addEventListener("unload", kill);
+    this.#running.add(kill);
     let tooLong = false;
     try {
       const [stdout, stderr, status] = await Promise.all([
@@ -188,6 +204,9 @@ export class ExecCredentials {
           `credential plugin ${exec.command} wrote over ${MAX_ANSWER_BYTES} bytes: killed`,
         );
       }
+      if (this.#closed) {
+        throw new Error(`credential plugin ${exec.command} killed: the client was closed`);
+      }
       if (timedOut) {
         throw new Error(
           `credential plugin ${exec.command} gave no answer within ${this.#timeoutMs} ms: killed`,
@@ -201,6 +220,7 @@ export class ExecCredentials {
     } finally {
       clearTimeout(timer);
       globalThis.removeEventListener("unload", kill);
+      this.#running.delete(kill);
       // What the plugin left running in its group (a background child) goes with it.
       kill();
     }
@@ -214,10 +234,12 @@ export class ExecCredentials {
 export function installExecCredentials(
   kc: k8s.KubeConfig,
   options: ExecCredentialsOptions = {},
-): void {
+): ExecCredentials {
   const list = (kc as unknown as { authenticators?: unknown }).authenticators;
   if (!Array.isArray(list)) {
     throw new Error("client-node: its authenticators are not where they were (KubeConfig changed)");
   }
-  list.unshift(new ExecCredentials(options));
+  const credentials = new ExecCredentials(options);
+  list.unshift(credentials);
+  return credentials;
 }

@@ -161,3 +161,28 @@ Deno.test("exec credentials: a plugin writing without end is killed at the answe
     );
   });
 });
+
+Deno.test("exec credentials: closing the client kills a running plugin at once, and runs none after", async () => {
+  await withPlugin(async ({ dir, kubeconfig, calls }) => {
+    const config = await kubeconfig(`sleep 1000 &\necho $! >> ${dir}/children\nwait`);
+    const target = await resolveKubeTarget({ kubeconfig: config, env: () => undefined });
+    // A timeout far beyond the test: only close() can end the plugin.
+    const api = await connectKube(target!, { execPluginTimeoutMs: 600_000 });
+    const outcome = api.getConfigMap("ns", "x").then(() => "answered", (err) => `failed: ${err}`);
+    await waitFor(async () => (await pidsIn(`${dir}/children`)).length === 1, {
+      what: "the plugin started its child",
+    });
+    const pids = [...await calls(), ...await pidsIn(`${dir}/children`)];
+    api.close();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const result = await Promise.race([
+      outcome,
+      new Promise<string>((r) => timer = setTimeout(() => r("still waiting after 5 s"), 5_000)),
+    ]);
+    clearTimeout(timer);
+    assert.match(result, /^failed: .*credential plugin bash killed: the client was closed/);
+    await waitFor(() => pids.every((p) => !running(p)), { what: "the plugin's processes ended" });
+    await assert.rejects(api.getConfigMap("ns", "x"), /not run: the client is closed/);
+    assert.equal((await calls()).length, 1, "no plugin run after close");
+  });
+});

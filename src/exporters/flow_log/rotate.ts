@@ -500,23 +500,50 @@ export class RotatingFile implements LineSink {
 }
 
 /** Bytes a pipe takes atomically (POSIX PIPE_BUF on Linux). */
-const PIPE_BUF = 4096;
+export const PIPE_BUF = 4096;
+
+/**
+ * Where the piece of `buf` written from `off` ends: after the last line that ends within
+ * {@linkcode PIPE_BUF} bytes, or after the line at `off` when that one is longer.
+ */
+function pieceEnd(buf: Uint8Array, off: number): number {
+  const limit = off + PIPE_BUF;
+  if (limit >= buf.length) return buf.length;
+  const last = buf.lastIndexOf(0x0a, limit - 1);
+  if (last >= off) return last + 1;
+  const next = buf.indexOf(0x0a, limit);
+  return next < 0 ? buf.length : next + 1;
+}
+
+/** What {@linkcode StdoutSink} writes to: `Deno.stdout`, or a test's stand-in. */
+export interface StdoutWriter {
+  write(p: Uint8Array): Promise<number>;
+}
 
 /** Writes lines to standard output (flow log path `-` or `/dev/stdout`); never rotates. */
 export class StdoutSink implements LineSink {
+  readonly #out: StdoutWriter;
+
+  constructor(out: StdoutWriter = Deno.stdout) {
+    this.#out = out;
+  }
+
   /**
    * Writes lines to stdout. On an error (the reader went away: EPIPE), the lines that reached
    * it whole before the error count as written, the rest (a line cut short included) as not.
-   * Written in pieces of {@linkcode PIPE_BUF} bytes, which a pipe takes whole or not at all, so
-   * what reached it is known to the byte (one large write that fails says nothing of its part
-   * that went through).
+   * Written in pieces of whole lines of at most {@linkcode PIPE_BUF} bytes (a longer line
+   * alone), which a pipe takes whole or not at all, so what reached it is known to the byte
+   * (one large write that fails says nothing of its part that went through). Whole lines,
+   * because Deno writes stdout through a line buffer: a piece ending mid-line went out as two
+   * writes, its lines then the tail, and when the tail's write failed the call threw although
+   * its lines had reached the reader (up to 10 flow log lines counted dropped, yet read).
    */
   async writeLines(lines: readonly string[]): Promise<WriteResult> {
     const buf = encoder.encode(lines.join(""));
     let off = 0;
     try {
       while (off < buf.length) {
-        const n = await Deno.stdout.write(buf.subarray(off, off + PIPE_BUF));
+        const n = await this.#out.write(buf.subarray(off, pieceEnd(buf, off)));
         if (n <= 0) throw new Error(`write returned ${n}`);
         off += n;
       }

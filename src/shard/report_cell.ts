@@ -7,10 +7,14 @@
  * about 20 wakes a second per shard at a cluster's pace, for counters read once a minute. Read
  * here, they are also never older than the shard's last slice.
  *
- * A seqlock keeps a read whole: the writer (the shard, alone) makes the sequence word odd,
- * writes the values, makes it even again; a reader copies the values between two reads of an
- * even, unchanged sequence, else tries again. The counters' identities (`recordsIn` = accepted
- * + rejected, ...) hold in every snapshot read. The layout is derived from the counters object
+ * Two copies of the values keep a read whole: the writer (the shard, alone) writes the copy not
+ * published, then publishes it by moving the sequence word on (by 2: its bit 1 names the
+ * published copy); a reader copies the published values between two reads of an unchanged
+ * sequence, else tries again. A writer stopped in the middle of a write (its worker terminated)
+ * has touched only the copy not published: a read then gives the last report written whole.
+ * With one copy under a seqlock such a read gave the last one this reader had read, which could
+ * be a minute old, and a dying shard's accounting was made from it. The counters' identities
+ * (`recordsIn` = accepted + rejected, ...) hold in every snapshot read. The layout is derived from the counters object
  * itself ({@linkcode REPORT_FIELDS}), so a counter added to the core is carried without an edit.
  *
  * @module
@@ -38,23 +42,31 @@ export const REPORT_FIELDS: readonly Field[] = (() => {
 /** Values of a cell: the counters, then `stringsTruncated`. */
 const VALUES = REPORT_FIELDS.length + 1;
 
-/** Bytes of a cell: the sequence word (8, for the alignment of the values) and the values. */
-export const REPORT_CELL_BYTES = 8 + 8 * VALUES;
+/** Bytes of a cell: the sequence word (8, for the alignment of the values) and two copies. */
+export const REPORT_CELL_BYTES = 8 + 2 * 8 * VALUES;
 
 /** Most attempts of a read that keeps meeting a write before it settles for the last read. */
 const READ_ATTEMPTS = 1000;
 
+/** The copy (0 or 1) published at sequence `s`. */
+function copyAt(s: number): number {
+  return (s >>> 1) & 1;
+}
+
 /** One shard's report in a `SharedArrayBuffer` of {@linkcode REPORT_CELL_BYTES}. */
 export class ReportCell {
   readonly #seq: Int32Array;
-  readonly #values: Float64Array;
+  readonly #values: readonly [Float64Array, Float64Array];
   readonly #copy = new Float64Array(VALUES);
   #last: ShardReport | undefined;
 
   /** A cell over `sab` (fresh: zeroed, nothing written yet). */
   constructor(sab: SharedArrayBuffer) {
     this.#seq = new Int32Array(sab, 0, 1);
-    this.#values = new Float64Array(sab, 8, VALUES);
+    this.#values = [
+      new Float64Array(sab, 8, VALUES),
+      new Float64Array(sab, 8 + 8 * VALUES, VALUES),
+    ];
   }
 
   /** A new cell's memory. */
@@ -64,23 +76,21 @@ export class ReportCell {
 
   /** Writes `r` (the shard: the only writer). */
   write(r: ShardReport): void {
-    const seq = this.#seq;
-    const s = Atomics.load(seq, 0);
-    Atomics.store(seq, 0, s + 1); // odd: a write in progress
-    const v = this.#values;
+    const next = Atomics.load(this.#seq, 0) + 2;
+    const v = this.#values[copyAt(next)];
     const stats = r.stats as unknown as Record<string, number | Record<string, number>>;
     for (let i = 0; i < REPORT_FIELDS.length; i++) {
       const [k, sub] = REPORT_FIELDS[i];
       v[i] = sub === undefined ? stats[k] as number : (stats[k] as Record<string, number>)[sub];
     }
     v[REPORT_FIELDS.length] = r.stringsTruncated;
-    Atomics.store(seq, 0, s + 2);
+    Atomics.store(this.#seq, 0, next); // published
   }
 
   /**
-   * The last report written, whole; undefined before the first. A read that keeps meeting a
-   * write (a writer stopped in the middle of one: its worker was terminated) gives the last
-   * whole read instead.
+   * The last report written whole; undefined before the first. A read that keeps meeting writes
+   * (a writer faster than the copy, which does not happen with a shard's pace) gives the last
+   * read instead.
    */
   read(): ShardReport | undefined {
     const seq = this.#seq;
@@ -88,8 +98,9 @@ export class ReportCell {
     for (let attempt = 0; attempt < READ_ATTEMPTS; attempt++) {
       const s = Atomics.load(seq, 0);
       if (s === 0) return this.#last;
-      if ((s & 1) !== 0) continue;
-      copy.set(this.#values);
+      // The writer writes this copy only once it has published the other one: if the
+      // sequence has not moved, the copy read was not being written.
+      copy.set(this.#values[copyAt(s)]);
       if (Atomics.load(seq, 0) !== s) continue;
       this.#last = reportOf(copy);
       return this.#last;

@@ -68,6 +68,11 @@ export interface AggregationStats {
   negativeDiffsClamped: number;
   /** Pod look-ups that found nothing. */
   podLookupMisses: number;
+  /**
+   * Times the flow table met a probe past its bound (keys crafted to share a hash) and rehashed
+   * under a new random key (`flow_table.ts`).
+   */
+  flowTableRekeys: number;
   /** Live flows now. */
   flows: number;
   /** Bytes of the live flows now, strings included (bounded by `maxFlowBytes`). */
@@ -112,6 +117,8 @@ export class CoreCounters {
   negativeDiffsClamped = 0;
   /** See {@linkcode AggregationStats.podLookupMisses}. */
   podLookupMisses = 0;
+  /** See {@linkcode AggregationStats.flowTableRekeys}. */
+  flowTableRekeys = 0;
 
   /** A copy of the counters, with `flows` live flows holding `flowBytes` bytes. */
   snapshot(flows: number, flowBytes: number): AggregationStats {
@@ -134,6 +141,7 @@ export class CoreCounters {
       droppedMaxFlows: this.rejected.maxFlows,
       negativeDiffsClamped: this.negativeDiffsClamped,
       podLookupMisses: this.podLookupMisses,
+      flowTableRekeys: this.flowTableRekeys,
       flows,
       flowBytes,
     };

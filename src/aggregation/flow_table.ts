@@ -29,41 +29,66 @@ export function mix(h: number): number {
   return h >>> 0;
 }
 
-/** Hash of a probe key (see {@linkcode KEY_WORDS}). */
-export function hashKey(k: Uint32Array): number {
-  let h = mix(k[11] * 0x9e3779b1 + k[8]);
-  h = mix(h ^ ((k[9] << SPORT_SHIFT) | k[10]));
-  h = mix(h ^ k[0]);
-  h = mix(h ^ k[4]);
+/**
+ * A table's secret hash key: `seed` starts the hash, `mul` (odd) multiplies every key word.
+ * Random per table: with a fixed hash an Agent could compute keys that all share one hash (every
+ * step of the mix can be undone) and turn each look-up into a walk of every flow it made (found
+ * by review: 60k crafted flows took 10.7 s to create and 11.7 s per update round, random ones
+ * 288 / 50 ms). Unknown, the words reach the hash through a multiplier the sender cannot undo.
+ */
+export interface HashKey {
+  seed: number;
+  mul: number;
+}
+
+/** A new random {@linkcode HashKey}. */
+export function randomHashKey(): HashKey {
+  const w = crypto.getRandomValues(new Uint32Array(2));
+  return { seed: w[0], mul: (w[1] | 1) >>> 0 };
+}
+
+/** Hash of a probe key (see {@linkcode KEY_WORDS}) under `key`'s `seed` and `mul`. */
+export function hashKey(k: Uint32Array, seed: number, mul: number): number {
+  let h = mix((k[11] * 0x9e3779b1 + k[8]) ^ seed);
+  h = mix(h ^ Math.imul((k[9] << SPORT_SHIFT) | k[10], mul));
+  h = mix(h ^ Math.imul(k[0], mul));
+  h = mix(h ^ Math.imul(k[4], mul));
   if (k[11] === 6) {
-    h = mix(h ^ k[1]);
-    h = mix(h ^ k[2]);
-    h = mix(h ^ k[3]);
-    h = mix(h ^ k[5]);
-    h = mix(h ^ k[6]);
-    h = mix(h ^ k[7]);
+    h = mix(h ^ Math.imul(k[1], mul));
+    h = mix(h ^ Math.imul(k[2], mul));
+    h = mix(h ^ Math.imul(k[3], mul));
+    h = mix(h ^ Math.imul(k[5], mul));
+    h = mix(h ^ Math.imul(k[6], mul));
+    h = mix(h ^ Math.imul(k[7], mul));
   }
   return h;
 }
 
 /** {@linkcode hashKey} of the key stored in the u32 words of a slot (from `b`). */
-function hashSlot(u: Uint32Array, b: number): number {
+function hashSlot(u: Uint32Array, b: number, seed: number, mul: number): number {
   const pf = u[b + U32.PROTO];
   const fam = pf >>> FAMILY_SHIFT;
-  let h = mix(fam * 0x9e3779b1 + (pf & 0xff));
-  h = mix(h ^ u[b + U32.PORTS]);
-  h = mix(h ^ u[b + U32.SRC]);
-  h = mix(h ^ u[b + U32.DST]);
+  let h = mix((fam * 0x9e3779b1 + (pf & 0xff)) ^ seed);
+  h = mix(h ^ Math.imul(u[b + U32.PORTS], mul));
+  h = mix(h ^ Math.imul(u[b + U32.SRC], mul));
+  h = mix(h ^ Math.imul(u[b + U32.DST], mul));
   if (fam === 6) {
-    h = mix(h ^ u[b + U32.SRC + 1]);
-    h = mix(h ^ u[b + U32.SRC + 2]);
-    h = mix(h ^ u[b + U32.SRC + 3]);
-    h = mix(h ^ u[b + U32.DST + 1]);
-    h = mix(h ^ u[b + U32.DST + 2]);
-    h = mix(h ^ u[b + U32.DST + 3]);
+    h = mix(h ^ Math.imul(u[b + U32.SRC + 1], mul));
+    h = mix(h ^ Math.imul(u[b + U32.SRC + 2], mul));
+    h = mix(h ^ Math.imul(u[b + U32.SRC + 3], mul));
+    h = mix(h ^ Math.imul(u[b + U32.DST + 1], mul));
+    h = mix(h ^ Math.imul(u[b + U32.DST + 2], mul));
+    h = mix(h ^ Math.imul(u[b + U32.DST + 3], mul));
   }
   return h;
 }
+
+/**
+ * Probe steps of an insert past which the table takes itself for flooded (its key guessed, or a
+ * weakness of the hash) and starts over under a new random key. With a good hash at load <= 1/2
+ * runs this long do not happen (the longest at 1M flows is a few dozen).
+ */
+export const MAX_PROBE = 256;
 
 /** An entry's high byte: the top byte of its key's hash, compared before the slot is read. */
 const TAG_MASK = 0xff000000 | 0;
@@ -83,10 +108,41 @@ export class FlowTable {
   #tbl = new Int32Array(1024);
   #mask = 1023;
   #size = 0;
+  #seed: number;
+  #mul: number;
+  readonly #newKey: () => HashKey;
+  readonly #onRekey: ((probe: number, flows: number) => void) | undefined;
+  /** Rekeys done; the next is allowed once the table holds this many entries (amortised). */
+  #rekeys = 0;
+  #rekeyAt = 0;
 
-  /** A table over the key words stored in `store`'s slots. */
-  constructor(store: SlotStore) {
+  /**
+   * A table over the key words stored in `store`'s slots. `newKey` gives its hash keys (random
+   * by default); `onRekey` is told when a long probe made it take a new one.
+   */
+  constructor(
+    store: SlotStore,
+    options: {
+      newKey?: () => HashKey;
+      onRekey?: (probe: number, flows: number) => void;
+    } = {},
+  ) {
     this.#store = store;
+    this.#newKey = options.newKey ?? randomHashKey;
+    this.#onRekey = options.onRekey;
+    const key = this.#newKey();
+    this.#seed = key.seed;
+    this.#mul = key.mul;
+  }
+
+  /** The hash of probe key `k` for {@linkcode find} and {@linkcode insert}. */
+  hash(k: Uint32Array): number {
+    return hashKey(k, this.#seed, this.#mul);
+  }
+
+  /** Times a long probe made the table start over under a new hash key. */
+  get rekeys(): number {
+    return this.#rekeys;
   }
 
   /** Number of entries. */
@@ -94,7 +150,7 @@ export class FlowTable {
     return this.#size;
   }
 
-  /** Slot holding key `k` (hash `h`), or -1. */
+  /** Slot holding key `k` (hash `h`: {@linkcode hash}), or -1. */
   find(k: Uint32Array, h: number): number {
     const tbl = this.#tbl;
     const mask = this.#mask;
@@ -121,7 +177,10 @@ export class FlowTable {
     }
   }
 
-  /** Writes key `k` into `slot` and adds it under hash `h` (the key must not be present). */
+  /**
+   * Writes key `k` into `slot` and adds it under hash `h` ({@linkcode hash}; the key must not be
+   * present). A hash computed before an insert is stale after it (the table may have a new key).
+   */
   insert(slot: number, k: Uint32Array, h: number): void {
     const u = this.#store.u32(slot);
     const b = u32Base(slot);
@@ -132,15 +191,17 @@ export class FlowTable {
     u[b + U32.PROTO] = k[8] | (k[11] << FAMILY_SHIFT);
     u[b + U32.PORTS] = (k[9] << SPORT_SHIFT) | k[10];
     if ((this.#size + 1) * 2 > this.#tbl.length) this.#grow();
-    this.#place(slot, h);
+    const probe = this.#place(slot, h);
     this.#size++;
+    // Amortised: a rekey costs a pass over the table, allowed again once it has doubled.
+    if (probe > MAX_PROBE && this.#size >= this.#rekeyAt) this.#rekey(probe);
   }
 
   /** Removes `slot` (its key words must still be in place). Returns false if absent. */
   remove(slot: number): boolean {
     const tbl = this.#tbl;
     const mask = this.#mask;
-    const h = hashSlot(this.#store.u32(slot), u32Base(slot));
+    const h = hashSlot(this.#store.u32(slot), u32Base(slot), this.#seed, this.#mul);
     let i = h & mask;
     const want = entry(slot, h);
     for (;; i = (i + 1) & mask) {
@@ -155,7 +216,7 @@ export class FlowTable {
       const e = tbl[j];
       if (e === 0) break;
       const s = (e & SLOT_MASK) - 1;
-      const home = hashSlot(this.#store.u32(s), u32Base(s)) & mask;
+      const home = hashSlot(this.#store.u32(s), u32Base(s), this.#seed, this.#mul) & mask;
       // Move e into the hole at i unless its home lies cyclically in (i, j].
       const stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
       if (!stays) {
@@ -175,24 +236,45 @@ export class FlowTable {
     this.#size = 0;
   }
 
-  #place(slot: number, h: number): void {
+  /** Adds `slot`'s entry under hash `h`; returns the probe steps it took. */
+  #place(slot: number, h: number): number {
     const tbl = this.#tbl;
     const mask = this.#mask;
     let i = h & mask;
-    while (tbl[i] !== 0) i = (i + 1) & mask;
+    let probe = 0;
+    while (tbl[i] !== 0) {
+      i = (i + 1) & mask;
+      probe++;
+    }
     tbl[i] = entry(slot, h);
+    return probe;
   }
 
-  #grow(): void {
+  /** Re-places every entry into a fresh table of `length` entries (under the current key). */
+  #rebuild(length: number): void {
     const old = this.#tbl;
-    this.#tbl = new Int32Array(old.length * 2);
-    this.#mask = this.#tbl.length - 1;
+    this.#tbl = new Int32Array(length);
+    this.#mask = length - 1;
     for (let i = 0; i < old.length; i++) {
       const e = old[i];
       if (e !== 0) {
         const s = (e & SLOT_MASK) - 1;
-        this.#place(s, hashSlot(this.#store.u32(s), u32Base(s)));
+        this.#place(s, hashSlot(this.#store.u32(s), u32Base(s), this.#seed, this.#mul));
       }
     }
+  }
+
+  #grow(): void {
+    this.#rebuild(this.#tbl.length * 2);
+  }
+
+  #rekey(probe: number): void {
+    const key = this.#newKey();
+    this.#seed = key.seed;
+    this.#mul = key.mul;
+    this.#rebuild(this.#tbl.length);
+    this.#rekeys++;
+    this.#rekeyAt = this.#size * 2;
+    this.#onRekey?.(probe, this.#size);
   }
 }

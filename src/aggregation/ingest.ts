@@ -10,7 +10,7 @@ import { correlationRequired, FlowType, isFromDestination, isFromSource } from "
 import { FIELD_CODE } from "./field_code.ts";
 import { maxStringBytes, NO_TEXT } from "./intern.ts";
 import { canonicalAddress, readFlowKey } from "./flow_key.ts";
-import { hashKey, KEY_WORDS } from "./flow_table.ts";
+import { KEY_WORDS } from "./flow_table.ts";
 import {
   FL_CORR_FILLED,
   FL_FIRST_D,
@@ -55,7 +55,7 @@ function ingest(s: CoreState, r: FlowInput): boolean {
     warnBothFamiliesOf(s, r);
     return s.reject(problem[0], problem[1]);
   }
-  const h = hashKey(k);
+  const h = s.table.hash(k);
   const slot = s.table.find(k, h);
   return ingestKeyed(s, r, slot, h, undefined);
 }
@@ -152,7 +152,7 @@ export function addRecordView(
       return ingest(s, full());
     }
     // The whole record has the view's key (the same bytes): its look-up holds for both.
-    const h = hashKey(k);
+    const h = s.table.hash(k);
     const slot = s.table.find(k, h);
     let viewOnly = false;
     if (slot >= 0) {

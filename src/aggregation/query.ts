@@ -6,7 +6,7 @@
 
 import type { AggregatedRecord, FlowKey } from "./record.ts";
 import { canonicalAnyAddress, parseIPv4Word, parseIPv6Words } from "./flow_key.ts";
-import { hashKey, KEY_WORDS } from "./flow_table.ts";
+import { KEY_WORDS } from "./flow_table.ts";
 import {
   FL_CORR_FILLED,
   FL_EXT_FILLED,
@@ -153,7 +153,7 @@ function findByKey(s: CoreState, key: TextKey): number[] {
   k[9] = sport;
   k[10] = dport;
   const probe = (): void => {
-    const slot = s.table.find(k, hashKey(k));
+    const slot = s.table.find(k, s.table.hash(k));
     if (slot >= 0) found.push(slot);
   };
   const a4 = src.includes(":") ? -1 : parseIPv4Word(src);

@@ -34,20 +34,33 @@ export type CoreApi = {
 };
 
 /**
+ * The process's secret routing multipliers (odd, random). With the fixed ones it had, an Agent
+ * could compute flow keys that all route to one shard (found by review: 30,000 crafted flows all
+ * on shard 0 of 4). Routing is done by the main thread only, so one set per process is enough.
+ */
+const [R0, R1, R2, R3, R4, R5, R6, R7, RP, RS] = Array.from(
+  crypto.getRandomValues(new Uint32Array(10)),
+  (w, i) => (i < 9 ? w | 1 : w),
+);
+
+/**
  * Shard (0..n-1) of a flow key ({@linkcode KEY_WORDS} words, as `readFlowKey` reads it). Its own
- * hash, not the flow table's (`hashKey`: a mix per key word, and the main thread routes every
- * record): the key words folded with odd multipliers, then one finishing mix. Independent of
- * the table's hash, so the keys of one shard still spread over all of its table's buckets.
+ * hash, not the flow table's (`FlowTable.hash`: a mix per key word, and the main thread routes
+ * every record): each word times its own secret odd multiplier, folded, then one finishing mix.
+ * Keys can only be made to fold alike by flipping the top bits of two words (a product's top
+ * bit moves with its factor's whatever the odd multiplier), so at most 2^10 keys share a fold,
+ * and where a fold routes is unknown to the sender. Independent of the tables' hashes (their own
+ * random keys), so the keys of one shard still spread over all of its table's buckets.
  */
 export function shardOfKey(k: Uint32Array, n: number): number {
-  let src = k[0];
-  let dst = k[4];
+  let src = Math.imul(k[0], R0);
+  let dst = Math.imul(k[4], R4);
   if (k[11] === 6) {
-    src ^= Math.imul(k[1], 0x9e3779b1) ^ Math.imul(k[2], 0x85ebca6b) ^ Math.imul(k[3], 0xc2b2ae35);
-    dst ^= Math.imul(k[5], 0x9e3779b1) ^ Math.imul(k[6], 0x85ebca6b) ^ Math.imul(k[7], 0xc2b2ae35);
+    src ^= Math.imul(k[1], R1) ^ Math.imul(k[2], R2) ^ Math.imul(k[3], R3);
+    dst ^= Math.imul(k[5], R5) ^ Math.imul(k[6], R6) ^ Math.imul(k[7], R7);
   }
-  const h = Math.imul(src, 0x27d4eb2f) ^ Math.imul(dst, 0x165667b1) ^
-    Math.imul((k[9] << 16) | k[10], 0x7feb352d) ^ (k[8] | (k[11] << 8));
+  const h = src ^ dst ^ Math.imul((k[9] << 16) | k[10], RP) ^
+    (k[8] | (k[11] << 8)) ^ RS;
   return Math.floor((mix(h) / 4294967296) * n);
 }
 

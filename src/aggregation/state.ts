@@ -9,7 +9,7 @@ import type { Clock } from "../clock.ts";
 import { type Logger, logger, RateLimitedLog } from "../log.ts";
 import { CoreCounters, type RejectReason } from "./counters.ts";
 import { IndexHeap } from "./expiry_heap.ts";
-import { FlowTable, KEY_WORDS, MAX_TABLE_SLOTS } from "./flow_table.ts";
+import { FlowTable, KEY_WORDS, MAX_PROBE, MAX_TABLE_SLOTS } from "./flow_table.ts";
 import { COUNTER_WORDS } from "./flow_stats.ts";
 import { Interner } from "./intern.ts";
 import { FIELD_CODE } from "./field_code.ts";
@@ -100,7 +100,17 @@ export class CoreState {
   /** Numbers and key words of every flow. */
   readonly store: SlotStore = new SlotStore();
   /** 5-tuple → slot. */
-  readonly table: FlowTable = new FlowTable(this.store);
+  readonly table: FlowTable = new FlowTable(this.store, {
+    onRekey: (probe, flows) => {
+      this.counters.flowTableRekeys++;
+      // At most once per doubling of the table (flow_table.ts): not rate-limited.
+      log.warn(
+        "flow table: an insert probed past the bound, as keys crafted to share a hash would " +
+          "make it: rehashed under a new random key",
+        { probe, maxProbe: MAX_PROBE, flows },
+      );
+    },
+  });
   /** Probe key scratch, reused by every record. */
   readonly key: Uint32Array = new Uint32Array(KEY_WORDS);
   /** A decoded record's counters as words (`counterWords`), for an update from its values. */

@@ -12,7 +12,7 @@
  */
 
 import { EMPTY_TEXT, type Interner } from "./intern.ts";
-import { mix } from "./flow_table.ts";
+import { mix, randomHashKey } from "./flow_table.ts";
 
 /**
  * Bytes charged for one live tuple of `width` words (`limits.maxFlowBytes`): its words and
@@ -49,9 +49,19 @@ export class TupleTable {
   #mask = INITIAL - 1;
   #size = 0;
   #bytes = 0;
+  /**
+   * This table's random hash key (as the flow table's): a tuple's words are values an Agent
+   * sends and string ids it can steer, so a fixed hash could be made to put every tuple in one
+   * probe chain.
+   */
+  readonly #seed: number;
+  readonly #mul: number;
 
   /** A table of `width`-word tuples whose words at `strs` are intern ids of `intern`. */
   constructor(intern: Interner, width: number, strs: readonly number[]) {
+    const key = randomHashKey();
+    this.#seed = key.seed;
+    this.#mul = key.mul;
     this.#intern = intern;
     this.width = width;
     this.tupleBytes = tupleBytes(width);
@@ -153,8 +163,8 @@ export class TupleTable {
   }
 
   #hash(a: Uint32Array, at: number): number {
-    let h = 0x9e3779b9;
-    for (let i = 0; i < this.width; i++) h = mix(h ^ a[at + i]);
+    let h = this.#seed;
+    for (let i = 0; i < this.width; i++) h = mix(h ^ Math.imul(a[at + i], this.#mul));
     return h;
   }
 

@@ -7,7 +7,7 @@ import {
   touch,
 } from "../../src/aggregation/expiry.ts";
 import { FIELD_CODE } from "../../src/aggregation/field_code.ts";
-import { hashKey, KEY_WORDS } from "../../src/aggregation/flow_table.ts";
+import { KEY_WORDS } from "../../src/aggregation/flow_table.ts";
 import {
   FL_IPV4,
   FL_READY,
@@ -28,7 +28,7 @@ function addFlow(s: ReturnType<typeof newState>["s"], flags: number): number {
   u32[u32Base(slot) + U32.FLAGS] = flags;
   const k = new Uint32Array(KEY_WORDS);
   k.set([0x0a000001, 0, 0, 0, 0x0a000002, 0, 0, 0, 6, 1234, 5678, 4]);
-  s.table.insert(slot, k, hashKey(k));
+  s.table.insert(slot, k, s.table.hash(k));
   scheduleNew(s, slot);
   return slot;
 }

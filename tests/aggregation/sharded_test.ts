@@ -16,7 +16,8 @@ import {
   shardOfKey,
 } from "../../src/aggregation/mod.ts";
 import { ManualClock } from "../../src/clock.ts";
-import { hashKey, KEY_WORDS } from "../../src/aggregation/flow_table.ts";
+import { FlowTable, KEY_WORDS } from "../../src/aggregation/flow_table.ts";
+import { SlotStore } from "../../src/aggregation/slot_store.ts";
 import { replayRecords } from "./replay_records.ts";
 import { intraNode } from "./fixtures.ts";
 
@@ -126,6 +127,7 @@ Deno.test("shard routing: both address forms agree, bad records go to shard 0", 
   // The shard's hash is not the table's: one shard's keys still fill every bucket of the low
   // bits of a power-of-two table.
   const low = new Set<number>();
+  const table = new FlowTable(new SlotStore());
   for (let p = 0; p < 256; p++) {
     scratch.fill(0);
     scratch[0] = 0x0a000001;
@@ -134,7 +136,7 @@ Deno.test("shard routing: both address forms agree, bad records go to shard 0", 
     scratch[9] = p;
     scratch[10] = 80;
     scratch[11] = 4;
-    if (shardOfKey(scratch, 2) === 0) low.add(hashKey(scratch) & 3);
+    if (shardOfKey(scratch, 2) === 0) low.add(table.hash(scratch) & 3);
   }
   assert.equal(low.size, 4);
 });
@@ -204,4 +206,22 @@ Deno.test("sharded core: queries and entry states cover every shard", () => {
   assert.equal(core.expire((f) => got.push(f), { limit: 12 }), 12);
   assert.equal(core.expire((f) => got.push(f)), 18);
   assert.equal(new Set(got.map(keyText)).size, 30);
+});
+
+Deno.test("shard routing: IPv6 keys chosen so that their words fold alike under known multipliers still spread", () => {
+  // Under the fixed routing multipliers (0x9e3779b1 for a source's second word, 0x85ebca6b for
+  // its third), choosing the third word from the second folds every key to one value: one shard.
+  const inverse = (m: number): number => {
+    let x = m;
+    for (let i = 0; i < 5; i++) x = Math.imul(x, 2 - Math.imul(m, x));
+    return x >>> 0;
+  };
+  const k = new Uint32Array(KEY_WORDS);
+  const count = [0, 0, 0, 0];
+  for (let i = 0; i < 4000; i++) {
+    k.set([0xfd000000, i * 7919, 0, 1, 0xfd000000, 0, 0, 2, 6, 40000, 443, 6]);
+    k[2] = Math.imul(0x12345678 ^ Math.imul(k[1], 0x9e3779b1), inverse(0x85ebca6b)) >>> 0;
+    count[shardOfKey(k, 4)]++;
+  }
+  for (const c of count) assert.ok(c > 800 && c < 1200, `shares ${count}`);
 });

@@ -273,13 +273,28 @@ function defaultTmpDir(): string {
   return "/tmp";
 }
 
-function positiveTimeout(path: string, text: string): number {
+/** What a flow timeout of 0 or less is taken as (newer Antrea's floor). */
+export const MIN_FLOW_TIMEOUT_MS = 1000;
+
+/**
+ * A flow timeout, in ms. Upstream v1.13 accepts 0 and negatives (§8 L19), with which its expiry
+ * loop spins, exporting every flow at each check; refusing them would make such a file, which
+ * v1.13 ran, crash-loop here. So such a timeout is taken as {@linkcode MIN_FLOW_TIMEOUT_MS} (the
+ * floor newer Antrea applies), with a warning.
+ */
+function flowTimeout(
+  path: string,
+  text: string,
+  warn: (warning: ConfigWarning) => void,
+): number {
   const ms = durationOrThrow(path, text);
-  // Upstream accepts 0 and negatives, which make the expiry loop spin (§8 L19).
-  if (ms <= 0) {
-    throw new ConfigError(`config: ${path} ${JSON.stringify(text)}: must be positive`, path);
-  }
-  return ms;
+  if (ms > 0) return ms;
+  warn({
+    path,
+    message: `config: ${path}: ${JSON.stringify(text)} is not positive (v1.13 took it and ` +
+      `exported every flow at each expiry check): taken as ${MIN_FLOW_TIMEOUT_MS / 1000}s`,
+  });
+  return MIN_FLOW_TIMEOUT_MS;
 }
 
 function buildGlobal(raw: Raw): GlobalConfig {
@@ -350,13 +365,15 @@ export function parseConfigWith<S extends readonly ConfigSection<string, Section
   }
 
   for (const [s, c] of built) s.required?.(c);
-  cfg.activeFlowRecordTimeoutMs = positiveTimeout(
+  cfg.activeFlowRecordTimeoutMs = flowTimeout(
     "activeFlowRecordTimeout",
     cfg.activeFlowRecordTimeout,
+    warn,
   );
-  cfg.inactiveFlowRecordTimeoutMs = positiveTimeout(
+  cfg.inactiveFlowRecordTimeoutMs = flowTimeout(
     "inactiveFlowRecordTimeout",
     cfg.inactiveFlowRecordTimeout,
+    warn,
   );
   if (!["TLS", "TCP", "UDP"].includes(cfg.aggregatorTransportProtocol)) {
     fail(

@@ -424,12 +424,31 @@ Deno.test("validation runs in the upstream order, first failure wins", () => {
   );
 });
 
-Deno.test("negative or zero flow timeouts are rejected (upstream accepted them)", () => {
-  assertError(
-    `${MIN}activeFlowRecordTimeout: -1s\n`,
-    'config: activeFlowRecordTimeout "-1s": must be positive',
+Deno.test("negative or zero flow timeouts, which v1.13 ran with, load as 1 s with a warning", () => {
+  const warnings: ConfigWarning[] = [];
+  const cfg = parse(
+    `${MIN}activeFlowRecordTimeout: -1s\ninactiveFlowRecordTimeout: 0s\n`,
+    warnings,
   );
-  assertError(`${MIN}inactiveFlowRecordTimeout: 0s\n`, /inactiveFlowRecordTimeout "0s": must be/);
+  assert.equal(cfg.activeFlowRecordTimeoutMs, 1000);
+  assert.equal(cfg.inactiveFlowRecordTimeoutMs, 1000);
+  assert.deepEqual(warnings.map((w) => [w.path, w.message]), [
+    [
+      "activeFlowRecordTimeout",
+      'config: activeFlowRecordTimeout: "-1s" is not positive (v1.13 took it and exported every ' +
+      "flow at each expiry check): taken as 1s",
+    ],
+    [
+      "inactiveFlowRecordTimeout",
+      'config: inactiveFlowRecordTimeout: "0s" is not positive (v1.13 took it and exported every ' +
+      "flow at each expiry check): taken as 1s",
+    ],
+  ]);
+  // A positive one below a second is taken as it is.
+  assert.equal(parse(`${MIN}activeFlowRecordTimeout: 300ms\n`).activeFlowRecordTimeoutMs, 300);
+});
+
+Deno.test("other negative or out-of-range values are still rejected", () => {
   assertError(`${MIN}  maxAge: -1\n`, "config: flowLogger.maxAge: must not be negative, got -1");
   assertError(`${MIN}apiServer:\n  apiPort: 70000\n`, /apiServer\.apiPort: port 70000/);
 });

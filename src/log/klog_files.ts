@@ -32,8 +32,19 @@
  * @module
  */
 
-import type { LogLevel } from "../log.ts";
+import { type LogFormat, type LogLevel, logSettings } from "../log.ts";
 import { concatBytes, wholePieces } from "../bytes.ts";
+
+/**
+ * The header's "Log line format" for each line format: klog's own for `--log-format klog`; the
+ * others say what the lines are, as log shippers read the header (it claimed klog's for all).
+ */
+const LINE_FORMATS: Record<LogFormat, string> = {
+  klog: "[IWEF]mmdd hh:mm:ss.uuuuuu threadid file:line] msg",
+  logfmt:
+    "logfmt: time=<RFC 3339> level=<level> component=<name> msg=<text> key=value ... (quoted when needed)",
+  json: "JSON, one object a line: time, level, component, msg, then the fields",
+};
 
 /** klog's file severities. */
 export type KlogSeverity = "INFO" | "WARNING" | "ERROR";
@@ -436,7 +447,7 @@ export class KlogFiles {
       }:${two(now.getMinutes())}:${two(now.getSeconds())}\n` +
         `Running on machine: ${host}\n` +
         `Binary: ${program} on Deno ${Deno.version.deno} for ${Deno.build.os}/${Deno.build.arch}\n` +
-        "Log line format: [IWEF]mmdd hh:mm:ss.uuuuuu threadid file:line] msg\n",
+        `Log line format: ${LINE_FORMATS[logSettings().format]}\n`,
     );
     f.header = header;
     f.pending.push(header);

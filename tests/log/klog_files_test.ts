@@ -7,6 +7,7 @@
 
 import assert from "node:assert/strict";
 import { prometheusText } from "../../src/api/prometheus.ts";
+import { logSettings, setLogFormat } from "../../src/log.ts";
 import { parseConfig } from "../../src/components.ts";
 import { FlowAggregator, statsFields } from "../../src/flow_aggregator.ts";
 import {
@@ -60,10 +61,8 @@ function body(path: string): string[] {
   assert.equal(lines.pop(), "", `${path} ends with a newline`);
   assert.match(lines[0], /^Log file created at: \d{4}\/\d{2}\/\d{2} \d{2}:\d{2}:\d{2}$/);
   assert.equal(lines[1], "Running on machine: node-1");
-  assert.match(
-    lines[3],
-    /^Log line format: \[IWEF\]mmdd hh:mm:ss\.uuuuuu threadid file:line\] msg$/,
-  );
+  // The lines' own format (logfmt, the default), not klog's, which the header claimed.
+  assert.match(lines[3], /^Log line format: logfmt: time=<RFC 3339> level=<level> /);
   return lines.slice(HEADER_LINES);
 }
 
@@ -411,4 +410,28 @@ Deno.test("klog files: the counters are in the metrics line and /metrics (droppe
     assert.match(text, /^flow_aggregator_log_files_lines_dropped 6$/m);
     assert.match(text, /^flow_aggregator_log_files_files_reopened 0$/m);
   });
+});
+
+Deno.test("klog files: the header names the format the lines are written in", async () => {
+  const before = logSettings().format;
+  try {
+    for (
+      const [format, line] of [
+        ["klog", /^Log line format: \[IWEF\]mmdd hh:mm:ss\.uuuuuu threadid file:line\] msg$/],
+        ["json", /^Log line format: JSON, one object a line/],
+        ["logfmt", /^Log line format: logfmt: /],
+      ] as const
+    ) {
+      setLogFormat(format);
+      await withLogDir((dir) => {
+        const f = files(dir);
+        f.write("a line", "info");
+        f.close();
+        const text = Deno.readTextFileSync(`${dir}/flow-aggregator.INFO`);
+        assert.match(text.split("\n")[3], line, format);
+      });
+    }
+  } finally {
+    setLogFormat(before);
+  }
 });

@@ -479,7 +479,7 @@ async function run(opts: CliOptions): Promise<number> {
   let publisher: CertificatePublisher | undefined;
   let certificates: GeneratedCertificates | undefined;
   if (api !== undefined) {
-    const [{ PodStore }, { CertificatePublisher, prepareCertificates }] = await Promise.all([
+    const [{ PodStore }, { CertificatePublisher }] = await Promise.all([
       import("./src/k8s/pod_store.ts"),
       import("./src/k8s/certificates.ts"),
     ]);
@@ -491,12 +491,7 @@ async function run(opts: CliOptions): Promise<number> {
     podStore.start(api);
     publisher = new CertificatePublisher({ api, namespace, clock });
     if (config.aggregatorTransportProtocol === "TLS") {
-      certificates = await prepareCertificates({
-        api,
-        namespace,
-        clock,
-        address: config.flowAggregatorAddress,
-      });
+      certificates = await publisher.prepare({ address: config.flowAggregatorAddress });
     }
   }
   const store = podStore;

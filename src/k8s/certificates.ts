@@ -10,7 +10,10 @@
  * Secret `<ns>/flow-aggregator-ca-tls` (`kubernetes.io/tls`). At start, when that Secret and the
  * client Secret hold a valid pair (keys match, the CA signed the client certificate, more than
  * 90 days left), they are reused and only a new server certificate is issued from the CA, so
- * the Agents keep working across a restart without re-reading anything.
+ * the Agents keep working across a restart without re-reading anything. v1.13's RBAC grants no
+ * right on that Secret: a 401/403 on it means "the CA is not persisted" (a new CA per start, as
+ * v1.13 does), warned about once and counted, never waited on or retried; the objects the
+ * Agents read are published first, that Secret last.
  */
 
 import type * as k8s from "@kubernetes/client-node";
@@ -46,14 +49,42 @@ export interface CertificateSyncOptions extends Backoff {
   clock: Clock;
 }
 
-/** Options of {@linkcode prepareCertificates}. */
-export interface PrepareOptions extends CertificateSyncOptions {
+/** What {@linkcode prepareCertificates} reports to its caller's counters. */
+export interface PrepareHooks {
+  /**
+   * The CA Secret could not be read for lack of rights (401/403); default: a warning. The
+   * publisher's {@linkcode CertificatePublisher.prepare} counts it and warns once.
+   */
+  onCaForbidden?: (err: unknown) => void;
+}
+
+/** What {@linkcode CertificatePublisher.prepare} takes beyond the publisher's own options. */
+export interface PrepareSettings {
   /** `flowAggregatorAddress` (server certificate SAN). */
   address?: string;
   /** Longest wait for the API server before generating new material; default 10 s. */
   waitMs?: number;
   /** Key size and time of generation (tests). */
   generate?: Pick<GenerateCertificatesOptions, "modulusLength" | "now">;
+}
+
+/** Options of {@linkcode prepareCertificates}. */
+export interface PrepareOptions extends CertificateSyncOptions, PrepareSettings, PrepareHooks {}
+
+/** True for the answers that mean "no right to do that": 401 and 403. */
+function isForbidden(err: unknown): boolean {
+  const code = statusOf(err);
+  return code === 401 || code === 403;
+}
+
+/** The warning for a CA Secret we may not read or write, naming the RBAC rule to add. */
+function warnCaForbidden(namespace: string, err: unknown): void {
+  log.warn(
+    `no right to read or write Secret ${namespace}/${CA_SECRET}: the collector CA is not kept ` +
+      "across restarts (a new CA at every start, as v1.13); to keep it, grant the Flow " +
+      `Aggregator's Role get and update on secrets named ${CA_SECRET} (and create on secrets)`,
+    { namespace, secret: CA_SECRET, err: describe(err) },
+  );
 }
 
 function b64(text: string): string {
@@ -80,7 +111,7 @@ function pairOf(secret: k8s.V1Secret | undefined): CertificatePair | undefined {
  * The collector's certificates at start: the persisted CA and client pair when reusable (a new
  * server certificate issued from that CA), else a new set. Waits at most `waitMs` for the API
  * server; when it does not answer, new material is generated (and published later, in the
- * background).
+ * background). A 401/403 ends the wait at once: the rights will not come by waiting.
  */
 export async function prepareCertificates(options: PrepareOptions): Promise<GeneratedCertificates> {
   const { api, namespace, clock } = options;
@@ -90,26 +121,63 @@ export async function prepareCertificates(options: PrepareOptions): Promise<Gene
   );
   const gen = { namespace, address: options.address, ...options.generate };
   const abort = new AbortController();
+  let lastError: unknown;
   const read = retrying(
     "reading the persisted collector CA",
     async (signal) => {
-      const [ca, client] = await Promise.all([
-        api.getSecret(namespace, CA_SECRET, signal),
-        api.getSecret(namespace, CLIENT_SECRET, signal),
-      ]);
-      return { ca: pairOf(ca), client: pairOf(client) };
+      let caSecret: k8s.V1Secret | undefined;
+      try {
+        caSecret = await api.getSecret(namespace, CA_SECRET, signal);
+      } catch (err) {
+        if (isForbidden(err)) return { caForbidden: err };
+        throw err;
+      }
+      const ca = pairOf(caSecret);
+      // Without a CA to reuse, the client Secret does not matter.
+      if (ca === undefined) return {};
+      let client: k8s.V1Secret | undefined;
+      try {
+        client = await api.getSecret(namespace, CLIENT_SECRET, signal);
+      } catch (err) {
+        if (isForbidden(err)) return { clientForbidden: err };
+        throw err;
+      }
+      return { ca, client: pairOf(client) };
     },
-    { ...options, log, signal: abort.signal },
+    { ...options, log, signal: abort.signal, onFailure: (err) => lastError = err },
   );
-  let found: { ca?: CertificatePair; client?: CertificatePair };
+  let found: {
+    ca?: CertificatePair;
+    client?: CertificatePair;
+    caForbidden?: unknown;
+    clientForbidden?: unknown;
+  };
+  const waitMs = options.waitMs ?? 10_000;
   try {
-    found = await withTimeout(read, options.waitMs ?? 10_000, clock);
+    found = await withTimeout(read, waitMs, clock);
   } catch (err) {
     abort.abort();
     read.catch(() => {}); // RetryAborted
-    log.warn("Kubernetes API unavailable: generating a new collector CA", {
+    // What the API server answered last, when it answered: "no answer" would be wrong then.
+    log.warn(
+      lastError === undefined
+        ? "Kubernetes API unavailable: generating a new collector CA"
+        : "the persisted collector CA could not be read: generating a new collector CA",
+      { namespace, waitedMs: waitMs, err: describe(lastError ?? err) },
+    );
+    return generateCertificates(gen);
+  }
+  if (found.caForbidden !== undefined) {
+    if (options.onCaForbidden !== undefined) options.onCaForbidden(found.caForbidden);
+    else warnCaForbidden(namespace, found.caForbidden);
+    log.info("persisted collector CA not readable: generating one", { namespace });
+    return generateCertificates(gen);
+  }
+  if (found.clientForbidden !== undefined) {
+    log.warn("the Agents' client Secret is not readable: generating a new collector CA", {
       namespace,
-      err: describe(err),
+      secret: CLIENT_SECRET,
+      err: describe(found.clientForbidden),
     });
     return generateCertificates(gen);
   }
@@ -139,6 +207,11 @@ export interface PublisherStats {
   created: number;
   /** Objects updated. */
   updated: number;
+  /**
+   * Times Secret `flow-aggregator-ca-tls` could not be read or written for lack of rights
+   * (401/403, at start or in a publication): the CA is not kept across restarts.
+   */
+  caNotPersisted: number;
 }
 
 /**
@@ -149,7 +222,14 @@ export class CertificatePublisher {
   readonly #opts: CertificateSyncOptions;
   #abort: AbortController | undefined;
   #running: Promise<void> = Promise.resolve();
-  readonly #stats: PublisherStats = { published: 0, failures: 0, created: 0, updated: 0 };
+  readonly #stats: PublisherStats = {
+    published: 0,
+    failures: 0,
+    created: 0,
+    updated: 0,
+    caNotPersisted: 0,
+  };
+  #warnedCaForbidden = false;
 
   /** Creates the publisher; nothing happens before {@linkcode publish}. */
   constructor(options: CertificateSyncOptions) {
@@ -161,12 +241,34 @@ export class CertificatePublisher {
     return { ...this.#stats };
   }
 
+  /**
+   * {@linkcode prepareCertificates} with this publisher's API, namespace and clock; a CA Secret
+   * not readable for lack of rights is counted in `caNotPersisted` and warned about once.
+   */
+  prepare(settings: PrepareSettings = {}): Promise<GeneratedCertificates> {
+    return prepareCertificates({
+      ...this.#opts,
+      ...settings,
+      onCaForbidden: (err) => this.#caForbidden(err),
+    });
+  }
+
+  #caForbidden(err: unknown): void {
+    this.#stats.caNotPersisted++;
+    if (this.#warnedCaForbidden) return;
+    this.#warnedCaForbidden = true;
+    warnCaForbidden(this.#opts.namespace, err);
+  }
+
   /** Resolves when the latest publication is done (or stopped). */
   get settled(): Promise<void> {
     return this.#running;
   }
 
-  /** Starts publishing `certs` (ConfigMap, then Secrets), superseding an earlier call. */
+  /**
+   * Starts publishing `certs` (the ConfigMap, the client Secret, then the CA Secret),
+   * superseding an earlier call.
+   */
   publish(certs: GeneratedCertificates): void {
     this.#abort?.abort();
     const abort = new AbortController();
@@ -196,12 +298,9 @@ export class CertificatePublisher {
       signal,
       onFailure: () => this.#stats.failures++,
     };
-    // The CA first: a restart must find the key of the CA the Agents were given.
-    await retrying(
-      `syncing Secret ${namespace}/${CA_SECRET}`,
-      (signal) => this.#syncSecret(CA_SECRET, certs.ca, signal),
-      retry,
-    );
+    // What the Agents read first: a CA Secret that cannot be written must not hold them up. A
+    // restart that finds the CA Secret older than the client Secret sees that the CA did not
+    // sign it, and makes a new set.
     await retrying(`syncing ConfigMap ${namespace}/${CA_CONFIGMAP}`, async (signal) => {
       const existing = await api.getConfigMap(namespace, CA_CONFIGMAP, signal);
       const data = { "ca.crt": certs.ca.certPem };
@@ -221,8 +320,26 @@ export class CertificatePublisher {
       (signal) => this.#syncSecret(CLIENT_SECRET, certs.client, signal),
       retry,
     );
+    // No right on it (v1.13's RBAC): not persisted, which is no failure to retry.
+    const caPersisted = await retrying(
+      `syncing Secret ${namespace}/${CA_SECRET}`,
+      async (signal) => {
+        try {
+          await this.#syncSecret(CA_SECRET, certs.ca, signal);
+          return true;
+        } catch (err) {
+          if (!isForbidden(err)) throw err;
+          this.#caForbidden(err);
+          return false;
+        }
+      },
+      retry,
+    );
     this.#stats.published++;
-    log.info("published the collector CA and Agent client certificate", { namespace });
+    log.info("published the collector CA and Agent client certificate", {
+      namespace,
+      caPersisted,
+    });
   }
 
   async #syncSecret(name: string, pair: CertificatePair, signal: AbortSignal): Promise<void> {

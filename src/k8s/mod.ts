@@ -26,7 +26,9 @@ export {
   type CertificateSyncOptions,
   CLIENT_SECRET,
   prepareCertificates,
+  type PrepareHooks,
   type PrepareOptions,
+  type PrepareSettings,
   type PublisherStats,
 } from "./certificates.ts";
 export {

@@ -81,12 +81,15 @@ Deno.test("manifest: the objects of upstream's v1.13 manifest", () => {
 });
 
 Deno.test("manifest: RBAC grants only the calls the process makes (§4.5), namespaced", () => {
-  // Certificate publication: get/update the two named objects, create (not name-restrictable).
+  // Certificate publication: get/update the named objects (the CA Secret is ours, so that a
+  // restart keeps the CA), create (not name-restrictable).
   assert.deepEqual(grants(get("Role", "flow-aggregator-role", NS).rules), [
     "configmaps/*:create",
     "configmaps/flow-aggregator-ca:get",
     "configmaps/flow-aggregator-ca:update",
     "secrets/*:create",
+    "secrets/flow-aggregator-ca-tls:get",
+    "secrets/flow-aggregator-ca-tls:update",
     "secrets/flow-aggregator-client-tls:get",
     "secrets/flow-aggregator-client-tls:update",
   ]);

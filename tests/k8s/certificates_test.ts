@@ -8,10 +8,12 @@ import assert from "node:assert/strict";
 import tls from "node:tls";
 import forge from "node-forge";
 import { ManualClock } from "../../src/clock.ts";
+import { setLogWriter } from "../../src/log.ts";
 import {
   CA_CONFIGMAP,
   CA_SECRET,
   CertificatePublisher,
+  type CertificateSyncOptions,
   CLIENT_SECRET,
   prepareCertificates,
 } from "../../src/k8s/certificates.ts";
@@ -29,6 +31,7 @@ async function withApi(
     server: FakeKubeApiServer;
     api: KubeApi;
     clock: ManualClock;
+    opts: CertificateSyncOptions & { waitMs: number };
     prepare(): Promise<GeneratedCertificates>;
     publish(certs: GeneratedCertificates): Promise<CertificatePublisher>;
   }) => Promise<void>,
@@ -43,6 +46,7 @@ async function withApi(
       server,
       api,
       clock,
+      opts,
       prepare: () => settleDriving(clock, prepareCertificates(opts)),
       publish: async (certs) => {
         const p = new CertificatePublisher(opts);
@@ -69,6 +73,20 @@ function agentMaterial(server: FakeKubeApiServer): { ca: string; cert: string; k
   };
 }
 
+/** The warnings logged while `fn` runs. */
+async function warningsOf(fn: () => Promise<void>): Promise<string[]> {
+  const lines: string[] = [];
+  const restore = setLogWriter((line, level) => {
+    if (level === "warn") lines.push(line);
+  });
+  try {
+    await fn();
+  } finally {
+    setLogWriter(restore);
+  }
+  return lines;
+}
+
 function writes(server: FakeKubeApiServer): string[] {
   return server.requests.filter((r) => r.method === "POST" || r.method === "PUT")
     .map((r) => `${r.method} ${r.url} ${r.status}`);
@@ -91,7 +109,13 @@ Deno.test("k8s certificates: ConfigMap and Secrets created as Agents expect them
     });
     const caSecret = server.get("secrets", NS, CA_SECRET)!;
     assert.equal(secretText(caSecret, "tls.key"), certs.ca.keyPem);
-    assert.deepEqual(p.stats(), { published: 1, failures: 0, created: 3, updated: 0 });
+    assert.deepEqual(p.stats(), {
+      published: 1,
+      failures: 0,
+      created: 3,
+      updated: 0,
+      caNotPersisted: 0,
+    });
   });
 });
 
@@ -110,7 +134,13 @@ Deno.test("k8s certificates: a restart keeps a valid published pair unchanged", 
     assert.ok(ca.verify(forge.pki.certificateFromPem(second.server.certPem)));
     const p = await publish(second);
     assert.equal(writes(server).length, before, "nothing rewritten");
-    assert.deepEqual(p.stats(), { published: 1, failures: 0, created: 0, updated: 0 });
+    assert.deepEqual(p.stats(), {
+      published: 1,
+      failures: 0,
+      created: 0,
+      updated: 0,
+      caNotPersisted: 0,
+    });
   });
 });
 
@@ -127,7 +157,13 @@ Deno.test("k8s certificates: a restart replaces a pair that is not reusable", as
     const second = await prepare();
     assert.notEqual(second.ca.certPem, first.ca.certPem, "new CA");
     const p = await publish(second);
-    assert.deepEqual(p.stats(), { published: 1, failures: 0, created: 0, updated: 3 });
+    assert.deepEqual(p.stats(), {
+      published: 1,
+      failures: 0,
+      created: 0,
+      updated: 3,
+      caNotPersisted: 0,
+    });
     assert.deepEqual(agentMaterial(server), {
       ca: second.ca.certPem,
       cert: second.client.certPem,
@@ -153,7 +189,13 @@ Deno.test("k8s certificates: a Secret value that is not base64 is replaced, not 
     const second = await prepare();
     assert.notEqual(second.ca.certPem, first.ca.certPem, "not reusable: a new CA");
     const p = await publish(second);
-    assert.deepEqual(p.stats(), { published: 1, failures: 0, created: 0, updated: 3 });
+    assert.deepEqual(p.stats(), {
+      published: 1,
+      failures: 0,
+      created: 0,
+      updated: 3,
+      caNotPersisted: 0,
+    });
     assert.equal(
       secretText(server.get("secrets", NS, CLIENT_SECRET)!, "tls.key"),
       second.client.keyPem,
@@ -177,7 +219,13 @@ Deno.test("k8s certificates: publication is retried through 5xx and 409 conflict
     assert.equal(statuses.filter((s) => s === 500).length, 2);
     assert.equal(statuses.filter((s) => s === 409).length, 1);
     assert.equal(statuses.filter((s) => s === 503).length, 1);
-    assert.deepEqual(p.stats(), { published: 1, failures: 4, created: 2, updated: 1 });
+    assert.deepEqual(p.stats(), {
+      published: 1,
+      failures: 4,
+      created: 2,
+      updated: 1,
+      caNotPersisted: 0,
+    });
     assert.equal(agentMaterial(server).ca, certs.ca.certPem);
   });
 });
@@ -185,13 +233,118 @@ Deno.test("k8s certificates: publication is retried through 5xx and 409 conflict
 Deno.test("k8s certificates: an unreachable API server does not hold the start", async () => {
   await withApi(async ({ server, api, clock }) => {
     server.fault({ match: { path: "/secrets/" }, status: 500, times: 1000 });
-    const prepared = prepareCertificates({ api, namespace: NS, clock, waitMs: 10_000 });
-    await waitFor(() => server.requests.length >= 2, { what: "first attempts" });
-    clock.advance(10_000);
-    const certs = await prepared;
+    let certs: GeneratedCertificates | undefined;
+    const warnings = await warningsOf(async () => {
+      const prepared = prepareCertificates({ api, namespace: NS, clock, waitMs: 10_000 });
+      await waitFor(() => server.requests.length >= 1, { what: "first attempt" });
+      clock.advance(10_000);
+      certs = await prepared;
+    });
     // Fresh material, usable at once; publication is the background's business.
-    assert.ok(certs.ca.certPem.includes("BEGIN CERTIFICATE"));
-    assert.ok(server.requests.length >= 2, "the API server was asked");
+    assert.ok(certs?.ca.certPem.includes("BEGIN CERTIFICATE"));
+    assert.ok(server.requests.length >= 1, "the API server was asked");
+    // The API server answered: the warning says what (it said "no answer within 10000 ms").
+    const last = warnings.at(-1) ?? "";
+    assert.match(last, /could not be read: generating a new collector CA/);
+    assert.match(last, /err="500: injected fault"/);
+  });
+});
+
+// v1.13's RBAC (and our manifest's before the CA Secret was added to it) grants nothing on
+// Secret flow-aggregator-ca-tls: the start waited 10 s on its 403s, then the publication retried
+// them forever before the ConfigMap and the client Secret, which were never published.
+Deno.test("k8s certificates: without rights on the CA Secret, the Agents' objects are published at once", async () => {
+  await withApi(async ({ server, clock, opts }) => {
+    server.fault({ match: { path: `/secrets/${CA_SECRET}` }, status: 403, times: 1e9 });
+    const p = new CertificatePublisher(opts);
+    let certs: GeneratedCertificates | undefined;
+    const warnings = await warningsOf(async () => {
+      // Not waited on: the attempt and wait timeouts are an hour, only backoff pauses fire.
+      certs = await settleDriving(clock, prepareCertificates(opts));
+      p.publish(certs);
+      await settleDriving(clock, p.settled);
+    });
+    assert.ok(certs);
+    assert.deepEqual(agentMaterial(server), {
+      ca: certs.ca.certPem,
+      cert: certs.client.certPem,
+      key: certs.client.keyPem,
+    });
+    assert.equal(server.get("secrets", NS, CA_SECRET), undefined);
+    assert.deepEqual(p.stats(), {
+      published: 1,
+      failures: 0,
+      created: 2,
+      updated: 0,
+      caNotPersisted: 1,
+    });
+    // Not retried: one read at start, one in the publication.
+    const onCa = server.requests.filter((r) => r.url.includes(CA_SECRET));
+    assert.deepEqual(onCa.map((r) => `${r.method} ${r.status}`), ["GET 403", "GET 403"]);
+    // The warning names the rule to add.
+    assert.ok(
+      warnings.some((w) => w.includes(`get and update on secrets named ${CA_SECRET}`)),
+      warnings.join("\n"),
+    );
+  });
+});
+
+Deno.test("k8s certificates: the publisher counts a CA Secret it may not read or write, warns once", async () => {
+  await withApi(async ({ server, clock, opts }) => {
+    server.fault({ match: { path: `/secrets/${CA_SECRET}` }, status: 403, times: 1e9 });
+    const p = new CertificatePublisher(opts);
+    const warnings = await warningsOf(async () => {
+      const certs = await settleDriving(clock, p.prepare());
+      p.publish(certs);
+      await settleDriving(clock, p.settled);
+      p.publish(certs);
+      await settleDriving(clock, p.settled);
+    });
+    assert.equal(p.stats().caNotPersisted, 3, "at start and in each publication");
+    assert.equal(p.stats().published, 2);
+    assert.equal(warnings.filter((w) => w.includes("no right to read or write")).length, 1);
+  });
+});
+
+// Update allowed on the Agents' objects, not on the CA Secret: a 403 on its update, after a
+// successful read, is no failure to retry either.
+Deno.test("k8s certificates: a 403 on updating the CA Secret leaves it, the rest published", async () => {
+  await withApi(async ({ server, prepare, publish }) => {
+    await publish(await prepare());
+    server.fault({ match: { method: "PUT", path: `/secrets/${CA_SECRET}` }, status: 403 });
+    const other = generateCertificates({});
+    const p = await publish(other);
+    assert.equal(agentMaterial(server).ca, other.ca.certPem);
+    assert.deepEqual(p.stats(), {
+      published: 1,
+      failures: 0,
+      created: 0,
+      updated: 2,
+      caNotPersisted: 1,
+    });
+  });
+});
+
+// The Agents' objects first: a CA Secret that fails (5xx, timeouts) does not hold them up.
+Deno.test("k8s certificates: the CA Secret failing does not hold the ConfigMap and client Secret", async () => {
+  await withApi(async ({ server, opts }) => {
+    server.fault({ match: { path: `/secrets/${CA_SECRET}` }, status: 500, times: 1e9 });
+    const certs = generateCertificates({});
+    const p = new CertificatePublisher(opts);
+    p.publish(certs);
+    try {
+      // The clock is not driven: what needs no retry is done, the CA Secret waits its backoff.
+      await waitFor(
+        () =>
+          server.get("configmaps", NS, CA_CONFIGMAP) !== undefined &&
+          server.get("secrets", NS, CLIENT_SECRET) !== undefined,
+        { what: "the ConfigMap and the client Secret", timeoutMs: 10_000 },
+      );
+      assert.equal(agentMaterial(server).ca, certs.ca.certPem);
+      assert.equal(p.stats().published, 0, "the CA Secret is still being retried");
+    } finally {
+      await p.stop();
+    }
   });
 });
 

@@ -9,7 +9,11 @@
  *    process stands in (records are never held back for it) and, once the real one is read,
  *    the sinks that carry it are rebuilt (v1.13 gave up after 10 s and kept a random id);
  * 3. standalone, a UUID generated once and kept in a state file (`--state-dir`, default the
- *    working directory, file `cluster-uuid`), so the id is stable across restarts.
+ *    working directory, file `cluster-uuid`), so the id is stable across restarts. Only a regular
+ *    file of at most {@linkcode STATE_FILE_MAX_BYTES} is read (a link to `/dev/zero` grew memory
+ *    by gigabytes, a FIFO held the start forever); anything else holds no UUID, is counted and
+ *    replaced, by writing a temporary file renamed over it (a crash leaves the old file or the
+ *    new one, never half of one).
  */
 
 import type { Clock } from "../clock.ts";
@@ -29,11 +33,25 @@ export const CLUSTER_IDENTITY = {
 /** File name of the standalone UUID inside the state directory. */
 export const CLUSTER_UUID_FILE = "cluster-uuid";
 
+/** Most bytes of the state file read (a UUID and a newline are 37). */
+export const STATE_FILE_MAX_BYTES = 1024;
+
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /** True when `s` is a UUID in its canonical text form. */
 export function isUuid(s: string): boolean {
   return UUID_RE.test(s);
+}
+
+/** Counters of {@linkcode ClusterIdentity}. */
+export interface ClusterIdentityStats {
+  /**
+   * State files that held no UUID (not a regular file, over {@linkcode STATE_FILE_MAX_BYTES},
+   * unreadable, or not a UUID): replaced by a new UUID.
+   */
+  stateFileRejected: number;
+  /** State files that could not be written: the UUID changes at the next start. */
+  stateFileWriteFailures: number;
 }
 
 /** Where the UUID in force came from. */
@@ -59,12 +77,18 @@ export class ClusterIdentity {
   #listeners: ((uuid: string) => void)[] = [];
   #abort: AbortController | undefined;
   #polling: Promise<void> = Promise.resolve();
+  readonly #stats: ClusterIdentityStats = { stateFileRejected: 0, stateFileWriteFailures: 0 };
 
   /** Creates the identity with a per-process stand-in; {@linkcode start} finds the real one. */
   constructor(options: ClusterIdentityOptions) {
     this.#opts = options;
     this.#configured = this.#validConfigured(options.configured ?? "");
     this.#discovered = { uuid: crypto.randomUUID(), source: "process" };
+  }
+
+  /** Counters. */
+  stats(): ClusterIdentityStats {
+    return { ...this.#stats };
   }
 
   /** The UUID in force. */
@@ -164,20 +188,21 @@ export class ClusterIdentity {
   }
 
   async #fromStateFile(path: string): Promise<string> {
-    try {
-      const text = (await Deno.readTextFile(path)).trim();
-      if (isUuid(text)) return text;
-      log.warn("cluster UUID state file holds no UUID: writing a new one", { path });
-    } catch (err) {
-      if (!(err instanceof Deno.errors.NotFound)) {
-        log.warn("cannot read the cluster UUID state file", { path, err });
-      }
+    const read = await readStateFile(path);
+    if (read.uuid !== undefined) return read.uuid;
+    if (read.problem !== undefined) {
+      this.#stats.stateFileRejected++;
+      log.warn("cluster UUID state file holds no UUID: writing a new one", {
+        path,
+        reason: read.problem,
+      });
     }
     const uuid = crypto.randomUUID();
     try {
-      await Deno.writeTextFile(path, uuid + "\n");
+      await writeStateFile(path, uuid + "\n");
       log.info("generated the cluster UUID and kept it in the state file", { path, uuid });
     } catch (err) {
+      this.#stats.stateFileWriteFailures++;
       log.warn(
         "cannot write the cluster UUID state file: the observation domain id will change at " +
           "the next start",
@@ -186,4 +211,94 @@ export class ClusterIdentity {
     }
     return uuid;
   }
+}
+
+/**
+ * The UUID of the state file at `path`; `problem` says why there is none when the file exists,
+ * neither field when it does not. Only a regular file is opened (a FIFO's open blocks until a
+ * writer comes, a device never ends) and at most {@linkcode STATE_FILE_MAX_BYTES} are read.
+ */
+async function readStateFile(path: string): Promise<{ uuid?: string; problem?: string }> {
+  let info: Deno.FileInfo;
+  try {
+    info = await Deno.stat(path);
+  } catch (err) {
+    if (err instanceof Deno.errors.NotFound) return {};
+    return { problem: `cannot read it: ${(err as Error).message}` };
+  }
+  const kind = fileKind(info);
+  if (kind !== "file") return { problem: `not a regular file (${kind})` };
+  if (info.size > STATE_FILE_MAX_BYTES) {
+    return { problem: `${info.size} bytes, over ${STATE_FILE_MAX_BYTES}` };
+  }
+  let file: Deno.FsFile;
+  try {
+    file = await Deno.open(path, { read: true });
+  } catch (err) {
+    return { problem: `cannot read it: ${(err as Error).message}` };
+  }
+  try {
+    // What was opened, not what was looked at: the path may have been replaced in between.
+    if (!(await file.stat()).isFile) return { problem: "not a regular file (replaced)" };
+    const buf = new Uint8Array(STATE_FILE_MAX_BYTES + 1);
+    let n = 0;
+    while (n < buf.length) {
+      const r = await file.read(buf.subarray(n));
+      if (r === null) break;
+      n += r;
+    }
+    if (n > STATE_FILE_MAX_BYTES) return { problem: `over ${STATE_FILE_MAX_BYTES} bytes` };
+    const text = new TextDecoder().decode(buf.subarray(0, n)).trim();
+    return isUuid(text) ? { uuid: text } : { problem: "not a UUID" };
+  } catch (err) {
+    return { problem: `cannot read it: ${(err as Error).message}` };
+  } finally {
+    file.close();
+  }
+}
+
+function fileKind(info: Deno.FileInfo): string {
+  if (info.isFile) return "file";
+  if (info.isDirectory) return "directory";
+  if (info.isFifo) return "FIFO";
+  if (info.isCharDevice) return "character device";
+  if (info.isBlockDevice) return "block device";
+  if (info.isSocket) return "socket";
+  return "other";
+}
+
+/**
+ * Writes `text` to `path` through `<path>.tmp` renamed over it: atomic, and whatever was at
+ * `path` (a link, a FIFO) is replaced rather than written through. When the process may not
+ * write the temporary file (its `--allow-write` names the state file alone), in place: what is
+ * at `path` is removed first unless it is a regular file, and the file is created anew.
+ */
+async function writeStateFile(path: string, text: string): Promise<void> {
+  const tmp = `${path}.tmp`;
+  try {
+    await Deno.remove(tmp).catch(() => {}); // a crash's leftover
+    await Deno.writeTextFile(tmp, text, { createNew: true, mode: 0o644 });
+  } catch (err) {
+    if (!(err instanceof Deno.errors.NotCapable)) throw err;
+    await writeInPlace(path, text);
+    return;
+  }
+  try {
+    await Deno.rename(tmp, path);
+  } catch (err) {
+    await Deno.remove(tmp).catch(() => {});
+    throw err;
+  }
+}
+
+async function writeInPlace(path: string, text: string): Promise<void> {
+  let info: Deno.FileInfo | undefined;
+  try {
+    info = await Deno.lstat(path);
+  } catch (err) {
+    if (!(err instanceof Deno.errors.NotFound)) throw err;
+  }
+  if (info !== undefined && !info.isFile) await Deno.remove(path);
+  // createNew (O_EXCL) never follows a link put there meanwhile.
+  await Deno.writeTextFile(path, text, info?.isFile ? { create: false } : { createNew: true });
 }

@@ -36,8 +36,10 @@ export {
   CLUSTER_UUID_FILE,
   ClusterIdentity,
   type ClusterIdentityOptions,
+  type ClusterIdentityStats,
   type ClusterUuidSource,
   isUuid,
+  STATE_FILE_MAX_BYTES,
 } from "./cluster_uuid.ts";
 export {
   DELETED_POD_RETENTION_MS,

@@ -12,7 +12,7 @@ import { componentExporterFactory, FlowAggregator } from "../../src/flow_aggrega
 import { CLUSTER_IDENTITY, ClusterIdentity } from "../../src/k8s/cluster_uuid.ts";
 import { agentRecord } from "../_helpers/agent_record.ts";
 import { connectTestApi, FakeKubeApiServer } from "../_helpers/k8s_server.ts";
-import { pollUntil, settleDriving, waitFor } from "../_helpers/wait.ts";
+import { pollUntil, settleDriving, waitFor, withDeadline } from "../_helpers/wait.ts";
 import { startCollector } from "../collector/helpers.ts";
 
 // control-plane.md §4.4 test vector.
@@ -142,6 +142,114 @@ Deno.test("cluster UUID: the clusterID key wins, a non-UUID is ignored", async (
     assert.equal(id.source, "state-file");
     assert.equal(id.setConfigured(""), false);
     assert.deepEqual(changes, [], "config changes are applied by the reload, not listeners");
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+/** A state file's identity after its start, within a bound (a FIFO's open never ended). */
+async function startedOn(stateFile: string): Promise<ClusterIdentity> {
+  const id = new ClusterIdentity({ clock: new ManualClock(), stateFile });
+  await withDeadline(id.start(), 10_000, "the start on the state file");
+  return id;
+}
+
+/** The state file is now a regular file holding the identity's UUID. */
+async function assertReplaced(stateFile: string, id: ClusterIdentity): Promise<void> {
+  assert.equal(id.source, "state-file");
+  assert.ok((await Deno.lstat(stateFile)).isFile, "a regular file now");
+  assert.equal((await Deno.readTextFile(stateFile)).trim(), id.current());
+  assert.deepEqual(id.stats(), { stateFileRejected: 1, stateFileWriteFailures: 0 });
+  const again = await startedOn(stateFile);
+  assert.equal(again.current(), id.current(), "kept for the next start");
+}
+
+// A link to /dev/zero was read until memory ran out (6.6 GB), a FIFO's open held the start
+// forever: only a regular file of at most 1 KiB is read now, anything else is replaced.
+Deno.test("cluster UUID: a state file linked to a device is replaced, not read", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const stateFile = `${dir}/cluster-uuid`;
+    await Deno.symlink("/dev/zero", stateFile);
+    const id = await startedOn(stateFile);
+    await assertReplaced(stateFile, id);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("cluster UUID: a state file that is a FIFO is replaced, not opened", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const stateFile = `${dir}/cluster-uuid`;
+    const made = await new Deno.Command("mkfifo", { args: [stateFile] }).output();
+    assert.equal(made.code, 0, "mkfifo");
+    const id = await startedOn(stateFile);
+    await assertReplaced(stateFile, id);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("cluster UUID: a state file over 1 KiB is not read, counted and replaced", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const stateFile = `${dir}/cluster-uuid`;
+    // A UUID first, then past STATE_FILE_MAX_BYTES: only a whole file read is trusted.
+    await Deno.writeTextFile(stateFile, `${UUID}\n${" ".repeat(1024)}`);
+    const id = await startedOn(stateFile);
+    assert.notEqual(id.current(), UUID);
+    await assertReplaced(stateFile, id);
+    assert.deepEqual(
+      (await Array.fromAsync(Deno.readDir(dir))).map((e) => e.name),
+      ["cluster-uuid"],
+      "no temporary file left",
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+// What `deno task permissions` grants: write on the state file alone, no temporary file beside
+// it. The state file is then written in place, a FIFO there removed first.
+Deno.test("cluster UUID: with write permission on the state file alone, a FIFO there is replaced", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const stateFile = `${dir}/cluster-uuid`;
+    const made = await new Deno.Command("mkfifo", { args: [stateFile] }).output();
+    assert.equal(made.code, 0, "mkfifo");
+    const module = new URL("../../src/k8s/cluster_uuid.ts", import.meta.url).href;
+    const child = `${dir}/child.ts`;
+    await Deno.writeTextFile(
+      child,
+      `import { ClusterIdentity } from ${JSON.stringify(module)};
+const id = new ClusterIdentity({ clock: undefined as never, stateFile: ${
+        JSON.stringify(stateFile)
+      } });
+await id.start();
+console.log(JSON.stringify({ uuid: id.current(), stats: id.stats() }));
+`,
+    );
+    const run = new Deno.Command(Deno.execPath(), {
+      args: ["run", "--no-config", "--allow-read", `--allow-write=${stateFile}`, child],
+      stdout: "piped",
+      stderr: "piped",
+    }).spawn();
+    let out: Deno.CommandOutput;
+    try {
+      out = await withDeadline(run.output(), 30_000, "the child's start");
+    } finally {
+      try {
+        run.kill("SIGKILL"); // still running only when the deadline passed
+      } catch {
+        // it ended
+      }
+    }
+    assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+    const { uuid, stats } = JSON.parse(new TextDecoder().decode(out.stdout));
+    assert.deepEqual(stats, { stateFileRejected: 1, stateFileWriteFailures: 0 });
+    assert.ok((await Deno.lstat(stateFile)).isFile);
+    assert.equal((await Deno.readTextFile(stateFile)).trim(), uuid);
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

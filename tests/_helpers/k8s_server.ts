@@ -60,6 +60,10 @@ export interface Fault {
   concurrentWrite?: boolean;
   /** Answer 200 with these lines and end the answer (a watch that sends them and closes). */
   lines?: readonly string[];
+  /** Answer 200 with this text (an object of the server's choosing, right or wrong). */
+  body?: string;
+  /** With `body`: declare its length (`content-length`) rather than send it in chunks. */
+  contentLength?: boolean;
 }
 
 interface WatchEvent {
@@ -345,6 +349,16 @@ export class FakeKubeApiServer {
     }
     if (fault?.status !== undefined) {
       return json(status(fault.status, "InternalError", "injected fault"), fault.status);
+    }
+    if (fault?.body !== undefined) {
+      const bytes = new TextEncoder().encode(fault.body);
+      return new Response(bytes, {
+        headers: {
+          "content-type": "application/json",
+          connection: "close",
+          ...(fault.contentLength ? { "content-length": String(bytes.byteLength) } : {}),
+        },
+      });
     }
     if (fault?.lines !== undefined) {
       return new Response(fault.lines.map((l) => l + "\n").join(""), {

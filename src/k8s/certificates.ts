@@ -311,7 +311,12 @@ export class CertificatePublisher {
         }, signal);
         this.#stats.created++;
       } else if (existing.data?.["ca.crt"] !== data["ca.crt"] || hasOtherKeys(existing.data)) {
-        await api.replaceConfigMap(namespace, { ...existing, data }, signal);
+        // The name and namespace we mean, whatever the answer said (the client checks it too).
+        await api.replaceConfigMap(namespace, {
+          ...existing,
+          metadata: { ...existing.metadata, name: CA_CONFIGMAP, namespace },
+          data,
+        }, signal);
         this.#stats.updated++;
       }
     }, retry);
@@ -365,7 +370,11 @@ export class CertificatePublisher {
       unb64(existing.data?.["tls.key"]) === pair.keyPem;
     if (same && !hasOtherKeys(existing.data, 2)) return;
     // The type is immutable: an existing Secret keeps its own (§3.3).
-    await api.replaceSecret(namespace, { ...existing, data }, signal);
+    await api.replaceSecret(namespace, {
+      ...existing,
+      metadata: { ...existing.metadata, name, namespace },
+      data,
+    }, signal);
     this.#stats.updated++;
   }
 }

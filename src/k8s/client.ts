@@ -43,10 +43,25 @@ export class AnswerTooLarge extends Error {
   }
 }
 
+/**
+ * Thrown when a get is answered with something other than the object asked for (another kind,
+ * name or namespace, no object at all, text that is no JSON): the call fails (its caller
+ * retries), counted. Writing back what such an answer held would write to another object.
+ */
+export class MalformedAnswer extends Error {
+  /** Creates the error. */
+  constructor(message: string) {
+    super(message);
+    this.name = "MalformedAnswer";
+  }
+}
+
 /** Counters of a {@linkcode KubeApi}. */
 export interface KubeClientStats {
   /** Answers refused for their size (over {@linkcode MAX_ANSWER_BYTES} or a list page's). */
   answersTooLarge: number;
+  /** Answers to a get that were not the object asked for ({@linkcode MalformedAnswer}). */
+  malformedAnswers: number;
 }
 
 /** Where the service account's files are mounted in a Pod. */
@@ -208,11 +223,77 @@ export interface KubeApi {
 /** Server-side watch timeout (seconds): a watch is renewed this often even when quiet. */
 const WATCH_TIMEOUT_S = 300;
 
-function orUndefined<T>(p: Promise<T>): Promise<T | undefined> {
-  return p.catch((err) => {
+/** A name for an error message: as is when it could be one, else quoted and short. */
+function shown(v: unknown): string {
+  if (typeof v !== "string") return typeof v;
+  return /^[a-z0-9.-]{1,253}$/.test(v) ? v : JSON.stringify(v.slice(0, 100));
+}
+
+/** Why `obj` is not the `kind` `namespace`/`name` a get asked for, if it is not. */
+function answerProblem(
+  kind: "ConfigMap" | "Secret",
+  namespace: string,
+  name: string,
+  obj: unknown,
+): string | undefined {
+  if (obj === null || typeof obj !== "object" || Array.isArray(obj)) return "no object";
+  const o = obj as { kind?: unknown; metadata?: { name?: unknown; namespace?: unknown } };
+  if (o.kind !== kind) return `kind ${shown(o.kind)}`;
+  const meta = o.metadata;
+  if (meta === null || typeof meta !== "object") return "no metadata";
+  if (meta.name !== name || meta.namespace !== namespace) {
+    return `${kind} ${shown(meta.namespace)}/${shown(meta.name)}`;
+  }
+  const data = (obj as { data?: unknown }).data;
+  if (data !== undefined && (data === null || typeof data !== "object" || Array.isArray(data))) {
+    return "its data is no map";
+  }
+  return undefined;
+}
+
+/**
+ * The object a get asked for, undefined when it does not exist (404); a {@linkcode
+ * MalformedAnswer} (counted) when the answer is something else.
+ */
+async function checkedGet<T>(
+  what: { kind: "ConfigMap" | "Secret"; namespace: string; name: string },
+  call: Promise<T>,
+  stats: KubeClientStats,
+): Promise<T | undefined> {
+  const { kind, namespace, name } = what;
+  const malformed = (problem: string): MalformedAnswer => {
+    stats.malformedAnswers++;
+    return new MalformedAnswer(
+      `k8s: getting ${kind} ${namespace}/${name}, the API server answered ${problem}: refused`,
+    );
+  };
+  let obj: T;
+  try {
+    obj = await call;
+  } catch (err) {
     if (statusOf(err) === 404) return undefined;
+    if (err instanceof SyntaxError) throw malformed(`text that is no JSON (${err.message})`);
     throw err;
-  });
+  }
+  const problem = answerProblem(kind, namespace, name, obj);
+  if (problem !== undefined) throw malformed(problem);
+  return obj;
+}
+
+/**
+ * The name a replace writes to: the body's, which must be there and in `namespace` (without a
+ * name client-node would write to the collection's path).
+ */
+function replacedName(
+  namespace: string,
+  body: { metadata?: { name?: string; namespace?: string } },
+): string {
+  const name = body.metadata?.name ?? "";
+  const ns = body.metadata?.namespace;
+  if (name === "" || (ns !== undefined && ns !== namespace)) {
+    throw new Error(`k8s: a replace in ${namespace} of an object named ${shown(name)} in ${ns}`);
+  }
+  return name;
 }
 
 /**
@@ -356,7 +437,7 @@ function clientFor(
   fetch: typeof import("undici").fetch,
 ): Omit<KubeApi, "close"> {
   const api = kc.makeApiClient(k8s.CoreV1Api);
-  const stats: KubeClientStats = { answersTooLarge: 0 };
+  const stats: KubeClientStats = { answersTooLarge: 0, malformedAnswers: 0 };
   const objects = boundedHttp(k8s, fetch, MAX_ANSWER_BYTES, stats);
   const listPages = boundedHttp(k8s, fetch, MAX_LIST_PAGE_BYTES, stats);
   // client-node's per-call options: our HTTP library, and a middleware giving the request the
@@ -373,22 +454,35 @@ function clientFor(
       }],
       middlewareMergeStrategy: "append" as const,
     };
-  const nameOf = (body: { metadata?: { name?: string } }) => body.metadata?.name ?? "";
   return {
     server: kc.getCurrentCluster()?.server ?? "",
     stats: () => ({ ...stats }),
     getConfigMap: (namespace, name, signal) =>
-      orUndefined(api.readNamespacedConfigMap({ namespace, name }, by(signal))),
+      checkedGet(
+        { kind: "ConfigMap", namespace, name },
+        api.readNamespacedConfigMap({ namespace, name }, by(signal)),
+        stats,
+      ),
     createConfigMap: (namespace, body, signal) =>
       api.createNamespacedConfigMap({ namespace, body }, by(signal)),
     replaceConfigMap: (namespace, body, signal) =>
-      api.replaceNamespacedConfigMap({ namespace, name: nameOf(body), body }, by(signal)),
+      api.replaceNamespacedConfigMap(
+        { namespace, name: replacedName(namespace, body), body },
+        by(signal),
+      ),
     getSecret: (namespace, name, signal) =>
-      orUndefined(api.readNamespacedSecret({ namespace, name }, by(signal))),
+      checkedGet(
+        { kind: "Secret", namespace, name },
+        api.readNamespacedSecret({ namespace, name }, by(signal)),
+        stats,
+      ),
     createSecret: (namespace, body, signal) =>
       api.createNamespacedSecret({ namespace, body }, by(signal)),
     replaceSecret: (namespace, body, signal) =>
-      api.replaceNamespacedSecret({ namespace, name: nameOf(body), body }, by(signal)),
+      api.replaceNamespacedSecret(
+        { namespace, name: replacedName(namespace, body), body },
+        by(signal),
+      ),
     listPods: async (signal, page) => {
       const list = await api.listPodForAllNamespaces(
         { limit: page?.limit, _continue: page?.continue },

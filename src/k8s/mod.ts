@@ -7,12 +7,17 @@
  */
 
 export {
+  AnswerTooLarge,
   connectKube,
   type ConnectOptions,
   type KubeApi,
+  type KubeClientStats,
   type KubeTarget,
   type KubeTargetOptions,
   type ListPage,
+  MalformedAnswer,
+  MAX_ANSWER_BYTES,
+  MAX_LIST_PAGE_BYTES,
   type PodList,
   resolveKubeTarget,
   SERVICE_ACCOUNT_DIR,

@@ -236,7 +236,11 @@ Deno.test("k8s certificates: an unreachable API server does not hold the start",
     let certs: GeneratedCertificates | undefined;
     const warnings = await warningsOf(async () => {
       const prepared = prepareCertificates({ api, namespace: NS, clock, waitMs: 10_000 });
-      await waitFor(() => server.requests.length >= 1, { what: "first attempt" });
+      // The first attempt's 500 taken in: its backoff pause is pending (not the attempt's
+      // timeout, which advancing the clock would fire too).
+      await waitFor(() => clock.pendingTimers().some((ms) => ms <= 1_000), {
+        what: "the first attempt's failure",
+      });
       clock.advance(10_000);
       certs = await prepared;
     });
@@ -383,3 +387,67 @@ Deno.test("k8s certificates: an Agent built from the published objects connects"
     }
   });
 });
+
+// A get answered with another object (a faulty proxy or cache): its name was written back, so
+// our CA went into ConfigMap kube-root-ca.crt (every namespace has one: the cluster's root CA).
+Deno.test("k8s certificates: a get answered with another object is refused, never written to", async () => {
+  await withApi(async ({ server, api, prepare, publish }) => {
+    const root = server.put("configmaps", {
+      metadata: { name: "kube-root-ca.crt", namespace: NS },
+      data: { "ca.crt": "THE CLUSTER'S ROOT CA" },
+    });
+    server.fault({
+      match: { method: "GET", path: `/configmaps/${CA_CONFIGMAP}` },
+      body: JSON.stringify(root),
+    });
+    const certs = await prepare();
+    const p = await publish(certs);
+    assert.deepEqual(server.get("configmaps", NS, "kube-root-ca.crt"), root, "untouched");
+    assert.equal(agentMaterial(server).ca, certs.ca.certPem);
+    assert.deepEqual(p.stats(), {
+      published: 1,
+      failures: 1,
+      created: 3,
+      updated: 0,
+      caNotPersisted: 0,
+    });
+    assert.equal(api.stats().malformedAnswers, 1);
+  });
+});
+
+// What a get of the CA ConfigMap may be answered with besides the ConfigMap: each was taken for
+// it (a PUT to the collection's path, a PUT of whatever came back) or threw on its null.
+const MALFORMED: Record<string, string> = {
+  "no metadata": JSON.stringify({ kind: "ConfigMap", apiVersion: "v1", data: { "ca.crt": "x" } }),
+  "no namespace": JSON.stringify({
+    kind: "ConfigMap",
+    apiVersion: "v1",
+    metadata: { name: CA_CONFIGMAP },
+    data: { "ca.crt": "x" },
+  }),
+  "a Secret": JSON.stringify({
+    kind: "Secret",
+    apiVersion: "v1",
+    metadata: { name: CA_CONFIGMAP, namespace: NS },
+    type: "Opaque",
+    data: { "ca.crt": "eA==" },
+  }),
+  "an HTML page": "<html>proxy login</html>",
+  "truncated JSON": '{"kind":"ConfigMap","metadata":{"na',
+  "null": "null",
+};
+for (const [name, body] of Object.entries(MALFORMED)) {
+  Deno.test(`k8s certificates: a get answered with ${name} is refused and counted`, async () => {
+    await withApi(async ({ server, api, prepare, publish }) => {
+      server.fault({ match: { method: "GET", path: `/configmaps/${CA_CONFIGMAP}` }, body });
+      const p = await publish(await prepare());
+      assert.deepEqual(writes(server), [
+        "POST /api/v1/namespaces/flow-aggregator/configmaps 201",
+        "POST /api/v1/namespaces/flow-aggregator/secrets 201",
+        "POST /api/v1/namespaces/flow-aggregator/secrets 201",
+      ]);
+      assert.equal(p.stats().failures, 1);
+      assert.equal(api.stats().malformedAnswers, 1);
+    });
+  });
+}

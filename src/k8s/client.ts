@@ -245,8 +245,13 @@ function answerProblem(
     return `${kind} ${shown(meta.namespace)}/${shown(meta.name)}`;
   }
   const data = (obj as { data?: unknown }).data;
-  if (data !== undefined && (data === null || typeof data !== "object" || Array.isArray(data))) {
+  if (data === undefined) return undefined;
+  if (data === null || typeof data !== "object" || Array.isArray(data)) {
     return "its data is no map";
+  }
+  // Strings only (base64 for a Secret): a value of another type once passed for a UUID.
+  for (const [k, v] of Object.entries(data)) {
+    if (typeof v !== "string") return `its data key ${shown(k)} holding a ${typeof v}`;
   }
   return undefined;
 }

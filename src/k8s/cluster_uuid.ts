@@ -19,7 +19,7 @@
 import type { Clock } from "../clock.ts";
 import { logger } from "../log.ts";
 import type { KubeApi } from "./client.ts";
-import { type Backoff, RetryAborted, retrying } from "./retry.ts";
+import { type Backoff, nextBackoff, RetryAborted, retrying, sleep } from "./retry.ts";
 
 const log = logger("cluster-uuid");
 
@@ -38,9 +38,10 @@ export const STATE_FILE_MAX_BYTES = 1024;
 
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
-/** True when `s` is a UUID in its canonical text form. */
-export function isUuid(s: string): boolean {
-  return UUID_RE.test(s);
+/** True when `s` is a string holding a UUID in its canonical text form. */
+export function isUuid(s: unknown): s is string {
+  // A test of the string's type, not of String(s): ["<uuid>"] passed as its text.
+  return typeof s === "string" && UUID_RE.test(s);
 }
 
 /** Counters of {@linkcode ClusterIdentity}. */
@@ -52,6 +53,10 @@ export interface ClusterIdentityStats {
   stateFileRejected: number;
   /** State files that could not be written: the UUID changes at the next start. */
   stateFileWriteFailures: number;
+  /** Reads of the Antrea cluster identity that failed (absent yet, no UUID, API errors). */
+  pollFailures: number;
+  /** Unexpected errors of the polling (bugs): logged, polling goes on after a pause. */
+  pollErrors: number;
 }
 
 /** Where the UUID in force came from. */
@@ -77,7 +82,12 @@ export class ClusterIdentity {
   #listeners: ((uuid: string) => void)[] = [];
   #abort: AbortController | undefined;
   #polling: Promise<void> = Promise.resolve();
-  readonly #stats: ClusterIdentityStats = { stateFileRejected: 0, stateFileWriteFailures: 0 };
+  readonly #stats: ClusterIdentityStats = {
+    stateFileRejected: 0,
+    stateFileWriteFailures: 0,
+    pollFailures: 0,
+    pollErrors: 0,
+  };
 
   /** Creates the identity with a per-process stand-in; {@linkcode start} finds the real one. */
   constructor(options: ClusterIdentityOptions) {
@@ -168,18 +178,47 @@ export class ClusterIdentity {
     }
   }
 
+  /**
+   * Polls until the Antrea cluster identity is read. An unexpected error (a bug: a value of the
+   * wrong type once threw past the retries and ended the polling for good) is logged, counted
+   * and followed by a pause and a new poll.
+   */
   async #poll(api: KubeApi, signal: AbortSignal): Promise<void> {
+    let pause = this.#opts.initialMs ?? 1000;
+    for (;;) {
+      try {
+        await this.#pollOnce(api, signal);
+        return;
+      } catch (err) {
+        if (err instanceof RetryAborted) throw err;
+        this.#stats.pollErrors++;
+        log.error("cluster UUID polling failed: polling again", { err, retryInMs: pause });
+        await sleep(this.#opts.clock, pause, signal);
+        pause = nextBackoff(pause, this.#opts);
+      }
+    }
+  }
+
+  async #pollOnce(api: KubeApi, signal: AbortSignal): Promise<void> {
     const { namespace, name, key } = CLUSTER_IDENTITY;
     const uuid = await retrying(`reading ConfigMap ${namespace}/${name}`, async (signal) => {
       const cm = await api.getConfigMap(namespace, name, signal);
-      const v = cm?.data?.[key] ?? "";
+      const v: unknown = cm?.data?.[key];
       if (!isUuid(v)) {
         throw new Error(
-          cm === undefined ? "not found yet" : `key ${key} is not a UUID yet: ${JSON.stringify(v)}`,
+          cm === undefined
+            ? "not found yet"
+            : `key ${key} is not a UUID yet: ${(JSON.stringify(v) ?? "absent").slice(0, 100)}`,
         );
       }
       return v;
-    }, { initialMs: 1000, ...this.#opts, log, signal });
+    }, {
+      initialMs: 1000,
+      ...this.#opts,
+      log,
+      signal,
+      onFailure: () => this.#stats.pollFailures++,
+    });
     log.info("cluster UUID read from the Antrea cluster identity", {
       uuid,
       configMap: `${namespace}/${name}`,

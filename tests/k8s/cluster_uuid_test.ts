@@ -159,7 +159,12 @@ async function assertReplaced(stateFile: string, id: ClusterIdentity): Promise<v
   assert.equal(id.source, "state-file");
   assert.ok((await Deno.lstat(stateFile)).isFile, "a regular file now");
   assert.equal((await Deno.readTextFile(stateFile)).trim(), id.current());
-  assert.deepEqual(id.stats(), { stateFileRejected: 1, stateFileWriteFailures: 0 });
+  assert.deepEqual(id.stats(), {
+    stateFileRejected: 1,
+    stateFileWriteFailures: 0,
+    pollFailures: 0,
+    pollErrors: 0,
+  });
   const again = await startedOn(stateFile);
   assert.equal(again.current(), id.current(), "kept for the next start");
 }
@@ -247,10 +252,44 @@ console.log(JSON.stringify({ uuid: id.current(), stats: id.stats() }));
     }
     assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
     const { uuid, stats } = JSON.parse(new TextDecoder().decode(out.stdout));
-    assert.deepEqual(stats, { stateFileRejected: 1, stateFileWriteFailures: 0 });
+    assert.deepEqual(stats, {
+      stateFileRejected: 1,
+      stateFileWriteFailures: 0,
+      pollFailures: 0,
+      pollErrors: 0,
+    });
     assert.ok((await Deno.lstat(stateFile)).isFile);
     assert.equal((await Deno.readTextFile(stateFile)).trim(), uuid);
   } finally {
     await Deno.remove(dir, { recursive: true });
+  }
+});
+
+// data.uuid as a JSON array passed isUuid (String(["<uuid>"]) is the UUID), then its
+// toLowerCase threw past the retries: the polling stopped for good on one malformed answer.
+Deno.test("cluster UUID: an answer whose uuid is no string is refused, the polling goes on", async () => {
+  const server = await new FakeKubeApiServer().start();
+  const { api, cleanup } = await connectTestApi(server);
+  const clock = new ManualClock();
+  const identity = new ClusterIdentity({ clock, api, attemptTimeoutMs: 3_600_000 });
+  const { namespace, name } = CLUSTER_IDENTITY;
+  try {
+    server.put("configmaps", {
+      metadata: { name, namespace },
+      data: { uuid: [UUID.toUpperCase()] },
+    });
+    await identity.start();
+    await waitFor(() => server.requests.length >= 1, { what: "the first poll" });
+    // The Antrea Controller writes it right.
+    server.put("configmaps", { metadata: { name, namespace }, data: { uuid: UUID } });
+    await settleDriving(clock, identity.discovered);
+    assert.equal(identity.current(), UUID);
+    assert.equal(identity.source, "cluster");
+    assert.equal(identity.stats().pollFailures, 1);
+    assert.equal(api.stats().malformedAnswers, 1);
+  } finally {
+    await identity.stop();
+    await server.stop();
+    await cleanup();
   }
 });

@@ -56,6 +56,8 @@ export interface PrepareHooks {
    * publisher's {@linkcode CertificatePublisher.prepare} counts it and warns once.
    */
   onCaForbidden?: (err: unknown) => void;
+  /** A persisted certificate or key was over {@linkcode MAX_PEM_BYTES}: not reused. */
+  onPemTooLarge?: () => void;
 }
 
 /** What {@linkcode CertificatePublisher.prepare} takes beyond the publisher's own options. */
@@ -87,8 +89,18 @@ function warnCaForbidden(namespace: string, err: unknown): void {
   );
 }
 
+/** Most bytes of a persisted certificate or key reused (ours are under 4 KiB). */
+export const MAX_PEM_BYTES = 64 << 10;
+
+/** Base64 of `text`'s UTF-8, whatever its size. */
 function b64(text: string): string {
-  return btoa(String.fromCharCode(...new TextEncoder().encode(text)));
+  const bytes = new TextEncoder().encode(text);
+  // In pieces: one spread of more than ~125k arguments throws a RangeError.
+  let binary = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) {
+    binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  }
+  return btoa(binary);
 }
 
 /** The text of a Secret's base64 value; undefined when absent or not base64 (someone's edit). */
@@ -185,6 +197,19 @@ export async function prepareCertificates(options: PrepareOptions): Promise<Gene
     log.info("no persisted collector CA: generating one", { namespace, secret: CA_SECRET });
     return generateCertificates(gen);
   }
+  // Ours are under 4 KiB; parsing a large one is slow (node-forge's PEM regex), and it is
+  // republished at every start.
+  const sizes = [found.ca.certPem, found.ca.keyPem, found.client.certPem, found.client.keyPem]
+    .map((pem) => pem.length);
+  if (sizes.some((n) => n > MAX_PEM_BYTES)) {
+    options.onPemTooLarge?.();
+    log.warn("persisted collector CA not reused: a certificate or key is too large", {
+      namespace,
+      bytes: Math.max(...sizes),
+      maxBytes: MAX_PEM_BYTES,
+    });
+    return generateCertificates(gen);
+  }
   const problem = reuseProblem(found.ca, found.client, { now: options.generate?.now });
   if (problem !== undefined) {
     log.info("persisted collector CA not reusable: generating a new one", {
@@ -212,6 +237,11 @@ export interface PublisherStats {
    * (401/403, at start or in a publication): the CA is not kept across restarts.
    */
   caNotPersisted: number;
+  /**
+   * Persisted certificates or keys not reused at start for being over
+   * {@linkcode MAX_PEM_BYTES} (a new CA made instead).
+   */
+  pemsTooLarge: number;
 }
 
 /**
@@ -228,6 +258,7 @@ export class CertificatePublisher {
     created: 0,
     updated: 0,
     caNotPersisted: 0,
+    pemsTooLarge: 0,
   };
   #warnedCaForbidden = false;
 
@@ -243,13 +274,15 @@ export class CertificatePublisher {
 
   /**
    * {@linkcode prepareCertificates} with this publisher's API, namespace and clock; a CA Secret
-   * not readable for lack of rights is counted in `caNotPersisted` and warned about once.
+   * not readable for lack of rights is counted in `caNotPersisted` and warned about once, a
+   * certificate or key too large to reuse in `pemsTooLarge`.
    */
   prepare(settings: PrepareSettings = {}): Promise<GeneratedCertificates> {
     return prepareCertificates({
       ...this.#opts,
       ...settings,
       onCaForbidden: (err) => this.#caForbidden(err),
+      onPemTooLarge: () => this.#stats.pemsTooLarge++,
     });
   }
 

@@ -30,6 +30,7 @@ export {
   CertificatePublisher,
   type CertificateSyncOptions,
   CLIENT_SECRET,
+  MAX_PEM_BYTES,
   prepareCertificates,
   type PrepareHooks,
   type PrepareOptions,

@@ -115,6 +115,7 @@ Deno.test("k8s certificates: ConfigMap and Secrets created as Agents expect them
       created: 3,
       updated: 0,
       caNotPersisted: 0,
+      pemsTooLarge: 0,
     });
   });
 });
@@ -140,6 +141,7 @@ Deno.test("k8s certificates: a restart keeps a valid published pair unchanged", 
       created: 0,
       updated: 0,
       caNotPersisted: 0,
+      pemsTooLarge: 0,
     });
   });
 });
@@ -163,6 +165,7 @@ Deno.test("k8s certificates: a restart replaces a pair that is not reusable", as
       created: 0,
       updated: 3,
       caNotPersisted: 0,
+      pemsTooLarge: 0,
     });
     assert.deepEqual(agentMaterial(server), {
       ca: second.ca.certPem,
@@ -195,6 +198,7 @@ Deno.test("k8s certificates: a Secret value that is not base64 is replaced, not 
       created: 0,
       updated: 3,
       caNotPersisted: 0,
+      pemsTooLarge: 0,
     });
     assert.equal(
       secretText(server.get("secrets", NS, CLIENT_SECRET)!, "tls.key"),
@@ -225,6 +229,7 @@ Deno.test("k8s certificates: publication is retried through 5xx and 409 conflict
       created: 2,
       updated: 1,
       caNotPersisted: 0,
+      pemsTooLarge: 0,
     });
     assert.equal(agentMaterial(server).ca, certs.ca.certPem);
   });
@@ -281,6 +286,7 @@ Deno.test("k8s certificates: without rights on the CA Secret, the Agents' object
       created: 2,
       updated: 0,
       caNotPersisted: 1,
+      pemsTooLarge: 0,
     });
     // Not retried: one read at start, one in the publication.
     const onCa = server.requests.filter((r) => r.url.includes(CA_SECRET));
@@ -325,6 +331,7 @@ Deno.test("k8s certificates: a 403 on updating the CA Secret leaves it, the rest
       created: 0,
       updated: 2,
       caNotPersisted: 1,
+      pemsTooLarge: 0,
     });
   });
 });
@@ -410,6 +417,7 @@ Deno.test("k8s certificates: a get answered with another object is refused, neve
       created: 3,
       updated: 0,
       caNotPersisted: 0,
+      pemsTooLarge: 0,
     });
     assert.equal(api.stats().malformedAnswers, 1);
   });
@@ -451,3 +459,32 @@ for (const [name, body] of Object.entries(MALFORMED)) {
     });
   });
 }
+
+// A persisted CA of 188 KB (3000 SANs) was reused, then spread into String.fromCharCode at
+// publication: a RangeError on every attempt, the publication never done.
+Deno.test("k8s certificates: a Secret value of any size is published (a 300 KB certificate)", async () => {
+  await withApi(async ({ server, prepare, publish }) => {
+    const certs = await prepare();
+    // What is published is not parsed: a long certificate text stands for a large certificate.
+    const large = { ...certs, ca: { ...certs.ca, certPem: certs.ca.certPem.repeat(200) } };
+    assert.ok(large.ca.certPem.length > 200_000);
+    const p = await publish(large);
+    assert.equal(secretText(server.get("secrets", NS, CA_SECRET)!, "tls.crt"), large.ca.certPem);
+    assert.equal(p.stats().published, 1);
+  });
+});
+
+Deno.test("k8s certificates: a persisted certificate over 64 KiB is not reused, counted", async () => {
+  await withApi(async ({ server, clock, opts, prepare, publish }) => {
+    const first = await prepare();
+    await publish(first);
+    // Still the same valid certificate to a PEM parser (text after its block is ignored).
+    const secret = server.get("secrets", NS, CA_SECRET)!;
+    secret.data["tls.crt"] = btoa(first.ca.certPem + "\n" + "#".repeat(70_000) + "\n");
+    server.put("secrets", secret);
+    const p = new CertificatePublisher(opts);
+    const second = await settleDriving(clock, p.prepare());
+    assert.notEqual(second.ca.keyPem, first.ca.keyPem, "a new CA (not the persisted key)");
+    assert.equal(p.stats().pemsTooLarge, 1);
+  });
+});

@@ -8,40 +8,21 @@
  * The calls are those of `@kubernetes/client-node` (loaded on first use, so a standalone
  * process never loads it); this module only narrows them to what the Flow Aggregator does:
  * get / create / replace its ConfigMaps and Secrets, list and watch Pods. client-node's requests
- * go through our HTTP library, which reads an answer up to a bound
- * ({@linkcode MAX_ANSWER_BYTES}, {@linkcode MAX_LIST_PAGE_BYTES}) and refuses it past that (its
- * own read the whole body, however large: a 256 MiB ConfigMap grew memory by a gigabyte).
+ * go through our HTTP library (`http.ts`: answers bounded, redirects refused), and a get's
+ * answer must be the object asked for.
  */
 
 import type * as k8s from "@kubernetes/client-node";
 import { installExecCredentials } from "./exec_auth.ts";
+import {
+  boundedHttpLibrary,
+  type HttpStats,
+  MAX_ANSWER_BYTES,
+  MAX_LIST_PAGE_BYTES,
+  RedirectRefused,
+} from "./http.ts";
 import { ATTEMPT_TIMEOUT_MS, statusOf } from "./retry.ts";
 import { type WatchHandle, type WatchHandlers, watchStream } from "./watch.ts";
-
-/**
- * Most bytes of an answer to a get, create or replace (an object, or a `Status`): etcd keeps
- * objects under 1.5 MiB.
- */
-export const MAX_ANSWER_BYTES = 4 << 20;
-
-/**
- * Most bytes of one page of the Pod list (`LIST_PAGE_SIZE`, 500 Pods): 128 KiB a Pod on
- * average, about ten times a usual Pod. A watch line (one Pod) is bounded apart, at 4 MiB.
- */
-export const MAX_LIST_PAGE_BYTES = 64 << 20;
-
-/** Thrown for an answer over its bound: the call fails (its caller retries), counted. */
-export class AnswerTooLarge extends Error {
-  /** Creates the error. */
-  constructor(bytes: number | undefined, max: number) {
-    super(
-      `k8s: the API server's answer ${
-        bytes === undefined ? "passed" : `is ${bytes} bytes, over`
-      } ${max} bytes: refused`,
-    );
-    this.name = "AnswerTooLarge";
-  }
-}
 
 /**
  * Thrown when a get is answered with something other than the object asked for (another kind,
@@ -57,9 +38,7 @@ export class MalformedAnswer extends Error {
 }
 
 /** Counters of a {@linkcode KubeApi}. */
-export interface KubeClientStats {
-  /** Answers refused for their size (over {@linkcode MAX_ANSWER_BYTES} or a list page's). */
-  answersTooLarge: number;
+export interface KubeClientStats extends HttpStats {
   /** Answers to a get that were not the object asked for ({@linkcode MalformedAnswer}). */
   malformedAnswers: number;
 }
@@ -371,70 +350,6 @@ export async function connectKube(
   return { ...clientFor(k8s, kc, fetch), close: () => credentials.close() };
 }
 
-/**
- * An HTTP library for client-node, sending as its own does (undici's fetch) but reading the
- * answer itself, at most `maxBytes` of it: the declared length is checked first, then the
- * bytes as they come, and past the bound the answer is cancelled (its connection closed) and
- * the call fails with {@linkcode AnswerTooLarge}.
- */
-function boundedHttp(
-  k8s: typeof import("@kubernetes/client-node"),
-  fetch: typeof import("undici").fetch,
-  maxBytes: number,
-  stats: KubeClientStats,
-): k8s.HttpLibrary {
-  const tooLarge = (bytes: number | undefined): AnswerTooLarge => {
-    stats.answersTooLarge++;
-    return new AnswerTooLarge(bytes, maxBytes);
-  };
-  return k8s.wrapHttpLibrary({
-    async send(request) {
-      const res = await fetch(request.getUrl(), {
-        method: request.getHttpMethod().toString(),
-        body: request.getBody(),
-        headers: request.getHeaders(),
-        signal: request.getSignal(),
-        // deno-lint-ignore no-explicit-any
-        dispatcher: request.getDispatcher() as any,
-      });
-      const declared = Number(res.headers.get("content-length") ?? NaN);
-      if (declared > maxBytes) {
-        await res.body?.cancel().catch(() => {});
-        throw tooLarge(declared);
-      }
-      const chunks: Uint8Array[] = [];
-      let bytes = 0;
-      if (res.body !== null) {
-        const reader = res.body.getReader();
-        for (;;) {
-          const { value, done } = await reader.read();
-          if (done) break;
-          bytes += value.byteLength;
-          if (bytes > maxBytes) {
-            await reader.cancel().catch(() => {});
-            throw tooLarge(undefined);
-          }
-          chunks.push(value);
-        }
-      }
-      const headers: Record<string, string> = {};
-      res.headers.forEach((value, name) => headers[name] = value);
-      const body = new Uint8Array(bytes);
-      let at = 0;
-      for (const c of chunks) {
-        body.set(c, at);
-        at += c.byteLength;
-      }
-      return new k8s.ResponseContext(res.status, headers, {
-        text: () => Promise.resolve(new TextDecoder().decode(body)),
-        // Node.js modules only in a cluster, and this one only if asked (our calls read text).
-        binary: async () => (await import("node:buffer")).Buffer.from(body),
-        stream: () => null,
-      });
-    },
-  });
-}
-
 /** A {@linkcode KubeApi} over a loaded client-node configuration. */
 function clientFor(
   k8s: typeof import("@kubernetes/client-node"),
@@ -442,9 +357,12 @@ function clientFor(
   fetch: typeof import("undici").fetch,
 ): Omit<KubeApi, "close"> {
   const api = kc.makeApiClient(k8s.CoreV1Api);
-  const stats: KubeClientStats = { answersTooLarge: 0, malformedAnswers: 0 };
-  const objects = boundedHttp(k8s, fetch, MAX_ANSWER_BYTES, stats);
-  const listPages = boundedHttp(k8s, fetch, MAX_LIST_PAGE_BYTES, stats);
+  const stats: KubeClientStats = { answersTooLarge: 0, malformedAnswers: 0, redirectsRefused: 0 };
+  const objects = boundedHttpLibrary({ lib: k8s, fetch }, { maxBytes: MAX_ANSWER_BYTES, stats });
+  const listPages = boundedHttpLibrary({ lib: k8s, fetch }, {
+    maxBytes: MAX_LIST_PAGE_BYTES,
+    stats,
+  });
   // client-node's per-call options: our HTTP library, and a middleware giving the request the
   // caller's signal.
   const by = (signal: AbortSignal | undefined, httpApi = objects) =>
@@ -504,7 +422,13 @@ function clientFor(
         { lib: k8s, kc, fetch },
         "/api/v1/pods",
         { resourceVersion, allowWatchBookmarks: true, timeoutSeconds: WATCH_TIMEOUT_S },
-        handlers,
+        {
+          ...handlers,
+          onDone: (err) => {
+            if (err instanceof RedirectRefused) stats.redirectsRefused++;
+            handlers.onDone(err);
+          },
+        },
         // Credentials (an exec plugin is killed at its own timeout) and then headers each as
         // soon as any call's answer. The server renews the watch every WATCH_TIMEOUT_S;
         // without a byte for longer than that plus a minute (bookmarks come about every

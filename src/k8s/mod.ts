@@ -7,7 +7,6 @@
  */
 
 export {
-  AnswerTooLarge,
   connectKube,
   type ConnectOptions,
   type KubeApi,
@@ -16,14 +15,20 @@ export {
   type KubeTargetOptions,
   type ListPage,
   MalformedAnswer,
-  MAX_ANSWER_BYTES,
-  MAX_LIST_PAGE_BYTES,
   type PodList,
   resolveKubeTarget,
   SERVICE_ACCOUNT_DIR,
   type WatchEvent,
   type WatchHandle,
 } from "./client.ts";
+export {
+  AnswerTooLarge,
+  type HttpStats,
+  isRedirect,
+  MAX_ANSWER_BYTES,
+  MAX_LIST_PAGE_BYTES,
+  RedirectRefused,
+} from "./http.ts";
 export {
   CA_CONFIGMAP,
   CA_SECRET,

@@ -16,6 +16,7 @@
 
 import type * as k8s from "@kubernetes/client-node";
 import type { fetch as undiciFetch } from "undici";
+import { isRedirect, RedirectRefused } from "./http.ts";
 
 /** Longest watch line taken (a Pod is at most ~1.5 MiB, the object size etcd allows). */
 export const MAX_WATCH_LINE_BYTES = 4 << 20;
@@ -112,7 +113,13 @@ export function watchStream(
       // deno-lint-ignore no-explicit-any
       dispatcher: ctx.getDispatcher() as any,
       signal: controller.signal,
+      // Never followed: an API server sends none, and the request would go where it points.
+      redirect: "manual",
     });
+    if (isRedirect(res.status)) {
+      await res.body?.cancel().catch(() => {});
+      throw new RedirectRefused(res.status, res.headers.get("location"));
+    }
     if (res.status !== 200) {
       await res.body?.cancel().catch(() => {});
       const e = new Error(res.statusText || `HTTP ${res.status}`) as Error & { statusCode: number };

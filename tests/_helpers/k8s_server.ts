@@ -49,6 +49,8 @@ export interface Fault {
   times?: number;
   /** Answer with this status (a `Status` body) instead of handling the request. */
   status?: number;
+  /** With `status`: these headers too (a redirect's `location`). */
+  headers?: Record<string, string>;
   /** Wait this long (real time) before handling the request. */
   delayMs?: number;
   /**
@@ -348,7 +350,9 @@ export class FakeKubeApiServer {
       );
     }
     if (fault?.status !== undefined) {
-      return json(status(fault.status, "InternalError", "injected fault"), fault.status);
+      const res = json(status(fault.status, "InternalError", "injected fault"), fault.status);
+      for (const [k, v] of Object.entries(fault.headers ?? {})) res.headers.set(k, v);
+      return res;
     }
     if (fault?.body !== undefined) {
       const bytes = new TextEncoder().encode(fault.body);

@@ -308,13 +308,16 @@ function kubeTarget(opts: CliOptions): Promise<KubeTarget | undefined> {
   return resolveKubeTarget({ kubeconfig: opts.kubeconfig, processEnv: PROCESS_ENV });
 }
 
-/** Standalone without a `clusterID`: the file that keeps the generated cluster UUID. */
+/**
+ * Standalone: the file that keeps the generated cluster UUID, with a `clusterID` too (a reload
+ * that removes it falls back to the file's UUID, not to one drawn for the process).
+ */
 function stateFile(
   opts: CliOptions,
   kube: KubeTarget | undefined,
-  config: FlowAggregatorConfig,
+  _config: FlowAggregatorConfig,
 ): string | undefined {
-  if (kube !== undefined || config.clusterID !== "") return undefined;
+  if (kube !== undefined) return undefined;
   return `${opts.stateDir ?? "."}/${CLUSTER_UUID_FILE}`;
 }
 

@@ -11,6 +11,7 @@ import { observationDomainIdFromUuid } from "../../src/exporters/ipfix/exporter.
 import { componentExporterFactory, FlowAggregator } from "../../src/flow_aggregator.ts";
 import { CLUSTER_IDENTITY, ClusterIdentity } from "../../src/k8s/cluster_uuid.ts";
 import { agentRecord } from "../_helpers/agent_record.ts";
+import { printedPermissions } from "../_helpers/process.ts";
 import { connectTestApi, FakeKubeApiServer } from "../_helpers/k8s_server.ts";
 import { pollUntil, settleDriving, waitFor, withDeadline } from "../_helpers/wait.ts";
 import { startCollector } from "../collector/helpers.ts";
@@ -291,5 +292,22 @@ Deno.test("cluster UUID: an answer whose uuid is no string is refused, the polli
     await identity.stop();
     await server.stop();
     await cleanup();
+  }
+});
+
+// Started standalone with a clusterID, the process was given no state file: a reload that
+// removed the clusterID fell back to a UUID drawn for the process, not to the persisted one.
+Deno.test("cluster UUID: standalone with a clusterID, the process keeps the state file (permissions)", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const conf = `${dir}/flow-aggregator.conf`;
+    await Deno.writeTextFile(conf, `aggregatorTransportProtocol: TCP\nclusterID: "${UUID}"\n`);
+    const flags = await printedPermissions(["--config", conf, "--state-dir", dir]);
+    const list = (flag: string): string[] =>
+      flags.find((f) => f.startsWith(`${flag}=`))?.slice(flag.length + 1).split(",") ?? [];
+    assert.ok(list("--allow-read").includes(`${dir}/cluster-uuid`), flags.join(" "));
+    assert.ok(list("--allow-write").includes(`${dir}/cluster-uuid`), flags.join(" "));
+  } finally {
+    await Deno.remove(dir, { recursive: true });
   }
 });

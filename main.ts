@@ -321,10 +321,6 @@ function stateFile(
   return `${opts.stateDir ?? "."}/${CLUSTER_UUID_FILE}`;
 }
 
-function prefixed(prefix: string, stats: object): Record<string, unknown> {
-  return Object.fromEntries(Object.entries(stats).map(([k, v]) => [prefix + k, v]));
-}
-
 async function writeCertificates(dir: string, certs: GeneratedCertificates): Promise<void> {
   await Deno.mkdir(dir, { recursive: true });
   await Deno.writeTextFile(`${dir}/ca.crt`, certs.ca.certPem);
@@ -507,6 +503,9 @@ async function run(opts: CliOptions): Promise<number> {
     configCounters: watcher === undefined ? undefined : () => watcher.stats(),
     logFileCounters: logFiles === undefined ? undefined : () => logFiles.stats(),
     podStoreCounters: store === undefined ? undefined : () => store.stats(),
+    certificateCounters: publisher === undefined ? undefined : () => publisher!.stats(),
+    clusterUuidCounters: () => identity.stats(),
+    kubeClientCounters: api === undefined ? undefined : () => api!.stats(),
     certificates,
     clusterUuid: () => identity.current(),
     hooks: store === undefined ? undefined : { lookupPod: (ip, t) => store.lookup(ip, t) },
@@ -526,14 +525,11 @@ async function run(opts: CliOptions): Promise<number> {
     },
   });
   identity.onChange(() => void fa.clusterUuidChanged());
-  // The Kubernetes side's other counters (the Pod store's are on the metrics line and
-  // `/metrics`), next to the aggregator's own metrics line.
+  // Where the cluster UUID comes from (the Kubernetes side's counters are on the metrics line
+  // and `/metrics`), next to the aggregator's own metrics line.
   const logKubeMetrics = (): void => {
     if (api === undefined) return;
-    log.info("kubernetes metrics", {
-      ...prefixed("certificates.", publisher?.stats() ?? {}),
-      clusterUuidSource: identity.source,
-    });
+    log.info("kubernetes metrics", { clusterUuidSource: identity.source });
   };
   const kubeMetricsTimer = setInterval(logKubeMetrics, 60_000);
   Deno.unrefTimer(kubeMetricsTimer);

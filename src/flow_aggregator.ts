@@ -54,6 +54,9 @@ import type { ApiFrontStats } from "./api/front.ts";
 import type { KlogFilesStats } from "./log/mod.ts";
 import type { ShardPool, ShardPoolStats } from "./shard/pool.ts";
 import type { PodReplicaSource, PodStoreStats } from "./k8s/pod_store.ts";
+import type { PublisherStats } from "./k8s/certificates.ts";
+import type { ClusterIdentityStats } from "./k8s/cluster_uuid.ts";
+import type { KubeClientStats } from "./k8s/client.ts";
 import { applyCoreSettings, type SettableCore, type ShardSettings } from "./shard/protocol.ts";
 import type { GeneratedCertificates } from "./pki/certificates.ts";
 
@@ -151,6 +154,18 @@ export interface FlowAggregatorOptions {
   /** The Pod store's counters (with a cluster), part of {@linkcode FlowAggregator.stats}. */
   podStoreCounters?: () => PodStoreStats;
   /**
+   * The certificate publisher's counters (with a cluster), part of
+   * {@linkcode FlowAggregator.stats} as `certificates`.
+   */
+  certificateCounters?: () => PublisherStats;
+  /** The cluster identity's counters, part of {@linkcode FlowAggregator.stats} as `clusterUuid`. */
+  clusterUuidCounters?: () => ClusterIdentityStats;
+  /**
+   * The Kubernetes client's counters (with a cluster), part of
+   * {@linkcode FlowAggregator.stats} as `kubeClient`.
+   */
+  kubeClientCounters?: () => KubeClientStats;
+  /**
    * Longest wait for one exporter's `stop()` (final flush) before giving up on it, so a stuck
    * sink (hung disk or peer) cannot hang a shutdown or a reload forever. Default 10 s.
    */
@@ -216,6 +231,12 @@ export interface FlowAggregatorStats extends RecordMetrics, Partial<ConfigWatche
   logFiles?: KlogFilesStats;
   /** The Pod store's counters, with a cluster. */
   podStore?: PodStoreStats;
+  /** The certificate publisher's counters, with a cluster. */
+  certificates?: PublisherStats;
+  /** The cluster identity's counters (state file, polling). */
+  clusterUuid?: ClusterIdentityStats;
+  /** The Kubernetes client's counters (answers refused), with a cluster. */
+  kubeClient?: KubeClientStats;
 }
 
 function transportOf(p: TransportProtocol): "udp" | "tcp" | "tls" {
@@ -797,6 +818,9 @@ export class FlowAggregator {
       process: processStats(),
       ...present("logFiles", this.#opts.logFileCounters?.()),
       ...present("podStore", this.#opts.podStoreCounters?.()),
+      ...present("certificates", this.#opts.certificateCounters?.()),
+      ...present("clusterUuid", this.#opts.clusterUuidCounters?.()),
+      ...present("kubeClient", this.#opts.kubeClientCounters?.()),
     };
   }
 
@@ -1176,12 +1200,25 @@ function present<K extends string, V>(key: K, value: V | undefined): { [P in K]?
  * Every counter of a stats snapshot as flat `key = value` fields (the metrics log line and the
  * API's Prometheus text): the process's own, the collector's (unprefixed), the core's
  * (`aggregation.*`), the aggregation shards' (`shards.*`), the UDP receive path's (`udp*`), the
- * klog log files' (`logFiles.*`) and each sink's (`<section>.*`, its worker's own counters under
- * `<section>.sink.*`).
+ * klog log files' (`logFiles.*`), the Kubernetes side's (`podStore.*`, `certificates.*`,
+ * `clusterUuid.*`, `kubeClient.*`) and each sink's (`<section>.*`, its worker's own counters
+ * under `<section>.sink.*`).
  */
 export function statsFields(stats: FlowAggregatorStats): LogFields {
-  const { aggregation, collector, exporters, shards, api, process, logFiles, podStore, ...own } =
-    stats;
+  const {
+    aggregation,
+    collector,
+    exporters,
+    shards,
+    api,
+    process,
+    logFiles,
+    podStore,
+    certificates,
+    clusterUuid,
+    kubeClient,
+    ...own
+  } = stats;
   const fields: LogFields = {};
   counterFields(own, "", fields);
   if (shards !== undefined) counterFields(shards, "shards.", fields);
@@ -1189,6 +1226,9 @@ export function statsFields(stats: FlowAggregatorStats): LogFields {
   if (process !== undefined) counterFields(process, "process.", fields);
   if (logFiles !== undefined) counterFields(logFiles, "logFiles.", fields);
   if (podStore !== undefined) counterFields(podStore, "podStore.", fields);
+  if (certificates !== undefined) counterFields(certificates, "certificates.", fields);
+  if (clusterUuid !== undefined) counterFields(clusterUuid, "clusterUuid.", fields);
+  if (kubeClient !== undefined) counterFields(kubeClient, "kubeClient.", fields);
   fields.recordsAggregated = aggregation.recordsAccepted;
   fields.rejected = rejectedTotal(stats);
   counterFields(aggregation, "aggregation.", fields);

@@ -121,8 +121,10 @@ async function tlsDenyFlow(workers: number): Promise<void> {
     assert.equal(status.code, 0, fa.stderr);
     assert.deepEqual(fa.find({ level: "error" }).map((e) => e.raw), []);
     const [metrics] = fa.find({ msg: "kubernetes metrics" });
-    assert.equal(fa.find({ msg: "record metrics" }).at(-1)?.fields["podStore.pods"], "2");
-    assert.equal(metrics.fields["certificates.published"], "1");
+    const last = fa.find({ msg: "record metrics" }).at(-1);
+    assert.equal(last?.fields["podStore.pods"], "2");
+    assert.equal(last?.fields["certificates.published"], "1");
+    assert.equal(last?.fields["kubeClient.malformedAnswers"], "0");
     assert.equal(metrics.fields.clusterUuidSource, "cluster");
     assert.ok(server.requests.some((r) => r.url.startsWith("/api/v1/pods?watch=true")));
     assert.equal(

@@ -9,6 +9,10 @@ import tls from "node:tls";
 import forge from "node-forge";
 import { ManualClock } from "../../src/clock.ts";
 import { setLogWriter } from "../../src/log.ts";
+import { prometheusText } from "../../src/api/prometheus.ts";
+import { parseConfig } from "../../src/components.ts";
+import { FlowAggregator, statsFields } from "../../src/flow_aggregator.ts";
+import { ClusterIdentity } from "../../src/k8s/cluster_uuid.ts";
 import {
   CA_CONFIGMAP,
   CA_SECRET,
@@ -486,5 +490,35 @@ Deno.test("k8s certificates: a persisted certificate over 64 KiB is not reused, 
     const second = await settleDriving(clock, p.prepare());
     assert.notEqual(second.ca.keyPem, first.ca.keyPem, "a new CA (not the persisted key)");
     assert.equal(p.stats().pemsTooLarge, 1);
+  });
+});
+
+// They reached only a separate "kubernetes metrics" log line (the client's and the cluster
+// identity's nowhere), not /metrics.
+Deno.test("k8s certificates: the publisher's, the client's and the cluster identity's counters are on the metrics line and in /metrics", async () => {
+  await withApi(async ({ server, api, clock, opts }) => {
+    server.fault({ match: { path: `/secrets/${CA_SECRET}` }, status: 403, times: 1e9 });
+    const p = new CertificatePublisher(opts);
+    p.publish(await settleDriving(clock, p.prepare()));
+    await settleDriving(clock, p.settled);
+    const identity = new ClusterIdentity({ clock });
+    const fa = new FlowAggregator(parseConfig(""), {
+      manualSweep: true,
+      metricsLogIntervalMs: 0,
+      certificateCounters: () => p.stats(),
+      clusterUuidCounters: () => identity.stats(),
+      kubeClientCounters: () => api.stats(),
+    });
+    const stats = fa.stats();
+    assert.deepEqual(stats.certificates, p.stats());
+    const fields = statsFields(stats);
+    assert.equal(fields["certificates.published"], 1);
+    assert.equal(fields["certificates.caNotPersisted"], 2);
+    assert.equal(fields["clusterUuid.stateFileRejected"], 0);
+    assert.equal(fields["kubeClient.answersTooLarge"], 0);
+    const text = prometheusText(stats);
+    assert.match(text, /^flow_aggregator_certificates_ca_not_persisted 2$/m);
+    assert.match(text, /^flow_aggregator_cluster_uuid_poll_errors 0$/m);
+    assert.match(text, /^flow_aggregator_kube_client_redirects_refused 0$/m);
   });
 });

@@ -11,6 +11,7 @@
 
 import type { FlowLoggerFilter } from "./config.ts";
 import { type FlatRecord, labels } from "../flat_record.ts";
+import { clean } from "../text.ts";
 import {
   type BatchField,
   batchField,
@@ -55,47 +56,6 @@ export function ruleActionName(a: number): string {
 /** Pretty name of a policy type code: 0 → "", 1..3 → the type, else `Invalid`. */
 export function policyTypeName(t: number): string {
   return POLICY_TYPES[t] ?? "Invalid";
-}
-
-// Must stay in sync with escapeAll. Not global (`g`): test() keeps no lastIndex state.
-// deno-lint-ignore no-control-regex -- matching control characters is the point
-const SPECIAL = /[\x00-\x1f,\\\x7f-\x9f\ufffd]/;
-
-/**
- * Keeps one record on one line with 28 fields, and keeps the terminal of whoever runs
- * `tail -f` on the log out of the wire's reach. Valid Kubernetes names never contain any of
- * these characters; upstream wrote them raw (§9.1), which let a crafted value forge log lines
- * or send escape sequences (ESC[2J clears the screen) to a terminal. So, in every string field:
- * - `,` becomes a space (unchanged from before: it is the field separator, not a control);
- * - C0 controls U+0000–U+001F (NUL, ESC, `\n`, `\r`, `\t`…), DEL U+007F and the C1 controls
- *   U+0080–U+009F are written as `\xHH` (two lowercase hex digits): `\x1b`, `\x00`, `\x0a`;
- * - U+FFFD, what the decoder puts for invalid UTF-8 on the wire, is written as `\ufffd`;
- * - `\` itself is written as `\\`, so the escaping reads back unambiguously.
- * The hot path is one precompiled RegExp test per field (every exported flow, ~20 string
- * fields): a field with none of these characters is returned as is, without allocating.
- * Measured over 100k lines of normal names, the test is about twice as fast as a char-code
- * loop (V8 scans a character class natively), and faster than the old 3-character scan.
- */
-export function clean(s: string): string {
-  return SPECIAL.test(s) ? escapeAll(s) : s;
-}
-
-/** The rare path of {@linkcode clean}: rewrites every special character of `s`. */
-function escapeAll(s: string): string {
-  let out = "";
-  let from = 0;
-  for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i);
-    let rep: string;
-    if (c === 0x2c) rep = " ";
-    else if (c === 0x5c) rep = "\\\\";
-    else if (c < 0x20 || (c >= 0x7f && c <= 0x9f)) rep = "\\x" + c.toString(16).padStart(2, "0");
-    else if (c === 0xfffd) rep = "\\ufffd";
-    else continue;
-    out += s.slice(from, i) + rep;
-    from = i + 1;
-  }
-  return out + s.slice(from);
 }
 
 // The codes that `prettyPrint` turns into names; every other number is written in decimal.

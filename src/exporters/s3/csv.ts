@@ -1,7 +1,10 @@
 /**
  * The S3 object line (exporters.md §4.2): the 51 columns of the record schema's S3 projection,
- * joined with `,`, newline-terminated, no header and no escaping, except that the Pod label
- * columns are wrapped in single quotes. Integers in decimal (u64 exact, from bigint), timestamps
+ * joined with `,`, newline-terminated, no header and no quoting, except that the Pod label
+ * columns are wrapped in single quotes. Text columns go through `clean` (`../text.ts`, as in the
+ * flow log) and the label JSON through `quotedJson`: upstream wrote them raw, so a crafted Pod
+ * name from the wire (a `\n` then a whole line) forged flow rows, and a `,` shifted columns
+ * (found by review). Valid Kubernetes names are written unchanged. Integers in decimal (u64 exact, from bigint), timestamps
  * in unix seconds, and `timeInserted` the wall-clock second at which the sink took the record.
  *
  * Two renderings of the same line, both generated once from the schema (straight-line code, as
@@ -19,6 +22,7 @@
 import type { ExportedFlow } from "../../aggregation/record.ts";
 import { type FlatRecord, ipText, labels, toFlatRecord } from "../flat_record.ts";
 import { ieName, RECORD_SCHEMA, S3_COLUMNS, type SchemaRow } from "../../record/schema.ts";
+import { clean, quotedJson } from "../text.ts";
 
 /** Columns the flat record does not carry: the sink fills them at add time. */
 const ADD_TIME_COLUMNS: ReadonlySet<string> = new Set(
@@ -29,17 +33,22 @@ const QUOTED_COLUMNS: ReadonlySet<string> = new Set(
   RECORD_SCHEMA.filter((r) => r[2] === "label").map((r) => r[0]),
 );
 
+/** The schema row of S3 column `name`. */
+function rowOf(name: string): SchemaRow | undefined {
+  return RECORD_SCHEMA.find((r) => r[0] === name);
+}
+
 function columnSource(name: string): string {
   if (ADD_TIME_COLUMNS.has(name)) return "t";
   const v = `r[${JSON.stringify(name)}]`;
-  return QUOTED_COLUMNS.has(name) ? `"'" + ${v} + "'"` : v;
+  if (QUOTED_COLUMNS.has(name)) return `"'" + H.quotedJson(${v}) + "'"`;
+  return rowOf(name)?.[1] === "string" ? `H.clean(${v})` : v;
 }
 
 const formatFlat = new Function(
-  "r",
-  "t",
-  `return ${S3_COLUMNS.map(columnSource).join(' + "," + ')} + "\\n";`,
-) as (r: FlatRecord, timeInsertedSeconds: number) => string;
+  "H",
+  `return (r, t) => ${S3_COLUMNS.map(columnSource).join(' + "," + ')} + "\\n";`,
+)({ clean, quotedJson }) as (r: FlatRecord, timeInsertedSeconds: number) => string;
 
 /** The CSV line (with its `\n`) of a flat record added at `timeInsertedSeconds`. */
 export function formatCsvFlat(flat: FlatRecord, timeInsertedSeconds: number): string {
@@ -180,16 +189,16 @@ function putBytes(out: Uint8Array, p: number, b: Uint8Array): number {
 function putSource(name: string): string {
   if (ADD_TIME_COLUMNS.has(name)) return "p = H.putNum(out, p, t);";
   if (name === "clusterUUID") return "p = H.putBytes(out, p, u);";
-  const row: SchemaRow = RECORD_SCHEMA.find((r) => r[0] === name)!;
+  const row: SchemaRow = rowOf(name)!;
   const ie = JSON.stringify(ieName(row, false));
   if (row[1] === "ipAddress") {
     return `p = H.putStr(out, p, H.ipText(r[${ie}] ?? r[${JSON.stringify(ieName(row, true))}]));`;
   }
   if (row[2] === "label") {
-    return `out[p++] = ${QUOTE}; p = H.putStr(out, p, H.labels(r[${ie}])); out[p++] = ${QUOTE};`;
+    return `out[p++] = ${QUOTE}; p = H.putStr(out, p, H.quotedJson(H.labels(r[${ie}]))); out[p++] = ${QUOTE};`;
   }
   if (row[1] === "unsigned64") return `p = H.putU64(out, p, r[${ie}] ?? 0n);`;
-  if (row[1] === "string") return `p = H.putStr(out, p, r[${ie}] ?? "");`;
+  if (row[1] === "string") return `p = H.putStr(out, p, H.clean(r[${ie}] ?? ""));`;
   return `p = H.putNum(out, p, r[${ie}] ?? 0);`;
 }
 
@@ -198,7 +207,7 @@ const writeLine = new Function(
   `return (r, t, u, out, p) => {\n${
     S3_COLUMNS.map(putSource).join(`\n  out[p++] = ${COMMA};\n`)
   }\n  out[p++] = ${NEWLINE};\n  return p;\n};`,
-)({ putNum, putU64, putStr, putBytes, ipText, labels }) as (
+)({ putNum, putU64, putStr, putBytes, ipText, labels, clean, quotedJson }) as (
   r: ExportedFlow["record"],
   t: number,
   u: Uint8Array,

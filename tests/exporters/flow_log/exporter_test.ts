@@ -1,7 +1,6 @@
 import assert from "node:assert/strict";
 import { LogExporter } from "../../../src/exporters/flow_log/exporter.ts";
 import {
-  clean,
   formatLogLine,
   LOG_LINE_FIELD_COUNT,
   LogFilter,
@@ -10,6 +9,7 @@ import {
   ruleActionName,
 } from "../../../src/exporters/flow_log/format.ts";
 import { toFlatRecord } from "../../../src/exporters/flat_record.ts";
+import { clean } from "../../../src/exporters/text.ts";
 import { setLogWriter } from "../../../src/log.ts";
 import { fixtureFlow } from "../fixtures.ts";
 import { enabledFlowLogger } from "../../_helpers/flow_logger_config.ts";
@@ -145,6 +145,11 @@ Deno.test("clean: control ranges, U+FFFD and backslash are escaped; everything e
   // The escape character itself, so a literal "\x1b" in a name reads back as such.
   assert.equal(clean("a\\x1b"), "a\\\\x1b");
   assert.equal(clean("a,b"), "a b");
+  // Line separators to JavaScript and Python readers, and the bidirectional controls.
+  assert.equal(
+    clean("a\u2028b\u2029c\u202ed\u200ee\u2066f\u2069g\u2027\u206a"),
+    "a\\u2028b\\u2029c\\u202ed\\u200ee\\u2066f\\u2069g\u2027\u206a",
+  );
 });
 
 Deno.test("L5: filters are OR of AND conditions; None matches no rule", () => {

@@ -98,3 +98,35 @@ Deno.test("a line that does not fit reports an end beyond the buffer; the object
   assert.equal(lines[2999] + "\n", line);
   assert.equal(lines[1500] + "\n", formatCsvLine(wide, { clusterUuid: U, timeInsertedSeconds: T }));
 });
+
+Deno.test("hostile strings from the wire cannot forge rows or shift columns; the label JSON cannot close its quotes", () => {
+  const forged = S1_LINE.replace("perftest-a", "evil");
+  const flow = fixtureFlow(false, {
+    sourcePodName: `pod-a\n${forged}\nx`,
+    sourcePodNamespace: "ns,with,commas",
+    tcpState: "EST\r\nABLISHED",
+    destinationPodName: "d'\"\\\t\x1b[2J\x00z\u2028\u202e",
+    sourcePodLabels: '{"app":"it\'s"}',
+    // One label each, so that counting the commas counts the columns.
+    destinationPodLabels: '{"app":"b"}',
+  });
+  const lines = [
+    formatCsvLine(flow, { clusterUuid: U, timeInsertedSeconds: T }),
+    written(flow),
+  ];
+  for (const line of lines) {
+    assert.equal(line.split("\n").length, 2, "one line");
+    const cols = line.trimEnd().split(",");
+    assert.equal(cols.length, 51);
+    const col = (name: (typeof S3_COLUMNS)[number]) => cols[S3_COLUMNS.indexOf(name)];
+    assert.equal(col("sourcePodName"), `pod-a\\x0a${forged.replaceAll(",", " ")}\\x0ax`);
+    assert.equal(col("sourcePodNamespace"), "ns with commas");
+    assert.equal(col("tcpState"), "EST\\x0d\\x0aABLISHED");
+    assert.equal(col("destinationPodName"), "d'\"\\\\\\x09\\x1b[2J\\x00z\\u2028\\u202e");
+    // The same JSON, its quote escaped: it still parses to the label value.
+    assert.equal(col("sourcePodLabels"), '\'{"app":"it\\u0027s"}\'');
+    assert.deepEqual(JSON.parse(col("sourcePodLabels").slice(1, -1)), { app: "it's" });
+  }
+  assert.equal(lines[1], lines[0], "the byte writer agrees with the reference");
+  // Valid names are written unchanged (S1's line, byte for byte, above).
+});

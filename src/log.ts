@@ -124,8 +124,23 @@ function renderValue(v: unknown): string {
   return String(v);
 }
 
+// Characters that send a terminal escape or reorder text (C1 controls, bidirectional marks):
+// written `\uHHHH`, as JSON.stringify writes the C0 controls. \s covers U+2028/U+2029.
+// deno-lint-ignore no-control-regex -- matching control characters is the point
+const LOGFMT_PLAIN = /^[^\s"=\\\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]+$/;
+// deno-lint-ignore no-control-regex -- as above
+const LOGFMT_UNESCAPED = /[\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+
+/**
+ * A logfmt value: as is when plain, else JSON-quoted with every control character escaped (a
+ * value such as `x\x1b[2Jy` was written raw, reaching the terminal of whoever tails the log).
+ */
 function quoteLogfmt(s: string): string {
-  return /^[^\s"=\\]+$/.test(s) ? s : JSON.stringify(s);
+  if (LOGFMT_PLAIN.test(s)) return s;
+  return JSON.stringify(s).replace(
+    LOGFMT_UNESCAPED,
+    (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"),
+  );
 }
 
 /** A named logger; `component` is written as the first field of every event. */

@@ -85,3 +85,28 @@ Deno.test("--log-format klog: the logger writes klog lines with their level", ()
     ms: "12",
   });
 });
+
+Deno.test("logfmt: a value with control, line-separator or bidirectional characters is quoted with each escaped", () => {
+  const lines: string[] = [];
+  const restore = setLogWriter((line) => lines.push(line));
+  setLogFormat("logfmt");
+  setLogLevel("info");
+  try {
+    logger("c").info("m", {
+      esc: "x\x1b[2Jy",
+      nul: "a\x00b",
+      c1: "p\x9bq",
+      sep: "l\u2028m",
+      bidi: "r\u202es",
+      plain: "web-0",
+    });
+  } finally {
+    setLogWriter(restore);
+  }
+  assert.equal(lines.length, 1);
+  const line = lines[0];
+  assert.match(line, / esc="x\\u001b\[2Jy" nul="a\\u0000b" c1="p\\u009bq" sep="l\\u2028m" /);
+  assert.match(line, / bidi="r\\u202es" plain=web-0$/);
+  // Nothing outside printable ASCII and no second line.
+  assert.doesNotMatch(line, /[^\x20-\x7e]/);
+});

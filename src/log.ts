@@ -128,7 +128,6 @@ function renderValue(v: unknown): string {
 // written `\uHHHH`, as JSON.stringify writes the C0 controls. \s covers U+2028/U+2029.
 // deno-lint-ignore no-control-regex -- matching control characters is the point
 const LOGFMT_PLAIN = /^[^\s"=\\\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]+$/;
-// deno-lint-ignore no-control-regex -- as above
 const LOGFMT_UNESCAPED = /[\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
 
 /**

@@ -23,6 +23,9 @@ import {
 } from "./http.ts";
 import { ATTEMPT_TIMEOUT_MS, statusOf } from "./retry.ts";
 import { type WatchHandle, type WatchHandlers, watchStream } from "./watch.ts";
+import { logger } from "../log.ts";
+
+const log = logger("k8s");
 
 /**
  * Thrown when a get is answered with something other than the object asked for (another kind,
@@ -76,11 +79,49 @@ function processEnv(name: string): string | undefined {
   }
 }
 
-function isFile(path: string): boolean {
+function envGranted(variable: string): boolean {
+  return Deno.permissions.querySync({ name: "env", variable }).state === "granted";
+}
+
+/**
+ * Whether the service account's token is there: `file`; `absent` (not in a Pod, or no token
+ * mounted); or why it cannot be told, a permission this process lacks (`--allow-read` of the
+ * directory, Deno's `NotCapable`) or the file system refusing this user (`PermissionDenied`).
+ */
+function tokenState(path: string): "file" | "absent" | "not-capable" | "denied" {
   try {
-    return Deno.statSync(path).isFile;
-  } catch {
-    return false;
+    return Deno.statSync(path).isFile ? "file" : "absent";
+  } catch (err) {
+    if (err instanceof Deno.errors.NotCapable) return "not-capable";
+    if (err instanceof Deno.errors.PermissionDenied) return "denied";
+    return "absent";
+  }
+}
+
+/**
+ * Says why a process whose environment names an API server (`KUBERNETES_SERVICE_HOST`) cannot
+ * use the service account: an error, not a quiet standalone run (no Pod metadata, no
+ * certificate publication, which Agents on TLS need to connect at all).
+ */
+function logServiceAccountUnreadable(
+  dir: string,
+  state: "not-capable" | "denied",
+  host: string,
+): void {
+  const consequence = "running without the Kubernetes API unless a kubeconfig is given: no Pod " +
+    "metadata, no certificate publication, the cluster UUID not read";
+  if (state === "not-capable") {
+    log.error(
+      `KUBERNETES_SERVICE_HOST is set but this process may not read the service account ` +
+        `(it was not given --allow-read=${dir}): ${consequence}`,
+      { host, path: dir, missing: `--allow-read=${dir}` },
+    );
+  } else {
+    log.error(
+      `KUBERNETES_SERVICE_HOST is set but the service account's token is not readable by this ` +
+        `user (permission denied by the file system): ${consequence}`,
+      { host, path: `${dir}/token` },
+    );
   }
 }
 
@@ -107,7 +148,18 @@ export async function resolveKubeTarget(
   const env = options.env ?? processEnv;
   const dir = options.serviceAccountDir ?? SERVICE_ACCOUNT_DIR;
   const host = env("KUBERNETES_SERVICE_HOST");
-  if (options.kubeconfig === undefined && host && isFile(`${dir}/token`)) {
+  if (options.env === undefined && !envGranted("KUBERNETES_SERVICE_HOST")) {
+    log.warn(
+      "cannot tell whether this runs in a Kubernetes Pod: this process may not read " +
+        "KUBERNETES_SERVICE_HOST (not in its --allow-env)",
+      { missing: "--allow-env=KUBERNETES_SERVICE_HOST" },
+    );
+  }
+  const token = options.kubeconfig === undefined && host ? tokenState(`${dir}/token`) : "absent";
+  if (host && (token === "not-capable" || token === "denied")) {
+    logServiceAccountUnreadable(dir, token, host);
+  }
+  if (options.kubeconfig === undefined && host && token === "file") {
     const port = env("KUBERNETES_SERVICE_PORT") || "443";
     // Node.js modules only in a cluster: a standalone process does not load them.
     const { isIPv6 } = await import("node:net");

@@ -2,7 +2,8 @@
  * End to end: `flow-aggregator permissions --config FILE` prints the narrowest `deno run` flags
  * for a configuration, and the real process runs on exactly those flags: the collector listens,
  * the flow log sink runs in its own worker (allowed to write only its directory) and every flow
- * sent is logged.
+ * sent is logged. On flags that lack something the process says what: a service account it may
+ * not read in a Pod.
  */
 
 import assert from "node:assert/strict";
@@ -119,6 +120,37 @@ Deno.test("e2e permissions: UDP on the printed flags takes the fast path (--allo
   } finally {
     fa?.kill("SIGKILL");
     await fa?.status;
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("e2e permissions: in a Pod (KUBERNETES_SERVICE_HOST) without --allow-read for the service account, an error names the flag", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-e2e-perm-sa-" });
+  let fa: FaProcess | undefined;
+  try {
+    const conf = `${dir}/flow-aggregator.conf`;
+    await Deno.writeTextFile(conf, flowLogConfig(`${dir}/flows.log`));
+    const args = ["--config", conf, "--listen", "127.0.0.1:0", "--state-dir", dir];
+    // Flags printed outside a Pod (no service account here): as narrow as the image's former
+    // fixed entrypoint, which ran in Pods so.
+    const flags = await printedPermissions([...args, ...apiArgs(`${dir}/api`)]);
+    assert.ok(!flags.join(" ").includes("serviceaccount"));
+    fa = FaProcess.start({
+      denoFlags: [...flags, "--config", DENO_JSON],
+      args: [...args, ...apiArgs(`${dir}/api`)],
+      cwd: dir,
+      env: { KUBERNETES_SERVICE_HOST: "10.96.0.1", KUBERNETES_SERVICE_PORT: "443" },
+    });
+    const sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+    const e = await fa.waitFor({ level: "error", component: "k8s" }, 15_000);
+    assert.match(e.fields.msg, /^KUBERNETES_SERVICE_HOST is set but this process may not read/);
+    assert.equal(e.fields.missing, `--allow-read=${sa}`);
+    await fa.collectorPort();
+    assert.equal(fa.find({ msg: /^no Kubernetes cluster/ }).length, 1);
+    const status = await fa.stop("SIGTERM", 20_000);
+    assert.equal(status.code, 0, fa.stderr);
+  } finally {
+    await fa?.dispose();
     await Deno.remove(dir, { recursive: true });
   }
 });

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { systemClock } from "../../src/clock.ts";
 import { connectKube, resolveKubeTarget } from "../../src/k8s/client.ts";
 import { RetryAborted, retrying } from "../../src/k8s/retry.ts";
-import { logger } from "../../src/log.ts";
+import { logger, setLogWriter } from "../../src/log.ts";
 import { connectTestApi, FakeKubeApiServer } from "../_helpers/k8s_server.ts";
 import { waitFor } from "../_helpers/wait.ts";
 
@@ -28,6 +28,62 @@ Deno.test("k8s client: standalone without service account, --kubeconfig or KUBEC
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
+});
+
+/** Runs `fn` with the log lines (warn and above) captured. */
+async function capturingLog(fn: () => Promise<void>): Promise<string[]> {
+  const lines: string[] = [];
+  const previous = setLogWriter((l) => lines.push(l));
+  try {
+    await fn();
+  } finally {
+    setLogWriter(previous);
+  }
+  return lines;
+}
+
+Deno.test({
+  name: "k8s client: KUBERNETES_SERVICE_HOST set but no --allow-read for the service account: " +
+    "an error naming the flag, not a quiet standalone run",
+  // The process's narrow flags without the service account directory (the image's former
+  // fixed entrypoint): Deno refuses the token's stat.
+  permissions: { read: false, env: true },
+  async fn() {
+    let target: unknown = "unset";
+    const lines = await capturingLog(async () => {
+      target = await resolveKubeTarget({
+        env: envOf({ KUBERNETES_SERVICE_HOST: "10.96.0.1" }),
+        serviceAccountDir: "/var/run/secrets/kubernetes.io/serviceaccount",
+      });
+    });
+    assert.equal(target, undefined);
+    assert.equal(lines.length, 1, lines.join("\n"));
+    assert.match(lines[0], /level=error component=k8s /);
+    assert.match(
+      lines[0],
+      /KUBERNETES_SERVICE_HOST is set but this process may not read the service account \(it was not given --allow-read=\/var\/run\/secrets\/kubernetes.io\/serviceaccount\)/,
+    );
+    assert.match(
+      lines[0],
+      / missing="--allow-read=\/var\/run\/secrets\/kubernetes.io\/serviceaccount"/,
+    );
+  },
+});
+
+Deno.test({
+  name: "k8s client: no --allow-env for KUBERNETES_SERVICE_HOST: a warning that it cannot tell",
+  permissions: { read: true, env: ["KUBECONFIG"] },
+  async fn() {
+    const lines = await capturingLog(async () => {
+      assert.equal(await resolveKubeTarget({ serviceAccountDir: "/nonexistent" }), undefined);
+    });
+    assert.equal(lines.length, 1, lines.join("\n"));
+    assert.match(
+      lines[0],
+      /level=warn component=k8s msg="cannot tell whether this runs in a Kubernetes Pod/,
+    );
+    assert.match(lines[0], / missing="--allow-env=KUBERNETES_SERVICE_HOST"/);
+  },
 });
 
 Deno.test("k8s client: in-cluster from the service account, token and CA used", async () => {

@@ -44,6 +44,7 @@ import {
 } from "./exporters/batch.ts";
 import { rowHooks, SLOT_BATCH_FLOWS, SlotRowWriter, viaRows } from "./shard/slot_rows.ts";
 import {
+  MissingPermissionsError,
   WorkerExporter,
   type WorkerExporterOptions,
   workerModuleMissing,
@@ -215,6 +216,11 @@ export interface FlowAggregatorStats extends RecordMetrics, Partial<ConfigWatche
    * the running sink was kept, with its previous settings.
    */
   exporterRebuildsFailed: number;
+  /**
+   * Sinks the start or a reload enabled but could not create (most often: the process lacks a
+   * permission the sink needs): that section runs no sink until a later change or a restart.
+   */
+  exporterCreatesFailed: number;
   /** Aggregation core counters. */
   aggregation: ReturnType<AggregationCore["stats"]>;
   /** Collector counters (undefined before start). */
@@ -409,6 +415,7 @@ export class FlowAggregator {
   #exporterErrors = 0;
   #exportedWithoutSink = 0;
   #exporterRebuildsFailed = 0;
+  #exporterCreatesFailed = 0;
   /** Stops of exporters replaced by a reload, still draining; stop() waits for them. */
   readonly #draining = new Set<Promise<void>>();
   /** Serialises config updates with each other and with stop. */
@@ -777,6 +784,7 @@ export class FlowAggregator {
       log.error("cannot rebuild exporter for the new configuration: the running one is kept", {
         section,
         err,
+        ...missingFields(err),
         exporterRebuildsFailed: this.#exporterRebuildsFailed,
       });
       return;
@@ -809,6 +817,7 @@ export class FlowAggregator {
       exporterErrors: this.#exporterErrors,
       exportedWithoutSink: this.#exportedWithoutSink,
       exporterRebuildsFailed: this.#exporterRebuildsFailed,
+      exporterCreatesFailed: this.#exporterCreatesFailed,
       ...this.#opts.configCounters?.(),
       aggregation: sharded?.stats ?? this.#core.stats(),
       collector,
@@ -936,7 +945,13 @@ export class FlowAggregator {
     try {
       exporter = await this.#startedExporter(section);
     } catch (err) {
-      log.error("cannot create exporter", { section, err });
+      this.#exporterCreatesFailed++;
+      log.error("cannot create exporter", {
+        section,
+        err,
+        ...missingFields(err),
+        exporterCreatesFailed: this.#exporterCreatesFailed,
+      });
       return;
     }
     this.#enable(section, exporter);
@@ -1186,6 +1201,14 @@ export class FlowAggregator {
   logMetrics(): void {
     log.info("record metrics", statsFields(this.stats()));
   }
+}
+
+/**
+ * The `missing` field of a sink's start failure that is a lack of permissions: the flags, on
+ * their own, so the line names them whatever the error's wording.
+ */
+function missingFields(err: unknown): LogFields {
+  return err instanceof MissingPermissionsError ? { missing: err.flags.join(" ") } : {};
 }
 
 /**

@@ -137,6 +137,25 @@ export function missingPermissions(p: ExporterPermissions): string[] {
   return missing;
 }
 
+/**
+ * A sink that cannot start because the process lacks permissions it needs ({@linkcode flags},
+ * as `deno run` flags): a worker can only be given what its parent has.
+ */
+export class MissingPermissionsError extends Error {
+  /** The missing permissions as `deno run` flags (`--allow-net=host:port`, ...). */
+  readonly flags: readonly string[];
+
+  /** `exporter` is the sink's name, `flags` what the process lacks. */
+  constructor(exporter: string, flags: readonly string[]) {
+    super(
+      `exporter ${exporter} needs ${flags.join(" ")}, which this process was not given ` +
+        "(print the flags a configuration needs: deno task permissions --config FILE)",
+    );
+    this.name = "MissingPermissionsError";
+    this.flags = flags;
+  }
+}
+
 type Waiter = (stats: WorkerStats | undefined) => void;
 
 /** A sink in a permission-scoped worker. */
@@ -379,14 +398,7 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
   #spawn(): Promise<void> {
     const permissions = this.#component.permissions(this.#config);
     const missing = missingPermissions(permissions);
-    if (missing.length > 0) {
-      return Promise.reject(
-        new Error(
-          `exporter ${this.name} needs ${missing.join(" ")}, which this process was not ` +
-            "given (print the flags a configuration needs: deno task permissions --config FILE)",
-        ),
-      );
-    }
+    if (missing.length > 0) return Promise.reject(new MissingPermissionsError(this.name, missing));
     const worker = new Worker(this.#component.workerModule!.href, {
       type: "module",
       name: `exporter-${this.name}`,

@@ -17,6 +17,7 @@ export function zeroStats(over: Partial<FlowAggregatorStats> = {}): FlowAggregat
     exporterErrors: 0,
     exportedWithoutSink: 0,
     exporterRebuildsFailed: 0,
+    exporterCreatesFailed: 0,
     aggregation: core.stats(),
     exporters: {},
     ...over,

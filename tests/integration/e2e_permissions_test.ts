@@ -3,7 +3,7 @@
  * for a configuration, and the real process runs on exactly those flags: the collector listens,
  * the flow log sink runs in its own worker (allowed to write only its directory) and every flow
  * sent is logged. On flags that lack something the process says what: a service account it may
- * not read in a Pod.
+ * not read in a Pod, a sink a reload enables.
  */
 
 import assert from "node:assert/strict";
@@ -149,6 +149,51 @@ Deno.test("e2e permissions: in a Pod (KUBERNETES_SERVICE_HOST) without --allow-r
     assert.equal(fa.find({ msg: /^no Kubernetes cluster/ }).length, 1);
     const status = await fa.stop("SIGTERM", 20_000);
     assert.equal(status.code, 0, fa.stderr);
+  } finally {
+    await fa?.dispose();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("e2e permissions: a reload enabling a sink the process may not run logs an error naming the flags, counts it, and collection goes on", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-e2e-perm-reload-" });
+  let fa: FaProcess | undefined;
+  try {
+    await Deno.mkdir(`${dir}/config`);
+    const conf = `${dir}/config/flow-aggregator.conf`;
+    const base = flowLogConfig(`${dir}/flows.log`);
+    await Deno.writeTextFile(conf, base);
+    const args = ["--config", conf, "--listen", "127.0.0.1:0", "--state-dir", dir];
+    const flags = await printedPermissions([...args, ...apiArgs(`${dir}/api`)]);
+    fa = FaProcess.start({
+      denoFlags: [...flags, "--config", DENO_JSON],
+      args: [...args, ...apiArgs(`${dir}/api`)],
+      cwd: dir,
+    });
+    const port = await fa.collectorPort();
+    // Port 9 (discard): nothing needs to listen, the sink never gets to connect.
+    await Deno.writeTextFile(
+      `${conf}.new`,
+      `${base}flowCollector:\n  enable: true\n  address: 127.0.0.1:9:tcp\n`,
+    );
+    await Deno.rename(`${conf}.new`, conf);
+    const e = await fa.waitFor({ level: "error", msg: "cannot create exporter" }, 15_000);
+    assert.equal(e.fields.section, "flowCollector");
+    assert.equal(e.fields.missing, "--allow-net=127.0.0.1:9");
+    assert.equal(e.fields.exporterCreatesFailed, "1");
+    // Still collecting, into the flow log it had.
+    const agent = await SimAgent.connect("k8s-node-1", port, "tcp");
+    await agent.sendTemplates();
+    await agent.sendRecord(intraNodeRecord(54_000));
+    agent.close();
+    await waitFor(async () => (await readFlowLog(`${dir}/flows.log`).catch(() => [])).length >= 1, {
+      timeoutMs: 10_000,
+      what: "the flow in the log",
+    });
+    const status = await fa.stop("SIGTERM", 20_000);
+    assert.equal(status.code, 0, fa.stderr);
+    const [metrics] = fa.find({ msg: "record metrics" }).slice(-1);
+    assert.equal(metrics.fields.exporterCreatesFailed, "1");
   } finally {
     await fa?.dispose();
     await Deno.remove(dir, { recursive: true });

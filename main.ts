@@ -9,16 +9,26 @@
  * config directory and the sinks' worker modules (`read`), each sink's directory and
  * `--cert-dir` (`write`), the environment it reads, `--allow-ffi` only for the UDP fast path.
  * `--unstable-net` enables UDP, `--unstable-worker-options` the permission-scoped sink workers.
+ * The image starts it through the launcher (src/launcher/), which computes those flags for its
+ * arguments and execs it with them, adding `--exit-on-new-permissions`.
  */
 
 import denoJson from "./deno.json" with { type: "json" };
 import { ConfigWatcher, EMBEDDED_DEFAULT_CONFIG, readConfigFile } from "./src/config/mod.ts";
 import { diffConfig, type FlowAggregatorConfig, parseConfig } from "./src/components.ts";
-import { permissionFlags, PROCESS_ENV, sinkPermissionTable } from "./src/permissions.ts";
+import {
+  missingFlags,
+  permissionFlags,
+  PROCESS_ENV,
+  processPermissions,
+  sinkPermissionTable,
+} from "./src/permissions.ts";
 import {
   type CliOptions,
+  EXIT_NEW_PERMISSIONS,
   kubeTarget,
   parseArgs,
+  permissionInputs,
   resolveCommand,
   stateFile,
 } from "./src/cli_options.ts";
@@ -42,9 +52,14 @@ import { ClusterIdentity } from "./src/k8s/cluster_uuid.ts";
 import type { CertificatePublisher } from "./src/k8s/certificates.ts";
 import type { PodStore } from "./src/k8s/pod_store.ts";
 
-// The command line's parser is in src/cli_options.ts (shared with the permission computation);
-// its tests and scripts keep importing it from here.
-export { type CliOptions, DEFAULT_WORKERS, parseArgs } from "./src/cli_options.ts";
+// The command line's parser moved to src/cli_options.ts (the launcher shares it); its tests and
+// scripts keep importing it from here.
+export {
+  type CliOptions,
+  DEFAULT_WORKERS,
+  EXIT_NEW_PERMISSIONS,
+  parseArgs,
+} from "./src/cli_options.ts";
 
 const log = logger("main");
 
@@ -89,6 +104,11 @@ Flags:
                        account, else $KUBECONFIG, else standalone).
   --state-dir DIR      standalone: where the generated cluster UUID is kept (file cluster-uuid),
                        so the IPFIX observation domain id survives restarts. Default: ".".
+  --exit-on-new-permissions
+                       when the configuration (at start or reloaded) needs permissions this
+                       process was not started with, stop as on SIGTERM (the flows held are
+                       exported) and exit with code 77, to be started again with them. The
+                       image's launcher sets it.
   --exporters-in-process
                        run the sinks in the main thread with the process's permissions
                        instead of one permission-scoped worker each (debugging).
@@ -218,6 +238,15 @@ async function run(opts: CliOptions): Promise<number> {
     log.info("using the Kubernetes API", { mode: kube.mode, server: kube.server });
   }
 
+  // Stopping: a signal, the API failing to start, or (with --exit-on-new-permissions) a
+  // configuration that needs permissions this process lacks, which also sets the exit code.
+  let stopping = false;
+  let exitCode = 0;
+  const done = Promise.withResolvers<void>();
+  /** The permission flags `c` needs that this process was not started with. */
+  const lacking = (c: FlowAggregatorConfig): string[] =>
+    missingFlags(processPermissions(c, permissionInputs(opts, c, kube)));
+
   let watcher: ConfigWatcher<FlowAggregatorConfig> | undefined;
   let config: FlowAggregatorConfig;
   // The watcher reads the first config, so it exists before the aggregator: a change it sees
@@ -229,6 +258,23 @@ async function run(opts: CliOptions): Promise<number> {
       parse: (text) => parseConfig(text),
       diff: diffConfig,
       onChange: async (next, _old, diff) => {
+        if (opts.exitOnNewPermissions && !stopping) {
+          // Not applied at all: the process stops with the sinks of the configuration it had,
+          // which export what it holds, and the next start applies the new one whole.
+          const missing = lacking(next);
+          if (missing.length > 0) {
+            stopping = true;
+            exitCode = EXIT_NEW_PERMISSIONS;
+            log.error(
+              "the new configuration needs permissions this process was not started with: " +
+                "stopping (the flows held are exported as on SIGTERM) and exiting for a restart " +
+                "through the launcher, which grants them",
+              { missing: missing.join(" "), exitCode },
+            );
+            done.resolve();
+            return;
+          }
+        }
         const fa = await aggregator.promise;
         // Before the update: it rebuilds the sinks that carry the UUID (reload table).
         (await clusterIdentity.promise).setConfigured(next.clusterID);
@@ -240,6 +286,20 @@ async function run(opts: CliOptions): Promise<number> {
   } else {
     config = parseConfig(EMBEDDED_DEFAULT_CONFIG);
     log.info("using the embedded default configuration (pass --config FILE to change it)");
+  }
+  if (opts.exitOnNewPermissions) {
+    // The file changed between the launcher's read and ours: nothing runs yet, so exit now.
+    const missing = lacking(config);
+    if (missing.length > 0) {
+      log.error(
+        "the configuration needs permissions this process was not started with: exiting for " +
+          "a restart through the launcher, which grants them",
+        { missing: missing.join(" "), exitCode: EXIT_NEW_PERMISSIONS },
+      );
+      await watcher?.stop();
+      api?.close();
+      return EXIT_NEW_PERMISSIONS;
+    }
   }
 
   const clock = systemClock;
@@ -317,8 +377,6 @@ async function run(opts: CliOptions): Promise<number> {
 
   aggregator.resolve(fa);
 
-  let stopping = false;
-  const done = Promise.withResolvers<void>();
   const onSignal = (sig: Deno.Signal) => () => {
     if (stopping) {
       // What the exit throws away is counted in the last lines (it was lost without a number):
@@ -379,8 +437,8 @@ async function run(opts: CliOptions): Promise<number> {
   if (apiFailure === undefined) await (await apiServer).close();
   for (const [s, h] of handlers) Deno.removeSignalListener(s, h);
   if (apiFailure !== undefined) throw apiFailure;
-  log.info("flow aggregator stopped");
-  return 0;
+  log.info("flow aggregator stopped", { exitCode });
+  return exitCode;
 }
 
 if (import.meta.main && CLI_COMMANDS.includes(Deno.args[0])) {

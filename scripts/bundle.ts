@@ -15,12 +15,14 @@
  */
 
 import { fileURLToPath } from "node:url";
-import { bundledEntryPath, WORKER_ENTRIES } from "../src/worker_module.ts";
+import {
+  bundledEntryPath,
+  LAUNCHER_ENTRY,
+  PROGRAM_FILE as PROGRAM,
+  WORKER_ENTRIES,
+} from "../src/worker_module.ts";
 
 const REPO = fileURLToPath(new URL("..", import.meta.url)).replace(/\/$/, "");
-
-/** The program's file in the build, relative to its root (`deno bundle` names it `main.js`). */
-const PROGRAM = "flow-aggregator.js";
 
 /**
  * A string only `src/worker_module.ts` holds: the build checks that module landed in a chunk at
@@ -31,12 +33,13 @@ const WORKER_MODULE_MARK = "not in WORKER_ENTRIES";
 
 /**
  * Where the build puts each file under `outDir`, with the source it comes from: the program
- * first, then each worker entry of `src/worker_module.ts`.
+ * first, the launcher (the image's entrypoint, `src/launcher/mod.js`) second, then each worker
+ * entry of `src/worker_module.ts`.
  */
 export function bundleLayout(outDir: string): { file: string; entry: string }[] {
   return [
     { file: `${outDir}/${PROGRAM}`, entry: "main.ts" },
-    ...Object.values(WORKER_ENTRIES).map((rel) => ({
+    ...[LAUNCHER_ENTRY, ...Object.values(WORKER_ENTRIES)].map((rel) => ({
       file: `${outDir}/${bundledEntryPath(rel)}`,
       entry: `src/${rel}`,
     })),

@@ -1,6 +1,6 @@
 /**
- * `deno task build`: the single binary (`deno compile`), with the same permission flags as the
- * image's entrypoint (`scripts/image.ts`) and every worker entry of `src/worker_module.ts`
+ * `deno task build`: the single binary (`deno compile`), with the permission flags of the
+ * image's default configuration (`scripts/image.ts`) and every worker entry of `src/worker_module.ts`
  * included (a worker module missing from `--include` only fails when that sink starts).
  *
  * `deno compile` needs the Deno runtime of the target (`denort`): it downloads it unless
@@ -18,11 +18,13 @@ import { imageSpec } from "./image.ts";
 
 const REPO = fileURLToPath(new URL("..", import.meta.url)).replace(/\/$/, "");
 
-/** The `deno compile` arguments: the image's flags, the worker entries, the output. */
+/**
+ * The `deno compile` arguments: the flags of the program on the image's default configuration,
+ * the worker entries, the output. A compiled binary cannot exec itself with other flags (no
+ * launcher): they are fixed when it is built.
+ */
 export function compileArgs(output: string): string[] {
-  const spec = imageSpec();
-  // The entrypoint is [deno, "run", ...flags, program]: the flags are what lies between.
-  const flags = spec.entrypoint.slice(2, -1);
+  const flags = imageSpec().programFlags;
   const includes = Object.values(WORKER_ENTRIES).flatMap((rel) => ["--include", `src/${rel}`]);
   return ["compile", ...flags, ...includes, "--output", output, "main.ts"];
 }

@@ -3,9 +3,11 @@
  * runtime (the binary of the npm `deno` package this repository pins), the glibc libraries it
  * links (what distroless/cc ships), CA certificates, `/etc/passwd` with `nonroot` (65532), no
  * shell and no package manager, and the program as its build (`scripts/bundle.ts`:
- * `/app/flow-aggregator.js`, the worker entries under `/app/src/`, the chunks they share). The
- * entrypoint runs it with the narrowed
- * permissions `flow-aggregator permissions` computes for the image's default configuration.
+ * `/app/flow-aggregator.js`, the launcher and the worker entries under `/app/src/`, the chunks
+ * they share). The entrypoint is the launcher (`src/launcher/mod.ts`): it computes the
+ * permissions of the arguments and configuration it is given (as `flow-aggregator permissions`
+ * does) and execs the program with them, so a Deployment that passes only `args` (Antrea
+ * v1.13's) runs whatever its ConfigMap enables.
  *
  * The same {@linkcode imageSpec} generates the registry-based `Containerfile` at the repository
  * root (`--write-containerfile`), so the two builds share user, paths, entrypoint and flags; a
@@ -24,6 +26,8 @@ import { fileURLToPath } from "node:url";
 import { parseConfig } from "../src/components.ts";
 import { EMBEDDED_DEFAULT_CONFIG } from "../src/config/mod.ts";
 import { permissionFlags, processPermissions } from "../src/permissions.ts";
+import { LIBC_PATHS } from "../src/collector/udp_fast_ffi.ts";
+import { launcherFlags } from "../src/launcher/mod.ts";
 import { bundleAll, bundleLayout, cacheWarmCommands } from "./bundle.ts";
 import denoJson from "../deno.json" with { type: "json" };
 
@@ -39,12 +43,23 @@ export const IMAGE_PATHS = {
   deno: "/usr/local/bin/deno",
   app: APP,
   program: bundleLayout(APP)[0].file,
+  launcher: bundleLayout(APP)[1].file,
   configDir: "/etc/flow-aggregator",
   config: "/etc/flow-aggregator/flow-aggregator.conf",
   logDir: "/var/log/antrea/flow-aggregator",
   tokenDir: "/var/run/antrea/apiserver",
   home: "/home/nonroot",
 } as const;
+
+/**
+ * Where the image's C library may be, the launcher's `--allow-ffi` grant (its `execve`): the
+ * Debian multiarch paths of both architectures, so the generated `Containerfile` is the same
+ * on either (distroless/cc-debian12 has it there, and the offline build copies the host's
+ * Debian/Ubuntu glibc to the same path; `buildContext` checks).
+ */
+export const IMAGE_LIBC: readonly string[] = LIBC_PATHS.filter((p) =>
+  /^\/lib\/(x86_64|aarch64)-linux-gnu\//.test(p)
+);
 
 /** The non-root user of distroless images. */
 export const NONROOT = 65532;
@@ -66,11 +81,17 @@ export const IMAGE_CONFIG: string = (() => {
 export interface ImageSpec {
   /**
    * Run at build time, in order, as the image's user with its environment: fill Deno's cache
-   * (`DENO_DIR`) for the installed program (`cacheWarmCommands` in bundle.ts).
+   * (`DENO_DIR`) for the installed program (`cacheWarmCommands` in bundle.ts), then run the
+   * launcher with `--version`, which fails the build when it cannot exec.
    */
   warmCache: string[][];
-  /** The process: runtime, unstable APIs, permissions, program. */
+  /** The process: the runtime running the launcher with its own permissions. */
   entrypoint: string[];
+  /**
+   * The `deno run` flags of the program on the image's default configuration (what the
+   * launcher computes for the default command): the single binary's (`scripts/compile.ts`).
+   */
+  programFlags: string[];
   /** Default arguments (upstream's `--config` path). */
   cmd: string[];
   /** Environment of the process. */
@@ -87,9 +108,14 @@ export function imageSpec(): ImageSpec {
     moduleDir: IMAGE_PATHS.app,
   });
   const flags = permissionFlags(perms);
+  const launcher = [IMAGE_PATHS.deno, "run", ...launcherFlags(IMAGE_LIBC), IMAGE_PATHS.launcher];
   return {
-    warmCache: cacheWarmCommands(IMAGE_PATHS.app, flags).map((a) => [IMAGE_PATHS.deno, ...a]),
-    entrypoint: [IMAGE_PATHS.deno, "run", ...flags, IMAGE_PATHS.program],
+    warmCache: [
+      ...cacheWarmCommands(IMAGE_PATHS.app, flags).map((a) => [IMAGE_PATHS.deno, ...a]),
+      [...launcher, "--version"],
+    ],
+    entrypoint: launcher,
+    programFlags: flags,
     cmd: ["--config", IMAGE_PATHS.config],
     env: {
       HOME: IMAGE_PATHS.home,
@@ -191,7 +217,14 @@ export async function buildContext(ctx: string, spec: ImageSpec): Promise<number
   const owned = `${ctx}/owned`;
   const deno = Deno.execPath();
   await copyInto(root, IMAGE_PATHS.deno, deno, 0o755);
-  for (const lib of await linkedLibraries(deno)) await copyInto(root, lib, lib, 0o755);
+  const libs = await linkedLibraries(deno);
+  for (const lib of libs) await copyInto(root, lib, lib, 0o755);
+  if (!libs.some((lib) => IMAGE_LIBC.includes(lib))) {
+    throw new Error(
+      `image: the runtime's C library (${libs.join(", ")}) is not at a path the launcher may ` +
+        `load (${IMAGE_LIBC.join(", ")}): build on a Debian or Ubuntu host`,
+    );
+  }
   await copyInto(root, "/etc/ssl/certs/ca-certificates.crt");
   await bundleAll(`${root}${IMAGE_PATHS.app}`);
   await Deno.mkdir(`${root}${IMAGE_PATHS.configDir}`, { recursive: true });

@@ -1,7 +1,8 @@
 /**
  * The process's command line: its flags parsed into {@linkcode CliOptions}, and what a command
- * line and the configuration it names need as Deno permissions: one place for both, so every
- * caller computes the same flags from the same inputs (the `permissions` subcommand now).
+ * line and the configuration it names need as Deno permissions. One place for both, so the
+ * `permissions` subcommand, the image's launcher (`src/launcher/`) and the running process's
+ * own check of a reloaded configuration compute the same flags from the same inputs.
  *
  * @module
  */
@@ -18,6 +19,14 @@ import {
   type ProcessPermissions,
   processPermissions,
 } from "./permissions.ts";
+
+/**
+ * Exit code of a process started with `--exit-on-new-permissions` whose configuration came to
+ * need permissions it was not started with: it stopped as on SIGTERM (every flow held exported
+ * or counted) so that it is started again, by kubelet in a Pod, through the launcher, which
+ * grants them. 77 is sysexits.h's `EX_NOPERM`; upstream exits only with 0, 1 and 255.
+ */
+export const EXIT_NEW_PERMISSIONS = 77;
 
 /** Parsed command line. */
 export interface CliOptions {
@@ -44,6 +53,13 @@ export interface CliOptions {
   permissions: boolean;
   /** With `permissions`: print each sink's worker permissions as a table instead. */
   perSink: boolean;
+  /**
+   * `--exit-on-new-permissions` (set by the launcher, `src/launcher/`): when the configuration
+   * in force needs permissions this process was not started with, stop as on SIGTERM and exit
+   * with {@linkcode EXIT_NEW_PERMISSIONS}, so the container restarts and the launcher grants
+   * them.
+   */
+  exitOnNewPermissions: boolean;
   logLevel: LogLevel;
   logFormat: LogFormat;
   /** klog's output flags (`--log_dir`, `--logtostderr`, …). */
@@ -68,6 +84,7 @@ export function parseArgs(args: readonly string[]): CliOptions {
     exportersInProcess: false,
     permissions: false,
     perSink: false,
+    exitOnNewPermissions: false,
   };
   for (let i = 0; i < args.length; i++) {
     const arg = args[i];
@@ -169,6 +186,9 @@ export function parseArgs(args: readonly string[]): CliOptions {
       case "exporters-in-process":
         opts.exportersInProcess = boolFlag(name, inline);
         break;
+      case "exit-on-new-permissions":
+        opts.exitOnNewPermissions = boolFlag(name, inline);
+        break;
       case "version":
         opts.version = boolFlag(name, inline);
         break;
@@ -239,7 +259,8 @@ export interface ResolvedCommand {
 
 /**
  * Reads the configuration `opts` names (or the embedded one), finds the Kubernetes API server
- * and computes the permissions of the process: what `deno task permissions` prints. Throws when the configuration cannot be read or is invalid.
+ * and computes the permissions of the process: what `deno task permissions` prints and what the
+ * launcher grants. Throws when the configuration cannot be read or is invalid.
  */
 export async function resolveCommand(opts: CliOptions): Promise<ResolvedCommand> {
   const text = opts.config === undefined

@@ -19,6 +19,7 @@ const SHARD_WORKER_MODULE: URL = workerModule("shard");
 import { COMPONENTS, type FlowAggregatorConfig } from "./components.ts";
 import { apiAddress, DEFAULT_TOKEN_FILE } from "./api/mod.ts";
 import type { ExporterPermissions } from "./exporters/component.ts";
+import { missingPermissions } from "./exporters/worker_exporter.ts";
 import { KLOG_FILE_ENV } from "./log/mod.ts";
 import type { KubeTarget } from "./k8s/client.ts";
 
@@ -172,6 +173,24 @@ export function processPermissions(
     ...(sys ? { sys } : {}),
     ffi,
   };
+}
+
+/**
+ * The permissions of `p` this process does not hold, as `deno run` flags (empty: it holds them
+ * all). A process started by the launcher compares what its configuration needs with what it
+ * was given, at start and at every reload.
+ */
+export function missingFlags(p: ProcessPermissions): string[] {
+  const missing = missingPermissions(p);
+  if (p.ffi !== false) {
+    const d: Deno.PermissionDescriptor = p.ffi === true
+      ? { name: "ffi" }
+      : { name: "ffi", path: p.ffi };
+    if (Deno.permissions.querySync(d).state !== "granted") {
+      missing.push(p.ffi === true ? "--allow-ffi" : `--allow-ffi=${p.ffi}`);
+    }
+  }
+  return missing;
 }
 
 /** The unstable APIs the process uses, as `deno run` flags (UDP sockets, scoped workers). */

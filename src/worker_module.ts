@@ -29,6 +29,15 @@ export const WORKER_ENTRIES: Readonly<Record<string, string>> = {
   s3: "exporters/s3/worker.ts",
 };
 
+/** The program's file at the build's root (`deno bundle` names it `main.js`; renamed). */
+export const PROGRAM_FILE = "flow-aggregator.js";
+
+/**
+ * The launcher (`src/launcher/mod.ts`, the image's entrypoint), relative to `src/`: an entry of
+ * the build beside the program, at its {@linkcode bundledEntryPath}.
+ */
+export const LAUNCHER_ENTRY = "launcher/mod.ts";
+
 /** Where the build puts the entry `src/<rel>`, relative to its root: `src/<rel>` as `.js`. */
 export function bundledEntryPath(rel: string): string {
   return `src/${rel.replace(/\.ts$/, ".js")}`;

@@ -1,10 +1,16 @@
 /**
  * The command line's permission inputs: a parsed command line and its configuration give the
- * inputs of processPermissions (the permissions subcommand goes through them).
+ * inputs of processPermissions (the permissions subcommand, the launcher and the process's own
+ * check all go through them), and the exit code of a restart for permissions is distinct.
  */
 
 import assert from "node:assert/strict";
-import { parseArgs, permissionInputs, resolveCommand } from "../src/cli_options.ts";
+import {
+  EXIT_NEW_PERMISSIONS,
+  parseArgs,
+  permissionInputs,
+  resolveCommand,
+} from "../src/cli_options.ts";
 import { parseConfig } from "../src/components.ts";
 import { processPermissions } from "../src/permissions.ts";
 
@@ -59,4 +65,8 @@ Deno.test("cli options: resolveCommand reads the file and computes its permissio
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
+});
+
+Deno.test("cli options: the restart-for-permissions exit code is none of upstream's (0, 1, 255)", () => {
+  assert.equal(EXIT_NEW_PERMISSIONS, 77);
 });

@@ -32,7 +32,14 @@ Deno.test("main: no flags gives the defaults", () => {
     exportersInProcess: false,
     permissions: false,
     perSink: false,
+    exitOnNewPermissions: false,
   });
+});
+
+Deno.test("main: --exit-on-new-permissions (the launcher's) is a boolean flag", () => {
+  assert.equal(parseArgs(["--exit-on-new-permissions"]).exitOnNewPermissions, true);
+  assert.equal(parseArgs(["--exit-on-new-permissions=false"]).exitOnNewPermissions, false);
+  assert.throws(() => parseArgs(["--exit-on-new-permissions=maybe"]), /exit-on-new-permissions/);
 });
 
 Deno.test("main: --workers takes 1 to 64 shards", () => {

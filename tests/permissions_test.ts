@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { parseConfig } from "../src/components.ts";
 import { LIBC_PATHS, libcPath } from "../src/collector/udp_fast_ffi.ts";
 import {
+  missingFlags,
   permissionFlags,
   PROCESS_ENV,
   processPermissions,
@@ -178,4 +179,86 @@ Deno.test("permissions: aggregation shards read their worker module; one shard d
   assert.deepEqual(processPermissions(tcp, { workers: 2 }).read, [src]);
   // Unknown (the image, whose host decides the default): readable.
   assert.deepEqual(processPermissions(tcp).read, [src]);
+});
+
+const LIBC = libcPath() ?? LIBC_PATHS[0];
+
+Deno.test({
+  name: "permissions: missingFlags names what the process lacks, FFI of the C library included",
+  // What a process started with part of the permissions holds.
+  permissions: {
+    net: ["127.0.0.1:4739"],
+    read: ["/etc/flow-aggregator"],
+    write: false,
+    env: ["HOME"],
+    ffi: false,
+    sys: false,
+  },
+  fn() {
+    const need = {
+      net: ["127.0.0.1:4739", "collector.example:4739", "*.amazonaws.com:443"],
+      read: ["/etc/flow-aggregator", "/var/log/antrea/flow-aggregator"],
+      write: ["/var/log/antrea/flow-aggregator"],
+      env: ["HOME", "CH_PASSWORD"],
+      sys: true,
+      ffi: LIBC,
+    };
+    assert.deepEqual(missingFlags(need), [
+      "--allow-net=collector.example:4739",
+      "--allow-net=*.amazonaws.com:443",
+      "--allow-read=/var/log/antrea/flow-aggregator",
+      "--allow-write=/var/log/antrea/flow-aggregator",
+      "--allow-env=CH_PASSWORD",
+      "--allow-sys",
+      `--allow-ffi=${LIBC}`,
+    ]);
+    assert.deepEqual(
+      missingFlags({ net: ["127.0.0.1:4739"], read: [], write: [], env: ["HOME"], ffi: false }),
+      [],
+    );
+  },
+});
+
+/** A UDP process with the S3 sink: every kind of permission, FFI and a wildcard host included. */
+const EVERY_KIND = perms(
+  cfg("aggregatorTransportProtocol: UDP\ns3Uploader:\n  enable: true\n  bucketName: b\n"),
+  { listen: "127.0.0.1:4739" },
+);
+
+Deno.test({
+  name: "permissions: missingFlags is empty for a process granted what was computed for it",
+  // The grants of its flags (Deno.test takes the lists; sys and ffi as the flags give them).
+  permissions: {
+    net: EVERY_KIND.net,
+    read: EVERY_KIND.read,
+    write: EVERY_KIND.write,
+    env: EVERY_KIND.env,
+    ffi: [LIBC],
+    sys: true,
+  },
+  fn() {
+    assert.equal(EVERY_KIND.ffi, LIBC);
+    assert.ok(EVERY_KIND.net.includes("*.amazonaws.com:443"));
+    assert.deepEqual(missingFlags(EVERY_KIND), []);
+  },
+});
+
+Deno.test({
+  name: "permissions: a process that may not stat the C library computes the --allow-ffi it was " +
+    "granted (the launched process checks a reload with what the launcher computed)",
+  permissions: { read: [SRC, Deno.cwd()], ffi: [LIBC], env: true },
+  fn() {
+    assert.equal(libcPath(), LIBC);
+    const p = perms(cfg("aggregatorTransportProtocol: UDP\n"), { listen: "127.0.0.1:4739" });
+    assert.equal(p.ffi, LIBC);
+    assert.deepEqual(missingFlags({ ...p, net: [], read: [], write: [], env: [] }), []);
+  },
+});
+
+Deno.test({
+  name: "permissions: without read or FFI grants, no C library is known (bare --allow-ffi asked)",
+  permissions: { read: [SRC, Deno.cwd()], ffi: false, env: true },
+  fn() {
+    assert.equal(libcPath(), undefined);
+  },
 });

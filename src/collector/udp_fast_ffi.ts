@@ -92,14 +92,22 @@ export const LIBC_PATHS: readonly string[] = [
 ];
 
 /**
- * The first of {@linkcode LIBC_PATHS} that exists here (needs read permission to look; the
- * `permissions` subcommand has it), or undefined.
+ * The first of {@linkcode LIBC_PATHS} that exists here, or undefined. Looking needs read
+ * permission (the `permissions` subcommand and the launcher have it); a process that may not
+ * look takes a path it was granted `--allow-ffi` for as the one, so that it computes the same
+ * path as the launcher that granted it (its check of a reloaded configuration).
  */
 export function libcPath(): string | undefined {
   for (const p of LIBC_PATHS) {
     try {
       if (Deno.statSync(p).isFile) return p;
-    } catch {
+    } catch (err) {
+      if (
+        err instanceof Deno.errors.NotCapable &&
+        Deno.permissions.querySync({ name: "ffi", path: p }).state === "granted"
+      ) {
+        return p;
+      }
       // absent or not readable: the next one
     }
   }

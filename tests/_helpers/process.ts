@@ -12,6 +12,8 @@ export const REPO: string = new URL("../../", import.meta.url).pathname;
 export const MAIN_TS: string = `${REPO}main.ts`;
 /** `deno.json` of the repository (import map, `unstable: ["net"]`). */
 export const DENO_JSON: string = `${REPO}deno.json`;
+/** The launcher (`src/launcher/mod.ts`), the image's entrypoint, from the source tree. */
+export const LAUNCHER_TS: string = `${REPO}src/launcher/mod.ts`;
 /** The `deno run` flags {@linkcode FaProcess.start} uses unless told otherwise. */
 export const DEFAULT_DENO_FLAGS: readonly string[] = ["--allow-all", "--config", DENO_JSON];
 

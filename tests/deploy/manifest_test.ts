@@ -2,20 +2,22 @@
  * `deploy/flow-aggregator.yml` against Antrea v1.13's manifest (control-plane.md §4.5, §4.6,
  * §6.8): the objects and their names, RBAC with no more than the calls the process makes, the
  * Service ports, the Deployment's probes, mounts and upstream arguments; its ConfigMap carries
- * the stock configuration (the fixture, byte for byte), which our parser loads; and its Deno
- * permissions are exactly what `deno task permissions` prints for that configuration and those
- * arguments, so the manifest cannot drift from the code.
+ * the stock configuration (the fixture, byte for byte), which our parser loads; and, like
+ * upstream's, the Deployment passes `args` only: the image's entrypoint, the launcher, grants
+ * what `deno task permissions` computes for that configuration, those arguments and a Pod's
+ * environment (checked here: scoped, the service account and the API server included).
  */
 
 import assert from "node:assert/strict";
 import { parseAllDocuments } from "yaml";
 import denoJson from "../../deno.json" with { type: "json" };
 import { parseArgs } from "../../main.ts";
+import { permissionInputs } from "../../src/cli_options.ts";
 import { parseConfig } from "../../src/components.ts";
 import { klogFileDir } from "../../src/log/mod.ts";
 import { permissionFlags, processPermissions } from "../../src/permissions.ts";
 import { STOCK_V113_CONF, UPSTREAM_DEPLOYMENT_ARGS } from "../_helpers/stock_config.ts";
-import { IMAGE_PATHS, IMAGE_TAG } from "../../scripts/image.ts";
+import { IMAGE_PATHS, IMAGE_TAG, imageSpec } from "../../scripts/image.ts";
 import { SERVICE_ACCOUNT_DIR } from "../../src/k8s/mod.ts";
 
 const MANIFEST = new URL("../../deploy/flow-aggregator.yml", import.meta.url).pathname;
@@ -189,31 +191,40 @@ Deno.test("manifest: the Deployment runs our image with upstream's args, probes 
   assert.equal(env.CH_USERNAME.valueFrom.secretKeyRef.name, "clickhouse-secret");
 });
 
-Deno.test("manifest: the Deno permissions are what `deno task permissions` prints for it", () => {
+Deno.test("manifest: no command, the image's launcher runs; in a Pod it grants what deno task permissions computes, scoped", () => {
   const d = get("Deployment", "flow-aggregator", NS);
   const c = d.spec.template.spec.containers[0];
+  // Upstream's Deployment has no command either: the image's entrypoint runs.
+  assert.equal(c.command, undefined);
+  assert.equal(c.image, IMAGE_TAG);
+  assert.equal(imageSpec().entrypoint.at(-1), IMAGE_PATHS.launcher);
   const cli = parseArgs(c.args);
   assert.ok(cli.config !== undefined);
   const text = get("ConfigMap", "flow-aggregator-configmap", NS).data["flow-aggregator.conf"];
-  // In the cluster: the API server is the address kubelet puts in the container's environment,
-  // which Kubernetes expands in `command` ($(VAR)); the service account directory is read.
-  const placeholder = "kube-api.invalid:443";
-  const flags = permissionFlags(processPermissions(parseConfig(text, { onWarning: () => {} }), {
-    configPath: cli.config,
-    listen: cli.listen,
-    logDir: klogFileDir(cli.klog),
-    moduleDir: IMAGE_PATHS.app,
-    kube: { mode: "in-cluster", server: `https://${placeholder}`, source: SERVICE_ACCOUNT_DIR },
-  })).map((f) => f.replace(placeholder, "$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"));
-  // Each list compared as a set (the expansion changes where it sorts).
-  const sets = (args: string[]) =>
-    args.map((a) => {
-      const m = /^(--allow-\w+=)(.*)$/.exec(a);
-      return m === null ? a : m[1] + m[2].split(",").sort().join(",");
-    });
-  // The image of scripts/image.ts (deno task image): its runtime and its build (scripts/bundle.ts).
-  assert.equal(c.image, IMAGE_TAG);
-  assert.deepEqual(sets(c.command), sets([IMAGE_PATHS.deno, "run", ...flags, IMAGE_PATHS.program]));
+  const config = parseConfig(text, { onWarning: () => {} });
+  // What the launcher computes in the Pod (resolveCommand: this file, these args, the service
+  // account kubelet mounts, the API server kubelet names in the environment).
+  const kube = {
+    mode: "in-cluster" as const,
+    server: "https://10.96.0.1:443",
+    source: SERVICE_ACCOUNT_DIR,
+  };
+  const flags = permissionFlags(
+    processPermissions(config, {
+      ...permissionInputs(cli, config, kube),
+      moduleDir: IMAGE_PATHS.app,
+    }),
+  );
+  const list = (kind: string) =>
+    flags.find((f) => f.startsWith(`--allow-${kind}=`))?.split("=")[1].split(",") ?? [];
+  assert.deepEqual(list("net"), ["10.96.0.1:443", "[::]:10348", "[::]:4739"]);
+  assert.deepEqual(list("read"), [
+    IMAGE_PATHS.app,
+    "/etc/flow-aggregator",
+    "/var/log/antrea/flow-aggregator",
+    SERVICE_ACCOUNT_DIR,
+  ]);
+  assert.deepEqual(list("write"), ["/var/log/antrea/flow-aggregator", "/var/run/antrea/apiserver"]);
   // Nothing broad: every allow flag is scoped.
   for (const f of flags.filter((x) => x.startsWith("--allow-"))) assert.match(f, /^--allow-\w+=/);
 });

@@ -20,6 +20,8 @@ import {
 import { intraNodeKey, intraNodeRecord } from "./helpers/scenarios.ts";
 import { bundledEntryPath, WORKER_ENTRIES } from "../../src/worker_module.ts";
 import { dirname, join } from "node:path";
+import { libcPath } from "../../src/collector/udp_fast_ffi.ts";
+import { launcherFlags } from "../../src/launcher/mod.ts";
 
 const dir = await Deno.makeTempDir({ prefix: "fa-e2e-bundle-" });
 const bundle = `${dir}/flow-aggregator.js`;
@@ -149,6 +151,38 @@ async function staticClosure(file: string): Promise<Map<string, string>> {
   }
   return out;
 }
+
+Deno.test({
+  name: "bundle: the launcher execs the bundled program with the permissions it computed",
+  async fn() {
+    await build();
+    const libc = libcPath();
+    assert.ok(libc !== undefined, "a C library on this host");
+    await Deno.writeTextFile(`${dir}/launched.conf`, flowLogConfig(`${dir}/launched.log`));
+    const fa = FaProcess.start({
+      script: `${dir}/src/launcher/mod.js`,
+      denoFlags: launcherFlags([libc]),
+      cwd: dir,
+      args: ["--config", "launched.conf", "--listen", "127.0.0.1:0", "--log-level", "debug"],
+    });
+    try {
+      const port = await fa.collectorPort();
+      const argv = (await Deno.readTextFile(`/proc/${fa.pid}/cmdline`)).split("\0");
+      // The build's program, its modules read from the build's root (the launcher and the
+      // program share the permission code, in a chunk at the root).
+      assert.ok(argv.includes(bundle), argv.join(" "));
+      const read = argv.find((a) => a.startsWith("--allow-read="))!.slice(13).split(",");
+      assert.ok(read.includes(dir), read.join(","));
+      const status = await sendThenStop(fa, port, [intraNodeRecord(48_002)]);
+      assert.equal(status.code, 0, fa.stderr);
+      assert.match(fa.stderr, /msg="exporter worker started" exporter=log /);
+      const lines = await readFlowLog(`${dir}/launched.log`);
+      assert.deepEqual([...new Set(lines.map(lineKey))], [intraNodeKey(48_002)]);
+    } finally {
+      await fa.dispose();
+    }
+  },
+});
 
 Deno.test({
   name: "bundle: every worker entry is built where the program looks for it",

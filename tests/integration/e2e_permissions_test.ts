@@ -2,8 +2,8 @@
  * End to end: `flow-aggregator permissions --config FILE` prints the narrowest `deno run` flags
  * for a configuration, and the real process runs on exactly those flags: the collector listens,
  * the flow log sink runs in its own worker (allowed to write only its directory) and every flow
- * sent is logged. On flags that lack something the process says what: a service account it may
- * not read in a Pod, a sink a reload enables.
+ * sent is logged. On flags that lack something (an explicit command, no launcher) the process
+ * says what: a service account it may not read in a Pod, a sink a reload enables.
  */
 
 import assert from "node:assert/strict";
@@ -155,7 +155,7 @@ Deno.test("e2e permissions: in a Pod (KUBERNETES_SERVICE_HOST) without --allow-r
   }
 });
 
-Deno.test("e2e permissions: a reload enabling a sink the process may not run logs an error naming the flags, counts it, and collection goes on", async () => {
+Deno.test("e2e permissions: without the launcher, a reload enabling a sink the process may not run logs an error naming the flags, counts it, and collection goes on", async () => {
   const dir = await Deno.makeTempDir({ prefix: "fa-e2e-perm-reload-" });
   let fa: FaProcess | undefined;
   try {

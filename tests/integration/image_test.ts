@@ -1,16 +1,18 @@
 /**
  * The runtime image (issue 16), built here with `scripts/image.ts` (`buildah bud --isolation
  * chroot`, `FROM scratch`, no registry) and run with `buildah run --isolation chroot` on the
- * host network, exactly with the image's entrypoint and command: flowgen traffic over TCP and
- * UDP reaches the flow log in a mounted directory; the process runs as 65532; there is no
- * shell; a sink configured outside what the entrypoint grants fails with a permission error in
- * the log while collection goes on. The collector uses the image's port, 4739.
+ * host network, exactly with the image's entrypoint (the launcher) and command: flowgen traffic
+ * over TCP and UDP reaches the flow log in a mounted directory; the process runs as 65532, as
+ * the one process of the container (the launcher exec'd it); there is no shell; a configuration
+ * enabling a flow log outside the image's directories and an IPFIX collector, which the
+ * launcher grants, delivers to both. The collector uses the image's port, 4739.
  */
 
 import assert from "node:assert/strict";
 import {
   buildImage,
   type BuiltImage,
+  IMAGE_LIBC,
   IMAGE_PATHS,
   imageSpec,
   NONROOT,
@@ -20,6 +22,10 @@ import {
 import { FLOWGEN_TS } from "../../scripts/bench/process.ts";
 import { bundleLayout } from "../../scripts/bundle.ts";
 import { waitFor } from "../_helpers/wait.ts";
+import { UPSTREAM_DEPLOYMENT_ARGS } from "../_helpers/stock_config.ts";
+import { launcherFlags } from "../../src/launcher/mod.ts";
+import type { Collector } from "../../src/collector/mod.ts";
+import { decodingCollector, type Received } from "./helpers/ipfix_export.ts";
 
 const TAG = `localhost/flow-aggregator:test-${Date.now()}`;
 const work = await Deno.makeTempDir({ prefix: "fa-image-test-" });
@@ -59,7 +65,13 @@ class ImageProcess {
   readonly #child: Deno.ChildProcess;
   readonly #pump: Promise<void>;
 
-  constructor(id: string, confDir: string, logDir: string) {
+  constructor(
+    id: string,
+    confDir: string,
+    logDir: string,
+    mounts: string[] = [],
+    args?: string[],
+  ) {
     const spec = imageSpec();
     this.#child = new Deno.Command("buildah", {
       args: [
@@ -72,10 +84,11 @@ class ImageProcess {
         `${confDir}:${IMAGE_PATHS.configDir}`,
         "-v",
         `${logDir}:${IMAGE_PATHS.logDir}`,
+        ...mounts.flatMap((m) => ["-v", m]),
         id,
         "--",
         ...spec.entrypoint,
-        ...spec.cmd,
+        ...(args ?? spec.cmd),
       ],
       stdout: "null",
       stderr: "piped",
@@ -100,7 +113,22 @@ class ImageProcess {
     const r = await cmd("pgrep", ["-f", `^${IMAGE_PATHS.deno} run .*${IMAGE_PATHS.program}`]);
     const pids = r.stdout.trim().split("\n").filter((l) => l !== "").map(Number);
     assert.equal(pids.length, 1, `one image process running, got ${r.stdout}`);
+    // The launcher exec'd it: no launcher process is left, and the program's parent is
+    // buildah's, not a Deno process.
+    const launchers = await cmd("pgrep", [
+      "-f",
+      `^${IMAGE_PATHS.deno} run .*${IMAGE_PATHS.launcher}`,
+    ]);
+    assert.equal(launchers.stdout.trim(), "", "no launcher process left");
+    const ppid = /^PPid:\s+(\d+)/m.exec(await Deno.readTextFile(`/proc/${pids[0]}/status`))![1];
+    const parent = await Deno.readTextFile(`/proc/${ppid}/cmdline`).catch(() => "");
+    assert.ok(!parent.startsWith(IMAGE_PATHS.deno), `parent ${parent}`);
     return pids[0];
+  }
+
+  /** The program's `deno run` arguments (the flags the launcher gave it). */
+  async cmdline(): Promise<string[]> {
+    return (await Deno.readTextFile(`/proc/${await this.pid()}/cmdline`)).split("\0");
   }
 
   async stop(): Promise<number> {
@@ -170,7 +198,8 @@ async function flowLogLines(path: string): Promise<string[]> {
 }
 
 Deno.test({
-  name: "image: FROM scratch, no registry: nonroot, narrowed entrypoint, no shell, OCI archive",
+  name:
+    "image: FROM scratch, no registry: nonroot, the launcher as entrypoint, no shell, OCI archive",
   sanitizeResources: false,
   async fn() {
     const img = await image();
@@ -181,10 +210,15 @@ Deno.test({
     assert.equal(config.User, `${NONROOT}:${NONROOT}`);
     assert.deepEqual(config.Entrypoint, imageSpec().entrypoint);
     assert.deepEqual(config.Cmd, ["--config", IMAGE_PATHS.config]);
-    // Explicit permissions only: every --allow-* flag names what it allows.
+    // The launcher with its own permissions only: read, the environment list, FFI of the C
+    // library (its execve); no net, write, run or sys. The program gets the computed ones.
+    assert.equal(config.Entrypoint.at(-1), IMAGE_PATHS.launcher);
     const allows = config.Entrypoint.filter((a: string) => a.startsWith("--allow-"));
-    assert.ok(allows.length >= 4);
-    for (const a of allows) assert.match(a, /^--allow-(net|read|write|env)=./, a);
+    assert.deepEqual(allows, launcherFlags(IMAGE_LIBC));
+    assert.deepEqual(IMAGE_LIBC, [
+      "/lib/x86_64-linux-gnu/libc.so.6",
+      "/lib/aarch64-linux-gnu/libc.so.6",
+    ]);
     const tar = await cmd("tar", ["-tf", img.archive!]);
     assert.equal(tar.code, 0, tar.stderr);
     assert.match(tar.stdout, /^oci-layout$/m);
@@ -253,6 +287,13 @@ for (const transport of ["TCP", "UDP"] as const) {
       try {
         await fa.waitFor(/msg="Started (TCP|UDP) collecting process"/, "collector start");
         assert.match(fa.stderr, /msg="exporter worker started" exporter=log /);
+        if (transport === "UDP") {
+          // The launcher granted the fast path its C library (the image's path).
+          assert.match(fa.stderr, /msg="udp receiver listening" mode=ffi /);
+          const ffi = (await fa.cmdline()).filter((a) => a.startsWith("--allow-ffi"));
+          assert.equal(ffi.length, 1);
+          assert.ok(IMAGE_LIBC.includes(ffi[0].slice("--allow-ffi=".length)), ffi[0]);
+        }
         const status = await Deno.readTextFile(`/proc/${await fa.pid()}/status`);
         assert.match(status, new RegExp(`^Uid:\\s+${NONROOT}\\s`, "m"));
         const sent = await flowgen(transport === "TCP" ? "tcp" : "udp", 400);
@@ -300,25 +341,55 @@ for (const transport of ["TCP", "UDP"] as const) {
 }
 
 Deno.test({
-  name: "image: a sink outside the granted paths and hosts fails with a permission error; " +
-    "collection goes on",
+  name: "image: v1.13's arguments and a configuration enabling a flow log outside the image's " +
+    "directories and an IPFIX collector: the launcher grants both, records reach both",
   sanitizeResources: false,
   async fn() {
     await image();
-    const { confDir, logDir } = await dirs(
-      conf("TCP").replace(`${IMAGE_PATHS.logDir}/flows.log`, "/tmp/elsewhere/flows.log") +
-        "flowCollector:\n  enable: true\n  address: 127.0.0.1:4740:tcp\n",
-    );
+    const received: Received[] = [];
+    let collector: Collector | undefined;
+    const elsewhere = await Deno.makeTempDir({ dir: work });
+    await Deno.chmod(elsewhere, 0o777);
+    const { confDir, logDir } = await dirs("");
     const c = await container();
-    const fa = new ImageProcess(c.id, confDir, logDir);
+    let fa: ImageProcess | undefined;
     try {
+      collector = await decodingCollector("tcp", received);
+      await Deno.writeTextFile(
+        `${confDir}/flow-aggregator.conf`,
+        conf("TCP").replace(`${IMAGE_PATHS.logDir}/flows.log`, "/tmp/elsewhere/flows.log") +
+          `flowCollector:\n  enable: true\n  address: 127.0.0.1:${collector.port}:tcp\n`,
+      );
+      // Upstream's Deployment arguments (its `args`; the image's entrypoint runs them).
+      fa = new ImageProcess(c.id, confDir, logDir, [`${elsewhere}:/tmp/elsewhere`], [
+        ...UPSTREAM_DEPLOYMENT_ARGS,
+      ]);
       await fa.waitFor(/msg="Started TCP collecting process"/, "collector start");
-      await fa.waitFor(/exporter log needs [^"]*--allow-write=\/tmp\/elsewhere/, "log refusal");
-      await fa.waitFor(/exporter ipfix needs [^"]*--allow-net=127\.0\.0\.1:4740/, "IPFIX refusal");
+      assert.match(fa.stderr, /component=launcher msg="starting the flow aggregator/);
+      const argv = await fa.cmdline();
+      assert.ok(argv.includes("--exit-on-new-permissions"), argv.join(" "));
+      const flag = (kind: string) => argv.find((a) => a.startsWith(`--allow-${kind}=`)) ?? "";
+      assert.match(flag("write"), /[=,]\/tmp\/elsewhere(,|$)/);
+      assert.match(flag("net"), new RegExp(`[=,]127\\.0\\.0\\.1:${collector.port}(,|$)`));
+      for (const a of argv.filter((x) => x.startsWith("--allow-"))) {
+        assert.match(a, /^--allow-\w+=/);
+      }
+      const sent = await flowgen("tcp", 400);
+      assert.equal(sent, 400);
+      await waitFor(
+        async () =>
+          (await flowLogLines(`${elsewhere}/flows.log`)).length >= 50 && received.length >= 50,
+        { timeoutMs: 20_000, what: "flows in the flow log and at the IPFIX collector" },
+      );
       assert.equal(await fa.stop(), 0, fa.stderr);
+      assert.doesNotMatch(fa.stderr, /needs --allow|which this process was not given/);
+      // klog's files, as v1.13's arguments ask (--logtostderr=false --log_dir=...).
+      const klog = [...Deno.readDirSync(logDir)].map((e) => e.name);
+      assert.ok(klog.some((n) => n.startsWith("flow-aggregator.")), klog.join(" "));
     } finally {
-      await fa.dispose();
+      await fa?.dispose();
       await c.dispose();
+      await collector?.stop();
     }
   },
 });

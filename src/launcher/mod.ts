@@ -1,0 +1,152 @@
+/**
+ * The launcher, the image's entrypoint: it reads the command line (upstream's Deployment
+ * passes `--config`, klog's flags and nothing else) and the environment (in a Pod, the API
+ * server's address and the service account), computes the Deno permissions that command line
+ * and its configuration need (`resolveCommand`, the same code as `deno task permissions`), and
+ * then **replaces itself** (`execve(2)`, {@linkcode execve}) with `deno run <those flags>
+ * <program> <the same arguments> --exit-on-new-permissions`. The PID, the signals and the exit
+ * status are then the flow aggregator's; nothing of the launcher stays resident.
+ *
+ * Its own permissions ({@linkcode launcherFlags}): `--allow-read` (the configuration and a
+ * kubeconfig are wherever the arguments name them; the service account and the C library are
+ * looked for), `--allow-env` of the variables the computation reads, and `--allow-ffi` of the
+ * C library's path for `execve`. No net, no write, no subprocess.
+ *
+ * A configuration reloaded later that needs more makes the process exit with
+ * `EXIT_NEW_PERMISSIONS` (77) after a graceful stop; kubelet restarts the container, and this
+ * launcher grants the new permissions.
+ *
+ *   deno run --allow-read --allow-env=<PROCESS_ENV> --allow-ffi=<libc> src/launcher/mod.ts \
+ *     --config /etc/flow-aggregator/flow-aggregator.conf [flags of main.ts]
+ *
+ * @module
+ */
+
+import { CLI_COMMANDS } from "../api/cli.ts";
+import { type CliOptions, parseArgs, resolveCommand } from "../cli_options.ts";
+import { logger, setLogFormat } from "../log.ts";
+import { permissionFlags, PROCESS_ENV, UNSTABLE_FLAGS } from "../permissions.ts";
+import { PROGRAM_FILE } from "../worker_module.ts";
+import { execve } from "./execve.ts";
+
+const log = logger("launcher");
+
+/** The flag the launcher adds to the program's arguments (main.ts, `CliOptions`). */
+export const LAUNCHED_FLAG = "--exit-on-new-permissions";
+
+/**
+ * The launcher's own `deno run` permission flags, with `libc` the C library's possible paths
+ * (its `execve`): read anything (it reads only the configuration, a kubeconfig, the service
+ * account directory's token and the C library's paths), the environment the permission
+ * computation reads, FFI of the C library alone.
+ */
+export function launcherFlags(libc: readonly string[]): string[] {
+  return [
+    "--allow-read",
+    `--allow-env=${[...PROCESS_ENV].sort().join(",")}`,
+    `--allow-ffi=${libc.join(",")}`,
+  ];
+}
+
+/** Where the program is, and what `deno run` needs besides the permissions to run it. */
+export interface ProgramLocation {
+  /** The Deno runtime (default: this one, `Deno.execPath()`). */
+  deno: string;
+  /** The program: the build's `flow-aggregator.js`, or `main.ts` of the source tree. */
+  program: string;
+  /** Flags before the program besides the permissions (the source tree's `--config deno.json`). */
+  denoFlags: string[];
+}
+
+/**
+ * The program beside this module: in the build (`src/launcher/mod.js`), the build's
+ * `flow-aggregator.js`; in the source tree, `main.ts` with the repository's deno.json (import
+ * map), which a working directory outside the repository would not find.
+ */
+export function programLocation(here: string = import.meta.url): ProgramLocation {
+  const deno = Deno.execPath();
+  if (here.endsWith(".ts")) {
+    return {
+      deno,
+      program: new URL("../../main.ts", here).pathname,
+      denoFlags: ["--config", new URL("../../deno.json", here).pathname],
+    };
+  }
+  return { deno, program: new URL(`../../${PROGRAM_FILE}`, here).pathname, denoFlags: [] };
+}
+
+/** What the launcher does with a command line. */
+export interface LaunchPlan {
+  /** The argument vector to exec (`argv[0]` the runtime). */
+  argv: string[];
+  /** The permission flags computed for it, when it runs the aggregator. */
+  permissions?: string[];
+  /** The parsed command line, when it parsed. */
+  opts?: CliOptions;
+}
+
+/**
+ * The command that replaces the launcher for `args`:
+ *
+ * - the aggregator (the usual case): `deno run <computed permissions> <program> <args>
+ *   --exit-on-new-permissions`;
+ * - `--help`, `--version` or arguments that do not parse: the program with no permission, which
+ *   prints the help, the version or the usage error itself;
+ * - `permissions`: the program with `--allow-read --allow-env`, as `deno task permissions`.
+ *
+ * Throws for the API client's subcommands (`get`, `log-level`, ...) and `clickhouse`, which need
+ * permissions of their own (run the program for them), and when the configuration cannot be
+ * read or is invalid (the message is the program's).
+ */
+export async function launchPlan(
+  args: readonly string[],
+  where: ProgramLocation = programLocation(),
+): Promise<LaunchPlan> {
+  const run = (flags: readonly string[], rest: readonly string[] = args): string[] => [
+    where.deno,
+    "run",
+    ...flags,
+    ...where.denoFlags,
+    where.program,
+    ...rest,
+  ];
+  if (CLI_COMMANDS.includes(args[0]) || args[0] === "clickhouse") {
+    throw new Error(
+      `the launcher starts the aggregator; for "${args[0]}" run the program itself: ` +
+        `${where.deno} run <flags> ${where.program} ${args[0]} ...`,
+    );
+  }
+  let opts: CliOptions;
+  try {
+    opts = parseArgs(args);
+  } catch {
+    return { argv: run(UNSTABLE_FLAGS) };
+  }
+  if (opts.help || opts.version) return { argv: run(UNSTABLE_FLAGS), opts };
+  if (opts.permissions) return { argv: run(["--allow-read", "--allow-env"]), opts };
+  const permissions = permissionFlags((await resolveCommand(opts)).permissions);
+  const rest = opts.exitOnNewPermissions ? args : [...args, LAUNCHED_FLAG];
+  return { argv: run(permissions, rest), permissions, opts };
+}
+
+/** Computes the plan for `args` and execs it; returns only by throwing. */
+export async function launch(args: readonly string[]): Promise<never> {
+  const plan = await launchPlan(args);
+  if (plan.opts !== undefined) setLogFormat(plan.opts.logFormat);
+  if (plan.permissions !== undefined) {
+    log.info("starting the flow aggregator with the permissions its configuration needs", {
+      pid: Deno.pid,
+      permissions: plan.permissions.join(" "),
+    });
+  }
+  return execve(plan.argv[0], plan.argv);
+}
+
+if (import.meta.main) {
+  try {
+    await launch(Deno.args);
+  } catch (err) {
+    log.error("Error running flow aggregator: the launcher cannot start it", { err });
+    Deno.exit(255);
+  }
+}

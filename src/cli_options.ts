@@ -11,7 +11,7 @@ import { DEBUG_VERBOSITY, isLogFormat, isLogLevel, type LogFormat, type LogLevel
 import { boolFlag, KLOG_DEFAULTS, klogFileDir, type KlogFlags, parseKlogFlag } from "./log/mod.ts";
 import { type FlowAggregatorConfig, parseConfig } from "./components.ts";
 import { EMBEDDED_DEFAULT_CONFIG, readConfigFile } from "./config/mod.ts";
-import { type KubeTarget, resolveKubeTarget } from "./k8s/client.ts";
+import { type KubeTarget, resolveKubeTarget, serviceAccountLookup } from "./k8s/client.ts";
 import { CLUSTER_UUID_FILE } from "./k8s/cluster_uuid.ts";
 import {
   type PermissionInputs,
@@ -243,6 +243,7 @@ export function permissionInputs(
     apiTokenFile: opts.apiTokenFile,
     logDir: klogFileDir(opts.klog),
     kube,
+    serviceAccountLookup: serviceAccountLookup({ kubeconfig: opts.kubeconfig }),
     stateFile: stateFile(opts, kube, config),
   };
 }

@@ -75,6 +75,12 @@ export interface PermissionInputs {
    * account directory or kubeconfig file (read). Absent: standalone.
    */
   kube?: KubeTarget;
+  /**
+   * The service account directory the process looks at to tell whether it runs in a Pod
+   * (`serviceAccountLookup` in `src/k8s/client.ts`), read so that it can see a token absent
+   * (a Pod without one) rather than refused; the API server's when in-cluster.
+   */
+  serviceAccountLookup?: string;
   /** Standalone: the cluster UUID state file (read and written). */
   stateFile?: string;
 }
@@ -140,6 +146,7 @@ export function processPermissions(
     net.push(`${u.hostname}:${u.port || (u.protocol === "http:" ? 80 : 443)}`);
     read.push(resolve(inputs.kube.source));
   }
+  if (inputs.serviceAccountLookup !== undefined) read.push(resolve(inputs.serviceAccountLookup));
   if (inputs.stateFile !== undefined) {
     read.push(resolve(inputs.stateFile));
     write.push(resolve(inputs.stateFile));

@@ -13,6 +13,7 @@ import {
 } from "../src/cli_options.ts";
 import { parseConfig } from "../src/components.ts";
 import { processPermissions } from "../src/permissions.ts";
+import { serviceAccountLookup } from "../src/k8s/client.ts";
 
 Deno.test("cli options: the permission inputs come from the flags, klog's --log_dir included", () => {
   const opts = parseArgs([
@@ -41,6 +42,8 @@ Deno.test("cli options: the permission inputs come from the flags, klog's --log_
     apiTokenFile: undefined,
     logDir: "/var/log/antrea/flow-aggregator",
     kube: undefined,
+    // Set when this runs in a Pod (KUBERNETES_SERVICE_HOST), as the process would look there.
+    serviceAccountLookup: serviceAccountLookup(),
     stateFile: "/state/cluster-uuid",
   });
   // With a cluster there is no state file.

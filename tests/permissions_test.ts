@@ -262,3 +262,12 @@ Deno.test({
     assert.equal(libcPath(), undefined);
   },
 });
+
+Deno.test("permissions: the service account directory the process looks at is read, also standalone", () => {
+  const sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+  // A Pod without a token (automountServiceAccountToken: false): standalone, yet the process
+  // stats the token; granted, it sees it absent instead of refused.
+  const p = perms(cfg(""), { serviceAccountLookup: sa, stateFile: "/state/cluster-uuid" });
+  assert.ok(p.read.includes(sa), p.read.join(","));
+  assert.ok(!perms(cfg("")).read.includes(sa));
+});

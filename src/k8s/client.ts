@@ -138,6 +138,18 @@ async function kubeconfigServer(path: string, keep: readonly string[]): Promise<
 }
 
 /**
+ * The service account directory {@linkcode resolveKubeTarget} looks at with these options
+ * (`KUBERNETES_SERVICE_HOST` set and no `--kubeconfig`: a Pod, maybe without a token), or
+ * undefined when it looks at none. A process granted read of it can tell a token that is absent
+ * (standalone, quietly) from one it may not read (an error).
+ */
+export function serviceAccountLookup(options: KubeTargetOptions = {}): string | undefined {
+  const env = options.env ?? processEnv;
+  if (options.kubeconfig !== undefined || !env("KUBERNETES_SERVICE_HOST")) return undefined;
+  return options.serviceAccountDir ?? SERVICE_ACCOUNT_DIR;
+}
+
+/**
  * Which API server to use, or undefined when there is none (standalone). Throws when a
  * kubeconfig was named but cannot be read: an explicit choice that fails is an error, not a
  * silent fallback to standalone.

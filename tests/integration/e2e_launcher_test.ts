@@ -276,3 +276,36 @@ Deno.test("e2e launcher: with every sink, klog files and a flow log through a sy
     }
   });
 });
+
+Deno.test("e2e launcher: in a Pod without a service account token (KUBERNETES_SERVICE_HOST set), standalone without an error", async () => {
+  await withDir(async (dir) => {
+    let fa: FaProcess | undefined;
+    try {
+      await Deno.mkdir(`${dir}/config`);
+      const conf = `${dir}/config/flow-aggregator.conf`;
+      await Deno.writeTextFile(conf, flowLogConfig(`${dir}/flows.log`));
+      assert.ok(LIBC !== undefined);
+      // No token here (as in a Pod with automountServiceAccountToken: false): the launcher
+      // grants the directory's read all the same, so the process sees it absent, not refused.
+      fa = FaProcess.start({
+        script: LAUNCHER_TS,
+        denoFlags: [...launcherFlags([LIBC]), "--config", DENO_JSON],
+        args: ["--config", conf, "--listen", "127.0.0.1:0", "--state-dir", dir],
+        cwd: dir,
+        env: { KUBERNETES_SERVICE_HOST: "10.96.0.1", KUBERNETES_SERVICE_PORT: "443" },
+      });
+      const started = await fa.waitFor({ component: "launcher" }, 15_000);
+      assert.match(
+        started.fields.permissions,
+        /--allow-read=[^ ]*\/var\/run\/secrets\/kubernetes\.io\/serviceaccount/,
+      );
+      await fa.collectorPort();
+      assert.equal(fa.find({ msg: /^no Kubernetes cluster/ }).length, 1);
+      const status = await fa.stop("SIGTERM", 20_000);
+      assert.equal(status.code, 0, fa.stderr);
+      assert.deepEqual(fa.find({ level: /^(error|warn)$/ }).map((e) => e.raw), []);
+    } finally {
+      await fa?.dispose();
+    }
+  });
+});

@@ -6,7 +6,12 @@
 
 import assert from "node:assert/strict";
 import { systemClock } from "../../src/clock.ts";
-import { connectKube, resolveKubeTarget } from "../../src/k8s/client.ts";
+import {
+  connectKube,
+  resolveKubeTarget,
+  SERVICE_ACCOUNT_DIR,
+  serviceAccountLookup,
+} from "../../src/k8s/client.ts";
 import { RetryAborted, retrying } from "../../src/k8s/retry.ts";
 import { logger, setLogWriter } from "../../src/log.ts";
 import { connectTestApi, FakeKubeApiServer } from "../_helpers/k8s_server.ts";
@@ -84,6 +89,14 @@ Deno.test({
     );
     assert.match(lines[0], / missing="--allow-env=KUBERNETES_SERVICE_HOST"/);
   },
+});
+
+Deno.test("k8s client: the service account is looked at with KUBERNETES_SERVICE_HOST and no --kubeconfig", () => {
+  const host = envOf({ KUBERNETES_SERVICE_HOST: "10.96.0.1" });
+  assert.equal(serviceAccountLookup({ env: host }), SERVICE_ACCOUNT_DIR);
+  assert.equal(serviceAccountLookup({ env: host, serviceAccountDir: "/sa" }), "/sa");
+  assert.equal(serviceAccountLookup({ env: host, kubeconfig: "/kc" }), undefined);
+  assert.equal(serviceAccountLookup({ env: envOf({}) }), undefined);
 });
 
 Deno.test("k8s client: in-cluster from the service account, token and CA used", async () => {

@@ -22,6 +22,7 @@ import type { ExporterPermissions } from "./exporters/component.ts";
 import { missingPermissions } from "./exporters/worker_exporter.ts";
 import { KLOG_FILE_ENV } from "./log/mod.ts";
 import type { KubeTarget } from "./k8s/client.ts";
+import { stateFileTemp } from "./k8s/cluster_uuid.ts";
 
 /**
  * Environment variables the process itself reads: Kubernetes detection, the default flow log
@@ -148,8 +149,10 @@ export function processPermissions(
   }
   if (inputs.serviceAccountLookup !== undefined) read.push(resolve(inputs.serviceAccountLookup));
   if (inputs.stateFile !== undefined) {
-    read.push(resolve(inputs.stateFile));
-    write.push(resolve(inputs.stateFile));
+    // The file, and the one it is written through (atomic: renamed over it).
+    const files = [resolve(inputs.stateFile), resolve(stateFileTemp(inputs.stateFile))];
+    read.push(...files);
+    write.push(...files);
   }
   for (const { component: c, permissions: p } of sinkPermissions(config)) {
     if (c.create === undefined) continue; // no sink in this build: nothing runs

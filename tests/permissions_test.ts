@@ -168,8 +168,10 @@ Deno.test("permissions: with Kubernetes, the API server and the service account;
     exportersInProcess: true,
     stateFile: "/var/lib/fa/cluster-uuid",
   });
-  assert.deepEqual(standalone.read, ["/var/lib/fa/cluster-uuid"]);
-  assert.deepEqual(standalone.write, ["/var/lib/fa/cluster-uuid", TOKEN_DIR]);
+  // The state file and the one it is written through (renamed over it).
+  const state = ["/var/lib/fa/cluster-uuid", "/var/lib/fa/cluster-uuid.tmp"];
+  assert.deepEqual(standalone.read, state);
+  assert.deepEqual(standalone.write, [...state, TOKEN_DIR]);
 });
 
 Deno.test("permissions: aggregation shards read their worker module; one shard does not", () => {

@@ -306,6 +306,11 @@ function fileKind(info: Deno.FileInfo): string {
   return "other";
 }
 
+/** The temporary file a state file at `path` is written through (`deno task permissions` grants it). */
+export function stateFileTemp(path: string): string {
+  return `${path}.tmp`;
+}
+
 /**
  * Writes `text` to `path` through `<path>.tmp` renamed over it: atomic, and whatever was at
  * `path` (a link, a FIFO) is replaced rather than written through. When the process may not
@@ -313,7 +318,7 @@ function fileKind(info: Deno.FileInfo): string {
  * at `path` is removed first unless it is a regular file, and the file is created anew.
  */
 async function writeStateFile(path: string, text: string): Promise<void> {
-  const tmp = `${path}.tmp`;
+  const tmp = stateFileTemp(path);
   try {
     await Deno.remove(tmp).catch(() => {}); // a crash's leftover
     await Deno.writeTextFile(tmp, text, { createNew: true, mode: 0o644 });

@@ -45,9 +45,13 @@ Deno.test("e2e permissions: the process runs on exactly the printed flags, its f
       "--allow-net=127.0.0.1:0",
       // Each list is sorted, so where the checkout lies decides the order.
       `--allow-read=${
-        [`${dir}/cluster-uuid`, `${dir}/config`, `${dir}/logs`, SRC].sort().join(",")
+        [`${dir}/cluster-uuid`, `${dir}/cluster-uuid.tmp`, `${dir}/config`, `${dir}/logs`, SRC]
+          .sort().join(",")
       }`,
-      `--allow-write=${[`${dir}/api`, `${dir}/cluster-uuid`, `${dir}/logs`].sort().join(",")}`,
+      `--allow-write=${
+        [`${dir}/api`, `${dir}/cluster-uuid`, `${dir}/cluster-uuid.tmp`, `${dir}/logs`].sort()
+          .join(",")
+      }`,
       "--allow-env=HOME,KUBECONFIG,KUBERNETES_SERVICE_HOST,KUBERNETES_SERVICE_PORT,LOG_STREAM,LOG_TOKENS,POD_NAMESPACE,TMPDIR",
       "--unstable-net",
       "--unstable-worker-options",

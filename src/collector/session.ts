@@ -216,12 +216,16 @@ export class Session {
     for (let i = 0; i < msg.templatesRefused.length; i++) {
       const r = msg.templatesRefused[i];
       c.templatesRefused(r.reason, r.templates);
+      // A bound names its `limits:` key; an invalid template says what is wrong with it.
+      const why = r.detail === undefined
+        ? { limit: REFUSAL_LIMIT[r.reason] }
+        : { detail: r.detail };
       this.#logLimited(`refused|${this.exporterAddress}|${r.reason}`, "templates refused", {
         templates: r.templates,
         firstTemplateId: r.firstTemplateId,
         observationDomainId: domain,
         reason: r.reason,
-        limit: REFUSAL_LIMIT[r.reason],
+        ...why,
       });
     }
     for (let i = 0; i < msg.recordsDropped.length; i++) {

@@ -67,7 +67,8 @@ export interface CollectorStats {
   /**
    * Template records not stored, by reason: `tooWide` (over `limits.maxFieldsPerTemplate`),
    * `sessionFull` (`limits.maxTemplatesPerSession`), `totalFull` (`limits.maxTemplates`),
-   * `layoutsFull` (`limits.maxTemplateLayoutFields`).
+   * `layoutsFull` (`limits.maxTemplateLayoutFields`), `badTemplate` (invalid: a field length
+   * illegal for its type; the other templates of its set are kept).
    */
   readonly templatesRefused: Readonly<Record<string, number>>;
   /** Templates held now over all sessions (bounded by `limits.maxTemplates`). */

@@ -1090,8 +1090,10 @@ export class TemplateLayouts {
       );
     }
     if (!this.fits(t.fields.length, pending)) return undefined;
+    // Built first: an invalid template throws with nothing promised.
+    const ct = compiled(t, buildCodec(t, this.#mode, this.#slots));
     if (pending !== undefined) pending.layoutFields += layoutWeight(t.fields.length);
-    return compiled(t, buildCodec(t, this.#mode, this.#slots));
+    return ct;
   }
 
   /**

@@ -2,7 +2,9 @@
  * IPFIX message decoder (RFC 7011). Fixes upstream's collector bugs (ipfix.md §8): walks every
  * set by its Set Length, every record of a set, honours padding, options templates and
  * withdrawals, decodes by the template's field lengths, and bounds every read by the set. A bad
- * set is dropped and reported in `setErrors` while the rest of the message is kept; a bad record
+ * set is dropped and reported in `setErrors` while the rest of the message is kept; an invalid
+ * template record is refused alone (`templatesRefused`, badTemplate), the set's other templates
+ * kept, unless it overruns its set (then the set is dropped); a bad data record
  * drops only itself when the next record boundary is known (fixed-length template), else the
  * rest of its set, the records before it being kept; either way it is reported in
  * `recordsDropped`. Only message-level problems (header, length) throw. Pure: templates live in the caller's
@@ -89,9 +91,15 @@ export interface DecodedMessage {
   recordsDropped: { setId: number; reason: RecordDropReason; records: number }[];
   /**
    * Template records not stored, by reason (one entry per reason: a flood refuses thousands per
-   * message), with the first refused id; their data sets are counted in `recordsDropped`.
+   * message), with the first refused id (and, for `badTemplate`, why it is invalid); their data
+   * sets are counted in `recordsDropped`.
    */
-  templatesRefused: { reason: TemplateRefusal; templates: number; firstTemplateId: number }[];
+  templatesRefused: {
+    reason: TemplateRefusal;
+    templates: number;
+    firstTemplateId: number;
+    detail?: string;
+  }[];
   /** String values cut to the store's `maxStringBytes`. */
   stringsTruncated: number;
 }
@@ -149,13 +157,13 @@ export function decodeHeader(buf: Uint8Array): MessageHeader {
 
 /**
  * A parsed template set entry, applied only once the whole set parsed: a compiled template, a
- * withdrawal, or a template the store would refuse (skipped unparsed, with the smallest length
- * of its records).
+ * withdrawal, or a template refused (by the store's bounds, skipped unparsed, or invalid:
+ * `badTemplate`, with why in `detail`), with the smallest length of its records.
  */
 type TemplateOp =
   | { t: CompiledTemplate }
   | { withdraw: number }
-  | { refused: number; reason: TemplateRefusal; minRecordLength: number };
+  | { refused: number; reason: TemplateRefusal; minRecordLength: number; detail?: string };
 
 /**
  * The templates of one set refused for lack of room (`sessionFull`, `totalFull`, `layoutsFull`
@@ -303,8 +311,18 @@ function parseTemplateSet(
       fields[i] = { id: raw & 0x7fff, enterprise, length };
     }
     const t: TemplateRecord = { id, fields, scopeFieldCount: scope };
-    // Compiled now so a bad record rejects the whole set before any change.
-    const ct = store.compile(t, pending);
+    // Compiled now: a template the decoders cannot read (a field length illegal for its type)
+    // is refused alone, its extent being known; the set's other templates are kept.
+    let ct: CompiledTemplate | undefined;
+    try {
+      ct = store.compile(t, pending);
+    } catch (e) {
+      if (!(e instanceof IpfixDecodeError)) throw e;
+      pending.templates = promised; // admitted by wouldRefuse, but it will not be stored
+      const min = minRecordLength(fields);
+      ops.push({ refused: id, reason: "badTemplate", minRecordLength: min, detail: e.message });
+      continue;
+    }
     if (ct !== undefined) ops.push({ t: ct });
     else {
       pending.templates = promised; // admitted by wouldRefuse, but it will not be stored
@@ -336,13 +354,15 @@ function dropRecords(
 function refused(
   msg: DecodedMessage,
   templateId: number,
-  refusal: { reason: TemplateRefusal; templates: number },
+  refusal: { reason: TemplateRefusal; templates: number; detail?: string },
 ): void {
   if (msg.templatesRefused === NO_REFUSALS) msg.templatesRefused = [];
-  const { reason, templates } = refusal;
+  const { reason, templates, detail } = refusal;
   const r = msg.templatesRefused.find((x) => x.reason === reason);
   if (r !== undefined) r.templates += templates;
-  else msg.templatesRefused.push({ reason, templates, firstTemplateId: templateId });
+  else if (detail === undefined) {
+    msg.templatesRefused.push({ reason, templates, firstTemplateId: templateId });
+  } else msg.templatesRefused.push({ reason, templates, firstTemplateId: templateId, detail });
 }
 
 /**
@@ -506,7 +526,7 @@ export function decodeMessage(
           else refused(msg, op.t.template.id, { reason, templates: 1 });
         } else if ("refused" in op) {
           store.refuse(domain, op.refused, op.minRecordLength);
-          refused(msg, op.refused, { reason: op.reason, templates: 1 });
+          refused(msg, op.refused, { reason: op.reason, templates: 1, detail: op.detail });
         } else {
           store.withdraw(domain, op.withdraw);
           msg.withdrawals++;

@@ -36,9 +36,16 @@ export type { CompiledTemplate, RecordsDecoder } from "./compile.ts";
 /**
  * Why a template was not stored: over `maxFieldsPerTemplate` (`tooWide`), the store's
  * `maxTemplates` (`sessionFull`), the shared budget's templates (`totalFull`) or its layout
- * fields (`layoutsFull`).
+ * fields (`layoutsFull`); or invalid (`badTemplate`: a field length illegal for its type, an
+ * id below 256, a bad scope count; the decoder refuses it alone, the set's other templates are
+ * kept).
  */
-export type TemplateRefusal = "tooWide" | "sessionFull" | "totalFull" | "layoutsFull";
+export type TemplateRefusal =
+  | "tooWide"
+  | "sessionFull"
+  | "totalFull"
+  | "layoutsFull"
+  | "badTemplate";
 
 /** Options of a {@linkcode TemplateBudget}. */
 export interface TemplateBudgetOptions extends CompileOptions {

@@ -3,6 +3,7 @@ import { setLogLevel, setLogWriter } from "../../src/log.ts";
 import {
   encodeDataSet,
   encodeMessage,
+  encodeTemplateSet,
   fieldsFor,
   type FieldSpecifier,
 } from "../../src/ipfix/mod.ts";
@@ -187,6 +188,32 @@ Deno.test("tcp: a too-wide template is refused and a long string truncated, both
     assert.equal(s.stringsTruncated, 1);
     assert.deepEqual(s.templatesRefused, { tooWide: 1 });
     assert.equal(s.templatesHeld, 1);
+  }));
+
+Deno.test("tcp: an invalid template is refused alone: its set's other template is used, the session kept", () =>
+  withCollector({ protocol: "tcp" }, async ({ c, received, connect }) => {
+    const conn = await connect();
+    // One template set: 401 [sourceIPv4Address in 8 bytes: illegal], then 300 (valid). The set
+    // was dropped whole, a set error that also closed the connection.
+    const bad: FieldSpecifier[] = [{ id: 8, enterprise: 0, length: 8 }];
+    const set = encodeTemplateSet([
+      { id: 401, fields: bad, scopeFieldCount: 0 },
+      { id: 300, fields: NAMED, scopeFieldCount: 0 },
+    ]);
+    const header = { exportTime: 1_700_000_000, sequenceNumber: 0, observationDomainId: 1 };
+    await writeAll(conn, encodeMessage(header, [set]));
+    const rec = { sourceTransportPort: 1, sourcePodName: "a", protocolIdentifier: 6 };
+    await writeAll(conn, dataMessage(1, 300, NAMED, [rec]));
+    // 401's data is counted as dropped (estimated from the refused template's 8-byte record).
+    await writeAll(conn, dataMessage(1, 401, [{ ...bad[0], length: 4 }], [{}, {}]));
+    await waitFor(() => received.length === 1, { what: "300's record" });
+    await waitFor(() => c.stats().recordsDropped.templateRefused === 1, { what: "401's data" });
+    const s = c.stats();
+    assert.deepEqual(received[0].records, [rec]);
+    assert.deepEqual(s.templatesRefused, { badTemplate: 1 });
+    assert.deepEqual(s.setErrors, {});
+    assert.equal(s.templateRecords, 1);
+    assert.equal(s.sessionsClosedOnError, 0);
   }));
 
 Deno.test("udp: sessions share the total template budget; an evicted session frees it", () =>

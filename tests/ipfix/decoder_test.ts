@@ -306,9 +306,74 @@ Deno.test("illegal field lengths are badTemplate (too long, wrong address size, 
   for (const f of cases) {
     const store = new TemplateStore();
     const m = decodeMessage(message([encodeTemplateSet([tmpl(300, [f])])]), store);
-    assert.deepEqual(m.setErrors, [{ setId: 2, reason: "badTemplate" }], JSON.stringify(f));
+    assert.deepEqual(m.setErrors, [], JSON.stringify(f));
+    assert.deepEqual(
+      m.templatesRefused.map(({ reason, templates, firstTemplateId }) => ({
+        reason,
+        templates,
+        firstTemplateId,
+      })),
+      [{ reason: "badTemplate", templates: 1, firstTemplateId: 300 }],
+      JSON.stringify(f),
+    );
+    assert.match(m.templatesRefused[0].detail ?? "", /template 300 field 0/);
     assert.equal(store.size, 0);
   }
+});
+
+/** The bytes of a hex string (spaces ignored). */
+function hex(s: string): Uint8Array {
+  return new Uint8Array(s.replace(/\s+/g, "").match(/../g)!.map((x) => parseInt(x, 16)));
+}
+
+Deno.test("one invalid template record is refused alone: the set's other templates are stored", () => {
+  // Found by a differential review against tshark: 1000 [protocolIdentifier/1], 1002
+  // [sourceIPv4Address/8: illegal], 1001 [destinationTransportPort/2]. The whole set was dropped
+  // (setErrors badTemplate, 0 templates), so the data of 1000 and 1001 became template misses.
+  const store = new TemplateStore();
+  const set = hex("00020020 03e80001 00040001 03ea0002 00080008 00040001 03e90001 000b0002");
+  const m = decodeMessage(message([set]), store);
+  assert.deepEqual(m.setErrors, []);
+  assert.equal(m.templateRecords, 2);
+  assert.equal(m.templatesRefused.length, 1);
+  assert.equal(m.templatesRefused[0].reason, "badTemplate");
+  assert.equal(m.templatesRefused[0].templates, 1);
+  assert.equal(m.templatesRefused[0].firstTemplateId, 1002);
+  assert.match(m.templatesRefused[0].detail!, /length not allowed for ipv4Address/);
+  assert.ok(store.get(DOMAIN, 1000) && store.get(DOMAIN, 1001));
+  assert.equal(store.get(DOMAIN, 1002), undefined);
+  const data = decodeMessage(
+    message([hex("03e80005 06"), hex("03e90006 0050"), hex("03ea0009 0a000001 06")]),
+    store,
+  );
+  assert.deepEqual(data.templateMisses, []);
+  assert.deepEqual(data.dataSets.map((d) => d.records), [
+    [{ protocolIdentifier: 6 }],
+    [{ destinationTransportPort: 80 }],
+  ]);
+  // The refused template's data is counted as records dropped, not as a miss.
+  assert.deepEqual(data.recordsDropped, [{ setId: 1002, reason: "templateRefused", records: 1 }]);
+});
+
+Deno.test("an invalid redefinition withdraws the previous definition of its id", () => {
+  const store = new TemplateStore();
+  decodeMessage(message([hex("0002000c 03ea0001 00080004")]), store); // 1002 [sourceIPv4/4]
+  assert.ok(store.get(DOMAIN, 1002));
+  const m = decodeMessage(message([hex("0002000c 03ea0001 00080008")]), store); // length 8
+  assert.equal(m.templatesRefused[0]?.reason, "badTemplate");
+  assert.equal(store.get(DOMAIN, 1002), undefined);
+  const data = decodeMessage(message([hex("03ea0008 0a000001")]), store);
+  assert.deepEqual(data.dataSets, []);
+  assert.deepEqual(data.recordsDropped, [{ setId: 1002, reason: "templateRefused", records: 1 }]);
+});
+
+Deno.test("a template record overrunning its set still drops the set (its extent is unknown)", () => {
+  const store = new TemplateStore();
+  // 1000 [protocolIdentifier/1], then 1001 announcing 2 fields with only one in the set.
+  const m = decodeMessage(message([hex("00020014 03e80001 00040001 03e90002 000b0002")]), store);
+  assert.deepEqual(m.setErrors, [{ setId: 2, reason: "badTemplate" }]);
+  assert.equal(m.templateRecords, 0);
+  assert.equal(store.size, 0);
 });
 
 Deno.test("duplicate IEs in a template: first occurrence wins, offsets stay aligned", () => {

@@ -288,3 +288,18 @@ Deno.test("a redefinition whose new field list does not fit removes the old defi
   const d = decodeMessage(message([encodeDataSet(256, wideFields(3), [{}])]), store);
   assert.deepEqual(d.recordsDropped, [{ setId: 256, reason: "templateRefused", records: 1 }]);
 });
+
+Deno.test("an invalid template takes no room from the set's other templates", () => {
+  // Room for one template of one 2-field layout: the invalid one before it must not use it up.
+  const budget = new TemplateBudget({
+    maxTemplates: 1,
+    maxLayoutFields: 2 + LAYOUT_OVERHEAD_FIELDS,
+  });
+  const store = new TemplateStore({ budget });
+  const bad = tmpl(300, [{ id: 7, enterprise: 0, length: 4 }]); // sourceTransportPort in 4 bytes
+  const m = decodeMessage(message([encodeTemplateSet([bad, tmpl(301, PORTS)])], 1), store);
+  assert.deepEqual(m.templatesRefused.map((r) => r.reason), ["badTemplate"]);
+  assert.equal(m.templateRecords, 1);
+  assert.ok(store.get(1, 301));
+  assert.equal(budget.layouts.fields, 2 + LAYOUT_OVERHEAD_FIELDS);
+});

@@ -68,7 +68,8 @@ export interface CollectorStats {
    * Template records not stored, by reason: `tooWide` (over `limits.maxFieldsPerTemplate`),
    * `sessionFull` (`limits.maxTemplatesPerSession`), `totalFull` (`limits.maxTemplates`),
    * `layoutsFull` (`limits.maxTemplateLayoutFields`), `badTemplate` (invalid: a field length
-   * illegal for its type; the other templates of its set are kept).
+   * illegal for its type, an id below 256, a bad scope count, a withdrawal of an id below 256
+   * other than 2 and 3; the other templates of its set are kept).
    */
   readonly templatesRefused: Readonly<Record<string, number>>;
   /** Templates held now over all sessions (bounded by `limits.maxTemplates`). */

@@ -243,20 +243,32 @@ function parseTemplateSet(
     p += 4;
     if (count === 0) {
       if (id < 256 && id !== 2 && id !== 3) {
-        throw new IpfixDecodeError("badTemplate", `withdrawal of template id ${id}`);
+        // Its extent is known (4 bytes): refused alone, the set's other records are kept.
+        const detail = `withdrawal of template id ${id}`;
+        ops.push({ refused: id, reason: "badTemplate", minRecordLength: 0, detail });
+        continue;
       }
       ops.push({ withdraw: id });
       continue;
     }
-    if (id < 256) throw new IpfixDecodeError("badTemplate", `template id ${id} < 256`);
     let scope = 0;
     if (options) {
       if (end - p < 2) throw new IpfixDecodeError("badTemplate", `template ${id}: cut header`);
       scope = u16(b, p);
       p += 2;
-      if (scope === 0 || scope > count) {
-        throw new IpfixDecodeError("badTemplate", `template ${id}: scope count ${scope}/${count}`);
-      }
+    }
+    const invalid = id < 256
+      ? `template id ${id} < 256`
+      : options && (scope === 0 || scope > count)
+      ? `template ${id}: scope count ${scope}/${count}`
+      : undefined;
+    if (invalid !== undefined) {
+      // Skipped by its field count (a specifier overrunning the set still drops the set).
+      const scan = scanFields(b, { p, end, id, count, keyed: false });
+      p = scan.p;
+      const min = scan.minRecordLength;
+      ops.push({ refused: id, reason: "badTemplate", minRecordLength: min, detail: invalid });
+      continue;
     }
     const promised = pending.templates;
     let reason = store.wouldRefuse(domain, { id, fields: count }, pending);
@@ -320,7 +332,7 @@ function parseTemplateSet(
       if (!(e instanceof IpfixDecodeError)) throw e;
       pending.templates = promised; // admitted by wouldRefuse, but it will not be stored
       const min = minRecordLength(fields);
-      ops.push({ refused: id, reason: "badTemplate", minRecordLength: min, detail: e.message });
+      ops.push({ refused: id, reason: "badTemplate", minRecordLength: min, detail: e.detail });
       continue;
     }
     if (ct !== undefined) ops.push({ t: ct });
@@ -525,7 +537,8 @@ export function decodeMessage(
           if (reason === undefined) msg.templateRecords++;
           else refused(msg, op.t.template.id, { reason, templates: 1 });
         } else if ("refused" in op) {
-          store.refuse(domain, op.refused, op.minRecordLength);
+          // An id below 256 names no template: nothing to remove, no data set to expect.
+          if (op.refused >= 256) store.refuse(domain, op.refused, op.minRecordLength);
           refused(msg, op.refused, { reason: op.reason, templates: 1, detail: op.detail });
         } else {
           store.withdraw(domain, op.withdraw);

@@ -21,12 +21,15 @@ export type DecodeErrorReason =
 export class IpfixDecodeError extends Error {
   /** Machine-readable cause. */
   readonly reason: DecodeErrorReason;
+  /** The human-readable detail alone (the message without its `ipfix: <reason>: ` prefix). */
+  readonly detail: string;
 
   /** Creates an error with a reason and a human-readable detail. */
   constructor(reason: DecodeErrorReason, message: string) {
     super(`ipfix: ${reason}: ${message}`);
     this.name = "IpfixDecodeError";
     this.reason = reason;
+    this.detail = message;
   }
 }
 

@@ -16,6 +16,11 @@ import { DATA_MSG, TEMPLATE_MSG } from "./golden.ts";
 const PORTS = fieldsFor(["sourceTransportPort", "destinationTransportPort"]);
 const WITH_NAME = fieldsFor(["sourceTransportPort", "sourcePodName", "protocolIdentifier"]);
 
+/** The bytes of a hex string (spaces ignored). */
+function hex(s: string): Uint8Array {
+  return new Uint8Array(s.replace(/\s+/g, "").match(/../g)!.map((x) => parseInt(x, 16)));
+}
+
 function throwsReason(fn: () => unknown, reason: string): void {
   assert.throws(fn, (e: unknown) => e instanceof IpfixDecodeError && e.reason === reason);
 }
@@ -178,12 +183,21 @@ Deno.test("options template: records decoded with options true", () => {
   assert.equal(m.dataSets[0].template, store.get(DOMAIN, 400)?.template);
 });
 
-Deno.test("options template with scope field count 0 is badTemplate", () => {
+Deno.test("options template with scope field count 0 is refused alone (badTemplate)", () => {
   const store = new TemplateStore();
-  const body = [0x01, 0x90, 0, 1, 0, 0, 0, 7, 0, 2];
+  // 400: scope count 0 (invalid); 401: scope count 1 (valid). The set was dropped whole.
+  const body = [0x01, 0x90, 0, 1, 0, 0, 0, 7, 0, 2, 0x01, 0x91, 0, 1, 0, 1, 0, 7, 0, 2];
   const m = decodeMessage(message([rawSet(3, body)]), store);
-  assert.deepEqual(m.setErrors, [{ setId: 3, reason: "badTemplate" }]);
-  assert.equal(store.size, 0);
+  assert.deepEqual(m.setErrors, []);
+  assert.deepEqual(m.templatesRefused, [{
+    reason: "badTemplate",
+    templates: 1,
+    firstTemplateId: 400,
+    detail: "template 400: scope count 0/1",
+  }]);
+  assert.equal(m.templateRecords, 1);
+  assert.equal(store.get(DOMAIN, 401)?.template.scopeFieldCount, 1);
+  assert.equal(store.get(DOMAIN, 400), undefined);
 });
 
 Deno.test("withdrawal (field count 0) deletes the template; later data is a template miss", () => {
@@ -223,14 +237,50 @@ Deno.test("withdrawal of id 2 removes all data templates, id 3 all options templ
   assert.equal(store.size, 0);
 });
 
-Deno.test("template id < 256 is rejected as badTemplate and nothing of the set is stored", () => {
+Deno.test("a template id < 256 is refused alone (badTemplate), the set's other templates stored", () => {
+  // Found by a differential review against tshark: 1000 [protocolIdentifier], 100
+  // [sourceTransportPort] (id < 256), 1001 [destinationTransportPort]. The whole set was dropped.
   const store = new TemplateStore();
-  // valid template 300 followed by template id 255 in the same set
-  const good = encodeTemplateSet([tmpl(300, PORTS)]).subarray(4);
-  const bad = [0, 255, 0, 1, 0, 7, 0, 2];
-  const m = decodeMessage(message([rawSet(2, [...good, ...bad])]), store);
+  const set = hex("0002001c 03e80001 00040001 00640001 00070002 03e90001 000b0002");
+  const m = decodeMessage(message([set]), store);
+  assert.deepEqual(m.setErrors, []);
+  assert.deepEqual(m.templatesRefused, [{
+    reason: "badTemplate",
+    templates: 1,
+    firstTemplateId: 100,
+    detail: "template id 100 < 256",
+  }]);
+  assert.equal(m.templateRecords, 2);
+  const data = decodeMessage(message([hex("03e80005 06"), hex("03e90006 0050")]), store);
+  assert.deepEqual(data.templateMisses, []);
+  assert.deepEqual(data.dataSets.map((d) => d.records), [
+    [{ protocolIdentifier: 6 }],
+    [{ destinationTransportPort: 80 }],
+  ]);
+});
+
+Deno.test("a withdrawal of an id < 256 other than 2 and 3 is refused alone (badTemplate)", () => {
+  const store = new TemplateStore();
+  const t300 = encodeTemplateSet([tmpl(300, PORTS)]).subarray(4);
+  const t301 = encodeTemplateSet([tmpl(301, WITH_NAME)]).subarray(4);
+  const m = decodeMessage(message([rawSet(2, [...t300, 0, 5, 0, 0, ...t301])]), store);
+  assert.deepEqual(m.setErrors, []);
+  assert.deepEqual(m.templatesRefused, [{
+    reason: "badTemplate",
+    templates: 1,
+    firstTemplateId: 5,
+    detail: "withdrawal of template id 5",
+  }]);
+  assert.equal(m.withdrawals, 0);
+  assert.equal(m.templateRecords, 2);
+  assert.equal(store.size, 2);
+});
+
+Deno.test("a template id < 256 overrunning its set still drops the set", () => {
+  const store = new TemplateStore();
+  const t300 = encodeTemplateSet([tmpl(300, PORTS)]).subarray(4);
+  const m = decodeMessage(message([rawSet(2, [...t300, 0, 100, 0, 2, 0, 7, 0, 2])]), store);
   assert.deepEqual(m.setErrors, [{ setId: 2, reason: "badTemplate" }]);
-  assert.equal(m.templateRecords, 0);
   assert.equal(store.size, 0);
 });
 
@@ -320,11 +370,6 @@ Deno.test("illegal field lengths are badTemplate (too long, wrong address size, 
     assert.equal(store.size, 0);
   }
 });
-
-/** The bytes of a hex string (spaces ignored). */
-function hex(s: string): Uint8Array {
-  return new Uint8Array(s.replace(/\s+/g, "").match(/../g)!.map((x) => parseInt(x, 16)));
-}
 
 Deno.test("one invalid template record is refused alone: the set's other templates are stored", () => {
   // Found by a differential review against tshark: 1000 [protocolIdentifier/1], 1002

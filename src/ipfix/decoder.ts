@@ -225,6 +225,12 @@ function scanFields(
   return { p, minRecordLength: min, key };
 }
 
+/** Whether `b[from..end)` is all zero bytes. */
+function zeroes(b: Uint8Array, from: number, end: number): boolean {
+  for (let i = from; i < end; i++) if (b[i] !== 0) return false;
+  return true;
+}
+
 function parseTemplateSet(
   b: Uint8Array,
   set: { id: number; start: number; end: number; domain: number },
@@ -240,6 +246,10 @@ function parseTemplateSet(
   while (end - p >= 4) {
     const id = u16(b, p);
     const count = u16(b, p + 2);
+    // Zero bytes to the end of the set: padding, however long. RFC 7011 §3.3.1 wants it shorter
+    // than a record, but 4 or more (an exporter aligning to 8 bytes) read as a "withdrawal of
+    // id 0", which is never valid: reading them as padding loses nothing.
+    if (id === 0 && count === 0 && zeroes(b, p + 4, end)) break;
     p += 4;
     if (count === 0) {
       if (id < 256 && id !== 2 && id !== 3) {

@@ -556,3 +556,35 @@ Deno.test("IPv6 text is exact for many distinct and repeated addresses (cached f
     }
   }
 });
+
+Deno.test("four or more zero bytes ending a template set are padding, not a withdrawal of id 0", () => {
+  // Found by a differential review against tshark: template 256 followed by 4 zero bytes was
+  // read as a withdrawal of template id 0 (badTemplate), losing template 256.
+  for (const zeros of [4, 5, 8, 12]) {
+    const store = new TemplateStore();
+    const t256 = [...hex("01000001 00040001")];
+    const m = decodeMessage(message([rawSet(2, [...t256, ...new Array(zeros).fill(0)])]), store);
+    assert.deepEqual(m.setErrors, [], `${zeros} zero bytes`);
+    assert.deepEqual(m.templatesRefused, [], `${zeros} zero bytes`);
+    assert.equal(m.templateRecords, 1, `${zeros} zero bytes`);
+    const data = decodeMessage(message([hex("01000005 06")]), store);
+    assert.deepEqual(data.dataSets[0]?.records, [{ protocolIdentifier: 6 }], `${zeros} zero bytes`);
+  }
+  // The same in an options template set.
+  const store = new TemplateStore();
+  const opt = [...hex("01900001 0001 00040001")];
+  const m = decodeMessage(message([rawSet(3, [...opt, 0, 0, 0, 0, 0, 0])]), store);
+  assert.deepEqual([m.setErrors, m.templatesRefused, m.templateRecords], [[], [], 1]);
+});
+
+Deno.test("id 0 with a field count 0 followed by non-zero bytes is not padding: refused alone", () => {
+  const store = new TemplateStore();
+  const body = [...hex("01000001 00040001"), 0, 0, 0, 0, ...hex("01010001 00070002")];
+  const m = decodeMessage(message([rawSet(2, body)]), store);
+  assert.deepEqual(m.setErrors, []);
+  assert.deepEqual(m.templatesRefused.map((r) => [r.reason, r.firstTemplateId]), [[
+    "badTemplate",
+    0,
+  ]]);
+  assert.equal(m.templateRecords, 2);
+});

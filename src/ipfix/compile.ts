@@ -188,6 +188,22 @@ function strCut(bytes: Uint8Array, o: number, max: number): string {
   return str(bytes, o, k);
 }
 
+/**
+ * The length of the fixed-length string field of `n` bytes at `o` without its trailing NUL
+ * bytes: an exporter pads a shorter value with them (this codec's encoder does), and they are
+ * no part of the value (as tshark reads them).
+ */
+function strEnd(bytes: Uint8Array, o: number, n: number): number {
+  while (n > 0 && bytes[o + n - 1] === 0) n--;
+  return n;
+}
+
+/** A fixed-length string field's value: without its NUL padding, cut to `max` bytes. */
+function strFixed(bytes: Uint8Array, o: number, n: number, max: number): string {
+  const k = strEnd(bytes, o, n);
+  return k > max ? strCut(bytes, o, max) : str(bytes, o, k);
+}
+
 /** The big-endian u32 at `bytes[o..o + 4)` (plain byte reads: no DataView per message). */
 export function u32(bytes: Uint8Array, o: number): number {
   return bytes[o] * 16777216 + ((bytes[o + 1] << 16) | (bytes[o + 2] << 8) | bytes[o + 3]);
@@ -307,6 +323,8 @@ function fail(reason: DecodeErrorReason, message: string): IpfixDecodeError {
 
 const HELPERS = {
   str,
+  strEnd,
+  strFixed,
   strMiss,
   eq,
   strCut,
@@ -427,7 +445,7 @@ function fixedExpr(
     case "ipv6Address":
       return `ip6(bytes, ${o})`;
     case "string":
-      return n > maxStr ? `strCut(bytes, ${o}, ${maxStr})` : `str(bytes, ${o}, ${n})`;
+      return `strFixed(bytes, ${o}, ${n}, ${maxStr})`;
     default: // macAddress, octetArray, lists (kept raw), unknown elements
       return `bytes.slice(${o}, ${o} + ${n})`;
   }
@@ -567,7 +585,7 @@ function readFixed(plan: Plan, i: number, b: Uint8Array, o: number): FieldValue 
     case "ipv6Address":
       return ip6(b, o);
     case "string":
-      return n > plan.maxStr ? strCut(b, o, plan.maxStr) : str(b, o, n);
+      return strFixed(b, o, n, plan.maxStr);
     default:
       return b.slice(o, o + n);
   }
@@ -593,7 +611,11 @@ function genericDecoder(plan: Plan): RecordsDecoder {
         let v: FieldValue | undefined;
         if (!plan.variable[i]) {
           if (plan.keep[i]) {
-            v = plan.presence?.has(plan.names[i]) ? PRESENT : readFixed(plan, i, bytes, off);
+            v = !plan.presence?.has(plan.names[i])
+              ? readFixed(plan, i, bytes, off)
+              : plan.types[i] === "string" && strEnd(bytes, off, plan.lengths[i]) === 0
+              ? ""
+              : PRESENT;
           }
           off += plan.lengths[i];
         } else {
@@ -672,9 +694,18 @@ function recordCode(plan: Plan): { body: string; values: [string, string][] } {
     const len = plan.lengths[i];
     if (!plan.variable[i]) {
       if (keep && plan.presence?.has(plan.names[i])) {
-        body += `    const v${i} = ${JSON.stringify(PRESENT)};\n`;
-      } else if (keep && plan.types[i] === "string" && len <= plan.maxStr) {
-        body += `    const v${i} = ${lastExpr(plan.stringSlot[i], o, String(len))};\n`;
+        // A string of NUL padding only is empty; any other fixed-length value is there.
+        const present = plan.types[i] === "string"
+          ? `strEnd(bytes, ${o}, ${len}) === 0 ? "" : ${JSON.stringify(PRESENT)}`
+          : JSON.stringify(PRESENT);
+        body += `    const v${i} = ${present};\n`;
+      } else if (keep && plan.types[i] === "string") {
+        // Its length without the NUL padding (`z`), then as a variable-length string's.
+        body += `    z = ${len};\n    while (z > 0 && bytes[${o} + z - 1] === 0) z--;\n`;
+        const cut = len > plan.maxStr
+          ? `z > ${plan.maxStr} ? strCut(bytes, ${o}, ${plan.maxStr}) : `
+          : "";
+        body += `    const v${i} = z === 0 ? "" : ${cut}${lastExpr(plan.stringSlot[i], o, "z")};\n`;
       } else if (keep) {
         body += `    const v${i} = ${fixedExpr(plan.types[i], len, o, plan)};\n`;
       }
@@ -715,7 +746,7 @@ function recordCode(plan: Plan): { body: string; values: [string, string][] } {
 
 /** The helpers and last-value table of generated code (see {@linkcode generatedDecoder}). */
 const GENERATED_PRELUDE = `"use strict";
-const { str, strMiss, eq, strCut, u32, u64, u64n, uBig, sInt, sBig, f32, f64, ip4, ip6, fail } = H;
+const { str, strEnd, strFixed, strMiss, eq, strCut, u32, u64, u64n, uBig, sInt, sBig, f32, f64, ip4, ip6, fail } = H;
 const lastBytes = last.bytes, lastLens = last.lens, lastStrs = last.strs;
 `;
 
@@ -723,7 +754,7 @@ const lastBytes = last.bytes, lastLens = last.lens, lastStrs = last.strs;
 function generatedFiller(plan: Plan): RecordFiller {
   const { body, values } = recordCode(plan);
   const src = `${GENERATED_PRELUDE}return function fillRecord(bytes, off, end, target) {
-  let p = 0, L = 0, j = 0, h = 0;
+  let p = 0, L = 0, j = 0, h = 0, z = 0;
   if (end - off < ${plan.restMin[0]}) throw fail("badRecord", "record overruns set");
 ${body}${values.map(([k, v]) => `    target[${JSON.stringify(k)}] = ${v};\n`).join("")}  return off;
 };`;
@@ -735,7 +766,7 @@ function generatedDecoder(plan: Plan): RecordsDecoder {
   const { body, values } = recordCode(plan);
   const props = values.map(([k, v]) => `${JSON.stringify(k)}: ${v}`);
   const src = `${GENERATED_PRELUDE}return function decodeRecords(bytes, off, end, out, max) {
-  let p = 0, L = 0, j = 0, h = 0, count = 0;
+  let p = 0, L = 0, j = 0, h = 0, z = 0, count = 0;
   const limit = max === undefined ? Infinity : max;
   while (count < limit && end - off >= ${plan.restMin[0]}) {
 ${body}    out.push({ ${props.join(", ")} });
@@ -888,8 +919,8 @@ export interface CompileOptions {
   readonly only?: readonly string[];
   /**
    * Names of IEs whose value is only told apart from empty, never read: a variable-length IE is
-   * `""` when empty and {@linkcode PRESENT} otherwise, a fixed-length one always
-   * {@linkcode PRESENT}. For a reader that needs nothing else of them (a record view's Pod
+   * `""` when empty and {@linkcode PRESENT} otherwise, a fixed-length one {@linkcode PRESENT}
+   * (but `""` for a string of NUL bytes only, which decodes as empty). For a reader that needs nothing else of them (a record view's Pod
    * names, which only tell the Node that sent it; addresses whose words it took from the bytes).
    */
   readonly presence?: readonly string[];

@@ -6,12 +6,25 @@
  * decoder tiers and across the tier-up.
  */
 import assert from "node:assert/strict";
-import { compileTemplate, decoderTiers, type RecordsDecoder } from "../../src/ipfix/compile.ts";
+import {
+  compileTemplate,
+  decoderTiers,
+  generatedFillerOf,
+  PRESENT,
+  type RecordsDecoder,
+  stringsTruncatedTotal,
+  viewFactory,
+} from "../../src/ipfix/compile.ts";
 import {
   type DataRecord,
+  decodeMessage,
+  encodeDataSet,
+  encodeMessage,
+  encodeTemplateSet,
   fieldsFor,
   type FieldSpecifier,
   type TemplateRecord,
+  TemplateStore,
 } from "../../src/ipfix/mod.ts";
 import { registerTestElements, spec } from "./helpers.ts";
 import { prng } from "../_helpers/prng.ts";
@@ -138,11 +151,20 @@ function decodeAll(decode: RecordsDecoder, bytes: Uint8Array, seed: number): Dat
   return out;
 }
 
+/** A value's bytes as a field of `f` holds them: a fixed-length one without its NUL padding. */
+function unpadded(f: StringField, v: Uint8Array): Uint8Array {
+  if (f.fixed === undefined) return v;
+  let n = v.length;
+  while (n > 0 && v[n - 1] === 0) n--;
+  return v.subarray(0, n);
+}
+
 function assertExact(records: DataRecord[], values: Uint8Array[][], what: string): void {
   assert.equal(records.length, values.length, `${what}: record count`);
   records.forEach((rec, r) => {
     STRING_FIELDS.forEach((f, i) => {
-      assert.equal(rec[f.name], utf8.decode(values[r][i]), `${what}: record ${r} ${f.name}`);
+      const want = utf8.decode(unpadded(f, values[r][i]));
+      assert.equal(rec[f.name], want, `${what}: record ${r} ${f.name}`);
     });
     assert.equal(rec.octetDeltaCount, 0x1200n + BigInt(r & 0xff), `${what}: record ${r} counter`);
   });
@@ -188,7 +210,8 @@ Deno.test("strings: exact in wire-number mode with a string bound that cuts long
     recs.forEach((rec, r) =>
       STRING_FIELDS.forEach((f, i) => {
         if (values[r][i].length > max) cuts++;
-        assert.equal(rec[f.name], cut(values[r][i], max), `${tier} record ${r} ${f.name}`);
+        const want = cut(unpadded(f, values[r][i]), max);
+        assert.equal(rec[f.name], want, `${tier} record ${r} ${f.name}`);
       })
     );
   }
@@ -221,4 +244,86 @@ Deno.test("strings: a value equal to the last one in length but not in bytes is 
       assert.deepEqual(out.map((r) => r[name]), want, `${tier} ${name}`);
     }
   }
+});
+
+Deno.test("fixed-length strings: the NUL padding is dropped by every tier, view and presence", () => {
+  // Found by a differential review against tshark: sourcePodName of length 8 holding
+  // 77656230 00000000 decoded as "web0\0\0\0\0"; the encoder zero-pads a shorter value, so
+  // encode then decode did not give the value back.
+  const [src, dst, proto] = fieldsFor([
+    "sourcePodName",
+    "destinationPodName",
+    "protocolIdentifier",
+  ]);
+  const fields: FieldSpecifier[] = [{ ...src, length: 8 }, { ...dst, length: 4 }, proto];
+  const t: TemplateRecord = { id: 300, fields, scopeFieldCount: 0 };
+  // "web0" + 4 NULs, 4 NULs (empty), then "a\0b" + NUL (an inner NUL is kept), "abcd".
+  const bytes = new Uint8Array([
+    ...[0x77, 0x65, 0x62, 0x30, 0, 0, 0, 0],
+    ...[0, 0, 0, 0],
+    6,
+    ...[0x61, 0, 0x62, 0, 0, 0, 0, 0],
+    ...[0x61, 0x62, 0x63, 0x64],
+    17,
+  ]);
+  const want = [
+    { sourcePodName: "web0", destinationPodName: "", protocolIdentifier: 6 },
+    { sourcePodName: "a\0b", destinationPodName: "abcd", protocolIdentifier: 17 },
+  ];
+  for (const [tier, d] of Object.entries(decoderTiers(t))) {
+    const out: DataRecord[] = [];
+    d(bytes, 0, bytes.length, out);
+    assert.deepEqual(out, want, tier);
+  }
+  // Both tiers again after the tier-up, with the last-value memory of the generated code.
+  const ct = compileTemplate(t);
+  for (let i = 0; i < 12; i++) {
+    const out: DataRecord[] = [];
+    ct.decodeRecords(bytes, 0, bytes.length, out);
+    assert.deepEqual(out, want, `compiled, data set ${i}`);
+  }
+  // A bound: "web0" is 4 bytes, not cut at 4 (the padding does not count); cut at 3.
+  const truncated = stringsTruncatedTotal();
+  for (const [max, first] of [[4, "web0"], [3, "web"]] as const) {
+    for (const [tier, d] of Object.entries(decoderTiers(t, { maxStringBytes: max }))) {
+      const out: DataRecord[] = [];
+      d(bytes, 0, bytes.length, out);
+      assert.equal(out[0].sourcePodName, first, `${tier} max ${max}`);
+    }
+  }
+  assert.equal(
+    stringsTruncatedTotal() - truncated,
+    2 * 2,
+    "only the cut at 3 counts (2 values, 2 tiers)",
+  );
+  // A view, the Pod names as presence only: NUL padding alone is empty.
+  const only = ["sourcePodName", "destinationPodName"];
+  const views = { only, presence: only };
+  const wantViews = [
+    { sourcePodName: PRESENT, destinationPodName: "" },
+    { sourcePodName: PRESENT, destinationPodName: PRESENT },
+  ];
+  for (const [tier, d] of Object.entries(decoderTiers(t, views))) {
+    const out: DataRecord[] = [];
+    d(bytes, 0, bytes.length, out);
+    assert.deepEqual(out.map((r) => ({ ...r })), wantViews, `view, ${tier}`);
+  }
+  const fill = generatedFillerOf(t, views);
+  const target = viewFactory(only)();
+  let off = 0;
+  for (const w of wantViews) {
+    off = fill(bytes, off, bytes.length, target);
+    assert.deepEqual({ ...target }, w, "filler");
+  }
+  // Encoded by this codec (zero-padded) and decoded: the value comes back.
+  const store = new TemplateStore();
+  const rec = { sourcePodName: "web0", destinationPodName: "ab", protocolIdentifier: 6 };
+  const m = decodeMessage(
+    encodeMessage({ exportTime: 0, sequenceNumber: 0, observationDomainId: 1 }, [
+      encodeTemplateSet([t]),
+      encodeDataSet(300, fields, [rec]),
+    ]),
+    store,
+  );
+  assert.deepEqual(m.dataSets[0].records, [rec]);
 });

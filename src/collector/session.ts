@@ -203,6 +203,14 @@ export class Session {
         observationDomainId: domain,
       });
     }
+    if (msg.duplicateFieldTemplates.length > 0) {
+      c.templatesWithDuplicateFields += msg.duplicateFieldTemplates.length;
+      this.#logLimited(`duplicates|${this.exporterAddress}`, "template repeats an element", {
+        templateIds: msg.duplicateFieldTemplates.join(","),
+        observationDomainId: domain,
+        kept: "the first occurrence's value",
+      });
+    }
     if (msg.stringsTruncated > 0) {
       c.stringsTruncated += msg.stringsTruncated;
       this.#logLimited(`truncated|${this.exporterAddress}`, "strings truncated", {

@@ -43,6 +43,12 @@ export interface CollectorStats {
   readonly templateRecords: number;
   /** Template withdrawals received. */
   readonly templateWithdrawals: number;
+  /**
+   * Template records stored (refreshes included) in which an element repeats: a record is keyed
+   * by element name, so each record of theirs keeps only the first occurrence's value (as
+   * upstream's first match); the values of the repeats are not delivered.
+   */
+  readonly templatesWithDuplicateFields: number;
   /** Bytes received, including those of rejected messages. */
   readonly bytes: number;
   /**
@@ -143,6 +149,7 @@ export class Counters {
   dataSets = 0;
   templateRecords = 0;
   templateWithdrawals = 0;
+  templatesWithDuplicateFields = 0;
   bytes = 0;
   decodeErrorsTotal = 0;
   templateMisses = 0;
@@ -248,6 +255,7 @@ export class Counters {
       dataSets: this.dataSets,
       templateRecords: this.templateRecords,
       templateWithdrawals: this.templateWithdrawals,
+      templatesWithDuplicateFields: this.templatesWithDuplicateFields,
       bytes: this.bytes,
       decodeErrors: Object.fromEntries(this.#decodeErrors),
       decodeErrorsTotal: this.decodeErrorsTotal,

@@ -68,6 +68,11 @@ export interface CompiledTemplate {
   readonly fixedRecordLength: number;
   /** Record key of each field in template order (registry name or `"<pen>/<id>"`). */
   readonly names: readonly string[];
+  /**
+   * Fields whose record key repeats an earlier field's (RFC 7011 allows an element twice): a
+   * record is keyed by name, so only the first one's value is kept (upstream's first match).
+   */
+  readonly duplicateFields: number;
   /** The generated decoder (see {@linkcode RecordsDecoder}). */
   readonly decodeRecords: RecordsDecoder;
   /** With {@linkcode CompileOptions.only}: the one-record decoder into a given object. */
@@ -455,6 +460,7 @@ interface Codec {
   readonly minRecordLength: number;
   readonly fixedRecordLength: number;
   readonly names: readonly string[];
+  readonly duplicateFields: number;
   readonly decodeRecords: RecordsDecoder;
   readonly fillRecord: RecordFiller | undefined;
   /** Fields of the template. */
@@ -489,6 +495,8 @@ interface Plan extends DecodeMode {
   readonly stringSlot: readonly number[];
   /** String fields of the template. */
   readonly strings: number;
+  /** Fields whose key repeats an earlier field's (never decoded). */
+  readonly duplicates: number;
 }
 
 function badTemplate(t: TemplateRecord, i: number, f: FieldSpecifier, why: string): never {
@@ -522,6 +530,7 @@ function makePlan(t: TemplateRecord, mode: DecodeMode): Plan {
   const variable: boolean[] = [];
   const keep: boolean[] = [];
   const seen = new Set<string>();
+  let duplicates = 0;
   for (let i = 0; i < n; i++) {
     const f = t.fields[i];
     const ie = lookupElement(f.enterprise, f.id);
@@ -530,7 +539,9 @@ function makePlan(t: TemplateRecord, mode: DecodeMode): Plan {
     names.push(name);
     types.push(type);
     lengths.push(f.length);
-    keep.push(!seen.has(name) && (mode.only === undefined || mode.only.has(name)));
+    const repeated = seen.has(name);
+    if (repeated) duplicates++;
+    keep.push(!repeated && (mode.only === undefined || mode.only.has(name)));
     seen.add(name);
     if (f.length === VARIABLE_LENGTH) {
       if (!isVariableType(type)) badTemplate(t, i, f, `${type} cannot be variable-length`);
@@ -549,7 +560,19 @@ function makePlan(t: TemplateRecord, mode: DecodeMode): Plan {
   for (let i = n - 1; i >= 0; i--) restMin[i] = restMin[i + 1] + minFieldLength(lengths[i]);
   let strings = 0;
   const stringSlot = types.map((type) => type === "string" ? strings++ : -1);
-  return { id: t.id, names, types, lengths, variable, restMin, keep, stringSlot, strings, ...mode };
+  return {
+    id: t.id,
+    names,
+    types,
+    lengths,
+    variable,
+    restMin,
+    keep,
+    stringSlot,
+    strings,
+    duplicates,
+    ...mode,
+  };
 }
 
 /** Reads a fixed-length value (generic tier; same semantics as {@linkcode fixedExpr}). */
@@ -859,6 +882,7 @@ function buildCodec(
     minRecordLength: plan.restMin[0],
     fixedRecordLength: fixed,
     names: Object.freeze(plan.names),
+    duplicateFields: plan.duplicates,
     decodeRecords,
     fillRecord,
     width,
@@ -1005,6 +1029,7 @@ function compiled(t: TemplateRecord, codec: Codec): CompiledTemplate {
     minRecordLength: codec.minRecordLength,
     fixedRecordLength: codec.fixedRecordLength,
     names: codec.names,
+    duplicateFields: codec.duplicateFields,
     decodeRecords: codec.decodeRecords,
     ...(codec.fillRecord === undefined ? {} : { fillRecord: codec.fillRecord }),
   };

@@ -83,6 +83,11 @@ export interface DecodedMessage {
   templateRecords: number;
   /** Withdrawal records applied. */
   withdrawals: number;
+  /**
+   * Ids of the template records stored whose element repeats (the values after the first are
+   * not kept in the decoded records: see `CompiledTemplate.duplicateFields`), one per record.
+   */
+  duplicateFieldTemplates: number[];
   /** Template ids of data sets skipped for lack of a template. */
   templateMisses: number[];
   /** Sets dropped (the rest of the message was kept); setId -1 = set header cut. */
@@ -355,6 +360,7 @@ function parseTemplateSet(
 }
 
 const NO_MISSES: number[] = Object.freeze([]) as unknown as number[];
+const NO_DUPLICATES: number[] = Object.freeze([]) as unknown as number[];
 const NO_SET_ERRORS: DecodedMessage["setErrors"] = Object.freeze([]) as unknown as [];
 const NO_DROPS: DecodedMessage["recordsDropped"] = Object.freeze([]) as unknown as [];
 const NO_REFUSALS: DecodedMessage["templatesRefused"] = Object.freeze([]) as unknown as [];
@@ -469,6 +475,7 @@ export function decodeMessage(
     dataSets: [],
     templateRecords: 0,
     withdrawals: 0,
+    duplicateFieldTemplates: NO_DUPLICATES,
     templateMisses: NO_MISSES,
     setErrors: NO_SET_ERRORS,
     recordsDropped: NO_DROPS,
@@ -544,8 +551,14 @@ export function decodeMessage(
       for (const op of parsed.ops) {
         if ("t" in op) {
           const reason = store.add(domain, op.t);
-          if (reason === undefined) msg.templateRecords++;
-          else refused(msg, op.t.template.id, { reason, templates: 1 });
+          if (reason !== undefined) refused(msg, op.t.template.id, { reason, templates: 1 });
+          else {
+            msg.templateRecords++;
+            if (op.t.duplicateFields > 0) {
+              if (msg.duplicateFieldTemplates === NO_DUPLICATES) msg.duplicateFieldTemplates = [];
+              msg.duplicateFieldTemplates.push(op.t.template.id);
+            }
+          }
         } else if ("refused" in op) {
           // An id below 256 names no template: nothing to remove, no data set to expect.
           if (op.refused >= 256) store.refuse(domain, op.refused, op.minRecordLength);

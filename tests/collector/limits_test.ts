@@ -216,6 +216,18 @@ Deno.test("tcp: an invalid template is refused alone: its set's other template i
     assert.equal(s.sessionsClosedOnError, 0);
   }));
 
+Deno.test("tcp: a template repeating an element is counted once when announced, not per record", () =>
+  withCollector({ protocol: "tcp" }, async ({ c, received, connect }) => {
+    const conn = await connect();
+    const twice = fieldsFor(["sourceTransportPort", "sourceTransportPort"]);
+    await writeAll(conn, templateMessage(1, [300, 301], twice));
+    await writeAll(conn, dataMessage(1, 300, twice, [{ sourceTransportPort: 1 }, {}, {}]));
+    await waitFor(() => received.length === 1, { what: "300's records" });
+    const s = c.stats();
+    assert.equal(s.templatesWithDuplicateFields, 2);
+    assert.equal(received[0].records.length, 3);
+  }));
+
 Deno.test("udp: sessions share the total template budget; an evicted session frees it", () =>
   withCollector({ protocol: "udp", limits: { ...LIMITS, maxUdpSessions: 2 } }, async ({ c }) => {
     const clients = [udpClient("127.0.0.1"), udpClient("127.0.0.1"), udpClient("127.0.0.1")];

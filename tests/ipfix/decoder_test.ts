@@ -438,6 +438,28 @@ Deno.test("duplicate IEs in a template: first occurrence wins, offsets stay alig
   });
 });
 
+Deno.test("a template repeating an element is reported when stored (the repeats' values are not kept)", () => {
+  // The review's template: sourceTransportPort twice; only the first value reaches the record.
+  const store = new TemplateStore();
+  const twice = fieldsFor(["sourceTransportPort", "sourceTransportPort"]);
+  const m = decodeMessage(
+    message([encodeTemplateSet([tmpl(300, twice), tmpl(301, PORTS)])]),
+    store,
+  );
+  assert.deepEqual(m.duplicateFieldTemplates, [300]);
+  assert.equal(store.get(DOMAIN, 300)?.duplicateFields, 1);
+  assert.equal(store.get(DOMAIN, 301)?.duplicateFields, 0);
+  // Three of one element: two values not kept, one template reported.
+  const thrice = fieldsFor(["protocolIdentifier", "protocolIdentifier", "protocolIdentifier"]);
+  const m2 = decodeMessage(message([encodeTemplateSet([tmpl(302, thrice)])]), store);
+  assert.deepEqual(m2.duplicateFieldTemplates, [302]);
+  assert.equal(store.get(DOMAIN, 302)?.duplicateFields, 2);
+  // Nothing per record: data sets report nothing.
+  const data = decodeMessage(message([rawSet(300, [0, 1, 0, 2])]), store);
+  assert.deepEqual(data.duplicateFieldTemplates, []);
+  assert.deepEqual(data.dataSets[0].records, [{ sourceTransportPort: 1 }]);
+});
+
 Deno.test("data before its template in one message is a miss; after it, decoded", () => {
   const store = new TemplateStore();
   const t = tmpl(300, PORTS);

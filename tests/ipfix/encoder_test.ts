@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import {
+  type DataType,
   decodeMessage,
   encodeDataSet,
   encodeMessage,
@@ -11,7 +12,7 @@ import {
 } from "../../src/ipfix/mod.ts";
 import { AGGREGATED_IPV4_FIELDS, POD_LABEL_FIELDS } from "../../src/record/schema.ts";
 import { hex } from "./golden.ts";
-import { message, tmpl } from "./helpers.ts";
+import { message, registerTestElements, spec, tmpl } from "./helpers.ts";
 
 Deno.test("enterprise field specifiers are encoded as in ipfix.md §1.4", () => {
   const set = encodeTemplateSet([
@@ -136,4 +137,85 @@ Deno.test("RecordEncoder reuses one buffer for many records", () => {
   const store = new TemplateStore();
   const m = decodeMessage(message([encodeTemplateSet([tmpl(300, fields)]), set]), store);
   assert.deepEqual(m.dataSets[0].records, recs);
+});
+
+/** The encoding of `value` for element `name` in `length` bytes, or the encode error's message. */
+function encoded(name: string, length: number, value: unknown): string {
+  const [f] = fieldsFor([name]);
+  try {
+    const set = encodeDataSet(300, [{ ...f, length }], [{ [name]: value as bigint }]);
+    return [...set.subarray(4)].map((b) => b.toString(16).padStart(2, "0")).join("");
+  } catch (e) {
+    assert.ok(e instanceof IpfixEncodeError, String(e));
+    return "error";
+  }
+}
+
+Deno.test("an integer that does not fit its field throws instead of wrapping", () => {
+  // Found by a differential review against tshark: each was written modulo 2^(8 × length),
+  // e.g. unsigned8 300 as 2c, unsigned16 70000 as 1170, dateTimeSeconds 2^32 + 7 as 7.
+  const cases: [string, number, unknown][] = [
+    ["protocolIdentifier", 1, 300], // unsigned8
+    ["protocolIdentifier", 1, -1],
+    ["sourceTransportPort", 2, 70000], // unsigned16
+    ["octetDeltaCount", 4, 2n ** 40n + 1n], // unsigned64 in 4 bytes (reduced size)
+    ["octetDeltaCount", 4, -1n],
+    ["octetDeltaCount", 8, 2n ** 64n],
+    ["octetDeltaCount", 8, -(2n ** 63n) - 1n],
+    ["flowEndSeconds", 4, 2 ** 32 + 7], // dateTimeSeconds
+    ["flowEndSeconds", 4, 2n ** 64n + 7n], // a bigint that asIntN(64) brought back to 7
+    ["protocolIdentifier", 1, 1.7], // a fraction was truncated to 1
+    ["ingressNetworkPolicyRulePriority", 4, 2 ** 31], // signed32
+    ["ingressNetworkPolicyRulePriority", 2, -32769], // signed32 in 2 bytes
+  ];
+  for (const [name, length, value] of cases) {
+    assert.equal(encoded(name, length, value), "error", `${name}/${length} ${value}`);
+  }
+});
+
+Deno.test("integers at the edges of their field's range are written exactly", () => {
+  const cases: [string, number, unknown, string][] = [
+    ["protocolIdentifier", 1, 255, "ff"],
+    ["protocolIdentifier", 1, 0n, "00"],
+    ["sourceTransportPort", 2, 65535, "ffff"],
+    ["octetDeltaCount", 4, 2n ** 32n - 1n, "ffffffff"],
+    ["octetDeltaCount", 3, 2 ** 24 - 1, "ffffff"],
+    ["octetDeltaCount", 8, 2n ** 64n - 1n, "ffffffffffffffff"],
+    // The documented wrap kept: a negative unsigned64 in 8 bytes, as Go's uint64(int64) cast.
+    ["octetDeltaCount", 8, -(2n ** 63n), "8000000000000000"],
+    ["octetDeltaCount", 8, -5, "fffffffffffffffb"],
+    ["flowEndSeconds", 4, 2 ** 32 - 1, "ffffffff"],
+    ["ingressNetworkPolicyRulePriority", 4, -(2 ** 31), "80000000"],
+    ["ingressNetworkPolicyRulePriority", 4, 2 ** 31 - 1, "7fffffff"],
+    ["ingressNetworkPolicyRulePriority", 2, -32768, "8000"],
+  ];
+  for (const [name, length, value, want] of cases) {
+    assert.equal(encoded(name, length, value), want, `${name}/${length} ${value}`);
+  }
+});
+
+Deno.test("signed64 and dateTimeMilliseconds: their own ranges (no negative wrap but unsigned64's)", () => {
+  registerTestElements();
+  const cases: [DataType, number, bigint, string][] = [
+    ["signed64", 8, 2n ** 63n - 1n, "7fffffffffffffff"],
+    ["signed64", 8, -(2n ** 63n), "8000000000000000"],
+    ["signed64", 8, 2n ** 63n, "error"],
+    ["signed64", 8, -(2n ** 63n) - 1n, "error"],
+    ["signed64", 3, -(2n ** 23n), "800000"],
+    ["signed64", 3, 2n ** 23n, "error"],
+    ["dateTimeMilliseconds", 8, 2n ** 64n - 1n, "ffffffffffffffff"],
+    ["dateTimeMilliseconds", 8, -1n, "error"],
+  ];
+  for (const [type, length, value, want] of cases) {
+    const f = spec(type, length);
+    let got: string;
+    try {
+      const set = encodeDataSet(300, [f], [{ [`test_${type}`]: value }]);
+      got = [...set.subarray(4)].map((b) => b.toString(16).padStart(2, "0")).join("");
+    } catch (e) {
+      assert.ok(e instanceof IpfixEncodeError, String(e));
+      got = "error";
+    }
+    assert.equal(got, want, `${type}/${length} ${value}`);
+  }
 });

@@ -43,7 +43,9 @@ function corpus(): Uint8Array[] {
   const mixed = tmpl(300, [
     ...fieldsFor(["sourcePodName", "octetDeltaCount", "flowType"]),
     { id: 999, enterprise: 0, length: VARIABLE_LENGTH },
-    { id: 1, enterprise: 0, length: 3 },
+    // packetDeltaCount reduced to 3 bytes (it was octetDeltaCount again, whose 2^64 - 5 the
+    // encoder wrote as its low 3 bytes: it now refuses a value that does not fit; same bytes)
+    { id: 2, enterprise: 0, length: 3 },
   ]);
   const opt = {
     id: 400,
@@ -64,6 +66,7 @@ function corpus(): Uint8Array[] {
         {
           sourcePodName: "a".repeat(260),
           octetDeltaCount: 2n ** 64n - 5n,
+          packetDeltaCount: 2n ** 24n - 5n,
           flowType: 3,
           "0/999": new Uint8Array(3),
         },

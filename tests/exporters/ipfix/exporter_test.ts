@@ -561,6 +561,24 @@ Deno.test("a record with a wrongly typed value is dropped alone; its batch still
   assert.equal(cap.messages.length, 3);
 });
 
+Deno.test("a record with a value too large for its field is dropped and counted, not wrapped", async () => {
+  // protocolIdentifier (unsigned8) 300 went out as 44 (0x2c): a wrong flow, silently.
+  const { cap, e } = await startExporter("tcp");
+  const bad = fixture(false, 1);
+  (bad as unknown as Record<string, unknown>).protocolIdentifier = 300;
+  e.addRecord(flow(false, 0));
+  e.addRecord(flow(false, 1, bad));
+  e.addRecord(flow(false, 2));
+  await cap.waitFor(() => cap.records.length === 2);
+  await e.stop();
+  await cap.close();
+  const s = e.stats();
+  assert.equal(s.exported, 2);
+  assert.equal(s.dropped, 1);
+  assert.equal(s.errors, 1);
+  assert.deepEqual(cap.records.map((r) => r.record.flowEndSeconds), [1637706973, 1637706975]);
+});
+
 Deno.test("a record queued while the idle pump is between its checks is still sent", async () => {
   // The idle pump checks the queue, then awaits the UDP template refresh check (a real send
   // when due), then waits for a wake-up: a record added in between signalled nobody and sat in

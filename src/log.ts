@@ -124,11 +124,24 @@ function renderValue(v: unknown): string {
   return String(v);
 }
 
-// Characters that send a terminal escape or reorder text (C1 controls, bidirectional marks):
-// written `\uHHHH`, as JSON.stringify writes the C0 controls. \s covers U+2028/U+2029.
-// deno-lint-ignore no-control-regex -- matching control characters is the point
-const LOGFMT_PLAIN = /^[^\s"=\\\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]+$/;
-const LOGFMT_UNESCAPED = /[\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+/**
+ * The characters no line of text this process writes carries raw, as a RegExp character-class
+ * body: the C0 and C1 controls and DEL (terminal escapes, line breaks), the line and paragraph
+ * separators U+2028/U+2029 (lines to JavaScript and Python readers), and the bidirectional marks
+ * and overrides U+200E/U+200F, U+202A–U+202E, U+2066–U+2069 (they reorder text on a terminal).
+ * Shared by the log lines (logfmt, below) and the line-based sinks (`exporters/text.ts`).
+ */
+export const UNSAFE_CHARS = "\\x00-\\x1f\\x7f-\\x9f\\u200e\\u200f\\u2028-\\u202e\\u2066-\\u2069";
+
+/** `c`'s code unit as `\uHHHH`. */
+export function unicodeEscape(c: string): string {
+  return "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0");
+}
+
+// \s covers U+2028/U+2029 and some C0 controls; the class the rest.
+const LOGFMT_PLAIN = new RegExp(`^[^\\s"=\\\\${UNSAFE_CHARS}]+$`);
+// JSON.stringify writes the C0 controls as escapes already; these are the others.
+const LOGFMT_UNESCAPED = new RegExp(`[${UNSAFE_CHARS}]`, "g");
 
 /**
  * A logfmt value: as is when plain, else JSON-quoted with every control character escaped (a
@@ -136,10 +149,7 @@ const LOGFMT_UNESCAPED = /[\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-
  */
 function quoteLogfmt(s: string): string {
   if (LOGFMT_PLAIN.test(s)) return s;
-  return JSON.stringify(s).replace(
-    LOGFMT_UNESCAPED,
-    (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"),
-  );
+  return JSON.stringify(s).replace(LOGFMT_UNESCAPED, unicodeEscape);
 }
 
 /** A named logger; `component` is written as the first field of every event. */

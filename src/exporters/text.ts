@@ -10,9 +10,13 @@
  * @module
  */
 
-// Must stay in sync with escapeAll. Not global (`g`): test() keeps no lastIndex state.
-// deno-lint-ignore no-control-regex -- matching control characters is the point
-const SPECIAL = /[\x00-\x1f,\\\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069\ufffd]/;
+import { unicodeEscape, UNSAFE_CHARS } from "../log.ts";
+
+// Every character clean() rewrites: the unsafe ones, the field separator, the escape character
+// itself and U+FFFD. Not global (`g`) for test(): it keeps no lastIndex state.
+const SPECIAL_CLASS = `[${UNSAFE_CHARS},\\\\\\ufffd]`;
+const SPECIAL = new RegExp(SPECIAL_CLASS);
+const SPECIAL_ALL = new RegExp(SPECIAL_CLASS, "g");
 
 /**
  * The value `s` safe for one field of a line (the flow log's and the S3 objects'):
@@ -35,23 +39,16 @@ export function clean(s: string): string {
 
 /** The rare path of {@linkcode clean}: rewrites every special character of `s`. */
 function escapeAll(s: string): string {
-  let out = "";
-  let from = 0;
-  for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i);
-    let rep: string;
-    if (c === 0x2c) rep = " ";
-    else if (c === 0x5c) rep = "\\\\";
-    else if (c < 0x20 || (c >= 0x7f && c <= 0x9f)) rep = "\\x" + c.toString(16).padStart(2, "0");
-    else if (
-      c === 0xfffd || c === 0x200e || c === 0x200f || (c >= 0x2028 && c <= 0x202e) ||
-      (c >= 0x2066 && c <= 0x2069)
-    ) rep = "\\u" + c.toString(16);
-    else continue;
-    out += s.slice(from, i) + rep;
-    from = i + 1;
-  }
-  return out + s.slice(from);
+  return s.replace(SPECIAL_ALL, escapeChar);
+}
+
+/** What {@linkcode clean} writes for one special character. */
+function escapeChar(ch: string): string {
+  const c = ch.charCodeAt(0);
+  if (c === 0x2c) return " ";
+  if (c === 0x5c) return "\\\\";
+  if (c < 0x20 || (c >= 0x7f && c <= 0x9f)) return "\\x" + c.toString(16).padStart(2, "0");
+  return unicodeEscape(ch);
 }
 
 /**

@@ -45,3 +45,13 @@ export function wholePieces(
   }
   return { count, bytes: total };
 }
+
+/** Base64 of `bytes`, whatever their size (built in pieces: one spread of more than ~125k
+ * arguments into `String.fromCharCode` throws a RangeError). */
+export function toBase64(bytes: Uint8Array): string {
+  let binary = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) {
+    binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  }
+  return btoa(binary);
+}

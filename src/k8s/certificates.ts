@@ -17,6 +17,7 @@
  */
 
 import type * as k8s from "@kubernetes/client-node";
+import { toBase64 } from "../bytes.ts";
 import type { Clock } from "../clock.ts";
 import { logger } from "../log.ts";
 import type {
@@ -94,13 +95,7 @@ export const MAX_PEM_BYTES = 64 << 10;
 
 /** Base64 of `text`'s UTF-8, whatever its size. */
 function b64(text: string): string {
-  const bytes = new TextEncoder().encode(text);
-  // In pieces: one spread of more than ~125k arguments throws a RangeError.
-  let binary = "";
-  for (let i = 0; i < bytes.length; i += 0x8000) {
-    binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
-  }
-  return btoa(binary);
+  return toBase64(new TextEncoder().encode(text));
 }
 
 /** The text of a Secret's base64 value; undefined when absent or not base64 (someone's edit). */

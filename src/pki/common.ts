@@ -6,6 +6,8 @@
  * @module
  */
 
+import { toBase64 } from "../bytes.ts";
+
 /** Namespace used when none is configured (control-plane.md §4.2). */
 export const DEFAULT_NAMESPACE = "flow-aggregator";
 
@@ -16,8 +18,6 @@ export const DAY_MS: number = 24 * HOUR_MS;
 
 /** `der` as a PEM block labelled `label`, 64 base64 characters a line. */
 export function pem(label: string, der: Uint8Array): string {
-  let bin = "";
-  for (const b of der) bin += String.fromCharCode(b);
-  const b64 = btoa(bin).replace(/(.{64})/g, "$1\n").replace(/\n$/, "");
+  const b64 = toBase64(der).replace(/(.{64})/g, "$1\n").replace(/\n$/, "");
   return `-----BEGIN ${label}-----\n${b64}\n-----END ${label}-----\n`;
 }

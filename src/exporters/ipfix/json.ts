@@ -7,6 +7,7 @@
  */
 
 import type { FieldValue } from "../../ipfix/types.ts";
+import { toBase64 } from "../../bytes.ts";
 
 const encoder = new TextEncoder();
 
@@ -29,9 +30,7 @@ function jsonValue(v: FieldValue): string {
       return goJsonString(v);
     default: {
       // Go marshals []byte as base64; no Antrea IE is an octetArray, but stay faithful.
-      let bin = "";
-      for (const b of v) bin += String.fromCharCode(b);
-      return goJsonString(btoa(bin));
+      return goJsonString(toBase64(v));
     }
   }
 }

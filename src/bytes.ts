@@ -55,3 +55,28 @@ export function toBase64(bytes: Uint8Array): string {
   }
   return btoa(binary);
 }
+
+/**
+ * The bytes of `file` from where it stands, at most `max`; undefined, having read `max + 1`, when
+ * it holds more. `sizeHint` (the size a stat announced) sizes the first buffer; the read is
+ * bounded whatever the file does meanwhile.
+ */
+export async function readUpTo(
+  file: Deno.FsFile,
+  max: number,
+  sizeHint: number = max,
+): Promise<Uint8Array | undefined> {
+  let buf = new Uint8Array(Math.min(sizeHint, max) + 1);
+  let n = 0;
+  for (;;) {
+    if (n === buf.length) {
+      if (n > max) return undefined;
+      const bigger = new Uint8Array(Math.min(buf.length * 2, max + 1));
+      bigger.set(buf);
+      buf = bigger;
+    }
+    const got = await file.read(buf.subarray(n));
+    if (got === null) return buf.subarray(0, n);
+    n += got;
+  }
+}

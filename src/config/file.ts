@@ -7,6 +7,8 @@
  * @module
  */
 
+import { readUpTo } from "../bytes.ts";
+
 /** Largest configuration file read, bytes (the stock ConfigMap's is ~12 KiB). */
 export const MAX_CONFIG_FILE_BYTES = 1 << 20;
 
@@ -40,23 +42,11 @@ export async function readConfigFile(
 }
 
 async function readBounded(file: Deno.FsFile, path: string, max: number): Promise<string> {
-  // The size announced sizes the buffer; the read is bounded whatever the file does meanwhile.
-  let buf = new Uint8Array(Math.min((await file.stat()).size, max) + 1);
-  let n = 0;
-  for (;;) {
-    if (n === buf.length) {
-      if (n > max) {
-        throw new Error(
-          `configuration file ${path} is larger than ${max} bytes: not read (a configuration is a few KiB)`,
-        );
-      }
-      const bigger = new Uint8Array(Math.min(buf.length * 2, max + 1));
-      bigger.set(buf);
-      buf = bigger;
-    }
-    const got = await file.read(buf.subarray(n));
-    if (got === null) break;
-    n += got;
+  const bytes = await readUpTo(file, max, (await file.stat()).size);
+  if (bytes === undefined) {
+    throw new Error(
+      `configuration file ${path} is larger than ${max} bytes: not read (a configuration is a few KiB)`,
+    );
   }
-  return new TextDecoder().decode(buf.subarray(0, n));
+  return new TextDecoder().decode(bytes);
 }

@@ -16,6 +16,7 @@
  *    new one, never half of one).
  */
 
+import { readUpTo } from "../bytes.ts";
 import type { Clock } from "../clock.ts";
 import { logger } from "../log.ts";
 import type { KubeApi } from "./client.ts";
@@ -279,15 +280,9 @@ async function readStateFile(path: string): Promise<{ uuid?: string; problem?: s
   try {
     // What was opened, not what was looked at: the path may have been replaced in between.
     if (!(await file.stat()).isFile) return { problem: "not a regular file (replaced)" };
-    const buf = new Uint8Array(STATE_FILE_MAX_BYTES + 1);
-    let n = 0;
-    while (n < buf.length) {
-      const r = await file.read(buf.subarray(n));
-      if (r === null) break;
-      n += r;
-    }
-    if (n > STATE_FILE_MAX_BYTES) return { problem: `over ${STATE_FILE_MAX_BYTES} bytes` };
-    const text = new TextDecoder().decode(buf.subarray(0, n)).trim();
+    const bytes = await readUpTo(file, STATE_FILE_MAX_BYTES);
+    if (bytes === undefined) return { problem: `over ${STATE_FILE_MAX_BYTES} bytes` };
+    const text = new TextDecoder().decode(bytes).trim();
     return isUuid(text) ? { uuid: text } : { problem: "not a UUID" };
   } catch (err) {
     return { problem: `cannot read it: ${(err as Error).message}` };

@@ -13,6 +13,7 @@
  */
 
 import type * as k8s from "@kubernetes/client-node";
+import { concatBytes } from "../bytes.ts";
 import type { fetch as undiciFetch } from "undici";
 
 /** Counters of the HTTP library. */
@@ -135,12 +136,7 @@ export function boundedHttpLibrary(
       }
       const headers: Record<string, string> = {};
       res.headers.forEach((value, name) => headers[name] = value);
-      const body = new Uint8Array(bytes);
-      let at = 0;
-      for (const c of chunks) {
-        body.set(c, at);
-        at += c.byteLength;
-      }
+      const body = concatBytes(chunks);
       return new lib.ResponseContext(res.status, headers, {
         text: () => Promise.resolve(new TextDecoder().decode(body)),
         // Node.js modules only in a cluster, and this one only if asked (our calls read text).

@@ -50,7 +50,12 @@ import {
   workerModuleMissing,
 } from "./exporters/worker_exporter.ts";
 import { type LogFields, logger } from "./log.ts";
-import { type ProcessStats, processStats } from "./process_stats.ts";
+import {
+  type ProcessStats,
+  processStats,
+  type ThreadMemory,
+  threadMemory,
+} from "./process_stats.ts";
 import type { ApiFrontStats } from "./api/front.ts";
 import type { KlogFilesStats } from "./log/mod.ts";
 import type { ShardPool, ShardPoolStats } from "./shard/pool.ts";
@@ -233,6 +238,12 @@ export interface FlowAggregatorStats extends RecordMetrics, Partial<ConfigWatche
   api?: ApiFrontStats;
   /** The process's resource use (every thread's), read with the counters. */
   process?: ProcessStats;
+  /**
+   * Each thread's V8 memory, by thread: `main`, `shard<i>` (shard workers, as of their last
+   * report), the section of a sink run in a worker (as of its last counters). The UDP receive
+   * workers are left out: their buffers are allocated once, at their start.
+   */
+  threads?: Record<string, ThreadMemory>;
   /** The klog log files' counters, when the process writes them (`--logtostderr=false`). */
   logFiles?: KlogFilesStats;
   /** The Pod store's counters, with a cluster. */
@@ -825,12 +836,25 @@ export class FlowAggregator {
       ...present("shards", this.#pool?.counters()),
       ...present("api", this.apiStats?.()),
       process: processStats(),
+      threads: this.#threadMemory(),
       ...present("logFiles", this.#opts.logFileCounters?.()),
       ...present("podStore", this.#opts.podStoreCounters?.()),
       ...present("certificates", this.#opts.certificateCounters?.()),
       ...present("clusterUuid", this.#opts.clusterUuidCounters?.()),
       ...present("kubeClient", this.#opts.kubeClientCounters?.()),
     };
+  }
+
+  #threadMemory(): Record<string, ThreadMemory> {
+    const threads: Record<string, ThreadMemory> = {
+      main: threadMemory(),
+      ...this.#pool?.threadMemory(),
+    };
+    for (const [section, e] of this.#exporters) {
+      const memory = e.threadMemory?.();
+      if (memory !== undefined) threads[section] = memory;
+    }
+    return threads;
   }
 
   async #apply(next: FlowAggregatorConfig, diff: ConfigDiff): Promise<void> {
@@ -1240,6 +1264,7 @@ export function statsFields(stats: FlowAggregatorStats): LogFields {
     certificates,
     clusterUuid,
     kubeClient,
+    threads,
     ...own
   } = stats;
   const fields: LogFields = {};
@@ -1252,6 +1277,13 @@ export function statsFields(stats: FlowAggregatorStats): LogFields {
   if (certificates !== undefined) counterFields(certificates, "certificates.", fields);
   if (clusterUuid !== undefined) counterFields(clusterUuid, "clusterUuid.", fields);
   if (kubeClient !== undefined) counterFields(kubeClient, "kubeClient.", fields);
+  // Every thread's together (`/metrics` has each thread's).
+  if (threads !== undefined) {
+    const all = Object.values(threads);
+    for (const k of Object.keys(all[0] ?? {}) as (keyof ThreadMemory)[]) {
+      fields[`threads.${k}`] = all.reduce((sum, m) => sum + m[k], 0);
+    }
+  }
   fields.recordsAggregated = aggregation.recordsAccepted;
   fields.rejected = rejectedTotal(stats);
   counterFields(aggregation, "aggregation.", fields);

@@ -12,7 +12,8 @@
  * - per sink: `flow_aggregator_sink_received` ==
  *   `_exported + _dropped + _buffered (+ _filtered)`.
  *
- * The process's resource use (`src/process_stats.ts`) keeps the standard `process_` names.
+ * The process's resource use (`src/process_stats.ts`) keeps the standard `process_` names; each
+ * thread's V8 memory is `flow_aggregator_thread_heap_used_bytes{thread="shard0"}` and its twins.
  *
  * @module
  */
@@ -51,6 +52,8 @@ function sampleOf(key: string, v: unknown): Sample | undefined {
   if (key.startsWith("process.")) {
     return { name: `process_${snake(key.slice(8))}`, labels: {}, value };
   }
+  // Their sums over the threads: each thread's is here ({@linkcode threadSamples}).
+  if (key.startsWith("threads.")) return undefined;
   for (const section of EXPORTER_SECTIONS) {
     if (key.startsWith(`${section}.sink.`)) {
       const rest = key.slice(section.length + 6);
@@ -90,6 +93,20 @@ function udpSockets(s: FlowAggregatorStats): Sample[] {
   }));
 }
 
+/**
+ * Each thread's V8 memory (`thread` = `main`, `shard<i>`, or a sink's section): the process's RSS
+ * does not tell which isolate grows.
+ */
+function threadSamples(s: FlowAggregatorStats): Sample[] {
+  const out: Sample[] = [];
+  for (const [thread, memory] of Object.entries(s.threads ?? {})) {
+    for (const [k, value] of Object.entries(memory)) {
+      out.push({ name: `flow_aggregator_thread_${snake(k)}`, labels: { thread }, value });
+    }
+  }
+  return out;
+}
+
 /** The Prometheus text of a stats snapshot. */
 export function prometheusText(stats: FlowAggregatorStats): string {
   const byName = new Map<string, Sample[]>();
@@ -104,6 +121,7 @@ export function prometheusText(stats: FlowAggregatorStats): string {
   }
   for (const x of ledger(stats)) add(x);
   for (const x of udpSockets(stats)) add(x);
+  for (const x of threadSamples(stats)) add(x);
   const lines: string[] = [];
   for (const [name, samples] of [...byName].sort(([a], [b]) => a < b ? -1 : 1)) {
     lines.push(`# TYPE ${name} untyped`);

@@ -7,6 +7,7 @@
 
 import type { ExportedFlow } from "../aggregation/record.ts";
 import type { FlowBatch } from "./batch.ts";
+import type { ThreadMemory } from "../process_stats.ts";
 
 /** Counters every exporter exposes (all monotonic). */
 export interface ExporterStats {
@@ -67,6 +68,11 @@ export interface Exporter {
    * stuck sink does not live on beside its replacement). `stop()` then resolves.
    */
   abandon?(reason: string): void;
+  /**
+   * Optional: the V8 memory of the thread the exporter runs in when it has one of its own (a
+   * sink in a worker); undefined while that thread is not running.
+   */
+  threadMemory?(): ThreadMemory | undefined;
   /** Returns the counters. */
   stats(): ExporterStats;
 }

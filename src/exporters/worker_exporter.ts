@@ -31,6 +31,7 @@ import {
 } from "./batch.ts";
 import type { ExporterComponent, ExporterContext, ExporterPermissions } from "./component.ts";
 import type { Exporter, ExporterStats } from "./exporter.ts";
+import type { ThreadMemory } from "../process_stats.ts";
 import {
   emptyWorkerStats,
   type FromWorker,
@@ -327,6 +328,11 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
   abandon(reason: string): void {
     this.#stopping = true;
     if (this.#worker !== undefined) this.#died(reason);
+  }
+
+  /** The worker thread's V8 memory as of its last counters; undefined while none runs. */
+  threadMemory(): ThreadMemory | undefined {
+    return this.#worker === undefined ? undefined : this.#w.memory;
   }
 
   /** The ledger: received = exported + dropped + filtered + buffered + unacknowledged. */

@@ -14,6 +14,7 @@ import { type FlowBatch, openBatch, readFlows } from "./batch.ts";
 import type { ExporterComponent } from "./component.ts";
 import { type Exporter, offerBatch } from "./exporter.ts";
 import { deniedCount, isDenied } from "./denied.ts";
+import { threadMemory } from "../process_stats.ts";
 import {
   emptyWorkerStats,
   type FromWorker,
@@ -61,6 +62,7 @@ export function runExporterWorker<C extends SectionConfig>(
       filtered: Number(s?.filtered ?? 0),
       unacknowledged: Number(s?.unacknowledged ?? 0),
       extra,
+      memory: threadMemory(),
     };
   };
 

@@ -11,6 +11,7 @@ import type { LogFormat, LogLevel } from "../log.ts";
 import type { ExporterContext } from "./component.ts";
 import type { ExporterStats } from "./exporter.ts";
 import type { BatchBuffer } from "./batch.ts";
+import type { ThreadMemory } from "../process_stats.ts";
 
 /** Counters the worker reports: the sink's own plus what the host counted around it. */
 export interface WorkerStats extends ExporterStats {
@@ -26,6 +27,8 @@ export interface WorkerStats extends ExporterStats {
   unacknowledged: number;
   /** The sink's further counters, verbatim. */
   extra: Record<string, number | boolean>;
+  /** The worker thread's V8 memory when these counters were read (not summed over workers). */
+  memory?: ThreadMemory;
 }
 
 /** Main thread → worker. */

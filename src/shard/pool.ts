@@ -47,6 +47,7 @@ import {
 } from "./protocol.ts";
 import { ReportCell } from "./report_cell.ts";
 import { createRing, RingWriter } from "./ring.ts";
+import type { ThreadMemory } from "../process_stats.ts";
 
 const log = logger("shard-pool");
 
@@ -726,6 +727,16 @@ export class ShardPool {
     let stringsTruncated = this.#retiredTruncated;
     for (const s of this.#shards) stringsTruncated += reportOf(s)?.stringsTruncated ?? 0;
     return { ...this.#counters, stringsTruncated };
+  }
+
+  /** Each live shard's thread memory as of its last report, by `shard<index>`. */
+  threadMemory(): Record<string, ThreadMemory> {
+    const out: Record<string, ThreadMemory> = {};
+    for (const s of this.#shards) {
+      const memory = s.dead ? undefined : reportOf(s)?.memory;
+      if (memory !== undefined) out[`shard${s.index}`] = memory;
+    }
+    return out;
   }
 
   /**

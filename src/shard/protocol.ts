@@ -16,6 +16,7 @@ import type { AggregationStats } from "../aggregation/counters.ts";
 import type { LogFormat, LogLevel } from "../log.ts";
 import type { PodChange } from "../k8s/pod_store.ts";
 import type { BatchBuffer } from "../exporters/batch.ts";
+import type { ThreadMemory } from "../process_stats.ts";
 
 /** The core's settings a shard takes at start and on a reload (all serialisable). */
 export interface ShardSettings {
@@ -130,6 +131,8 @@ export interface ShardReport {
   stats: AggregationStats;
   /** String values cut to `limits.maxStringBytes` by the shard's decoders (monotonic). */
   stringsTruncated: number;
+  /** The shard thread's V8 memory when the report was written. */
+  memory: ThreadMemory;
 }
 
 /** Shard worker → main thread. */

@@ -15,13 +15,15 @@
  * With one copy under a seqlock such a read gave the last one this reader had read, which could
  * be a minute old, and a dying shard's accounting was made from it. The counters' identities
  * (`recordsIn` = accepted + rejected, ...) hold in every snapshot read. The layout is derived from the counters object
- * itself ({@linkcode REPORT_FIELDS}), so a counter added to the core is carried without an edit.
+ * itself ({@linkcode REPORT_FIELDS}), so a counter added to the core is carried without an edit;
+ * the shard thread's V8 memory ({@linkcode ThreadMemory}) follows the counters.
  *
  * @module
  */
 
 import { type AggregationStats, CoreCounters } from "../aggregation/counters.ts";
 import type { ShardReport } from "./protocol.ts";
+import { type ThreadMemory, threadMemory } from "../process_stats.ts";
 
 /** One number of a report: a counter, or one entry of a nested map of counters. */
 type Field = readonly [key: string, sub: string | undefined];
@@ -39,8 +41,11 @@ export const REPORT_FIELDS: readonly Field[] = (() => {
   return fields;
 })();
 
-/** Values of a cell: the counters, then `stringsTruncated`. */
-const VALUES = REPORT_FIELDS.length + 1;
+/** The figures of the shard thread's memory, in cell order after `stringsTruncated`. */
+const MEMORY_FIELDS = Object.keys(threadMemory()) as (keyof ThreadMemory)[];
+
+/** Values of a cell: the counters, then `stringsTruncated`, then the thread's memory. */
+const VALUES = REPORT_FIELDS.length + 1 + MEMORY_FIELDS.length;
 
 /** Bytes of a cell: the sequence word (8, for the alignment of the values) and two copies. */
 export const REPORT_CELL_BYTES = 8 + 2 * 8 * VALUES;
@@ -84,6 +89,9 @@ export class ReportCell {
       v[i] = sub === undefined ? stats[k] as number : (stats[k] as Record<string, number>)[sub];
     }
     v[REPORT_FIELDS.length] = r.stringsTruncated;
+    for (let i = 0; i < MEMORY_FIELDS.length; i++) {
+      v[REPORT_FIELDS.length + 1 + i] = r.memory[MEMORY_FIELDS[i]];
+    }
     Atomics.store(this.#seq, 0, next); // published
   }
 
@@ -117,8 +125,13 @@ function reportOf(v: Float64Array): ShardReport {
     if (sub === undefined) stats[k] = v[i];
     else ((stats[k] ??= {}) as Record<string, number>)[sub] = v[i];
   }
+  const memory = {} as ThreadMemory;
+  for (let i = 0; i < MEMORY_FIELDS.length; i++) {
+    memory[MEMORY_FIELDS[i]] = v[REPORT_FIELDS.length + 1 + i];
+  }
   return {
     stats: stats as unknown as AggregationStats,
     stringsTruncated: v[REPORT_FIELDS.length],
+    memory,
   };
 }

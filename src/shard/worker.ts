@@ -27,6 +27,7 @@ import { applyCoreSettings, type FromShard, type ToShard, USAGE_WORDS } from "./
 import { stringsTruncatedTotal } from "../ipfix/compile.ts";
 import { RingReader } from "./ring.ts";
 import { ReportCell } from "./report_cell.ts";
+import { threadMemory } from "../process_stats.ts";
 import { rowHooks, SLOT_BATCH_FLOWS, SlotRowWriter, viaRows } from "./slot_rows.ts";
 import { coreViewSink } from "./views.ts";
 
@@ -149,7 +150,11 @@ async function pump(c: AggregationCore): Promise<void> {
  */
 function publish(c: AggregationCore): void {
   usage[index * USAGE_WORDS + 1] = c.flowBytes;
-  cell.write({ stats: c.stats(), stringsTruncated: stringsTruncatedTotal() });
+  cell.write({
+    stats: c.stats(),
+    stringsTruncated: stringsTruncatedTotal(),
+    memory: threadMemory(),
+  });
 }
 
 /** The stop's final flush is under way (its flows are still counted held: see `final`). */

@@ -3,7 +3,7 @@ import { apiHandler, type ApiSource, recordsJson } from "../../src/api/mod.ts";
 import { MAX_QUERIES_IN_FLIGHT } from "../../src/api/handler.ts";
 import { prometheusText } from "../../src/api/prometheus.ts";
 import parsePrometheus from "parse-prometheus-text-format";
-import type { FlowAggregatorStats } from "../../src/flow_aggregator.ts";
+import { type FlowAggregatorStats, statsFields } from "../../src/flow_aggregator.ts";
 import { logSettings, setLogLevel } from "../../src/log.ts";
 import { processStats } from "../../src/process_stats.ts";
 import { newCore, s1 } from "../aggregation/fixtures.ts";
@@ -185,6 +185,45 @@ Deno.test("api: /metrics is Prometheus text with the ledger identity and per-sin
   assert.equal(value("process_start_time_seconds"), s.process!.startTimeSeconds);
   assert.equal(value("process_max_resident_memory_bytes"), s.process!.maxResidentMemoryBytes);
   assert.ok(!names.some((n) => n.startsWith("flow_aggregator_process")), names.join(","));
+});
+
+Deno.test("api: /metrics has each thread's V8 memory, labelled by thread; the metrics line their sums", () => {
+  const m = (used: number) => ({
+    heapUsedBytes: used,
+    heapTotalBytes: used * 2,
+    externalMemoryBytes: used + 1,
+  });
+  const s = stats({ threads: { main: m(100), shard0: m(20), flowLogger: m(3) } });
+  const families = parsePrometheus(prometheusText(s)) as {
+    name: string;
+    metrics: { value: string; labels?: Record<string, string> }[];
+  }[];
+  const family = (name: string) =>
+    (families.find((f) => f.name === name)?.metrics ?? []).map((x) => [
+      x.labels?.thread,
+      Number(x.value),
+    ]);
+  assert.deepEqual(family("flow_aggregator_thread_heap_used_bytes"), [
+    ["main", 100],
+    ["shard0", 20],
+    ["flowLogger", 3],
+  ]);
+  assert.deepEqual(family("flow_aggregator_thread_heap_total_bytes").map(([, v]) => v), [
+    200,
+    40,
+    6,
+  ]);
+  assert.deepEqual(family("flow_aggregator_thread_external_memory_bytes").map(([, v]) => v), [
+    101,
+    21,
+    4,
+  ]);
+  // The sums are the log line's only: no unlabelled twin of the same figures here.
+  assert.ok(!families.some((f) => f.name.startsWith("flow_aggregator_threads")));
+  const fields = statsFields(s);
+  assert.equal(fields["threads.heapUsedBytes"], 123);
+  assert.equal(fields["threads.heapTotalBytes"], 246);
+  assert.equal(fields["threads.externalMemoryBytes"], 126);
 });
 
 Deno.test("api: /metrics has the UDP receive path's sockets and their datagrams", () => {

@@ -10,6 +10,7 @@ import { FaProcess, flowLogConfig, MAIN_TS, runDeno } from "../_helpers/process.
 import { SimAgent } from "./helpers/agent.ts";
 import { intraNodeRecord } from "./helpers/scenarios.ts";
 import { caFileOf } from "../../src/api/mod.ts";
+import { DEFAULT_WORKERS } from "../../src/cli_options.ts";
 import parsePrometheus from "parse-prometheus-text-format";
 
 Deno.test("api e2e: the CLI reads flow records and metrics from the running process", async () => {
@@ -96,6 +97,19 @@ Deno.test("api e2e: the CLI reads flow records and metrics from the running proc
         client,
       })).text();
       assert.match(metricsText, /^flow_aggregator_ledger_records\{stage="received"\} 3$/m);
+      // Each thread's V8 memory: the main thread's, every shard worker's (one per core by
+      // default), the flow log's worker's (its last counters came with its acknowledgements).
+      const heap = (parsePrometheus(metricsText) as {
+        name: string;
+        metrics: { value: string; labels: Record<string, string> }[];
+      }[]).find((f) => f.name === "flow_aggregator_thread_heap_used_bytes")?.metrics ?? [];
+      const threads = heap.map((m) => m.labels.thread).sort();
+      const shards = DEFAULT_WORKERS > 1
+        ? Array.from({ length: DEFAULT_WORKERS }, (_, i) => `shard${i}`)
+        : [];
+      assert.deepEqual(threads, ["flowLogger", "main", ...shards].sort());
+      // A worker's heap holds at least its modules; each thread's is its own figure.
+      for (const m of heap) assert.ok(Number(m.value) > 1e6, `${m.labels.thread}: ${m.value}`);
     } finally {
       client.close();
     }

@@ -173,6 +173,13 @@ async function runScenarios(
     assert.ok(rss > 20e6, `rss ${rss}`);
     assert.ok(Number(metrics.fields["process.maxResidentMemoryBytes"]) >= rss);
     assert.ok(Number(metrics.fields["process.cpuSecondsTotal"]) > 0);
+    // Every thread's V8 heap together: with shards, theirs (each holds at least its modules)
+    // on top of the main thread's, read beside it.
+    const heaps = Number(metrics.fields["threads.heapUsedBytes"]);
+    const mainHeap = Number(metrics.fields["process.heapUsedBytes"]);
+    const shardsHeap = heaps - mainHeap;
+    if ((opts.workers ?? 1) > 1) assert.ok(shardsHeap > 1e6 * opts.workers!, `${shardsHeap}`);
+    else assert.ok(Math.abs(shardsHeap) < 0.2 * mainHeap, `${heaps} vs ${mainHeap}`);
     const sharded = fa.find({ msg: "aggregation sharded over worker threads" });
     assert.equal(sharded.length, (opts.workers ?? 1) > 1 ? 1 : 0);
     if ((opts.workers ?? 1) > 1) {

@@ -12,7 +12,11 @@ function uniform(k: number): ShardReport {
     if (typeof v === "number") stats[key] = k;
     else for (const sub of Object.keys(v as object)) (v as Record<string, number>)[sub] = k;
   }
-  return { stats: stats as unknown as AggregationStats, stringsTruncated: k };
+  return {
+    stats: stats as unknown as AggregationStats,
+    stringsTruncated: k,
+    memory: { heapUsedBytes: k, heapTotalBytes: k, externalMemoryBytes: k },
+  };
 }
 
 Deno.test("report cell: nothing before the first write, then the report written, every counter", () => {
@@ -23,7 +27,8 @@ Deno.test("report cell: nothing before the first write, then the report written,
   c.recordsAccepted = 5;
   c.rejected.maxFlows = 2;
   c.exported = 3;
-  const r = { stats: c.snapshot(4, 1234), stringsTruncated: 9 };
+  const memory = { heapUsedBytes: 5e6, heapTotalBytes: 8e6 + 3, externalMemoryBytes: 1 };
+  const r = { stats: c.snapshot(4, 1234), stringsTruncated: 9, memory };
   cell.write(r);
   assert.deepEqual(cell.read(), r);
   // Every counter of the core has its place (derived from the counters object itself).
@@ -31,7 +36,8 @@ Deno.test("report cell: nothing before the first write, then the report written,
     typeof v === "number" ? [k] : Object.keys(v).map((s) => `${k}.${s}`)
   );
   assert.deepEqual(REPORT_FIELDS.map(([k, s]) => s === undefined ? k : `${k}.${s}`), flat);
-  assert.equal(REPORT_CELL_BYTES, 8 + 2 * 8 * (flat.length + 1));
+  // The counters, the cut strings, then the thread's memory figures.
+  assert.equal(REPORT_CELL_BYTES, 8 + 2 * 8 * (flat.length + 1 + Object.keys(memory).length));
 });
 
 Deno.test("report cell: a reader in another thread on the same memory sees the writes", () => {
@@ -68,7 +74,11 @@ function writerWorker(sab: SharedArrayBuffer, control: Int32Array): {
           if (typeof stats[key] === "number") stats[key] = k;
           else for (const sub of Object.keys(stats[key])) stats[key][sub] = k;
         }
-        cell.write({ stats, stringsTruncated: k });
+        cell.write({
+          stats,
+          stringsTruncated: k,
+          memory: { heapUsedBytes: k, heapTotalBytes: k, externalMemoryBytes: k },
+        });
         Atomics.store(control, 1, k);
       }
       self.postMessage("done");

@@ -50,12 +50,8 @@ import {
   workerModuleMissing,
 } from "./exporters/worker_exporter.ts";
 import { type LogFields, logger } from "./log.ts";
-import {
-  type ProcessStats,
-  processStats,
-  type ThreadMemory,
-  threadMemory,
-} from "./process_stats.ts";
+import { type ProcessStats, processStats } from "./process_stats.ts";
+import { type ThreadMemory, threadMemory } from "./thread_memory.ts";
 import type { ApiFrontStats } from "./api/front.ts";
 import type { KlogFilesStats } from "./log/mod.ts";
 import type { ShardPool, ShardPoolStats } from "./shard/pool.ts";

@@ -11,7 +11,6 @@
  */
 
 import process from "node:process";
-import { getHeapStatistics } from "node:v8";
 
 /** A reading of the process's resource use. */
 export interface ProcessStats {
@@ -45,34 +44,5 @@ export function processStats(): ProcessStats {
     heapUsedBytes: mem.heapUsed,
     heapTotalBytes: mem.heapTotal,
     externalMemoryBytes: mem.external,
-  };
-}
-
-/**
- * One thread's V8 memory: each thread (the main one, every shard and sink worker) runs its own
- * isolate with its own heap, which {@linkcode ProcessStats} does not split. Read in the thread
- * itself; `/metrics` shows each thread's (`flow_aggregator_thread_heap_used_bytes{thread=...}`),
- * the metrics line their sums, so memory growing in one worker can be told from the process's.
- */
-export interface ThreadMemory {
-  /** V8 heap in use, bytes. */
-  heapUsedBytes: number;
-  /** V8 heap reserved, bytes. */
-  heapTotalBytes: number;
-  /** Memory outside the heap held by its objects (buffers), bytes. */
-  externalMemoryBytes: number;
-}
-
-/**
- * The calling thread's V8 memory now. About 1.5 µs here (no system call, unlike
- * `Deno.memoryUsage()`, which also reads the RSS: about 12 µs), so a shard can read it with
- * every report.
- */
-export function threadMemory(): ThreadMemory {
-  const h = getHeapStatistics();
-  return {
-    heapUsedBytes: h.used_heap_size,
-    heapTotalBytes: h.total_heap_size,
-    externalMemoryBytes: h.external_memory,
   };
 }

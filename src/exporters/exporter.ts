@@ -7,7 +7,7 @@
 
 import type { ExportedFlow } from "../aggregation/record.ts";
 import type { FlowBatch } from "./batch.ts";
-import type { ThreadMemory } from "../process_stats.ts";
+import type { ThreadMemory } from "../thread_memory.ts";
 
 /** Counters every exporter exposes (all monotonic). */
 export interface ExporterStats {

@@ -31,7 +31,7 @@ import {
 } from "./batch.ts";
 import type { ExporterComponent, ExporterContext, ExporterPermissions } from "./component.ts";
 import type { Exporter, ExporterStats } from "./exporter.ts";
-import type { ThreadMemory } from "../process_stats.ts";
+import type { ThreadMemory } from "../thread_memory.ts";
 import {
   emptyWorkerStats,
   type FromWorker,

@@ -14,7 +14,7 @@ import { type FlowBatch, openBatch, readFlows } from "./batch.ts";
 import type { ExporterComponent } from "./component.ts";
 import { type Exporter, offerBatch } from "./exporter.ts";
 import { deniedCount, isDenied } from "./denied.ts";
-import { threadMemory } from "../process_stats.ts";
+import { threadMemory } from "../thread_memory.ts";
 import {
   emptyWorkerStats,
   type FromWorker,

@@ -11,7 +11,7 @@ import type { LogFormat, LogLevel } from "../log.ts";
 import type { ExporterContext } from "./component.ts";
 import type { ExporterStats } from "./exporter.ts";
 import type { BatchBuffer } from "./batch.ts";
-import type { ThreadMemory } from "../process_stats.ts";
+import type { ThreadMemory } from "../thread_memory.ts";
 
 /** Counters the worker reports: the sink's own plus what the host counted around it. */
 export interface WorkerStats extends ExporterStats {

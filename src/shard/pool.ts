@@ -47,7 +47,7 @@ import {
 } from "./protocol.ts";
 import { ReportCell } from "./report_cell.ts";
 import { createRing, RingWriter } from "./ring.ts";
-import type { ThreadMemory } from "../process_stats.ts";
+import type { ThreadMemory } from "../thread_memory.ts";
 
 const log = logger("shard-pool");
 

@@ -16,7 +16,7 @@ import type { AggregationStats } from "../aggregation/counters.ts";
 import type { LogFormat, LogLevel } from "../log.ts";
 import type { PodChange } from "../k8s/pod_store.ts";
 import type { BatchBuffer } from "../exporters/batch.ts";
-import type { ThreadMemory } from "../process_stats.ts";
+import type { ThreadMemory } from "../thread_memory.ts";
 
 /** The core's settings a shard takes at start and on a reload (all serialisable). */
 export interface ShardSettings {

@@ -23,7 +23,7 @@
 
 import { type AggregationStats, CoreCounters } from "../aggregation/counters.ts";
 import type { ShardReport } from "./protocol.ts";
-import { type ThreadMemory, threadMemory } from "../process_stats.ts";
+import { type ThreadMemory, threadMemory } from "../thread_memory.ts";
 
 /** One number of a report: a counter, or one entry of a nested map of counters. */
 type Field = readonly [key: string, sub: string | undefined];

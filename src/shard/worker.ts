@@ -27,7 +27,7 @@ import { applyCoreSettings, type FromShard, type ToShard, USAGE_WORDS } from "./
 import { stringsTruncatedTotal } from "../ipfix/compile.ts";
 import { RingReader } from "./ring.ts";
 import { ReportCell } from "./report_cell.ts";
-import { threadMemory } from "../process_stats.ts";
+import { threadMemory } from "../thread_memory.ts";
 import { rowHooks, SLOT_BATCH_FLOWS, SlotRowWriter, viaRows } from "./slot_rows.ts";
 import { coreViewSink } from "./views.ts";
 

@@ -27,6 +27,7 @@ import type { Clock, ClockTimer } from "../clock.ts";
 import { LIMIT_KEYS } from "../config/limits.ts";
 import { logger, RateLimitedLog } from "../log.ts";
 import type { KubeApi, WatchEvent, WatchHandle } from "./client.ts";
+import { AnswerTooLarge, MAX_LIST_PAGE_BYTES } from "./http.ts";
 import {
   type Backoff,
   describe,
@@ -123,7 +124,7 @@ export interface PodStoreStats {
   names: number;
   /** Full lists (the first one and every re-list). */
   lists: number;
-  /** Pages read (lists come in pages of {@linkcode LIST_PAGE_SIZE}). */
+  /** Pages read (lists come in pages of {@linkcode LIST_PAGE_SIZE}, or fewer: `listPagesHalved`). */
   listPages: number;
   /**
    * Lists cut short at their page bound (twice `maxPods` over the page size): what they had
@@ -132,6 +133,11 @@ export interface PodStoreStats {
   listsTruncated: number;
   /** Re-lists caused by `410 Gone`. */
   relistsGone: number;
+  /**
+   * Times a page of the list was over the client's bound for a page (`MAX_LIST_PAGE_BYTES`,
+   * 64 MiB: Pods with huge annotations) and the page size was halved (kept for later lists).
+   */
+  listPagesHalved: number;
   /** Watches opened. */
   watches: number;
   /** Watch events applied (bookmarks excluded). */
@@ -222,12 +228,15 @@ export class PodStore {
   readonly #listeners: ((c: PodChange) => void)[] = [];
   readonly #malformedLog = new RateLimitedLog(10_000);
   readonly #limitLog = new RateLimitedLog(10_000);
+  /** Pods asked for per page of a list: {@linkcode LIST_PAGE_SIZE}, halved past the bound. */
+  #pageSize = LIST_PAGE_SIZE;
   readonly #maxPods: number;
   readonly #maxLabelBytes: number;
   readonly #stats = {
     lists: 0,
     listPages: 0,
     listsTruncated: 0,
+    listPagesHalved: 0,
     relistsGone: 0,
     watches: 0,
     events: 0,
@@ -437,7 +446,6 @@ export class PodStore {
    * that expired (410) starts the list again. Returns the list's resourceVersion.
    */
   async #list(api: KubeApi, retry: RetryOptions, signal: AbortSignal): Promise<string> {
-    const maxPages = Math.ceil((2 * this.#maxPods) / LIST_PAGE_SIZE) + 1;
     let seen = new Set<string>();
     let rv = "";
     let cont: string | undefined;
@@ -445,11 +453,25 @@ export class PodStore {
     for (;;) {
       const from = cont;
       const page = await retrying("listing Pods", async (s) => {
-        try {
-          return await api.listPods(s, { limit: LIST_PAGE_SIZE, continue: from });
-        } catch (err) {
-          if (from !== undefined && statusOf(err) === 410) return undefined; // token expired
-          throw err;
+        for (;;) {
+          try {
+            return await api.listPods(s, { limit: this.#pageSize, continue: from });
+          } catch (err) {
+            if (from !== undefined && statusOf(err) === 410) return undefined; // token expired
+            // A page over the client's bound: the same size would be refused again on every
+            // retry and the store would never sync. Fewer Pods per page (a continue token
+            // does not depend on the limit), down to one.
+            if (err instanceof AnswerTooLarge && this.#pageSize > 1) {
+              this.#pageSize = Math.ceil(this.#pageSize / 2);
+              this.#stats.listPagesHalved++;
+              log.warn("a page of the Pod list was over the client's bound: fewer Pods per page", {
+                limit: this.#pageSize,
+                maxBytes: MAX_LIST_PAGE_BYTES,
+              });
+              continue;
+            }
+            throw err;
+          }
         }
       }, retry);
       if (page === undefined) {
@@ -463,7 +485,8 @@ export class PodStore {
       this.#applyItems(page.items as PodObject[], seen);
       cont = page.continue;
       if (cont === undefined) break;
-      if (pages >= maxPages) {
+      // Twice `maxPods` in pages of the size in use (a server sending pages without end).
+      if (pages >= Math.ceil((2 * this.#maxPods) / this.#pageSize) + 1) {
         this.#stats.listsTruncated++;
         this.#limitReached("maxPods", "a list cut at its page bound (no deletions inferred)", {
           pages,

@@ -95,7 +95,10 @@ export interface CollectorStats {
   readonly sessionsClosed: number;
   /** Sessions currently open. */
   readonly sessionsActive: number;
-  /** TCP/TLS sessions closed because of a framing or decode error. */
+  /**
+   * TCP/TLS sessions closed because of a framing or decode error, or a TLS record that the TLS
+   * layer rejected (one that does not decrypt, a malformed one).
+   */
   readonly sessionsClosedOnError: number;
   /** UDP sessions removed after the idle timeout (= template TTL). */
   readonly sessionsExpired: number;

@@ -249,8 +249,17 @@ export class TlsListener {
         st.end();
         socket.destroy();
       });
+      // The TLS layer gave up (a record it cannot decrypt or parse, an alert sent) or the socket
+      // failed: the connection is closed at once. node's TLSSocket does not destroy itself
+      // then, and its failed TLS layer would go on taking every byte the pump reads (a corrupt
+      // record followed by 1,000 MiB of junk took the process from 134 to 1,211 MB), decrypting
+      // none, until the idle timeout. A TLS error (`ERR_SSL_*`) is the peer's bad input.
       socket.on("error", (e: Error) => {
-        if (!onError) reason = this.#closing ? "collector stopped" : `read error: ${e.message}`;
+        if (!onError) {
+          reason = this.#closing ? "collector stopped" : `read error: ${e.message}`;
+          onError = isTlsFault(e);
+        }
+        socket.destroy();
       });
       // Established while draining: read what the peer sent, after asking it to stop.
       if (this.#closing) socket.end();
@@ -341,6 +350,15 @@ export class TlsListener {
     budget.adjust(-held(size));
     if (!flow.gone) raw.push(null);
   }
+}
+
+/**
+ * True for an error of the TLS layer itself (node's `ERR_SSL_*` codes: a record that does not
+ * decrypt, a malformed or oversized record), as opposed to one of the socket under it.
+ */
+function isTlsFault(e: Error): boolean {
+  const code = (e as { code?: unknown }).code;
+  return typeof code === "string" && code.startsWith("ERR_SSL");
 }
 
 /**

@@ -279,3 +279,120 @@ Deno.test("tls: a peer gone in its handshake fails it within a second (counted),
     await c.stop();
   }
 });
+
+/**
+ * An Agent's TLS connection to the collector on `port` through a relay of the test's: `wire` is
+ * the relay's own connection to the collector, on which the test writes what no TLS layer would;
+ * `wireClosed` resolves once the collector closed it (the relay keeps it open when the Agent
+ * leaves, and reads it to the end, whatever the Agent still takes).
+ */
+async function relayedAgent(port: number): Promise<{
+  agent: tls.TLSSocket;
+  wire: Deno.TcpConn;
+  wireClosed: Promise<void>;
+  close(): void;
+}> {
+  const relay = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const agent = tls.connect({
+    host: "127.0.0.1",
+    port: relay.addr.port,
+    ca: [certs.ca.certPem],
+    servername: "flow-aggregator.flow-aggregator.svc",
+    cert: certs.client.certPem,
+    key: certs.client.keyPem,
+  });
+  agent.on("error", () => {});
+  const agentSide = await relay.accept();
+  relay.close();
+  const wire = await Deno.connect({ hostname: "127.0.0.1", port });
+  const buf = new Uint8Array(64 * 1024);
+  void (async () => {
+    try {
+      for (;;) {
+        const n = await agentSide.read(buf);
+        if (n === null) return;
+        await writeAll(wire, buf.subarray(0, n));
+      }
+    } catch {
+      // Either side gone.
+    }
+  })();
+  const wireClosed = (async () => {
+    const back = new Uint8Array(64 * 1024);
+    try {
+      for (;;) {
+        const n = await wire.read(back);
+        if (n === null) return;
+        await writeAll(agentSide, back.subarray(0, n)).catch(() => {});
+      }
+    } catch {
+      // Reset: closed too.
+    }
+  })();
+  await new Promise<void>((resolve, reject) => {
+    agent.once("secureConnect", () => resolve());
+    agent.once("error", reject);
+  });
+  return {
+    agent,
+    wire,
+    wireClosed,
+    close(): void {
+      agent.destroy();
+      for (const c of [agentSide, wire]) {
+        try {
+          c.close();
+        } catch {
+          // Already closed.
+        }
+      }
+    },
+  };
+}
+
+/** A TLS 1.2/1.3 application-data record of 64 bytes that cannot decrypt. */
+const CORRUPT_RECORD = concat(
+  new Uint8Array([0x17, 0x03, 0x03, 0x00, 0x40]),
+  crypto.getRandomValues(new Uint8Array(0x40)),
+);
+
+/** Writes `total` bytes of junk in 1 MiB writes; resolves with what was written before a failure. */
+async function writeJunk(conn: Deno.TcpConn, total: number): Promise<number> {
+  const junk = crypto.getRandomValues(new Uint8Array(64 * 1024));
+  let written = 0;
+  try {
+    while (written < total) {
+      for (let i = 0; i < 16; i++) await writeAll(conn, junk);
+      written += 16 * junk.length;
+    }
+  } catch {
+    // The collector closed the connection.
+  }
+  return written;
+}
+
+Deno.test("tls: a record that does not decrypt closes the session at once (closed on error) and nothing more is read", async () => {
+  // The idle timeout is far away: the connection must be closed for its failed TLS layer.
+  const { c } = await startTls(undefined, { idleTimeoutMs: 120_000 });
+  const relayed = await relayedAgent(c.port);
+  try {
+    relayed.agent.write(GOLDEN_TEMPLATE);
+    await waitFor(() => c.stats().messages === 1, { what: "the template" });
+    await writeAll(relayed.wire, CORRUPT_RECORD);
+    // What a peer sends after it is never decrypted: once the collector closed the connection
+    // its writes fail (before, every byte was read into the failed TLS layer, without bound).
+    const written = writeJunk(relayed.wire, 64 * 1024 * 1024);
+    await waitFor(() => c.stats().sessionsClosed === 1, { what: "session closed" });
+    const s = c.stats();
+    assert.equal(s.sessionsClosedOnError, 1);
+    assert.equal(s.sessionsActive, 0);
+    assert.equal(s.messages, 1);
+    let closed = false;
+    void relayed.wireClosed.then(() => closed = true);
+    await waitFor(() => closed, { what: "the collector closed the connection" });
+    assert.ok(await written < 64 * 1024 * 1024, "the collector stopped reading the connection");
+  } finally {
+    relayed.close();
+    await c.stop();
+  }
+});

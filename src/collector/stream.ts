@@ -110,13 +110,18 @@ export class StreamSession {
       }
     }
   }
-  /** Called at EOF: a partial message left in the buffer is counted as a truncated message. */
-  end(): void {
+  /**
+   * Called when the peer's stream ended (`at`: `"EOF"`, or the read or TLS error that ended it):
+   * a partial message left in the buffer is counted as a truncated message, once (its bytes are
+   * never decoded: the buffer is given back, so a later {@linkcode buffered} is 0).
+   */
+  end(at = "EOF"): void {
     if (this.#framer.buffered > 0) {
       this.session.reject(
         "truncated",
-        `${this.#framer.buffered} bytes of a partial message at EOF`,
+        `${this.#framer.buffered} bytes of a partial message at ${at}`,
       );
     }
+    this.#framer.dispose();
   }
 }

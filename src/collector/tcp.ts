@@ -104,7 +104,10 @@ export class TcpListener {
     this.#table.attach(tracked, stream);
     return this.#read(conn, stream).then((r) => {
       closeQuietly(conn);
+      // What the peer had sent of a message it never finished: counted as discarded when we
+      // closed the connection, as truncated (as at EOF) when a read error (a reset) ended it.
       if (closedBy !== undefined) countUnfinished(this.#env, stream, this.#closing);
+      else if (r.readError) stream.end("a read error");
       this.#table.remove(tracked);
       session.close(closedBy ?? r.reason, r.onError);
     });
@@ -114,7 +117,7 @@ export class TcpListener {
   async #read(
     conn: Deno.TcpConn,
     stream: StreamSession,
-  ): Promise<{ reason: string; onError: boolean }> {
+  ): Promise<{ reason: string; onError: boolean; readError?: boolean }> {
     const turn = new FairTurn(this.#reads);
     try {
       for (;;) {
@@ -138,6 +141,7 @@ export class TcpListener {
       return {
         reason: this.#closing ? "collector stopped" : `read error: ${(e as Error).message}`,
         onError: false,
+        readError: true,
       };
     }
   }

@@ -253,11 +253,14 @@ export class TlsListener {
       // failed: the connection is closed at once. node's TLSSocket does not destroy itself
       // then, and its failed TLS layer would go on taking every byte the pump reads (a corrupt
       // record followed by 1,000 MiB of junk took the process from 134 to 1,211 MB), decrypting
-      // none, until the idle timeout. A TLS error (`ERR_SSL_*`) is the peer's bad input.
+      // none, until the idle timeout. A TLS error (`ERR_SSL_*`) is the peer's bad input. A
+      // partial message is counted as truncated, as at EOF (a reset can end a connection here,
+      // with no "end" after it).
       socket.on("error", (e: Error) => {
         if (!onError) {
           reason = this.#closing ? "collector stopped" : `read error: ${e.message}`;
           onError = isTlsFault(e);
+          if (closedBy === undefined) st.end(onError ? "a TLS error" : "a read error");
         }
         socket.destroy();
       });

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import net from "node:net";
 import { logger, setLogLevel } from "../../src/log.ts";
 import { acceptLoop } from "../../src/collector/tcp.ts";
 import {
@@ -150,6 +151,29 @@ Deno.test("tcp: a partial message at EOF is counted as truncated", async () => {
     await waitFor(() => c.stats().sessionsClosed === 1, { what: "closed" });
     assert.equal(c.stats().decodeErrors.truncated, 1);
   } finally {
+    await c.stop();
+  }
+});
+
+Deno.test("tcp: a partial message cut by a reset is counted as truncated, as at EOF", async () => {
+  const { c } = await startCollector({ address: "127.0.0.1:0", protocol: "tcp" });
+  const a = net.connect({ host: "127.0.0.1", port: c.port });
+  try {
+    await new Promise<void>((resolve, reject) => {
+      a.once("connect", () => resolve());
+      a.once("error", reject);
+    });
+    a.write(concat(GOLDEN_TEMPLATE, GOLDEN_DATA.subarray(0, 30)));
+    const sent = GOLDEN_TEMPLATE.length + 30;
+    await waitFor(() => c.stats().bytes === sent, { what: "the template and 30 bytes read" });
+    a.resetAndDestroy(); // RST (SO_LINGER 0), no FIN
+    await waitFor(() => c.stats().sessionsClosed === 1, { what: "closed" });
+    const s = c.stats();
+    assert.equal(s.messages, 1);
+    assert.equal(s.decodeErrors.truncated, 1);
+    assert.equal(s.sessionsClosedOnError, 0);
+  } finally {
+    a.destroy();
     await c.stop();
   }
 });

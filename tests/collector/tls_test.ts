@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import net from "node:net";
 import tls from "node:tls";
 import { Collector, type CollectorOptions } from "../../src/collector/mod.ts";
 import { generateCertificates } from "../../src/pki/mod.ts";
@@ -393,6 +394,57 @@ Deno.test("tls: a record that does not decrypt closes the session at once (close
     assert.ok(await written < 64 * 1024 * 1024, "the collector stopped reading the connection");
   } finally {
     relayed.close();
+    await c.stop();
+  }
+});
+
+Deno.test("tls: a partial message before a record that does not decrypt is counted as truncated", async () => {
+  const { c } = await startTls(undefined, { idleTimeoutMs: 120_000 });
+  const relayed = await relayedAgent(c.port);
+  try {
+    relayed.agent.write(concat(GOLDEN_TEMPLATE, GOLDEN_DATA.subarray(0, 30)));
+    const sent = GOLDEN_TEMPLATE.length + 30;
+    await waitFor(() => c.stats().bytes === sent, { what: "the template and 30 bytes decrypted" });
+    await writeAll(relayed.wire, CORRUPT_RECORD);
+    await waitFor(() => c.stats().sessionsClosed === 1, { what: "session closed" });
+    const s = c.stats();
+    assert.equal(s.sessionsClosedOnError, 1);
+    assert.equal(s.messages, 1);
+    assert.equal(s.decodeErrors.truncated, 1);
+    assert.equal(s.bytesDiscarded, 0, "counted once, as a truncated message");
+  } finally {
+    relayed.close();
+    await c.stop();
+  }
+});
+
+Deno.test("tls: a partial message cut by a reset is counted as truncated, as at EOF", async () => {
+  // The reset reaches the TLS socket as an error (the collector's next write fails) or, as here
+  // mostly, as the end of its input: counted either way, once.
+  const { c } = await startTls();
+  const raw = net.connect({ host: "127.0.0.1", port: c.port });
+  const agent = tls.connect({
+    socket: raw,
+    ca: [certs.ca.certPem],
+    servername: "flow-aggregator.flow-aggregator.svc",
+    cert: certs.client.certPem,
+    key: certs.client.keyPem,
+  });
+  agent.on("error", () => {});
+  try {
+    await new Promise<void>((resolve) => agent.once("secureConnect", () => resolve()));
+    agent.write(concat(GOLDEN_TEMPLATE, GOLDEN_DATA.subarray(0, 30)));
+    const sent = GOLDEN_TEMPLATE.length + 30;
+    await waitFor(() => c.stats().bytes === sent, { what: "the template and 30 bytes decrypted" });
+    raw.resetAndDestroy(); // RST (SO_LINGER 0): no close_notify, no FIN
+    await waitFor(() => c.stats().sessionsClosed === 1, { what: "session closed" });
+    const s = c.stats();
+    assert.equal(s.messages, 1);
+    assert.equal(s.decodeErrors.truncated, 1);
+    assert.equal(s.sessionsClosedOnError, 0);
+  } finally {
+    agent.destroy();
+    raw.destroy();
     await c.stop();
   }
 });

@@ -63,6 +63,13 @@ export {
 
 const log = logger("main");
 
+/**
+ * How the process stops its configuration watcher on its way out: the watch is not closed (the
+ * exit ends it; see `ConfigWatcherStopOptions.leaveWatchOpen`), and a reload stuck in progress
+ * (a file read hanging) holds the stop no longer than this.
+ */
+const WATCHER_EXIT_STOP = { leaveWatchOpen: true, reloadWaitMs: 10_000 } as const;
+
 /** The product version. */
 export const VERSION: string = denoJson.version;
 
@@ -296,7 +303,7 @@ async function run(opts: CliOptions): Promise<number> {
           "a restart through the launcher, which grants them",
         { missing: missing.join(" "), exitCode: EXIT_NEW_PERMISSIONS },
       );
-      await watcher?.stop();
+      await watcher?.stop(WATCHER_EXIT_STOP);
       api?.close();
       return EXIT_NEW_PERMISSIONS;
     }
@@ -425,7 +432,11 @@ async function run(opts: CliOptions): Promise<number> {
     done.resolve();
   });
   await done.promise;
-  await watcher?.stop();
+  // No reload from here on (one in progress ends first, fa.stop() waits for its update), and the
+  // directory watch is left open for the exit to end: closing it can block this thread for good
+  // (a FIFO in the config directory hangs Deno's watch thread, src/config/watcher.ts), which held
+  // a SIGTERM before the flows were exported and kept a second signal from being handled.
+  await watcher?.stop(WATCHER_EXIT_STOP);
   await fa.stop();
   clearInterval(kubeMetricsTimer);
   logKubeMetrics();

@@ -4,6 +4,13 @@
  * runaway generator) would otherwise be read and parsed on the main thread, holding it for
  * seconds and its memory for good.
  *
+ * Only a **regular file** is opened: `open(2)` of a FIFO blocks until a writer comes (a FIFO given
+ * as `--config`, or moved over the file, held the launcher and every reload forever), and a
+ * character device (`/dev/zero`) never ends. The path is looked at (`stat`, through its symlinks)
+ * before it is opened, and what was opened is looked at again. That leaves a race: a FIFO renamed
+ * over the file between the two still blocks the open; Deno has no `O_NONBLOCK` open that would
+ * close it, and a configuration is replaced by a rename of a regular file in practice.
+ *
  * @module
  */
 
@@ -14,7 +21,8 @@ export const MAX_CONFIG_FILE_BYTES = 1 << 20;
 
 /**
  * The text of the configuration file at `path`; throws, naming the bound, when it is larger than
- * `max` bytes (read no further than that).
+ * `max` bytes (read no further than that), and, without opening it, when it is no regular file
+ * (a FIFO, a directory, a device: see the module doc).
  */
 export async function readConfigFile(
   path: string,
@@ -22,6 +30,8 @@ export async function readConfigFile(
 ): Promise<string> {
   let file: Deno.FsFile;
   try {
+    const kind = fileKind(await Deno.stat(path));
+    if (kind !== "regular file") throw new Error(`not a regular file (${kind}): not opened`);
     file = await Deno.open(path);
   } catch (err) {
     // "Is a directory (os error 21)" alone did not say which file.
@@ -41,8 +51,22 @@ export async function readConfigFile(
   }
 }
 
+/** What `info` describes: "regular file", "directory", "FIFO", ... */
+export function fileKind(info: Deno.FileInfo): string {
+  if (info.isFile) return "regular file";
+  if (info.isDirectory) return "directory";
+  if (info.isFifo) return "FIFO";
+  if (info.isCharDevice) return "character device";
+  if (info.isBlockDevice) return "block device";
+  if (info.isSocket) return "socket";
+  return "other";
+}
+
 async function readBounded(file: Deno.FsFile, path: string, max: number): Promise<string> {
-  const bytes = await readUpTo(file, max, (await file.stat()).size);
+  const info = await file.stat();
+  // What was opened, not what was looked at: the path may have been replaced in between.
+  if (!info.isFile) throw new Error(`not a regular file (${fileKind(info)}, replaced)`);
+  const bytes = await readUpTo(file, max, info.size);
   if (bytes === undefined) {
     throw new Error(
       `configuration file ${path} is larger than ${max} bytes: not read (a configuration is a few KiB)`,

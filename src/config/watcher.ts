@@ -17,6 +17,13 @@
  * and is counted (`configReloadsRejected`).
  * All waiting runs on the injected {@linkcode Clock}.
  *
+ * Deno's watch thread can hang: for an event on a FIFO in the directory it opens the path (to
+ * compare files), and that `open(2)` blocks until a writer comes; from then on no event arrives
+ * (the poll still sees changes) and `FsWatcher.close()` blocks the **main thread** (found by
+ * review: a SIGTERM then never finished, a second signal was not handled, the flows held were
+ * lost at SIGKILL). The process's exit path therefore stops with `leaveWatchOpen` (see
+ * {@linkcode ConfigWatcherStopOptions}): the watch is never closed, the exit ends it.
+ *
  * Permissions: `--allow-read` on the config directory.
  */
 
@@ -72,6 +79,21 @@ export interface ConfigWatcherOptions<C> {
   parse: (text: string) => C;
   /** Compares two parsed configurations. */
   diff: (oldConfig: C, newConfig: C) => ConfigDiff;
+}
+
+/** Options of {@linkcode ConfigWatcher.stop}. */
+export interface ConfigWatcherStopOptions {
+  /**
+   * Do not close the directory watch (the process is about to exit, which ends it): closing it
+   * blocks the main thread for good when Deno's watch thread hangs in a FIFO's open (module
+   * doc). The watch loop is then left pending, not awaited. Default false (closed).
+   */
+  leaveWatchOpen?: boolean;
+  /**
+   * Wait at most this long (on the clock) for a reload in progress, then resolve anyway (the
+   * reload may still finish later). Default: until it ends.
+   */
+  reloadWaitMs?: number;
 }
 
 /** Watches a configuration file and reports validated changes. */
@@ -160,23 +182,46 @@ export class ConfigWatcher<C> {
     return this.#config;
   }
 
-  /** Stops watching; resolves after any in-flight reload has finished. No timers survive. */
-  async stop(): Promise<void> {
+  /**
+   * Stops watching; resolves after any in-flight reload has finished (or `reloadWaitMs`). No
+   * timers survive; with `leaveWatchOpen` the directory watch does (see its doc).
+   */
+  async stop(options: ConfigWatcherStopOptions = {}): Promise<void> {
     this.#running = false;
     this.#debounceTimer?.cancel();
     this.#pollTimer?.cancel();
     this.#restartTimer?.cancel();
     this.#debounceTimer = this.#pollTimer = this.#restartTimer = undefined;
     this.#interruptWait?.();
-    try {
-      this.#fsWatcher?.close();
-    } catch {
-      // Already closed.
+    if (!options.leaveWatchOpen) {
+      try {
+        this.#fsWatcher?.close();
+      } catch {
+        // Already closed.
+      }
+      await this.#watchLoop;
     }
     this.#fsWatcher = undefined;
-    await this.#watchLoop;
     this.#watchLoop = undefined;
-    await this.#chain;
+    await this.#reloadEnd(options.reloadWaitMs);
+  }
+
+  /** Waits for the reload in progress, at most `ms` when given. */
+  async #reloadEnd(ms: number | undefined): Promise<void> {
+    if (ms === undefined) return void await this.#chain;
+    let timer: ClockTimer | undefined;
+    const late = new Promise<boolean>((resolve) => {
+      timer = this.#clock.setTimer(ms, () => resolve(true));
+    });
+    const ended = this.#chain.then(() => false);
+    const timedOut = await Promise.race([ended, late]);
+    timer?.cancel();
+    if (timedOut) {
+      log.warn("A configuration reload is still in progress at stop: not waiting for it", {
+        path: this.#path,
+        waitedMs: ms,
+      });
+    }
   }
 
   /**
@@ -291,9 +336,13 @@ export class ConfigWatcher<C> {
   }
 
   async #consume(watcher: Deno.FsWatcher): Promise<void> {
+    // Not `for await`: leaving it (break, return) closes the watch, which must not happen on
+    // the exit path (module doc); stop() closes it, or leaves it open.
+    const events = watcher[Symbol.asyncIterator]();
     try {
-      for await (const event of watcher) {
-        if (!this.#running) break;
+      for (let r = await events.next(); !r.done; r = await events.next()) {
+        const event = r.value;
+        if (!this.#running) return;
         // Only the file and a ConfigMap's swap (`..data`, `..<timestamp>`) concern us: another
         // file in the directory (a log written there) re-read the configuration at each write,
         // and at debug level each "Event happened" line was itself a new event (88,079 lines in

@@ -508,3 +508,92 @@ Deno.test("watcher: the product's parser logs a file's warnings at start and at 
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+/** `promise`, or a rejection naming `what` after `ms` (a test of something that used to hang). */
+function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: still pending after ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+// A FIFO as --config (or moved over the file) held the launcher, the start and every reload in
+// open(2) until a writer came (found by review: the launcher sat 20 s with no output).
+Deno.test("readConfigFile: a FIFO, a directory or a device is refused at once, never opened", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-config-" });
+  const fifo = `${dir}/${CONF}`;
+  try {
+    const mk = await new Deno.Command("mkfifo", { args: [fifo] }).output();
+    assert.equal(mk.code, 0, "mkfifo");
+    let settled = false;
+    const read = readConfigFile(fifo).finally(() => settled = true);
+    read.catch(() => {});
+    try {
+      await assert.rejects(
+        () => within(read, 2000, "readConfigFile of a FIFO"),
+        (err: Error) => {
+          assert.match(err.message, /still pending|not a regular file \(FIFO\)/);
+          assert.doesNotMatch(err.message, /still pending/, "it hung in the FIFO's open");
+          assert.ok(
+            err.message.startsWith(`cannot read configuration file ${fifo}: `),
+            err.message,
+          );
+          return true;
+        },
+      );
+    } finally {
+      // An open still blocked (the old code) is released by a writer, else the test never ends.
+      if (!settled) (await Deno.open(fifo, { write: true })).close();
+      await read.catch(() => {});
+    }
+    // Through a symlink as well (a ConfigMap's link): the target is looked at.
+    await Deno.symlink(fifo, `${dir}/link.conf`);
+    await assert.rejects(
+      () => within(readConfigFile(`${dir}/link.conf`), 2000, "readConfigFile of a link to a FIFO"),
+      /cannot read configuration file .*link\.conf: not a regular file \(FIFO\)/,
+    );
+    await assert.rejects(() => readConfigFile(dir), /not a regular file \(directory\)/);
+    await assert.rejects(
+      () => within(readConfigFile("/dev/zero"), 2000, "readConfigFile of /dev/zero"),
+      /not a regular file \(character device\)/,
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("watcher: stop({ reloadWaitMs }) does not wait past the bound for a reload that hangs", async () => {
+  const restoreLog = setLogWriter(() => {});
+  const dir = await Deno.makeTempDir({ prefix: "fa-config-" });
+  const path = `${dir}/${CONF}`;
+  await Deno.writeTextFile(path, TCP_A);
+  const clock = new ManualClock();
+  let called = false;
+  const watcher = new ConfigWatcher(path, {
+    ...PRODUCT,
+    clock,
+    stableMs: 0,
+    pollIntervalMs: 0,
+    onChange: () => {
+      called = true;
+      return new Promise<void>(() => {}); // never ends
+    },
+  });
+  try {
+    await watcher.start();
+    await Deno.writeTextFile(path, conf("/tmp/b.log"));
+    void watcher.check();
+    await driveUntil(clock, () => called, "handler call");
+    let stopped = false;
+    const stop = watcher.stop({ reloadWaitMs: 3000 }).then(() => stopped = true);
+    await driveUntil(clock, () => clock.pendingTimers().includes(3000), "the bounded wait");
+    assert.equal(stopped, false);
+    clock.advance(3000);
+    await within(stop, 2000, "stop");
+    assert.equal(stopped, true);
+  } finally {
+    setLogWriter(restoreLog);
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -104,3 +104,33 @@ Deno.test("e2e shutdown: a second SIGTERM while the shutdown is stuck exits 1", 
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+// A FIFO created in the watched configuration directory hangs Deno's watch thread in its open;
+// the stop then closed the watch first, which blocked the main thread: the process stayed up
+// (a second SIGTERM unhandled), and SIGKILL lost every held flow (found by review).
+Deno.test("e2e shutdown: a FIFO in the configuration directory does not hold the SIGTERM stop", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-e2e-stop-fifo-" });
+  const logPath = `${dir}/flows.log`;
+  let fa: FaProcess | undefined;
+  try {
+    const fed = await startAndFeed(dir, logPath, 47_000);
+    fa = fed.fa;
+    // The configuration is `${dir}/fa.conf`: the FIFO is in the watched directory.
+    const mk = await new Deno.Command("mkfifo", { args: [`${dir}/other.fifo`] }).output();
+    assert.equal(mk.code, 0, "mkfifo");
+    // Time for the watch thread to see it (and hang in its open).
+    await new Promise((r) => setTimeout(r, 1000));
+    assert.deepEqual(await readFlowLog(logPath), [], "nothing expired before the signal");
+    fa.kill("SIGTERM");
+    const status = await fa.waitExit(15_000);
+    assert.equal(status.code, 0, fa.stderr);
+    const flushed = fa.find({ msg: "flushed flows held at shutdown" });
+    assert.equal(flushed.length, 1);
+    assert.equal(Number(flushed[0].fields.flows), fed.expected.size);
+    const groups = byKey(await readFlowLog(logPath));
+    assert.deepEqual([...groups.keys()].sort(), [...fed.expected.keys()].sort());
+  } finally {
+    await fa?.dispose();
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -264,24 +264,34 @@ async function run(opts: CliOptions): Promise<number> {
     watcher = new ConfigWatcher(opts.config, {
       parse: (text) => parseConfig(text),
       diff: diffConfig,
-      onChange: async (next, _old, diff) => {
-        if (opts.exitOnNewPermissions && !stopping) {
-          // Not applied at all: the process stops with the sinks of the configuration it had,
-          // which export what it holds, and the next start applies the new one whole.
-          const missing = lacking(next);
-          if (missing.length > 0) {
-            stopping = true;
-            exitCode = EXIT_NEW_PERMISSIONS;
-            log.error(
-              "the new configuration needs permissions this process was not started with: " +
-                "stopping (the flows held are exported as on SIGTERM) and exiting for a restart " +
-                "through the launcher, which grants them",
-              { missing: missing.join(" "), exitCode },
-            );
-            done.resolve();
-            return;
-          }
+      // Asked before the change is applied (a throw rejects it: counted, the configuration in
+      // force is kept, as for an invalid file).
+      admit: (next) => {
+        if (!opts.exitOnNewPermissions || stopping) return true;
+        let missing: string[];
+        try {
+          missing = lacking(next);
+        } catch (err) {
+          throw new Error(
+            `cannot compute the permissions the new configuration needs: ${(err as Error).message}`,
+            { cause: err },
+          );
         }
+        if (missing.length === 0) return true;
+        // Not applied at all: the process stops with the sinks of the configuration it had,
+        // which export what it holds, and the next start applies the new one whole.
+        stopping = true;
+        exitCode = EXIT_NEW_PERMISSIONS;
+        log.error(
+          "the new configuration needs permissions this process was not started with: " +
+            "stopping (the flows held are exported as on SIGTERM) and exiting for a restart " +
+            "through the launcher, which grants them",
+          { missing: missing.join(" "), exitCode },
+        );
+        done.resolve();
+        return false;
+      },
+      onChange: async (next, _old, diff) => {
         const fa = await aggregator.promise;
         // Before the update: it rebuilds the sinks that carry the UUID (reload table).
         (await clusterIdentity.promise).setConfigured(next.clusterID);

@@ -13,8 +13,13 @@
  * missing, whose defaults then replace the operator's settings (the collector's transport
  * falling back to TLS disconnects every Agent). Content that changed between the two reads is
  * rejected for now and re-checked after the next debounce. Every rejection (unstable, invalid,
- * unreadable, larger than `MAX_CONFIG_FILE_BYTES` of file.ts) keeps the last good configuration
- * and is counted (`configReloadsRejected`).
+ * unreadable, larger than `MAX_CONFIG_FILE_BYTES` of file.ts, a change handler that throws)
+ * keeps the last good configuration and is counted (`configReloadsRejected`).
+ *
+ * The configuration in force is the one the handler **applied**: when it throws (or rejects),
+ * the previous one stays the baseline, so the next change is diffed against what runs. (It was
+ * stored before the handler ran: a handler that failed on B left the process on A while the
+ * watcher held B, and C, diffed against B, never applied a key that B and C share.)
  * All waiting runs on the injected {@linkcode Clock}.
  *
  * Deno's watch thread can hang: for an event on a FIFO in the directory it opens the path (to
@@ -36,22 +41,34 @@ import { readConfigFile } from "./file.ts";
 const log = logger("config");
 
 /** Outcome of one re-read of the file. */
-export type CheckResult = "changed" | "unchanged" | "invalid" | "unreadable" | "unstable";
+export type CheckResult =
+  | "changed"
+  | "unchanged"
+  | "invalid"
+  | "unreadable"
+  | "unstable"
+  /** The change handler threw or rejected: nothing applied, counted as a rejection. */
+  | "rejected"
+  /** {@linkcode ConfigWatcherOptions.admit} deferred it: not applied, not counted. */
+  | "deferred";
 
 /** Counters of a {@linkcode ConfigWatcher}. */
 export interface ConfigWatcherStats {
-  /** New configurations applied (the handler was called). */
+  /** New configurations applied (the handler was called and did not throw). */
   configReloads: number;
   /**
    * Re-reads that found new content and kept the last good configuration instead: the content
    * was still changing (`unstable`), did not parse or validate (`invalid`, counted once per
-   * edit: re-reading the same bad bytes is not a new rejection) or could not be read
-   * (`unreadable`).
+   * edit: re-reading the same bad bytes is not a new rejection), could not be read
+   * (`unreadable`) or made the change handler throw (`rejected`, once per edit likewise).
    */
   configReloadsRejected: number;
 }
 
-/** Callback for an accepted new configuration. May be async; reloads are serialised. */
+/**
+ * Callback for an accepted new configuration. May be async; reloads are serialised. A throw (or
+ * rejection) means "not applied": the previous configuration stays in force for the watcher.
+ */
 export type ConfigChangeHandler<C> = (
   newConfig: C,
   oldConfig: C,
@@ -62,6 +79,14 @@ export type ConfigChangeHandler<C> = (
 export interface ConfigWatcherOptions<C> {
   /** Called once per real change, after validation. */
   onChange: ConfigChangeHandler<C>;
+  /**
+   * Asked before a valid change is logged and handed to `onChange`: false defers it (the
+   * consumer will not apply it in this process, e.g. it stops to be restarted with it). A
+   * deferred change is logged by the consumer, counted neither as a reload nor as a rejection,
+   * and the previous configuration stays in force. A throw rejects the change (counted).
+   * Default: every change is admitted.
+   */
+  admit?: (newConfig: C, oldConfig: C) => boolean;
   /** Quiet time after the last event before the file is re-read. Default 200 ms. */
   debounceMs?: number;
   /**
@@ -101,6 +126,7 @@ export class ConfigWatcher<C> {
   readonly #path: string;
   readonly #dir: string;
   readonly #onChange: ConfigChangeHandler<C>;
+  readonly #admit?: (newConfig: C, oldConfig: C) => boolean;
   readonly #diff: (oldConfig: C, newConfig: C) => ConfigDiff;
   readonly #onCheck?: (result: CheckResult) => void;
   readonly #parse: (text: string) => C;
@@ -132,6 +158,7 @@ export class ConfigWatcher<C> {
     this.#path = path;
     this.#dir = dirname(path);
     this.#onChange = options.onChange;
+    this.#admit = options.admit;
     this.#onCheck = options.onCheck;
     this.#parse = options.parse;
     this.#diff = options.diff;
@@ -285,7 +312,7 @@ export class ConfigWatcher<C> {
       return "unchanged";
     }
     if (text === this.#lastInvalid) {
-      log.debug("Flow-aggregator configuration is still the invalid one rejected before");
+      log.debug("Flow-aggregator configuration is still the one rejected before");
       return "invalid";
     }
     if (this.#stableMs > 0) {
@@ -318,20 +345,35 @@ export class ConfigWatcher<C> {
       });
       return "invalid";
     }
+    const diff = this.#diff(old, next);
+    try {
+      if (this.#admit !== undefined && !this.#admit(next, old)) return "deferred";
+      // Which changed keys need a restart is the consumer's call (the Flow Aggregator applies
+      // timeouts, Pod labels and the transport live and reports only what it really ignores),
+      // so no "please restart" error is logged here.
+      log.info("Updating Flow Aggregator", { changed: diff.changedKeys.join(",") });
+      await this.#onChange(next, old, diff);
+    } catch (e) {
+      // Not applied (or not all of it): the configuration in force stays the baseline, and the
+      // same bytes are not retried until the file changes.
+      this.#rejected++;
+      this.#lastInvalid = text;
+      log.error(
+        "Configuration change handler failed: the change is rejected, the current configuration " +
+          "stays in force",
+        {
+          path: this.#path,
+          changed: diff.changedKeys.join(","),
+          err: e,
+          configReloadsRejected: this.#rejected,
+        },
+      );
+      return "rejected";
+    }
     this.#baseline = text;
     this.#lastInvalid = undefined;
     this.#config = next;
     this.#reloads++;
-    const diff = this.#diff(old, next);
-    // Which changed keys need a restart is the consumer's call (the Flow Aggregator applies
-    // timeouts, Pod labels and the transport live and reports only what it really ignores), so
-    // no "please restart" error is logged here.
-    log.info("Updating Flow Aggregator", { changed: diff.changedKeys.join(",") });
-    try {
-      await this.#onChange(next, old, diff);
-    } catch (e) {
-      log.error("Configuration change handler failed", { err: e });
-    }
     return "changed";
   }
 

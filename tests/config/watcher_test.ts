@@ -597,3 +597,70 @@ Deno.test("watcher: stop({ reloadWaitMs }) does not wait past the bound for a re
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+// A handler that threw on B left the process on A while the watcher held B as the configuration
+// in force: C (B without its bad part) was diffed against B, so what B and C share (review:
+// flowLogger.prettyPrint) was never applied, and nothing counted the failure.
+Deno.test("watcher: a change the handler throws on is rejected and counted; the next one is diffed against what was applied", async () => {
+  const lines: string[] = [];
+  const restoreLog = setLogWriter((line) => lines.push(line));
+  const dir = await Deno.makeTempDir({ prefix: "fa-config-" });
+  const path = `${dir}/${CONF}`;
+  await Deno.writeTextFile(path, TCP_A);
+  const applied: { next: FlowAggregatorConfig; diff: ConfigDiff }[] = [];
+  let admitCalls = 0;
+  const watcher = new ConfigWatcher(path, {
+    ...PRODUCT,
+    // Only explicit check() calls re-read in this test.
+    debounceMs: 60_000,
+    stableMs: 0,
+    pollIntervalMs: 0,
+    admit: (next) => {
+      admitCalls++;
+      if (next.flowLogger.path === "/tmp/admit-throws.log") throw new Error("admit failed");
+      return next.flowLogger.path !== "/tmp/deferred.log";
+    },
+    onChange: (next, _old, diff) => {
+      if (next.clickHouse.enable) throw new Error("invalid host '127.0.0.1,localhost'");
+      applied.push({ next, diff });
+    },
+  });
+  try {
+    await watcher.start();
+    const B = TCP_A + "  prettyPrint: false\nclickHouse:\n  enable: true\n";
+    await Deno.writeTextFile(path, B);
+    assert.equal(await watcher.check(), "rejected");
+    assert.deepEqual(watcher.stats(), { configReloads: 0, configReloadsRejected: 1 });
+    assert.equal(watcher.config.flowLogger.prettyPrint, true, "B is not in force");
+    assert.ok(
+      lines.some((l) => /handler failed.*configReloadsRejected=1/.test(l)),
+      lines.join("\n"),
+    );
+    // The same bytes again (an event, the poll): not a new rejection.
+    assert.equal(await watcher.check(), "invalid");
+    assert.equal(watcher.stats().configReloadsRejected, 1);
+    // C = B without ClickHouse: diffed against A, the configuration applied.
+    await Deno.writeTextFile(path, TCP_A + "  prettyPrint: false\n");
+    assert.equal(await watcher.check(), "changed");
+    assert.equal(applied.length, 1);
+    assert.deepEqual(applied[0].diff.changedKeys, ["flowLogger.prettyPrint"]);
+    assert.equal(watcher.config.flowLogger.prettyPrint, false);
+    assert.deepEqual(watcher.stats(), { configReloads: 1, configReloadsRejected: 1 });
+
+    // admit: false defers a change (neither counted nor logged as an update), a throw rejects it.
+    const updates = lines.filter((l) => l.includes("Updating Flow Aggregator")).length;
+    await Deno.writeTextFile(path, conf("/tmp/deferred.log"));
+    assert.equal(await watcher.check(), "deferred");
+    await Deno.writeTextFile(path, conf("/tmp/admit-throws.log"));
+    assert.equal(await watcher.check(), "rejected");
+    assert.equal(admitCalls, 4);
+    assert.equal(applied.length, 1);
+    assert.equal(lines.filter((l) => l.includes("Updating Flow Aggregator")).length, updates);
+    assert.deepEqual(watcher.stats(), { configReloads: 1, configReloadsRejected: 2 });
+    assert.equal(watcher.config.flowLogger.path, "/tmp/a.log");
+  } finally {
+    await watcher.stop();
+    setLogWriter(restoreLog);
+    await Deno.remove(dir, { recursive: true });
+  }
+});

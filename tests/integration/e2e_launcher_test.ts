@@ -176,6 +176,11 @@ Deno.test("e2e launcher: a reload enabling a sink that needs new permissions sto
       assert.equal(fa.find({ msg: "flow aggregator stopped" })[0]?.fields.exitCode, "77");
       assert.equal(received.length, 0, "the new configuration was not applied");
       assert.deepEqual(fa.find({ msg: "cannot create exporter" }), []);
+      // Nor reported as applied (it was logged "Updating Flow Aggregator" and counted).
+      assert.deepEqual(fa.find({ msg: "Updating Flow Aggregator" }), []);
+      const metrics = fa.find({ msg: "record metrics" }).at(-1)!;
+      assert.equal(metrics.fields.configReloads, "0", metrics.raw);
+      assert.equal(metrics.fields.configReloadsRejected, "0", metrics.raw);
 
       // What kubelet does next: the same command again. The launcher grants the new sink.
       fa = launch(dir, volume.path);

@@ -1,6 +1,6 @@
 /**
  * Byte-array helpers shared by the modules that assemble or write bytes (IPFIX transport
- * writes, DER encoding, files and sockets written in full).
+ * writes, DER encoding, files and sockets written in full, files read within bounds).
  *
  * @module
  */
@@ -78,5 +78,46 @@ export async function readUpTo(
     const got = await file.read(buf.subarray(n));
     if (got === null) return buf.subarray(0, n);
     n += got;
+  }
+}
+
+/** What `info` describes: "regular file", "directory", "FIFO", ... */
+export function fileKind(info: Deno.FileInfo): string {
+  if (info.isFile) return "regular file";
+  if (info.isDirectory) return "directory";
+  if (info.isFifo) return "FIFO";
+  if (info.isCharDevice) return "character device";
+  if (info.isBlockDevice) return "block device";
+  if (info.isSocket) return "socket";
+  return "other";
+}
+
+/** Thrown by {@linkcode openRegularFile} for a path that is no regular file. */
+export class NotRegularFile extends Error {
+  /** Creates the error; `kind` as {@linkcode fileKind} names it. */
+  constructor(kind: string, replaced = false) {
+    super(`not a regular file (${kind}${replaced ? ", replaced" : ""}): not read`);
+    this.name = "NotRegularFile";
+  }
+}
+
+/**
+ * Opens `path` for reading when it is a regular file (through its symlinks), with its size;
+ * throws {@linkcode NotRegularFile} otherwise, without opening it: `open(2)` of a FIFO blocks until
+ * a writer comes, and a device (`/dev/zero`) never ends. What was opened is looked at again (the
+ * path may have been replaced in between). A FIFO renamed over the path between the two looks
+ * still blocks the open: Deno has no `O_NONBLOCK` open that would close that race.
+ */
+export async function openRegularFile(path: string): Promise<{ file: Deno.FsFile; size: number }> {
+  const kind = fileKind(await Deno.stat(path));
+  if (kind !== "regular file") throw new NotRegularFile(kind);
+  const file = await Deno.open(path, { read: true });
+  try {
+    const info = await file.stat();
+    if (!info.isFile) throw new NotRegularFile(fileKind(info), true);
+    return { file, size: info.size };
+  } catch (err) {
+    file.close();
+    throw err;
   }
 }

@@ -7,14 +7,15 @@
  * Only a **regular file** is opened: `open(2)` of a FIFO blocks until a writer comes (a FIFO given
  * as `--config`, or moved over the file, held the launcher and every reload forever), and a
  * character device (`/dev/zero`) never ends. The path is looked at (`stat`, through its symlinks)
- * before it is opened, and what was opened is looked at again. That leaves a race: a FIFO renamed
+ * before it is opened, and what was opened is looked at again (`openRegularFile`, src/bytes.ts,
+ * shared with the cluster UUID state file). That leaves a race: a FIFO renamed
  * over the file between the two still blocks the open; Deno has no `O_NONBLOCK` open that would
  * close it, and a configuration is replaced by a rename of a regular file in practice.
  *
  * @module
  */
 
-import { readUpTo } from "../bytes.ts";
+import { openRegularFile, readUpTo } from "../bytes.ts";
 
 /** Largest configuration file read, bytes (the stock ConfigMap's is ~12 KiB). */
 export const MAX_CONFIG_FILE_BYTES = 1 << 20;
@@ -28,19 +29,24 @@ export async function readConfigFile(
   path: string,
   max = MAX_CONFIG_FILE_BYTES,
 ): Promise<string> {
-  let file: Deno.FsFile;
+  let opened: { file: Deno.FsFile; size: number };
   try {
-    const kind = fileKind(await Deno.stat(path));
-    if (kind !== "regular file") throw new Error(`not a regular file (${kind}): not opened`);
-    file = await Deno.open(path);
+    opened = await openRegularFile(path);
   } catch (err) {
     // "Is a directory (os error 21)" alone did not say which file.
     throw new Error(`cannot read configuration file ${path}: ${(err as Error).message}`, {
       cause: err,
     });
   }
+  const { file, size } = opened;
   try {
-    return await readBounded(file, path, max);
+    const bytes = await readUpTo(file, max, size);
+    if (bytes === undefined) {
+      throw new Error(
+        `configuration file ${path} is larger than ${max} bytes: not read (a configuration is a few KiB)`,
+      );
+    }
+    return new TextDecoder().decode(bytes);
   } catch (err) {
     if ((err as Error).message.includes(path)) throw err;
     throw new Error(`cannot read configuration file ${path}: ${(err as Error).message}`, {
@@ -49,28 +55,4 @@ export async function readConfigFile(
   } finally {
     file.close();
   }
-}
-
-/** What `info` describes: "regular file", "directory", "FIFO", ... */
-export function fileKind(info: Deno.FileInfo): string {
-  if (info.isFile) return "regular file";
-  if (info.isDirectory) return "directory";
-  if (info.isFifo) return "FIFO";
-  if (info.isCharDevice) return "character device";
-  if (info.isBlockDevice) return "block device";
-  if (info.isSocket) return "socket";
-  return "other";
-}
-
-async function readBounded(file: Deno.FsFile, path: string, max: number): Promise<string> {
-  const info = await file.stat();
-  // What was opened, not what was looked at: the path may have been replaced in between.
-  if (!info.isFile) throw new Error(`not a regular file (${fileKind(info)}, replaced)`);
-  const bytes = await readUpTo(file, max, info.size);
-  if (bytes === undefined) {
-    throw new Error(
-      `configuration file ${path} is larger than ${max} bytes: not read (a configuration is a few KiB)`,
-    );
-  }
-  return new TextDecoder().decode(bytes);
 }

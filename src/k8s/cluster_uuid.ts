@@ -16,7 +16,7 @@
  *    new one, never half of one).
  */
 
-import { readUpTo } from "../bytes.ts";
+import { NotRegularFile, openRegularFile, readUpTo } from "../bytes.ts";
 import type { Clock } from "../clock.ts";
 import { logger } from "../log.ts";
 import type { KubeApi } from "./client.ts";
@@ -259,27 +259,19 @@ export class ClusterIdentity {
  * writer comes, a device never ends) and at most {@linkcode STATE_FILE_MAX_BYTES} are read.
  */
 async function readStateFile(path: string): Promise<{ uuid?: string; problem?: string }> {
-  let info: Deno.FileInfo;
+  let opened: { file: Deno.FsFile; size: number };
   try {
-    info = await Deno.stat(path);
+    opened = await openRegularFile(path);
   } catch (err) {
     if (err instanceof Deno.errors.NotFound) return {};
+    if (err instanceof NotRegularFile) return { problem: err.message };
     return { problem: `cannot read it: ${(err as Error).message}` };
   }
-  const kind = fileKind(info);
-  if (kind !== "file") return { problem: `not a regular file (${kind})` };
-  if (info.size > STATE_FILE_MAX_BYTES) {
-    return { problem: `${info.size} bytes, over ${STATE_FILE_MAX_BYTES}` };
-  }
-  let file: Deno.FsFile;
+  const { file, size } = opened;
   try {
-    file = await Deno.open(path, { read: true });
-  } catch (err) {
-    return { problem: `cannot read it: ${(err as Error).message}` };
-  }
-  try {
-    // What was opened, not what was looked at: the path may have been replaced in between.
-    if (!(await file.stat()).isFile) return { problem: "not a regular file (replaced)" };
+    if (size > STATE_FILE_MAX_BYTES) {
+      return { problem: `${size} bytes, over ${STATE_FILE_MAX_BYTES}` };
+    }
     const bytes = await readUpTo(file, STATE_FILE_MAX_BYTES);
     if (bytes === undefined) return { problem: `over ${STATE_FILE_MAX_BYTES} bytes` };
     const text = new TextDecoder().decode(bytes).trim();
@@ -289,16 +281,6 @@ async function readStateFile(path: string): Promise<{ uuid?: string; problem?: s
   } finally {
     file.close();
   }
-}
-
-function fileKind(info: Deno.FileInfo): string {
-  if (info.isFile) return "file";
-  if (info.isDirectory) return "directory";
-  if (info.isFifo) return "FIFO";
-  if (info.isCharDevice) return "character device";
-  if (info.isBlockDevice) return "block device";
-  if (info.isSocket) return "socket";
-  return "other";
 }
 
 /** The temporary file a state file at `path` is written through (`deno task permissions` grants it). */

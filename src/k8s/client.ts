@@ -24,6 +24,7 @@ import {
 import { ATTEMPT_TIMEOUT_MS, statusOf } from "./retry.ts";
 import { type WatchHandle, type WatchHandlers, watchStream } from "./watch.ts";
 import { logger } from "../log.ts";
+import { openRegularFile, readUpTo } from "../bytes.ts";
 
 const log = logger("k8s");
 
@@ -125,11 +126,33 @@ function logServiceAccountUnreadable(
   }
 }
 
+/** Largest kubeconfig read, bytes (one with its certificates inline is a few KiB). */
+export const MAX_KUBECONFIG_BYTES = 4 << 20;
+
+/**
+ * The text of the kubeconfig at `path`: a regular file only (a FIFO's open would block the start
+ * until a writer comes), at most {@linkcode MAX_KUBECONFIG_BYTES}.
+ */
+async function readKubeconfig(path: string): Promise<string> {
+  try {
+    const { file, size } = await openRegularFile(path);
+    try {
+      const bytes = await readUpTo(file, MAX_KUBECONFIG_BYTES, size);
+      if (bytes === undefined) throw new Error(`over ${MAX_KUBECONFIG_BYTES} bytes: not read`);
+      return new TextDecoder().decode(bytes);
+    } finally {
+      file.close();
+    }
+  } catch (err) {
+    throw new Error(`kubeconfig ${path}: ${(err as Error).message}`, { cause: err });
+  }
+}
+
 /** The server URL of the current context of a kubeconfig's text (YAML or JSON). */
 async function kubeconfigServer(path: string, keep: readonly string[]): Promise<string> {
   const { KubeConfig } = await loadClientNode(keep);
   const kc = new KubeConfig();
-  kc.loadFromString(await Deno.readTextFile(path));
+  kc.loadFromString(await readKubeconfig(path));
   const server = kc.getCurrentCluster()?.server;
   if (server === undefined) {
     throw new Error(`kubeconfig ${path}: no cluster in the current context`);
@@ -406,7 +429,7 @@ export async function connectKube(
       },
     );
   } else {
-    kc.loadFromString(await Deno.readTextFile(target.source));
+    kc.loadFromString(await readKubeconfig(target.source));
   }
   const credentials = installExecCredentials(kc, { timeoutMs: options.execPluginTimeoutMs });
   // What client-node sends its requests with; loaded with it (the watch is read by us).

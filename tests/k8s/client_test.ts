@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { systemClock } from "../../src/clock.ts";
 import {
   connectKube,
+  MAX_KUBECONFIG_BYTES,
   resolveKubeTarget,
   SERVICE_ACCOUNT_DIR,
   serviceAccountLookup,
@@ -97,6 +98,36 @@ Deno.test("k8s client: the service account is looked at with KUBERNETES_SERVICE_
   assert.equal(serviceAccountLookup({ env: host, serviceAccountDir: "/sa" }), "/sa");
   assert.equal(serviceAccountLookup({ env: host, kubeconfig: "/kc" }), undefined);
   assert.equal(serviceAccountLookup({ env: envOf({}) }), undefined);
+});
+
+// A kubeconfig that is a FIFO was opened with Deno.readTextFile: the start waited for a writer.
+Deno.test("k8s client: a kubeconfig that is no regular file is refused unopened", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const fifo = `${dir}/kubeconfig`;
+    const made = await new Deno.Command("mkfifo", { args: [fifo] }).output();
+    assert.ok(made.success);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const hung = new Promise((r) => timer = setTimeout(() => r("still pending after 5 s"), 5000));
+    const got = await Promise.race([
+      resolveKubeTarget({ kubeconfig: fifo, env: () => undefined }).then(
+        () => "resolved",
+        (err: Error) => err.message,
+      ),
+      hung,
+    ]);
+    clearTimeout(timer);
+    assert.match(String(got), /kubeconfig .*kubeconfig: not a regular file \(FIFO\)/);
+    // A regular file past the bound is not read.
+    await Deno.remove(fifo);
+    await Deno.writeTextFile(fifo, "#".repeat(MAX_KUBECONFIG_BYTES + 1));
+    await assert.rejects(
+      resolveKubeTarget({ kubeconfig: fifo, env: () => undefined }),
+      /over 4194304 bytes: not read/,
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });
 
 Deno.test("k8s client: in-cluster from the service account, token and CA used", async () => {

@@ -26,17 +26,23 @@ import { stateFileTemp } from "./k8s/cluster_uuid.ts";
 
 /**
  * Environment variables the process itself reads: Kubernetes detection, the default flow log
- * directory, and the two debug switches npm:yaml's parser reads on every parse.
+ * directory, the two debug switches npm:yaml's parser reads on every parse, and those the
+ * sinks' permission computations read (each component's `permissionEnv`: the S3 endpoint's).
+ * The launcher may read these and no other (`launcherFlags`); every process may too, so a
+ * reload computes what the launcher computed.
  */
 export const PROCESS_ENV: readonly string[] = [
-  "KUBERNETES_SERVICE_HOST",
-  "KUBERNETES_SERVICE_PORT",
-  "KUBECONFIG",
-  "HOME",
-  "POD_NAMESPACE",
-  "TMPDIR",
-  "LOG_TOKENS",
-  "LOG_STREAM",
+  ...new Set([
+    "KUBERNETES_SERVICE_HOST",
+    "KUBERNETES_SERVICE_PORT",
+    "KUBECONFIG",
+    "HOME",
+    "POD_NAMESPACE",
+    "TMPDIR",
+    "LOG_TOKENS",
+    "LOG_STREAM",
+    ...COMPONENTS.flatMap((c) => c.permissionEnv ?? []),
+  ]),
 ];
 
 /** The directory of the product's modules (`src/`), which worker threads load. */

@@ -56,8 +56,18 @@ export interface ExporterComponent<
   readonly name: string;
   /** The configuration section the component owns. */
   readonly section: ConfigSection<K, C>;
-  /** The permissions the sink needs for `config` (computed, never broader than needed). */
+  /**
+   * The permissions the sink needs for `config` (computed, never broader than needed). It reads
+   * the environment only through {@linkcode readPermissionEnv}, and only the variables of
+   * {@linkcode permissionEnv}.
+   */
   permissions(config: C): ExporterPermissions;
+  /**
+   * The environment variables {@linkcode permissions} reads (the S3 endpoint's). Every process
+   * and the launcher may read them: `PROCESS_ENV` (src/permissions.ts) includes them, so the
+   * launcher computes what the program it starts computes again at each reload.
+   */
+  readonly permissionEnv?: readonly string[];
   /**
    * Builds the sink. Absent: this build has no such sink yet; enabling the section is reported
    * as an error and its records are counted as exported without a sink. A sink whose module (or
@@ -72,4 +82,23 @@ export interface ExporterComponent<
 /** No permission at all. */
 export function noPermissions(): ExporterPermissions {
   return { net: [], read: [], write: [], env: [] };
+}
+
+/**
+ * Reads an environment variable for a permission computation (a component's
+ * {@linkcode ExporterComponent.permissions}). Throws, naming the variable, when this process
+ * may not read it: read as unset, it would compute other permissions than a process that may
+ * (the launcher would grant what the program it starts finds lacking, a restart loop).
+ */
+export function readPermissionEnv(name: string): string | undefined {
+  try {
+    return Deno.env.get(name);
+  } catch (err) {
+    if (!(err instanceof Deno.errors.NotCapable)) throw err;
+    throw new Error(
+      `the permission computation reads the environment variable ${name}, which this process ` +
+        `may not read (--allow-env=${name}; a component declares it in its permissionEnv)`,
+      { cause: err },
+    );
+  }
 }

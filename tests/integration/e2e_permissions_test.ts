@@ -52,7 +52,7 @@ Deno.test("e2e permissions: the process runs on exactly the printed flags, its f
         [`${dir}/api`, `${dir}/cluster-uuid`, `${dir}/cluster-uuid.tmp`, `${dir}/logs`].sort()
           .join(",")
       }`,
-      "--allow-env=HOME,KUBECONFIG,KUBERNETES_SERVICE_HOST,KUBERNETES_SERVICE_PORT,LOG_STREAM,LOG_TOKENS,POD_NAMESPACE,TMPDIR",
+      "--allow-env=AWS_ENDPOINT_URL,AWS_ENDPOINT_URL_S3,HOME,KUBECONFIG,KUBERNETES_SERVICE_HOST,KUBERNETES_SERVICE_PORT,LOG_STREAM,LOG_TOKENS,POD_NAMESPACE,TMPDIR",
       "--unstable-net",
       "--unstable-worker-options",
     ]);

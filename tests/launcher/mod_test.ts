@@ -13,7 +13,26 @@ import {
   programLocation,
 } from "../../src/launcher/mod.ts";
 import { PROCESS_ENV } from "../../src/permissions.ts";
-import { DENO_JSON, MAIN_TS, printedPermissions } from "../_helpers/process.ts";
+import { COMPONENTS } from "../../src/components.ts";
+import { DENO_JSON, MAIN_TS, printedPermissions, runDeno } from "../_helpers/process.ts";
+
+const PLAN_CHILD = new URL("../_helpers/launch_plan_child.ts", import.meta.url).pathname;
+
+/**
+ * The launcher's plan for `args` computed in a process with the launcher's own permissions
+ * (`denoFlags`: default {@linkcode launcherFlags}) and `env` added to the environment.
+ */
+async function planUnderLauncherFlags(
+  args: readonly string[],
+  env: Record<string, string>,
+  denoFlags: readonly string[] = launcherFlags([]).filter((f) => !f.startsWith("--allow-ffi")),
+): Promise<{ permissions?: string[]; error?: string }> {
+  const out = await runDeno(["run", ...denoFlags, "--config", DENO_JSON, PLAN_CHILD, ...args], {
+    env,
+  });
+  assert.equal(out.code, 0, out.stderr);
+  return JSON.parse(out.stdout.trim().split("\n").at(-1)!);
+}
 
 async function withConfig(
   text: (dir: string) => string,
@@ -132,4 +151,67 @@ Deno.test("launcher: its own flags read, the process's environment list and FFI 
     `--allow-env=${[...PROCESS_ENV].sort().join(",")}`,
     "--allow-ffi=/lib/x86_64-linux-gnu/libc.so.6",
   ]);
+});
+
+Deno.test("launcher: the environment it may read includes what every sink's permission computation reads", () => {
+  const allowEnv = launcherFlags([]).find((f) => f.startsWith("--allow-env="))!;
+  const listed = allowEnv.slice("--allow-env=".length).split(",");
+  const read = COMPONENTS.flatMap((c) => c.permissionEnv ?? []);
+  assert.ok(read.includes("AWS_ENDPOINT_URL_S3") && read.includes("AWS_ENDPOINT_URL"));
+  for (const name of read) assert.ok(listed.includes(name), name);
+});
+
+Deno.test("launcher: S3 with AWS_ENDPOINT_URL_S3 set is granted that endpoint, as deno task permissions prints", async () => {
+  await withConfig(
+    () => "s3Uploader:\n  enable: true\n  bucketName: flows\n",
+    async (_dir, conf) => {
+      const args = ["--config", conf, "--workers=1"];
+      const env = { AWS_ENDPOINT_URL_S3: "http://127.0.0.1:47290", AWS_ENDPOINT_URL: "" };
+      const plan = await planUnderLauncherFlags(args, env);
+      assert.equal(plan.error, undefined);
+      const net = plan.permissions!.find((f) => f.startsWith("--allow-net="))!;
+      assert.ok(net.split("=")[1].split(",").includes("127.0.0.1:47290"), net);
+      assert.ok(!net.includes("amazonaws.com"), net);
+      const printed = await runDeno(
+        [
+          "run",
+          "--allow-read",
+          "--allow-env",
+          "--config",
+          DENO_JSON,
+          MAIN_TS,
+          "permissions",
+          ...args,
+        ],
+        { env },
+      );
+      assert.equal(printed.code, 0, printed.stderr);
+      assert.deepEqual(plan.permissions, printed.stdout.trim().split(" "));
+      // AWS_ENDPOINT_URL alone.
+      const fallback = await planUnderLauncherFlags(args, {
+        AWS_ENDPOINT_URL_S3: "",
+        AWS_ENDPOINT_URL: "http://127.0.0.1:47291",
+      });
+      assert.match(fallback.permissions!.join(" "), /--allow-net=[^ ]*127\.0\.0\.1:47291/);
+    },
+  );
+});
+
+Deno.test("launcher: a variable the permission computation reads but may not is an error naming it, not unset", async () => {
+  await withConfig(
+    () => "s3Uploader:\n  enable: true\n  bucketName: flows\n",
+    async (_dir, conf) => {
+      const env = PROCESS_ENV.filter((v) => v !== "AWS_ENDPOINT_URL");
+      const plan = await planUnderLauncherFlags(
+        ["--config", conf, "--workers=1"],
+        { AWS_ENDPOINT_URL_S3: "", AWS_ENDPOINT_URL: "http://127.0.0.1:47292" },
+        ["--allow-read", `--allow-env=${env.join(",")}`],
+      );
+      assert.equal(plan.permissions, undefined);
+      assert.match(
+        plan.error!,
+        /environment variable AWS_ENDPOINT_URL\b.*--allow-env=AWS_ENDPOINT_URL/,
+      );
+    },
+  );
 });

@@ -3,7 +3,9 @@
  * that has only these permissions:
  *
  * - `net`: an S3-compatible endpoint's `host:port` when one is configured
- *   (`s3Uploader.endpoint`, else `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL`); for AWS,
+ *   (`s3Uploader.endpoint`, else `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL`, which the permission
+ *   computation therefore reads: its `permissionEnv`, in every process's and the launcher's
+ *   `--allow-env`); for AWS,
  *   `*.amazonaws.com:443` (the bucket's region is discovered at run time, so its regional
  *   endpoint cannot be named in advance; STS for web identity is there too) and the instance
  *   metadata service `169.254.169.254:80` (instance-role credentials);
@@ -18,9 +20,13 @@
  * @module
  */
 
-import { type ExporterComponent, HTTPS_CLIENT_PERMISSIONS } from "../component.ts";
+import {
+  type ExporterComponent,
+  HTTPS_CLIENT_PERMISSIONS,
+  readPermissionEnv,
+} from "../component.ts";
 import { endpointHostPort, type S3UploaderConfig, s3UploaderSection } from "./config.ts";
-import { denoEnv, resolveEndpoint } from "./store.ts";
+import { ENDPOINT_ENV, resolveEndpoint } from "./store.ts";
 import { workerModule } from "../../worker_module.ts";
 import { spoolPermissionPath } from "../spool_config.ts";
 
@@ -40,8 +46,7 @@ export const AWS_ENV = [
   "AWS_ROLE_ARN",
   "AWS_ROLE_SESSION_NAME",
   "AWS_WEB_IDENTITY_TOKEN_FILE",
-  "AWS_ENDPOINT_URL_S3",
-  "AWS_ENDPOINT_URL",
+  ...ENDPOINT_ENV,
   "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS",
   // Read by the SDK's credential providers and shared-config loader.
   "AWS_SHARED_CREDENTIALS_FILE",
@@ -69,8 +74,10 @@ const IMDS = "169.254.169.254:80";
 export const s3Component: ExporterComponent<"s3Uploader", S3UploaderConfig> = {
   name: "s3",
   section: s3UploaderSection,
+  // The endpoint may come from the environment (`AWS_ENDPOINT_URL_S3`, `AWS_ENDPOINT_URL`).
+  permissionEnv: ENDPOINT_ENV,
   permissions(config) {
-    const endpoint = resolveEndpoint(config.endpoint, denoEnv);
+    const endpoint = resolveEndpoint(config.endpoint, readPermissionEnv);
     const spool = spoolPermissionPath(config.spool);
     // AWS itself, or an endpoint over https.
     const https = endpoint === "" || endpoint.toLowerCase().startsWith("https:");

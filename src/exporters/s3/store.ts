@@ -149,9 +149,19 @@ export function denoEnv(name: string): string | undefined {
   }
 }
 
+/**
+ * The environment variables that name the endpoint when the configuration does not, in order
+ * (the AWS SDK's): read by {@linkcode resolveEndpoint}, so by the S3 component's permission
+ * computation too (its `permissionEnv`).
+ */
+export const ENDPOINT_ENV: readonly ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"] = [
+  "AWS_ENDPOINT_URL_S3",
+  "AWS_ENDPOINT_URL",
+];
+
 /** The endpoint in force: the configured one, else `AWS_ENDPOINT_URL_S3`, else `AWS_ENDPOINT_URL`. */
 export function resolveEndpoint(configured: string, env: EnvReader = denoEnv): string {
-  return configured || env("AWS_ENDPOINT_URL_S3") || env("AWS_ENDPOINT_URL") || "";
+  return configured || ENDPOINT_ENV.map((name) => env(name)).find((v) => v) || "";
 }
 
 /** The region hint in force: the configured one, else `AWS_REGION`, else `us-west-2`. */

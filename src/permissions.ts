@@ -23,6 +23,7 @@ import { missingPermissions } from "./exporters/worker_exporter.ts";
 import { KLOG_FILE_ENV } from "./log/mod.ts";
 import type { KubeTarget } from "./k8s/client.ts";
 import { stateFileTemp } from "./k8s/cluster_uuid.ts";
+import { permissionEntryProblem, type PermissionListKind } from "./permission_entry.ts";
 
 /**
  * Environment variables the process itself reads: Kubernetes detection, the default flow log
@@ -125,52 +126,70 @@ function uniq(a: string[]): string[] {
   return [...new Set(a)].sort();
 }
 
-/** Computes the permissions of a process running `config`. */
+/**
+ * Computes the permissions of a process running `config`. Throws, naming the value and where it
+ * comes from, when a value cannot be an entry of Deno's permission lists (a comma, which would
+ * split it into other grants; an empty entry; a host Deno refuses): see
+ * src/permission_entry.ts.
+ */
 export function processPermissions(
   config: FlowAggregatorConfig,
   inputs: PermissionInputs = {},
 ): ProcessPermissions {
-  const net = [
-    inputs.listen ?? DEFAULT_LISTEN_ADDRESS,
-    apiAddress(inputs.apiListen, config.apiServer.apiPort),
-  ];
-  const read: string[] = [];
+  const lists: Record<PermissionListKind, string[]> = { net: [], read: [], write: [], env: [] };
+  /** Adds `values` to the `kind` list, from `source` (named when one cannot be granted). */
+  const grant = (kind: PermissionListKind, source: string, ...values: string[]) => {
+    for (const value of values) {
+      const problem = permissionEntryProblem(kind, value);
+      if (problem !== undefined) {
+        throw new Error(
+          `${source}: cannot grant --allow-${kind}=${JSON.stringify(value)}: ${problem}`,
+        );
+      }
+      lists[kind].push(value);
+    }
+  };
+  grant("net", "--listen", inputs.listen ?? DEFAULT_LISTEN_ADDRESS);
+  grant("net", "--api-listen", apiAddress(inputs.apiListen, config.apiServer.apiPort));
   // The API's loopback token and CA.
-  const write: string[] = [dirname(resolve(inputs.apiTokenFile ?? DEFAULT_TOKEN_FILE))];
-  const env = [...PROCESS_ENV];
+  grant("write", "--api-token-file", dirname(resolve(inputs.apiTokenFile ?? DEFAULT_TOKEN_FILE)));
+  grant("env", "the process's environment", ...PROCESS_ENV);
   let sys = false;
   const moduleDir = inputs.moduleDir ?? SOURCE_DIR;
-  if (inputs.configPath !== undefined) read.push(dirname(resolve(inputs.configPath)));
-  if (inputs.certDir !== undefined) write.push(resolve(inputs.certDir));
+  if (inputs.configPath !== undefined) {
+    grant("read", "--config", dirname(resolve(inputs.configPath)));
+  }
+  if (inputs.certDir !== undefined) grant("write", "--cert-dir", resolve(inputs.certDir));
   if (inputs.logDir !== undefined) {
     // Read: pruning lists the directory (`--log_file_max_num`). Env: host and user names.
-    read.push(resolve(inputs.logDir));
-    write.push(resolve(inputs.logDir));
-    env.push(...KLOG_FILE_ENV);
+    grant("read", "--log_dir", resolve(inputs.logDir));
+    grant("write", "--log_dir", resolve(inputs.logDir));
+    grant("env", "--log_dir", ...KLOG_FILE_ENV);
   }
   if (inputs.kube !== undefined) {
     const u = new URL(inputs.kube.server);
-    net.push(`${u.hostname}:${u.port || (u.protocol === "http:" ? 80 : 443)}`);
-    read.push(resolve(inputs.kube.source));
+    const server = `${u.hostname}:${u.port || (u.protocol === "http:" ? 80 : 443)}`;
+    grant("net", "the Kubernetes API server", server);
+    grant("read", "the Kubernetes credentials", resolve(inputs.kube.source));
   }
-  if (inputs.serviceAccountLookup !== undefined) read.push(resolve(inputs.serviceAccountLookup));
+  if (inputs.serviceAccountLookup !== undefined) {
+    grant("read", "the service account", resolve(inputs.serviceAccountLookup));
+  }
   if (inputs.stateFile !== undefined) {
     // The file, and the one it is written through (atomic: renamed over it).
     const files = [resolve(inputs.stateFile), resolve(stateFileTemp(inputs.stateFile))];
-    read.push(...files);
-    write.push(...files);
+    grant("read", "--state-dir", ...files);
+    grant("write", "--state-dir", ...files);
   }
-  for (const { component: c, permissions: p } of sinkPermissions(config)) {
+  for (const { component: c, section, permissions: p } of sinkPermissions(config)) {
     if (c.create === undefined) continue; // no sink in this build: nothing runs
-    net.push(...p.net);
-    read.push(...p.read);
-    write.push(...p.write);
-    env.push(...p.env);
+    const source = `${section} (the ${c.name} sink)`;
+    for (const kind of ["net", "read", "write", "env"] as const) grant(kind, source, ...p[kind]);
     if (p.sys === true) sys = true;
     // A worker's module graph is loaded under the process's read permission (the worker's
     // own, narrowed one is not consulted for its imports): the source tree, nothing else.
     if (!inputs.exportersInProcess && c.workerModule?.protocol === "file:") {
-      read.push(moduleDir);
+      grant("read", "the program's modules", moduleDir);
     }
   }
   // No --allow-read for /proc/net/udp (the socket path's kernel drops) or
@@ -179,13 +198,17 @@ export function processPermissions(
   const fast = config.aggregatorTransportProtocol === "UDP" &&
     (inputs.udpReceiver ?? "auto") !== "socket" && Deno.build.os === "linux";
   const ffi = fast ? (libcPath() ?? true) : false;
-  if (fast && UDP_FAST_WORKER_MODULE.protocol === "file:") read.push(moduleDir);
-  if ((inputs.workers ?? 2) > 1 && SHARD_WORKER_MODULE.protocol === "file:") read.push(moduleDir);
+  if (fast && UDP_FAST_WORKER_MODULE.protocol === "file:") {
+    grant("read", "the program's modules", moduleDir);
+  }
+  if ((inputs.workers ?? 2) > 1 && SHARD_WORKER_MODULE.protocol === "file:") {
+    grant("read", "the program's modules", moduleDir);
+  }
   return {
-    net: uniq(net),
-    read: uniq(read),
-    write: uniq(write),
-    env: uniq(env),
+    net: uniq(lists.net),
+    read: uniq(lists.read),
+    write: uniq(lists.write),
+    env: uniq(lists.env),
     ...(sys ? { sys } : {}),
     ffi,
   };

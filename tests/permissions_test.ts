@@ -9,6 +9,7 @@ import {
   sinkPermissionTable,
 } from "../src/permissions.ts";
 import { KLOG_DEFAULTS, KLOG_FILE_ENV, klogFileDir } from "../src/log/mod.ts";
+import { addressProblem, permissionEntryProblem } from "../src/permission_entry.ts";
 
 const SRC = new URL("../src", import.meta.url).pathname;
 /** The API's default address and the directory of its loopback token (every process has both). */
@@ -272,4 +273,34 @@ Deno.test("permissions: the service account directory the process looks at is re
   const p = perms(cfg(""), { serviceAccountLookup: sa, stateFile: "/state/cluster-uuid" });
   assert.ok(p.read.includes(sa), p.read.join(","));
   assert.ok(!perms(cfg("")).read.includes(sa));
+});
+
+Deno.test("permissions: a value Deno's permission lists cannot carry is refused, naming where it comes from", () => {
+  const config = cfg("flowLogger:\n  enable: true\n  path: '-'\n");
+  // A comma would split the entry into other grants (every port of 127.0.0.1 here).
+  assert.throws(
+    () => perms(config, { listen: "127.0.0.1,localhost:4739" }),
+    /^Error: --listen: cannot grant --allow-net="127\.0\.0\.1,localhost:4739": it contains a comma/,
+  );
+  assert.throws(
+    () => perms(config, { apiTokenFile: "/tmp/a,/token" }),
+    /--api-token-file: cannot grant --allow-write="\/tmp\/a,": it contains a comma/,
+  );
+  // A bare `*` host: Deno refuses it (after the exec, with a raw error, before).
+  assert.throws(
+    () => perms(config, { kube: { mode: "kubeconfig", server: "https://*:6443", source: "/k" } }),
+    /the Kubernetes API server: cannot grant --allow-net="\*:6443": Deno refuses it/,
+  );
+});
+
+Deno.test("permissions: what a permission list entry may be", () => {
+  assert.equal(permissionEntryProblem("net", "*.amazonaws.com:443"), undefined);
+  assert.equal(permissionEntryProblem("net", "[::]:4739"), undefined);
+  assert.equal(permissionEntryProblem("write", "/tmp/a b"), undefined);
+  assert.match(permissionEntryProblem("net", "*:8123")!, /Deno refuses it \(invalid host/);
+  assert.match(permissionEntryProblem("net", "a,b:1")!, /comma/);
+  assert.match(permissionEntryProblem("read", "")!, /empty/);
+  assert.match(permissionEntryProblem("env", "A,B")!, /comma/);
+  assert.match(addressProblem("*.example.com:4739")!, /wildcard/);
+  assert.equal(addressProblem("collector.example:4739"), undefined);
 });

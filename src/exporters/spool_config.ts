@@ -8,7 +8,8 @@
  */
 
 import { resolve } from "node:path";
-import { intOr, nonNegative, type Raw, str, sub } from "../config/schema.ts";
+import { fail, intOr, nonNegative, type Raw, str, sub } from "../config/schema.ts";
+import { permissionEntryProblem } from "../permission_entry.ts";
 import type { BuildContext } from "../config/section.ts";
 import type { Logger } from "../log.ts";
 import type { SpoolStats } from "../spool/mod.ts";
@@ -50,6 +51,9 @@ export function buildSpoolConfig(raw: Raw, ctx: BuildContext, sink: string): Spo
 /** Checks the subsection of section `section` (run when the sink is enabled). */
 export function validateSpoolConfig(section: string, c: SpoolConfig): void {
   nonNegative(`${section}.spool.maxBytes`, c.maxBytes);
+  // The directory is granted by name (read and write): a comma would split the grant.
+  const problem = permissionEntryProblem("write", c.dir);
+  if (problem !== undefined) fail(`${section}.spool.dir`, `${JSON.stringify(c.dir)}: ${problem}`);
 }
 
 /** The absolute directory the sink's worker must read and write. */

@@ -31,6 +31,7 @@ import {
 } from "./batch.ts";
 import type { ExporterComponent, ExporterContext, ExporterPermissions } from "./component.ts";
 import type { Exporter, ExporterStats } from "./exporter.ts";
+import { queryableHost } from "../permission_entry.ts";
 import type { ThreadMemory } from "../thread_memory.ts";
 import {
   emptyWorkerStats,
@@ -124,10 +125,8 @@ export function missingPermissions(p: ExporterPermissions): string[] {
   const check = (d: Deno.PermissionDescriptor, flag: string) => {
     if (Deno.permissions.querySync(d).state !== "granted") missing.push(flag);
   };
-  // A wildcard host (`*.amazonaws.com:443`) cannot be queried itself; the process holds it when
-  // it holds one of its subdomains through the same grant.
   for (const host of p.net) {
-    check({ name: "net", host: host.replace(/^\*\./, "wildcard-probe.") }, `--allow-net=${host}`);
+    check({ name: "net", host: queryableHost(host) }, `--allow-net=${host}`);
   }
   for (const path of p.read) check({ name: "read", path }, `--allow-read=${path}`);
   for (const path of p.write) check({ name: "write", path }, `--allow-write=${path}`);

@@ -571,3 +571,52 @@ Deno.test("s3Uploader.gzipLevel: 1 to 9, 0 or absent the default, anything else 
     );
   }
 });
+
+Deno.test("a host or path that would widen or break a Deno permission grant is refused, naming its key", () => {
+  const COMMA = /contains a comma, which Deno's permission lists cannot carry/;
+  const WILDCARD = /a wildcard \(\*\) is not a host to connect to/;
+  const cases: [string, RegExp, string][] = [
+    // Before: --allow-write=…,/tmp/x,/etc,… (/etc writable) and the directory needed not granted.
+    ['flowLogger:\n  enable: true\n  path: "/tmp/x,/etc/flows.log"\n', COMMA, "flowLogger.path"],
+    // Before: --allow-net=127.0.0.1,localhost:8123 (every port of 127.0.0.1), then a crash.
+    [
+      'clickHouse:\n  enable: true\n  databaseURL: "tcp://127.0.0.1,localhost:9000"\n',
+      COMMA,
+      "clickHouse.databaseURL",
+    ],
+    [
+      'clickHouse:\n  enable: true\n  databaseURL: "http://*:8123"\n',
+      WILDCARD,
+      "clickHouse.databaseURL",
+    ],
+    ['flowCollector:\n  enable: true\n  address: "a,b:4739:tcp"\n', COMMA, "flowCollector.address"],
+    [
+      'flowCollector:\n  enable: true\n  address: "*:4739:tcp"\n',
+      WILDCARD,
+      "flowCollector.address",
+    ],
+    // Before: --allow-read=/tmp/a, (an empty entry, which Deno refuses after the exec).
+    ['clickHouse:\n  enable: true\n  spool:\n    dir: "/tmp/a,/"\n', COMMA, "clickHouse.spool.dir"],
+    [
+      's3Uploader:\n  enable: true\n  bucketName: b\n  spool:\n    dir: "/tmp/a,b"\n',
+      COMMA,
+      "s3Uploader.spool.dir",
+    ],
+    [
+      's3Uploader:\n  enable: true\n  bucketName: b\n  endpoint: "http://a,b:9000"\n',
+      COMMA,
+      "s3Uploader.endpoint",
+    ],
+    [
+      's3Uploader:\n  enable: true\n  bucketName: b\n  endpoint: "http://*.x:9000"\n',
+      WILDCARD,
+      "s3Uploader.endpoint",
+    ],
+  ];
+  for (const [text, message, key] of cases) assertError(text, message, key);
+  // A comma in the file's own name is no grant's business (its directory is granted).
+  assert.equal(
+    parse('flowLogger:\n  enable: true\n  path: "/tmp/a,b.log"\n').flowLogger.path,
+    "/tmp/a,b.log",
+  );
+});

@@ -5,7 +5,15 @@
  * @module
  */
 
-import { bool, durationOrDefault, minOneSecond, type Raw, str, sub } from "../../config/schema.ts";
+import {
+  bool,
+  durationOrDefault,
+  fail,
+  minOneSecond,
+  type Raw,
+  str,
+  sub,
+} from "../../config/schema.ts";
 import type { BuildContext, ConfigSection } from "../../config/section.ts";
 import {
   buildSpoolConfig,
@@ -13,6 +21,8 @@ import {
   type SpoolConfig,
   validateSpoolConfig,
 } from "../spool_config.ts";
+import { addressProblem } from "../../permission_entry.ts";
+import { parseDatabaseUrl } from "./url.ts";
 
 /** Where the custom ClickHouse CA is mounted (upstream path). */
 export const CLICKHOUSE_CA_PATH = "/etc/flow-aggregator/certs/ca.crt";
@@ -128,6 +138,18 @@ export const clickHouseSection: ConfigSection<"clickHouse", ClickHouseConfig> = 
       c.commitInterval,
     );
     validateSpoolConfig("clickHouse", c.spool);
+    // A URL that does not parse is reported by the sink as upstream's; a host it parses to must
+    // be one the process can be granted (a comma would grant other hosts, `*` every host).
+    let hostPort: string | undefined;
+    try {
+      hostPort = parseDatabaseUrl(c.databaseURL).httpHostPort;
+    } catch {
+      hostPort = undefined;
+    }
+    const problem = hostPort === undefined ? undefined : addressProblem(hostPort);
+    if (problem !== undefined) {
+      fail("clickHouse.databaseURL", `${JSON.stringify(c.databaseURL)}: ${problem}`);
+    }
   },
   // The URL and the CA change the worker's permissions and the spool its files: those rebuild
   // the sink (the old one hands its queue to the spool, the new one replays it). The rest is

@@ -11,9 +11,13 @@
  * @module
  */
 
-import { dirname, resolve } from "node:path";
 import { type ExporterComponent, noPermissions } from "../component.ts";
-import { type FlowLoggerConfig, flowLoggerSection, isStdoutPath } from "./config.ts";
+import {
+  flowLogDirectory,
+  type FlowLoggerConfig,
+  flowLoggerSection,
+  isStdoutPath,
+} from "./config.ts";
 import { workerModule } from "../../worker_module.ts";
 
 /** The flow log exporter component. */
@@ -22,7 +26,7 @@ export const flowLogComponent: ExporterComponent<"flowLogger", FlowLoggerConfig>
   section: flowLoggerSection,
   permissions(config) {
     if (isStdoutPath(config.path)) return noPermissions();
-    const dir = dirname(resolve(config.path));
+    const dir = flowLogDirectory(config.path);
     // A directory reached through a symlink: Deno checks a file's stat against its real path.
     const dirs = [dir];
     try {

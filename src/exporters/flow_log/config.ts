@@ -5,7 +5,9 @@
  * @module
  */
 
-import { bool, checkFormat, intOr, nonNegative, type Raw, str } from "../../config/schema.ts";
+import { dirname, resolve } from "node:path";
+import { bool, checkFormat, fail, intOr, nonNegative, type Raw, str } from "../../config/schema.ts";
+import { permissionEntryProblem } from "../../permission_entry.ts";
 import type { BuildContext, ConfigSection } from "../../config/section.ts";
 
 /** One `flowLogger.filters[]` entry; action names are kept as written (unknown never match). */
@@ -68,6 +70,14 @@ export function isStdoutPath(path: string): boolean {
   return path === "-" || path === "/dev/stdout";
 }
 
+/**
+ * The directory of the log file `path` (absolute): what the sink reads and writes (rotation
+ * lists, renames, compresses and removes backups there).
+ */
+export function flowLogDirectory(path: string): string {
+  return dirname(resolve(path));
+}
+
 /** Defaults of the section (Antrea v1.13 `default.go`). */
 export const FLOW_LOGGER_DEFAULTS = {
   fileName: "antrea-flows.log",
@@ -119,6 +129,16 @@ export const flowLoggerSection: ConfigSection<"flowLogger", FlowLoggerConfig> = 
   },
   validate(c): void {
     if (c.enable) checkFormat("flowLogger.recordFormat", c.recordFormat, ["CSV"]);
+    if (c.enable && !isStdoutPath(c.path)) {
+      // The directory is granted by name: a comma would split the grant into others.
+      const problem = permissionEntryProblem("write", flowLogDirectory(c.path));
+      if (problem !== undefined) {
+        fail(
+          "flowLogger.path",
+          `${JSON.stringify(c.path)}: its directory cannot be granted: ${problem}`,
+        );
+      }
+    }
     // Our additions (upstream accepts negatives and misbehaves later).
     nonNegative("flowLogger.maxSize", c.maxSize);
     nonNegative("flowLogger.maxBackups", c.maxBackups);

@@ -16,6 +16,7 @@ import {
 } from "../../config/schema.ts";
 import type { ConfigSection } from "../../config/section.ts";
 import { parseCollectorAddress } from "./address.ts";
+import { addressProblem } from "../../permission_entry.ts";
 
 /** Transport to the external collector (`flowCollector.address`). `tls` is our addition. */
 export type CollectorProto = "tcp" | "udp" | "tls";
@@ -107,6 +108,10 @@ export const flowCollectorSection: ConfigSection<"flowCollector", FlowCollectorC
       c.collector = parseCollectorAddress(c.address);
     } catch (e) {
       fail("flowCollector.address", `${JSON.stringify(c.address)}: ${(e as Error).message}`);
+    }
+    const problem = addressProblem(c.collector.hostPort);
+    if (problem !== undefined) {
+      fail("flowCollector.address", `${JSON.stringify(c.address)}: ${problem}`);
     }
     checkFormat("flowCollector.recordFormat", c.recordFormat, ["IPFIX", "JSON"]);
     c.idleSessionTimeoutMs = durationOrThrow(

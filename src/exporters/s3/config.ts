@@ -23,6 +23,7 @@ import {
   type SpoolConfig,
   validateSpoolConfig,
 } from "../spool_config.ts";
+import { addressProblem } from "../../permission_entry.ts";
 
 /** `s3Uploader` section. */
 export interface S3UploaderConfig {
@@ -164,7 +165,10 @@ export const s3UploaderSection: ConfigSection<"s3Uploader", S3UploaderConfig> = 
     if (!Number.isInteger(c.gzipLevel) || c.gzipLevel < 1 || c.gzipLevel > 9) {
       fail("s3Uploader.gzipLevel", `must be 1 to 9 (0 for the default), got ${c.gzipLevel}`);
     }
-    if (c.endpoint !== "") endpointHostPort(c.endpoint);
+    const problem = c.endpoint === "" ? undefined : addressProblem(endpointHostPort(c.endpoint));
+    if (problem !== undefined) {
+      fail("s3Uploader.endpoint", `${JSON.stringify(c.endpoint)}: ${problem}`);
+    }
   },
   // Bucket, prefix, region and interval live as upstream; compress, gzipLevel and
   // maxRecordsPerFile from the next object on (upstream ignored them). A new endpoint changes the sink's `net`

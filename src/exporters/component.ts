@@ -8,6 +8,7 @@
  * @module
  */
 
+import { basename, join, resolve } from "node:path";
 import type { ConfigSection, SectionConfig } from "../config/section.ts";
 import type { Exporter } from "./exporter.ts";
 
@@ -100,5 +101,30 @@ export function readPermissionEnv(name: string): string | undefined {
         `may not read (--allow-env=${name}; a component declares it in its permissionEnv)`,
       { cause: err },
     );
+  }
+}
+
+/**
+ * The paths to grant for a directory a sink reads and writes (its files' directory): the
+ * directory as given (absolute, normalised), and its real path when a symlink is on the way,
+ * which Deno checks a file's operations against too. A directory not there yet (the sink
+ * creates it) is resolved through its nearest existing ancestor, so a new directory under a
+ * symlinked parent is granted where the sink will create it.
+ */
+export function directoryGrants(dir: string): string[] {
+  const literal = resolve(dir);
+  let existing = literal;
+  const rest: string[] = [];
+  for (;;) {
+    try {
+      const real = join(Deno.realPathSync(existing), ...rest);
+      return real === literal ? [literal] : [literal, real];
+    } catch {
+      // Not there (or not readable): its parent, up to the root.
+      const parent = resolve(existing, "..");
+      if (parent === existing) return [literal];
+      rest.unshift(basename(existing));
+      existing = parent;
+    }
   }
 }

@@ -7,7 +7,7 @@
  * @module
  */
 
-import { resolve } from "node:path";
+import { directoryGrants } from "./component.ts";
 import { fail, intOr, nonNegative, type Raw, str, sub } from "../config/schema.ts";
 import { permissionEntryProblem } from "../permission_entry.ts";
 import type { BuildContext } from "../config/section.ts";
@@ -56,9 +56,12 @@ export function validateSpoolConfig(section: string, c: SpoolConfig): void {
   if (problem !== undefined) fail(`${section}.spool.dir`, `${JSON.stringify(c.dir)}: ${problem}`);
 }
 
-/** The absolute directory the sink's worker must read and write. */
-export function spoolPermissionPath(c: SpoolConfig): string {
-  return resolve(c.dir);
+/**
+ * The directory the sink's worker must read and write: absolute, and also its real path when
+ * reached through a symlink ({@linkcode directoryGrants}).
+ */
+export function spoolPermissionPaths(c: SpoolConfig): string[] {
+  return directoryGrants(c.dir);
 }
 
 /**

@@ -7,6 +7,7 @@ import {
 import { isDenied } from "../../src/exporters/denied.ts";
 import { BatchWriter, openBatch } from "../../src/exporters/batch.ts";
 import { flowLogComponent } from "../../src/exporters/flow_log/mod.ts";
+import { clickHouseComponent } from "../../src/exporters/clickhouse/component.ts";
 import { parseConfig } from "../../src/components.ts";
 import { fixtureFlow } from "./fixtures.ts";
 import { probeComponent, type ProbeConfig } from "./probe/component.ts";
@@ -256,6 +257,36 @@ Deno.test("the flow log in its worker writes into a directory reached through a 
     assert.equal(e.stats().exported, 1, JSON.stringify(e.stats()));
     assert.equal((await Deno.readTextFile(`${base}/real/flows.log`)).split("\n").length, 2);
     assert.ok(flowLogComponent.permissions(cfg).write.includes(`${base}/real`));
+  } finally {
+    await Deno.remove(base, { recursive: true });
+  }
+});
+
+// A directory not there yet under a symlinked parent: only the literal path was granted, the sink
+// created real/sub and every write was refused (review: received=309 exported=0 dropped=309).
+Deno.test("the flow log in its worker writes into a new directory under a symlinked parent; spools too are granted there", async () => {
+  const base = await Deno.makeTempDir({ prefix: "fa-worker-log-" });
+  try {
+    await Deno.mkdir(`${base}/real`);
+    await Deno.symlink(`${base}/real`, `${base}/link`);
+    const cfg = parseConfig(`flowLogger:\n  enable: true\n  path: ${base}/link/sub/flows.log\n`)
+      .flowLogger;
+    const granted = flowLogComponent.permissions(cfg).write;
+    assert.deepEqual(granted, [`${base}/link/sub`, `${base}/real/sub`]);
+    const e = new WorkerExporter(flowLogComponent, cfg, CTX);
+    await e.start();
+    e.addRecord(fixtureFlow());
+    await e.stop();
+    assert.equal(e.stats().exported, 1, JSON.stringify(e.stats()));
+    assert.equal((await Deno.readTextFile(`${base}/real/sub/flows.log`)).split("\n").length, 2);
+    // The spools' directories go through the same grant (two levels not there yet).
+    const ch = parseConfig(
+      `clickHouse:\n  enable: true\n  spool:\n    dir: ${base}/link/a/b\n`,
+    ).clickHouse;
+    assert.deepEqual(clickHouseComponent.permissions(ch).write, [
+      `${base}/link/a/b`,
+      `${base}/real/a/b`,
+    ]);
   } finally {
     await Deno.remove(base, { recursive: true });
   }

@@ -17,7 +17,7 @@ import { type ExporterComponent, HTTPS_CLIENT_PERMISSIONS } from "../component.t
 import { CLICKHOUSE_CA_PATH, type ClickHouseConfig, clickHouseSection } from "./config.ts";
 import { parseDatabaseUrl } from "./url.ts";
 import { workerModule } from "../../worker_module.ts";
-import { spoolPermissionPath } from "../spool_config.ts";
+import { spoolPermissionPaths } from "../spool_config.ts";
 
 /** The `host:port` the HTTP client reaches for a `databaseURL` (native ports mapped). */
 export function clickHouseHttpHostPort(databaseURL: string): string {
@@ -43,12 +43,12 @@ export const clickHouseComponent: ExporterComponent<"clickHouse", ClickHouseConf
   section: clickHouseSection,
   permissions(config) {
     const hostPort = clickHouseHttpHostPort(config.databaseURL);
-    const spool = spoolPermissionPath(config.spool);
+    const spool = spoolPermissionPaths(config.spool);
     const https = clickHouseIsHttps(config.databaseURL);
     return {
       net: hostPort === "" ? [] : [hostPort],
-      read: config.tls.caCert ? [spool, CLICKHOUSE_CA_PATH] : [spool],
-      write: [spool],
+      read: config.tls.caCert ? [...spool, CLICKHOUSE_CA_PATH] : spool,
+      write: spool,
       env: ["CH_USERNAME", "CH_PASSWORD", ...(https ? HTTPS_CLIENT_PERMISSIONS.env : [])],
       ...(https ? { sys: HTTPS_CLIENT_PERMISSIONS.sys } : {}),
     };

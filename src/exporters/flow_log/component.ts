@@ -11,7 +11,7 @@
  * @module
  */
 
-import { type ExporterComponent, noPermissions } from "../component.ts";
+import { directoryGrants, type ExporterComponent, noPermissions } from "../component.ts";
 import {
   flowLogDirectory,
   type FlowLoggerConfig,
@@ -26,15 +26,8 @@ export const flowLogComponent: ExporterComponent<"flowLogger", FlowLoggerConfig>
   section: flowLoggerSection,
   permissions(config) {
     if (isStdoutPath(config.path)) return noPermissions();
-    const dir = flowLogDirectory(config.path);
-    // A directory reached through a symlink: Deno checks a file's stat against its real path.
-    const dirs = [dir];
-    try {
-      const real = Deno.realPathSync(dir);
-      if (real !== dir) dirs.push(real);
-    } catch {
-      // Not there yet (created at the first write: no link then) or not readable: as given.
-    }
+    // Through a symlink (or under one, not created yet) also the real path.
+    const dirs = directoryGrants(flowLogDirectory(config.path));
     return { net: [], read: dirs, write: dirs, env: [] };
   },
   async create(config) {

@@ -28,7 +28,7 @@ import {
 import { endpointHostPort, type S3UploaderConfig, s3UploaderSection } from "./config.ts";
 import { ENDPOINT_ENV, resolveEndpoint } from "./store.ts";
 import { workerModule } from "../../worker_module.ts";
-import { spoolPermissionPath } from "../spool_config.ts";
+import { spoolPermissionPaths } from "../spool_config.ts";
 
 /**
  * Environment variables the sink's worker may read: the credential chain and region, the
@@ -78,13 +78,13 @@ export const s3Component: ExporterComponent<"s3Uploader", S3UploaderConfig> = {
   permissionEnv: ENDPOINT_ENV,
   permissions(config) {
     const endpoint = resolveEndpoint(config.endpoint, readPermissionEnv);
-    const spool = spoolPermissionPath(config.spool);
+    const spool = spoolPermissionPaths(config.spool);
     // AWS itself, or an endpoint over https.
     const https = endpoint === "" || endpoint.toLowerCase().startsWith("https:");
     return {
       net: endpoint === "" ? ["*.amazonaws.com:443", IMDS] : [endpointHostPort(endpoint)],
-      read: [spool],
-      write: [spool],
+      read: spool,
+      write: spool,
       env: https ? [...AWS_ENV, ...HTTPS_CLIENT_PERMISSIONS.env] : AWS_ENV,
       ...(https ? { sys: HTTPS_CLIENT_PERMISSIONS.sys } : {}),
     };

@@ -7,6 +7,7 @@ import {
   EMBEDDED_DEFAULT_CONFIG,
 } from "../../src/config/mod.ts";
 import { type FlowAggregatorConfig, parseConfig } from "../../src/components.ts";
+import { flowLogComponent } from "../../src/exporters/flow_log/component.ts";
 import { enabledFlowLogger } from "../_helpers/flow_logger_config.ts";
 import { prng } from "../_helpers/prng.ts";
 
@@ -618,5 +619,22 @@ Deno.test("a host or path that would widen or break a Deno permission grant is r
   assert.equal(
     parse('flowLogger:\n  enable: true\n  path: "/tmp/a,b.log"\n').flowLogger.path,
     "/tmp/a,b.log",
+  );
+});
+
+Deno.test("flowLogger.path naming a directory is refused; its directory is normalised", () => {
+  // Before: "/tmp/" was taken, and its directory, `/`, granted read and write.
+  for (const path of ["/tmp/", "/tmp/x/..", "/tmp/.", "logs/", "."]) {
+    assertError(
+      `flowLogger:\n  enable: true\n  path: "${path}"\n`,
+      `config: flowLogger.path: ${JSON.stringify(path)} names a directory, not a file`,
+      "flowLogger.path",
+    );
+  }
+  const c = parse('flowLogger:\n  enable: true\n  path: "/tmp/x/../flows.log"\n').flowLogger;
+  assert.deepEqual(flowLogComponent.permissions(c).write, ["/tmp"]);
+  // Disabled, it is not checked (as upstream).
+  parse(
+    'flowLogger:\n  enable: false\n  path: "/tmp/"\nflowCollector:\n  enable: true\n  address: c:4739\n',
   );
 });

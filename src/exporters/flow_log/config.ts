@@ -71,8 +71,8 @@ export function isStdoutPath(path: string): boolean {
 }
 
 /**
- * The directory of the log file `path` (absolute): what the sink reads and writes (rotation
- * lists, renames, compresses and removes backups there).
+ * The directory of the log file `path` (absolute, `..` and `.` resolved): what the sink reads
+ * and writes (rotation lists, renames, compresses and removes backups there).
  */
 export function flowLogDirectory(path: string): string {
   return dirname(resolve(path));
@@ -130,6 +130,11 @@ export const flowLoggerSection: ConfigSection<"flowLogger", FlowLoggerConfig> = 
   validate(c): void {
     if (c.enable) checkFormat("flowLogger.recordFormat", c.recordFormat, ["CSV"]);
     if (c.enable && !isStdoutPath(c.path)) {
+      // A path that names a directory is no file to write, and its "directory" would be the
+      // parent's (`/tmp/` granted read and write on `/`).
+      if (/(^|\/)(\.\.?)?$/.test(c.path)) {
+        fail("flowLogger.path", `${JSON.stringify(c.path)} names a directory, not a file`);
+      }
       // The directory is granted by name: a comma would split the grant into others.
       const problem = permissionEntryProblem("write", flowLogDirectory(c.path));
       if (problem !== undefined) {

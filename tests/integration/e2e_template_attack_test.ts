@@ -2,7 +2,7 @@
  * End to end: template attacks against the real process on loopback, a legitimate Agent on
  * another session throughout. A 4,096-field template followed by megabytes of data for it, and
  * floods of distinct (domain, template id) pairs over one TCP connection and over UDP from many
- * source ports, must keep the process's RSS growth (VmRSS of the child) under 100 MB, be counted
+ * source ports, must keep the process's RSS growth (VmRSS of the child) under 150 MiB, be counted
  * in the final `record metrics` line, and not stop the Agent's flows from being aggregated.
  */
 
@@ -20,7 +20,15 @@ import { waitForKeys } from "./helpers/flow_log.ts";
 import { intraNodeKey, intraNodeRecord, NODES } from "./helpers/scenarios.ts";
 import { FaProcess, flowLogConfig, type LogEvent } from "../_helpers/process.ts";
 
-const RSS_GROWTH_MAX = 100 * 1024 * 1024;
+/**
+ * The bound of the RSS growth under attack. Besides what the process holds, the RSS takes in
+ * V8's young generation, which each isolate grows up to 2 x 16 MiB under an allocation burst and
+ * gives back lazily: the UDP flood (1,000,000 templates decoded in a few seconds) measured 64-104
+ * MiB on 77fc423 and after it (100 failed a CI run at 104.1), 46-49 with the young generation
+ * capped (`--v8-flags=--max-semi-space-size=2`). The templates themselves, held without bound,
+ * would be several hundred MB.
+ */
+const RSS_GROWTH_MAX = 150 * 1024 * 1024;
 const WIDE = 4096;
 
 /**

@@ -95,6 +95,7 @@ Deno.test("permissions: a flow log on stdout writes nowhere; sinks in process re
     `--allow-env=${[...PROCESS_ENV].sort().join(",")}`,
     "--unstable-net",
     "--unstable-worker-options",
+    "--v8-flags=--max-semi-space-size=2",
   ]);
 });
 

@@ -6,7 +6,7 @@
  */
 
 import { bundleAll, cacheWarmCommands } from "../bundle.ts";
-import { UNSTABLE_FLAGS } from "../../src/permissions.ts";
+import { RUN_FLAGS, V8_FLAGS } from "../../src/permissions.ts";
 
 /** Root of the repository (ends with `/`). */
 export const REPO: string = new URL("../../", import.meta.url).pathname;
@@ -162,10 +162,10 @@ export function parseRecordMetrics(e: LogEvent): RecordMetricsLine {
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** How the build runs outside the repository: no config file, unstable APIs as flags. */
-const BUNDLE_RUN_FLAGS = ["--no-config", ...UNSTABLE_FLAGS];
+const BUNDLE_RUN_FLAGS = ["--no-config", ...RUN_FLAGS];
 
 /**
- * Starts `deno run --allow-all --config deno.json main.ts --listen 127.0.0.1:<port>` with JSON
+ * Starts `deno run --allow-all --config deno.json <V8_FLAGS> main.ts --listen 127.0.0.1:<port>` with JSON
  * logs and waits until the collector accepts connections.
  */
 export async function startFlowAggregator(opts: StartOptions = {}): Promise<FaProcess> {
@@ -184,6 +184,8 @@ export async function startFlowAggregator(opts: StartOptions = {}): Promise<FaPr
       : [
         "--config",
         root === undefined ? DENO_JSON : `${root}/deno.json`,
+        // As shipped (deno.json carries the unstable APIs, not V8's settings).
+        ...V8_FLAGS,
         ...(opts.denoFlags ?? []),
         root === undefined ? MAIN_TS : `${root}/main.ts`,
       ]),

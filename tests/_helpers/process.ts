@@ -6,6 +6,8 @@
  * run to completion with {@linkcode runDeno}.
  */
 
+import { V8_FLAGS } from "../../src/permissions.ts";
+
 /** Root of the repository (ends with `/`). */
 export const REPO: string = new URL("../../", import.meta.url).pathname;
 /** `main.ts` of the repository. */
@@ -14,8 +16,16 @@ export const MAIN_TS: string = `${REPO}main.ts`;
 export const DENO_JSON: string = `${REPO}deno.json`;
 /** The launcher (`src/launcher/mod.ts`), the image's entrypoint, from the source tree. */
 export const LAUNCHER_TS: string = `${REPO}src/launcher/mod.ts`;
-/** The `deno run` flags {@linkcode FaProcess.start} uses unless told otherwise. */
-export const DEFAULT_DENO_FLAGS: readonly string[] = ["--allow-all", "--config", DENO_JSON];
+/**
+ * The `deno run` flags {@linkcode FaProcess.start} uses unless told otherwise: every permission,
+ * the repository's configuration and V8's settings as shipped (`V8_FLAGS`).
+ */
+export const DEFAULT_DENO_FLAGS: readonly string[] = [
+  "--allow-all",
+  "--config",
+  DENO_JSON,
+  ...V8_FLAGS,
+];
 
 /** One structured log event of the process (logfmt or JSON line), plus the raw line. */
 export interface LogEvent {

@@ -55,6 +55,7 @@ Deno.test("e2e permissions: the process runs on exactly the printed flags, its f
       "--allow-env=AWS_ENDPOINT_URL,AWS_ENDPOINT_URL_S3,HOME,KUBECONFIG,KUBERNETES_SERVICE_HOST,KUBERNETES_SERVICE_PORT,LOG_STREAM,LOG_TOKENS,POD_NAMESPACE,TMPDIR",
       "--unstable-net",
       "--unstable-worker-options",
+      "--v8-flags=--max-semi-space-size=2",
     ]);
 
     // Debug level, for the "session closed" event that tells all sent data was read.

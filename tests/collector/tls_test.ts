@@ -63,6 +63,23 @@ function tlsSend(
   });
 }
 
+/**
+ * An Agent's node:tls client (the CA, the service name, the Agents' client certificate) over
+ * `where`: a port on 127.0.0.1, or a socket of the test's own; its errors are the test's to
+ * observe (ignored here).
+ */
+function agentTls(where: { port: number } | { socket: net.Socket }): tls.TLSSocket {
+  const s = tls.connect({
+    ...("port" in where ? { host: "127.0.0.1", port: where.port } : { socket: where.socket }),
+    ca: [certs.ca.certPem],
+    servername: "flow-aggregator.flow-aggregator.svc",
+    cert: certs.client.certPem,
+    key: certs.client.keyPem,
+  });
+  s.on("error", () => {});
+  return s;
+}
+
 for (const host of ["127.0.0.1", "::1"]) {
   Deno.test(`tls: a client with the CA-signed certificate is collected (${host})`, async () => {
     const { c, received } = await startTls("[::]:0");
@@ -217,15 +234,7 @@ Deno.test("tls: concurrent accepted and refused handshakes each reach their own 
 /** The ClientHello a node:tls client with the Agents' certificate sends first. */
 async function clientHello(): Promise<Uint8Array> {
   const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const s = tls.connect({
-    host: "127.0.0.1",
-    port: l.addr.port,
-    ca: [certs.ca.certPem],
-    servername: "flow-aggregator.flow-aggregator.svc",
-    cert: certs.client.certPem,
-    key: certs.client.keyPem,
-  });
-  s.on("error", () => {});
+  const s = agentTls({ port: l.addr.port });
   const conn = await l.accept();
   try {
     const buf = new Uint8Array(8192);
@@ -294,15 +303,7 @@ async function relayedAgent(port: number): Promise<{
   close(): void;
 }> {
   const relay = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const agent = tls.connect({
-    host: "127.0.0.1",
-    port: relay.addr.port,
-    ca: [certs.ca.certPem],
-    servername: "flow-aggregator.flow-aggregator.svc",
-    cert: certs.client.certPem,
-    key: certs.client.keyPem,
-  });
-  agent.on("error", () => {});
+  const agent = agentTls({ port: relay.addr.port });
   const agentSide = await relay.accept();
   relay.close();
   const wire = await Deno.connect({ hostname: "127.0.0.1", port });
@@ -423,14 +424,7 @@ Deno.test("tls: a partial message cut by a reset is counted as truncated, as at 
   // mostly, as the end of its input: counted either way, once.
   const { c } = await startTls();
   const raw = net.connect({ host: "127.0.0.1", port: c.port });
-  const agent = tls.connect({
-    socket: raw,
-    ca: [certs.ca.certPem],
-    servername: "flow-aggregator.flow-aggregator.svc",
-    cert: certs.client.certPem,
-    key: certs.client.keyPem,
-  });
-  agent.on("error", () => {});
+  const agent = agentTls({ socket: raw });
   try {
     await new Promise<void>((resolve) => agent.once("secureConnect", () => resolve()));
     agent.write(concat(GOLDEN_TEMPLATE, GOLDEN_DATA.subarray(0, 30)));

@@ -305,3 +305,24 @@ Deno.test("permissions: what a permission list entry may be", () => {
   assert.match(addressProblem("*.example.com:4739")!, /wildcard/);
   assert.equal(addressProblem("collector.example:4739"), undefined);
 });
+
+// `flowLogger.path: /tmp` (an existing directory, no trailing slash) granted read and write on
+// `/`, its "directory", and the sink could not open it as a file anyway.
+Deno.test("permissions: a flowLogger.path that is an existing directory is refused, not its parent granted", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const config = cfg(`flowLogger:\n  enable: true\n  path: ${dir}\n`);
+    assert.throws(
+      () => perms(config),
+      new RegExp(
+        `flowLogger.path ${dir} is a directory: it names the log file \\(e\\.g\\. ${dir}/flows\\.log\\)`,
+      ),
+    );
+    // A file in it (there or not yet) is granted its directory, as before.
+    const p = perms(cfg(`flowLogger:\n  enable: true\n  path: ${dir}/flows.log\n`));
+    assert.ok(p.write.includes(dir), p.write.join(","));
+    assert.ok(!p.write.includes("/"));
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

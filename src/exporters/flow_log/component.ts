@@ -20,12 +20,29 @@ import {
 } from "./config.ts";
 import { workerModule } from "../../worker_module.ts";
 
+/** True when `path` is an existing directory (false when it is not there or cannot be looked at). */
+function isDirectory(path: string): boolean {
+  try {
+    return Deno.statSync(path).isDirectory;
+  } catch {
+    return false;
+  }
+}
+
 /** The flow log exporter component. */
 export const flowLogComponent: ExporterComponent<"flowLogger", FlowLoggerConfig> = {
   name: "log",
   section: flowLoggerSection,
   permissions(config) {
     if (isStdoutPath(config.path)) return noPermissions();
+    // A directory cannot be the log file: its parent would be granted for nothing (`/tmp`
+    // granted read and write on `/`). A path ending in `/` is refused by validation already.
+    if (isDirectory(config.path)) {
+      throw new Error(
+        `flowLogger.path ${config.path} is a directory: it names the log file (e.g. ` +
+          `${config.path.replace(/\/+$/, "")}/flows.log)`,
+      );
+    }
     // Through a symlink (or under one, not created yet) also the real path.
     const dirs = directoryGrants(flowLogDirectory(config.path));
     return { net: [], read: dirs, write: dirs, env: [] };

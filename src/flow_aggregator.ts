@@ -878,15 +878,28 @@ export class FlowAggregator {
         // Bounded as a stop is: a sink stuck in a write (a hung file system, a stdout nobody
         // reads) would otherwise hold this reload, every later one and the shutdown behind it.
         const update = have.update(next[section]);
-        if (await within(update, this.#stopTimeoutMs) === "timeout") {
-          update.catch((err) => log.error("exporter update failed", { section, err }));
+        let failed: { err: unknown } | undefined;
+        const settled = update.catch((err) => {
+          failed = { err };
+        });
+        if (await within(settled, this.#stopTimeoutMs) === "timeout") {
+          settled.then(() => {
+            if (failed) log.error("exporter update failed", { section, err: failed.err });
+          });
           log.error("exporter update did not finish in time; going on without waiting", {
             section,
             timeoutMs: this.#stopTimeoutMs,
           });
-        } else {
-          await update;
+        } else if (failed === undefined) {
           log.info("updated exporter", { section });
+        } else {
+          // The rest of the reload still applies; the sink is built again from the new
+          // section (kept, counted, when that cannot start either).
+          log.error("exporter update failed: rebuilding it with the new configuration", {
+            section,
+            err: failed.err,
+          });
+          await this.#replaceExporter(section, have);
         }
       } else if (want && have && (change === "live" || change === "rebuild")) {
         await this.#replaceExporter(section, have);

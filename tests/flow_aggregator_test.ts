@@ -89,6 +89,7 @@ function config(opts: {
   transport?: string;
   podLabels?: boolean;
   maxFlowBytes?: number;
+  prettyPrint?: boolean;
 } = {}): FlowAggregatorConfig {
   return parseConfig(`activeFlowRecordTimeout: ${opts.active ?? "10s"}
 recordContents:
@@ -101,6 +102,7 @@ flowCollector:
 flowLogger:
   enable: ${opts.logger ?? true}
   path: /nonexistent/never-written.log
+  prettyPrint: ${opts.prettyPrint ?? true}
 ${opts.maxFlowBytes === undefined ? "" : `limits:\n  maxFlowBytes: ${opts.maxFlowBytes}\n`}`);
 }
 
@@ -715,6 +717,49 @@ Deno.test("flow aggregator: a sink the reload cannot rebuild is kept running, co
     refuse = false;
     await update(h, config({ collector: true, podLabels: false }));
     assert.equal(before.stops, 1, "replaced once its successor started");
+  } finally {
+    await h.fa.stop();
+  }
+});
+
+Deno.test("flow aggregator: a live update a sink fails is retried as a rebuild; the rest of the reload applies", async () => {
+  let rebuildFails = false;
+  const h = await harness(config({ active: "60s", inactive: "90s" }), (e) => {
+    (e as Exporter).update = () => Promise.reject(new Error("update refused by the sink"));
+    if (rebuildFails && e.section === "flowLogger") e.failStart = true;
+  });
+  try {
+    const first = h.latest("flowLogger");
+    h.fa.ingest([intraNodeRecord(9560)]); // the core is made, with the 60 s timeouts
+    const mark = logLines.length;
+    const next = config({ active: "5s", inactive: "7s", prettyPrint: false });
+    assert.equal(diffConfig(h.fa.config, next).exporters.flowLogger, "live");
+    await update(h, next);
+    assert.ok(logLines.slice(mark).some((l) => l.includes("exporter update failed")));
+    // The sink was rebuilt from the new configuration; the old one drained and stopped.
+    const second = h.latest("flowLogger");
+    assert.notEqual(second, first);
+    assert.equal(second.config.flowLogger.prettyPrint, false);
+    assert.equal(first.stops, 1);
+    // The timeouts of the same reload applied (they were skipped after the failed update).
+    h.fa.ingest([intraNodeRecord(9561)]);
+    h.clock.advance(5_000);
+    assert.equal(h.fa.sweep(), 1, "a new flow is exported on the new 5 s active timeout");
+    assert.ok(second.records.some((r) => r.key.sourcePort === 9561));
+    // When the rebuild cannot start either, the running sink is kept, counted.
+    rebuildFails = true;
+    await update(h, config({ active: "3s", inactive: "7s", prettyPrint: true }));
+    assert.notEqual(h.latest("flowLogger"), second, "a rebuild was tried");
+    assert.equal(second.stops, 0, "the running sink was kept");
+    assert.equal(h.fa.stats().exporterRebuildsFailed, 1);
+    h.fa.ingest([intraNodeRecord(9562)]);
+    const got = () => second.records.some((r) => r.key.sourcePort === 9562);
+    h.clock.advance(2_999);
+    h.fa.sweep();
+    assert.ok(!got());
+    h.clock.advance(1);
+    h.fa.sweep();
+    assert.ok(got(), "exported on the new 3 s active timeout, to the running sink");
   } finally {
     await h.fa.stop();
   }

@@ -49,7 +49,7 @@ import {
   type WorkerExporterOptions,
   workerModuleMissing,
 } from "./exporters/worker_exporter.ts";
-import { type LogFields, logger } from "./log.ts";
+import { type LogFields, logger, RateLimitedLog } from "./log.ts";
 import { type ProcessStats, processStats } from "./process_stats.ts";
 import { type ThreadMemory, threadMemory } from "./thread_memory.ts";
 import type { ApiFrontStats } from "./api/front.ts";
@@ -384,6 +384,8 @@ export class FlowAggregator {
   #config: FlowAggregatorConfig;
   readonly #opts: FlowAggregatorOptions;
   readonly #clock: Clock;
+  /** Lines about templates that are not flow records: a peer can define new ones at will. */
+  readonly #nonFlowLog: RateLimitedLog;
   /** The collector's clock: the cached system clock, unless a test injected the core's clock. */
   readonly #collectorClock: Clock | undefined;
   /** The one-shard core, made on first use: with shards it is never needed (~1 MB saved). */
@@ -435,6 +437,7 @@ export class FlowAggregator {
     this.#opts = opts;
     // Per-record time reads were ~6 % of the CPU at 100k records/s: read once per socket read.
     this.#clock = opts.clock ?? new TaskCachedClock();
+    this.#nonFlowLog = new RateLimitedLog(10_000, () => this.#clock.nowMs());
     this.#collectorClock = opts.clock === undefined ? this.#clock : undefined;
     this.#factory = opts.exporterFactory ??
       componentExporterFactory({
@@ -673,11 +676,13 @@ export class FlowAggregator {
       if (problem === undefined) {
         problem = flowTemplateProblem(ctx.template.fields) ?? "";
         this.#templateChecks.set(ctx.template, problem);
-        if (problem !== "") {
+        const n = problem === "" ? -1 : this.#nonFlowLog.allow(`${ctx.exporterAddress}|${problem}`);
+        if (n >= 0) {
           log.warn("data records of a template that is not a flow record are dropped", {
             exporter: ctx.exporterAddress,
             templateId: ctx.template.id,
             reason: problem,
+            suppressed: n,
           });
         }
       }

@@ -217,35 +217,70 @@ export function logger(component: string): Logger {
   return new Logger(component);
 }
 
+/** Lines a {@linkcode RateLimitedLog} writes per interval over all its keys, by default. */
+export const RATE_LOG_LINES_PER_INTERVAL = 20;
+
+/** Keys a {@linkcode RateLimitedLog} remembers before it starts over. */
+const RATE_LOG_MAX_KEYS = 10_000;
+
 /**
- * Limits how often a repeated event is logged: at most one line per `intervalMs` per key, with
- * the number of suppressed events reported on the next line. Used for per-packet errors.
+ * Limits how often a repeated event is logged: at most one line per `intervalMs` per key, and at
+ * most `linesPerInterval` lines per `intervalMs` over all keys (a key per peer must not let
+ * thousands of peers, or spoofed UDP sources, write a line each). Used for per-packet errors.
+ * The number a written line reports is the events suppressed since that key's last line plus
+ * those the limit over all keys suppressed since the limiter's last line, so the numbers of
+ * the lines add up to every suppressed event (a key held back by that limit stays due and is
+ * written once the limit allows).
  */
 export class RateLimitedLog {
   readonly #intervalMs: number;
+  readonly #linesPerInterval: number;
   readonly #last = new Map<string, { at: number; suppressed: number }>();
   readonly #now: () => number;
+  #windowStart = -Infinity;
+  #windowLines = 0;
+  /** Events suppressed by the limit over all keys (and by forgotten keys), not reported yet. */
+  #suppressedAcross = 0;
 
   /** Creates a limiter; `now` is injectable for tests. */
-  constructor(intervalMs: number, now: () => number = Date.now) {
+  constructor(
+    intervalMs: number,
+    now: () => number = Date.now,
+    linesPerInterval: number = RATE_LOG_LINES_PER_INTERVAL,
+  ) {
     this.#intervalMs = intervalMs;
     this.#now = now;
+    this.#linesPerInterval = linesPerInterval;
   }
 
   /**
-   * Returns the number of events suppressed since the last written one (>= 0) when this event
-   * should be written, or -1 when it should be suppressed.
+   * Returns the number of events suppressed (see the class) when this event should be written
+   * (>= 0), or -1 when it should be suppressed.
    */
   allow(key: string): number {
     const t = this.#now();
     const e = this.#last.get(key);
-    if (e === undefined || t - e.at >= this.#intervalMs) {
-      const suppressed = e?.suppressed ?? 0;
-      if (this.#last.size > 10_000) this.#last.clear();
-      this.#last.set(key, { at: t, suppressed: 0 });
-      return suppressed;
+    if (e !== undefined && t - e.at < this.#intervalMs) {
+      e.suppressed++;
+      return -1;
     }
-    e.suppressed++;
-    return -1;
+    if (t - this.#windowStart >= this.#intervalMs) {
+      this.#windowStart = t;
+      this.#windowLines = 0;
+    }
+    if (this.#windowLines >= this.#linesPerInterval) {
+      this.#suppressedAcross++;
+      return -1;
+    }
+    this.#windowLines++;
+    const suppressed = (e?.suppressed ?? 0) + this.#suppressedAcross;
+    this.#suppressedAcross = 0;
+    if (e === undefined && this.#last.size >= RATE_LOG_MAX_KEYS) {
+      // Start over; what the forgotten keys suppressed is reported by the next lines.
+      for (const f of this.#last.values()) this.#suppressedAcross += f.suppressed;
+      this.#last.clear();
+    }
+    this.#last.set(key, { at: t, suppressed: 0 });
+    return suppressed;
   }
 }

@@ -389,6 +389,29 @@ Deno.test("flow aggregator: a template without the flow key is checked once; its
   }
 });
 
+Deno.test("flow aggregator: a peer defining new non-flow templates at will gets one warning per interval, not one per template", async () => {
+  const h = await harness(config());
+  const mark = logLines.length;
+  try {
+    const ctx = { options: false, exporterAddress: "10.0.0.2" };
+    // A template redefined with a new layout is a new template object each time.
+    for (let i = 0; i < 300; i++) {
+      const t = { id: 300, scopeFieldCount: 0, fields: fieldsFor(["octetDeltaCount"]) };
+      h.fa.ingest([intraNodeRecord(8200 + i)], { ...ctx, template: t });
+    }
+    assert.equal(h.fa.stats().nonFlowRecords, 300);
+    const warned = () => logLines.slice(mark).filter((l) => l.includes("not a flow record"));
+    assert.equal(warned().length, 1);
+    h.clock.advance(10_000);
+    const t = { id: 300, scopeFieldCount: 0, fields: fieldsFor(["octetDeltaCount"]) };
+    h.fa.ingest([intraNodeRecord(8600)], { ...ctx, template: t });
+    assert.equal(warned().length, 2);
+    assert.match(warned()[1], /suppressed=299/);
+  } finally {
+    await h.fa.stop();
+  }
+});
+
 Deno.test("flow aggregator: options records are counted and not aggregated", async () => {
   const h = await harness(config());
   try {

@@ -197,9 +197,11 @@ export class Session {
     const domain = msg.header.observationDomainId;
     if (msg.templateMisses.length > 0) {
       c.templateMisses += msg.templateMisses.length;
+      c.templateMissBytes += msg.templateMissBytes;
       ex.templateMisses += msg.templateMisses.length;
       this.#logLimited(`miss|${this.exporterAddress}`, "data set for unknown template dropped", {
         templateIds: msg.templateMisses.join(","),
+        bytes: msg.templateMissBytes,
         observationDomainId: domain,
       });
     }

@@ -62,6 +62,8 @@ export interface CollectorStats {
   readonly setErrors: Readonly<Record<string, number>>;
   /** Data sets dropped because their template was unknown in the session. */
   readonly templateMisses: number;
+  /** Bytes of records in those sets (how many records they held is unknown). */
+  readonly templateMissBytes: number;
   /**
    * Records lost inside messages that were decoded, by reason: a record that does not decode
    * (`badVarLength`, `badRecord`, …: only that record when the template is fixed-length, else
@@ -166,6 +168,7 @@ export class Counters {
   tlsHandshakeFailures = 0;
   acceptErrors = 0;
   stringsTruncated = 0;
+  templateMissBytes = 0;
   /** Templates held by every session of the collector. */
   readonly templates: TemplateBudget | undefined;
   readonly #recordsDropped = new Map<string, number>();
@@ -264,6 +267,7 @@ export class Counters {
       decodeErrorsTotal: this.decodeErrorsTotal,
       setErrors: Object.fromEntries(this.#setErrors),
       templateMisses: this.templateMisses,
+      templateMissBytes: this.templateMissBytes,
       recordsDropped: Object.fromEntries(this.#recordsDropped),
       templatesRefused: Object.fromEntries(this.#templatesRefused),
       templatesHeld: this.templates?.used ?? 0,

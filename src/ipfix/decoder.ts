@@ -90,6 +90,11 @@ export interface DecodedMessage {
   duplicateFieldTemplates: number[];
   /** Template ids of data sets skipped for lack of a template. */
   templateMisses: number[];
+  /**
+   * Bytes of records in those sets (their headers excluded): how many records they held cannot
+   * be known without the template.
+   */
+  templateMissBytes: number;
   /** Sets dropped (the rest of the message was kept); setId -1 = set header cut. */
   setErrors: { setId: number; reason: DecodeErrorReason }[];
   /** Records of data sets dropped (the other records of the set were kept), by set. */
@@ -477,6 +482,7 @@ export function decodeMessage(
     withdrawals: 0,
     duplicateFieldTemplates: NO_DUPLICATES,
     templateMisses: NO_MISSES,
+    templateMissBytes: 0,
     setErrors: NO_SET_ERRORS,
     recordsDropped: NO_DROPS,
     templatesRefused: NO_REFUSALS,
@@ -513,6 +519,7 @@ export function decodeMessage(
         }
         if (msg.templateMisses === NO_MISSES) msg.templateMisses = [];
         msg.templateMisses.push(setId);
+        msg.templateMissBytes += end - start;
         continue;
       }
       if (raw) {

@@ -112,6 +112,8 @@ Deno.test("udp: data before its template is counted as a miss, then the session 
     await waitFor(() => received.length === 1, { what: "data after template" });
     const s = c.stats();
     assert.equal(s.templateMisses, 1);
+    // The records of the missed set (message and set headers excluded), whatever their number.
+    assert.equal(s.templateMissBytes, GOLDEN_DATA.length - 16 - 4);
     assert.equal(s.exporters["127.0.0.1"].templateMisses, 1);
     assert.equal(s.messages, 3);
     assert.equal(s.dataRecords, 1);

@@ -64,6 +64,31 @@ export function spoolPermissionPaths(c: SpoolConfig): string[] {
   return directoryGrants(c.dir);
 }
 
+/** The spool's counters as every spooling sink reports them (ClickHouse, S3). */
+export interface SpoolSinkCounters {
+  /** Torn or corrupt spool frames detected. */
+  spoolCorrupt: number;
+  /** Bytes cut off spool segments at torn or corrupt frames. */
+  spoolTruncatedBytes: number;
+  /**
+   * Spool cursor moves not saved on a full disk (delivery went on; after a crash the batches
+   * since the last saved cursor are delivered again).
+   */
+  spoolCursorWriteFailures: number;
+  /** Spool segment files gone when their turn came (removed by hand): records in `spoolDropped`. */
+  spoolSegmentsMissing: number;
+}
+
+/** {@linkcode SpoolSinkCounters} of a spool (zeros while none is open). */
+export function spoolSinkCounters(s: SpoolStats | undefined): SpoolSinkCounters {
+  return {
+    spoolCorrupt: s?.corruptFrames ?? 0,
+    spoolTruncatedBytes: s?.truncatedBytes ?? 0,
+    spoolCursorWriteFailures: s?.cursorWriteFailures ?? 0,
+    spoolSegmentsMissing: s?.segmentsMissing ?? 0,
+  };
+}
+
 /**
  * Logs a sink's spool as opened (`what`: "ClickHouse", "S3"), and a warning when the scan cut
  * torn or corrupt frames, with the same fields for every sink.

@@ -34,7 +34,7 @@
 
 import { crc32 } from "./crc32.ts";
 import { writeAll } from "../bytes.ts";
-import { logger, RateLimitedLog } from "../log.ts";
+import { type LogFields, logger, RateLimitedLog } from "../log.ts";
 
 const log = logger("spool");
 
@@ -87,7 +87,7 @@ export interface SpoolStats {
   recovered: number;
   /** Records consumed (acknowledged). */
   consumed: number;
-  /** Records lost: oldest segments removed when full, batches larger than the bound, corrupt frames read after the scan. */
+  /** Records lost: oldest segments removed when full, batches larger than the bound, corrupt frames read after the scan, segment files gone. */
   dropped: number;
   /** Of `dropped`, records that were {@linkcode recovered}. */
   droppedRecovered: number;
@@ -97,6 +97,11 @@ export interface SpoolStats {
   corruptFrames: number;
   /** Bytes cut off segment files at a torn or corrupt frame. */
   truncatedBytes: number;
+  /**
+   * Segment files gone when their turn to be read came (removed behind the spool's back): their
+   * records not yet consumed count in `dropped`.
+   */
+  segmentsMissing: number;
   /**
    * Cursor moves not saved for lack of space, neither by rename nor in place (consumption went
    * on; after a crash the batches since the last saved cursor are delivered again).
@@ -253,6 +258,7 @@ export class Spool {
     corruptRecords: 0,
     corruptFrames: 0,
     truncatedBytes: 0,
+    segmentsMissing: 0,
     cursorWriteFailures: 0,
     records: 0,
     bytes: 0,
@@ -525,6 +531,9 @@ export class Spool {
     if (seg.recovered) this.#s.droppedRecovered += lost;
     this.#s.records -= lost;
     this.#s.bytes -= seg.size;
+    this.#warnLost("spool full: oldest segment dropped", "full", lost, {
+      limit: "spool.maxBytes",
+    });
     if (this.#uncertain?.seq === seg.seq) this.#uncertain = undefined;
     this.#orphanLeasesOf(seg.seq);
     await Deno.remove(`${this.#dir}/${segName(seg.seq)}`).catch(() => {});
@@ -580,7 +589,17 @@ export class Spool {
     seg: Segment,
   ): Promise<Extract<Decoded, { ok: true }> | undefined> {
     const path = `${this.#dir}/${segName(seg.seq)}`;
-    const f = await Deno.open(path, { read: true });
+    let f: Deno.FsFile;
+    try {
+      f = await Deno.open(path, { read: true });
+    } catch (err) {
+      if (!(err instanceof Deno.errors.NotFound)) throw err;
+      // Removed behind our back: retrying would stall every later batch for good (the next
+      // segments were never read), so its records are lost, counted, and the next one is read.
+      this.#s.segmentsMissing++;
+      await this.#loseRest(seg, "spool segment file gone: its records are lost", "missing");
+      return undefined;
+    }
     try {
       await f.seek(seg.readOffset, Deno.SeekMode.Start);
       const header = await readExactly(f, HEADER_BYTES);
@@ -603,15 +622,30 @@ export class Spool {
     // The frame went bad after the scan: the rest of this segment is lost, counted.
     this.#s.corruptFrames++;
     this.#s.truncatedBytes += seg.size - seg.readOffset;
+    this.#s.corruptRecords += seg.records - seg.consumed;
+    await this.#loseRest(
+      seg,
+      "spool frame corrupt when read: the rest of its segment is lost",
+      "corrupt",
+    );
+    return undefined;
+  }
+
+  /** The records of `seg` not consumed yet are lost: counted and logged, the segment ended. */
+  async #loseRest(seg: Segment, msg: string, kind: string): Promise<void> {
     const lost = seg.records - seg.consumed;
-    this.#s.corruptRecords += lost;
     this.#s.dropped += lost;
     if (seg.recovered) this.#s.droppedRecovered += lost;
     this.#s.records -= lost;
     seg.consumed = seg.records;
     seg.readOffset = seg.size;
+    this.#warnLost(msg, kind, lost, { segment: segName(seg.seq) });
     if (this.#isWriter(seg)) await this.#roll();
-    return undefined;
+  }
+
+  #warnLost(msg: string, kind: string, records: number, fields: LogFields): void {
+    const suppressed = this.#rateLog.allow(kind);
+    if (suppressed >= 0) log.warn(msg, { dir: this.#dir, records, ...fields, suppressed });
   }
 
   /** Removes the oldest segment, fully consumed. */

@@ -230,6 +230,33 @@ Deno.test("a corrupt byte ends its segment and later segments still replay", asy
   });
 });
 
+Deno.test("a segment file removed behind the spool's back loses its records, counted; the next segments still deliver", async () => {
+  await withDir(async (dir) => {
+    const spool = await Spool.open(dir, { maxBytes: 1 << 20, segmentBytes: 4096 });
+    for (let i = 0; i < 12; i++) await spool.append(batch(`b${i}`, 2, 900));
+    const segs = await segments(dir);
+    assert.ok(segs.length >= 3, segs.join(","));
+    // The head segment (b0-b3) and, later, the one being written.
+    await Deno.remove(`${dir}/${segs[0]}`);
+    const first = await spool.peek();
+    assert.equal(dec.decode(first!.payload).replace(/\.+$/, ""), "b4");
+    await spool.ack(first!);
+    await Deno.remove(`${dir}/${segs.at(-1)}`);
+    const names = await drain(spool);
+    assert.deepEqual(names, ["b5", "b6", "b7"]);
+    const s = spool.stats();
+    assert.equal(s.segmentsMissing, 2);
+    assert.equal(s.dropped, 2 * 8, "b0-b3 and b8-b11, two records each");
+    assert.equal(s.corruptRecords, 0);
+    assertLedger(s);
+    // Appends go on to a new segment, and deliver.
+    await spool.append(batch("b12", 2, 900));
+    assert.deepEqual(await drain(spool), ["b12"]);
+    assertLedger(spool.stats());
+    await spool.close();
+  });
+});
+
 Deno.test("a full spool drops its oldest segment and counts its records; the ledger is exact", async () => {
   await withDir(async (dir) => {
     const spool = await Spool.open(dir, { maxBytes: 16_384, segmentBytes: 4096 });

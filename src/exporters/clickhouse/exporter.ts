@@ -34,7 +34,7 @@ import { FLAG_OUTCOME_UNKNOWN, newBatchId, Spool } from "../../spool/mod.ts";
 import type { Exporter, ExporterStats } from "../exporter.ts";
 import { noteDenied } from "../denied.ts";
 import { toFlatRecord } from "../flat_record.ts";
-import { logSpoolOpened } from "../spool_config.ts";
+import { logSpoolOpened, type SpoolSinkCounters, spoolSinkCounters } from "../spool_config.ts";
 import { CLICKHOUSE_CA_PATH, type ClickHouseConfig } from "./config.ts";
 import {
   ClientConnection,
@@ -85,7 +85,7 @@ export const FLAG_ROW_BINARY = 2;
 export type ClickHouseState = "connected" | "retrying" | "spooling";
 
 /** Counters of the sink (the worker reports every field). */
-export interface ClickHouseStats extends ExporterStats {
+export interface ClickHouseStats extends ExporterStats, SpoolSinkCounters {
   /** Rows inserted, recovered ones included. */
   inserted: number;
   /** INSERT statements that succeeded. */
@@ -108,17 +108,8 @@ export interface ClickHouseStats extends ExporterStats {
   recoveredDropped: number;
   /** Records lost from memory (no spool and memory full). */
   memoryDropped: number;
-  /** Records lost in the spool (oldest segment dropped when full, corrupt frames). */
+  /** Records lost in the spool (oldest segment dropped when full, corrupt frames, files gone). */
   spoolDropped: number;
-  /** Torn or corrupt spool frames detected. */
-  spoolCorrupt: number;
-  /** Bytes cut off spool segments at torn or corrupt frames. */
-  spoolTruncatedBytes: number;
-  /**
-   * Spool cursor moves not saved on a full disk (delivery went on; after a crash the batches
-   * since the last saved cursor are delivered again).
-   */
-  spoolCursorWriteFailures: number;
   /** Gauge: records waiting in memory (open batch and sealed batches). */
   memoryRecords: number;
   /** Gauge: records waiting in the spool. */
@@ -401,9 +392,7 @@ export class ClickHouseExporter implements Exporter {
       recoveredDropped,
       memoryDropped: this.#memoryDropped,
       spoolDropped,
-      spoolCorrupt: sp?.corruptFrames ?? 0,
-      spoolTruncatedBytes: sp?.truncatedBytes ?? 0,
-      spoolCursorWriteFailures: sp?.cursorWriteFailures ?? 0,
+      ...spoolSinkCounters(sp),
       memoryRecords: this.#memoryRecords + this.#rows.rows,
       spoolRecords: sp?.records ?? 0,
       spoolBytes: sp?.bytes ?? 0,

@@ -46,7 +46,7 @@ import type { S3UploaderConfig } from "./config.ts";
 import { CsvWriter } from "./csv.ts";
 import { type FinishedObject, ObjectWriter } from "./object.ts";
 import { ObjectSpool, type SpoolObjectLease } from "./spool.ts";
-import { logSpoolOpened } from "../spool_config.ts";
+import { logSpoolOpened, type SpoolSinkCounters, spoolSinkCounters } from "../spool_config.ts";
 import {
   describeS3Error,
   isPermanentS3Error,
@@ -94,7 +94,7 @@ export interface S3ExporterOptions {
 }
 
 /** Counters of the S3 exporter. */
-export interface S3ExporterStats extends ExporterStats {
+export interface S3ExporterStats extends ExporterStats, SpoolSinkCounters {
   /** Records taken and not yet uploaded or dropped (current, finishing and waiting objects). */
   buffered: number;
   /** Objects uploaded. */
@@ -121,17 +121,8 @@ export interface S3ExporterStats extends ExporterStats {
   spooled: number;
   /** Records dropped because the spool could not write them (an I/O error). */
   spoolWriteDropped: number;
-  /** Records lost in the spool (oldest segment dropped when full, corrupt frames). */
+  /** Records lost in the spool (oldest segment dropped when full, corrupt frames, files gone). */
   spoolDropped: number;
-  /** Torn or corrupt spool frames detected. */
-  spoolCorrupt: number;
-  /** Bytes cut off spool segments at torn or corrupt frames. */
-  spoolTruncatedBytes: number;
-  /**
-   * Spool cursor moves not saved on a full disk (delivery went on; after a crash the batches
-   * since the last saved cursor are delivered again).
-   */
-  spoolCursorWriteFailures: number;
   /** Gauge: records waiting in the spool (recovered ones included). */
   spoolRecords: number;
   /** Gauge: bytes of the spool's segments. */
@@ -458,9 +449,7 @@ export class S3Exporter implements Exporter {
       pendingObjects: this.#pending.length,
       pendingBytes: this.#pendingBytes,
       spoolDropped,
-      spoolCorrupt: sp?.corruptFrames ?? 0,
-      spoolTruncatedBytes: sp?.truncatedBytes ?? 0,
-      spoolCursorWriteFailures: sp?.cursorWriteFailures ?? 0,
+      ...spoolSinkCounters(sp),
       spoolRecords,
       spoolBytes: sp?.bytes ?? 0,
       spoolOpen: sp !== undefined,

@@ -235,6 +235,13 @@ export class ApiFront {
   /** Admits `conn` (or closes it, counted), then serves its requests until it ends. */
   async #handle(conn: Deno.TcpConn): Promise<void> {
     const address = exporterAddress(conn.remoteAddr.hostname);
+    // Requests and answers: an answer's last segment must not wait for the client's delayed
+    // ACK of the one before (Nagle), which cost each kept-alive request about 40 ms.
+    try {
+      conn.setNoDelay(true);
+    } catch {
+      // already closed: the reads below end it
+    }
     const l = this.#limits;
     const cap = this.#caps.exceeded(address);
     const refused = cap === "total"
@@ -328,7 +335,6 @@ export class ApiFront {
         have += n;
         end = headEnd(buf, have, have - n);
       }
-      c.phase = "other";
       let head, body;
       try {
         head = parseHead(buf.subarray(0, end));
@@ -342,12 +348,15 @@ export class ApiFront {
       buf.copyWithin(0, end + fromBuf, have);
       have -= end + fromBuf;
       body -= fromBuf;
+      // The request timeout runs until the body's last byte too: one byte of a long body per
+      // idle timeout would hold the connection for days.
       while (body > 0) {
         const n = await conn.read(buf.subarray(have, have + Math.min(body, buf.length - have)));
         if (n === null) return;
         touch();
         body -= n;
       }
+      c.phase = "other";
       const keepAlive = keepsAlive(head) && !this.#closing;
       let req: Request;
       try {

@@ -107,6 +107,24 @@ function threadSamples(s: FlowAggregatorStats): Sample[] {
   return out;
 }
 
+/**
+ * The API's counts by the bound that refused or closed (`limit` = the bound's name: a
+ * `maxApi*` limit, a timeout, or `pendingResponseBytes` / `queries` / `liveViews` for
+ * `refused_busy`): the unlabelled series is their sum. The keys are the API's own, never a
+ * peer's.
+ */
+function apiLimitSamples(s: FlowAggregatorStats): Sample[] {
+  const out: Sample[] = [];
+  for (const [k, counts] of Object.entries(s.api ?? {})) {
+    if (typeof counts !== "object" || counts === null) continue;
+    for (const [limit, value] of Object.entries(counts)) {
+      if (typeof value !== "number") continue;
+      out.push({ name: `flow_aggregator_api_${snake(k)}_by_limit`, labels: { limit }, value });
+    }
+  }
+  return out;
+}
+
 /** The Prometheus text of a stats snapshot. */
 export function prometheusText(stats: FlowAggregatorStats): string {
   const byName = new Map<string, Sample[]>();
@@ -122,6 +140,7 @@ export function prometheusText(stats: FlowAggregatorStats): string {
   for (const x of ledger(stats)) add(x);
   for (const x of udpSockets(stats)) add(x);
   for (const x of threadSamples(stats)) add(x);
+  for (const x of apiLimitSamples(stats)) add(x);
   const lines: string[] = [];
   for (const [name, samples] of [...byName].sort(([a], [b]) => a < b ? -1 : 1)) {
     lines.push(`# TYPE ${name} untyped`);

@@ -204,6 +204,28 @@ Deno.test("api front: a silent or slow handshake, a head begun and not finished,
   });
 });
 
+Deno.test("api front: a request body sent a byte at a time is cut at the request timeout", async () => {
+  await withApi({ requestTimeoutMs: 300, idleTimeoutMs: 60_000 }, async (api) => {
+    const slow = await tlsConn(api);
+    await send(slow, "GET /healthz HTTP/1.1\r\ncontent-length: 1000\r\n\r\n");
+    // One body byte every 50 ms: never idle, never done (before, only the idle timeout applied,
+    // and each byte restarted it).
+    let closed = false;
+    const reading = readAll(slow).then((text) => {
+      closed = true;
+      return text;
+    });
+    for (let i = 0; i < 60 && !closed; i++) {
+      await send(slow, "x").catch(() => {});
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.ok(closed, "still open after 3 s of a slow body");
+    assert.equal(await reading, "");
+    const s = await statsWhen(api, (s) => s.connectionsTimedOut.apiRequestTimeout === 1);
+    assert.equal(s.connectionsTimedOut.apiIdleTimeout, 0);
+  });
+});
+
 Deno.test("api front: malformed and oversized requests get their status and a close, counted", async () => {
   await withApi({}, async (api) => {
     const cases: [string, RegExp][] = [

@@ -219,6 +219,7 @@ Deno.test("api e2e: /metrics keeps the ledger identities after drops in every st
           stage("in_flight"),
       );
       assert.ok(value("flow_aggregator_template_misses") >= 1, "the early record is counted");
+      assert.ok(value("flow_aggregator_template_miss_bytes") > 0, "with the bytes of its set");
       for (const section of ["flowLogger", "flowCollector"]) {
         const sink = (k: string) => value(`flow_aggregator_sink_${k}`, { sink: section }) || 0;
         assert.ok(sink("received") >= 2, section);
@@ -233,6 +234,12 @@ Deno.test("api e2e: /metrics keeps the ledger identities after drops in every st
       // The API port's own counters: this scrape's connection is open, nothing refused.
       assert.ok(value("flow_aggregator_api_connections") >= 1);
       assert.equal(value("flow_aggregator_api_connections_refused"), 0);
+      // And by the bound (the unlabelled series is their sum).
+      const byLimit = (k: string, limit: string) =>
+        value(`flow_aggregator_api_${k}_by_limit`, { limit });
+      assert.equal(byLimit("connections_refused", "maxApiConnectionsPerAddress"), 0);
+      assert.equal(byLimit("connections_timed_out", "apiRequestTimeout"), 0);
+      assert.equal(byLimit("refused_busy", "pendingResponseBytes"), 0);
       assert.ok(value("process_resident_memory_bytes") > 20e6);
     } finally {
       client.close();

@@ -64,23 +64,27 @@ export function hashKey(k: Uint32Array, seed: number, mul: number): number {
   return h;
 }
 
-/** {@linkcode hashKey} of the key stored in the u32 words of a slot (from `b`). */
+/** Probe key of {@linkcode hashSlot}: a slot's key words are hashed as the probe's are. */
+const slotKey = new Uint32Array(KEY_WORDS);
+
+/**
+ * {@linkcode hashKey} of the key stored in the u32 words of a slot (from `b`), through the
+ * probe-key layout, so the hash is written once. Off the per-record path: removals (a flow
+ * exported for good) and rebuilds.
+ */
 function hashSlot(u: Uint32Array, b: number, seed: number, mul: number): number {
+  const k = slotKey;
   const pf = u[b + U32.PROTO];
-  const fam = pf >>> FAMILY_SHIFT;
-  let h = mix((fam * 0x9e3779b1 + (pf & 0xff)) ^ seed);
-  h = mix(h ^ Math.imul(u[b + U32.PORTS], mul));
-  h = mix(h ^ Math.imul(u[b + U32.SRC], mul));
-  h = mix(h ^ Math.imul(u[b + U32.DST], mul));
-  if (fam === 6) {
-    h = mix(h ^ Math.imul(u[b + U32.SRC + 1], mul));
-    h = mix(h ^ Math.imul(u[b + U32.SRC + 2], mul));
-    h = mix(h ^ Math.imul(u[b + U32.SRC + 3], mul));
-    h = mix(h ^ Math.imul(u[b + U32.DST + 1], mul));
-    h = mix(h ^ Math.imul(u[b + U32.DST + 2], mul));
-    h = mix(h ^ Math.imul(u[b + U32.DST + 3], mul));
+  const ports = u[b + U32.PORTS];
+  for (let i = 0; i < 4; i++) {
+    k[i] = u[b + U32.SRC + i];
+    k[4 + i] = u[b + U32.DST + i];
   }
-  return h;
+  k[8] = pf & 0xff;
+  k[9] = ports >>> SPORT_SHIFT;
+  k[10] = ports & ((1 << SPORT_SHIFT) - 1);
+  k[11] = pf >>> FAMILY_SHIFT;
+  return hashKey(k, seed, mul);
 }
 
 /**

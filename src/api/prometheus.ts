@@ -85,12 +85,21 @@ function ledger(s: FlowAggregatorStats): Sample[] {
  * busiest Agents landed. Nothing without a UDP collector.
  */
 function udpSockets(s: FlowAggregatorStats): Sample[] {
-  const per = s.collector?.udpReceiver?.socketDatagrams ?? [];
-  return per.map((value, i) => ({
+  const udp = s.collector?.udpReceiver;
+  if (udp === undefined) return [];
+  const per: Sample[] = udp.socketDatagrams.map((value, i) => ({
     name: "flow_aggregator_udp_socket_datagrams",
     labels: { socket: String(i) },
     value,
   }));
+  // Whether the kernel's drops can be read (the socket path without /proc access cannot): 0
+  // says why `flow_aggregator_udp_kernel_drops` is absent, which is never a false 0.
+  per.push({
+    name: "flow_aggregator_udp_kernel_drops_known",
+    labels: {},
+    value: udp.kernelDropsKnown ? 1 : 0,
+  });
+  return per;
 }
 
 /**

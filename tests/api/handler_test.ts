@@ -251,8 +251,22 @@ Deno.test("api: /metrics has the UDP receive path's sockets and their datagrams"
     family("flow_aggregator_udp_socket_datagrams").map((m) => [m.labels?.socket, m.value]),
     [["0", "40"], ["1", "2"]],
   );
+  assert.deepEqual(family("flow_aggregator_udp_kernel_drops_known").map((m) => m.value), ["1"]);
+  // Drops that cannot be read (the socket path without /proc): no false 0, and a gauge says so.
+  const blind = parsePrometheus(prometheusText(stats({
+    collector: {
+      exporters: {},
+      udpReceiver: { ...udpReceiver, kernelDrops: 0, kernelDropsKnown: false },
+    } as unknown as FlowAggregatorStats["collector"],
+  }))) as { name: string; metrics: { value: string }[] }[];
+  const blindFamily = (name: string) => blind.find((f) => f.name === name)?.metrics ?? [];
+  assert.deepEqual(blindFamily("flow_aggregator_udp_kernel_drops"), []);
+  assert.deepEqual(blindFamily("flow_aggregator_udp_kernel_drops_known").map((m) => m.value), [
+    "0",
+  ]);
   // Without a UDP collector, no socket series.
   assert.equal(prometheusText(stats()).includes("udp_socket_datagrams"), false);
+  assert.equal(prometheusText(stats()).includes("kernel_drops_known"), false);
 });
 
 Deno.test("api: recordsJson writes bigint digits and null for no records", () => {

@@ -27,12 +27,20 @@ export interface Clock {
   setTimer(ms: number, fn: () => void, options?: ClockTimerOptions): ClockTimer;
 }
 
+/**
+ * Longest delay a JS timer takes (2^31-1 ms, about 24.8 days): past it Deno fires the timer at
+ * once (after 1 ms), so an interval or timeout configured longer would run continuously. The
+ * configuration's durations are capped at it (`parseWaitDuration`), and so is every timer of
+ * {@linkcode systemClock}.
+ */
+export const MAX_TIMER_DELAY_MS = 2 ** 31 - 1;
+
 /** The process clock. */
 export const systemClock: Clock = {
   nowMs: () => performance.now(),
   wallMs: () => Date.now(),
   setTimer(ms: number, fn: () => void, options?: ClockTimerOptions): ClockTimer {
-    const id = setTimeout(fn, Math.max(0, ms));
+    const id = setTimeout(fn, Math.min(Math.max(0, ms), MAX_TIMER_DELAY_MS));
     if (options?.unref) Deno.unrefTimer(id);
     return { cancel: () => clearTimeout(id) };
   },

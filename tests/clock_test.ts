@@ -116,3 +116,13 @@ Deno.test("TaskCachedClock: timers are its source's", () => {
   source.advance(50);
   assert.equal(fired, 1);
 });
+
+Deno.test("systemClock: a delay past a timer's longest waits, it does not fire at once", async () => {
+  let fired = 0;
+  const t = systemClock.setTimer(2 ** 31, () => fired++, { unref: true });
+  const u = systemClock.setTimer(Number.MAX_SAFE_INTEGER, () => fired++, { unref: true });
+  await new Promise((r) => setTimeout(r, 100));
+  t.cancel();
+  u.cancel();
+  assert.equal(fired, 0);
+});

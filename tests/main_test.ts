@@ -119,8 +119,10 @@ Deno.test("main: the v1.13 Deployment's klog flags are parsed with Go's flag rul
       parseArgs(["--stderrthreshold", "0"]).klog.stderrThreshold,
       parseArgs(["--log-flush-frequency=250ms"]).klog.flushFrequencyMs,
       parseArgs(["--log_file_max_size=0.01"]).klog.logFileMaxSizeMB,
+      // Past a timer's longest delay the flush would run every millisecond.
+      parseArgs(["--log-flush-frequency=1000000h"]).klog.flushFrequencyMs,
     ],
-    [1, 0, 250, 0.01],
+    [1, 0, 250, 0.01, 2 ** 31 - 1],
   );
   assert.throws(() => parseArgs(["--logtostderr=maybe"]), /invalid boolean value "maybe"/);
   assert.throws(() => parseArgs(["--log_file_max_num=-1"]), /--log_file_max_num needs a non-neg/);

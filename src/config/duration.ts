@@ -5,6 +5,8 @@
  * converts to milliseconds only at the end.
  */
 
+import { MAX_TIMER_DELAY_MS } from "../clock.ts";
+
 const UNIT_NS: Record<string, bigint> = {
   ns: 1n,
   us: 1_000n,
@@ -76,6 +78,16 @@ export function parseDurationNs(s: string): bigint {
     if (total > MAX_NS + (neg ? 1n : 0n)) throw new Error(`time: invalid duration ${quote(orig)}`);
   }
   return neg ? -total : total;
+}
+
+/**
+ * {@linkcode parseDuration} for a value the process waits on (an interval, a timeout): at most
+ * {@linkcode MAX_TIMER_DELAY_MS}, which is as good as "never" for all of them (a Go ticker of
+ * `1000000h` never fires; here it fired every few ms: an S3 object, an IPFIX connection or a
+ * ClickHouse commit each time).
+ */
+export function parseWaitDuration(s: string): number {
+  return Math.min(parseDuration(s), MAX_TIMER_DELAY_MS);
 }
 
 /**

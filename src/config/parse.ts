@@ -76,6 +76,11 @@ function logWarning(w: ConfigWarning): void {
 // ---------------------------------------------------------------------------------------------
 // Strict decoding against a schema.
 
+/** A YAML 1.1 merge key (`<<`), which the parser reads as a symbol. */
+function isMergeKey(node: Node | null): boolean {
+  return node !== null && isScalar(node) && typeof node.value === "symbol";
+}
+
 class Decoder {
   readonly #doc: Document;
   readonly #lines: LineCounter;
@@ -124,20 +129,60 @@ class Decoder {
       this.#fail(node, path || "(top level)", `expected a mapping, got ${this.#describe(node)}`);
     }
     const out: Raw = {};
+    const seen = new Set<string>();
+    const merged: unknown[] = [];
     for (const pair of node.items) {
       const keyNode = this.#resolve(pair.key);
-      const key = keyNode !== null && isScalar(keyNode) ? String(keyNode.value) : "";
-      const keyPath = path === "" ? key : `${path}.${key}`;
-      const kind = Object.hasOwn(schema, key) ? schema[key] : undefined;
-      if (kind === undefined) {
-        // Newer Antrea's behaviour (§8 L21): a newer chart's key must not stop the process.
-        this.#warning(keyNode, keyPath, "unknown key, ignored");
-        continue;
+      if (isMergeKey(keyNode)) merged.push(pair.value);
+      else this.#entry(keyNode, pair.value, schema, path, out, seen);
+    }
+    // YAML 1.1 merge keys (`<<: *anchor`, `<<: [*a, *b]`), which yaml.v2, upstream's parser,
+    // applies: a key of this mapping wins over a merged one, a mapping merged first over a later
+    // one. (They were dropped with an "unknown key" warning: a sink enabled through one did not
+    // run.)
+    for (const value of merged) {
+      const v = this.#resolve(value);
+      for (const item of v !== null && isSeq(v) ? v.items : [value]) {
+        const from = this.#resolve(item);
+        const at = path === "" ? "<<" : `${path}.<<`;
+        if (from === null || !isMap(from)) {
+          this.#fail(
+            from ?? node,
+            at,
+            `expected a mapping to merge, got ${from === null ? "nothing" : this.#describe(from)}`,
+          );
+        }
+        for (const pair of from.items) {
+          const keyNode = this.#resolve(pair.key);
+          if (isMergeKey(keyNode)) this.#fail(keyNode, at, "a merged mapping's own merge key");
+          const key = keyNode !== null && isScalar(keyNode) ? String(keyNode.value) : "";
+          if (!seen.has(key)) this.#entry(keyNode, pair.value, schema, path, out, seen);
+        }
       }
-      const value = this.#value(pair.value, kind, keyPath);
-      if (value !== undefined) out[key] = value;
     }
     return out;
+  }
+
+  /** Decodes one key of a mapping into `out` (an unknown key is warned about, not kept). */
+  #entry(
+    keyNode: Node | null,
+    valueNode: unknown,
+    schema: MapSchema,
+    path: string,
+    out: Raw,
+    seen: Set<string>,
+  ): void {
+    const key = keyNode !== null && isScalar(keyNode) ? String(keyNode.value) : "";
+    seen.add(key);
+    const keyPath = path === "" ? key : `${path}.${key}`;
+    const kind = Object.hasOwn(schema, key) ? schema[key] : undefined;
+    if (kind === undefined) {
+      // Newer Antrea's behaviour (§8 L21): a newer chart's key must not stop the process.
+      this.#warning(keyNode, keyPath, "unknown key, ignored");
+      return;
+    }
+    const value = this.#value(valueNode, kind, keyPath);
+    if (value !== undefined) out[key] = value;
   }
 
   #value(
@@ -273,14 +318,14 @@ function defaultTmpDir(): string {
   return "/tmp";
 }
 
-/** What a flow timeout of 0 or less is taken as (newer Antrea's floor). */
+/** What a flow timeout under 1 s (0 or less included) is taken as (newer Antrea's floor). */
 export const MIN_FLOW_TIMEOUT_MS = 1000;
 
 /**
  * A flow timeout, in ms. Upstream v1.13 accepts 0 and negatives (§8 L19), with which its expiry
- * loop spins, exporting every flow at each check; refusing them would make such a file, which
- * v1.13 ran, crash-loop here. So such a timeout is taken as {@linkcode MIN_FLOW_TIMEOUT_MS} (the
- * floor newer Antrea applies), with a warning.
+ * loop spins, exporting every flow at each check (as it does at `1ns` or a few ms); refusing them
+ * would make such a file, which v1.13 ran, crash-loop here. So a timeout under
+ * {@linkcode MIN_FLOW_TIMEOUT_MS} (the floor newer Antrea applies) is taken as it, with a warning.
  */
 function flowTimeout(
   path: string,
@@ -288,11 +333,12 @@ function flowTimeout(
   warn: (warning: ConfigWarning) => void,
 ): number {
   const ms = durationOrThrow(path, text);
-  if (ms > 0) return ms;
+  if (ms >= MIN_FLOW_TIMEOUT_MS) return ms;
   warn({
     path,
-    message: `config: ${path}: ${JSON.stringify(text)} is not positive (v1.13 took it and ` +
-      `exported every flow at each expiry check): taken as ${MIN_FLOW_TIMEOUT_MS / 1000}s`,
+    message: `config: ${path}: ${JSON.stringify(text)} is under ${MIN_FLOW_TIMEOUT_MS / 1000}s ` +
+      `(v1.13 took it and exported every flow at each expiry check): taken as ` +
+      `${MIN_FLOW_TIMEOUT_MS / 1000}s`,
   });
   return MIN_FLOW_TIMEOUT_MS;
 }

@@ -8,7 +8,7 @@
  * @module
  */
 
-import { parseDuration } from "./duration.ts";
+import { parseWaitDuration } from "./duration.ts";
 
 /** Scalar kinds of the strict decoder (YAML 1.1 rules, see parse.ts). */
 export type Kind = "str" | "bool" | "int" | "i32" | "u32" | "strlist";
@@ -73,10 +73,13 @@ export function nonNegative(path: string, v: number): void {
   if (v < 0) fail(path, `must not be negative, got ${v}`);
 }
 
-/** Parses a Go duration or throws a {@linkcode ConfigError} naming `path`. */
+/**
+ * Parses a Go duration or throws a {@linkcode ConfigError} naming `path`; at most
+ * `MAX_TIMER_DELAY_MS` (every duration of the configuration is waited on).
+ */
 export function durationOrThrow(path: string, text: string): number {
   try {
-    return parseDuration(text);
+    return parseWaitDuration(text);
   } catch (e) {
     throw new ConfigError(
       `config: ${path} ${JSON.stringify(text)}: not a duration (${(e as Error).message})`,
@@ -88,9 +91,9 @@ export function durationOrThrow(path: string, text: string): number {
 /** Parses a Go duration, falling back to `def` (for sections validated only when enabled). */
 export function durationOrDefault(text: string, def: string): number {
   try {
-    return parseDuration(text);
+    return parseWaitDuration(text);
   } catch {
-    return parseDuration(def);
+    return parseWaitDuration(def);
   }
 }
 

@@ -19,7 +19,7 @@
  * @module
  */
 
-import { parseDuration } from "../config/duration.ts";
+import { parseWaitDuration } from "../config/duration.ts";
 import { type LogLevel, setLogWriter, writeStderr } from "../log.ts";
 import { KlogFiles } from "./klog_files.ts";
 
@@ -149,7 +149,7 @@ export function parseKlogFlag(flags: KlogFlags, flag: FlagOccurrence): boolean {
       const text = value();
       let ms: number;
       try {
-        ms = parseDuration(text);
+        ms = parseWaitDuration(text);
       } catch (e) {
         throw new Error(`--${name} "${text}": ${(e as Error).message}`);
       }

@@ -425,7 +425,7 @@ Deno.test("validation runs in the upstream order, first failure wins", () => {
   );
 });
 
-Deno.test("negative or zero flow timeouts, which v1.13 ran with, load as 1 s with a warning", () => {
+Deno.test("flow timeouts under 1 s (zero and negative included), which v1.13 ran with, load as 1 s with a warning", () => {
   const warnings: ConfigWarning[] = [];
   const cfg = parse(
     `${MIN}activeFlowRecordTimeout: -1s\ninactiveFlowRecordTimeout: 0s\n`,
@@ -436,17 +436,43 @@ Deno.test("negative or zero flow timeouts, which v1.13 ran with, load as 1 s wit
   assert.deepEqual(warnings.map((w) => [w.path, w.message]), [
     [
       "activeFlowRecordTimeout",
-      'config: activeFlowRecordTimeout: "-1s" is not positive (v1.13 took it and exported every ' +
+      'config: activeFlowRecordTimeout: "-1s" is under 1s (v1.13 took it and exported every ' +
       "flow at each expiry check): taken as 1s",
     ],
     [
       "inactiveFlowRecordTimeout",
-      'config: inactiveFlowRecordTimeout: "0s" is not positive (v1.13 took it and exported every ' +
+      'config: inactiveFlowRecordTimeout: "0s" is under 1s (v1.13 took it and exported every ' +
       "flow at each expiry check): taken as 1s",
     ],
   ]);
-  // A positive one below a second is taken as it is.
-  assert.equal(parse(`${MIN}activeFlowRecordTimeout: 300ms\n`).activeFlowRecordTimeoutMs, 300);
+  // A positive one below a second is no different: 1ns exported every flow at every expiry
+  // check (each flow 99 times in 10 s, in the review), with no warning.
+  for (const text of ["1ns", "300ms", "999ms"]) {
+    const w: ConfigWarning[] = [];
+    assert.equal(
+      parse(`${MIN}activeFlowRecordTimeout: ${text}\n`, w).activeFlowRecordTimeoutMs,
+      1000,
+    );
+    assert.equal(w.length, 1, text);
+  }
+  assert.equal(parse(`${MIN}activeFlowRecordTimeout: 1s\n`).activeFlowRecordTimeoutMs, 1000);
+  assert.equal(parse(`${MIN}activeFlowRecordTimeout: 1500ms\n`).activeFlowRecordTimeoutMs, 1500);
+});
+
+Deno.test("durations longer than a timer can wait are capped at 2^31-1 ms (past it a timer fires at once)", () => {
+  const cfg = parse(
+    `${MIN}flowCollector:\n  enable: true\n  address: 127.0.0.1:4739:tcp\n` +
+      `  idleSessionTimeout: 1000000h\nclickHouse:\n  commitInterval: 1000000h\n` +
+      `s3Uploader:\n  uploadInterval: 1000000h\nactiveFlowRecordTimeout: 1000000h\n` +
+      `limits:\n  readTimeout: 1000000h\n`,
+  );
+  const max = 2 ** 31 - 1;
+  assert.equal(cfg.flowCollector.idleSessionTimeoutMs, max);
+  assert.equal(cfg.clickHouse.commitIntervalMs, max);
+  assert.equal(cfg.s3Uploader.uploadIntervalMs, max);
+  assert.equal(cfg.activeFlowRecordTimeoutMs, max);
+  assert.equal(cfg.limits.readTimeoutMs, max);
+  assert.equal(parse(`${MIN}activeFlowRecordTimeout: 24h\n`).activeFlowRecordTimeoutMs, 86_400_000);
 });
 
 Deno.test("other negative or out-of-range values are still rejected", () => {
@@ -524,6 +550,26 @@ Deno.test("YAML anchors and aliases resolve like plain values", () => {
   );
   assert.equal(cfg.flowLogger.compress, true);
   assert.deepEqual(cfg.flowLogger.filters[0].egressNetworkPolicyRuleActions, ["Drop", "Reject"]);
+});
+
+Deno.test("YAML merge keys apply as yaml.v2 applies them: this mapping's keys first, then the first merged", () => {
+  const warnings: ConfigWarning[] = [];
+  const cfg = parse(
+    "defaults: &log {enable: true, path: /tmp/a.log, maxSize: 7}\n" +
+      "rotation: &rot {maxSize: 9, maxBackups: 4, compress: false}\n" +
+      "flowLogger:\n  <<: [*log, *rot]\n  path: /tmp/b.log\n" +
+      "limits:\n  <<: {maxFlows: 10}\n",
+    warnings,
+  );
+  assert.equal(cfg.flowLogger.enable, true, "the sink merged in runs");
+  assert.equal(cfg.flowLogger.path, "/tmp/b.log");
+  assert.equal(cfg.flowLogger.maxSize, 7);
+  assert.equal(cfg.flowLogger.maxBackups, 4);
+  assert.equal(cfg.flowLogger.compress, false);
+  assert.equal(cfg.limits.maxFlows, 10);
+  // The anchors' own top-level keys are unknown keys, as before; nothing under flowLogger is.
+  assert.deepEqual(warnings.map((w) => w.path), ["defaults", "rotation"]);
+  assertError(`${MIN}limits:\n  <<: 5\n`, /limits\.<<: expected a mapping to merge, got number 5/);
 });
 
 Deno.test("limits: keys override their defaults; 0 means the default; bad values name the key", () => {

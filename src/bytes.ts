@@ -94,9 +94,9 @@ export function fileKind(info: Deno.FileInfo): string {
 
 /** Thrown by {@linkcode openRegularFile} for a path that is no regular file. */
 export class NotRegularFile extends Error {
-  /** Creates the error; `kind` as {@linkcode fileKind} names it. */
-  constructor(kind: string, replaced = false) {
-    super(`not a regular file (${kind}${replaced ? ", replaced" : ""}): not read`);
+  /** Creates the error; `kind` as {@linkcode fileKind} names it, `refused` what was not done. */
+  constructor(kind: string, replaced = false, refused = "not read") {
+    super(`not a regular file (${kind}${replaced ? ", replaced" : ""}): ${refused}`);
     this.name = "NotRegularFile";
   }
 }

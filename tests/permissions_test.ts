@@ -306,6 +306,29 @@ Deno.test("permissions: what a permission list entry may be", () => {
   assert.equal(addressProblem("collector.example:4739"), undefined);
 });
 
+// `flowLogger.path: /dev/null` granted read and write on `/dev`, and rotation (as root, the
+// image) would have renamed the device node to a backup and made a regular file in its place.
+Deno.test("permissions: a flowLogger.path that is a device or a FIFO is refused", async () => {
+  assert.throws(
+    () => perms(cfg(`flowLogger:\n  enable: true\n  path: /dev/null\n`)),
+    /flowLogger.path \/dev\/null is a character device, not a regular file: rotation would rename it \(to log nothing, set flowLogger.enable: false\)/,
+  );
+  const dir = await Deno.makeTempDir();
+  try {
+    const fifo = `${dir}/flows.log`;
+    assert.ok((await new Deno.Command("mkfifo", { args: [fifo] }).output()).success);
+    assert.throws(
+      () => perms(cfg(`flowLogger:\n  enable: true\n  path: ${fifo}\n`)),
+      /is a FIFO, not a regular file/,
+    );
+    // The standard output's names stay the stream they name.
+    const out = perms(cfg(`flowLogger:\n  enable: true\n  path: /dev/stdout\n`));
+    assert.ok(!out.write.includes("/dev"), out.write.join(","));
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 // `flowLogger.path: /tmp` (an existing directory, no trailing slash) granted read and write on
 // `/`, its "directory", and the sink could not open it as a file anyway.
 Deno.test("permissions: a flowLogger.path that is an existing directory is refused, not its parent granted", async () => {

@@ -19,13 +19,14 @@ import {
   isStdoutPath,
 } from "./config.ts";
 import { workerModule } from "../../worker_module.ts";
+import { fileKind } from "../../bytes.ts";
 
-/** True when `path` is an existing directory (false when it is not there or cannot be looked at). */
-function isDirectory(path: string): boolean {
+/** What `path` is ({@linkcode fileKind}), or undefined when it is not there or cannot be looked at. */
+function existingKind(path: string): string | undefined {
   try {
-    return Deno.statSync(path).isDirectory;
+    return fileKind(Deno.statSync(path));
   } catch {
-    return false;
+    return undefined;
   }
 }
 
@@ -37,10 +38,20 @@ export const flowLogComponent: ExporterComponent<"flowLogger", FlowLoggerConfig>
     if (isStdoutPath(config.path)) return noPermissions();
     // A directory cannot be the log file: its parent would be granted for nothing (`/tmp`
     // granted read and write on `/`). A path ending in `/` is refused by validation already.
-    if (isDirectory(config.path)) {
+    const kind = existingKind(config.path);
+    if (kind === "directory") {
       throw new Error(
         `flowLogger.path ${config.path} is a directory: it names the log file (e.g. ` +
           `${config.path.replace(/\/+$/, "")}/flows.log)`,
+      );
+    }
+    // Nor a device, FIFO or socket: rotation renames the log file away (`/dev/null`, as root,
+    // would be renamed to a backup and a regular file made in its place), and the open of a
+    // FIFO blocks until a reader comes. To log nothing, disable the section.
+    if (kind !== undefined && kind !== "regular file") {
+      throw new Error(
+        `flowLogger.path ${config.path} is a ${kind}, not a regular file: rotation would rename ` +
+          `it (to log nothing, set flowLogger.enable: false)`,
       );
     }
     // Through a symlink (or under one, not created yet) also the real path.

@@ -20,7 +20,7 @@
 import { basename, dirname, extname, join } from "node:path";
 import { type Clock, systemClock } from "../../clock.ts";
 import { logger } from "../../log.ts";
-import { wholePieces, writeAll } from "../../bytes.ts";
+import { fileKind, NotRegularFile, wholePieces, writeAll } from "../../bytes.ts";
 
 const log = logger("log-exporter");
 const encoder = new TextEncoder();
@@ -337,6 +337,18 @@ export class RotatingFile implements LineSink {
       this.#closeQuietly();
     }
     await Deno.mkdir(this.#dir, { recursive: true });
+    // Only a regular file is opened: a FIFO's open blocks until a reader comes, and rotation
+    // would rename a device node away (`/dev/null` replaced by a regular file). The lines are
+    // dropped, counted, and the path looked at again at the next write.
+    let existing: Deno.FileInfo | undefined;
+    try {
+      existing = await Deno.stat(this.#path);
+    } catch {
+      existing = undefined;
+    }
+    if (existing !== undefined && !existing.isFile) {
+      throw new NotRegularFile(fileKind(existing), false, "not written to, not rotated");
+    }
     const file = this.#wrap(
       await Deno.open(this.#path, {
         append: true,

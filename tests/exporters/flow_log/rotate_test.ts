@@ -166,6 +166,40 @@ Deno.test("one big flush is split at line boundaries across several files", asyn
   }
 });
 
+Deno.test("a log path that is a FIFO (or a device) is neither opened nor rotated: the batch fails, counted", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-rot-" });
+  const path = `${dir}/flows.log`;
+  const made = await new Deno.Command("mkfifo", { args: [path] }).output();
+  assert.ok(made.success, new TextDecoder().decode(made.stderr));
+  const errors: Error[] = [];
+  const f = new RotatingFile(path, {
+    maxSizeBytes: 10,
+    maxBackups: 1,
+    maxAgeDays: 0,
+    compress: false,
+    clock: new ManualClock(),
+    onError: (e) => errors.push(e),
+  });
+  try {
+    // Before, the open (write, append) of the FIFO blocked until a reader came.
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const result = await Promise.race([
+      f.writeLines(["a line longer than ten bytes\n", "another\n"]),
+      new Promise<"blocked">((r) => timer = setTimeout(() => r("blocked"), 3000)),
+    ]);
+    clearTimeout(timer);
+    assert.notEqual(result, "blocked", "the write blocked on the FIFO");
+    if (result === "blocked") return;
+    assert.equal(result.written, 0);
+    assert.match(String(result.error), /not a regular file \(FIFO\): not written to, not rotated/);
+    assert.ok((await Deno.lstat(path)).isFifo, "the FIFO is still there, not renamed");
+    assert.deepEqual(await listDir(dir), ["flows.log"]);
+  } finally {
+    await f.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("maxAge removes backups older than the limit (clock-driven)", async () => {
   const dir = await Deno.makeTempDir({ prefix: "fa-rot-" });
   const clock = new ManualClock();

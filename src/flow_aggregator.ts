@@ -676,7 +676,7 @@ export class FlowAggregator {
       if (problem === undefined) {
         problem = flowTemplateProblem(ctx.template.fields) ?? "";
         this.#templateChecks.set(ctx.template, problem);
-        const n = problem === "" ? -1 : this.#nonFlowLog.allow(`${ctx.exporterAddress}|${problem}`);
+        const n = problem === "" ? -1 : this.#nonFlowLog.allow(`${problem}|${ctx.exporterAddress}`);
         if (n >= 0) {
           log.warn("data records of a template that is not a flow record are dropped", {
             exporter: ctx.exporterAddress,

@@ -217,30 +217,39 @@ export function logger(component: string): Logger {
   return new Logger(component);
 }
 
-/** Lines a {@linkcode RateLimitedLog} writes per interval over all its keys, by default. */
+/** Lines a {@linkcode RateLimitedLog} writes per interval and kind over all peers, by default. */
 export const RATE_LOG_LINES_PER_INTERVAL = 20;
 
 /** Keys a {@linkcode RateLimitedLog} remembers before it starts over. */
 const RATE_LOG_MAX_KEYS = 10_000;
 
+/** Kinds a {@linkcode RateLimitedLog} remembers before it starts over (kinds come from code). */
+const RATE_LOG_MAX_KINDS = 256;
+
+/** The lines of one kind of event in the current interval. */
+interface KindWindow {
+  start: number;
+  lines: number;
+  /** Events of the kind held back by its limit, not reported yet. */
+  suppressed: number;
+}
+
 /**
  * Limits how often a repeated event is logged: at most one line per `intervalMs` per key, and at
- * most `linesPerInterval` lines per `intervalMs` over all keys (a key per peer must not let
- * thousands of peers, or spoofed UDP sources, write a line each). Used for per-packet errors.
- * The number a written line reports is the events suppressed since that key's last line plus
- * those the limit over all keys suppressed since the limiter's last line, so the numbers of
- * the lines add up to every suppressed event (a key held back by that limit stays due and is
- * written once the limit allows).
+ * most `linesPerInterval` lines per `intervalMs` per kind of event over all its keys (a key per
+ * peer must not let thousands of peers, or spoofed UDP sources, write a line each). A key's kind
+ * is its text up to the first `|` (`miss|10.0.0.1` is of kind `miss`), or all of it. Used for
+ * per-packet errors. The number a written line reports is the events of its key suppressed
+ * since that key's last line plus those of its kind the limit held back since the kind's last
+ * line, so the numbers of a kind's lines add up to every suppressed event of that kind (a key
+ * held back stays due and is written once the limit allows).
  */
 export class RateLimitedLog {
   readonly #intervalMs: number;
   readonly #linesPerInterval: number;
   readonly #last = new Map<string, { at: number; suppressed: number }>();
+  readonly #kinds = new Map<string, KindWindow>();
   readonly #now: () => number;
-  #windowStart = -Infinity;
-  #windowLines = 0;
-  /** Events suppressed by the limit over all keys (and by forgotten keys), not reported yet. */
-  #suppressedAcross = 0;
 
   /** Creates a limiter; `now` is injectable for tests. */
   constructor(
@@ -264,20 +273,32 @@ export class RateLimitedLog {
       e.suppressed++;
       return -1;
     }
-    if (t - this.#windowStart >= this.#intervalMs) {
-      this.#windowStart = t;
-      this.#windowLines = 0;
+    const bar = key.indexOf("|");
+    const kind = bar < 0 ? key : key.slice(0, bar);
+    let w = this.#kinds.get(kind);
+    if (w === undefined) {
+      if (this.#kinds.size >= RATE_LOG_MAX_KINDS) this.#kinds.clear();
+      w = { start: t, lines: 0, suppressed: 0 };
+      this.#kinds.set(kind, w);
+    } else if (t - w.start >= this.#intervalMs) {
+      w.start = t;
+      w.lines = 0;
     }
-    if (this.#windowLines >= this.#linesPerInterval) {
-      this.#suppressedAcross++;
+    if (w.lines >= this.#linesPerInterval) {
+      w.suppressed++;
       return -1;
     }
-    this.#windowLines++;
-    const suppressed = (e?.suppressed ?? 0) + this.#suppressedAcross;
-    this.#suppressedAcross = 0;
+    w.lines++;
+    const suppressed = (e?.suppressed ?? 0) + w.suppressed;
+    w.suppressed = 0;
     if (e === undefined && this.#last.size >= RATE_LOG_MAX_KEYS) {
-      // Start over; what the forgotten keys suppressed is reported by the next lines.
-      for (const f of this.#last.values()) this.#suppressedAcross += f.suppressed;
+      // Start over; what the forgotten keys suppressed is reported by their kinds' next lines.
+      for (const [k, f] of this.#last) {
+        if (f.suppressed === 0) continue;
+        const b = k.indexOf("|");
+        const fw = this.#kinds.get(b < 0 ? k : k.slice(0, b));
+        if (fw !== undefined) fw.suppressed += f.suppressed;
+      }
       this.#last.clear();
     }
     this.#last.set(key, { at: t, suppressed: 0 });

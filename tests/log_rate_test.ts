@@ -48,6 +48,18 @@ Deno.test("rate-limited log: thousands of peers (a key each) write at most the l
   assert.equal(first.length + second.length + sum(first) + sum(second) + 80, events);
 });
 
+Deno.test("rate-limited log: the limit is per kind: a flood of one kind holds back no other", () => {
+  let now = 0;
+  const rl = new RateLimitedLog(10_000, () => now);
+  assert.equal(feed(rl, peers(5_000)).length, RATE_LOG_LINES_PER_INTERVAL);
+  // Another kind of event, from a peer of the flood too, is written, and reports only its own.
+  assert.equal(rl.allow("tls|10.0.0.1"), 0);
+  assert.equal(rl.allow("refused|maxConnections"), 0);
+  now = 10_000;
+  // The flood's held-back count comes with the flood's kind's next line.
+  assert.equal(rl.allow("miss|192.0.2.1"), 5_000 - RATE_LOG_LINES_PER_INTERVAL);
+});
+
 Deno.test("rate-limited log: what forgotten keys suppressed is still reported", () => {
   let now = 0;
   const rl = new RateLimitedLog(10_000, () => now, 1_000_000);
@@ -55,8 +67,9 @@ Deno.test("rate-limited log: what forgotten keys suppressed is still reported", 
   assert.equal(lines.length, 10_000);
   feed(rl, peers(10_000)); // each suppressed once
   // A new key past 10,000 remembered ones starts the table over.
-  assert.equal(rl.allow("new"), 0);
+  assert.equal(rl.allow("miss|new"), 0);
   now = 1;
-  // The 10,000 suppressed events of the forgotten keys come with the next line.
-  assert.equal(rl.allow("newer"), 10_000);
+  // The 10,000 suppressed events of the forgotten keys come with their kind's next line.
+  assert.equal(rl.allow("other"), 0);
+  assert.equal(rl.allow("miss|newer"), 10_000);
 });

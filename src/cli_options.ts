@@ -71,6 +71,16 @@ export interface CliOptions {
 /** Default of `--workers`: one aggregation shard per available core, at most 8. */
 export const DEFAULT_WORKERS: number = Math.max(1, Math.min(8, navigator.hardwareConcurrency ?? 1));
 
+/**
+ * A flag's decimal integer in `[min, max]`, as Go's `strconv.Atoi` reads one (`Number` also took
+ * `0x2`, `1e1` and ` 2`); else an error `what from min to max`.
+ */
+function decimal(text: string, min: number, max: number, what: string): number {
+  const v = /^\d{1,10}$/.test(text) ? Number(text) : NaN;
+  if (!(v >= min && v <= max)) throw new Error(`${what} from ${min} to ${max}, got "${text}"`);
+  return v;
+}
+
 /** Parses `args`; throws an Error naming the bad flag. */
 export function parseArgs(args: readonly string[]): CliOptions {
   const opts: CliOptions = {
@@ -136,28 +146,19 @@ export function parseArgs(args: readonly string[]): CliOptions {
         opts.udpReceiver = v;
         break;
       }
-      case "workers": {
-        const v = Number(value());
-        if (!Number.isInteger(v) || v < 1 || v > 64) {
-          throw new Error(`--workers needs an integer from 1 to 64`);
-        }
-        opts.workers = v;
+      case "workers":
+        opts.workers = decimal(value(), 1, 64, "--workers needs an integer");
         break;
-      }
-      case "udp-workers": {
-        const v = Number(value());
-        if (!Number.isInteger(v) || v < 1 || v > 64) {
-          throw new Error(`--udp-workers needs an integer from 1 to 64`);
-        }
-        opts.udpWorkers = v;
+      case "udp-workers":
+        opts.udpWorkers = decimal(value(), 1, 64, "--udp-workers needs an integer");
         break;
-      }
       case "udp-recv-buffer": {
-        const v = Number(value());
-        if (!Number.isInteger(v) || v < 0 || v > 0x3fffffff) {
-          throw new Error(`--udp-recv-buffer needs a byte count from 0 to 1073741823`);
-        }
-        opts.udpRecvBuffer = v;
+        opts.udpRecvBuffer = decimal(
+          value(),
+          0,
+          0x3fffffff,
+          "--udp-recv-buffer needs a byte count",
+        );
         break;
       }
       case "log-level": {
@@ -173,8 +174,7 @@ export function parseArgs(args: readonly string[]): CliOptions {
         break;
       }
       case "v": {
-        const v = Number(value());
-        if (!Number.isInteger(v) || v < 0) throw new Error(`--v needs a non-negative integer`);
+        const v = decimal(value(), 0, 2 ** 31 - 1, "--v needs a non-negative integer");
         opts.verbosity = v;
         if (v >= DEBUG_VERBOSITY) opts.logLevel = "debug";
         break;

@@ -48,6 +48,13 @@ Deno.test("main: --workers takes 1 to 64 shards", () => {
   assert.equal(parseArgs(["--workers=2"]).workers, 2);
   assert.throws(() => parseArgs(["--workers", "0"]), /--workers needs an integer from 1 to 64/);
   assert.throws(() => parseArgs(["--workers", "1.5"]), /--workers needs an integer/);
+  // Decimal digits only, as Go reads a flag's integer (0x2 and 1e1 were taken as 2 and 10).
+  for (const text of ["0x2", "1e1", " 2", "2 ", "+2", ""]) {
+    assert.throws(() => parseArgs(["--workers", text]), /--workers needs an integer from 1 to 64/);
+  }
+  assert.throws(() => parseArgs(["--v", "0x4"]), /--v needs a non-negative integer/);
+  assert.throws(() => parseArgs(["--udp-recv-buffer", "4e6"]), /--udp-recv-buffer needs a byte/);
+  assert.equal(parseArgs(["--workers", "02"]).workers, 2);
 });
 
 Deno.test("main: the fast UDP path has one socket per shard unless --udp-workers says", () => {

@@ -46,6 +46,27 @@ export const systemClock: Clock = {
   },
 };
 
+/**
+ * Waits for `work` at most `ms` on `clock` (default the process clock): "timeout" when it did not
+ * settle in time (a rejection of `work` within the time rejects). The timer is cancelled either
+ * way.
+ */
+export async function within(
+  work: Promise<unknown>,
+  ms: number,
+  clock: Clock = systemClock,
+): Promise<"done" | "timeout"> {
+  let timer: ClockTimer | undefined;
+  const timedOut = new Promise<"timeout">((resolve) => {
+    timer = clock.setTimer(ms, () => resolve("timeout"));
+  });
+  try {
+    return await Promise.race([work.then(() => "done" as const), timedOut]);
+  } finally {
+    timer?.cancel();
+  }
+}
+
 interface ManualTimer {
   readonly due: number;
   readonly fn: () => void;

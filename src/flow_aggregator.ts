@@ -11,7 +11,7 @@
 import { AggregationCore, type ExportHooks } from "./aggregation/mod.ts";
 import type { ExportedFlow, FlowInput, FlowKey } from "./aggregation/record.ts";
 import { joinRecordTexts, recordTexts } from "./aggregation/records_json.ts";
-import { type Clock, TaskCachedClock } from "./clock.ts";
+import { type Clock, TaskCachedClock, within } from "./clock.ts";
 import { Collector, type CollectorStats, type UdpReceiverFactory } from "./collector/mod.ts";
 import type { RecordContext } from "./collector/session.ts";
 import {
@@ -326,22 +326,6 @@ export function componentExporterFactory(options: ComponentFactoryOptions = {}):
       options.workerOptions,
     );
   };
-}
-
-/**
- * Waits for `work` at most `limitMs`; "timeout" when it did not settle in time (its rejection,
- * if any, is the caller's to observe through `work`).
- */
-async function within(work: Promise<unknown>, limitMs: number): Promise<"done" | "timeout"> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const timedOut = new Promise<"timeout">((resolve) => {
-    timer = setTimeout(() => resolve("timeout"), limitMs);
-  });
-  try {
-    return await Promise.race([work.then(() => "done" as const), timedOut]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 /** How a reloaded core setting is shown in its log line: the key and the value as configured. */

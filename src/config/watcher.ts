@@ -33,7 +33,7 @@
  */
 
 import { basename, dirname, relative, resolve, sep as SEPARATOR } from "node:path";
-import { type Clock, type ClockTimer, systemClock } from "../clock.ts";
+import { type Clock, type ClockTimer, systemClock, within } from "../clock.ts";
 import { logger } from "../log.ts";
 import type { ConfigDiff } from "./diff.ts";
 import { readConfigFile } from "./file.ts";
@@ -236,14 +236,7 @@ export class ConfigWatcher<C> {
   /** Waits for the reload in progress, at most `ms` when given. */
   async #reloadEnd(ms: number | undefined): Promise<void> {
     if (ms === undefined) return void await this.#chain;
-    let timer: ClockTimer | undefined;
-    const late = new Promise<boolean>((resolve) => {
-      timer = this.#clock.setTimer(ms, () => resolve(true));
-    });
-    const ended = this.#chain.then(() => false);
-    const timedOut = await Promise.race([ended, late]);
-    timer?.cancel();
-    if (timedOut) {
+    if (await within(this.#chain, ms, this.#clock) === "timeout") {
       log.warn("A configuration reload is still in progress at stop: not waiting for it", {
         path: this.#path,
         waitedMs: ms,

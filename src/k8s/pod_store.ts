@@ -23,7 +23,7 @@
 
 import { canonicalAnyAddress } from "../aggregation/flow_key.ts";
 import type { PodInfo } from "../aggregation/mod.ts";
-import type { Clock, ClockTimer } from "../clock.ts";
+import { type Clock, type ClockTimer, within } from "../clock.ts";
 import { LIMIT_KEYS } from "../config/limits.ts";
 import { logger, RateLimitedLog } from "../log.ts";
 import type { KubeApi, WatchEvent, WatchHandle } from "./client.ts";
@@ -515,13 +515,7 @@ export class PodStore {
     this.#abort?.abort();
     this.#watch?.abort();
     // A Kubernetes call that ignores the abort must not hold the process's stop.
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const gaveUp = await Promise.race([
-      Promise.resolve(this.#running).then(() => false),
-      new Promise<boolean>((resolve) => timer = setTimeout(() => resolve(true), STOP_WAIT_MS)),
-    ]);
-    clearTimeout(timer);
-    if (gaveUp) {
+    if (await within(Promise.resolve(this.#running), STOP_WAIT_MS) === "timeout") {
       log.warn("a Kubernetes call did not end at stop; not waited for", { waitMs: STOP_WAIT_MS });
     }
     this.#removalTimer?.cancel();

@@ -17,6 +17,7 @@
 
 import { concatBytes } from "../bytes.ts";
 import { closeQuietly } from "../collector/address.ts";
+import { within } from "../clock.ts";
 import { logger } from "../log.ts";
 
 const log = logger("transport");
@@ -573,12 +574,7 @@ export async function openTransport(target: TransportTarget): Promise<Transport>
     // records would be written into a session the collector is about to abort.
     const settle = target.tls?.settleMs ?? 200;
     if (settle > 0) {
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      const refused = await Promise.race([
-        t.closed.then(() => true),
-        new Promise<boolean>((r) => (timer = setTimeout(() => r(false), settle))),
-      ]);
-      clearTimeout(timer);
+      const refused = await within(t.closed, settle) === "done";
       if (refused) throw new Error("connection closed by the peer after the TLS handshake");
     }
     return t;

@@ -55,7 +55,7 @@ import {
 import { parseCollectorAddress } from "./address.ts";
 import type { FlowCollectorConfig } from "./config.ts";
 import type { Clock, ClockTimer } from "../../clock.ts";
-import { systemClock } from "../../clock.ts";
+import { systemClock, within } from "../../clock.ts";
 import { logger, RateLimitedLog } from "../../log.ts";
 import {
   openTransport,
@@ -473,15 +473,7 @@ export class IpfixExporter implements Exporter {
     this.#stopping = true;
     this.#signal();
     if (this.#pump !== undefined) {
-      let timer: ClockTimer | undefined;
-      const timedOut = await Promise.race([
-        this.#pump.then(() => false),
-        new Promise<boolean>((
-          r,
-        ) => (timer = this.#clock.setTimer(this.#stopTimeout, () => r(true)))),
-      ]);
-      timer?.cancel();
-      if (timedOut) {
+      if (await within(this.#pump, this.#stopTimeout, this.#clock) === "timeout") {
         this.#aborted = true;
         // Closing makes a pending write fail and aborting a pending connect gives up on it, so
         // the pump ends promptly instead of after the connect timeout.

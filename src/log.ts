@@ -226,6 +226,12 @@ const RATE_LOG_MAX_KEYS = 10_000;
 /** Kinds a {@linkcode RateLimitedLog} remembers before it starts over (kinds come from code). */
 const RATE_LOG_MAX_KINDS = 256;
 
+/** A rate-limit key's kind: its text up to the first `|`, or all of it. */
+function kindOf(key: string): string {
+  const bar = key.indexOf("|");
+  return bar < 0 ? key : key.slice(0, bar);
+}
+
 /** The lines of one kind of event in the current interval. */
 interface KindWindow {
   start: number;
@@ -273,8 +279,7 @@ export class RateLimitedLog {
       e.suppressed++;
       return -1;
     }
-    const bar = key.indexOf("|");
-    const kind = bar < 0 ? key : key.slice(0, bar);
+    const kind = kindOf(key);
     let w = this.#kinds.get(kind);
     if (w === undefined) {
       if (this.#kinds.size >= RATE_LOG_MAX_KINDS) this.#kinds.clear();
@@ -294,9 +299,7 @@ export class RateLimitedLog {
     if (e === undefined && this.#last.size >= RATE_LOG_MAX_KEYS) {
       // Start over; what the forgotten keys suppressed is reported by their kinds' next lines.
       for (const [k, f] of this.#last) {
-        if (f.suppressed === 0) continue;
-        const b = k.indexOf("|");
-        const fw = this.#kinds.get(b < 0 ? k : k.slice(0, b));
+        const fw = f.suppressed === 0 ? undefined : this.#kinds.get(kindOf(k));
         if (fw !== undefined) fw.suppressed += f.suppressed;
       }
       this.#last.clear();

@@ -76,6 +76,11 @@ function logWarning(w: ConfigWarning): void {
 // ---------------------------------------------------------------------------------------------
 // Strict decoding against a schema.
 
+/** A mapping key's text ("" for a key that is no scalar). */
+function keyText(node: Node | null): string {
+  return node !== null && isScalar(node) ? String(node.value) : "";
+}
+
 /** A YAML 1.1 merge key (`<<`), which the parser reads as a symbol. */
 function isMergeKey(node: Node | null): boolean {
   return node !== null && isScalar(node) && typeof node.value === "symbol";
@@ -140,11 +145,11 @@ class Decoder {
     // applies: a key of this mapping wins over a merged one, a mapping merged first over a later
     // one. (They were dropped with an "unknown key" warning: a sink enabled through one did not
     // run.)
+    const at = path === "" ? "<<" : `${path}.<<`;
     for (const value of merged) {
       const v = this.#resolve(value);
       for (const item of v !== null && isSeq(v) ? v.items : [value]) {
         const from = this.#resolve(item);
-        const at = path === "" ? "<<" : `${path}.<<`;
         if (from === null || !isMap(from)) {
           this.#fail(
             from ?? node,
@@ -155,8 +160,9 @@ class Decoder {
         for (const pair of from.items) {
           const keyNode = this.#resolve(pair.key);
           if (isMergeKey(keyNode)) this.#fail(keyNode, at, "a merged mapping's own merge key");
-          const key = keyNode !== null && isScalar(keyNode) ? String(keyNode.value) : "";
-          if (!seen.has(key)) this.#entry(keyNode, pair.value, schema, path, out, seen);
+          if (!seen.has(keyText(keyNode))) {
+            this.#entry(keyNode, pair.value, schema, path, out, seen);
+          }
         }
       }
     }
@@ -172,7 +178,7 @@ class Decoder {
     out: Raw,
     seen: Set<string>,
   ): void {
-    const key = keyNode !== null && isScalar(keyNode) ? String(keyNode.value) : "";
+    const key = keyText(keyNode);
     seen.add(key);
     const keyPath = path === "" ? key : `${path}.${key}`;
     const kind = Object.hasOwn(schema, key) ? schema[key] : undefined;

@@ -403,6 +403,11 @@ Deno.test("validation runs in the upstream order, first failure wins", () => {
     /^config: flowCollector\.idleSessionTimeout "soon": not a duration/,
   );
   assertError(
+    `${MIN}flowCollector:\n  enable: true\n  address: 1.2.3.4\n  idleSessionTimeout: -5s\n`,
+    'config: flowCollector.idleSessionTimeout: "-5s": must not be negative (0s: never)',
+    "flowCollector.idleSessionTimeout",
+  );
+  assertError(
     `${MIN}clickHouse:\n  enable: true\n  commitInterval: 1x\n`,
     'config: clickHouse.commitInterval "1x": not a duration (time: unknown unit "x" in duration "1x")',
     "clickHouse.commitInterval",

@@ -118,6 +118,13 @@ export const flowCollectorSection: ConfigSection<"flowCollector", FlowCollectorC
       "flowCollector.idleSessionTimeout",
       c.idleSessionTimeout,
     );
+    // `0s` is the documented "never"; a negative value is a typo, not a second way to say it.
+    if (c.idleSessionTimeoutMs < 0) {
+      fail(
+        "flowCollector.idleSessionTimeout",
+        `${JSON.stringify(c.idleSessionTimeout)}: must not be negative (0s: never)`,
+      );
+    }
   },
   // Every key rebuilds the exporter (new connection, new templates); the templates carry the
   // Pod label fields or not, so the labels switch rebuilds it too.

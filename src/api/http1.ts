@@ -61,16 +61,24 @@ export function parseHead(bytes: Uint8Array): RequestHead {
     throw new HttpError(400, "bad request line");
   }
   const headers = new Headers();
+  let hosts = 0;
   for (const line of lines.slice(1)) {
     if (line === "") continue;
     const colon = line.indexOf(":");
     const name = line.slice(0, colon);
     if (colon <= 0 || !TOKEN.test(name)) throw new HttpError(400, "bad header field");
+    if (name.length === 4 && name.toLowerCase() === "host") hosts++;
     try {
       headers.append(name, line.slice(colon + 1).trim());
     } catch {
       throw new HttpError(400, "bad header field");
     }
+  }
+  // RFC 9112 §3.2: an HTTP/1.1 request without a Host field, or any with more than one, is
+  // answered 400 (as upstream's Go server does).
+  if (hosts > 1) throw new HttpError(400, "too many Host headers");
+  if (hosts === 0 && version === "HTTP/1.1") {
+    throw new HttpError(400, "missing required Host header");
   }
   return { method, target, version, headers };
 }

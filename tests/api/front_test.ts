@@ -207,7 +207,7 @@ Deno.test("api front: a silent or slow handshake, a head begun and not finished,
 Deno.test("api front: a request body sent a byte at a time is cut at the request timeout", async () => {
   await withApi({ requestTimeoutMs: 300, idleTimeoutMs: 60_000 }, async (api) => {
     const slow = await tlsConn(api);
-    await send(slow, "GET /healthz HTTP/1.1\r\ncontent-length: 1000\r\n\r\n");
+    await send(slow, "GET /healthz HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n");
     // One body byte every 50 ms: never idle, never done (before, only the idle timeout applied,
     // and each byte restarted it).
     let closed = false;
@@ -231,10 +231,16 @@ Deno.test("api front: malformed and oversized requests get their status and a cl
     const cases: [string, RegExp][] = [
       ["NOT A REQUEST LINE AT ALL\r\n\r\n", /^HTTP\/1\.1 400 /],
       ["GET /healthz HTTP/1.1\r\nbad header\r\n\r\n", /^HTTP\/1\.1 400 /],
-      ["GET /healthz HTTP/1.1\r\ncontent-length: 999999\r\n\r\n", /^HTTP\/1\.1 413 /],
-      ["POST /healthz HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n", /^HTTP\/1\.1 501 /],
+      ["GET /healthz HTTP/1.1\r\nhost: x\r\ncontent-length: 999999\r\n\r\n", /^HTTP\/1\.1 413 /],
+      [
+        "POST /healthz HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n",
+        /^HTTP\/1\.1 501 /,
+      ],
       [`GET /healthz HTTP/1.1\r\nx: ${"a".repeat(20_000)}\r\n\r\n`, /^HTTP\/1\.1 431 /],
-      ["CONNECT /healthz HTTP/1.1\r\n\r\n", /^HTTP\/1\.1 400 /],
+      ["CONNECT /healthz HTTP/1.1\r\nhost: x\r\n\r\n", /^HTTP\/1\.1 400 /],
+      // RFC 9112 §3.2, as Go's server: HTTP/1.1 needs one Host field, no version may have two.
+      ["GET /healthz HTTP/1.1\r\n\r\n", /^HTTP\/1\.1 400 [^]*missing required Host header/],
+      ["GET /healthz HTTP/1.0\r\nhost: a\r\nHost: b\r\n\r\n", /^HTTP\/1\.1 400 [^]*too many Host/],
     ];
     for (const [request, want] of cases) {
       const c = await tlsConn(api);
@@ -249,8 +255,8 @@ Deno.test("api front: malformed and oversized requests get their status and a cl
     const c = await tlsConn(api);
     await send(
       c,
-      "PUT /healthz HTTP/1.1\r\ncontent-length: 5\r\n\r\nhelloGET /healthz HTTP/1.1\r\n" +
-        "connection: close\r\n\r\n",
+      "PUT /healthz HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\nhelloGET /healthz HTTP/1.1\r\n" +
+        "host: x\r\nconnection: close\r\n\r\n",
     );
     assert.equal((await readAll(c)).match(/HTTP\/1\.1 200 OK/g)?.length, 2);
   });
@@ -261,8 +267,8 @@ Deno.test("api front: a handler that throws answers 500, and the connection serv
     const c = await tlsConn(api);
     await send(
       c,
-      `GET /metrics HTTP/1.1\r\nauthorization: Bearer ${api.token}\r\n\r\n` +
-        "GET /healthz HTTP/1.1\r\nconnection: close\r\n\r\n",
+      `GET /metrics HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${api.token}\r\n\r\n` +
+        "GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
     );
     const text = await readAll(c);
     assert.match(
@@ -280,7 +286,7 @@ Deno.test("api front: 300 mutated requests each get an answer or a close, and no
   const rnd = prng(0xa91);
   const seeds = [
     "GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n",
-    "GET /flowrecords?limit=2 HTTP/1.1\r\nauthorization: Bearer t\r\n\r\n",
+    "GET /flowrecords?limit=2 HTTP/1.1\r\nhost: x\r\nauthorization: Bearer t\r\n\r\n",
     "PUT /loglevel?level=1 HTTP/1.0\r\ncontent-length: 3\r\n\r\nabc",
   ];
   await withApi({ requestTimeoutMs: 300, idleTimeoutMs: 300 }, async (api) => {

@@ -56,6 +56,21 @@ function parse(args: readonly string[]): Parsed {
   return { words, flags };
 }
 
+/** Where the CLI asks by default (antctl's hard-coded address, control-plane.md §5.8). */
+export const DEFAULT_SERVER = "https://127.0.0.1:10348";
+
+/**
+ * The API address and token file a CLI command line names (the defaults when it does not):
+ * what the command needs permission for (the image's launcher grants exactly that).
+ */
+export function cliTarget(args: readonly string[]): { server: string; tokenFile: string } {
+  const { flags } = parse(args);
+  return {
+    server: flags.server ?? DEFAULT_SERVER,
+    tokenFile: flags["token-file"] ?? DEFAULT_TOKEN_FILE,
+  };
+}
+
 /** JSON text to values, 64-bit integers kept exact (as BigInt). */
 function parseExact(text: string): unknown {
   return JSON.parse(
@@ -158,8 +173,7 @@ export async function runCli(args: readonly string[], io: CliIo = STD_IO): Promi
     io.err((e as Error).message);
     return 1;
   }
-  const server = p.flags.server ?? "https://127.0.0.1:10348";
-  const tokenFile = p.flags["token-file"] ?? DEFAULT_TOKEN_FILE;
+  const { server, tokenFile } = cliTarget(args);
   const format = p.flags.output ?? "table";
   if (!["table", "json", "yaml"].includes(format)) {
     io.err(`-o ${format}: use table, json or yaml`);

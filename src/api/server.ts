@@ -66,14 +66,23 @@ export interface ApiServer {
   close(): Promise<void>;
 }
 
+/** Writes `text` to `path` (mode 0600) whole: a reader sees the old file or the new one. */
 async function writePrivate(path: string, text: string): Promise<void> {
   await Deno.mkdir(dirname(path), { recursive: true });
-  await Deno.writeTextFile(path, text, { mode: 0o600 });
-  await Deno.chmod(path, 0o600);
+  const tmp = `${path}.${Deno.pid}.tmp`;
+  try {
+    await Deno.writeTextFile(tmp, text, { mode: 0o600 });
+    await Deno.chmod(tmp, 0o600);
+    await Deno.rename(tmp, path);
+  } catch (err) {
+    await Deno.remove(tmp).catch(() => {});
+    throw err;
+  }
 }
 
 /**
- * Starts the API. The token file is written before the listener opens; failing to write it is
+ * Starts the API. The token file and the CA are written once the port is bound, before the first
+ * connection is accepted; failing to write them is
  * logged (the API then answers 401 to all but the health checks), not fatal. A bind failure is
  * thrown (fatal at start, as upstream).
  */
@@ -97,15 +106,6 @@ export async function startApiServer(
   }
   const token = crypto.randomUUID();
   const cert = await generateApiCertificate();
-  try {
-    await writePrivate(opts.tokenFile, token);
-    await writePrivate(caFileOf(opts.tokenFile), cert.caPem);
-  } catch (err) {
-    log.error("cannot write the API token file: only the health checks can be used", {
-      path: opts.tokenFile,
-      err,
-    });
-  }
   // The front counts the handler's refusals with its own (it exists once the handler does).
   let front: ApiFront | undefined = undefined;
   const handler = apiHandler(source, {
@@ -130,6 +130,18 @@ export async function startApiServer(
         cause: err,
       },
     );
+  }
+  // Only once the port is ours: a second process that cannot bind (the first one serving) must
+  // not replace the token and CA the serving one answers to. Before the front accepts, so a
+  // client that got through reads the token of the process that answers it.
+  try {
+    await writePrivate(opts.tokenFile, token);
+    await writePrivate(caFileOf(opts.tokenFile), cert.caPem);
+  } catch (err) {
+    log.error("cannot write the API token file: only the health checks can be used", {
+      path: opts.tokenFile,
+      err,
+    });
   }
   const address = listener.addr;
   front = new ApiFront(

@@ -476,3 +476,33 @@ Deno.test("api front: past maxPendingResponseBytes of unread answers, requests a
     },
   );
 });
+
+Deno.test("api server: a second server that cannot bind the port leaves the serving one's token and CA as they are", async () => {
+  await withApi({}, async (api) => {
+    const dir = await Deno.makeTempDir({ prefix: "fa-api-second-" });
+    try {
+      // The first server's files, where the second is pointed too.
+      const tokenFile = `${dir}/token`;
+      await Deno.writeTextFile(tokenFile, api.token);
+      await Deno.writeTextFile(`${dir}/api-ca.crt`, api.caPem);
+      await assert.rejects(
+        startApiServer({ records: () => "null", stats: () => zeroStats(), ready: () => true }, {
+          hostname: "127.0.0.1",
+          port: api.port,
+          tokenFile,
+          version: "0.1.0",
+          limits: ROOMY,
+        }),
+        /API server cannot listen on 127\.0\.0\.1:\d+/,
+      );
+      assert.equal(await Deno.readTextFile(tokenFile), api.token);
+      assert.equal(await Deno.readTextFile(`${dir}/api-ca.crt`), api.caPem);
+      assert.deepEqual([...Deno.readDirSync(dir)].map((e) => e.name).sort(), [
+        "api-ca.crt",
+        "token",
+      ]);
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  });
+});

@@ -1,14 +1,14 @@
 /**
- * The CLI in the binary (the image has no antctl): `get flowrecords`, `get recordmetrics`,
+ * The CLI in the binary (antctl's commands): `get flowrecords`, `get recordmetrics`,
  * `log-level [N]` and `version`, talking to the local API with the loopback token and in
  * antctl's output shapes (control-plane.md §5.8):
  *
  *   flow-aggregator get flowrecords [--srcip X] [--dstip X] [--proto N] [--srcport N]
- *     [--dstport N] [-o table|json|yaml]
+ *     [--dstport N] [--limit N] [-o table|json|yaml]
  *   flow-aggregator get recordmetrics [-o table|json|yaml]
  *   flow-aggregator log-level [N]
  *   flow-aggregator version
- *   common: [--server https://127.0.0.1:10348] [--token-file FILE]
+ *   common: [--server https://127.0.0.1:10348] [--token-file FILE] [--timeout 30s]
  *
  * The server's certificate is verified against the CA the server wrote next to the token.
  *
@@ -18,6 +18,8 @@
 import { stringify } from "yaml";
 import { stringifyExact } from "../aggregation/records_json.ts";
 import { caFileOf, DEFAULT_TOKEN_FILE } from "./server.ts";
+import { RECORD_LIMIT_HEADER } from "./handler.ts";
+import { parseWaitDuration } from "../config/duration.ts";
 
 /** The subcommands this module serves (main.ts dispatches on them). */
 export const CLI_COMMANDS: readonly string[] = ["get", "log-level", "version"];
@@ -35,23 +37,73 @@ const STD_IO: CliIo = {
   err: (t) => console.error(t),
 };
 
+/** A flag: whether it takes a value, and for which commands (absent: every command). */
+interface FlagSpec {
+  value: boolean;
+  commands?: readonly string[];
+}
+
+const FLOWS = "get flowrecords";
+const METRICS = "get recordmetrics";
+
+/** Every flag the CLI knows, by its long name (`-o` is `--output`, `-h` is `--help`). */
+const FLAGS: Record<string, FlagSpec> = {
+  server: { value: true },
+  "token-file": { value: true },
+  timeout: { value: true },
+  help: { value: false },
+  output: { value: true, commands: [FLOWS, METRICS] },
+  limit: { value: true, commands: [FLOWS] },
+  srcip: { value: true, commands: [FLOWS] },
+  dstip: { value: true, commands: [FLOWS] },
+  proto: { value: true, commands: [FLOWS] },
+  srcport: { value: true, commands: [FLOWS] },
+  dstport: { value: true, commands: [FLOWS] },
+};
+
+const SHORT: Record<string, string> = { o: "output", h: "help" };
+
 interface Parsed {
   words: string[];
   flags: Record<string, string>;
 }
 
+/**
+ * Splits a command line as cobra (antctl) does: `--name value`, `--name=value`, `-o value`,
+ * `-ovalue`, `-o=value`; `--` ends the flags. Throws for an unknown flag or a missing value.
+ */
 function parse(args: readonly string[]): Parsed {
   const words: string[] = [];
   const flags: Record<string, string> = {};
   for (let i = 0; i < args.length; i++) {
-    const m = /^--?([A-Za-z-]+)(?:=(.*))?$/.exec(args[i]);
-    if (m === null) {
-      words.push(args[i]);
+    const arg = args[i];
+    if (arg === "--") {
+      words.push(...args.slice(i + 1));
+      break;
+    }
+    let name: string;
+    let value: string | undefined;
+    const long = /^--([^=]+)(?:=([^]*))?$/.exec(arg);
+    const short = /^-([^-])(=?)([^]*)$/.exec(arg);
+    if (long !== null) {
+      [name, value] = [long[1], long[2]];
+    } else if (short !== null) {
+      name = SHORT[short[1]] ?? short[1];
+      value = short[2] === "=" || short[3] !== "" ? short[3] : undefined;
+      if (SHORT[short[1]] === undefined) throw new Error(`unknown shorthand flag: ${arg}`);
+    } else {
+      words.push(arg);
       continue;
     }
-    const v = m[2] ?? args[++i];
-    if (v === undefined) throw new Error(`flag ${args[i - 1]} needs a value`);
-    flags[m[1] === "o" ? "output" : m[1]] = v;
+    const spec = FLAGS[name];
+    if (spec === undefined) throw new Error(`unknown flag: --${name}`);
+    if (!spec.value) {
+      flags[name] = value ?? "true";
+      continue;
+    }
+    value ??= args[++i];
+    if (value === undefined) throw new Error(`flag needs an argument: ${arg}`);
+    flags[name] = value;
   }
   return { words, flags };
 }
@@ -59,15 +111,28 @@ function parse(args: readonly string[]): Parsed {
 /** Where the CLI asks by default (antctl's hard-coded address, control-plane.md §5.8). */
 export const DEFAULT_SERVER = "https://127.0.0.1:10348";
 
+/** How long a command waits for the API's whole answer, unless `--timeout` says otherwise. */
+export const DEFAULT_TIMEOUT = "30s";
+
+/** The largest answer read: `/flowrecords` at its 10,000-record cap is about 22 MB. */
+export const MAX_ANSWER_BYTES = 256 * 1024 * 1024;
+
 /**
  * The API address and token file a CLI command line names (the defaults when it does not):
- * what the command needs permission for (the image's launcher grants exactly that).
+ * what the command needs permission for (the image's launcher grants exactly that). Never
+ * throws: a command line that does not parse gets its error from {@linkcode runCli}.
  */
 export function cliTarget(args: readonly string[]): { server: string; tokenFile: string } {
-  const { flags } = parse(args);
+  const named: Record<string, string> = {};
+  for (let i = 0; i < args.length && args[i] !== "--"; i++) {
+    const m = /^--(server|token-file)(?:=([^]*))?$/.exec(args[i]);
+    if (m === null) continue;
+    const v = m[2] ?? args[++i];
+    if (v !== undefined) named[m[1]] = v;
+  }
   return {
-    server: flags.server ?? DEFAULT_SERVER,
-    tokenFile: flags["token-file"] ?? DEFAULT_TOKEN_FILE,
+    server: named.server ?? DEFAULT_SERVER,
+    tokenFile: named["token-file"] ?? DEFAULT_TOKEN_FILE,
   };
 }
 
@@ -161,74 +226,250 @@ function render(value: unknown, format: string, asTable: (v: never) => string): 
   return asTable(value as never);
 }
 
+/** The usage text (`--help`, and after a usage error). */
+export const CLI_USAGE = `Usage (as antctl in the Flow Aggregator's Pod):
+  get flowrecords [--srcip X] [--dstip X] [--proto N] [--srcport N] [--dstport N]
+                  [--limit N] [-o table|json|yaml]
+  get recordmetrics [-o table|json|yaml]
+  log-level [N]
+  version
+Flags of every command:
+  --server URL        the API (default ${DEFAULT_SERVER})
+  --token-file FILE   its bearer token; its CA is api-ca.crt beside it
+                      (default ${DEFAULT_TOKEN_FILE})
+  --timeout DURATION  give up after this long (default ${DEFAULT_TIMEOUT})
+  -h, --help          this text`;
+
+/** A failure of a command: its message is printed and the exit code is 1. */
+class CliError extends Error {}
+
+/** The request a command line makes, checked; throws CliError. */
+function request(p: Parsed): { command: string; path: string } {
+  const [cmd, what] = p.words;
+  const command = cmd === "get" ? `get ${what ?? ""}`.trim() : cmd ?? "";
+  const arity: Record<string, [number, number]> = {
+    [FLOWS]: [2, 2],
+    [METRICS]: [2, 2],
+    "log-level": [1, 2],
+    version: [1, 1],
+  };
+  const counts = arity[command];
+  if (counts === undefined) {
+    throw new CliError(`unknown command ${JSON.stringify(p.words.join(" "))}\n${CLI_USAGE}`);
+  }
+  if (p.words.length > counts[1]) {
+    throw new CliError(
+      `${command}: unexpected argument ${JSON.stringify(p.words[counts[1]])}\n${CLI_USAGE}`,
+    );
+  }
+  for (const name of Object.keys(p.flags)) {
+    const only = FLAGS[name].commands;
+    if (only !== undefined && !only.includes(command)) {
+      throw new CliError(`${command}: unknown flag: --${name}`);
+    }
+  }
+  const format = p.flags.output ?? "table";
+  if (!["table", "json", "yaml"].includes(format)) {
+    throw new CliError(`-o ${format}: use table, json or yaml`);
+  }
+  if (command === FLOWS) {
+    const q = new URLSearchParams();
+    for (const f of [...FLOW_FILTERS, "limit"]) if (p.flags[f] !== undefined) q.set(f, p.flags[f]);
+    return { command, path: `/flowrecords${q.size > 0 ? `?${q}` : ""}` };
+  }
+  if (command === METRICS) return { command, path: "/recordmetrics" };
+  if (command === "version") return { command, path: "/version" };
+  return {
+    command,
+    path: what === undefined ? "/loglevel" : `/loglevel?level=${encodeURIComponent(what)}`,
+  };
+}
+
+/** `base` (an https URL, maybe with a path prefix) joined with `path`. */
+function endpoint(base: string, path: string): string {
+  let url: URL;
+  try {
+    url = new URL(base);
+  } catch {
+    throw new CliError(`--server ${JSON.stringify(base)}: not a URL`);
+  }
+  if (url.protocol !== "https:") {
+    throw new CliError(`--server ${JSON.stringify(base)}: the API is served over https://`);
+  }
+  if (url.search !== "" || url.hash !== "" || url.username !== "" || url.password !== "") {
+    throw new CliError(
+      `--server ${JSON.stringify(base)}: give the scheme, host, port and path only`,
+    );
+  }
+  return `${url.origin}${url.pathname.replace(/\/+$/, "")}${path}`;
+}
+
+/** Reads a file the CLI needs, with a message naming it and what it is. */
+async function readNeeded(path: string, what: string): Promise<string> {
+  try {
+    return await Deno.readTextFile(path);
+  } catch (e) {
+    throw new CliError(`cannot read ${what} ${path}: ${(e as Error).message}`);
+  }
+}
+
+/** `e`'s message with its causes' (fetch's "fetch failed" says nothing on its own). */
+function reasons(e: unknown): string {
+  const parts: string[] = [];
+  for (let c: unknown = e; c instanceof Error && parts.length < 4; c = c.cause) {
+    if (!parts.includes(c.message)) parts.push(c.message);
+  }
+  return parts.join(": ") || String(e);
+}
+
+/** The answer's body as text, at most {@linkcode MAX_ANSWER_BYTES}; throws CliError past it. */
+async function boundedText(res: Response, maxBytes: number): Promise<string> {
+  if (res.body === null) return "";
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for await (const chunk of res.body) {
+    size += chunk.length;
+    if (size > maxBytes) {
+      await res.body.cancel().catch(() => {});
+      throw new CliError(`the API's answer is larger than ${maxBytes} bytes: not read`);
+    }
+    chunks.push(chunk);
+  }
+  const all = new Uint8Array(size);
+  let at = 0;
+  for (const c of chunks) {
+    all.set(c, at);
+    at += c.length;
+  }
+  return new TextDecoder().decode(all);
+}
+
+/** What the API answered, parsed and of the shape `command` expects; throws CliError. */
+function answer(command: string, body: string): unknown {
+  const bad = (what: string) =>
+    new CliError(
+      `the API answered ${what}, not ${command}'s answer: ${JSON.stringify(body.slice(0, 120))}`,
+    );
+  let value: unknown;
+  try {
+    value = parseExact(body);
+  } catch {
+    throw bad("something other than JSON");
+  }
+  const isObject = typeof value === "object" && value !== null && !Array.isArray(value);
+  if (command === FLOWS) {
+    if (value !== null && !(Array.isArray(value) && value.every((r) => typeof r === "object"))) {
+      throw bad("JSON");
+    }
+  } else if (command === "log-level") {
+    if (typeof value !== "number" || !Number.isInteger(value)) throw bad("JSON");
+  } else if (command === "version") {
+    if (!isObject || typeof (value as Rec).gitVersion !== "string") throw bad("JSON");
+  } else if (!isObject) {
+    throw bad("JSON");
+  }
+  return value;
+}
+
+/** antctl's version text: `<gitVersion>-<gitCommit>.<gitTreeState>`, empty parts left out. */
+function versionText(v: Rec): string {
+  const commit = typeof v.gitCommit === "string" && v.gitCommit !== "" ? `-${v.gitCommit}` : "";
+  const tree = typeof v.gitTreeState === "string" && v.gitTreeState !== ""
+    ? `.${v.gitTreeState}`
+    : "";
+  return `${v.gitVersion}${commit}${tree}`;
+}
+
 /**
  * Runs a CLI command; returns the exit code (0 ok, 1 usage or API error). `io` defaults to the
- * console.
+ * console; an answer over `maxAnswerBytes` is not read (an error).
  */
-export async function runCli(args: readonly string[], io: CliIo = STD_IO): Promise<number> {
+export async function runCli(
+  args: readonly string[],
+  io: CliIo = STD_IO,
+  maxAnswerBytes = MAX_ANSWER_BYTES,
+): Promise<number> {
+  try {
+    return await run(args, io, maxAnswerBytes);
+  } catch (e) {
+    if (!(e instanceof CliError)) throw e;
+    io.err(e.message);
+    return 1;
+  }
+}
+
+async function run(args: readonly string[], io: CliIo, maxAnswerBytes: number): Promise<number> {
   let p: Parsed;
   try {
     p = parse(args);
   } catch (e) {
-    io.err((e as Error).message);
-    return 1;
+    throw new CliError(`${(e as Error).message}\n${CLI_USAGE}`);
   }
-  const { server, tokenFile } = cliTarget(args);
-  const format = p.flags.output ?? "table";
-  if (!["table", "json", "yaml"].includes(format)) {
-    io.err(`-o ${format}: use table, json or yaml`);
-    return 1;
-  }
-  let path: string;
-  const [cmd, what] = p.words;
-  if (cmd === "get" && what === "flowrecords") {
-    const q = new URLSearchParams();
-    for (const f of FLOW_FILTERS) if (p.flags[f] !== undefined) q.set(f, p.flags[f]);
-    path = `/flowrecords${q.size > 0 ? `?${q}` : ""}`;
-  } else if (cmd === "get" && what === "recordmetrics") {
-    path = "/recordmetrics";
-  } else if (cmd === "log-level") {
-    path = what === undefined ? "/loglevel" : `/loglevel?level=${encodeURIComponent(what)}`;
-  } else if (cmd === "version") {
-    path = "/version";
-  } else {
-    io.err("usage: get flowrecords|recordmetrics [-o table|json|yaml], log-level [N], version");
-    return 1;
-  }
-  let body: string;
-  try {
-    const token = (await Deno.readTextFile(tokenFile)).trim();
-    const client = Deno.createHttpClient({
-      caCerts: [await Deno.readTextFile(caFileOf(tokenFile))],
-    });
-    try {
-      const res = await fetch(`${server}${path}`, {
-        headers: { authorization: `Bearer ${token}` },
-        client,
-      });
-      body = await res.text();
-      if (!res.ok) {
-        io.err(`${res.status}: ${body.trim()}`);
-        return 1;
-      }
-    } finally {
-      client.close();
-    }
-  } catch (e) {
-    io.err(`cannot reach the flow aggregator API at ${server}: ${(e as Error).message}`);
-    return 1;
-  }
-  if (cmd === "log-level") {
-    if (what === undefined) io.out(body.trim());
+  if (p.flags.help !== undefined) {
+    io.out(CLI_USAGE);
     return 0;
   }
-  const value = parseExact(body);
-  if (cmd === "version") {
-    io.out(`flowAggregatorVersion: ${(value as Rec).gitVersion}`);
-  } else if (what === "flowrecords") {
-    io.out(render(value ?? [], format, flowTable));
+  const { command, path } = request(p);
+  const { server, tokenFile } = cliTarget(args);
+  const url = endpoint(server, path);
+  const timeoutText = p.flags.timeout ?? DEFAULT_TIMEOUT;
+  let timeoutMs: number;
+  try {
+    timeoutMs = parseWaitDuration(timeoutText);
+  } catch (e) {
+    throw new CliError(`--timeout ${JSON.stringify(timeoutText)}: ${(e as Error).message}`);
+  }
+  if (!(timeoutMs > 0)) {
+    throw new CliError(`--timeout ${JSON.stringify(timeoutText)}: must be positive`);
+  }
+  const token = (await readNeeded(tokenFile, "the API token file")).trim();
+  if (token === "") throw new CliError(`the API token file ${tokenFile} is empty`);
+  const caFile = caFileOf(tokenFile);
+  const client = Deno.createHttpClient({
+    caCerts: [await readNeeded(caFile, "the API's CA certificate")],
+  });
+  const signal = AbortSignal.timeout(timeoutMs);
+  let body: string;
+  let res: Response;
+  try {
+    res = await fetch(url, { headers: { authorization: `Bearer ${token}` }, client, signal });
+    body = await boundedText(res, maxAnswerBytes);
+  } catch (e) {
+    if (e instanceof CliError) throw e;
+    if (signal.aborted) {
+      throw new CliError(
+        `the flow aggregator API at ${server} did not answer within ${timeoutText}`,
+      );
+    }
+    throw new CliError(
+      `cannot reach the flow aggregator API at ${server} (certificate checked against ` +
+        `${caFile}): ${reasons(e)}`,
+    );
+  } finally {
+    client.close();
+  }
+  if (!res.ok) {
+    io.err(`${res.status}: ${body.trim()}`);
+    return 1;
+  }
+  if (command === "log-level" && p.words.length === 2) return 0;
+  const value = answer(command, body);
+  if (command === "log-level") {
+    io.out(String(value));
+  } else if (command === "version") {
+    io.out(`flowAggregatorVersion: ${versionText(value as Rec)}`);
+  } else if (command === FLOWS) {
+    const records = (value ?? []) as Rec[];
+    io.out(render(records, p.flags.output ?? "table", flowTable));
+    const limit = Number(res.headers.get(RECORD_LIMIT_HEADER));
+    if (limit > 0 && records.length >= limit) {
+      io.err(
+        `note: ${records.length} records shown, the most the API returns for one query; more ` +
+          `may be held: narrow the query with --srcip, --dstip, --proto, --srcport, --dstport`,
+      );
+    }
   } else {
-    io.out(render(value, format, metricsTable));
+    io.out(render(value, p.flags.output ?? "table", metricsTable));
   }
   return 0;
 }

@@ -79,9 +79,17 @@ function text(code: number, body: string): Response {
   return new Response(body, { status: code, headers: { "content-type": "text/plain" } });
 }
 
-function json(body: string): Response {
-  return new Response(body + "\n", { headers: { "content-type": "application/json" } });
+function json(body: string, headers: Record<string, string> = {}): Response {
+  return new Response(body + "\n", {
+    headers: { "content-type": "application/json", ...headers },
+  });
 }
+
+/**
+ * The header of a `/flowrecords` answer naming the most records it could hold (the query's
+ * `limit`, at most the cap): an answer of that many may have left records out (the CLI says so).
+ */
+export const RECORD_LIMIT_HEADER = "x-flow-records-limit";
 
 /**
  * Constant-time comparison of the presented token with ours. The scheme's case is free, as the
@@ -141,7 +149,8 @@ function flowRecords(
     limit = Math.min(n, maxLimit);
   }
   const got = source.records(filter, limit);
-  return got instanceof Promise ? got.then(json) : json(got);
+  const headers = { [RECORD_LIMIT_HEADER]: String(limit) };
+  return got instanceof Promise ? got.then((b) => json(b, headers)) : json(got, headers);
 }
 
 /**

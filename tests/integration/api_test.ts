@@ -12,6 +12,7 @@ import { intraNodeRecord } from "./helpers/scenarios.ts";
 import { caFileOf } from "../../src/api/mod.ts";
 import { DEFAULT_WORKERS } from "../../src/cli_options.ts";
 import parsePrometheus from "parse-prometheus-text-format";
+import { generateApiCertificate } from "../../src/pki/mod.ts";
 
 Deno.test("api e2e: the CLI reads flow records and metrics from the running process", async () => {
   const dir = await Deno.makeTempDir({ prefix: "fa-api-e2e-" });
@@ -126,6 +127,7 @@ Deno.test("api e2e: the CLI says clearly when no process answers", async () => {
   const dir = await Deno.makeTempDir();
   try {
     await Deno.writeTextFile(`${dir}/token`, "t");
+    await Deno.writeTextFile(`${dir}/api-ca.crt`, (await generateApiCertificate()).caPem);
     const r = await runDeno([
       "run",
       "-A",
@@ -138,7 +140,10 @@ Deno.test("api e2e: the CLI says clearly when no process answers", async () => {
       `${dir}/token`,
     ]);
     assert.equal(r.code, 1);
-    assert.match(r.stderr, /cannot reach the flow aggregator API at https:\/\/127\.0\.0\.1:1/);
+    assert.match(
+      r.stderr,
+      /cannot reach the flow aggregator API at https:\/\/127\.0\.0\.1:1 \(certificate checked against .*api-ca\.crt\): \S/,
+    );
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

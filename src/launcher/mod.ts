@@ -12,6 +12,10 @@
  * looked for), `--allow-env` of the variables the computation reads, and `--allow-ffi` of the
  * C library's path for `execve`. No net, no write, no subprocess.
  *
+ * The API client's subcommands (`get flowrecords`, `get recordmetrics`, `log-level`, `version`:
+ * the image's `/usr/local/bin/antctl` runs this launcher with them) run the program with the
+ * API's address and the token's directory granted, nothing else ({@linkcode cliPermissions}).
+ *
  * A configuration reloaded later that needs more makes the process exit with
  * `EXIT_NEW_PERMISSIONS` (77) after a graceful stop; kubelet restarts the container, and this
  * launcher grants the new permissions.
@@ -22,7 +26,8 @@
  * @module
  */
 
-import { CLI_COMMANDS } from "../api/cli.ts";
+import { dirname, resolve } from "node:path";
+import { CLI_COMMANDS, cliTarget } from "../api/cli.ts";
 import { type CliOptions, parseArgs, resolveCommand } from "../cli_options.ts";
 import { logger, setLogFormat } from "../log.ts";
 import { permissionFlags, PROCESS_ENV, UNSTABLE_FLAGS } from "../permissions.ts";
@@ -75,6 +80,31 @@ export function programLocation(here: string = import.meta.url): ProgramLocation
   return { deno, program: new URL(`../../${PROGRAM_FILE}`, here).pathname, denoFlags: [] };
 }
 
+/**
+ * The permissions of an API client command line (`get ...`, `log-level`, `version`): the
+ * server's `host:port` (`--server`, default `DEFAULT_SERVER` of src/api/cli.ts) and the directory of the
+ * token file (`--token-file`), where the API's CA (`api-ca.crt`) sits too, made absolute from
+ * the working directory. None when the command line does not parse or the server is not an
+ * http(s) URL, or a value could not be a `deno run` flag's list item (a comma): the program then
+ * says what is wrong itself.
+ */
+export function cliPermissions(args: readonly string[]): string[] {
+  let target: { server: string; tokenFile: string };
+  let url: URL;
+  try {
+    target = cliTarget(args);
+    url = new URL(target.server);
+  } catch {
+    return [];
+  }
+  const defaultPort = { "https:": "443", "http:": "80" }[url.protocol];
+  if (defaultPort === undefined || url.hostname === "") return [];
+  const host = `${url.hostname}:${url.port || defaultPort}`;
+  const dir = dirname(resolve(target.tokenFile));
+  if (host.includes(",") || dir.includes(",")) return [];
+  return [`--allow-net=${host}`, `--allow-read=${dir}`];
+}
+
 /** What the launcher does with a command line. */
 export interface LaunchPlan {
   /** The argument vector to exec (`argv[0]` the runtime). */
@@ -92,11 +122,12 @@ export interface LaunchPlan {
  *   --exit-on-new-permissions`;
  * - `--help`, `--version` or arguments that do not parse: the program with no permission, which
  *   prints the help, the version or the usage error itself;
- * - `permissions`: the program with `--allow-read --allow-env`, as `deno task permissions`.
+ * - `permissions`: the program with `--allow-read --allow-env`, as `deno task permissions`;
+ * - the API client's subcommands (`get`, `log-level`, `version`: the image's `antctl`): the
+ *   program with {@linkcode cliPermissions}, the API's address and the token's directory.
  *
- * Throws for the API client's subcommands (`get`, `log-level`, ...) and `clickhouse`, which need
- * permissions of their own (run the program for them), and when the configuration cannot be
- * read or is invalid (the message is the program's).
+ * Throws for `clickhouse`, which needs permissions of its own (run the program for it), and
+ * when the configuration cannot be read or is invalid (the message is the program's).
  */
 export async function launchPlan(
   args: readonly string[],
@@ -110,7 +141,12 @@ export async function launchPlan(
     where.program,
     ...rest,
   ];
-  if (CLI_COMMANDS.includes(args[0]) || args[0] === "clickhouse") {
+  if (CLI_COMMANDS.includes(args[0])) {
+    // No `permissions` in the plan: the launcher logs nothing before a CLI's output. No
+    // prompt either (`kubectl exec -it` has a terminal): what is not granted is an error.
+    return { argv: run([...cliPermissions(args), "--no-prompt", ...UNSTABLE_FLAGS]) };
+  }
+  if (args[0] === "clickhouse") {
     throw new Error(
       `the launcher starts the aggregator; for "${args[0]}" run the program itself: ` +
         `${where.deno} run <flags> ${where.program} ${args[0]} ...`,

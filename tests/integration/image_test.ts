@@ -10,8 +10,11 @@
 
 import assert from "node:assert/strict";
 import {
+  antctlSource,
   buildImage,
   type BuiltImage,
+  compileAntctl,
+  cStringLiteral,
   IMAGE_LIBC,
   IMAGE_PATHS,
   imageSpec,
@@ -24,6 +27,7 @@ import { bundleLayout } from "../../scripts/bundle.ts";
 import { waitFor } from "../_helpers/wait.ts";
 import { UPSTREAM_DEPLOYMENT_ARGS } from "../_helpers/stock_config.ts";
 import { launcherFlags } from "../../src/launcher/mod.ts";
+import denoJson from "../../deno.json" with { type: "json" };
 import type { Collector } from "../../src/collector/mod.ts";
 import { decodingCollector, type Received } from "./helpers/ipfix_export.ts";
 
@@ -304,30 +308,54 @@ for (const transport of ["TCP", "UDP"] as const) {
           what: "flow log lines",
         });
         if (transport === "TCP") {
-          // The CLI in the image, as `kubectl exec deploy/flow-aggregator -- …` would run it.
+          // antctl in the image, as `kubectl exec deploy/flow-aggregator -- antctl …` runs it
+          // (the container's user and environment, no shell): it execs the launcher, which
+          // runs the program's CLI with the API's address and the token's directory.
           await fa.waitFor(/msg="API server listening"/, "API start");
-          const r = await cmd("buildah", [
-            "run",
-            "--isolation",
-            "chroot",
-            "--net",
-            "host",
-            c.id,
-            "--",
-            IMAGE_PATHS.deno,
-            "run",
-            "--allow-net=127.0.0.1:10348",
-            `--allow-read=${IMAGE_PATHS.tokenDir}`,
-            IMAGE_PATHS.program,
-            "get",
-            "recordmetrics",
-            "-o",
-            "json",
-          ]);
+          const antctl = (...args: string[]) =>
+            cmd("buildah", [
+              "run",
+              "--isolation",
+              "chroot",
+              "--net",
+              "host",
+              c.id,
+              "--",
+              IMAGE_PATHS.antctl,
+              ...args,
+            ]);
+          const r = await antctl("get", "recordmetrics", "-o", "json");
           assert.equal(r.code, 0, r.stderr);
+          assert.equal(r.stderr, "", "the launcher logs nothing before the CLI's output");
           const m = JSON.parse(r.stdout);
           assert.equal(m.numRecordsReceived, sent);
           assert.equal(m.withLogExporter, true);
+          // The flows may have expired by now (2 s inactive timeout): the table's header.
+          const f = await antctl("get", "flowrecords");
+          assert.equal(f.code, 0, f.stderr);
+          assert.match(f.stdout, /^SRC_IP +DST_IP +SPORT +DPORT +PROTO /);
+          const v = await antctl("version");
+          assert.equal(v.code, 0, v.stderr);
+          assert.equal(v.stdout, `flowAggregatorVersion: ${denoJson.version}\n`);
+          const level = async () => {
+            const l = await antctl("log-level");
+            assert.equal(l.code, 0, l.stderr);
+            return l.stdout.trim();
+          };
+          assert.equal(await level(), "0");
+          const set = await antctl("log-level", "3");
+          assert.equal(set.code, 0, set.stderr);
+          assert.equal(set.stdout, "");
+          assert.equal(await level(), "3");
+          await fa.waitFor(/msg="Changed log level" from=0 to=3/, "the aggregator's log level");
+          // What would start a second aggregator in the Pod is refused.
+          const set2 = await antctl("set", "flow-aggregator");
+          assert.equal(set2.code, 1);
+          assert.match(set2.stderr, /antctl: unknown command "set"/);
+          assert.match(set2.stderr, /antctl set flow-aggregator` is not provided/);
+          const help = await antctl();
+          assert.equal(help.code, 0, help.stderr);
+          assert.match(help.stdout, /^usage: antctl get flowrecords/);
         }
         assert.equal(await fa.stop(), 0, fa.stderr);
       } finally {
@@ -392,6 +420,36 @@ Deno.test({
       await collector?.stop();
     }
   },
+});
+
+Deno.test("image: antctl's C source keeps every entrypoint argument byte for byte and appends its own", async () => {
+  // Quotes, backslashes, trigraph-like `??=`, UTF-8, control characters, an empty string.
+  const odd = ['q"uote', "back\\slash", "??=", "é\tü", "a\nb", "", "%d"];
+  const dir = await Deno.makeTempDir({ dir: work });
+  await compileAntctl(
+    { ...imageSpec(), entrypoint: ["/usr/bin/printf", "[%s]", ...odd] },
+    `${dir}/antctl`,
+  );
+  const run = (...args: string[]) => cmd(`${dir}/antctl`, args);
+  const r = await run("version", "x y", "--server=https://[::1]:1");
+  assert.equal(r.code, 0, r.stderr);
+  assert.equal(
+    r.stdout,
+    [...odd, "version", "x y", "--server=https://[::1]:1"].map((a) => `[${a}]`).join(""),
+  );
+  // Not a CLI command (it would start a second aggregator): refused, nothing exec'd.
+  for (const args of [["set", "flow-aggregator"], ["--config", "/x"]]) {
+    const no = await run(...args);
+    assert.equal(no.code, 1);
+    assert.equal(no.stdout, "");
+    assert.match(no.stderr, /^antctl: unknown command/);
+  }
+  const help = await run("--help");
+  assert.equal(help.code, 0);
+  assert.match(help.stdout, /antctl set flow-aggregator` is not provided/);
+  const ldd = await cmd("ldd", [`${dir}/antctl`]);
+  assert.match(ldd.stdout + ldd.stderr, /not a dynamic executable/, "static");
+  assert.ok(antctlSource(imageSpec()).includes(cStringLiteral(IMAGE_PATHS.launcher)));
 });
 
 Deno.test("image: the registry Containerfile is the one generated from the image spec", async () => {

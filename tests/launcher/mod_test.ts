@@ -2,11 +2,14 @@
  * The launcher's plan: what it execs for a command line. The aggregator gets exactly the flags
  * `deno task permissions` prints for the same arguments (one computation), then the arguments
  * unchanged and `--exit-on-new-permissions`; help, version and bad arguments go to the program
- * with no permission; the API client's subcommands are refused with a hint.
+ * with no permission; the API client's subcommands (the image's antctl) get the API's address
+ * and the token's directory; clickhouse is refused with a hint.
  */
 
 import assert from "node:assert/strict";
+import { DEFAULT_SERVER } from "../../src/api/cli.ts";
 import {
+  cliPermissions,
   LAUNCHED_FLAG,
   launcherFlags,
   launchPlan,
@@ -127,10 +130,119 @@ Deno.test("launcher: the permissions subcommand runs as deno task permissions do
   assert.deepEqual(plan.argv.slice(-3), ["permissions", "--config", "x.conf"]);
 });
 
-Deno.test("launcher: the API client's subcommands are refused with a hint", async () => {
+/** The argv the launcher execs for a CLI command line granted `permissions`. */
+function cliArgv(permissions: readonly string[], args: readonly string[]): string[] {
+  return [
+    Deno.execPath(),
+    "run",
+    ...permissions,
+    "--no-prompt",
+    "--unstable-net",
+    "--unstable-worker-options",
+    "--config",
+    DENO_JSON,
+    MAIN_TS,
+    ...args,
+  ];
+}
+
+Deno.test("launcher: the API client's subcommands get the default API address and token directory", async () => {
+  assert.equal(DEFAULT_SERVER, "https://127.0.0.1:10348");
+  for (
+    const args of [
+      ["get", "flowrecords"],
+      ["get", "flowrecords", "--srcip", "10.0.0.1", "-o", "json"],
+      ["get", "recordmetrics", "-o", "yaml"],
+      ["log-level"],
+      ["log-level", "4"],
+      ["version"],
+    ]
+  ) {
+    const plan = await launchPlan(args);
+    assert.equal(plan.permissions, undefined, "nothing logged before the CLI's output");
+    assert.deepEqual(
+      plan.argv,
+      cliArgv(["--allow-net=127.0.0.1:10348", "--allow-read=/var/run/antrea/apiserver"], args),
+    );
+  }
+});
+
+Deno.test("launcher: a CLI's --server and --token-file (both forms, IPv6, relative) are what is granted", async () => {
+  const cases: [string[], string[]][] = [
+    [
+      ["get", "recordmetrics", "--server", "https://[::1]:9999", "--token-file", "/t/d/tok"],
+      ["--allow-net=[::1]:9999", "--allow-read=/t/d"],
+    ],
+    [
+      ["version", "--server=https://flow-aggregator.example:8443/", "--token-file=/x/tok"],
+      ["--allow-net=flow-aggregator.example:8443", "--allow-read=/x"],
+    ],
+    // No port: the scheme's.
+    [["log-level", "--server=https://localhost"], [
+      "--allow-net=localhost:443",
+      "--allow-read=/var/run/antrea/apiserver",
+    ]],
+    [["log-level", "--server=http://127.0.0.1"], [
+      "--allow-net=127.0.0.1:80",
+      "--allow-read=/var/run/antrea/apiserver",
+    ]],
+    // Relative to the working directory, which the program keeps.
+    [["get", "flowrecords", "--token-file", "run/tok"], [
+      "--allow-net=127.0.0.1:10348",
+      `--allow-read=${Deno.cwd()}/run`,
+    ]],
+    [["get", "flowrecords", "--token-file=tok"], [
+      "--allow-net=127.0.0.1:10348",
+      `--allow-read=${Deno.cwd()}`,
+    ]],
+  ];
+  for (const [args, permissions] of cases) {
+    assert.deepEqual(cliPermissions(args), permissions, args.join(" "));
+    assert.deepEqual((await launchPlan(args)).argv, cliArgv(permissions, args));
+  }
+});
+
+Deno.test("launcher: a CLI command line whose server is not an http(s) URL runs with no permission", async () => {
+  for (
+    const args of [
+      ["get", "recordmetrics", "--server", "not a url"],
+      ["get", "recordmetrics", "--server=127.0.0.1:10348"],
+      ["version", "--server", "ftp://127.0.0.1:21"],
+      ["version", "--server", "https://a,b:1"],
+      ["get", "flowrecords", "--token-file", "/a,b/tok"],
+      ["get", "flowrecords", "--server"],
+    ]
+  ) {
+    assert.deepEqual(cliPermissions(args), [], args.join(" "));
+    assert.deepEqual((await launchPlan(args)).argv, cliArgv([], args));
+  }
+});
+
+Deno.test("launcher: the CLI, exec'd as planned, reaches no API and says so itself", async () => {
+  // Nothing listens on the port: the program's own error, not a permission prompt or denial.
+  const dir = await Deno.makeTempDir({ prefix: "fa-launcher-cli-" });
+  try {
+    const args = ["version", "--server=https://127.0.0.1:47901", `--token-file=${dir}/tok`];
+    const argv = (await launchPlan(args)).argv;
+    const out = await new Deno.Command(argv[0], {
+      args: argv.slice(1),
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const stderr = new TextDecoder().decode(out.stderr);
+    assert.equal(out.code, 1, stderr);
+    assert.match(stderr, /cannot reach the flow aggregator API at https:\/\/127\.0\.0\.1:47901/);
+    assert.match(stderr, /No such file or directory|NotFound/, "the token was read, not denied");
+    assert.doesNotMatch(stderr, /Requires (read|net) access|NotCapable/);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("launcher: clickhouse is refused with a hint", async () => {
   await assert.rejects(
-    launchPlan(["get", "flowrecords"]),
-    /the launcher starts the aggregator; for "get" run the program itself/,
+    launchPlan(["clickhouse", "schema"]),
+    /the launcher starts the aggregator; for "clickhouse" run the program itself/,
   );
 });
 

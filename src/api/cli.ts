@@ -119,20 +119,21 @@ export const MAX_ANSWER_BYTES = 256 * 1024 * 1024;
 
 /**
  * The API address and token file a CLI command line names (the defaults when it does not):
- * what the command needs permission for (the image's launcher grants exactly that). Never
- * throws: a command line that does not parse gets its error from {@linkcode runCli}.
+ * what the command needs permission for (the image's launcher grants exactly that). Undefined
+ * when the command line does not parse ({@linkcode runCli} then says why, needing nothing).
  */
-export function cliTarget(args: readonly string[]): { server: string; tokenFile: string } {
-  const named: Record<string, string> = {};
-  for (let i = 0; i < args.length && args[i] !== "--"; i++) {
-    const m = /^--(server|token-file)(?:=([^]*))?$/.exec(args[i]);
-    if (m === null) continue;
-    const v = m[2] ?? args[++i];
-    if (v !== undefined) named[m[1]] = v;
+export function cliTarget(
+  args: readonly string[],
+): { server: string; tokenFile: string } | undefined {
+  let flags: Record<string, string>;
+  try {
+    flags = parse(args).flags;
+  } catch {
+    return undefined;
   }
   return {
-    server: named.server ?? DEFAULT_SERVER,
-    tokenFile: named["token-file"] ?? DEFAULT_TOKEN_FILE,
+    server: flags.server ?? DEFAULT_SERVER,
+    tokenFile: flags["token-file"] ?? DEFAULT_TOKEN_FILE,
   };
 }
 
@@ -410,7 +411,7 @@ async function run(args: readonly string[], io: CliIo, maxAnswerBytes: number): 
     return 0;
   }
   const { command, path } = request(p);
-  const { server, tokenFile } = cliTarget(args);
+  const { server, tokenFile } = cliTarget(args)!;
   const url = endpoint(server, path);
   const timeoutText = p.flags.timeout ?? DEFAULT_TIMEOUT;
   let timeoutMs: number;

@@ -66,18 +66,14 @@ export interface ApiServer {
   close(): Promise<void>;
 }
 
-/** Writes `text` to `path` (mode 0600) whole: a reader sees the old file or the new one. */
+/**
+ * Writes `text` to `path`, mode 0600. In place, not written aside and renamed: a rename needs
+ * read access to the directory too, which the image's process is not given.
+ */
 async function writePrivate(path: string, text: string): Promise<void> {
   await Deno.mkdir(dirname(path), { recursive: true });
-  const tmp = `${path}.${Deno.pid}.tmp`;
-  try {
-    await Deno.writeTextFile(tmp, text, { mode: 0o600 });
-    await Deno.chmod(tmp, 0o600);
-    await Deno.rename(tmp, path);
-  } catch (err) {
-    await Deno.remove(tmp).catch(() => {});
-    throw err;
-  }
+  await Deno.writeTextFile(path, text, { mode: 0o600 });
+  await Deno.chmod(path, 0o600);
 }
 
 /**

@@ -89,10 +89,10 @@ export function programLocation(here: string = import.meta.url): ProgramLocation
  * says what is wrong itself.
  */
 export function cliPermissions(args: readonly string[]): string[] {
-  let target: { server: string; tokenFile: string };
+  const target = cliTarget(args);
+  if (target === undefined) return [];
   let url: URL;
   try {
-    target = cliTarget(args);
     url = new URL(target.server);
   } catch {
     return [];

@@ -18,6 +18,7 @@ import {
 import { PROCESS_ENV } from "../../src/permissions.ts";
 import { COMPONENTS } from "../../src/components.ts";
 import { DENO_JSON, MAIN_TS, printedPermissions, runDeno } from "../_helpers/process.ts";
+import { generateApiCertificate } from "../../src/pki/mod.ts";
 
 const PLAN_CHILD = new URL("../_helpers/launch_plan_child.ts", import.meta.url).pathname;
 
@@ -222,6 +223,8 @@ Deno.test("launcher: the CLI, exec'd as planned, reaches no API and says so itse
   // Nothing listens on the port: the program's own error, not a permission prompt or denial.
   const dir = await Deno.makeTempDir({ prefix: "fa-launcher-cli-" });
   try {
+    await Deno.writeTextFile(`${dir}/tok`, "t");
+    await Deno.writeTextFile(`${dir}/api-ca.crt`, (await generateApiCertificate()).caPem);
     const args = ["version", "--server=https://127.0.0.1:47901", `--token-file=${dir}/tok`];
     const argv = (await launchPlan(args)).argv;
     const out = await new Deno.Command(argv[0], {
@@ -231,8 +234,9 @@ Deno.test("launcher: the CLI, exec'd as planned, reaches no API and says so itse
     }).output();
     const stderr = new TextDecoder().decode(out.stderr);
     assert.equal(out.code, 1, stderr);
-    assert.match(stderr, /cannot reach the flow aggregator API at https:\/\/127\.0\.0\.1:47901/);
-    assert.match(stderr, /No such file or directory|NotFound/, "the token was read, not denied");
+    // The token and the CA were read, the connection tried: both granted, nothing else asked.
+    assert.match(stderr, /^cannot reach the flow aggregator API at https:\/\/127\.0\.0\.1:47901 /);
+    assert.match(stderr, /Connection refused/);
     assert.doesNotMatch(stderr, /Requires (read|net) access|NotCapable/);
   } finally {
     await Deno.remove(dir, { recursive: true });

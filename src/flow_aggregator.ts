@@ -33,7 +33,12 @@ import {
   type ViewSink,
 } from "./shard/views.ts";
 import { flowTemplateProblem } from "./record/flow_input.ts";
-import { type Exporter, type ExporterStats, offerBatch } from "./exporters/exporter.ts";
+import {
+  type Exporter,
+  EXPORTER_STOP_TIMEOUT_MS,
+  type ExporterStats,
+  offerBatch,
+} from "./exporters/exporter.ts";
 import {
   type BatchBuffer,
   batchCount,
@@ -73,9 +78,6 @@ function certificateLibrary(): Promise<typeof import("./pki/certificates.ts")> {
 }
 
 export type { ExporterSection };
-
-/** Default of {@linkcode FlowAggregatorOptions.exporterStopTimeoutMs}. */
-const DEFAULT_EXPORTER_STOP_TIMEOUT_MS = 10_000;
 
 /** Flows handed to the exporters between two flushes of the shutdown export (~2 MB of log). */
 const SHUTDOWN_SLICE = 10_000;
@@ -1010,7 +1012,7 @@ export class FlowAggregator {
 
   /** Longest wait for one exporter's flush or stop. */
   get #stopTimeoutMs(): number {
-    return this.#opts.exporterStopTimeoutMs ?? DEFAULT_EXPORTER_STOP_TIMEOUT_MS;
+    return this.#opts.exporterStopTimeoutMs ?? EXPORTER_STOP_TIMEOUT_MS;
   }
 
   /**

@@ -9,6 +9,19 @@ import type { ExportedFlow } from "../aggregation/record.ts";
 import type { FlowBatch } from "./batch.ts";
 import type { ThreadMemory } from "../thread_memory.ts";
 
+/**
+ * How long the process waits for one exporter's flush or stop before giving up on it (a worker's
+ * sink is then terminated, what it still held counted lost).
+ */
+export const EXPORTER_STOP_TIMEOUT_MS = 10_000;
+
+/**
+ * A sink's own deadline for its last deliveries at stop: inside the process's wait, with 2 s
+ * left to abort what is under way and keep the rest in its spool. A sink whose deadline were the
+ * process's would be terminated at the same moment, before it could keep anything.
+ */
+export const SINK_STOP_DEADLINE_MS = EXPORTER_STOP_TIMEOUT_MS - 2_000;
+
 /** Counters every exporter exposes (all monotonic). */
 export interface ExporterStats {
   /** Records accepted by `addRecord`. */

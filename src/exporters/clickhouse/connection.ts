@@ -104,11 +104,68 @@ export interface Connection {
 /** Error codes of a connection that was never made: the request did not leave. */
 const NOT_SENT = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH"]);
 
+/** The longest error text kept (logged, returned): a server's error body can be megabytes. */
+export const MAX_ERROR_TEXT = 2048;
+
+/**
+ * Longest answer read from a preparation query (the table's columns: a few KB) or an insert
+ * (empty when it worked): past it the request is given up, its connection closed.
+ */
+export const MAX_ANSWER_BYTES = 1024 * 1024;
+
+/** `text` cut to {@linkcode MAX_ERROR_TEXT} characters, saying how much was left out. */
+function clip(text: string): string {
+  return text.length <= MAX_ERROR_TEXT
+    ? text
+    : `${text.slice(0, MAX_ERROR_TEXT)}… (${text.length - MAX_ERROR_TEXT} more characters)`;
+}
+
 function errorText(err: unknown): string {
-  const e = err as { message?: string; code?: string };
-  return `${e?.message ?? String(err)}${
-    e?.code && !String(e.message).includes(e.code) ? ` (${e.code})` : ""
-  }`;
+  const e = err as { message?: string; code?: string; name?: string };
+  const message = e?.message ?? String(err);
+  const code = e?.code && !String(message).includes(e.code) ? ` (${e.code})` : "";
+  // An error with no text (the client's for an answer it cannot parse, e.g. a redirect): its
+  // name at least, never an empty reason in the log.
+  return clip(message === "" ? `${e?.name ?? "Error"} without a message${code}` : message + code);
+}
+
+/** ClickHouse's exception text, in either version's shape: `Code: 60. DB::Exception: …` (now) or
+ * `Code: 60, e.displayText() = DB::Exception: …` (18.16). */
+const SERVER_EXCEPTION = /Code: \d+[.,] (?:e\.displayText\(\) = )?DB::Exception/;
+
+/** An answer over {@linkcode MAX_ANSWER_BYTES}. */
+class AnswerTooLarge extends Error {
+  constructor(what: string) {
+    super(`${what}: answer larger than ${MAX_ANSWER_BYTES} bytes, given up`);
+    this.name = "AnswerTooLarge";
+  }
+}
+
+/**
+ * Reads `stream` to its end, at most {@linkcode MAX_ANSWER_BYTES} (else throws AnswerTooLarge,
+ * after destroying it, which closes its connection).
+ */
+async function readBounded(
+  stream: AsyncIterable<Uint8Array> & { destroy(): void },
+  what: string,
+): Promise<string> {
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for await (const chunk of stream) {
+    size += chunk.length;
+    if (size > MAX_ANSWER_BYTES) {
+      stream.destroy();
+      throw new AnswerTooLarge(what);
+    }
+    chunks.push(chunk);
+  }
+  const all = new Uint8Array(size);
+  let at = 0;
+  for (const c of chunks) {
+    all.set(c, at);
+    at += c.length;
+  }
+  return new TextDecoder().decode(all);
 }
 
 /** Runs `read`, calling `end` (which must make it settle) if `signal` aborts before it does. */
@@ -126,12 +183,22 @@ async function endOnAbort<T>(
   }
 }
 
+/**
+ * The name of the error of an exception in a 200 answer: the server began answering before it
+ * failed, so what it inserted is not known.
+ */
+const SERVER_EXCEPTION_IN_ANSWER = "ExceptionInAnswer";
+
 /** Outcome of a failed request: did it certainly not insert anything? */
 export function classifyFailure(err: unknown): InsertOutcome {
   const e = err as { code?: unknown; cause?: { code?: unknown }; name?: string };
   const error = errorText(err);
-  // An answer from the server (ClickHouseError has a numeric code as text): nothing inserted.
-  if (e?.name === "ClickHouseError" || /^\d+$/.test(String(e?.code ?? ""))) {
+  // An answer from the server (ClickHouseError has a numeric code as text; 18.16's error text
+  // is not the shape the client parses, so it arrives as a plain error): nothing inserted.
+  if (
+    e?.name === "ClickHouseError" || /^\d+$/.test(String(e?.code ?? "")) ||
+    (e?.name !== SERVER_EXCEPTION_IN_ANSWER && SERVER_EXCEPTION.test(error))
+  ) {
     return { ok: false, unknown: false, error };
   }
   const code = String(e?.code ?? e?.cause?.code ?? "");
@@ -199,13 +266,20 @@ export class ClientConnection implements Connection {
   }
 
   async #select(query: string, signal: AbortSignal): Promise<Record<string, unknown>[]> {
-    const rs = await (await this.#connect()).query({
-      query,
-      format: "JSONEachRow",
+    // `exec`, not `query`: the answer is read here, bounded (the client's `json()` read an
+    // endless answer into memory for as long as it came: 3.6 GB in 30 s in the sinks review).
+    const r = await (await this.#connect()).exec({
+      query: `${query} FORMAT JSONEachRow`,
       abort_signal: signal,
     });
     // The client stops watching the signal once the headers are in: the body is ours to end.
-    return await endOnAbort(signal, () => rs.close(), () => rs.json<Record<string, unknown>>());
+    const text = await endOnAbort(
+      signal,
+      () => r.stream.destroy(),
+      () => readBounded(r.stream, query),
+    );
+    if (SERVER_EXCEPTION.test(text)) throw new Error(clip(text.trim()));
+    return text.split("\n").filter((l) => l.trim() !== "").map((l) => JSON.parse(l));
   }
 
   prepare(signal?: AbortSignal): Promise<ServerInfo> {
@@ -284,9 +358,18 @@ export class ClientConnection implements Connection {
     // The client stops watching the signal once the headers are in: destroying the answer's
     // stream ends a read that trickles, and closes its connection. The answer of an insert is
     // empty; reading it to the end frees the socket.
-    await endOnAbort(signal, () => r.stream.destroy(), async () => {
-      for await (const _ of r.stream) { /* drained */ }
-    });
+    const answer = await endOnAbort(
+      signal,
+      () => r.stream.destroy(),
+      () => readBounded(r.stream, "ClickHouse insert"),
+    );
+    // An exception after the server began answering (it sends 200 first when it streams): the
+    // insert failed, and what it wrote before is not known.
+    if (SERVER_EXCEPTION.test(answer)) {
+      const e = new Error(`exception in the insert's answer: ${clip(answer.trim())}`);
+      e.name = SERVER_EXCEPTION_IN_ANSWER;
+      throw e;
+    }
   }
 
   async close(): Promise<void> {

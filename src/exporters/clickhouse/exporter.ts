@@ -31,7 +31,7 @@ import type { ExportedFlow } from "../../aggregation/record.ts";
 import { type Clock, type ClockTimer, systemClock } from "../../clock.ts";
 import { logger, RateLimitedLog } from "../../log.ts";
 import { FLAG_OUTCOME_UNKNOWN, newBatchId, Spool } from "../../spool/mod.ts";
-import type { Exporter, ExporterStats } from "../exporter.ts";
+import { type Exporter, type ExporterStats, SINK_STOP_DEADLINE_MS } from "../exporter.ts";
 import { noteDenied } from "../denied.ts";
 import { toFlatRecord } from "../flat_record.ts";
 import { logSpoolOpened, type SpoolSinkCounters, spoolSinkCounters } from "../spool_config.ts";
@@ -71,7 +71,10 @@ export interface ClickHouseExporterOptions {
   backoffMaxMs?: number;
   /** Deadline of one insert or preparation, reading the answer included. Default 30,000. */
   requestTimeoutMs?: number;
-  /** Deadline of the final insert at stop (upstream 10 s). */
+  /**
+   * Deadline of the final inserts at stop; what is left then goes to the spool. Default
+   * {@linkcode SINK_STOP_DEADLINE_MS} (8 s: inside the process's 10 s wait for the sink).
+   */
   stopTimeoutMs?: number;
 }
 
@@ -243,7 +246,7 @@ export class ClickHouseExporter implements Exporter {
       backoffInitialMs: options.backoffInitialMs ?? 1000,
       backoffMaxMs: options.backoffMaxMs ?? 30_000,
       requestTimeoutMs: options.requestTimeoutMs ?? 30_000,
-      stopTimeoutMs: options.stopTimeoutMs ?? 10_000,
+      stopTimeoutMs: options.stopTimeoutMs ?? SINK_STOP_DEADLINE_MS,
     };
     this.#backoffMs = this.#opts.backoffInitialMs;
   }

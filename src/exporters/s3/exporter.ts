@@ -40,7 +40,7 @@
 import type { ExportedFlow } from "../../aggregation/record.ts";
 import { type Clock, type ClockTimer, systemClock } from "../../clock.ts";
 import { logger, RateLimitedLog } from "../../log.ts";
-import type { Exporter, ExporterStats } from "../exporter.ts";
+import { type Exporter, type ExporterStats, SINK_STOP_DEADLINE_MS } from "../exporter.ts";
 import { noteDenied } from "../denied.ts";
 import type { S3UploaderConfig } from "./config.ts";
 import { CsvWriter } from "./csv.ts";
@@ -75,9 +75,9 @@ export interface S3ExporterOptions {
   /** Bytes of finished objects waiting for upload beyond which the oldest is dropped. 256 MiB. */
   maxPendingBytes?: number;
   /**
-   * How long `stop()` keeps uploading. Default 8 s: the export loop gives a sink 10 s to stop
-   * before it gives up on it, and the sink must count what it could not upload before then
-   * (upstream waited 1 min).
+   * How long `stop()` keeps uploading. Default {@linkcode SINK_STOP_DEADLINE_MS} (8 s): the
+   * export loop gives a sink 10 s to stop before it gives up on it, and the sink must count what
+   * it could not upload before then (upstream waited 1 min).
    */
   stopDeadlineMs?: number;
   /** Pause between two upload attempts during `stop()`. Default 1 s. */
@@ -221,7 +221,7 @@ export class S3Exporter implements Exporter {
     this.#clock = options.clock ?? systemClock;
     this.#csv = new CsvWriter(options.clusterUuid ?? "");
     this.#maxPendingBytes = options.maxPendingBytes ?? 256 * MIB;
-    this.#stopDeadlineMs = options.stopDeadlineMs ?? 8_000;
+    this.#stopDeadlineMs = options.stopDeadlineMs ?? SINK_STOP_DEADLINE_MS;
     this.#stopRetryMs = options.stopRetryMs ?? 1000;
     this.#storeOptions = options.store ?? {};
     this.#makeStore = options.makeStore ?? ((t, o) => new SdkObjectStore(t, o));

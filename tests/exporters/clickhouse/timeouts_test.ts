@@ -13,13 +13,39 @@ import {
   INSERT_COLUMNS,
 } from "../../../src/exporters/clickhouse/mod.ts";
 import type { ClickHouseConfig } from "../../../src/exporters/clickhouse/config.ts";
+import { classifyFailure, MAX_ERROR_TEXT } from "../../../src/exporters/clickhouse/connection.ts";
 import { waitFor } from "../../_helpers/wait.ts";
+import { WorkerExporter } from "../../../src/exporters/worker_exporter.ts";
+import { clickHouseComponent } from "../../../src/exporters/clickhouse/component.ts";
+import { EXPORTER_STOP_TIMEOUT_MS } from "../../../src/exporters/exporter.ts";
+import { within } from "../../../src/clock.ts";
 import { fixtureFlow } from "../fixtures.ts";
 
 const UUID = "5f3b4a3e-2c9a-4b0c-9d57-8a4e3c0f1b2a";
 
-/** What the fake server does with inserts (`/ping` with "trickle-ping"). */
-type Mode = "ok" | "hang" | "trickle" | "trickle-ping";
+/**
+ * What the fake server does with inserts (`/ping` with "trickle-ping", `version()` with
+ * "endless-version"): "exception-200" answers 200 with an exception in the body (as a server
+ * that began answering does), "endless" a 200 body that never ends, "error-18" a 500 with 18.16's
+ * error text, "big-error" a 503 with a body of 4 MiB, "redirect" a 307.
+ */
+type Mode =
+  | "ok"
+  | "hang"
+  | "trickle"
+  | "trickle-ping"
+  | "exception-200"
+  | "endless"
+  | "endless-version"
+  | "error-18"
+  | "big-error"
+  | "redirect";
+
+/** A body of 64 KiB chunks that never ends (until the reader cancels). */
+function endless(): Response {
+  const chunk = new TextEncoder().encode(`{"v":"${"x".repeat(65_000)}"}\n`);
+  return new Response(new ReadableStream({ pull: (c) => c.enqueue(chunk) }));
+}
 
 /**
  * A fake ClickHouse HTTP interface (version 18.16, a table with the 50 columns) behind a TCP
@@ -92,13 +118,31 @@ class FakeClickHouse {
         return await hung.promise;
       }
       if (this.mode === "trickle") return this.#trickle();
+      if (this.mode === "exception-200") {
+        return new Response(
+          "Code: 241. DB::Exception: Memory limit (total) exceeded. (MEMORY_LIMIT_EXCEEDED)\n",
+        );
+      }
+      if (this.mode === "endless") return endless();
+      if (this.mode === "error-18") {
+        return new Response(
+          "Code: 60, e.displayText() = DB::Exception: Table default.flows doesn't exist., e.what() = DB::Exception\n",
+          { status: 500 },
+        );
+      }
+      if (this.mode === "big-error") return new Response("E".repeat(4 << 20), { status: 503 });
+      if (this.mode === "redirect") {
+        return new Response("", { status: 307, headers: { location: "http://127.0.0.1:1/" } });
+      }
       this.insertedBatches++;
       return new Response("");
     }
     const json = { "content-type": "application/json", "X-ClickHouse-Format": "JSONEachRow" };
     const rows = (r: unknown[]) =>
       new Response(r.map((x) => JSON.stringify(x)).join("\n") + "\n", { headers: json });
-    if (/version\(\)/.test(q)) return rows([{ v: "18.16.1" }]);
+    if (/version\(\)/.test(q)) {
+      return this.mode === "endless-version" ? endless() : rows([{ v: "18.16.1" }]);
+    }
     if (/DESCRIBE TABLE/.test(q)) return rows(INSERT_COLUMNS.map((name) => ({ name })));
     if (/SHOW CREATE TABLE/.test(q)) {
       return rows([{ statement: "CREATE TABLE flows () ENGINE = MergeTree" }]);
@@ -341,3 +385,136 @@ for (const mode of ["trickle", "trickle-ping"] as const) {
     }
   });
 }
+
+Deno.test("an exception in a 200 answer is a failed insert of unknown outcome, not an export; delivered once the server recovers", async () => {
+  const fake = new FakeClickHouse();
+  const dir = await Deno.makeTempDir({ prefix: "ch-answers-" });
+  const sink = sinkFor(fake, dir, { requestTimeoutMs: 5_000, stopTimeoutMs: 1000 });
+  try {
+    await firstBatchInserted(sink);
+    fake.mode = "exception-200";
+    addBatch(sink);
+    await waitFor(() => sink.stats().insertErrors >= 2, {
+      what: "two failed attempts",
+      timeoutMs: 20_000,
+    });
+    let s = sink.stats();
+    // Before: counted inserted and exported, nothing stored, nothing logged.
+    assert.equal(s.exported, 10, JSON.stringify(s));
+    assert.equal(s.received - s.exported, 10);
+    fake.mode = "ok";
+    await waitFor(async () => {
+      await sink.flush();
+      return sink.stats().exported === 20;
+    }, { what: "the batch inserted once the server recovers", timeoutMs: 20_000 });
+    s = sink.stats();
+    assert.equal(s.possiblyDuplicated, 10, "its earlier attempts may have written part of it");
+    assertLedger(s);
+  } finally {
+    await cleanup(sink, fake);
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+  }
+});
+
+for (const mode of ["endless", "endless-version"] as const) {
+  const what = mode === "endless" ? "an insert's answer" : "a preparation query's answer";
+  Deno.test(`${what} that never ends is given up after 1 MiB, long before the request deadline`, async () => {
+    const fake = new FakeClickHouse();
+    const dir = await Deno.makeTempDir({ prefix: "ch-answers-" });
+    // A 60 s request deadline: only the answer's bound can end the attempts within the test.
+    const sink = sinkFor(fake, dir, { requestTimeoutMs: 60_000, stopTimeoutMs: 1000 });
+    try {
+      if (mode === "endless") await firstBatchInserted(sink);
+      else {
+        fake.mode = mode;
+        await sink.start();
+      }
+      fake.mode = mode;
+      addBatch(sink);
+      // Before: read for as long as it came (3.6 GB of RSS in 30 s in the sinks review).
+      await waitFor(() => sink.stats().insertErrors >= 3, {
+        what: "three attempts given up at the answer's bound",
+        timeoutMs: 20_000,
+      });
+      const s = sink.stats();
+      assert.equal(s.exported, mode === "endless" ? 10 : 0);
+      assertLedger(s);
+      await timedStop(sink);
+      await waitFor(() => fake.open === 0, { what: "no connection left open after stop" });
+    } finally {
+      await cleanup(sink, fake);
+      await Deno.remove(dir, { recursive: true }).catch(() => {});
+    }
+  });
+}
+
+Deno.test("18.16's error text is a refusal (not possibly inserted); a 4 MiB error body and a redirect give short, non-empty reasons", async () => {
+  for (const mode of ["error-18", "big-error", "redirect"] as const) {
+    const fake = new FakeClickHouse();
+    const dir = await Deno.makeTempDir({ prefix: "ch-answers-" });
+    const sink = sinkFor(fake, dir, { requestTimeoutMs: 5_000, stopTimeoutMs: 1000 });
+    try {
+      await firstBatchInserted(sink);
+      fake.mode = mode;
+      addBatch(sink);
+      await waitFor(() => sink.stats().insertErrors >= 2, {
+        what: `${mode}: two failed attempts`,
+        timeoutMs: 20_000,
+      });
+      fake.mode = "ok";
+      await waitFor(async () => {
+        await sink.flush();
+        return sink.stats().exported === 20;
+      }, { what: `${mode}: the batch inserted once the server recovers`, timeoutMs: 20_000 });
+      const s = sink.stats();
+      // Before: 18.16's refusals counted as possibly inserted (possiblyDuplicated 10).
+      if (mode === "error-18") assert.equal(s.possiblyDuplicated, 0, JSON.stringify(s));
+      assertLedger(s);
+    } finally {
+      await cleanup(sink, fake);
+      await Deno.remove(dir, { recursive: true }).catch(() => {});
+    }
+  }
+  // The reasons themselves (what the log line carries).
+  const big = classifyFailure(new Error("E".repeat(4 << 20)));
+  assert.ok(!big.ok && big.error.length < MAX_ERROR_TEXT + 100, `${!big.ok && big.error.length}`);
+  assert.match(!big.ok ? big.error : "", /… \(4192256 more characters\)$/);
+  const empty = classifyFailure(Object.assign(new Error(""), { name: "ClickHouseError" }));
+  assert.equal(!empty.ok && empty.error, "ClickHouseError without a message");
+  const old = classifyFailure(
+    new Error("Code: 60, e.displayText() = DB::Exception: Table default.flows doesn't exist."),
+  );
+  assert.equal(!old.ok && old.unknown, false);
+});
+
+Deno.test("in its worker, a sink whose server hangs at stop keeps its records in the spool within the process's wait: none counted lost", async () => {
+  const fake = new FakeClickHouse();
+  const dir = await Deno.makeTempDir({ prefix: "ch-stop-" });
+  Deno.env.set("CH_USERNAME", "u");
+  Deno.env.set("CH_PASSWORD", "p");
+  const e = new WorkerExporter(clickHouseComponent, config(fake.url, dir), {
+    podLabels: false,
+    clusterUuid: UUID,
+  });
+  try {
+    await e.start();
+    fake.mode = "hang";
+    for (let i = 0; i < 50; i++) {
+      e.addRecord(fixtureFlow(false, { flowStartSeconds: 1_600_000_000 + i }));
+    }
+    await waitFor(() => fake.inserts >= 1, { what: "the insert under way", timeoutMs: 20_000 });
+    // As the process stops a sink: it waits EXPORTER_STOP_TIMEOUT_MS, then terminates the
+    // worker and counts what it held lost. Before, the sink's own deadline was as long, so it
+    // was terminated before it could spool anything (the sinks review: 2,486 records lost).
+    assert.equal(await within(e.stop(), EXPORTER_STOP_TIMEOUT_MS), "done");
+    const s = e.stats();
+    assert.equal(s.lostInWorker, 0, JSON.stringify(s));
+    assert.equal(s.dropped, 0);
+    assert.equal(s.sink.spoolRecords, 50, JSON.stringify(s.sink));
+    assert.equal(s.received, s.exported + s.dropped + s.buffered);
+  } finally {
+    await within(e.stop(), 1000);
+    await fake.close();
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+  }
+});

@@ -21,6 +21,7 @@ import {
   permissionFlags,
   PROCESS_ENV,
   processPermissions,
+  shellWord,
   sinkPermissionTable,
 } from "./src/permissions.ts";
 import {
@@ -205,7 +206,11 @@ export function udpSocketsFor(opts: Pick<CliOptions, "udpWorkers" | "workers">):
 /** The `permissions` subcommand: prints the `deno run` flags the configuration needs. */
 async function printPermissions(opts: CliOptions): Promise<number> {
   const { config, permissions } = await resolveCommand(opts);
-  console.log(opts.perSink ? sinkPermissionTable(config) : permissionFlags(permissions).join(" "));
+  console.log(
+    opts.perSink
+      ? sinkPermissionTable(config)
+      : permissionFlags(permissions).map(shellWord).join(" "),
+  );
   return 0;
 }
 

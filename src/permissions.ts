@@ -265,6 +265,16 @@ export function permissionFlags(p: ProcessPermissions): string[] {
   return flags;
 }
 
+/**
+ * `arg` as one POSIX shell word: as it is when it holds only characters no shell treats
+ * specially (what every flag of an ordinary configuration holds, so `deno run $(deno task
+ * permissions)` keeps working), else in single quotes (a path with a space, `;`, `$` or a quote
+ * then reaches `deno run` as one argument when the line is pasted or `eval`ed, and runs nothing).
+ */
+export function shellWord(arg: string): string {
+  return /^[A-Za-z0-9_\-=.,:/@%+[\]]+$/.test(arg) ? arg : `'${arg.replaceAll("'", `'\\''`)}'`;
+}
+
 /** A Markdown table of each enabled sink's worker permissions (for the README and operators). */
 export function sinkPermissionTable(config: FlowAggregatorConfig): string {
   const cell = (a: string[]) => a.length === 0 ? "—" : a.map((v) => `\`${v}\``).join(", ");

@@ -6,8 +6,10 @@ import {
   permissionFlags,
   PROCESS_ENV,
   processPermissions,
+  shellWord,
   sinkPermissionTable,
 } from "../src/permissions.ts";
+import { PERMISSIONS, runDeno } from "./_helpers/process.ts";
 import { KLOG_DEFAULTS, KLOG_FILE_ENV, klogFileDir } from "../src/log/mod.ts";
 import { addressProblem, permissionEntryProblem } from "../src/permission_entry.ts";
 
@@ -347,5 +349,44 @@ Deno.test("permissions: a flowLogger.path that is an existing directory is refus
     assert.ok(!p.write.includes("/"));
   } finally {
     await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("permissions: the printed flags are shell words: a path with a space, ;, $ or a quote reaches deno run whole", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-perm-odd dir $HOME 'q'; echo pwned " });
+  try {
+    const conf = `${dir}/fa.conf`;
+    await Deno.writeTextFile(
+      conf,
+      `aggregatorTransportProtocol: TCP\nflowLogger:\n  enable: true\n  path: "${dir}/logs/flows.log"\n`,
+    );
+    const r = await runDeno([...PERMISSIONS, "permissions", "--config", conf]);
+    assert.equal(r.code, 0, r.stderr);
+    const line = r.stdout.trim();
+    // As a shell reads the line (pasted, or eval'd): each flag one word, nothing run.
+    const sh = await new Deno.Command("bash", {
+      args: ["-c", `printf '[%s]\\n' ${line}`],
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const words = new TextDecoder().decode(sh.stdout).trim().split("\n").map((w) => w.slice(1, -1));
+    assert.ok(!words.includes("pwned"), words.join(" "));
+    const read = words.find((w) => w.startsWith("--allow-read="));
+    assert.ok(read?.slice("--allow-read=".length).split(",").includes(dir), `${read} names ${dir}`);
+    // Ordinary flags are printed as they are (so $(deno task permissions) keeps working).
+    assert.ok(line.includes(" --unstable-net "), line);
+    assert.ok(words.includes("--unstable-net"));
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+  for (const w of ["plain-/path:1,[::]:4739", "a b", "it's", "$(x)", "", "tab\there"]) {
+    const out = new TextDecoder().decode(
+      (await new Deno.Command("bash", {
+        args: ["-c", `printf '%s' ${shellWord(w)}`],
+        stdout: "piped",
+      })
+        .output()).stdout,
+    );
+    assert.equal(out, w);
   }
 });

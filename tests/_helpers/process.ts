@@ -432,7 +432,7 @@ async function senderCli<T>(script: string, args: readonly string[]): Promise<T>
 }
 
 /** `deno run` arguments of the `permissions` subcommand (it reads the config file and env). */
-const PERMISSIONS = ["run", "--allow-read", "--allow-env", "--config", DENO_JSON, MAIN_TS];
+export const PERMISSIONS = ["run", "--allow-read", "--allow-env", "--config", DENO_JSON, MAIN_TS];
 
 /** The `deno run` flags `permissions <args>` prints; throws with its stderr if it fails. */
 export async function printedPermissions(args: readonly string[]): Promise<string[]> {

@@ -130,7 +130,8 @@ export class ClusterIdentity {
         if (!(err instanceof RetryAborted)) log.error("cluster UUID polling stopped", { err });
       });
     } else if (stateFile !== undefined) {
-      this.#set(await this.#fromStateFile(stateFile), "state-file");
+      const kept = await this.#fromStateFile(stateFile);
+      this.#set(kept.uuid, kept.saved ? "state-file" : "process");
     }
     log.info("cluster UUID", { uuid: this.current(), source: this.source });
   }
@@ -227,9 +228,10 @@ export class ClusterIdentity {
     this.#set(uuid, "cluster");
   }
 
-  async #fromStateFile(path: string): Promise<string> {
+  /** The state file's UUID, else a new one; `saved` false when it could not be written. */
+  async #fromStateFile(path: string): Promise<{ uuid: string; saved: boolean }> {
     const read = await readStateFile(path);
-    if (read.uuid !== undefined) return read.uuid;
+    if (read.uuid !== undefined) return { uuid: read.uuid, saved: true };
     if (read.problem !== undefined) {
       this.#stats.stateFileRejected++;
       log.warn("cluster UUID state file holds no UUID: writing a new one", {
@@ -241,6 +243,7 @@ export class ClusterIdentity {
     try {
       await writeStateFile(path, uuid + "\n");
       log.info("generated the cluster UUID and kept it in the state file", { path, uuid });
+      return { uuid, saved: true };
     } catch (err) {
       this.#stats.stateFileWriteFailures++;
       log.warn(
@@ -249,7 +252,8 @@ export class ClusterIdentity {
         { path, err },
       );
     }
-    return uuid;
+    // Not saved: the process's own, as without a state file (the log says so).
+    return { uuid, saved: false };
   }
 }
 

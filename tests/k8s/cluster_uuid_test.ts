@@ -311,3 +311,16 @@ Deno.test("cluster UUID: standalone with a clusterID, the process keeps the stat
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("cluster UUID: a state file that cannot be written (its directory missing) is not named as the source", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-uuid-" });
+  try {
+    const id = await startedOn(`${dir}/missing/cluster-uuid`);
+    // Before: "source=state-file" was logged though nothing was saved.
+    assert.equal(id.source, "process");
+    assert.equal(id.stats().stateFileWriteFailures, 1);
+    assert.match(id.current(), /^[0-9a-f-]{36}$/);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -27,7 +27,8 @@ const UUID = "5f3b4a3e-2c9a-4b0c-9d57-8a4e3c0f1b2a";
  * What the fake server does with inserts (`/ping` with "trickle-ping", `version()` with
  * "endless-version"): "exception-200" answers 200 with an exception in the body (as a server
  * that began answering does), "endless" a 200 body that never ends, "error-18" a 500 with 18.16's
- * error text, "big-error" a 503 with a body of 4 MiB, "redirect" a 307.
+ * error text, "big-error" a 503 with a body of 4 MiB, "endless-error" a 503 whose body never
+ * ends, "redirect" a 307.
  */
 type Mode =
   | "ok"
@@ -37,14 +38,23 @@ type Mode =
   | "exception-200"
   | "endless"
   | "endless-version"
+  | "endless-error"
   | "error-18"
   | "big-error"
   | "redirect";
 
 /** A body of 64 KiB chunks that never ends (until the reader cancels). */
-function endless(): Response {
+function endless(status = 200, served = (_bytes: number) => {}): Response {
   const chunk = new TextEncoder().encode(`{"v":"${"x".repeat(65_000)}"}\n`);
-  return new Response(new ReadableStream({ pull: (c) => c.enqueue(chunk) }));
+  return new Response(
+    new ReadableStream({
+      pull: (c) => {
+        served(chunk.length);
+        c.enqueue(chunk);
+      },
+    }),
+    { status },
+  );
 }
 
 /**
@@ -58,6 +68,9 @@ class FakeClickHouse {
   inserts = 0;
   /** INSERTs answered with success. */
   insertedBatches = 0;
+  /** Bytes of endless answers handed to the server to send (read by the client, give or take
+   * the buffers on the way). */
+  servedBytes = 0;
   /** Client connections open now, and at most. */
   open = 0;
   maxOpen = 0;
@@ -123,7 +136,9 @@ class FakeClickHouse {
           "Code: 241. DB::Exception: Memory limit (total) exceeded. (MEMORY_LIMIT_EXCEEDED)\n",
         );
       }
-      if (this.mode === "endless") return endless();
+      const served = (n: number) => this.servedBytes += n;
+      if (this.mode === "endless") return endless(200, served);
+      if (this.mode === "endless-error") return endless(503, served);
       if (this.mode === "error-18") {
         return new Response(
           "Code: 60, e.displayText() = DB::Exception: Table default.flows doesn't exist., e.what() = DB::Exception\n",
@@ -141,7 +156,9 @@ class FakeClickHouse {
     const rows = (r: unknown[]) =>
       new Response(r.map((x) => JSON.stringify(x)).join("\n") + "\n", { headers: json });
     if (/version\(\)/.test(q)) {
-      return this.mode === "endless-version" ? endless() : rows([{ v: "18.16.1" }]);
+      return this.mode === "endless-version"
+        ? endless(200, (n) => this.servedBytes += n)
+        : rows([{ v: "18.16.1" }]);
     }
     if (/DESCRIBE TABLE/.test(q)) return rows(INSERT_COLUMNS.map((name) => ({ name })));
     if (/SHOW CREATE TABLE/.test(q)) {
@@ -416,15 +433,19 @@ Deno.test("an exception in a 200 answer is a failed insert of unknown outcome, n
   }
 });
 
-for (const mode of ["endless", "endless-version"] as const) {
-  const what = mode === "endless" ? "an insert's answer" : "a preparation query's answer";
+for (const mode of ["endless", "endless-version", "endless-error"] as const) {
+  const what = {
+    endless: "an insert's answer",
+    "endless-version": "a preparation query's answer",
+    "endless-error": "an insert's error answer (503)",
+  }[mode];
   Deno.test(`${what} that never ends is given up after 1 MiB, long before the request deadline`, async () => {
     const fake = new FakeClickHouse();
     const dir = await Deno.makeTempDir({ prefix: "ch-answers-" });
     // A 60 s request deadline: only the answer's bound can end the attempts within the test.
     const sink = sinkFor(fake, dir, { requestTimeoutMs: 60_000, stopTimeoutMs: 1000 });
     try {
-      if (mode === "endless") await firstBatchInserted(sink);
+      if (mode !== "endless-version") await firstBatchInserted(sink);
       else {
         fake.mode = mode;
         await sink.start();
@@ -437,7 +458,11 @@ for (const mode of ["endless", "endless-version"] as const) {
         timeoutMs: 20_000,
       });
       const s = sink.stats();
-      assert.equal(s.exported, mode === "endless" ? 10 : 0);
+      // Each attempt read about 1 MiB (before: the client read an error body until the string
+      // could not grow, 512 MB each).
+      const perAttempt = fake.servedBytes / s.insertErrors;
+      assert.ok(perAttempt < 16 * 1024 * 1024, `${perAttempt} bytes served per attempt`);
+      assert.equal(s.exported, mode === "endless-version" ? 0 : 10);
       assertLedger(s);
       await timedStop(sink);
       await waitFor(() => fake.open === 0, { what: "no connection left open after stop" });

@@ -28,6 +28,24 @@ export function concatBytes(parts: readonly Uint8Array[]): Uint8Array<ArrayBuffe
 }
 
 /**
+ * `stream` read to its end, if it holds at most `maxBytes`; undefined as soon as more came (the
+ * loop's early end cancels a web stream and destroys a Node.js one, so the rest is not read).
+ */
+export async function readAtMost(
+  stream: AsyncIterable<Uint8Array>,
+  maxBytes: number,
+): Promise<Uint8Array<ArrayBuffer> | undefined> {
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for await (const chunk of stream) {
+    size += chunk.byteLength;
+    if (size > maxBytes) return undefined;
+    chunks.push(chunk);
+  }
+  return concatBytes(chunks);
+}
+
+/**
  * How many of the leading pieces (`sizes`, in bytes, in write order) lie whole within the first
  * `bytes` bytes, and their total: what of a buffer of lines a write cut short after `bytes`
  * delivered whole. Reads `sizes` only up to the first piece cut.

@@ -20,6 +20,7 @@ import { stringifyExact } from "../aggregation/records_json.ts";
 import { caFileOf, DEFAULT_TOKEN_FILE } from "./server.ts";
 import { RECORD_LIMIT_HEADER } from "./handler.ts";
 import { parseWaitDuration } from "../config/duration.ts";
+import { readAtMost } from "../bytes.ts";
 
 /** The subcommands this module serves (main.ts dispatches on them). */
 export const CLI_COMMANDS: readonly string[] = ["get", "log-level", "version"];
@@ -323,26 +324,13 @@ function reasons(e: unknown): string {
   return parts.join(": ") || String(e);
 }
 
-/** The answer's body as text, at most {@linkcode MAX_ANSWER_BYTES}; throws CliError past it. */
+/** The answer's body as text, at most `maxBytes`; throws CliError past it. */
 async function boundedText(res: Response, maxBytes: number): Promise<string> {
-  if (res.body === null) return "";
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  for await (const chunk of res.body) {
-    size += chunk.length;
-    if (size > maxBytes) {
-      await res.body.cancel().catch(() => {});
-      throw new CliError(`the API's answer is larger than ${maxBytes} bytes: not read`);
-    }
-    chunks.push(chunk);
+  const bytes = res.body === null ? new Uint8Array() : await readAtMost(res.body, maxBytes);
+  if (bytes === undefined) {
+    throw new CliError(`the API's answer is larger than ${maxBytes} bytes: not read`);
   }
-  const all = new Uint8Array(size);
-  let at = 0;
-  for (const c of chunks) {
-    all.set(c, at);
-    at += c.length;
-  }
-  return new TextDecoder().decode(all);
+  return new TextDecoder().decode(bytes);
 }
 
 /** What the API answered, parsed and of the shape `command` expects; throws CliError. */

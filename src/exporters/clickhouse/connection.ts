@@ -23,6 +23,7 @@
 
 import type { ClickHouseClient } from "@clickhouse/client";
 import { withDeadline } from "../../deadline.ts";
+import { readAtMost } from "../../bytes.ts";
 import {
   EGRESS_NODE_NAME_COLUMN,
   INSERT_COLUMNS,
@@ -142,30 +143,13 @@ class AnswerTooLarge extends Error {
 }
 
 /**
- * Reads `stream` to its end, at most {@linkcode MAX_ANSWER_BYTES} (else throws AnswerTooLarge,
- * after destroying it, which closes its connection).
+ * Reads `stream` to its end, at most {@linkcode MAX_ANSWER_BYTES} (else throws AnswerTooLarge;
+ * the stream is destroyed, which closes its connection).
  */
-async function readBounded(
-  stream: AsyncIterable<Uint8Array> & { destroy(): void },
-  what: string,
-): Promise<string> {
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  for await (const chunk of stream) {
-    size += chunk.length;
-    if (size > MAX_ANSWER_BYTES) {
-      stream.destroy();
-      throw new AnswerTooLarge(what);
-    }
-    chunks.push(chunk);
-  }
-  const all = new Uint8Array(size);
-  let at = 0;
-  for (const c of chunks) {
-    all.set(c, at);
-    at += c.length;
-  }
-  return new TextDecoder().decode(all);
+async function readBounded(stream: AsyncIterable<Uint8Array>, what: string): Promise<string> {
+  const bytes = await readAtMost(stream, MAX_ANSWER_BYTES);
+  if (bytes === undefined) throw new AnswerTooLarge(what);
+  return new TextDecoder().decode(bytes);
 }
 
 /** Runs `read`, calling `end` (which must make it settle) if `signal` aborts before it does. */

@@ -30,19 +30,44 @@ export function concatBytes(parts: readonly Uint8Array[]): Uint8Array<ArrayBuffe
 /**
  * `stream` read to its end, if it holds at most `maxBytes`; undefined as soon as more came (the
  * loop's early end cancels a web stream and destroys a Node.js one, so the rest is not read).
+ * Each chunk is copied as it comes: a chunk can be a view of a much larger buffer (16 KiB of a
+ * 64 KiB one from a socket, 4 KiB of 64 KiB from gzip), and holding the views held the buffers,
+ * 4 to 16 times the bound (the CLI review: 3 GB of RSS under a 256 MiB bound).
  */
 export async function readAtMost(
   stream: AsyncIterable<Uint8Array>,
   maxBytes: number,
 ): Promise<Uint8Array<ArrayBuffer> | undefined> {
-  const chunks: Uint8Array[] = [];
+  let buf = new Uint8Array(Math.min(maxBytes, 64 * 1024));
   let size = 0;
   for await (const chunk of stream) {
+    if (size + chunk.byteLength > maxBytes) return undefined;
+    if (size + chunk.byteLength > buf.length) {
+      const bigger = new Uint8Array(
+        Math.min(maxBytes, Math.max(buf.length * 2, size + chunk.byteLength)),
+      );
+      bigger.set(buf.subarray(0, size));
+      buf = bigger;
+    }
+    buf.set(chunk, size);
     size += chunk.byteLength;
-    if (size > maxBytes) return undefined;
-    chunks.push(chunk);
   }
-  return concatBytes(chunks);
+  return buf.slice(0, size);
+}
+
+/**
+ * The text of the regular file at `path` (see {@linkcode openRegularFile}), at most `maxBytes`;
+ * throws {@linkcode NotRegularFile} for anything else and an error past the bound.
+ */
+export async function readRegularText(path: string, maxBytes: number): Promise<string> {
+  const { file, size } = await openRegularFile(path);
+  try {
+    const bytes = await readUpTo(file, maxBytes, size);
+    if (bytes === undefined) throw new Error(`over ${maxBytes} bytes: not read`);
+    return new TextDecoder().decode(bytes);
+  } finally {
+    file.close();
+  }
 }
 
 /**

@@ -20,7 +20,7 @@ import { stringifyExact } from "../aggregation/records_json.ts";
 import { caFileOf, DEFAULT_TOKEN_FILE } from "./server.ts";
 import { RECORD_LIMIT_HEADER } from "./handler.ts";
 import { parseWaitDuration } from "../config/duration.ts";
-import { readAtMost } from "../bytes.ts";
+import { readAtMost, readRegularText } from "../bytes.ts";
 
 /** The subcommands this module serves (main.ts dispatches on them). */
 export const CLI_COMMANDS: readonly string[] = ["get", "log-level", "version"];
@@ -45,6 +45,9 @@ interface FlagSpec {
 }
 
 const FLOWS = "get flowrecords";
+
+/** Longest filter value taken. */
+const MAX_FILTER_CHARS = 256;
 const METRICS = "get recordmetrics";
 
 /** Every flag the CLI knows, by its long name (`-o` is `--output`, `-h` is `--help`). */
@@ -53,6 +56,10 @@ const FLAGS: Record<string, FlagSpec> = {
   "token-file": { value: true },
   timeout: { value: true },
   help: { value: false },
+  // antctl's other global flags, taken so that scripts written for it run: no effect here (the
+  // Flow Aggregator mode of antctl reads no kubeconfig; the CLI logs nothing).
+  verbose: { value: false },
+  kubeconfig: { value: true },
   output: { value: true, commands: [FLOWS, METRICS] },
   limit: { value: true, commands: [FLOWS] },
   srcip: { value: true, commands: [FLOWS] },
@@ -62,7 +69,22 @@ const FLAGS: Record<string, FlagSpec> = {
   dstport: { value: true, commands: [FLOWS] },
 };
 
-const SHORT: Record<string, string> = { o: "output", h: "help" };
+/** antctl's shorthands (its root command's `-s -t -v -k`, and `-o -h`). */
+const SHORT: Record<string, string> = {
+  o: "output",
+  h: "help",
+  s: "server",
+  t: "timeout",
+  v: "verbose",
+  k: "kubeconfig",
+};
+
+/** Go's `strconv.ParseBool` (cobra's boolean flags). */
+function goBool(text: string): boolean | undefined {
+  if (["1", "t", "T", "TRUE", "true", "True"].includes(text)) return true;
+  if (["0", "f", "F", "FALSE", "false", "False"].includes(text)) return false;
+  return undefined;
+}
 
 interface Parsed {
   words: string[];
@@ -99,7 +121,10 @@ function parse(args: readonly string[]): Parsed {
     const spec = FLAGS[name];
     if (spec === undefined) throw new Error(`unknown flag: --${name}`);
     if (!spec.value) {
-      flags[name] = value ?? "true";
+      const on = goBool(value ?? "true");
+      if (on === undefined) throw new Error(`invalid argument ${JSON.stringify(value)} for ${arg}`);
+      if (on) flags[name] = "true";
+      else delete flags[name];
       continue;
     }
     value ??= args[++i];
@@ -112,11 +137,14 @@ function parse(args: readonly string[]): Parsed {
 /** Where the CLI asks by default (antctl's hard-coded address, control-plane.md §5.8). */
 export const DEFAULT_SERVER = "https://127.0.0.1:10348";
 
+/** The longest part of an error answer's body printed. */
+const MAX_ERROR_CHARS = 2048;
+
 /** How long a command waits for the API's whole answer, unless `--timeout` says otherwise. */
 export const DEFAULT_TIMEOUT = "30s";
 
 /** The largest answer read: `/flowrecords` at its 10,000-record cap is about 22 MB. */
-export const MAX_ANSWER_BYTES = 256 * 1024 * 1024;
+export const MAX_ANSWER_BYTES = 64 * 1024 * 1024;
 
 /**
  * The API address and token file a CLI command line names (the defaults when it does not):
@@ -160,8 +188,21 @@ function table(header: string[], rows: string[][]): string {
 
 type Rec = Record<string, unknown>;
 
+/**
+ * `text` with every control character (C0, DEL, C1: a newline and a tab too) written as `\xNN`:
+ * what the API relays (Pod names from the Agents, an error body) reaches a terminal as text,
+ * never as an escape sequence that retitles or clears it.
+ */
+export function printable(text: string): string {
+  return text.replace(
+    // deno-lint-ignore no-control-regex
+    /[\x00-\x1f\x7f-\x9f]/g,
+    (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, "0")}`,
+  );
+}
+
 function flowTable(records: Rec[]): string {
-  const s = (v: unknown) => v === undefined || v === null ? "" : String(v);
+  const s = (v: unknown) => v === undefined || v === null ? "" : printable(String(v));
   return table(
     [
       "SRC_IP",
@@ -276,7 +317,16 @@ function request(p: Parsed): { command: string; path: string } {
   }
   if (command === FLOWS) {
     const q = new URLSearchParams();
-    for (const f of [...FLOW_FILTERS, "limit"]) if (p.flags[f] !== undefined) q.set(f, p.flags[f]);
+    for (const f of [...FLOW_FILTERS, "limit"]) {
+      const v = p.flags[f];
+      if (v === undefined) continue;
+      // The longest address text is 45 characters: a filter far longer is a mistake (and would
+      // make a URL the API refuses, 431).
+      if (v.length > MAX_FILTER_CHARS) {
+        throw new CliError(`--${f}: ${v.length} characters, at most ${MAX_FILTER_CHARS}`);
+      }
+      q.set(f, v);
+    }
     return { command, path: `/flowrecords${q.size > 0 ? `?${q}` : ""}` };
   }
   if (command === METRICS) return { command, path: "/recordmetrics" };
@@ -309,11 +359,16 @@ function endpoint(base: string, path: string): string {
 /** Reads a file the CLI needs, with a message naming it and what it is. */
 async function readNeeded(path: string, what: string): Promise<string> {
   try {
-    return await Deno.readTextFile(path);
+    // A regular file of at most 64 KiB (a token is 36 bytes, the CA about 600): not a FIFO,
+    // whose open would wait for a writer, nor a device such as /dev/zero, read without end.
+    return await readRegularText(path, MAX_SECRET_FILE_BYTES);
   } catch (e) {
     throw new CliError(`cannot read ${what} ${path}: ${(e as Error).message}`);
   }
 }
+
+/** Largest token or CA file read. */
+const MAX_SECRET_FILE_BYTES = 64 * 1024;
 
 /** `e`'s message with its causes' (fetch's "fetch failed" says nothing on its own). */
 function reasons(e: unknown): string {
@@ -356,6 +411,14 @@ function answer(command: string, body: string): unknown {
     if (!isObject || typeof (value as Rec).gitVersion !== "string") throw bad("JSON");
   } else if (!isObject) {
     throw bad("JSON");
+  } else {
+    // recordmetrics: counters are integers, the sink flags booleans (each may be absent).
+    for (const [k, v] of Object.entries(value as Rec)) {
+      const ok = k.startsWith("with")
+        ? typeof v === "boolean"
+        : typeof v === "bigint" || (typeof v === "number" && Number.isInteger(v));
+      if (!ok) throw bad(`${k} ${JSON.stringify(typeof v === "bigint" ? String(v) : v)} in JSON`);
+    }
   }
   return value;
 }
@@ -366,7 +429,7 @@ function versionText(v: Rec): string {
   const tree = typeof v.gitTreeState === "string" && v.gitTreeState !== ""
     ? `.${v.gitTreeState}`
     : "";
-  return `${v.gitVersion}${commit}${tree}`;
+  return printable(`${v.gitVersion}${commit}${tree}`);
 }
 
 /**
@@ -394,7 +457,8 @@ async function run(args: readonly string[], io: CliIo, maxAnswerBytes: number): 
   } catch (e) {
     throw new CliError(`${(e as Error).message}\n${CLI_USAGE}`);
   }
-  if (p.flags.help !== undefined) {
+  // Help asked for, or nothing at all (as cobra's root command).
+  if (p.flags.help !== undefined || args.length === 0) {
     io.out(CLI_USAGE);
     return 0;
   }
@@ -421,7 +485,13 @@ async function run(args: readonly string[], io: CliIo, maxAnswerBytes: number): 
   let body: string;
   let res: Response;
   try {
-    res = await fetch(url, { headers: { authorization: `Bearer ${token}` }, client, signal });
+    res = await fetch(url, {
+      headers: { authorization: `Bearer ${token}` },
+      client,
+      signal,
+      // The API never redirects: one that does is not followed (the token stays with it).
+      redirect: "manual",
+    });
     body = await boundedText(res, maxAnswerBytes);
   } catch (e) {
     if (e instanceof CliError) throw e;
@@ -437,8 +507,20 @@ async function run(args: readonly string[], io: CliIo, maxAnswerBytes: number): 
   } finally {
     client.close();
   }
+  if (res.status >= 300 && res.status < 400) {
+    throw new CliError(
+      `the API at ${server} answered a redirect (${res.status} to ` +
+        `${printable(res.headers.get("location") ?? "nowhere")}): not followed`,
+    );
+  }
   if (!res.ok) {
-    io.err(`${res.status}: ${body.trim()}`);
+    // An error body as text, cut and without control characters.
+    const text = body.trim();
+    io.err(
+      `${res.status}: ${printable(text.slice(0, MAX_ERROR_CHARS))}${
+        text.length > MAX_ERROR_CHARS ? `… (${text.length - MAX_ERROR_CHARS} more characters)` : ""
+      }`,
+    );
     return 1;
   }
   if (command === "log-level" && p.words.length === 2) return 0;

@@ -256,3 +256,110 @@ Deno.test("cli: a missing or empty token, a missing CA and a server down or with
     assert.notEqual(closed, port);
   });
 });
+
+Deno.test("cli: what the API relays reaches the terminal without control characters; an error body is cut", async () => {
+  const evil = "\x1b]0;pwned\x07\x1b[2J\x1b[31m";
+  await withFake((req) => {
+    const path = new URL(req.url).pathname;
+    if (path === "/flowrecords") {
+      return new Response(
+        JSON.stringify([{ sourceIPv4Address: "10.0.0.1", sourcePodName: `p${evil}` }]),
+      );
+    }
+    if (path === "/version") return new Response(JSON.stringify({ gitVersion: `1\n${evil}` }));
+    return new Response(`denied ${evil}${"x".repeat(5000)}`, { status: 403 });
+  }, async (cli) => {
+    const table = await cli("get", "flowrecords");
+    assert.equal(table.code, 0);
+    assert.match(table.out, /p\\x1b\]0;pwned\\x07\\x1b\[2J\\x1b\[31m/);
+    const version = await cli("version");
+    assert.equal(version.out, "flowAggregatorVersion: 1\\x0a\\x1b]0;pwned\\x07\\x1b[2J\\x1b[31m\n");
+    const denied = await cli("get", "recordmetrics");
+    assert.equal(denied.code, 1);
+    assert.match(denied.err, /^403: denied \\x1b\]0;pwned/);
+    assert.match(denied.err, /x… \(2978 more characters\)\n$/);
+    for (const r of [table, version, denied]) {
+      // deno-lint-ignore no-control-regex
+      assert.doesNotMatch(r.out + r.err.slice(0, -1), /[\x00-\x09\x0b-\x1f\x7f-\x9f]/);
+    }
+  });
+});
+
+Deno.test("cli: a redirect is not followed; recordmetrics of the wrong types is an error", async () => {
+  await withFake((req) => {
+    if (new URL(req.url).pathname === "/version") {
+      return new Response("", { status: 302, headers: { location: "http://127.0.0.1:1/version" } });
+    }
+    return new Response(JSON.stringify({ numFlows: "abc", withLogExporter: true }));
+  }, async (cli, seen) => {
+    const r = await cli("version");
+    assert.equal(r.code, 1);
+    assert.match(
+      r.err,
+      /answered a redirect \(302 to http:\/\/127\.0\.0\.1:1\/version\): not followed/,
+    );
+    const m = await cli("get", "recordmetrics");
+    assert.equal(m.code, 1);
+    assert.match(m.err, /^the API answered numFlows "abc" in JSON, not get recordmetrics's answer/);
+    assert.equal(seen.length, 2);
+  });
+});
+
+Deno.test("cli: antctl's shorthands -s -t -v -k, boolean values, no arguments, an overlong filter", async () => {
+  await withFake(metrics, async (cli, seen, { dir, port }) => {
+    let out = "";
+    let err = "";
+    const io: CliIo = { out: (t) => out += t, err: (t) => err += t };
+    const code = await runCli([
+      "get",
+      "recordmetrics",
+      "-s",
+      `https://127.0.0.1:${port}`,
+      "-t",
+      "5s",
+      "-v",
+      "-k",
+      "/nonexistent/kubeconfig",
+      "--token-file",
+      `${dir}/token`,
+      "-ojson",
+    ], io);
+    assert.equal(code, 0, err);
+    assert.deepEqual(JSON.parse(out), JSON.parse(METRICS));
+    // --help=false runs the command, as cobra.
+    const r = await cli("get", "recordmetrics", "--help=false", "-o", "json");
+    assert.equal(r.code, 0);
+    assert.deepEqual(JSON.parse(r.out), JSON.parse(METRICS));
+    const bad = await cli("version", "--verbose=maybe");
+    assert.equal(bad.code, 1);
+    assert.match(bad.err, /^invalid argument "maybe" for --verbose=maybe/);
+    const long = await cli("get", "flowrecords", "--srcip", "1".repeat(70_000));
+    assert.equal(long.code, 1);
+    assert.match(long.err, /^--srcip: 70000 characters, at most 256/);
+    assert.equal(seen.length, 2);
+  });
+  let out = "";
+  assert.equal(await runCli([], { out: (t) => out = t, err: () => {} }), 0);
+  assert.match(out, /^Usage \(as antctl/);
+});
+
+Deno.test("cli: a token file that is a device or a FIFO is refused, not read (no memory, no hang)", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-cli-token-" });
+  try {
+    await new Deno.Command("mkfifo", { args: [`${dir}/fifo`] }).output();
+    for (const [file, kind] of [["/dev/zero", "character device"], [`${dir}/fifo`, "FIFO"]]) {
+      let err = "";
+      const code = await runCli(["version", "--token-file", file, "--timeout", "2s"], {
+        out: () => {},
+        err: (t) => err = t,
+      });
+      assert.equal(code, 1);
+      assert.match(
+        err,
+        new RegExp(`^cannot read the API token file ${file}: not a regular file \\(${kind}`),
+      );
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -84,6 +84,9 @@ Usage: deno task start [flags]
                        [--dstport N] [-o table|json|yaml] | get recordmetrics [-o ...] |
                        log-level [N] | version    ask the running process (its API), as antctl
                        does; [--server https://127.0.0.1:10348] [--token-file FILE]
+       flow-aggregator set flow-aggregator KEY=VALUE... [--kubeconfig FILE]   edit the
+                       configuration in its ConfigMap ($FA_CONFIG_MAP_NAME), as antctl does
+                       (set flow-aggregator -h lists the keys)
 
 Flags:
   --config FILE        configuration file (Antrea v1.13 flow-aggregator.conf format); watched
@@ -469,6 +472,13 @@ async function run(opts: CliOptions): Promise<number> {
 
 if (import.meta.main && CLI_COMMANDS.includes(Deno.args[0])) {
   Deno.exit(await runCli(Deno.args));
+}
+
+// `set flow-aggregator KEY=VALUE...` edits the configuration's ConfigMap through the Kubernetes
+// API (antctl's command); loaded only for it.
+if (import.meta.main && Deno.args[0] === "set") {
+  const { runConfigSet } = await import("./src/k8s/config_set.ts");
+  Deno.exit(await runConfigSet(Deno.args));
 }
 
 if (import.meta.main) {

@@ -93,6 +93,41 @@ export interface PermissionInputs {
   stateFile?: string;
 }
 
+/** One permission entry, with where it comes from (named when it cannot be granted). */
+export interface PermissionGrant {
+  /** The `--allow-<kind>` list. */
+  kind: "net" | "read";
+  /** What needs it. */
+  source: string;
+  /** The entry. */
+  value: string;
+}
+
+/**
+ * What using the Kubernetes API needs: the API server's `host:port` (net) and the service
+ * account directory or the kubeconfig file (read), `kube` being the server in use
+ * (`resolveKubeTarget`); and the service account directory looked at to tell whether the process
+ * runs in a Pod (`serviceAccountLookup`), read so that a token absent is told from one refused.
+ * The aggregator's permissions and the `set flow-aggregator` command's (the launcher) both come
+ * from here.
+ */
+export function kubeGrants(
+  kube: KubeTarget | undefined,
+  serviceAccountLookup: string | undefined,
+): PermissionGrant[] {
+  const out: PermissionGrant[] = [];
+  if (kube !== undefined) {
+    const u = new URL(kube.server);
+    const server = `${u.hostname}:${u.port || (u.protocol === "http:" ? 80 : 443)}`;
+    out.push({ kind: "net", source: "the Kubernetes API server", value: server });
+    out.push({ kind: "read", source: "the Kubernetes credentials", value: resolve(kube.source) });
+  }
+  if (serviceAccountLookup !== undefined) {
+    out.push({ kind: "read", source: "the service account", value: resolve(serviceAccountLookup) });
+  }
+  return out;
+}
+
 /** The process's permissions: allow-lists per kind, and the booleans. */
 export interface ProcessPermissions extends ExporterPermissions {
   /**
@@ -166,14 +201,8 @@ export function processPermissions(
     grant("write", "--log_dir", resolve(inputs.logDir));
     grant("env", "--log_dir", ...KLOG_FILE_ENV);
   }
-  if (inputs.kube !== undefined) {
-    const u = new URL(inputs.kube.server);
-    const server = `${u.hostname}:${u.port || (u.protocol === "http:" ? 80 : 443)}`;
-    grant("net", "the Kubernetes API server", server);
-    grant("read", "the Kubernetes credentials", resolve(inputs.kube.source));
-  }
-  if (inputs.serviceAccountLookup !== undefined) {
-    grant("read", "the service account", resolve(inputs.serviceAccountLookup));
+  for (const g of kubeGrants(inputs.kube, inputs.serviceAccountLookup)) {
+    grant(g.kind, g.source, g.value);
   }
   if (inputs.stateFile !== undefined) {
     // The file, and the one it is written through (atomic: renamed over it).

@@ -1,7 +1,8 @@
 /**
  * Kubernetes integration (control-plane.md §2–§4): the API client, publication of the
  * collector's TLS material, the cluster UUID and the Pod store. A process without a cluster
- * runs standalone and loads none of it.
+ * runs standalone and loads none of it. Also `set flow-aggregator` (antctl's edit of the
+ * configuration's ConfigMap, §2.5).
  *
  * @module
  */
@@ -60,3 +61,13 @@ export {
   type PodStoreStats,
 } from "./pod_store.ts";
 export { type Backoff, retrying, type RetryOptions } from "./retry.ts";
+export {
+  CONFIG_KEY,
+  CONFIG_MAP_ENV,
+  editConfig,
+  parseSetArgs,
+  runConfigSet,
+  SET_COMMAND,
+  SETTABLE_KEYS,
+  updateConfigMap,
+} from "./config_set.ts";

@@ -14,7 +14,9 @@
  *
  * The API client's subcommands (`get flowrecords`, `get recordmetrics`, `log-level`, `version`:
  * the image's `/usr/local/bin/antctl` runs this launcher with them) run the program with the
- * API's address and the token's directory granted, nothing else ({@linkcode cliPermissions}).
+ * API's address and the token's directory granted, nothing else ({@linkcode cliPermissions});
+ * `set flow-aggregator KEY=VALUE...` (antctl's too) with the Kubernetes API server, the service
+ * account or kubeconfig, and the few variables it reads ({@linkcode setPermissions}).
  *
  * A configuration reloaded later that needs more makes the process exit with
  * `EXIT_NEW_PERMISSIONS` (77) after a graceful stop; kubelet restarts the container, and this
@@ -30,7 +32,16 @@ import { dirname, resolve } from "node:path";
 import { CLI_COMMANDS, cliTarget } from "../api/cli.ts";
 import { type CliOptions, parseArgs, resolveCommand } from "../cli_options.ts";
 import { logger, setLogFormat } from "../log.ts";
-import { permissionFlags, PROCESS_ENV, UNSTABLE_FLAGS } from "../permissions.ts";
+import { resolveKubeTarget, serviceAccountLookup } from "../k8s/client.ts";
+import { parseSetArgs, SET_COMMAND, SET_ENV, type SetCommandLine } from "../k8s/config_set.ts";
+import { permissionEntryProblem } from "../permission_entry.ts";
+import {
+  kubeGrants,
+  permissionFlags,
+  type PermissionGrant,
+  PROCESS_ENV,
+  UNSTABLE_FLAGS,
+} from "../permissions.ts";
 import { PROGRAM_FILE } from "../worker_module.ts";
 import { execve } from "./execve.ts";
 
@@ -105,6 +116,74 @@ export function cliPermissions(args: readonly string[]): string[] {
   return [`--allow-net=${host}`, `--allow-read=${dir}`];
 }
 
+/**
+ * The subcommands the image's `antctl` passes to the launcher (its C source's `COMMANDS` is
+ * generated from this list): the API client's and `set`.
+ */
+export const ANTCTL_COMMANDS: readonly string[] = [...CLI_COMMANDS, SET_COMMAND];
+
+/** Where {@linkcode setPermissions} looks for the API server (tests replace them). */
+export interface KubeLookup {
+  /** Environment lookup; default the process's. */
+  env?: (name: string) => string | undefined;
+  /** The service account directory; default the Pod's. */
+  serviceAccountDir?: string;
+}
+
+/**
+ * The permissions of `set flow-aggregator ...` (`args` with the subcommand): the Kubernetes API
+ * server and the service account directory or kubeconfig file, found and computed as for the
+ * aggregator (`resolveKubeTarget`, `kubeGrants` of src/permissions.ts), and the environment the
+ * command reads (`SET_ENV`). None for `-h` or a command line that does not parse (the program
+ * says what is wrong); a kubeconfig that cannot be read is granted alone (the program reads it
+ * and says why).
+ */
+export async function setPermissions(
+  args: readonly string[],
+  lookup: KubeLookup = {},
+): Promise<string[]> {
+  let cmd: SetCommandLine;
+  try {
+    cmd = parseSetArgs(args);
+  } catch {
+    return [];
+  }
+  if (cmd.help) return [];
+  const options = {
+    kubeconfig: cmd.kubeconfig,
+    env: lookup.env,
+    serviceAccountDir: lookup.serviceAccountDir,
+    processEnv: PROCESS_ENV,
+  };
+  let grants: PermissionGrant[];
+  try {
+    grants = kubeGrants(await resolveKubeTarget(options), serviceAccountLookup(options));
+  } catch {
+    const env = lookup.env ?? ((name: string) => {
+      try {
+        return Deno.env.get(name);
+      } catch {
+        return undefined;
+      }
+    });
+    const path = cmd.kubeconfig ?? (env("KUBECONFIG")?.split(":")[0] || undefined);
+    grants = path === undefined
+      ? []
+      : [{ kind: "read", source: "the kubeconfig", value: resolve(path) }];
+  }
+  const list = (kind: PermissionGrant["kind"]) => [
+    ...new Set(
+      grants.filter((g) => g.kind === kind && permissionEntryProblem(kind, g.value) === undefined)
+        .map((g) => g.value),
+    ),
+  ];
+  const flags = [];
+  if (list("net").length > 0) flags.push(`--allow-net=${list("net").join(",")}`);
+  if (list("read").length > 0) flags.push(`--allow-read=${list("read").join(",")}`);
+  flags.push(`--allow-env=${[...SET_ENV].sort().join(",")}`);
+  return flags;
+}
+
 /** What the launcher does with a command line. */
 export interface LaunchPlan {
   /** The argument vector to exec (`argv[0]` the runtime). */
@@ -124,7 +203,8 @@ export interface LaunchPlan {
  *   prints the help, the version or the usage error itself;
  * - `permissions`: the program with `--allow-read --allow-env`, as `deno task permissions`;
  * - the API client's subcommands (`get`, `log-level`, `version`: the image's `antctl`): the
- *   program with {@linkcode cliPermissions}, the API's address and the token's directory.
+ *   program with {@linkcode cliPermissions}, the API's address and the token's directory;
+ * - `set flow-aggregator ...` (antctl's too): the program with {@linkcode setPermissions}.
  *
  * Throws for `clickhouse`, which needs permissions of its own (run the program for it), and
  * when the configuration cannot be read or is invalid (the message is the program's).
@@ -145,6 +225,9 @@ export async function launchPlan(
     // No `permissions` in the plan: the launcher logs nothing before a CLI's output. No
     // prompt either (`kubectl exec -it` has a terminal): what is not granted is an error.
     return { argv: run([...cliPermissions(args), "--no-prompt", ...UNSTABLE_FLAGS]) };
+  }
+  if (args[0] === SET_COMMAND) {
+    return { argv: run([...await setPermissions(args), "--no-prompt", ...UNSTABLE_FLAGS]) };
   }
   if (args[0] === "clickhouse") {
     throw new Error(

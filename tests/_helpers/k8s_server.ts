@@ -60,6 +60,11 @@ export interface Fault {
   hang?: "headers" | "body";
   /** Before an update: modify the stored object (a concurrent writer), so the update is stale. */
   concurrentWrite?: boolean;
+  /**
+   * Before an update: replace the stored object with what this returns for it (a concurrent
+   * writer's own change, e.g. to the data), so the update is stale.
+   */
+  concurrentEdit?: (stored: KubeObject) => KubeObject;
   /** Answer 200 with these lines and end the answer (a watch that sends them and closes). */
   lines?: readonly string[];
   /** Answer 200 with this text (an object of the server's choosing, right or wrong). */
@@ -411,6 +416,9 @@ export class FakeKubeApiServer {
         return existing === undefined ? notFound() : json(existing);
       case "PUT": {
         if (existing === undefined) return notFound();
+        if (fault?.concurrentEdit !== undefined) {
+          this.put(resource, fault.concurrentEdit(structuredClone(existing)));
+        }
         if (fault?.concurrentWrite) {
           this.put(resource, {
             ...existing,

@@ -19,6 +19,7 @@ import { permissionFlags, processPermissions } from "../../src/permissions.ts";
 import { STOCK_V113_CONF, UPSTREAM_DEPLOYMENT_ARGS } from "../_helpers/stock_config.ts";
 import { IMAGE_PATHS, IMAGE_TAG, imageSpec } from "../../scripts/image.ts";
 import { SERVICE_ACCOUNT_DIR } from "../../src/k8s/mod.ts";
+import { CONFIG_KEY, CONFIG_MAP_ENV } from "../../src/k8s/config_set.ts";
 
 const MANIFEST = new URL("../../deploy/flow-aggregator.yml", import.meta.url).pathname;
 const NS = "flow-aggregator";
@@ -84,11 +85,14 @@ Deno.test("manifest: the objects of upstream's v1.13 manifest", () => {
 
 Deno.test("manifest: RBAC grants only the calls the process makes (§4.5), namespaced", () => {
   // Certificate publication: get/update the named objects (the CA Secret is ours, so that a
-  // restart keeps the CA), create (not name-restrictable).
+  // restart keeps the CA), create (not name-restrictable); `antctl set flow-aggregator`: get and
+  // update of the configuration's ConfigMap, by name (upstream's chart: update only, §4.6).
   assert.deepEqual(grants(get("Role", "flow-aggregator-role", NS).rules), [
     "configmaps/*:create",
     "configmaps/flow-aggregator-ca:get",
     "configmaps/flow-aggregator-ca:update",
+    "configmaps/flow-aggregator-configmap:get",
+    "configmaps/flow-aggregator-configmap:update",
     "secrets/*:create",
     "secrets/flow-aggregator-ca-tls:get",
     "secrets/flow-aggregator-ca-tls:update",
@@ -189,6 +193,29 @@ Deno.test("manifest: the Deployment runs our image with upstream's args, probes 
   const env = Object.fromEntries(c.env.map((e: Obj) => [e.name, e]));
   assert.equal(env.POD_NAMESPACE.valueFrom.fieldRef.fieldPath, "metadata.namespace");
   assert.equal(env.CH_USERNAME.valueFrom.secretKeyRef.name, "clickhouse-secret");
+});
+
+Deno.test("manifest: antctl set flow-aggregator may get and update the ConfigMap the Pod mounts, and only it", () => {
+  const c = get("Deployment", "flow-aggregator", NS).spec.template.spec.containers[0];
+  const env = Object.fromEntries(c.env.map((e: Obj) => [e.name, e]));
+  // What the command edits: $FA_CONFIG_MAP_NAME in $POD_NAMESPACE (the Pod's, the Role's).
+  const name = env[CONFIG_MAP_ENV].value;
+  assert.equal(name, "flow-aggregator-configmap");
+  const cm = get("ConfigMap", name, NS);
+  assert.equal(typeof cm.data[CONFIG_KEY], "string");
+  const role = get("Role", "flow-aggregator-role", NS);
+  const onIt = grants(role.rules).filter((g) => g.startsWith(`configmaps/${name}:`));
+  assert.deepEqual(onIt, [`configmaps/${name}:get`, `configmaps/${name}:update`]);
+  // By name: no rule grants get or update on every ConfigMap, nor any cluster-wide.
+  assert.ok(!grants(role.rules).some((g) => /^configmaps\/\*:(get|update|patch|list)/.test(g)));
+  assert.ok(
+    !grants(get("ClusterRole", "flow-aggregator-role").rules).some((g) =>
+      g.startsWith("configmaps/")
+    ),
+  );
+  assert.deepEqual(bindingSubjects("RoleBinding", "flow-aggregator-role-binding", NS), [
+    `${NS}/${get("Deployment", "flow-aggregator", NS).spec.template.spec.serviceAccountName}`,
+  ]);
 });
 
 Deno.test("manifest: no command, the image's launcher runs; in a Pod it grants what deno task permissions computes, scoped", () => {

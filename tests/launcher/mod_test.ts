@@ -7,13 +7,16 @@
  */
 
 import assert from "node:assert/strict";
-import { DEFAULT_SERVER } from "../../src/api/cli.ts";
+import { CLI_COMMANDS, DEFAULT_SERVER } from "../../src/api/cli.ts";
+import { SET_ENV } from "../../src/k8s/config_set.ts";
 import {
+  ANTCTL_COMMANDS,
   cliPermissions,
   LAUNCHED_FLAG,
   launcherFlags,
   launchPlan,
   programLocation,
+  setPermissions,
 } from "../../src/launcher/mod.ts";
 import { PROCESS_ENV } from "../../src/permissions.ts";
 import { COMPONENTS } from "../../src/components.ts";
@@ -330,4 +333,112 @@ Deno.test("launcher: a variable the permission computation reads but may not is 
       );
     },
   );
+});
+
+Deno.test("launcher: antctl's commands are the API client's and set", () => {
+  assert.deepEqual(ANTCTL_COMMANDS, [...CLI_COMMANDS, "set"]);
+});
+
+/** The `--allow-env` of `set`: the variables it reads, no more. */
+const SET_ENV_FLAG = `--allow-env=${[...SET_ENV].sort().join(",")}`;
+
+Deno.test("launcher: set in a Pod gets the API server, the service account directory and its variables", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-launcher-sa-" });
+  try {
+    await Deno.writeTextFile(`${dir}/token`, "t");
+    const args = ["set", "flow-aggregator", "clickHouse.enable=true"];
+    const pod = (host: string) => ({
+      env: (n: string) =>
+        ({ KUBERNETES_SERVICE_HOST: host, KUBERNETES_SERVICE_PORT: "6443" } as Record<
+          string,
+          string
+        >)[n],
+      serviceAccountDir: dir,
+    });
+    assert.deepEqual(await setPermissions(args, pod("10.96.0.1")), [
+      "--allow-net=10.96.0.1:6443",
+      `--allow-read=${dir}`,
+      SET_ENV_FLAG,
+    ]);
+    assert.deepEqual(await setPermissions(args, pod("fd00::1")), [
+      "--allow-net=[fd00::1]:6443",
+      `--allow-read=${dir}`,
+      SET_ENV_FLAG,
+    ]);
+    // A Pod without a token: the directory (the program tells absent from refused), no server.
+    await Deno.remove(`${dir}/token`);
+    assert.deepEqual(await setPermissions(args, pod("10.96.0.1")), [
+      `--allow-read=${dir}`,
+      SET_ENV_FLAG,
+    ]);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+  // Env of the set command: what it reads.
+  assert.deepEqual([...SET_ENV].sort(), [
+    "FA_CONFIG_MAP_NAME",
+    "KUBECONFIG",
+    "KUBERNETES_SERVICE_HOST",
+    "KUBERNETES_SERVICE_PORT",
+    "LOG_STREAM",
+    "LOG_TOKENS",
+    "POD_NAMESPACE",
+  ]);
+});
+
+Deno.test("launcher: set with --kubeconfig (or $KUBECONFIG) gets its server and the file; no cluster, only its variables", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fa-launcher-kc-" });
+  try {
+    const kc = `${dir}/config`;
+    await Deno.writeTextFile(
+      kc,
+      JSON.stringify({
+        apiVersion: "v1",
+        kind: "Config",
+        clusters: [{ name: "c", cluster: { server: "https://api.example:8443" } }],
+        users: [{ name: "u", user: { token: "x" } }],
+        contexts: [{ name: "c", context: { cluster: "c", user: "u" } }],
+        "current-context": "c",
+      }),
+    );
+    const none = { env: () => undefined };
+    const want = ["--allow-net=api.example:8443", `--allow-read=${kc}`, SET_ENV_FLAG];
+    const args = ["set", "flow-aggregator", "--kubeconfig", kc, "clickHouse.enable=true"];
+    assert.deepEqual(await setPermissions(args, none), want);
+    assert.deepEqual(
+      await setPermissions(["set", "flow-aggregator", "flowCollector.enable=1"], {
+        env: (n) => n === "KUBECONFIG" ? `${kc}:/other` : undefined,
+      }),
+      want,
+    );
+    // The plan: the program with those flags, no prompt.
+    assert.deepEqual((await launchPlan(args)).argv, cliArgv(want, args));
+    // A kubeconfig that cannot be read: granted alone, the program says why.
+    assert.deepEqual(
+      await setPermissions(
+        ["set", "flow-aggregator", "--kubeconfig", `${dir}/nope`, "a.b=c"],
+        none,
+      ),
+      [],
+      "a bad KEY=VALUE: nothing (the program refuses it first)",
+    );
+    assert.deepEqual(
+      await setPermissions(
+        ["set", "flow-aggregator", "--kubeconfig", `${dir}/nope`, "clickHouse.debug=1"],
+        none,
+      ),
+      [`--allow-read=${dir}/nope`, SET_ENV_FLAG],
+    );
+    // Nothing found: the variables only (the program says no API was found).
+    assert.deepEqual(
+      await setPermissions(["set", "flow-aggregator", "clickHouse.debug=1"], none),
+      [SET_ENV_FLAG],
+    );
+    // -h and command lines that do not parse: no permission.
+    for (const a of [["set", "-h"], ["set"], ["set", "flow-aggregator", "--x"], ["set", "x=1"]]) {
+      assert.deepEqual(await setPermissions(a, none), [], a.join(" "));
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });

@@ -45,7 +45,8 @@ import { startLogOutput } from "./src/log/mod.ts";
 import { DEFAULT_NAMESPACE } from "./src/pki/common.ts";
 import type { GeneratedCertificates } from "./src/pki/certificates.ts";
 import { apiAddress, DEFAULT_TOKEN_FILE, runCli, startApi } from "./src/api/mod.ts";
-import { CLI_COMMANDS } from "./src/api/cli.ts";
+import { ANTCTL, CLI_COMMANDS, CLI_USAGE, commandFirst, SET_COMMAND } from "./src/api/cli.ts";
+import { PLATFORM } from "./src/api/handler.ts";
 import { systemClock } from "./src/clock.ts";
 import { connectKube, type KubeApi } from "./src/k8s/client.ts";
 import { ClusterIdentity } from "./src/k8s/cluster_uuid.ts";
@@ -470,15 +471,34 @@ async function run(opts: CliOptions): Promise<number> {
   return exitCode;
 }
 
-if (import.meta.main && CLI_COMMANDS.includes(Deno.args[0])) {
-  Deno.exit(await runCli(Deno.args));
+/** The command line of the image's antctl (`antctl ...`: never the aggregator's), else none. */
+const antctlLine = Deno.args[0] === ANTCTL ? commandFirst(Deno.args.slice(1)) : undefined;
+/** The CLI's command line: antctl's, or the program's own when it names a CLI command. */
+const cliLine = antctlLine ?? Deno.args;
+
+if (import.meta.main && CLI_COMMANDS.includes(cliLine[0])) {
+  Deno.exit(await runCli(cliLine));
 }
 
 // `set flow-aggregator KEY=VALUE...` edits the configuration's ConfigMap through the Kubernetes
 // API (antctl's command); loaded only for it.
-if (import.meta.main && Deno.args[0] === "set") {
+if (import.meta.main && cliLine[0] === SET_COMMAND) {
   const { runConfigSet } = await import("./src/k8s/config_set.ts");
-  Deno.exit(await runConfigSet(Deno.args));
+  Deno.exit(await runConfigSet(cliLine));
+}
+
+// antctl with no command (or `help`, `-h`): its usage; with anything else, an error. Never on to
+// start an aggregator.
+if (import.meta.main && antctlLine !== undefined) {
+  const { SET_USAGE } = await import("./src/k8s/config_set.ts");
+  const usage = `${CLI_USAGE}\n${SET_USAGE}`;
+  const first = antctlLine[0];
+  if (first === undefined || ["help", "-h", "--help"].includes(first)) {
+    console.log(usage);
+    Deno.exit(0);
+  }
+  console.error(`antctl: unknown command ${JSON.stringify(first)}\n${usage}`);
+  Deno.exit(1);
 }
 
 if (import.meta.main) {
@@ -495,7 +515,7 @@ if (import.meta.main) {
     // Not Deno.exit: the module then finishes evaluating, and Deno stores its compiled code
     // in its cache (the image build runs this to fill it, see scripts/bundle.ts).
     console.log(
-      `flow-aggregator version ${VERSION} ${Deno.build.os}/${Deno.build.arch} deno${Deno.version.deno}`,
+      `flow-aggregator version ${VERSION} ${PLATFORM} deno${Deno.version.deno}`,
     );
   } else {
     try {

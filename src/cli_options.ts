@@ -97,7 +97,9 @@ export function parseArgs(args: readonly string[]): CliOptions {
     exitOnNewPermissions: false,
   };
   for (let i = 0; i < args.length; i++) {
-    const arg = args[i];
+    // `-v2` is `--v=2`: pflag gives a one-letter Go flag (klog's v) its shorthand, which takes
+    // its value attached.
+    const arg = /^-v\d+$/.test(args[i]) ? `--v=${args[i].slice(2)}` : args[i];
     if (i === 0 && arg === "permissions") {
       opts.permissions = true;
       continue;

@@ -140,6 +140,9 @@ Deno.test("main: the v1.13 Deployment's klog flags are parsed with Go's flag rul
 
 Deno.test("main: --version, --help and -h", () => {
   assert.equal(parseArgs(["--version"]).version, true);
+  // pflag's shorthand of klog's one-letter flag: -v2 is --v=2.
+  assert.equal(parseArgs(["-v2"]).verbosity, 2);
+  assert.equal(parseArgs(["-v", "3"]).verbosity, 3);
   assert.equal(parseArgs(["--help"]).help, true);
   assert.equal(parseArgs(["-h"]).help, true);
 });

@@ -25,6 +25,19 @@ import { readAtMost, readRegularText } from "../bytes.ts";
 /** The subcommands this module serves (main.ts dispatches on them). */
 export const CLI_COMMANDS: readonly string[] = ["get", "log-level", "version"];
 
+/** antctl's `set flow-aggregator KEY=VALUE...` (src/k8s/config_set.ts). */
+export const SET_COMMAND = "set";
+
+/** Every command of the image's antctl: the API client's and `set`. */
+export const ANTCTL_COMMANDS: readonly string[] = [...CLI_COMMANDS, SET_COMMAND];
+
+/**
+ * The first argument the image's `antctl` passes to the launcher, then its own arguments: an
+ * antctl command line (its global flags may come before the command, as cobra takes them), never
+ * the aggregator's, whatever follows.
+ */
+export const ANTCTL = "antctl";
+
 const FLOW_FILTERS = ["srcip", "dstip", "proto", "srcport", "dstport"];
 
 /** Where output goes (tests capture it). */
@@ -132,6 +145,25 @@ function parse(args: readonly string[]): Parsed {
     flags[name] = value;
   }
   return { words, flags };
+}
+
+/**
+ * `args` (an antctl command line) with the global flags written before the command moved after
+ * it, as cobra takes them anywhere: `-v get recordmetrics` → `get recordmetrics -v`. Stops at
+ * the first word, at `--` and at a flag it does not know (left where it is).
+ */
+export function commandFirst(args: readonly string[]): string[] {
+  let i = 0;
+  while (i < args.length && args[i] !== "--") {
+    const long = /^--([^=]+)(=?)/.exec(args[i]);
+    const short = long === null ? /^-([^-])([^]*)$/.exec(args[i]) : null;
+    const name = long?.[1] ?? (short === null ? undefined : SHORT[short[1]]);
+    if (name === undefined || FLAGS[name] === undefined) break;
+    const attached = long !== null ? long[2] === "=" : short![2] !== "";
+    i += FLAGS[name].value && !attached ? 2 : 1;
+  }
+  const cut = Math.min(i, args.length);
+  return [...args.slice(cut), ...args.slice(0, cut)];
 }
 
 /** Where the CLI asks by default (antctl's hard-coded address, control-plane.md §5.8). */
@@ -276,12 +308,14 @@ export const CLI_USAGE = `Usage (as antctl in the Flow Aggregator's Pod):
   get recordmetrics [-o table|json|yaml]
   log-level [N]
   version
-Flags of every command:
-  --server URL        the API (default ${DEFAULT_SERVER})
-  --token-file FILE   its bearer token; its CA is api-ca.crt beside it
-                      (default ${DEFAULT_TOKEN_FILE})
-  --timeout DURATION  give up after this long (default ${DEFAULT_TIMEOUT})
-  -h, --help          this text`;
+Flags of every command (before or after it):
+  -s, --server URL        the API (default ${DEFAULT_SERVER})
+      --token-file FILE   its bearer token; its CA is api-ca.crt beside it
+                          (default ${DEFAULT_TOKEN_FILE})
+  -t, --timeout DURATION  give up after this long (default ${DEFAULT_TIMEOUT})
+  -v, --verbose, -k, --kubeconfig FILE
+                          antctl's, taken with no effect here
+  -h, --help              this text`;
 
 /** A failure of a command: its message is printed and the exit code is 1. */
 class CliError extends Error {}

@@ -92,6 +92,15 @@ function json(body: string, headers: Record<string, string> = {}): Response {
 export const RECORD_LIMIT_HEADER = "x-flow-records-limit";
 
 /**
+ * `<os>/<arch>` in Go's names (`linux/amd64`, `linux/arm64`), as upstream's `/version` and
+ * `--version` print it and as nodes' `kubernetes.io/arch` labels say it (Deno says `x86_64`).
+ */
+export const PLATFORM = `${Deno.build.os}/${
+  ({ x86_64: "amd64", aarch64: "arm64" } as Record<string, string>)[Deno.build.arch] ??
+    Deno.build.arch
+}`;
+
+/**
  * Constant-time comparison of the presented token with ours. The scheme's case is free, as the
  * Kubernetes API server's (`bearer x` was refused).
  */
@@ -204,7 +213,7 @@ function version(v: string): Response {
     buildDate: "",
     goVersion: "",
     compiler: "deno",
-    platform: `${Deno.build.os}/${Deno.build.arch}`,
+    platform: PLATFORM,
   }));
 }
 

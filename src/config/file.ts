@@ -29,6 +29,8 @@ export async function readConfigFile(
   path: string,
   max = MAX_CONFIG_FILE_BYTES,
 ): Promise<string> {
+  // Upstream's words for `--config=` (fatal at start).
+  if (path === "") throw new Error("configFile is empty string");
   let opened: { file: Deno.FsFile; size: number };
   try {
     opened = await openRegularFile(path);

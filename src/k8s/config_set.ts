@@ -28,9 +28,10 @@ import { minOneSecond } from "../config/schema.ts";
 import { DEFAULT_NAMESPACE } from "../pki/common.ts";
 import { connectKube, type KubeApi, type KubeTarget, resolveKubeTarget } from "./client.ts";
 import { ATTEMPT_TIMEOUT_MS, describe, statusOf } from "./retry.ts";
+import { SET_COMMAND } from "../api/cli.ts";
 
-/** The subcommand (`set`) and its one object (`flow-aggregator`). */
-export const SET_COMMAND = "set";
+export { SET_COMMAND };
+
 /** What `set` edits: upstream's only `antctl set` object in the Flow Aggregator's Pod. */
 export const SET_OBJECT = "flow-aggregator";
 

@@ -29,11 +29,11 @@
  */
 
 import { dirname, resolve } from "node:path";
-import { CLI_COMMANDS, cliTarget } from "../api/cli.ts";
+import { ANTCTL, CLI_COMMANDS, cliTarget, commandFirst, SET_COMMAND } from "../api/cli.ts";
 import { type CliOptions, parseArgs, resolveCommand } from "../cli_options.ts";
 import { logger, setLogFormat } from "../log.ts";
 import { resolveKubeTarget, serviceAccountLookup } from "../k8s/client.ts";
-import { parseSetArgs, SET_COMMAND, SET_ENV, type SetCommandLine } from "../k8s/config_set.ts";
+import { parseSetArgs, SET_ENV, type SetCommandLine } from "../k8s/config_set.ts";
 import { permissionEntryProblem } from "../permission_entry.ts";
 import {
   kubeGrants,
@@ -115,12 +115,6 @@ export function cliPermissions(args: readonly string[]): string[] {
   if (host.includes(",") || dir.includes(",")) return [];
   return [`--allow-net=${host}`, `--allow-read=${dir}`];
 }
-
-/**
- * The subcommands the image's `antctl` passes to the launcher (its C source's `COMMANDS` is
- * generated from this list): the API client's and `set`.
- */
-export const ANTCTL_COMMANDS: readonly string[] = [...CLI_COMMANDS, SET_COMMAND];
 
 /** Where {@linkcode setPermissions} looks for the API server (tests replace them). */
 export interface KubeLookup {
@@ -221,6 +215,17 @@ export async function launchPlan(
     where.program,
     ...rest,
   ];
+  if (args[0] === ANTCTL) {
+    // The image's antctl: its command line, whatever it holds, is never the aggregator's. The
+    // program gets it as it came (with the marker) and says what is wrong when no command is.
+    const line = commandFirst(args.slice(1));
+    const granted = CLI_COMMANDS.includes(line[0])
+      ? cliPermissions(line)
+      : line[0] === SET_COMMAND
+      ? await setPermissions(line)
+      : [];
+    return { argv: run([...granted, "--no-prompt", ...UNSTABLE_FLAGS]) };
+  }
   if (CLI_COMMANDS.includes(args[0])) {
     // No `permissions` in the plan: the launcher logs nothing before a CLI's output. No
     // prompt either (`kubectl exec -it` has a terminal): what is not granted is an error.

@@ -240,8 +240,9 @@ export function startLogOutput(
   const dir = klogFileDir(flags);
   if (dir === undefined) return { notes, close: () => {} };
   if (flags.logFile !== "") {
+    // An error, so that it reaches stderr too: the file asked for is never written.
     notes.push({
-      level: "warn",
+      level: "error",
       msg: "--log_file is not supported: writing per-severity files to the log directory",
       fields: { log_file: flags.logFile, log_dir: dir },
     });

@@ -5,7 +5,7 @@
  */
 
 import assert from "node:assert/strict";
-import { type CliIo, MAX_ANSWER_BYTES, runCli } from "../../src/api/cli.ts";
+import { type CliIo, commandFirst, MAX_ANSWER_BYTES, runCli } from "../../src/api/cli.ts";
 import { RECORD_LIMIT_HEADER } from "../../src/api/handler.ts";
 import { generateApiCertificate } from "../../src/pki/mod.ts";
 
@@ -362,4 +362,23 @@ Deno.test("cli: a token file that is a device or a FIFO is refused, not read (no
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
+});
+
+Deno.test("cli: commandFirst moves the global flags written before the command after it", () => {
+  assert.deepEqual(commandFirst(["-v", "get", "recordmetrics"]), ["get", "recordmetrics", "-v"]);
+  assert.deepEqual(
+    commandFirst(["--server", "https://x:1", "-t5s", "-s=https://y:2", "version", "-ojson"]),
+    ["version", "-ojson", "--server", "https://x:1", "-t5s", "-s=https://y:2"],
+  );
+  assert.deepEqual(commandFirst(["-k", "kc", "set", "flow-aggregator", "a=b"]), [
+    "set",
+    "flow-aggregator",
+    "a=b",
+    "-k",
+    "kc",
+  ]);
+  // An unknown flag or `--` stops it: left where it is (the caller says what is wrong).
+  assert.deepEqual(commandFirst(["--config", "/x"]), ["--config", "/x"]);
+  assert.deepEqual(commandFirst(["-v", "--", "get"]), ["--", "get", "-v"]);
+  assert.deepEqual(commandFirst([]), []);
 });

@@ -33,13 +33,22 @@ async function withTempDir(fn: (dir: string) => Promise<void>): Promise<void> {
   }
 }
 
+/** The machine's architecture in Go's names, as upstream prints it. */
+const GO_ARCH = Deno.build.arch === "x86_64" ? "amd64" : "arm64";
+
 Deno.test("cli: --version prints name, version, platform and runtime, exit 0", async () => {
   const r = await runToExit({ args: ["--version"] });
   assert.equal(r.code, 0);
   assert.equal(
     r.stdout,
-    `flow-aggregator version ${denoJson.version} ${Deno.build.os}/${Deno.build.arch} deno${Deno.version.deno}\n`,
+    `flow-aggregator version ${denoJson.version} ${Deno.build.os}/${GO_ARCH} deno${Deno.version.deno}\n`,
   );
+});
+
+Deno.test("cli: --config= (empty) is fatal with upstream's words", async () => {
+  const r = await runToExit({ args: ["--config="] });
+  assert.equal(r.code, 255, r.stderr);
+  assert.match(r.stderr, /configFile is empty string/);
 });
 
 Deno.test("cli: klog flags of the v1.13 Deployment are accepted", async () => {

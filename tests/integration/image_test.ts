@@ -324,7 +324,8 @@ for (const transport of ["TCP", "UDP"] as const) {
               IMAGE_PATHS.antctl,
               ...args,
             ]);
-          const r = await antctl("get", "recordmetrics", "-o", "json");
+          // antctl's global flags may come before the command, as cobra takes them.
+          const r = await antctl("-v", "get", "recordmetrics", "-o", "json");
           assert.equal(r.code, 0, r.stderr);
           assert.equal(r.stderr, "", "the launcher logs nothing before the CLI's output");
           const m = JSON.parse(r.stdout);
@@ -358,10 +359,11 @@ for (const transport of ["TCP", "UDP"] as const) {
           const bad = await antctl("set", "flow-aggregator", "clickHouse.enable");
           assert.equal(bad.code, 1);
           assert.match(bad.stderr, /^query should contain exactly one '='\n/);
-          // What would start a second aggregator in the Pod is refused.
+          // What would start a second aggregator in the Pod is refused (by the program, run
+          // with no permission).
           const set2 = await antctl("--config", "/x");
           assert.equal(set2.code, 1);
-          assert.match(set2.stderr, /antctl: unknown command "--config"/);
+          assert.match(set2.stderr, /^antctl: unknown command "--config"/);
           const help = await antctl();
           assert.equal(help.code, 0, help.stderr);
           assert.match(help.stdout, /^Usage \(as antctl[^]*set flow-aggregator KEY=VALUE/);
@@ -440,29 +442,21 @@ Deno.test("image: antctl's C source keeps every entrypoint argument byte for byt
     `${dir}/antctl`,
   );
   const run = (...args: string[]) => cmd(`${dir}/antctl`, args);
-  const r = await run("version", "x y", "--server=https://[::1]:1");
-  assert.equal(r.code, 0, r.stderr);
-  assert.equal(
-    r.stdout,
-    [...odd, "version", "x y", "--server=https://[::1]:1"].map((a) => `[${a}]`).join(""),
-  );
-  // `set` is exec'd as the CLI's commands are.
-  const set = await run("set", "flow-aggregator", "clickHouse.enable=true");
-  assert.equal(set.code, 0, set.stderr);
-  assert.equal(
-    set.stdout,
-    [...odd, "set", "flow-aggregator", "clickHouse.enable=true"].map((a) => `[${a}]`).join(""),
-  );
-  // Not a CLI command (it would start a second aggregator): refused, nothing exec'd.
-  for (const args of [["setx", "flow-aggregator"], ["--config", "/x"]]) {
-    const no = await run(...args);
-    assert.equal(no.code, 1);
-    assert.equal(no.stdout, "");
-    assert.match(no.stderr, /^antctl: unknown command/);
+  // Every command line goes to the entrypoint after the `antctl` marker, as it came: the
+  // launcher takes it as antctl's whatever it holds (a line that would start an aggregator
+  // included: the launcher's tests show it refused there).
+  for (
+    const args of [
+      ["version", "x y", "--server=https://[::1]:1"],
+      ["set", "flow-aggregator", "clickHouse.enable=true"],
+      ["--config", "/x"],
+      [],
+    ]
+  ) {
+    const r = await run(...args);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, [...odd, "antctl", ...args].map((a) => `[${a}]`).join(""));
   }
-  const help = await run("--help");
-  assert.equal(help.code, 0);
-  assert.match(help.stdout, /set flow-aggregator KEY=VALUE[^]*clickHouse\.commitInterval/);
   const ldd = await cmd("ldd", [`${dir}/antctl`]);
   assert.match(ldd.stdout + ldd.stderr, /not a dynamic executable/, "static");
   assert.ok(antctlSource(imageSpec()).includes(cStringLiteral(IMAGE_PATHS.launcher)));

@@ -7,10 +7,9 @@
  */
 
 import assert from "node:assert/strict";
-import { CLI_COMMANDS, DEFAULT_SERVER } from "../../src/api/cli.ts";
+import { ANTCTL_COMMANDS, CLI_COMMANDS, DEFAULT_SERVER } from "../../src/api/cli.ts";
 import { SET_ENV } from "../../src/k8s/config_set.ts";
 import {
-  ANTCTL_COMMANDS,
   cliPermissions,
   LAUNCHED_FLAG,
   launcherFlags,
@@ -440,5 +439,41 @@ Deno.test("launcher: set with --kubeconfig (or $KUBECONFIG) gets its server and 
     }
   } finally {
     await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("launcher: an antctl command line is never the aggregator's: its command gets its permissions, anything else none", async () => {
+  const plan = (args: string[]) => launchPlan(["antctl", ...args]);
+  const tail = (argv: string[], args: string[]) => argv.slice(-(args.length + 2));
+  // Global flags before the command (cobra takes them anywhere).
+  const before = ["-v", "--server", "https://127.0.0.1:9999", "get", "recordmetrics", "-ojson"];
+  const p1 = await plan(before);
+  assert.equal(p1.permissions, undefined);
+  assert.ok(p1.argv.includes("--allow-net=127.0.0.1:9999"), p1.argv.join(" "));
+  assert.ok(p1.argv.includes("--no-prompt"));
+  assert.deepEqual(tail(p1.argv, before), [MAIN_TS, "antctl", ...before]);
+  // What would start an aggregator, or nothing: the program with no permission, told it is antctl.
+  for (const args of [["--config", "/x"], [], ["help"], ["flow-aggregator"]]) {
+    const p = await plan(args);
+    assert.equal(p.permissions, undefined, args.join(" "));
+    assert.ok(!p.argv.some((a) => a.startsWith("--allow-")), p.argv.join(" "));
+    assert.deepEqual(tail(p.argv, args), [MAIN_TS, "antctl", ...args]);
+  }
+});
+
+Deno.test("launcher: the program told it is antctl prints the usage or refuses; it never starts an aggregator", async () => {
+  for (
+    const [args, code, out] of [
+      [["antctl"], 0, /^Usage \(as antctl[^]*set flow-aggregator KEY=VALUE/],
+      [["antctl", "-h"], 0, /^Usage \(as antctl/],
+      [["antctl", "--config", "/x"], 1, /^antctl: unknown command "--config"/],
+      [["antctl", "--listen", "127.0.0.1:1"], 1, /^antctl: unknown command "--listen"/],
+    ] as const
+  ) {
+    // No permission at all, as the launcher plans it: an aggregator could not even start.
+    const r = await runDeno(["run", "--no-prompt", "--config", DENO_JSON, MAIN_TS, ...args]);
+    assert.equal(r.code, code, `${args.join(" ")}: ${r.stderr}`);
+    assert.match(code === 0 ? r.stdout : r.stderr, out);
+    assert.doesNotMatch(r.stderr, /NotCapable|Requires .* access/);
   }
 });

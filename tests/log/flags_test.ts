@@ -58,7 +58,7 @@ Deno.test("log output: unsupported or out-of-range flags and a bad directory bec
       logFileMaxSizeMB: 200_000,
     }));
     assert.deepEqual(out.notes.map((n) => [n.level, n.msg]), [
-      ["warn", "--log_file is not supported: writing per-severity files to the log directory"],
+      ["error", "--log_file is not supported: writing per-severity files to the log directory"],
       ["error", "--log_file_max_size above 102400 MB is ignored"],
     ]);
     out.close();

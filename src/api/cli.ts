@@ -19,7 +19,7 @@ import { stringify } from "yaml";
 import { stringifyExact } from "../aggregation/records_json.ts";
 import { caFileOf, DEFAULT_TOKEN_FILE } from "./server.ts";
 import { RECORD_LIMIT_HEADER } from "./handler.ts";
-import { parseWaitDuration } from "../config/duration.ts";
+import { goBool, parseWaitDuration } from "../config/duration.ts";
 import { readAtMost, readRegularText } from "../bytes.ts";
 
 /** The subcommands this module serves (main.ts dispatches on them). */
@@ -91,13 +91,6 @@ const SHORT: Record<string, string> = {
   v: "verbose",
   k: "kubeconfig",
 };
-
-/** Go's `strconv.ParseBool` (cobra's boolean flags). */
-function goBool(text: string): boolean | undefined {
-  if (["1", "t", "T", "TRUE", "true", "True"].includes(text)) return true;
-  if (["0", "f", "F", "FALSE", "false", "False"].includes(text)) return false;
-  return undefined;
-}
 
 interface Parsed {
   words: string[];

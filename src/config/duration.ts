@@ -2,10 +2,18 @@
  * Go `time.ParseDuration` semantics (control-plane.md §1.3), because the configuration file is
  * shared with upstream Antrea and its users write Go durations (`1h30m`, `3.5s`, `500ms`). The
  * parser works in exact bigint nanoseconds so that overflow is detected like Go does, and
- * converts to milliseconds only at the end.
+ * converts to milliseconds only at the end. Also Go's `strconv.ParseBool` ({@linkcode goBool}),
+ * which upstream's flags and `antctl set` read booleans with.
  */
 
 import { MAX_TIMER_DELAY_MS } from "../clock.ts";
+
+/** Go's `strconv.ParseBool`: its six spellings of each value; undefined for anything else. */
+export function goBool(text: string): boolean | undefined {
+  if (["1", "t", "T", "TRUE", "true", "True"].includes(text)) return true;
+  if (["0", "f", "F", "FALSE", "false", "False"].includes(text)) return false;
+  return undefined;
+}
 
 const UNIT_NS: Record<string, bigint> = {
   ns: 1n,

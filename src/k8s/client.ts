@@ -24,7 +24,7 @@ import {
 import { ATTEMPT_TIMEOUT_MS, statusOf } from "./retry.ts";
 import { type WatchHandle, type WatchHandlers, watchStream } from "./watch.ts";
 import { logger } from "../log.ts";
-import { openRegularFile, readUpTo } from "../bytes.ts";
+import { readRegularText } from "../bytes.ts";
 
 const log = logger("k8s");
 
@@ -135,14 +135,7 @@ export const MAX_KUBECONFIG_BYTES = 4 << 20;
  */
 async function readKubeconfig(path: string): Promise<string> {
   try {
-    const { file, size } = await openRegularFile(path);
-    try {
-      const bytes = await readUpTo(file, MAX_KUBECONFIG_BYTES, size);
-      if (bytes === undefined) throw new Error(`over ${MAX_KUBECONFIG_BYTES} bytes: not read`);
-      return new TextDecoder().decode(bytes);
-    } finally {
-      file.close();
-    }
+    return await readRegularText(path, MAX_KUBECONFIG_BYTES);
   } catch (err) {
     throw new Error(`kubeconfig ${path}: ${(err as Error).message}`, { cause: err });
   }

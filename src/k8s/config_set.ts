@@ -25,6 +25,7 @@ import {
   Scalar,
 } from "yaml";
 import { minOneSecond } from "../config/schema.ts";
+import { goBool } from "../config/duration.ts";
 import { DEFAULT_NAMESPACE } from "../pki/common.ts";
 import { connectKube, type KubeApi, type KubeTarget, resolveKubeTarget } from "./client.ts";
 import { ATTEMPT_TIMEOUT_MS, describe, statusOf } from "./retry.ts";
@@ -132,9 +133,11 @@ export interface SetCommandLine {
 
 /** Go's `strconv.ParseBool`, with its error text. */
 export function parseGoBool(text: string): boolean {
-  if (["1", "t", "T", "TRUE", "true", "True"].includes(text)) return true;
-  if (["0", "f", "F", "FALSE", "false", "False"].includes(text)) return false;
-  throw new ConfigSetError(`strconv.ParseBool: parsing ${JSON.stringify(text)}: invalid syntax`);
+  const on = goBool(text);
+  if (on === undefined) {
+    throw new ConfigSetError(`strconv.ParseBool: parsing ${JSON.stringify(text)}: invalid syntax`);
+  }
+  return on;
 }
 
 /** One `KEY=VALUE` argument read as upstream's command reads it; throws {@linkcode ConfigSetError}. */

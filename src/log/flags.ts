@@ -19,7 +19,7 @@
  * @module
  */
 
-import { parseWaitDuration } from "../config/duration.ts";
+import { goBool, parseWaitDuration } from "../config/duration.ts";
 import { type LogLevel, setLogWriter, writeStderr } from "../log.ts";
 import { KlogFiles } from "./klog_files.ts";
 
@@ -89,18 +89,14 @@ export interface FlagOccurrence {
   next: () => string;
 }
 
-function goBool(name: string, text: string): boolean {
-  if (["1", "t", "T", "TRUE", "true", "True"].includes(text)) return true;
-  if (["0", "f", "F", "FALSE", "false", "False"].includes(text)) return false;
-  throw new Error(`invalid boolean value "${text}" for flag --${name}`);
-}
-
 /**
  * A boolean flag as Go's flag package reads it: set by its name alone, or `--name=false` (any
  * of `strconv.ParseBool`'s spellings); any other value is refused, naming the flag.
  */
 export function boolFlag(name: string, inline: string | undefined): boolean {
-  return inline === undefined ? true : goBool(name, inline);
+  const on = goBool(inline ?? "true");
+  if (on === undefined) throw new Error(`invalid boolean value "${inline}" for flag --${name}`);
+  return on;
 }
 
 function natural(name: string, text: string): number {

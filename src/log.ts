@@ -8,6 +8,19 @@
 
 import { formatKlogLine } from "./log/klog_format.ts";
 
+/**
+ * The longest text of an error a peer sent that is logged or printed (a server's error body can
+ * be megabytes): see {@linkcode clipText}.
+ */
+export const MAX_ERROR_TEXT = 2048;
+
+/** `text` cut to `max` characters, saying how many were left out. */
+export function clipText(text: string, max: number = MAX_ERROR_TEXT): string {
+  return text.length <= max
+    ? text
+    : `${text.slice(0, max)}… (${text.length - max} more characters)`;
+}
+
 /** Severity of a log event, most severe first. */
 export type LogLevel = "error" | "warn" | "info" | "debug";
 

@@ -78,3 +78,15 @@ export function addressProblem(hostPort: string): string | undefined {
   if (hostPort.includes("*")) return "a wildcard (*) is not a host to connect to";
   return permissionEntryProblem("net", hostPort);
 }
+
+/**
+ * `Deno.env.get(name)`, a variable the process may not read (no `--allow-env` for it) taken as
+ * unset: the one lookup of the sinks, the Kubernetes client, `antctl set` and the launcher.
+ */
+export function envOrUnset(name: string): string | undefined {
+  try {
+    return Deno.env.get(name);
+  } catch {
+    return undefined;
+  }
+}

@@ -296,12 +296,13 @@ export function permissionFlags(p: ProcessPermissions): string[] {
 
 /**
  * `arg` as one POSIX shell word: as it is when it holds only characters no shell treats
- * specially (what every flag of an ordinary configuration holds, so `deno run $(deno task
- * permissions)` keeps working), else in single quotes (a path with a space, `;`, `$` or a quote
- * then reaches `deno run` as one argument when the line is pasted or `eval`ed, and runs nothing).
+ * specially, else in single quotes, so the printed line can be pasted or `eval`ed: a path with a
+ * space, `;`, `$` or a quote reaches `deno run` as one argument and runs nothing, and an address
+ * list with `[::]` is not a glob pattern (bash's failglob and zsh refuse an unmatched one, and a
+ * file of a matching name would replace it).
  */
 export function shellWord(arg: string): string {
-  return /^[A-Za-z0-9_\-=.,:/@%+[\]]+$/.test(arg) ? arg : `'${arg.replaceAll("'", `'\\''`)}'`;
+  return /^[A-Za-z0-9_\-=.,:/@%+]+$/.test(arg) ? arg : `'${arg.replaceAll("'", `'\\''`)}'`;
 }
 
 /** A Markdown table of each enabled sink's worker permissions (for the README and operators). */

@@ -365,15 +365,18 @@ Deno.test("permissions: the printed flags are shell words: a path with a space, 
     const line = r.stdout.trim();
     // As a shell reads the line (pasted, or eval'd): each flag one word, nothing run.
     const sh = await new Deno.Command("bash", {
-      args: ["-c", `printf '[%s]\\n' ${line}`],
+      // failglob: an unquoted `[::]` that matches no file is an error, not a word.
+      args: ["-O", "failglob", "-c", `printf '[%s]\\n' ${line}`],
       stdout: "piped",
       stderr: "piped",
     }).output();
     const words = new TextDecoder().decode(sh.stdout).trim().split("\n").map((w) => w.slice(1, -1));
+    assert.equal(sh.code, 0, new TextDecoder().decode(sh.stderr));
     assert.ok(!words.includes("pwned"), words.join(" "));
+    assert.ok(words.some((w) => /^--allow-net=.*\[::\]:10348/.test(w)), words.join(" "));
     const read = words.find((w) => w.startsWith("--allow-read="));
     assert.ok(read?.slice("--allow-read=".length).split(",").includes(dir), `${read} names ${dir}`);
-    // Ordinary flags are printed as they are (so $(deno task permissions) keeps working).
+    // Ordinary flags are printed as they are.
     assert.ok(line.includes(" --unstable-net "), line);
     assert.ok(words.includes("--unstable-net"));
   } finally {

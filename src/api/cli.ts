@@ -21,6 +21,7 @@ import { caFileOf, DEFAULT_TOKEN_FILE } from "./server.ts";
 import { RECORD_LIMIT_HEADER } from "./handler.ts";
 import { goBool, parseWaitDuration } from "../config/duration.ts";
 import { readAtMost, readRegularText } from "../bytes.ts";
+import { clipText } from "../log.ts";
 
 /** The subcommands this module serves (main.ts dispatches on them). */
 export const CLI_COMMANDS: readonly string[] = ["get", "log-level", "version"];
@@ -162,9 +163,6 @@ export function commandFirst(args: readonly string[]): string[] {
 /** Where the CLI asks by default (antctl's hard-coded address, control-plane.md §5.8). */
 export const DEFAULT_SERVER = "https://127.0.0.1:10348";
 
-/** The longest part of an error answer's body printed. */
-const MAX_ERROR_CHARS = 2048;
-
 /** How long a command waits for the API's whole answer, unless `--timeout` says otherwise. */
 export const DEFAULT_TIMEOUT = "30s";
 
@@ -214,15 +212,22 @@ function table(header: string[], rows: string[][]): string {
 type Rec = Record<string, unknown>;
 
 /**
- * `text` with every control character (C0, DEL, C1: a newline and a tab too) written as `\xNN`:
+ * `text` with every control character (C0, DEL, C1: a newline and a tab too) written as `\xNN`
+ * and every format character (a bidirectional override, a zero width) as `\u{NNNN}`:
  * what the API relays (Pod names from the Agents, an error body) reaches a terminal as text,
  * never as an escape sequence that retitles or clears it.
  */
 export function printable(text: string): string {
   return text.replace(
-    // deno-lint-ignore no-control-regex
-    /[\x00-\x1f\x7f-\x9f]/g,
-    (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, "0")}`,
+    // Controls (C0, DEL, C1), and format characters (bidirectional overrides and isolates, zero
+    // widths), which reorder or hide what the terminal shows.
+    /[\p{Cc}\p{Cf}\u2028\u2029]/gu,
+    (c) => {
+      const code = c.codePointAt(0)!;
+      return code <= 0xff
+        ? `\\x${code.toString(16).padStart(2, "0")}`
+        : `\\u{${code.toString(16)}}`;
+    },
   );
 }
 
@@ -429,9 +434,8 @@ function answer(command: string, body: string): unknown {
   }
   const isObject = typeof value === "object" && value !== null && !Array.isArray(value);
   if (command === FLOWS) {
-    if (value !== null && !(Array.isArray(value) && value.every((r) => typeof r === "object"))) {
-      throw bad("JSON");
-    }
+    const record = (r: unknown) => typeof r === "object" && r !== null && !Array.isArray(r);
+    if (value !== null && !(Array.isArray(value) && value.every(record))) throw bad("JSON");
   } else if (command === "log-level") {
     if (typeof value !== "number" || !Number.isInteger(value)) throw bad("JSON");
   } else if (command === "version") {
@@ -544,9 +548,7 @@ async function run(args: readonly string[], io: CliIo, maxAnswerBytes: number): 
     // An error body as text, cut and without control characters.
     const text = body.trim();
     io.err(
-      `${res.status}: ${printable(text.slice(0, MAX_ERROR_CHARS))}${
-        text.length > MAX_ERROR_CHARS ? `… (${text.length - MAX_ERROR_CHARS} more characters)` : ""
-      }`,
+      `${res.status}: ${printable(clipText(text))}`,
     );
     return 1;
   }
@@ -560,7 +562,10 @@ async function run(args: readonly string[], io: CliIo, maxAnswerBytes: number): 
     const records = (value ?? []) as Rec[];
     io.out(render(records, p.flags.output ?? "table", flowTable));
     const limit = Number(res.headers.get(RECORD_LIMIT_HEADER));
-    if (limit > 0 && records.length >= limit) {
+    // As many as asked for with --limit is what was asked; as many as the API's own cap may
+    // have left some out.
+    const asked = p.flags.limit === undefined ? Infinity : Number(p.flags.limit);
+    if (limit > 0 && records.length >= limit && asked > limit) {
       io.err(
         `note: ${records.length} records shown, the most the API returns for one query; more ` +
           `may be held: narrow the query with --srcip, --dstip, --proto, --srcport, --dstport`,

@@ -25,6 +25,7 @@ import { ATTEMPT_TIMEOUT_MS, statusOf } from "./retry.ts";
 import { type WatchHandle, type WatchHandlers, watchStream } from "./watch.ts";
 import { logger } from "../log.ts";
 import { readRegularText } from "../bytes.ts";
+import { envOrUnset } from "../permission_entry.ts";
 
 const log = logger("k8s");
 
@@ -72,13 +73,7 @@ export interface KubeTargetOptions {
   processEnv?: readonly string[];
 }
 
-function processEnv(name: string): string | undefined {
-  try {
-    return Deno.env.get(name);
-  } catch {
-    return undefined; // no --allow-env for it: treated as absent
-  }
-}
+const processEnv = envOrUnset;
 
 function envGranted(variable: string): boolean {
   return Deno.permissions.querySync({ name: "env", variable }).state === "granted";
@@ -194,13 +189,21 @@ export async function resolveKubeTarget(
     const h = isIPv6(host) ? `[${host}]` : host;
     return { mode: "in-cluster", server: `https://${h}:${port}`, source: dir };
   }
-  const path = options.kubeconfig ?? (env("KUBECONFIG")?.split(":")[0] || undefined);
+  const path = kubeconfigPath(options.kubeconfig, env);
   if (path === undefined) return undefined;
   return {
     mode: "kubeconfig",
     server: await kubeconfigServer(path, options.processEnv ?? []),
     source: path,
   };
+}
+
+/** The kubeconfig to use: `--kubeconfig`, else the first file of `$KUBECONFIG`, else none. */
+export function kubeconfigPath(
+  explicit: string | undefined,
+  env: (name: string) => string | undefined = envOrUnset,
+): string | undefined {
+  return explicit ?? (env("KUBECONFIG")?.split(":")[0] || undefined);
 }
 
 /** A Pod list (or a page of it) and the resource version to watch from. */

@@ -26,6 +26,7 @@ import {
 } from "yaml";
 import { minOneSecond } from "../config/schema.ts";
 import { goBool } from "../config/duration.ts";
+import { envOrUnset } from "../permission_entry.ts";
 import { DEFAULT_NAMESPACE } from "../pki/common.ts";
 import { connectKube, type KubeApi, type KubeTarget, resolveKubeTarget } from "./client.ts";
 import { ATTEMPT_TIMEOUT_MS, describe, statusOf } from "./retry.ts";
@@ -165,6 +166,14 @@ export function parseAssignment(arg: string): Assignment {
   return { key, value: text };
 }
 
+/** antctl's global shorthands. */
+const GLOBAL_SHORT: Record<string, string> = {
+  k: "kubeconfig",
+  s: "server",
+  t: "timeout",
+  v: "verbose",
+};
+
 /**
  * Parses `args` (`set flow-aggregator ...`, the subcommand included) as cobra would: `-h`,
  * `--help`, `--kubeconfig FILE` / `--kubeconfig=FILE` anywhere, `--` ends the flags. Throws a
@@ -180,14 +189,29 @@ export function parseSetArgs(args: readonly string[]): SetCommandLine {
       words.push(...args.slice(i + 1));
       break;
     }
+    // antctl's global flags (`-k/--kubeconfig`, and with no effect on `set`: `-v/--verbose`,
+    // `-s/--server`, `-t/--timeout`, `--token-file`), in any of cobra's forms.
+    const global = /^(?:--(kubeconfig|server|timeout|token-file|verbose)|-([kstv]))(?:(=)?([^]*))$/
+      .exec(arg);
+    const name = global === null ? undefined : global[1] ?? GLOBAL_SHORT[global[2]];
     if (arg === "-h" || arg === "--help") {
       help = true;
-    } else if (arg === "--kubeconfig" || arg.startsWith("--kubeconfig=")) {
-      const value = arg === "--kubeconfig" ? args[++i] : arg.slice("--kubeconfig=".length);
-      if (value === undefined || value === "") {
-        throw new ConfigSetError("flag needs an argument: --kubeconfig");
+    } else if (
+      global !== null && name !== undefined &&
+      (global[3] === "=" || global[4] === "" || global[2] !== undefined)
+    ) {
+      if (name === "verbose") {
+        if (global[4] !== "" && goBool(global[4]) === undefined) {
+          throw new ConfigSetError(`invalid argument ${JSON.stringify(global[4])} for ${arg}`);
+        }
+        continue;
       }
-      kubeconfig = value;
+      const attached = global[3] === "=" || (global[2] !== undefined && global[4] !== "");
+      const value = attached ? global[4] : args[++i];
+      if (value === undefined || value === "") {
+        throw new ConfigSetError(`flag needs an argument: --${name}`);
+      }
+      if (name === "kubeconfig") kubeconfig = value;
     } else if (arg.startsWith("-") && arg !== "-") {
       throw new ConfigSetError(`unknown flag: ${arg.split("=")[0]}`);
     } else {
@@ -505,14 +529,6 @@ export interface SetEnvironment {
   update?: UpdateOptions;
 }
 
-function processEnv(name: string): string | undefined {
-  try {
-    return Deno.env.get(name);
-  } catch {
-    return undefined; // not granted: unset
-  }
-}
-
 /**
  * Runs `set flow-aggregator ...` (`args` with the subcommand); returns the exit code: 0 (silent,
  * as upstream's), 1 for a usage error or a failure, its message on stderr.
@@ -522,7 +538,7 @@ export async function runConfigSet(
   io: SetIo = STD_IO,
   surroundings: SetEnvironment = {},
 ): Promise<number> {
-  const env = surroundings.env ?? processEnv;
+  const env = surroundings.env ?? envOrUnset;
   let cmd: SetCommandLine;
   try {
     cmd = parseSetArgs(args);

@@ -32,7 +32,7 @@ import { dirname, resolve } from "node:path";
 import { ANTCTL, CLI_COMMANDS, cliTarget, commandFirst, SET_COMMAND } from "../api/cli.ts";
 import { type CliOptions, parseArgs, resolveCommand } from "../cli_options.ts";
 import { logger, setLogFormat } from "../log.ts";
-import { resolveKubeTarget, serviceAccountLookup } from "../k8s/client.ts";
+import { kubeconfigPath, resolveKubeTarget, serviceAccountLookup } from "../k8s/client.ts";
 import { parseSetArgs, SET_ENV, type SetCommandLine } from "../k8s/config_set.ts";
 import { permissionEntryProblem } from "../permission_entry.ts";
 import {
@@ -153,14 +153,7 @@ export async function setPermissions(
   try {
     grants = kubeGrants(await resolveKubeTarget(options), serviceAccountLookup(options));
   } catch {
-    const env = lookup.env ?? ((name: string) => {
-      try {
-        return Deno.env.get(name);
-      } catch {
-        return undefined;
-      }
-    });
-    const path = cmd.kubeconfig ?? (env("KUBECONFIG")?.split(":")[0] || undefined);
+    const path = kubeconfigPath(cmd.kubeconfig, lookup.env);
     grants = path === undefined
       ? []
       : [{ kind: "read", source: "the kubeconfig", value: resolve(path) }];

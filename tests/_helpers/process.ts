@@ -438,5 +438,34 @@ export const PERMISSIONS = ["run", "--allow-read", "--allow-env", "--config", DE
 export async function printedPermissions(args: readonly string[]): Promise<string[]> {
   const out = await runDeno([...PERMISSIONS, "permissions", ...args]);
   if (out.code !== 0) throw new Error(`permissions exited with ${out.code}:\n${out.stderr}`);
-  return out.stdout.trim().split(" ");
+  return shellSplit(out.stdout.trim());
+}
+
+/**
+ * The words of a line as a POSIX shell splits plain, single-quoted and backslash-escaped text
+ * (what `permissions` prints: `shellWord` of src/permissions.ts).
+ */
+export function shellSplit(line: string): string[] {
+  const words: string[] = [];
+  let word: string | undefined;
+  for (let i = 0; i < line.length; i++) {
+    const c = line[i];
+    if (c === " ") {
+      if (word !== undefined) words.push(word);
+      word = undefined;
+      continue;
+    }
+    word ??= "";
+    if (c === "'") {
+      const end = line.indexOf("'", i + 1);
+      word += line.slice(i + 1, end);
+      i = end;
+    } else if (c === "\\") {
+      word += line[++i];
+    } else {
+      word += c;
+    }
+  }
+  if (word !== undefined) words.push(word);
+  return words;
 }

@@ -132,7 +132,7 @@ Deno.test("cli: --limit is passed on, and an answer as long as the API's limit s
     assert.match(all.err, /^note: 3 records shown, the most the API returns for one query/);
     const two = await cli("get", "flowrecords", "--limit", "2", "--proto", "6", "-o", "json");
     assert.equal(JSON.parse(two.out).length, 2);
-    assert.match(two.err, /^note: 2 records shown/);
+    assert.equal(two.err, "", "as many as --limit asked for: complete as asked");
     const under = await cli("get", "flowrecords", "--limit", "5");
     assert.equal(under.code, 0);
     assert.equal(under.out.split("\n").filter((l) => l !== "").length, 4, "header and 3 rows");
@@ -381,4 +381,28 @@ Deno.test("cli: commandFirst moves the global flags written before the command a
   assert.deepEqual(commandFirst(["--config", "/x"]), ["--config", "/x"]);
   assert.deepEqual(commandFirst(["-v", "--", "get"]), ["--", "get", "-v"]);
   assert.deepEqual(commandFirst([]), []);
+});
+
+Deno.test("cli: flowrecords items that are not objects are an error; a bidi override is escaped; --limit asked is no truncation", async () => {
+  for (const body of ["[null]", "[[1,2]]", '["x"]']) {
+    await withFake(() => new Response(body), async (cli) => {
+      const r = await cli("get", "flowrecords");
+      assert.equal(r.code, 1, body);
+      assert.match(r.err, /^the API answered JSON, not get flowrecords's answer/);
+    });
+  }
+  await withFake(
+    () =>
+      new Response(JSON.stringify([{ sourcePodName: "a\u202eb\u200bc" }]), {
+        headers: { [RECORD_LIMIT_HEADER]: "1" },
+      }),
+    async (cli) => {
+      const r = await cli("get", "flowrecords", "--limit", "1");
+      assert.equal(r.code, 0);
+      assert.match(r.out, /a\\u\{202e\}b\\u\{200b\}c/);
+      assert.equal(r.err, "", "as many as --limit asked for: no note");
+      const over = await cli("get", "flowrecords", "--limit", "20000");
+      assert.match(over.err, /^note: 1 records shown/, "more asked than the API's limit");
+    },
+  );
 });

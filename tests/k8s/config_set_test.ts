@@ -195,6 +195,26 @@ Deno.test("config set: upstream's messages for a bad KEY=VALUE", () => {
 Deno.test("config set: the command line: -h, --kubeconfig, and what is not one", () => {
   assert.equal(parseSetArgs(["set", "flow-aggregator", "-h"]).help, true);
   assert.equal(parseSetArgs(["set", "--help"]).help, true);
+  // antctl's global flags (the image's antctl moves those written first after the command).
+  const globals = parseSetArgs([
+    "set",
+    "flow-aggregator",
+    "clickHouse.enable=true",
+    "-v",
+    "-k",
+    "/kc",
+    "-t5s",
+    "--server=https://x:1",
+    "--verbose=false",
+  ]);
+  assert.equal(globals.kubeconfig, "/kc");
+  assert.equal(globals.assignments.length, 1);
+  assert.equal(
+    parseSetArgs(["set", "flow-aggregator", "flowCollector.enable=1", "-k=/k2"]).kubeconfig,
+    "/k2",
+  );
+  assert.throws(() => parseSetArgs(["set", "flow-aggregator", "-v=maybe"]), /invalid argument/);
+  assert.throws(() => parseSetArgs(["set", "flow-aggregator", "--kubeconfigx"]), /unknown flag/);
   assert.deepEqual(
     parseSetArgs(["set", "flow-aggregator", "--kubeconfig", "/k", "clickHouse.enable=1"]),
     { help: false, kubeconfig: "/k", assignments: [{ key: "clickHouse.enable", value: true }] },

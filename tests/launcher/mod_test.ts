@@ -19,7 +19,13 @@ import {
 } from "../../src/launcher/mod.ts";
 import { PROCESS_ENV } from "../../src/permissions.ts";
 import { COMPONENTS } from "../../src/components.ts";
-import { DENO_JSON, MAIN_TS, printedPermissions, runDeno } from "../_helpers/process.ts";
+import {
+  DENO_JSON,
+  MAIN_TS,
+  printedPermissions,
+  runDeno,
+  shellSplit,
+} from "../_helpers/process.ts";
 import { generateApiCertificate } from "../../src/pki/mod.ts";
 
 const PLAN_CHILD = new URL("../_helpers/launch_plan_child.ts", import.meta.url).pathname;
@@ -304,7 +310,7 @@ Deno.test("launcher: S3 with AWS_ENDPOINT_URL_S3 set is granted that endpoint, a
         { env },
       );
       assert.equal(printed.code, 0, printed.stderr);
-      assert.deepEqual(plan.permissions, printed.stdout.trim().split(" "));
+      assert.deepEqual(plan.permissions, shellSplit(printed.stdout.trim()));
       // AWS_ENDPOINT_URL alone.
       const fallback = await planUnderLauncherFlags(args, {
         AWS_ENDPOINT_URL_S3: "",

@@ -24,6 +24,7 @@
 import type { ClickHouseClient } from "@clickhouse/client";
 import { withDeadline } from "../../deadline.ts";
 import { readAtMost } from "../../bytes.ts";
+import { clipText, MAX_ERROR_TEXT } from "../../log.ts";
 import {
   EGRESS_NODE_NAME_COLUMN,
   INSERT_COLUMNS,
@@ -105,8 +106,7 @@ export interface Connection {
 /** Error codes of a connection that was never made: the request did not leave. */
 const NOT_SENT = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH"]);
 
-/** The longest error text kept (logged, returned): a server's error body can be megabytes. */
-export const MAX_ERROR_TEXT = 2048;
+export { MAX_ERROR_TEXT };
 
 /**
  * Longest answer read from a preparation query (the table's columns: a few KB) or an insert
@@ -114,12 +114,7 @@ export const MAX_ERROR_TEXT = 2048;
  */
 export const MAX_ANSWER_BYTES = 1024 * 1024;
 
-/** `text` cut to {@linkcode MAX_ERROR_TEXT} characters, saying how much was left out. */
-function clip(text: string): string {
-  return text.length <= MAX_ERROR_TEXT
-    ? text
-    : `${text.slice(0, MAX_ERROR_TEXT)}… (${text.length - MAX_ERROR_TEXT} more characters)`;
-}
+const clip = (text: string): string => clipText(text);
 
 function errorText(err: unknown): string {
   const e = err as { message?: string; code?: string; name?: string };

@@ -26,6 +26,7 @@
 import type { S3Client } from "@aws-sdk/client-s3";
 import { pipeline, Readable, Transform } from "node:stream";
 import { CallGivenUp, withDeadline } from "../../deadline.ts";
+import { envOrUnset } from "../../permission_entry.ts";
 
 /**
  * The SDK, loaded on first use: it reads environment variables as it loads, which a process
@@ -140,14 +141,8 @@ function boundAnswer(method: string, answer: HttpAnswer): void {
   answer.body = bounded;
 }
 
-/** `Deno.env.get`, reading a variable the process may not read as unset. */
-export function denoEnv(name: string): string | undefined {
-  try {
-    return Deno.env.get(name);
-  } catch {
-    return undefined;
-  }
-}
+/** See {@linkcode envOrUnset}. */
+export const denoEnv: (name: string) => string | undefined = envOrUnset;
 
 /**
  * The environment variables that name the endpoint when the configuration does not, in order

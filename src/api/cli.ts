@@ -47,7 +47,8 @@ export interface CliIo {
   err(text: string): void;
 }
 
-const STD_IO: CliIo = {
+/** The console, where a command's output goes unless a test captures it. */
+export const CONSOLE_IO: CliIo = {
   out: (t) => console.log(t),
   err: (t) => console.error(t),
 };
@@ -469,7 +470,7 @@ function versionText(v: Rec): string {
  */
 export async function runCli(
   args: readonly string[],
-  io: CliIo = STD_IO,
+  io: CliIo = CONSOLE_IO,
   maxAnswerBytes = MAX_ANSWER_BYTES,
 ): Promise<number> {
   try {

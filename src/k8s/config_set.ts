@@ -30,7 +30,7 @@ import { envOrUnset } from "../permission_entry.ts";
 import { DEFAULT_NAMESPACE } from "../pki/common.ts";
 import { connectKube, type KubeApi, type KubeTarget, resolveKubeTarget } from "./client.ts";
 import { ATTEMPT_TIMEOUT_MS, describe, statusOf } from "./retry.ts";
-import { SET_COMMAND } from "../api/cli.ts";
+import { type CliIo, CONSOLE_IO, SET_COMMAND } from "../api/cli.ts";
 
 export { SET_COMMAND };
 
@@ -506,18 +506,8 @@ export async function updateConfigMap(
   }
 }
 
-/** Where output goes (tests capture it). */
-export interface SetIo {
-  /** Standard output. */
-  out(text: string): void;
-  /** Standard error. */
-  err(text: string): void;
-}
-
-const STD_IO: SetIo = {
-  out: (t) => console.log(t),
-  err: (t) => console.error(t),
-};
+/** Where output goes (tests capture it): the CLI's. */
+export type SetIo = CliIo;
 
 /** What {@linkcode runConfigSet} reads from its surroundings (tests replace them). */
 export interface SetEnvironment {
@@ -535,7 +525,7 @@ export interface SetEnvironment {
  */
 export async function runConfigSet(
   args: readonly string[],
-  io: SetIo = STD_IO,
+  io: SetIo = CONSOLE_IO,
   surroundings: SetEnvironment = {},
 ): Promise<number> {
   const env = surroundings.env ?? envOrUnset;

@@ -120,18 +120,24 @@ Deno.test("launcher: --version, --help and bad arguments go to the program with 
   for (const args of [["--version"], ["--help"], ["--no-such-flag"], ["--config"]]) {
     const plan = await launchPlan(args);
     assert.equal(plan.permissions, undefined);
-    assert.deepEqual(plan.argv, [
-      Deno.execPath(),
-      "run",
-      "--unstable-net",
-      "--unstable-worker-options",
-      "--config",
-      DENO_JSON,
-      MAIN_TS,
-      ...args,
-    ]);
+    assert.deepEqual(plan.argv, programArgv([], args));
   }
 });
+
+/** The argv of the program (the source tree's main.ts) run with `flags` on `args`. */
+function programArgv(flags: readonly string[], args: readonly string[]): string[] {
+  return [
+    Deno.execPath(),
+    "run",
+    ...flags,
+    "--unstable-net",
+    "--unstable-worker-options",
+    "--config",
+    DENO_JSON,
+    MAIN_TS,
+    ...args,
+  ];
+}
 
 Deno.test("launcher: the permissions subcommand runs as deno task permissions does", async () => {
   const plan = await launchPlan(["permissions", "--config", "x.conf"]);
@@ -141,18 +147,7 @@ Deno.test("launcher: the permissions subcommand runs as deno task permissions do
 
 /** The argv the launcher execs for a CLI command line granted `permissions`. */
 function cliArgv(permissions: readonly string[], args: readonly string[]): string[] {
-  return [
-    Deno.execPath(),
-    "run",
-    ...permissions,
-    "--no-prompt",
-    "--unstable-net",
-    "--unstable-worker-options",
-    "--config",
-    DENO_JSON,
-    MAIN_TS,
-    ...args,
-  ];
+  return programArgv([...permissions, "--no-prompt"], args);
 }
 
 Deno.test("launcher: the API client's subcommands get the default API address and token directory", async () => {

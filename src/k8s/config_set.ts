@@ -25,6 +25,7 @@ import {
   Scalar,
 } from "yaml";
 import { minOneSecond } from "../config/schema.ts";
+import { parseConfig } from "../components.ts";
 import { goBool } from "../config/duration.ts";
 import { envOrUnset } from "../permission_entry.ts";
 import { DEFAULT_NAMESPACE } from "../pki/common.ts";
@@ -416,6 +417,28 @@ export function editConfig(text: string, assignments: readonly Assignment[]): st
   return out;
 }
 
+/**
+ * Throws when `next` is a configuration the aggregator refuses and `text` was not: the running
+ * process would reject the reload, and the next start (a restart, a new Pod) would fail on it.
+ * A file refused already is not made worse: the edit may be the one that mends it.
+ */
+function refuseBroken(text: string, next: string): void {
+  const refusal = (t: string): Error | undefined => {
+    try {
+      parseConfig(t);
+      return undefined;
+    } catch (err) {
+      return err as Error;
+    }
+  };
+  const after = refusal(next);
+  if (after === undefined || refusal(text) !== undefined) return;
+  throw new ConfigSetError(
+    `the edited configuration would be refused by the flow aggregator (${after.message}): ` +
+      "not changed; set the keys it needs in the same command",
+  );
+}
+
 /** Where the ConfigMap is. */
 export interface ConfigMapRef {
   /** Its namespace. */
@@ -486,6 +509,7 @@ export async function updateConfigMap(
     }
     const next = editConfig(text, assignments);
     if (next === text) return;
+    refuseBroken(text, next);
     try {
       await api.replaceConfigMap(ref.namespace, {
         ...cm,

@@ -315,7 +315,9 @@ Deno.test("config set: the ConfigMap is updated, silently, with the version read
 Deno.test("config set: POD_NAMESPACE names where it is read and written (upstream read flow-aggregator)", async () => {
   await withServer(
     async ({ server, run }) => {
-      const r = await run(["flowCollector.enable=true"], { POD_NAMESPACE: "fa-elsewhere" });
+      const r = await run(["flowCollector.enable=true", "flowCollector.address=10.0.0.9:4739"], {
+        POD_NAMESPACE: "fa-elsewhere",
+      });
       assert.equal(r.code, 0, r.err);
       assert.ok(server.requests.every((q) => q.url.startsWith("/api/v1/namespaces/fa-elsewhere/")));
       assert.equal(values(confOf(server, "fa-elsewhere")).flowCollector.enable, true);
@@ -323,6 +325,33 @@ Deno.test("config set: POD_NAMESPACE names where it is read and written (upstrea
     STOCK,
     "fa-elsewhere",
   );
+});
+
+Deno.test("config set: an edit the aggregator would refuse is not written (the next start would fail on it); a file refused already may be mended", async () => {
+  await withServer(async ({ server, run }) => {
+    const r = await run(["flowCollector.enable=true"]);
+    assert.equal(r.code, 1);
+    assert.match(
+      r.err,
+      /^the edited configuration would be refused by the flow aggregator \(config: flowCollector\.address: external flow collector enabled without providing address\): not changed/,
+    );
+    assert.equal(confOf(server), STOCK);
+    assert.deepEqual(server.requests.map((q) => q.method), ["GET"]);
+    const both = await run(["flowCollector.enable=true", "flowCollector.address=10.0.0.9:4739"]);
+    assert.equal(both.code, 0, both.err);
+    assert.equal(values(confOf(server)).flowCollector.address, "10.0.0.9:4739");
+  });
+  // Refused already (enabled without an address): an edit that leaves it refused is written.
+  const broken = STOCK.replace(
+    /flowCollector:\n(\s*#.*\n)*\s*enable: false/,
+    (m) => m.replace("enable: false", "enable: true"),
+  );
+  assert.notEqual(broken, STOCK);
+  await withServer(async ({ server, run }) => {
+    const r = await run(["clickHouse.commitInterval=10s"]);
+    assert.equal(r.code, 0, r.err);
+    assert.equal(values(confOf(server)).clickHouse.commitInterval, "10s");
+  }, broken);
 });
 
 Deno.test("config set: FA_CONFIG_MAP_NAME empty is upstream's error, nothing asked of the API", async () => {

@@ -145,6 +145,16 @@ Deno.test("permissions: klog's --log_dir is read (pruning) and written; host and
     klogFileDir({ ...KLOG_DEFAULTS, logtostderr: false, logDir: "/var/log/x" }),
     "/var/log/x",
   );
+  // --log_file wins over --log_dir (klog's): its directory is the one used.
+  assert.equal(
+    klogFileDir({
+      ...KLOG_DEFAULTS,
+      logtostderr: false,
+      logDir: "/var/log/x",
+      logFile: "/var/log/one/fa.log",
+    }),
+    "/var/log/one",
+  );
 });
 
 Deno.test("permissions: with Kubernetes, the API server and the service account; standalone, the state file", () => {

@@ -12,8 +12,9 @@
  *   error, as klog; unlike klog a fraction is accepted), `--log_file_max_num` (0 = keep all),
  *   `--log-flush-frequency` (5s).
  *
- * `--log_file` (one file for every severity) is accepted but not supported: a warning says so
- * and `--log_dir` is used. `--vmodule`, `--log_backtrace_at`, `--add_dir_header`,
+ * `--log_file` writes every line to that one file instead of the per-severity files (its
+ * directory instead of `--log_dir`), started again empty when it would pass
+ * `--log_file_max_size`, as klog's. `--vmodule`, `--log_backtrace_at`, `--add_dir_header`,
  * `--skip_headers`, `--skip_log_headers` and `--one_output` are accepted and have no effect.
  *
  * @module
@@ -22,6 +23,7 @@
 import { goBool, parseWaitDuration } from "../config/duration.ts";
 import { type LogLevel, setLogWriter, writeStderr } from "../log.ts";
 import { KlogFiles } from "./klog_files.ts";
+import { basename, dirname } from "node:path";
 
 /** The klog flags that change the output. */
 export interface KlogFlags {
@@ -31,7 +33,7 @@ export interface KlogFlags {
   alsologtostderr: boolean;
   /** Directory of the log files; "" = the temp directory. */
   logDir: string;
-  /** `--log_file` (accepted, not supported: warned). */
+  /** `--log_file`: one file for every severity (see the module doc). */
   logFile: string;
   /** New file above this many MB (1 MB = 2^20 bytes; fractions allowed); 0 = unlimited. */
   logFileMaxSizeMB: number;
@@ -185,6 +187,8 @@ function env(name: string): string | undefined {
 /** The directory the files go to, or undefined when logging to stderr only. */
 export function klogFileDir(flags: KlogFlags): string | undefined {
   if (flags.logtostderr) return undefined;
+  // `--log_file` wins over `--log_dir`, as klog's.
+  if (flags.logFile !== "") return dirname(flags.logFile);
   return flags.logDir || (env("TMPDIR")?.replace(/\/+$/, "") || "/tmp");
 }
 
@@ -235,14 +239,6 @@ export function startLogOutput(
   const notes: LogNote[] = [];
   const dir = klogFileDir(flags);
   if (dir === undefined) return { notes, close: () => {} };
-  if (flags.logFile !== "") {
-    // An error, so that it reaches stderr too: the file asked for is never written.
-    notes.push({
-      level: "error",
-      msg: "--log_file is not supported: writing per-severity files to the log directory",
-      fields: { log_file: flags.logFile, log_dir: dir },
-    });
-  }
   let maxMB = flags.logFileMaxSizeMB;
   if (maxMB > MAX_SIZE_LIMIT_MB) {
     notes.push({
@@ -262,6 +258,7 @@ export function startLogOutput(
       maxSizeBytes: Math.floor(maxMB * 1024 * 1024),
       maxFiles: flags.logFileMaxNum,
       now: options.now,
+      singleFile: flags.logFile === "" ? undefined : basename(flags.logFile),
     });
   } catch (err) {
     notes.push({

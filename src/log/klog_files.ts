@@ -105,6 +105,12 @@ export interface KlogFilesOptions {
   report?: (line: string) => void;
   /** Wraps each opened file (tests inject write faults); default the file itself. */
   wrapFile?: (file: Deno.FsFile) => KlogFileHandle;
+  /**
+   * klog's `--log_file`: every line, whatever its severity, goes to this one file of `dir`
+   * (appended to at start; when it would exceed `maxSizeBytes` it is started again empty, as
+   * klog truncates it), with no per-severity files, links or pruning. Default: none.
+   */
+  singleFile?: string;
 }
 
 /** Counters of the log files. */
@@ -193,6 +199,7 @@ export class KlogFiles {
         }
       }),
       wrapFile: options.wrapFile ?? ((file) => file),
+      singleFile: options.singleFile ?? "",
     };
     Deno.mkdirSync(this.#opts.dir, { recursive: true });
   }
@@ -210,7 +217,8 @@ export class KlogFiles {
   /** Queues one formatted line (no newline) for the files of its level. */
   write(line: string, level: LogLevel): void {
     const bytes = encoder.encode(line + "\n");
-    for (const severity of FILES_OF[level]) this.#append(severity, bytes);
+    if (this.#opts.singleFile !== "") this.#append("INFO", bytes);
+    else for (const severity of FILES_OF[level]) this.#append(severity, bytes);
     if (this.#pendingBytes >= FLUSH_AT_BYTES) this.flush();
   }
 
@@ -265,7 +273,7 @@ export class KlogFiles {
       const max = this.#opts.maxSizeBytes;
       if (max > 0 && f.size + bytes.length > max && f.size > f.headerSize) {
         this.#flushFile(f, false);
-        this.#open(f);
+        this.#open(f, true);
       }
     }
     if (f.file === undefined) {
@@ -400,7 +408,8 @@ export class KlogFiles {
    * used before for this severity in this process, so no name is reused and none is searched
    * for. On failure `f` has no file: its lines are dropped (counted) until a retry a second later.
    */
-  #open(f: SeverityFile): void {
+  /** (`full`: the current file is full; the single file is then started again empty.) */
+  #open(f: SeverityFile, full = false): void {
     this.#closeFile(f);
     // Only a header can be left (its write failed): the new file gets its own.
     this.#stats.linesDropped += this.#takePending(f).lines;
@@ -411,11 +420,23 @@ export class KlogFiles {
     f.size = f.written = f.headerSize = 0;
     f.header = undefined;
     const stamp = klogFileStamp(now);
-    const base = `${program}.${host}.${user}.log.${f.severity}.${stamp}.${pid}`;
+    const single = this.#opts.singleFile;
+    const base = single !== ""
+      ? single
+      : `${program}.${host}.${user}.log.${f.severity}.${stamp}.${pid}`;
     let file: Deno.FsFile | undefined;
     let name = "";
     try {
       Deno.mkdirSync(dir, { recursive: true });
+      if (single !== "") {
+        // klog's single file: appended to when first opened (or found gone), started again
+        // empty when it is full.
+        name = single;
+        file = Deno.openSync(
+          `${dir}/${name}`,
+          full ? { create: true, write: true, truncate: true } : { create: true, append: true },
+        );
+      }
       for (let attempt = 0; file === undefined && attempt < NAME_ATTEMPTS; attempt++) {
         name = attempt === 0 && stamp !== f.stamp ? base : `${base}.${++f.seq}`;
         try {
@@ -435,6 +456,9 @@ export class KlogFiles {
       const st = handle.statSync();
       f.dev = st.dev;
       f.ino = st.ino;
+      // The single file may hold an earlier run's lines (appended to): its sizes count from
+      // its start, so a cut after a failed write never reaches back into them.
+      if (single !== "") f.written = f.size = st.size;
     } catch {
       f.ino = null; // never matches: the first check reopens
     }
@@ -451,8 +475,10 @@ export class KlogFiles {
     );
     f.header = header;
     f.pending.push(header);
-    f.size = f.headerSize = header.length;
+    f.headerSize = f.size + header.length;
+    f.size += header.length;
     this.#pendingBytes += header.length;
+    if (single !== "") return;
     this.#link(f.severity, name);
     this.#prune(f.severity, name);
   }

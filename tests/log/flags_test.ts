@@ -54,11 +54,9 @@ Deno.test("log output: unsupported or out-of-range flags and a bad directory bec
     const out = startLogOutput(flags({
       logtostderr: false,
       logDir: `${dir}/logs`,
-      logFile: "/x.log",
       logFileMaxSizeMB: 200_000,
     }));
     assert.deepEqual(out.notes.map((n) => [n.level, n.msg]), [
-      ["error", "--log_file is not supported: writing per-severity files to the log directory"],
       ["error", "--log_file_max_size above 102400 MB is ignored"],
     ]);
     out.close();
@@ -69,5 +67,27 @@ Deno.test("log output: unsupported or out-of-range flags and a bad directory bec
     assert.deepEqual(bad.notes.map((n) => n.msg), [
       "cannot create the log directory: logging to stderr only",
     ]);
+  });
+});
+
+Deno.test("log output: --log_file writes every severity to that one file (klog's), appended to; --log_dir is not used", async () => {
+  await withDir((dir) => {
+    Deno.mkdirSync(`${dir}/one`);
+    Deno.writeTextFileSync(`${dir}/one/fa.log`, "an earlier run's line\n");
+    const out = startLogOutput(
+      flags({ logtostderr: false, logDir: `${dir}/logs`, logFile: `${dir}/one/fa.log` }),
+    );
+    assert.deepEqual(out.notes, []);
+    log.info("an info line");
+    log.warn("a warning line");
+    log.error("an error line");
+    out.close();
+    const text = Deno.readTextFileSync(`${dir}/one/fa.log`);
+    assert.match(text, /^an earlier run's line\nLog file created at: /);
+    for (const m of ["an info line", "a warning line", "an error line"]) {
+      assert.equal(text.split(m).length, 2, `${m} once`);
+    }
+    assert.deepEqual([...Deno.readDirSync(`${dir}/one`)].map((e) => e.name), ["fa.log"]);
+    assert.throws(() => Deno.statSync(`${dir}/logs`), Deno.errors.NotFound);
   });
 });

@@ -435,3 +435,34 @@ Deno.test("klog files: the header names the format the lines are written in", as
     setLogFormat(before);
   }
 });
+
+Deno.test("klog files: the single file (--log_file) is started again empty when full, as klog's; a failed write's cut never reaches an earlier run's lines", async () => {
+  await withLogDir((dir) => {
+    Deno.writeTextFileSync(`${dir}/fa.log`, "earlier\n");
+    const f = files(dir, { singleFile: "fa.log", maxSizeBytes: 2048 });
+    for (let i = 0; i < 100; i++) {
+      f.write(`line ${i} ${"x".repeat(40)}`, i % 3 === 0 ? "error" : "info");
+    }
+    f.close();
+    const text = Deno.readTextFileSync(`${dir}/fa.log`);
+    assert.ok(text.length <= 2048, `${text.length} bytes`);
+    assert.match(text, /^Log file created at: /, "started again empty, with its header");
+    assert.match(text, /line 99 x+\n$/);
+    assert.doesNotMatch(text, /earlier|line 0 /);
+    assert.deepEqual([...Deno.readDirSync(dir)].map((e) => e.name), ["fa.log"]);
+    assert.ok(f.stats().filesCreated >= 2);
+  });
+  // A write cut short on a full disk: the torn line is cut off, an earlier run's lines kept.
+  await withLogDir((dir) => {
+    Deno.writeTextFileSync(`${dir}/fa.log`, "earlier\n");
+    const disk = smallDisk(300);
+    const f = files(dir, { singleFile: "fa.log", wrapFile: disk.wrap, report: () => {} });
+    for (let i = 0; i < 20; i++) f.write(`I line ${i} ${"x".repeat(30)}`, "info");
+    f.flush();
+    const text = Deno.readTextFileSync(`${dir}/fa.log`);
+    assert.match(text, /^earlier\nLog file created at: /);
+    assert.match(text, /\n$/, "no torn line left");
+    assert.ok(f.stats().linesDropped > 0);
+    f.close();
+  });
+});

@@ -60,10 +60,10 @@ interface FlagSpec {
 }
 
 const FLOWS = "get flowrecords";
+const METRICS = "get recordmetrics";
 
 /** Longest filter value taken. */
 const MAX_FILTER_CHARS = 256;
-const METRICS = "get recordmetrics";
 
 /** Every flag the CLI knows, by its long name (`-o` is `--output`, `-h` is `--help`). */
 const FLAGS: Record<string, FlagSpec> = {
@@ -94,16 +94,38 @@ const SHORT: Record<string, string> = {
   k: "kubeconfig",
 };
 
-interface Parsed {
+/** A command line's words and flags (by long name). */
+export interface Parsed {
   words: string[];
   flags: Record<string, string>;
+}
+
+/** True for antctl's global flags (every command takes them, `set` too). */
+export function isGlobalFlag(name: string): boolean {
+  return FLAGS[name] !== undefined && FLAGS[name].commands === undefined;
+}
+
+/**
+ * `arg` as a flag (`--name`, `--name=value`, `-o`, `-ovalue`, `-o=value`): its long name
+ * (undefined for a shorthand antctl does not have) and the value written with it; undefined
+ * for a word.
+ */
+function flagOf(arg: string): { name: string | undefined; value: string | undefined } | undefined {
+  const long = /^--([^=]+)(?:=([^]*))?$/.exec(arg);
+  if (long !== null) return { name: long[1], value: long[2] };
+  const short = /^-([^-])(=?)([^]*)$/.exec(arg);
+  if (short === null) return undefined;
+  return {
+    name: SHORT[short[1]],
+    value: short[2] === "=" || short[3] !== "" ? short[3] : undefined,
+  };
 }
 
 /**
  * Splits a command line as cobra (antctl) does: `--name value`, `--name=value`, `-o value`,
  * `-ovalue`, `-o=value`; `--` ends the flags. Throws for an unknown flag or a missing value.
  */
-function parse(args: readonly string[]): Parsed {
+export function parseCommandLine(args: readonly string[]): Parsed {
   const words: string[] = [];
   const flags: Record<string, string> = {};
   for (let i = 0; i < args.length; i++) {
@@ -112,20 +134,14 @@ function parse(args: readonly string[]): Parsed {
       words.push(...args.slice(i + 1));
       break;
     }
-    let name: string;
-    let value: string | undefined;
-    const long = /^--([^=]+)(?:=([^]*))?$/.exec(arg);
-    const short = /^-([^-])(=?)([^]*)$/.exec(arg);
-    if (long !== null) {
-      [name, value] = [long[1], long[2]];
-    } else if (short !== null) {
-      name = SHORT[short[1]] ?? short[1];
-      value = short[2] === "=" || short[3] !== "" ? short[3] : undefined;
-      if (SHORT[short[1]] === undefined) throw new Error(`unknown shorthand flag: ${arg}`);
-    } else {
+    const flag = flagOf(arg);
+    if (flag === undefined) {
       words.push(arg);
       continue;
     }
+    if (flag.name === undefined) throw new Error(`unknown shorthand flag: ${arg}`);
+    const name = flag.name;
+    let value = flag.value;
     const spec = FLAGS[name];
     if (spec === undefined) throw new Error(`unknown flag: --${name}`);
     if (!spec.value) {
@@ -150,12 +166,9 @@ function parse(args: readonly string[]): Parsed {
 export function commandFirst(args: readonly string[]): string[] {
   let i = 0;
   while (i < args.length && args[i] !== "--") {
-    const long = /^--([^=]+)(=?)/.exec(args[i]);
-    const short = long === null ? /^-([^-])([^]*)$/.exec(args[i]) : null;
-    const name = long?.[1] ?? (short === null ? undefined : SHORT[short[1]]);
-    if (name === undefined || FLAGS[name] === undefined) break;
-    const attached = long !== null ? long[2] === "=" : short![2] !== "";
-    i += FLAGS[name].value && !attached ? 2 : 1;
+    const flag = flagOf(args[i]);
+    if (flag?.name === undefined || FLAGS[flag.name] === undefined) break;
+    i += FLAGS[flag.name].value && flag.value === undefined ? 2 : 1;
   }
   const cut = Math.min(i, args.length);
   return [...args.slice(cut), ...args.slice(0, cut)];
@@ -180,7 +193,7 @@ export function cliTarget(
 ): { server: string; tokenFile: string } | undefined {
   let flags: Record<string, string>;
   try {
-    flags = parse(args).flags;
+    flags = parseCommandLine(args).flags;
   } catch {
     return undefined;
   }
@@ -485,7 +498,7 @@ export async function runCli(
 async function run(args: readonly string[], io: CliIo, maxAnswerBytes: number): Promise<number> {
   let p: Parsed;
   try {
-    p = parse(args);
+    p = parseCommandLine(args);
   } catch (e) {
     throw new CliError(`${(e as Error).message}\n${CLI_USAGE}`);
   }

@@ -31,7 +31,14 @@ import { envOrUnset } from "../permission_entry.ts";
 import { DEFAULT_NAMESPACE } from "../pki/common.ts";
 import { connectKube, type KubeApi, type KubeTarget, resolveKubeTarget } from "./client.ts";
 import { ATTEMPT_TIMEOUT_MS, describe, statusOf } from "./retry.ts";
-import { type CliIo, CONSOLE_IO, SET_COMMAND } from "../api/cli.ts";
+import {
+  type CliIo,
+  CONSOLE_IO,
+  isGlobalFlag,
+  parseCommandLine,
+  type Parsed,
+  SET_COMMAND,
+} from "../api/cli.ts";
 
 export { SET_COMMAND };
 
@@ -167,58 +174,27 @@ export function parseAssignment(arg: string): Assignment {
   return { key, value: text };
 }
 
-/** antctl's global shorthands. */
-const GLOBAL_SHORT: Record<string, string> = {
-  k: "kubeconfig",
-  s: "server",
-  t: "timeout",
-  v: "verbose",
-};
-
 /**
  * Parses `args` (`set flow-aggregator ...`, the subcommand included) as cobra would: `-h`,
  * `--help`, `--kubeconfig FILE` / `--kubeconfig=FILE` anywhere, `--` ends the flags. Throws a
  * {@linkcode ConfigSetError} for an unknown flag or word, no edit, or an edit upstream refuses.
  */
 export function parseSetArgs(args: readonly string[]): SetCommandLine {
-  const words: string[] = [];
-  let help = false;
-  let kubeconfig: string | undefined;
-  for (let i = args[0] === SET_COMMAND ? 1 : 0; i < args.length; i++) {
-    const arg = args[i];
-    if (arg === "--") {
-      words.push(...args.slice(i + 1));
-      break;
-    }
-    // antctl's global flags (`-k/--kubeconfig`, and with no effect on `set`: `-v/--verbose`,
-    // `-s/--server`, `-t/--timeout`, `--token-file`), in any of cobra's forms.
-    const global = /^(?:--(kubeconfig|server|timeout|token-file|verbose)|-([kstv]))(?:(=)?([^]*))$/
-      .exec(arg);
-    const name = global === null ? undefined : global[1] ?? GLOBAL_SHORT[global[2]];
-    if (arg === "-h" || arg === "--help") {
-      help = true;
-    } else if (
-      global !== null && name !== undefined &&
-      (global[3] === "=" || global[4] === "" || global[2] !== undefined)
-    ) {
-      if (name === "verbose") {
-        if (global[4] !== "" && goBool(global[4]) === undefined) {
-          throw new ConfigSetError(`invalid argument ${JSON.stringify(global[4])} for ${arg}`);
-        }
-        continue;
-      }
-      const attached = global[3] === "=" || (global[2] !== undefined && global[4] !== "");
-      const value = attached ? global[4] : args[++i];
-      if (value === undefined || value === "") {
-        throw new ConfigSetError(`flag needs an argument: --${name}`);
-      }
-      if (name === "kubeconfig") kubeconfig = value;
-    } else if (arg.startsWith("-") && arg !== "-") {
-      throw new ConfigSetError(`unknown flag: ${arg.split("=")[0]}`);
-    } else {
-      words.push(arg);
-    }
+  // antctl's command line, its global flags included (`-k/--kubeconfig`, and with no effect on
+  // `set`: `-v/--verbose`, `-s/--server`, `-t/--timeout`, `--token-file`).
+  let parsed: Parsed;
+  try {
+    parsed = parseCommandLine(args[0] === SET_COMMAND ? args.slice(1) : args);
+  } catch (err) {
+    throw new ConfigSetError((err as Error).message);
   }
+  const { words, flags } = parsed;
+  for (const name of Object.keys(flags)) {
+    if (!isGlobalFlag(name)) throw new ConfigSetError(`unknown flag: --${name}`);
+  }
+  const help = flags.help !== undefined;
+  const kubeconfig = flags.kubeconfig;
+  if (kubeconfig === "") throw new ConfigSetError("flag needs an argument: --kubeconfig");
   if (help) return { help, kubeconfig, assignments: [] };
   if (words[0] !== SET_OBJECT) {
     throw new ConfigSetError(
@@ -558,7 +534,9 @@ export async function runConfigSet(
     cmd = parseSetArgs(args);
   } catch (err) {
     if (!(err instanceof ConfigSetError)) throw err;
-    const usage = /^(set|flag|unknown flag)/.test(err.message) ? `\n${SET_USAGE}` : "";
+    const usage = /^(set|flag|unknown (shorthand )?flag|invalid argument)/.test(err.message)
+      ? `\n${SET_USAGE}`
+      : "";
     io.err(`${err.message}${usage}`);
     return 1;
   }

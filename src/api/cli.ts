@@ -191,12 +191,15 @@ export const MAX_ANSWER_BYTES = 64 * 1024 * 1024;
 export function cliTarget(
   args: readonly string[],
 ): { server: string; tokenFile: string } | undefined {
-  let flags: Record<string, string>;
   try {
-    flags = parseCommandLine(args).flags;
+    return targetOf(parseCommandLine(args).flags);
   } catch {
     return undefined;
   }
+}
+
+/** The API address and token file `flags` name, the defaults where they do not. */
+function targetOf(flags: Record<string, string>): { server: string; tokenFile: string } {
   return {
     server: flags.server ?? DEFAULT_SERVER,
     tokenFile: flags["token-file"] ?? DEFAULT_TOKEN_FILE,
@@ -508,7 +511,7 @@ async function run(args: readonly string[], io: CliIo, maxAnswerBytes: number): 
     return 0;
   }
   const { command, path } = request(p);
-  const { server, tokenFile } = cliTarget(args)!;
+  const { server, tokenFile } = targetOf(p.flags);
   const url = endpoint(server, path);
   const timeoutText = p.flags.timeout ?? DEFAULT_TIMEOUT;
   let timeoutMs: number;
@@ -561,9 +564,7 @@ async function run(args: readonly string[], io: CliIo, maxAnswerBytes: number): 
   if (!res.ok) {
     // An error body as text, cut and without control characters.
     const text = body.trim();
-    io.err(
-      `${res.status}: ${printable(clipText(text))}`,
-    );
+    io.err(`${res.status}: ${printable(clipText(text))}`);
     return 1;
   }
   if (command === "log-level" && p.words.length === 2) return 0;

@@ -24,7 +24,7 @@
 import type { ClickHouseClient } from "@clickhouse/client";
 import { withDeadline } from "../../deadline.ts";
 import { readAtMost } from "../../bytes.ts";
-import { clipText, MAX_ERROR_TEXT } from "../../log.ts";
+import { clipText } from "../../log.ts";
 import {
   EGRESS_NODE_NAME_COLUMN,
   INSERT_COLUMNS,
@@ -106,15 +106,11 @@ export interface Connection {
 /** Error codes of a connection that was never made: the request did not leave. */
 const NOT_SENT = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH"]);
 
-export { MAX_ERROR_TEXT };
-
 /**
  * Longest answer read from a preparation query (the table's columns: a few KB) or an insert
  * (empty when it worked): past it the request is given up, its connection closed.
  */
 export const MAX_ANSWER_BYTES = 1024 * 1024;
-
-const clip = (text: string): string => clipText(text);
 
 function errorText(err: unknown): string {
   const e = err as { message?: string; code?: string; name?: string };
@@ -122,7 +118,9 @@ function errorText(err: unknown): string {
   const code = e?.code && !String(message).includes(e.code) ? ` (${e.code})` : "";
   // An error with no text (the client's for an answer it cannot parse, e.g. a redirect): its
   // name at least, never an empty reason in the log.
-  return clip(message === "" ? `${e?.name ?? "Error"} without a message${code}` : message + code);
+  return clipText(
+    message === "" ? `${e?.name ?? "Error"} without a message${code}` : message + code,
+  );
 }
 
 /** ClickHouse's exception text, in either version's shape: `Code: 60. DB::Exception: …` (now) or
@@ -266,21 +264,20 @@ export class ClientConnection implements Connection {
       () => readBounded(r.stream, what),
     );
     const status = r.http_status_code ?? 0;
-    if (
-      status >= 200 && status < 300 &&
-      r.response_headers["x-clickhouse-exception-code"] === undefined
-    ) {
-      return text;
-    }
+    const exceptionCode = r.response_headers["x-clickhouse-exception-code"] !== undefined;
     const body = text.trim();
-    const e = new Error(
-      clip(body === "" ? `HTTP ${status} without a body` : `${body} (HTTP ${status})`),
-    );
-    if (
-      SERVER_EXCEPTION.test(body) || r.response_headers["x-clickhouse-exception-code"] !== undefined
-    ) {
-      e.name = "ClickHouseError";
+    if (status >= 200 && status < 300 && !exceptionCode) {
+      // An exception after the server began answering (it sends 200 first when it streams):
+      // the query failed, and what an insert wrote before is not known.
+      if (!SERVER_EXCEPTION.test(body)) return text;
+      const e = new Error(`exception in the answer to ${what}: ${clipText(body)}`);
+      e.name = SERVER_EXCEPTION_IN_ANSWER;
+      throw e;
     }
+    const e = new Error(
+      clipText(body === "" ? `HTTP ${status} without a body` : `${body} (HTTP ${status})`),
+    );
+    if (SERVER_EXCEPTION.test(body) || exceptionCode) e.name = "ClickHouseError";
     throw e;
   }
 
@@ -288,7 +285,6 @@ export class ClientConnection implements Connection {
     // `exec`, not `query`: the answer is read here, bounded (the client's `json()` read an
     // endless answer into memory for as long as it came: 3.6 GB in 30 s in the sinks review).
     const text = await this.#exec({ query: `${query} FORMAT JSONEachRow` }, query, signal);
-    if (SERVER_EXCEPTION.test(text)) throw new Error(clip(text.trim()));
     return text.split("\n").filter((l) => l.trim() !== "").map((l) => JSON.parse(l));
   }
 
@@ -358,7 +354,7 @@ export class ClientConnection implements Connection {
   async #insert(body: Uint8Array, options: InsertOptions, signal: AbortSignal): Promise<void> {
     const { node: { Buffer, Readable } } = await this.#connected();
     // The answer of an insert is empty; it is read to the end (bounded), which frees the socket.
-    const answer = await this.#exec(
+    await this.#exec(
       {
         query: `INSERT INTO flows (${options.columns.join(", ")}) FORMAT ${options.format}`,
         values: Readable.from([Buffer.from(body.buffer, body.byteOffset, body.byteLength)]),
@@ -369,13 +365,6 @@ export class ClientConnection implements Connection {
       "ClickHouse insert",
       signal,
     );
-    // An exception after the server began answering (it sends 200 first when it streams): the
-    // insert failed, and what it wrote before is not known.
-    if (SERVER_EXCEPTION.test(answer)) {
-      const e = new Error(`exception in the insert's answer: ${clip(answer.trim())}`);
-      e.name = SERVER_EXCEPTION_IN_ANSWER;
-      throw e;
-    }
   }
 
   async close(): Promise<void> {

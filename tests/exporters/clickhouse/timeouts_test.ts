@@ -13,7 +13,8 @@ import {
   INSERT_COLUMNS,
 } from "../../../src/exporters/clickhouse/mod.ts";
 import type { ClickHouseConfig } from "../../../src/exporters/clickhouse/config.ts";
-import { classifyFailure, MAX_ERROR_TEXT } from "../../../src/exporters/clickhouse/connection.ts";
+import { classifyFailure } from "../../../src/exporters/clickhouse/connection.ts";
+import { MAX_ERROR_TEXT } from "../../../src/log.ts";
 import { waitFor } from "../../_helpers/wait.ts";
 import { WorkerExporter } from "../../../src/exporters/worker_exporter.ts";
 import { clickHouseComponent } from "../../../src/exporters/clickhouse/component.ts";

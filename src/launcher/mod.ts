@@ -112,7 +112,10 @@ export function cliPermissions(args: readonly string[]): string[] {
   if (defaultPort === undefined || url.hostname === "") return [];
   const host = `${url.hostname}:${url.port || defaultPort}`;
   const dir = dirname(resolve(target.tokenFile));
-  if (host.includes(",") || dir.includes(",")) return [];
+  if (
+    permissionEntryProblem("net", host) !== undefined ||
+    permissionEntryProblem("read", dir) !== undefined
+  ) return [];
   return [`--allow-net=${host}`, `--allow-read=${dir}`];
 }
 
@@ -158,15 +161,14 @@ export async function setPermissions(
       ? []
       : [{ kind: "read", source: "the kubeconfig", value: resolve(path) }];
   }
-  const list = (kind: PermissionGrant["kind"]) => [
-    ...new Set(
+  const flags = [];
+  for (const kind of ["net", "read"] as const) {
+    const values = new Set(
       grants.filter((g) => g.kind === kind && permissionEntryProblem(kind, g.value) === undefined)
         .map((g) => g.value),
-    ),
-  ];
-  const flags = [];
-  if (list("net").length > 0) flags.push(`--allow-net=${list("net").join(",")}`);
-  if (list("read").length > 0) flags.push(`--allow-read=${list("read").join(",")}`);
+    );
+    if (values.size > 0) flags.push(`--allow-${kind}=${[...values].join(",")}`);
+  }
   flags.push(`--allow-env=${[...SET_ENV].sort().join(",")}`);
   return flags;
 }

@@ -27,6 +27,7 @@ import {
 } from "yaml";
 import { logger } from "../log.ts";
 import { DEFAULTS } from "./defaults.ts";
+import { envOrUnset } from "../permission_entry.ts";
 import { buildLimits, defaultLimits, LIMITS_SCHEMA } from "./limits.ts";
 import {
   bool,
@@ -315,13 +316,9 @@ export const GLOBAL_SCHEMA: MapSchema = {
 };
 
 function defaultTmpDir(): string {
-  try {
-    const t = Deno.env.get("TMPDIR");
-    if (t) return t.replace(/\/+$/, "") || "/";
-  } catch {
-    // No env permission: fall back to the standard Unix temp directory.
-  }
-  return "/tmp";
+  // Unset, or no env permission: the standard Unix temp directory.
+  const t = envOrUnset("TMPDIR");
+  return t ? t.replace(/\/+$/, "") || "/" : "/tmp";
 }
 
 /** What a flow timeout under 1 s (0 or less included) is taken as (newer Antrea's floor). */

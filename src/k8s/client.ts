@@ -73,8 +73,6 @@ export interface KubeTargetOptions {
   processEnv?: readonly string[];
 }
 
-const processEnv = envOrUnset;
-
 function envGranted(variable: string): boolean {
   return Deno.permissions.querySync({ name: "env", variable }).state === "granted";
 }
@@ -155,7 +153,7 @@ async function kubeconfigServer(path: string, keep: readonly string[]): Promise<
  * (standalone, quietly) from one it may not read (an error).
  */
 export function serviceAccountLookup(options: KubeTargetOptions = {}): string | undefined {
-  const env = options.env ?? processEnv;
+  const env = options.env ?? envOrUnset;
   if (options.kubeconfig !== undefined || !env("KUBERNETES_SERVICE_HOST")) return undefined;
   return options.serviceAccountDir ?? SERVICE_ACCOUNT_DIR;
 }
@@ -168,7 +166,7 @@ export function serviceAccountLookup(options: KubeTargetOptions = {}): string | 
 export async function resolveKubeTarget(
   options: KubeTargetOptions = {},
 ): Promise<KubeTarget | undefined> {
-  const env = options.env ?? processEnv;
+  const env = options.env ?? envOrUnset;
   const dir = options.serviceAccountDir ?? SERVICE_ACCOUNT_DIR;
   const host = env("KUBERNETES_SERVICE_HOST");
   if (options.env === undefined && !envGranted("KUBERNETES_SERVICE_HOST")) {
@@ -378,7 +376,7 @@ async function loadClientNode(
     const { default: process } = await import("node:process");
     const copy: Record<string, string> = {};
     for (const name of keep) {
-      const v = processEnv(name);
+      const v = envOrUnset(name);
       if (v !== undefined) copy[name] = v;
     }
     Object.defineProperty(process, "env", { value: copy, configurable: true, writable: true });

@@ -21,6 +21,7 @@
  */
 
 import { goBool, parseWaitDuration } from "../config/duration.ts";
+import { envOrUnset } from "../permission_entry.ts";
 import { type LogLevel, setLogWriter, writeStderr } from "../log.ts";
 import { KlogFiles } from "./klog_files.ts";
 import { basename, dirname } from "node:path";
@@ -176,12 +177,9 @@ export function parseKlogFlag(flags: KlogFlags, flag: FlagOccurrence): boolean {
   return false;
 }
 
+/** A variable, unset when empty or when this process may not read it. */
 function env(name: string): string | undefined {
-  try {
-    return Deno.env.get(name) || undefined;
-  } catch {
-    return undefined; // no --allow-env for it
-  }
+  return envOrUnset(name) || undefined;
 }
 
 /** The directory the files go to, or undefined when logging to stderr only. */

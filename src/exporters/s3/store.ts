@@ -141,9 +141,6 @@ function boundAnswer(method: string, answer: HttpAnswer): void {
   answer.body = bounded;
 }
 
-/** See {@linkcode envOrUnset}. */
-export const denoEnv: (name: string) => string | undefined = envOrUnset;
-
 /**
  * The environment variables that name the endpoint when the configuration does not, in order
  * (the AWS SDK's): read by {@linkcode resolveEndpoint}, so by the S3 component's permission
@@ -155,12 +152,12 @@ export const ENDPOINT_ENV: readonly ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"] 
 ];
 
 /** The endpoint in force: the configured one, else `AWS_ENDPOINT_URL_S3`, else `AWS_ENDPOINT_URL`. */
-export function resolveEndpoint(configured: string, env: EnvReader = denoEnv): string {
+export function resolveEndpoint(configured: string, env: EnvReader = envOrUnset): string {
   return configured || ENDPOINT_ENV.map((name) => env(name)).find((v) => v) || "";
 }
 
 /** The region hint in force: the configured one, else `AWS_REGION`, else `us-west-2`. */
-export function resolveRegionHint(configured: string, env: EnvReader = denoEnv): string {
+export function resolveRegionHint(configured: string, env: EnvReader = envOrUnset): string {
   return configured || env("AWS_REGION") || DEFAULT_REGION;
 }
 
@@ -242,7 +239,7 @@ export class SdkObjectStore implements ObjectStore {
   /** A store for `target`; no request is sent until a call. */
   constructor(target: ObjectStoreTarget, options: ObjectStoreOptions = {}) {
     this.#target = { ...target };
-    this.#env = options.env ?? denoEnv;
+    this.#env = options.env ?? envOrUnset;
     this.#opts = {
       multipartBytes: options.multipartBytes ?? 16 * 1024 * 1024,
       partBytes: options.partBytes ?? 8 * 1024 * 1024,

@@ -25,7 +25,9 @@ import {
   Scalar,
 } from "yaml";
 import { minOneSecond } from "../config/schema.ts";
-import { parseConfig } from "../components.ts";
+import { parseConfig, SECTIONS } from "../components.ts";
+import { fullSchema } from "../config/parse.ts";
+import type { MapSchema } from "../config/schema.ts";
 import { goBool } from "../config/duration.ts";
 import { envOrUnset } from "../permission_entry.ts";
 import { DEFAULT_NAMESPACE } from "../pki/common.ts";
@@ -68,17 +70,31 @@ export const SET_ENV: readonly string[] = [
 /** How a settable key's value is read. */
 type ValueKind = "bool" | "string" | "commitInterval";
 
-/** The keys upstream's command sets (§2.5), and how each value is read. */
-export const SETTABLE_KEYS: Readonly<Record<string, ValueKind>> = {
-  "clickHouse.enable": "bool",
-  "clickHouse.database": "string",
-  "clickHouse.databaseURL": "string",
-  "clickHouse.debug": "bool",
-  "clickHouse.compress": "bool",
-  "clickHouse.commitInterval": "commitInterval",
-  "flowCollector.enable": "bool",
-  "flowCollector.address": "string",
-};
+/**
+ * The keys upstream's command sets (§2.5), and how each value is read: as its type in the
+ * configuration's schema, the commit interval also checked as the configuration checks it.
+ */
+export const SETTABLE_KEYS: Readonly<Record<string, ValueKind>> = Object.fromEntries(
+  [
+    "clickHouse.enable",
+    "clickHouse.database",
+    "clickHouse.databaseURL",
+    "clickHouse.debug",
+    "clickHouse.compress",
+    "clickHouse.commitInterval",
+    "flowCollector.enable",
+    "flowCollector.address",
+  ].map((key) => [key, settableKind(key)]),
+);
+
+/** How `key` is read: its schema type (bool or string), or the commit interval's check. */
+function settableKind(key: string): ValueKind {
+  const [section, name] = pathOf(key);
+  const type = (fullSchema(SECTIONS)[section] as MapSchema)[name];
+  if (type === "bool") return "bool";
+  if (type !== "str") throw new Error(`${key}: a ${String(type)} cannot be set`);
+  return name === "commitInterval" ? "commitInterval" : "string";
+}
 
 /** Upstream's messages (its tests check them). */
 export const MESSAGES = {

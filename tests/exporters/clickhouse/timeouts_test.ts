@@ -251,6 +251,22 @@ async function cleanup(sink: ClickHouseExporter, fake: FakeClickHouse): Promise<
   clearTimeout(timer);
 }
 
+/** A fake server, a spool directory and a sink on them with `options`, for `body`; cleaned up. */
+async function withSink(
+  options: { requestTimeoutMs: number; stopTimeoutMs: number },
+  body: (ctx: { sink: ClickHouseExporter; fake: FakeClickHouse; dir: string }) => Promise<void>,
+): Promise<void> {
+  const fake = new FakeClickHouse();
+  const dir = await Deno.makeTempDir({ prefix: "ch-timeouts-" });
+  const sink = sinkFor(fake, dir, options);
+  try {
+    await body({ sink, fake, dir });
+  } finally {
+    await cleanup(sink, fake);
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+  }
+}
+
 let seq = 0;
 /** One batch (10 rows: sealed and sent at once). */
 function addBatch(sink: ClickHouseExporter): void {
@@ -293,10 +309,7 @@ async function timedStop(sink: ClickHouseExporter): Promise<number> {
 }
 
 Deno.test("inserts that time out close their connections: past the pool's 10 the sink still tries, and delivers once the server answers", async () => {
-  const fake = new FakeClickHouse();
-  const dir = await Deno.makeTempDir({ prefix: "ch-timeouts-" });
-  const sink = sinkFor(fake, dir, { requestTimeoutMs: 300, stopTimeoutMs: 1000 });
-  try {
+  await withSink({ requestTimeoutMs: 300, stopTimeoutMs: 1000 }, async ({ sink, fake }) => {
     await sink.start();
     fake.mode = "hang";
     addBatch(sink);
@@ -328,19 +341,13 @@ Deno.test("inserts that time out close their connections: past the pool's 10 the
     await timedStop(sink);
     assertLedger(sink.stats());
     await waitFor(() => fake.open === 0, { what: "no connection left open after stop" });
-  } finally {
-    await cleanup(sink, fake);
-    await Deno.remove(dir, { recursive: true }).catch(() => {});
-  }
+  });
 });
 
 for (const mode of ["trickle", "trickle-ping"] as const) {
   const what = mode === "trickle" ? "an insert's answer" : "the ping's answer";
   Deno.test(`${what} trickling forever: the request deadline ends it, its records are spooled, its connection closed`, async () => {
-    const fake = new FakeClickHouse();
-    const dir = await Deno.makeTempDir({ prefix: "ch-timeouts-" });
-    const sink = sinkFor(fake, dir, { requestTimeoutMs: 500, stopTimeoutMs: 1000 });
-    try {
+    await withSink({ requestTimeoutMs: 500, stopTimeoutMs: 1000 }, async ({ sink, fake }) => {
       await firstBatchInserted(sink);
       // A failure first, so that the next attempt prepares again (and pings).
       if (mode === "trickle-ping") fake.mode = "hang";
@@ -367,48 +374,39 @@ for (const mode of ["trickle", "trickle-ping"] as const) {
       assertLedger(end);
       assert.equal(end.spoolRecords, end.received - 10);
       await waitFor(() => fake.open === 0, { what: "no connection left open after stop" });
-    } finally {
-      await cleanup(sink, fake);
-      await Deno.remove(dir, { recursive: true }).catch(() => {});
-    }
+    });
   });
 
   Deno.test(`stop while ${what} trickles (request timeout 60 s): stop ends by its 1 s deadline, the records are spooled`, async () => {
-    const fake = new FakeClickHouse();
-    const dir = await Deno.makeTempDir({ prefix: "ch-timeouts-" });
-    const sink = sinkFor(fake, dir, { requestTimeoutMs: 60_000, stopTimeoutMs: 1000 });
-    try {
-      await firstBatchInserted(sink);
-      fake.mode = mode;
-      if (mode === "trickle-ping") {
-        // Force a preparation: a reload of a connection setting replaces the client.
-        await sink.update({ ...config(fake.url, dir), compress: true });
-      }
-      addBatch(sink);
-      await waitFor(() => mode === "trickle" ? fake.inserts >= 2 : fake.open >= 1, {
-        what: "the request under way",
-        timeoutMs: 20_000,
-      });
-      await new Promise((r) => setTimeout(r, 300)); // (trickling)
-      const ms = await timedStop(sink);
-      const s = sink.stats();
-      assertLedger(s);
-      assert.equal(s.exported, 10);
-      assert.equal(s.spoolRecords, 10, `the batch given up is spooled: ${JSON.stringify(s)}`);
-      assert.ok(ms < 10_000);
-      await waitFor(() => fake.open === 0, { what: "no connection left open after stop" });
-    } finally {
-      await cleanup(sink, fake);
-      await Deno.remove(dir, { recursive: true }).catch(() => {});
-    }
+    await withSink(
+      { requestTimeoutMs: 60_000, stopTimeoutMs: 1000 },
+      async ({ sink, fake, dir }) => {
+        await firstBatchInserted(sink);
+        fake.mode = mode;
+        if (mode === "trickle-ping") {
+          // Force a preparation: a reload of a connection setting replaces the client.
+          await sink.update({ ...config(fake.url, dir), compress: true });
+        }
+        addBatch(sink);
+        await waitFor(() => mode === "trickle" ? fake.inserts >= 2 : fake.open >= 1, {
+          what: "the request under way",
+          timeoutMs: 20_000,
+        });
+        await new Promise((r) => setTimeout(r, 300)); // (trickling)
+        const ms = await timedStop(sink);
+        const s = sink.stats();
+        assertLedger(s);
+        assert.equal(s.exported, 10);
+        assert.equal(s.spoolRecords, 10, `the batch given up is spooled: ${JSON.stringify(s)}`);
+        assert.ok(ms < 10_000);
+        await waitFor(() => fake.open === 0, { what: "no connection left open after stop" });
+      },
+    );
   });
 }
 
 Deno.test("an exception in a 200 answer is a failed insert of unknown outcome, not an export; delivered once the server recovers", async () => {
-  const fake = new FakeClickHouse();
-  const dir = await Deno.makeTempDir({ prefix: "ch-answers-" });
-  const sink = sinkFor(fake, dir, { requestTimeoutMs: 5_000, stopTimeoutMs: 1000 });
-  try {
+  await withSink({ requestTimeoutMs: 5_000, stopTimeoutMs: 1000 }, async ({ sink, fake }) => {
     await firstBatchInserted(sink);
     fake.mode = "exception-200";
     addBatch(sink);
@@ -428,10 +426,7 @@ Deno.test("an exception in a 200 answer is a failed insert of unknown outcome, n
     s = sink.stats();
     assert.equal(s.possiblyDuplicated, 10, "its earlier attempts may have written part of it");
     assertLedger(s);
-  } finally {
-    await cleanup(sink, fake);
-    await Deno.remove(dir, { recursive: true }).catch(() => {});
-  }
+  });
 });
 
 for (const mode of ["endless", "endless-version", "endless-error"] as const) {
@@ -441,11 +436,8 @@ for (const mode of ["endless", "endless-version", "endless-error"] as const) {
     "endless-error": "an insert's error answer (503)",
   }[mode];
   Deno.test(`${what} that never ends is given up after 1 MiB, long before the request deadline`, async () => {
-    const fake = new FakeClickHouse();
-    const dir = await Deno.makeTempDir({ prefix: "ch-answers-" });
     // A 60 s request deadline: only the answer's bound can end the attempts within the test.
-    const sink = sinkFor(fake, dir, { requestTimeoutMs: 60_000, stopTimeoutMs: 1000 });
-    try {
+    await withSink({ requestTimeoutMs: 60_000, stopTimeoutMs: 1000 }, async ({ sink, fake }) => {
       if (mode !== "endless-version") await firstBatchInserted(sink);
       else {
         fake.mode = mode;
@@ -467,19 +459,13 @@ for (const mode of ["endless", "endless-version", "endless-error"] as const) {
       assertLedger(s);
       await timedStop(sink);
       await waitFor(() => fake.open === 0, { what: "no connection left open after stop" });
-    } finally {
-      await cleanup(sink, fake);
-      await Deno.remove(dir, { recursive: true }).catch(() => {});
-    }
+    });
   });
 }
 
 Deno.test("18.16's error text is a refusal (not possibly inserted); a 4 MiB error body and a redirect give short, non-empty reasons", async () => {
   for (const mode of ["error-18", "big-error", "redirect"] as const) {
-    const fake = new FakeClickHouse();
-    const dir = await Deno.makeTempDir({ prefix: "ch-answers-" });
-    const sink = sinkFor(fake, dir, { requestTimeoutMs: 5_000, stopTimeoutMs: 1000 });
-    try {
+    await withSink({ requestTimeoutMs: 5_000, stopTimeoutMs: 1000 }, async ({ sink, fake }) => {
       await firstBatchInserted(sink);
       fake.mode = mode;
       addBatch(sink);
@@ -496,10 +482,7 @@ Deno.test("18.16's error text is a refusal (not possibly inserted); a 4 MiB erro
       // Before: 18.16's refusals counted as possibly inserted (possiblyDuplicated 10).
       if (mode === "error-18") assert.equal(s.possiblyDuplicated, 0, JSON.stringify(s));
       assertLedger(s);
-    } finally {
-      await cleanup(sink, fake);
-      await Deno.remove(dir, { recursive: true }).catch(() => {});
-    }
+    });
   }
   // The reasons themselves (what the log line carries).
   const big = classifyFailure(new Error("E".repeat(4 << 20)));

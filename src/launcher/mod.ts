@@ -33,7 +33,7 @@ import { ANTCTL, CLI_COMMANDS, cliTarget, commandFirst, SET_COMMAND } from "../a
 import { type CliOptions, parseArgs, resolveCommand } from "../cli_options.ts";
 import { logger, setLogFormat } from "../log.ts";
 import { kubeconfigPath, resolveKubeTarget, serviceAccountLookup } from "../k8s/client.ts";
-import { parseSetArgs, SET_ENV, type SetCommandLine } from "../k8s/config_set.ts";
+import type { SetCommandLine } from "../k8s/config_set.ts";
 import { permissionEntryProblem } from "../permission_entry.ts";
 import {
   kubeGrants,
@@ -139,6 +139,8 @@ export async function setPermissions(
   args: readonly string[],
   lookup: KubeLookup = {},
 ): Promise<string[]> {
+  // Loaded for `set` only: the aggregator's launch (every container start) does not need it.
+  const { parseSetArgs, SET_ENV } = await import("../k8s/config_set.ts");
   let cmd: SetCommandLine;
   try {
     cmd = parseSetArgs(args);

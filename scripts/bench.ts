@@ -354,7 +354,13 @@ export async function benchUdp(ctx: BenchContext): Promise<void> {
         const name = buf === 0 ? "nfcapd_defbuf" : "nfcapd";
         progress(`udp: rate search ${name}`);
         const r = await searchLosslessRate(
-          (rate) => nfcapdTrial(tools, rate, search.seconds, buf),
+          // One retry of a trial that failed to run (not of a lossy one: the search repeats
+          // those): a start of nfcapd on a busy machine is no measurement.
+          (rate) =>
+            nfcapdTrial(tools, rate, search.seconds, buf).catch((e) => {
+              progress(`udp: ${name} trial at ${rate}/s failed, once more: ${e?.message ?? e}`);
+              return nfcapdTrial(tools, rate, search.seconds, buf);
+            }),
           { ...search, max: ctx.quick ? 20_000 : search.max },
         );
         per[name] = { ...r, rcvbuf: buf };

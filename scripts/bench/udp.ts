@@ -524,9 +524,39 @@ function freeUdpPort(): number {
 }
 
 /**
- * One nfcapd trial: fresh nfcapd, template then `rate * seconds` data records, SIGTERM (it
- * flushes its file), then the record count nfdump reads back. Its socket buffer is set with
- * `-B` like the other receivers' (0 = its default).
+ * Bytes waiting in the receive queue of the UDP socket bound to 127.0.0.1:`port` (the
+ * `rx_queue` column of /proc/net/udp), or null when no such socket is listed.
+ */
+function udpReceiveQueue(port: number): number | null {
+  let text: string;
+  try {
+    text = Deno.readTextFileSync("/proc/net/udp");
+  } catch {
+    return null;
+  }
+  const local = `0100007F:${port.toString(16).toUpperCase().padStart(4, "0")}`;
+  for (const line of text.split("\n")) {
+    const f = line.trim().split(/\s+/);
+    if (f[1] === local) return parseInt(f[4].split(":")[1], 16);
+  }
+  return null;
+}
+
+/** The last `max` characters of a child's stream, read as it comes (a piped stream left unread could block it). */
+async function tailOf(stream: ReadableStream<Uint8Array>, max = 2048): Promise<string> {
+  let text = "";
+  for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
+    text = (text + chunk).slice(-max);
+  }
+  return text.trim();
+}
+
+/**
+ * One nfcapd trial: fresh nfcapd, template then `rate * seconds` data records, a wait until its
+ * socket's receive queue is empty (nfcapd read every datagram the kernel kept; it stops reading
+ * at SIGTERM), SIGTERM (it flushes its file), then the record count nfdump reads back. Its
+ * socket buffer is set with `-B` like the other receivers' (0 = its default). A failure names
+ * what nfcapd printed.
  */
 export async function nfcapdTrial(
   tools: UdpTools,
@@ -549,29 +579,55 @@ export async function nfcapdTrial(
       ...(recvBufferBytes > 0 ? ["-B", String(recvBufferBytes)] : []),
     ],
     stdout: "null",
-    stderr: "null",
+    stderr: "piped",
   }).spawn();
+  const stderr = tailOf(child.stderr);
+  let exited: Deno.CommandStatus | null = null;
+  const status = child.status.then((s) => exited = s);
+  const failure = async (what: string): Promise<Error> => {
+    try {
+      child.kill("SIGKILL");
+    } catch { /* already exited */ }
+    await status;
+    const said = await stderr;
+    return new Error(
+      `nfcapd ${what}${exited?.signal ? ` (signal ${exited.signal})` : ` (exit ${exited?.code})`}` +
+        (said ? `: ${said}` : ", nothing on stderr"),
+    );
+  };
   try {
-    const deadline = Date.now() + 5000;
+    const deadline = Date.now() + 10_000;
     while (!udpPortBound(port)) {
-      if (Date.now() > deadline) throw new Error("nfcapd did not bind");
+      if (exited !== null) throw await failure("exited before binding its port");
+      if (Date.now() > deadline) throw await failure("did not bind its port in 10 s");
       await new Promise((r) => setTimeout(r, 50));
     }
     const count = Math.max(1, Math.round(rate * seconds));
     const s = await blast(tools, port, { count, rate, sources: 1, ipfix: true });
-    await new Promise((r) => setTimeout(r, 500));
+    const drained = Date.now() + 10_000;
+    while ((udpReceiveQueue(port) ?? 0) > 0 && Date.now() < drained) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    await new Promise((r) => setTimeout(r, 200));
+    if (exited !== null) throw await failure("exited during the trial");
     child.kill("SIGTERM");
-    await child.status;
+    await status;
     let received = 0;
     for await (const e of Deno.readDir(dir)) {
       if (!e.name.startsWith("nfcapd.")) continue;
       const r = await new Deno.Command("nfdump", {
         args: ["-r", `${dir}/${e.name}`, "-I"],
         stdout: "piped",
-        stderr: "null",
+        stderr: "piped",
       }).output();
       const m = /^Flows: (\d+)$/m.exec(new TextDecoder().decode(r.stdout));
-      if (m !== null) received += Number(m[1]);
+      if (m === null) {
+        throw new Error(
+          `nfdump -I ${e.name} printed no "Flows:" line (exit ${r.code}): ` +
+            new TextDecoder().decode(r.stderr).trim().slice(-2048),
+        );
+      }
+      received += Number(m[1]);
     }
     return {
       requested: rate,
@@ -584,6 +640,7 @@ export async function nfcapdTrial(
     try {
       child.kill("SIGKILL");
     } catch { /* already exited */ }
-    await child.status.catch(() => {});
+    await status.catch(() => {});
+    await stderr.catch(() => {});
   }
 }

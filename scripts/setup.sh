@@ -11,7 +11,9 @@ missing=""
 # The ClickHouse sink's tests and bench start their own server (scripts/clickhouse.ts).
 PKGS="$PKGS clickhouse-server clickhouse-client"
 for p in $PKGS; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+  # Installed means "install ok installed": a package removed with its configuration kept
+  # ("deinstall ok config-files") answers dpkg -s too, without its programs.
+  [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] || missing="$missing $p"
 done
 if [ -n "$missing" ] && [ "${SKIP_APT:-0}" != 1 ]; then
   export DEBIAN_FRONTEND=noninteractive

@@ -46,7 +46,7 @@ import { DEFAULT_NAMESPACE } from "./src/pki/common.ts";
 import type { GeneratedCertificates } from "./src/pki/certificates.ts";
 import { apiAddress, DEFAULT_TOKEN_FILE, runCli, startApi } from "./src/api/mod.ts";
 import { ANTCTL, CLI_COMMANDS, CLI_USAGE, commandFirst, SET_COMMAND } from "./src/api/cli.ts";
-import { PLATFORM } from "./src/api/handler.ts";
+import { PLATFORM } from "./src/platform.ts";
 import { systemClock } from "./src/clock.ts";
 import { connectKube, type KubeApi } from "./src/k8s/client.ts";
 import { ClusterIdentity } from "./src/k8s/cluster_uuid.ts";

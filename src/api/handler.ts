@@ -8,6 +8,7 @@
  * @module
  */
 
+import { PLATFORM } from "../platform.ts";
 import type { FlowKey } from "../aggregation/record.ts";
 import { type FlowAggregatorStats, rejectedTotal } from "../flow_aggregator.ts";
 import { logger, logVerbosity, setVerbosity } from "../log.ts";
@@ -90,15 +91,6 @@ function json(body: string, headers: Record<string, string> = {}): Response {
  * `limit`, at most the cap): an answer of that many may have left records out (the CLI says so).
  */
 export const RECORD_LIMIT_HEADER = "x-flow-records-limit";
-
-/**
- * `<os>/<arch>` in Go's names (`linux/amd64`, `linux/arm64`), as upstream's `/version` and
- * `--version` print it and as nodes' `kubernetes.io/arch` labels say it (Deno says `x86_64`).
- */
-export const PLATFORM = `${Deno.build.os}/${
-  ({ x86_64: "amd64", aarch64: "arm64" } as Record<string, string>)[Deno.build.arch] ??
-    Deno.build.arch
-}`;
 
 /**
  * Constant-time comparison of the presented token with ours. The scheme's case is free, as the

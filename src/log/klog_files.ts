@@ -34,6 +34,7 @@
 
 import { type LogFormat, type LogLevel, logSettings } from "../log.ts";
 import { concatBytes, wholePieces } from "../bytes.ts";
+import { PLATFORM } from "../platform.ts";
 
 /**
  * The header's "Log line format" for each line format: klog's own for `--log-format klog`; the
@@ -470,7 +471,7 @@ export class KlogFiles {
         two(now.getHours())
       }:${two(now.getMinutes())}:${two(now.getSeconds())}\n` +
         `Running on machine: ${host}\n` +
-        `Binary: ${program} on Deno ${Deno.version.deno} for ${Deno.build.os}/${Deno.build.arch}\n` +
+        `Binary: ${program} on Deno ${Deno.version.deno} for ${PLATFORM}\n` +
         `Log line format: ${LINE_FORMATS[logSettings().format]}\n`,
     );
     f.header = header;

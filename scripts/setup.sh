@@ -6,14 +6,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PKGS="softflowd nfdump tshark gcc iproute2 buildah ca-certificates procps chromium kubernetes-client"
-missing=""
+# package:program. A package counts as there when its program is (dpkg's state alone misleads
+# both ways: a package removed with its configuration kept still answers `dpkg -s`, and kubectl
+# may come from another package, which kubernetes-client's install would then collide with);
+# one without a program (ca-certificates) when dpkg says it is installed.
+PKGS="softflowd:softflowd nfdump:nfcapd tshark:tshark gcc:gcc iproute2:ip buildah:buildah"
+PKGS="$PKGS ca-certificates: procps:ps chromium:chromium kubernetes-client:kubectl"
 # The ClickHouse sink's tests and bench start their own server (scripts/clickhouse.ts).
-PKGS="$PKGS clickhouse-server clickhouse-client"
-for p in $PKGS; do
-  # Installed means "install ok installed": a package removed with its configuration kept
-  # ("deinstall ok config-files") answers dpkg -s too, without its programs.
-  [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] || missing="$missing $p"
+PKGS="$PKGS clickhouse-server:clickhouse-server clickhouse-client:clickhouse-client"
+missing=""
+for entry in $PKGS; do
+  p="${entry%%:*}" prog="${entry#*:}"
+  if [ -n "$prog" ]; then
+    PATH="$PATH:/usr/sbin:/sbin" command -v "$prog" >/dev/null 2>&1 || missing="$missing $p"
+  else
+    dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+  fi
 done
 if [ -n "$missing" ] && [ "${SKIP_APT:-0}" != 1 ]; then
   export DEBIAN_FRONTEND=noninteractive

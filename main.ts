@@ -75,16 +75,17 @@ const WATCHER_EXIT_STOP = { leaveWatchOpen: true, reloadWaitMs: 10_000 } as cons
 /** The product version. */
 export const VERSION: string = denoJson.version;
 
-const USAGE = `flow-aggregator ${VERSION}: Antrea-compatible IPFIX flow aggregator
+export const USAGE = `flow-aggregator ${VERSION}: Antrea-compatible IPFIX flow aggregator
 
 Usage: deno task start [flags]
        deno task permissions [--config FILE] [flags]   print the deno run permission flags
                        this configuration needs (narrowest set), then exit; with --per-sink,
                        a table of the permissions each sink's worker runs with
        flow-aggregator get flowrecords [--srcip X] [--dstip X] [--proto N] [--srcport N]
-                       [--dstport N] [-o table|json|yaml] | get recordmetrics [-o ...] |
-                       log-level [N] | version    ask the running process (its API), as antctl
-                       does; [--server https://127.0.0.1:10348] [--token-file FILE]
+                       [--dstport N] [--limit N] [-o table|json|yaml] | get recordmetrics
+                       [-o ...] | log-level [N] | version    ask the running process (its
+                       API), as antctl does; [--server https://127.0.0.1:10348]
+                       [--token-file FILE] [--timeout 30s] (get -h: the details)
        flow-aggregator set flow-aggregator KEY=VALUE... [--kubeconfig FILE]   edit the
                        configuration in its ConfigMap ($FA_CONFIG_MAP_NAME), as antctl does
                        (set flow-aggregator -h lists the keys)
@@ -140,8 +141,10 @@ klog's flags, as the upstream Deployment passes them:
   --log_file_max_size MB  new file when the current one would exceed MB (default 1800).
   --log_file_max_num N    keep at most N files per severity (default 0: all).
   --log-flush-frequency D how often buffered lines reach the files (default 5s).
---log_file (not supported: warned, --log_dir is used), --vmodule, --add_dir_header,
---skip_headers, --skip_log_headers, --one_output, --log_backtrace_at are accepted.
+  --log_file FILE      with files: every line, whatever its severity, to that one file
+                       (appended to; started again empty past --log_file_max_size).
+--vmodule, --add_dir_header, --skip_headers, --skip_log_headers, --one_output,
+--log_backtrace_at are accepted.
 
 Subcommand: clickhouse schema [--apply [--config FILE]] [--no-ttl]   print (or create on the
 configured server) the v1.13 ClickHouse flows table and its views.

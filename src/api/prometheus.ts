@@ -10,7 +10,7 @@
  *   (records handed to shard workers not yet counted by them; 0 with one shard), at every
  *   scrape;
  * - per sink: `flow_aggregator_sink_received` ==
- *   `_exported + _dropped + _buffered (+ _filtered)`.
+ *   `_exported + _dropped + _filtered + _buffered + _unacknowledged`.
  *
  * The process's resource use (`src/process_stats.ts`) keeps the standard `process_` names; each
  * thread's V8 memory is `flow_aggregator_thread_heap_used_bytes{thread="shard0"}` and its twins.

@@ -38,3 +38,16 @@ Deno.test("README: the connection limits table has every enforced key with its d
     assert.equal(rows.get(key), typeof d === "string" ? `\`${d}\`` : String(d), key);
   }
 });
+
+Deno.test("README: every limit has a table row with its declared default", async () => {
+  const text = await Deno.readTextFile(README);
+  const rows = new Map<string, string>();
+  for (const m of text.matchAll(/^\| `(?:limits\.)?(\w+)`\s*\| ([^|]+?)\s*\|/gm)) {
+    if (!rows.has(m[1])) rows.set(m[1], m[2].replaceAll(",", "").replaceAll("`", ""));
+  }
+  const missing = Object.keys(LIMIT_KEYS).filter((k) => !rows.has(k));
+  assert.deepEqual(missing, [], "limits without a README row");
+  for (const [key, spec] of Object.entries(LIMIT_KEYS)) {
+    assert.equal(rows.get(key), String(spec.default), key);
+  }
+});

@@ -254,6 +254,14 @@ export interface FlowAggregatorStats extends RecordMetrics, Partial<ConfigWatche
   kubeClient?: KubeClientStats;
 }
 
+/** Keys of the `record metrics` line that {@linkcode statsFields} derives from the snapshot. */
+export interface MetricsLineDerived {
+  /** Records the aggregation core accepted (`aggregation.recordsAccepted`): a ledger stage. */
+  recordsAggregated: number;
+  /** Records the aggregation core rejected, every reason (`aggregation.recordsRejected`). */
+  rejected: number;
+}
+
 function transportOf(p: TransportProtocol): "udp" | "tcp" | "tls" {
   return p === "UDP" ? "udp" : p === "TCP" ? "tcp" : "tls";
 }
@@ -1284,8 +1292,11 @@ export function statsFields(stats: FlowAggregatorStats): LogFields {
       fields[`threads.${k}`] = all.reduce((sum, m) => sum + m[k], 0);
     }
   }
-  fields.recordsAggregated = aggregation.recordsAccepted;
-  fields.rejected = rejectedTotal(stats);
+  const derived: MetricsLineDerived = {
+    recordsAggregated: aggregation.recordsAccepted,
+    rejected: rejectedTotal(stats),
+  };
+  Object.assign(fields, derived);
   counterFields(aggregation, "aggregation.", fields);
   if (collector !== undefined) {
     // Per-exporter counters (up to 10,000 peers) are for the API, not a log line.

@@ -26,7 +26,14 @@ import {
 const STATS_INTERVAL_MS = 1000;
 
 /** The sink's counters that are ledger terms of their own, not among its further counters. */
-const LEDGER_KEYS = ["received", "exported", "dropped", "errors", "filtered", "unacknowledged"];
+export const LEDGER_KEYS: readonly string[] = [
+  "received",
+  "exported",
+  "dropped",
+  "errors",
+  "filtered",
+  "unacknowledged",
+];
 
 interface WorkerScope {
   postMessage(message: FromWorker): void;

@@ -121,11 +121,14 @@ export interface ClickHouseStats extends ExporterStats, SpoolSinkCounters {
   spoolBytes: number;
   /** The spool is open (false while it waits for its lock, or when it could not be opened). */
   spoolOpen: boolean;
-  /** State flags: exactly one is true. */
+  /**
+   * State `connected`: the last insert attempt succeeded. Of the state flags (see
+   * {@linkcode ClickHouseState}) exactly one is true.
+   */
   connected: boolean;
-  /** See {@linkcode ClickHouseState}. */
+  /** State `retrying`: the last attempt failed and no records wait in the spool. */
   retrying: boolean;
-  /** See {@linkcode ClickHouseState}. */
+  /** State `spooling`: the last attempt failed and records wait in the spool. */
   spooling: boolean;
   /** The server takes `insert_deduplication_token`. */
   dedupToken: boolean;

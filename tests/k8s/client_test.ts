@@ -108,7 +108,10 @@ Deno.test("k8s client: a kubeconfig that is no regular file is refused unopened"
     const made = await new Deno.Command("mkfifo", { args: [fifo] }).output();
     assert.ok(made.success);
     let timer: ReturnType<typeof setTimeout> | undefined;
-    const hung = new Promise((r) => timer = setTimeout(() => r("still pending after 5 s"), 5000));
+    // Generous: the first call loads the Kubernetes client's modules (seconds on a busy machine).
+    const hung = new Promise((r) =>
+      timer = setTimeout(() => r("still pending after 30 s"), 30_000)
+    );
     const got = await Promise.race([
       resolveKubeTarget({ kubeconfig: fifo, env: () => undefined }).then(
         () => "resolved",

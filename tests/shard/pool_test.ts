@@ -322,11 +322,13 @@ Deno.test("shard pool: a shard busy draining its ring still runs its expiry time
     onBatch: (buf) => got.push(...readBatch(buf)),
   });
   await pool.ready();
-  // 1.5 s of records without a pause: exports must come out while they flow, not after.
+  // Records without a pause, until the first export or 5 s: exports must come out while they
+  // flow (200 ms timeouts: normally within a few hundred ms), not after (a busy machine may
+  // take longer, never forever).
   const t0 = performance.now();
   let port = 0;
   let firstExportAt = -1;
-  while (performance.now() - t0 < 1_500) {
+  while (performance.now() - t0 < 5_000 && firstExportAt < 0) {
     const batch = Array.from(
       { length: 500 },
       () => intraNode({ sourceTransportPort: 1 + (port++ % 60_000) }),
@@ -337,7 +339,7 @@ Deno.test("shard pool: a shard busy draining its ring still runs its expiry time
     if (firstExportAt < 0 && got.length > 0) firstExportAt = performance.now() - t0;
   }
   await pool.stop();
-  assert.ok(firstExportAt > 0 && firstExportAt < 1_200, `first export at ${firstExportAt} ms`);
+  assert.ok(firstExportAt > 0, "an export while records kept flowing for 5 s");
 });
 
 Deno.test("shard pool: undecoded records are decoded by their shards; cut strings are counted", async () => {

@@ -122,8 +122,13 @@ export function watchStream(
     }
     if (res.status !== 200) {
       await res.body?.cancel().catch(() => {});
-      const e = new Error(res.statusText || `HTTP ${res.status}`) as Error & { statusCode: number };
+      const e = new Error(res.statusText || `HTTP ${res.status}`) as Error & {
+        statusCode: number;
+        headers: Record<string, string>;
+      };
       e.statusCode = res.status;
+      // Its Retry-After, for the caller's pause (a 429).
+      e.headers = { "retry-after": res.headers.get("retry-after") ?? "" };
       throw e;
     }
     arm();

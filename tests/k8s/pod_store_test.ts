@@ -297,6 +297,26 @@ Deno.test("pod store informer: list failures are retried with backoff", async ()
   });
 });
 
+Deno.test("pod store informer: a list answered 429 waits for its Retry-After", async () => {
+  await withInformer(async ({ server, store, clock, api }) => {
+    server.put("pods", pod("a", "10.4.1.1"));
+    server.fault({
+      match: { method: "GET", path: "/api/v1/pods" },
+      status: 429,
+      headers: { "retry-after": "7" },
+    });
+    store.start(api);
+    // The pause after the 429: its Retry-After (7 s), not the first backoff (500 ms).
+    const pause = await pollUntil(() => clock.pendingTimers().find((ms) => ms < 60_000), {
+      what: "the pause after the 429",
+    });
+    assert.equal(pause, 7_000);
+    clock.advance(pause);
+    await store.whenSynced();
+    assert.equal(store.lookup("10.4.1.1", T0)?.name, "a");
+  });
+});
+
 Deno.test("pod store informer: a slow list times out and is retried", async () => {
   await withInformer(async ({ server, store, clock, api }) => {
     server.put("pods", pod("a", "10.6.0.1"));

@@ -31,8 +31,10 @@ import { AnswerTooLarge, MAX_LIST_PAGE_BYTES } from "./http.ts";
 import {
   type Backoff,
   describe,
+  MAX_PAUSE_MS,
   nextBackoff,
   RetryAborted,
+  retryAfterMs,
   retrying,
   type RetryOptions,
   sleep,
@@ -49,6 +51,33 @@ const STOP_WAIT_MS = 5_000;
  * it) only when it lasted this long.
  */
 const WATCH_PROGRESS_MS = 10_000;
+
+/**
+ * A watch that advanced the resourceVersion counts as progress only when it lasted this long:
+ * one that moved it by a bookmark and closed at once is no progress.
+ */
+const WATCH_MIN_PROGRESS_MS = 1_000;
+
+/**
+ * Watch failures in a row (other than a refused connection or 429) after which the next round
+ * lists instead of resuming from the same resourceVersion.
+ */
+export const WATCH_FAILURES_RELIST = 3;
+
+/**
+ * True for a watch failure after which client-go resumes the watch rather than list: the
+ * connection refused (the API server restarting) or 429 (it sheds load).
+ */
+function resumableWatchFailure(err: unknown): boolean {
+  if (statusOf(err) === 429) return true;
+  for (let e = err, depth = 0; e != null && depth < 5; depth++) {
+    // deno-lint-ignore no-explicit-any
+    const x = e as any;
+    if (x.code === "ECONNREFUSED" || x.name === "ConnectionRefused") return true;
+    e = x.cause;
+  }
+  return false;
+}
 
 /**
  * Pods asked for per page of a list (client-go's informers ask for 500): a cluster-wide list is
@@ -131,8 +160,17 @@ export interface PodStoreStats {
    * was applied, no Pod marked deleted for missing from them.
    */
   listsTruncated: number;
-  /** Re-lists caused by `410 Gone`. */
+  /**
+   * Re-lists caused by `410 Gone` (of a watch, or of a list's continue token: after the first
+   * restart of one list, each waits a backoff pause).
+   */
   relistsGone: number;
+  /**
+   * Re-lists caused by a failing watch: an ERROR event other than 410 (504 "Too large resource
+   * version", 500), or {@linkcode WATCH_FAILURES_RELIST} failures in a row other than a refused
+   * connection or 429 (resuming from the same version forever left the store stale).
+   */
+  relistsWatchFailed: number;
   /**
    * Times a page of the list was over the client's bound for a page (`MAX_LIST_PAGE_BYTES`,
    * 64 MiB: Pods with huge annotations) and the page size was halved (kept for later lists).
@@ -140,6 +178,11 @@ export interface PodStoreStats {
   listPagesHalved: number;
   /** Watches opened. */
   watches: number;
+  /**
+   * Backoff pauses before a watch, taken because the watches before it made no progress (three
+   * in a row that ended at once, or under 1 s even if a bookmark moved the version).
+   */
+  watchesBackedOff: number;
   /** Watch events applied (bookmarks excluded). */
   events: number;
   /** Failed list or watch calls (each retried). */
@@ -228,6 +271,8 @@ export class PodStore {
   readonly #listeners: ((c: PodChange) => void)[] = [];
   readonly #malformedLog = new RateLimitedLog(10_000);
   readonly #limitLog = new RateLimitedLog(10_000);
+  /** The informer's own outcomes that can repeat at every round (restarts, short watches). */
+  readonly #informerLog: RateLimitedLog;
   /** Pods asked for per page of a list: {@linkcode LIST_PAGE_SIZE}, halved past the bound. */
   #pageSize = LIST_PAGE_SIZE;
   readonly #maxPods: number;
@@ -238,7 +283,9 @@ export class PodStore {
     listsTruncated: 0,
     listPagesHalved: 0,
     relistsGone: 0,
+    relistsWatchFailed: 0,
     watches: 0,
+    watchesBackedOff: 0,
     events: 0,
     failures: 0,
     hostNetworkSkipped: 0,
@@ -255,6 +302,7 @@ export class PodStore {
     this.#opts = options;
     this.#maxPods = options.maxPods ?? LIMIT_KEYS.maxPods.default;
     this.#maxLabelBytes = options.maxLabelBytes ?? LIMIT_KEYS.maxPodLabelBytes.default;
+    this.#informerLog = new RateLimitedLog(10_000, () => this.#clock.nowMs());
   }
 
   /**
@@ -450,6 +498,8 @@ export class PodStore {
     let rv = "";
     let cont: string | undefined;
     let pages = 0;
+    let restarts = 0;
+    let pause = this.#opts.initialMs ?? 500;
     for (;;) {
       const from = cont;
       const page = await retrying("listing Pods", async (s) => {
@@ -476,7 +526,21 @@ export class PodStore {
       }, retry);
       if (page === undefined) {
         this.#stats.relistsGone++;
-        log.info("Pod list's continue token expired (410): listing again", { pages });
+        const suppressed = this.#informerLog.allow("continue-expired");
+        if (suppressed >= 0) {
+          log.info("Pod list's continue token expired (410): listing again", {
+            pages,
+            retryInMs: restarts === 0 ? 0 : pause,
+            suppressed,
+          });
+        }
+        // The first restart is at once (a token expires when a list takes longer than the
+        // event window); the next ones back off: a server whose tokens always expire made
+        // 3,826 lists in 20 s.
+        if (restarts++ > 0) {
+          await sleep(this.#clock, pause, signal);
+          pause = nextBackoff(pause, this.#opts);
+        }
         [seen, rv, cont, pages] = [new Set(), "", undefined, 0];
         continue;
       }
@@ -519,6 +583,11 @@ export class PodStore {
       log.warn("a Kubernetes call did not end at stop; not waited for", { waitMs: STOP_WAIT_MS });
     }
     this.#removalTimer?.cancel();
+  }
+
+  /** Longest pause of the informer's backoff. */
+  #maxPauseMs(): number {
+    return this.#opts.maxMs ?? MAX_PAUSE_MS;
   }
 
   /**
@@ -679,6 +748,7 @@ export class PodStore {
     let rv = "";
     let pause = this.#opts.initialMs ?? 500;
     let emptyWatches = 0;
+    let failedWatches = 0;
     while (!signal.aborted) {
       try {
         if (rv === "") {
@@ -695,28 +765,60 @@ export class PodStore {
         const began = this.#clock.nowMs();
         const r = await this.#watchOnce(api, rv, signal);
         rv = r.resourceVersion;
-        // Progress is a watch that advanced the resourceVersion or stayed open a while: events
-        // alone are not (a server sending the same event and closing made ~500 watches/s).
-        const progressed = rv !== from || this.#clock.nowMs() - began >= WATCH_PROGRESS_MS;
+        // Progress is a watch that advanced the resourceVersion and stayed open a moment, or
+        // stayed open a while: events alone are not (a server sending the same event and
+        // closing made ~500 watches/s), nor a version moved by a watch that closed at once (a
+        // bookmark each, then the end: 2,995 watches in 10 s).
+        const lasted = this.#clock.nowMs() - began;
+        const progressed = (rv !== from && lasted >= WATCH_MIN_PROGRESS_MS) ||
+          lasted >= WATCH_PROGRESS_MS;
         if (r.gone) {
           this.#stats.relistsGone++;
           log.info("Pod watch expired (410 Gone): re-listing", { resourceVersion: rv });
           rv = "";
+          failedWatches = 0;
         } else if (r.error !== undefined) {
           this.#stats.failures++;
-          log.warn("Pod watch failed, retrying", { err: describe(r.error), retryInMs: pause });
-          await sleep(this.#clock, pause, signal);
+          // As client-go's reflector: an ERROR event other than 410 (504 "Too large resource
+          // version", 500) ends the watch for a list, and so do failures in a row (a server that
+          // fails every watch from this version): resuming from it forever left the store stale.
+          // A refused connection or 429 (the server down or shedding load) resumes the watch.
+          if (progressed) failedWatches = 0; // a watch that ran a while and then broke
+          const resumable = !r.errorEvent && resumableWatchFailure(r.error);
+          const relist = r.errorEvent || (!resumable && ++failedWatches >= WATCH_FAILURES_RELIST);
+          if (relist) {
+            this.#stats.relistsWatchFailed++;
+            rv = "";
+            failedWatches = 0;
+          }
+          const wait = Math.max(pause, Math.min(retryAfterMs(r.error) ?? 0, this.#maxPauseMs()));
+          log.warn(`Pod watch failed, ${relist ? "re-listing" : "retrying"}`, {
+            err: describe(r.error),
+            retryInMs: wait,
+          });
+          await sleep(this.#clock, wait, signal);
           pause = nextBackoff(pause, this.#opts);
           continue;
         }
         if (progressed) {
           pause = this.#opts.initialMs ?? 500;
           emptyWatches = 0;
+          failedWatches = 0;
         } else if (++emptyWatches > 2) {
           // Watches in a row that brought nothing new (each ended at once, or 410 Gone again
           // after its re-list): back off before the next one, or a server (or a proxy) answering so
           // would get a list or a watch per round trip, thousands a second. A drop, and the
           // 410 Gone that may follow it, resume at once.
+          this.#stats.watchesBackedOff++;
+          const suppressed = this.#informerLog.allow("no-progress");
+          if (suppressed >= 0) {
+            log.info("Pod watches end without progress: backing off", {
+              inARow: emptyWatches,
+              lastedMs: lasted,
+              retryInMs: pause,
+              suppressed,
+            });
+          }
           await sleep(this.#clock, pause, signal);
           pause = nextBackoff(pause, this.#opts);
         }
@@ -727,6 +829,7 @@ export class PodStore {
         this.#stats.failures++;
         log.warn("Pod informer failed, re-listing", { err: describe(err), retryInMs: pause });
         rv = "";
+        failedWatches = 0;
         await sleep(this.#clock, pause, signal);
         pause = nextBackoff(pause, this.#opts);
       }
@@ -738,8 +841,16 @@ export class PodStore {
     api: KubeApi,
     from: string,
     signal: AbortSignal,
-  ): Promise<{ resourceVersion: string; gone: boolean; error?: unknown; events: number }> {
-    const result = { resourceVersion: from, gone: false, error: undefined as unknown, events: 0 };
+  ): Promise<
+    { resourceVersion: string; gone: boolean; error?: unknown; errorEvent: boolean; events: number }
+  > {
+    const result = {
+      resourceVersion: from,
+      gone: false,
+      error: undefined as unknown,
+      errorEvent: false,
+      events: 0,
+    };
     const done = Promise.withResolvers<typeof result>();
     const onEvent = (ev: WatchEvent): void => {
       const rv = ev.object?.metadata?.resourceVersion;
@@ -757,7 +868,12 @@ export class PodStore {
           break;
         case "ERROR":
           if (ev.object?.code === 410) result.gone = true;
-          else result.error = new Error(`watch error: ${ev.object?.message ?? "unknown"}`);
+          else {
+            result.error = new Error(
+              `watch error: ${ev.object?.code ?? "no code"}: ${ev.object?.message ?? "unknown"}`,
+            );
+            result.errorEvent = true;
+          }
           // The stream is over; close it now rather than wait for the server to.
           handle?.abort();
           done.resolve(result);

@@ -686,3 +686,108 @@ Deno.test("pod store: IPs are indexed in canonical text, as flows look them up",
   assert.equal(store.lookup("10.19.0.5", T0)?.name, "dual");
   assert.deepEqual([store.stats().ips, store.stats().ipsDropped], [3, 1]);
 });
+
+// Before, every restart after an expired continue token was at once: a server whose tokens
+// always expire got 3,826 lists in 20 s, the store never synced.
+Deno.test("pod store informer: continue tokens that always expire back off after the first restart", async () => {
+  await withInformer(async ({ server, store, clock, api }) => {
+    for (let i = 0; i < 600; i++) server.put("pods", pod(`p${i}`, `10.20.${i >> 8}.${i & 255}`));
+    server.fault({
+      match: { method: "GET", path: "/api/v1/pods", query: "continue=" },
+      status: 410,
+      times: 1_000_000,
+    });
+    store.start(api);
+    // Real time passes, the clock does not: a backoff pause never ends.
+    await new Promise((r) => setTimeout(r, 1000));
+    const lists = () => server.requests.filter((r) => !/watch=/.test(r.url)).length;
+    const s = store.stats();
+    // First page, expired token, restart at once: first page, expired token, then a pause.
+    assert.equal(lists(), 4, `a loop: ${lists()} list requests`);
+    assert.equal(s.relistsGone, 2);
+    const pause = clock.pendingTimers().find((ms) => ms < 60_000);
+    assert.equal(pause, 500);
+    clock.advance(500);
+    await waitFor(() => lists() === 6, { what: "the next restart" });
+    // The next pause is longer.
+    assert.equal(await pollUntil(() => clock.pendingTimers().find((ms) => ms < 60_000)), 1000);
+  });
+});
+
+// Before, a watch failing with an ERROR event other than 410 resumed from the same version
+// forever (with backoff): never a list, the store's metadata stale for good.
+Deno.test("pod store informer: a watch ERROR event other than 410 re-lists", async () => {
+  await withInformer(async ({ server, store, clock, run }) => {
+    server.put("pods", pod("a", "10.21.0.1", { labels: { v: "1" } }));
+    await run();
+    // Meanwhile the Pod changed; every watch from now on fails with 504.
+    server.fault({
+      match: { method: "GET", path: "/api/v1/pods", query: "watch=true" },
+      lines: [JSON.stringify({
+        type: "ERROR",
+        object: { kind: "Status", code: 504, message: "Too large resource version: 99999" },
+      })],
+      times: 1_000_000,
+    });
+    server.dropWatches();
+    server.put("pods", pod("a", "10.21.0.1", { labels: { v: "2" } }));
+    await settleDriving(
+      clock,
+      waitFor(() => store.stats().lists >= 2, { what: "a re-list" }),
+    );
+    assert.equal(store.lookup("10.21.0.1", T0)?.labels?.v, "2");
+    assert.ok(store.stats().relistsWatchFailed >= 1);
+  });
+});
+
+Deno.test("pod store informer: watches failing with 500 in a row re-list after a few", async () => {
+  await withInformer(async ({ server, store, clock, run }) => {
+    server.put("pods", pod("a", "10.22.0.1"));
+    await run();
+    server.fault({
+      match: { method: "GET", path: "/api/v1/pods", query: "watch=true" },
+      status: 500,
+      times: 1_000_000,
+    });
+    server.dropWatches();
+    await settleDriving(
+      clock,
+      waitFor(() => store.stats().lists >= 2, { what: "a re-list" }),
+    );
+    // The first watch, then three answered 500, then the list (and the watches after it).
+    const calls = server.requests.map((r) => /watch=true/.test(r.url) ? r.status : "list");
+    assert.deepEqual(calls.slice(0, 6), ["list", 200, 500, 500, 500, "list"]);
+    assert.equal(store.stats().relistsWatchFailed, 1);
+  });
+});
+
+// Before, a watch that moved the version by a bookmark and closed at once counted as progress:
+// 2,995 watches in 10 s, no pause.
+Deno.test("pod store informer: watches that move the version by a bookmark and close at once back off", async () => {
+  await withInformer(async ({ server, store, clock, run }) => {
+    server.put("pods", pod("a", "10.23.0.1"));
+    await run();
+    // Each of the next 50 watches: one bookmark at a later version, then the end.
+    for (let i = 1; i <= 50; i++) {
+      server.fault({
+        match: { method: "GET", path: "/api/v1/pods", query: "watch=true" },
+        lines: [JSON.stringify({
+          type: "BOOKMARK",
+          object: {
+            kind: "Pod",
+            metadata: { resourceVersion: String(server.resourceVersion + i) },
+          },
+        })],
+      });
+    }
+    server.dropWatches();
+    // Real time passes, the clock does not: a backoff pause never ends.
+    await new Promise((r) => setTimeout(r, 1000));
+    const s = store.stats();
+    assert.ok(s.watches <= 5, `a loop: ${s.watches} watches`);
+    assert.equal(s.watchesBackedOff, 1);
+    assert.equal(s.lists, 1);
+    clock.advance(60_000);
+    await waitFor(() => store.stats().watches > s.watches, { what: "the next round" });
+  });
+});

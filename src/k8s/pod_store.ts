@@ -18,7 +18,10 @@
  * `maxPods` the oldest deleted Pod still kept is forgotten early to make room, and when none is
  * left a new Pod is not held; a Pod whose labels are over `maxPodLabelBytes` is held without
  * them (a cut set would export labels the Pod does not have). Each is counted and logged,
- * rate-limited.
+ * rate-limited. It is type-checked too (`malformed`): a Pod whose uid, name, namespace or Node
+ * name is no string of a length Kubernetes allows is not held (its flows would be exported
+ * under a wrong or huge name); one whose labels are no object of strings is held without them,
+ * one whose creation time is unreadable as created when seen.
  */
 
 import { canonicalAnyAddress } from "../aggregation/flow_key.ts";
@@ -140,6 +143,47 @@ interface PodEntry {
   deleted: number;
 }
 
+/** Longest Pod name, namespace and Node name Kubernetes allows (DNS subdomain, DNS label). */
+export const MAX_POD_NAME = 253;
+/** See {@linkcode MAX_POD_NAME}. */
+export const MAX_NAMESPACE = 63;
+/** See {@linkcode MAX_POD_NAME}. */
+export const MAX_NODE_NAME = 253;
+/** Longest uid taken (Kubernetes gives a 36-character UUID). */
+const MAX_UID = 128;
+
+/**
+ * Why an object from the API server cannot be applied as a Pod event of `type`, or undefined:
+ * the fields it is keyed and exported by must be strings of the lengths Kubernetes allows (a
+ * 200 KB name was held whole, `{evil:1}` exported as "[object Object]"). A DELETED needs its
+ * uid only. Labels and the creation time are checked where they are used (held without them).
+ */
+function podProblem(type: string, pod: PodObject): string | undefined {
+  const m = pod.metadata as Record<string, unknown> | undefined | null;
+  if (m === undefined || m === null || typeof m !== "object") return "no metadata";
+  const text = (v: unknown, field: string, max: number, required: boolean) =>
+    v === undefined || v === null
+      ? required ? `no ${field}` : undefined
+      : typeof v !== "string"
+      ? `${field} is a ${Array.isArray(v) ? "array" : typeof v}, not a string`
+      : v.length > max
+      ? `${field} is ${v.length} characters, over ${max}`
+      : required && v === ""
+      ? `empty ${field}`
+      : undefined;
+  const uid = text(m.uid, "metadata.uid", MAX_UID, true);
+  if (uid !== undefined || type === "DELETED") return uid;
+  const spec = pod.spec as Record<string, unknown> | undefined | null;
+  if (spec !== undefined && spec !== null && typeof spec !== "object") return "spec: not an object";
+  const status = pod.status as unknown;
+  if (status !== undefined && status !== null && typeof status !== "object") {
+    return "status: not an object";
+  }
+  return text(m.name, "metadata.name", MAX_POD_NAME, false) ??
+    text(m.namespace, "metadata.namespace", MAX_NAMESPACE, false) ??
+    text(spec?.nodeName, "spec.nodeName", MAX_NODE_NAME, false);
+}
+
 /** Names the name table may hold beyond twice the Pods before it is pruned. */
 const NAMES_SLACK = 1024;
 
@@ -189,7 +233,13 @@ export interface PodStoreStats {
   failures: number;
   /** Host-network Pods skipped. */
   hostNetworkSkipped: number;
-  /** List items and watch objects that are no Pod (null, wrong shapes): skipped, logged. */
+  /**
+   * List items, watch objects and watch events the store cannot use, each logged (rate-limited):
+   * skipped when no Pod (null, no `metadata.uid`, a name, namespace or Node name that is no
+   * string or longer than Kubernetes allows: 253, 63 and 253 characters) or an event of an
+   * unknown type; held without the field when the labels are no object of strings (no labels)
+   * or the creation time is unreadable (created when seen).
+   */
   malformed: number;
   /** New Pods not held: `maxPods` held, none of them deleted. */
   podsRefused: number;
@@ -197,6 +247,12 @@ export interface PodStoreStats {
   deletedForgottenEarly: number;
   /** Pods held without their labels, over `maxPodLabelBytes`. */
   labelsDropped: number;
+  /**
+   * DELETED events for a Pod not held (control-plane §4.3: an error, logged rate-limited): a Pod
+   * refused at `maxPods`, or an event missed. Host-network and terminated Pods, never held, are
+   * not counted.
+   */
+  deletesUnknown: number;
   /** IPs of a Pod not indexed: past {@linkcode MAX_IPS_PER_POD}, or text that is no IP. */
   ipsDropped: number;
 }
@@ -293,6 +349,7 @@ export class PodStore {
     podsRefused: 0,
     deletedForgottenEarly: 0,
     labelsDropped: 0,
+    deletesUnknown: 0,
     ipsDropped: 0,
   };
 
@@ -395,7 +452,11 @@ export class PodStore {
    */
   #applyChecked(type: string, pod: unknown): boolean {
     try {
-      if (pod === null || typeof pod !== "object") throw new TypeError(`not an object: ${pod}`);
+      if (pod === null || typeof pod !== "object") {
+        throw new TypeError(`not an object: ${pod === null ? "null" : typeof pod}`);
+      }
+      const problem = podProblem(type, pod as PodObject);
+      if (problem !== undefined) throw new TypeError(problem);
       this.apply(type, pod as PodObject);
       return true;
     } catch (err) {
@@ -407,11 +468,38 @@ export class PodStore {
     }
   }
 
+  /** Counts and logs (rate-limited) a Pod held without a field of the wrong type. */
+  #malformedField(field: string, held: string): void {
+    this.#stats.malformed++;
+    const suppressed = this.#malformedLog.allow(`field|${field}`);
+    if (suppressed >= 0) {
+      log.warn(`Kubernetes API sent a Pod whose ${field} is unusable: held ${held}`, {
+        suppressed,
+      });
+    }
+  }
+
   /** Applies one watch event (ADDED, MODIFIED or DELETED). */
   apply(type: string, pod: PodObject): void {
     const uid = pod.metadata?.uid;
     if (uid === undefined) return;
     if (type === "DELETED") {
+      // A Pod never held by design (host network, first seen terminated) is no surprise.
+      if (
+        !this.#byUid.has(uid) && pod.spec?.hostNetwork !== true &&
+        !TERMINATED.has(pod.status?.phase ?? "")
+      ) {
+        this.#stats.deletesUnknown++;
+        const suppressed = this.#informerLog.allow("deleted-unknown");
+        if (suppressed >= 0) {
+          log.error("Pod store: DELETED for a Pod not held", {
+            namespace: pod.metadata?.namespace,
+            name: pod.metadata?.name,
+            uid,
+            suppressed,
+          });
+        }
+      }
       this.#markDeleted(uid);
       return;
     }
@@ -454,9 +542,13 @@ export class PodStore {
     const nowSec = Math.floor(this.#clock.wallMs() / 1000);
     // v1.13: a Pending Pod counts from when we saw it, others from their creation time.
     const ts = pod.metadata?.creationTimestamp;
-    const created = pod.status?.phase === "Pending" || ts === undefined
-      ? nowSec
-      : Math.floor(new Date(ts).getTime() / 1000);
+    let created = nowSec;
+    if (pod.status?.phase !== "Pending" && ts !== undefined && ts !== null) {
+      const ms = typeof ts === "string" || ts instanceof Date ? new Date(ts).getTime() : NaN;
+      // NaN would make the Pod win or lose every look-up on a shared IP: the time it was seen.
+      if (Number.isNaN(ms)) this.#malformedField("creationTimestamp", "as created now");
+      else created = Math.floor(ms / 1000);
+    }
     const entry: PodEntry = { uid, info, ips, created, deleted: 0 };
     this.#byUid.set(uid, entry);
     this.#index(entry);
@@ -626,18 +718,33 @@ export class PodStore {
   }
 
   #infoOf(pod: PodObject): PodInfo {
-    let labels = pod.metadata?.labels;
+    let labels = pod.metadata?.labels as Record<string, unknown> | null | undefined;
     if (labels === null || labels === undefined) labels = undefined;
-    else {
+    else if (typeof labels !== "object" || Array.isArray(labels)) {
+      // `"abc"` exported as {"0":"a",...}: held without labels rather than with wrong ones.
+      labels = undefined;
+      this.#malformedField("labels", "without labels");
+    } else {
       let n = 0;
       let bytes = 0;
+      let wrong = false;
       // Label keys and values are ASCII (API server validation): characters are bytes.
-      for (const k in labels) {
+      for (const k of Object.keys(labels)) {
+        const v = labels[k];
+        // A value that is no string (an object, a number, null) was exported as text, and an
+        // object's text (15 bytes) passed the bound whatever its size.
+        if (typeof v !== "string") {
+          wrong = true;
+          break;
+        }
         n++;
-        bytes += k.length + String(labels[k]).length;
+        bytes += k.length + v.length;
         if (bytes > this.#maxLabelBytes) break;
       }
-      if (n === 0) labels = undefined;
+      if (wrong) {
+        labels = undefined;
+        this.#malformedField("labels", "without labels");
+      } else if (n === 0) labels = undefined;
       else if (bytes > this.#maxLabelBytes) {
         labels = undefined;
         this.#stats.labelsDropped++;
@@ -648,7 +755,7 @@ export class PodStore {
       name: pod.metadata?.name ?? "",
       namespace: this.#name(pod.metadata?.namespace ?? ""),
       nodeName: this.#name(pod.spec?.nodeName ?? ""),
-      labels,
+      labels: labels as Record<string, string> | undefined,
     };
   }
 
@@ -870,13 +977,24 @@ export class PodStore {
           if (ev.object?.code === 410) result.gone = true;
           else {
             result.error = new Error(
-              `watch error: ${ev.object?.code ?? "no code"}: ${ev.object?.message ?? "unknown"}`,
+              `watch error: ${ev.object?.code ?? "no code"}: ${
+                String(ev.object?.message ?? "unknown").slice(0, 300)
+              }`,
             );
             result.errorEvent = true;
           }
           // The stream is over; close it now rather than wait for the server to.
           handle?.abort();
           done.resolve(result);
+          break;
+        default:
+          // A type this client does not know (a newer server's, or garbage): counted, skipped.
+          this.#stats.malformed++;
+          if (this.#malformedLog.allow("event-type") >= 0) {
+            log.warn("Kubernetes API sent a watch event of an unknown type: skipped", {
+              type: ev.type.slice(0, 64),
+            });
+          }
           break;
       }
     };

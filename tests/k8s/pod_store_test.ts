@@ -791,3 +791,93 @@ Deno.test("pod store informer: watches that move the version by a bookmark and c
     await waitFor(() => store.stats().watches > s.watches, { what: "the next round" });
   });
 });
+
+/** Pods with fields of the wrong type or size, as a hostile or broken API server sends them. */
+function hostilePods(prefix: string, net: number): KubeObject[] {
+  const p = (name: string, i: number, meta: Record<string, unknown> = {}) => {
+    const o = pod(name, `10.24.${net}.${i}`);
+    Object.assign(o.metadata, meta);
+    return o;
+  };
+  return [
+    p(`${prefix}-good`, 1, { labels: { app: "web" } }),
+    // An object's text is 15 bytes: it passed the label bound whatever its size.
+    p(`${prefix}-objlabel`, 2, { labels: { app: { v: "x".repeat(200_000) } } }),
+    p(`${prefix}-strlabels`, 3, { labels: "abc" }),
+    p(`${prefix}-numlabel`, 4, { labels: { n: 5, z: null } }),
+    p(`${prefix}-long`, 5, { name: `${prefix}-${"x".repeat(300)}` }),
+    p(`${prefix}-objname`, 6, { name: { evil: prefix }, uid: `uid-${prefix}-objname` }),
+    p(`${prefix}-numns`, 7, { namespace: 123 }),
+    p(`${prefix}-badtime`, 8, { creationTimestamp: "yesterday-ish" }),
+  ];
+}
+
+// Before, fields were used as they came: 200 KB labels passed maxPodLabelBytes, `"abc"` was
+// exported as {"0":"a","1":"b","2":"c"}, a name {evil:1} as "[object Object]", a 300-character
+// name held whole.
+Deno.test("pod store informer: Pods with fields of the wrong type or size, listed or watched, are not held or held without them, counted", async () => {
+  await withInformer(async ({ server, store, run }) => {
+    for (const o of hostilePods("l", 0)) server.put("pods", o);
+    await run();
+    for (const o of hostilePods("w", 1)) server.put("pods", o);
+    await waitFor(() => store.lookup("10.24.1.8", T0) !== undefined, { what: "the watched Pods" });
+    for (const net of [0, 1]) {
+      const at = (i: number) => store.lookup(`10.24.${net}.${i}`, T0 + 3600);
+      assert.deepEqual(at(1)?.labels, { app: "web" });
+      for (const i of [2, 3, 4]) {
+        assert.ok(at(i) !== undefined, `Pod ${i} held`);
+        assert.equal(at(i)?.labels, undefined, `Pod ${i} held without its labels`);
+      }
+      for (const i of [5, 6, 7]) assert.equal(at(i), undefined, `Pod ${i} not held`);
+      assert.equal(at(8)?.name, net === 0 ? "l-badtime" : "w-badtime");
+    }
+    // Per set: 3 labels, 3 names, 1 creation time.
+    assert.equal(store.stats().malformed, 14);
+    assert.equal(store.stats().labelsDropped, 0);
+  });
+});
+
+// Before, an unparsable creation time was NaN: such a Pod won (or lost) every look-up on an IP
+// it shared, by the order the Pods came in.
+Deno.test("pod store: a Pod whose creation time is unreadable counts as created when seen", () => {
+  const clock = new ManualClock();
+  const store = new PodStore({ clock });
+  const bad = pod("bad", "10.25.0.1");
+  bad.metadata.creationTimestamp = "not a time";
+  store.replace([bad, pod("old", "10.25.0.1", { created: T0 - 3600 })]);
+  assert.equal(store.lookup("10.25.0.1", T0 - 60)?.name, "old");
+  assert.equal(store.lookup("10.25.0.1", T0 + 60)?.name, "bad");
+  assert.equal(store.stats().malformed, 1);
+});
+
+// Before, an event of an unknown type was counted nowhere and an object without uid counted as
+// an event applied.
+Deno.test("pod store informer: a watch event of unknown type and an object without uid are counted malformed", async () => {
+  await withInformer(async ({ server, store, run }) => {
+    server.put("pods", pod("a", "10.26.0.1"));
+    await run();
+    const noUid = pod("b", "10.26.0.2");
+    delete (noUid.metadata as { uid?: string }).uid;
+    server.fault({
+      match: { method: "GET", path: "/api/v1/pods", query: "watch=true" },
+      lines: [
+        JSON.stringify({ type: "FOO", object: pod("c", "10.26.0.3") }),
+        JSON.stringify({ type: "ADDED", object: noUid }),
+      ],
+    });
+    server.dropWatches();
+    await waitFor(() => store.stats().malformed === 2, { what: "both counted" });
+    assert.equal(store.stats().events, 0);
+    assert.equal(store.lookup("10.26.0.3", T0), undefined);
+  });
+});
+
+Deno.test("pod store: a DELETED for a Pod not held is counted; host-network and terminated ones are not", () => {
+  const store = new PodStore({ clock: new ManualClock() });
+  store.apply("ADDED", pod("a", "10.27.0.1"));
+  store.apply("DELETED", pod("a", "10.27.0.1"));
+  store.apply("DELETED", pod("ghost", "10.27.0.2"));
+  store.apply("DELETED", pod("agent", "10.27.0.3", { hostNetwork: true }));
+  store.apply("DELETED", pod("job", "10.27.0.4", { phase: "Succeeded" }));
+  assert.equal(store.stats().deletesUnknown, 1);
+});

@@ -550,6 +550,8 @@ function clientFor(
           authMs: ATTEMPT_TIMEOUT_MS,
           headersMs: ATTEMPT_TIMEOUT_MS,
           inactivityMs: (WATCH_TIMEOUT_S + 60) * 1000,
+          // The server ends it at WATCH_TIMEOUT_S: one open a minute longer is renewed.
+          maxMs: (WATCH_TIMEOUT_S + 60) * 1000,
         },
       )),
   };

@@ -223,6 +223,12 @@ export interface PodStoreStats {
   /** Watches opened. */
   watches: number;
   /**
+   * Seconds since the informer last heard from the API server: a list page, a watch event or a
+   * bookmark (0 before it starts). Bookmarks come about every minute: a value that keeps
+   * growing past a few minutes is a store going stale (a watch kept open but silent).
+   */
+  lastEventAgeSeconds: number;
+  /**
    * Backoff pauses before a watch, taken because the watches before it made no progress (three
    * in a row that ended at once, or under 1 s even if a bookmark moved the version).
    */
@@ -324,6 +330,8 @@ export class PodStore {
   #running: Promise<void> = Promise.resolve();
   readonly #synced = Promise.withResolvers<void>();
   #isSynced = false;
+  /** When the informer last heard from the API server (monotonic ms), once started. */
+  #lastHeardMs: number | undefined;
   readonly #listeners: ((c: PodChange) => void)[] = [];
   readonly #malformedLog = new RateLimitedLog(10_000);
   readonly #limitLog = new RateLimitedLog(10_000);
@@ -431,6 +439,9 @@ export class PodStore {
       pods: this.#byUid.size,
       ips: this.#byIp.size,
       names: this.#names.size,
+      lastEventAgeSeconds: this.#lastHeardMs === undefined
+        ? 0
+        : Math.max(0, Math.floor((this.#clock.nowMs() - this.#lastHeardMs) / 1000)),
       ...this.#stats,
     };
   }
@@ -637,6 +648,7 @@ export class PodStore {
         continue;
       }
       this.#stats.listPages++;
+      this.#lastHeardMs = this.#clock.nowMs();
       if (pages++ === 0) rv = page.resourceVersion;
       this.#applyItems(page.items as PodObject[], seen);
       cont = page.continue;
@@ -661,6 +673,7 @@ export class PodStore {
   start(api: KubeApi): void {
     const abort = new AbortController();
     this.#abort = abort;
+    this.#lastHeardMs = this.#clock.nowMs();
     this.#running = this.#run(api, abort.signal).catch((err) => {
       if (!(err instanceof RetryAborted)) log.error("Pod informer stopped", { err });
     });
@@ -968,9 +981,11 @@ export class PodStore {
           if (!this.#applyChecked(ev.type, ev.object)) break;
           this.#stats.events++;
           result.events++;
+          this.#lastHeardMs = this.#clock.nowMs();
           if (rv) result.resourceVersion = rv;
           break;
         case "BOOKMARK":
+          this.#lastHeardMs = this.#clock.nowMs();
           if (rv) result.resourceVersion = rv;
           break;
         case "ERROR":

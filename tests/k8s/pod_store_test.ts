@@ -881,3 +881,18 @@ Deno.test("pod store: a DELETED for a Pod not held is counted; host-network and 
   store.apply("DELETED", pod("job", "10.27.0.4", { phase: "Succeeded" }));
   assert.equal(store.stats().deletesUnknown, 1);
 });
+
+Deno.test("pod store informer: lastEventAgeSeconds says how long since a list page, event or bookmark", async () => {
+  await withInformer(async ({ server, store, clock, run }) => {
+    server.put("pods", pod("a", "10.28.0.1"));
+    await run();
+    assert.equal(store.stats().lastEventAgeSeconds, 0);
+    clock.advance(90_000); // a watch open and silent
+    assert.equal(store.stats().lastEventAgeSeconds, 90);
+    server.bookmark();
+    await waitFor(() => store.stats().lastEventAgeSeconds === 0, { what: "the bookmark" });
+    clock.advance(30_000);
+    server.put("pods", pod("b", "10.28.0.2"));
+    await waitFor(() => store.stats().lastEventAgeSeconds === 0, { what: "the event" });
+  });
+});

@@ -16,6 +16,7 @@ import type * as k8s from "@kubernetes/client-node";
 import { installExecCredentials } from "./exec_auth.ts";
 import {
   boundedHttpLibrary,
+  boundedSend,
   type HttpStats,
   MAX_ANSWER_BYTES,
   MAX_LIST_PAGE_BYTES,
@@ -440,10 +441,7 @@ function clientFor(
   const api = kc.makeApiClient(k8s.CoreV1Api);
   const stats: KubeClientStats = { answersTooLarge: 0, malformedAnswers: 0, redirectsRefused: 0 };
   const objects = boundedHttpLibrary({ lib: k8s, fetch }, { maxBytes: MAX_ANSWER_BYTES, stats });
-  const listPages = boundedHttpLibrary({ lib: k8s, fetch }, {
-    maxBytes: MAX_LIST_PAGE_BYTES,
-    stats,
-  });
+  const sendListPage = boundedSend({ lib: k8s, fetch }, { maxBytes: MAX_LIST_PAGE_BYTES, stats });
   // client-node's per-call options: our HTTP library, and a middleware giving the request the
   // caller's signal.
   const by = (signal: AbortSignal | undefined, httpApi = objects) =>
@@ -487,15 +485,49 @@ function clientFor(
         { namespace, name: replacedName(namespace, body), body },
         by(signal),
       ),
+    // Sent as client-node would (authentication, TLS, the page's bound), but the answer is
+    // parsed by us: client-node's deserializer reshapes what it does not expect (labels `"abc"`
+    // became {"0":"a","1":"b","2":"c"}, which the Pod store could not tell from real labels),
+    // and walks every field of every Pod a second time after JSON.parse.
     listPods: async (signal, page) => {
-      const list = await api.listPodForAllNamespaces(
-        { limit: page?.limit, _continue: page?.continue },
-        by(signal, listPages),
-      );
+      const cluster = kc.getCurrentCluster();
+      if (!cluster) throw new Error("no current cluster in the Kubernetes configuration");
+      const url = new URL(cluster.server + "/api/v1/pods");
+      if (page?.limit !== undefined) url.searchParams.set("limit", String(page.limit));
+      if (page?.continue !== undefined) url.searchParams.set("continue", page.continue);
+      const ctx = new k8s.RequestContext(url.toString(), k8s.HttpMethod.GET);
+      ctx.setHeaderParam("Accept", "application/json");
+      await kc.applySecurityAuthentication(ctx);
+      if (signal !== undefined) ctx.setSignal(signal);
+      const res = await sendListPage(ctx);
+      const text = await res.body.text();
+      if (res.httpStatusCode !== 200) {
+        // As client-node's ApiException: the status, the Status body (describe() reads its
+        // message) and the headers (a 429's Retry-After).
+        throw Object.assign(new Error(`HTTP ${res.httpStatusCode}`), {
+          statusCode: res.httpStatusCode,
+          body: text.slice(0, 64 * 1024),
+          headers: res.headers,
+        });
+      }
+      let list: { items?: unknown; metadata?: { resourceVersion?: unknown; continue?: unknown } };
+      try {
+        list = JSON.parse(text);
+      } catch {
+        stats.malformedAnswers++;
+        throw new MalformedAnswer("k8s: the Pod list is not JSON");
+      }
+      if (list === null || typeof list !== "object" || !Array.isArray(list.items)) {
+        stats.malformedAnswers++;
+        throw new MalformedAnswer("k8s: the Pod list has no items");
+      }
+      const meta = typeof list.metadata === "object" && list.metadata !== null ? list.metadata : {};
       return {
-        items: list.items,
-        resourceVersion: list.metadata?.resourceVersion ?? "",
-        continue: list.metadata?._continue || undefined,
+        items: list.items as k8s.V1Pod[],
+        resourceVersion: typeof meta.resourceVersion === "string" ? meta.resourceVersion : "",
+        continue: typeof meta.continue === "string" && meta.continue !== ""
+          ? meta.continue
+          : undefined,
       };
     },
     watchPods: (resourceVersion, handlers) =>
@@ -518,6 +550,8 @@ function clientFor(
           authMs: ATTEMPT_TIMEOUT_MS,
           headersMs: ATTEMPT_TIMEOUT_MS,
           inactivityMs: (WATCH_TIMEOUT_S + 60) * 1000,
+          // The server ends it at WATCH_TIMEOUT_S: one open a minute longer is renewed.
+          maxMs: (WATCH_TIMEOUT_S + 60) * 1000,
         },
       )),
   };

@@ -91,58 +91,67 @@ export function boundedHttpLibrary(
   client: { lib: typeof k8s; fetch: typeof undiciFetch },
   options: { maxBytes: number; stats: HttpStats },
 ): k8s.HttpLibrary {
+  return client.lib.wrapHttpLibrary({ send: boundedSend(client, options) });
+}
+
+/**
+ * The send of {@linkcode boundedHttpLibrary}, as a promise: for a request made by us rather
+ * than by client-node (whose answer we parse ourselves).
+ */
+export function boundedSend(
+  client: { lib: typeof k8s; fetch: typeof undiciFetch },
+  options: { maxBytes: number; stats: HttpStats },
+): (request: k8s.RequestContext) => Promise<k8s.ResponseContext> {
   const { lib, fetch } = client;
   const { maxBytes, stats } = options;
   const tooLarge = (bytes: number | undefined): AnswerTooLarge => {
     stats.answersTooLarge++;
     return new AnswerTooLarge(bytes, maxBytes);
   };
-  return lib.wrapHttpLibrary({
-    async send(request) {
-      const res = await fetch(request.getUrl(), {
-        method: request.getHttpMethod().toString(),
-        body: request.getBody(),
-        headers: request.getHeaders(),
-        signal: request.getSignal(),
-        // deno-lint-ignore no-explicit-any
-        dispatcher: request.getDispatcher() as any,
-        // Never followed (see RedirectRefused).
-        redirect: "manual",
-      });
-      if (isRedirect(res.status)) {
-        await res.body?.cancel().catch(() => {});
-        stats.redirectsRefused++;
-        throw new RedirectRefused(res.status, res.headers.get("location"));
-      }
-      const declared = Number(res.headers.get("content-length") ?? NaN);
-      if (declared > maxBytes) {
-        await res.body?.cancel().catch(() => {});
-        throw tooLarge(declared);
-      }
-      const chunks: Uint8Array[] = [];
-      let bytes = 0;
-      if (res.body !== null) {
-        const reader = res.body.getReader();
-        for (;;) {
-          const { value, done } = await reader.read();
-          if (done) break;
-          bytes += value.byteLength;
-          if (bytes > maxBytes) {
-            await reader.cancel().catch(() => {});
-            throw tooLarge(undefined);
-          }
-          chunks.push(value);
+  return async function send(request) {
+    const res = await fetch(request.getUrl(), {
+      method: request.getHttpMethod().toString(),
+      body: request.getBody(),
+      headers: request.getHeaders(),
+      signal: request.getSignal(),
+      // deno-lint-ignore no-explicit-any
+      dispatcher: request.getDispatcher() as any,
+      // Never followed (see RedirectRefused).
+      redirect: "manual",
+    });
+    if (isRedirect(res.status)) {
+      await res.body?.cancel().catch(() => {});
+      stats.redirectsRefused++;
+      throw new RedirectRefused(res.status, res.headers.get("location"));
+    }
+    const declared = Number(res.headers.get("content-length") ?? NaN);
+    if (declared > maxBytes) {
+      await res.body?.cancel().catch(() => {});
+      throw tooLarge(declared);
+    }
+    const chunks: Uint8Array[] = [];
+    let bytes = 0;
+    if (res.body !== null) {
+      const reader = res.body.getReader();
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        bytes += value.byteLength;
+        if (bytes > maxBytes) {
+          await reader.cancel().catch(() => {});
+          throw tooLarge(undefined);
         }
+        chunks.push(value);
       }
-      const headers: Record<string, string> = {};
-      res.headers.forEach((value, name) => headers[name] = value);
-      const body = concatBytes(chunks);
-      return new lib.ResponseContext(res.status, headers, {
-        text: () => Promise.resolve(new TextDecoder().decode(body)),
-        // Node.js modules only in a cluster, and this one only if asked (our calls read text).
-        binary: async () => (await import("node:buffer")).Buffer.from(body),
-        stream: () => null,
-      });
-    },
-  });
+    }
+    const headers: Record<string, string> = {};
+    res.headers.forEach((value, name) => headers[name] = value);
+    const body = concatBytes(chunks);
+    return new lib.ResponseContext(res.status, headers, {
+      text: () => Promise.resolve(new TextDecoder().decode(body)),
+      // Node.js modules only in a cluster, and this one only if asked (our calls read text).
+      binary: async () => (await import("node:buffer")).Buffer.from(body),
+      stream: () => null,
+    });
+  };
 }

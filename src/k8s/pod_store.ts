@@ -18,7 +18,10 @@
  * `maxPods` the oldest deleted Pod still kept is forgotten early to make room, and when none is
  * left a new Pod is not held; a Pod whose labels are over `maxPodLabelBytes` is held without
  * them (a cut set would export labels the Pod does not have). Each is counted and logged,
- * rate-limited.
+ * rate-limited. It is type-checked too (`malformed`): a Pod whose uid, name, namespace or Node
+ * name is no string of a length Kubernetes allows is not held (its flows would be exported
+ * under a wrong or huge name); one whose labels are no object of strings is held without them,
+ * one whose creation time is unreadable as created when seen.
  */
 
 import { canonicalAnyAddress } from "../aggregation/flow_key.ts";
@@ -31,8 +34,10 @@ import { AnswerTooLarge, MAX_LIST_PAGE_BYTES } from "./http.ts";
 import {
   type Backoff,
   describe,
+  MAX_PAUSE_MS,
   nextBackoff,
   RetryAborted,
+  retryAfterMs,
   retrying,
   type RetryOptions,
   sleep,
@@ -49,6 +54,33 @@ const STOP_WAIT_MS = 5_000;
  * it) only when it lasted this long.
  */
 const WATCH_PROGRESS_MS = 10_000;
+
+/**
+ * A watch that advanced the resourceVersion counts as progress only when it lasted this long:
+ * one that moved it by a bookmark and closed at once is no progress.
+ */
+const WATCH_MIN_PROGRESS_MS = 1_000;
+
+/**
+ * Watch failures in a row (other than a refused connection or 429) after which the next round
+ * lists instead of resuming from the same resourceVersion.
+ */
+export const WATCH_FAILURES_RELIST = 3;
+
+/**
+ * True for a watch failure after which client-go resumes the watch rather than list: the
+ * connection refused (the API server restarting) or 429 (it sheds load).
+ */
+function resumableWatchFailure(err: unknown): boolean {
+  if (statusOf(err) === 429) return true;
+  for (let e = err, depth = 0; e != null && depth < 5; depth++) {
+    // deno-lint-ignore no-explicit-any
+    const x = e as any;
+    if (x.code === "ECONNREFUSED" || x.name === "ConnectionRefused") return true;
+    e = x.cause;
+  }
+  return false;
+}
 
 /**
  * Pods asked for per page of a list (client-go's informers ask for 500): a cluster-wide list is
@@ -111,6 +143,47 @@ interface PodEntry {
   deleted: number;
 }
 
+/** Longest Pod name, namespace and Node name Kubernetes allows (DNS subdomain, DNS label). */
+export const MAX_POD_NAME = 253;
+/** See {@linkcode MAX_POD_NAME}. */
+export const MAX_NAMESPACE = 63;
+/** See {@linkcode MAX_POD_NAME}. */
+export const MAX_NODE_NAME = 253;
+/** Longest uid taken (Kubernetes gives a 36-character UUID). */
+const MAX_UID = 128;
+
+/**
+ * Why an object from the API server cannot be applied as a Pod event of `type`, or undefined:
+ * the fields it is keyed and exported by must be strings of the lengths Kubernetes allows (a
+ * 200 KB name was held whole, `{evil:1}` exported as "[object Object]"). A DELETED needs its
+ * uid only. Labels and the creation time are checked where they are used (held without them).
+ */
+function podProblem(type: string, pod: PodObject): string | undefined {
+  const m = pod.metadata as Record<string, unknown> | undefined | null;
+  if (m === undefined || m === null || typeof m !== "object") return "no metadata";
+  const text = (v: unknown, field: string, max: number, required: boolean) =>
+    v === undefined || v === null
+      ? required ? `no ${field}` : undefined
+      : typeof v !== "string"
+      ? `${field} is a ${Array.isArray(v) ? "array" : typeof v}, not a string`
+      : v.length > max
+      ? `${field} is ${v.length} characters, over ${max}`
+      : required && v === ""
+      ? `empty ${field}`
+      : undefined;
+  const uid = text(m.uid, "metadata.uid", MAX_UID, true);
+  if (uid !== undefined || type === "DELETED") return uid;
+  const spec = pod.spec as Record<string, unknown> | undefined | null;
+  if (spec !== undefined && spec !== null && typeof spec !== "object") return "spec: not an object";
+  const status = pod.status as unknown;
+  if (status !== undefined && status !== null && typeof status !== "object") {
+    return "status: not an object";
+  }
+  return text(m.name, "metadata.name", MAX_POD_NAME, false) ??
+    text(m.namespace, "metadata.namespace", MAX_NAMESPACE, false) ??
+    text(spec?.nodeName, "spec.nodeName", MAX_NODE_NAME, false);
+}
+
 /** Names the name table may hold beyond twice the Pods before it is pruned. */
 const NAMES_SLACK = 1024;
 
@@ -131,8 +204,17 @@ export interface PodStoreStats {
    * was applied, no Pod marked deleted for missing from them.
    */
   listsTruncated: number;
-  /** Re-lists caused by `410 Gone`. */
+  /**
+   * Re-lists caused by `410 Gone` (of a watch, or of a list's continue token: after the first
+   * restart of one list, each waits a backoff pause).
+   */
   relistsGone: number;
+  /**
+   * Re-lists caused by a failing watch: an ERROR event other than 410 (504 "Too large resource
+   * version", 500), or {@linkcode WATCH_FAILURES_RELIST} failures in a row other than a refused
+   * connection or 429 (resuming from the same version forever left the store stale).
+   */
+  relistsWatchFailed: number;
   /**
    * Times a page of the list was over the client's bound for a page (`MAX_LIST_PAGE_BYTES`,
    * 64 MiB: Pods with huge annotations) and the page size was halved (kept for later lists).
@@ -140,13 +222,30 @@ export interface PodStoreStats {
   listPagesHalved: number;
   /** Watches opened. */
   watches: number;
+  /**
+   * Seconds since the informer last heard from the API server: a list page, a watch event or a
+   * bookmark (0 before it starts). Bookmarks come about every minute: a value that keeps
+   * growing past a few minutes is a store going stale (a watch kept open but silent).
+   */
+  lastEventAgeSeconds: number;
+  /**
+   * Backoff pauses before a watch, taken because the watches before it made no progress (three
+   * in a row that ended at once, or under 1 s even if a bookmark moved the version).
+   */
+  watchesBackedOff: number;
   /** Watch events applied (bookmarks excluded). */
   events: number;
   /** Failed list or watch calls (each retried). */
   failures: number;
   /** Host-network Pods skipped. */
   hostNetworkSkipped: number;
-  /** List items and watch objects that are no Pod (null, wrong shapes): skipped, logged. */
+  /**
+   * List items, watch objects and watch events the store cannot use, each logged (rate-limited):
+   * skipped when no Pod (null, no `metadata.uid`, a name, namespace or Node name that is no
+   * string or longer than Kubernetes allows: 253, 63 and 253 characters) or an event of an
+   * unknown type; held without the field when the labels are no object of strings (no labels)
+   * or the creation time is unreadable (created when seen).
+   */
   malformed: number;
   /** New Pods not held: `maxPods` held, none of them deleted. */
   podsRefused: number;
@@ -154,6 +253,12 @@ export interface PodStoreStats {
   deletedForgottenEarly: number;
   /** Pods held without their labels, over `maxPodLabelBytes`. */
   labelsDropped: number;
+  /**
+   * DELETED events for a Pod not held (control-plane §4.3: an error, logged rate-limited): a Pod
+   * refused at `maxPods`, or an event missed. Host-network and terminated Pods, never held, are
+   * not counted.
+   */
+  deletesUnknown: number;
   /** IPs of a Pod not indexed: past {@linkcode MAX_IPS_PER_POD}, or text that is no IP. */
   ipsDropped: number;
 }
@@ -225,9 +330,13 @@ export class PodStore {
   #running: Promise<void> = Promise.resolve();
   readonly #synced = Promise.withResolvers<void>();
   #isSynced = false;
+  /** When the informer last heard from the API server (monotonic ms), once started. */
+  #lastHeardMs: number | undefined;
   readonly #listeners: ((c: PodChange) => void)[] = [];
   readonly #malformedLog = new RateLimitedLog(10_000);
   readonly #limitLog = new RateLimitedLog(10_000);
+  /** The informer's own outcomes that can repeat at every round (restarts, short watches). */
+  readonly #informerLog: RateLimitedLog;
   /** Pods asked for per page of a list: {@linkcode LIST_PAGE_SIZE}, halved past the bound. */
   #pageSize = LIST_PAGE_SIZE;
   readonly #maxPods: number;
@@ -238,7 +347,9 @@ export class PodStore {
     listsTruncated: 0,
     listPagesHalved: 0,
     relistsGone: 0,
+    relistsWatchFailed: 0,
     watches: 0,
+    watchesBackedOff: 0,
     events: 0,
     failures: 0,
     hostNetworkSkipped: 0,
@@ -246,6 +357,7 @@ export class PodStore {
     podsRefused: 0,
     deletedForgottenEarly: 0,
     labelsDropped: 0,
+    deletesUnknown: 0,
     ipsDropped: 0,
   };
 
@@ -255,6 +367,7 @@ export class PodStore {
     this.#opts = options;
     this.#maxPods = options.maxPods ?? LIMIT_KEYS.maxPods.default;
     this.#maxLabelBytes = options.maxLabelBytes ?? LIMIT_KEYS.maxPodLabelBytes.default;
+    this.#informerLog = new RateLimitedLog(10_000, () => this.#clock.nowMs());
   }
 
   /**
@@ -326,6 +439,9 @@ export class PodStore {
       pods: this.#byUid.size,
       ips: this.#byIp.size,
       names: this.#names.size,
+      lastEventAgeSeconds: this.#lastHeardMs === undefined
+        ? 0
+        : Math.max(0, Math.floor((this.#clock.nowMs() - this.#lastHeardMs) / 1000)),
       ...this.#stats,
     };
   }
@@ -347,7 +463,11 @@ export class PodStore {
    */
   #applyChecked(type: string, pod: unknown): boolean {
     try {
-      if (pod === null || typeof pod !== "object") throw new TypeError(`not an object: ${pod}`);
+      if (pod === null || typeof pod !== "object") {
+        throw new TypeError(`not an object: ${pod === null ? "null" : typeof pod}`);
+      }
+      const problem = podProblem(type, pod as PodObject);
+      if (problem !== undefined) throw new TypeError(problem);
       this.apply(type, pod as PodObject);
       return true;
     } catch (err) {
@@ -359,11 +479,38 @@ export class PodStore {
     }
   }
 
+  /** Counts and logs (rate-limited) a Pod held without a field of the wrong type. */
+  #malformedField(field: string, held: string): void {
+    this.#stats.malformed++;
+    const suppressed = this.#malformedLog.allow(`field|${field}`);
+    if (suppressed >= 0) {
+      log.warn(`Kubernetes API sent a Pod whose ${field} is unusable: held ${held}`, {
+        suppressed,
+      });
+    }
+  }
+
   /** Applies one watch event (ADDED, MODIFIED or DELETED). */
   apply(type: string, pod: PodObject): void {
     const uid = pod.metadata?.uid;
     if (uid === undefined) return;
     if (type === "DELETED") {
+      // A Pod never held by design (host network, first seen terminated) is no surprise.
+      if (
+        !this.#byUid.has(uid) && pod.spec?.hostNetwork !== true &&
+        !TERMINATED.has(pod.status?.phase ?? "")
+      ) {
+        this.#stats.deletesUnknown++;
+        const suppressed = this.#informerLog.allow("deleted-unknown");
+        if (suppressed >= 0) {
+          log.error("Pod store: DELETED for a Pod not held", {
+            namespace: pod.metadata?.namespace,
+            name: pod.metadata?.name,
+            uid,
+            suppressed,
+          });
+        }
+      }
       this.#markDeleted(uid);
       return;
     }
@@ -406,9 +553,13 @@ export class PodStore {
     const nowSec = Math.floor(this.#clock.wallMs() / 1000);
     // v1.13: a Pending Pod counts from when we saw it, others from their creation time.
     const ts = pod.metadata?.creationTimestamp;
-    const created = pod.status?.phase === "Pending" || ts === undefined
-      ? nowSec
-      : Math.floor(new Date(ts).getTime() / 1000);
+    let created = nowSec;
+    if (pod.status?.phase !== "Pending" && ts !== undefined && ts !== null) {
+      const ms = typeof ts === "string" || ts instanceof Date ? new Date(ts).getTime() : NaN;
+      // NaN would make the Pod win or lose every look-up on a shared IP: the time it was seen.
+      if (Number.isNaN(ms)) this.#malformedField("creationTimestamp", "as created now");
+      else created = Math.floor(ms / 1000);
+    }
     const entry: PodEntry = { uid, info, ips, created, deleted: 0 };
     this.#byUid.set(uid, entry);
     this.#index(entry);
@@ -450,6 +601,8 @@ export class PodStore {
     let rv = "";
     let cont: string | undefined;
     let pages = 0;
+    let restarts = 0;
+    let pause = this.#opts.initialMs ?? 500;
     for (;;) {
       const from = cont;
       const page = await retrying("listing Pods", async (s) => {
@@ -476,11 +629,26 @@ export class PodStore {
       }, retry);
       if (page === undefined) {
         this.#stats.relistsGone++;
-        log.info("Pod list's continue token expired (410): listing again", { pages });
+        const suppressed = this.#informerLog.allow("continue-expired");
+        if (suppressed >= 0) {
+          log.info("Pod list's continue token expired (410): listing again", {
+            pages,
+            retryInMs: restarts === 0 ? 0 : pause,
+            suppressed,
+          });
+        }
+        // The first restart is at once (a token expires when a list takes longer than the
+        // event window); the next ones back off: a server whose tokens always expire made
+        // 3,826 lists in 20 s.
+        if (restarts++ > 0) {
+          await sleep(this.#clock, pause, signal);
+          pause = nextBackoff(pause, this.#opts);
+        }
         [seen, rv, cont, pages] = [new Set(), "", undefined, 0];
         continue;
       }
       this.#stats.listPages++;
+      this.#lastHeardMs = this.#clock.nowMs();
       if (pages++ === 0) rv = page.resourceVersion;
       this.#applyItems(page.items as PodObject[], seen);
       cont = page.continue;
@@ -505,6 +673,7 @@ export class PodStore {
   start(api: KubeApi): void {
     const abort = new AbortController();
     this.#abort = abort;
+    this.#lastHeardMs = this.#clock.nowMs();
     this.#running = this.#run(api, abort.signal).catch((err) => {
       if (!(err instanceof RetryAborted)) log.error("Pod informer stopped", { err });
     });
@@ -519,6 +688,11 @@ export class PodStore {
       log.warn("a Kubernetes call did not end at stop; not waited for", { waitMs: STOP_WAIT_MS });
     }
     this.#removalTimer?.cancel();
+  }
+
+  /** Longest pause of the informer's backoff. */
+  #maxPauseMs(): number {
+    return this.#opts.maxMs ?? MAX_PAUSE_MS;
   }
 
   /**
@@ -557,18 +731,33 @@ export class PodStore {
   }
 
   #infoOf(pod: PodObject): PodInfo {
-    let labels = pod.metadata?.labels;
+    let labels = pod.metadata?.labels as Record<string, unknown> | null | undefined;
     if (labels === null || labels === undefined) labels = undefined;
-    else {
+    else if (typeof labels !== "object" || Array.isArray(labels)) {
+      // `"abc"` exported as {"0":"a",...}: held without labels rather than with wrong ones.
+      labels = undefined;
+      this.#malformedField("labels", "without labels");
+    } else {
       let n = 0;
       let bytes = 0;
+      let wrong = false;
       // Label keys and values are ASCII (API server validation): characters are bytes.
-      for (const k in labels) {
+      for (const k of Object.keys(labels)) {
+        const v = labels[k];
+        // A value that is no string (an object, a number, null) was exported as text, and an
+        // object's text (15 bytes) passed the bound whatever its size.
+        if (typeof v !== "string") {
+          wrong = true;
+          break;
+        }
         n++;
-        bytes += k.length + String(labels[k]).length;
+        bytes += k.length + v.length;
         if (bytes > this.#maxLabelBytes) break;
       }
-      if (n === 0) labels = undefined;
+      if (wrong) {
+        labels = undefined;
+        this.#malformedField("labels", "without labels");
+      } else if (n === 0) labels = undefined;
       else if (bytes > this.#maxLabelBytes) {
         labels = undefined;
         this.#stats.labelsDropped++;
@@ -579,7 +768,7 @@ export class PodStore {
       name: pod.metadata?.name ?? "",
       namespace: this.#name(pod.metadata?.namespace ?? ""),
       nodeName: this.#name(pod.spec?.nodeName ?? ""),
-      labels,
+      labels: labels as Record<string, string> | undefined,
     };
   }
 
@@ -679,6 +868,7 @@ export class PodStore {
     let rv = "";
     let pause = this.#opts.initialMs ?? 500;
     let emptyWatches = 0;
+    let failedWatches = 0;
     while (!signal.aborted) {
       try {
         if (rv === "") {
@@ -695,28 +885,60 @@ export class PodStore {
         const began = this.#clock.nowMs();
         const r = await this.#watchOnce(api, rv, signal);
         rv = r.resourceVersion;
-        // Progress is a watch that advanced the resourceVersion or stayed open a while: events
-        // alone are not (a server sending the same event and closing made ~500 watches/s).
-        const progressed = rv !== from || this.#clock.nowMs() - began >= WATCH_PROGRESS_MS;
+        // Progress is a watch that advanced the resourceVersion and stayed open a moment, or
+        // stayed open a while: events alone are not (a server sending the same event and
+        // closing made ~500 watches/s), nor a version moved by a watch that closed at once (a
+        // bookmark each, then the end: 2,995 watches in 10 s).
+        const lasted = this.#clock.nowMs() - began;
+        const progressed = (rv !== from && lasted >= WATCH_MIN_PROGRESS_MS) ||
+          lasted >= WATCH_PROGRESS_MS;
         if (r.gone) {
           this.#stats.relistsGone++;
           log.info("Pod watch expired (410 Gone): re-listing", { resourceVersion: rv });
           rv = "";
+          failedWatches = 0;
         } else if (r.error !== undefined) {
           this.#stats.failures++;
-          log.warn("Pod watch failed, retrying", { err: describe(r.error), retryInMs: pause });
-          await sleep(this.#clock, pause, signal);
+          // As client-go's reflector: an ERROR event other than 410 (504 "Too large resource
+          // version", 500) ends the watch for a list, and so do failures in a row (a server that
+          // fails every watch from this version): resuming from it forever left the store stale.
+          // A refused connection or 429 (the server down or shedding load) resumes the watch.
+          if (progressed) failedWatches = 0; // a watch that ran a while and then broke
+          const resumable = !r.errorEvent && resumableWatchFailure(r.error);
+          const relist = r.errorEvent || (!resumable && ++failedWatches >= WATCH_FAILURES_RELIST);
+          if (relist) {
+            this.#stats.relistsWatchFailed++;
+            rv = "";
+            failedWatches = 0;
+          }
+          const wait = Math.max(pause, Math.min(retryAfterMs(r.error) ?? 0, this.#maxPauseMs()));
+          log.warn(`Pod watch failed, ${relist ? "re-listing" : "retrying"}`, {
+            err: describe(r.error),
+            retryInMs: wait,
+          });
+          await sleep(this.#clock, wait, signal);
           pause = nextBackoff(pause, this.#opts);
           continue;
         }
         if (progressed) {
           pause = this.#opts.initialMs ?? 500;
           emptyWatches = 0;
+          failedWatches = 0;
         } else if (++emptyWatches > 2) {
           // Watches in a row that brought nothing new (each ended at once, or 410 Gone again
           // after its re-list): back off before the next one, or a server (or a proxy) answering so
           // would get a list or a watch per round trip, thousands a second. A drop, and the
           // 410 Gone that may follow it, resume at once.
+          this.#stats.watchesBackedOff++;
+          const suppressed = this.#informerLog.allow("no-progress");
+          if (suppressed >= 0) {
+            log.info("Pod watches end without progress: backing off", {
+              inARow: emptyWatches,
+              lastedMs: lasted,
+              retryInMs: pause,
+              suppressed,
+            });
+          }
           await sleep(this.#clock, pause, signal);
           pause = nextBackoff(pause, this.#opts);
         }
@@ -727,6 +949,7 @@ export class PodStore {
         this.#stats.failures++;
         log.warn("Pod informer failed, re-listing", { err: describe(err), retryInMs: pause });
         rv = "";
+        failedWatches = 0;
         await sleep(this.#clock, pause, signal);
         pause = nextBackoff(pause, this.#opts);
       }
@@ -738,8 +961,16 @@ export class PodStore {
     api: KubeApi,
     from: string,
     signal: AbortSignal,
-  ): Promise<{ resourceVersion: string; gone: boolean; error?: unknown; events: number }> {
-    const result = { resourceVersion: from, gone: false, error: undefined as unknown, events: 0 };
+  ): Promise<
+    { resourceVersion: string; gone: boolean; error?: unknown; errorEvent: boolean; events: number }
+  > {
+    const result = {
+      resourceVersion: from,
+      gone: false,
+      error: undefined as unknown,
+      errorEvent: false,
+      events: 0,
+    };
     const done = Promise.withResolvers<typeof result>();
     const onEvent = (ev: WatchEvent): void => {
       const rv = ev.object?.metadata?.resourceVersion;
@@ -750,17 +981,35 @@ export class PodStore {
           if (!this.#applyChecked(ev.type, ev.object)) break;
           this.#stats.events++;
           result.events++;
+          this.#lastHeardMs = this.#clock.nowMs();
           if (rv) result.resourceVersion = rv;
           break;
         case "BOOKMARK":
+          this.#lastHeardMs = this.#clock.nowMs();
           if (rv) result.resourceVersion = rv;
           break;
         case "ERROR":
           if (ev.object?.code === 410) result.gone = true;
-          else result.error = new Error(`watch error: ${ev.object?.message ?? "unknown"}`);
+          else {
+            result.error = new Error(
+              `watch error: ${ev.object?.code ?? "no code"}: ${
+                String(ev.object?.message ?? "unknown").slice(0, 300)
+              }`,
+            );
+            result.errorEvent = true;
+          }
           // The stream is over; close it now rather than wait for the server to.
           handle?.abort();
           done.resolve(result);
+          break;
+        default:
+          // A type this client does not know (a newer server's, or garbage): counted, skipped.
+          this.#stats.malformed++;
+          if (this.#malformedLog.allow("event-type") >= 0) {
+            log.warn("Kubernetes API sent a watch event of an unknown type: skipped", {
+              type: ev.type.slice(0, 64),
+            });
+          }
           break;
       }
     };

@@ -103,9 +103,36 @@ function abortable<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
   });
 }
 
+/** Default longest pause of a backoff, ms. */
+export const MAX_PAUSE_MS = 30_000;
+
 /** Next pause: doubled, capped. */
 export function nextBackoff(ms: number, backoff: Backoff = {}): number {
-  return Math.min(ms * 2, backoff.maxMs ?? 30_000);
+  return Math.min(ms * 2, backoff.maxMs ?? MAX_PAUSE_MS);
+}
+
+/**
+ * The wait a `429 Too Many Requests` (or a 503) asks for in its `Retry-After` header, ms
+ * (seconds, or an HTTP date), or undefined: another status, no header, or one unreadable. The
+ * caller bounds it.
+ */
+export function retryAfterMs(err: unknown, nowMs: number = Date.now()): number | undefined {
+  const code = statusOf(err);
+  if (code !== 429 && code !== 503) return undefined;
+  // deno-lint-ignore no-explicit-any
+  const headers = (err as any)?.headers;
+  let value: unknown;
+  if (headers instanceof Headers) value = headers.get("retry-after");
+  else if (typeof headers === "object" && headers !== null) {
+    for (const [k, v] of Object.entries(headers)) {
+      if (k.toLowerCase() === "retry-after") value = v;
+    }
+  }
+  if (typeof value !== "string" || value.trim() === "") return undefined;
+  const text = value.trim();
+  if (/^\d+$/.test(text)) return Number(text) * 1000;
+  const at = Date.parse(text);
+  return Number.isNaN(at) ? undefined : Math.max(0, at - nowMs);
 }
 
 /**
@@ -137,8 +164,11 @@ export async function retrying<T>(
     } catch (err) {
       if (err instanceof RetryAborted) throw err;
       options.onFailure?.(err);
-      log.warn(`${what} failed, retrying`, { attempt: n, retryInMs: pause, err: describe(err) });
-      await sleep(clock, pause, signal);
+      // A 429's Retry-After is honoured (the API server's priority and fairness sheds load
+      // so), never past the backoff's cap: a server asking for an hour does not get it.
+      const wait = Math.max(pause, Math.min(retryAfterMs(err) ?? 0, options.maxMs ?? MAX_PAUSE_MS));
+      log.warn(`${what} failed, retrying`, { attempt: n, retryInMs: wait, err: describe(err) });
+      await sleep(clock, wait, signal);
       pause = nextBackoff(pause, options);
     } finally {
       signal?.removeEventListener("abort", onStop);
@@ -165,7 +195,26 @@ export function describe(err: unknown): string {
     : err instanceof Error
     ? err.message.split("\n")[0]
     : String(err);
-  return code === undefined ? message : `${code}: ${message}`;
+  // undici's fetch says only "fetch failed": why (a TLS error, a refused connection) is in its
+  // cause, as are the reasons of other wrapped errors.
+  const why = causeOf(err);
+  const text = why === undefined || message.includes(why) ? message : `${message}: ${why}`;
+  return code === undefined ? text : `${code}: ${text}`;
+}
+
+/** The first line of the messages of `err`'s causes (at most 3 deep), joined, or undefined. */
+function causeOf(err: unknown): string | undefined {
+  const parts: string[] = [];
+  // deno-lint-ignore no-explicit-any
+  let e = (err as any)?.cause;
+  for (let depth = 0; e !== undefined && e !== null && depth < 3; depth++) {
+    const m = e instanceof Error ? e.message : typeof e === "string" ? e : undefined;
+    const code = typeof e?.code === "string" ? e.code : undefined;
+    const line = m?.split("\n")[0].slice(0, 300);
+    if (line) parts.push(code !== undefined && !line.includes(code) ? `${line} (${code})` : line);
+    e = e?.cause;
+  }
+  return parts.length === 0 ? undefined : parts.join(": ");
 }
 
 /**

@@ -7,7 +7,8 @@
  * and watches again); a line that is no watch event goes to `onMalformed`. The request itself is
  * client-node's (authentication, TLS), sent with undici as client-node sends it; the watch ends
  * when its credentials take longer than `authMs` (an exec plugin, say), the answer's headers
- * longer than `headersMs` from then on, or after `inactivityMs` without a byte of its body. The
+ * longer than `headersMs` from then on, after `inactivityMs` without a whole line that is not
+ * blank (whitespace alone is no sign of life), or `maxMs` after it began. The
  * bounds follow each other: a slow credential used to eat into the headers' bound, and a plugin
  * taking 8 s of its 10 made every watch fail.
  *
@@ -59,41 +60,60 @@ export function watchStream(
   path: string,
   query: Record<string, string | number | boolean | undefined>,
   handlers: WatchHandlers,
-  opts: { authMs: number; headersMs: number; inactivityMs: number; maxLineBytes?: number },
+  opts: {
+    authMs: number;
+    headersMs: number;
+    inactivityMs: number;
+    maxLineBytes?: number;
+    /** Longest a watch stays open from its start, whatever it sends (none when absent). */
+    maxMs?: number;
+  },
 ): WatchHandle {
   const maxLine = opts.maxLineBytes ?? MAX_WATCH_LINE_BYTES;
   const controller = new AbortController();
   let finished = false;
   let timer: ReturnType<typeof setTimeout> | undefined;
+  let cap: ReturnType<typeof setTimeout> | undefined;
   const finish = (err: unknown): void => {
     if (finished) return;
     finished = true;
     clearTimeout(timer);
+    clearTimeout(cap);
     controller.abort();
     handlers.onDone(err);
   };
-  const arm = (ms = opts.inactivityMs, what = `no byte for ${ms} ms`): void => {
+  const arm = (ms = opts.inactivityMs, what = `no event for ${ms} ms`): void => {
     clearTimeout(timer);
     timer = setTimeout(() => finish(new DOMException(what, "TimeoutError")), ms);
     Deno.unrefTimer(timer as unknown as number);
   };
   const decoder = new TextDecoder();
-  const line = (bytes: Uint8Array): void => {
+  /** Handles one line; false when it was blank (no sign of life: see `arm`). */
+  const line = (bytes: Uint8Array): boolean => {
     const text = decoder.decode(bytes).trim();
-    if (text === "") return;
+    if (text === "") return false;
     let data: { type?: unknown; object?: unknown } | null;
     try {
       data = JSON.parse(text);
     } catch {
       handlers.onMalformed?.("a line that is not JSON");
-      return;
+      return true;
     }
     if (data === null || typeof data !== "object" || typeof data.type !== "string") {
       handlers.onMalformed?.("a line without an event type");
-      return;
+      return true;
     }
     handlers.onEvent({ type: data.type, object: data.object });
+    return true;
   };
+  if (opts.maxMs !== undefined) {
+    const maxMs = opts.maxMs;
+    cap = setTimeout(
+      () => finish(new DOMException(`watch open longer than ${maxMs} ms`, "TimeoutError")),
+      maxMs,
+    );
+    Deno.unrefTimer(cap as unknown as number);
+  }
   (async () => {
     arm(opts.authMs, `no credentials within ${opts.authMs} ms`);
     const cluster = client.kc.getCurrentCluster();
@@ -122,8 +142,13 @@ export function watchStream(
     }
     if (res.status !== 200) {
       await res.body?.cancel().catch(() => {});
-      const e = new Error(res.statusText || `HTTP ${res.status}`) as Error & { statusCode: number };
+      const e = new Error(res.statusText || `HTTP ${res.status}`) as Error & {
+        statusCode: number;
+        headers: Record<string, string>;
+      };
       e.statusCode = res.status;
+      // Its Retry-After, for the caller's pause (a 429).
+      e.headers = { "retry-after": res.headers.get("retry-after") ?? "" };
       throw e;
     }
     arm();
@@ -133,10 +158,11 @@ export function watchStream(
     for (;;) {
       const { value, done } = await reader.read();
       if (done || finished) break;
-      arm();
+      // Only a whole line that is not blank is a sign of life: any byte used to be, and a
+      // space every 20 s kept a dead watch (and a stale store) open for good.
       let from = 0;
       for (let nl = value.indexOf(10); nl >= 0 && !finished; nl = value.indexOf(10, from)) {
-        line(join(parts, partBytes, value.subarray(from, nl)));
+        if (line(join(parts, partBytes, value.subarray(from, nl))) && !finished) arm();
         parts = [];
         partBytes = 0;
         from = nl + 1;

@@ -297,6 +297,26 @@ Deno.test("pod store informer: list failures are retried with backoff", async ()
   });
 });
 
+Deno.test("pod store informer: a list answered 429 waits for its Retry-After", async () => {
+  await withInformer(async ({ server, store, clock, api }) => {
+    server.put("pods", pod("a", "10.4.1.1"));
+    server.fault({
+      match: { method: "GET", path: "/api/v1/pods" },
+      status: 429,
+      headers: { "retry-after": "7" },
+    });
+    store.start(api);
+    // The pause after the 429: its Retry-After (7 s), not the first backoff (500 ms).
+    const pause = await pollUntil(() => clock.pendingTimers().find((ms) => ms < 60_000), {
+      what: "the pause after the 429",
+    });
+    assert.equal(pause, 7_000);
+    clock.advance(pause);
+    await store.whenSynced();
+    assert.equal(store.lookup("10.4.1.1", T0)?.name, "a");
+  });
+});
+
 Deno.test("pod store informer: a slow list times out and is retried", async () => {
   await withInformer(async ({ server, store, clock, api }) => {
     server.put("pods", pod("a", "10.6.0.1"));
@@ -665,4 +685,214 @@ Deno.test("pod store: IPs are indexed in canonical text, as flows look them up",
   assert.equal(store.lookup("fd00::6", T0)?.name, "v6");
   assert.equal(store.lookup("10.19.0.5", T0)?.name, "dual");
   assert.deepEqual([store.stats().ips, store.stats().ipsDropped], [3, 1]);
+});
+
+// Before, every restart after an expired continue token was at once: a server whose tokens
+// always expire got 3,826 lists in 20 s, the store never synced.
+Deno.test("pod store informer: continue tokens that always expire back off after the first restart", async () => {
+  await withInformer(async ({ server, store, clock, api }) => {
+    for (let i = 0; i < 600; i++) server.put("pods", pod(`p${i}`, `10.20.${i >> 8}.${i & 255}`));
+    server.fault({
+      match: { method: "GET", path: "/api/v1/pods", query: "continue=" },
+      status: 410,
+      times: 1_000_000,
+    });
+    store.start(api);
+    // Real time passes, the clock does not: a backoff pause never ends.
+    await new Promise((r) => setTimeout(r, 1000));
+    const lists = () => server.requests.filter((r) => !/watch=/.test(r.url)).length;
+    const s = store.stats();
+    // First page, expired token, restart at once: first page, expired token, then a pause.
+    assert.equal(lists(), 4, `a loop: ${lists()} list requests`);
+    assert.equal(s.relistsGone, 2);
+    const pause = clock.pendingTimers().find((ms) => ms < 60_000);
+    assert.equal(pause, 500);
+    clock.advance(500);
+    await waitFor(() => lists() === 6, { what: "the next restart" });
+    // The next pause is longer.
+    assert.equal(await pollUntil(() => clock.pendingTimers().find((ms) => ms < 60_000)), 1000);
+  });
+});
+
+// Before, a watch failing with an ERROR event other than 410 resumed from the same version
+// forever (with backoff): never a list, the store's metadata stale for good.
+Deno.test("pod store informer: a watch ERROR event other than 410 re-lists", async () => {
+  await withInformer(async ({ server, store, clock, run }) => {
+    server.put("pods", pod("a", "10.21.0.1", { labels: { v: "1" } }));
+    await run();
+    // Meanwhile the Pod changed; every watch from now on fails with 504.
+    server.fault({
+      match: { method: "GET", path: "/api/v1/pods", query: "watch=true" },
+      lines: [JSON.stringify({
+        type: "ERROR",
+        object: { kind: "Status", code: 504, message: "Too large resource version: 99999" },
+      })],
+      times: 1_000_000,
+    });
+    server.dropWatches();
+    server.put("pods", pod("a", "10.21.0.1", { labels: { v: "2" } }));
+    await settleDriving(
+      clock,
+      waitFor(() => store.stats().lists >= 2, { what: "a re-list" }),
+    );
+    assert.equal(store.lookup("10.21.0.1", T0)?.labels?.v, "2");
+    assert.ok(store.stats().relistsWatchFailed >= 1);
+  });
+});
+
+Deno.test("pod store informer: watches failing with 500 in a row re-list after a few", async () => {
+  await withInformer(async ({ server, store, clock, run }) => {
+    server.put("pods", pod("a", "10.22.0.1"));
+    await run();
+    server.fault({
+      match: { method: "GET", path: "/api/v1/pods", query: "watch=true" },
+      status: 500,
+      times: 1_000_000,
+    });
+    server.dropWatches();
+    await settleDriving(
+      clock,
+      waitFor(() => store.stats().lists >= 2, { what: "a re-list" }),
+    );
+    // The first watch, then three answered 500, then the list (and the watches after it).
+    const calls = server.requests.map((r) => /watch=true/.test(r.url) ? r.status : "list");
+    assert.deepEqual(calls.slice(0, 6), ["list", 200, 500, 500, 500, "list"]);
+    assert.equal(store.stats().relistsWatchFailed, 1);
+  });
+});
+
+// Before, a watch that moved the version by a bookmark and closed at once counted as progress:
+// 2,995 watches in 10 s, no pause.
+Deno.test("pod store informer: watches that move the version by a bookmark and close at once back off", async () => {
+  await withInformer(async ({ server, store, clock, run }) => {
+    server.put("pods", pod("a", "10.23.0.1"));
+    await run();
+    // Each of the next 50 watches: one bookmark at a later version, then the end.
+    for (let i = 1; i <= 50; i++) {
+      server.fault({
+        match: { method: "GET", path: "/api/v1/pods", query: "watch=true" },
+        lines: [JSON.stringify({
+          type: "BOOKMARK",
+          object: {
+            kind: "Pod",
+            metadata: { resourceVersion: String(server.resourceVersion + i) },
+          },
+        })],
+      });
+    }
+    server.dropWatches();
+    // Real time passes, the clock does not: a backoff pause never ends.
+    await new Promise((r) => setTimeout(r, 1000));
+    const s = store.stats();
+    assert.ok(s.watches <= 5, `a loop: ${s.watches} watches`);
+    assert.equal(s.watchesBackedOff, 1);
+    assert.equal(s.lists, 1);
+    clock.advance(60_000);
+    await waitFor(() => store.stats().watches > s.watches, { what: "the next round" });
+  });
+});
+
+/** Pods with fields of the wrong type or size, as a hostile or broken API server sends them. */
+function hostilePods(prefix: string, net: number): KubeObject[] {
+  const p = (name: string, i: number, meta: Record<string, unknown> = {}) => {
+    const o = pod(name, `10.24.${net}.${i}`);
+    Object.assign(o.metadata, meta);
+    return o;
+  };
+  return [
+    p(`${prefix}-good`, 1, { labels: { app: "web" } }),
+    // An object's text is 15 bytes: it passed the label bound whatever its size.
+    p(`${prefix}-objlabel`, 2, { labels: { app: { v: "x".repeat(200_000) } } }),
+    p(`${prefix}-strlabels`, 3, { labels: "abc" }),
+    p(`${prefix}-numlabel`, 4, { labels: { n: 5, z: null } }),
+    p(`${prefix}-long`, 5, { name: `${prefix}-${"x".repeat(300)}` }),
+    p(`${prefix}-objname`, 6, { name: { evil: prefix }, uid: `uid-${prefix}-objname` }),
+    p(`${prefix}-numns`, 7, { namespace: 123 }),
+    p(`${prefix}-badtime`, 8, { creationTimestamp: "yesterday-ish" }),
+  ];
+}
+
+// Before, fields were used as they came: 200 KB labels passed maxPodLabelBytes, `"abc"` was
+// exported as {"0":"a","1":"b","2":"c"}, a name {evil:1} as "[object Object]", a 300-character
+// name held whole.
+Deno.test("pod store informer: Pods with fields of the wrong type or size, listed or watched, are not held or held without them, counted", async () => {
+  await withInformer(async ({ server, store, run }) => {
+    for (const o of hostilePods("l", 0)) server.put("pods", o);
+    await run();
+    for (const o of hostilePods("w", 1)) server.put("pods", o);
+    await waitFor(() => store.lookup("10.24.1.8", T0) !== undefined, { what: "the watched Pods" });
+    for (const net of [0, 1]) {
+      const at = (i: number) => store.lookup(`10.24.${net}.${i}`, T0 + 3600);
+      assert.deepEqual(at(1)?.labels, { app: "web" });
+      for (const i of [2, 3, 4]) {
+        assert.ok(at(i) !== undefined, `Pod ${i} held`);
+        assert.equal(at(i)?.labels, undefined, `Pod ${i} held without its labels`);
+      }
+      for (const i of [5, 6, 7]) assert.equal(at(i), undefined, `Pod ${i} not held`);
+      assert.equal(at(8)?.name, net === 0 ? "l-badtime" : "w-badtime");
+    }
+    // Per set: 3 labels, 3 names, 1 creation time.
+    assert.equal(store.stats().malformed, 14);
+    assert.equal(store.stats().labelsDropped, 0);
+  });
+});
+
+// Before, an unparsable creation time was NaN: such a Pod won (or lost) every look-up on an IP
+// it shared, by the order the Pods came in.
+Deno.test("pod store: a Pod whose creation time is unreadable counts as created when seen", () => {
+  const clock = new ManualClock();
+  const store = new PodStore({ clock });
+  const bad = pod("bad", "10.25.0.1");
+  bad.metadata.creationTimestamp = "not a time";
+  store.replace([bad, pod("old", "10.25.0.1", { created: T0 - 3600 })]);
+  assert.equal(store.lookup("10.25.0.1", T0 - 60)?.name, "old");
+  assert.equal(store.lookup("10.25.0.1", T0 + 60)?.name, "bad");
+  assert.equal(store.stats().malformed, 1);
+});
+
+// Before, an event of an unknown type was counted nowhere and an object without uid counted as
+// an event applied.
+Deno.test("pod store informer: a watch event of unknown type and an object without uid are counted malformed", async () => {
+  await withInformer(async ({ server, store, run }) => {
+    server.put("pods", pod("a", "10.26.0.1"));
+    await run();
+    const noUid = pod("b", "10.26.0.2");
+    delete (noUid.metadata as { uid?: string }).uid;
+    server.fault({
+      match: { method: "GET", path: "/api/v1/pods", query: "watch=true" },
+      lines: [
+        JSON.stringify({ type: "FOO", object: pod("c", "10.26.0.3") }),
+        JSON.stringify({ type: "ADDED", object: noUid }),
+      ],
+    });
+    server.dropWatches();
+    await waitFor(() => store.stats().malformed === 2, { what: "both counted" });
+    assert.equal(store.stats().events, 0);
+    assert.equal(store.lookup("10.26.0.3", T0), undefined);
+  });
+});
+
+Deno.test("pod store: a DELETED for a Pod not held is counted; host-network and terminated ones are not", () => {
+  const store = new PodStore({ clock: new ManualClock() });
+  store.apply("ADDED", pod("a", "10.27.0.1"));
+  store.apply("DELETED", pod("a", "10.27.0.1"));
+  store.apply("DELETED", pod("ghost", "10.27.0.2"));
+  store.apply("DELETED", pod("agent", "10.27.0.3", { hostNetwork: true }));
+  store.apply("DELETED", pod("job", "10.27.0.4", { phase: "Succeeded" }));
+  assert.equal(store.stats().deletesUnknown, 1);
+});
+
+Deno.test("pod store informer: lastEventAgeSeconds says how long since a list page, event or bookmark", async () => {
+  await withInformer(async ({ server, store, clock, run }) => {
+    server.put("pods", pod("a", "10.28.0.1"));
+    await run();
+    assert.equal(store.stats().lastEventAgeSeconds, 0);
+    clock.advance(90_000); // a watch open and silent
+    assert.equal(store.stats().lastEventAgeSeconds, 90);
+    server.bookmark();
+    await waitFor(() => store.stats().lastEventAgeSeconds === 0, { what: "the bookmark" });
+    clock.advance(30_000);
+    server.put("pods", pod("b", "10.28.0.2"));
+    await waitFor(() => store.stats().lastEventAgeSeconds === 0, { what: "the event" });
+  });
 });

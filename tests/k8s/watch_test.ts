@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import http from "node:http";
 import { connectKube, resolveKubeTarget } from "../../src/k8s/client.ts";
 import { MAX_WATCH_LINE_BYTES, type WatchEvent, watchStream } from "../../src/k8s/watch.ts";
-import { waitFor } from "../_helpers/wait.ts";
+import { waitFor, withDeadline } from "../_helpers/wait.ts";
 
 /** A plain-HTTP API server answering every request with `handler`, and a client of it. */
 async function withServer(
@@ -132,5 +132,60 @@ Deno.test("watch: answer headers that never come end it after headersMs, its con
     assert.equal((err as Error).name, "TimeoutError");
     assert.ok(took < 10_000, `ended after ${took} ms`);
     await waitFor(() => server.sockets.size === 0, { what: "the watch's connection closed" });
+  });
+});
+
+/** Watches with `watchStream` itself (bounds of the test's choosing) until the stream ends. */
+async function watchWith(
+  kubeconfig: string,
+  opts: { inactivityMs: number; maxMs?: number },
+): Promise<{ err: unknown; events: number; tookMs: number }> {
+  const lib = await import("@kubernetes/client-node");
+  const { fetch } = await import("undici");
+  const kc = new lib.KubeConfig();
+  kc.loadFromString(await Deno.readTextFile(kubeconfig));
+  const done = Promise.withResolvers<unknown>();
+  let events = 0;
+  const began = performance.now();
+  watchStream({ lib, kc, fetch }, "/api/v1/pods", {}, {
+    onEvent: () => events++,
+    onDone: (err) => done.resolve(err),
+  }, { authMs: 60_000, headersMs: 60_000, ...opts });
+  const err = await withDeadline(done.promise, 10_000, "the watch's end");
+  return { err, events, tookMs: performance.now() - began };
+}
+
+/** A server answering a watch with `line` every 50 ms, never ending it. */
+function every50ms(line: string): (res: http.ServerResponse) => void {
+  return (res) => {
+    res.writeHead(200, { "content-type": "application/json" });
+    const t = setInterval(() => res.write(line), 50);
+    res.on("close", () => clearInterval(t));
+    res.on("error", () => {});
+  };
+}
+
+// Before, any byte reset the inactivity bound: whitespace every 20 s kept a dead watch open.
+Deno.test("watch: blank lines are no sign of life, the inactivity bound ends the watch", async () => {
+  await withServer(every50ms(" \n"), async (_api, server) => {
+    const { err, tookMs } = await watchWith(server.kubeconfig, { inactivityMs: 300 });
+    assert.equal((err as Error).name, "TimeoutError");
+    assert.ok(tookMs < 5_000, `ended after ${tookMs} ms`);
+  });
+});
+
+Deno.test("watch: a watch is ended maxMs after it began, whatever it sends", async () => {
+  const bookmark = JSON.stringify({
+    type: "BOOKMARK",
+    object: { metadata: { resourceVersion: "5" } },
+  });
+  await withServer(every50ms(bookmark + "\n"), async (_api, server) => {
+    const { err, events, tookMs } = await watchWith(server.kubeconfig, {
+      inactivityMs: 60_000,
+      maxMs: 500,
+    });
+    assert.match(String(err), /open longer than 500 ms/);
+    assert.ok(events > 0, "its events before");
+    assert.ok(tookMs < 5_000, `ended after ${tookMs} ms`);
   });
 });

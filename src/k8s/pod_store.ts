@@ -210,9 +210,10 @@ export interface PodStoreStats {
    */
   relistsGone: number;
   /**
-   * Re-lists caused by a failing watch: an ERROR event other than 410 (504 "Too large resource
-   * version", 500), or {@linkcode WATCH_FAILURES_RELIST} failures in a row other than a refused
-   * connection or 429 (resuming from the same version forever left the store stale).
+   * Re-lists caused by a failing watch (an ERROR event other than 410, or several failures in
+   * a row). The ERROR events: 504 "Too large resource version", 500; the failures in a row:
+   * {@linkcode WATCH_FAILURES_RELIST} of them other than a refused connection or 429 (resuming
+   * from the same version forever left the store stale).
    */
   relistsWatchFailed: number;
   /**
@@ -240,8 +241,8 @@ export interface PodStoreStats {
   /** Host-network Pods skipped. */
   hostNetworkSkipped: number;
   /**
-   * List items, watch objects and watch events the store cannot use, each logged (rate-limited):
-   * skipped when no Pod (null, no `metadata.uid`, a name, namespace or Node name that is no
+   * List items, watch objects and watch events the store cannot use, each logged (rate-limited).
+   * Skipped when no Pod (null, no `metadata.uid`, a name, namespace or Node name that is no
    * string or longer than Kubernetes allows: 253, 63 and 253 characters) or an event of an
    * unknown type; held without the field when the labels are no object of strings (no labels)
    * or the creation time is unreadable (created when seen).

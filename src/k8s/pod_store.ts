@@ -218,7 +218,7 @@ export interface PodStoreStats {
   relistsWatchFailed: number;
   /**
    * Times a page of the list was over the client's bound for a page (`MAX_LIST_PAGE_BYTES`,
-   * 64 MiB: Pods with huge annotations) and the page size was halved (kept for later lists).
+   * 8 MiB: Pods with large annotations or labels) and the page size was halved (kept for later lists).
    */
   listPagesHalved: number;
   /** Watches opened. */

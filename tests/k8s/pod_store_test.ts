@@ -19,6 +19,7 @@ import {
   type PodStoreOptions,
 } from "../../src/k8s/pod_store.ts";
 import type { KubeApi } from "../../src/k8s/client.ts";
+import { MAX_LIST_PAGE_BYTES } from "../../src/k8s/http.ts";
 import { agentRecord } from "../_helpers/agent_record.ts";
 import { connectTestApi, FakeKubeApiServer, type KubeObject } from "../_helpers/k8s_server.ts";
 import { pollUntil, settleDriving, waitFor } from "../_helpers/wait.ts";
@@ -598,24 +599,25 @@ Deno.test("pod store informer: the list is read in pages of 500, an expired cont
   });
 });
 
-// Before, a page over the client's 64 MiB bound for a page was asked again at the same size on
+// Before, a page over the client's bound for a page (8 MiB) was asked again at the same size on
 // every retry: the store never synced (no Pod metadata for any flow), whatever the wait.
 Deno.test("pod store informer: a page over the client's bound is asked again with half the Pods, down to what fits", async () => {
   await withInformer(async ({ server, store, clock, api }) => {
-    // 33 Pods of 2 MiB of annotations: 66 MiB in one page of 500, over the 64 MiB bound.
-    const pad = "x".repeat(2 << 20);
+    // 33 Pods of 256 KiB of annotations: 8.25 MiB in one page of 500, over the 8 MiB bound.
+    assert.equal(MAX_LIST_PAGE_BYTES, 8 << 20);
+    const pad = "x".repeat(256 << 10);
     for (let i = 0; i < 33; i++) {
       const p = pod(`big${i}`, `10.18.0.${i}`);
       p.metadata!.annotations = { pad };
       server.put("pods", p);
     }
     store.start(api);
-    // Each refused page is 64 MiB read (1-2 s here).
+    // Each refused page is 8 MiB read.
     await settleDriving(clock, store.whenSynced(), { timeoutMs: 120_000, what: "the list" });
     const limits = server.requests
       .filter((r) => r.url.startsWith("/api/v1/pods?") && !/watch=/.test(r.url))
       .map((r) => new URL(r.url, "http://x").searchParams.get("limit"));
-    // 500, 250, 125, 63 and 32 Pods are over it (32 are 64 MiB and their JSON); 16 fit, and the
+    // 500, 250, 125, 63 and 32 Pods are over it (32 are 8 MiB and their JSON); 16 fit, and the
     // list goes on in pages of 16 (16, 16, 1).
     assert.deepEqual(limits, ["500", "250", "125", "63", "32", "16", "16", "16"]);
     const s = store.stats();

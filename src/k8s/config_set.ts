@@ -32,6 +32,7 @@ import { goBool } from "../config/duration.ts";
 import { envOrUnset } from "../permission_entry.ts";
 import { DEFAULT_NAMESPACE } from "../pki/common.ts";
 import { connectKube, type KubeApi, type KubeTarget, resolveKubeTarget } from "./client.ts";
+import { AnswerAborted } from "./http.ts";
 import { ATTEMPT_TIMEOUT_MS, describe, statusOf } from "./retry.ts";
 import {
   type CliIo,
@@ -447,8 +448,34 @@ export interface UpdateOptions {
   callTimeoutMs?: number;
 }
 
-/** `err` described, with what to do about a 401/403. */
-function apiError(what: string, ref: ConfigMapRef, err: unknown): ConfigSetError {
+/**
+ * True when `err` is a call given up on its timeout: before the answer's headers (fetch's
+ * `TimeoutError`) or while its body was coming (`AnswerAborted`).
+ */
+function isTimeout(err: unknown): boolean {
+  if (err instanceof AnswerAborted) return err.timedOut;
+  const e = err as { name?: unknown; cause?: { name?: unknown } } | undefined;
+  return e?.name === "TimeoutError" || e?.cause?.name === "TimeoutError";
+}
+
+/** `err` described, with what to do about a 401/403 or a timeout. */
+function apiError(
+  what: "get" | "update",
+  ref: ConfigMapRef,
+  err: unknown,
+  timeoutMs: number,
+): ConfigSetError {
+  if (isTimeout(err)) {
+    return new ConfigSetError(
+      `failed to ${what} ConfigMap ${ref.namespace}/${ref.name}: the request timed out (no ` +
+        `complete answer from the API server within ${timeoutMs} ms)${
+          what === "update"
+            ? ": the update may or may not have been applied; look at the ConfigMap " +
+              `(kubectl get configmap -n ${ref.namespace} ${ref.name} -o yaml) before trying again`
+            : ": not changed"
+        }`,
+    );
+  }
   const code = statusOf(err);
   const hint = code === 401 || code === 403
     ? ` (the ServiceAccount needs get and update on ConfigMap ${ref.name} in ${ref.namespace}: ` +
@@ -472,13 +499,14 @@ export async function updateConfigMap(
   options: UpdateOptions = {},
 ): Promise<void> {
   const attempts = options.attempts ?? MAX_CONFLICT_ATTEMPTS;
-  const timeout = () => AbortSignal.timeout(options.callTimeoutMs ?? ATTEMPT_TIMEOUT_MS);
+  const timeoutMs = options.callTimeoutMs ?? ATTEMPT_TIMEOUT_MS;
+  const timeout = () => AbortSignal.timeout(timeoutMs);
   for (let attempt = 1;; attempt++) {
     let cm;
     try {
       cm = await api.getConfigMap(ref.namespace, ref.name, timeout());
     } catch (err) {
-      throw apiError("get", ref, err);
+      throw apiError("get", ref, err, timeoutMs);
     }
     if (cm === undefined) {
       throw new ConfigSetError(
@@ -511,7 +539,7 @@ export async function updateConfigMap(
       }, timeout());
       return;
     } catch (err) {
-      if (statusOf(err) !== 409) throw apiError("update", ref, err);
+      if (statusOf(err) !== 409) throw apiError("update", ref, err, timeoutMs);
       if (attempt >= attempts) {
         throw new ConfigSetError(
           `failed to update ConfigMap ${ref.namespace}/${ref.name}: it changed under us ` +

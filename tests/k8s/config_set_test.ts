@@ -21,7 +21,9 @@ import {
   SET_ENV,
   SET_USAGE,
   SETTABLE_KEYS,
+  type UpdateOptions,
 } from "../../src/k8s/config_set.ts";
+import { within } from "../../src/clock.ts";
 import { launchPlan } from "../../src/launcher/mod.ts";
 import { FakeKubeApiServer, type KubeObject } from "../_helpers/k8s_server.ts";
 import { STOCK_V113_CONF } from "../_helpers/stock_config.ts";
@@ -251,7 +253,7 @@ async function withServer(
   fn: (s: {
     server: FakeKubeApiServer;
     kubeconfig: string;
-    run: (args: string[], env?: Record<string, string>) => Promise<Ran>;
+    run: (args: string[], env?: Record<string, string>, update?: UpdateOptions) => Promise<Ran>;
   }) => Promise<void>,
   conf: string | null = STOCK,
   namespace = "flow-aggregator",
@@ -265,7 +267,11 @@ async function withServer(
       metadata: { name: "flow-aggregator-configmap", namespace, labels: { app: "fa" } },
       data: { ...(conf === null ? {} : { [CONFIG_KEY]: conf }), other: "kept" },
     });
-    const run = async (args: string[], env: Record<string, string> = {}): Promise<Ran> => {
+    const run = async (
+      args: string[],
+      env: Record<string, string> = {},
+      update: UpdateOptions = { callTimeoutMs: 5_000 },
+    ): Promise<Ran> => {
       const ran = { code: 0, out: "", err: "" };
       const vars: Record<string, string> = {
         FA_CONFIG_MAP_NAME: "flow-aggregator-configmap",
@@ -274,7 +280,7 @@ async function withServer(
       ran.code = await runConfigSet(
         ["set", "flow-aggregator", "--kubeconfig", kubeconfig, ...args],
         { out: (t) => ran.out += t + "\n", err: (t) => ran.err += t + "\n" },
-        { env: (name) => vars[name], update: { callTimeoutMs: 5_000 } },
+        { env: (name) => vars[name], update },
       );
       return ran;
     };
@@ -477,6 +483,33 @@ Deno.test("config set: a missing ConfigMap, a missing key, a refused call: clear
     assert.match(r.err, /is not valid YAML, not changed/);
     assert.equal(server.requests.filter((q) => q.method === "PUT").length, 0);
   }, "clickHouse: [\n");
+});
+
+// A server that sent the headers of its answer and never the end of the body: `set` ended with
+// Deno's "Top-level await promise never resolved" (exit 1) once the timeout fired.
+Deno.test("config set: an API server that stalls in its answer: the request timed out, said so (an update may have been applied)", async () => {
+  await withServer(async ({ server, run }) => {
+    for (const hang of ["headers", "body"] as const) {
+      for (const method of ["GET", "PUT"]) {
+        server.fault({ match: { method }, hang });
+        const ran = run(["clickHouse.enable=true"], {}, { callTimeoutMs: 300 });
+        // The guard only bounds the test: the run used to stay pending for good.
+        assert.equal(await within(ran, 10_000), "done", `${method} hanging in its ${hang}`);
+        const r = await ran;
+        assert.equal(r.code, 1);
+        const what = method === "GET" ? "get" : "update";
+        assert.match(
+          r.err,
+          new RegExp(
+            `^failed to ${what} ConfigMap flow-aggregator/flow-aggregator-configmap: the request ` +
+              "timed out \\(no complete answer from the API server within 300 ms\\): " +
+              (method === "GET" ? "not changed" : "the update may or may not have been applied"),
+          ),
+          `${method} hanging in its ${hang}`,
+        );
+      }
+    }
+  });
 });
 
 Deno.test("config set: no cluster at all is an error naming what was looked for", async () => {

@@ -17,13 +17,44 @@
 
 import { openRegularFile, readUpTo } from "../bytes.ts";
 
+/**
+ * Thrown for a configuration file that is not UTF-8 text. Its bytes were decoded with U+FFFD in
+ * place of the bad ones and used: a flowLogger.path holding U+FFFD was applied.
+ */
+export class ConfigFileNotUtf8 extends Error {
+  /** The text with U+FFFD for the bad bytes (to tell one bad content from the next). */
+  readonly lossy: string;
+  /** Creates the error. */
+  constructor(path: string, lossy: string) {
+    const at = lossy.indexOf("\uFFFD");
+    const line = at < 0 ? undefined : lossy.slice(0, at).split("\n").length;
+    super(
+      `configuration file ${path} is not UTF-8 text${
+        line === undefined ? "" : ` (line ${line})`
+      }: refused`,
+    );
+    this.name = "ConfigFileNotUtf8";
+    this.lossy = lossy;
+  }
+}
+
+/** `bytes` as UTF-8 text; {@linkcode ConfigFileNotUtf8} when they are not. */
+function utf8(path: string, bytes: Uint8Array): string {
+  try {
+    return new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  } catch {
+    throw new ConfigFileNotUtf8(path, new TextDecoder().decode(bytes));
+  }
+}
+
 /** Largest configuration file read, bytes (the stock ConfigMap's is ~12 KiB). */
 export const MAX_CONFIG_FILE_BYTES = 1 << 20;
 
 /**
  * The text of the configuration file at `path`; throws, naming the bound, when it is larger than
- * `max` bytes (read no further than that), and, without opening it, when it is no regular file
- * (a FIFO, a directory, a device: see the module doc).
+ * `max` bytes (read no further than that), {@linkcode ConfigFileNotUtf8} when it is not UTF-8
+ * text, and, without opening it, when it is no regular file (a FIFO, a directory, a device: see
+ * the module doc).
  */
 export async function readConfigFile(
   path: string,
@@ -48,7 +79,7 @@ export async function readConfigFile(
         `configuration file ${path} is larger than ${max} bytes: not read (a configuration is a few KiB)`,
       );
     }
-    return new TextDecoder().decode(bytes);
+    return utf8(path, bytes);
   } catch (err) {
     if ((err as Error).message.includes(path)) throw err;
     throw new Error(`cannot read configuration file ${path}: ${(err as Error).message}`, {

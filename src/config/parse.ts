@@ -26,6 +26,7 @@ import {
   parseAllDocuments,
 } from "yaml";
 import { logger } from "../log.ts";
+import { DUPLICATE_KEY_MESSAGE, firstDuplicateKey } from "./unique_keys.ts";
 import { DEFAULTS } from "./defaults.ts";
 import { envOrUnset } from "../permission_entry.ts";
 import { buildLimits, defaultLimits, LIMITS_SCHEMA } from "./limits.ts";
@@ -87,10 +88,17 @@ function isMergeKey(node: Node | null): boolean {
   return node !== null && isScalar(node) && typeof node.value === "symbol";
 }
 
+/**
+ * Unknown keys named one warning each, at most; the rest are counted in one line (a file of
+ * 32,000 unknown keys logged 32,010 lines at each load).
+ */
+export const MAX_UNKNOWN_KEY_WARNINGS = 20;
+
 class Decoder {
   readonly #doc: Document;
   readonly #lines: LineCounter;
   readonly #warn: (warning: ConfigWarning) => void;
+  #unknownKeys = 0;
 
   constructor(doc: Document, lines: LineCounter, warn: (warning: ConfigWarning) => void) {
     this.#doc = doc;
@@ -185,11 +193,30 @@ class Decoder {
     const kind = Object.hasOwn(schema, key) ? schema[key] : undefined;
     if (kind === undefined) {
       // Newer Antrea's behaviour (§8 L21): a newer chart's key must not stop the process.
-      this.#warning(keyNode, keyPath, "unknown key, ignored");
+      if (++this.#unknownKeys > MAX_UNKNOWN_KEY_WARNINGS) return;
+      if (keyNode !== null && !isScalar(keyNode)) {
+        // `? [a, b]`: printed ": unknown key" with an empty name.
+        this.#warning(
+          keyNode,
+          path === "" ? "(top level)" : path,
+          `a key that is ${this.#describe(keyNode)}, not a name: ignored`,
+        );
+      } else this.#warning(keyNode, keyPath, "unknown key, ignored");
       return;
     }
     const value = this.#value(valueNode, kind, keyPath);
     if (value !== undefined) out[key] = value;
+  }
+
+  /** Reports the unknown keys past {@linkcode MAX_UNKNOWN_KEY_WARNINGS} in one warning. */
+  summarizeUnknown(): void {
+    const more = this.#unknownKeys - MAX_UNKNOWN_KEY_WARNINGS;
+    if (more <= 0) return;
+    this.#warn({
+      path: "",
+      message: `config: ${more} more unknown keys, ignored (${this.#unknownKeys} in all; ` +
+        `only the first ${MAX_UNKNOWN_KEY_WARNINGS} are named)`,
+    });
   }
 
   #value(
@@ -275,9 +302,11 @@ function decode(
   warn: (warning: ConfigWarning) => void,
 ): Raw {
   const lines = new LineCounter();
+  // npm:yaml's own duplicate check is quadratic in a mapping's keys (60,000 keys under `limits:`
+  // held the main thread 34 s at a reload): it is off, and firstDuplicateKey checks in one pass.
   const docs = parseAllDocuments(text, {
     version: "1.1",
-    uniqueKeys: true,
+    uniqueKeys: false,
     prettyErrors: false,
     lineCounter: lines,
   });
@@ -290,14 +319,19 @@ function decode(
       message: `config: the file holds ${docs.length} YAML documents, only the first is used`,
     });
   }
-  if (doc.errors.length > 0) {
-    const e = doc.errors[0];
-    const line = lines.linePos(e.pos[0]).line;
-    const near = /^[^\s:,[\]{}]*/.exec(text.slice(e.pos[0]))?.[0] ?? "";
-    const msg = e.message.split("\n")[0] + (near === "" ? "" : ` (at ${JSON.stringify(near)})`);
+  const fail = (pos: number, message: string): never => {
+    const line = lines.linePos(pos).line;
+    const near = /^[^\s:,[\]{}]*/.exec(text.slice(pos, pos + 200))?.[0] ?? "";
+    const msg = message.split("\n")[0] + (near === "" ? "" : ` (at ${JSON.stringify(near)})`);
     throw new ConfigError(`${DECODE_ERROR_PREFIX}line ${line}: ${msg}`);
-  }
-  return new Decoder(doc, lines, warn).map(doc.contents, schema, "") ?? {};
+  };
+  if (doc.errors.length > 0) fail(doc.errors[0].pos[0], doc.errors[0].message);
+  const dup = firstDuplicateKey(doc.contents);
+  if (dup !== undefined) fail(dup.key.range[0], DUPLICATE_KEY_MESSAGE);
+  const decoder = new Decoder(doc, lines, warn);
+  const raw = decoder.map(doc.contents, schema, "") ?? {};
+  decoder.summarizeUnknown();
+  return raw;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -27,7 +27,15 @@
  * (the poll still sees changes) and `FsWatcher.close()` blocks the **main thread** (found by
  * review: a SIGTERM then never finished, a second signal was not handled, the flows held were
  * lost at SIGKILL). The process's exit path therefore stops with `leaveWatchOpen` (see
- * {@linkcode ConfigWatcherStopOptions}): the watch is never closed, the exit ends it.
+ * {@linkcode ConfigWatcherStopOptions}): the watch is never closed, the exit ends it. Each check
+ * holds the directory's FIFOs open for reading and writing, which releases such an open and
+ * keeps later ones from blocking (`#holdFifos`); a watch stuck on a FIFO removed before that
+ * cannot be released, nor re-created (`Deno.watchFs` blocks the main thread meanwhile): the poll
+ * that finds a change no event announced logs it, once.
+ *
+ * A file that is not UTF-8 text is invalid (its bytes were replaced with U+FFFD and used). A
+ * new file whose settings are all the same (comments, unknown keys) is no reload: it becomes the
+ * baseline, logged at debug level.
  *
  * Permissions: `--allow-read` on the config directory.
  */
@@ -36,7 +44,7 @@ import { basename, dirname, relative, resolve, sep as SEPARATOR } from "node:pat
 import { type Clock, type ClockTimer, systemClock, within } from "../clock.ts";
 import { logger } from "../log.ts";
 import type { ConfigDiff } from "./diff.ts";
-import { readConfigFile } from "./file.ts";
+import { ConfigFileNotUtf8, readConfigFile } from "./file.ts";
 
 const log = logger("config");
 
@@ -152,6 +160,14 @@ export class ConfigWatcher<C> {
   #restartDelayMs = 1000;
   /** Bumped on every start, so a poll callback of an earlier run never re-arms itself. */
   #generation = 0;
+  /** Events received from the directory watch (any file): the poll tells a live watch by it. */
+  #events = 0;
+  /** Set by a check that read content new to it (not the baseline, not the last rejected). */
+  #sawNewContent = false;
+  /** The stalled-watch warning was logged (once). */
+  #stallLogged = false;
+  /** FIFOs of the directory held open (see #holdFifos), by path. */
+  readonly #heldFifos = new Map<string, Deno.FsFile>();
 
   /** Creates a watcher for the file at `path`; nothing happens until {@linkcode start}. */
   constructor(path: string, options: ConfigWatcherOptions<C>) {
@@ -230,6 +246,7 @@ export class ConfigWatcher<C> {
     }
     this.#fsWatcher = undefined;
     this.#watchLoop = undefined;
+    this.#releaseFifos();
     await this.#reloadEnd(options.reloadWaitMs);
   }
 
@@ -264,18 +281,38 @@ export class ConfigWatcher<C> {
     return result;
   }
 
-  /** Reads the file; undefined (logged, counted) when it cannot be read. */
-  async #read(): Promise<string | undefined> {
+  /**
+   * Reads the file; a failure (logged, counted) as the check's result: "unreadable", or
+   * "invalid" for a file that is no UTF-8 text (counted once per content, as invalid YAML is).
+   */
+  async #read(): Promise<string | { failed: "unreadable" | "invalid" }> {
     try {
       return await readConfigFile(this.#path);
     } catch (e) {
+      if (e instanceof ConfigFileNotUtf8) {
+        // A key no text can equal: the lossy text could be a valid file's.
+        const seen = `\0not UTF-8\0${e.lossy}`;
+        if (seen === this.#lastInvalid) {
+          log.debug("Flow-aggregator configuration is still the one rejected before");
+          return { failed: "invalid" };
+        }
+        this.#sawNewContent = true;
+        this.#rejected++;
+        this.#lastInvalid = seen;
+        log.error("Error when loading configuration from config file, keeping the current one", {
+          path: this.#path,
+          err: e,
+          configReloadsRejected: this.#rejected,
+        });
+        return { failed: "invalid" };
+      }
       this.#rejected++;
       log.error("Cannot read FlowAggregator configuration file, keeping the current one", {
         path: this.#path,
         err: e,
         configReloadsRejected: this.#rejected,
       });
-      return undefined;
+      return { failed: "unreadable" };
     }
   }
 
@@ -297,8 +334,9 @@ export class ConfigWatcher<C> {
   async #evaluate(): Promise<CheckResult> {
     const old = this.#config;
     if (old === undefined || !this.#running) return "unchanged";
+    await this.#holdFifos();
     const text = await this.#read();
-    if (text === undefined) return "unreadable";
+    if (typeof text !== "string") return text.failed;
     if (text === this.#baseline) {
       log.debug("Flow-aggregator configuration didn't change");
       this.#lastInvalid = undefined;
@@ -308,11 +346,12 @@ export class ConfigWatcher<C> {
       log.debug("Flow-aggregator configuration is still the one rejected before");
       return "invalid";
     }
+    this.#sawNewContent = true;
     if (this.#stableMs > 0) {
       // New content: apply it only if a second read finds the same bytes (see the module doc).
       if (!(await this.#wait(this.#stableMs))) return "unchanged";
       const again = await this.#read();
-      if (again === undefined) return "unreadable";
+      if (typeof again !== "string") return again.failed;
       if (again !== text) {
         this.#rejected++;
         log.warn("Configuration file is still being written, keeping the current one", {
@@ -339,6 +378,15 @@ export class ConfigWatcher<C> {
       return "invalid";
     }
     const diff = this.#diff(old, next);
+    if (!diff.changed) {
+      // Comments, formatting or unknown keys only: nothing to apply, no reload to count (it
+      // logged `Updating Flow Aggregator changed=""` and counted one).
+      log.debug("Configuration file changed, no setting did", { path: this.#path });
+      this.#baseline = text;
+      this.#lastInvalid = undefined;
+      this.#config = next;
+      return "unchanged";
+    }
     try {
       if (this.#admit !== undefined && !this.#admit(next, old)) return "deferred";
       // Which changed keys need a restart is the consumer's call (the Flow Aggregator applies
@@ -378,6 +426,7 @@ export class ConfigWatcher<C> {
       for (let r = await events.next(); !r.done; r = await events.next()) {
         const event = r.value;
         if (!this.#running) return;
+        this.#events++;
         // Only the file and a ConfigMap's swap (`..data`, `..<timestamp>`) concern us: another
         // file in the directory (a log written there) re-read the configuration at each write,
         // and at debug level each "Event happened" line was itself a new event (88,079 lines in
@@ -456,11 +505,78 @@ export class ConfigWatcher<C> {
   #schedulePoll(): void {
     if (this.#pollIntervalMs <= 0 || !this.#running) return;
     const generation = this.#generation;
+    const events = this.#events;
     this.#pollTimer = this.#clock.setTimer(this.#pollIntervalMs, async () => {
       this.#pollTimer = undefined;
       if (!this.#running || generation !== this.#generation) return;
+      this.#sawNewContent = false;
       await this.check();
+      // New content that no event announced in a whole poll period: the watch is stuck (on a
+      // FIFO, #holdFifos; one already removed cannot be released). Re-creating the watch is no
+      // way out: Deno.watchFs blocks the main thread while another watch's thread hangs.
+      if (this.#sawNewContent && this.#events === events && !this.#stallLogged) {
+        this.#stallLogged = true;
+        log.warn(
+          "The configuration file changed with no event from the file watch in a whole poll " +
+            "period: the watch may be stuck, changes are seen by the poll (restart the process " +
+            "to restore it)",
+          { path: this.#path, dir: this.#dir, pollIntervalMs: this.#pollIntervalMs },
+        );
+      }
       if (generation === this.#generation) this.#schedulePoll();
     });
+  }
+
+  /**
+   * Holds every FIFO of the directory (the file's own target too) open for reading and writing,
+   * which Linux never blocks on: Deno's watch thread opens the path of each event, and its
+   * `open(2)` of a FIFO blocks until a writer comes; a writer held open releases a blocked open
+   * and keeps later ones from blocking. A FIFO once taken for the file (refused, then removed)
+   * held the watch for good: every later change waited for the poll. A FIFO no longer there is
+   * let go. Errors are logged, never thrown (the check goes on).
+   */
+  async #holdFifos(): Promise<void> {
+    const fifos = new Set<string>();
+    try {
+      for await (const entry of Deno.readDir(this.#dir)) {
+        if (entry.isFile || entry.isDirectory || entry.isSymlink) continue;
+        const path = `${this.#dir}${SEPARATOR}${entry.name}`;
+        if ((await Deno.lstat(path)).isFifo) fifos.add(path);
+      }
+      const target = await Deno.realPath(this.#path).catch(() => undefined);
+      if (target !== undefined && (await Deno.stat(target)).isFifo) fifos.add(target);
+    } catch (e) {
+      log.debug("Cannot look for FIFOs in the configuration directory", { err: e });
+    }
+    for (const [path, file] of this.#heldFifos) {
+      if (fifos.has(path)) continue;
+      file.close();
+      this.#heldFifos.delete(path);
+    }
+    for (const path of fifos) {
+      if (this.#heldFifos.has(path)) continue;
+      try {
+        this.#heldFifos.set(path, await Deno.open(path, { read: true, write: true }));
+        log.warn(
+          "A FIFO is in the configuration directory: held open while it is there, so that the " +
+            "file watch does not hang on it",
+          { fifo: path },
+        );
+      } catch (e) {
+        log.warn("Cannot hold a FIFO of the configuration directory open", { fifo: path, err: e });
+      }
+    }
+  }
+
+  /** Lets go of the FIFOs held (at stop, after the watch is closed). */
+  #releaseFifos(): void {
+    for (const file of this.#heldFifos.values()) {
+      try {
+        file.close();
+      } catch {
+        // Already closed.
+      }
+    }
+    this.#heldFifos.clear();
   }
 }

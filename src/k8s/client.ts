@@ -300,19 +300,26 @@ function answerProblem(
   if (obj === null || typeof obj !== "object" || Array.isArray(obj)) return "no object";
   const o = obj as { kind?: unknown; metadata?: { name?: unknown; namespace?: unknown } };
   if (o.kind !== kind) return `kind ${shown(o.kind)}`;
+  // The data first: an answer both unnamed and with a number as data was reported as
+  // "ConfigMap undefined/name", not saying what was wrong with the data `set` reads.
+  const data = (obj as { data?: unknown }).data;
+  if (data !== undefined) {
+    if (data === null || typeof data !== "object" || Array.isArray(data)) {
+      return "its data is no map";
+    }
+    // Strings only (base64 for a Secret): a value of another type once passed for a UUID.
+    for (const [k, v] of Object.entries(data)) {
+      if (typeof v !== "string") {
+        return `its data key ${shown(k)} holding ${v === null ? "null" : `a ${typeof v}`}, ` +
+          "not a string";
+      }
+    }
+  }
   const meta = o.metadata;
   if (meta === null || typeof meta !== "object") return "no metadata";
   if (meta.name !== name || meta.namespace !== namespace) {
-    return `${kind} ${shown(meta.namespace)}/${shown(meta.name)}`;
-  }
-  const data = (obj as { data?: unknown }).data;
-  if (data === undefined) return undefined;
-  if (data === null || typeof data !== "object" || Array.isArray(data)) {
-    return "its data is no map";
-  }
-  // Strings only (base64 for a Secret): a value of another type once passed for a UUID.
-  for (const [k, v] of Object.entries(data)) {
-    if (typeof v !== "string") return `its data key ${shown(k)} holding a ${typeof v}`;
+    const ns = meta.namespace === undefined ? "(no namespace)" : shown(meta.namespace);
+    return `${kind} ${ns}/${meta.name === undefined ? "(no name)" : shown(meta.name)}`;
   }
   return undefined;
 }

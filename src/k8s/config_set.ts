@@ -27,11 +27,13 @@ import {
 import { minOneSecond } from "../config/schema.ts";
 import { parseConfig, SECTIONS } from "../components.ts";
 import { fullSchema } from "../config/parse.ts";
+import { DUPLICATE_KEY_MESSAGE, firstDuplicateKey } from "../config/unique_keys.ts";
 import type { MapSchema } from "../config/schema.ts";
 import { goBool } from "../config/duration.ts";
 import { envOrUnset } from "../permission_entry.ts";
 import { DEFAULT_NAMESPACE } from "../pki/common.ts";
 import { connectKube, type KubeApi, type KubeTarget, resolveKubeTarget } from "./client.ts";
+import { AnswerAborted } from "./http.ts";
 import { ATTEMPT_TIMEOUT_MS, describe, statusOf } from "./retry.ts";
 import {
   type CliIo,
@@ -257,13 +259,30 @@ function setIn(doc: Document, a: Assignment): void {
   node.set(name, a.value);
 }
 
-const YAML_OPTIONS = { version: "1.1", uniqueKeys: true, prettyErrors: false } as const;
+/**
+ * How the file is read: YAML 1.1, as the configuration is. npm:yaml's duplicate-key check is
+ * quadratic (`set` took 78 s on 32,000 keys): off, and done by firstDuplicateKey in one pass.
+ * Its warnings (a collection as a key, "will be stringified", printed twice) are not printed:
+ * `set` is silent on success, as upstream's.
+ */
+const YAML_OPTIONS = {
+  version: "1.1",
+  uniqueKeys: false,
+  prettyErrors: false,
+  logLevel: "error",
+} as const;
 
 /** No folding of long strings when a document is written. */
 const WRITE_OPTIONS = { lineWidth: 0 } as const;
 
+/** A text's first document, and how many it holds. */
+interface FirstDocument {
+  doc?: Document.Parsed;
+  count: number;
+}
+
 /** The first document of `text`, or undefined when it has none (empty, comments only). */
-function firstDocument(text: string): { doc?: Document.Parsed; count: number } {
+function firstDocument(text: string): FirstDocument {
   const docs = parseAllDocuments(text, YAML_OPTIONS);
   const doc = docs[0];
   if (doc !== undefined && doc.errors.length > 0) {
@@ -271,7 +290,29 @@ function firstDocument(text: string): { doc?: Document.Parsed; count: number } {
       `${CONFIG_KEY} is not valid YAML, not changed: ${doc.errors[0].message.split("\n")[0]}`,
     );
   }
+  const dup = doc === undefined ? undefined : firstDuplicateKey(doc.contents);
+  if (dup !== undefined) {
+    throw new ConfigSetError(
+      `${CONFIG_KEY} is not valid YAML, not changed: ${DUPLICATE_KEY_MESSAGE} ` +
+        `(${JSON.stringify(dup.text)} repeated)`,
+    );
+  }
   return { doc, count: docs.length };
+}
+
+/** Reads a text's first document (documents read are not modified). */
+type Reader = (text: string) => FirstDocument;
+
+/**
+ * {@linkcode firstDocument}, remembering the last text read: an edit reads the same text for its
+ * values and then its shape (it was parsed about five times per `set`).
+ */
+function cachedReader(): Reader {
+  let last: { text: string; read: FirstDocument } | undefined;
+  return (text) => {
+    if (last?.text !== text) last = { text, read: firstDocument(text) };
+    return last.read;
+  };
 }
 
 /** `value` as a YAML 1.1 scalar, in the style of `like` when it can hold it, on one line. */
@@ -296,8 +337,8 @@ function column(text: string, at: number): number {
  * byte as it was; undefined when the document's shape asks for the document editor instead (a
  * flow mapping, an empty or aliased section, a block scalar, several documents).
  */
-function spliced(text: string, a: Assignment): string | undefined {
-  const { doc, count } = firstDocument(text);
+function spliced(text: string, a: Assignment, read: Reader): string | undefined {
+  const { doc, count } = read(text);
   if (doc === undefined || count > 1) return undefined;
   const root = doc.contents;
   if (!isMap(root) || root.flow) return undefined;
@@ -356,9 +397,25 @@ function documentEdited(text: string, assignments: readonly Assignment[]): strin
   return docs.map((d) => d.toString(WRITE_OPTIONS)).join("");
 }
 
-/** The first document of `text` as plain values (what the configuration's reader sees). */
-function valuesOf(text: string): unknown {
-  return firstDocument(text).doc?.toJS({ maxAliasCount: -1 }) ?? null;
+/**
+ * The first document of `text` as plain values (what the configuration's reader sees), with
+ * npm:yaml's bound on alias expansion: an alias bomb (anchors of lists of aliases of lists,
+ * nine deep) expanded without it, and the comparison of the edited file's values with the
+ * expected ones walked the exponential tree, never to finish. Such a file is refused.
+ */
+function valuesOf(text: string, read: Reader): unknown {
+  const { doc } = read(text);
+  try {
+    return doc?.toJS() ?? null;
+  } catch (err) {
+    if (err instanceof ReferenceError && /Excessive alias count/.test(err.message)) {
+      throw new ConfigSetError(
+        `${CONFIG_KEY}: its aliases (*name) expand to too much (over npm:yaml's bound of 100 ` +
+          "alias expansions, an alias bomb?): not changed; edit the ConfigMap with kubectl edit",
+      );
+    }
+    throw err;
+  }
 }
 
 /** What `before` should read as once `assignments` are applied. */
@@ -388,19 +445,20 @@ function expectedValues(before: unknown, assignments: readonly Assignment[]): un
  * {@linkcode ConfigSetError} when the file is not YAML or a key's section is not a mapping.
  */
 export function editConfig(text: string, assignments: readonly Assignment[]): string {
-  const want = expectedValues(valuesOf(text), assignments);
+  const read = cachedReader();
+  const want = expectedValues(valuesOf(text, read), assignments);
   let out: string | undefined = text;
   for (const a of assignments) {
     try {
-      out = spliced(out, a);
+      out = spliced(out, a, read);
     } catch {
       out = undefined; // an edit that broke the file: checked below, and done the other way
     }
     if (out === undefined) break;
   }
-  if (out !== undefined && isDeepStrictEqual(valuesOf(out), want)) return out;
+  if (out !== undefined && isDeepStrictEqual(valuesOf(out, read), want)) return out;
   out = documentEdited(text, assignments);
-  if (!isDeepStrictEqual(valuesOf(out), want)) {
+  if (!isDeepStrictEqual(valuesOf(out, read), want)) {
     throw new ConfigSetError(
       `${CONFIG_KEY}: the edited file would not read as intended (its YAML is unusual): not ` +
         "changed; edit the ConfigMap with kubectl edit",
@@ -417,7 +475,8 @@ export function editConfig(text: string, assignments: readonly Assignment[]): st
 function refuseBroken(text: string, next: string): void {
   const refusal = (t: string): Error | undefined => {
     try {
-      parseConfig(t);
+      // Silent: its warnings (no sink enabled, unknown keys) are the aggregator's to log.
+      parseConfig(t, { onWarning: () => {} });
       return undefined;
     } catch (err) {
       return err as Error;
@@ -447,8 +506,34 @@ export interface UpdateOptions {
   callTimeoutMs?: number;
 }
 
-/** `err` described, with what to do about a 401/403. */
-function apiError(what: string, ref: ConfigMapRef, err: unknown): ConfigSetError {
+/**
+ * True when `err` is a call given up on its timeout: before the answer's headers (fetch's
+ * `TimeoutError`) or while its body was coming (`AnswerAborted`).
+ */
+function isTimeout(err: unknown): boolean {
+  if (err instanceof AnswerAborted) return err.timedOut;
+  const e = err as { name?: unknown; cause?: { name?: unknown } } | undefined;
+  return e?.name === "TimeoutError" || e?.cause?.name === "TimeoutError";
+}
+
+/** `err` described, with what to do about a 401/403 or a timeout. */
+function apiError(
+  what: "get" | "update",
+  ref: ConfigMapRef,
+  err: unknown,
+  timeoutMs: number,
+): ConfigSetError {
+  if (isTimeout(err)) {
+    return new ConfigSetError(
+      `failed to ${what} ConfigMap ${ref.namespace}/${ref.name}: the request timed out (no ` +
+        `complete answer from the API server within ${timeoutMs} ms)${
+          what === "update"
+            ? ": the update may or may not have been applied; look at the ConfigMap " +
+              `(kubectl get configmap -n ${ref.namespace} ${ref.name} -o yaml) before trying again`
+            : ": not changed"
+        }`,
+    );
+  }
   const code = statusOf(err);
   const hint = code === 401 || code === 403
     ? ` (the ServiceAccount needs get and update on ConfigMap ${ref.name} in ${ref.namespace}: ` +
@@ -472,13 +557,14 @@ export async function updateConfigMap(
   options: UpdateOptions = {},
 ): Promise<void> {
   const attempts = options.attempts ?? MAX_CONFLICT_ATTEMPTS;
-  const timeout = () => AbortSignal.timeout(options.callTimeoutMs ?? ATTEMPT_TIMEOUT_MS);
+  const timeoutMs = options.callTimeoutMs ?? ATTEMPT_TIMEOUT_MS;
+  const timeout = () => AbortSignal.timeout(timeoutMs);
   for (let attempt = 1;; attempt++) {
     let cm;
     try {
       cm = await api.getConfigMap(ref.namespace, ref.name, timeout());
     } catch (err) {
-      throw apiError("get", ref, err);
+      throw apiError("get", ref, err, timeoutMs);
     }
     if (cm === undefined) {
       throw new ConfigSetError(
@@ -486,10 +572,29 @@ export async function updateConfigMap(
           `(${CONFIG_MAP_ENV} names it, POD_NAMESPACE its namespace)`,
       );
     }
-    const text = cm.data?.[CONFIG_KEY];
+    const text: unknown = cm.data?.[CONFIG_KEY];
     if (text === undefined) {
       throw new ConfigSetError(
         `ConfigMap ${ref.namespace}/${ref.name} has no key ${CONFIG_KEY}: not changed`,
+      );
+    }
+    if (typeof text !== "string") {
+      // (It said "ConfigMap undefined/flow-aggregator-configmap: refused".)
+      throw new ConfigSetError(
+        `ConfigMap ${ref.namespace}/${ref.name}: the API server's answer holds ` +
+          `${text === null ? "null" : `a ${typeof text}`} as ${CONFIG_KEY}, not a string: not ` +
+          "changed",
+      );
+    }
+    if (text.includes("\uFFFD")) {
+      // The API server answers JSON, which has no way to carry bytes that are no UTF-8: it
+      // replaces them with U+FFFD, so the file the aggregator reads (and refuses) holds other
+      // bytes than this text. Writing it back would replace them silently.
+      const line = text.slice(0, text.indexOf("\uFFFD")).split("\n").length;
+      throw new ConfigSetError(
+        `ConfigMap ${ref.namespace}/${ref.name}: ${CONFIG_KEY} holds U+FFFD (line ${line}), ` +
+          "the replacement of bytes that are not UTF-8: the file is not UTF-8 text, not changed; " +
+          "fix it with kubectl edit",
       );
     }
     const resourceVersion = cm.metadata?.resourceVersion;
@@ -511,7 +616,7 @@ export async function updateConfigMap(
       }, timeout());
       return;
     } catch (err) {
-      if (statusOf(err) !== 409) throw apiError("update", ref, err);
+      if (statusOf(err) !== 409) throw apiError("update", ref, err, timeoutMs);
       if (attempt >= attempts) {
         throw new ConfigSetError(
           `failed to update ConfigMap ${ref.namespace}/${ref.name}: it changed under us ` +

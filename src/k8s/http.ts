@@ -7,9 +7,14 @@
  *   client-node's own read the whole body, however large (a 256 MiB ConfigMap grew memory by a
  *   gigabyte);
  * - never follows a redirect (an API server sends none): a 307 sent a POST, our CA's private key
- *   in its body, to another origin.
+ *   in its body, to another origin;
+ * - fails the call when its signal aborts while the body is still coming: undici's fetch closes
+ *   the connection then, but the body read it left pending never settled (a server that sent its
+ *   headers and then nothing more kept `set` waiting until Deno ended it with "Top-level await
+ *   promise never resolved", and left each timed-out attempt of the aggregator's retries pending
+ *   for good).
  *
- * Both fail the call (its caller retries, as for any failure) and are counted.
+ * The first two fail the call (its caller retries, as for any failure) and are counted.
  */
 
 import type * as k8s from "@kubernetes/client-node";
@@ -68,6 +73,63 @@ export class RedirectRefused extends Error {
   }
 }
 
+/**
+ * Thrown when the call's signal aborts while its answer's body is still being read (a server
+ * that sent the headers and then stalled): the request timed out, or was cancelled. For a
+ * request that changes something (a PUT, a POST) the server may or may not have applied it.
+ */
+export class AnswerAborted extends Error {
+  /** True when the signal's reason is a timeout (not a cancellation). */
+  readonly timedOut: boolean;
+  /** Creates the error; `reason` is the signal's. */
+  constructor(method: string, reason: unknown) {
+    const name = (reason as { name?: unknown } | undefined)?.name;
+    const timedOut = name !== "AbortError" && name !== "RetryAborted";
+    super(
+      `k8s: the request ${timedOut ? "timed out" : "was cancelled"} while its answer was coming ` +
+        `(the API server sent the headers of its answer to the ${method}, not all of its body)`,
+      { cause: reason },
+    );
+    this.name = "AnswerAborted";
+    this.timedOut = timedOut;
+  }
+}
+
+/**
+ * The reader's next chunk, or a rejection with {@linkcode AnswerAborted} as soon as `signal`
+ * aborts (the reader is then cancelled, not awaited: a stalled stream may not answer that either).
+ */
+async function readOrAbort(
+  reader: ReadableStreamDefaultReader<Uint8Array>,
+  signal: AbortSignal | undefined,
+  method: string,
+): Promise<ReadableStreamReadResult<Uint8Array>> {
+  if (signal === undefined) return await reader.read();
+  const aborted = (): AnswerAborted => {
+    reader.cancel().catch(() => {});
+    return new AnswerAborted(method, signal.reason);
+  };
+  if (signal.aborted) throw aborted();
+  let onAbort = (): void => {};
+  const abort = new Promise<never>((_, reject) => {
+    onAbort = () => reject(aborted());
+    signal.addEventListener("abort", onAbort, { once: true });
+  });
+  try {
+    const read = await Promise.race([reader.read(), abort]);
+    // undici may also end the body early on an abort, as if it were whole: it is not.
+    if (signal.aborted) throw aborted();
+    return read;
+  } catch (err) {
+    if (err instanceof AnswerAborted) throw err;
+    // The read itself failed because of the abort (the connection closed under it).
+    if (signal.aborted) throw new AnswerAborted(method, signal.reason);
+    throw err;
+  } finally {
+    signal.removeEventListener("abort", onAbort);
+  }
+}
+
 /** Where a redirect points, for a message: its origin only (a path or query may be anything). */
 function where(location: string | null): string {
   if (location === null) return "nowhere";
@@ -113,11 +175,13 @@ export function boundedSend(
     return new AnswerTooLarge(bytes, maxBytes);
   };
   return async function send(request) {
+    const method = request.getHttpMethod().toString();
+    const signal = request.getSignal();
     const res = await fetch(request.getUrl(), {
-      method: request.getHttpMethod().toString(),
+      method,
       body: request.getBody(),
       headers: request.getHeaders(),
-      signal: request.getSignal(),
+      signal,
       // deno-lint-ignore no-explicit-any
       dispatcher: request.getDispatcher() as any,
       // Never followed (see RedirectRefused).
@@ -138,7 +202,7 @@ export function boundedSend(
     if (res.body !== null) {
       const reader = res.body.getReader();
       for (;;) {
-        const { value, done } = await reader.read();
+        const { value, done } = await readOrAbort(reader, signal, method);
         if (done) break;
         bytes += value.byteLength;
         if (bytes > maxBytes) {

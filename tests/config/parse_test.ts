@@ -10,6 +10,7 @@ import { type FlowAggregatorConfig, parseConfig } from "../../src/components.ts"
 import { flowLogComponent } from "../../src/exporters/flow_log/component.ts";
 import { enabledFlowLogger } from "../_helpers/flow_logger_config.ts";
 import { prng } from "../_helpers/prng.ts";
+import { inWorker } from "../_helpers/config_worker.ts";
 
 const MIN = "flowLogger:\n  enable: true\n";
 
@@ -688,4 +689,50 @@ Deno.test("flowLogger.path naming a directory is refused; its directory is norma
   parse(
     'flowLogger:\n  enable: false\n  path: "/tmp/"\nflowCollector:\n  enable: true\n  address: c:4739\n',
   );
+});
+
+// npm:yaml's duplicate-key check is quadratic in a mapping's keys: a config of 60,000 `kN: N`
+// lines under `limits:` held the running aggregator's main thread 34 s at a reload.
+Deno.test("a file of 60,000 keys parses in linear time, its unknown keys named 20 times at most", async () => {
+  const keys = Array.from({ length: 60_000 }, (_, i) => `  k${i}: ${i}\n`).join("");
+  // The guard is far above what the parse takes (well under a second) and below the old 34 s.
+  const r = await inWorker({ op: "parse", text: `${MIN}limits:\n${keys}` }, 15_000);
+  assert.notEqual(r, "timeout", "the parse took over 15 s");
+  assert.ok(r !== "timeout" && r.ok, JSON.stringify(r));
+  assert.equal(r.result, "21", "20 unknown keys named, then one line with the count");
+  const w = warningsOf(`${MIN}limits:\n${keys.split("\n").slice(0, 30).join("\n")}\n`);
+  assert.equal(w.length, 21, w.join("\n"));
+  assert.match(w[0], /^config: line 4: limits\.k0: unknown key, ignored$/);
+  assert.equal(
+    w[20],
+    "config: 10 more unknown keys, ignored (30 in all; only the first 20 are named)",
+  );
+});
+
+Deno.test("duplicate keys are found at any depth, with npm:yaml's message; merge keys may repeat", () => {
+  // The message of npm:yaml's own check, which found them before.
+  assertError(
+    `${MIN}flowLogger:\n  enable: false\n`,
+    `${DECODE_ERROR_PREFIX}line 3: Map keys must be unique (at "flowLogger")`,
+  );
+  assertError(`${MIN}  enable: false\n`, /line 3: Map keys must be unique \(at "enable"\)/);
+  // In a section the decoder ignores (a newer chart's), in a list, in a flow mapping.
+  assertError(`${MIN}newer:\n  a: 1\n  a: 2\n`, /line 5: Map keys must be unique \(at "a"\)/);
+  assertError(`${MIN}newer:\n  - {x: 1, x: 2}\n`, /line 4: Map keys must be unique/);
+  // The first in the text is named.
+  assertError(
+    `${MIN}newer:\n  b: 1\n  b: 2\nclickHouse:\n  enable: false\n  enable: true\n`,
+    /line 5: .*\(at "b"\)/,
+  );
+  // YAML 1.1 bools: `yes` and `true` are the same key.
+  assertError(`${MIN}newer:\n  yes: 1\n  true: 2\n`, /line 5: Map keys must be unique/);
+  const ok = parse("a: &a {enable: true}\nb: &b {path: /tmp/x}\nflowLogger:\n  <<: *a\n  <<: *b\n");
+  assert.equal(ok.flowLogger.path, "/tmp/x");
+});
+
+// `? [a, b]` was warned about as ": unknown key" (an empty name).
+Deno.test("a key that is a collection is ignored with a warning saying so", () => {
+  assert.deepEqual(warningsOf(`? [a, b]\n: 1\n${MIN}`), [
+    "config: line 1: (top level): a key that is a list, not a name: ignored",
+  ]);
 });

@@ -664,3 +664,119 @@ Deno.test("watcher: a change the handler throws on is rejected and counted; the 
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+// Bytes that are not UTF-8 were decoded as U+FFFD and used (a flowLogger.path holding U+FFFD
+// was applied); at start the file is now a fatal error, at a reload a rejection, counted once.
+Deno.test("watcher: a file that is not UTF-8 text is refused at start, rejected at a reload", async () => {
+  const bad = new TextEncoder().encode(
+    "aggregatorTransportProtocol: TCP\nflowLogger:\n  path: /tmp/",
+  );
+  const bytes = new Uint8Array([...bad, 0xff, 0xfe, ...new TextEncoder().encode(".log\n")]);
+  const dir = await Deno.makeTempDir({ prefix: "fa-config-" });
+  try {
+    await Deno.writeFile(`${dir}/${CONF}`, bytes);
+    await assert.rejects(
+      readConfigFile(`${dir}/${CONF}`),
+      new RegExp(
+        `^ConfigFileNotUtf8: configuration file ${dir}/${CONF} is not UTF-8 text \\(line 3\\)`,
+      ),
+    );
+    const w = new ConfigWatcher(`${dir}/${CONF}`, { ...PRODUCT, onChange: () => {} });
+    await assert.rejects(w.start(), /is not UTF-8 text/);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+  await withPlainFile(0, async (path, _clock, h) => {
+    await Deno.writeFile(path, bytes);
+    assert.equal(await h.watcher.check(), "invalid");
+    assert.equal(await h.watcher.check(), "invalid", "the same bytes again");
+    assert.deepEqual(h.watcher.stats(), { configReloads: 0, configReloadsRejected: 1 });
+    assert.equal(h.watcher.config.flowLogger.path, "/tmp/a.log");
+    assert.equal(h.changes.length, 0);
+  });
+});
+
+// A reload in which only unknown keys (or comments) changed logged `Updating Flow Aggregator
+// changed=""` and counted a reload.
+Deno.test("watcher: a file whose settings did not change (comments, unknown keys) is no reload", async () => {
+  const lines: string[] = [];
+  await withPlainFile(0, async (path, _clock, h) => {
+    const restore = setLogWriter((l) => lines.push(l));
+    try {
+      await Deno.writeTextFile(path, `${TCP_A}# a comment\nnewerKey: 1\n`);
+      assert.equal(await h.watcher.check(), "unchanged");
+      assert.deepEqual(h.watcher.stats(), { configReloads: 0, configReloadsRejected: 0 });
+      assert.equal(h.changes.length, 0);
+      assert.ok(!lines.some((l) => l.includes("Updating Flow Aggregator")), lines.join("\n"));
+      // The file read is the new baseline: a real change after it is one reload.
+      await Deno.writeTextFile(path, `${TCP_A.replace("/tmp/a.log", "/tmp/c.log")}newerKey: 1\n`);
+      assert.equal(await h.watcher.check(), "changed");
+      assert.deepEqual(h.watcher.stats(), { configReloads: 1, configReloadsRejected: 0 });
+      assert.deepEqual(h.changes[0].diff.changedKeys, ["flowLogger.path"]);
+    } finally {
+      setLogWriter(restore);
+    }
+  });
+});
+
+// After a FIFO once took the file's place (refused, then removed), Deno's watch thread stayed
+// blocked in its open(2) and every later change waited for the 30 s poll. The check that finds
+// the FIFO holds it open (a writer: the blocked open returns, later ones do not block).
+Deno.test({
+  name: "watcher: a FIFO in the file's place does not leave the watch stuck",
+  // On the old code the stuck watch cannot be closed (that blocks the main thread): it is
+  // released at the end by a writer on the FIFO, through a link kept outside the directory.
+  sanitizeResources: false,
+  sanitizeOps: false,
+  fn: async () => {
+    const restoreLog = setLogWriter(() => {});
+    const dir = await Deno.makeTempDir({ prefix: "fa-config-" });
+    const keep = await Deno.makeTempDir({ prefix: "fa-fifo-" });
+    const path = `${dir}/${CONF}`;
+    await Deno.writeTextFile(path, TCP_A);
+    const clock = new ManualClock();
+    const changes: string[] = [];
+    const results: CheckResult[] = [];
+    const watcher = new ConfigWatcher(path, {
+      ...PRODUCT,
+      clock,
+      stableMs: 0,
+      pollIntervalMs: 30_000,
+      onChange: (next) => void changes.push(next.flowLogger.path),
+      onCheck: (r) => void results.push(r),
+    });
+    try {
+      await watcher.start();
+      // A FIFO renamed over the file: the watch thread opens it and hangs, no event comes.
+      const mk = await new Deno.Command("mkfifo", { args: [`${dir}/new.fifo`] }).output();
+      assert.equal(mk.code, 0, "mkfifo");
+      await Deno.link(`${dir}/new.fifo`, `${keep}/held`);
+      await Deno.rename(`${dir}/new.fifo`, path);
+      await new Promise((r) => setTimeout(r, 300));
+      // The poll finds it and refuses it.
+      clock.advance(30_000);
+      await driveUntil(clock, () => results.includes("unreadable"), "the FIFO refused");
+      await Deno.remove(path);
+      await Deno.writeTextFile(path, TCP_A.replace("/tmp/a.log", "/tmp/b.log"));
+      // The edit is seen through the watch (its debounce armed), not 30 s later by the poll.
+      const deadline = performance.now() + 5000;
+      while (!clock.pendingTimers().some((t) => t < 30_000) && performance.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      assert.ok(clock.pendingTimers().some((t) => t < 30_000), "an event came for the edit");
+      await driveUntil(clock, () => changes.length === 1, "the edit's reload");
+      assert.deepEqual(changes, ["/tmp/b.log"]);
+      assert.ok(clock.nowMs() < 60_000, "before the next poll");
+    } finally {
+      // Release an open(2) still stuck (the old code): a writer on the same FIFO, bounded.
+      const w = Deno.open(`${keep}/held`, { write: true });
+      const opened = await Promise.race([w, new Promise((r) => setTimeout(r, 500))]);
+      if (opened === undefined) (await Deno.open(`${keep}/held`, { read: true })).close();
+      (await w).close();
+      await watcher.stop();
+      setLogWriter(restoreLog);
+      await Deno.remove(dir, { recursive: true });
+      await Deno.remove(keep, { recursive: true });
+    }
+  },
+});

@@ -21,10 +21,13 @@ import {
   SET_ENV,
   SET_USAGE,
   SETTABLE_KEYS,
+  type UpdateOptions,
 } from "../../src/k8s/config_set.ts";
+import { within } from "../../src/clock.ts";
 import { launchPlan } from "../../src/launcher/mod.ts";
 import { FakeKubeApiServer, type KubeObject } from "../_helpers/k8s_server.ts";
 import { STOCK_V113_CONF } from "../_helpers/stock_config.ts";
+import { inWorker } from "../_helpers/config_worker.ts";
 
 const STOCK = Deno.readTextFileSync(STOCK_V113_CONF);
 
@@ -251,7 +254,7 @@ async function withServer(
   fn: (s: {
     server: FakeKubeApiServer;
     kubeconfig: string;
-    run: (args: string[], env?: Record<string, string>) => Promise<Ran>;
+    run: (args: string[], env?: Record<string, string>, update?: UpdateOptions) => Promise<Ran>;
   }) => Promise<void>,
   conf: string | null = STOCK,
   namespace = "flow-aggregator",
@@ -265,7 +268,11 @@ async function withServer(
       metadata: { name: "flow-aggregator-configmap", namespace, labels: { app: "fa" } },
       data: { ...(conf === null ? {} : { [CONFIG_KEY]: conf }), other: "kept" },
     });
-    const run = async (args: string[], env: Record<string, string> = {}): Promise<Ran> => {
+    const run = async (
+      args: string[],
+      env: Record<string, string> = {},
+      update: UpdateOptions = { callTimeoutMs: 5_000 },
+    ): Promise<Ran> => {
       const ran = { code: 0, out: "", err: "" };
       const vars: Record<string, string> = {
         FA_CONFIG_MAP_NAME: "flow-aggregator-configmap",
@@ -274,7 +281,7 @@ async function withServer(
       ran.code = await runConfigSet(
         ["set", "flow-aggregator", "--kubeconfig", kubeconfig, ...args],
         { out: (t) => ran.out += t + "\n", err: (t) => ran.err += t + "\n" },
-        { env: (name) => vars[name], update: { callTimeoutMs: 5_000 } },
+        { env: (name) => vars[name], update },
       );
       return ran;
     };
@@ -479,6 +486,33 @@ Deno.test("config set: a missing ConfigMap, a missing key, a refused call: clear
   }, "clickHouse: [\n");
 });
 
+// A server that sent the headers of its answer and never the end of the body: `set` ended with
+// Deno's "Top-level await promise never resolved" (exit 1) once the timeout fired.
+Deno.test("config set: an API server that stalls in its answer: the request timed out, said so (an update may have been applied)", async () => {
+  await withServer(async ({ server, run }) => {
+    for (const hang of ["headers", "body"] as const) {
+      for (const method of ["GET", "PUT"]) {
+        server.fault({ match: { method }, hang });
+        const ran = run(["clickHouse.enable=true"], {}, { callTimeoutMs: 300 });
+        // The guard only bounds the test: the run used to stay pending for good.
+        assert.equal(await within(ran, 10_000), "done", `${method} hanging in its ${hang}`);
+        const r = await ran;
+        assert.equal(r.code, 1);
+        const what = method === "GET" ? "get" : "update";
+        assert.match(
+          r.err,
+          new RegExp(
+            `^failed to ${what} ConfigMap flow-aggregator/flow-aggregator-configmap: the request ` +
+              "timed out \\(no complete answer from the API server within 300 ms\\): " +
+              (method === "GET" ? "not changed" : "the update may or may not have been applied"),
+          ),
+          `${method} hanging in its ${hang}`,
+        );
+      }
+    }
+  });
+});
+
 Deno.test("config set: no cluster at all is an error naming what was looked for", async () => {
   const ran = { code: 0, err: "" };
   ran.code = await runConfigSet(
@@ -522,4 +556,106 @@ Deno.test("config set: the real program, run as the launcher plans it (narrow pe
       err: "failed to locate flow-aggregator-config ConfigMap volume\n",
     });
   });
+});
+
+// An answer with a number as the file (and no namespace) said "ConfigMap
+// undefined/flow-aggregator-configmap: refused".
+Deno.test("config set: flow-aggregator.conf that is no string, or not UTF-8 text: said so, nothing written", async () => {
+  await withServer(async ({ server, run }) => {
+    server.fault({
+      match: { method: "GET" },
+      body: JSON.stringify({
+        kind: "ConfigMap",
+        apiVersion: "v1",
+        metadata: { name: "flow-aggregator-configmap", resourceVersion: "1" },
+        data: { [CONFIG_KEY]: 5 },
+      }),
+    });
+    const r = await run(["clickHouse.enable=true"]);
+    assert.equal(r.code, 1);
+    assert.match(r.err, /its data key flow-aggregator\.conf holding a number, not a string/);
+    // Bytes that were no UTF-8 reach us as U+FFFD (JSON cannot carry them): written back, the
+    // file would change silently (a flowLogger.path with U+FFFD was applied).
+    server.put("configmaps", {
+      metadata: { name: "flow-aggregator-configmap", namespace: "flow-aggregator" },
+      data: { [CONFIG_KEY]: "flowLogger:\n  enable: true\n  path: /tmp/\uFFFD.log\n" },
+    });
+    const u = await run(["clickHouse.database=db2"]);
+    assert.equal(u.code, 1);
+    assert.match(
+      u.err,
+      /flow-aggregator\.conf holds U\+FFFD \(line 3\).*not UTF-8 text, not changed/,
+    );
+    assert.equal(server.requests.filter((q) => q.method === "PUT").length, 0);
+  });
+});
+
+// `antctl set` on a ConfigMap holding an alias bomb (ten anchors of nine aliases of the one
+// before) never finished: its values were expanded without npm:yaml's alias bound and compared.
+Deno.test("config set: an alias bomb is refused at once, with what it is", async () => {
+  let bomb = 'a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n';
+  for (let i = 1; i < 10; i++) {
+    bomb += `a${i}: &a${i} [${Array(9).fill(`*a${i - 1}`).join(",")}]\n`;
+  }
+  const text = `${bomb}flowLogger:\n  enable: true\n`;
+  // The aggregator loads it (unknown keys ignored, aliases not expanded).
+  assert.equal(parseConfig(text, { onWarning: () => {} }).flowLogger.enable, true);
+  const r = await inWorker(
+    { op: "edit", text, args: ["flowCollector.address=10.0.0.1:4739:tcp"] },
+    20_000,
+  );
+  assert.notEqual(r, "timeout", "the edit never ended");
+  assert.ok(r !== "timeout" && !r.ok, JSON.stringify(r));
+  assert.equal(r.name, "ConfigSetError");
+  assert.match(r.message, /its aliases \(\*name\) expand to too much .*alias bomb.*not changed/);
+  // A few aliases are fine.
+  const few = "base: &b {enable: true}\nflowLogger:\n  <<: *b\n";
+  assert.match(edit(few, "clickHouse.database=db2"), /database: db2/);
+});
+
+// npm:yaml's duplicate-key check is quadratic: `set` took 78 s on a file of 32,000 keys.
+Deno.test("config set: a file of 40,000 keys is edited in linear time; duplicates are still refused", async () => {
+  const keys = Array.from({ length: 40_000 }, (_, i) => `  k${i}: ${i}\n`).join("");
+  const text = `flowLogger:\n  enable: true\nlimits:\n${keys}`;
+  // The guard is far above what the edit takes (about a second) and far below the old 2+ minutes.
+  const r = await inWorker({ op: "edit", text, args: ["clickHouse.database=db2"] }, 20_000);
+  assert.notEqual(r, "timeout", "the edit took over 20 s");
+  assert.ok(r !== "timeout" && r.ok, JSON.stringify(r));
+  assert.equal(r.result, `${text}clickHouse:\n  database: db2\n`);
+  for (
+    const dup of [
+      "flowLogger:\n  enable: true\n  enable: false\n",
+      "flowLogger:\n  enable: true\nnewer:\n  x: 1\n  x: 2\n",
+      "flowLogger:\n  enable: true\nflowLogger:\n  enable: false\n",
+    ]
+  ) {
+    assert.throws(
+      () => edit(dup, "clickHouse.database=db2"),
+      /^ConfigSetError: flow-aggregator\.conf is not valid YAML, not changed: Map keys must be unique/,
+      dup,
+    );
+  }
+});
+
+// `set` printed the aggregator's warnings ("No collector / sink has been configured", unknown
+// keys) from its refusal check, and npm:yaml's "Keys with collection values will be
+// stringified" twice for a complex key; upstream's set is silent on success.
+Deno.test("config set: silent on success, whatever the file's warnings", async () => {
+  const conf = "? [a, b]\n: 1\nnewerKey: 2\nflowLogger:\n  enable: false\n";
+  await withServer(async ({ server, kubeconfig }) => {
+    const args = ["set", "flow-aggregator", "--kubeconfig", kubeconfig, "clickHouse.database=db2"];
+    const argv = (await launchPlan(args)).argv;
+    const out = await new Deno.Command(argv[0], {
+      args: argv.slice(1),
+      env: { FA_CONFIG_MAP_NAME: "flow-aggregator-configmap" },
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const d = new TextDecoder();
+    assert.deepEqual(
+      { code: out.code, out: d.decode(out.stdout), err: d.decode(out.stderr) },
+      { code: 0, out: "", err: "" },
+    );
+    assert.equal(confOf(server), `${conf}clickHouse:\n  database: db2\n`);
+  }, conf);
 });

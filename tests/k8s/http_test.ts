@@ -6,6 +6,7 @@
 
 import assert from "node:assert/strict";
 import { RedirectRefused } from "../../src/k8s/http.ts";
+import { within } from "../../src/clock.ts";
 import { connectTestApi, FakeKubeApiServer } from "../_helpers/k8s_server.ts";
 
 async function withServers(
@@ -82,3 +83,43 @@ Deno.test("k8s http: a watch redirected is refused, counted", async () => {
     assert.equal(api.stats().redirectsRefused, 1);
   });
 });
+
+// A server that sent its headers and then never finished the body left the body read pending
+// after the call's signal aborted: `set` ended with "Top-level await promise never resolved", and
+// each timed-out attempt of the aggregator's retries stayed pending. The signal's reason decides
+// the words: a timeout (AbortSignal.timeout, retrying's own timeout error) or a cancellation.
+const ABORTS: [string, (signal: AbortController) => AbortSignal, RegExp][] = [
+  ["AbortSignal.timeout", () => AbortSignal.timeout(300), /^k8s: the request timed out/],
+  ["retrying's timeout", (c) => {
+    setTimeout(() => c.abort(new Error("no answer from the Kubernetes API within 300 ms")), 300);
+    return c.signal;
+  }, /^k8s: the request timed out/],
+  ["a cancellation", (c) => {
+    setTimeout(() => c.abort(), 300);
+    return c.signal;
+  }, /^k8s: the request was cancelled/],
+];
+for (const [what, signalOf, words] of ABORTS) {
+  Deno.test(`k8s http: a body that never ends fails the call when its signal aborts (${what})`, async () => {
+    await withServers(async ({ server, api }) => {
+      server.put("configmaps", { metadata: { name: "c", namespace: "ns" }, data: { a: "b" } });
+      server.fault({ match: { path: "/configmaps/c" }, hang: "body", times: 2 });
+      for (const method of ["GET", "PUT"]) {
+        const signal = signalOf(new AbortController());
+        const call = method === "GET"
+          ? api.getConfigMap("ns", "c", signal)
+          : api.replaceConfigMap("ns", {
+            metadata: { name: "c", namespace: "ns", resourceVersion: "1" },
+            data: { a: "c" },
+          }, signal);
+        let err: unknown;
+        const settled = call.then(() => {}, (e) => void (err = e));
+        // The guard only bounds the test: the call used to settle never (or as a bad answer).
+        assert.equal(await within(settled, 10_000), "done", `the ${method} settled`);
+        assert.ok(err instanceof Error && err.name === "AnswerAborted", String(err));
+        assert.match(err.message, words);
+        assert.match(err.message, new RegExp(`answer to the ${method}`));
+      }
+    });
+  });
+}

@@ -168,6 +168,11 @@ export class ConfigWatcher<C> {
   #stallLogged = false;
   /** FIFOs of the directory held open (see #holdFifos), by path. */
   readonly #heldFifos = new Map<string, Deno.FsFile>();
+  /**
+   * FIFOs that could not be held (no write permission on the directory: the printed
+   * permissions grant none), warned about once each while they are there.
+   */
+  readonly #unheldFifos = new Set<string>();
 
   /** Creates a watcher for the file at `path`; nothing happens until {@linkcode start}. */
   constructor(path: string, options: ConfigWatcherOptions<C>) {
@@ -553,8 +558,9 @@ export class ConfigWatcher<C> {
       file.close();
       this.#heldFifos.delete(path);
     }
+    for (const path of this.#unheldFifos) if (!fifos.has(path)) this.#unheldFifos.delete(path);
     for (const path of fifos) {
-      if (this.#heldFifos.has(path)) continue;
+      if (this.#heldFifos.has(path) || this.#unheldFifos.has(path)) continue;
       try {
         this.#heldFifos.set(path, await Deno.open(path, { read: true, write: true }));
         log.warn(
@@ -563,7 +569,12 @@ export class ConfigWatcher<C> {
           { fifo: path },
         );
       } catch (e) {
-        log.warn("Cannot hold a FIFO of the configuration directory open", { fifo: path, err: e });
+        this.#unheldFifos.add(path);
+        log.warn(
+          "Cannot hold a FIFO of the configuration directory open: the file watch may hang on " +
+            "it, changes are then seen by the poll",
+          { fifo: path, err: e },
+        );
       }
     }
   }

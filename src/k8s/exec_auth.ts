@@ -6,7 +6,8 @@
  * on it. Here a plugin runs in a process group of its own and is killed with it (SIGKILL) after
  * `timeoutMs` or when the process unloads; one runs at a time per user (the requests meanwhile
  * share its answer); its credential is kept until its `expirationTimestamp` (for good when it
- * has none, as client-node does).
+ * has none, as client-node does). What the plugin prints is checked before it is used or kept: JSON, an `ExecCredential` whose
+ * status holds a token or a certificate and key as strings.
  *
  * @module
  */
@@ -64,14 +65,86 @@ interface ExecConfig {
   env?: { name: string; value: string }[];
 }
 
-/** What a plugin prints (`ExecCredential`, the fields used). */
+/** What a plugin prints (`ExecCredential`, the fields used), once checked. */
 interface ExecCredential {
-  status?: {
+  status: {
     token?: string;
     clientCertificateData?: string;
     clientKeyData?: string;
     expirationTimestamp?: string;
   };
+}
+
+/** Most characters of a plugin's output quoted in an error. */
+const OUTPUT_SHOWN = 120;
+
+/** What the plugin printed, for an error: its first non-empty line, cut. */
+function quoted(text: string): string {
+  const line = text.split("\n").map((l) => l.trim()).find((l) => l !== "") ?? "";
+  return JSON.stringify(
+    line.length > OUTPUT_SHOWN ? `${line.slice(0, OUTPUT_SHOWN)}…` : line,
+  );
+}
+
+/** A value's type, for an error (never the value: it may be a token). */
+function typeName(v: unknown): string {
+  if (v === undefined) return "absent";
+  return v === null ? "null" : Array.isArray(v) ? "an array" : `a ${typeof v}`;
+}
+
+/**
+ * The credential in a plugin's output, or an error naming the plugin and what was wrong (the
+ * Kubernetes client-go checks: an `ExecCredential` with a status holding a token or a
+ * certificate and key). The output is quoted only when it is no JSON (a plugin printing its own
+ * error, "Error: could not refresh SSO session"): JSON of the wrong shape may hold a token.
+ */
+function parseCredential(command: string, text: string): ExecCredential {
+  const fail = (what: string): Error =>
+    new Error(`credential plugin ${command} printed ${what}: no credential`);
+  if (text.trim() === "") throw fail("nothing");
+  let out: unknown;
+  try {
+    out = JSON.parse(text);
+  } catch {
+    throw fail(`text that is no JSON (${quoted(text)})`);
+  }
+  if (out === null || typeof out !== "object" || Array.isArray(out)) {
+    throw fail(`${typeName(out)}, not an ExecCredential`);
+  }
+  const o = out as { kind?: unknown; status?: unknown };
+  if (o.kind !== undefined && o.kind !== "ExecCredential") {
+    const kind = typeof o.kind === "string"
+      ? JSON.stringify(o.kind.slice(0, 60))
+      : typeName(o.kind);
+    throw fail(`kind ${kind}, not an ExecCredential`);
+  }
+  const status = o.status;
+  if (status === null || typeof status !== "object" || Array.isArray(status)) {
+    throw fail(`an ExecCredential whose status is ${typeName(status)}, not an object`);
+  }
+  const st = status as Record<string, unknown>;
+  for (const field of ["token", "clientCertificateData", "clientKeyData", "expirationTimestamp"]) {
+    if (st[field] !== undefined && typeof st[field] !== "string") {
+      throw fail(`an ExecCredential whose status.${field} is ${typeName(st[field])}, not a string`);
+    }
+  }
+  const cred = out as ExecCredential;
+  const { token, clientCertificateData: cert, clientKeyData: key, expirationTimestamp: at } =
+    cred.status;
+  if (!token && !cert && !key) {
+    throw fail("an ExecCredential with neither a token nor a client certificate and key");
+  }
+  if (!cert !== !key) {
+    throw fail(
+      `an ExecCredential with a client ${cert ? "certificate" : "key"} but no ${
+        cert ? "key" : "certificate"
+      }`,
+    );
+  }
+  if (at !== undefined && Number.isNaN(Date.parse(at))) {
+    throw fail("an ExecCredential whose status.expirationTimestamp is no time");
+  }
+  return cred;
 }
 
 /** The request options client-node's authenticators fill. */
@@ -131,7 +204,7 @@ export class ExecCredentials {
 
   /** Adds the user's credential (token, client certificate) to a request's options. */
   async applyAuthentication(user: k8s.User, opts: AuthOptions): Promise<void> {
-    const status = (await this.#credential(user)).status ?? {};
+    const status = (await this.#credential(user)).status;
     if (status.clientCertificateData) opts.cert = status.clientCertificateData;
     if (status.clientKeyData) opts.key = status.clientKeyData;
     if (status.token) {
@@ -149,9 +222,12 @@ export class ExecCredentials {
     let running = this.#inFlight.get(key);
     if (running === undefined) {
       running = this.#run(execOf(user)!).then((credential) => {
-        const at = credential.status?.expirationTimestamp;
-        const expiresMs = at === undefined ? Infinity : Date.parse(at);
-        this.#cache.set(key, { credential, expiresMs: Number.isNaN(expiresMs) ? 0 : expiresMs });
+        // Checked by parseCredential: absent (kept for good) or a time.
+        const at = credential.status.expirationTimestamp;
+        this.#cache.set(key, {
+          credential,
+          expiresMs: at === undefined ? Infinity : Date.parse(at),
+        });
         return credential;
       }).finally(() => this.#inFlight.delete(key));
       this.#inFlight.set(key, running);
@@ -216,7 +292,7 @@ export class ExecCredentials {
         const text = new TextDecoder().decode(stderr).trim();
         throw new Error(`credential plugin ${exec.command} failed (exit ${status.code}): ${text}`);
       }
-      return JSON.parse(new TextDecoder().decode(stdout)) as ExecCredential;
+      return parseCredential(exec.command, new TextDecoder().decode(stdout));
     } finally {
       clearTimeout(timer);
       globalThis.removeEventListener("unload", kill);

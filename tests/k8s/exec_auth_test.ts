@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import { connectKube, resolveKubeTarget } from "../../src/k8s/client.ts";
 import { MAX_ANSWER_BYTES } from "../../src/k8s/exec_auth.ts";
+import { describe } from "../../src/k8s/retry.ts";
 import { watchStream } from "../../src/k8s/watch.ts";
 import { FakeKubeApiServer } from "../_helpers/k8s_server.ts";
 import { waitFor } from "../_helpers/wait.ts";
@@ -187,3 +188,81 @@ Deno.test("exec credentials: closing the client kills a running plugin at once, 
     assert.equal((await calls()).length, 1, "no plugin run after close");
   });
 });
+
+// A plugin printing its own error on stdout (exit 0) was reported as "the API server answered
+// text that is no JSON" and counted in malformedAnswers, though no request was sent.
+Deno.test("exec credentials: a plugin printing no JSON fails naming the plugin, no request sent, nothing counted", async () => {
+  await withPlugin(async ({ server, kubeconfig }) => {
+    const config = await kubeconfig(
+      `echo 'Error: could not refresh SSO session ${"x".repeat(500)}'\necho 'second line'`,
+    );
+    const target = await resolveKubeTarget({ kubeconfig: config, env: () => undefined });
+    const api = await connectKube(target!);
+    try {
+      const err = await api.getConfigMap("ns", "x").then(() => undefined, (e) => e as Error);
+      assert.ok(err instanceof Error, "the get failed");
+      assert.equal(err.name, "Error", "not a MalformedAnswer");
+      assert.match(
+        err.message,
+        /^credential plugin bash printed text that is no JSON \("Error: could not refresh SSO session x+…"\): no credential$/,
+      );
+      assert.ok(err.message.length < 250, `cut: ${err.message.length} characters`);
+      assert.equal(describe(err), err.message);
+      assert.equal(api.stats().malformedAnswers, 0);
+      assert.equal(server.requests.length, 0, "no request reached the server");
+    } finally {
+      api.close();
+    }
+  });
+});
+
+// Each was cached (a status "oops", a token 12345: requests then went out without a token) or
+// threw a TypeError (null).
+const WRONG_CREDENTIALS: Record<string, [string, RegExp]> = {
+  "null": ["null", /printed null, not an ExecCredential/],
+  "an array": ["[]", /printed an array, not an ExecCredential/],
+  "nothing": ["", /printed nothing/],
+  "another kind": ['{"kind":"Status","status":{"token":"t"}}', /printed kind "Status", not/],
+  "no status": ['{"kind":"ExecCredential"}', /whose status is absent, not an object/],
+  "a status string": ['{"status":"oops"}', /whose status is a string, not an object/],
+  "a token number": [
+    '{"kind":"ExecCredential","status":{"token":12345}}',
+    /whose status.token is a number, not a string/,
+  ],
+  "no token nor certificate": [
+    '{"kind":"ExecCredential","status":{}}',
+    /with neither a token nor a client certificate and key/,
+  ],
+  "a certificate without key": [
+    '{"kind":"ExecCredential","status":{"clientCertificateData":"c"}}',
+    /with a client certificate but no key/,
+  ],
+  "an expiry that is no time": [
+    '{"kind":"ExecCredential","status":{"token":"plugin-token","expirationTimestamp":"soon"}}',
+    /whose status.expirationTimestamp is no time/,
+  ],
+};
+for (const [name, [output, expected]] of Object.entries(WRONG_CREDENTIALS)) {
+  Deno.test(`exec credentials: a plugin printing ${name} fails, named, and is not kept`, async () => {
+    await withPlugin(async ({ server, kubeconfig, calls }) => {
+      const config = await kubeconfig(`printf '%s' '${output}'`);
+      const target = await resolveKubeTarget({ kubeconfig: config, env: () => undefined });
+      const api = await connectKube(target!);
+      try {
+        for (let i = 0; i < 2; i++) {
+          await assert.rejects(api.getConfigMap("ns", "x"), (err: Error) => {
+            assert.match(err.message, /^credential plugin bash printed /);
+            assert.match(err.message, expected);
+            assert.doesNotMatch(err.message, /plugin-token/, "no token in the message");
+            return true;
+          });
+        }
+        assert.equal((await calls()).length, 2, "run again: the wrong answer was not kept");
+        assert.equal(server.requests.length, 0, "no request sent without a credential");
+        assert.equal(api.stats().malformedAnswers, 0);
+      } finally {
+        api.close();
+      }
+    });
+  });
+}

@@ -436,16 +436,29 @@ export async function connectKube(
   const credentials = installExecCredentials(kc, { timeoutMs: options.execPluginTimeoutMs });
   // What client-node sends its requests with; loaded with it (the watch is read by us).
   const { fetch } = await import("undici");
-  return { ...clientFor(k8s, kc, fetch), close: () => credentials.close() };
+  return {
+    ...clientFor(k8s, kc, fetch, () => credentials.refused()),
+    close: () => credentials.close(),
+  };
 }
 
-/** A {@linkcode KubeApi} over a loaded client-node configuration. */
+/**
+ * A {@linkcode KubeApi} over a loaded client-node configuration; `onUnauthorized` is called at
+ * each 401 answer (an exec plugin's credential is then dropped).
+ */
 function clientFor(
   k8s: typeof import("@kubernetes/client-node"),
   kc: k8s.KubeConfig,
   fetch: typeof import("undici").fetch,
+  onUnauthorized: () => void,
 ): Omit<KubeApi, "close"> {
   const api = kc.makeApiClient(k8s.CoreV1Api);
+  // Every call's failure passes here: a 401 means the credential used was refused.
+  const seen = <T>(call: Promise<T>): Promise<T> =>
+    call.catch((err) => {
+      if (statusOf(err) === 401) onUnauthorized();
+      throw err;
+    });
   const stats: KubeClientStats = { answersTooLarge: 0, malformedAnswers: 0, redirectsRefused: 0 };
   const objects = boundedHttpLibrary({ lib: k8s, fetch }, { maxBytes: MAX_ANSWER_BYTES, stats });
   const sendListPage = boundedSend({ lib: k8s, fetch }, { maxBytes: MAX_LIST_PAGE_BYTES, stats });
@@ -469,74 +482,34 @@ function clientFor(
     getConfigMap: (namespace, name, signal) =>
       checkedGet(
         { kind: "ConfigMap", namespace, name },
-        api.readNamespacedConfigMap({ namespace, name }, by(signal)),
+        seen(api.readNamespacedConfigMap({ namespace, name }, by(signal))),
         stats,
       ),
     createConfigMap: (namespace, body, signal) =>
-      api.createNamespacedConfigMap({ namespace, body }, by(signal)),
+      seen(api.createNamespacedConfigMap({ namespace, body }, by(signal))),
     replaceConfigMap: (namespace, body, signal) =>
-      api.replaceNamespacedConfigMap(
+      seen(api.replaceNamespacedConfigMap(
         { namespace, name: replacedName(namespace, body), body },
         by(signal),
-      ),
+      )),
     getSecret: (namespace, name, signal) =>
       checkedGet(
         { kind: "Secret", namespace, name },
-        api.readNamespacedSecret({ namespace, name }, by(signal)),
+        seen(api.readNamespacedSecret({ namespace, name }, by(signal))),
         stats,
       ),
     createSecret: (namespace, body, signal) =>
-      api.createNamespacedSecret({ namespace, body }, by(signal)),
+      seen(api.createNamespacedSecret({ namespace, body }, by(signal))),
     replaceSecret: (namespace, body, signal) =>
-      api.replaceNamespacedSecret(
+      seen(api.replaceNamespacedSecret(
         { namespace, name: replacedName(namespace, body), body },
         by(signal),
-      ),
+      )),
     // Sent as client-node would (authentication, TLS, the page's bound), but the answer is
     // parsed by us: client-node's deserializer reshapes what it does not expect (labels `"abc"`
     // became {"0":"a","1":"b","2":"c"}, which the Pod store could not tell from real labels),
     // and walks every field of every Pod a second time after JSON.parse.
-    listPods: async (signal, page) => {
-      const cluster = kc.getCurrentCluster();
-      if (!cluster) throw new Error("no current cluster in the Kubernetes configuration");
-      const url = new URL(cluster.server + "/api/v1/pods");
-      if (page?.limit !== undefined) url.searchParams.set("limit", String(page.limit));
-      if (page?.continue !== undefined) url.searchParams.set("continue", page.continue);
-      const ctx = new k8s.RequestContext(url.toString(), k8s.HttpMethod.GET);
-      ctx.setHeaderParam("Accept", "application/json");
-      await kc.applySecurityAuthentication(ctx);
-      if (signal !== undefined) ctx.setSignal(signal);
-      const res = await sendListPage(ctx);
-      const text = await res.body.text();
-      if (res.httpStatusCode !== 200) {
-        // As client-node's ApiException: the status, the Status body (describe() reads its
-        // message) and the headers (a 429's Retry-After).
-        throw Object.assign(new Error(`HTTP ${res.httpStatusCode}`), {
-          statusCode: res.httpStatusCode,
-          body: text.slice(0, 64 * 1024),
-          headers: res.headers,
-        });
-      }
-      let list: { items?: unknown; metadata?: { resourceVersion?: unknown; continue?: unknown } };
-      try {
-        list = JSON.parse(text);
-      } catch {
-        stats.malformedAnswers++;
-        throw new MalformedAnswer("k8s: the Pod list is not JSON");
-      }
-      if (list === null || typeof list !== "object" || !Array.isArray(list.items)) {
-        stats.malformedAnswers++;
-        throw new MalformedAnswer("k8s: the Pod list has no items");
-      }
-      const meta = typeof list.metadata === "object" && list.metadata !== null ? list.metadata : {};
-      return {
-        items: list.items as k8s.V1Pod[],
-        resourceVersion: typeof meta.resourceVersion === "string" ? meta.resourceVersion : "",
-        continue: typeof meta.continue === "string" && meta.continue !== ""
-          ? meta.continue
-          : undefined,
-      };
-    },
+    listPods: (signal, page) => seen(listPods(signal, page)),
     watchPods: (resourceVersion, handlers) =>
       Promise.resolve(watchStream(
         { lib: k8s, kc, fetch },
@@ -546,6 +519,7 @@ function clientFor(
           ...handlers,
           onDone: (err) => {
             if (err instanceof RedirectRefused) stats.redirectsRefused++;
+            if (statusOf(err) === 401) onUnauthorized();
             handlers.onDone(err);
           },
         },
@@ -562,4 +536,49 @@ function clientFor(
         },
       )),
   };
+
+  async function listPods(
+    signal: AbortSignal | undefined,
+    page: ListPage | undefined,
+  ): Promise<PodList> {
+    const cluster = kc.getCurrentCluster();
+    if (!cluster) throw new Error("no current cluster in the Kubernetes configuration");
+    const url = new URL(cluster.server + "/api/v1/pods");
+    if (page?.limit !== undefined) url.searchParams.set("limit", String(page.limit));
+    if (page?.continue !== undefined) url.searchParams.set("continue", page.continue);
+    const ctx = new k8s.RequestContext(url.toString(), k8s.HttpMethod.GET);
+    ctx.setHeaderParam("Accept", "application/json");
+    await kc.applySecurityAuthentication(ctx);
+    if (signal !== undefined) ctx.setSignal(signal);
+    const res = await sendListPage(ctx);
+    const text = await res.body.text();
+    if (res.httpStatusCode !== 200) {
+      // As client-node's ApiException: the status, the Status body (describe() reads its
+      // message) and the headers (a 429's Retry-After).
+      throw Object.assign(new Error(`HTTP ${res.httpStatusCode}`), {
+        statusCode: res.httpStatusCode,
+        body: text.slice(0, 64 * 1024),
+        headers: res.headers,
+      });
+    }
+    let list: { items?: unknown; metadata?: { resourceVersion?: unknown; continue?: unknown } };
+    try {
+      list = JSON.parse(text);
+    } catch {
+      stats.malformedAnswers++;
+      throw new MalformedAnswer("k8s: the Pod list is not JSON");
+    }
+    if (list === null || typeof list !== "object" || !Array.isArray(list.items)) {
+      stats.malformedAnswers++;
+      throw new MalformedAnswer("k8s: the Pod list has no items");
+    }
+    const meta = typeof list.metadata === "object" && list.metadata !== null ? list.metadata : {};
+    return {
+      items: list.items as k8s.V1Pod[],
+      resourceVersion: typeof meta.resourceVersion === "string" ? meta.resourceVersion : "",
+      continue: typeof meta.continue === "string" && meta.continue !== ""
+        ? meta.continue
+        : undefined,
+    };
+  }
 }

@@ -5,8 +5,11 @@
  * plugin left one process per attempt, alive after stop and after exit, and every request waited
  * on it. Here a plugin runs in a process group of its own and is killed with it (SIGKILL) after
  * `timeoutMs` or when the process unloads; one runs at a time per user (the requests meanwhile
- * share its answer); its credential is kept until its `expirationTimestamp` (for good when it
- * has none, as client-node does). What the plugin prints is checked before it is used or kept: JSON, an `ExecCredential` whose
+ * share its answer). Its credential is kept until its `expirationTimestamp`, or, without one,
+ * until the API server answers 401 (the Kubernetes credential-plugin contract; client-node kept
+ * it for good, so a revoked or rotated token failed every call until a restart): the client
+ * calls {@linkcode ExecCredentials.refused} on a 401 and the next request runs the plugin again.
+ * What the plugin prints is checked before it is used or kept: JSON, an `ExecCredential` whose
  * status holds a token or a certificate and key as strings.
  *
  * @module
@@ -202,6 +205,14 @@ export class ExecCredentials {
     return execOf(user) !== undefined;
   }
 
+  /**
+   * The API server answered 401: the credentials kept are dropped, so the next request runs the
+   * plugin again (a credential without expiry is kept until then, by the plugin contract).
+   */
+  refused(): void {
+    this.#cache.clear();
+  }
+
   /** Adds the user's credential (token, client certificate) to a request's options. */
   async applyAuthentication(user: k8s.User, opts: AuthOptions): Promise<void> {
     const status = (await this.#credential(user)).status;
@@ -222,7 +233,7 @@ export class ExecCredentials {
     let running = this.#inFlight.get(key);
     if (running === undefined) {
       running = this.#run(execOf(user)!).then((credential) => {
-        // Checked by parseCredential: absent (kept for good) or a time.
+        // Checked by parseCredential: absent (kept until a 401) or a time.
         const at = credential.status.expirationTimestamp;
         this.#cache.set(key, {
           credential,

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { connectKube, resolveKubeTarget } from "../../src/k8s/client.ts";
 import { MAX_ANSWER_BYTES } from "../../src/k8s/exec_auth.ts";
-import { describe } from "../../src/k8s/retry.ts";
+import { describe, statusOf } from "../../src/k8s/retry.ts";
 import { watchStream } from "../../src/k8s/watch.ts";
 import { FakeKubeApiServer } from "../_helpers/k8s_server.ts";
 import { waitFor } from "../_helpers/wait.ts";
@@ -266,3 +266,63 @@ for (const [name, [output, expected]] of Object.entries(WRONG_CREDENTIALS)) {
     });
   });
 }
+
+// The plugin contract: a credential without expirationTimestamp is kept until the API server
+// answers 401. It was kept for good: once the token was revoked or rotated, every call failed
+// 401 until a restart, the plugin (which had the new token) never run again.
+Deno.test("exec credentials: a credential without expiry is kept until a 401, then the plugin runs again", async () => {
+  await withPlugin(async ({ server, dir, kubeconfig, calls }) => {
+    server.token = "token-A";
+    await Deno.writeTextFile(`${dir}/current`, "token-A");
+    const config = await kubeconfig(
+      `printf '{"kind":"ExecCredential","status":{"token":"%s"}}' "$(cat ${dir}/current)"`,
+    );
+    const target = await resolveKubeTarget({ kubeconfig: config, env: () => undefined });
+    const api = await connectKube(target!);
+    try {
+      assert.equal(await api.getConfigMap("ns", "x"), undefined);
+      assert.equal(await api.getConfigMap("ns", "x"), undefined);
+      assert.equal((await calls()).length, 1, "kept while accepted");
+      // The token is rotated: the plugin now prints the new one.
+      server.token = "token-B";
+      await Deno.writeTextFile(`${dir}/current`, "token-B");
+      await assert.rejects(api.getConfigMap("ns", "x"), (err) => statusOf(err) === 401);
+      assert.equal(await api.getConfigMap("ns", "x"), undefined, "the next call has the new one");
+      assert.equal((await calls()).length, 2);
+      // The Pod list (our own request) and a create drop it on a 401 too.
+      for (
+        const [token, call] of [
+          ["token-C", () => api.listPods()],
+          ["token-D", () => api.createConfigMap("ns", { metadata: { name: "y" }, data: {} })],
+        ] as const
+      ) {
+        server.token = token;
+        await Deno.writeTextFile(`${dir}/current`, token);
+        await assert.rejects(call(), (err) => statusOf(err) === 401);
+        await call();
+      }
+      // And a watch refused.
+      server.token = "token-E";
+      await Deno.writeTextFile(`${dir}/current`, "token-E");
+      const ended = Promise.withResolvers<unknown>();
+      await api.watchPods("1", { onEvent: () => {}, onDone: (err) => ended.resolve(err) });
+      assert.equal(statusOf(await ended.promise), 401);
+      await api.listPods();
+      assert.equal((await calls()).length, 5);
+      assert.deepEqual(server.requests.map((r) => r.status), [
+        404,
+        404,
+        401,
+        404,
+        401,
+        200,
+        401,
+        201,
+        401,
+        200,
+      ]);
+    } finally {
+      api.close();
+    }
+  });
+});

@@ -32,8 +32,9 @@ const log = logger("k8s");
 
 /**
  * Thrown when a get is answered with something other than the object asked for (another kind,
- * name or namespace, no object at all, text that is no JSON): the call fails (its caller
- * retries), counted. Writing back what such an answer held would write to another object.
+ * name or namespace, no object at all, text that is no JSON), or a create or replace with text
+ * that is no JSON or no object: the call fails (its caller retries), counted. Writing back what
+ * such an answer held would write to another object.
  */
 export class MalformedAnswer extends Error {
   /** Creates the error. */
@@ -45,7 +46,10 @@ export class MalformedAnswer extends Error {
 
 /** Counters of a {@linkcode KubeApi}. */
 export interface KubeClientStats extends HttpStats {
-  /** Answers to a get that were not the object asked for ({@linkcode MalformedAnswer}). */
+  /**
+   * Answers to a get that were not the object asked for, or to a create or replace that were
+   * no JSON object ({@linkcode MalformedAnswer}).
+   */
   malformedAnswers: number;
 }
 
@@ -354,6 +358,37 @@ async function checkedGet<T>(
 }
 
 /**
+ * The object a create or replace answered; a {@linkcode MalformedAnswer} (counted) when the
+ * answer is no JSON or no object (client-node's bare "Unexpected token" said neither which call
+ * nor that the write, answered 2xx, may have been applied).
+ */
+async function checkedWrite<T>(
+  what: { verb: "create" | "replace"; kind: "ConfigMap" | "Secret"; namespace: string },
+  body: { metadata?: { name?: string } },
+  call: () => Promise<T>,
+  stats: KubeClientStats,
+): Promise<T> {
+  const { verb, kind, namespace } = what;
+  const malformed = (problem: string): MalformedAnswer => {
+    stats.malformedAnswers++;
+    return new MalformedAnswer(
+      `k8s: ${verb === "create" ? "creating" : "replacing"} ${kind} ${namespace}/` +
+        `${shown(body.metadata?.name)}, the API server answered ${problem}: the ${verb} may ` +
+        "have been applied",
+    );
+  };
+  let obj: T;
+  try {
+    obj = await call();
+  } catch (err) {
+    if (err instanceof SyntaxError) throw malformed(`text that is no JSON (${err.message})`);
+    throw err;
+  }
+  if (obj === null || typeof obj !== "object" || Array.isArray(obj)) throw malformed("no object");
+  return obj;
+}
+
+/**
  * The name a replace writes to: the body's, which must be there and in `namespace` (without a
  * name client-node would write to the collection's path).
  */
@@ -486,12 +521,23 @@ function clientFor(
         stats,
       ),
     createConfigMap: (namespace, body, signal) =>
-      seen(api.createNamespacedConfigMap({ namespace, body }, by(signal))),
+      checkedWrite(
+        { verb: "create", kind: "ConfigMap", namespace },
+        body,
+        () => seen(api.createNamespacedConfigMap({ namespace, body }, by(signal))),
+        stats,
+      ),
     replaceConfigMap: (namespace, body, signal) =>
-      seen(api.replaceNamespacedConfigMap(
-        { namespace, name: replacedName(namespace, body), body },
-        by(signal),
-      )),
+      checkedWrite(
+        { verb: "replace", kind: "ConfigMap", namespace },
+        body,
+        () =>
+          seen(api.replaceNamespacedConfigMap(
+            { namespace, name: replacedName(namespace, body), body },
+            by(signal),
+          )),
+        stats,
+      ),
     getSecret: (namespace, name, signal) =>
       checkedGet(
         { kind: "Secret", namespace, name },
@@ -499,12 +545,23 @@ function clientFor(
         stats,
       ),
     createSecret: (namespace, body, signal) =>
-      seen(api.createNamespacedSecret({ namespace, body }, by(signal))),
+      checkedWrite(
+        { verb: "create", kind: "Secret", namespace },
+        body,
+        () => seen(api.createNamespacedSecret({ namespace, body }, by(signal))),
+        stats,
+      ),
     replaceSecret: (namespace, body, signal) =>
-      seen(api.replaceNamespacedSecret(
-        { namespace, name: replacedName(namespace, body), body },
-        by(signal),
-      )),
+      checkedWrite(
+        { verb: "replace", kind: "Secret", namespace },
+        body,
+        () =>
+          seen(api.replaceNamespacedSecret(
+            { namespace, name: replacedName(namespace, body), body },
+            by(signal),
+          )),
+        stats,
+      ),
     // Sent as client-node would (authentication, TLS, the page's bound), but the answer is
     // parsed by us: client-node's deserializer reshapes what it does not expect (labels `"abc"`
     // became {"0":"a","1":"b","2":"c"}, which the Pod store could not tell from real labels),

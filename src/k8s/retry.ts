@@ -199,8 +199,22 @@ export function describe(err: unknown): string {
   // cause, as are the reasons of other wrapped errors.
   const why = causeOf(err);
   const text = why === undefined || message.includes(why) ? message : `${message}: ${why}`;
+  if (code === 401) return GENERIC_401.test(text) ? `401 ${REFUSED}` : `401 ${REFUSED}: ${text}`;
+  // client-node's ApiException for an answer without a body: its first line is only the code.
+  if (code !== undefined && /^HTTP-Code: \d+$/.test(text)) {
+    return `${code}: the API server's answer said nothing more`;
+  }
   return code === undefined ? text : `${code}: ${text}`;
 }
+
+/** What a 401 means, for the logs: client-node's said only "HTTP-Code: 401". */
+const REFUSED = "Unauthorized: the token or credential was refused";
+
+/**
+ * The messages a 401 comes with that say nothing more than its code (client-node's
+ * ApiException has no body for one, the API server's Status says "Unauthorized").
+ */
+const GENERIC_401 = /^(HTTP-Code: 401|HTTP 401|Unauthorized|)$/i;
 
 /** The first line of the messages of `err`'s causes (at most 3 deep), joined, or undefined. */
 function causeOf(err: unknown): string | undefined {

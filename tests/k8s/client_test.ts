@@ -13,7 +13,7 @@ import {
   SERVICE_ACCOUNT_DIR,
   serviceAccountLookup,
 } from "../../src/k8s/client.ts";
-import { RetryAborted, retrying } from "../../src/k8s/retry.ts";
+import { describe, RetryAborted, retrying } from "../../src/k8s/retry.ts";
 import { logger, setLogWriter } from "../../src/log.ts";
 import { connectTestApi, FakeKubeApiServer } from "../_helpers/k8s_server.ts";
 import { waitFor } from "../_helpers/wait.ts";
@@ -281,6 +281,77 @@ Deno.test("k8s client: a page of the Pod list has its own, larger bound", async 
     const page = await api.listPods(undefined, { limit: 500 });
     assert.equal(page.items.length, 3);
     assert.equal(api.stats().answersTooLarge, 0);
+  } finally {
+    await server.stop();
+    await cleanup();
+  }
+});
+
+// client-node's error for a 401 has no body: every refused call was logged "401: HTTP-Code: 401".
+Deno.test("k8s client: a refused token is described as such, on every call path", async () => {
+  const server = await new FakeKubeApiServer().start();
+  const { api, cleanup } = await connectTestApi(server);
+  // The kubeconfig has the token "test-token"; the server now wants another.
+  server.token = "the-right-token";
+  try {
+    const calls: Record<string, () => Promise<unknown>> = {
+      get: () => api.getConfigMap("n", "c"),
+      create: () => api.createSecret("n", { metadata: { name: "s" }, data: {} }),
+      "the Pod list": () => api.listPods(),
+      "a watch": () =>
+        new Promise((_, reject) => {
+          api.watchPods("1", { onEvent: () => {}, onDone: (err) => reject(err) });
+        }),
+    };
+    for (const [name, call] of Object.entries(calls)) {
+      await assert.rejects(call(), (err) => {
+        assert.equal(describe(err), "401 Unauthorized: the token or credential was refused", name);
+        return true;
+      });
+    }
+  } finally {
+    await server.stop();
+    await cleanup();
+  }
+});
+
+// A create or replace answered 2xx with text that is no JSON threw client-node's bare
+// "Unexpected token 'g', ..." (for `set`, whose write may have been applied).
+Deno.test("k8s client: a create or replace answered with no JSON is a malformed answer, counted", async () => {
+  const server = await new FakeKubeApiServer().start();
+  const { api, cleanup } = await connectTestApi(server);
+  try {
+    server.put("configmaps", { metadata: { name: "c", namespace: "n" }, data: { k: "v" } });
+    const cm = (await api.getConfigMap("n", "c"))!;
+    const calls: [string, string, () => Promise<unknown>][] = [
+      ["POST", "creating Secret n/s", () => api.createSecret("n", { metadata: { name: "s" } })],
+      ["PUT", "replacing ConfigMap n/c", () => api.replaceConfigMap("n", cm)],
+      [
+        "POST",
+        "creating ConfigMap n/d",
+        () => api.createConfigMap("n", { metadata: { name: "d" } }),
+      ],
+    ];
+    let n = 0;
+    for (const [method, what, call] of calls) {
+      server.fault({ match: { method }, body: "garbage after a write" });
+      await assert.rejects(call(), (err: Error) => {
+        assert.equal(err.name, "MalformedAnswer");
+        assert.match(
+          err.message,
+          new RegExp(
+            `^k8s: ${what}, the API server answered text that is no JSON \\(.*\\): the ` +
+              `(create|replace) may have been applied$`,
+          ),
+        );
+        assert.equal(describe(err), err.message);
+        return true;
+      });
+      assert.equal(api.stats().malformedAnswers, ++n);
+    }
+    server.fault({ match: { method: "PUT" }, body: "null" });
+    await assert.rejects(api.replaceConfigMap("n", cm), /answered no object: the replace may/);
+    assert.equal(api.stats().malformedAnswers, 4);
   } finally {
     await server.stop();
     await cleanup();

@@ -513,6 +513,20 @@ Deno.test("config set: an API server that stalls in its answer: the request time
   });
 });
 
+// An update answered 2xx with text that is no JSON said only client-node's "Unexpected token
+// 'g', ...": neither which call nor that the update may have been applied.
+Deno.test("config set: an update answered with no JSON says so, and that it may have been applied", async () => {
+  await withServer(async ({ server, run }) => {
+    server.fault({ match: { method: "PUT" }, body: "garbage after an update" });
+    const r = await run(["clickHouse.enable=true"]);
+    assert.equal(r.code, 1);
+    assert.match(
+      r.err,
+      /^failed to update ConfigMap flow-aggregator\/flow-aggregator-configmap: k8s: replacing ConfigMap flow-aggregator\/flow-aggregator-configmap, the API server answered text that is no JSON \(.*\): the replace may have been applied\n$/,
+    );
+  });
+});
+
 Deno.test("config set: no cluster at all is an error naming what was looked for", async () => {
   const ran = { code: 0, err: "" };
   ran.code = await runConfigSet(

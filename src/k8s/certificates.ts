@@ -2,9 +2,9 @@
  * Publication of the collector's TLS material to Kubernetes (control-plane.md §3.3), so Antrea
  * Agents can connect: ConfigMap `<ns>/flow-aggregator-ca` (key `ca.crt`, label
  * `app=flow-aggregator`) and Secret `<ns>/flow-aggregator-client-tls` (`kubernetes.io/tls`,
- * `tls.crt`, `tls.key`). Each object is read, then created or updated, and every step is
- * retried with backoff (errors, 5xx, 409 conflicts) in the background: the collector never
- * waits for the API server.
+ * `tls.crt`, `tls.key`; created with no labels, as upstream's). Each object is read, then
+ * created or updated, and every step is retried with backoff (errors, 5xx, 409 conflicts) in
+ * the background: the collector never waits for the API server.
  *
  * Improvement over v1.13 (newer Antrea's design, §3.7): the CA certificate and key are kept in
  * Secret `<ns>/flow-aggregator-ca-tls` (`kubernetes.io/tls`). At start, when that Secret and the
@@ -348,9 +348,10 @@ export class CertificatePublisher {
         this.#stats.updated++;
       }
     }, retry);
+    // Created with no labels (§3.3): only the ConfigMap carries `app: flow-aggregator`.
     await retrying(
       `syncing Secret ${namespace}/${CLIENT_SECRET}`,
-      (signal) => this.#syncSecret(CLIENT_SECRET, certs.client, signal),
+      (signal) => this.#syncSecret(CLIENT_SECRET, certs.client, signal, undefined),
       retry,
     );
     // No right on it (v1.13's RBAC): not persisted, which is no failure to retry.
@@ -358,7 +359,7 @@ export class CertificatePublisher {
       `syncing Secret ${namespace}/${CA_SECRET}`,
       async (signal) => {
         try {
-          await this.#syncSecret(CA_SECRET, certs.ca, signal);
+          await this.#syncSecret(CA_SECRET, certs.ca, signal, LABELS);
           return true;
         } catch (err) {
           if (!isForbidden(err)) throw err;
@@ -375,14 +376,20 @@ export class CertificatePublisher {
     });
   }
 
-  async #syncSecret(name: string, pair: CertificatePair, signal: AbortSignal): Promise<void> {
+  /** Creates or updates Secret `name`; `labels` are given to one created (none when absent). */
+  async #syncSecret(
+    name: string,
+    pair: CertificatePair,
+    signal: AbortSignal,
+    labels: Record<string, string> | undefined,
+  ): Promise<void> {
     const { api, namespace } = this.#opts;
     const existing = await api.getSecret(namespace, name, signal);
     const data = { "tls.crt": b64(pair.certPem), "tls.key": b64(pair.keyPem) };
     if (existing === undefined) {
       try {
         await api.createSecret(namespace, {
-          metadata: { name, namespace, labels: LABELS },
+          metadata: labels === undefined ? { name, namespace } : { name, namespace, labels },
           type: TLS_SECRET_TYPE,
           data,
         }, signal);

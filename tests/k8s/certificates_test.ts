@@ -104,6 +104,8 @@ Deno.test("k8s certificates: ConfigMap and Secrets created as Agents expect them
     assert.deepEqual(cm.metadata.labels, { app: "flow-aggregator" });
     assert.deepEqual(Object.keys(cm.data), ["ca.crt"]);
     const secret = server.get("secrets", NS, CLIENT_SECRET)!;
+    // §3.3: the Secret is created with no labels (it had the ConfigMap's app=flow-aggregator).
+    assert.equal(secret.metadata.labels, undefined);
     assert.equal(secret.type, "kubernetes.io/tls");
     assert.deepEqual(Object.keys(secret.data).sort(), ["tls.crt", "tls.key"]);
     assert.deepEqual(agentMaterial(server), {

@@ -88,14 +88,20 @@ Deno.test("k8s http: a watch redirected is refused, counted", async () => {
 // after the call's signal aborted: `set` ended with "Top-level await promise never resolved", and
 // each timed-out attempt of the aggregator's retries stayed pending. The signal's reason decides
 // the words: a timeout (AbortSignal.timeout, retrying's own timeout error) or a cancellation.
+// The abort comes 2 s after the call (300 ms was too short on a busy machine: the headers had
+// not arrived yet, and a call aborted before them is another case).
+const ABORT_MS = 2_000;
 const ABORTS: [string, (signal: AbortController) => AbortSignal, RegExp][] = [
-  ["AbortSignal.timeout", () => AbortSignal.timeout(300), /^k8s: the request timed out/],
+  ["AbortSignal.timeout", () => AbortSignal.timeout(ABORT_MS), /^k8s: the request timed out/],
   ["retrying's timeout", (c) => {
-    setTimeout(() => c.abort(new Error("no answer from the Kubernetes API within 300 ms")), 300);
+    setTimeout(
+      () => c.abort(new Error(`no answer from the Kubernetes API within ${ABORT_MS} ms`)),
+      ABORT_MS,
+    );
     return c.signal;
   }, /^k8s: the request timed out/],
   ["a cancellation", (c) => {
-    setTimeout(() => c.abort(), 300);
+    setTimeout(() => c.abort(), ABORT_MS);
     return c.signal;
   }, /^k8s: the request was cancelled/],
 ];

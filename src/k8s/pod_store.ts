@@ -34,10 +34,9 @@ import { AnswerTooLarge, MAX_LIST_PAGE_BYTES } from "./http.ts";
 import {
   type Backoff,
   describe,
-  MAX_PAUSE_MS,
   nextBackoff,
+  pauseAfter,
   RetryAborted,
-  retryAfterMs,
   retrying,
   type RetryOptions,
   sleep,
@@ -691,11 +690,6 @@ export class PodStore {
     this.#removalTimer?.cancel();
   }
 
-  /** Longest pause of the informer's backoff. */
-  #maxPauseMs(): number {
-    return this.#opts.maxMs ?? MAX_PAUSE_MS;
-  }
-
   /**
    * Logs, rate-limited per outcome (`what`: a flood of one does not hide another), that
    * `limits.<key>` was reached (the caller counts it).
@@ -912,7 +906,7 @@ export class PodStore {
             rv = "";
             failedWatches = 0;
           }
-          const wait = Math.max(pause, Math.min(retryAfterMs(r.error) ?? 0, this.#maxPauseMs()));
+          const wait = pauseAfter(r.error, pause, this.#opts);
           log.warn(`Pod watch failed, ${relist ? "re-listing" : "retrying"}`, {
             err: describe(r.error),
             retryInMs: wait,

@@ -112,6 +112,14 @@ export function nextBackoff(ms: number, backoff: Backoff = {}): number {
 }
 
 /**
+ * The pause after `err`: the backoff's `pause`, or the server's `Retry-After` when longer (at
+ * most the backoff's cap).
+ */
+export function pauseAfter(err: unknown, pause: number, backoff: Backoff = {}): number {
+  return Math.max(pause, Math.min(retryAfterMs(err) ?? 0, backoff.maxMs ?? MAX_PAUSE_MS));
+}
+
+/**
  * The wait a `429 Too Many Requests` (or a 503) asks for in its `Retry-After` header, ms
  * (seconds, or an HTTP date), or undefined: another status, no header, or one unreadable. The
  * caller bounds it.
@@ -166,7 +174,7 @@ export async function retrying<T>(
       options.onFailure?.(err);
       // A 429's Retry-After is honoured (the API server's priority and fairness sheds load
       // so), never past the backoff's cap: a server asking for an hour does not get it.
-      const wait = Math.max(pause, Math.min(retryAfterMs(err) ?? 0, options.maxMs ?? MAX_PAUSE_MS));
+      const wait = pauseAfter(err, pause, options);
       log.warn(`${what} failed, retrying`, { attempt: n, retryInMs: wait, err: describe(err) });
       await sleep(clock, wait, signal);
       pause = nextBackoff(pause, options);

@@ -178,6 +178,8 @@ export interface BenchResults
   rss_bytes_idle_runtime: number | null;
   /** Reference for rss_bytes_idle: the runtime with as many idle workers as the process has. */
   rss_bytes_idle_runtime_workers: number | null;
+  /** Reference for rss_bytes_idle: the runtime listening on a TCP and a TLS port, no worker. */
+  rss_bytes_idle_runtime_listeners: number | null;
   /** Idle RSS of the build (scripts/bundle.ts) as the image runs it (Deno's cache filled at build). */
   rss_bytes_idle_bundle: number | null;
   /** JS heap bytes per Pod held by the Pod store at 100k Pods (goal: at most 1 KB). */
@@ -297,6 +299,7 @@ export function emptyResults(): BenchResults {
     rss_bytes_idle: null,
     rss_bytes_idle_runtime: null,
     rss_bytes_idle_runtime_workers: null,
+    rss_bytes_idle_runtime_listeners: null,
     rss_bytes_idle_bundle: null,
     tls_idle_connection_bytes: null,
     tcp_idle_connection_bytes: null,
@@ -682,6 +685,11 @@ export async function benchRssIdle(ctx: BenchContext): Promise<void> {
   ctx.results.rss_bytes_idle_runtime_workers = r.rss_bytes_idle_runtime_workers;
   ctx.notes.rss_bytes_idle_runtime_workers = `the same with ${r.detail.workerThreads} idle ` +
     "workers of an empty module (as many as the process's worker threads)";
+  ctx.results.rss_bytes_idle_runtime_listeners = r.rss_bytes_idle_runtime_listeners;
+  ctx.notes.rss_bytes_idle_runtime_listeners = "the runtime listening on a 127.0.0.1 TCP port " +
+    "and a TLS port (an ECDSA certificate, as the API's), accepting on both, no worker and " +
+    "none of the product's code: the floor under the smallest process that could collect " +
+    "and serve the API";
   ctx.results.rss_bytes_idle_bundle = r.rss_bytes_idle_bundle;
   ctx.notes.rss_bytes_idle_bundle = "the build (scripts/bundle.ts) as the image " +
     "runs it, same configuration, Deno's cache filled first as the image build does; from an " +
@@ -824,6 +832,7 @@ export const UNITS: Record<keyof BenchResults, string> = {
   rss_bytes_idle: "bytes",
   rss_bytes_idle_runtime: "bytes",
   rss_bytes_idle_runtime_workers: "bytes",
+  rss_bytes_idle_runtime_listeners: "bytes",
   rss_bytes_idle_bundle: "bytes",
   tls_idle_connection_bytes: "bytes",
   tcp_idle_connection_bytes: "bytes",

@@ -6,6 +6,7 @@
  */
 
 import { bundleAll, cacheWarmCommands } from "../bundle.ts";
+import { generateApiCertificate } from "../../src/pki/mod.ts";
 import { RUN_FLAGS, V8_FLAGS } from "../../src/permissions.ts";
 
 /** Root of the repository (ends with `/`). */
@@ -376,6 +377,12 @@ export interface RssIdleResult {
    */
   rss_bytes_idle_runtime_workers: number;
   /**
+   * The reference: VmRSS of `deno run` of a script that only listens on a TCP port and a TLS
+   * port, without worker threads and without any of the product's code: the floor under the
+   * smallest process that could collect and serve the API on this runtime.
+   */
+  rss_bytes_idle_runtime_listeners: number;
+  /**
    * VmRSS of the build as the image runs it (`scripts/bundle.ts`), idle on the same
    * configuration, Deno's cache filled first as the image build fills it
    * (`cacheWarmCommands`).
@@ -454,15 +461,38 @@ export async function workerThreadCount(pid: number): Promise<number> {
 /**
  * VmRSS of the Deno runtime alone, sampled like the process's: `deno run` of a script that
  * starts `workers` module workers (an empty module each), waits until each has run, then
- * idles for `idleSec`. The floor under any Deno program with that many worker threads.
+ * idles for `idleSec`. The floor under any Deno program with that many worker threads. With
+ * `listeners`, the script first listens on a free 127.0.0.1 TCP port and a TLS port (an
+ * ECDSA certificate, as the API's) and accepts on both: the floor under any collector with
+ * an API, whatever its code.
  */
-export async function runtimeRssBytes(workers: number, idleSec: number): Promise<number> {
+export async function runtimeRssBytes(
+  workers: number,
+  idleSec: number,
+  opts: { listeners?: boolean } = {},
+): Promise<number> {
   const dir = await Deno.makeTempDir({ prefix: "fa-bench-runtime-rss-" });
   try {
     await Deno.writeTextFile(`${dir}/worker.js`, 'postMessage("up");\n');
+    let listen = "";
+    if (opts.listeners === true) {
+      const c = await generateApiCertificate();
+      await Deno.writeTextFile(`${dir}/cert.pem`, c.chainPem);
+      await Deno.writeTextFile(`${dir}/key.pem`, c.keyPem);
+      listen = `const dir = new URL(".", import.meta.url).pathname;
+const tcp = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+const tls = Deno.listenTls({
+  hostname: "127.0.0.1",
+  port: 0,
+  cert: Deno.readTextFileSync(dir + "cert.pem"),
+  key: Deno.readTextFileSync(dir + "key.pem"),
+});
+for (const l of [tcp, tls]) (async () => { for await (const c of l) c.close(); })();
+`;
+    }
     await Deno.writeTextFile(
       `${dir}/main.js`,
-      `const n = ${workers};
+      `${listen}const n = ${workers};
 const held = [];
 await Promise.all(Array.from({ length: n }, () => new Promise((up) => {
   const w = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
@@ -474,7 +504,13 @@ setInterval(() => {}, 60_000);
 `,
     );
     const child = new Deno.Command(Deno.execPath(), {
-      args: ["run", `--allow-read=${dir}`, "--no-config", `${dir}/main.js`],
+      args: [
+        "run",
+        `--allow-read=${dir}`,
+        ...(opts.listeners === true ? ["--allow-net=127.0.0.1"] : []),
+        "--no-config",
+        `${dir}/main.js`,
+      ],
       stdin: "null",
       stdout: "piped",
       stderr: "inherit",
@@ -521,6 +557,7 @@ export async function benchRssIdle(opts: { quick: boolean }): Promise<RssIdleRes
     rss_bytes_idle: idle.rss,
     rss_bytes_idle_runtime: await runtimeRssBytes(0, idleSec),
     rss_bytes_idle_runtime_workers: await runtimeRssBytes(idle.workerThreads, idleSec),
+    rss_bytes_idle_runtime_listeners: await runtimeRssBytes(0, idleSec, { listeners: true }),
     rss_bytes_idle_bundle: bundle.warm,
     detail: {
       bundleColdCacheRssBytes: bundle.cold,

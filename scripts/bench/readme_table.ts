@@ -197,6 +197,10 @@ export const README_ROWS: readonly ReadmeRow[] = [
   },
   { key: "rss_bytes_idle_runtime", label: "idle RSS of the Deno runtime alone (empty script)" },
   {
+    key: "rss_bytes_idle_runtime_listeners",
+    label: "idle RSS of Deno listening on a TCP and a TLS port, no worker, no product code",
+  },
+  {
     key: "rss_bytes_idle_bundle",
     label: "idle RSS of the build as the image runs it (cache filled at build)",
     ref: "rss_bytes_idle",

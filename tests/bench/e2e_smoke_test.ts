@@ -194,6 +194,13 @@ Deno.test("rss quick: the idle process's VmRSS is read from /proc", async () => 
     `${r.rss_bytes_idle_runtime_workers} <= ${r.rss_bytes_idle_runtime}`,
   );
   assert.ok(r.rss_bytes_idle > r.rss_bytes_idle_runtime_workers);
+  // A runtime listening on a TCP and a TLS port with none of the product's code: a real
+  // process, well below the product's.
+  assert.ok(r.rss_bytes_idle_runtime_listeners > 10 * 2 ** 20);
+  assert.ok(
+    r.rss_bytes_idle_runtime_listeners < r.rss_bytes_idle,
+    `${r.rss_bytes_idle_runtime_listeners} >= ${r.rss_bytes_idle}`,
+  );
   // The build as the image runs it: its Deno cache filled first, as the image build does, it
   // holds less than from an empty cache (about 130 MB against 300 MB measured).
   assert.ok(r.rss_bytes_idle_bundle > r.rss_bytes_idle_runtime_workers);

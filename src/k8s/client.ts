@@ -13,7 +13,7 @@
  */
 
 import type * as k8s from "@kubernetes/client-node";
-import { installExecCredentials } from "./exec_auth.ts";
+import { type ExecCredentials, type ExecPluginStats, installExecCredentials } from "./exec_auth.ts";
 import {
   boundedHttpLibrary,
   boundedSend,
@@ -45,7 +45,7 @@ export class MalformedAnswer extends Error {
 }
 
 /** Counters of a {@linkcode KubeApi}. */
-export interface KubeClientStats extends HttpStats {
+export interface KubeClientStats extends HttpStats, ExecPluginStats {
   /**
    * Answers to a get that were not the object asked for, or to a create or replace that were
    * no JSON object ({@linkcode MalformedAnswer}).
@@ -335,7 +335,7 @@ function answerProblem(
 async function checkedGet<T>(
   what: { kind: "ConfigMap" | "Secret"; namespace: string; name: string },
   call: Promise<T>,
-  stats: KubeClientStats,
+  stats: Pick<KubeClientStats, "malformedAnswers">,
 ): Promise<T | undefined> {
   const { kind, namespace, name } = what;
   const malformed = (problem: string): MalformedAnswer => {
@@ -366,7 +366,7 @@ async function checkedWrite<T>(
   what: { verb: "create" | "replace"; kind: "ConfigMap" | "Secret"; namespace: string },
   body: { metadata?: { name?: string } },
   call: () => Promise<T>,
-  stats: KubeClientStats,
+  stats: Pick<KubeClientStats, "malformedAnswers">,
 ): Promise<T> {
   const { verb, kind, namespace } = what;
   const malformed = (problem: string): MalformedAnswer => {
@@ -472,29 +472,33 @@ export async function connectKube(
   // What client-node sends its requests with; loaded with it (the watch is read by us).
   const { fetch } = await import("undici");
   return {
-    ...clientFor(k8s, kc, fetch, () => credentials.refused()),
+    ...clientFor(k8s, kc, fetch, credentials),
     close: () => credentials.close(),
   };
 }
 
 /**
- * A {@linkcode KubeApi} over a loaded client-node configuration; `onUnauthorized` is called at
- * each 401 answer (an exec plugin's credential is then dropped).
+ * A {@linkcode KubeApi} over a loaded client-node configuration; `credentials` are told of each
+ * 401 answer (an exec plugin's credential is then dropped) and give their counters.
  */
 function clientFor(
   k8s: typeof import("@kubernetes/client-node"),
   kc: k8s.KubeConfig,
   fetch: typeof import("undici").fetch,
-  onUnauthorized: () => void,
+  credentials: ExecCredentials,
 ): Omit<KubeApi, "close"> {
   const api = kc.makeApiClient(k8s.CoreV1Api);
   // Every call's failure passes here: a 401 means the credential used was refused.
   const seen = <T>(call: Promise<T>): Promise<T> =>
     call.catch((err) => {
-      if (statusOf(err) === 401) onUnauthorized();
+      if (statusOf(err) === 401) credentials.refused();
       throw err;
     });
-  const stats: KubeClientStats = { answersTooLarge: 0, malformedAnswers: 0, redirectsRefused: 0 };
+  const stats: Omit<KubeClientStats, keyof ExecPluginStats> = {
+    answersTooLarge: 0,
+    malformedAnswers: 0,
+    redirectsRefused: 0,
+  };
   const objects = boundedHttpLibrary({ lib: k8s, fetch }, { maxBytes: MAX_ANSWER_BYTES, stats });
   const sendListPage = boundedSend({ lib: k8s, fetch }, { maxBytes: MAX_LIST_PAGE_BYTES, stats });
   // client-node's per-call options: our HTTP library, and a middleware giving the request the
@@ -513,7 +517,7 @@ function clientFor(
     };
   return {
     server: kc.getCurrentCluster()?.server ?? "",
-    stats: () => ({ ...stats }),
+    stats: () => ({ ...stats, ...credentials.stats() }),
     getConfigMap: (namespace, name, signal) =>
       checkedGet(
         { kind: "ConfigMap", namespace, name },
@@ -576,7 +580,7 @@ function clientFor(
           ...handlers,
           onDone: (err) => {
             if (err instanceof RedirectRefused) stats.redirectsRefused++;
-            if (statusOf(err) === 401) onUnauthorized();
+            if (statusOf(err) === 401) credentials.refused();
             handlers.onDone(err);
           },
         },

@@ -167,6 +167,20 @@ function execOf(user: k8s.User | undefined): ExecConfig | undefined {
   return exec !== null && typeof exec === "object" ? exec : undefined;
 }
 
+/** Counters of {@linkcode ExecCredentials} (on the metrics line under `kubeClient.`). */
+export interface ExecPluginStats {
+  /** Exec credential plugin runs started (`exec` users of a kubeconfig). */
+  credentialPluginRuns: number;
+  /**
+   * Plugin runs that gave no credential: it failed (exit code), gave no answer in time, wrote
+   * too much, printed no valid `ExecCredential`, or was killed at stop. The calls that waited
+   * on it failed with its error (logged by their callers).
+   */
+  credentialPluginFailures: number;
+  /** Credentials dropped because the API server answered 401 (the plugin runs again). */
+  credentialsRefused: number;
+}
+
 /** Options of {@linkcode ExecCredentials}. */
 export interface ExecCredentialsOptions {
   /** Longest a plugin runs, ms; default {@linkcode EXEC_PLUGIN_TIMEOUT_MS}. */
@@ -184,6 +198,11 @@ export class ExecCredentials {
   /** Kills each plugin running now (its process group). */
   readonly #running = new Set<() => void>();
   #closed = false;
+  readonly #stats: ExecPluginStats = {
+    credentialPluginRuns: 0,
+    credentialPluginFailures: 0,
+    credentialsRefused: 0,
+  };
 
   /** Creates the authenticator; {@linkcode installExecCredentials} puts it in a configuration. */
   constructor(options: ExecCredentialsOptions = {}) {
@@ -210,7 +229,13 @@ export class ExecCredentials {
    * plugin again (a credential without expiry is kept until then, by the plugin contract).
    */
   refused(): void {
+    if (this.#cache.size > 0) this.#stats.credentialsRefused++;
     this.#cache.clear();
+  }
+
+  /** The counters so far (a copy). */
+  stats(): ExecPluginStats {
+    return { ...this.#stats };
   }
 
   /** Adds the user's credential (token, client certificate) to a request's options. */
@@ -240,6 +265,9 @@ export class ExecCredentials {
           expiresMs: at === undefined ? Infinity : Date.parse(at),
         });
         return credential;
+      }, (err) => {
+        this.#stats.credentialPluginFailures++;
+        throw err;
       }).finally(() => this.#inFlight.delete(key));
       this.#inFlight.set(key, running);
     }
@@ -253,6 +281,7 @@ export class ExecCredentials {
     if (this.#closed) {
       throw new Error(`credential plugin ${exec.command} not run: the client is closed`);
     }
+    this.#stats.credentialPluginRuns++;
     const child = new Deno.Command(exec.command, {
       args: exec.args ?? [],
       env: Object.fromEntries((exec.env ?? []).map((e) => [e.name, e.value])),

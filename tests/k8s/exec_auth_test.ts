@@ -259,7 +259,12 @@ for (const [name, [output, expected]] of Object.entries(WRONG_CREDENTIALS)) {
         }
         assert.equal((await calls()).length, 2, "run again: the wrong answer was not kept");
         assert.equal(server.requests.length, 0, "no request sent without a credential");
-        assert.equal(api.stats().malformedAnswers, 0);
+        const stats = api.stats();
+        assert.equal(stats.malformedAnswers, 0);
+        // Counted as the plugin's failures (they had no counter of their own).
+        assert.equal(stats.credentialPluginRuns, 2);
+        assert.equal(stats.credentialPluginFailures, 2);
+        assert.equal(stats.credentialsRefused, 0);
       } finally {
         api.close();
       }
@@ -309,6 +314,10 @@ Deno.test("exec credentials: a credential without expiry is kept until a 401, th
       assert.equal(statusOf(await ended.promise), 401);
       await api.listPods();
       assert.equal((await calls()).length, 5);
+      const stats = api.stats();
+      assert.equal(stats.credentialPluginRuns, 5);
+      assert.equal(stats.credentialPluginFailures, 0);
+      assert.equal(stats.credentialsRefused, 4, "each 401 dropped the credential held");
       assert.deepEqual(server.requests.map((r) => r.status), [
         404,
         404,

@@ -27,6 +27,7 @@ import { type WatchHandle, type WatchHandlers, watchStream } from "./watch.ts";
 import { logger } from "../log.ts";
 import { readRegularText } from "../bytes.ts";
 import { envOrUnset } from "../permission_entry.ts";
+import { typeName } from "../type_name.ts";
 
 const log = logger("k8s");
 
@@ -314,7 +315,7 @@ function answerProblem(
     // Strings only (base64 for a Secret): a value of another type once passed for a UUID.
     for (const [k, v] of Object.entries(data)) {
       if (typeof v !== "string") {
-        return `its data key ${shown(k)} holding ${v === null ? "null" : `a ${typeof v}`}, ` +
+        return `its data key ${shown(k)} holding ${typeName(v)}, ` +
           "not a string";
       }
     }

@@ -31,6 +31,7 @@ import { DUPLICATE_KEY_MESSAGE, firstDuplicateKey } from "../config/unique_keys.
 import type { MapSchema } from "../config/schema.ts";
 import { goBool } from "../config/duration.ts";
 import { envOrUnset } from "../permission_entry.ts";
+import { typeName } from "../type_name.ts";
 import { DEFAULT_NAMESPACE } from "../pki/common.ts";
 import { connectKube, type KubeApi, type KubeTarget, resolveKubeTarget } from "./client.ts";
 import { AnswerAborted } from "./http.ts";
@@ -582,7 +583,7 @@ export async function updateConfigMap(
       // (It said "ConfigMap undefined/flow-aggregator-configmap: refused".)
       throw new ConfigSetError(
         `ConfigMap ${ref.namespace}/${ref.name}: the API server's answer holds ` +
-          `${text === null ? "null" : `a ${typeof text}`} as ${CONFIG_KEY}, not a string: not ` +
+          `${typeName(text)} as ${CONFIG_KEY}, not a string: not ` +
           "changed",
       );
     }

@@ -17,6 +17,7 @@
 
 import type * as k8s from "@kubernetes/client-node";
 import { concatBytes } from "../bytes.ts";
+import { typeName } from "../type_name.ts";
 
 /** Longest a credential plugin may run before it is killed, ms. */
 export const EXEC_PLUGIN_TIMEOUT_MS = 10_000;
@@ -87,12 +88,6 @@ function quoted(text: string): string {
   return JSON.stringify(
     line.length > OUTPUT_SHOWN ? `${line.slice(0, OUTPUT_SHOWN)}…` : line,
   );
-}
-
-/** A value's type, for an error (never the value: it may be a token). */
-function typeName(v: unknown): string {
-  if (v === undefined) return "absent";
-  return v === null ? "null" : Array.isArray(v) ? "an array" : `a ${typeof v}`;
 }
 
 /**

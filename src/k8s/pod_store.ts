@@ -29,6 +29,7 @@ import type { PodInfo } from "../aggregation/mod.ts";
 import { type Clock, type ClockTimer, within } from "../clock.ts";
 import { LIMIT_KEYS } from "../config/limits.ts";
 import { logger, RateLimitedLog } from "../log.ts";
+import { typeName } from "../type_name.ts";
 import type { KubeApi, WatchEvent, WatchHandle } from "./client.ts";
 import { AnswerTooLarge, MAX_LIST_PAGE_BYTES } from "./http.ts";
 import {
@@ -164,7 +165,7 @@ function podProblem(type: string, pod: PodObject): string | undefined {
     v === undefined || v === null
       ? required ? `no ${field}` : undefined
       : typeof v !== "string"
-      ? `${field} is a ${Array.isArray(v) ? "array" : typeof v}, not a string`
+      ? `${field} is ${typeName(v)}, not a string`
       : v.length > max
       ? `${field} is ${v.length} characters, over ${max}`
       : required && v === ""

@@ -229,6 +229,11 @@ const WRONG_CREDENTIALS: Record<string, [string, RegExp]> = {
     '{"kind":"ExecCredential","status":{"token":12345}}',
     /whose status.token is a number, not a string/,
   ],
+  // (It said "a object".)
+  "a token object": [
+    '{"kind":"ExecCredential","status":{"token":{"value":"plugin-token"}}}',
+    /whose status.token is an object, not a string/,
+  ],
   "no token nor certificate": [
     '{"kind":"ExecCredential","status":{}}',
     /with neither a token nor a client certificate and key/,

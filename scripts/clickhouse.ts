@@ -25,6 +25,8 @@ export interface ClickHouseServerOptions {
   readyTimeoutMs?: number;
   /** Also serve HTTPS with this certificate and key (PEM) on {@linkcode ClickHouseServer.httpsPort}. */
   tls?: { certPem: string; keyPem: string };
+  /** The HTTP and native ports to listen on. Default: free ones the system picks. */
+  ports?: { http: number; tcp: number };
 }
 
 /** A free TCP port on 127.0.0.1 (closed again: a race with other processes is possible). */
@@ -99,8 +101,8 @@ export class ClickHouseServer {
 
   private constructor(dir: string, options: ClickHouseServerOptions) {
     this.dir = dir;
-    this.httpPort = freePort();
-    this.tcpPort = freePort();
+    this.httpPort = options.ports?.http ?? freePort();
+    this.tcpPort = options.ports?.tcp ?? freePort();
     this.username = options.username ?? "flow_aggregator";
     this.password = options.password ?? "flow_aggregator_password";
     this.#readyTimeoutMs = options.readyTimeoutMs ?? 30_000;

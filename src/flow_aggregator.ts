@@ -1025,7 +1025,8 @@ export class FlowAggregator {
 
   /**
    * Stops `e`, waiting at most the stop timeout; past it the exporter is abandoned (a worker's
-   * sink terminated, what it held counted as dropped). Never rejects.
+   * sink terminated, what it held counted as dropped, but for what it had in its spool). Never
+   * rejects.
    */
   async #stopWithin(e: Exporter, section: ExporterSection, what: string): Promise<void> {
     try {
@@ -1033,7 +1034,7 @@ export class FlowAggregator {
         log.error(
           e.abandon === undefined
             ? `${what} did not stop in time; what it still holds stays counted as buffered`
-            : `${what} did not stop in time; records it still holds are dropped`,
+            : `${what} did not stop in time; records it still holds are dropped (but for those in its spool)`,
           { section, timeoutMs: this.#stopTimeoutMs },
         );
         e.abandon?.(`did not stop within ${this.#stopTimeoutMs} ms`);

@@ -36,6 +36,18 @@ export interface ExporterStats {
    * first). Absent: 0, the sink delivers or drops. Never part of `exported`.
    */
   unacknowledged?: number;
+  /**
+   * Gauge: of the records this sink took, those durably in its spool (`src/spool/`) and neither
+   * delivered nor dropped yet. Durable as the spool defines it: the batch's frame was written
+   * whole (`write(2)` returned; not `fsync`ed), which survives the sink's worker or process
+   * being killed, and the spool's `records` counted it in that same step. Part of what the sink
+   * still holds: never in `exported`, `dropped` or `unacknowledged` at the same moment, so a
+   * batch delivered from the spool leaves this gauge in the step it enters `exported`. Records
+   * the spool had when it was opened (`recovered`, an earlier sink's) are not this sink's and
+   * not counted here. The next sink to open the spool (a restarted worker, the next process)
+   * finds these records and counts them as its `recovered`. Absent: 0, the sink has no spool.
+   */
+  inSpool?: number;
   /** I/O or protocol errors. */
   errors: number;
 }
@@ -78,7 +90,8 @@ export interface Exporter {
   /**
    * Optional: called when `stop()` did not finish in time: gives up at once what the exporter
    * still holds, counting it as dropped (a sink in a worker: the worker is terminated, so a
-   * stuck sink does not live on beside its replacement). `stop()` then resolves.
+   * stuck sink does not live on beside its replacement; what its last counters had durably in
+   * its spool is not lost, and is counted apart: `leftInSpool`). `stop()` then resolves.
    */
   abandon?(reason: string): void;
   /**

@@ -7,10 +7,15 @@
  *
  * The ledger stays exact across the thread boundary: every record taken is, at any time,
  * exported, dropped, filtered, buffered (here, in flight, or inside the sink) or unacknowledged
- * (written by a network sink, not proven delivered), from the counters the worker sends with
- * every batch acknowledgement. A worker that dies or stops
- * answering is terminated and restarted with backoff; the records it held are counted as
- * dropped (`lostInWorker`), and the batches not yet sent go to the new worker.
+ * (written by a network sink, not proven delivered; or left in a spool, below), from the
+ * counters the worker sends with every batch acknowledgement and every second. A worker that
+ * dies or stops answering is terminated and restarted with backoff, and the batches not yet
+ * sent go to the new worker. Of the records it held, those its last counters had durably in
+ * its sink's spool (`inSpool`: ClickHouse, S3) are not lost: the next worker (or process)
+ * finds them there and counts them as its sink's `recovered`. They are counted `leftInSpool`,
+ * a part of `unacknowledged` (handed on, their delivery no longer this ledger's to prove), and
+ * only the rest is dropped (`lostInWorker`). The same holds for a worker abandoned at stop, and
+ * for what a sink kept in its spool at a clean stop (it would otherwise stay buffered for good).
  *
  * Needs `--unstable-worker-options` (Deno's `deno.permissions` Worker option).
  *
@@ -65,11 +70,35 @@ export interface WorkerExporterOptions {
 export interface WorkerExporterStats extends ExporterStats {
   /**
    * Records taken and not yet exported, dropped, filtered or unacknowledged (batches, in
-   * flight, queued in the sink).
+   * flight, queued in the sink, in its spool).
    */
   buffered: number;
-  /** Records the sink wrote and cannot prove delivered (see the sink's `unacknowledged`). */
+  /**
+   * Records the sink wrote and cannot prove delivered: its own `unacknowledged` (a stream
+   * sink's), plus {@linkcode leftInSpool}.
+   */
   unacknowledged: number;
+  /**
+   * Gauge: of `buffered`, records the running worker's last counters had durably in its sink's
+   * spool (the sink's `inSpool`): kept, not lost, should the worker die.
+   */
+  inSpool: number;
+  /**
+   * Records a worker that ended (died, stopped answering, was abandoned or stopped) left in its
+   * sink's durable spool, as its last counters had them, counted in `unacknowledged` and never
+   * in `dropped`.
+   *
+   * Why `unacknowledged` and not a ledger term of its own: like a stream sink's written records,
+   * they have left this ledger's hands with their delivery unproven, and the ledger identity
+   * (`received = exported + dropped + filtered + buffered + unacknowledged`, checked on
+   * `/metrics`) stays as it was. Their fate is counted by the sink that opens the spool next
+   * (a restarted worker, the next process): its `recovered`, then `recoveredInserted` (or
+   * `recoveredUploaded`) or `recoveredDropped`; never again in this exporter's `exported` or
+   * `dropped`. Only what the worker reported counts: a batch delivered from the spool after its
+   * last report is counted here (and not recovered, its cursor moved), one spooled after it in
+   * `lostInWorker` (and recovered too).
+   */
+  leftInSpool: number;
   /** Records the sink chose not to export (flow log filters). */
   filtered: number;
   /** Operations the sink attempted outside its permissions (`NotCapable`). */
@@ -78,7 +107,10 @@ export interface WorkerExporterStats extends ExporterStats {
   uncaught: number;
   /** Workers started after the first one (after a death or hang). */
   workerRestarts: number;
-  /** Records held by a worker that died, counted as dropped. */
+  /**
+   * Records held by a worker that died (or was abandoned at stop) and not in its spool, counted
+   * as dropped.
+   */
   lostInWorker: number;
   /** Records dropped because `maxBufferedRecords` were outstanding. */
   overflowDropped: number;
@@ -190,6 +222,8 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
   #received = 0;
   #overflow = 0;
   #lost = 0;
+  /** See {@linkcode WorkerExporterStats.leftInSpool}. */
+  #leftInSpool = 0;
   #restarts = 0;
   #restartDelayMs: number;
   #restartTimer: ClockTimer | undefined;
@@ -309,8 +343,12 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
     this.#heartbeat?.cancel();
     this.#restartTimer?.cancel();
     this.#post();
-    if (this.#ready) await this.#request((id) => ({ t: "stop", id }));
-    else if (this.#queuedRecords > 0) {
+    if (this.#ready) {
+      const last = await this.#request((id) => ({ t: "stop", id }));
+      // The sink stopped: what it kept in its spool is the next start's (its `recovered`).
+      // Undefined: the worker was terminated meanwhile (abandoned), which counted it already.
+      if (last !== undefined) this.#leaveSpool(last);
+    } else if (this.#queuedRecords > 0) {
       // No worker to take them (it died and its restart is pending): lost, counted.
       this.#lost += this.#queuedRecords;
       log.error("exporter stopped while its worker was down: records dropped", {
@@ -323,7 +361,10 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
     this.#terminate("stopped");
   }
 
-  /** See {@linkcode Exporter.abandon}: the worker is terminated, what it held counted lost. */
+  /**
+   * See {@linkcode Exporter.abandon}: the worker is terminated, what it held counted lost except
+   * what its last counters had in its spool ({@linkcode WorkerExporterStats.leftInSpool}).
+   */
   abandon(reason: string): void {
     this.#stopping = true;
     if (this.#worker !== undefined) this.#died(reason);
@@ -334,12 +375,16 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
     return this.#worker === undefined ? undefined : this.#w.memory;
   }
 
-  /** The ledger: received = exported + dropped + filtered + buffered + unacknowledged. */
+  /**
+   * The ledger: received = exported + dropped + filtered + buffered + unacknowledged, where
+   * `unacknowledged` includes `leftInSpool`.
+   */
   stats(): WorkerExporterStats {
     const exported = this.#past.exported + this.#w.exported;
     const filtered = this.#past.filtered + this.#w.filtered;
     const dropped = this.#past.dropped + this.#w.dropped + this.#overflow + this.#lost;
-    const unacknowledged = this.#past.unacknowledged + this.#w.unacknowledged;
+    const unacknowledged = this.#past.unacknowledged + this.#w.unacknowledged +
+      this.#leftInSpool;
     return {
       received: this.#received,
       exported,
@@ -347,6 +392,8 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
       errors: this.#past.errors + this.#w.errors,
       buffered: this.#received - exported - dropped - filtered - unacknowledged,
       unacknowledged,
+      inSpool: this.#w.inSpool,
+      leftInSpool: this.#leftInSpool,
       filtered,
       permissionDenied: this.#past.permissionDenied + this.#w.permissionDenied,
       uncaught: this.#past.uncaught + this.#w.uncaught,
@@ -505,23 +552,41 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
     }
   }
 
+  /**
+   * The current worker ended: the records its last counters `w` had in its sink's spool are
+   * left there for the next sink to open it, counted {@linkcode WorkerExporterStats.leftInSpool}
+   * once (the gauge is cleared), and at most what the worker held by those same counters.
+   * Returns them and the records it held besides them (lost, when it died).
+   */
+  #leaveSpool(w: WorkerStats): { left: number; rest: number } {
+    const accounted = w.exported + w.dropped + w.filtered + w.unacknowledged;
+    const held = Math.max(0, this.#sentToWorker - accounted);
+    const left = Math.min(held, Math.max(0, w.inSpool));
+    this.#leftInSpool += left;
+    this.#w = { ...w, inSpool: 0 };
+    return { left, rest: held - left };
+  }
+
   /** The worker is gone: count what it held, fold its counters, restart it later. */
   #died(reason: string): void {
     const w = this.#w;
-    const accounted = w.exported + w.dropped + w.filtered + w.unacknowledged;
-    const lost = Math.max(0, this.#sentToWorker - accounted);
+    const { left, rest: lost } = this.#leaveSpool(w);
     this.#lost += lost;
     this.#past = addStats(this.#past, w);
     this.#w = emptyWorkerStats();
     this.#inFlight.clear();
     this.#inFlightRecords = 0;
     this.#terminate(reason);
-    log.error("exporter worker died; the records it held are counted as dropped", {
-      exporter: this.name,
-      reason,
-      lost,
-      ...(this.#stopping ? {} : { restartInMs: this.#restartDelayMs }),
-    });
+    log.error(
+      "exporter worker died; the records it held and had not spooled are counted as dropped",
+      {
+        exporter: this.name,
+        reason,
+        lost,
+        leftInSpool: left,
+        ...(this.#stopping ? {} : { restartInMs: this.#restartDelayMs }),
+      },
+    );
     if (this.#stopping) return;
     this.#restartTimer = this.#opts.clock.setTimer(this.#restartDelayMs, () => this.#restart());
     this.#restartDelayMs = Math.min(this.#restartDelayMs * 2, this.#opts.restartMaxMs);
@@ -562,6 +627,8 @@ function addStats(a: WorkerStats, b: WorkerStats): WorkerStats {
     uncaught: a.uncaught + b.uncaught,
     filtered: a.filtered + b.filtered,
     unacknowledged: a.unacknowledged + b.unacknowledged,
+    // A gauge of the running worker only: what a gone one had there is in #leftInSpool.
+    inSpool: 0,
     extra: b.extra,
   };
 }

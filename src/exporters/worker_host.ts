@@ -33,6 +33,7 @@ export const LEDGER_KEYS: readonly string[] = [
   "errors",
   "filtered",
   "unacknowledged",
+  "inSpool",
 ];
 
 interface WorkerScope {
@@ -68,6 +69,7 @@ export function runExporterWorker<C extends SectionConfig>(
       errors: host.errors + Number(s?.errors ?? 0),
       filtered: Number(s?.filtered ?? 0),
       unacknowledged: Number(s?.unacknowledged ?? 0),
+      inSpool: Number(s?.inSpool ?? 0),
       extra,
       memory: threadMemory(),
     };
@@ -183,8 +185,11 @@ export function runExporterWorker<C extends SectionConfig>(
         await reply(m.id, () => sink?.update?.(m.config));
         return;
       case "stop":
-        clearInterval(timer);
+        // The counters keep coming while the sink stops (it spools what it cannot deliver): a
+        // stop that hangs is abandoned, and the proxy then trusts only the last of them to know
+        // what is safe in the spool.
         await reply(m.id, () => sink?.stop());
+        clearInterval(timer);
         return;
     }
   };

@@ -25,6 +25,12 @@ export interface WorkerStats extends ExporterStats {
   filtered: number;
   /** Records the sink wrote and cannot prove delivered (its `unacknowledged`). */
   unacknowledged: number;
+  /**
+   * Gauge: records the sink took that are durably in its spool, not yet delivered or dropped
+   * (its `inSpool`; 0 for a sink without a spool). Part of what the worker holds; a snapshot
+   * taken with the other counters, so a record is never both here and in `exported`.
+   */
+  inSpool: number;
   /** The sink's further counters, verbatim. */
   extra: Record<string, number | boolean>;
   /** The worker thread's V8 memory when these counters were read (not summed over workers). */
@@ -65,6 +71,7 @@ export function emptyWorkerStats(): WorkerStats {
     uncaught: 0,
     filtered: 0,
     unacknowledged: 0,
+    inSpool: 0,
     extra: {},
   };
 }

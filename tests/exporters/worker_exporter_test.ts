@@ -166,6 +166,95 @@ Deno.test("abandoned when its stop does not finish, the worker is terminated and
   }
 });
 
+// Found in review: a worker that died with records in its sink's durable spool counted them all
+// lost (lostInWorker), though the next worker finds and delivers them (its sink's `recovered`).
+Deno.test("a worker that dies with records in its spool leaves them there (leftInSpool, part of unacknowledged); only the rest is lost, and one delivered from the spool before its last report is not counted twice", async () => {
+  const clock = new ManualClock();
+  await withProbe({
+    clock,
+    heartbeatTimeoutMs: 5000,
+    restartInitialMs: 300,
+  }, async (e) => {
+    for (let i = 0; i < 5; i++) e.addRecord(flow("spool", i));
+    e.addRecord(flow("ok", 10));
+    await e.flush();
+    let s = e.stats();
+    assert.equal(s.inSpool, 5, JSON.stringify(s));
+    assert.equal(s.buffered, 5, "in the spool: still held by the sink");
+    // Exported itself, and one of the five delivered from the spool: 4 left there, 3 exported.
+    e.addRecord(flow("deliver-spooled", 11));
+    await e.flush();
+    assert.equal(e.stats().inSpool, 4);
+    assert.equal(e.stats().exported, 3);
+    e.addRecord(flow("hang", 20));
+    e.addRecord(flow("ok", 21)); // same batch, behind the hang: lost with the worker
+    await Promise.resolve(); // the batch is posted (the worker may not have read it: no matter)
+    clock.advance(6000); // silent for more than 5 s: dead
+    s = e.stats();
+    assert.equal(s.lostInWorker, 2, JSON.stringify(s));
+    assert.equal(s.dropped, 2);
+    assert.equal(s.leftInSpool, 4);
+    assert.equal(s.unacknowledged, 4);
+    assert.equal(s.inSpool, 0);
+    assert.equal(s.exported, 3);
+    assert.equal(s.buffered, 0);
+    assert.equal(s.received, s.exported + s.dropped + s.filtered + s.buffered + s.unacknowledged);
+    // The next worker's counters start afresh: what the dead one left is not counted again.
+    clock.advance(300);
+    e.addRecord(flow("ok", 30));
+    await waitFor(() => e.stats().exported === 4, { what: "the record after the restart" });
+    s = e.stats();
+    assert.equal(s.workerRestarts, 1);
+    assert.deepEqual([s.received, s.lostInWorker, s.leftInSpool, s.buffered], [10, 2, 4, 0]);
+    assert.equal(s.received, s.exported + s.dropped + s.filtered + s.buffered + s.unacknowledged);
+  });
+});
+
+Deno.test("abandoned at stop, a worker's records in its spool are left there, not counted lost", async () => {
+  const { config, cleanup } = await probeSetup();
+  const e = new WorkerExporter(probeComponent, config, CTX);
+  try {
+    await e.start();
+    for (let i = 0; i < 3; i++) e.addRecord(flow("spool", i));
+    e.addRecord(flow("ok", 10));
+    await e.flush();
+    e.addRecord(flow("hang", 20));
+    e.addRecord(flow("ok", 21)); // behind the hang
+    const stopping = e.stop();
+    e.abandon("did not stop in time");
+    await stopping;
+    const s = e.stats();
+    assert.equal(s.lostInWorker, 2, JSON.stringify(s));
+    assert.equal(s.leftInSpool, 3);
+    assert.equal(s.unacknowledged, 3);
+    assert.equal(s.exported, 1);
+    assert.equal(s.buffered, 0);
+    assert.equal(s.received, s.exported + s.dropped + s.filtered + s.buffered + s.unacknowledged);
+  } finally {
+    await cleanup();
+  }
+});
+
+Deno.test("stopped cleanly, what the sink kept in its spool is left there: not buffered for good, not lost", async () => {
+  const { config, cleanup } = await probeSetup();
+  const e = new WorkerExporter(probeComponent, config, CTX);
+  try {
+    await e.start();
+    for (let i = 0; i < 4; i++) e.addRecord(flow("spool", i));
+    e.addRecord(flow("ok", 10));
+    await e.stop();
+    const s = e.stats();
+    assert.deepEqual(
+      [s.exported, s.leftInSpool, s.unacknowledged, s.lostInWorker, s.buffered, s.inSpool],
+      [1, 4, 4, 0, 0, 0],
+      JSON.stringify(s),
+    );
+    assert.equal(s.received, s.exported + s.dropped + s.filtered + s.buffered + s.unacknowledged);
+  } finally {
+    await cleanup();
+  }
+});
+
 // The main thread held for longer than the heartbeat timeout (a 300 MB config parsed, found by
 // review) declared every healthy sink worker dead: the check ran first, before the heartbeats
 // that had arrived meanwhile were read.

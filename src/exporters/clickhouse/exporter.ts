@@ -22,7 +22,10 @@
  *
  * The ledger: received = exported + dropped + buffered (memory + spool + in flight); records
  * found in the spool at start are counted apart (`recovered` = `recoveredInserted` +
- * `recoveredDropped` + what still waits).
+ * `recoveredDropped` + what still waits). `inSpool` is this sink's share of the spool: a batch
+ * inserted from the spool is counted (`exported` or `recoveredInserted`) in the step its
+ * records leave the spool's counters, so at no moment is a record both inserted and in the
+ * spool (a worker's proxy relies on it when the worker dies: `leftInSpool`).
  *
  * @module
  */
@@ -381,10 +384,13 @@ export class ClickHouseExporter implements Exporter {
     const sp = this.#spool?.stats();
     const spoolDropped = sp?.dropped ?? 0;
     const recoveredDropped = sp?.droppedRecovered ?? 0;
+    const recovered = sp?.recovered ?? 0;
+    const recoveredWaiting = recovered - this.#recoveredInserted - recoveredDropped;
     return {
       received: this.#received,
       exported: this.#inserted - this.#recoveredInserted,
       dropped: this.#memoryDropped + spoolDropped - recoveredDropped,
+      inSpool: (sp?.records ?? 0) - recoveredWaiting,
       errors: this.#insertErrors,
       inserted: this.#inserted,
       batchesInserted: this.#batchesInserted,
@@ -393,7 +399,7 @@ export class ClickHouseExporter implements Exporter {
       reconnects: this.#reconnects,
       possiblyDuplicated: this.#possiblyDuplicated,
       retriedDeduplicated: this.#retriedDeduplicated,
-      recovered: sp?.recovered ?? 0,
+      recovered,
       recoveredInserted: this.#recoveredInserted,
       recoveredDropped,
       memoryDropped: this.#memoryDropped,
@@ -561,11 +567,13 @@ export class ClickHouseExporter implements Exporter {
         flags: lease.flags,
         body: lease.payload,
       };
-      if (!(await this.#send(batch, lease.recovered))) {
+      const took = await this.#send(batch);
+      if (took === undefined) {
         spool.release(lease, (batch.flags & FLAG_OUTCOME_UNKNOWN) !== 0);
         return this.#failed();
       }
-      await spool.ack(lease);
+      // Counted inserted as it leaves the spool's counters, never in both at once (`inSpool`).
+      await spool.ack(lease, () => this.#countInserted(batch, lease.recovered, took));
     }
     this.#backoffMs = this.#opts.backoffInitialMs;
     this.#setConnected(true);
@@ -591,7 +599,13 @@ export class ClickHouseExporter implements Exporter {
       ) {
         const b = this.#memory.shift()!;
         const n = seq++;
-        flying.set(n, this.#send(b, false).then((ok): [number, Batch, boolean] => [n, b, ok]));
+        flying.set(
+          n,
+          this.#send(b).then((took): [number, Batch, boolean] => {
+            if (took !== undefined) this.#countInserted(b, false, took);
+            return [n, b, took !== undefined];
+          }),
+        );
       }
       if (flying.size === 0) break;
       // With a free slot, a batch sealed meanwhile (its #kick wakes this) starts at once.
@@ -610,8 +624,25 @@ export class ClickHouseExporter implements Exporter {
     return failed.length === 0;
   }
 
-  /** One insert; on an unknown outcome the batch is flagged for its retries. */
-  async #send(b: Batch, recovered: boolean): Promise<boolean> {
+  /**
+   * `b` was inserted by `server`: its rows are counted (by the caller, in the step they leave
+   * memory or the spool).
+   */
+  #countInserted(b: Batch, recovered: boolean, server: ServerInfo): void {
+    this.#inserted += b.records;
+    this.#batchesInserted++;
+    if (recovered) this.#recoveredInserted += b.records;
+    if (b.flags & FLAG_OUTCOME_UNKNOWN) {
+      if (server.dedupExact) this.#retriedDeduplicated += b.records;
+      else this.#possiblyDuplicated += b.records;
+    }
+  }
+
+  /**
+   * One insert; on an unknown outcome the batch is flagged for its retries. Resolves the server
+   * that took it, undefined when it failed; the caller counts it (`#countInserted`).
+   */
+  async #send(b: Batch): Promise<ServerInfo | undefined> {
     const server = this.#server!;
     const ctl = new AbortController();
     this.#inflight.add(ctl);
@@ -625,16 +656,7 @@ export class ClickHouseExporter implements Exporter {
       signal: ctl.signal,
     });
     this.#inflight.delete(ctl);
-    if (r.ok) {
-      this.#inserted += b.records;
-      this.#batchesInserted++;
-      if (recovered) this.#recoveredInserted += b.records;
-      if (b.flags & FLAG_OUTCOME_UNKNOWN) {
-        if (server.dedupExact) this.#retriedDeduplicated += b.records;
-        else this.#possiblyDuplicated += b.records;
-      }
-      return true;
-    }
+    if (r.ok) return server;
     this.#insertErrors++;
     if (r.unknown) b.flags |= FLAG_OUTCOME_UNKNOWN;
     this.#server = undefined; // prepare again before the next attempt
@@ -643,7 +665,7 @@ export class ClickHouseExporter implements Exporter {
       records: b.records,
       outcomeUnknown: r.unknown,
     });
-    return false;
+    return undefined;
   }
 
   /** (Re)connects when needed and checks the server; false when it is not usable. */

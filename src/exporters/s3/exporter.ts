@@ -18,7 +18,8 @@
  *   in a row, at most the upload interval; the tick and the stop still start theirs);
  * - the ledger `received = exported + dropped + buffered` holds at every moment (`buffered`
  *   counts the records of the current object, of objects being finished, of waiting ones and of
- *   this process's records in the spool);
+ *   this process's records in the spool, the last also as `inSpool`: written whole, they
+ *   survive the sink's worker being killed);
  * - `stop()` finishes the current object and uploads everything waiting, retrying until a
  *   deadline (8 s, inside the export loop's 10 s per sink; an upload still running then, the
  *   one of a pass started before the stop included, is aborted); what is left then goes to the
@@ -444,6 +445,9 @@ export class S3Exporter implements Exporter {
     return {
       ...this.#stats,
       dropped: this.#stats.dropped + spoolDropped - recoveredDropped,
+      // Counted uploaded in the step they leave the spool's counters (the ack's hook): never
+      // both in `exported` and here.
+      inSpool: spoolRecords - recoveredWaiting,
       buffered: (this.#current?.records ?? 0) + this.#finishingRecords + this.#pendingRecords +
         (this.#spool?.appending ?? 0) + spoolRecords - recoveredWaiting,
       pendingObjects: this.#pending.length,

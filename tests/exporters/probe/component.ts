@@ -1,9 +1,12 @@
 /**
  * A test sink that tries, per record, the operation named by the record's `sourcePodName`:
  * reading a file, writing inside or outside its directory, connecting to a host it was not
- * given, reading the environment, hanging its thread, or counting the record `unacknowledged`
- * (a network sink's written but unproven record) instead of exported. Its component grants it only `write` on
- * its directory and `net` to one address, so the worker tests can show what is denied.
+ * given, reading the environment, hanging its thread, counting the record `unacknowledged`
+ * (a network sink's written but unproven record) instead of exported, counting it `inSpool` (a
+ * spooling sink's record durably in its spool), or delivering one record from that spool
+ * (`deliver-spooled`: it leaves `inSpool` for `exported` in one step, as the spooling sinks count
+ * it). Its component grants it only `write` on its directory and `net` to one address, so the
+ * worker tests can show what is denied.
  */
 
 import type { ExportedFlow } from "../../../src/aggregation/record.ts";
@@ -33,6 +36,7 @@ class ProbeExporter implements Exporter {
     dropped: 0,
     errors: 0,
     unacknowledged: 0,
+    inSpool: 0,
   };
 
   constructor(config: ProbeConfig) {
@@ -79,6 +83,14 @@ class ProbeExporter implements Exporter {
       case "unacked":
         this.#stats.unacknowledged++;
         return;
+      case "spool":
+        this.#stats.inSpool++;
+        return;
+      case "deliver-spooled":
+        // This record is taken as usual (exported below); one spooled earlier is delivered.
+        this.#stats.inSpool--;
+        this.#stats.exported++;
+        break;
       case "hang":
         for (;;) {
           // A sink stuck in a loop: only terminating its thread ends this.

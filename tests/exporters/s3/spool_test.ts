@@ -190,6 +190,7 @@ Deno.test("stop with the server down keeps the objects in the spool; the next pr
     assert.equal(s.stopDropped, 0);
     assert.equal(s.spooled, 60);
     assert.equal(s.buffered, 60, "kept in the spool");
+    assert.equal(s.inSpool, 60, "what a worker's proxy counts left in the spool, not lost");
     assertLedger(s);
 
     await server.restart();
@@ -207,6 +208,7 @@ Deno.test("stop with the server down keeps the objects in the spool; the next pr
     assert.equal(s.recoveredDropped, 0);
     assert.equal(s.received, 1);
     assert.equal(s.exported, 1, "recovered records are counted apart");
+    assert.equal(s.inSpool, 0, "nor are they this sink's in its spool");
     assert.equal(s.objectsUploaded, 4);
     assertLedger(s);
     const { ports, objects } = await uploadedPorts(server);

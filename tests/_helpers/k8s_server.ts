@@ -167,6 +167,9 @@ export class FakeKubeApiServer {
     const gone = new Promise<void>((resolve) => res.on("close", resolve));
     const response = await this.#handle(request, gone);
     res.writeHead(response.status, Object.fromEntries(response.headers));
+    // An API server sends a watch's headers at once, events or not: node:http holds them until
+    // the first write, and a quiet watch then failed the client's 10 s wait for an answer.
+    res.flushHeaders();
     if (response.body === null) {
       res.end();
       return;

@@ -50,6 +50,12 @@ export interface LogExporterStats extends ExporterStats {
   filtered: number;
   /** File rotations. */
   rotations: number;
+  /**
+   * Backup pruning decisions against the time in the backup's name (removed though its name
+   * says it should stay, or kept though it says it should go): the wall clock stepped, and the
+   * backups this process rotated were ordered and aged by its own clock. Logged as a warning.
+   */
+  backupNameConflicts: number;
 }
 
 export { isStdoutPath };
@@ -75,6 +81,7 @@ export class LogExporter implements Exporter {
   #generation = 0;
   #stats = { received: 0, exported: 0, dropped: 0, errors: 0, filtered: 0 };
   #rotationsBefore = 0;
+  #backupNameConflictsBefore = 0;
 
   /** Builds the exporter from the `flowLogger` section; no file is touched until a write. */
   constructor(config: FlowLoggerConfig, options: LogExporterOptions = {}) {
@@ -226,9 +233,10 @@ export class LogExporter implements Exporter {
 
   /** Returns the counters. */
   stats(): LogExporterStats {
-    const rotations = this.#rotationsBefore +
-      (this.#sink instanceof RotatingFile ? this.#sink.rotations : 0);
-    return { ...this.#stats, rotations };
+    const file = this.#sink instanceof RotatingFile ? this.#sink : undefined;
+    const rotations = this.#rotationsBefore + (file?.rotations ?? 0);
+    const backupNameConflicts = this.#backupNameConflictsBefore + (file?.nameConflicts ?? 0);
+    return { ...this.#stats, rotations, backupNameConflicts };
   }
 
   #makeSink(): LineSink {
@@ -246,7 +254,10 @@ export class LogExporter implements Exporter {
 
   async #closeSink(): Promise<void> {
     await this.#sink.close();
-    if (this.#sink instanceof RotatingFile) this.#rotationsBefore += this.#sink.rotations;
+    if (this.#sink instanceof RotatingFile) {
+      this.#rotationsBefore += this.#sink.rotations;
+      this.#backupNameConflictsBefore += this.#sink.nameConflicts;
+    }
     // A fresh sink, so a later start() or write begins with new counters and an unopened file.
     this.#sink = this.#makeSink();
   }

@@ -6,6 +6,10 @@
  * gzipped. The file is reopened when it disappears or is replaced underneath us (removed
  * directory, external logrotate) and after any write error, so an error never sticks.
  *
+ * Backups keep lumberjack's names (tools read them), but pruning does not trust the wall-clock
+ * time in them, which an NTP step or a VM resume moves either way: see
+ * {@linkcode pruneOrder} for the rule.
+ *
  * A write that fails part-way (disk full: a short write, then ENOSPC) never leaves a torn line
  * for the next write to be glued to. The file's size at its last complete line is tracked;
  * on a write error the lines that reached the file whole are reported written (the exporter
@@ -17,9 +21,9 @@
  * Permissions: `--allow-read --allow-write` on the log directory.
  */
 
-import { basename, dirname, extname, join } from "node:path";
+import { basename, dirname, extname, join, resolve } from "node:path";
 import { type Clock, systemClock } from "../../clock.ts";
-import { logger } from "../../log.ts";
+import { logger, RateLimitedLog } from "../../log.ts";
 import { fileKind, NotRegularFile, wholePieces, writeAll } from "../../bytes.ts";
 
 const log = logger("log-exporter");
@@ -134,6 +138,57 @@ function parseBackupTimestamp(s: string): number | undefined {
   return Date.UTC(y, mo - 1, d, h, mi, se, ms);
 }
 
+/**
+ * What this process knows of a backup beyond its name. Kept per backup while it is on disk, in
+ * {@linkcode knownBackups}.
+ */
+interface BackupMemo {
+  /** Place in creation order, for a backup this process rotated; undefined for one found on disk. */
+  readonly seq?: number;
+  /** Monotonic time (of `clock`) when this process rotated it, or first saw it on disk. */
+  readonly sinceMono: number;
+  /** The clock `sinceMono` was read on (the writer's). */
+  readonly clock: Clock;
+}
+
+/**
+ * Backups of each log path (resolved directory, name prefix and extension), by name without
+ * `.gz`. Process-wide rather than per {@linkcode RotatingFile}: a live reload of the flow log
+ * section replaces the writer, and the backups it rotated must keep their place.
+ */
+const knownBackups = new Map<string, Map<string, BackupMemo>>();
+/** Next creation sequence number (process-wide, so one path's writers never reuse one). */
+let nextBackupSeq = 0;
+
+/**
+ * The pruning rule. Backups are ordered newest first, and `maxBackups` keeps the first ones:
+ *
+ * 1. those this process rotated, by creation order (a sequence in memory), all newer than
+ * 2. those it did not (found on disk: an earlier process's), by the time in their names.
+ *
+ * `maxAge` judges a backup this process rotated by the monotonic time since it rotated it; one
+ * found on disk by the time in its name, or by the monotonic time since this process first saw
+ * it when that is longer (a name stamped in the future, by a clock that has since been set back,
+ * then ages out `maxAge` after this process found it, not `maxAge` after its stamp). A backup
+ * past `maxAge` is removed with every backup after it in the order: pruning never removes a
+ * backup newer than one it keeps, whatever the wall clock did.
+ *
+ * What a restart cannot know: the names are the only record of an earlier process's backups,
+ * and a step of the wall clock leaves them in the wrong order for good (after a step back, a
+ * later backup has an earlier name, and is removed first by `maxBackups`), and a clock still
+ * stepped forward makes them look old to `maxAge`. Monotonic time does not count a suspended
+ * host's sleep: a backup may then outlive `maxAge` by that long, never the other way.
+ *
+ * Sorts `backups` (as listed, a backup and its `.gz` twin side by side) newest first.
+ */
+function pruneOrder<T extends { name: string; base: string; t: number }>(
+  backups: T[],
+  memos: Map<string, BackupMemo>,
+): T[] {
+  const seq = (b: T) => memos.get(b.base)?.seq ?? -1;
+  return backups.sort((a, b) => seq(b) - seq(a) || b.t - a.t || a.name.localeCompare(b.name));
+}
+
 async function exists(p: string): Promise<boolean> {
   try {
     await Deno.lstat(p);
@@ -159,6 +214,10 @@ export class RotatingFile implements LineSink {
   #torn: { ino: number | null; size: number } | undefined;
   #maintenance: Promise<void> = Promise.resolve();
   #rotations = 0;
+  /** This path's entry of {@linkcode knownBackups}. */
+  readonly #memos: Map<string, BackupMemo>;
+  #nameConflicts = 0;
+  readonly #conflictLog: RateLimitedLog;
   /** True until the first write into an existing, non-empty file we just opened. */
   #freshExisting = false;
   /**
@@ -176,11 +235,25 @@ export class RotatingFile implements LineSink {
     this.#prefix = base.slice(0, base.length - this.#ext.length) + "-";
     this.#opts = options;
     this.#clock = options.clock ?? systemClock;
+    const key = `${resolve(this.#dir)}\0${this.#prefix}\0${this.#ext}`;
+    let memos = knownBackups.get(key);
+    if (memos === undefined) knownBackups.set(key, memos = new Map());
+    this.#memos = memos;
+    this.#conflictLog = new RateLimitedLog(60_000, () => this.#clock.nowMs());
   }
 
   /** Number of rotations done. */
   get rotations(): number {
     return this.#rotations;
+  }
+
+  /**
+   * Pruning decisions that went against the time in a backup's name (the wall clock stepped;
+   * see {@linkcode pruneOrder}): a backup removed that its name alone would have kept, or kept
+   * that its name alone would have removed. Counted at every pruning that decides so.
+   */
+  get nameConflicts(): number {
+    return this.#nameConflicts;
   }
 
   /** Waits for background cleanup and compression to finish. */
@@ -378,9 +451,6 @@ export class RotatingFile implements LineSink {
     return this.#opts.wrapFile?.(file, path) ?? file;
   }
 
-  /** Name of the backup this process rotated last (kept by the pruning whatever its time). */
-  #newestBackup: string | undefined;
-
   async #rotate(): Promise<void> {
     let mode: number | null = null;
     try {
@@ -398,7 +468,11 @@ export class RotatingFile implements LineSink {
       t++;
     }
     await Deno.rename(this.#path, backup);
-    this.#newestBackup = basename(backup);
+    this.#memos.set(basename(backup), {
+      seq: nextBackupSeq++,
+      sinceMono: this.#clock.nowMs(),
+      clock: this.#clock,
+    });
     this.#rotations++;
     const file = this.#wrap(
       await Deno.open(this.#path, {
@@ -425,6 +499,9 @@ export class RotatingFile implements LineSink {
   }
 
   async #mill(): Promise<void> {
+    // A rotation while this runs registers its backup, maybe after the listing below: only the
+    // memos of backups rotated before it may be forgotten for not being listed.
+    const seqBefore = nextBackupSeq;
     const backups: { name: string; base: string; t: number; gz: boolean }[] = [];
     for await (const entry of Deno.readDir(this.#dir)) {
       if (!entry.isFile || !entry.name.startsWith(this.#prefix)) continue;
@@ -437,39 +514,93 @@ export class RotatingFile implements LineSink {
       if (t === undefined) continue;
       backups.push({ name: entry.name, base, t, gz });
     }
-    // Newest first by the time in the name; the one this process rotated last is newest
-    // whatever its name says (the wall clock may have jumped back since the others).
-    const newest = this.#newestBackup;
-    backups.sort((a, b) =>
-      Number(b.base === newest) - Number(a.base === newest) || b.t - a.t ||
-      a.name.localeCompare(b.name)
+    const memos = this.#memos;
+    const listed = new Set(backups.map((b) => b.base));
+    for (const [base, m] of memos) {
+      if (!listed.has(base) && (m.seq === undefined || m.seq < seqBefore)) memos.delete(base);
+    }
+    const mono = this.#clock.nowMs();
+    for (const b of backups) {
+      if (!memos.has(b.base)) memos.set(b.base, { sinceMono: mono, clock: this.#clock });
+    }
+    const wall = this.#clock.wallMs();
+    const remove = this.#pruned(pruneOrder(backups, memos), (b) => {
+      const m = memos.get(b.base)!;
+      const held = m.clock.nowMs() - m.sinceMono;
+      return m.seq !== undefined ? held : Math.max(wall - b.t, held);
+    });
+    // What the names alone would have decided (lumberjack): a difference is a clock step.
+    const byName = this.#pruned(
+      [...backups].sort((a, b) => b.t - a.t || a.name.localeCompare(b.name)),
+      (b) => wall - b.t,
     );
-    const remove = new Set<string>();
-    if (this.#opts.maxBackups > 0) {
-      // A backup and its compressed twin count once.
-      const kept = new Set<string>();
-      for (const b of backups) {
-        if (kept.has(b.base)) continue;
-        if (kept.size < this.#opts.maxBackups) kept.add(b.base);
-        else remove.add(b.name);
+    const names = new Set(backups.map((b) => b.name));
+    const removedAgainstNames: string[] = [];
+    const keptAgainstNames: string[] = [];
+    for (const b of backups) {
+      if (b.gz && names.has(b.base)) continue; // a backup and its compressed twin count once
+      if (remove.has(b.name) && !byName.has(b.name)) removedAgainstNames.push(b.name);
+      if (!remove.has(b.name) && byName.has(b.name)) keptAgainstNames.push(b.name);
+    }
+    if (removedAgainstNames.length + keptAgainstNames.length > 0) {
+      this.#nameConflicts += removedAgainstNames.length + keptAgainstNames.length;
+      const suppressed = this.#conflictLog.allow("name conflict");
+      if (suppressed >= 0) {
+        log.warn(
+          "Flow log backups pruned by the order and age this process saw, not by the time in " +
+            "their names: the wall clock stepped",
+          {
+            dir: this.#dir,
+            removed: removedAgainstNames.join(" "),
+            kept: keptAgainstNames.join(" "),
+            maxBackups: this.#opts.maxBackups,
+            maxAgeDays: this.#opts.maxAgeDays,
+            suppressed,
+          },
+        );
       }
-      for (const b of backups) if (!kept.has(b.base)) remove.add(b.name);
     }
-    if (this.#opts.maxAgeDays > 0) {
-      const cutoff = this.#clock.wallMs() - this.#opts.maxAgeDays * 86_400_000;
-      for (const b of backups) if (b.t < cutoff && b.base !== newest) remove.add(b.name);
-    }
+    const keptBases = new Set(backups.filter((b) => !remove.has(b.name)).map((b) => b.base));
     for (const name of remove) {
       await Deno.remove(join(this.#dir, name)).catch((e) => {
         if (!(e instanceof Deno.errors.NotFound)) throw e;
       });
+      const base = name.endsWith(".gz") ? name.slice(0, -3) : name;
+      if (!keptBases.has(base)) memos.delete(base);
     }
     if (!this.#opts.compress) return;
-    const names = new Set(backups.map((b) => b.name));
     for (const b of backups) {
       if (b.gz || remove.has(b.name) || names.has(b.name + ".gz")) continue;
       await this.#gzip(join(this.#dir, b.name));
     }
+  }
+
+  /**
+   * Names of `ordered` (newest first) that `maxBackups` and `maxAge` remove, `ageMs` giving a
+   * backup's age. Past the first backup too old, all are removed (they come after it).
+   */
+  #pruned<T extends { name: string; base: string }>(
+    ordered: readonly T[],
+    ageMs: (b: T) => number,
+  ): Set<string> {
+    const remove = new Set<string>();
+    if (this.#opts.maxBackups > 0) {
+      // A backup and its compressed twin count once.
+      const kept = new Set<string>();
+      for (const b of ordered) {
+        if (!kept.has(b.base) && kept.size < this.#opts.maxBackups) kept.add(b.base);
+      }
+      for (const b of ordered) if (!kept.has(b.base)) remove.add(b.name);
+    }
+    if (this.#opts.maxAgeDays > 0) {
+      const maxAgeMs = this.#opts.maxAgeDays * 86_400_000;
+      let expired = false;
+      for (const b of ordered) {
+        expired ||= ageMs(b) > maxAgeMs;
+        if (expired) remove.add(b.name);
+      }
+    }
+    return remove;
   }
 
   async #gzip(src: string): Promise<void> {

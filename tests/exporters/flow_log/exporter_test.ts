@@ -202,6 +202,7 @@ Deno.test("exporter: filtered records are counted, not written", async () => {
       errors: 0,
       filtered: 1,
       rotations: 0,
+      backupNameConflicts: 0,
     });
   } finally {
     await Deno.remove(dir, { recursive: true });

@@ -11,7 +11,7 @@
 import { AggregationCore, type ExportHooks } from "./aggregation/mod.ts";
 import type { ExportedFlow, FlowInput, FlowKey } from "./aggregation/record.ts";
 import { joinRecordTexts, recordTexts } from "./aggregation/records_json.ts";
-import { type Clock, TaskCachedClock, within } from "./clock.ts";
+import { type Clock, type ClockTimer, TaskCachedClock, within } from "./clock.ts";
 import { Collector, type CollectorStats, type UdpReceiverFactory } from "./collector/mod.ts";
 import type { RecordContext } from "./collector/session.ts";
 import {
@@ -220,8 +220,10 @@ export interface FlowAggregatorStats extends RecordMetrics, Partial<ConfigWatche
    */
   exporterRebuildsFailed: number;
   /**
-   * Sinks the start or a reload enabled but could not create (most often: the process lacks a
-   * permission the sink needs): that section runs no sink until a later change or a restart.
+   * Sinks the start or a reload enabled but could not create, each attempt. When the process
+   * lacks a permission the sink needs, that section runs no sink until a later change or a
+   * restart; any other failure (a sink worker that did not start in time on a busy machine) is
+   * tried again after 1 s, then twice as long each time up to 60 s, while the section is enabled.
    */
   exporterCreatesFailed: number;
   /** Aggregation core counters. */
@@ -419,6 +421,8 @@ export class FlowAggregator {
   #exportedWithoutSink = 0;
   #exporterRebuildsFailed = 0;
   #exporterCreatesFailed = 0;
+  /** Sections whose sink could not be created, with the retry armed and its delay. */
+  readonly #createRetries = new Map<ExporterSection, { timer: ClockTimer; delayMs: number }>();
   /** Stops of exporters replaced by a reload, still draining; stop() waits for them. */
   readonly #draining = new Set<Promise<void>>();
   /** Serialises config updates with each other and with stop. */
@@ -589,6 +593,8 @@ export class FlowAggregator {
     this.#state = "stopping";
     if (this.#timer !== undefined) clearTimeout(this.#timer);
     if (this.#metricsTimer !== undefined) clearInterval(this.#metricsTimer);
+    for (const r of this.#createRetries.values()) r.timer.cancel();
+    this.#createRetries.clear();
     await this.#updates;
     if (this.#collector) await this.#collector.stop();
     if (wasRunning) {
@@ -973,20 +979,51 @@ export class FlowAggregator {
   }
 
   async #createExporter(section: ExporterSection): Promise<void> {
+    const retry = this.#createRetries.get(section);
+    retry?.timer.cancel();
+    this.#createRetries.delete(section);
     let exporter: Exporter | undefined;
     try {
       exporter = await this.#startedExporter(section);
     } catch (err) {
       this.#exporterCreatesFailed++;
+      // A missing permission stays missing for the process's life: no retry.
+      const permanent = err instanceof MissingPermissionsError ||
+        err instanceof Deno.errors.NotCapable || err instanceof Deno.errors.PermissionDenied;
+      const delayMs = retry === undefined ? CREATE_RETRY_FIRST_MS : Math.min(
+        retry.delayMs * 2,
+        CREATE_RETRY_MAX_MS,
+      );
       log.error("cannot create exporter", {
         section,
         err,
         ...missingFields(err),
         exporterCreatesFailed: this.#exporterCreatesFailed,
+        ...(permanent ? {} : { retryInMs: delayMs }),
       });
+      if (permanent || this.#state !== "running") return;
+      const timer = this.#clock.setTimer(delayMs, () => {
+        // Serialised with reloads and stop, as every change of the exporters is.
+        const run = this.#updates.then(() => this.#retryCreate(section));
+        this.#updates = run.catch((e) => log.error("exporter create retry failed", { err: e }));
+      }, { unref: true });
+      this.#createRetries.set(section, { timer, delayMs });
       return;
     }
     this.#enable(section, exporter);
+  }
+
+  /** An armed retry of {@linkcode #createExporter} fired: tried when still wanted. */
+  async #retryCreate(section: ExporterSection): Promise<void> {
+    if (!this.#createRetries.has(section)) return; // cancelled meanwhile
+    if (
+      this.#state !== "running" || this.#exporters.has(section) ||
+      !this.#enabled(section, this.#config)
+    ) {
+      this.#createRetries.delete(section);
+      return;
+    }
+    await this.#createExporter(section);
   }
 
   /** The sink of `section` built from the configuration in force, started; throws if it cannot. */
@@ -1240,6 +1277,11 @@ export class FlowAggregator {
  * The `missing` field of a sink's start failure that is a lack of permissions: the flags, on
  * their own, so the line names them whatever the error's wording.
  */
+/** First pause before a sink that could not be created is tried again, ms. */
+const CREATE_RETRY_FIRST_MS = 1_000;
+/** Longest pause between such tries, ms. */
+const CREATE_RETRY_MAX_MS = 60_000;
+
 function missingFields(err: unknown): LogFields {
   return err instanceof MissingPermissionsError ? { missing: err.flags.join(" ") } : {};
 }

@@ -1,0 +1,120 @@
+/**
+ * A sink that cannot be created (its worker did not start in time on a busy machine) is tried
+ * again with backoff while its section is enabled; one the process lacks a permission for is not.
+ * Before, any failure left the section without a sink until a reload or a restart: its records
+ * reached no sink at all (seen: a flow log worker slower than its 15 s start bound under load).
+ */
+
+import assert from "node:assert/strict";
+import type { ExportedFlow } from "../src/aggregation/record.ts";
+import { ManualClock } from "../src/clock.ts";
+import { parseConfig } from "../src/components.ts";
+import type { Exporter, ExporterStats } from "../src/exporters/exporter.ts";
+import { MissingPermissionsError } from "../src/exporters/worker_exporter.ts";
+import { FlowAggregator } from "../src/flow_aggregator.ts";
+import { setLogWriter } from "../src/log.ts";
+
+const logLines: string[] = [];
+setLogWriter((l) => logLines.push(l));
+
+class CountingExporter implements Exporter {
+  readonly name = "counting";
+  records = 0;
+  start(): Promise<void> {
+    return Promise.resolve();
+  }
+  stop(): Promise<void> {
+    return Promise.resolve();
+  }
+  addRecord(_flow: ExportedFlow): void {
+    this.records++;
+  }
+  stats(): ExporterStats {
+    return { received: this.records, exported: this.records, dropped: 0, errors: 0 };
+  }
+}
+
+const CONFIG = parseConfig(`aggregatorTransportProtocol: TCP
+flowLogger:
+  enable: true
+  path: /dev/null
+`);
+
+function aggregator(clock: ManualClock, create: () => Exporter) {
+  return new FlowAggregator(CONFIG, {
+    clock,
+    manualSweep: true,
+    listenAddress: "127.0.0.1:0",
+    exporterFactory: (section) => section === "flowLogger" ? create() : undefined,
+    metricsLogIntervalMs: 0,
+  });
+}
+
+/** Lets the serialised retry (a promise chain behind the timer) run. */
+async function settle(): Promise<void> {
+  for (let i = 0; i < 20; i++) await new Promise((r) => setTimeout(r, 0));
+}
+
+Deno.test("exporter create: a failure that is no missing permission is retried with backoff", async () => {
+  const clock = new ManualClock();
+  const sink = new CountingExporter();
+  let attempts = 0;
+  const fa = aggregator(clock, () => {
+    attempts++;
+    if (attempts <= 3) throw new Error("exporter flowLogger: worker did not start within 15000 ms");
+    return sink;
+  });
+  try {
+    await fa.start();
+    assert.equal(attempts, 1);
+    assert.equal(fa.stats().exporterCreatesFailed, 1);
+    // 1 s, then 2 s, then 4 s.
+    clock.advance(999);
+    await settle();
+    assert.equal(attempts, 1, "not before its pause");
+    clock.advance(1);
+    await settle();
+    assert.equal(attempts, 2);
+    clock.advance(1_999);
+    await settle();
+    assert.equal(attempts, 2, "the pause doubled");
+    clock.advance(1);
+    await settle();
+    assert.equal(attempts, 3);
+    clock.advance(4_000);
+    await settle();
+    assert.equal(attempts, 4);
+    assert.equal(fa.stats().exporterCreatesFailed, 3);
+    const retried = logLines.filter((l) => l.includes("cannot create exporter"));
+    assert.match(retried.at(-1)!, /retryInMs=4000/);
+    // Created: nothing more is tried.
+    clock.advance(120_000);
+    await settle();
+    assert.equal(attempts, 4);
+  } finally {
+    await fa.stop();
+  }
+});
+
+Deno.test("exporter create: a missing permission is not retried, and stop cancels a retry", async () => {
+  const clock = new ManualClock();
+  let attempts = 0;
+  const fa = aggregator(clock, () => {
+    attempts++;
+    throw new MissingPermissionsError("flowLogger", ["--allow-write=/x"]);
+  });
+  await fa.start();
+  clock.advance(600_000);
+  await settle();
+  assert.equal(attempts, 1);
+  await fa.stop();
+
+  let tries = 0;
+  const fb = aggregator(new ManualClock(), () => {
+    tries++;
+    throw new Error("transient");
+  });
+  await fb.start();
+  await fb.stop();
+  assert.equal(tries, 1);
+});

@@ -245,6 +245,16 @@ function kindOf(key: string): string {
   return bar < 0 ? key : key.slice(0, bar);
 }
 
+/** The process's monotonic time in milliseconds. */
+function monotonicNow(): number {
+  return performance.now();
+}
+
+/** Whether `elapsed` ms is still inside an interval of `intervalMs`; time gone back is not. */
+function inInterval(elapsed: number, intervalMs: number): boolean {
+  return elapsed >= 0 && elapsed < intervalMs;
+}
+
 /** The lines of one kind of event in the current interval. */
 interface KindWindow {
   start: number;
@@ -262,6 +272,12 @@ interface KindWindow {
  * since that key's last line plus those of its kind the limit held back since the kind's last
  * line, so the numbers of a kind's lines add up to every suppressed event of that kind (a key
  * held back stays due and is written once the limit allows).
+ *
+ * Time is monotonic (`performance.now()` unless a clock's `nowMs` is injected): with the wall
+ * clock, a backward step (NTP, a VM resumed) muted every key that had logged until wall time
+ * caught up (a step of −1 h muted an IPFIX exporter's "records dropped" warnings for an hour).
+ * A `now` that goes back anyway counts as the interval passed: a limiter never mutes a key or
+ * a kind for longer than its interval.
  */
 export class RateLimitedLog {
   readonly #intervalMs: number;
@@ -270,10 +286,10 @@ export class RateLimitedLog {
   readonly #kinds = new Map<string, KindWindow>();
   readonly #now: () => number;
 
-  /** Creates a limiter; `now` is injectable for tests. */
+  /** Creates a limiter on monotonic time `now` (milliseconds; a clock's `nowMs`, for tests). */
   constructor(
     intervalMs: number,
-    now: () => number = Date.now,
+    now: () => number = monotonicNow,
     linesPerInterval: number = RATE_LOG_LINES_PER_INTERVAL,
   ) {
     this.#intervalMs = intervalMs;
@@ -288,7 +304,7 @@ export class RateLimitedLog {
   allow(key: string): number {
     const t = this.#now();
     const e = this.#last.get(key);
-    if (e !== undefined && t - e.at < this.#intervalMs) {
+    if (e !== undefined && inInterval(t - e.at, this.#intervalMs)) {
       e.suppressed++;
       return -1;
     }
@@ -298,7 +314,7 @@ export class RateLimitedLog {
       if (this.#kinds.size >= RATE_LOG_MAX_KINDS) this.#kinds.clear();
       w = { start: t, lines: 0, suppressed: 0 };
       this.#kinds.set(kind, w);
-    } else if (t - w.start >= this.#intervalMs) {
+    } else if (!inInterval(t - w.start, this.#intervalMs)) {
       w.start = t;
       w.lines = 0;
     }

@@ -73,3 +73,35 @@ Deno.test("rate-limited log: what forgotten keys suppressed is still reported", 
   assert.equal(rl.allow("other"), 0);
   assert.equal(rl.allow("miss|newer"), 10_000);
 });
+
+Deno.test("rate-limited log: time gone back (a wall clock stepped) never mutes past the interval", () => {
+  let now = 1_700_000_000_000;
+  const rl = new RateLimitedLog(10_000, () => now, 2);
+  assert.equal(rl.allow("queue full"), 0);
+  assert.deepEqual(feed(rl, ["miss|a", "miss|b", "miss|c"]), [0, 0], "the kind's limit is reached");
+  now -= 3_600_000; // an NTP step back of an hour: before, muted until the hour was over
+  assert.equal(rl.allow("queue full"), 0, "the key logs again at once");
+  assert.deepEqual(feed(rl, ["miss|c"]), [1], "the kind's window starts over");
+  // From the new time on, the interval applies as usual.
+  now += 9_999;
+  assert.equal(rl.allow("queue full"), -1);
+  now += 1;
+  assert.equal(rl.allow("queue full"), 1, "the line reports the one held back");
+});
+
+Deno.test("rate-limited log: by default on monotonic time, whatever Date.now says", () => {
+  // The limiter read Date.now by default; stubbing it shows it no longer does.
+  const realNow = Date.now;
+  let wall = realNow();
+  Date.now = () => wall;
+  try {
+    const rl = new RateLimitedLog(10_000);
+    assert.equal(rl.allow("queue full"), 0);
+    wall -= 3_600_000;
+    assert.equal(rl.allow("queue full"), -1);
+    wall += 7_200_000; // an hour ahead of the start, on the wall clock only
+    assert.equal(rl.allow("queue full"), -1, "no interval has passed on the monotonic clock");
+  } finally {
+    Date.now = realNow;
+  }
+});

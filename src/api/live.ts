@@ -7,10 +7,18 @@
  * whatever the export rate) and the loss ledger. The server samples and aggregates; the page
  * never receives more than a bounded number of rows.
  *
+ * The seconds of the history and the top-talker windows are counted on monotonic time: on the
+ * wall clock, a step back (NTP, a VM resumed) stopped both (measured, a −1 h step: 2,100
+ * per-second points 30 minutes later where 300 is the cap, and a "last minute" of top talkers
+ * summing 30 minutes). The page still sees wall-clock seconds: each point is labelled, when a
+ * summary is made, with the wall clock's current second minus the point's age, so the labels
+ * follow a step as a whole and always count up.
+ *
  * @module
  */
 
 import type { ExportedFlow } from "../aggregation/record.ts";
+import { type Clock, systemClock } from "../clock.ts";
 import { exportedAddress } from "../aggregation/flow_key.ts";
 import {
   type BatchField,
@@ -79,7 +87,10 @@ type Category = typeof CATEGORIES[number];
 export interface LiveSummary {
   /** Wall-clock ms of the summary. */
   time: number;
-  /** Per second: [unix second, bytes, flows], oldest first. */
+  /**
+   * Per second: [unix second, bytes, flows], oldest first; the seconds are counted on monotonic
+   * time and labelled by the wall clock now (its second minus their age).
+   */
   throughput: [number, number, number][];
   /** Per category, the 10 largest by bytes over the last one to two minutes. */
   top: Record<Category, [string, number][]>;
@@ -105,9 +116,16 @@ function str(v: unknown): string {
 
 /** Aggregates exported flows for the live view. */
 export class LiveView {
-  readonly #now: () => number;
+  readonly #clock: Clock;
+  /**
+   * Wall minus monotonic time at start: a monotonic time plus it is the wall time as long as the
+   * wall clock is not stepped, so seconds are counted in step with the wall clock's.
+   */
+  readonly #offset: number;
+  /** Per second of monotonic time (plus {@linkcode #offset}): bytes and flows, oldest first. */
   readonly #seconds = new Map<number, [number, number]>();
   #windows: Talkers[][] = [newWindow(), newWindow()];
+  /** Monotonic time the current top-talker window started. */
   #windowStart: number;
   #denied: LiveRow[] = [];
   #pending: LiveRow[] = [];
@@ -121,10 +139,12 @@ export class LiveView {
    */
   readonly #batchBytes: BatchTally[] = CATEGORIES.map(() => new BatchTally());
 
-  /** A view on the wall clock `now` (injected in tests). */
-  constructor(now: () => number = Date.now) {
-    this.#now = now;
-    this.#windowStart = now();
+  /** A view on `clock` (default the system clock): monotonic windows, wall-clock labels. */
+  constructor(clock: Clock = systemClock) {
+    this.#clock = clock;
+    const mono = clock.nowMs();
+    this.#offset = clock.wallMs() - mono;
+    this.#windowStart = mono;
   }
 
   /** Takes one exported flow. Never throws. */
@@ -143,8 +163,9 @@ export class LiveView {
    * page (sampled or denied). The same as {@linkcode observe} for each flow. Never throws.
    */
   observeBatch(batch: FlowBatch): void {
-    const now = this.#now();
-    const sec = second(now);
+    const mono = this.#clock.nowMs();
+    const sec = this.#second(mono);
+    const now = this.#clock.wallMs();
     const strings = batch.strings;
     const acc = this.#batchBytes;
     const n = batchNumber;
@@ -188,7 +209,7 @@ export class LiveView {
         // As observe: a malformed row is missed, not fatal.
       }
     }
-    this.#count(now, total, flows);
+    this.#count(mono, total, flows);
     for (let i = 0; i < acc.length; i++) {
       // The Pod categories carry the namespace; the others name alone (ns 0: "").
       acc[i].drain((ns, name, bytes) =>
@@ -199,9 +220,9 @@ export class LiveView {
 
   #observe(flow: ExportedFlow): void {
     const r = flow.record as unknown as Record<string, unknown>;
-    const now = this.#now();
+    const mono = this.#clock.nowMs();
     const bytes = num(r.octetDeltaCount) + num(r.reverseOctetDeltaCount);
-    const sec = this.#count(now, bytes, 1);
+    const sec = this.#count(mono, bytes, 1);
     const srcNs = str(r.sourcePodNamespace);
     const srcPod = str(r.sourcePodName);
     const dstNs = str(r.destinationPodNamespace);
@@ -217,7 +238,7 @@ export class LiveView {
     const egress = num(r.egressNetworkPolicyRuleAction);
     const deniedBy = deniedOf(ingress, egress);
     if (deniedBy !== 0 || this.#sampling(sec)) {
-      this.#keep(now, sec, bytes, srcNs, srcPod, dstNs, dstPod, service, {
+      this.#keep(this.#clock.wallMs(), sec, bytes, srcNs, srcPod, dstNs, dstPod, service, {
         ingress,
         egress,
         deniedBy,
@@ -226,11 +247,11 @@ export class LiveView {
   }
 
   /**
-   * Counts `flows` flows of `bytes` in the second of `now` and starts a new top-talker window
-   * when the current one is a minute old; returns the second.
+   * Counts `flows` flows of `bytes` in the second of monotonic time `mono` and starts a new
+   * top-talker window when the current one is a minute old; returns the second.
    */
-  #count(now: number, bytes: number, flows: number): number {
-    const sec = second(now);
+  #count(mono: number, bytes: number, flows: number): number {
+    const sec = this.#second(mono);
     this.#seen += flows;
     const s = this.#seconds.get(sec);
     if (s === undefined) {
@@ -243,11 +264,16 @@ export class LiveView {
       s[0] += bytes;
       s[1] += flows;
     }
-    if (now - this.#windowStart >= 60_000) {
+    if (mono - this.#windowStart >= 60_000) {
       this.#windows = [this.#windows[1], newWindow()];
-      this.#windowStart = now;
+      this.#windowStart = mono;
     }
     return sec;
+  }
+
+  /** The second of monotonic time `mono`: the wall clock's, until the wall clock is stepped. */
+  #second(mono: number): number {
+    return Math.floor((mono + this.#offset) / 1000);
   }
 
   /**
@@ -281,7 +307,10 @@ export class LiveView {
     return denied;
   }
 
-  /** Keeps flow `f` as a row: in the denied list if denied, in the sample if it fits. */
+  /**
+   * Keeps flow `f` as a row stamped `now` (wall time): in the denied list if denied, in the
+   * sample if it fits.
+   */
   #keep(
     now: number,
     sec: number,
@@ -339,9 +368,13 @@ export class LiveView {
     });
     const rows = this.#pending;
     this.#pending = [];
+    const wall = this.#clock.wallMs();
+    // The wall clock's lead over the seconds counted (0 unless it was stepped): whole seconds,
+    // so a point keeps its label while the clock is not stepped.
+    const shift = Math.round((wall - (this.#clock.nowMs() + this.#offset)) / 1000);
     return {
-      time: this.#now(),
-      throughput: [...this.#seconds].map(([s, [b, f]]) => [s, b, f]),
+      time: wall,
+      throughput: [...this.#seconds].map(([s, [b, f]]) => [s + shift, b, f]),
       top,
       denied: [...this.#denied],
       rows,
@@ -349,11 +382,6 @@ export class LiveView {
       ledger,
     };
   }
-}
-
-/** The wall-clock second of `now` (ms). */
-function second(now: number): number {
-  return Math.floor(now / 1000);
 }
 
 /**

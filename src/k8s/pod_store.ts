@@ -334,8 +334,8 @@ export class PodStore {
   /** When the informer last heard from the API server (monotonic ms), once started. */
   #lastHeardMs: number | undefined;
   readonly #listeners: ((c: PodChange) => void)[] = [];
-  readonly #malformedLog = new RateLimitedLog(10_000);
-  readonly #limitLog = new RateLimitedLog(10_000);
+  readonly #malformedLog = new RateLimitedLog(10_000, () => this.#clock.nowMs());
+  readonly #limitLog = new RateLimitedLog(10_000, () => this.#clock.nowMs());
   /** The informer's own outcomes that can repeat at every round (restarts, short watches). */
   readonly #informerLog: RateLimitedLog;
   /** Pods asked for per page of a list: {@linkcode LIST_PAGE_SIZE}, halved past the bound. */

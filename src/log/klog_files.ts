@@ -4,8 +4,8 @@
  * severity named `<program>.<host>.<user>.log.<SEVERITY>.<yyyymmdd-hhmmss>.<pid>`, each holding
  * its severity and the higher ones (INFO has every line), a `<program>.<SEVERITY>` link to the
  * current one, a new file once the current one would exceed `--log_file_max_size`, and at most
- * `--log_file_max_num` files per severity kept in the directory (oldest removed first, by the
- * time in their names, files of earlier runs and other hosts included).
+ * `--log_file_max_num` files per severity kept in the directory (oldest removed first, files of
+ * earlier runs and other hosts included; see "Which files are the oldest" below).
  *
  * Lines are buffered in memory and written by {@linkcode KlogFiles.flush}: on a timer (klog's
  * `--log-flush-frequency`), when 64 KiB are pending, after an error line (flags.ts) and when
@@ -13,7 +13,9 @@
  * reported on stderr (at most once a minute), never thrown: a full disk must not stop
  * collection. The lines it could not write are dropped and counted (`linesDropped`), and a line
  * it wrote only in part is cut off the file, so the next line starts on a line of its own. A
- * file that cannot be created drops its lines (counted) and is tried again a second later.
+ * file that cannot be created drops its lines (counted) and is tried again a second later. The
+ * minute and the second are monotonic time: on the wall clock (Date.now), a step back of an
+ * hour muted the reports of failing writes for the hour.
  *
  * At most once a second a flush checks that each file is still at its path (device and inode):
  * when the directory was removed or the file deleted or replaced, the file is closed (its disk
@@ -22,10 +24,21 @@
  *
  * Improvements on klog: a file name is never reused (klog truncates its previous file when two
  * rotations fall in the same second): a second file within the same second gets a `.N` suffix,
- * N counting up for the whole run, and pruning orders such names by N. Pruning happens at each
- * new file instead of every 10 minutes. Where the process may not create symlinks (Deno allows
- * them only with unscoped `--allow-read` and `--allow-write`), the `<program>.<SEVERITY>` link
- * is a hard link, which `tail -F` follows just as well.
+ * N counting up for the whole run. Pruning happens at each new file instead of every 10
+ * minutes. Where the process may not create symlinks (Deno allows them only with unscoped
+ * `--allow-read` and `--allow-write`), the `<program>.<SEVERITY>` link is a hard link, which
+ * `tail -F` follows just as well.
+ *
+ * Which files are the oldest: the names keep klog's format (ops tooling parses it), but their
+ * time is the local wall clock, which goes back at a DST fall-back or a clock step. Ordered by
+ * name, pruning then deleted the newest files and kept stale ones (measured: with
+ * `--log_file_max_num=3` and a 1 h step back, the five files written after the step went and
+ * two from before it stayed; with TZ=America/New_York across the 2024-11-03 fall-back, the two
+ * newest rotated files went). So the files this process created are ordered by when it created
+ * them (a sequence kept in memory), and all are newer than any other file of the directory
+ * (earlier runs, other hosts); those others are ordered among themselves by the time in their
+ * names, then by name, then by their `.N` suffix (numerically: `.10` is newer than `.9`).
+ * klog orders by modification time, which a step moves the same way.
  *
  * Permissions: `--allow-read` and `--allow-write` on the log directory.
  *
@@ -33,6 +46,7 @@
  */
 
 import { type LogFormat, type LogLevel, logSettings } from "../log.ts";
+import { type Clock, systemClock } from "../clock.ts";
 import { concatBytes, wholePieces } from "../bytes.ts";
 import { PLATFORM } from "../platform.ts";
 
@@ -61,8 +75,8 @@ const FILES_OF: Readonly<Record<LogLevel, readonly KlogSeverity[]>> = {
 const FLUSH_AT_BYTES = 64 * 1024;
 const ERROR_REPORT_MS = 60_000;
 /**
- * How often (by the files' clock) a flush checks that the open file is still at its path, and
- * how long a severity whose file could not be created drops its lines before trying again.
+ * How often (monotonic time) a flush checks that the open file is still at its path, and how
+ * long a severity whose file could not be created drops its lines before trying again.
  */
 const CHECK_MS = 1000;
 /** Names tried per new file: only files of another process with our pid can take them. */
@@ -98,9 +112,12 @@ export interface KlogFilesOptions {
   /** Files kept per severity, the current one included; 0: all. */
   maxFiles: number;
   /**
-   * Clock for file names, headers and the once-a-second checks (a jump either way counts as
-   * time passed); default the system clock.
+   * Time: its monotonic `nowMs` paces the once-a-second checks and the once-a-minute error
+   * reports, its `wallMs` names the files and dates their headers (unless `now` is given).
+   * Default the system clock.
    */
+  clock?: Clock;
+  /** Wall time for file names and headers; default `clock`'s `wallMs`. */
   now?: () => Date;
   /** Where write failures are reported; default stderr. */
   report?: (line: string) => void;
@@ -153,7 +170,7 @@ interface SeverityFile {
   /** Time stamp of the current name, and the last `.N` suffix used (never reused). */
   stamp: string;
   seq: number;
-  /** Clock time of the last path check or creation attempt. */
+  /** Monotonic time of the last path check or creation attempt. */
   checkedAt: number;
 }
 
@@ -176,7 +193,15 @@ export class KlogFiles {
   readonly #opts: Required<KlogFilesOptions>;
   readonly #files = new Map<KlogSeverity, SeverityFile>();
   #pendingBytes = 0;
+  /** Monotonic time of the last error report on stderr. */
   #lastReport = -Infinity;
+  /**
+   * The files this process created that may still be in the directory, by name: their order of
+   * creation (see the module doc: pruning's order) and severity. A name leaves when pruning
+   * removes it or finds it gone.
+   */
+  readonly #created = new Map<string, { order: number; severity: KlogSeverity }>();
+  #createdCount = 0;
   #timer: ReturnType<typeof setInterval> | undefined;
   readonly #stats: KlogFilesStats = {
     filesCreated: 0,
@@ -188,10 +213,12 @@ export class KlogFiles {
 
   /** Prepares the files of `options.dir`; nothing is created before the first line. */
   constructor(options: KlogFilesOptions) {
+    const clock = options.clock ?? systemClock;
     this.#opts = {
       ...options,
       program: options.program ?? "flow-aggregator",
-      now: options.now ?? (() => new Date()),
+      clock,
+      now: options.now ?? (() => new Date(clock.wallMs())),
       report: options.report ?? ((line) => {
         try {
           Deno.stderr.writeSync(encoder.encode(line + "\n"));
@@ -286,10 +313,10 @@ export class KlogFiles {
     this.#pendingBytes += bytes.length;
   }
 
-  /** True, and noted, when a second has passed (either way) since `f` was last checked. */
+  /** True, and noted, when a second has passed since `f` was last checked. */
   #due(f: SeverityFile): boolean {
-    const t = this.#opts.now().getTime();
-    if (Math.abs(t - f.checkedAt) < CHECK_MS) return false;
+    const t = this.#opts.clock.nowMs();
+    if (t - f.checkedAt < CHECK_MS && t >= f.checkedAt) return false;
     f.checkedAt = t;
     return true;
   }
@@ -416,7 +443,7 @@ export class KlogFiles {
     this.#stats.linesDropped += this.#takePending(f).lines;
     const { dir, program, host, user, pid } = this.#opts;
     const now = this.#opts.now();
-    f.checkedAt = now.getTime();
+    f.checkedAt = this.#opts.clock.nowMs();
     f.name = "";
     f.size = f.written = f.headerSize = 0;
     f.header = undefined;
@@ -480,6 +507,9 @@ export class KlogFiles {
     f.size += header.length;
     this.#pendingBytes += header.length;
     if (single !== "") return;
+    if (this.#opts.maxFiles > 0) {
+      this.#created.set(name, { order: ++this.#createdCount, severity: f.severity });
+    }
     this.#link(f.severity, name);
     this.#prune(f.severity, name);
   }
@@ -504,8 +534,8 @@ export class KlogFiles {
   }
 
   /**
-   * Keeps at most `maxFiles` files of `severity`, the newest by the time in their names, then by
-   * their `.N` suffix (numerically: `.10` is newer than `.9`).
+   * Keeps at most `maxFiles` files of `severity`, the newest as the module doc orders them: this
+   * process's by creation, after every other file, those by the time in their names.
    */
   #prune(severity: KlogSeverity, current: string): void {
     const max = this.#opts.maxFiles;
@@ -514,24 +544,36 @@ export class KlogFiles {
       `^(${escapeRegExp(this.#opts.program)}\\..*\\.log\\.${severity}\\.(\\d{8}-\\d{6})\\.\\d+)` +
         `(?:\\.(\\d+))?$`,
     );
-    const found: { name: string; base: string; stamp: string; seq: number }[] = [];
+    const found: { name: string; base: string; stamp: string; seq: number; order: number }[] = [];
+    const listed = new Set<string>();
     try {
       for (const e of Deno.readDirSync(this.#opts.dir)) {
         const m = e.isFile ? re.exec(e.name) : null;
         if (m && e.name !== current) {
-          found.push({ name: e.name, base: m[1], stamp: m[2], seq: Number(m[3] ?? 0) });
+          listed.add(e.name);
+          // 0: not created by this process, older than all it created.
+          const order = this.#created.get(e.name)?.order ?? 0;
+          found.push({ name: e.name, base: m[1], stamp: m[2], seq: Number(m[3] ?? 0), order });
         }
       }
     } catch (err) {
       this.#error(`cannot list log directory ${this.#opts.dir}`, err);
       return;
     }
+    // Names of ours found gone (removed by hand) are forgotten: the map holds what is on disk.
+    for (const [name, c] of this.#created) {
+      if (c.severity === severity && name !== current && !listed.has(name)) {
+        this.#created.delete(name);
+      }
+    }
     found.sort((a, b) =>
-      a.stamp.localeCompare(b.stamp) || a.base.localeCompare(b.base) || a.seq - b.seq
+      a.order - b.order || a.stamp.localeCompare(b.stamp) || a.base.localeCompare(b.base) ||
+      a.seq - b.seq
     );
     for (const old of found.slice(0, Math.max(0, found.length - (max - 1)))) {
       try {
         Deno.removeSync(`${this.#opts.dir}/${old.name}`);
+        this.#created.delete(old.name);
         this.#stats.filesRemoved++;
       } catch (err) {
         this.#error(`cannot remove old log file ${old.name}`, err);
@@ -541,8 +583,8 @@ export class KlogFiles {
 
   #error(what: string, err: unknown): void {
     this.#stats.errors++;
-    const t = Date.now();
-    if (t - this.#lastReport < ERROR_REPORT_MS) return;
+    const t = this.#opts.clock.nowMs();
+    if (t - this.#lastReport < ERROR_REPORT_MS && t >= this.#lastReport) return;
     this.#lastReport = t;
     this.#opts.report(
       `log files: ${what}: ${err instanceof Error ? err.message : String(err)} ` +

@@ -1,9 +1,17 @@
 import assert from "node:assert/strict";
-import { LiveHub, LiveView, MAX_STREAMS, ROWS_PER_SECOND } from "../../src/api/live.ts";
+import {
+  HISTORY_SECONDS,
+  LiveHub,
+  LiveView,
+  MAX_STREAMS,
+  ROWS_PER_SECOND,
+} from "../../src/api/live.ts";
 import type { ExportedFlow } from "../../src/aggregation/record.ts";
 import { fixtureFlow } from "../exporters/fixtures.ts";
 import { BatchWriter, openBatch } from "../../src/exporters/batch.ts";
 import { waitFor } from "../_helpers/wait.ts";
+import { ManualClock } from "../../src/clock.ts";
+import { JumpClock } from "../_helpers/jump_clock.ts";
 
 function flow(i: number, over: Record<string, unknown> = {}): ExportedFlow {
   const f = fixtureFlow(false);
@@ -23,15 +31,15 @@ function flow(i: number, over: Record<string, unknown> = {}): ExportedFlow {
 }
 
 Deno.test("live view: rows are sampled to a bounded number per second; throughput counts all", () => {
-  let now = 1_000_000;
-  const v = new LiveView(() => now);
+  const clock = new ManualClock(1_000_000);
+  const v = new LiveView(clock);
   for (let i = 0; i < 1000; i++) v.observe(flow(i));
   const s = v.summary({ received: 1 });
   assert.equal(s.rows.length, ROWS_PER_SECOND);
   assert.equal(s.seen, 1000);
   assert.deepEqual(s.throughput, [[1000, 100_000, 1000]]);
   assert.equal(v.summary({}).rows.length, 0, "rows are handed out once");
-  now += 1000;
+  clock.advance(1000);
   v.observe(flow(1));
   assert.equal(v.summary({}).rows.length, 1, "a new second samples again");
   // Top talkers by bytes over the window: pod-0 got 334 flows of 1000.
@@ -41,7 +49,7 @@ Deno.test("live view: rows are sampled to a bounded number per second; throughpu
 });
 
 Deno.test("live view: denied flows are kept (newest first) even beyond the row sample", () => {
-  const v = new LiveView(() => 5_000);
+  const v = new LiveView(new ManualClock(5_000));
   for (let i = 0; i < 200; i++) v.observe(flow(i));
   v.observe(flow(999, { egressNetworkPolicyRuleAction: 2 }));
   v.observe(flow(998, { ingressNetworkPolicyRuleAction: 3 }));
@@ -52,7 +60,7 @@ Deno.test("live view: denied flows are kept (newest first) even beyond the row s
 });
 
 Deno.test("live view: a flow exported without address text shows the addresses of its words", () => {
-  const v = new LiveView(() => 7_000);
+  const v = new LiveView(new ManualClock(7_000));
   const words = new Uint32Array([9, 9, 0x0a000001, 0, 0, 0, 0x0a090807, 0, 0, 0]);
   const f = flow(1);
   v.observe({
@@ -111,8 +119,8 @@ Deno.test("live view: a batch read in place gives the summary its flows give one
   const w = new BatchWriter(flows.length);
   for (const f of flows) w.add(f);
   const batch = openBatch(w.finish());
-  const one = new LiveView(() => 9_000);
-  const all = new LiveView(() => 9_000);
+  const one = new LiveView(new ManualClock(9_000));
+  const all = new LiveView(new ManualClock(9_000));
   for (const f of flows) one.observe(f);
   all.observeBatch(batch);
   const a = one.summary({});
@@ -129,7 +137,7 @@ Deno.test("live view: a batch read in place gives the summary its flows give one
 });
 
 Deno.test("live view: names beyond the per-window limit are counted as (other)", () => {
-  const v = new LiveView(() => 11_000);
+  const v = new LiveView(new ManualClock(11_000));
   // 10,000 Pods of one namespace get a name each; the next 5 share "(other)".
   for (let i = 0; i < 10_005; i++) v.observe(flow(i, { sourcePodName: `p-${i}` }));
   const top = v.summary({}).top.sourcePod;
@@ -144,8 +152,8 @@ Deno.test("live view: a batch of many denied flows lists the newest as flows one
   );
   const w = new BatchWriter(flows.length);
   for (const f of flows) w.add(f);
-  const one = new LiveView(() => 13_000);
-  const all = new LiveView(() => 13_000);
+  const one = new LiveView(new ManualClock(13_000));
+  const all = new LiveView(new ManualClock(13_000));
   for (const f of flows) one.observe(f);
   all.observeBatch(openBatch(w.finish()));
   const b = all.summary({});
@@ -172,8 +180,8 @@ Deno.test("live view: batch after batch, hundreds of names, the in-place tally m
     (_, i) => flow(2000 + i, { sourcePodNamespace: `team-${i}`, sourcePodName: "api-0" }),
   );
   const batches = [make(700, 0), make(500, 3), samePod];
-  const one = new LiveView(() => 15_000);
-  const all = new LiveView(() => 15_000);
+  const one = new LiveView(new ManualClock(15_000));
+  const all = new LiveView(new ManualClock(15_000));
   for (const flows of batches) {
     for (const f of flows) one.observe(f);
     const w = new BatchWriter(flows.length);
@@ -201,4 +209,73 @@ Deno.test("live hub: a page that does not read is dropped, its place freed, and 
   await next.cancel();
   assert.equal(dropped, 1, "a page that leaves is not counted as dropped");
   hub.close();
+});
+
+/** A flow of 100 bytes a second for `seconds` seconds of `clock`. */
+function flowPerSecond(view: LiveView, clock: JumpClock, seconds: number): void {
+  for (let s = 0; s < seconds; s++) {
+    view.observe(flow(s));
+    clock.advance(1000);
+  }
+}
+
+// On the wall clock, a step back stopped the trimming (measured: 2,100 points 30 min later).
+Deno.test("live view: after the wall clock steps back, the history keeps its length, labelled by the wall clock", () => {
+  const clock = new JumpClock(1_700_000_000_000);
+  const v = new LiveView(clock);
+  flowPerSecond(v, clock, 600);
+  clock.stepWall(-3_600_000);
+  flowPerSecond(v, clock, 1800);
+  const tp = v.summary({}).throughput;
+  assert.equal(tp.length, HISTORY_SECONDS);
+  // The seconds count up one by one and end at the wall clock's second of the last flow.
+  const lastFlowSecond = Math.floor((clock.wallMs() - 1000) / 1000);
+  assert.deepEqual(
+    tp.map(([s]) => s),
+    Array.from({ length: HISTORY_SECONDS }, (_, i) => lastFlowSecond - HISTORY_SECONDS + 1 + i),
+  );
+  assert.ok(tp.every(([, bytes, flows]) => bytes === 100 && flows === 1));
+});
+
+Deno.test("live view: a step of the wall clock moves the labels of the history as a whole", () => {
+  const clock = new JumpClock(1_700_000_000_000);
+  const v = new LiveView(clock);
+  flowPerSecond(v, clock, 10);
+  assert.deepEqual(v.summary({}).throughput.map(([s]) => s - 1_700_000_000), [
+    0,
+    1,
+    2,
+    3,
+    4,
+    5,
+    6,
+    7,
+    8,
+    9,
+  ]);
+  clock.stepWall(-3_600_000);
+  assert.deepEqual(v.summary({}).throughput.map(([s]) => s - 1_700_000_000 + 3600), [
+    0,
+    1,
+    2,
+    3,
+    4,
+    5,
+    6,
+    7,
+    8,
+    9,
+  ]);
+});
+
+// On the wall clock, a step back froze the window (measured: 30 min of bytes in "the last minute").
+Deno.test("live view: after the wall clock steps back, the top talkers still cover one to two minutes", () => {
+  const clock = new JumpClock(1_700_000_000_000);
+  const v = new LiveView(clock);
+  flowPerSecond(v, clock, 600);
+  clock.stepWall(-3_600_000);
+  flowPerSecond(v, clock, 1800);
+  // Three Pods share the flows (pod-0, pod-1, pod-2), 100 bytes a second in all.
+  const total = v.summary({}).top.sourcePod.reduce((n, [, b]) => n + b, 0);
+  assert.ok(total >= 60 * 100 && total <= 120 * 100, `${total} bytes`);
 });

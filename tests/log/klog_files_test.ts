@@ -17,8 +17,11 @@ import {
   type KlogFilesOptions,
   klogFileStamp,
 } from "../../src/log/mod.ts";
+import { JumpClock } from "../_helpers/jump_clock.ts";
+import { DENO_JSON, runDeno } from "../_helpers/process.ts";
 
 const HEADER_LINES = 4;
+const KLOG_DST_CHILD = new URL("../_helpers/klog_dst_child.ts", import.meta.url).pathname;
 // Local time, as klog names its files.
 const T0 = new Date(2026, 11, 3, 9, 31, 24);
 
@@ -39,7 +42,8 @@ function files(dir: string, extra: Partial<KlogFilesOptions> = {}): KlogFiles {
     pid: 4242,
     maxSizeBytes: 0,
     maxFiles: 0,
-    now: () => T0,
+    // Frozen unless a test moves its own.
+    clock: new JumpClock(T0.getTime()),
     ...extra,
   });
 }
@@ -190,10 +194,9 @@ Deno.test("klog files: at most maxFiles per severity, oldest (by name time) remo
   });
 });
 
-/** A clock the test moves by hand. */
-function manualClock(): { now: () => Date; advance: (ms: number) => void } {
-  let t = T0.getTime();
-  return { now: () => new Date(t), advance: (ms) => t += ms };
+/** A clock the test moves by hand, from T0. */
+function manualClock(): JumpClock {
+  return new JumpClock(T0.getTime());
 }
 
 Deno.test("klog files: a log directory removed under the process is recreated within a second", async () => {
@@ -201,7 +204,7 @@ Deno.test("klog files: a log directory removed under the process is recreated wi
     const logs = `${dir}/logs`;
     const clock = manualClock();
     // The default size limit (1800 MB): no rotation ever opens a new file by itself.
-    const f = files(logs, { maxSizeBytes: 1800 * 1024 * 1024, now: clock.now });
+    const f = files(logs, { maxSizeBytes: 1800 * 1024 * 1024, clock });
     f.write("I before", "info");
     f.flush();
     Deno.removeSync(logs, { recursive: true });
@@ -332,7 +335,7 @@ Deno.test("klog files: a file that cannot be created drops its lines (counted), 
     const logs = `${dir}/logs`;
     const clock = manualClock();
     const reports: string[] = [];
-    const f = files(logs, { now: clock.now, report: (line) => reports.push(line) });
+    const f = files(logs, { clock, report: (line) => reports.push(line) });
     // A regular file where the directory was: nothing can be created under it.
     Deno.removeSync(logs);
     Deno.writeTextFileSync(logs, "");
@@ -393,6 +396,96 @@ Deno.test("klog files: pruning orders names of one second by their suffix's numb
     const base = "flow-aggregator.node-1.alice.log.INFO.20261203-093124.4242";
     assert.deepEqual(list(dir, "INFO"), [`${base}.22`, `${base}.23`]);
     assert.ok(body(`${dir}/${base}.23`)[0].startsWith("I line 23 "));
+  });
+});
+
+/** The first word (`line-NN`) of each log line of each file of `severity`, by name. */
+function linesByFile(dir: string, severity: string): string[][] {
+  return [...Deno.readDirSync(dir)]
+    .filter((e) => e.isFile && e.name.includes(`.log.${severity}.`))
+    .map((e) => e.name)
+    .sort()
+    .map((n) => body(`${dir}/${n}`).map((l) => l.split(" ")[0]));
+}
+
+Deno.test("klog files: after the wall clock steps back, pruning keeps the files written last", async () => {
+  await withLogDir((dir) => {
+    const clock = manualClock();
+    // One line a file, a file a minute.
+    const f = files(dir, { clock, maxSizeBytes: 600, maxFiles: 3 });
+    const line = (i: number) => {
+      f.write(`line-${String(i).padStart(2, "0")} ${"x".repeat(300)}`, "info");
+      f.flush();
+      clock.advance(60_000);
+    };
+    for (let i = 0; i < 6; i++) line(i);
+    clock.stepWall(-3_600_000);
+    for (let i = 6; i < 12; i++) line(i);
+    f.close();
+    // By the names' time, line-04 and line-05 (an hour "later") were kept and line-06..10 went.
+    const kept = linesByFile(dir, "INFO").flat().sort();
+    assert.deepEqual(kept, ["line-09", "line-10", "line-11"]);
+    assert.ok(f.currentName("INFO").includes(klogFileStamp(new Date(clock.wallMs() - 60_000))));
+  });
+});
+
+Deno.test("klog files: files of earlier runs count as older than any of this run, whatever their names say", async () => {
+  await withLogDir((dir) => {
+    // An earlier run's file named an hour after this run's start (a clock stepped back since).
+    const later = new Date(T0.getTime() + 3_600_000);
+    const earlier = `flow-aggregator.node-1.alice.log.INFO.${klogFileStamp(later)}.17`;
+    Deno.writeTextFileSync(`${dir}/${earlier}`, "old\n");
+    const f = files(dir, { maxSizeBytes: 400, maxFiles: 2 });
+    f.write(`I one ${"a".repeat(300)}`, "info");
+    assert.ok(Deno.statSync(`${dir}/${earlier}`).isFile, "two files: nothing pruned yet");
+    f.write(`I two ${"a".repeat(300)}`, "info");
+    f.close();
+    assert.throws(() => Deno.statSync(`${dir}/${earlier}`), Deno.errors.NotFound);
+    assert.deepEqual(linesByFile(dir, "INFO").flat().map((l) => l.slice(0, 1)), ["I", "I"]);
+  });
+});
+
+Deno.test("klog files: across a DST fall-back (America/New_York), pruning keeps the newest files", async () => {
+  await withLogDir(async (dir) => {
+    const out = await runDeno(
+      ["run", "-A", "--config", DENO_JSON, KLOG_DST_CHILD, dir],
+      { env: { TZ: "America/New_York" } },
+    );
+    assert.equal(out.code, 0, out.stderr);
+    const { stamps } = JSON.parse(out.stdout) as { stamps: string[] };
+    // The names' local time went back an hour: 01:40 EDT, 01:50, then 01:00 EST.
+    assert.deepEqual(stamps.slice(0, 3), ["20241103-014000", "20241103-015000", "20241103-010000"]);
+    // By the names' time the two newest rotated files (line-02, line-03) were deleted.
+    assert.deepEqual(linesByFile(dir, "INFO").flat().sort(), ["line-02", "line-03", "line-04"]);
+  });
+});
+
+Deno.test("klog files: a write error is reported a minute later by the monotonic clock, a wall step back included", async () => {
+  await withLogDir((dir) => {
+    const clock = manualClock();
+    const reportedAt: number[] = [];
+    const f = files(dir, {
+      clock,
+      wrapFile: (file) => ({
+        writeSync: () => {
+          throw new Error("No space left on device (injected)");
+        },
+        truncateSync: () => {},
+        statSync: () => file.statSync(),
+        close: () => file.close(),
+      }),
+      report: () => reportedAt.push(clock.nowMs() / 60_000),
+    });
+    // A failing write every 10 s for 5 minutes; the wall clock goes back an hour after 1 minute.
+    for (let i = 0; i < 30; i++) {
+      if (i === 6) clock.stepWall(-3_600_000);
+      f.write(`I line ${i}`, "info");
+      f.flush();
+      clock.advance(10_000);
+    }
+    f.close();
+    assert.equal(f.stats().errors, 31, "each write, and the one of close()");
+    assert.deepEqual(reportedAt, [0, 1, 2, 3, 4, 5]);
   });
 });
 

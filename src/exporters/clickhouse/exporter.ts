@@ -168,7 +168,7 @@ export class ClickHouseExporter implements Exporter {
   };
   readonly #username: string;
   readonly #password: string;
-  readonly #errLog = new RateLimitedLog(10_000);
+  readonly #errLog = new RateLimitedLog(10_000, () => this.#clock.nowMs());
 
   readonly #rows = new RowBinaryWriter();
   readonly #memory: Batch[] = [];

@@ -306,7 +306,7 @@ export class IpfixExporter implements Exporter {
   readonly #window: number;
   readonly #idleSessionMs: number;
   readonly #clock: Clock;
-  readonly #dropLog = new RateLimitedLog(10_000);
+  readonly #dropLog = new RateLimitedLog(10_000, () => this.#clock.nowMs());
   /** Frames each batch; reused, as one batch is built and sent at a time. */
   readonly #out = new MessageBuilder();
   readonly #header: MessageHeaderFields = {

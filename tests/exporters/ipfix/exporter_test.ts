@@ -11,6 +11,7 @@ import type { AggregatedRecord, ExportedFlow } from "../../../src/aggregation/re
 import { type CaptureOptions, CaptureServer } from "../../../src/flowgen/capture.ts";
 import { exportedFlow, fixtureFlow } from "../fixtures.ts";
 import { ManualClock } from "../../../src/clock.ts";
+import { JumpClock } from "../../_helpers/jump_clock.ts";
 import { elementByName } from "../../../src/ipfix/mod.ts";
 import { setLogWriter } from "../../../src/log.ts";
 import {
@@ -421,6 +422,40 @@ Deno.test("reconnect backoff runs on the clock: 1 s, 2 s, 4 s, then capped at 4 
   assert.equal(s.errors, 6, "no attempt after the stop timeout");
   assert.equal(s.dropped, 1);
   assert.equal(s.exported + s.dropped, s.received);
+});
+
+Deno.test("'records dropped' is logged every 10 s of the clock's monotonic time, a wall step back included", async () => {
+  // Its limiter read Date.now: an hour's step back muted the warnings for the hour.
+  const clock = new JumpClock();
+  const warnedAt: number[] = [];
+  setLogWriter((line) => {
+    if (line.includes("queue full")) warnedAt.push(clock.nowMs() / 1000);
+  });
+  try {
+    const e = exporter(refusedPort(), "tcp", {
+      clock,
+      maxQueueRecords: 1,
+      backoffInitialMs: 3_600_000,
+      backoffMaxMs: 3_600_000,
+      stopTimeoutMs: 100,
+    });
+    await e.start();
+    e.addRecord(flow(false, 0));
+    // A record a second for 2 minutes, each dropping one; the wall clock goes back 1 h at 1 min.
+    for (let s = 0; s < 120; s++) {
+      if (s === 60) clock.stepWall(-3_600_000);
+      e.addRecord(flow(false, s));
+      clock.advance(1000);
+    }
+    assert.equal(e.stats().dropped, 120);
+    const stopped = e.stop();
+    await clock.whenTimersPending(2);
+    clock.advance(3_600_000);
+    await stopped;
+  } finally {
+    setLogWriter(() => {});
+  }
+  assert.deepEqual(warnedAt, Array.from({ length: 12 }, (_, i) => i * 10));
 });
 
 Deno.test("a short session keeps the backoff growing; a 10 s session resets it", async () => {

@@ -12,7 +12,12 @@ import { AggregationCore, type ExportHooks } from "./aggregation/mod.ts";
 import type { ExportedFlow, FlowInput, FlowKey } from "./aggregation/record.ts";
 import { joinRecordTexts, recordTexts } from "./aggregation/records_json.ts";
 import { type Clock, type ClockTimer, TaskCachedClock, within } from "./clock.ts";
-import { Collector, type CollectorStats, type UdpReceiverFactory } from "./collector/mod.ts";
+import {
+  Collector,
+  type CollectorStats,
+  type UdpReceiverFactory,
+  withEarlierCollectors,
+} from "./collector/mod.ts";
 import type { RecordContext } from "./collector/session.ts";
 import {
   COMPONENTS,
@@ -406,7 +411,8 @@ export class FlowAggregator {
   #state: "new" | "running" | "stopping" | "stopped" = "new";
   #startCalled = false;
   /** Records received by collectors replaced on a transport change (numRecordsReceived). */
-  #receivedByEarlierCollectors = 0;
+  /** Counters of the collectors stopped so far (a reload replaced them), summed. */
+  #earlierCollectors: CollectorStats | undefined;
   #exported = 0;
   #optionsIgnored = 0;
   #nonFlowRecords = 0;
@@ -810,7 +816,7 @@ export class FlowAggregator {
 
   /** Counters of every component. */
   stats(): FlowAggregatorStats {
-    const collector = this.#collector?.stats();
+    const collector = withEarlierCollectors(this.#earlierCollectors, this.#collector?.stats());
     const exporters: Record<string, ExporterStats> = {};
     // Sinks stopped by stop() keep their final counters here, so the last metrics line (and
     // stats() after stop) still accounts for every sink.
@@ -820,7 +826,7 @@ export class FlowAggregator {
     const sharded = this.#pool?.snapshot();
     return {
       numRecordsExported: this.#exported,
-      numRecordsReceived: this.#receivedByEarlierCollectors + (collector?.dataRecords ?? 0),
+      numRecordsReceived: collector?.dataRecords ?? 0,
       numFlows: this.#pool?.flowCount ?? this.#core.flowCount,
       numConnToCollector: collector?.sessionsActive ?? 0,
       optionsRecordsIgnored: this.#optionsIgnored,
@@ -1091,12 +1097,12 @@ export class FlowAggregator {
     log.info("exporter stopped", { section, ...s });
   }
 
-  /** Stops the collector, keeping its record count so the metric stays monotonic. */
+  /** Stops the collector, keeping its counters so that none goes back (the next one's add on). */
   async #stopCollector(): Promise<void> {
     const c = this.#collector;
     if (c === undefined) return;
     await c.stop();
-    this.#receivedByEarlierCollectors += c.stats().dataRecords;
+    this.#earlierCollectors = withEarlierCollectors(this.#earlierCollectors, c.stats());
     this.#collector = undefined;
   }
 

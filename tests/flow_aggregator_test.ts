@@ -652,14 +652,30 @@ Deno.test("flow aggregator: numRecordsReceived keeps counting across a collector
     tcp.close();
     await waitReceived(1);
     assert.equal(h.fa.stats().numRecordsReceived, 1);
+    const before = h.fa.stats().collector!;
+    assert.equal(before.sessionsOpened, 1);
     await update(h, config({ transport: "UDP" }));
     assert.equal(h.fa.stats().numRecordsReceived, 1, "not reset by the restart");
+    // Every counter of the collector goes on from where it was (only numRecordsReceived did:
+    // sessionsOpened, decodeErrors, bytes… went back to 0 at each restart, seen in a soak).
+    const after = h.fa.stats().collector!;
+    assert.equal(after.transport, "udp");
+    assert.equal(after.sessionsOpened, 1);
+    assert.equal(after.sessionsClosed, 1);
+    assert.equal(after.sessionsActive, 0);
+    assert.equal(after.messages, before.messages);
+    assert.equal(after.bytes, before.bytes);
+    assert.deepEqual(after.exporters, before.exporters);
     const udp = await SimAgent.connect(NODES[0], h.fa.collectorPort, "udp");
     await udp.sendTemplates();
     await udp.sendRecord(intraNodeRecord(9402));
     udp.close();
     await waitReceived(2);
     assert.equal(h.fa.stats().numRecordsReceived, 2);
+    const last = h.fa.stats().collector!;
+    assert.equal(last.sessionsOpened, 2);
+    assert.ok(last.bytes > before.bytes);
+    assert.equal(last.exporters["127.0.0.1"].dataRecords, 2, "per exporter, summed");
   } finally {
     await h.fa.stop();
   }

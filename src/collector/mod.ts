@@ -13,6 +13,7 @@ export {
   MAX_TRACKED_EXPORTERS,
   OTHER_EXPORTERS,
   type Transport,
+  withEarlierCollectors,
 } from "./stats.ts";
 export type { TlsMaterial } from "./tls.ts";
 export {

@@ -296,3 +296,100 @@ export class Counters {
 function countBy(counts: Map<string, number>, key: string): void {
   counts.set(key, (counts.get(key) ?? 0) + 1);
 }
+
+/** Fields of {@linkcode CollectorStats} that tell the present, not a count since start. */
+const GAUGES = new Set<keyof CollectorStats>([
+  "transport",
+  "sessionsActive",
+  "templatesHeld",
+  "readBufferBytes",
+]);
+
+/**
+ * The UDP receive paths' counters: `current`'s state (mode, sockets, buffer, per-socket
+ * datagrams) with the drops of `earlier` added; `earlier`'s drops alone, with no socket, when
+ * the current collector has no UDP receive path.
+ */
+function udpWithEarlier(
+  earlier: UdpReceiverCounters | undefined,
+  current: UdpReceiverCounters | undefined,
+): UdpReceiverCounters | undefined {
+  if (earlier === undefined) return current;
+  if (current === undefined) {
+    return { ...earlier, sockets: 0, recvBufferBytes: 0, socketDatagrams: [] };
+  }
+  return {
+    ...current,
+    kernelDrops: earlier.kernelDrops + current.kernelDrops,
+    kernelDropsKnown: earlier.kernelDropsKnown || current.kernelDropsKnown,
+    queueDrops: earlier.queueDrops + current.queueDrops,
+    oversized: earlier.oversized + current.oversized,
+    handlerErrors: earlier.handlerErrors + current.handlerErrors,
+  };
+}
+
+/** `a` + `b`, key by key (counts by reason). */
+function sumBy(
+  a: Readonly<Record<string, number>>,
+  b: Readonly<Record<string, number>>,
+): Record<string, number> {
+  const out: Record<string, number> = { ...a };
+  for (const [k, v] of Object.entries(b)) out[k] = (out[k] ?? 0) + v;
+  return out;
+}
+
+/**
+ * The counters of the collectors a process has run (a reload of a `limits` key, of the
+ * transport or of `flowAggregatorAddress` starts a new one): `earlier`, the sum of those
+ * stopped, with `current`'s added, so no counter goes back when the collector is replaced.
+ * Gauges (sessions open, templates held, read buffers, the UDP receive path's state) are the
+ * current collector's alone, 0 without one. Per-exporter counters are summed per address,
+ * still bounded: addresses past {@linkcode MAX_TRACKED_EXPORTERS} are summed under
+ * {@linkcode OTHER_EXPORTERS}.
+ */
+export function withEarlierCollectors(
+  earlier: CollectorStats | undefined,
+  current: CollectorStats | undefined,
+): CollectorStats | undefined {
+  if (earlier === undefined || current === undefined) {
+    if (earlier === undefined) return current;
+    const udpReceiver = udpWithEarlier(earlier.udpReceiver, undefined);
+    return {
+      ...earlier,
+      sessionsActive: 0,
+      templatesHeld: 0,
+      readBufferBytes: 0,
+      ...(udpReceiver === undefined ? {} : { udpReceiver }),
+    };
+  }
+  const out: Record<string, unknown> = {};
+  for (const key of Object.keys(current) as (keyof CollectorStats)[]) {
+    const a = earlier[key];
+    const b = current[key];
+    if (GAUGES.has(key) || key === "exporters" || key === "udpReceiver") out[key] = b;
+    else if (typeof b === "number") out[key] = (typeof a === "number" ? a : 0) + b;
+    else out[key] = sumBy((a ?? {}) as Record<string, number>, b as Record<string, number>);
+  }
+  const exporters: Record<string, ExporterStats> = { ...earlier.exporters };
+  let tracked = Object.keys(exporters).length;
+  for (const [address, e] of Object.entries(current.exporters)) {
+    let key = address;
+    if (exporters[key] === undefined && tracked >= MAX_TRACKED_EXPORTERS) key = OTHER_EXPORTERS;
+    const past = exporters[key];
+    if (past === undefined) tracked++;
+    exporters[key] = past === undefined ? { ...e } : {
+      messages: past.messages + e.messages,
+      dataRecords: past.dataRecords + e.dataRecords,
+      templateRecords: past.templateRecords + e.templateRecords,
+      bytes: past.bytes + e.bytes,
+      decodeErrors: past.decodeErrors + e.decodeErrors,
+      templateMisses: past.templateMisses + e.templateMisses,
+      recordsDropped: past.recordsDropped + e.recordsDropped,
+      sessionsOpened: past.sessionsOpened + e.sessionsOpened,
+    };
+  }
+  out.exporters = exporters;
+  const udpReceiver = udpWithEarlier(earlier.udpReceiver, current.udpReceiver);
+  if (udpReceiver !== undefined) out.udpReceiver = udpReceiver;
+  return out as unknown as CollectorStats;
+}

@@ -71,6 +71,7 @@ import type { ClusterIdentityStats } from "./k8s/cluster_uuid.ts";
 import type { KubeClientStats } from "./k8s/client.ts";
 import { applyCoreSettings, type SettableCore, type ShardSettings } from "./shard/protocol.ts";
 import type { GeneratedCertificates } from "./pki/certificates.ts";
+import { noReissues, type ReissueCounts, VALIDITY_CHECK_INTERVAL_MS } from "./pki/validity.ts";
 
 const log = logger("flow-aggregator");
 
@@ -147,8 +148,17 @@ export interface FlowAggregatorOptions {
   certificates?: GeneratedCertificates;
   /** Kubernetes namespace, for the server certificate SAN. */
   namespace?: string;
-  /** Called once the TLS certificates exist (to publish or write them). */
+  /**
+   * Called once the TLS certificates exist (to publish or write them), and again with each set
+   * issued while running (a new `flowAggregatorAddress`, certificates out of their validity).
+   */
   onCertificates?: (certs: GeneratedCertificates) => void | Promise<void>;
+  /**
+   * How often a TLS collector compares the wall clock with its certificates' validity, on a
+   * monotonic timer of the clock, issuing them again when it is outside (or near the end,
+   * `src/pki/validity.ts`); default {@linkcode VALIDITY_CHECK_INTERVAL_MS}, 0 never.
+   */
+  certificateCheckIntervalMs?: number;
   /** Disable the expiry timer (tests drive {@linkcode FlowAggregator.sweep} by hand). */
   manualSweep?: boolean;
   /** Period of the metrics log line; default 60 s. 0 disables it. */
@@ -231,6 +241,14 @@ export interface FlowAggregatorStats extends RecordMetrics, Partial<ConfigWatche
    * tried again after 1 s, then twice as long each time up to 60 s, while the section is enabled.
    */
   exporterCreatesFailed: number;
+  /**
+   * Times the TLS collector's certificates were issued again while running, by why:
+   * `notValidYet`, the wall clock before their validity (it was ahead when they were made, at
+   * start, and has been set back: the Agents refused them); `expiring`, under 90 days left
+   * (or expired). A new CA (published, and written to `--cert-dir`) when the CA or the client
+   * certificate needed it, else a new server certificate from the same CA.
+   */
+  collectorCertificatesReissued: ReissueCounts;
   /** Aggregation core counters. */
   aggregation: ReturnType<AggregationCore["stats"]>;
   /** Collector counters (undefined before start). */
@@ -406,6 +424,9 @@ export class FlowAggregator {
   readonly #exporters = new Map<ExporterSection, Exporter>();
   #collector: Collector | undefined;
   #certs: GeneratedCertificates | undefined;
+  /** The next check of the certificates' validity (TLS collector). */
+  #certTimer: ClockTimer | undefined;
+  readonly #certsReissued: ReissueCounts = noReissues();
   #timer: ReturnType<typeof setTimeout> | undefined;
   #metricsTimer: ReturnType<typeof setInterval> | undefined;
   #state: "new" | "running" | "stopping" | "stopped" = "new";
@@ -601,6 +622,7 @@ export class FlowAggregator {
     if (this.#metricsTimer !== undefined) clearInterval(this.#metricsTimer);
     for (const r of this.#createRetries.values()) r.timer.cancel();
     this.#createRetries.clear();
+    this.#certTimer?.cancel();
     await this.#updates;
     if (this.#collector) await this.#collector.stop();
     if (wasRunning) {
@@ -836,6 +858,7 @@ export class FlowAggregator {
       exportedWithoutSink: this.#exportedWithoutSink,
       exporterRebuildsFailed: this.#exporterRebuildsFailed,
       exporterCreatesFailed: this.#exporterCreatesFailed,
+      collectorCertificatesReissued: { ...this.#certsReissued },
       ...this.#opts.configCounters?.(),
       aggregation: sharded?.stats ?? this.#core.stats(),
       collector,
@@ -933,6 +956,7 @@ export class FlowAggregator {
         this.#certs = reissueServerCertificate(this.#certs, {
           namespace: this.#opts.namespace,
           address: next.flowAggregatorAddress,
+          now: new Date(this.#clock.wallMs()),
         });
         log.info("server certificate re-issued for the new flowAggregatorAddress", {
           flowAggregatorAddress: next.flowAggregatorAddress,
@@ -962,6 +986,76 @@ export class FlowAggregator {
       log.error("Ignoring unsupported configuration updates, please restart FlowAggregator", {
         keys: diff.restartRequired.join(","),
       });
+    }
+  }
+
+  /**
+   * Arms the next comparison of the wall clock with the TLS certificates' validity, on the
+   * clock's monotonic time (a step of the wall clock does not move it); none without TLS
+   * certificates or while one is armed.
+   */
+  #armCertificateCheck(): void {
+    const every = this.#opts.certificateCheckIntervalMs ?? VALIDITY_CHECK_INTERVAL_MS;
+    if (every <= 0 || this.#state !== "running") return;
+    if (this.#certs === undefined || this.#certTimer !== undefined) return;
+    this.#certTimer = this.#clock.setTimer(every, () => {
+      this.#certTimer = undefined;
+      const run = this.#updates.then(() => this.#checkCertificates());
+      this.#updates = run.catch((err) => log.error("certificate check failed", { err }))
+        .finally(() => this.#armCertificateCheck());
+    }, { unref: true });
+  }
+
+  /**
+   * Issues the TLS collector's certificates again when the wall clock is outside their
+   * validity, or near its end (`reissueNeeded`): a new CA and client certificate when either
+   * needs it (the start's path: published, written to `--cert-dir`), else a new server
+   * certificate from the same CA (the `flowAggregatorAddress` change's path). The collector
+   * serves the new ones to the next handshakes; its open connections are kept.
+   */
+  async #checkCertificates(): Promise<void> {
+    const certs = this.#certs;
+    const collector = this.#collector;
+    if (this.#state !== "running" || certs === undefined || collector === undefined) return;
+    const lib = await certificateLibrary();
+    const nowMs = this.#clock.wallMs();
+    const need = lib.reissueNeeded(certs, nowMs);
+    if (need === undefined) return;
+    const fields = {
+      certificate: need.certificate,
+      now: new Date(nowMs).toISOString(),
+      notBefore: new Date(need.window.notBeforeMs).toISOString(),
+      notAfter: new Date(need.window.notAfterMs).toISOString(),
+      reissued: need.scope === "ca" ? "CA, client and server" : "server",
+    };
+    if (need.reason === "notValidYet") {
+      log.warn(
+        "the wall clock moved before the collector certificates' validity (it was ahead when " +
+          "they were made): issuing them again",
+        fields,
+      );
+    } else {
+      log.info("a collector certificate expires soon: issuing the certificates again", fields);
+    }
+    const gen = {
+      namespace: this.#opts.namespace,
+      address: this.#config.flowAggregatorAddress,
+      now: new Date(nowMs),
+    };
+    const next = need.scope === "ca"
+      ? lib.generateCertificates(gen)
+      : lib.reissueServerCertificate(certs, gen);
+    this.#certs = next;
+    collector.setTlsMaterial({
+      caPem: next.ca.certPem,
+      certPem: next.server.certPem,
+      keyPem: next.server.keyPem,
+    });
+    this.#certsReissued[need.reason]++;
+    try {
+      await this.#opts.onCertificates?.(next);
+    } catch (err) {
+      log.error("the re-issued collector certificates could not be handed out", { err });
     }
   }
 
@@ -1120,6 +1214,7 @@ export class FlowAggregator {
       this.#certs ??= this.#opts.certificates ?? (await certificateLibrary()).generateCertificates({
         namespace: this.#opts.namespace,
         address: cfg.flowAggregatorAddress,
+        now: new Date(this.#clock.wallMs()),
       });
       tls = {
         caPem: this.#certs.ca.certPem,
@@ -1162,6 +1257,7 @@ export class FlowAggregator {
       address,
       port: collector.port,
     });
+    if (protocol === "tls") this.#armCertificateCheck();
   }
 
   /**

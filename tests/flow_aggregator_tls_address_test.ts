@@ -37,7 +37,8 @@ Deno.test("flowAggregatorAddress change: the server certificate is re-issued by 
   const restore = setLogWriter((l) => lines.push(l));
   const published: GeneratedCertificates[] = [];
   const fa = new FlowAggregator(tlsConfig("10.0.0.1"), {
-    clock: new ManualClock(),
+    // The certificates are made at the clock's wall time: now, for the Agents' real TLS stack.
+    clock: new ManualClock(Date.now()),
     manualSweep: true,
     listenAddress: "127.0.0.1:0",
     metricsLogIntervalMs: 0,

@@ -31,6 +31,7 @@ import { failHandshakeAfterEof, socketDuplex } from "../net/socket_duplex.ts";
 import { acceptLoop } from "../collector/tcp.ts";
 import { warnRateLimited } from "../collector/session.ts";
 import { type Logger, RateLimitedLog } from "../log.ts";
+import { noReissues, type ReissueCounts, type ReissueReason } from "../pki/validity.ts";
 import {
   bodyLength,
   errorResponse,
@@ -103,6 +104,12 @@ export interface ApiFrontStats {
    * kernel's send buffer, full): its place freed.
    */
   liveViewsDropped: number;
+  /**
+   * Times the serving certificate was issued again while running, by why: the wall clock
+   * before its validity (`notValidYet`: it was ahead at start and has been set back) or its end
+   * near (`expiring`, under 90 days left). See `src/pki/validity.ts`.
+   */
+  certificatesReissued: ReissueCounts;
 }
 
 /** One admitted connection. */
@@ -131,8 +138,9 @@ export type Handler = (req: Request) => Response | Promise<Response>;
 export class ApiFront {
   readonly #listener: Deno.TcpListener;
   readonly #handler: Handler;
-  readonly #tls: tls.Server;
-  readonly #accept: (this: tls.Server, socket: Duplex) => void;
+  /** Handshakes from now on; replaced by {@linkcode setCertificate}. */
+  #tls: tls.Server;
+  #accept: (this: tls.Server, socket: Duplex) => void;
   readonly #limits: ApiFrontLimits;
   readonly #clock: Clock;
   readonly #log: Logger;
@@ -150,6 +158,7 @@ export class ApiFront {
     acceptErrors: 0,
     refusedBusy: { pendingResponseBytes: 0, queries: 0, liveViews: 0 },
     liveViewsDropped: 0,
+    certificatesReissued: noReissues(),
   };
   /** Bytes of answers built and not yet written (see `maxPendingResponseBytes`). */
   #pendingBytes = 0;
@@ -167,14 +176,7 @@ export class ApiFront {
   ) {
     this.#listener = listener;
     this.#handler = handler;
-    this.#tls = tls.createServer({
-      cert: pem.cert,
-      key: pem.key,
-      minVersion: "TLSv1.2",
-      // Both HTTP/1 versions this front speaks (a client offering only http/1.0, as
-      // `curl --http1.0` does, would otherwise fail the handshake).
-      ALPNProtocols: ["http/1.1", "http/1.0"],
-    });
+    this.#tls = serverFor(pem);
     this.#accept = tlsConnectionListener(this.#tls, "api");
     this.#limits = limits;
     this.#caps = new AddressCaps(limits.maxConnections, limits.maxConnectionsPerAddress);
@@ -183,10 +185,22 @@ export class ApiFront {
     this.#rateLog = new RateLimitedLog(10_000, () => this.#clock.nowMs());
   }
 
+  /**
+   * Serves `pem` to the handshakes from now on, counted under `reason`; open connections keep
+   * theirs (the certificate is checked at the handshake only).
+   */
+  setCertificate(pem: { cert: string; key: string }, reason: ReissueReason): void {
+    const server = serverFor(pem);
+    this.#accept = tlsConnectionListener(server, "api");
+    this.#tls = server;
+    this.#stats.certificatesReissued[reason]++;
+  }
+
   /** The counters now. */
   stats(): ApiFrontStats {
     return {
       ...this.#stats,
+      certificatesReissued: { ...this.#stats.certificatesReissued },
       connections: this.#conns.size,
       connectionsRefused: { ...this.#stats.connectionsRefused },
       connectionsTimedOut: { ...this.#stats.connectionsTimedOut },
@@ -510,6 +524,18 @@ const PLAIN_HIGH_WATER = 64 * 1024;
 const RAW_AHEAD_BYTES = 64 * 1024;
 /** How long {@linkcode PlainConn.end} waits for the peer before closing the socket. */
 const END_GRACE_MS = 1000;
+
+/** The `node:tls` server (never listening) that runs the API's handshakes with `pem`. */
+function serverFor(pem: { cert: string; key: string }): tls.Server {
+  return tls.createServer({
+    cert: pem.cert,
+    key: pem.key,
+    minVersion: "TLSv1.2",
+    // Both HTTP/1 versions this front speaks (a client offering only http/1.0, as
+    // `curl --http1.0` does, would otherwise fail the handshake).
+    ALPNProtocols: ["http/1.1", "http/1.0"],
+  });
+}
 
 /**
  * TLS over `conn` by `server`'s connection listener (`accept`): the socket's encrypted bytes are

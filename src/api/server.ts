@@ -17,7 +17,9 @@
  */
 
 import { dirname } from "node:path";
-import { generateApiCertificate } from "../pki/api_certificate.ts";
+import { type ApiCertificate, generateApiCertificate } from "../pki/api_certificate.ts";
+import { reissueReason, VALIDITY_CHECK_INTERVAL_MS } from "../pki/validity.ts";
+import { type Clock, type ClockTimer, systemClock } from "../clock.ts";
 import { logger } from "../log.ts";
 import { apiHandler, type ApiSource } from "./handler.ts";
 import { ApiFront, type ApiFrontLimits, type ApiFrontStats } from "./front.ts";
@@ -50,6 +52,16 @@ export interface ApiServerOptions {
   tlsMinVersion?: string;
   /** The port's bounds (`limits.*Api*`; `front.ts`). */
   limits: ApiFrontLimits;
+  /**
+   * Wall time of the certificate and monotonic time of its checks; default the process clock.
+   */
+  clock?: Clock;
+  /**
+   * How often the certificate's validity is compared with the wall clock (a new one issued
+   * when outside it or near its end, `src/pki/validity.ts`); default
+   * {@linkcode VALIDITY_CHECK_INTERVAL_MS}, 0 never.
+   */
+  certificateCheckIntervalMs?: number;
 }
 
 /** A running API server. */
@@ -58,7 +70,7 @@ export interface ApiServer {
   readonly port: number;
   /** The bearer token (for in-process callers and tests). */
   readonly token: string;
-  /** The CA to verify the server with (PEM). */
+  /** The CA to verify the server with (PEM); a new one once the certificate is re-issued. */
   readonly caPem: string;
   /** The port's counters. */
   stats(): ApiFrontStats;
@@ -101,7 +113,8 @@ export async function startApiServer(
     });
   }
   const token = crypto.randomUUID();
-  const cert = await generateApiCertificate();
+  const clock = opts.clock ?? systemClock;
+  let cert = await generateApiCertificate(new Date(clock.wallMs()));
   // The front counts the handler's refusals with its own (it exists once the handler does).
   let front: ApiFront | undefined = undefined;
   const handler = apiHandler(source, {
@@ -154,16 +167,79 @@ export async function startApiServer(
     port,
     tokenFile: opts.tokenFile,
   });
+  // The certificate is made once, from the wall clock at start: checked on a monotonic timer
+  // against the wall clock now, and made again when outside its validity (see validity.ts).
+  const interval = opts.certificateCheckIntervalMs ?? VALIDITY_CHECK_INTERVAL_MS;
+  let timer: ClockTimer | undefined;
+  let closed = false;
+  const check = async (): Promise<void> => {
+    const now = clock.wallMs();
+    const reason = reissueReason(cert.validity, now);
+    if (reason !== undefined) {
+      const next = await reissueApiCertificate(cert, reason, now, opts.tokenFile);
+      if (closed) return;
+      front!.setCertificate({ cert: next.chainPem, key: next.keyPem }, reason);
+      cert = next;
+    }
+  };
+  const arm = (): void => {
+    if (interval <= 0 || closed) return;
+    timer = clock.setTimer(interval, () => {
+      check().catch((err) => log.error("cannot re-issue the API certificate", { err }))
+        .finally(arm);
+    }, { unref: true });
+  };
+  arm();
   return {
     port,
     token,
-    caPem: cert.caPem,
+    get caPem(): string {
+      return cert.caPem;
+    },
     stats: () => front.stats(),
     close: async () => {
+      closed = true;
+      timer?.cancel();
       // Live views stream forever: end them first (their connections then end), and close
       // every other connection.
       source.live?.close();
       await front.close();
     },
   };
+}
+
+/**
+ * A new API certificate for wall time `nowMs`, replacing `old` (out of its validity for
+ * `reason`): logged, and its CA written next to the token for the CLI.
+ */
+async function reissueApiCertificate(
+  old: ApiCertificate,
+  reason: "notValidYet" | "expiring",
+  nowMs: number,
+  tokenFile: string,
+): Promise<ApiCertificate> {
+  const fields = {
+    now: new Date(nowMs).toISOString(),
+    notBefore: new Date(old.validity.notBeforeMs).toISOString(),
+    notAfter: new Date(old.validity.notAfterMs).toISOString(),
+  };
+  if (reason === "notValidYet") {
+    log.warn(
+      "the wall clock moved before the API certificate's validity (it was ahead when the " +
+        "certificate was made): issuing a new one",
+      fields,
+    );
+  } else {
+    log.info("the API certificate expires soon: issuing a new one", fields);
+  }
+  const next = await generateApiCertificate(new Date(nowMs));
+  try {
+    await writePrivate(caFileOf(tokenFile), next.caPem);
+  } catch (err) {
+    log.error("cannot write the API's new CA: the CLI cannot verify the server", {
+      path: caFileOf(tokenFile),
+      err,
+    });
+  }
+  return next;
 }

@@ -78,7 +78,7 @@ export interface CollectorOptions {
 
 /** An IPFIX collecting process. */
 export class Collector {
-  readonly #options: CollectorOptions;
+  #options: CollectorOptions;
   readonly #env: SessionEnv;
   readonly #counters: Counters;
   readonly #ttlMs: number;
@@ -200,6 +200,18 @@ export class Collector {
       connectionsCutAtStop: c.connectionsCutAtStop,
       bytesLostAtStop: c.bytesLostAtStop,
     });
+  }
+
+  /**
+   * A TLS collector serves `material` to the handshakes from now on (its certificates were
+   * re-issued); established connections are kept. Throws for a UDP or TCP collector.
+   */
+  setTlsMaterial(material: TlsMaterial): void {
+    if (this.#options.protocol !== "tls") {
+      throw new Error(`collector: ${this.#options.protocol} has no TLS material`);
+    }
+    this.#options = { ...this.#options, tls: material };
+    this.#tls?.setMaterial(material);
   }
 
   #streamOptions(): StreamListenerOptions {

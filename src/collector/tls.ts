@@ -85,8 +85,9 @@ const TLS_PIECE_BYTES = 16 * 1024;
 export class TlsListener {
   readonly #env: SessionEnv;
   readonly #address: ListenAddress;
-  readonly #server: tls.Server;
-  readonly #accept: (this: tls.Server, socket: Duplex) => void;
+  /** Handshakes from now on; replaced by {@linkcode setMaterial}. */
+  #server: tls.Server;
+  #accept: (this: tls.Server, socket: Duplex) => void;
   readonly #table: ConnectionTable;
   readonly #drain: DrainOptions;
   readonly #handlers = new Set<Promise<void>>();
@@ -108,7 +109,23 @@ export class TlsListener {
     this.#gate = new ReadGate(TRICKLE_WAIT_MS, { busyFrom: TLS_BUSY_READ_BYTES });
     this.#table = new ConnectionTable(env, { limits: options.limits, releaseIdleBuffers: true });
     this.#drain = options.drain;
-    this.#server = tls.createServer({
+    this.#server = this.#serverFor(material);
+    this.#accept = tlsConnectionListener(this.#server, "tls");
+  }
+
+  /**
+   * Serves `material` to the handshakes from now on (certificates re-issued while running).
+   * Established connections keep their session: TLS checks certificates at the handshake only.
+   */
+  setMaterial(material: TlsMaterial): void {
+    const server = this.#serverFor(material);
+    this.#accept = tlsConnectionListener(server, "tls");
+    this.#server = server;
+  }
+
+  /** The `node:tls` server (never listening) that runs the handshakes with `material`. */
+  #serverFor(material: TlsMaterial): tls.Server {
+    const server = tls.createServer({
       requestCert: true,
       rejectUnauthorized: true,
       ca: [material.caPem],
@@ -116,7 +133,6 @@ export class TlsListener {
       key: material.keyPem,
       minVersion: "TLSv1.2",
     });
-    this.#accept = tlsConnectionListener(this.#server, "tls");
     // Fail closed: an event reaching the shared server itself names no connection (a runtime
     // whose listener no longer reports through `this`), so its socket is dropped, loudly, and
     // counted as a failed handshake (the connection never got a session).
@@ -127,8 +143,9 @@ export class TlsListener {
         this.#env.log.error("TLS connection event not tied to its connection: dropped");
       }
     };
-    this.#server.on("secureConnection", unrouted);
-    this.#server.on("tlsClientError", (_e: Error, socket?: tls.TLSSocket) => unrouted(socket));
+    server.on("secureConnection", unrouted);
+    server.on("tlsClientError", (_e: Error, socket?: tls.TLSSocket) => unrouted(socket));
+    return server;
   }
 
   /** The bound port (after {@linkcode start}). */

@@ -9,6 +9,7 @@
  */
 
 import { DAY_MS, HOUR_MS, pem } from "./common.ts";
+import type { ValidityWindow } from "./validity.ts";
 import { concatBytes } from "../bytes.ts";
 
 /** The API server's certificate: a chain (leaf then CA) and the leaf's key. */
@@ -19,6 +20,8 @@ export interface ApiCertificate {
   readonly keyPem: string;
   /** The CA alone (what a client trusts). */
   readonly caPem: string;
+  /** Validity of both certificates (as encoded: whole seconds). */
+  readonly validity: ValidityWindow;
 }
 
 /**
@@ -76,7 +79,13 @@ export async function generateApiCertificate(now: Date = new Date()): Promise<Ap
     ],
   });
   const keyDer = new Uint8Array(await crypto.subtle.exportKey("pkcs8", leaf.privateKey));
-  return { chainPem: leafPem + caPem, keyPem: pem("PRIVATE KEY", keyDer), caPem };
+  const seconds = (d: Date): number => Math.floor(d.getTime() / 1000) * 1000;
+  return {
+    chainPem: leafPem + caPem,
+    keyPem: pem("PRIVATE KEY", keyDer),
+    caPem,
+    validity: { notBeforeMs: seconds(notBefore), notAfterMs: seconds(notAfter) },
+  };
 }
 
 const OID_COMMON_NAME = "2.5.4.3";

@@ -12,6 +12,7 @@ import { generateKeyPairSync } from "node:crypto";
 import { isIP } from "node:net";
 import forge from "node-forge";
 import { DAY_MS, DEFAULT_NAMESPACE, HOUR_MS } from "./common.ts";
+import { type ReissueReason, reissueReason, type ValidityWindow } from "./validity.ts";
 
 /** A certificate and its private key, both PEM. */
 export interface CertificatePair {
@@ -300,6 +301,62 @@ export function reuseProblem(
     if (!caCert.verify(clientCert)) return "the client certificate is not signed by the CA";
   } catch (err) {
     return `unreadable: ${(err as Error).message}`;
+  }
+  return undefined;
+}
+
+/** What {@linkcode reissueNeeded} found out of its window. */
+export interface ReissueNeed {
+  /**
+   * What to issue again: `ca`, a new CA and everything it signs (the CA or the client
+   * certificate is out of its window: the Agents need the new CA and client pair); `server`,
+   * only a new server certificate from the same CA (the Agents need nothing new).
+   */
+  readonly scope: "ca" | "server";
+  /** Why. */
+  readonly reason: ReissueReason;
+  /** The certificate out of its window (the first of CA, client, server). */
+  readonly certificate: "CA" | "client" | "server";
+  /** Its validity. */
+  readonly window: ValidityWindow;
+}
+
+/** Parsed validity of each certificate of a set, parsed once per set (node-forge is slow). */
+const windowsOf = new WeakMap<
+  GeneratedCertificates,
+  Record<"CA" | "client" | "server", ValidityWindow>
+>();
+
+function windowOf(certPem: string): ValidityWindow {
+  const { validity } = forge.pki.certificateFromPem(certPem);
+  return { notBeforeMs: validity.notBefore.getTime(), notAfterMs: validity.notAfter.getTime() };
+}
+
+/**
+ * Whether `certs` must be issued again at wall time `nowMs` (see `validity.ts`): the first of
+ * the CA, the client and the server certificate that is not valid yet, or has less than
+ * `renewBeforeMs` left; undefined when all three are good.
+ */
+export function reissueNeeded(
+  certs: GeneratedCertificates,
+  nowMs: number,
+  renewBeforeMs?: number,
+): ReissueNeed | undefined {
+  let windows = windowsOf.get(certs);
+  if (windows === undefined) {
+    windows = {
+      CA: windowOf(certs.ca.certPem),
+      client: windowOf(certs.client.certPem),
+      server: windowOf(certs.server.certPem),
+    };
+    windowsOf.set(certs, windows);
+  }
+  for (const certificate of ["CA", "client", "server"] as const) {
+    const window = windows[certificate];
+    const reason = reissueReason(window, nowMs, renewBeforeMs);
+    if (reason !== undefined) {
+      return { scope: certificate === "server" ? "server" : "ca", reason, certificate, window };
+    }
   }
   return undefined;
 }

@@ -13,11 +13,22 @@
 export { type ApiCertificate, generateApiCertificate } from "./api_certificate.ts";
 export { DEFAULT_NAMESPACE } from "./common.ts";
 export {
+  noReissues,
+  type ReissueCounts,
+  type ReissueReason,
+  reissueReason,
+  RENEW_BEFORE_MS,
+  VALIDITY_CHECK_INTERVAL_MS,
+  type ValidityWindow,
+} from "./validity.ts";
+export {
   type CertificatePair,
   generateCertificates,
   type GenerateCertificatesOptions,
   type GeneratedCertificates,
   issueServerCertificate,
+  type ReissueNeed,
+  reissueNeeded,
   reissueServerCertificate,
   type ReuseOptions,
   reuseProblem,

@@ -6,9 +6,9 @@
  */
 
 import { KlogFiles, klogFileStamp } from "../../src/log/mod.ts";
-import { JumpClock } from "./jump_clock.ts";
+import { WallStepClock } from "./wall_step_clock.ts";
 
-const clock = new JumpClock(Date.UTC(2024, 10, 3, 5, 40)); // 01:40 EDT
+const clock = new WallStepClock(Date.UTC(2024, 10, 3, 5, 40)); // 01:40 EDT
 const files = new KlogFiles({
   dir: Deno.args[0],
   host: "node-1",

@@ -18,6 +18,7 @@ export function zeroStats(over: Partial<FlowAggregatorStats> = {}): FlowAggregat
     exportedWithoutSink: 0,
     exporterRebuildsFailed: 0,
     exporterCreatesFailed: 0,
+    collectorCertificatesReissued: { notValidYet: 0, expiring: 0 },
     aggregation: core.stats(),
     exporters: {},
     ...over,

@@ -11,7 +11,7 @@ import { fixtureFlow } from "../exporters/fixtures.ts";
 import { BatchWriter, openBatch } from "../../src/exporters/batch.ts";
 import { waitFor } from "../_helpers/wait.ts";
 import { ManualClock } from "../../src/clock.ts";
-import { JumpClock } from "../_helpers/jump_clock.ts";
+import { WallStepClock } from "../_helpers/wall_step_clock.ts";
 
 function flow(i: number, over: Record<string, unknown> = {}): ExportedFlow {
   const f = fixtureFlow(false);
@@ -212,7 +212,7 @@ Deno.test("live hub: a page that does not read is dropped, its place freed, and 
 });
 
 /** A flow of 100 bytes a second for `seconds` seconds of `clock`. */
-function flowPerSecond(view: LiveView, clock: JumpClock, seconds: number): void {
+function flowPerSecond(view: LiveView, clock: WallStepClock, seconds: number): void {
   for (let s = 0; s < seconds; s++) {
     view.observe(flow(s));
     clock.advance(1000);
@@ -221,7 +221,7 @@ function flowPerSecond(view: LiveView, clock: JumpClock, seconds: number): void 
 
 // On the wall clock, a step back stopped the trimming (measured: 2,100 points 30 min later).
 Deno.test("live view: after the wall clock steps back, the history keeps its length, labelled by the wall clock", () => {
-  const clock = new JumpClock(1_700_000_000_000);
+  const clock = new WallStepClock(1_700_000_000_000);
   const v = new LiveView(clock);
   flowPerSecond(v, clock, 600);
   clock.stepWall(-3_600_000);
@@ -238,7 +238,7 @@ Deno.test("live view: after the wall clock steps back, the history keeps its len
 });
 
 Deno.test("live view: a step of the wall clock moves the labels of the history as a whole", () => {
-  const clock = new JumpClock(1_700_000_000_000);
+  const clock = new WallStepClock(1_700_000_000_000);
   const v = new LiveView(clock);
   flowPerSecond(v, clock, 10);
   assert.deepEqual(v.summary({}).throughput.map(([s]) => s - 1_700_000_000), [
@@ -270,7 +270,7 @@ Deno.test("live view: a step of the wall clock moves the labels of the history a
 
 // On the wall clock, a step back froze the window (measured: 30 min of bytes in "the last minute").
 Deno.test("live view: after the wall clock steps back, the top talkers still cover one to two minutes", () => {
-  const clock = new JumpClock(1_700_000_000_000);
+  const clock = new WallStepClock(1_700_000_000_000);
   const v = new LiveView(clock);
   flowPerSecond(v, clock, 600);
   clock.stepWall(-3_600_000);

@@ -17,7 +17,7 @@ import {
   type KlogFilesOptions,
   klogFileStamp,
 } from "../../src/log/mod.ts";
-import { JumpClock } from "../_helpers/jump_clock.ts";
+import { WallStepClock } from "../_helpers/wall_step_clock.ts";
 import { DENO_JSON, runDeno } from "../_helpers/process.ts";
 
 const HEADER_LINES = 4;
@@ -43,7 +43,7 @@ function files(dir: string, extra: Partial<KlogFilesOptions> = {}): KlogFiles {
     maxSizeBytes: 0,
     maxFiles: 0,
     // Frozen unless a test moves its own.
-    clock: new JumpClock(T0.getTime()),
+    clock: new WallStepClock(T0.getTime()),
     ...extra,
   });
 }
@@ -195,8 +195,8 @@ Deno.test("klog files: at most maxFiles per severity, oldest (by name time) remo
 });
 
 /** A clock the test moves by hand, from T0. */
-function manualClock(): JumpClock {
-  return new JumpClock(T0.getTime());
+function manualClock(): WallStepClock {
+  return new WallStepClock(T0.getTime());
 }
 
 Deno.test("klog files: a log directory removed under the process is recreated within a second", async () => {

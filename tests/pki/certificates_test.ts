@@ -6,6 +6,8 @@ import {
   generateApiCertificate,
   generateCertificates,
   type GeneratedCertificates,
+  reissueNeeded,
+  reissueServerCertificate,
 } from "../../src/pki/mod.ts";
 
 const NOW = new Date("2026-01-02T03:04:05Z");
@@ -248,4 +250,40 @@ Deno.test("pki: the API certificate is a localhost chain (leaf, then CA) for 127
     "DNS:localhost, IP Address:127.0.0.1, IP Address:::1",
   );
   assert.ok(leaf.checkPrivateKey(createPrivateKey(c.keyPem)));
+});
+
+Deno.test("pki: the API certificate reports its validity as encoded", async () => {
+  const c = await generateApiCertificate(new Date("2026-01-01T00:00:00.750Z"));
+  const ca = new X509Certificate(c.caPem);
+  assert.equal(c.validity.notBeforeMs, Date.parse(ca.validFrom));
+  assert.equal(c.validity.notAfterMs, Date.parse(ca.validTo));
+  assert.equal(c.validity.notBeforeMs, Date.parse("2025-12-31T23:00:00Z"));
+});
+
+Deno.test("pki: reissueNeeded names the certificate out of its window and what to issue again", () => {
+  const t = NOW.getTime();
+  const hour = 3_600_000;
+  const day = 24 * hour;
+  assert.equal(reissueNeeded(plain, t), undefined, "valid at its making");
+  assert.equal(reissueNeeded(plain, t - hour + 1000), undefined, "valid from an hour before");
+  // The wall clock set back past notBefore: the CA, so everything, again.
+  const back = reissueNeeded(plain, t - 2 * hour);
+  assert.deepEqual(
+    back && { scope: back.scope, reason: back.reason, certificate: back.certificate },
+    { scope: "ca", reason: "notValidYet", certificate: "CA" },
+  );
+  assert.equal(back?.window.notBeforeMs, t - hour);
+  // Under 90 days left, or past the end.
+  for (const at of [t + 300 * day, t + 400 * day]) {
+    const late = reissueNeeded(plain, at);
+    assert.equal(late?.reason, "expiring");
+    assert.equal(late?.scope, "ca");
+  }
+  assert.equal(reissueNeeded(plain, t + 200 * day), undefined);
+  // A server certificate issued later (the clock ahead) from the same CA: only it.
+  const ahead = reissueServerCertificate(plain, { now: new Date(t + 3 * hour) });
+  const server = reissueNeeded(ahead, t + hour);
+  assert.equal(server?.scope, "server");
+  assert.equal(server?.certificate, "server");
+  assert.equal(server?.reason, "notValidYet");
 });

@@ -11,7 +11,7 @@ import type { AggregatedRecord, ExportedFlow } from "../../../src/aggregation/re
 import { type CaptureOptions, CaptureServer } from "../../../src/flowgen/capture.ts";
 import { exportedFlow, fixtureFlow } from "../fixtures.ts";
 import { ManualClock } from "../../../src/clock.ts";
-import { JumpClock } from "../../_helpers/jump_clock.ts";
+import { WallStepClock } from "../../_helpers/wall_step_clock.ts";
 import { elementByName } from "../../../src/ipfix/mod.ts";
 import { setLogWriter } from "../../../src/log.ts";
 import {
@@ -426,7 +426,7 @@ Deno.test("reconnect backoff runs on the clock: 1 s, 2 s, 4 s, then capped at 4 
 
 Deno.test("'records dropped' is logged every 10 s of the clock's monotonic time, a wall step back included", async () => {
   // Its limiter read Date.now: an hour's step back muted the warnings for the hour.
-  const clock = new JumpClock();
+  const clock = new WallStepClock();
   const warnedAt: number[] = [];
   setLogWriter((line) => {
     if (line.includes("queue full")) warnedAt.push(clock.nowMs() / 1000);

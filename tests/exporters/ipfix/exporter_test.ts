@@ -241,6 +241,7 @@ Deno.test("UDP: templates are refreshed once the interval has passed on the cloc
   await e.stop();
   await cap.close();
   assert.equal(e.stats().templatesSent, 4);
+  assert.equal(e.stats().templateRefreshes, 1);
   const tmpl = cap.messages.filter((m) => m.setIds[0] === 2);
   assert.equal(tmpl.length, 4);
   // The refresh precedes the data sent after the interval.
@@ -599,6 +600,7 @@ Deno.test("options from the flowCollector config section; explicit ODID 0 is hon
       observationDomainID: 0,
       recordFormat: "JSON",
       idleSessionTimeoutMs: 60_000,
+      templateRefreshTimeoutMs: 120_000,
     },
     { podLabels: true },
   );
@@ -607,15 +609,67 @@ Deno.test("options from the flowCollector config section; explicit ODID 0 is hon
     observationDomainId: 0,
     recordFormat: "JSON",
     idleSessionTimeoutMs: 60_000,
+    templateRefreshMs: 120_000,
     podLabels: true,
   });
   assert.equal(new IpfixExporter(o).observationDomainId, 0);
   const derived = new IpfixExporter(
-    ipfixOptionsFromConfig({ address: "h", recordFormat: "", idleSessionTimeoutMs: 0 }, {
+    ipfixOptionsFromConfig({
+      address: "h",
+      recordFormat: "",
+      idleSessionTimeoutMs: 0,
+      templateRefreshTimeoutMs: 60_000,
+    }, {
       clusterUuid: "00000000-0000-0000-0000-000000000000",
     }),
   );
   assert.equal(derived.observationDomainId, 1768495365);
+});
+
+// The templates went out at the first send and then every 1800 s, not configurable: nfcapd
+// started after the aggregator decoded none of 3,343 datagrams while each counted `exported`.
+Deno.test("UDP: a collector that starts late decodes once the default 60 s refresh has passed", async () => {
+  const clock = new ManualClock();
+  const cap = CaptureServer.listen({ kind: "udp" });
+  await cap.close();
+  const e = exporter(cap.port, "udp", { clock });
+  await e.start();
+  e.addRecord(flow(false, 0));
+  await cap.waitFor(() => e.stats().exported === 1, 2000, "sent to nobody");
+  assert.equal(e.stats().templatesSent, 2);
+  assert.deepEqual(clock.pendingTimers(), [60_000]);
+  // The collector starts: data without templates is all it gets.
+  cap.reopen();
+  e.addRecord(flow(false, 1));
+  await cap.waitFor(() => cap.templateMisses === 1, 2000, "a data set it cannot decode");
+  clock.advance(59_999);
+  assert.equal(e.stats().templateRefreshes, 0);
+  clock.advance(1);
+  await cap.waitFor(() => e.stats().templateRefreshes === 1, 2000, "refresh at 60 s");
+  e.addRecord(flow(false, 2));
+  await cap.waitFor(() => cap.records.length === 1, 2000, "the next record decodes");
+  await e.stop();
+  await cap.close();
+  assert.equal(cap.records[0].record.flowEndSeconds, fixture(false, 2).flowEndSeconds);
+  const s = e.stats();
+  assert.equal(s.templatesSent, 4);
+  assert.equal(s.templateRefreshes, 1);
+  assert.equal(s.exported, 3);
+});
+
+Deno.test("TCP: templates once per connection, never refreshed", async () => {
+  const clock = new ManualClock();
+  const { cap, e } = await startExporter("tcp", { clock });
+  e.addRecord(flow(false, 0));
+  await cap.waitFor(() => cap.records.length === 1);
+  assert.deepEqual(clock.pendingTimers(), [], "no refresh timer");
+  clock.advance(3_600_000);
+  e.addRecord(flow(false, 1));
+  await cap.waitFor(() => cap.records.length === 2);
+  await e.stop();
+  await cap.close();
+  assert.equal(e.stats().templatesSent, 2);
+  assert.equal(e.stats().templateRefreshes, 0);
 });
 
 Deno.test("UDP: the refresh timer on the clock re-sends templates while idle", async () => {

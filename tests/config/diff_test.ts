@@ -59,6 +59,7 @@ Deno.test("every configuration key has the reload rule of the one table", () => 
     "flowCollector.observationDomainID": "rebuild",
     "flowCollector.recordFormat": "rebuild",
     "flowCollector.idleSessionTimeout": "rebuild",
+    "flowCollector.templateRefreshTimeout": "rebuild",
     "clickHouse.enable": "toggle",
     "clickHouse.database": "live",
     "clickHouse.databaseURL": "rebuild",

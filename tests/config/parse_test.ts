@@ -80,6 +80,8 @@ Deno.test("every key gets its v1.13 default", () => {
       recordFormat: "IPFIX",
       idleSessionTimeout: "0s",
       idleSessionTimeoutMs: 0,
+      templateRefreshTimeout: "60s",
+      templateRefreshTimeoutMs: 60_000,
     },
     clickHouse: {
       enable: false,
@@ -157,6 +159,7 @@ flowCollector:
   observationDomainID: 0
   recordFormat: JSON
   idleSessionTimeout: 1m30s
+  templateRefreshTimeout: 2m
 clickHouse:
   enable: On
   database: flows
@@ -204,6 +207,7 @@ flowLogger:
   assert.equal(cfg.flowCollector.observationDomainID, 0);
   assert.equal(cfg.flowCollector.recordFormat, "JSON");
   assert.equal(cfg.flowCollector.idleSessionTimeoutMs, 90_000);
+  assert.equal(cfg.flowCollector.templateRefreshTimeoutMs, 120_000);
   assert.equal(cfg.clickHouse.enable, true);
   assert.equal(cfg.clickHouse.compress, false);
   assert.equal(cfg.clickHouse.commitIntervalMs, 1000);
@@ -409,6 +413,19 @@ Deno.test("validation runs in the upstream order, first failure wins", () => {
     "flowCollector.idleSessionTimeout",
   );
   assertError(
+    `${MIN}flowCollector:\n  enable: true\n  address: 1.2.3.4\n  templateRefreshTimeout: soon\n`,
+    /^config: flowCollector\.templateRefreshTimeout "soon": not a duration/,
+    "flowCollector.templateRefreshTimeout",
+  );
+  for (const text of ["0s", "500ms", "-1m"]) {
+    assertError(
+      `${MIN}flowCollector:\n  enable: true\n  address: 1.2.3.4\n  templateRefreshTimeout: ${text}\n`,
+      `config: flowCollector.templateRefreshTimeout "${text}": templateRefreshTimeout ${text} ` +
+        "is too small: shortest supported interval is 1s",
+      "flowCollector.templateRefreshTimeout",
+    );
+  }
+  assertError(
     `${MIN}clickHouse:\n  enable: true\n  commitInterval: 1x\n`,
     'config: clickHouse.commitInterval "1x": not a duration (time: unknown unit "x" in duration "1x")',
     "clickHouse.commitInterval",
@@ -468,12 +485,13 @@ Deno.test("flow timeouts under 1 s (zero and negative included), which v1.13 ran
 Deno.test("durations longer than a timer can wait are capped at 2^31-1 ms (past it a timer fires at once)", () => {
   const cfg = parse(
     `${MIN}flowCollector:\n  enable: true\n  address: 127.0.0.1:4739:tcp\n` +
-      `  idleSessionTimeout: 1000000h\nclickHouse:\n  commitInterval: 1000000h\n` +
+      `  idleSessionTimeout: 1000000h\n  templateRefreshTimeout: 1000000h\nclickHouse:\n  commitInterval: 1000000h\n` +
       `s3Uploader:\n  uploadInterval: 1000000h\nactiveFlowRecordTimeout: 1000000h\n` +
       `limits:\n  readTimeout: 1000000h\n`,
   );
   const max = 2 ** 31 - 1;
   assert.equal(cfg.flowCollector.idleSessionTimeoutMs, max);
+  assert.equal(cfg.flowCollector.templateRefreshTimeoutMs, max);
   assert.equal(cfg.clickHouse.commitIntervalMs, max);
   assert.equal(cfg.s3Uploader.uploadIntervalMs, max);
   assert.equal(cfg.activeFlowRecordTimeoutMs, max);

@@ -47,13 +47,15 @@ Deno.test("newer chart config: unknown keys are warned with their path, the rest
   const { config, warnings } = load(NEWER_CHART_CONF);
   assert.equal(config.flowCollector.observationDomainID, 1_200_000, "1.2e+06");
   assert.equal(config.s3Uploader.maxRecordsPerFile, 1_000_000);
+  // Newer Antrea's UDP template refresh key is ours too (its default there is 600 s, ours 60 s).
+  assert.equal(config.flowCollector.templateRefreshTimeoutMs, 600_000);
   const paths = warnings.map((w) => w.path);
+  assert.ok(!paths.includes("flowCollector.templateRefreshTimeout"));
   for (
     const key of [
       "mode",
       "recordBufferSize",
       "flowStreamService",
-      "flowCollector.templateRefreshTimeout",
       "flowCollector.maxIPFIXMsgSize",
       "flowCollector.tls",
       "flowCollector.includeK8sNames",

@@ -11,6 +11,7 @@ import {
   durationOrDefault,
   durationOrThrow,
   fail,
+  minOneSecond,
   type Raw,
   str,
 } from "../../config/schema.ts";
@@ -64,6 +65,16 @@ export interface FlowCollectorConfig {
   idleSessionTimeout: string;
   /** {@linkcode FlowCollectorConfig.idleSessionTimeout} in milliseconds. */
   idleSessionTimeoutMs: number;
+  /**
+   * Our addition to v1.13, under newer Antrea's name (whose default is 600 s): over UDP both
+   * templates are sent again this often, so a collector that starts after us or restarts
+   * decodes records again within this time. At least 1 s; ignored over TCP/TLS (templates go
+   * once per connection) and for JSON. Go duration.
+   * @default {"60s"}
+   */
+  templateRefreshTimeout: string;
+  /** {@linkcode FlowCollectorConfig.templateRefreshTimeout} in milliseconds. */
+  templateRefreshTimeoutMs: number;
 }
 
 /** Defaults of the section (Antrea v1.13 `default.go`). */
@@ -71,6 +82,7 @@ export const FLOW_COLLECTOR_DEFAULTS = {
   enable: false,
   recordFormat: "IPFIX",
   idleSessionTimeout: "0s",
+  templateRefreshTimeout: "60s",
 } as const;
 
 /** The `flowCollector` configuration section. */
@@ -82,15 +94,26 @@ export const flowCollectorSection: ConfigSection<"flowCollector", FlowCollectorC
     observationDomainID: "u32",
     recordFormat: "str",
     idleSessionTimeout: "str",
+    templateRefreshTimeout: "str",
   },
   build(raw: Raw): FlowCollectorConfig {
     const idle = str(raw, "idleSessionTimeout", FLOW_COLLECTOR_DEFAULTS.idleSessionTimeout);
+    const refresh = str(
+      raw,
+      "templateRefreshTimeout",
+      FLOW_COLLECTOR_DEFAULTS.templateRefreshTimeout,
+    );
     const c: FlowCollectorConfig = {
       enable: raw.enable === true,
       address: str(raw, "address"),
       recordFormat: str(raw, "recordFormat", FLOW_COLLECTOR_DEFAULTS.recordFormat),
       idleSessionTimeout: idle,
       idleSessionTimeoutMs: durationOrDefault(idle, FLOW_COLLECTOR_DEFAULTS.idleSessionTimeout),
+      templateRefreshTimeout: refresh,
+      templateRefreshTimeoutMs: durationOrDefault(
+        refresh,
+        FLOW_COLLECTOR_DEFAULTS.templateRefreshTimeout,
+      ),
     };
     if (typeof raw.observationDomainID === "number") {
       c.observationDomainID = raw.observationDomainID;
@@ -125,6 +148,13 @@ export const flowCollectorSection: ConfigSection<"flowCollector", FlowCollectorC
         `${JSON.stringify(c.idleSessionTimeout)}: must not be negative (0s: never)`,
       );
     }
+    // Below a second the refresh would precede nearly every datagram; 0 would never re-send,
+    // which is what left a collector started after us without templates for 30 minutes.
+    c.templateRefreshTimeoutMs = minOneSecond(
+      "flowCollector.templateRefreshTimeout",
+      "templateRefreshTimeout",
+      c.templateRefreshTimeout,
+    );
   },
   // Every key rebuilds the exporter (new connection, new templates); the templates carry the
   // Pod label fields or not, so the labels switch rebuilds it too.

@@ -1,7 +1,9 @@
 /**
  * IPFIX re-export of aggregated flows to an external collector (exporters.md §2), fixing the
  * upstream weak points of §9.1: `addRecord` only enqueues (never blocks the export loop, never
- * fails), one async pump owns the socket, reconnects with exponential backoff and re-sends the
+ * fails) the record encoded, in a queue bounded in records and bytes (`queue.ts`: a collector
+ * that is down or does not read costs at most `maxQueueBytes`, not a heap of record objects),
+ * one async pump owns the socket, reconnects with exponential backoff and re-sends the
  * templates on every connection, records are batched (one data set per message, so upstream
  * collectors that read only the first set still decode everything) under the UDP/TCP size
  * limits, each outgoing value is looked up by IE name (never by position), the template id is
@@ -63,18 +65,35 @@ import {
   type Transport,
   type TransportTlsOptions,
 } from "../../net/transport.ts";
-import { jsonRecordBytes } from "./json.ts";
+import { JSON_DOCUMENT_SUFFIX, jsonDocumentPrefix, jsonRecordFields } from "./json.ts";
+import { type QueuedRecord, RecordQueue } from "./queue.ts";
 
 const log = logger("exporter.ipfix");
+const textEncoder = new TextEncoder();
+const JSON_SUFFIX_BYTES = textEncoder.encode(JSON_DOCUMENT_SUFFIX);
 
 /** Template id of the IPv4 export template. */
 export const IPV4_TEMPLATE_ID = 256;
 /** Template id of the IPv6 export template. */
 export const IPV6_TEMPLATE_ID = 257;
-/** Upstream's UDP template refresh interval (v1.13 hard-codes 1800 s). */
-export const DEFAULT_TEMPLATE_REFRESH_MS = 1_800_000;
+/**
+ * Default UDP template refresh interval (`flowCollector.templateRefreshTimeout`): 60 s. Over
+ * UDP a collector that starts after us, or restarts, decodes nothing until the templates come
+ * again, while every datagram counts `exported`; v1.13's hard-coded 1800 s (newer Antrea: 600
+ * s) made that up to 30 minutes of records (a review: nfcapd decoded 0 of 3,343 datagrams).
+ * 60 s is the default active flow timeout, so a restarted collector misses about one export
+ * cycle of each flow; the cost is two messages of 480 bytes (496 with Pod labels) a minute.
+ * RFC 7011 §8.4 leaves the interval to configuration.
+ */
+export const DEFAULT_TEMPLATE_REFRESH_MS = 60_000;
 /** Default bound of the queue of records waiting to be sent. */
 export const DEFAULT_MAX_QUEUE = 100_000;
+/**
+ * Default bound of the queue's bytes (records held encoded, `queue.ts`): 64 MiB, so the
+ * 100,000-record bound is the one reached by records of the usual size (the 63-field template's
+ * record is about 630 bytes) and records made large by long Pod labels are bounded by bytes.
+ */
+export const DEFAULT_MAX_QUEUE_BYTES = 64 * 1024 * 1024;
 /**
  * Default of {@linkcode IpfixExporterOptions.deliveryWindowBytes}: Linux's default maxima of a
  * TCP send buffer (`net.ipv4.tcp_wmem`, 4 MiB) and receive buffer (`net.ipv4.tcp_rmem`, 32 MiB
@@ -104,10 +123,18 @@ export interface IpfixExporterOptions {
   podLabels?: boolean;
   /** TLS settings for a `:tls` address (CA, client certificate and key as PEM text). */
   tls?: TransportTlsOptions;
-  /** UDP template refresh interval; default 1800 s. Ignored on TCP/TLS. */
+  /**
+   * UDP template refresh interval; default {@linkcode DEFAULT_TEMPLATE_REFRESH_MS}. Ignored on
+   * TCP/TLS (templates go once per connection) and for JSON.
+   */
   templateRefreshMs?: number;
   /** Records kept while the collector is unreachable; older ones are dropped first. */
   maxQueueRecords?: number;
+  /**
+   * Bytes of encoded records kept while the collector is unreachable (each record's encoding
+   * plus 5); older ones are dropped first. Default {@linkcode DEFAULT_MAX_QUEUE_BYTES}.
+   */
+  maxQueueBytes?: number;
   /**
    * Messages are kept strictly below this size; default 1400 (UDP) / 65535 (TCP, TLS). A
    * record larger on its own (long Pod labels) goes alone in a larger message, up to the
@@ -148,12 +175,22 @@ export interface IpfixExporterStats extends ExporterStats {
   reconnects: number;
   /** Template records sent (two per connection, plus UDP refreshes). */
   templatesSent: number;
+  /**
+   * Times both templates were sent again over UDP after `templateRefreshTimeout` (60 s), so a
+   * collector that started late or restarted can decode (the sends at connect not counted).
+   */
+  templateRefreshes: number;
   /** Messages (IPFIX) or JSON documents written. */
   messages: number;
   /** Bytes written. */
   bytes: number;
   /** Records waiting in the queue or being written. */
   queued: number;
+  /**
+   * Bytes the queue holds (records encoded, 5 bytes of bookkeeping each; not the batch being
+   * written), bounded by `maxQueueBytes` (64 MiB).
+   */
+  queuedBytes: number;
   /**
    * Records written to a connection and not (yet) proven read by the collector: those awaiting
    * proof on the current connection plus {@linkcode IpfixExporterStats.possiblyLost}.
@@ -192,7 +229,11 @@ export function observationDomainIdFromUuid(uuid: string): number {
 export function ipfixOptionsFromConfig(
   config: Pick<
     FlowCollectorConfig,
-    "address" | "observationDomainID" | "recordFormat" | "idleSessionTimeoutMs"
+    | "address"
+    | "observationDomainID"
+    | "recordFormat"
+    | "idleSessionTimeoutMs"
+    | "templateRefreshTimeoutMs"
   >,
   extra: Partial<IpfixExporterOptions> = {},
 ): IpfixExporterOptions {
@@ -201,6 +242,7 @@ export function ipfixOptionsFromConfig(
     observationDomainId: config.observationDomainID,
     recordFormat: config.recordFormat || "IPFIX",
     idleSessionTimeoutMs: config.idleSessionTimeoutMs,
+    templateRefreshMs: config.templateRefreshTimeoutMs,
     ...extra,
   };
 }
@@ -267,8 +309,13 @@ interface Built {
   messages: number;
   /** Bytes in it. */
   bytes: number;
-  /** The flows it carries, in message order. */
-  sent: ExportedFlow[];
+  /** Records it carries. */
+  sent: number;
+  /**
+   * The records from the `from`-th on (in message order), to queue again after a failed write;
+   * call before the next batch is built (their bytes are views into this one).
+   */
+  rest(from: number): QueuedRecord[];
   /** Length of each message, in order. */
   lengths: number[];
   /** Data records in each message, in order. */
@@ -298,6 +345,7 @@ export class IpfixExporter implements Exporter {
   readonly #templates: readonly [OutTemplate, OutTemplate];
   readonly #refreshMs: number;
   readonly #maxQueue: number;
+  readonly #maxQueueBytes: number;
   readonly #maxMessage: number;
   readonly #backoffInitial: number;
   readonly #backoffMax: number;
@@ -315,11 +363,11 @@ export class IpfixExporter implements Exporter {
     observationDomainId: 0,
   };
 
-  // Queue: array with a moving head, compacted when the head passes half of it.
-  #queue: ExportedFlow[] = [];
-  #head = 0;
-  // A batch whose write failed; it goes out first after the next connect.
-  #retry: ExportedFlow[] = [];
+  /**
+   * Records waiting, encoded (`queue.ts`); the records of a write that failed part-way are put
+   * back at its head and go out first after the next connect.
+   */
+  readonly #queue = new RecordQueue();
   /** Records of the batch being written (taken from the queue, not yet accounted). */
   #inWrite = 0;
 
@@ -365,6 +413,7 @@ export class IpfixExporter implements Exporter {
   #errors = 0;
   #reconnects = 0;
   #templatesSent = 0;
+  #templateRefreshes = 0;
   #messages = 0;
   #bytes = 0;
 
@@ -400,6 +449,7 @@ export class IpfixExporter implements Exporter {
     ];
     this.#refreshMs = options.templateRefreshMs ?? DEFAULT_TEMPLATE_REFRESH_MS;
     this.#maxQueue = Math.max(1, options.maxQueueRecords ?? DEFAULT_MAX_QUEUE);
+    this.#maxQueueBytes = Math.max(1, options.maxQueueBytes ?? DEFAULT_MAX_QUEUE_BYTES);
     this.#maxMessage = Math.min(
       options.maxMessageBytes ?? (this.#proto === "udp" ? 1400 : MAX_IPFIX_MESSAGE + 1),
       MAX_IPFIX_MESSAGE + 1,
@@ -430,23 +480,74 @@ export class IpfixExporter implements Exporter {
     return Promise.resolve();
   }
 
-  /** Queues one record (never blocks, never throws); the oldest is dropped when full. */
+  /**
+   * Queues one record, encoded at once (never blocks, never throws); the oldest are dropped
+   * when the queue holds more than `maxQueueRecords` or `maxQueueBytes`. A record that cannot
+   * be encoded is dropped and counted here.
+   */
   addRecord(flow: ExportedFlow): void {
     this.#received++;
     if (this.#stopping) {
       this.#drop(1, "exporter stopped");
       return;
     }
-    if (this.#queueLength() >= this.#maxQueue) {
-      // Drop the oldest: later snapshots of a flow carry its newer totals.
-      if (this.#retry.length > 0) this.#retry.shift();
-      else this.#head++;
+    if (!this.#enqueue(flow)) return;
+    const q = this.#queue;
+    // Drop the oldest: later snapshots of a flow carry its newer totals. The record just
+    // queued stays, even alone over the byte bound.
+    while (q.length > 1 && (q.length > this.#maxQueue || q.bytes > this.#maxQueueBytes)) {
+      q.dropOldest();
       this.#drop(1, "queue full");
     }
-    this.#queue.push(flow);
-    // While disconnected nothing is taken from the queue: reclaim dropped slots here too.
-    if (this.#head >= 4096 && this.#head * 2 > this.#queue.length) this.#compact();
     this.#signal();
+  }
+
+  /**
+   * Encodes `flow` at the queue's tail: its IPFIX data record (the data set's content, as the
+   * template of its family encodes it), or its JSON document's `ipfix` object. False, counted
+   * as an error and dropped, when it cannot be encoded or is larger than the largest message.
+   */
+  #enqueue(flow: ExportedFlow): boolean {
+    const kind = flow.isIPv6 ? 1 : 0;
+    const tp = this.#templates[kind];
+    const q = this.#queue;
+    if (this.#json) {
+      try {
+        const text = jsonRecordFields(tp.names, this.#values(tp, flow));
+        const at = q.reserve(text.length * 3);
+        const { written } = textEncoder.encodeInto(text, q.tailBuffer.subarray(at));
+        q.commit(kind, written);
+        return true;
+      } catch (e) {
+        this.#encodeFailed(e);
+        return false;
+      }
+    }
+    const rec = flow.record as unknown as Record<string, FieldValue | undefined>;
+    let len: number;
+    try {
+      len = tp.encoder.encodedLength(rec);
+    } catch (e) {
+      this.#encodeFailed(e);
+      return false;
+    }
+    const limit = this.#proto === "udp" ? MAX_UDP_PAYLOAD : MAX_IPFIX_MESSAGE;
+    if (MESSAGE_HEADER_LENGTH + SET_HEADER_LENGTH + len > limit) {
+      this.#errors++;
+      this.#drop(1, "record larger than the largest message");
+      return false;
+    }
+    const at = q.reserve(len);
+    try {
+      tp.encoder.write(q.tailView, at, rec);
+    } catch (e) {
+      // A value of the wrong type for its field (only writing finds those): the reservation is
+      // left uncommitted, the next record overwrites it.
+      this.#encodeFailed(e);
+      return false;
+    }
+    q.commit(kind, len);
+    return true;
   }
 
   /**
@@ -487,9 +588,7 @@ export class IpfixExporter implements Exporter {
     const left = this.#queueLength();
     if (left > 0) {
       this.#drop(left, "not delivered before stop timeout");
-      this.#queue = [];
-      this.#head = 0;
-      this.#retry = [];
+      this.#queue.clear();
     }
     this.#closeTransport();
     this.#refreshTimer?.cancel();
@@ -504,9 +603,11 @@ export class IpfixExporter implements Exporter {
       errors: this.#errors,
       reconnects: this.#reconnects,
       templatesSent: this.#templatesSent,
+      templateRefreshes: this.#templateRefreshes,
       messages: this.#messages,
       bytes: this.#bytes,
       queued: this.#queueLength() + this.#inWrite,
+      queuedBytes: this.#queue.bytes,
       unacknowledged: this.#awaitingProof + this.#possiblyLost,
       possiblyLost: this.#possiblyLost,
       oversizeDatagrams: this.#oversizeDatagrams,
@@ -515,7 +616,7 @@ export class IpfixExporter implements Exporter {
   }
 
   #queueLength(): number {
-    return this.#queue.length - this.#head + this.#retry.length;
+    return this.#queue.length;
   }
 
   #drop(n: number, reason: string): void {
@@ -832,30 +933,7 @@ export class IpfixExporter implements Exporter {
     if (this.#transport === undefined || !this.#transport.open) return;
     const due = this.#refreshDue || this.#clock.nowMs() - this.#lastTemplatesMs >= this.#refreshMs;
     if (!due) return;
-    await this.#sendTemplates("template refresh failed");
-  }
-
-  #takeBatch(): ExportedFlow[] {
-    if (this.#retry.length > 0) {
-      const b = this.#retry;
-      this.#retry = [];
-      return b;
-    }
-    const end = Math.min(this.#queue.length, this.#head + BATCH_RECORDS);
-    const batch = this.#queue.slice(this.#head, end);
-    this.#head = end;
-    if (this.#head === this.#queue.length) {
-      this.#queue = [];
-      this.#head = 0;
-    } else if (this.#head >= 4096 && this.#head * 2 > this.#queue.length) {
-      this.#compact();
-    }
-    return batch;
-  }
-
-  #compact(): void {
-    this.#queue = this.#queue.slice(this.#head);
-    this.#head = 0;
+    if (await this.#sendTemplates("template refresh failed")) this.#templateRefreshes++;
   }
 
   /** Values of `flow` in template order, looked up by name; absent ones are the zero value. */
@@ -869,10 +947,11 @@ export class IpfixExporter implements Exporter {
   async #sendBatch(): Promise<void> {
     const t = this.#transport;
     if (t === undefined) return;
-    const batch = this.#takeBatch();
+    // The batch's bytes are views into the queue: built (copied) before anything is queued.
+    const batch = this.#queue.take(BATCH_RECORDS);
     const built = this.#json ? this.#buildJson(batch) : this.#buildIpfix(batch);
     if (built.messages === 0) return;
-    this.#inWrite = built.sent.length;
+    this.#inWrite = built.sent;
     try {
       await t.send(built.payload);
     } catch (e) {
@@ -889,12 +968,12 @@ export class IpfixExporter implements Exporter {
       this.#sessionEnded();
       // Records in messages the socket never took whole were read by no one: re-send them
       // after reconnecting (stop() drops them if its timeout aborted this write).
-      this.#retry = built.sent.slice(accepted);
+      this.#queue.pushFront(built.rest(accepted));
       return;
     }
     this.#inWrite = 0;
     this.#accountWritten(built, built.bytes);
-    this.#seq = (this.#seq + built.sent.length) >>> 0;
+    this.#seq = (this.#seq + built.sent) >>> 0;
   }
 
   /** The header of the next message: the clock's export time and the RFC 7011 sequence. */
@@ -906,87 +985,92 @@ export class IpfixExporter implements Exporter {
     return h;
   }
 
-  #buildJson(batch: ExportedFlow[]): Built {
-    const now = this.#clock.wallMs();
+  #buildJson(batch: QueuedRecord[]): Built {
+    const prefix = textEncoder.encode(jsonDocumentPrefix(this.#clock.wallMs()));
     const messages: Uint8Array[] = [];
-    const sent: ExportedFlow[] = [];
+    const kinds: number[] = [];
     let total = 0;
-    for (const flow of batch) {
-      const tp = this.#templates[flow.isIPv6 ? 1 : 0];
-      const bytes = jsonRecordBytes(tp.names, this.#values(tp, flow), now);
-      if (this.#proto === "udp" && bytes.length > MAX_UDP_PAYLOAD) {
+    for (const r of batch) {
+      const n = prefix.length + r.bytes.length + JSON_SUFFIX_BYTES.length;
+      if (this.#proto === "udp" && n > MAX_UDP_PAYLOAD) {
         this.#errors++;
         this.#drop(1, "record too large for a datagram");
         continue;
       }
-      messages.push(bytes);
-      sent.push(flow);
-      total += bytes.length;
+      const doc = new Uint8Array(n);
+      doc.set(prefix);
+      doc.set(r.bytes, prefix.length);
+      doc.set(JSON_SUFFIX_BYTES, prefix.length + r.bytes.length);
+      messages.push(doc);
+      kinds.push(r.kind);
+      total += n;
     }
     return {
       payload: messages,
       messages: messages.length,
       bytes: total,
-      sent,
+      sent: messages.length,
+      rest: (from) =>
+        messages.slice(from).map((doc, i) => ({
+          kind: kinds[from + i],
+          bytes: doc.subarray(prefix.length, doc.length - JSON_SUFFIX_BYTES.length),
+        })),
       lengths: messages.map((m) => m.length),
       records: messages.map(() => 1),
     };
   }
 
-  #buildIpfix(batch: ExportedFlow[]): Built {
+  #buildIpfix(batch: QueuedRecord[]): Built {
     const out = this.#out;
     out.reset();
     const header = this.#messageHeader();
-    const limit = this.#proto === "udp" ? MAX_UDP_PAYLOAD : MAX_IPFIX_MESSAGE;
-    const overhead = MESSAGE_HEADER_LENGTH + SET_HEADER_LENGTH;
-    const sent: ExportedFlow[] = [];
+    // Where each record went in the builder, in message order (for `rest`).
+    const kinds: number[] = [];
+    const offsets: number[] = [];
+    const recordLengths: number[] = [];
     // IPv4 records first, then IPv6: a message holds one data set (upstream collectors read only
     // the first set), so interleaved families would otherwise split batches into tiny messages.
     // Each flow has one family, so the order of any one flow's records is kept.
-    const ordered = batch.some((f) => f.isIPv6) && batch.some((f) => !f.isIPv6)
-      ? [...batch.filter((f) => !f.isIPv6), ...batch.filter((f) => f.isIPv6)]
+    const ordered = batch.some((r) => r.kind === 1) && batch.some((r) => r.kind === 0)
+      ? [...batch.filter((r) => r.kind === 0), ...batch.filter((r) => r.kind === 1)]
       : batch;
-    for (const flow of ordered) {
-      const tp = this.#templates[flow.isIPv6 ? 1 : 0];
-      const rec = flow.record as unknown as Record<string, FieldValue | undefined>;
-      let len: number;
-      try {
-        len = tp.encoder.encodedLength(rec);
-      } catch (e) {
-        this.#encodeFailed(e);
-        continue;
-      }
-      if (overhead + len > limit) {
-        this.#errors++;
-        this.#drop(1, "record larger than the largest message");
-        continue;
-      }
+    for (const r of ordered) {
+      const tp = this.#templates[r.kind];
+      const len = r.bytes.length;
       // RFC 7011: a message's sequence number counts the data records sent before it.
-      header.sequenceNumber = (this.#seq + sent.length) >>> 0;
+      header.sequenceNumber = (this.#seq + kinds.length) >>> 0;
+      // Records were checked against the largest message when queued (#enqueue).
       const at = out.reserveRecord(tp.id, len, this.#maxMessage, header);
-      try {
-        tp.encoder.write(out.view, at, rec);
-      } catch (e) {
-        // A value of the wrong type for its field (only writing finds those): the record is
-        // left uncommitted, the rest of the batch still goes out.
-        this.#encodeFailed(e);
-        continue;
-      }
+      out.buffer.set(r.bytes, at);
       out.commit(len);
-      sent.push(flow);
+      kinds.push(r.kind);
+      offsets.push(at);
+      recordLengths.push(len);
     }
     out.endMessage();
     // A stream takes the whole batch in one write; UDP sends one datagram per message.
     const messages = out.messages();
     if (this.#proto === "udp") { for (const m of messages) this.#checkDatagramSize(m.length); }
     const payload = this.#proto === "udp" ? messages : [out.bytes()];
+    const sent = kinds.length;
     return {
       payload,
       messages: out.count,
       bytes: out.length,
       sent,
+      rest: (from) => {
+        const buf = out.buffer;
+        const rest: QueuedRecord[] = [];
+        for (let i = from; i < sent; i++) {
+          rest.push({
+            kind: kinds[i],
+            bytes: buf.subarray(offsets[i], offsets[i] + recordLengths[i]),
+          });
+        }
+        return rest;
+      },
       lengths: messages.map((m) => m.length),
-      records: recordsPerMessage(messages, this.#seq, sent.length),
+      records: recordsPerMessage(messages, this.#seq, sent),
     };
   }
 

@@ -41,14 +41,11 @@ export function rfc3339Seconds(epochMs: number): string {
 }
 
 /**
- * Returns the JSON line (with trailing `\n`) for one record whose values are given in `values`
- * under the names in `names` (any order; keys are sorted here).
+ * The `ipfix` object of a record's JSON document (`{<IE name>: <value>, …}`, keys sorted), for
+ * the values in `values` under the names in `names` (any order). It does not depend on the
+ * time, so the exporter builds it when the record is queued.
  */
-export function jsonRecordLine(
-  names: readonly string[],
-  values: readonly FieldValue[],
-  epochMs: number,
-): string {
+export function jsonRecordFields(names: readonly string[], values: readonly FieldValue[]): string {
   const idx = names.map((_, i) => i).sort((a, b) =>
     names[a] < names[b] ? -1 : names[a] > names[b] ? 1 : 0
   );
@@ -57,7 +54,27 @@ export function jsonRecordLine(
     if (body !== "") body += ",";
     body += goJsonString(names[i]) + ":" + jsonValue(values[i]);
   }
-  return `{"@timestamp":"${rfc3339Seconds(epochMs)}","ipfix":{${body}}}\n`;
+  return `{${body}}`;
+}
+
+/** What precedes the {@linkcode jsonRecordFields} object in a document sent at `epochMs`. */
+export function jsonDocumentPrefix(epochMs: number): string {
+  return `{"@timestamp":"${rfc3339Seconds(epochMs)}","ipfix":`;
+}
+
+/** What follows the {@linkcode jsonRecordFields} object in a document (with its `\n`). */
+export const JSON_DOCUMENT_SUFFIX = "}\n";
+
+/**
+ * Returns the JSON line (with trailing `\n`) for one record whose values are given in `values`
+ * under the names in `names` (any order; keys are sorted here).
+ */
+export function jsonRecordLine(
+  names: readonly string[],
+  values: readonly FieldValue[],
+  epochMs: number,
+): string {
+  return jsonDocumentPrefix(epochMs) + jsonRecordFields(names, values) + JSON_DOCUMENT_SUFFIX;
 }
 
 /** {@linkcode jsonRecordLine} as UTF-8 bytes. */

@@ -58,6 +58,7 @@ import {
   WorkerExporter,
   type WorkerExporterOptions,
   workerModuleMissing,
+  WorkerStartTimeout,
 } from "./exporters/worker_exporter.ts";
 import { type LogFields, logger, RateLimitedLog } from "./log.ts";
 import { type ProcessStats, processStats } from "./process_stats.ts";
@@ -235,10 +236,11 @@ export interface FlowAggregatorStats extends RecordMetrics, Partial<ConfigWatche
    */
   exporterRebuildsFailed: number;
   /**
-   * Sinks the start or a reload enabled but could not create, each attempt. When the process
-   * lacks a permission the sink needs, that section runs no sink until a later change or a
-   * restart; any other failure (a sink worker that did not start in time on a busy machine) is
-   * tried again after 1 s, then twice as long each time up to 60 s, while the section is enabled.
+   * Sinks the start or a reload enabled but could not create, each attempt (most often: the
+   * process lacks a permission the sink needs, or the sink refuses its configuration): that
+   * section runs no sink until a later change or a restart. A sink whose worker did not start
+   * in time (a busy machine) is tried again after 1 s, then twice as long each time up to 60 s,
+   * while the section is enabled.
    */
   exporterCreatesFailed: number;
   /**
@@ -1087,9 +1089,10 @@ export class FlowAggregator {
       exporter = await this.#startedExporter(section);
     } catch (err) {
       this.#exporterCreatesFailed++;
-      // A missing permission stays missing for the process's life: no retry.
-      const permanent = err instanceof MissingPermissionsError ||
-        err instanceof Deno.errors.NotCapable || err instanceof Deno.errors.PermissionDenied;
+      // Only a worker too slow to start (a busy machine) is tried again: a missing permission
+      // stays missing for the process's life, and a configuration the sink refuses stays
+      // refused until a reload (which tries again).
+      const permanent = !(err instanceof WorkerStartTimeout);
       const delayMs = retry === undefined ? CREATE_RETRY_FIRST_MS : Math.min(
         retry.delayMs * 2,
         CREATE_RETRY_MAX_MS,

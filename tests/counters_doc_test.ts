@@ -73,6 +73,12 @@ flowLogger:
   );
   try {
     await fa.start();
+    // On a busy machine the sink's worker may miss its 15 s start bound: the process tries it
+    // again (exporterCreatesFailed), so wait for the sink rather than log without it.
+    const deadline = Date.now() + 90_000;
+    while (fa.stats().exporters.flowLogger === undefined && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 100));
+    }
     fa.logMetrics();
   } finally {
     await fa.stop();
@@ -90,8 +96,9 @@ flowLogger:
   for (const meta of logfmtKeys(probe[0])) keys.delete(meta);
   console.log(`${keys.size} keys on the line, each with a row`);
   // The line's groups this configuration runs are all there.
+  const errors = lines.filter((l) => l.includes("level=error")).join("\n");
   for (const k of ["udpQueueDrops", "shards.shardsFailed", "flowLogger.received"]) {
-    assert.ok(keys.has(k), `${k} on the line`);
+    assert.ok(keys.has(k), `${k} on the line; the errors logged:\n${errors}`);
   }
   const uncovered = [...keys].filter((k) => rowFor(rowsNow, k) === undefined);
   assert.deepEqual(uncovered, [], "keys of the record metrics line the script does not derive");

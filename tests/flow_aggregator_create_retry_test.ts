@@ -10,7 +10,7 @@ import type { ExportedFlow } from "../src/aggregation/record.ts";
 import { ManualClock } from "../src/clock.ts";
 import { parseConfig } from "../src/components.ts";
 import type { Exporter, ExporterStats } from "../src/exporters/exporter.ts";
-import { MissingPermissionsError } from "../src/exporters/worker_exporter.ts";
+import { MissingPermissionsError, WorkerStartTimeout } from "../src/exporters/worker_exporter.ts";
 import { FlowAggregator } from "../src/flow_aggregator.ts";
 import { setLogWriter } from "../src/log.ts";
 
@@ -55,13 +55,13 @@ async function settle(): Promise<void> {
   for (let i = 0; i < 20; i++) await new Promise((r) => setTimeout(r, 0));
 }
 
-Deno.test("exporter create: a failure that is no missing permission is retried with backoff", async () => {
+Deno.test("exporter create: a sink worker that did not start in time is retried with backoff", async () => {
   const clock = new ManualClock();
   const sink = new CountingExporter();
   let attempts = 0;
   const fa = aggregator(clock, () => {
     attempts++;
-    if (attempts <= 3) throw new Error("exporter flowLogger: worker did not start within 15000 ms");
+    if (attempts <= 3) throw new WorkerStartTimeout("log", 15_000);
     return sink;
   });
   try {
@@ -96,7 +96,7 @@ Deno.test("exporter create: a failure that is no missing permission is retried w
   }
 });
 
-Deno.test("exporter create: a missing permission is not retried, and stop cancels a retry", async () => {
+Deno.test("exporter create: a missing permission or a refused configuration is not retried, and stop cancels a retry", async () => {
   const clock = new ManualClock();
   let attempts = 0;
   const fa = aggregator(clock, () => {
@@ -109,12 +109,28 @@ Deno.test("exporter create: a missing permission is not retried, and stop cancel
   assert.equal(attempts, 1);
   await fa.stop();
 
+  const refusedClock = new ManualClock();
+  let refused = 0;
+  const fr = aggregator(refusedClock, () => {
+    refused++;
+    throw new Error("exporter clickhouse: DatabaseURL, Username or Password missing");
+  });
+  await fr.start();
+  refusedClock.advance(600_000);
+  await settle();
+  assert.equal(refused, 1);
+  await fr.stop();
+
+  const stopClock = new ManualClock();
   let tries = 0;
-  const fb = aggregator(new ManualClock(), () => {
+  const fb = aggregator(stopClock, () => {
     tries++;
-    throw new Error("transient");
+    throw new WorkerStartTimeout("log", 15_000);
   });
   await fb.start();
+  assert.deepEqual(stopClock.pendingTimers().length > 0, true, "a retry armed");
   await fb.stop();
-  assert.equal(tries, 1);
+  stopClock.advance(600_000);
+  await settle();
+  assert.equal(tries, 1, "the stop cancelled it");
 });

@@ -170,6 +170,18 @@ export function missingPermissions(p: ExporterPermissions): string[] {
 }
 
 /**
+ * A sink's worker that did not answer its start within the bound (`heartbeatTimeoutMs`): on a
+ * machine too busy to load it in time, so the process tries the sink again later.
+ */
+export class WorkerStartTimeout extends Error {
+  /** `exporter` is the sink's name, `ms` the bound it passed. */
+  constructor(exporter: string, ms: number) {
+    super(`exporter ${exporter}: worker did not start within ${ms} ms`);
+    this.name = "WorkerStartTimeout";
+  }
+}
+
+/**
  * A sink that cannot start because the process lacks permissions it needs ({@linkcode flags},
  * as `deno run` flags): a worker can only be given what its parent has.
  */
@@ -475,11 +487,7 @@ export class WorkerExporter<C extends SectionConfig = SectionConfig> implements 
         if (settled) return;
         settled = true;
         this.#terminate("start timed out");
-        reject(
-          new Error(
-            `exporter ${this.name}: worker did not start within ${this.#opts.heartbeatTimeoutMs} ms`,
-          ),
-        );
+        reject(new WorkerStartTimeout(this.name, this.#opts.heartbeatTimeoutMs));
       });
       worker.onmessage = (e: MessageEvent<FromWorker>) => {
         // Log lines of any worker, even a replaced one, reach the process's log output.

@@ -267,8 +267,11 @@ export class FaProcess {
     }
   }
 
-  /** Waits for the collector start event and returns the bound port. */
-  async collectorPort(timeoutMs = 15_000): Promise<number> {
+  /**
+   * Waits for the collector start event and returns the bound port. The bound is generous: a
+   * process starting every sink's worker took over 15 s to listen at a load of 13-23.
+   */
+  async collectorPort(timeoutMs = 60_000): Promise<number> {
     const e = await this.waitFor({ msg: /^Started (UDP|TCP|TLS) collecting process$/ }, timeoutMs);
     const port = Number(e.fields.port);
     if (!Number.isInteger(port) || port <= 0) throw new Error(`bad port in ${e.raw}`);

@@ -713,10 +713,13 @@ Deno.test("flowLogger.path naming a directory is refused; its directory is norma
 // lines under `limits:` held the running aggregator's main thread 34 s at a reload.
 Deno.test("a file of 60,000 keys parses in linear time, its unknown keys named 20 times at most", async () => {
   const keys = Array.from({ length: 60_000 }, (_, i) => `  k${i}: ${i}\n`).join("");
-  // The guard is far above what the parse takes (well under a second) and below the old 34 s.
-  const r = await inWorker({ op: "parse", text: `${MIN}limits:\n${keys}` }, 15_000);
-  assert.notEqual(r, "timeout", "the parse took over 15 s");
+  // The bound is far above what the parse takes (well under a second) and below the old 34 s.
+  // It applies to the parse as the worker timed it: the worker's start (its module checked
+  // and loaded) took over 15 s of a busy machine once. The guard only stops a parse that hangs.
+  const r = await inWorker({ op: "parse", text: `${MIN}limits:\n${keys}` }, 120_000);
+  assert.notEqual(r, "timeout", "the parse took over 120 s");
   assert.ok(r !== "timeout" && r.ok, JSON.stringify(r));
+  assert.ok(r.ms < 15_000, `the parse took ${r.ms} ms`);
   assert.equal(r.result, "21", "20 unknown keys named, then one line with the count");
   const w = warningsOf(`${MIN}limits:\n${keys.split("\n").slice(0, 30).join("\n")}\n`);
   assert.equal(w.length, 21, w.join("\n"));

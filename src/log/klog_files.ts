@@ -49,6 +49,7 @@ import { type LogFormat, type LogLevel, logSettings } from "../log.ts";
 import { type Clock, systemClock } from "../clock.ts";
 import { concatBytes, wholePieces } from "../bytes.ts";
 import { PLATFORM } from "../platform.ts";
+import { formatKlogLine } from "./klog_format.ts";
 
 /**
  * The header's "Log line format" for each line format: klog's own for `--log-format klog`; the
@@ -172,6 +173,11 @@ interface SeverityFile {
   seq: number;
   /** Monotonic time of the last path check or creation attempt. */
   checkedAt: number;
+  /**
+   * Lines of this severity that reached no file since its last good write: the first write that
+   * succeeds after them says so in the file (a warning line) and on stderr.
+   */
+  gap: { lines: number; sinceMs: number; why: string } | undefined;
 }
 
 function two(n: number): string {
@@ -291,6 +297,7 @@ export class KlogFiles {
         stamp: "",
         seq: 0,
         checkedAt: 0,
+        gap: undefined,
       };
       this.#files.set(severity, f);
       this.#open(f);
@@ -305,7 +312,7 @@ export class KlogFiles {
       }
     }
     if (f.file === undefined) {
-      this.#stats.linesDropped++;
+      this.#lost(f, 1, "no file could be created");
       return;
     }
     f.pending.push(bytes);
@@ -338,9 +345,12 @@ export class KlogFiles {
     if (check && f.file !== undefined && this.#due(f) && !this.#atPath(f)) this.#reopen(f);
     const { chunks, lines } = this.#takePending(f);
     if (f.file === undefined) {
-      this.#stats.linesDropped += lines;
+      this.#lost(f, lines, "no file could be created");
       return;
     }
+    // A gap goes first in a file that goes on; a new file's header first, then the gap.
+    const newFile = f.header !== undefined;
+    if (!newFile) this.#noteGap(f);
     const buf = concatBytes(chunks);
     let off = 0;
     try {
@@ -351,9 +361,64 @@ export class KlogFiles {
       }
       f.written += buf.length;
       f.header = undefined;
+      if (newFile) this.#noteGap(f);
     } catch (err) {
       this.#failedWrite(f, chunks, off, err);
     }
+  }
+
+  /** Counts `n` lines of `f` that reached no file, for `why`, and remembers the gap. */
+  #lost(f: SeverityFile, n: number, why: string): void {
+    if (n <= 0) return;
+    this.#stats.linesDropped += n;
+    f.gap ??= { lines: 0, sinceMs: this.#opts.now().getTime(), why };
+    f.gap.lines += n;
+    f.gap.why = why;
+  }
+
+  /**
+   * After lines of `f` were dropped, writes a warning line saying how many, since when and why
+   * into its file, and says on stderr that the file is written again (the error reports are
+   * rate-limited: without it a file's reader saw a gap and nothing else). Left for the next
+   * write when this one fails (nothing of it stays in the file).
+   */
+  #noteGap(f: SeverityFile): void {
+    const g = f.gap;
+    const file = f.file;
+    if (g === undefined || file === undefined) return;
+    const since = new Date(g.sinceMs).toISOString();
+    const note = encoder.encode(
+      formatKlogLine({
+        level: "warn",
+        component: "log-files",
+        msg: "log lines were not written to this file",
+        fields: { dropped: g.lines, since, reason: g.why },
+      }, { at: this.#opts.now(), pid: this.#opts.pid }) + "\n",
+    );
+    let off = 0;
+    try {
+      while (off < note.length) {
+        const n = file.writeSync(note.subarray(off));
+        if (n <= 0) throw new Error(`write returned ${n}`);
+        off += n;
+      }
+    } catch {
+      if (off > 0) {
+        try {
+          file.truncateSync(f.written);
+        } catch {
+          // the next write's failure handling closes it
+        }
+      }
+      return;
+    }
+    f.written += note.length;
+    f.size += note.length;
+    f.gap = undefined;
+    this.#opts.report(
+      `log files: writing to ${f.name} again: ${g.lines} lines were dropped since ${since} ` +
+        `(${g.why})`,
+    );
   }
 
   /**
@@ -367,7 +432,7 @@ export class KlogFiles {
     const lost = chunks.slice(count);
     const headerLost = f.header !== undefined && lost.includes(f.header);
     const dropped = lost.length - (headerLost ? 1 : 0);
-    this.#stats.linesDropped += dropped;
+    this.#lost(f, dropped, err instanceof Error ? err.message : String(err));
     this.#error(`cannot write log file ${f.name} (${dropped} lines dropped)`, err);
     f.written += whole;
     f.size = f.written;
@@ -418,7 +483,7 @@ export class KlogFiles {
       f.size += c.length;
       this.#pendingBytes += c.length;
     }
-    this.#stats.linesDropped += lost;
+    this.#lost(f, lost, "no file could be created");
   }
 
   #closeFile(f: SeverityFile): void {
@@ -440,7 +505,7 @@ export class KlogFiles {
   #open(f: SeverityFile, full = false): void {
     this.#closeFile(f);
     // Only a header can be left (its write failed): the new file gets its own.
-    this.#stats.linesDropped += this.#takePending(f).lines;
+    this.#lost(f, this.#takePending(f).lines, "its file was replaced");
     const { dir, program, host, user, pid } = this.#opts;
     const now = this.#opts.now();
     f.checkedAt = this.#opts.clock.nowMs();

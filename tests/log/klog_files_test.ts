@@ -304,13 +304,29 @@ Deno.test("klog files: a full disk cuts the partial line off and counts the drop
       errors: 1,
     });
     assert.match(reports[0], /cannot write log file .*: No space left on device/);
-    // Space again: the next lines start on lines of their own.
+    // Space again: the next lines start on lines of their own, after a line saying what is
+    // missing (before, the file had a gap and nothing said so; stderr only the first error).
     disk.setFree(Infinity);
     f.write("I after 1", "info");
     f.write("I after 2", "info");
     f.close();
-    assert.deepEqual(body(path), [...kept, "I after 1", "I after 2"]);
+    const after = body(path);
+    assert.deepEqual(after.slice(0, kept.length), kept);
+    assert.deepEqual(after.slice(kept.length + 1), ["I after 1", "I after 2"]);
+    assert.match(
+      after[kept.length],
+      new RegExp(
+        `^W\\d{4} [\\d:.]+ +\\d+ log-files:0\\] "log lines were not written to this file" ` +
+          `dropped=${
+            40 - kept.length
+          } since="[^"]+" reason="No space left on device \\(os error 28\\)"$`,
+      ),
+    );
     assert.equal(f.stats().linesDropped, 40 - kept.length);
+    assert.match(
+      reports.at(-1)!,
+      new RegExp(`^log files: writing to .* again: ${40 - kept.length} lines were dropped since `),
+    );
   });
 });
 
@@ -325,7 +341,11 @@ Deno.test("klog files: a full disk before the header is written: the header is w
     disk.setFree(Infinity);
     f.write("I kept", "info");
     f.close();
-    assert.deepEqual(body(path), ["I kept"]);
+    // A new file's header first, its lines, then what was lost before it.
+    const kept = body(path);
+    assert.equal(kept[0], "I kept");
+    assert.match(kept[1], /"log lines were not written to this file" dropped=1 /);
+    assert.equal(kept.length, 2);
     assert.equal(f.stats().linesDropped, 1);
   });
 });
@@ -357,7 +377,12 @@ Deno.test("klog files: a file that cannot be created drops its lines (counted), 
     clock.advance(1000);
     f.write("I back", "info");
     f.close();
-    assert.deepEqual(body(`${logs}/${f.currentName("INFO")}`), ["I back"]);
+    assert.deepEqual(body(`${logs}/${f.currentName("INFO")}`), [
+      "I back",
+      'W1203 09:31:25.000000    4242 log-files:0] "log lines were not written to this file" ' +
+      'dropped=1001 since="2026-12-03T09:31:24.000Z" reason="no file could be created"',
+    ]);
+    assert.match(reports.at(-1)!, /writing to .* again: 1001 lines were dropped since/);
     assert.equal(f.stats().linesDropped, 1001);
     assert.equal(f.stats().errors, 1);
   });

@@ -429,6 +429,8 @@ export class FlowAggregator {
   /** The next check of the certificates' validity (TLS collector). */
   #certTimer: ClockTimer | undefined;
   readonly #certsReissued: ReissueCounts = noReissues();
+  /** Certificates in use whose hand-out failed, tried again at each check. */
+  #handOutPending: GeneratedCertificates | undefined;
   #timer: ReturnType<typeof setTimeout> | undefined;
   #metricsTimer: ReturnType<typeof setInterval> | undefined;
   #state: "new" | "running" | "stopping" | "stopped" = "new";
@@ -1019,6 +1021,7 @@ export class FlowAggregator {
     const certs = this.#certs;
     const collector = this.#collector;
     if (this.#state !== "running" || certs === undefined || collector === undefined) return;
+    if (this.#handOutPending === certs) await this.#handOut(certs);
     const lib = await certificateLibrary();
     const nowMs = this.#clock.wallMs();
     const need = lib.reissueNeeded(certs, nowMs);
@@ -1047,17 +1050,62 @@ export class FlowAggregator {
     const next = need.scope === "ca"
       ? lib.generateCertificates(gen)
       : lib.reissueServerCertificate(certs, gen);
+    if (need.reason === "expiring") {
+      // The current ones are still valid: the new ones are handed out (published, written)
+      // first, and used only once that worked, so Agents can have the new CA before the
+      // collector serves it; a failed hand-out keeps the current ones until the next check.
+      try {
+        await this.#opts.onCertificates?.(next);
+      } catch (err) {
+        log.error(
+          "the renewed collector certificates could not be handed out: the current ones are " +
+            "kept, tried again at the next check",
+          { err },
+        );
+        return;
+      }
+      this.#useCertificates(collector, next, certs);
+      this.#certsReissued.expiring++;
+      return;
+    }
+    // Not valid yet: every handshake fails already, so the new ones are used at once, then
+    // handed out; a failed hand-out is tried again at each check until it works.
+    this.#useCertificates(collector, next, certs);
+    this.#certsReissued.notValidYet++;
+    await this.#handOut(next);
+  }
+
+  /**
+   * Serves `next` to the collector's next handshakes. With a new CA, client certificates of the
+   * replaced one (`prev`) are still accepted while it is valid: Agents get the new client
+   * certificate when they next read the Secret, not when the CA changes.
+   */
+  #useCertificates(
+    collector: Collector,
+    next: GeneratedCertificates,
+    prev: GeneratedCertificates,
+  ): void {
     this.#certs = next;
+    const newCa = next.ca.certPem !== prev.ca.certPem;
     collector.setTlsMaterial({
-      caPem: next.ca.certPem,
+      caPem: newCa ? `${next.ca.certPem.trimEnd()}\n${prev.ca.certPem}` : next.ca.certPem,
       certPem: next.server.certPem,
       keyPem: next.server.keyPem,
     });
-    this.#certsReissued[need.reason]++;
+  }
+
+  /** Hands `certs` out (`onCertificates`), or keeps them pending for the next check. */
+  async #handOut(certs: GeneratedCertificates): Promise<void> {
     try {
-      await this.#opts.onCertificates?.(next);
+      await this.#opts.onCertificates?.(certs);
+      this.#handOutPending = undefined;
     } catch (err) {
-      log.error("the re-issued collector certificates could not be handed out", { err });
+      this.#handOutPending = certs;
+      log.error(
+        "the re-issued collector certificates could not be handed out: tried again at the " +
+          "next check",
+        { err },
+      );
     }
   }
 
@@ -1080,9 +1128,12 @@ export class FlowAggregator {
     return cfg[section].enable;
   }
 
-  async #createExporter(section: ExporterSection): Promise<void> {
-    const retry = this.#createRetries.get(section);
-    retry?.timer.cancel();
+  /**
+   * Creates the sink of `section`; `lastDelayMs` is the pause before this attempt when it is a
+   * retry (the next one doubles it), undefined for a start or a reload (1 s again).
+   */
+  async #createExporter(section: ExporterSection, lastDelayMs?: number): Promise<void> {
+    this.#createRetries.get(section)?.timer.cancel();
     this.#createRetries.delete(section);
     let exporter: Exporter | undefined;
     try {
@@ -1093,10 +1144,9 @@ export class FlowAggregator {
       // stays missing for the process's life, and a configuration the sink refuses stays
       // refused until a reload (which tries again).
       const permanent = !(err instanceof WorkerStartTimeout);
-      const delayMs = retry === undefined ? CREATE_RETRY_FIRST_MS : Math.min(
-        retry.delayMs * 2,
-        CREATE_RETRY_MAX_MS,
-      );
+      const delayMs = lastDelayMs === undefined
+        ? CREATE_RETRY_FIRST_MS
+        : Math.min(lastDelayMs * 2, CREATE_RETRY_MAX_MS);
       log.error("cannot create exporter", {
         section,
         err,
@@ -1105,20 +1155,29 @@ export class FlowAggregator {
         ...(permanent ? {} : { retryInMs: delayMs }),
       });
       if (permanent || this.#state !== "running") return;
-      const timer = this.#clock.setTimer(delayMs, () => {
-        // Serialised with reloads and stop, as every change of the exporters is.
-        const run = this.#updates.then(() => this.#retryCreate(section));
-        this.#updates = run.catch((e) => log.error("exporter create retry failed", { err: e }));
-      }, { unref: true });
-      this.#createRetries.set(section, { timer, delayMs });
+      const entry = {
+        delayMs,
+        timer: this.#clock.setTimer(delayMs, () => {
+          // Serialised with reloads and stop, as every change of the exporters is.
+          const run = this.#updates.then(() => this.#retryCreate(section, entry));
+          this.#updates = run.catch((e) => log.error("exporter create retry failed", { err: e }));
+        }, { unref: true }),
+      };
+      this.#createRetries.set(section, entry);
       return;
     }
     this.#enable(section, exporter);
   }
 
-  /** An armed retry of {@linkcode #createExporter} fired: tried when still wanted. */
-  async #retryCreate(section: ExporterSection): Promise<void> {
-    if (!this.#createRetries.has(section)) return; // cancelled meanwhile
+  /**
+   * The retry `entry` of {@linkcode #createExporter} fired: tried when still wanted, and when no
+   * reload has meanwhile tried (and armed a retry of its own, or created the sink).
+   */
+  async #retryCreate(
+    section: ExporterSection,
+    entry: { delayMs: number; timer: ClockTimer },
+  ): Promise<void> {
+    if (this.#createRetries.get(section) !== entry) return; // cancelled or replaced meanwhile
     if (
       this.#state !== "running" || this.#exporters.has(section) ||
       !this.#enabled(section, this.#config)
@@ -1126,7 +1185,7 @@ export class FlowAggregator {
       this.#createRetries.delete(section);
       return;
     }
-    await this.#createExporter(section);
+    await this.#createExporter(section, entry.delayMs);
   }
 
   /** The sink of `section` built from the configuration in force, started; throws if it cannot. */

@@ -251,7 +251,7 @@ function monotonicNow(): number {
 }
 
 /** Whether `elapsed` ms is still inside an interval of `intervalMs`; time gone back is not. */
-function inInterval(elapsed: number, intervalMs: number): boolean {
+export function inInterval(elapsed: number, intervalMs: number): boolean {
   return elapsed >= 0 && elapsed < intervalMs;
 }
 

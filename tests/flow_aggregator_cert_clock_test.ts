@@ -209,9 +209,59 @@ Deno.test("collector certificates with under 90 days left are issued again; an A
     await waitFor(() => s.fa.stats().numRecordsReceived === 2, { what: "the kept connection's" });
     assert.equal(await agentSends(port, second), "ok");
     await waitFor(() => s.fa.stats().numRecordsReceived === 3, { what: "the new Agent's" });
+    // An Agent that has the new CA but not yet its new client certificate (the Secret read
+    // later) is still accepted while the old CA is valid.
+    assert.equal(await agentSends(port, { ...second, client: old.client }), "ok");
+    await waitFor(() => s.fa.stats().numRecordsReceived === 4, { what: "the old client's" });
     kept.end();
     await new Promise((r) => kept.once("close", r));
   });
+});
+
+// A renewal (under 90 days left) switched to the new CA before handing it out: a failed
+// hand-out (a --cert-dir write on a full disk) left the collector serving a CA no Agent had.
+Deno.test("renewed collector certificates are used only once handed out; a failed hand-out keeps the current ones", async () => {
+  const now = Date.now();
+  const old = generateCertificates({
+    namespace: "flow-aggregator",
+    now: new Date(now - 300 * DAY_MS),
+  });
+  const clock = new WallStepClock(now);
+  const lines: string[] = [];
+  const restore = setLogWriter((l) => lines.push(l));
+  let fail = true;
+  const handed: GeneratedCertificates[] = [];
+  const fa = new FlowAggregator(TLS_CONFIG, {
+    clock,
+    manualSweep: true,
+    listenAddress: "127.0.0.1:0",
+    metricsLogIntervalMs: 0,
+    namespace: "flow-aggregator",
+    certificates: old,
+    onCertificates: (c) => {
+      if (c !== old && fail) throw new Error("no space left on device");
+      handed.push(c);
+    },
+  });
+  try {
+    await fa.start();
+    clock.advance(CHECK_MS);
+    await waitFor(() => lines.some((l) => l.includes("could not be handed out")), {
+      what: "the failed hand-out",
+    });
+    await checkArmed(clock);
+    assert.deepEqual(fa.stats().collectorCertificatesReissued, { notValidYet: 0, expiring: 0 });
+    assert.equal(await agentSends(fa.collectorPort, old), "ok", "the current ones still served");
+    fail = false;
+    clock.advance(CHECK_MS);
+    await waitFor(() => handed.length === 2, { what: "the renewed set handed out" });
+    await checkArmed(clock);
+    assert.deepEqual(fa.stats().collectorCertificatesReissued, { notValidYet: 0, expiring: 1 });
+    assert.equal(await agentSends(fa.collectorPort, handed[1]), "ok");
+  } finally {
+    await fa.stop();
+    setLogWriter(restore);
+  }
 });
 
 Deno.test("valid collector certificates are left as they are at every check", async () => {

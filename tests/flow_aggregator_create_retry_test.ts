@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import type { ExportedFlow } from "../src/aggregation/record.ts";
 import { ManualClock } from "../src/clock.ts";
-import { parseConfig } from "../src/components.ts";
+import { diffConfig, parseConfig } from "../src/components.ts";
 import type { Exporter, ExporterStats } from "../src/exporters/exporter.ts";
 import { MissingPermissionsError, WorkerStartTimeout } from "../src/exporters/worker_exporter.ts";
 import { FlowAggregator } from "../src/flow_aggregator.ts";
@@ -133,4 +133,52 @@ Deno.test("exporter create: a missing permission or a refused configuration is n
   stopClock.advance(600_000);
   await settle();
   assert.equal(tries, 1, "the stop cancelled it");
+});
+
+// A retry that fired while a reload was creating the same sink ran right after it: a second
+// attempt at once (each up to 15 s, the reloads and the stop waiting behind them).
+Deno.test("exporter create: a retry that fires during a reload's attempt is dropped; the reload's own retry starts at 1 s", async () => {
+  const clock = new ManualClock();
+  let attempts = 0;
+  let gate: PromiseWithResolvers<void> | undefined;
+  const fa = aggregator(clock, () => {
+    attempts++;
+    throw new WorkerStartTimeout("log", 15_000);
+  });
+  // The factory above throws at once; the reload's attempt is held by a slow update instead.
+  try {
+    await fa.start();
+    assert.equal(attempts, 1);
+    clock.advance(1_000); // the first retry: 2 attempts, the next armed at 2 s
+    await settle();
+    assert.equal(attempts, 2);
+    // A reload starts (any change: the section stays enabled without a sink, so it tries).
+    gate = Promise.withResolvers<void>();
+    const held = gate;
+    const next = parseConfig(`aggregatorTransportProtocol: TCP
+activeFlowRecordTimeout: 30s
+flowLogger:
+  enable: true
+  path: /dev/null
+`);
+    const reload = (async () => {
+      await held.promise;
+      await fa.update(next, diffConfig(fa.config, next));
+    })();
+    clock.advance(2_000); // the armed retry fires: queued behind nothing yet, runs: 3
+    await settle();
+    assert.equal(attempts, 3);
+    held.resolve();
+    await reload; // the reload's attempt: 4, its retry armed at 1 s (not 8 s)
+    await settle();
+    assert.equal(attempts, 4);
+    clock.advance(999);
+    await settle();
+    assert.equal(attempts, 4);
+    clock.advance(1);
+    await settle();
+    assert.equal(attempts, 5, "the reload started the pauses again");
+  } finally {
+    await fa.stop();
+  }
 });

@@ -176,10 +176,18 @@ export async function startApiServer(
     const now = clock.wallMs();
     const reason = reissueReason(cert.validity, now);
     if (reason !== undefined) {
-      const next = await reissueApiCertificate(cert, reason, now, opts.tokenFile);
+      const next = await reissueApiCertificate(cert, reason, now);
       if (closed) return;
       front!.setCertificate({ cert: next.chainPem, key: next.keyPem }, reason);
       cert = next;
+      // Served first, then written for the CLI: a closed server writes nothing (a CA file over
+      // a newer server's would make the CLI refuse it).
+      await writePrivate(caFileOf(opts.tokenFile), next.caPem).catch((err) =>
+        log.error("cannot write the API's new CA: the CLI cannot verify the server", {
+          path: caFileOf(opts.tokenFile),
+          err,
+        })
+      );
     }
   };
   const arm = (): void => {
@@ -210,13 +218,12 @@ export async function startApiServer(
 
 /**
  * A new API certificate for wall time `nowMs`, replacing `old` (out of its validity for
- * `reason`): logged, and its CA written next to the token for the CLI.
+ * `reason`), logged.
  */
 async function reissueApiCertificate(
   old: ApiCertificate,
   reason: "notValidYet" | "expiring",
   nowMs: number,
-  tokenFile: string,
 ): Promise<ApiCertificate> {
   const fields = {
     now: new Date(nowMs).toISOString(),
@@ -232,14 +239,5 @@ async function reissueApiCertificate(
   } else {
     log.info("the API certificate expires soon: issuing a new one", fields);
   }
-  const next = await generateApiCertificate(new Date(nowMs));
-  try {
-    await writePrivate(caFileOf(tokenFile), next.caPem);
-  } catch (err) {
-    log.error("cannot write the API's new CA: the CLI cannot verify the server", {
-      path: caFileOf(tokenFile),
-      err,
-    });
-  }
-  return next;
+  return await generateApiCertificate(new Date(nowMs));
 }

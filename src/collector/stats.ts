@@ -377,16 +377,11 @@ export function withEarlierCollectors(
     if (exporters[key] === undefined && tracked >= MAX_TRACKED_EXPORTERS) key = OTHER_EXPORTERS;
     const past = exporters[key];
     if (past === undefined) tracked++;
-    exporters[key] = past === undefined ? { ...e } : {
-      messages: past.messages + e.messages,
-      dataRecords: past.dataRecords + e.dataRecords,
-      templateRecords: past.templateRecords + e.templateRecords,
-      bytes: past.bytes + e.bytes,
-      decodeErrors: past.decodeErrors + e.decodeErrors,
-      templateMisses: past.templateMisses + e.templateMisses,
-      recordsDropped: past.recordsDropped + e.recordsDropped,
-      sessionsOpened: past.sessionsOpened + e.sessionsOpened,
-    };
+    // Every field of an exporter's counters is a count.
+    exporters[key] = past === undefined ? { ...e } : sumBy(
+      past as unknown as Record<string, number>,
+      e as unknown as Record<string, number>,
+    ) as unknown as ExporterStats;
   }
   out.exporters = exporters;
   const udpReceiver = udpWithEarlier(earlier.udpReceiver, current.udpReceiver);

@@ -164,7 +164,10 @@ function execOf(user: k8s.User | undefined): ExecConfig | undefined {
 
 /** Counters of {@linkcode ExecCredentials} (on the metrics line under `kubeClient.`). */
 export interface ExecPluginStats {
-  /** Exec credential plugin runs started (`exec` users of a kubeconfig). */
+  /**
+   * Exec credential plugin runs (`exec` users of a kubeconfig), those refused before a process
+   * started (no command, the client closed) included.
+   */
   credentialPluginRuns: number;
   /**
    * Plugin runs that gave no credential: it failed (exit code), gave no answer in time, wrote
@@ -270,13 +273,15 @@ export class ExecCredentials {
   }
 
   async #run(exec: ExecConfig): Promise<ExecCredential> {
-    if (typeof exec.command !== "string" || exec.command === "") {
+    // Every attempt counts, the ones refused before a process starts too: a failure is always
+    // one of the runs.
+    this.#stats.credentialPluginRuns++;
+    if (typeof exec?.command !== "string" || exec.command === "") {
       throw new Error("kubeconfig: an exec user without a command");
     }
     if (this.#closed) {
       throw new Error(`credential plugin ${exec.command} not run: the client is closed`);
     }
-    this.#stats.credentialPluginRuns++;
     const child = new Deno.Command(exec.command, {
       args: exec.args ?? [],
       env: Object.fromEntries((exec.env ?? []).map((e) => [e.name, e.value])),

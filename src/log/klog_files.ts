@@ -45,7 +45,7 @@
  * @module
  */
 
-import { type LogFormat, type LogLevel, logSettings } from "../log.ts";
+import { inInterval, type LogFormat, type LogLevel, logSettings } from "../log.ts";
 import { type Clock, systemClock } from "../clock.ts";
 import { concatBytes, wholePieces } from "../bytes.ts";
 import { PLATFORM } from "../platform.ts";
@@ -201,6 +201,8 @@ export class KlogFiles {
   #pendingBytes = 0;
   /** Monotonic time of the last error report on stderr. */
   #lastReport = -Infinity;
+  /** Monotonic time of the last "written again" report on stderr. */
+  #lastRecoveryReport = -Infinity;
   /**
    * The files this process created that may still be in the directory, by name: their order of
    * creation (see the module doc: pruning's order) and severity. A name leaves when pruning
@@ -323,7 +325,7 @@ export class KlogFiles {
   /** True, and noted, when a second has passed since `f` was last checked. */
   #due(f: SeverityFile): boolean {
     const t = this.#opts.clock.nowMs();
-    if (t - f.checkedAt < CHECK_MS && t >= f.checkedAt) return false;
+    if (inInterval(t - f.checkedAt, CHECK_MS)) return false;
     f.checkedAt = t;
     return true;
   }
@@ -348,7 +350,8 @@ export class KlogFiles {
       this.#lost(f, lines, "no file could be created");
       return;
     }
-    // A gap goes first in a file that goes on; a new file's header first, then the gap.
+    // The note of a gap goes first in a file that goes on; a new file gets it after this
+    // flush's lines (its header comes first, and is written with them).
     const newFile = f.header !== undefined;
     if (!newFile) this.#noteGap(f);
     const buf = concatBytes(chunks);
@@ -415,6 +418,10 @@ export class KlogFiles {
     f.written += note.length;
     f.size += note.length;
     f.gap = undefined;
+    // At most once a minute, as the error reports (a disk that fills and frees in turn).
+    const t = this.#opts.clock.nowMs();
+    if (inInterval(t - this.#lastRecoveryReport, ERROR_REPORT_MS)) return;
+    this.#lastRecoveryReport = t;
     this.#opts.report(
       `log files: writing to ${f.name} again: ${g.lines} lines were dropped since ${since} ` +
         `(${g.why})`,
@@ -649,7 +656,7 @@ export class KlogFiles {
   #error(what: string, err: unknown): void {
     this.#stats.errors++;
     const t = this.#opts.clock.nowMs();
-    if (t - this.#lastReport < ERROR_REPORT_MS && t >= this.#lastReport) return;
+    if (inInterval(t - this.#lastReport, ERROR_REPORT_MS)) return;
     this.#lastReport = t;
     this.#opts.report(
       `log files: ${what}: ${err instanceof Error ? err.message : String(err)} ` +

@@ -12,7 +12,12 @@ import { generateKeyPairSync } from "node:crypto";
 import { isIP } from "node:net";
 import forge from "node-forge";
 import { DAY_MS, DEFAULT_NAMESPACE, HOUR_MS } from "./common.ts";
-import { type ReissueReason, reissueReason, type ValidityWindow } from "./validity.ts";
+import {
+  type ReissueReason,
+  reissueReason,
+  RENEW_BEFORE_MS,
+  type ValidityWindow,
+} from "./validity.ts";
 
 /** A certificate and its private key, both PEM. */
 export interface CertificatePair {
@@ -277,7 +282,7 @@ export function reuseProblem(
   options: ReuseOptions = {},
 ): string | undefined {
   const now = options.now ?? new Date();
-  const until = new Date(now.getTime() + (options.minRemainingMs ?? 90 * DAY_MS));
+  const until = new Date(now.getTime() + (options.minRemainingMs ?? RENEW_BEFORE_MS));
   try {
     const caCert = forge.pki.certificateFromPem(ca.certPem);
     const clientCert = forge.pki.certificateFromPem(client.certPem);

@@ -186,6 +186,10 @@ Deno.test("exec credentials: closing the client kills a running plugin at once, 
     await waitFor(() => pids.every((p) => !running(p)), { what: "the plugin's processes ended" });
     await assert.rejects(api.getConfigMap("ns", "x"), /not run: the client is closed/);
     assert.equal((await calls()).length, 1, "no plugin run after close");
+    // The refused attempt is a run that failed: failures never pass runs.
+    const st = api.stats();
+    assert.equal(st.credentialPluginRuns, 2);
+    assert.equal(st.credentialPluginFailures, 2);
   });
 });
 

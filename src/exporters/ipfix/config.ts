@@ -17,6 +17,7 @@ import {
 } from "../../config/schema.ts";
 import type { ConfigSection } from "../../config/section.ts";
 import { parseCollectorAddress } from "./address.ts";
+import { DEFAULT_TEMPLATE_REFRESH_MS } from "./refresh.ts";
 import { addressProblem } from "../../permission_entry.ts";
 
 /** Transport to the external collector (`flowCollector.address`). `tls` is our addition. */
@@ -82,7 +83,7 @@ export const FLOW_COLLECTOR_DEFAULTS = {
   enable: false,
   recordFormat: "IPFIX",
   idleSessionTimeout: "0s",
-  templateRefreshTimeout: "60s",
+  templateRefreshTimeout: `${DEFAULT_TEMPLATE_REFRESH_MS / 1000}s`,
 } as const;
 
 /** The `flowCollector` configuration section. */

@@ -55,6 +55,7 @@ import {
   POD_LABEL_FIELDS,
 } from "../../record/schema.ts";
 import { parseCollectorAddress } from "./address.ts";
+import { DEFAULT_TEMPLATE_REFRESH_MS } from "./refresh.ts";
 import type { FlowCollectorConfig } from "./config.ts";
 import type { Clock, ClockTimer } from "../../clock.ts";
 import { systemClock, within } from "../../clock.ts";
@@ -76,16 +77,7 @@ const JSON_SUFFIX_BYTES = textEncoder.encode(JSON_DOCUMENT_SUFFIX);
 export const IPV4_TEMPLATE_ID = 256;
 /** Template id of the IPv6 export template. */
 export const IPV6_TEMPLATE_ID = 257;
-/**
- * Default UDP template refresh interval (`flowCollector.templateRefreshTimeout`): 60 s. Over
- * UDP a collector that starts after us, or restarts, decodes nothing until the templates come
- * again, while every datagram counts `exported`; v1.13's hard-coded 1800 s (newer Antrea: 600
- * s) made that up to 30 minutes of records (a review: nfcapd decoded 0 of 3,343 datagrams).
- * 60 s is the default active flow timeout, so a restarted collector misses about one export
- * cycle of each flow; the cost is two messages of 480 bytes (496 with Pod labels) a minute.
- * RFC 7011 §8.4 leaves the interval to configuration.
- */
-export const DEFAULT_TEMPLATE_REFRESH_MS = 60_000;
+export { DEFAULT_TEMPLATE_REFRESH_MS };
 /** Default bound of the queue of records waiting to be sent. */
 export const DEFAULT_MAX_QUEUE = 100_000;
 /**

@@ -6,6 +6,7 @@
  * Real time (system clock): the deadlines are what is tested.
  */
 
+import { withProcessEnv } from "../../_helpers/env_lock.ts";
 import assert from "node:assert/strict";
 import {
   ClickHouseExporter,
@@ -497,10 +498,14 @@ Deno.test("18.16's error text is a refusal (not possibly inserted); a 4 MiB erro
 });
 
 Deno.test("in its worker, a sink whose server hangs at stop keeps its records in the spool within the process's wait: none counted lost", async () => {
+  // The worker reads the credentials from the process environment: held, and restored after,
+  // so the other test files of the process (their sinks' workers) never see these.
+  await withProcessEnv({ CH_USERNAME: "u", CH_PASSWORD: "p" }, stopHangs);
+});
+
+async function stopHangs(): Promise<void> {
   const fake = new FakeClickHouse();
   const dir = await Deno.makeTempDir({ prefix: "ch-stop-" });
-  Deno.env.set("CH_USERNAME", "u");
-  Deno.env.set("CH_PASSWORD", "p");
   const e = new WorkerExporter(clickHouseComponent, config(fake.url, dir), {
     podLabels: false,
     clusterUuid: UUID,
@@ -529,4 +534,4 @@ Deno.test("in its worker, a sink whose server hangs at stop keeps its records in
     await fake.close();
     await Deno.remove(dir, { recursive: true }).catch(() => {});
   }
-});
+}

@@ -63,11 +63,15 @@ interface Started {
   lines: string[];
 }
 
-/** A TLS aggregator on 127.0.0.1 with `clock`, given `certificates` or making its own. */
+/**
+ * A TLS aggregator on 127.0.0.1 with `clock`, given `certificates` or making its own; each set
+ * it hands out is offered to `handOut` first (which may throw: a failed hand-out), then kept.
+ */
 async function withAggregator(
   clock: WallStepClock,
   certificates: GeneratedCertificates | undefined,
   body: (s: Started) => Promise<void>,
+  handOut: (c: GeneratedCertificates) => void = () => {},
 ): Promise<void> {
   const lines: string[] = [];
   const restore = setLogWriter((l) => lines.push(l));
@@ -80,6 +84,7 @@ async function withAggregator(
     namespace: "flow-aggregator",
     certificates,
     onCertificates: (c) => {
+      handOut(c);
       published.push(c);
     },
   });
@@ -227,24 +232,11 @@ Deno.test("renewed collector certificates are used only once handed out; a faile
     now: new Date(now - 300 * DAY_MS),
   });
   const clock = new WallStepClock(now);
-  const lines: string[] = [];
-  const restore = setLogWriter((l) => lines.push(l));
   let fail = true;
-  const handed: GeneratedCertificates[] = [];
-  const fa = new FlowAggregator(TLS_CONFIG, {
-    clock,
-    manualSweep: true,
-    listenAddress: "127.0.0.1:0",
-    metricsLogIntervalMs: 0,
-    namespace: "flow-aggregator",
-    certificates: old,
-    onCertificates: (c) => {
-      if (c !== old && fail) throw new Error("no space left on device");
-      handed.push(c);
-    },
-  });
-  try {
-    await fa.start();
+  const handOut = (c: GeneratedCertificates) => {
+    if (c !== old && fail) throw new Error("no space left on device");
+  };
+  await withAggregator(clock, old, async ({ fa, published, lines }) => {
     clock.advance(CHECK_MS);
     await waitFor(() => lines.some((l) => l.includes("could not be handed out")), {
       what: "the failed hand-out",
@@ -254,14 +246,11 @@ Deno.test("renewed collector certificates are used only once handed out; a faile
     assert.equal(await agentSends(fa.collectorPort, old), "ok", "the current ones still served");
     fail = false;
     clock.advance(CHECK_MS);
-    await waitFor(() => handed.length === 2, { what: "the renewed set handed out" });
+    await waitFor(() => published.length === 2, { what: "the renewed set handed out" });
     await checkArmed(clock);
     assert.deepEqual(fa.stats().collectorCertificatesReissued, { notValidYet: 0, expiring: 1 });
-    assert.equal(await agentSends(fa.collectorPort, handed[1]), "ok");
-  } finally {
-    await fa.stop();
-    setLogWriter(restore);
-  }
+    assert.equal(await agentSends(fa.collectorPort, published[1]), "ok");
+  }, handOut);
 });
 
 Deno.test("valid collector certificates are left as they are at every check", async () => {

@@ -72,7 +72,12 @@ import type { ClusterIdentityStats } from "./k8s/cluster_uuid.ts";
 import type { KubeClientStats } from "./k8s/client.ts";
 import { applyCoreSettings, type SettableCore, type ShardSettings } from "./shard/protocol.ts";
 import type { GeneratedCertificates } from "./pki/certificates.ts";
-import { noReissues, type ReissueCounts, VALIDITY_CHECK_INTERVAL_MS } from "./pki/validity.ts";
+import {
+  noReissues,
+  type ReissueCounts,
+  VALIDITY_CHECK_INTERVAL_MS,
+  validityFields,
+} from "./pki/validity.ts";
 
 const log = logger("flow-aggregator");
 
@@ -435,7 +440,6 @@ export class FlowAggregator {
   #metricsTimer: ReturnType<typeof setInterval> | undefined;
   #state: "new" | "running" | "stopping" | "stopped" = "new";
   #startCalled = false;
-  /** Records received by collectors replaced on a transport change (numRecordsReceived). */
   /** Counters of the collectors stopped so far (a reload replaced them), summed. */
   #earlierCollectors: CollectorStats | undefined;
   #exported = 0;
@@ -453,7 +457,7 @@ export class FlowAggregator {
   #exporterRebuildsFailed = 0;
   #exporterCreatesFailed = 0;
   /** Sections whose sink could not be created, with the retry armed and its delay. */
-  readonly #createRetries = new Map<ExporterSection, { timer: ClockTimer; delayMs: number }>();
+  readonly #createRetries = new Map<ExporterSection, CreateRetry>();
   /** Stops of exporters replaced by a reload, still draining; stop() waits for them. */
   readonly #draining = new Set<Promise<void>>();
   /** Serialises config updates with each other and with stop. */
@@ -1028,9 +1032,7 @@ export class FlowAggregator {
     if (need === undefined) return;
     const fields = {
       certificate: need.certificate,
-      now: new Date(nowMs).toISOString(),
-      notBefore: new Date(need.window.notBeforeMs).toISOString(),
-      notAfter: new Date(need.window.notAfterMs).toISOString(),
+      ...validityFields(need.window, nowMs),
       reissued: need.scope === "ca" ? "CA, client and server" : "server",
     };
     if (need.reason === "notValidYet") {
@@ -1175,7 +1177,7 @@ export class FlowAggregator {
    */
   async #retryCreate(
     section: ExporterSection,
-    entry: { delayMs: number; timer: ClockTimer },
+    entry: CreateRetry,
   ): Promise<void> {
     if (this.#createRetries.get(section) !== entry) return; // cancelled or replaced meanwhile
     if (
@@ -1441,6 +1443,12 @@ export class FlowAggregator {
  * The `missing` field of a sink's start failure that is a lack of permissions: the flags, on
  * their own, so the line names them whatever the error's wording.
  */
+/** An armed retry of a sink's creation: its timer and the pause it waits. */
+interface CreateRetry {
+  readonly timer: ClockTimer;
+  readonly delayMs: number;
+}
+
 /** First pause before a sink that could not be created is tried again, ms. */
 const CREATE_RETRY_FIRST_MS = 1_000;
 /** Longest pause between such tries, ms. */

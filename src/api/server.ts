@@ -18,7 +18,12 @@
 
 import { dirname } from "node:path";
 import { type ApiCertificate, generateApiCertificate } from "../pki/api_certificate.ts";
-import { reissueReason, VALIDITY_CHECK_INTERVAL_MS } from "../pki/validity.ts";
+import {
+  type ReissueReason,
+  reissueReason,
+  VALIDITY_CHECK_INTERVAL_MS,
+  validityFields,
+} from "../pki/validity.ts";
 import { type Clock, type ClockTimer, systemClock } from "../clock.ts";
 import { logger } from "../log.ts";
 import { apiHandler, type ApiSource } from "./handler.ts";
@@ -222,14 +227,10 @@ export async function startApiServer(
  */
 async function reissueApiCertificate(
   old: ApiCertificate,
-  reason: "notValidYet" | "expiring",
+  reason: ReissueReason,
   nowMs: number,
 ): Promise<ApiCertificate> {
-  const fields = {
-    now: new Date(nowMs).toISOString(),
-    notBefore: new Date(old.validity.notBeforeMs).toISOString(),
-    notAfter: new Date(old.validity.notAfterMs).toISOString(),
-  };
+  const fields = validityFields(old.validity, nowMs);
   if (reason === "notValidYet") {
     log.warn(
       "the wall clock moved before the API certificate's validity (it was ahead when the " +

@@ -351,8 +351,8 @@ export function withEarlierCollectors(
   earlier: CollectorStats | undefined,
   current: CollectorStats | undefined,
 ): CollectorStats | undefined {
-  if (earlier === undefined || current === undefined) {
-    if (earlier === undefined) return current;
+  if (earlier === undefined) return current;
+  if (current === undefined) {
     const udpReceiver = udpWithEarlier(earlier.udpReceiver, undefined);
     return {
       ...earlier,

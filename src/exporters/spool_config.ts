@@ -90,6 +90,21 @@ export function spoolSinkCounters(s: SpoolStats | undefined): SpoolSinkCounters 
 }
 
 /**
+ * A sink's own share of its spool: the records it spooled and that are still there (`inSpool`,
+ * see `ExporterStats.inSpool`) and those the spool dropped (`dropped`), leaving out what the
+ * spool held when it was opened (`recovered`, an earlier sink's: `recoveredDelivered` of them
+ * delivered so far, the spool's `droppedRecovered` dropped).
+ */
+export function ownSpoolShare(
+  s: SpoolStats | undefined,
+  recoveredDelivered: number,
+): { inSpool: number; dropped: number } {
+  if (s === undefined) return { inSpool: 0, dropped: 0 };
+  const recoveredWaiting = s.recovered - recoveredDelivered - s.droppedRecovered;
+  return { inSpool: s.records - recoveredWaiting, dropped: s.dropped - s.droppedRecovered };
+}
+
+/**
  * Logs a sink's spool as opened (`what`: "ClickHouse", "S3"), and a warning when the scan cut
  * torn or corrupt frames, with the same fields for every sink.
  */

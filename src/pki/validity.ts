@@ -48,6 +48,18 @@ export function noReissues(): ReissueCounts {
   return { notValidYet: 0, expiring: 0 };
 }
 
+/** The log fields of a re-issue: the wall time `nowMs` and `window`, as ISO times. */
+export function validityFields(
+  window: ValidityWindow,
+  nowMs: number,
+): { now: string; notBefore: string; notAfter: string } {
+  return {
+    now: new Date(nowMs).toISOString(),
+    notBefore: new Date(window.notBeforeMs).toISOString(),
+    notAfter: new Date(window.notAfterMs).toISOString(),
+  };
+}
+
 /**
  * Why `window` needs a new certificate at wall time `nowMs`, or undefined while it is valid
  * with more than `renewBeforeMs` (default {@linkcode RENEW_BEFORE_MS}) left.

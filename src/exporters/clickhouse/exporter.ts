@@ -37,7 +37,12 @@ import { FLAG_OUTCOME_UNKNOWN, newBatchId, Spool } from "../../spool/mod.ts";
 import { type Exporter, type ExporterStats, SINK_STOP_DEADLINE_MS } from "../exporter.ts";
 import { noteDenied } from "../denied.ts";
 import { toFlatRecord } from "../flat_record.ts";
-import { logSpoolOpened, type SpoolSinkCounters, spoolSinkCounters } from "../spool_config.ts";
+import {
+  logSpoolOpened,
+  ownSpoolShare,
+  type SpoolSinkCounters,
+  spoolSinkCounters,
+} from "../spool_config.ts";
 import { CLICKHOUSE_CA_PATH, type ClickHouseConfig } from "./config.ts";
 import {
   ClientConnection,
@@ -382,15 +387,12 @@ export class ClickHouseExporter implements Exporter {
   /** Counters; `exported` and `dropped` count this process's records only. */
   stats(): ClickHouseStats {
     const sp = this.#spool?.stats();
-    const spoolDropped = sp?.dropped ?? 0;
-    const recoveredDropped = sp?.droppedRecovered ?? 0;
-    const recovered = sp?.recovered ?? 0;
-    const recoveredWaiting = recovered - this.#recoveredInserted - recoveredDropped;
+    const own = ownSpoolShare(sp, this.#recoveredInserted);
     return {
       received: this.#received,
       exported: this.#inserted - this.#recoveredInserted,
-      dropped: this.#memoryDropped + spoolDropped - recoveredDropped,
-      inSpool: (sp?.records ?? 0) - recoveredWaiting,
+      dropped: this.#memoryDropped + own.dropped,
+      inSpool: own.inSpool,
       errors: this.#insertErrors,
       inserted: this.#inserted,
       batchesInserted: this.#batchesInserted,
@@ -399,11 +401,11 @@ export class ClickHouseExporter implements Exporter {
       reconnects: this.#reconnects,
       possiblyDuplicated: this.#possiblyDuplicated,
       retriedDeduplicated: this.#retriedDeduplicated,
-      recovered,
+      recovered: sp?.recovered ?? 0,
       recoveredInserted: this.#recoveredInserted,
-      recoveredDropped,
+      recoveredDropped: sp?.droppedRecovered ?? 0,
       memoryDropped: this.#memoryDropped,
-      spoolDropped,
+      spoolDropped: sp?.dropped ?? 0,
       ...spoolSinkCounters(sp),
       memoryRecords: this.#memoryRecords + this.#rows.rows,
       spoolRecords: sp?.records ?? 0,

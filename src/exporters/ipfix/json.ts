@@ -9,8 +9,6 @@
 import type { FieldValue } from "../../ipfix/types.ts";
 import { toBase64 } from "../../bytes.ts";
 
-const encoder = new TextEncoder();
-
 /** Escapes a string like Go's `json.Marshal` (HTML-safe: `<`, `>`, `&`, U+2028/9 as `\uXXXX`). */
 export function goJsonString(s: string): string {
   return JSON.stringify(s).replace(/[<>&\u2028\u2029]/g, (c) => {
@@ -75,13 +73,4 @@ export function jsonRecordLine(
   epochMs: number,
 ): string {
   return jsonDocumentPrefix(epochMs) + jsonRecordFields(names, values) + JSON_DOCUMENT_SUFFIX;
-}
-
-/** {@linkcode jsonRecordLine} as UTF-8 bytes. */
-export function jsonRecordBytes(
-  names: readonly string[],
-  values: readonly FieldValue[],
-  epochMs: number,
-): Uint8Array {
-  return encoder.encode(jsonRecordLine(names, values, epochMs));
 }

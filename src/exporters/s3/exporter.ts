@@ -47,7 +47,12 @@ import type { S3UploaderConfig } from "./config.ts";
 import { CsvWriter } from "./csv.ts";
 import { type FinishedObject, ObjectWriter } from "./object.ts";
 import { ObjectSpool, type SpoolObjectLease } from "./spool.ts";
-import { logSpoolOpened, type SpoolSinkCounters, spoolSinkCounters } from "../spool_config.ts";
+import {
+  logSpoolOpened,
+  ownSpoolShare,
+  type SpoolSinkCounters,
+  spoolSinkCounters,
+} from "../spool_config.ts";
 import {
   describeS3Error,
   isPermanentS3Error,
@@ -440,16 +445,16 @@ export class S3Exporter implements Exporter {
     const spoolDropped = sp?.dropped ?? 0;
     const recovered = sp?.recovered ?? 0;
     const recoveredDropped = sp?.droppedRecovered ?? 0;
-    const recoveredWaiting = recovered - this.#stats.recoveredUploaded - recoveredDropped;
     const spoolRecords = sp?.records ?? 0;
+    // Counted uploaded in the step they leave the spool's counters (the ack's hook): never both
+    // in `exported` and in `inSpool`.
+    const own = ownSpoolShare(sp, this.#stats.recoveredUploaded);
     return {
       ...this.#stats,
-      dropped: this.#stats.dropped + spoolDropped - recoveredDropped,
-      // Counted uploaded in the step they leave the spool's counters (the ack's hook): never
-      // both in `exported` and here.
-      inSpool: spoolRecords - recoveredWaiting,
+      dropped: this.#stats.dropped + own.dropped,
+      inSpool: own.inSpool,
       buffered: (this.#current?.records ?? 0) + this.#finishingRecords + this.#pendingRecords +
-        (this.#spool?.appending ?? 0) + spoolRecords - recoveredWaiting,
+        (this.#spool?.appending ?? 0) + own.inSpool,
       pendingObjects: this.#pending.length,
       pendingBytes: this.#pendingBytes,
       spoolDropped,
